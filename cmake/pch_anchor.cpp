@@ -1,0 +1,1 @@
+// Gives the shared precompiled-header target one translation unit.

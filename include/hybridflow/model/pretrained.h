@@ -1,0 +1,30 @@
+// A Hugging Face style model directory: config.json + model.safetensors (or sharded with
+// model.safetensors.index.json) + tokenizer.json.
+#pragma once
+
+#include <string>
+
+#include "hybridflow/model/model_config.h"
+#include "hybridflow/model/tokenizer.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+struct Pretrained {
+  ModelConfig config;
+  CausalLM model{nullptr};
+  Tokenizer tokenizer;
+};
+
+// Loads config, weights (F32/F16/BF16 on disk, cast to `dtype` in memory) and tokenizer.
+// Every failure names the file and what was wrong.
+Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLanguageModel,
+                           torch::Dtype dtype = torch::kFloat32);
+// Writes the directory atomically (each file to a temp name, then rename), weights in config.torch_dtype.
+void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
+
+// config.json <-> ModelConfig (throws naming the file and key).
+ModelConfig load_model_config(const std::string& config_json_path);
+void save_model_config(const ModelConfig& config, const std::string& config_json_path);
+
+}  // namespace hybridflow

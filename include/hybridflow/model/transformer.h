@@ -1,0 +1,58 @@
+// Llama / Qwen2 decoder-only transformer: embedding, RMSNorm, rotary embeddings, grouped-query
+// attention with a KV cache, SwiGLU MLP, and either a language-model head or a scalar value head.
+// Parameter names equal Hugging Face's ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight",
+// value heads: "score.weight"), so a state dict maps one to one onto safetensors.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "hybridflow/model/model_config.h"
+
+namespace hybridflow {
+
+// Keys and values of every layer for a batch being decoded. Tensors are [batch, kv_heads, len, head_dim].
+struct KVCache {
+  std::vector<torch::Tensor> keys;
+  std::vector<torch::Tensor> values;
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  // Keeps only the given batch rows (used when finished sequences leave the batch).
+  void select_rows(const torch::Tensor& rows);
+};
+
+enum class HeadKind { kLanguageModel, kValue };
+
+struct ForwardOutput {
+  torch::Tensor logits;  // [batch, seq, vocab] for kLanguageModel
+  torch::Tensor values;  // [batch, seq] for kValue
+};
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel);
+
+  // input_ids [B, T] int64. attention_mask [B, T_total] (1 = real token, 0 = padding), where
+  // T_total = cache length + T; covers left and right padding. position_ids [B, T] int64; when
+  // undefined they are derived from attention_mask (cumsum - 1, clamped at 0).
+  // With a cache, appends this step's keys/values to it.
+  ForwardOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                        const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
+
+  const ModelConfig& config() const { return config_; }
+  HeadKind head_kind() const { return head_; }
+
+ private:
+  ModelConfig config_;
+  HeadKind head_;
+  // Submodules registered under Hugging Face names; see transformer.cpp.
+  struct Layers;
+  std::shared_ptr<Layers> layers_;
+};
+TORCH_MODULE(CausalLM);
+
+// Position ids from a [B, T] attention mask: cumulative count of real tokens minus one, 0 on padding.
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
+
+}  // namespace hybridflow
