@@ -169,7 +169,8 @@ TEST(DataProto, ConcatChecksKeysAndShapes) {
   EXPECT_EQ(DataProto::concat({}).batch_size(), 0);
 
   DataProto missing = b.select({"x", "id"});
-  EXPECT_THAT(error_of([&] { DataProto::concat({a, missing}); }), HasSubstr("part 1 has tensors [id, x] fields [(none)]"));
+  EXPECT_THAT(error_of([&] { DataProto::concat({a, missing}); }),
+              HasSubstr("part 1 has tensors [id, x] fields [(none)]"));
   DataProto wide = make_batch(2);
   wide.set_tensor("x", torch::zeros({2, 3}));
   EXPECT_THAT(error_of([&] { DataProto::concat({a, wide}); }), HasSubstr("only dim 0 may differ"));
