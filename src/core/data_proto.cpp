@@ -298,6 +298,31 @@ DataProto DataProto::union_of(const DataProto& a, const DataProto& b) {
   return out;
 }
 
+DataProto DataProto::to(const torch::Device& device) const {
+  DataProto out = *this;
+  for (auto& kv : out.tensors_) kv.second = kv.second.to(device);
+  return out;
+}
+
+std::string DataProto::summary() const {
+  std::ostringstream out;
+  out << "DataProto(batch " << batch_size() << "; tensors:";
+  if (tensors_.empty()) out << " (none)";
+  bool first = true;
+  for (const auto& [key, t] : tensors_) {
+    out << (first ? " " : ", ") << key << " " << dtype_name(t.scalar_type()) << shape_string(t);
+    if (!t.device().is_cpu()) out << "@" << t.device();
+    first = false;
+  }
+  out << "; fields: " << key_list(fields_) << "; meta:";
+  if (!meta_.is_object() || meta_.empty()) out << " (none)";
+  first = true;
+  if (meta_.is_object())
+    for (auto it = meta_.begin(); it != meta_.end(); ++it, first = false) out << (first ? " " : ", ") << it.key();
+  out << ")";
+  return out.str();
+}
+
 // ---- serialization ----
 
 DataProto::Frames DataProto::to_frames() const {

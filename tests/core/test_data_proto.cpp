@@ -203,6 +203,16 @@ TEST(DataProto, UpdateUnionsAndRejectsConflicts) {
   EXPECT_THAT(error_of([&] { a.update(make_batch(4)); }), HasSubstr("batch sizes differ: 3 vs 4"));
 }
 
+TEST(DataProto, SummaryAndToDevice) {
+  DataProto d = make_batch(2);
+  EXPECT_EQ(d.summary(),
+            "DataProto(batch 2; tensors: id int64[2], x float32[2, 2]; fields: prompt; meta: temperature)");
+  EXPECT_EQ(DataProto().summary(), "DataProto(batch 0; tensors: (none); fields: (none); meta: (none))");
+  DataProto moved = d.to(torch::kCPU);
+  EXPECT_EQ(moved.tensor("x").data_ptr(), d.tensor("x").data_ptr());  // already there: shared
+  EXPECT_EQ(moved.field("prompt"), d.field("prompt"));
+}
+
 // Values that survive a float16/bfloat16 round trip exactly, so any byte mix-up shows.
 DataProto all_dtypes() {
   DataProto d;

@@ -57,6 +57,11 @@ class DataProto {
   DataProto& update(const DataProto& other);
   static DataProto union_of(const DataProto& a, const DataProto& b);
 
+  // Same batch with every tensor on `device` (tensors already there are shared, not copied).
+  DataProto to(const torch::Device& device) const;
+  // One line for logs and error messages: "DataProto(batch 4; tensors: x float32[4, 2]; fields: prompt; meta: step)".
+  std::string summary() const;
+
   // Serialization between processes. to_frames: a small JSON header (keys, dtypes, shapes, fields, meta)
   // plus one contiguous CPU tensor per payload, so a messaging layer can send tensor bytes without copying.
   struct Frames {
