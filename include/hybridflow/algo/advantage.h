@@ -1,0 +1,58 @@
+// Advantage estimators, looked up by verl's algorithm.adv_estimator name.
+// Adding one = write a function AdvantageOutput(const AdvantageInput&) and call register_advantage_estimator.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hybridflow::algo {
+
+// Inputs shared by all estimators; each uses the fields it needs and checks they are set.
+// A per-sequence reward given as token_level_rewards sits at the last valid token (the others are 0),
+// so its row sum is the sequence score.
+struct AdvantageInput {
+  at::Tensor token_level_rewards;  // [B, R] float
+  at::Tensor response_mask;        // [B, R], 1 = real response token
+  at::Tensor values;               // [B, R] critic values (gae)
+  at::Tensor index;                // [B] int64 group ids; rows with equal ids answer the same prompt (grpo, rloo)
+  at::Tensor reward_baselines;     // [B] reward of the greedy response (remax)
+  double gamma = 1.0;
+  double lam = 1.0;
+  bool norm_adv_by_std_in_grpo = true;
+  double epsilon = 1e-6;  // added to the group std (grpo)
+};
+
+// advantages and returns are [B, R] and exactly 0 at padded positions.
+struct AdvantageOutput {
+  at::Tensor advantages;
+  at::Tensor returns;
+};
+
+using AdvantageEstimator = std::function<AdvantageOutput(const AdvantageInput&)>;
+
+// Registers (or replaces) an estimator under name. Built-ins: gae, grpo, rloo, remax, reinforce_plus_plus.
+void register_advantage_estimator(const std::string& name, AdvantageEstimator fn);
+// Throws hybridflow::Error listing the known names when name is unknown.
+AdvantageEstimator get_advantage_estimator(const std::string& name);
+bool has_advantage_estimator(const std::string& name);
+std::vector<std::string> advantage_estimator_names();  // sorted
+AdvantageOutput compute_advantage(const std::string& name, const AdvantageInput& input);
+
+// The built-in estimators (also callable directly).
+// GAE: delta_t = r_t + gamma V_{t+1} - V_t, A_t = delta_t + gamma lam A_{t+1}, over valid tokens only
+// (a masked position is skipped: it neither uses nor breaks the recursion); returns = A + V; A whitened.
+AdvantageOutput compute_gae_advantage(const AdvantageInput& in);
+// GRPO: score = row sum of rewards; A = (score - group mean) / (group std + eps) (or without the std);
+// a group of one has mean 0 and std 1. Broadcast over valid tokens; returns = advantages.
+AdvantageOutput compute_grpo_advantage(const AdvantageInput& in);
+// RLOO: A_i = score_i - mean of the other scores of the group; a group of one keeps its score.
+AdvantageOutput compute_rloo_advantage(const AdvantageInput& in);
+// ReMax: returns = undiscounted reward-to-go; A = returns - reward_baselines (broadcast over valid tokens).
+AdvantageOutput compute_remax_advantage(const AdvantageInput& in);
+// REINFORCE++: returns = discounted reward-to-go (gamma), A = masked whitening of the returns.
+AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in);
+
+}  // namespace hybridflow::algo

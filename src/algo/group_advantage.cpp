@@ -1,0 +1,88 @@
+// Outcome-reward estimators that compare the samples of one prompt with each other (GRPO, RLOO).
+#include <torch/torch.h>
+
+#include <unordered_map>
+
+#include "checks.h"
+#include "hybridflow/algo/advantage.h"
+
+namespace hybridflow::algo {
+namespace {
+
+struct Groups {
+  at::Tensor dense_id;  // [B] int64 in [0, G)
+  at::Tensor size;      // [G] float, rows per group
+  int64_t count = 0;
+};
+
+// Group ids are arbitrary int64 labels; map them to 0..G-1 so per-group sums are one index_add.
+Groups dense_groups(const at::Tensor& index, const at::TensorOptions& float_options) {
+  auto ids = index.to(at::kLong).cpu().contiguous();
+  const int64_t* data = ids.data_ptr<int64_t>();
+  std::unordered_map<int64_t, int64_t> dense;
+  auto dense_id = torch::empty({ids.size(0)}, torch::kLong);
+  auto* out = dense_id.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    auto it = dense.emplace(data[i], static_cast<int64_t>(dense.size())).first;
+    out[i] = it->second;
+  }
+  Groups groups;
+  groups.count = static_cast<int64_t>(dense.size());
+  groups.dense_id = dense_id.to(float_options.device());
+  groups.size = torch::zeros({groups.count}, float_options)
+                    .index_add_(0, groups.dense_id, torch::ones({ids.size(0)}, float_options));
+  return groups;
+}
+
+at::Tensor group_sum(const Groups& groups, const at::Tensor& per_row) {
+  return torch::zeros({groups.count}, per_row.options()).index_add_(0, groups.dense_id, per_row);
+}
+
+struct Scores {
+  at::Tensor score;  // [B] sequence score
+  at::Tensor mask;   // [B, R] float
+};
+
+Scores sequence_scores(const AdvantageInput& in, const char* where) {
+  detail::check_response_tensor(in.token_level_rewards, "token_level_rewards", where);
+  detail::check_same_shape(in.response_mask, in.token_level_rewards, "response_mask", where);
+  detail::check_per_sequence(in.index, in.token_level_rewards.size(0), "index (group ids)", where);
+  auto rewards = detail::as_float(in.token_level_rewards);
+  return {rewards.sum(-1), in.response_mask.to(rewards.scalar_type())};
+}
+
+AdvantageOutput broadcast(const at::Tensor& per_sequence, const at::Tensor& mask) {
+  auto advantages = per_sequence.unsqueeze(-1) * mask;
+  return {advantages, advantages.clone()};
+}
+
+}  // namespace
+
+AdvantageOutput compute_grpo_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  auto s = sequence_scores(in, "algo: grpo");
+  auto groups = dense_groups(in.index, s.score.options());
+  auto mean = group_sum(groups, s.score) / groups.size;
+  auto centered = s.score - mean.index_select(0, groups.dense_id);
+  // Unbiased std like torch.std; a group of one has no spread: mean 0, std 1 (verl).
+  auto denom = (groups.size - 1).clamp_min(1);
+  auto std = (group_sum(groups, centered * centered) / denom).sqrt();
+  auto single = groups.size < 1.5;
+  mean = torch::where(single, torch::zeros_like(mean), mean);
+  std = torch::where(single, torch::ones_like(std), std);
+  auto adv = s.score - mean.index_select(0, groups.dense_id);
+  if (in.norm_adv_by_std_in_grpo) adv = adv / (std.index_select(0, groups.dense_id) + in.epsilon);
+  return broadcast(adv, s.mask);
+}
+
+AdvantageOutput compute_rloo_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  auto s = sequence_scores(in, "algo: rloo");
+  auto groups = dense_groups(in.index, s.score.options());
+  auto n = groups.size.index_select(0, groups.dense_id);
+  auto others_mean = (group_sum(groups, s.score).index_select(0, groups.dense_id) - s.score) / (n - 1).clamp_min(1);
+  auto adv = torch::where(n > 1.5, s.score - others_mean, s.score);
+  return broadcast(adv, s.mask);
+}
+
+}  // namespace hybridflow::algo

@@ -1,0 +1,79 @@
+#include "hybridflow/algo/losses.h"
+
+#include <torch/torch.h>
+
+#include "checks.h"
+
+namespace hybridflow::algo {
+
+PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                 const at::Tensor& advantages, const at::Tensor& response_mask,
+                                 const PolicyLossConfig& config) {
+  constexpr const char* kWhere = "algo: ppo_policy_loss";
+  detail::check_response_tensor(log_prob, "log_prob", kWhere);
+  detail::check_same_shape(old_log_prob, log_prob, "old_log_prob", kWhere);
+  detail::check_same_shape(advantages, log_prob, "advantages", kWhere);
+  detail::check_same_shape(response_mask, log_prob, "response_mask", kWhere);
+  const double low = config.clip_ratio_low.value_or(config.clip_ratio);
+  const double high = config.clip_ratio_high.value_or(config.clip_ratio);
+  HF_CHECK(low >= 0 && low < 1, kWhere, ": clip_ratio_low must be in [0, 1), got ", low);
+  HF_CHECK(high >= 0, kWhere, ": clip_ratio_high must be >= 0, got ", high);
+  HF_CHECK(config.clip_ratio_c > 1, kWhere, ": clip_ratio_c must be > 1 (dual clip lower bound), got ",
+           config.clip_ratio_c);
+
+  auto mask = response_mask.to(log_prob.scalar_type());
+  auto adv = advantages.to(log_prob.scalar_type()).detach();
+  auto log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0);
+  auto ratio = torch::exp(log_ratio);
+
+  auto loss_unclipped = -adv * ratio;
+  auto loss_clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high);
+  auto clip_loss = torch::max(loss_unclipped, loss_clipped);
+  // Dual clip: with A < 0 a huge ratio would make the loss unbounded; cap it at -A * c.
+  auto dual_bound = -adv * config.clip_ratio_c;
+  auto negative = adv < 0;
+  auto token_loss = torch::where(negative, torch::min(clip_loss, dual_bound), clip_loss);
+
+  PolicyLossOutput out;
+  out.loss = agg_loss(token_loss, mask, config.agg_mode);
+  torch::NoGradGuard no_grad;
+  out.clip_frac = masked_mean((loss_clipped > loss_unclipped).to(mask.scalar_type()), mask);
+  out.clip_frac_lower = masked_mean(((clip_loss > dual_bound) & negative).to(mask.scalar_type()), mask);
+  out.approx_kl = masked_mean(-log_ratio, mask);
+  return out;
+}
+
+ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,
+                                   const at::Tensor& response_mask, double cliprange_value, LossAggMode agg_mode) {
+  constexpr const char* kWhere = "algo: clipped_value_loss";
+  detail::check_response_tensor(vpreds, "vpreds", kWhere);
+  detail::check_same_shape(old_values, vpreds, "old values", kWhere);
+  detail::check_same_shape(returns, vpreds, "returns", kWhere);
+  detail::check_same_shape(response_mask, vpreds, "response_mask", kWhere);
+  HF_CHECK(cliprange_value >= 0, kWhere, ": cliprange_value must be >= 0, got ", cliprange_value);
+  auto mask = response_mask.to(vpreds.scalar_type());
+  auto old = old_values.detach();
+  auto target = returns.detach();
+  auto vclipped = torch::max(torch::min(vpreds, old + cliprange_value), old - cliprange_value);
+  auto loss1 = (vpreds - target).pow(2);
+  auto loss2 = (vclipped - target).pow(2);
+  ValueLossOutput out;
+  out.loss = 0.5 * agg_loss(torch::max(loss1, loss2), mask, agg_mode);
+  torch::NoGradGuard no_grad;
+  out.clip_frac = masked_mean((loss2 > loss1).to(mask.scalar_type()), mask);
+  return out;
+}
+
+at::Tensor entropy_from_logits(const at::Tensor& logits) {
+  auto probs = torch::softmax(logits, -1);
+  return torch::logsumexp(logits, -1) - (probs * logits).sum(-1);
+}
+
+at::Tensor entropy_loss(const at::Tensor& logits, const at::Tensor& response_mask, LossAggMode agg_mode) {
+  HF_CHECK(logits.dim() == 3, "algo: entropy_loss expects logits [B, R, V], got shape ", logits.sizes());
+  auto entropy = entropy_from_logits(logits);
+  detail::check_same_shape(response_mask, entropy, "response_mask", "algo: entropy_loss");
+  return agg_loss(entropy, response_mask, agg_mode);
+}
+
+}  // namespace hybridflow::algo

@@ -1,0 +1,50 @@
+// Critic-free estimators built on the reward-to-go of each token (ReMax, REINFORCE++).
+#include <torch/torch.h>
+
+#include "checks.h"
+#include "hybridflow/algo/advantage.h"
+#include "hybridflow/algo/masked.h"
+
+namespace hybridflow::algo {
+namespace {
+
+// G_t = r_t + gamma G_{t+1} over valid tokens; padding resets the sum to 0, so nothing from
+// past the end of a response leaks back into it.
+at::Tensor reward_to_go(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
+  auto returns = torch::zeros_like(rewards);
+  auto running = torch::zeros({rewards.size(0)}, rewards.options());
+  for (int64_t t = rewards.size(1) - 1; t >= 0; --t) {
+    auto m = mask.select(1, t);
+    running = (rewards.select(1, t) + gamma * running) * m;
+    returns.select(1, t).copy_(running);
+  }
+  return returns;
+}
+
+}  // namespace
+
+AdvantageOutput compute_remax_advantage(const AdvantageInput& in) {
+  constexpr const char* kWhere = "algo: remax";
+  detail::check_response_tensor(in.token_level_rewards, "token_level_rewards", kWhere);
+  detail::check_same_shape(in.response_mask, in.token_level_rewards, "response_mask", kWhere);
+  detail::check_per_sequence(in.reward_baselines, in.token_level_rewards.size(0), "reward_baselines", kWhere);
+  torch::NoGradGuard no_grad;
+  auto rewards = detail::as_float(in.token_level_rewards);
+  auto mask = in.response_mask.to(rewards.scalar_type());
+  auto returns = reward_to_go(rewards, mask, 1.0);
+  auto advantages = returns - in.reward_baselines.to(rewards.scalar_type()).unsqueeze(-1) * mask;
+  return {advantages, returns};
+}
+
+AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in) {
+  constexpr const char* kWhere = "algo: reinforce_plus_plus";
+  detail::check_response_tensor(in.token_level_rewards, "token_level_rewards", kWhere);
+  detail::check_same_shape(in.response_mask, in.token_level_rewards, "response_mask", kWhere);
+  torch::NoGradGuard no_grad;
+  auto rewards = detail::as_float(in.token_level_rewards);
+  auto mask = in.response_mask.to(rewards.scalar_type());
+  auto returns = reward_to_go(rewards, mask, in.gamma);
+  return {masked_whiten(returns, mask), returns};
+}
+
+}  // namespace hybridflow::algo
