@@ -1,0 +1,33 @@
+// The single controller: owns the resource pools (and so every worker process) of a job. Workers
+// die with it: on destruction, on an uncaught error (they are killed by the kernel when the
+// controller process dies) and on SIGINT/SIGTERM (the handler kills their process groups).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/runtime/worker_group.h"
+
+namespace hybridflow {
+
+class Controller {
+ public:
+  Controller() = default;
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  std::shared_ptr<ProcessPool> add_pool(const ResourcePool& spec);  // Error on a duplicate name
+  std::shared_ptr<ProcessPool> pool(const std::string& name) const;
+  WorkerGroup create_group(const std::string& pool_name, const std::string& role, const std::string& worker_type,
+                           const ParallelLayout& layout = {},
+                           const nlohmann::json& config = nlohmann::json::object());
+  void shutdown();  // all pools; idempotent
+
+ private:
+  std::map<std::string, std::shared_ptr<ProcessPool>> pools_;
+};
+
+}  // namespace hybridflow

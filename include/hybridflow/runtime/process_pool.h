@@ -1,0 +1,72 @@
+// A resource pool: a named set of process slots (one per device) and the worker processes the
+// controller spawned for it. Roles placed in the same pool are colocated: they live in the same
+// processes and their calls run one after another; different pools run concurrently.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/runtime/future.h"
+#include "hybridflow/runtime/mesh_coord.h"
+
+namespace hybridflow {
+
+struct ResourcePool {
+  std::string name = "default";
+  int num_processes = 1;               // one per device; all on this node in the embedded launch
+  double call_timeout_s = 600;         // a call running longer is a hang: the pool fails
+  double heartbeat_timeout_s = 30;     // silence from a worker this long means it is gone
+  double start_timeout_s = 60;         // for all workers to connect
+  std::string executable;              // binary to exec; empty = this process's own (/proc/self/exe)
+  std::vector<std::string> args;       // argv[1..] for it
+  std::string bind_host = "127.0.0.1";
+};
+
+class ProcessPool {
+ public:
+  // Spawns the workers and waits until all of them connected. Error (and no process left) on failure.
+  static std::shared_ptr<ProcessPool> start(const ResourcePool& spec);
+  ~ProcessPool();  // shutdown()
+  ProcessPool(const ProcessPool&) = delete;
+  ProcessPool& operator=(const ProcessPool&) = delete;
+
+  const ResourcePool& spec() const;
+  int size() const;
+  std::vector<int> pids() const;
+  std::string endpoint() const;     // where the controller listens, e.g. tcp://127.0.0.1:40123
+  size_t rejected_messages() const;  // wrong token or malformed, dropped and logged
+  bool failed() const;
+  std::string failure() const;       // empty unless failed()
+
+  // Instantiates `worker_type` as `role` in every process (coords[i] for rank i); returns the
+  // role's methods and their protocols. Blocking.
+  std::map<std::string, std::string> create_role(const std::string& role, const std::string& worker_type,
+                                                 const std::vector<MeshCoord>& coords, const nlohmann::json& config);
+
+  // Sends inputs[i] to rank i; on_done gets the outputs indexed by rank, on_error the failure.
+  // Both run on the pool's I/O thread.
+  void submit(const std::string& role, const std::string& method, std::vector<DataProto> inputs,
+              std::function<void(std::vector<DataProto>&&)> on_done,
+              std::function<void(std::exception_ptr)> on_error);
+
+  // Runs fn on a helper thread once `input` resolved (joined at shutdown).
+  void when_ready(const Future& input, std::function<void()> fn);
+
+  // Asks workers to exit, kills any that do not within a second, reaps all. Idempotent.
+  void shutdown();
+  // Stops accepting work and fails pending calls; used before joining helper threads across pools.
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit ProcessPool(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hybridflow

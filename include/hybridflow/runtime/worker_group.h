@@ -1,0 +1,43 @@
+// A worker group as the controller sees it: one role (actor, critic, ...) over the ranks of a pool.
+// call() returns at once; the transfer protocol of the method splits the input across ranks and
+// merges their outputs into the Future.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridflow/runtime/future.h"
+#include "hybridflow/runtime/mesh_coord.h"
+#include "hybridflow/runtime/process_pool.h"
+
+namespace hybridflow {
+
+class WorkerGroup {
+ public:
+  // Creates `worker_type` as `role` in every process of `pool`. Blocking; Error if the type is unknown
+  // in the worker binary or the pool size does not fit the layout.
+  WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& role, const std::string& worker_type,
+              const ParallelLayout& layout = {}, const nlohmann::json& config = nlohmann::json::object());
+
+  Future call(const std::string& method, const DataProto& input = DataProto());
+  Future call(const std::string& method, const Future& input);  // dispatched when input resolves
+
+  const std::string& role() const { return role_; }
+  int world_size() const { return static_cast<int>(coords_.size()); }
+  const std::vector<MeshCoord>& coords() const { return coords_; }
+  const std::map<std::string, std::string>& methods() const { return methods_; }  // name -> protocol
+  ProcessPool& pool() const { return *pool_; }
+
+ private:
+  void start_call(const std::string& method, const DataProto& input,
+                  std::shared_ptr<std::promise<std::shared_ptr<const CallResult>>> promise) const;
+
+  std::shared_ptr<ProcessPool> pool_;
+  std::string role_;
+  std::vector<MeshCoord> coords_;
+  std::map<std::string, std::string> methods_;
+};
+
+}  // namespace hybridflow

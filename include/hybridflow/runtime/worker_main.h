@@ -1,0 +1,17 @@
+// Entry point of a worker process. A controller spawns workers by exec'ing a binary (by default its
+// own) with HF_WORKER_ENDPOINT / HF_WORKER_TOKEN / HF_WORKER_RANK / HF_WORKER_POOL set; that binary
+// must reach run_worker_if_requested() before doing anything else (first thing in main, or from a
+// static initializer placed after its HF_REGISTER_WORKER lines).
+#pragma once
+
+namespace hybridflow {
+
+// Connects to the controller and serves create/call requests until told to shut down.
+// Returns the process exit code. Error when the environment contract is missing.
+int run_worker_main(int argc, char** argv);
+
+// When the worker environment is set: runs the worker and terminates the process with its exit code
+// (never returns). Otherwise returns false at once.
+bool run_worker_if_requested();
+
+}  // namespace hybridflow

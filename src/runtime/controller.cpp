@@ -1,0 +1,40 @@
+#include "hybridflow/runtime/controller.h"
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+Controller::~Controller() { shutdown(); }
+
+std::shared_ptr<ProcessPool> Controller::add_pool(const ResourcePool& spec) {
+  HF_CHECK(!pools_.count(spec.name), "resource pool '", spec.name, "' already exists");
+  auto pool = ProcessPool::start(spec);
+  pools_[spec.name] = pool;
+  return pool;
+}
+
+std::shared_ptr<ProcessPool> Controller::pool(const std::string& name) const {
+  auto it = pools_.find(name);
+  if (it == pools_.end()) {
+    std::string known;
+    for (const auto& kv : pools_) known += (known.empty() ? "" : ", ") + kv.first;
+    HF_FAIL("no resource pool named '", name, "'; pools: ", known.empty() ? "(none)" : known);
+  }
+  return it->second;
+}
+
+WorkerGroup Controller::create_group(const std::string& pool_name, const std::string& role,
+                                     const std::string& worker_type, const ParallelLayout& layout,
+                                     const nlohmann::json& config) {
+  return WorkerGroup(pool(pool_name), role, worker_type, layout, config);
+}
+
+void Controller::shutdown() {
+  // Stop all first so that chained calls waiting on another pool's result resolve (with an error)
+  // before any pool joins its helper threads.
+  for (auto& kv : pools_) kv.second->stop();
+  for (auto& kv : pools_) kv.second->shutdown();
+  pools_.clear();
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,37 @@
+#include "hybridflow/runtime/mesh_coord.h"
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout) {
+  HF_CHECK(world_size > 0, "mesh_coord_of: world_size must be positive, got ", world_size);
+  HF_CHECK(rank >= 0 && rank < world_size, "mesh_coord_of: rank ", rank, " outside [0, ", world_size, ")");
+  const int tp = layout.tp, pp = layout.pp;
+  const int gen_tp = layout.gen_tp > 0 ? layout.gen_tp : tp;
+  HF_CHECK(tp > 0 && pp > 0 && world_size % (tp * pp) == 0, "parallel layout: world size ", world_size,
+           " must be a multiple of tp (", tp, ") x pp (", pp, ")");
+  HF_CHECK(world_size % gen_tp == 0, "parallel layout: world size ", world_size,
+           " must be a multiple of the generation tp size (", gen_tp, ")");
+  MeshCoord c;
+  c.rank = rank;
+  c.world_size = world_size;
+  c.tp_size = tp;
+  c.pp_size = pp;
+  c.dp_size = world_size / (tp * pp);
+  c.tp = rank % tp;
+  c.dp = (rank / tp) % c.dp_size;
+  c.pp = rank / (tp * c.dp_size);
+  c.micro_dp_size = world_size / gen_tp;
+  c.micro_dp = rank / gen_tp;
+  c.micro_dp_local = rank % gen_tp;
+  return c;
+}
+
+std::vector<MeshCoord> mesh_coords(int world_size, const ParallelLayout& layout) {
+  std::vector<MeshCoord> out;
+  for (int r = 0; r < world_size; ++r) out.push_back(mesh_coord_of(r, world_size, layout));
+  return out;
+}
+
+}  // namespace hybridflow

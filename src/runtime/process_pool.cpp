@@ -1,0 +1,559 @@
+#include "hybridflow/runtime/process_pool.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
+#include "message.h"
+
+extern char** environ;
+
+namespace hybridflow {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using runtime_detail::Message;
+
+// Process groups of live pools, read by the signal handler (which may only use async-signal-safe calls).
+constexpr int kMaxPools = 64;
+std::atomic<int> g_pool_pgids[kMaxPools];
+
+void kill_pools_and_reraise(int sig) {
+  for (auto& slot : g_pool_pgids) {
+    int pgid = slot.load();
+    if (pgid > 0) ::kill(-pgid, SIGKILL);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void install_signal_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = kill_pools_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  });
+}
+
+void register_pgid(int pgid) {
+  for (auto& slot : g_pool_pgids) {
+    int expected = 0;
+    if (slot.compare_exchange_strong(expected, pgid)) return;
+  }
+  log_warn("more than ", kMaxPools, " resource pools: Ctrl-C cleanup covers only the first ", kMaxPools);
+}
+
+void unregister_pgid(int pgid) {
+  for (auto& slot : g_pool_pgids) {
+    int expected = pgid;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+std::string random_token() {
+  std::random_device rd;
+  std::string out;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) out += hex[rd() % 16];
+  return out;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                                  ::strsignal(WTERMSIG(status)) + ")";
+  return "stopped with status " + std::to_string(status);
+}
+
+struct RankState {
+  int pid = -1;
+  std::string host = "?";
+  std::string identity;
+  bool connected = false;
+  bool alive = true;  // not reaped yet
+  Clock::time_point last_seen;
+};
+
+struct Pending {
+  std::string role, method;
+  std::vector<std::optional<Message>> replies;
+  int remaining = 0;
+  Clock::time_point deadline;
+  std::function<void(std::vector<Message>&&)> on_done;
+  std::function<void(std::exception_ptr)> on_error;
+};
+
+}  // namespace
+
+struct ProcessPool::Impl {
+  ResourcePool spec;
+  std::string token = random_token();
+  std::string endpoint;
+  zmq::context_t context{1};
+  zmq::socket_t router{context, zmq::socket_type::router};
+  runtime_detail::WakePipe wake;
+
+  mutable std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<RankState> ranks;
+  int pgid = 0;
+  bool spawned = false;
+  std::deque<std::pair<int, Message>> outbox;
+  std::map<int64_t, Pending> pending;
+  int64_t next_id = 1;
+  std::string failure;
+  bool stopping = false;
+  bool exiting = false;
+  Clock::time_point exit_deadline;
+  std::atomic<size_t> rejected{0};
+
+  std::mutex waiters_mutex;
+  std::vector<std::thread> waiters;
+  std::thread io;
+  std::once_flag shutdown_once;
+
+  std::string where(int rank) const {
+    const auto& r = ranks[rank];
+    return detail::concat("rank ", rank, " (pid ", r.pid, " on host ", r.host, ")");
+  }
+
+  // What `rank` was busy with, for failure messages.
+  std::string running_on(int rank) const {
+    std::string out;
+    for (const auto& kv : pending)
+      if (!kv.second.replies[rank]) out += (out.empty() ? "" : ", ") + kv.second.role + "." + kv.second.method;
+    return out.empty() ? "while idle" : "while running method " + out;
+  }
+
+  void spawn() {
+    const std::string exe = spec.executable.empty() ? "/proc/self/exe" : spec.executable;
+    std::vector<std::string> base_env;
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      if (kv.rfind("HF_WORKER_", 0) != 0) base_env.push_back(kv);
+    }
+    const pid_t parent = ::getpid();
+    for (int rank = 0; rank < spec.num_processes; ++rank) {
+      // Everything the child needs is built before fork: after fork only async-signal-safe calls.
+      std::vector<std::string> env = base_env;
+      env.push_back(std::string(runtime_detail::kEndpointEnv) + "=" + endpoint);
+      env.push_back(std::string(runtime_detail::kTokenEnv) + "=" + token);
+      env.push_back(std::string(runtime_detail::kRankEnv) + "=" + std::to_string(rank));
+      env.push_back(std::string(runtime_detail::kPoolEnv) + "=" + spec.name);
+      std::vector<char*> envp, argv;
+      for (auto& s : env) envp.push_back(s.data());
+      envp.push_back(nullptr);
+      std::string arg0 = exe;
+      std::vector<std::string> args = spec.args;
+      argv.push_back(arg0.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      const int group = pgid;
+      pid_t pid = ::fork();
+      if (pid < 0) HF_FAIL("resource pool '", spec.name, "': fork failed: ", std::strerror(errno));
+      if (pid == 0) {
+        ::setpgid(0, group);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // die with the controller's I/O thread, whatever happens
+        if (::getppid() != parent) ::_exit(1);
+        ::execve(exe.c_str(), argv.data(), envp.data());
+        ::_exit(127);
+      }
+      ::setpgid(pid, group == 0 ? pid : group);  // also in the parent: no race with the first kill
+      std::lock_guard<std::mutex> lock(mutex);
+      if (pgid == 0) {
+        pgid = pid;
+        register_pgid(pgid);
+      }
+      ranks[rank].pid = pid;
+      ranks[rank].last_seen = Clock::now();
+    }
+  }
+
+  void kill_and_reap_all() {
+    std::vector<int> pids;
+    int group;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      group = pgid;
+      for (auto& r : ranks)
+        if (r.alive && r.pid > 0) pids.push_back(r.pid);
+    }
+    if (group > 0) ::kill(-group, SIGKILL);
+    for (int pid : pids) ::kill(pid, SIGKILL);
+    for (int pid : pids) {
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& r : ranks) r.alive = false;
+  }
+
+  // Marks the pool failed, kills every worker and fails every pending call with `message`.
+  void fail(const std::string& message) {
+    std::map<int64_t, Pending> failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure.empty()) return;
+      failure = message;
+      failed.swap(pending);
+    }
+    log_error(message);
+    kill_and_reap_all();
+    cv.notify_all();
+    for (auto& kv : failed) kv.second.on_error(std::make_exception_ptr(Error(message)));
+  }
+
+  void handle(runtime_detail::Received& received, std::vector<std::function<void()>>& callbacks) {
+    if (!received.message) {
+      ++rejected;
+      log_warn("resource pool '", spec.name, "': rejected a message from peer '", received.identity, "': ",
+               received.rejected_reason);
+      return;
+    }
+    Message& m = *received.message;
+    std::lock_guard<std::mutex> lock(mutex);
+    int rank = -1;
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i].identity == received.identity) rank = static_cast<int>(i);
+    if (m.kind == "hello") {
+      int r = m.meta.value("rank", -1);
+      if (r < 0 || r >= static_cast<int>(ranks.size()) || ranks[r].connected ||
+          received.identity != "rank" + std::to_string(r)) {
+        ++rejected;
+        log_warn("resource pool '", spec.name, "': unexpected hello from '", received.identity, "'");
+        return;
+      }
+      ranks[r].connected = true;
+      ranks[r].identity = received.identity;
+      ranks[r].host = m.meta.value("host", "?");
+      ranks[r].last_seen = Clock::now();
+      cv.notify_all();
+      return;
+    }
+    if (rank < 0) {
+      ++rejected;
+      log_warn("resource pool '", spec.name, "': message from unknown peer '", received.identity, "'");
+      return;
+    }
+    ranks[rank].last_seen = Clock::now();
+    if (m.kind == "heartbeat") return;
+    const int64_t id = m.meta.value("call_id", int64_t(-1));
+    auto it = pending.find(id);
+    if (it == pending.end()) {
+      log_debug("resource pool '", spec.name, "': reply for finished call ", id, " from rank ", rank);
+      return;
+    }
+    Pending& p = it->second;
+    if (m.kind == "error") {
+      std::string message = detail::concat("worker group '", p.role, "' ", where(rank), " failed in method '",
+                                           p.method, "': ", m.meta.value("message", "?"));
+      auto on_error = std::move(p.on_error);
+      pending.erase(it);
+      callbacks.push_back([on_error, message] { on_error(std::make_exception_ptr(Error(message))); });
+      return;
+    }
+    if (p.replies[rank]) return;
+    p.replies[rank] = std::move(m);
+    if (--p.remaining > 0) return;
+    std::vector<Message> replies;
+    for (auto& r : p.replies) replies.push_back(std::move(*r));
+    auto on_done = std::move(p.on_done);
+    auto on_error = std::move(p.on_error);
+    pending.erase(it);
+    auto shared = std::make_shared<std::vector<Message>>(std::move(replies));
+    callbacks.push_back([on_done, on_error, shared] {
+      try {
+        on_done(std::move(*shared));
+      } catch (...) {
+        on_error(std::current_exception());
+      }
+    });
+  }
+
+  // Dead children, overdue calls, silent workers. Returns the failure to raise, empty if healthy.
+  std::string check_health() {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto now = Clock::now();
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      auto& rank = ranks[r];
+      if (!rank.alive || rank.pid <= 0) continue;
+      int status = 0;
+      if (::waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
+        rank.alive = false;
+        if (exiting) continue;
+        return detail::concat("resource pool '", spec.name, "': worker ", where(r), " ", describe_exit(status), " ",
+                              running_on(static_cast<int>(r)));
+      }
+    }
+    if (exiting) return "";
+    for (const auto& kv : pending) {
+      if (now < kv.second.deadline) continue;
+      std::string ranks_left;
+      for (size_t r = 0; r < ranks.size(); ++r)
+        if (!kv.second.replies[r]) ranks_left += (ranks_left.empty() ? "" : ", ") + where(static_cast<int>(r));
+      return detail::concat("resource pool '", spec.name, "': call '", kv.second.role, ".", kv.second.method,
+                            "' timed out after ", spec.call_timeout_s, " s (call_timeout_s); still running on ",
+                            ranks_left);
+    }
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const auto& rank = ranks[r];
+      if (!rank.connected) continue;
+      double silent = std::chrono::duration<double>(now - rank.last_seen).count();
+      if (silent > spec.heartbeat_timeout_s)
+        return detail::concat("resource pool '", spec.name, "': no heartbeat from worker ", where(static_cast<int>(r)),
+                              " for ", silent, " s ", running_on(static_cast<int>(r)));
+    }
+    return "";
+  }
+
+  void loop() {
+    try {
+      spawn();
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      spawned = true;
+    }
+    cv.notify_all();
+    while (true) {
+      zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(50));
+      wake.drain();
+      std::vector<std::function<void()>> callbacks;
+      while (auto received = runtime_detail::try_receive(router, true, token)) handle(*received, callbacks);
+      for (auto& cb : callbacks) cb();
+
+      std::deque<std::pair<int, Message>> to_send;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        to_send.swap(outbox);
+      }
+      for (auto& [rank, message] : to_send) {
+        std::string identity;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!ranks[rank].alive) continue;
+          identity = ranks[rank].identity;
+        }
+        runtime_detail::send_message(router, identity, token, message);
+      }
+
+      std::string problem = check_health();
+      if (!problem.empty()) fail(problem);
+
+      std::lock_guard<std::mutex> lock(mutex);
+      if (exiting) {
+        bool any_alive = false;
+        for (auto& r : ranks) any_alive = any_alive || r.alive;
+        if (!any_alive || Clock::now() > exit_deadline || !failure.empty()) break;
+      }
+    }
+    kill_and_reap_all();
+  }
+
+  // Registers a request to every rank; messages[i] goes to rank i.
+  void request(const std::string& kind, const std::string& role, const std::string& method,
+               std::vector<Message> messages, std::function<void(std::vector<Message>&&)> on_done,
+               std::function<void(std::exception_ptr)> on_error) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      why = failure.empty() ? "it was shut down" : "it failed earlier: " + failure;
+      if (failure.empty() && !stopping) {
+        const int64_t id = next_id++;
+        Pending p;
+        p.role = role;
+        p.method = method;
+        p.replies.resize(ranks.size());
+        p.remaining = static_cast<int>(ranks.size());
+        p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(spec.call_timeout_s));
+        p.on_done = std::move(on_done);
+        p.on_error = std::move(on_error);
+        pending.emplace(id, std::move(p));
+        for (size_t r = 0; r < messages.size(); ++r) {
+          messages[r].kind = kind;
+          messages[r].meta["call_id"] = id;
+          outbox.emplace_back(static_cast<int>(r), std::move(messages[r]));
+        }
+        wake.notify();
+        return;
+      }
+    }
+    on_error(std::make_exception_ptr(
+        Error(detail::concat("resource pool '", spec.name, "' cannot run '", role, ".", method, "': ", why))));
+  }
+};
+
+ProcessPool::ProcessPool(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
+  HF_CHECK(spec.num_processes > 0, "resource pool '", spec.name, "': num_processes must be positive, got ",
+           spec.num_processes);
+  HF_CHECK(spec.call_timeout_s > 0 && spec.heartbeat_timeout_s > 0 && spec.start_timeout_s > 0,
+           "resource pool '", spec.name, "': timeouts must be positive");
+  install_signal_handlers();
+  auto impl = std::make_shared<Impl>();
+  impl->spec = spec;
+  impl->ranks.resize(spec.num_processes);
+  impl->router.set(zmq::sockopt::linger, 0);
+  impl->router.bind("tcp://" + spec.bind_host + ":*");
+  impl->endpoint = impl->router.get(zmq::sockopt::last_endpoint);
+  std::shared_ptr<ProcessPool> pool(new ProcessPool(impl));
+  impl->io = std::thread([raw = impl.get()] { raw->loop(); });
+
+  std::unique_lock<std::mutex> lock(impl->mutex);
+  bool ok = impl->cv.wait_for(lock, std::chrono::duration<double>(spec.start_timeout_s), [&] {
+    if (!impl->failure.empty()) return true;
+    if (!impl->spawned) return false;
+    for (auto& r : impl->ranks)
+      if (!r.connected) return false;
+    return true;
+  });
+  std::string failure = impl->failure;
+  std::string missing;
+  for (size_t r = 0; r < impl->ranks.size(); ++r)
+    if (!impl->ranks[r].connected) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  lock.unlock();
+  if (failure.empty() && !ok) {
+    failure = detail::concat("resource pool '", spec.name, "': worker ranks ", missing, " did not connect to ",
+                             impl->endpoint, " within start_timeout_s = ", spec.start_timeout_s,
+                             " s (is the worker binary calling run_worker_if_requested()?)");
+    impl->fail(failure);
+  }
+  if (!failure.empty()) {
+    pool->shutdown();
+    HF_FAIL(failure);
+  }
+  log_debug("resource pool '", spec.name, "': ", spec.num_processes, " workers connected on ", impl->endpoint);
+  return pool;
+}
+
+ProcessPool::~ProcessPool() { shutdown(); }
+
+const ResourcePool& ProcessPool::spec() const { return impl_->spec; }
+int ProcessPool::size() const { return impl_->spec.num_processes; }
+std::string ProcessPool::endpoint() const { return impl_->endpoint; }
+size_t ProcessPool::rejected_messages() const { return impl_->rejected.load(); }
+
+std::vector<int> ProcessPool::pids() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<int> out;
+  for (auto& r : impl_->ranks) out.push_back(r.pid);
+  return out;
+}
+
+bool ProcessPool::failed() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return !impl_->failure.empty();
+}
+
+std::string ProcessPool::failure() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->failure;
+}
+
+std::map<std::string, std::string> ProcessPool::create_role(const std::string& role, const std::string& worker_type,
+                                                            const std::vector<MeshCoord>& coords,
+                                                            const nlohmann::json& config) {
+  HF_CHECK(static_cast<int>(coords.size()) == size(), "worker group '", role, "': ", coords.size(),
+           " mesh coordinates for resource pool '", spec().name, "' of ", size(), " processes");
+  std::vector<Message> messages(coords.size());
+  for (size_t r = 0; r < coords.size(); ++r)
+    messages[r].meta = {{"role", role}, {"type", worker_type}, {"pool", spec().name},
+                        {"coord", runtime_detail::coord_to_json(coords[r])}, {"config", config}};
+  auto done = std::make_shared<std::promise<std::map<std::string, std::string>>>();
+  auto result = done->get_future();
+  impl_->request(
+      "create", role, "<create " + worker_type + ">", std::move(messages),
+      [done](std::vector<Message>&& replies) {
+        done->set_value(replies.at(0).meta.at("methods").get<std::map<std::string, std::string>>());
+      },
+      [done](std::exception_ptr e) { done->set_exception(e); });
+  return result.get();
+}
+
+void ProcessPool::submit(const std::string& role, const std::string& method, std::vector<DataProto> inputs,
+                         std::function<void(std::vector<DataProto>&&)> on_done,
+                         std::function<void(std::exception_ptr)> on_error) {
+  HF_CHECK(static_cast<int>(inputs.size()) == size(), "submit '", role, ".", method, "': ", inputs.size(),
+           " inputs for ", size(), " ranks");
+  std::vector<Message> messages(inputs.size());
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    messages[r].meta = {{"role", role}, {"method", method}};
+    messages[r].data = std::move(inputs[r]);
+  }
+  impl_->request(
+      "call", role, method, std::move(messages),
+      [on_done](std::vector<Message>&& replies) {
+        std::vector<DataProto> outputs;
+        for (auto& m : replies) outputs.push_back(m.data ? std::move(*m.data) : DataProto());
+        on_done(std::move(outputs));
+      },
+      std::move(on_error));
+}
+
+void ProcessPool::when_ready(const Future& input, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(impl_->waiters_mutex);
+  impl_->waiters.emplace_back([input, fn] {
+    input.wait();
+    fn();
+  });
+}
+
+void ProcessPool::stop() {
+  std::map<int64_t, Pending> failed;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+    failed.swap(impl_->pending);
+  }
+  for (auto& kv : failed)
+    kv.second.on_error(std::make_exception_ptr(Error(detail::concat("resource pool '", impl_->spec.name,
+                                                                    "' shut down before '", kv.second.role, ".",
+                                                                    kv.second.method, "' finished"))));
+}
+
+void ProcessPool::shutdown() {
+  std::call_once(impl_->shutdown_once, [this] {
+    stop();
+    std::vector<std::thread> waiters;
+    {
+      std::lock_guard<std::mutex> lock(impl_->waiters_mutex);
+      waiters.swap(impl_->waiters);
+    }
+    for (auto& t : waiters) t.join();
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      for (size_t r = 0; r < impl_->ranks.size(); ++r)
+        if (impl_->ranks[r].connected && impl_->ranks[r].alive)
+          impl_->outbox.emplace_back(static_cast<int>(r), Message{"shutdown", {}, std::nullopt});
+      impl_->exiting = true;
+      impl_->exit_deadline = Clock::now() + std::chrono::seconds(1);
+    }
+    impl_->wake.notify();
+    if (impl_->io.joinable()) impl_->io.join();
+    if (impl_->pgid > 0) unregister_pgid(impl_->pgid);
+  });
+}
+
+}  // namespace hybridflow

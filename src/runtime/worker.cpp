@@ -1,0 +1,66 @@
+#include "hybridflow/runtime/worker.h"
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/runtime/protocol.h"
+
+namespace hybridflow {
+namespace {
+template <typename Map>
+std::string key_list(const Map& map) {
+  std::string out;
+  for (const auto& kv : map) out += (out.empty() ? "" : ", ") + kv.first;
+  return out.empty() ? "(none)" : out;
+}
+}  // namespace
+
+void MethodTable::add(const std::string& name, const std::string& protocol, Fn fn) {
+  HF_CHECK(ProtocolRegistry::instance().has(protocol), "worker method '", name, "': unknown transfer protocol '",
+           protocol, "'");
+  HF_CHECK(entries_.emplace(name, Entry{protocol, std::move(fn)}).second, "worker method '", name,
+           "' registered twice");
+}
+
+const MethodTable::Entry& MethodTable::get(const std::string& name) const {
+  auto it = entries_.find(name);
+  HF_CHECK(it != entries_.end(), "worker has no method '", name, "'; registered: ", key_list(entries_));
+  return it->second;
+}
+
+WorkerRegistry& WorkerRegistry::instance() {
+  static WorkerRegistry registry;
+  return registry;
+}
+
+void WorkerRegistry::add(const std::string& type_name, Factory factory) {
+  HF_CHECK(factories_.emplace(type_name, std::move(factory)).second, "worker type '", type_name,
+           "' registered twice");
+}
+
+bool WorkerRegistry::has(const std::string& type_name) const { return factories_.count(type_name) > 0; }
+
+std::unique_ptr<Worker> WorkerRegistry::create(const std::string& type_name) const {
+  auto it = factories_.find(type_name);
+  HF_CHECK(it != factories_.end(), "unknown worker type '", type_name,
+           "' (register it with HF_REGISTER_WORKER in the worker binary); registered: ", key_list(factories_));
+  return it->second();
+}
+
+std::map<std::string, std::string> WorkerHost::create(const std::string& type_name, const WorkerContext& context) {
+  HF_CHECK(!roles_.count(context.role), "role '", context.role, "' already exists in this worker process");
+  Hosted hosted;
+  hosted.worker = WorkerRegistry::instance().create(type_name);
+  hosted.worker->context_ = context;
+  hosted.worker->register_methods(hosted.methods);
+  std::map<std::string, std::string> protocols;
+  for (const auto& kv : hosted.methods.entries()) protocols[kv.first] = kv.second.protocol;
+  roles_.emplace(context.role, std::move(hosted));
+  return protocols;
+}
+
+DataProto WorkerHost::call(const std::string& role, const std::string& method, const DataProto& input) {
+  auto it = roles_.find(role);
+  HF_CHECK(it != roles_.end(), "no role '", role, "' in this worker process; hosted: ", key_list(roles_));
+  return it->second.methods.get(method).fn(input);
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,176 @@
+#include "hybridflow/runtime/worker_main.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/runtime/worker.h"
+#include "message.h"
+
+namespace hybridflow {
+namespace {
+
+using runtime_detail::Message;
+
+std::string env_or_fail(const char* name) {
+  const char* v = std::getenv(name);
+  HF_CHECK(v && *v, "worker process: environment variable ", name,
+           " is not set (worker processes are started by the controller)");
+  return v;
+}
+
+// Runs create/call requests one at a time on its own thread, so the I/O thread keeps answering and
+// sending heartbeats while a long method runs.
+class Executor {
+ public:
+  explicit Executor(runtime_detail::WakePipe& wake) : wake_(wake), thread_([this] { loop(); }) {}
+  ~Executor() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(Message m) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      inbox_.push_back(std::move(m));
+    }
+    cv_.notify_all();
+  }
+  std::deque<Message> take_replies() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(outbox_, {});
+  }
+
+ private:
+  void loop() {
+    while (true) {
+      Message request;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !inbox_.empty(); });
+        if (stop_) return;
+        request = std::move(inbox_.front());
+        inbox_.pop_front();
+      }
+      Message reply = handle(request);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        outbox_.push_back(std::move(reply));
+      }
+      wake_.notify();
+    }
+  }
+
+  Message handle(const Message& request) {
+    Message reply;
+    reply.meta["call_id"] = request.meta.value("call_id", int64_t(-1));
+    try {
+      if (request.kind == "create") {
+        WorkerContext ctx;
+        ctx.role = request.meta.at("role");
+        ctx.pool = request.meta.value("pool", "");
+        ctx.coord = runtime_detail::coord_from_json(request.meta.at("coord"));
+        ctx.config = request.meta.value("config", nlohmann::json::object());
+        reply.meta["methods"] = host_.create(request.meta.at("type"), ctx);
+        reply.kind = "created";
+      } else if (request.kind == "call") {
+        DataProto input = request.data ? *request.data : DataProto();
+        reply.data = host_.call(request.meta.at("role"), request.meta.at("method"), input);
+        reply.kind = "result";
+      } else {
+        HF_FAIL("worker process: unknown request kind '", request.kind, "'");
+      }
+    } catch (const std::exception& e) {
+      reply.kind = "error";
+      reply.meta["message"] = e.what();
+    }
+    return reply;
+  }
+
+  runtime_detail::WakePipe& wake_;
+  WorkerHost host_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Message> inbox_, outbox_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_worker_main(int, char**) {
+  const std::string endpoint = env_or_fail(runtime_detail::kEndpointEnv);
+  const std::string token = env_or_fail(runtime_detail::kTokenEnv);
+  const int rank = std::stoi(env_or_fail(runtime_detail::kRankEnv));
+
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::routing_id, "rank" + std::to_string(rank));
+  socket.connect(endpoint);
+
+  Message hello;
+  hello.kind = "hello";
+  hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", runtime_detail::host_name()}};
+  runtime_detail::send_message(socket, "", token, hello);
+
+  runtime_detail::WakePipe wake;
+  int exit_code = 0;
+  {
+    Executor executor(wake);
+    auto last_beat = std::chrono::steady_clock::now();
+    bool running = true;
+    while (running) {
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
+      while (auto received = runtime_detail::try_receive(socket, false, token)) {
+        if (!received->message) {
+          log_warn("worker rank ", rank, ": rejected a message from ", endpoint, ": ", received->rejected_reason);
+          continue;
+        }
+        if (received->message->kind == "shutdown") {
+          running = false;
+          break;
+        }
+        executor.submit(std::move(*received->message));
+      }
+      wake.drain();
+      for (auto& reply : executor.take_replies()) runtime_detail::send_message(socket, "", token, reply);
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_beat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
+        runtime_detail::send_message(socket, "", token, Message{"heartbeat", {{"rank", rank}}, std::nullopt});
+        last_beat = now;
+      }
+    }
+    // A method still running would block the executor's join; the controller asked us to go, so go.
+    std::fflush(nullptr);
+    socket.close();
+    context.close();
+    ::_exit(exit_code);
+  }
+}
+
+bool run_worker_if_requested() {
+  if (!std::getenv(runtime_detail::kEndpointEnv)) return false;
+  int code = 1;
+  try {
+    code = run_worker_main(0, nullptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hybridflow worker: %s\n", e.what());
+  }
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,147 @@
+// Transfer protocols as pure functions: which rows each rank receives and which outputs are merged.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+#include <tuple>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/runtime/protocol.h"
+
+using namespace hybridflow;
+
+namespace {
+
+DataProto rows(int64_t n, int64_t start = 0) {
+  DataProto d;
+  d.set_tensor("x", torch::arange(start, start + n, torch::kLong));
+  std::vector<nlohmann::json> tags;
+  for (int64_t i = 0; i < n; ++i) tags.push_back("s" + std::to_string(start + i));
+  d.set_field("tag", tags);
+  return d;
+}
+
+std::vector<int64_t> values(const DataProto& d) {
+  auto t = d.tensor("x").contiguous();
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+// Output of rank r: one row holding r, so a collect result names the ranks it came from.
+std::vector<DataProto> rank_outputs(int world) {
+  std::vector<DataProto> out;
+  for (int r = 0; r < world; ++r) out.push_back(rows(1, r));
+  return out;
+}
+
+}  // namespace
+
+TEST(MeshCoord, CoversEveryCoordinateOnceAndMatchesRankOrder) {
+  ParallelLayout layout{2, 2, 1};  // tp 2, pp 2, dp 2, generation tp 1
+  auto coords = mesh_coords(8, layout);
+  std::set<std::tuple<int, int, int>> seen;
+  for (const auto& c : coords) {
+    EXPECT_EQ(c.dp_size, 2);
+    EXPECT_EQ((c.pp * c.dp_size + c.dp) * c.tp_size + c.tp, c.rank);
+    EXPECT_EQ(c.micro_dp, c.rank);
+    EXPECT_EQ(c.micro_dp_size, 8);
+    seen.insert({c.dp, c.tp, c.pp});
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  auto gen = mesh_coord_of(5, 8, ParallelLayout{4, 1, 2});
+  EXPECT_EQ(gen.micro_dp, 2);
+  EXPECT_EQ(gen.micro_dp_local, 1);
+  EXPECT_EQ(gen.micro_dp_size, 4);
+}
+
+TEST(MeshCoord, RejectsLayoutThatDoesNotDivideWorld) {
+  try {
+    mesh_coord_of(0, 6, ParallelLayout{4, 1, 0});
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of tp (4)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Protocol, DataParallelChunksByRankAndConcatsInOrder) {
+  auto coords = mesh_coords(4, {});
+  auto parts = dispatch_input(protocols::kDataParallel, rows(8), coords);
+  ASSERT_EQ(parts.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(values(parts[r]), (std::vector<int64_t>{2 * r, 2 * r + 1}));
+    EXPECT_EQ(parts[r].field("tag")[0], "s" + std::to_string(2 * r));
+  }
+  auto merged = collect_outputs(protocols::kDataParallel, parts, coords);
+  EXPECT_EQ(values(merged), values(rows(8)));
+}
+
+TEST(Protocol, DataParallelUnevenBatchSaysHowToPad) {
+  try {
+    dispatch_input(protocols::kDataParallel, rows(7), mesh_coords(2, {}));
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("padded_to_multiple(2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Protocol, OneToAllBroadcastsAndGathersEveryRank) {
+  auto coords = mesh_coords(3, {});
+  auto parts = dispatch_input(protocols::kOneToAll, rows(5), coords);
+  for (const auto& p : parts) EXPECT_EQ(values(p), values(rows(5)));
+  EXPECT_EQ(values(collect_outputs(protocols::kOneToAll, rank_outputs(3), coords)), (std::vector<int64_t>{0, 1, 2}));
+}
+
+TEST(Protocol, ThreeDSplitsByDpAndCollectsFromLastStageTpZero) {
+  auto coords = mesh_coords(8, ParallelLayout{2, 2, 0});  // dp 2
+  auto parts = dispatch_input(protocols::k3D, rows(4), coords);
+  for (const auto& c : coords)
+    EXPECT_EQ(values(parts[c.rank]), (std::vector<int64_t>{2 * c.dp, 2 * c.dp + 1})) << "rank " << c.rank;
+  std::vector<int64_t> expected;  // the source rank of each dp group, in dp order
+  for (int dp = 0; dp < 2; ++dp)
+    for (const auto& c : coords)
+      if (c.dp == dp && c.pp == 1 && c.tp == 0) expected.push_back(c.rank);
+  ASSERT_EQ(expected.size(), 2u);
+  EXPECT_EQ(values(collect_outputs(protocols::k3D, rank_outputs(8), coords)), expected);
+}
+
+TEST(Protocol, MicroDpSplitsByRolloutReplicaAndCollectsLocalRankZero) {
+  auto coords = mesh_coords(4, ParallelLayout{4, 1, 2});  // two rollout replicas of 2 ranks
+  auto parts = dispatch_input(protocols::k3DAllMicroDP, rows(6), coords);
+  EXPECT_EQ(values(parts[0]), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(values(parts[1]), values(parts[0]));
+  EXPECT_EQ(values(parts[2]), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(values(parts[3]), values(parts[2]));
+  EXPECT_EQ(values(collect_outputs(protocols::k3DAllMicroDP, rank_outputs(4), coords)),
+            (std::vector<int64_t>{0, 2}));
+}
+
+TEST(Protocol, AllToAllPassesThroughWithoutMerging) {
+  auto coords = mesh_coords(2, {});
+  auto parts = dispatch_input(protocols::kAllToAll, rows(3), coords);
+  for (const auto& p : parts) EXPECT_EQ(values(p), values(rows(3)));
+  EXPECT_TRUE(collect_outputs(protocols::kAllToAll, rank_outputs(2), coords).empty());
+}
+
+TEST(Protocol, NewProtocolIsOneRegistration) {
+  // Every rank gets the input reversed; collect keeps only the last rank's output.
+  ProtocolRegistry::instance().add(
+      "TEST_REVERSED_LAST",
+      {[](const DataProto& in, const std::vector<MeshCoord>& coords) {
+         auto idx = torch::arange(in.batch_size() - 1, -1, -1, torch::kLong);
+         return std::vector<DataProto>(coords.size(), in.index_select(idx));
+       },
+       [](const std::vector<DataProto>& outs, const std::vector<MeshCoord>&) { return outs.back(); }});
+  auto coords = mesh_coords(2, {});
+  auto parts = dispatch_input("TEST_REVERSED_LAST", rows(3), coords);
+  EXPECT_EQ(values(parts[1]), (std::vector<int64_t>{2, 1, 0}));
+  EXPECT_EQ(values(collect_outputs("TEST_REVERSED_LAST", rank_outputs(2), coords)), (std::vector<int64_t>{1}));
+  EXPECT_THROW(ProtocolRegistry::instance().add("TEST_REVERSED_LAST", {}), Error);
+}
+
+TEST(Protocol, UnknownProtocolNamesTheRegisteredOnes) {
+  try {
+    dispatch_input("NOPE", rows(2), mesh_coords(1, {}));
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DP_PROTO"), std::string::npos) << e.what();
+  }
+}
