@@ -1,0 +1,252 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+
+#include "algo/algo_test_util.h"
+#include "hybridflow/algo/advantage.h"
+#include "hybridflow/core/error.h"
+
+namespace hybridflow::algo {
+namespace {
+
+using testing::Rows;
+using testing::to_rows;
+using testing::to_tensor;
+
+// Row 0: full length; row 1: trailing padding; row 2: an interior observation token (mask 0) then padding.
+const Rows kMask = {{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 0, 1, 0}};
+const Rows kRewards = {{0.1, 0.0, -0.2, 1.0}, {0.0, 0.5, 0.0, 0.0}, {0.3, 0.0, -1.0, 0.0}};
+const Rows kValues = {{0.5, 0.4, 0.3, 0.2}, {-0.1, 0.2, 0.0, 0.0}, {0.7, 0.0, 0.1, 0.0}};
+
+// GAE written over the list of valid positions of each row: the masked ones simply do not exist.
+void gae_reference(const Rows& r, const Rows& v, const Rows& mask, double gamma, double lam, Rows& adv,
+                   Rows& ret) {
+  adv = Rows(r.size(), std::vector<double>(r[0].size(), 0));
+  ret = adv;
+  for (size_t i = 0; i < r.size(); ++i) {
+    std::vector<size_t> valid;
+    for (size_t j = 0; j < r[i].size(); ++j)
+      if (mask[i][j] != 0) valid.push_back(j);
+    double next_adv = 0;
+    for (size_t k = valid.size(); k-- > 0;) {
+      const size_t t = valid[k];
+      const double next_v = k + 1 < valid.size() ? v[i][valid[k + 1]] : 0.0;
+      const double delta = r[i][t] + gamma * next_v - v[i][t];
+      next_adv = delta + gamma * lam * next_adv;
+      adv[i][t] = next_adv;
+      ret[i][t] = next_adv + v[i][t];
+    }
+  }
+}
+
+AdvantageInput gae_input(const Rows& r, const Rows& v, const Rows& m, double gamma, double lam) {
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor(r);
+  in.values = to_tensor(v);
+  in.response_mask = to_tensor(m);
+  in.gamma = gamma;
+  in.lam = lam;
+  return in;
+}
+
+TEST(AlgoGae, MatchesPerTokenRecursionAndWhitening) {
+  for (auto [gamma, lam] : {std::pair{1.0, 1.0}, std::pair{0.99, 0.95}, std::pair{0.9, 0.0}}) {
+    Rows adv, ret;
+    gae_reference(kRewards, kValues, kMask, gamma, lam, adv, ret);
+    auto out = compute_gae_advantage(gae_input(kRewards, kValues, kMask, gamma, lam));
+    EXPECT_ROWS_NEAR(to_rows(out.returns), ret, 1e-5);
+    EXPECT_ROWS_NEAR(to_rows(out.advantages), testing::whiten_ref(adv, kMask), 1e-4);
+  }
+}
+
+TEST(AlgoGae, PaddedPositionsDoNotMatterAndAreZero) {
+  Rows r = kRewards, v = kValues;
+  for (size_t i = 0; i < r.size(); ++i)
+    for (size_t j = 0; j < r[i].size(); ++j)
+      if (kMask[i][j] == 0) r[i][j] = 50.0 + j, v[i][j] = -30.0 * (i + 1);
+  auto clean = compute_gae_advantage(gae_input(kRewards, kValues, kMask, 0.99, 0.95));
+  auto noisy = compute_gae_advantage(gae_input(r, v, kMask, 0.99, 0.95));
+  EXPECT_TRUE(torch::allclose(clean.advantages, noisy.advantages, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(clean.returns, noisy.returns, 1e-5, 1e-6));
+  auto pad = to_tensor(kMask) == 0;
+  EXPECT_EQ(noisy.advantages.masked_select(pad).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(noisy.returns.masked_select(pad).abs().sum().item<double>(), 0.0);
+}
+
+TEST(AlgoGae, LengthOneResponsesAreOneStepTdError) {
+  const Rows r = {{1.0}, {0.0}, {0.5}}, v = {{0.2}, {0.4}, {-0.3}}, m = {{1}, {1}, {1}};
+  auto out = compute_gae_advantage(gae_input(r, v, m, 0.99, 0.95));
+  const Rows raw = {{0.8}, {-0.4}, {0.8}};  // r - V: no next state
+  EXPECT_ROWS_NEAR(to_rows(out.returns), r, 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), testing::whiten_ref(raw, m), 1e-4);
+}
+
+TEST(AlgoGae, RequiresValues) {
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor(kRewards);
+  in.response_mask = to_tensor(kMask);
+  try {
+    compute_gae_advantage(in);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("values"), std::string::npos) << e.what();
+  }
+}
+
+// Sequence rewards at the last valid token; rows 0-2 answer prompt 11, rows 3-5 prompt 4, row 6 is alone.
+const Rows kOutcomeMask = {{1, 1, 0}, {1, 1, 1}, {1, 0, 0}, {1, 1, 1}, {1, 1, 0}, {1, 0, 0}, {1, 1, 1}};
+const Rows kOutcomeRewards = {{0, 1, 0}, {0, 0, 0}, {0.5, 0, 0}, {0, 0, 2}, {0, 1, 0}, {3, 0, 0}, {0, 0, 0.7}};
+const std::vector<int64_t> kIds = {11, 11, 11, 4, 4, 4, 99};
+
+AdvantageInput outcome_input(bool norm = true) {
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor(kOutcomeRewards);
+  in.response_mask = to_tensor(kOutcomeMask);
+  in.index = torch::tensor(kIds, torch::kLong);
+  in.norm_adv_by_std_in_grpo = norm;
+  return in;
+}
+
+std::vector<double> row_sums(const Rows& r) {
+  std::vector<double> s;
+  for (const auto& row : r) {
+    double total = 0;
+    for (double x : row) total += x;
+    s.push_back(total);
+  }
+  return s;
+}
+
+Rows broadcast(const std::vector<double>& per_row, const Rows& mask) {
+  Rows out = mask;
+  for (size_t i = 0; i < mask.size(); ++i)
+    for (size_t j = 0; j < mask[i].size(); ++j) out[i][j] = mask[i][j] * per_row[i];
+  return out;
+}
+
+TEST(AlgoGrpo, NormalisesWithinEachGroup) {
+  const auto s = row_sums(kOutcomeRewards);
+  std::map<int64_t, std::vector<double>> members;
+  for (size_t i = 0; i < s.size(); ++i) members[kIds[i]].push_back(s[i]);
+  std::vector<double> expected_norm, expected_plain;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto& g = members[kIds[i]];
+    if (g.size() == 1) {  // verl: mean 0, std 1
+      expected_norm.push_back(s[i] / (1 + 1e-6));
+      expected_plain.push_back(s[i]);
+      continue;
+    }
+    double mean = 0;
+    for (double x : g) mean += x / g.size();
+    double var = 0;
+    for (double x : g) var += (x - mean) * (x - mean) / (g.size() - 1);
+    expected_norm.push_back((s[i] - mean) / (std::sqrt(var) + 1e-6));
+    expected_plain.push_back(s[i] - mean);
+  }
+  auto out = compute_grpo_advantage(outcome_input(true));
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), broadcast(expected_norm, kOutcomeMask), 1e-5);
+  EXPECT_ROWS_NEAR(to_rows(out.returns), broadcast(expected_norm, kOutcomeMask), 1e-5);
+  auto plain = compute_grpo_advantage(outcome_input(false));
+  EXPECT_ROWS_NEAR(to_rows(plain.advantages), broadcast(expected_plain, kOutcomeMask), 1e-5);
+}
+
+TEST(AlgoGroupEstimators, AllEqualRewardsGiveZeroNotNan) {
+  for (const char* name : {"grpo", "rloo"}) {
+    AdvantageInput in;
+    in.token_level_rewards = torch::zeros({4, 3});
+    in.token_level_rewards.index_put_({torch::indexing::Slice(), 2}, 1.0);
+    in.response_mask = torch::ones({4, 3});
+    in.index = torch::tensor({0, 0, 0, 0}, torch::kLong);
+    auto out = compute_advantage(name, in);
+    EXPECT_FALSE(out.advantages.isnan().any().item<bool>()) << name;
+    EXPECT_EQ(out.advantages.abs().max().item<double>(), 0.0) << name;
+  }
+}
+
+TEST(AlgoRloo, LeaveOneOutBaseline) {
+  const auto s = row_sums(kOutcomeRewards);
+  std::vector<double> expected;
+  for (size_t i = 0; i < s.size(); ++i) {
+    double others = 0;
+    int n_others = 0;
+    for (size_t k = 0; k < s.size(); ++k)
+      if (k != i && kIds[k] == kIds[i]) others += s[k], ++n_others;
+    expected.push_back(n_others == 0 ? s[i] : s[i] - others / n_others);
+  }
+  auto out = compute_rloo_advantage(outcome_input());
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), broadcast(expected, kOutcomeMask), 1e-5);
+}
+
+TEST(AlgoRemax, RewardMinusGreedyBaseline) {
+  AdvantageInput in = outcome_input();
+  in.reward_baselines = torch::tensor({0.5, 0.0, 1.0, 1.0, 1.0, 2.0, 0.0});
+  auto out = compute_remax_advantage(in);
+  // One reward per row at its last valid token: the undiscounted reward-to-go is the score at every valid token.
+  const auto s = row_sums(kOutcomeRewards);
+  std::vector<double> adv;
+  for (size_t i = 0; i < s.size(); ++i) adv.push_back(s[i] - in.reward_baselines[i].item<double>());
+  EXPECT_ROWS_NEAR(to_rows(out.returns), broadcast(s, kOutcomeMask), 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), broadcast(adv, kOutcomeMask), 1e-6);
+  in.reward_baselines = torch::Tensor();
+  EXPECT_THROW(compute_remax_advantage(in), Error);
+}
+
+TEST(AlgoReinforcePlusPlus, DiscountedReturnToGoWhitened) {
+  const double gamma = 0.9;
+  Rows ret = kRewards;
+  for (size_t i = 0; i < kRewards.size(); ++i) {
+    double g = 0;
+    for (size_t t = kRewards[i].size(); t-- > 0;) {
+      g = kMask[i][t] != 0 ? kRewards[i][t] + gamma * g : 0.0;
+      ret[i][t] = g;
+    }
+  }
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor(kRewards);
+  in.response_mask = to_tensor(kMask);
+  in.gamma = gamma;
+  auto out = compute_advantage("reinforce_plus_plus", in);
+  EXPECT_ROWS_NEAR(to_rows(out.returns), ret, 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), testing::whiten_ref(ret, kMask), 1e-4);
+}
+
+TEST(AlgoAdvantageRegistry, BuiltinsCustomAndUnknown) {
+  const std::vector<std::string> builtins = {"gae", "grpo", "reinforce_plus_plus", "remax", "rloo"};
+  for (const auto& name : builtins) EXPECT_TRUE(has_advantage_estimator(name)) << name;
+
+  auto direct = compute_grpo_advantage(outcome_input());
+  auto by_name = compute_advantage("grpo", outcome_input());
+  EXPECT_TRUE(torch::equal(direct.advantages, by_name.advantages));
+
+  register_advantage_estimator("constant_test", [](const AdvantageInput& in) {
+    auto adv = torch::full_like(in.token_level_rewards, 2.0) * in.response_mask;
+    return AdvantageOutput{adv, adv};
+  });
+  auto names = advantage_estimator_names();
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_NE(std::find(names.begin(), names.end(), "constant_test"), names.end());
+  auto custom = compute_advantage("constant_test", outcome_input());
+  EXPECT_DOUBLE_EQ(custom.advantages.sum().item<double>(), 2.0 * to_tensor(kOutcomeMask).sum().item<double>());
+
+  try {
+    compute_advantage("ppo_magic", outcome_input());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ppo_magic"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("grpo"), std::string::npos) << msg;
+  }
+}
+
+TEST(AlgoGrpo, RejectsMissingOrMisshapenIndex) {
+  AdvantageInput in = outcome_input();
+  in.index = torch::tensor({1, 2}, torch::kLong);
+  EXPECT_THROW(compute_grpo_advantage(in), Error);
+  in.index = torch::Tensor();
+  EXPECT_THROW(compute_rloo_advantage(in), Error);
+}
+
+}  // namespace
+}  // namespace hybridflow::algo
