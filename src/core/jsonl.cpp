@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"

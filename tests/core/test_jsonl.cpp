@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "support/temp_dir.h"
