@@ -1,0 +1,41 @@
+// Reading the algo settings from a Config with verl's key names. Every key is optional: a key the schema
+// lacks, or one set to null, takes verl's default, so a trainer may declare only the keys it exposes.
+// kAlgoDefaultsYaml holds those defaults as a schema fragment for trainers that want them all.
+#pragma once
+
+#include <string>
+
+#include "hybridflow/algo/advantage.h"
+#include "hybridflow/algo/kl.h"
+#include "hybridflow/algo/losses.h"
+#include "hybridflow/algo/safe_rlhf.h"
+#include "hybridflow/core/config.h"
+
+namespace hybridflow::algo {
+
+// Top-level sections `algorithm:`, `actor:` (loss keys only) and `critic:` (cliprange_value only).
+extern const char* const kAlgoDefaultsYaml;
+
+// From the `algorithm` section: gamma, lam, norm_adv_by_std_in_grpo (tensors left unset).
+AdvantageInput advantage_params(const Config& algorithm);
+// algorithm.adv_estimator, checked against the registry.
+std::string advantage_estimator_name(const Config& algorithm);
+// algorithm.kl_ctrl.{type, kl_coef, target_kl, horizon}.
+KlController kl_controller(const Config& algorithm);
+// algorithm.kl_penalty: the estimator used when the KL goes into the reward.
+KlType reward_kl_type(const Config& algorithm);
+// algorithm.safe_rlhf.{lambda_init, lambda_lr, cost_limit, use_log_lambda, lambda_max, lambda_update_delay_steps}.
+LagrangeConfig lagrange_config(const Config& algorithm);
+
+// From the `actor` section: clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg_mode.
+PolicyLossConfig policy_loss_config(const Config& actor);
+// actor.{use_kl_loss, kl_loss_coef, kl_loss_type, entropy_coeff}.
+struct ActorLossTerms {
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.001;
+  KlType kl_loss_type = KlType::kK3;
+  double entropy_coeff = 0.0;
+};
+ActorLossTerms actor_loss_terms(const Config& actor);
+
+}  // namespace hybridflow::algo
