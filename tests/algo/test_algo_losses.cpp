@@ -36,6 +36,17 @@ TEST(AlgoMasked, MeanVarWhitenOverValidTokensOnly) {
   EXPECT_ROWS_NEAR(to_rows(masked_whiten(v, m)), testing::whiten_ref(kLoss, kMask), 1e-5);
 }
 
+TEST(AlgoMasked, IntegerAndBoolMasksActLikeFloat) {
+  auto v = to_tensor(kLoss), m = to_tensor(kMask);
+  for (auto dtype : {torch::kLong, torch::kInt, torch::kBool}) {
+    auto im = m.to(dtype);
+    EXPECT_NEAR(scalar(masked_mean(v, im)), scalar(masked_mean(v, m)), 1e-7);
+    EXPECT_TRUE(torch::allclose(masked_whiten(v, im), masked_whiten(v, m)));
+    EXPECT_NEAR(scalar(agg_loss(v, im, LossAggMode::kSeqMeanTokenMean)),
+                scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenMean)), 1e-7);
+  }
+}
+
 TEST(AlgoMasked, EmptyAndSingleMasksStayFinite) {
   auto v = to_tensor(kLoss);
   auto none = torch::zeros_like(v);
