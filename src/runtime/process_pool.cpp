@@ -117,6 +117,7 @@ struct ProcessPool::Impl {
   std::map<int64_t, Pending> pending;
   int64_t next_id = 1;
   std::string failure;
+  bool failure_handled = false;  // workers killed and reaped, pending calls failed
   bool stopping = false;
   bool exiting = false;
   Clock::time_point exit_deadline;
@@ -215,6 +216,10 @@ struct ProcessPool::Impl {
     }
     log_error(message);
     kill_and_reap_all();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      failure_handled = true;
+    }
     cv.notify_all();
     for (auto& kv : failed) kv.second.on_error(std::make_exception_ptr(Error(message)));
   }
@@ -463,12 +468,12 @@ std::vector<int> ProcessPool::pids() const {
 
 bool ProcessPool::failed() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return !impl_->failure.empty();
+  return impl_->failure_handled;
 }
 
 std::string ProcessPool::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->failure;
+  return impl_->failure_handled ? impl_->failure : std::string();
 }
 
 std::map<std::string, std::string> ProcessPool::create_role(const std::string& role, const std::string& worker_type,

@@ -40,6 +40,7 @@ class ProcessPool {
   std::vector<int> pids() const;
   std::string endpoint() const;     // where the controller listens, e.g. tcp://127.0.0.1:40123
   size_t rejected_messages() const;  // wrong token or malformed, dropped and logged
+  // True once a failure was detected AND handled: every worker killed and reaped, pending calls failed.
   bool failed() const;
   std::string failure() const;       // empty unless failed()
 
