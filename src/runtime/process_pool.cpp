@@ -102,7 +102,7 @@ struct Pending {
 
 struct ProcessPool::Impl {
   ResourcePool spec;
-  std::string token = random_token();
+  std::string token;
   std::string endpoint;
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};
@@ -123,8 +123,14 @@ struct ProcessPool::Impl {
   Clock::time_point exit_deadline;
   std::atomic<size_t> rejected{0};
 
+  // Helper threads of chained calls; finished ones are joined on the next when_ready so a long run
+  // does not accumulate threads.
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   std::mutex waiters_mutex;
-  std::vector<std::thread> waiters;
+  std::vector<Waiter> waiters;
   std::thread io;
   std::once_flag shutdown_once;
 
@@ -186,6 +192,7 @@ struct ProcessPool::Impl {
   }
 
   void kill_and_reap_all() {
+    if (!spec.spawn_workers) return;  // not our children (maybe not even on this host)
     std::vector<int> pids;
     int group;
     {
@@ -247,6 +254,7 @@ struct ProcessPool::Impl {
       ranks[r].connected = true;
       ranks[r].identity = received.identity;
       ranks[r].host = m.meta.value("host", "?");
+      if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
       ranks[r].last_seen = Clock::now();
       cv.notify_all();
       return;
@@ -297,7 +305,7 @@ struct ProcessPool::Impl {
     const auto now = Clock::now();
     for (size_t r = 0; r < ranks.size(); ++r) {
       auto& rank = ranks[r];
-      if (!rank.alive || rank.pid <= 0) continue;
+      if (!spec.spawn_workers || !rank.alive || rank.pid <= 0) continue;
       int status = 0;
       if (::waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
         rank.alive = false;
@@ -329,7 +337,7 @@ struct ProcessPool::Impl {
 
   void loop() {
     try {
-      spawn();
+      if (spec.spawn_workers) spawn();
     } catch (const std::exception& e) {
       fail(e.what());
     }
@@ -418,9 +426,10 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
   install_signal_handlers();
   auto impl = std::make_shared<Impl>();
   impl->spec = spec;
+  impl->token = spec.token.empty() ? random_token() : spec.token;
   impl->ranks.resize(spec.num_processes);
   impl->router.set(zmq::sockopt::linger, 0);
-  impl->router.bind("tcp://" + spec.bind_host + ":*");
+  impl->router.bind("tcp://" + spec.bind_host + ":" + (spec.bind_port > 0 ? std::to_string(spec.bind_port) : "*"));
   impl->endpoint = impl->router.get(zmq::sockopt::last_endpoint);
   std::shared_ptr<ProcessPool> pool(new ProcessPool(impl));
   impl->io = std::thread([raw = impl.get()] { raw->loop(); });
@@ -457,6 +466,7 @@ ProcessPool::~ProcessPool() { shutdown(); }
 const ResourcePool& ProcessPool::spec() const { return impl_->spec; }
 int ProcessPool::size() const { return impl_->spec.num_processes; }
 std::string ProcessPool::endpoint() const { return impl_->endpoint; }
+std::string ProcessPool::token() const { return impl_->token; }
 size_t ProcessPool::rejected_messages() const { return impl_->rejected.load(); }
 
 std::vector<int> ProcessPool::pids() const {
@@ -518,10 +528,22 @@ void ProcessPool::submit(const std::string& role, const std::string& method, std
 
 void ProcessPool::when_ready(const Future& input, std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(impl_->waiters_mutex);
-  impl_->waiters.emplace_back([input, fn] {
-    input.wait();
-    fn();
-  });
+  auto& waiters = impl_->waiters;
+  for (auto it = waiters.begin(); it != waiters.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = waiters.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  waiters.push_back({std::thread([input, fn, done] {
+                       input.wait();
+                       fn();
+                       done->store(true);
+                     }),
+                     done});
 }
 
 void ProcessPool::stop() {
@@ -541,19 +563,20 @@ void ProcessPool::stop() {
 void ProcessPool::shutdown() {
   std::call_once(impl_->shutdown_once, [this] {
     stop();
-    std::vector<std::thread> waiters;
+    std::vector<Impl::Waiter> waiters;
     {
       std::lock_guard<std::mutex> lock(impl_->waiters_mutex);
       waiters.swap(impl_->waiters);
     }
-    for (auto& t : waiters) t.join();
+    for (auto& w : waiters) w.thread.join();
     {
       std::lock_guard<std::mutex> lock(impl_->mutex);
       for (size_t r = 0; r < impl_->ranks.size(); ++r)
         if (impl_->ranks[r].connected && impl_->ranks[r].alive)
           impl_->outbox.emplace_back(static_cast<int>(r), Message{"shutdown", {}, std::nullopt});
       impl_->exiting = true;
-      impl_->exit_deadline = Clock::now() + std::chrono::seconds(1);
+      // Spawned workers are waited for (then killed); external ones get a moment to receive the message.
+      impl_->exit_deadline = Clock::now() + std::chrono::milliseconds(impl_->spec.spawn_workers ? 1000 : 200);
     }
     impl_->wake.notify();
     if (impl_->io.joinable()) impl_->io.join();

@@ -85,3 +85,44 @@ TEST(WorkerGroup, WorkerErrorFailsTheCallButNotThePool) {
   EXPECT_NE(unknown.find("registered: crash, double"), std::string::npos) << unknown;
 }
 
+
+TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
+  auto spec = pool_spec("external", 2);
+  spec.spawn_workers = false;
+  spec.token = "job-token-for-test";
+  std::vector<pid_t> launched;
+  // Workers started elsewhere need the endpoint up front: take a free port from the OS.
+  zmq::context_t probe_context(1);
+  zmq::socket_t probe(probe_context, zmq::socket_type::router);
+  probe.bind("tcp://127.0.0.1:*");
+  std::string probe_endpoint = probe.get(zmq::sockopt::last_endpoint);
+  probe.unbind(probe_endpoint);
+  spec.bind_port = std::stoi(probe_endpoint.substr(probe_endpoint.rfind(':') + 1));
+  // What srun/mpirun would do on each host: start the binary with the worker environment. ZeroMQ
+  // retries the connection until the controller binds.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.push_back(*e);
+    env.push_back("HF_WORKER_ENDPOINT=tcp://127.0.0.1:" + std::to_string(spec.bind_port));
+    env.push_back("HF_WORKER_TOKEN=" + spec.token);
+    env.push_back("HF_WORKER_RANK=" + std::to_string(rank));
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string exe = "/proc/self/exe";
+    char* argv[] = {exe.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+    launched.push_back(pid);
+  }
+  auto pool = ProcessPool::start(spec);
+  EXPECT_EQ(pool->pids(), (std::vector<int>{launched[0], launched[1]}));
+  WorkerGroup group(pool, "actor", "echo");
+  EXPECT_TRUE(torch::equal(group.call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
+  pool->shutdown();  // asks them to exit; they are not ours to kill
+  for (pid_t pid : launched) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+}

@@ -25,6 +25,12 @@ struct ResourcePool {
   std::string executable;              // binary to exec; empty = this process's own (/proc/self/exe)
   std::vector<std::string> args;       // argv[1..] for it
   std::string bind_host = "127.0.0.1";
+  int bind_port = 0;                   // 0 = any free port
+  // false: do not spawn; wait for num_processes workers started elsewhere (srun, mpirun, ssh) with
+  // HF_WORKER_ENDPOINT / HF_WORKER_TOKEN / HF_WORKER_RANK set, which then call run_worker_main.
+  // Their crashes are seen through heartbeats only, and the controller cannot kill them.
+  bool spawn_workers = true;
+  std::string token;                   // job token; empty = a random one (required to share for external workers)
 };
 
 class ProcessPool {
@@ -39,6 +45,7 @@ class ProcessPool {
   int size() const;
   std::vector<int> pids() const;
   std::string endpoint() const;     // where the controller listens, e.g. tcp://127.0.0.1:40123
+  std::string token() const;        // the job token every message must carry
   size_t rejected_messages() const;  // wrong token or malformed, dropped and logged
   // True once a failure was detected AND handled: every worker killed and reaped, pending calls failed.
   bool failed() const;
