@@ -29,7 +29,8 @@ struct ModelConfig {
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Throws hybridflow::Error naming the first inconsistent field.
   void validate() const;
-  // Parameter count of the language model (value-head models add hidden_size + 1).
+  // Parameter count of the language model. A value-head model (HeadKind::kValue) has no lm_head and
+  // adds score.weight: num_parameters() - (tied ? 0 : vocab*hidden) + hidden_size.
   int64_t num_parameters() const;
 };
 

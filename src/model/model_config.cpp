@@ -1,0 +1,82 @@
+#include "hybridflow/model/model_config.h"
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* key, int64_t value) {
+    HF_CHECK(value > 0, "model config: ", key, " must be > 0, got ", value);
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("max_position_embeddings", max_position_embeddings);
+  HF_CHECK(hidden_size % num_attention_heads == 0, "model config: hidden_size (", hidden_size,
+           ") must be divisible by num_attention_heads (", num_attention_heads, ")");
+  HF_CHECK(num_attention_heads % num_key_value_heads == 0, "model config: num_attention_heads (",
+           num_attention_heads, ") must be divisible by num_key_value_heads (", num_key_value_heads, ")");
+  // Rotary embeddings rotate pairs of channels.
+  HF_CHECK(head_dim() % 2 == 0, "model config: head_dim = hidden_size / num_attention_heads must be even, got ",
+           head_dim());
+  HF_CHECK(rope_theta > 0, "model config: rope_theta must be > 0, got ", rope_theta);
+  HF_CHECK(rms_norm_eps > 0, "model config: rms_norm_eps must be > 0, got ", rms_norm_eps);
+  HF_CHECK(torch_dtype == "float32" || torch_dtype == "float16" || torch_dtype == "bfloat16",
+           "model config: torch_dtype must be float32, float16 or bfloat16, got '", torch_dtype, "'");
+  HF_CHECK(model_type == "llama" || model_type == "qwen2",
+           "model config: model_type must be 'llama' or 'qwen2', got '", model_type, "'");
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t kv_dim = num_key_value_heads * head_dim();
+  int64_t attention = hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2;  // q, o, k, v
+  if (attention_bias) attention += hidden_size + 2 * kv_dim;
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t norms = 2 * hidden_size;
+  const int64_t per_layer = attention + mlp + norms;
+  int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
+  if (!tie_word_embeddings) total += vocab_size * hidden_size;
+  return total;
+}
+
+ModelConfig preset_model_config(const std::string& name, int64_t vocab_size) {
+  ModelConfig config;
+  config.vocab_size = vocab_size;
+  if (name == "tiny" || name == "qwen2-tiny") {
+    config.hidden_size = 128;
+    config.num_hidden_layers = 4;
+    config.num_attention_heads = 4;
+    config.num_key_value_heads = 2;
+    config.intermediate_size = 344;
+    config.max_position_embeddings = 256;
+  } else if (name == "small") {
+    config.hidden_size = 256;
+    config.num_hidden_layers = 4;
+    config.num_attention_heads = 8;
+    config.num_key_value_heads = 4;
+    config.intermediate_size = 688;
+    config.max_position_embeddings = 1024;
+  } else if (name == "base") {
+    config.hidden_size = 512;
+    config.num_hidden_layers = 8;
+    config.num_attention_heads = 8;
+    config.num_key_value_heads = 4;
+    config.intermediate_size = 1376;
+    config.max_position_embeddings = 2048;
+  } else {
+    HF_FAIL("unknown model preset '", name, "'; expected one of: tiny, qwen2-tiny, small, base");
+  }
+  if (name == "qwen2-tiny") {
+    config.architecture = "Qwen2ForCausalLM";
+    config.model_type = "qwen2";
+    config.attention_bias = true;
+    config.tie_word_embeddings = true;
+  }
+  config.validate();
+  return config;
+}
+
+}  // namespace hybridflow

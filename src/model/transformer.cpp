@@ -1,0 +1,243 @@
+// Llama / Qwen2 decoder written to reproduce Hugging Face transformers' eager computation: RMSNorm in
+// float32, rotate_half rotary embeddings, grouped-query attention with an additive float32 mask and
+// softmax in float32, SwiGLU MLP.
+#include "hybridflow/model/transformer.h"
+
+#include <cmath>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+// Large but finite, so a query row with no visible key (a padding row) gets a uniform softmax, not NaN.
+constexpr double kMaskedScore = -1e9;
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({dim})); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = x.to(torch::kFloat32);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * h.to(x.scalar_type());
+  }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+// cos/sin [B, 1, T, head_dim] for the given positions, computed in float32 like HF, cast to `dtype`.
+std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& position_ids, int64_t head_dim,
+                                                       double theta, torch::ScalarType dtype) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
+  auto exponent = torch::arange(0, head_dim, 2, opts.dtype(torch::kInt64)).to(torch::kFloat32) /
+                  static_cast<double>(head_dim);
+  auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, opts), exponent);
+  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, d/2]
+  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                    // [B, 1, T, d]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& c)
+      : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim()) {
+    const int64_t h = c.hidden_size, kv = kv_heads_ * head_dim_;
+    q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(c.attention_bias)));
+    k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
+    v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
+    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(false)));
+  }
+
+  // x [B, T, H]; cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] float32 (0 or kMaskedScore).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v) {
+    const int64_t b = x.size(0), t = x.size(1);
+    auto q = q_proj(x).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    auto k = k_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+    auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    if (cached_k != nullptr) {
+      if (cached_k->defined()) {
+        k = torch::cat({*cached_k, k}, 2);
+        v = torch::cat({*cached_v, v}, 2);
+      }
+      *cached_k = k;
+      *cached_v = v;
+    }
+    k = repeat_kv(k);
+    v = repeat_kv(v);
+    auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    auto probs = torch::softmax(scores.to(torch::kFloat32) + mask_bias, -1).to(q.scalar_type());
+    auto out = torch::matmul(probs, v).transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+    return o_proj(out);
+  }
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  // [B, kv, S, d] -> [B, heads, S, d], query head h reading kv head h / group (HF repeat_kv).
+  torch::Tensor repeat_kv(const torch::Tensor& x) const {
+    const int64_t group = heads_ / kv_heads_;
+    if (group == 1) return x;
+    const auto b = x.size(0), s = x.size(2);
+    return x.unsqueeze(2).expand({b, kv_heads_, group, s, head_dim_}).reshape({b, heads_, s, head_dim_});
+  }
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& c) {
+    auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+    gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size));
+    up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size));
+    down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& c) {
+    input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    self_attn = register_module("self_attn", Attention(c));
+    post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    mlp = register_module("mlp", MLP(c));
+  }
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// HF's LlamaModel / Qwen2Model, registered as "model".
+class BackboneImpl : public torch::nn::Module {
+ public:
+  explicit BackboneImpl(const ModelConfig& c) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      decoder_layers.push_back(DecoderLayer(c));
+      layers->push_back(decoder_layers.back());
+    }
+    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  }
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  std::vector<DecoderLayer> decoder_layers;  // typed views of `layers`
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Backbone);
+
+}  // namespace
+
+struct CausalLMImpl::Layers {
+  Backbone model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // undefined when tied or for a value head
+  torch::nn::Linear score{nullptr};    // value head only
+};
+
+void KVCache::select_rows(const torch::Tensor& rows) {
+  for (auto& k : keys)
+    if (k.defined()) k = k.index_select(0, rows.to(k.device()));
+  for (auto& v : values)
+    if (v.defined()) v = v.index_select(0, rows.to(v.device()));
+}
+
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
+  auto mask = attention_mask.to(torch::kInt64);
+  return (mask.cumsum(1) - 1).clamp_min(0).masked_fill(mask == 0, 0);
+}
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head)
+    : config_(config), head_(head), layers_(std::make_shared<Layers>()) {
+  config_.validate();
+  layers_->model = register_module("model", Backbone(config_));
+  if (head_ == HeadKind::kValue) {
+    layers_->score =
+        register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, 1).bias(false)));
+  } else if (!config_.tie_word_embeddings) {
+    layers_->lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+  }
+  // HF's _init_weights: normal(0, 0.02) for linear and embedding weights, zero biases, unit norms.
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    if (name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0) {
+      p.fill_(1.0);
+    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      p.zero_();
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                    const torch::Tensor& position_ids, KVCache* cache) {
+  HF_CHECK(input_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", input_ids.sizes());
+  const int64_t b = input_ids.size(0), t = input_ids.size(1);
+  const int64_t past = cache != nullptr ? cache->length() : 0;
+  const int64_t total = past + t;
+  const auto device = input_ids.device();
+  torch::Tensor mask = attention_mask.defined()
+                           ? attention_mask.to(device, torch::kInt64)
+                           : torch::ones({b, total}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total,
+           "CausalLM::forward: attention_mask must be [", b, ", ", total, "] (cache length ", past, " + ", t,
+           " new tokens), got ", mask.sizes());
+  torch::Tensor positions =
+      position_ids.defined() ? position_ids.to(device, torch::kInt64) : position_ids_from_mask(mask).slice(1, past);
+  HF_CHECK(positions.sizes() == input_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ", t,
+           "], got ", positions.sizes());
+  if (cache != nullptr && cache->keys.empty()) {
+    cache->keys.resize(config_.num_hidden_layers);
+    cache->values.resize(config_.num_hidden_layers);
+  }
+
+  // Query i (absolute position past + i) sees key j when j <= past + i and key j is not padding.
+  auto query_pos = torch::arange(past, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  auto key_pos = torch::arange(total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  auto visible = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1)).unsqueeze(0) &
+                 mask.ne(0).unsqueeze(1);  // [B, T, S]
+  auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(torch::kFloat32).device(device))
+                       .masked_fill(visible.logical_not().unsqueeze(1), kMaskedScore);
+
+  auto& m = *layers_->model;
+  auto h = m.embed_tokens(input_ids);
+  auto [cos, sin] = rotary_cos_sin(positions, config_.head_dim(), config_.rope_theta, h.scalar_type());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    auto& layer = *m.decoder_layers[i];
+    torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
+    torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
+    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv);
+    h = h + layer.mlp(layer.post_attention_layernorm(h));
+  }
+  h = m.norm(h);
+
+  ForwardOutput out;
+  if (head_ == HeadKind::kValue) {
+    out.values = layers_->score(h).squeeze(-1).to(torch::kFloat32);
+  } else if (layers_->lm_head) {
+    out.logits = layers_->lm_head(h).to(torch::kFloat32);
+  } else {
+    out.logits = torch::linear(h, m.embed_tokens->weight).to(torch::kFloat32);
+  }
+  return out;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,339 @@
+#include "hybridflow/model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+ModelConfig small_config(bool qwen2 = false) {
+  ModelConfig c = preset_model_config(qwen2 ? "qwen2-tiny" : "tiny", 37);
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+std::set<std::string> param_names(const CausalLM& model) {
+  std::set<std::string> names;
+  for (const auto& item : model->named_parameters()) names.insert(item.key());
+  return names;
+}
+
+float max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+class TransformerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::set_num_threads(1);
+    torch::manual_seed(7);
+  }
+};
+
+TEST_F(TransformerTest, OutputShapesForBothHeads) {
+  auto config = small_config();
+  CausalLM lm(config);
+  CausalLM critic(config, HeadKind::kValue);
+  auto ids = torch::randint(0, config.vocab_size, {3, 6}, torch::kInt64);
+  auto mask = torch::ones({3, 6}, torch::kInt64);
+  auto lm_out = lm->forward(ids, mask);
+  EXPECT_EQ(lm_out.logits.sizes(), (std::vector<int64_t>{3, 6, config.vocab_size}));
+  EXPECT_EQ(lm_out.logits.scalar_type(), torch::kFloat32);
+  EXPECT_FALSE(lm_out.values.defined());
+  auto v_out = critic->forward(ids, mask);
+  EXPECT_EQ(v_out.values.sizes(), (std::vector<int64_t>{3, 6}));
+  EXPECT_FALSE(v_out.logits.defined());
+  auto names = param_names(critic);
+  EXPECT_TRUE(names.count("score.weight"));
+  EXPECT_FALSE(names.count("lm_head.weight"));
+  EXPECT_EQ(critic->named_parameters()["score.weight"].sizes(), (std::vector<int64_t>{1, config.hidden_size}));
+}
+
+TEST_F(TransformerTest, HuggingFaceParameterNames) {
+  auto llama = param_names(CausalLM(small_config(false)));
+  auto qwen = param_names(CausalLM(small_config(true)));
+  for (const char* name :
+       {"model.embed_tokens.weight", "model.layers.1.input_layernorm.weight", "model.layers.1.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+        "model.layers.1.self_attn.o_proj.weight", "model.layers.1.post_attention_layernorm.weight",
+        "model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight",
+        "model.layers.1.mlp.down_proj.weight", "model.norm.weight"}) {
+    EXPECT_TRUE(llama.count(name)) << name;
+    EXPECT_TRUE(qwen.count(name)) << name;
+  }
+  EXPECT_TRUE(llama.count("lm_head.weight"));
+  EXPECT_FALSE(qwen.count("lm_head.weight"));  // tied to embed_tokens
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    std::string bias = std::string("model.layers.0.self_attn.") + proj + ".bias";
+    EXPECT_TRUE(qwen.count(bias)) << bias;
+    EXPECT_FALSE(llama.count(bias)) << bias;
+  }
+  EXPECT_FALSE(qwen.count("model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_FALSE(qwen.count("model.layers.0.mlp.up_proj.bias"));
+}
+
+TEST_F(TransformerTest, ParameterCountMatchesConfig) {
+  for (const char* preset : {"tiny", "qwen2-tiny", "small"}) {
+    auto config = preset_model_config(preset, 50);
+    CausalLM model(config);
+    int64_t count = 0;
+    for (const auto& p : model->parameters()) count += p.numel();
+    EXPECT_EQ(count, config.num_parameters()) << preset;
+    CausalLM critic(config, HeadKind::kValue);
+    int64_t critic_count = 0;
+    for (const auto& p : critic->parameters()) critic_count += p.numel();
+    const int64_t lm_head = config.tie_word_embeddings ? 0 : config.vocab_size * config.hidden_size;
+    EXPECT_EQ(critic_count, config.num_parameters() - lm_head + config.hidden_size) << preset;
+  }
+}
+
+TEST_F(TransformerTest, InitialisationIsSeededAndHfLike) {
+  auto config = small_config(true);
+  torch::manual_seed(3);
+  CausalLM a(config);
+  torch::manual_seed(3);
+  CausalLM b(config);
+  auto pb = b->named_parameters();
+  for (const auto& item : a->named_parameters()) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  auto pa = a->named_parameters();
+  EXPECT_TRUE(torch::equal(pa["model.norm.weight"], torch::ones({config.hidden_size})));
+  EXPECT_TRUE(torch::equal(pa["model.layers.0.self_attn.q_proj.bias"], torch::zeros({config.hidden_size})));
+  const double std = pa["model.embed_tokens.weight"].std().item<double>();
+  EXPECT_NEAR(std, 0.02, 0.003);
+}
+
+TEST_F(TransformerTest, ConfigValidationNamesTheField) {
+  auto config = small_config();
+  config.num_key_value_heads = 3;
+  try {
+    config.validate();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_key_value_heads"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(preset_model_config("huge", 10), Error);
+  EXPECT_THROW(preset_model_config("tiny", 0), Error);
+}
+
+TEST_F(TransformerTest, GroupedQueryAttentionEqualsRepeatedHeads) {
+  // A GQA model must equal a full multi-head model whose k/v heads are the GQA heads repeated per group.
+  auto gqa_config = small_config();
+  CausalLM gqa(gqa_config);
+  auto mha_config = gqa_config;
+  mha_config.num_key_value_heads = mha_config.num_attention_heads;
+  CausalLM mha(mha_config);
+  const int64_t d = gqa_config.head_dim(), group = gqa_config.num_attention_heads / gqa_config.num_key_value_heads;
+  EXPECT_EQ(gqa->named_parameters()["model.layers.0.self_attn.k_proj.weight"].size(0),
+            gqa_config.num_key_value_heads * d);
+  {
+    torch::NoGradGuard no_grad;
+    auto src = gqa->named_parameters();
+    for (auto& item : mha->named_parameters()) {
+      const auto& name = item.key();
+      auto source = src[name];
+      if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos) {
+        source = source.view({gqa_config.num_key_value_heads, 1, d, -1})
+                     .expand({gqa_config.num_key_value_heads, group, d, source.size(1)})
+                     .reshape({-1, source.size(1)});
+      }
+      item.value().copy_(source);
+    }
+  }
+  auto ids = torch::randint(0, gqa_config.vocab_size, {2, 7}, torch::kInt64);
+  auto mask = torch::ones({2, 7}, torch::kInt64);
+  EXPECT_LT(max_diff(gqa->forward(ids, mask).logits, mha->forward(ids, mask).logits), 1e-5);
+}
+
+TEST_F(TransformerTest, CausalEarlierLogitsIgnoreLaterTokens) {
+  auto config = small_config();
+  CausalLM model(config);
+  auto ids = torch::randint(0, config.vocab_size, {1, 8}, torch::kInt64);
+  auto changed = ids.clone();
+  changed[0][5] = (ids[0][5].item<int64_t>() + 1) % config.vocab_size;
+  auto mask = torch::ones({1, 8}, torch::kInt64);
+  auto a = model->forward(ids, mask).logits, b = model->forward(changed, mask).logits;
+  EXPECT_TRUE(torch::equal(a.slice(1, 0, 5), b.slice(1, 0, 5)));
+  EXPECT_GT(max_diff(a.slice(1, 5), b.slice(1, 5)), 1e-4);
+}
+
+TEST_F(TransformerTest, PaddedBatchMatchesSequencesAlone) {
+  // Tolerance 1e-4: only the padded matmul shapes differ, so float32 rounding is the whole gap.
+  for (bool qwen2 : {false, true}) {
+    auto config = small_config(qwen2);
+    CausalLM model(config);
+    auto long_seq = torch::randint(0, config.vocab_size, {1, 7}, torch::kInt64);
+    auto short_seq = torch::randint(0, config.vocab_size, {1, 4}, torch::kInt64);
+    auto alone_long = model->forward(long_seq, torch::ones({1, 7}, torch::kInt64)).logits;
+    auto alone_short = model->forward(short_seq, torch::ones({1, 4}, torch::kInt64)).logits;
+
+    auto left = torch::full({2, 7}, 0, torch::kInt64);
+    left[0] = long_seq[0];
+    left[1].slice(0, 3) = short_seq[0];
+    auto left_mask = torch::ones({2, 7}, torch::kInt64);
+    left_mask[1].slice(0, 0, 3) = 0;
+    auto left_logits = model->forward(left, left_mask).logits;
+    EXPECT_LT(max_diff(left_logits[0], alone_long[0]), 1e-4);
+    EXPECT_LT(max_diff(left_logits[1].slice(0, 3), alone_short[0]), 1e-4);
+    EXPECT_FALSE(torch::isnan(left_logits).any().item<bool>());
+
+    auto right = torch::full({2, 7}, 0, torch::kInt64);
+    right[0] = long_seq[0];
+    right[1].slice(0, 0, 4) = short_seq[0];
+    auto right_mask = torch::ones({2, 7}, torch::kInt64);
+    right_mask[1].slice(0, 4) = 0;
+    auto right_logits = model->forward(right, right_mask).logits;
+    EXPECT_LT(max_diff(right_logits[1].slice(0, 0, 4), alone_short[0]), 1e-4);
+  }
+}
+
+TEST_F(TransformerTest, FullyPaddedRowStaysFinite) {
+  auto config = small_config();
+  CausalLM model(config);
+  auto ids = torch::randint(0, config.vocab_size, {2, 5}, torch::kInt64);
+  auto mask = torch::ones({2, 5}, torch::kInt64);
+  mask[1].zero_();
+  auto out = model->forward(ids, mask).logits;
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+}
+
+TEST_F(TransformerTest, CachedDecodingEqualsFullForward) {
+  auto config = small_config(true);
+  CausalLM model(config);
+  auto ids = torch::randint(0, config.vocab_size, {2, 9}, torch::kInt64);
+  auto mask = torch::ones({2, 9}, torch::kInt64);
+  mask[1].slice(0, 0, 2) = 0;  // second row left-padded
+  auto full = model->forward(ids, mask).logits;
+
+  KVCache cache;
+  auto prefill = model->forward(ids.slice(1, 0, 4), mask.slice(1, 0, 4), {}, &cache);
+  EXPECT_EQ(cache.length(), 4);
+  // Padding positions carry meaningless logits; compare real tokens only.
+  auto real = mask.slice(1, 0, 4).unsqueeze(-1).to(torch::kFloat32);
+  EXPECT_LT(max_diff(prefill.logits * real, full.slice(1, 0, 4) * real), 1e-4);
+  for (int64_t t = 4; t < 9; ++t) {
+    auto step = model->forward(ids.slice(1, t, t + 1), mask.slice(1, 0, t + 1), {}, &cache);
+    EXPECT_EQ(cache.length(), t + 1);
+    EXPECT_LT(max_diff(step.logits, full.slice(1, t, t + 1)), 1e-4) << "step " << t;
+  }
+  // Dropping a row from the cache keeps decoding the remaining one correctly.
+  KVCache partial;
+  model->forward(ids.slice(1, 0, 8), mask.slice(1, 0, 8), {}, &partial);
+  partial.select_rows(torch::tensor({1}, torch::kInt64));
+  auto last = model->forward(ids.slice(0, 1, 2).slice(1, 8, 9), mask.slice(0, 1, 2), {}, &partial);
+  EXPECT_LT(max_diff(last.logits[0][0], full[1][8]), 1e-4);
+}
+
+// Reference for a one-layer model written with scalar loops in float64.
+torch::Tensor naive_logits(const CausalLM& model, const ModelConfig& c, const std::vector<int64_t>& tokens) {
+  auto p = model->named_parameters();
+  auto get = [&](const std::string& name) { return p[name].detach().to(torch::kFloat64); };
+  const int64_t T = tokens.size(), H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t d = c.head_dim();
+  auto rms = [&](const torch::Tensor& x, const torch::Tensor& w) {
+    auto out = torch::empty_like(x);
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < H; ++i) ss += x[t][i].item<double>() * x[t][i].item<double>();
+      const double scale = 1.0 / std::sqrt(ss / H + c.rms_norm_eps);
+      for (int64_t i = 0; i < H; ++i) out[t][i] = x[t][i].item<double>() * scale * w[i].item<double>();
+    }
+    return out;
+  };
+  auto rope = [&](torch::Tensor x /* [T, heads, d] */) {
+    auto out = x.clone();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < x.size(1); ++h)
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const double angle = t / std::pow(c.rope_theta, 2.0 * i / d);
+          const double a = x[t][h][i].item<double>(), b = x[t][h][i + d / 2].item<double>();
+          out[t][h][i] = a * std::cos(angle) - b * std::sin(angle);
+          out[t][h][i + d / 2] = b * std::cos(angle) + a * std::sin(angle);
+        }
+    return out;
+  };
+  auto x = torch::empty({T, H}, torch::kFloat64);
+  auto emb = get("model.embed_tokens.weight");
+  for (int64_t t = 0; t < T; ++t) x[t] = emb[tokens[t]];
+  const std::string pre = "model.layers.0.";
+  auto hn = rms(x, get(pre + "input_layernorm.weight"));
+  auto proj = [&](const std::string& name) {
+    auto y = torch::mm(hn, get(pre + "self_attn." + name + ".weight").t());
+    if (c.attention_bias) y = y + get(pre + "self_attn." + name + ".bias");
+    return y;
+  };
+  auto q = rope(proj("q_proj").view({T, nh, d}));
+  auto k = rope(proj("k_proj").view({T, nkv, d}));
+  auto v = proj("v_proj").view({T, nkv, d});
+  auto attn = torch::zeros({T, nh, d}, torch::kFloat64);
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t kvh = h / (nh / nkv);
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> w(i + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        w[j] = (q[i][h] * k[j][kvh]).sum().item<double>() / std::sqrt(static_cast<double>(d));
+        mx = std::max(mx, w[j]);
+      }
+      for (auto& wj : w) sum += (wj = std::exp(wj - mx));
+      for (int64_t j = 0; j <= i; ++j) attn[i][h] += v[j][kvh] * (w[j] / sum);
+    }
+  }
+  x = x + torch::mm(attn.view({T, H}), get(pre + "self_attn.o_proj.weight").t());
+  auto h2 = rms(x, get(pre + "post_attention_layernorm.weight"));
+  auto gate = torch::mm(h2, get(pre + "mlp.gate_proj.weight").t());
+  auto up = torch::mm(h2, get(pre + "mlp.up_proj.weight").t());
+  x = x + torch::mm(gate / (1 + torch::exp(-gate)) * up, get(pre + "mlp.down_proj.weight").t());
+  x = rms(x, get("model.norm.weight"));
+  auto head = c.tie_word_embeddings ? emb : get("lm_head.weight");
+  return torch::mm(x, head.t());
+}
+
+TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
+  for (bool qwen2 : {false, true}) {
+    auto config = small_config(qwen2);
+    config.num_hidden_layers = 1;
+    config.rope_theta = qwen2 ? 1e6 : 1e4;
+    CausalLM model(config);
+    {
+      // Non-trivial norms and biases so their handling is checked too.
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters())
+        if (item.key().find("norm") != std::string::npos || item.key().find("bias") != std::string::npos)
+          item.value().uniform_(0.5, 1.5);
+    }
+    std::vector<int64_t> tokens = {3, 17, 0, 36, 9, 9};
+    auto ids = torch::tensor(tokens, torch::kInt64).unsqueeze(0);
+    auto logits = model->forward(ids, torch::ones_like(ids)).logits[0];
+    auto expected = naive_logits(model, config, tokens);
+    EXPECT_LT(max_diff(logits, expected), 1e-4) << (qwen2 ? "qwen2" : "llama");
+  }
+}
+
+TEST_F(TransformerTest, BFloat16ParametersRun) {
+  auto config = small_config(true);
+  CausalLM model(config);
+  auto ids = torch::randint(0, config.vocab_size, {2, 6}, torch::kInt64);
+  auto mask = torch::ones({2, 6}, torch::kInt64);
+  mask[1][0] = 0;
+  auto reference = model->forward(ids, mask).logits;
+  model->to(torch::kBFloat16);
+  auto logits = model->forward(ids, mask).logits;
+  EXPECT_EQ(logits.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
+  // bf16 keeps ~3 significant digits; logits here are O(0.1).
+  EXPECT_LT(max_diff(logits, reference), 2e-2);
+  EXPECT_GT(max_diff(logits, reference), 0.0);
+}
+
+}  // namespace
+}  // namespace hybridflow
