@@ -1,0 +1,247 @@
+#include "hybridflow/engine/generation.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+ModelConfig test_config() {
+  ModelConfig c = preset_model_config("qwen2-tiny", 41);
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+class GenerationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::set_num_threads(1);
+    torch::manual_seed(11);
+    model = CausalLM(test_config());
+    {
+      // Larger weights than HF's init so that logits are spread and greedy/sampled choices are not near ties.
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters())
+        if (p.dim() == 2) p.mul_(10.0);
+    }
+  }
+  CausalLM model{nullptr};
+  std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}};
+};
+
+std::vector<int64_t> row(const torch::Tensor& t, int64_t r) {
+  auto x = t[r].contiguous().to(torch::kInt64);
+  return std::vector<int64_t>(x.data_ptr<int64_t>(), x.data_ptr<int64_t>() + x.numel());
+}
+
+// Log-probs of the response tokens recomputed by one full forward pass over prompt + response.
+torch::Tensor recomputed_log_probs(CausalLM& model, const GenerationOutput& out, double temperature) {
+  torch::NoGradGuard no_grad;
+  auto ids = torch::cat({out.prompts, out.responses}, 1);
+  auto mask = torch::cat({out.prompt_mask, out.response_mask}, 1);
+  const int64_t p = out.prompts.size(1), r = out.responses.size(1);
+  auto logits = model->forward(ids, mask).logits.slice(1, p - 1, p - 1 + r);
+  auto lp = torch::log_softmax(logits / temperature, -1).gather(-1, out.responses.unsqueeze(-1)).squeeze(-1);
+  return lp * out.response_mask.to(torch::kFloat32);
+}
+
+TEST_F(GenerationTest, GreedyAloneEqualsInsidePaddedBatch) {
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 8;
+  auto batch = generate(model, prompts, cfg);
+  ASSERT_EQ(batch.prompts.sizes(), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(row(batch.prompts, 1), (std::vector<int64_t>{0, 0, 0, 1, 12}));
+  EXPECT_EQ(row(batch.prompt_mask, 1), (std::vector<int64_t>{0, 0, 0, 1, 1}));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generate(model, {prompts[i]}, cfg);
+    EXPECT_EQ(row(alone.responses, 0), row(batch.responses, i)) << "prompt " << i;
+    EXPECT_TRUE(torch::allclose(alone.log_probs[0], batch.log_probs[i], 1e-4, 1e-4)) << "prompt " << i;
+  }
+}
+
+TEST_F(GenerationTest, SeedMakesSamplingReproducible) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 10;
+  cfg.temperature = 1.5;
+  cfg.seed = 1234;
+  torch::manual_seed(99);
+  auto a = generate(model, prompts, cfg);
+  auto global_after = torch::rand({4});
+  torch::manual_seed(99);
+  auto b = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(a.responses, b.responses));
+  EXPECT_TRUE(torch::equal(a.log_probs, b.log_probs));
+  // The local generator leaves the global RNG stream alone.
+  torch::manual_seed(99);
+  EXPECT_TRUE(torch::equal(global_after, torch::rand({4})));
+  cfg.seed = 4321;
+  auto c = generate(model, prompts, cfg);
+  EXPECT_FALSE(torch::equal(a.responses, c.responses));
+}
+
+TEST_F(GenerationTest, TopKOneEqualsGreedy) {
+  GenerationConfig greedy;
+  greedy.greedy = true;
+  greedy.max_new_tokens = 6;
+  GenerationConfig top1 = greedy;
+  top1.greedy = false;
+  top1.top_k = 1;
+  top1.temperature = 0.8;
+  top1.seed = 5;
+  EXPECT_TRUE(torch::equal(generate(model, prompts, greedy).responses, generate(model, prompts, top1).responses));
+  // A tiny nucleus keeps only the most likely token as well.
+  GenerationConfig nucleus = top1;
+  nucleus.top_k = 0;
+  nucleus.top_p = 1e-6;
+  EXPECT_TRUE(torch::equal(generate(model, prompts, greedy).responses, generate(model, prompts, nucleus).responses));
+}
+
+TEST_F(GenerationTest, LogProbsMatchFullForward) {
+  for (bool greedy : {false, true}) {
+    GenerationConfig cfg;
+    cfg.max_new_tokens = 7;
+    cfg.greedy = greedy;
+    cfg.temperature = 0.7;
+    cfg.top_k = 10;
+    cfg.top_p = 0.9;  // filters restrict the draw but not the reported log-probs
+    cfg.seed = 3;
+    cfg.n = 2;
+    auto out = generate(model, prompts, cfg);
+    auto expected = recomputed_log_probs(model, out, greedy ? 1.0 : cfg.temperature);
+    EXPECT_TRUE(torch::allclose(out.log_probs, expected, 1e-4, 1e-4))
+        << "greedy=" << greedy << " max diff " << (out.log_probs - expected).abs().max().item<float>();
+    EXPECT_TRUE((out.log_probs <= 0).all().item<bool>());
+  }
+}
+
+TEST_F(GenerationTest, EosStopsSequenceAndPadsAfterIt) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 12;
+  cfg.temperature = 1.5;
+  cfg.seed = 77;
+  cfg.pad_token_id = 0;
+  auto free_run = generate(model, {prompts[0]}, cfg);
+  auto tokens = row(free_run.responses, 0);
+  const int64_t eos = tokens[4];
+  const int64_t stop = std::find(tokens.begin(), tokens.end(), eos) - tokens.begin();
+  cfg.eos_token_id = eos;
+  auto stopped = generate(model, {prompts[0]}, cfg);
+  // Alone, the loop ends at eos, which is kept.
+  ASSERT_EQ(stopped.responses.size(1), stop + 1);
+  EXPECT_EQ(row(stopped.responses, 0), std::vector<int64_t>(tokens.begin(), tokens.begin() + stop + 1));
+  EXPECT_EQ(stopped.response_mask.sum().item<int64_t>(), stop + 1);
+
+  // In a batch, finished rows are padded to the longest response and masked out.
+  cfg.n = 3;
+  auto out = generate(model, prompts, cfg);
+  const int64_t r = out.responses.size(1);
+  ASSERT_EQ(out.responses.size(0), 9);
+  bool some_row_stopped = false;
+  bool all_stopped = true;
+  int64_t longest = 0;
+  for (int64_t i = 0; i < 9; ++i) {
+    auto resp = row(out.responses, i);
+    auto mask = row(out.response_mask, i);
+    int64_t len = 0;
+    while (len < r && mask[len] == 1) ++len;
+    ASSERT_GE(len, 1);
+    for (int64_t t = len; t < r; ++t) {
+      EXPECT_EQ(mask[t], 0) << "mask is not a prefix, row " << i;
+      EXPECT_EQ(resp[t], cfg.pad_token_id) << "row " << i;
+      EXPECT_EQ(out.log_probs[i][t].item<float>(), 0.0f) << "row " << i;
+    }
+    for (int64_t t = 0; t + 1 < len; ++t) EXPECT_NE(resp[t], eos) << "generation continued after eos, row " << i;
+    const bool ended_with_eos = resp[len - 1] == eos;
+    some_row_stopped |= ended_with_eos && len < r;
+    all_stopped &= ended_with_eos;
+    if (!ended_with_eos) {
+      EXPECT_EQ(len, cfg.max_new_tokens) << "row " << i << " stopped without eos";
+    }
+    longest = std::max(longest, len);
+  }
+  EXPECT_TRUE(some_row_stopped);
+  EXPECT_EQ(r, longest) << "responses must be as wide as the longest response";
+  if (!all_stopped) {
+    EXPECT_EQ(r, cfg.max_new_tokens);
+  }
+  auto expected = recomputed_log_probs(model, out, cfg.temperature);
+  EXPECT_TRUE(torch::allclose(out.log_probs, expected, 1e-4, 1e-4));
+}
+
+TEST_F(GenerationTest, KvCacheAndRecomputeAgree) {
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 8;
+  auto cached = generate(model, prompts, cfg);
+  cfg.use_kv_cache = false;
+  auto recomputed = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(cached.responses, recomputed.responses));
+  EXPECT_TRUE(torch::allclose(cached.log_probs, recomputed.log_probs, 1e-4, 1e-4));
+}
+
+TEST_F(GenerationTest, SamplesPerPromptLayout) {
+  GenerationConfig cfg;
+  cfg.n = 4;
+  cfg.max_new_tokens = 6;
+  cfg.temperature = 2.0;
+  cfg.seed = 9;
+  auto out = generate(model, prompts, cfg);
+  ASSERT_EQ(out.prompts.sizes(), (std::vector<int64_t>{12, 5}));
+  ASSERT_EQ(out.responses.sizes(), (std::vector<int64_t>{12, 6}));
+  EXPECT_EQ(out.responses.scalar_type(), torch::kInt64);
+  EXPECT_EQ(out.log_probs.scalar_type(), torch::kFloat32);
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto& p = prompts[i];
+    for (int64_t j = 0; j < 4; ++j) {
+      auto ids = row(out.prompts, i * 4 + j);
+      EXPECT_EQ(std::vector<int64_t>(ids.end() - p.size(), ids.end()), p) << "row " << i * 4 + j;
+      EXPECT_EQ(out.prompt_mask[i * 4 + j].sum().item<int64_t>(), static_cast<int64_t>(p.size()));
+    }
+    // Samples of one prompt are drawn independently, so at high temperature they differ.
+    auto samples = out.responses.slice(0, i * 4, i * 4 + 4);
+    EXPECT_FALSE(torch::equal(samples[0], samples[1]) && torch::equal(samples[1], samples[2]) &&
+                 torch::equal(samples[2], samples[3]))
+        << "prompt " << i;
+  }
+}
+
+TEST_F(GenerationTest, RestoresTrainingModeAndLeavesNoGradient) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 3;
+  model->train();
+  auto out = generate(model, prompts, cfg);
+  EXPECT_TRUE(model->is_training());
+  EXPECT_FALSE(out.log_probs.requires_grad());
+  model->eval();
+  generate(model, prompts, cfg);
+  EXPECT_FALSE(model->is_training());
+}
+
+TEST_F(GenerationTest, RejectsBadInput) {
+  GenerationConfig cfg;
+  EXPECT_THROW(generate(model, {{1, 2}, {}}, cfg), Error);
+  EXPECT_THROW(generate(model, {{1, 99}}, cfg), Error);
+  cfg.temperature = 0.0;
+  try {
+    generate(model, {{1, 2}}, cfg);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
+  }
+  cfg.temperature = 1.0;
+  cfg.max_new_tokens = 0;
+  auto empty = generate(model, {{1, 2}}, cfg);
+  EXPECT_EQ(empty.responses.sizes(), (std::vector<int64_t>{1, 0}));
+}
+
+}  // namespace
+}  // namespace hybridflow
