@@ -1,0 +1,185 @@
+#include "hybridflow/model/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+
+namespace hybridflow {
+namespace {
+
+using json = nlohmann::json;
+
+const char* const kSpecialTokens[] = {"<pad>", "<s>", "</s>", "<unk>"};
+
+// Splits UTF-8 text into characters (code points). Malformed sequences are an error rather than
+// a silent byte fallback, so that encode/decode round trips exactly.
+std::vector<std::string> utf8_chars(const std::string& text, const std::string& what) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t len = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
+    HF_CHECK(len != 0 && i + len <= text.size(), what, ": invalid UTF-8 at byte offset ", i);
+    for (size_t k = 1; k < len; ++k)
+      HF_CHECK((static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80, what, ": invalid UTF-8 at byte offset ", i);
+    out.push_back(text.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+std::string printable(const std::string& ch) {
+  if (ch.size() == 1 && (static_cast<unsigned char>(ch[0]) < 0x20 || ch[0] == 0x7f)) {
+    return "\\x" + std::string(1, "0123456789abcdef"[(ch[0] >> 4) & 0xf]) + "0123456789abcdef"[ch[0] & 0xf];
+  }
+  return ch;
+}
+
+json added_token(int64_t id, const std::string& content) {
+  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
+          {"rstrip", false},   {"normalized", false}, {"special", true}};
+}
+
+const json& field(const json& obj, const char* key, const std::string& where, const std::string& path) {
+  HF_CHECK(obj.is_object() && obj.contains(key), path, ": missing field '", where, key, "'");
+  return obj[key];
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_alphabet(const std::string& alphabet) {
+  Tokenizer t;
+  for (const char* s : kSpecialTokens) {
+    t.token_to_id_[s] = static_cast<int64_t>(t.id_to_token_.size());
+    t.id_to_token_.push_back(s);
+  }
+  for (const std::string& ch : utf8_chars(alphabet, "tokenizer alphabet")) {
+    if (t.token_to_id_.count(ch)) continue;
+    t.token_to_id_[ch] = static_cast<int64_t>(t.id_to_token_.size());
+    t.id_to_token_.push_back(ch);
+  }
+  return t;
+}
+
+const std::string& Tokenizer::token(int64_t id) const {
+  HF_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " out of range [0, ", vocab_size(), ")");
+  return id_to_token_[static_cast<size_t>(id)];
+}
+
+std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_bos) const {
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() + 1);
+  if (add_bos) ids.push_back(bos_id_);
+  size_t offset = 0;
+  for (const std::string& ch : utf8_chars(text, "tokenizer input")) {
+    auto it = token_to_id_.find(ch);
+    // Specials are tokens, not characters: "<s>" in text is three characters.
+    HF_CHECK(it != token_to_id_.end() && it->second >= kNumSpecial, "tokenizer: character '", printable(ch),
+             "' at byte offset ", offset, " is not in the vocabulary (", vocab_size() - kNumSpecial,
+             " characters)");
+    ids.push_back(it->second);
+    offset += ch.size();
+  }
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  std::string out;
+  for (int64_t id : ids) {
+    const std::string& tok = token(id);
+    if (skip_special && id < kNumSpecial) continue;
+    out += tok;
+  }
+  return out;
+}
+
+void Tokenizer::save(const std::string& path) const {
+  json added = json::array();
+  json vocab = json::object();
+  for (int64_t id = 0; id < vocab_size(); ++id) {
+    if (id < kNumSpecial) added.push_back(added_token(id, id_to_token_[static_cast<size_t>(id)]));
+    vocab[id_to_token_[static_cast<size_t>(id)]] = id;
+  }
+  // Accepted by Hugging Face `tokenizers`: the Split pre-tokenizer isolates every character
+  // ("[\s\S]" so that newlines match too), WordLevel maps each to its id, Fuse joins on decode.
+  json doc = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Split"}, {"pattern", {{"Regex", "[\\s\\S]"}}}, {"behavior", "Isolated"}, {"invert", false}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "Fuse"}}},
+      {"model", {{"type", "WordLevel"}, {"vocab", vocab}, {"unk_token", "<unk>"}}},
+  };
+  write_file_atomic(path, doc.dump(2) + "\n");
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  json doc;
+  try {
+    doc = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    HF_FAIL(path, ": not valid JSON: ", e.what());
+  }
+  HF_CHECK(doc.is_object(), path, ": tokenizer.json must be a JSON object");
+  const json& version = field(doc, "version", "", path);
+  HF_CHECK(version == "1.0", path, ": field 'version' must be \"1.0\", got ", version.dump());
+  const json& model = field(doc, "model", "", path);
+  const json& type = field(model, "type", "model.", path);
+  HF_CHECK(type == "WordLevel", path, ": field 'model.type' must be \"WordLevel\" (character-level tokenizer), got ",
+           type.dump());
+  const json& vocab = field(model, "vocab", "model.", path);
+  HF_CHECK(vocab.is_object() && !vocab.empty(), path, ": field 'model.vocab' must be a non-empty object");
+
+  Tokenizer t;
+  t.id_to_token_.assign(vocab.size(), std::string());
+  std::vector<bool> filled(vocab.size(), false);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    HF_CHECK(it.value().is_number_integer(), path, ": field 'model.vocab' entry '", it.key(),
+             "' must be an integer id, got ", it.value().dump());
+    const int64_t id = it.value().get<int64_t>();
+    HF_CHECK(id >= 0 && id < static_cast<int64_t>(vocab.size()), path, ": field 'model.vocab' id ", id, " of '",
+             it.key(), "' is outside [0, ", vocab.size(), "): ids must be dense");
+    HF_CHECK(!filled[static_cast<size_t>(id)], path, ": field 'model.vocab' gives id ", id, " to both '",
+             t.id_to_token_[static_cast<size_t>(id)], "' and '", it.key(), "'");
+    filled[static_cast<size_t>(id)] = true;
+    t.id_to_token_[static_cast<size_t>(id)] = it.key();
+    t.token_to_id_[it.key()] = id;
+  }
+  for (int64_t id = 0; id < kNumSpecial; ++id)
+    HF_CHECK(t.id_to_token_[static_cast<size_t>(id)] == kSpecialTokens[id], path, ": field 'model.vocab' must give id ",
+             id, " to '", kSpecialTokens[id], "', found '", t.id_to_token_[static_cast<size_t>(id)], "'");
+  for (int64_t id = kNumSpecial; id < t.vocab_size(); ++id) {
+    const std::string& tok = t.id_to_token_[static_cast<size_t>(id)];
+    HF_CHECK(utf8_chars(tok, path).size() == 1, path, ": field 'model.vocab' token '", tok,
+             "' is not a single character (only character-level vocabularies are supported)");
+  }
+  const json& unk = field(model, "unk_token", "model.", path);
+  HF_CHECK(unk == "<unk>", path, ": field 'model.unk_token' must be \"<unk>\", got ", unk.dump());
+
+  const json& added = field(doc, "added_tokens", "", path);
+  HF_CHECK(added.is_array(), path, ": field 'added_tokens' must be an array");
+  for (size_t i = 0; i < added.size(); ++i) {
+    const std::string where = "added_tokens[" + std::to_string(i) + "].";
+    const json& id = field(added[i], "id", where, path);
+    const json& content = field(added[i], "content", where, path);
+    HF_CHECK(id.is_number_integer() && content.is_string(), path, ": field '", where,
+             "id/content' must be an integer and a string");
+    HF_CHECK(id.get<int64_t>() < kNumSpecial && t.id_to_token_[static_cast<size_t>(id.get<int64_t>())] ==
+                                                   content.get<std::string>(),
+             path, ": field '", where, "' (", content.dump(), ", id ", id.dump(),
+             ") does not match a special token of model.vocab");
+  }
+  HF_CHECK(added.size() == static_cast<size_t>(kNumSpecial), path, ": field 'added_tokens' must list the ",
+           kNumSpecial, " special tokens <pad> <s> </s> <unk>, found ", added.size());
+  const json& pre = field(doc, "pre_tokenizer", "", path);
+  HF_CHECK(pre.is_object() && pre.value("type", "") == "Split", path,
+           ": field 'pre_tokenizer.type' must be \"Split\" (one piece per character)");
+  return t;
+}
+
+}  // namespace hybridflow
