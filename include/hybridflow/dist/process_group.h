@@ -1,0 +1,71 @@
+// A c10d process group behind a thin handle, so that users never include the heavy c10d headers.
+//
+// create_world() connects the ranks of a LaunchEnv through a TCPStore hosted by rank 0 on
+// master_addr:master_port and builds a Gloo group (NCCL when libtorch has it and the backend asks for it).
+// Sub-groups share the world's store through a PrefixStore each; only their members construct them.
+// All operations block until done; ranks are group-local. Every collective is normally called through
+// Communicator (collectives.h), which accounts bytes and time.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridflow/dist/launch_env.h"
+
+namespace hybridflow {
+
+struct ProcessGroupOptions {
+  // "gloo", "nccl", or "auto" (nccl when compiled with it and CUDA is available, else gloo).
+  std::string backend = "auto";
+  // Gloo transport: bind to this interface name ("eth0") when set, else to the address of this hostname.
+  // The default loopback only works when all ranks are on one host; use the host's address for multi-host.
+  std::string gloo_interface;
+  std::string gloo_hostname = "127.0.0.1";
+  // Store connect/wait and collective timeout: a dead peer becomes an error instead of a hang.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
+
+class ProcessGroup {
+ public:
+  // Rendezvous of all ranks of env (collective: every rank must call it).
+  static ProcessGroup create_world(const LaunchEnv& env, const ProcessGroupOptions& options = {});
+
+  ProcessGroup() = default;  // an empty handle: valid() is false
+  bool valid() const { return static_cast<bool>(state_); }
+
+  int rank() const;        // rank inside this group
+  int size() const;
+  int world_rank() const;  // rank in the world group this group was made from
+  const std::vector<int>& world_ranks() const;  // members as world ranks, in group-rank order
+  const std::string& backend() const;           // "gloo" or "nccl"
+
+  // A group of the given world ranks (ascending or not: group rank i is world_ranks[i]). Only members call
+  // it, all with the same list, in the same order as their other new_group calls of that list.
+  ProcessGroup new_group(const std::vector<int>& world_ranks) const;
+  // Every world rank calls this with the same partition (e.g. DeviceMesh::tp_groups()) and gets the group
+  // that contains it. Throws when the lists are not a partition of the world.
+  ProcessGroup split(const std::vector<std::vector<int>>& partition) const;
+
+  // Blocking c10d operations (no accounting; prefer Communicator).
+  void allreduce(at::Tensor& tensor, ReduceOp op) const;
+  void allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input) const;
+  void broadcast(at::Tensor& tensor, int root) const;
+  void barrier() const;
+  void send(const at::Tensor& tensor, int dst, int tag) const;
+  void recv(at::Tensor& tensor, int src, int tag) const;
+
+  struct State;
+
+ private:
+  explicit ProcessGroup(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  const State& state() const;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,256 @@
+#include "hybridflow/dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/cuda.h>
+#endif
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // Gloo has no AVG: sum, then divide (see allreduce)
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  HF_FAIL("unknown ReduceOp ", static_cast<int>(op));
+}
+
+// The c10d group classes derive from ProcessGroup in libtorch 1.13 and from Backend in 2.x; a template over
+// the concrete class keeps this file compiling against both.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) = 0;
+  virtual void allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) = 0;
+  virtual void broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) = 0;
+  virtual void barrier() = 0;
+  virtual void send(std::vector<at::Tensor>& t, int dst, int tag) = 0;
+  virtual void recv(std::vector<at::Tensor>& t, int src, int tag) = 0;
+};
+
+template <typename PG>
+class BackendOf final : public Backend {
+ public:
+  explicit BackendOf(c10::intrusive_ptr<PG> pg) : pg_(std::move(pg)) {}
+  void allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) override { pg_->allreduce(t, o)->wait(); }
+  void allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) override {
+    pg_->allgather(out, in)->wait();
+  }
+  void broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) override { pg_->broadcast(t, o)->wait(); }
+  void barrier() override { pg_->barrier()->wait(); }
+  void send(std::vector<at::Tensor>& t, int dst, int tag) override { pg_->send(t, dst, tag)->wait(); }
+  void recv(std::vector<at::Tensor>& t, int src, int tag) override { pg_->recv(t, src, tag)->wait(); }
+
+ private:
+  c10::intrusive_ptr<PG> pg_;
+};
+
+// How many groups of each member list this process has made, so that repeated groups of the same ranks get
+// distinct store prefixes; shared by a world and all its sub-groups.
+struct GroupCounters {
+  std::mutex mutex;
+  std::map<std::vector<int>, int> made;
+};
+
+std::string join(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
+  return out.str();
+}
+
+}  // namespace
+
+struct ProcessGroup::State {
+  c10::intrusive_ptr<c10d::Store> world_store;
+  std::unique_ptr<Backend> backend;
+  std::string backend_name;
+  int rank = 0;
+  int world_rank = 0;
+  std::vector<int> world_ranks;
+  ProcessGroupOptions options;
+  std::shared_ptr<GroupCounters> counters;
+};
+
+namespace {
+
+std::string resolve_backend(const ProcessGroupOptions& options) {
+  const std::string& b = options.backend;
+  HF_CHECK(b == "auto" || b == "gloo" || b == "nccl", "process group: backend '", b,
+           "' is not one of auto, gloo, nccl");
+#ifdef USE_C10D_NCCL
+  if (b == "auto") return torch::cuda::is_available() ? "nccl" : "gloo";
+  return b;
+#else
+  HF_CHECK(b != "nccl", "process group: backend 'nccl' requested but this libtorch has no NCCL (USE_C10D_NCCL)");
+  return "gloo";
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const c10::intrusive_ptr<c10d::Store>& store,
+                                      int rank, int size, const ProcessGroupOptions& options) {
+#ifdef USE_C10D_NCCL
+  if (name == "nccl") {
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.timeout;
+    return std::make_unique<BackendOf<c10d::ProcessGroupNCCL>>(
+        c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options));
+  }
+#endif
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  gloo_options->devices.push_back(options.gloo_interface.empty()
+                                      ? c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname)
+                                      : c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_interface));
+  return std::make_unique<BackendOf<c10d::ProcessGroupGloo>>(
+      c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options));
+}
+
+}  // namespace
+
+ProcessGroup ProcessGroup::create_world(const LaunchEnv& env, const ProcessGroupOptions& options) {
+  HF_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "process group: rank ", env.rank,
+           " outside world of size ", env.world_size);
+  HF_CHECK(env.master_port > 0 && env.master_port < 65536, "process group: master port ", env.master_port,
+           " is not a TCP port");
+  auto state = std::make_shared<State>();
+  state->options = options;
+  state->backend_name = resolve_backend(options);
+  state->rank = env.rank;
+  state->world_rank = env.rank;
+  for (int r = 0; r < env.world_size; ++r) state->world_ranks.push_back(r);
+  state->counters = std::make_shared<GroupCounters>();
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+  store_options.waitWorkers = false;  // the group's own rendezvous waits for everyone
+  store_options.timeout = options.timeout;
+  try {
+    state->world_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    state->backend = make_backend(state->backend_name, c10::make_intrusive<c10d::PrefixStore>("hf_world", state->world_store),
+                                  env.rank, env.world_size, options);
+  } catch (const std::exception& e) {
+    HF_FAIL("process group: rendezvous of rank ", env.rank, "/", env.world_size, " at ", env.master_addr, ":",
+            env.master_port, " (", state->backend_name, ") failed: ", e.what());
+  }
+  return ProcessGroup(state);
+}
+
+const ProcessGroup::State& ProcessGroup::state() const {
+  HF_CHECK(state_ != nullptr, "process group: used an empty ProcessGroup handle");
+  return *state_;
+}
+
+int ProcessGroup::rank() const { return state().rank; }
+int ProcessGroup::size() const { return static_cast<int>(state().world_ranks.size()); }
+int ProcessGroup::world_rank() const { return state().world_rank; }
+const std::vector<int>& ProcessGroup::world_ranks() const { return state().world_ranks; }
+const std::string& ProcessGroup::backend() const { return state().backend_name; }
+
+ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) const {
+  const State& parent = state();
+  HF_CHECK(!ranks.empty(), "process group: new_group with no ranks");
+  std::set<int> unique(ranks.begin(), ranks.end());
+  HF_CHECK(unique.size() == ranks.size(), "process group: new_group ranks [", join(ranks), "] repeat a rank");
+  // Ranks are world ranks, also when called on a sub-group.
+  auto pos = std::find(ranks.begin(), ranks.end(), parent.world_rank);
+  HF_CHECK(pos != ranks.end(), "process group: world rank ", parent.world_rank, " called new_group([", join(ranks),
+           "]) but is not a member; only members create a group");
+  int index = 0;
+  {
+    std::lock_guard<std::mutex> lock(parent.counters->mutex);
+    index = parent.counters->made[ranks]++;
+  }
+  auto state = std::make_shared<State>();
+  state->world_store = parent.world_store;
+  state->options = parent.options;
+  state->backend_name = parent.backend_name;
+  state->rank = static_cast<int>(pos - ranks.begin());
+  state->world_rank = parent.world_rank;
+  state->world_ranks = ranks;
+  state->counters = parent.counters;
+  std::string prefix = "hf_group/" + join(ranks) + "/" + std::to_string(index);
+  try {
+    state->backend = make_backend(state->backend_name, c10::make_intrusive<c10d::PrefixStore>(prefix, parent.world_store),
+                                  state->rank, static_cast<int>(ranks.size()), parent.options);
+  } catch (const std::exception& e) {
+    HF_FAIL("process group: creating group [", join(ranks), "] on world rank ", parent.world_rank, " failed: ", e.what());
+  }
+  return ProcessGroup(state);
+}
+
+ProcessGroup ProcessGroup::split(const std::vector<std::vector<int>>& partition) const {
+  const State& parent = state();
+  std::set<int> seen;
+  const std::vector<int>* mine = nullptr;
+  for (const auto& group : partition) {
+    for (int r : group) {
+      HF_CHECK(seen.insert(r).second, "process group: split lists rank ", r, " twice");
+      if (r == parent.world_rank) mine = &group;
+    }
+  }
+  HF_CHECK(mine != nullptr, "process group: split does not contain world rank ", parent.world_rank);
+  return new_group(*mine);
+}
+
+void ProcessGroup::allreduce(at::Tensor& tensor, ReduceOp op) const {
+  HF_CHECK(op != ReduceOp::kAvg || tensor.is_floating_point(), "all_reduce AVG needs a floating tensor, got ",
+           tensor.scalar_type());
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  state().backend->allreduce(tensors, options);
+  if (op == ReduceOp::kAvg) tensor.div_(size());
+}
+
+void ProcessGroup::allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input) const {
+  std::vector<at::Tensor> inputs{input.contiguous()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(inputs[0]));
+  state().backend->allgather(out, inputs);
+  outputs = std::move(out[0]);
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
+  HF_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside group of size ", size());
+  HF_CHECK(tensor.is_contiguous(), "broadcast: tensor must be contiguous");
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  state().backend->broadcast(tensors, options);
+}
+
+void ProcessGroup::barrier() const { state().backend->barrier(); }
+
+void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) const {
+  HF_CHECK(dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst, " invalid in group of size ",
+           size(), " from rank ", rank());
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  state().backend->send(tensors, dst, tag);
+}
+
+void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
+  HF_CHECK(src >= 0 && src < size() && src != rank(), "recv: source ", src, " invalid in group of size ", size(),
+           " at rank ", rank());
+  std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  state().backend->recv(tensors, src, tag);
+  if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
+}
+
+}  // namespace hybridflow
