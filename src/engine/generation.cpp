@@ -116,13 +116,15 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   torch::Tensor step_input = prompt_ids;
   int64_t longest = 0;
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
-    torch::Tensor logits;
+    torch::Tensor hidden;
     if (cfg.use_kv_cache) {
       auto positions = position_ids_from_mask(seq_mask).slice(1, seq_mask.size(1) - step_input.size(1));
-      logits = model->forward(step_input, seq_mask, positions, &cache).logits.select(1, -1);
+      hidden = model->hidden_states(step_input, seq_mask, positions, &cache);
     } else {
-      logits = model->forward(seq_ids, seq_mask).logits.select(1, -1);
+      hidden = model->hidden_states(seq_ids, seq_mask);
     }
+    // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
+    auto logits = model->apply_head(hidden.select(1, -1)).logits;
     auto [tokens, token_log_probs] = sample_next_tokens(logits, cfg, generator);
     responses.index_put_({active, step}, tokens);
     response_mask.index_put_({active, step}, 1);

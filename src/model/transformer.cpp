@@ -189,6 +189,11 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head)
 
 ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                     const torch::Tensor& position_ids, KVCache* cache) {
+  return apply_head(hidden_states(input_ids, attention_mask, position_ids, cache));
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                          const torch::Tensor& position_ids, KVCache* cache) {
   HF_CHECK(input_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", input_ids.sizes());
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   const int64_t past = cache != nullptr ? cache->length() : 0;
@@ -227,15 +232,17 @@ ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv);
     h = h + layer.mlp(layer.post_attention_layernorm(h));
   }
-  h = m.norm(h);
+  return m.norm(h);
+}
 
+ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
   ForwardOutput out;
   if (head_ == HeadKind::kValue) {
-    out.values = layers_->score(h).squeeze(-1).to(torch::kFloat32);
+    out.values = layers_->score(hidden).squeeze(-1).to(torch::kFloat32);
   } else if (layers_->lm_head) {
-    out.logits = layers_->lm_head(h).to(torch::kFloat32);
+    out.logits = layers_->lm_head(hidden).to(torch::kFloat32);
   } else {
-    out.logits = torch::linear(h, m.embed_tokens->weight).to(torch::kFloat32);
+    out.logits = torch::linear(hidden, layers_->model->embed_tokens->weight).to(torch::kFloat32);
   }
   return out;
 }

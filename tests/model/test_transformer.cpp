@@ -59,6 +59,18 @@ TEST_F(TransformerTest, OutputShapesForBothHeads) {
   EXPECT_EQ(critic->named_parameters()["score.weight"].sizes(), (std::vector<int64_t>{1, config.hidden_size}));
 }
 
+TEST_F(TransformerTest, HeadOnSelectedHiddenStatesEqualsForward) {
+  auto config = small_config(true);
+  CausalLM model(config);
+  auto ids = torch::randint(0, config.vocab_size, {2, 6}, torch::kInt64);
+  auto mask = torch::ones({2, 6}, torch::kInt64);
+  auto full = model->forward(ids, mask).logits;
+  auto hidden = model->hidden_states(ids, mask);
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{2, 6, config.hidden_size}));
+  auto last = model->apply_head(hidden.select(1, -1)).logits;
+  EXPECT_LT(max_diff(last, full.select(1, -1)), 1e-6);
+}
+
 TEST_F(TransformerTest, HuggingFaceParameterNames) {
   auto llama = param_names(CausalLM(small_config(false)));
   auto qwen = param_names(CausalLM(small_config(true)));

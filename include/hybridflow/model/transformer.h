@@ -40,6 +40,13 @@ class CausalLMImpl : public torch::nn::Module {
   ForwardOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 
+  // forward() in two halves, so callers that need only some positions (generation's last token, an
+  // actor's response tokens) skip the [B, T, vocab] logits of the rest: hidden_states() returns the final
+  // normed hidden states [B, T, hidden]; apply_head() maps [..., hidden] to logits or values (float32).
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                              const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
+  ForwardOutput apply_head(const torch::Tensor& hidden);
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
 
