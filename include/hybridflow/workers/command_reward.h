@@ -1,0 +1,31 @@
+// Scores a batch by running an external program once per batch (see reward_function.h for the
+// line protocol). The program gets the batch on stdin and must print one score per line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hybridflow/workers/reward_function.h"
+
+namespace hybridflow {
+
+class CommandReward : public RewardFunction {
+ public:
+  // argv[0] is looked up on PATH; no shell is involved, so arguments are never re-parsed.
+  CommandReward(std::vector<std::string> argv, double timeout_s);
+  // A user-written command line, run as /bin/sh -c <command_line>.
+  static CommandReward shell(const std::string& command_line, double timeout_s);
+
+  std::vector<double> score(const std::vector<RewardRequest>& batch) override;
+  std::string describe() const override;
+
+ private:
+  std::vector<std::string> argv_;
+  double timeout_s_;
+};
+
+// Parses one stdout line of a reward program: a JSON number or an object with a numeric "score".
+// `where` names the source in the error ("command 'x' stdout line 3").
+double parse_score_line(const std::string& line, const std::string& where);
+
+}  // namespace hybridflow

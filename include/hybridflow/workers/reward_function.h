@@ -1,0 +1,57 @@
+// Rule-based rewards that users plug in without recompiling: an external command, a local HTTP
+// endpoint, or a built-in task's scorer. All score a whole batch per call, so a slow scorer pays its
+// start-up cost once per batch, not once per response.
+//
+// Config section `reward` (schema in kRewardConfigDefaults; load it with Config::load and pass
+// config.subtree("reward") to make_reward_function):
+//   type:          task | command | http
+//   command:       argv list, e.g. [python3, score.py]; run without a shell (no injection). type=command
+//   shell:         a command string run with /bin/sh -c, instead of `command` (user-trusted text)
+//   url:           http://HOST:PORT/PATH of the scoring server. type=http
+//   allowed_hosts: hosts besides loopback (127.0.0.1, localhost, ::1) that `url` may name
+//   timeout_s:     seconds one batch may take before the command is killed / the request fails
+//   task:          name of the built-in task whose score() to use. type=task
+// Wire formats (see docs/rewards.md):
+//   command: stdin gets one JSON object per line {"prompt","response","answer", ...extra};
+//            stdout must give one line per request: a JSON number or {"score": x}.
+//   http:    POST {"batch": [ {...same objects...} ]} with Content-Type application/json;
+//            the reply must be 200 with {"scores": [x, ...]} (one per request).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace hybridflow {
+
+class Config;
+
+struct RewardRequest {
+  std::string prompt;
+  std::string response;
+  std::string answer;  // ground truth, "" when the data has none
+  // Extra per-sample fields (e.g. a data source tag); merged into the JSON object sent to the scorer.
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+// {"prompt","response","answer"} plus the keys of `extra` (which must be an object or null).
+nlohmann::json reward_request_to_json(const RewardRequest& request);
+
+class RewardFunction {
+ public:
+  virtual ~RewardFunction() = default;
+  // One score per request, same order. Throws hybridflow::Error when the scorer misbehaves.
+  virtual std::vector<double> score(const std::vector<RewardRequest>& batch) = 0;
+  // Short description for logs and errors ("command 'python3 score.py'").
+  virtual std::string describe() const = 0;
+};
+
+// Schema with defaults of the `reward` section, as YAML for Config::load.
+extern const char* const kRewardConfigDefaults;
+
+// `reward` is the reward section (e.g. config.subtree("reward")). Unknown type or missing
+// command/url -> Error naming the key.
+std::unique_ptr<RewardFunction> make_reward_function(const Config& reward);
+
+}  // namespace hybridflow

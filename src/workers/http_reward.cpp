@@ -1,0 +1,254 @@
+#include "hybridflow/workers/http_reward.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ms_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left, 1 << 30)));
+}
+
+std::string host_port(const HttpUrl& url) {
+  bool v6 = url.host.find(':') != std::string::npos;
+  return (v6 ? "[" + url.host + "]" : url.host) + ":" + std::to_string(url.port);
+}
+
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Non-blocking connect bounded by the deadline; tries every address the name resolves to.
+int connect_with_deadline(const HttpUrl& url, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(url.host.c_str(), std::to_string(url.port).c_str(), &hints, &found);
+  HF_CHECK(rc == 0, "http reward: cannot resolve ", host_port(url), ": ", gai_strerror(rc));
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (s < 0) continue;
+    int c = ::connect(s, a->ai_addr, a->ai_addrlen);
+    if (c != 0 && errno == EINPROGRESS) {
+      pollfd p{s, POLLOUT, 0};
+      int ready = ::poll(&p, 1, ms_left(deadline));
+      if (ready == 0) {
+        errno = ETIMEDOUT;
+      } else {
+        int so_error = 0;
+        socklen_t len = sizeof so_error;
+        ::getsockopt(s, SOL_SOCKET, SO_ERROR, &so_error, &len);
+        c = so_error == 0 ? 0 : -1;
+        errno = so_error;
+      }
+    }
+    if (c == 0) {
+      fd = s;
+    } else {
+      last_error = std::strerror(errno);
+      ::close(s);
+    }
+  }
+  ::freeaddrinfo(found);
+  HF_CHECK(fd >= 0, "http reward: cannot connect to ", host_port(url), ": ", last_error,
+           " (is the scoring server running?)");
+  return fd;
+}
+
+void send_all(int fd, const std::string& data, const HttpUrl& url, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    int ready = ::poll(&p, 1, ms_left(deadline));
+    HF_CHECK(ready != 0, "http reward: timed out sending the request to ", host_port(url));
+    if (ready < 0 && errno == EINTR) continue;
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    HF_CHECK(n > 0, "http reward: sending to ", host_port(url), " failed: ", std::strerror(errno));
+    sent += static_cast<size_t>(n);
+  }
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string decode_chunked(const std::string& body, const HttpUrl& url) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t eol = body.find("\r\n", pos);
+    HF_CHECK(eol != std::string::npos, "http reward: malformed chunked reply from ", host_port(url));
+    size_t size = 0;
+    try {
+      size = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    } catch (const std::exception&) {
+      HF_FAIL("http reward: malformed chunk size from ", host_port(url));
+    }
+    pos = eol + 2;
+    if (size == 0) return out;
+    HF_CHECK(pos + size <= body.size(), "http reward: chunked reply from ", host_port(url), " was cut off");
+    out.append(body, pos, size);
+    pos += size + 2;
+  }
+}
+
+}  // namespace
+
+HttpUrl parse_http_url(const std::string& url) {
+  const std::string scheme = "http://";
+  HF_CHECK(url.rfind(scheme, 0) == 0, "reward.url: expected http://HOST:PORT/PATH, got '", url,
+           "' (only plain http is supported)");
+  std::string rest = url.substr(scheme.size());
+  size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  HttpUrl out;
+  out.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  std::string port_text;
+  if (!authority.empty() && authority[0] == '[') {
+    size_t close = authority.find(']');
+    HF_CHECK(close != std::string::npos, "reward.url: unterminated [IPv6] host in '", url, "'");
+    out.host = authority.substr(1, close - 1);
+    if (close + 1 < authority.size()) {
+      HF_CHECK(authority[close + 1] == ':', "reward.url: expected ':' after ] in '", url, "'");
+      port_text = authority.substr(close + 2);
+    }
+  } else {
+    size_t colon = authority.find(':');
+    out.host = authority.substr(0, colon);
+    if (colon != std::string::npos) port_text = authority.substr(colon + 1);
+  }
+  HF_CHECK(!out.host.empty(), "reward.url: no host in '", url, "'");
+  if (!port_text.empty()) {
+    bool digits = port_text.find_first_not_of("0123456789") == std::string::npos && port_text.size() <= 5;
+    int port = digits ? std::stoi(port_text) : -1;
+    HF_CHECK(port >= 1 && port <= 65535, "reward.url: bad port '", port_text, "' in '", url, "'");
+    out.port = port;
+  }
+  return out;
+}
+
+HttpResponse http_post(const HttpUrl& url, const std::string& content_type, const std::string& body,
+                       double timeout_s) {
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  Socket socket(connect_with_deadline(url, deadline));
+  std::string request = "POST " + url.path + " HTTP/1.1\r\nHost: " + host_port(url) +
+                        "\r\nContent-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
+                        "\r\nConnection: close\r\n\r\n" + body;
+  send_all(socket.fd(), request, url, deadline);
+
+  // Read to EOF (Connection: close), or until Content-Length bytes of body arrived.
+  std::string raw;
+  size_t header_end = std::string::npos;
+  long long content_length = -1;
+  char buffer[65536];
+  while (true) {
+    if (header_end != std::string::npos && content_length >= 0 &&
+        raw.size() >= header_end + 4 + static_cast<size_t>(content_length))
+      break;
+    pollfd p{socket.fd(), POLLIN, 0};
+    int ready = ::poll(&p, 1, ms_left(deadline));
+    HF_CHECK(ready != 0, "http reward: no complete reply from ", host_port(url), " within ", timeout_s, " s");
+    if (ready < 0 && errno == EINTR) continue;
+    ssize_t n = ::recv(socket.fd(), buffer, sizeof buffer, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    HF_CHECK(n >= 0, "http reward: reading the reply from ", host_port(url), " failed: ", std::strerror(errno));
+    if (n == 0) break;
+    raw.append(buffer, static_cast<size_t>(n));
+    if (header_end == std::string::npos) {
+      header_end = raw.find("\r\n\r\n");
+      if (header_end != std::string::npos) {
+        std::string headers = lower(raw.substr(0, header_end));
+        size_t at = headers.find("\r\ncontent-length:");
+        if (at != std::string::npos) content_length = std::atoll(headers.c_str() + at + 17);
+      }
+    }
+  }
+  HF_CHECK(header_end != std::string::npos, "http reward: ", host_port(url), " closed the connection without a ",
+           "complete HTTP reply (got ", raw.size(), " bytes)");
+  HttpResponse response;
+  std::string headers = raw.substr(0, header_end);
+  HF_CHECK(headers.rfind("HTTP/1.", 0) == 0 && headers.size() >= 12, "http reward: ", host_port(url),
+           " did not answer with HTTP (status line '", headers.substr(0, headers.find("\r\n")), "')");
+  response.status = std::atoi(headers.c_str() + 9);
+  response.body = raw.substr(header_end + 4);
+  std::string lowered = lower(headers);
+  if (content_length >= 0) {
+    HF_CHECK(response.body.size() >= static_cast<size_t>(content_length), "http reward: reply from ", host_port(url),
+             " was cut off (", response.body.size(), " of ", content_length, " body bytes)");
+    response.body.resize(static_cast<size_t>(content_length));
+  } else if (lowered.find("transfer-encoding: chunked") != std::string::npos) {
+    response.body = decode_chunked(response.body, url);
+  }
+  return response;
+}
+
+HttpReward::HttpReward(const std::string& url, double timeout_s, const std::vector<std::string>& allowed_hosts)
+    : url_text_(url), url_(parse_http_url(url)), timeout_s_(timeout_s) {
+  HF_CHECK(timeout_s_ > 0, "reward.timeout_s: expected > 0, got ", timeout_s_);
+  const std::vector<std::string> loopback = {"127.0.0.1", "localhost", "::1"};
+  bool allowed = std::find(loopback.begin(), loopback.end(), url_.host) != loopback.end() ||
+                 std::find(allowed_hosts.begin(), allowed_hosts.end(), url_.host) != allowed_hosts.end();
+  HF_CHECK(allowed, "reward.url: host '", url_.host, "' is not loopback; add it to reward.allowed_hosts to send ",
+           "prompts and responses there");
+}
+
+std::string HttpReward::describe() const { return "http '" + url_text_ + "'"; }
+
+std::vector<double> HttpReward::score(const std::vector<RewardRequest>& batch) {
+  if (batch.empty()) return {};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& request : batch) rows.push_back(reward_request_to_json(request));
+  nlohmann::json payload = {{"batch", std::move(rows)}};
+  HttpResponse reply = http_post(url_, "application/json", payload.dump(), timeout_s_);
+  auto snippet = [&] { return reply.body.size() <= 300 ? reply.body : reply.body.substr(0, 300) + "..."; };
+  HF_CHECK(reply.status == 200, describe(), " answered HTTP ", reply.status, ": ", snippet());
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(reply.body);
+  } catch (const nlohmann::json::parse_error& e) {
+    HF_FAIL(describe(), ": reply is not JSON (", e.what(), "): ", snippet());
+  }
+  HF_CHECK(parsed.is_object() && parsed.contains("scores") && parsed["scores"].is_array(), describe(),
+           ": expected {\"scores\": [...]}, got ", snippet());
+  const auto& scores = parsed["scores"];
+  HF_CHECK(scores.size() == batch.size(), describe(), ": got ", scores.size(), " scores for a batch of ",
+           batch.size());
+  std::vector<double> out;
+  out.reserve(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    HF_CHECK(scores[i].is_number(), describe(), ": scores[", i, "] is not a number: ", scores[i].dump());
+    out.push_back(scores[i].get<double>());
+  }
+  return out;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,59 @@
+#include "hybridflow/workers/reward_function.h"
+
+#include "hybridflow/core/config.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/workers/command_reward.h"
+#include "hybridflow/workers/http_reward.h"
+
+namespace hybridflow {
+
+const char* const kRewardConfigDefaults = R"(reward:
+  type: task
+  command: null
+  shell: null
+  url: null
+  allowed_hosts: []
+  timeout_s: 60.0
+  task: null
+)";
+
+nlohmann::json reward_request_to_json(const RewardRequest& request) {
+  nlohmann::json row = nlohmann::json::object();
+  if (!request.extra.is_null()) {
+    HF_CHECK(request.extra.is_object(), "reward request extra fields: expected a JSON object, got ",
+             request.extra.type_name());
+    row = request.extra;
+  }
+  // The three named fields win over same-named extras: scorers rely on them.
+  row["prompt"] = request.prompt;
+  row["response"] = request.response;
+  row["answer"] = request.answer;
+  return row;
+}
+
+std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
+  const std::string prefix = reward.prefix().empty() ? "" : reward.prefix() + ".";
+  const std::string type = reward.get_or<std::string>("type", "task");
+  const double timeout_s = reward.get_or<double>("timeout_s", 60.0);
+  if (type == "command") {
+    bool has_argv = reward.has("command") && !reward.is_null("command");
+    bool has_shell = reward.has("shell") && !reward.is_null("shell");
+    HF_CHECK(has_argv != has_shell, prefix, "type is 'command': set exactly one of ", prefix, "command (argv list) or ",
+             prefix, "shell (command line)");
+    if (has_shell) return std::make_unique<CommandReward>(CommandReward::shell(reward.get<std::string>("shell"), timeout_s));
+    return std::make_unique<CommandReward>(reward.get<std::vector<std::string>>("command"), timeout_s);
+  }
+  if (type == "http") {
+    HF_CHECK(reward.has("url") && !reward.is_null("url"), prefix, "type is 'http': set ", prefix,
+             "url (http://127.0.0.1:PORT/PATH)");
+    return std::make_unique<HttpReward>(reward.get<std::string>("url"), timeout_s,
+                                        reward.get_or<std::vector<std::string>>("allowed_hosts", {}));
+  }
+  if (type == "task") {
+    HF_FAIL(prefix, "type 'task': built-in task rewards are not wired into make_reward_function yet; use the task's "
+            "score() directly, or type command|http");
+  }
+  HF_FAIL(prefix, "type: expected task, command or http, got '", type, "'");
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,357 @@
+#include "hybridflow/workers/reward_function.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "hybridflow/core/config.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/workers/command_reward.h"
+#include "hybridflow/workers/http_reward.h"
+#include "support/temp_dir.h"
+
+namespace hybridflow {
+namespace {
+
+using testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+std::vector<RewardRequest> make_batch(const std::vector<std::string>& responses) {
+  std::vector<RewardRequest> batch;
+  for (size_t i = 0; i < responses.size(); ++i)
+    batch.push_back({"prompt " + std::to_string(i), responses[i], "right", nlohmann::json::object()});
+  return batch;
+}
+
+std::string write_script(const TempDir& dir, const std::string& name, const std::string& body) {
+  std::string path = dir.file(name);
+  write_file_atomic(path, "#!/bin/sh\n" + body);
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+// Runs `fn`, expects hybridflow::Error, returns its message.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected hybridflow::Error";
+  return "";
+}
+
+TEST(ParseScoreLine, AcceptsNumbersAndScoreObjects) {
+  EXPECT_DOUBLE_EQ(parse_score_line("0.5", "x"), 0.5);
+  EXPECT_DOUBLE_EQ(parse_score_line(" -2 ", "x"), -2.0);
+  EXPECT_DOUBLE_EQ(parse_score_line("{\"score\": 3.25, \"why\": \"ok\"}", "x"), 3.25);
+  std::string msg = error_of([] { parse_score_line("\"1\"", "cmd line 4"); });
+  EXPECT_NE(msg.find("cmd line 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'\"1\"'"), std::string::npos) << msg;
+  EXPECT_NE(error_of([] { parse_score_line("{\"s\": 1}", "x"); }).find("{\"score\": x}"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_score_line("oops", "x"); }).find("'oops'"), std::string::npos);
+}
+
+TEST(RewardRequest, JsonHasNamedFieldsAndExtras) {
+  RewardRequest r{"p", "r", "a", {{"source", "gsm8k"}, {"prompt", "shadowed"}}};
+  nlohmann::json j = reward_request_to_json(r);
+  EXPECT_EQ(j["prompt"], "p");
+  EXPECT_EQ(j["response"], "r");
+  EXPECT_EQ(j["answer"], "a");
+  EXPECT_EQ(j["source"], "gsm8k");
+  r.extra = nlohmann::json::array();
+  EXPECT_NE(error_of([&] { reward_request_to_json(r); }).find("JSON object"), std::string::npos);
+}
+
+TEST(CommandReward, ScoresEachLineWithAwk) {
+  // The scorer sees one JSON object per line: "right" responses get 1.5, others 0.25 * line number.
+  CommandReward reward = CommandReward::shell(
+      R"(awk '/"response":"right"/ { print "{\"score\": 1.5}"; next } { print NR * 0.25 }')", 10.0);
+  std::vector<double> scores = reward.score(make_batch({"right", "wrong", "also wrong", "right"}));
+  EXPECT_EQ(scores, (std::vector<double>{1.5, 0.5, 0.75, 1.5}));
+  EXPECT_TRUE(reward.score({}).empty());
+}
+
+TEST(CommandReward, SendsPromptResponseAnswerAndExtras) {
+  TempDir dir;
+  std::string seen = dir.file("seen.jsonl");
+  CommandReward reward({"/bin/sh", "-c", "tee \"$0\" | awk '{ print 0 }'", seen}, 10.0);
+  auto batch = make_batch({"a\nmultiline \"quoted\" answer", "b"});
+  batch[1].extra = {{"data_source", "math"}};
+  EXPECT_EQ(reward.score(batch), (std::vector<double>{0, 0}));
+  std::vector<nlohmann::json> rows = read_jsonl(seen);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], (nlohmann::json{{"prompt", "prompt 0"}, {"response", "a\nmultiline \"quoted\" answer"},
+                                     {"answer", "right"}}));
+  EXPECT_EQ(rows[1]["data_source"], "math");
+}
+
+TEST(CommandReward, ArgvIsNotReparsedByAShell) {
+  TempDir dir;
+  std::string script = write_script(dir, "count_args.sh", "while read -r line; do echo \"$#\"; done\n");
+  std::string marker = dir.file("PWNED");
+  CommandReward reward({script, "one arg; touch " + marker}, 10.0);
+  EXPECT_EQ(reward.score(make_batch({"x", "y"})), (std::vector<double>{1, 1}));
+  EXPECT_FALSE(file_exists(marker));
+  EXPECT_NE(reward.describe().find("count_args.sh"), std::string::npos);
+}
+
+TEST(CommandReward, NonZeroExitNamesCommandStatusAndStderr) {
+  CommandReward reward = CommandReward::shell("cat > /dev/null; echo 'bad config' >&2; exit 3", 10.0);
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("exited with status 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad config"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("command 'cat > /dev/null"), std::string::npos) << msg;
+}
+
+TEST(CommandReward, TimeoutKillsTheChildQuickly) {
+  CommandReward reward = CommandReward::shell("sleep 20; echo 1", 0.3);
+  auto start = Clock::now();
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_NE(msg.find("timed out after 0.3 s"), std::string::npos) << msg;
+  EXPECT_LT(elapsed, 5.0);  // the `sleep` grandchild was killed with its process group, not waited for
+}
+
+TEST(CommandReward, WrongLineCountIsAnError) {
+  CommandReward reward = CommandReward::shell("cat > /dev/null; echo 1", 10.0);
+  std::string msg = error_of([&] { reward.score(make_batch({"x", "y", "z"})); });
+  EXPECT_NE(msg.find("printed 1 lines"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(3)"), std::string::npos) << msg;
+}
+
+TEST(CommandReward, GarbageOutputNamesTheLine) {
+  CommandReward reward = CommandReward::shell("cat > /dev/null; echo 1; echo 'score: high'", 10.0);
+  std::string msg = error_of([&] { reward.score(make_batch({"x", "y"})); });
+  EXPECT_NE(msg.find("stdout line 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("score: high"), std::string::npos) << msg;
+}
+
+TEST(CommandReward, ProgramThatIgnoresStdinStillWorks) {
+  // Many lines and a scorer that never reads them: the broken pipe must not kill the test process.
+  CommandReward reward = CommandReward::shell("i=0; while [ $i -lt 3000 ]; do echo 2; i=$((i+1)); done", 10.0);
+  std::vector<RewardRequest> batch(3000, RewardRequest{"p", std::string(200, 'r'), "a", {}});
+  std::vector<double> scores = reward.score(batch);
+  ASSERT_EQ(scores.size(), 3000u);
+  EXPECT_EQ(scores.back(), 2.0);
+}
+
+TEST(CommandReward, MissingProgramIsReported) {
+  CommandReward reward({"/nonexistent/score-prog", "--x"}, 5.0);
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("cannot run '/nonexistent/score-prog'"), std::string::npos) << msg;
+}
+
+TEST(CommandReward, PythonScorerWhenAvailable) {
+  if (!file_exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  TempDir dir;
+  std::string script = dir.file("score.py");
+  write_file_atomic(script,
+                    "import json, sys\n"
+                    "for line in sys.stdin:\n"
+                    "    r = json.loads(line)\n"
+                    "    print(json.dumps({'score': float(r['response'].strip() == r['answer'])}))\n");
+  CommandReward reward({"/usr/bin/python3", script}, 30.0);
+  EXPECT_EQ(reward.score(make_batch({"right", " wrong", "right "})), (std::vector<double>{1, 0, 1}));
+}
+
+// A one-thread HTTP server on 127.0.0.1:<ephemeral> for the tests; `handler` gets the request head and
+// body and returns the raw reply bytes ("" = never answer).
+class TinyServer {
+ public:
+  using Handler = std::function<std::string(const std::string& head, const std::string& body)>;
+  explicit TinyServer(Handler handler) : handler_(std::move(handler)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    EXPECT_EQ(::listen(listen_fd_, 8), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TinyServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  int port() const { return port_; }
+  std::string url(const std::string& path = "/score") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+  std::string last_head() const { return last_head_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      std::string raw;
+      char buf[4096];
+      auto deadline = Clock::now() + std::chrono::seconds(5);
+      size_t head_end = std::string::npos;
+      size_t want = 0;
+      while (Clock::now() < deadline) {
+        if (head_end != std::string::npos && raw.size() >= head_end + 4 + want) break;
+        pollfd q{fd, POLLIN, 0};
+        if (::poll(&q, 1, 50) <= 0) continue;
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        raw.append(buf, static_cast<size_t>(n));
+        if (head_end == std::string::npos && (head_end = raw.find("\r\n\r\n")) != std::string::npos) {
+          size_t at = raw.find("Content-Length: ");
+          if (at != std::string::npos) want = std::stoul(raw.substr(at + 16));
+        }
+      }
+      std::string head = raw.substr(0, head_end);
+      last_head_ = head;
+      std::string reply = handler_(head, head_end == std::string::npos ? "" : raw.substr(head_end + 4));
+      if (reply.empty()) {
+        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else {
+        ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+      }
+      ::close(fd);
+    }
+  }
+
+  Handler handler_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::string last_head_;
+  std::thread thread_;
+};
+
+std::string http_reply(int status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Scores each response by its length, computed by the server from the JSON it received.
+std::string length_scores(const std::string& /*head*/, const std::string& body) {
+  nlohmann::json scores = nlohmann::json::array();
+  nlohmann::json request = nlohmann::json::parse(body);
+  for (const auto& row : request["batch"]) scores.push_back(row["response"].get<std::string>().size());
+  return http_reply(200, nlohmann::json{{"scores", scores}}.dump());
+}
+
+TEST(HttpReward, PostsTheBatchAndReadsScores) {
+  TinyServer server(length_scores);
+  HttpReward reward(server.url(), 5.0);
+  EXPECT_EQ(reward.score(make_batch({"a", "abcd", ""})), (std::vector<double>{1, 4, 0}));
+  std::string head = server.last_head();
+  EXPECT_EQ(head.rfind("POST /score HTTP/1.1\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos) << head;
+}
+
+TEST(HttpReward, ReadsChunkedReplies) {
+  TinyServer server([](const std::string&, const std::string&) {
+    return std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"sco\r\na\r\nres\": [7]}\r\n0\r\n\r\n");
+  });
+  HttpReward reward(server.url(), 5.0);
+  EXPECT_EQ(reward.score(make_batch({"x"})), (std::vector<double>{7}));
+}
+
+TEST(HttpReward, ConnectionRefusedNamesHostAndPort) {
+  int port = 0;
+  {
+    TinyServer closed([](const std::string&, const std::string&) { return std::string(); });
+    port = closed.port();
+  }
+  HttpReward reward("http://127.0.0.1:" + std::to_string(port) + "/score", 2.0);
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("cannot connect to 127.0.0.1:" + std::to_string(port)), std::string::npos) << msg;
+}
+
+TEST(HttpReward, Non200StatusIsReportedWithBody) {
+  TinyServer server([](const std::string&, const std::string&) { return http_reply(500, "scorer crashed"); });
+  std::string msg = error_of([&] { HttpReward(server.url(), 5.0).score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("HTTP 500"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("scorer crashed"), std::string::npos) << msg;
+}
+
+TEST(HttpReward, BadJsonAndWrongShapesAreReported) {
+  TinyServer not_json([](const std::string&, const std::string&) { return http_reply(200, "<html>"); });
+  EXPECT_NE(error_of([&] { HttpReward(not_json.url(), 5.0).score(make_batch({"x"})); }).find("not JSON"),
+            std::string::npos);
+  TinyServer no_scores([](const std::string&, const std::string&) { return http_reply(200, "{\"s\": [1]}"); });
+  EXPECT_NE(error_of([&] { HttpReward(no_scores.url(), 5.0).score(make_batch({"x"})); }).find("{\"scores\""),
+            std::string::npos);
+  TinyServer wrong_count([](const std::string&, const std::string&) { return http_reply(200, "{\"scores\": [1]}"); });
+  EXPECT_NE(error_of([&] { HttpReward(wrong_count.url(), 5.0).score(make_batch({"x", "y"})); })
+                .find("got 1 scores for a batch of 2"),
+            std::string::npos);
+  TinyServer text_score([](const std::string&, const std::string&) { return http_reply(200, "{\"scores\": [\"1\"]}"); });
+  EXPECT_NE(error_of([&] { HttpReward(text_score.url(), 5.0).score(make_batch({"x"})); }).find("scores[0]"),
+            std::string::npos);
+}
+
+TEST(HttpReward, SilentServerTimesOut) {
+  TinyServer silent([](const std::string&, const std::string&) { return std::string(); });
+  auto start = Clock::now();
+  std::string msg = error_of([&] { HttpReward(silent.url(), 0.3).score(make_batch({"x"})); });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_NE(msg.find("no complete reply from 127.0.0.1:" + std::to_string(silent.port())), std::string::npos) << msg;
+}
+
+TEST(HttpReward, UrlParsingAndHostPolicy) {
+  HttpUrl u = parse_http_url("http://localhost:8080/a/b?x=1");
+  EXPECT_EQ(u.host, "localhost");
+  EXPECT_EQ(u.port, 8080);
+  EXPECT_EQ(u.path, "/a/b?x=1");
+  HttpUrl v6 = parse_http_url("http://[::1]:9");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 9);
+  EXPECT_EQ(v6.path, "/");
+  EXPECT_NE(error_of([] { parse_http_url("https://127.0.0.1/"); }).find("only plain http"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_http_url("http://127.0.0.1:99999/"); }).find("bad port '99999'"), std::string::npos);
+  EXPECT_NE(error_of([] { HttpReward("http://scores.example.com:80/", 1.0); }).find("reward.allowed_hosts"),
+            std::string::npos);
+  EXPECT_NO_THROW(HttpReward("http://scores.example.com:80/", 1.0, {"scores.example.com"}));
+}
+
+Config reward_config(const std::string& user_yaml) {
+  return Config::load_from_string(kRewardConfigDefaults, user_yaml, "test.yaml", {}).subtree("reward");
+}
+
+TEST(MakeRewardFunction, BuildsCommandAndHttpRewardsFromConfig) {
+  auto shell = make_reward_function(reward_config("reward:\n  type: command\n  shell: awk '{ print 0.5 }'\n"));
+  EXPECT_EQ(shell->score(make_batch({"x", "y"})), (std::vector<double>{0.5, 0.5}));
+  auto argv = make_reward_function(reward_config("reward:\n  type: command\n  command: [/bin/sh, -c, 'awk \"{ print 2 }\"']\n"));
+  EXPECT_EQ(argv->score(make_batch({"x"})), (std::vector<double>{2}));
+
+  TinyServer server(length_scores);
+  auto http = make_reward_function(reward_config("reward:\n  type: http\n  url: " + server.url() + "\n  timeout_s: 5\n"));
+  EXPECT_EQ(http->score(make_batch({"abc"})), (std::vector<double>{3}));
+}
+
+TEST(MakeRewardFunction, ConfigErrorsNameTheKey) {
+  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: magic\n")); }).find("reward.type"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: command\n")); }).find("reward.command"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: http\n")); }).find("reward.url"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hybridflow
