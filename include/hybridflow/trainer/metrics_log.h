@@ -1,0 +1,71 @@
+// Per-step metrics of an RL run: wall time per stage (generate, reward, old_log_prob, ref, values,
+// advantage, update_critic, update_actor, ...) and named scalars, written as one JSON line per step to
+// <run_dir>/metrics.jsonl and summarised on one console line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace hybridflow {
+
+// Accumulates seconds per named stage; a stage timed twice in one step adds up.
+class StageTimer {
+ public:
+  class Scope {
+   public:
+    Scope(StageTimer& timer, std::string stage);
+    ~Scope();  // adds the elapsed time, also when the stage throws
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    StageTimer& timer_;
+    std::string stage_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+  // Usage: { auto t = timer.scope("generate"); ... }
+  Scope scope(const std::string& stage) { return Scope(*this, stage); }
+  void add(const std::string& stage, double seconds);
+  // Stages in the order they were first timed.
+  const std::vector<std::pair<std::string, double>>& stages() const { return stages_; }
+  double seconds(const std::string& stage) const;  // 0 for a stage never timed
+  double total_seconds() const;
+  void reset();
+
+ private:
+  std::vector<std::pair<std::string, double>> stages_;
+};
+
+class MetricsLog {
+ public:
+  // run_dir is created if needed; "" keeps metrics in memory only (no file).
+  explicit MetricsLog(const std::string& run_dir);
+
+  void set(const std::string& name, double value);
+  // Adds "timing/<stage>_s" per stage and "timing/step_s" (their sum).
+  void add_timings(const StageTimer& timer);
+  // Current step's values so far (name -> value).
+  const std::map<std::string, double>& current() const { return current_; }
+
+  // Writes {"step": step, <name>: value, ...} as one line (append_jsonl), clears the step, returns the record.
+  nlohmann::json end_step(int64_t step);
+
+  // One console line: "step 3/100 | reward/mean 0.512 | timing/step_s 1.23". Only `keys` present in
+  // `record` are shown, in the given order; empty `keys` shows every metric. total_steps <= 0 omits "/N".
+  static std::string format_progress(const nlohmann::json& record, int64_t total_steps,
+                                     const std::vector<std::string>& keys = {});
+
+  // "" when in-memory only.
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::map<std::string, double> current_;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,97 @@
+#include "hybridflow/trainer/metrics_log.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+
+namespace hybridflow {
+
+StageTimer::Scope::Scope(StageTimer& timer, std::string stage)
+    : timer_(timer), stage_(std::move(stage)), start_(std::chrono::steady_clock::now()) {}
+
+StageTimer::Scope::~Scope() {
+  timer_.add(stage_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+}
+
+void StageTimer::add(const std::string& stage, double seconds) {
+  for (auto& entry : stages_) {
+    if (entry.first == stage) {
+      entry.second += seconds;
+      return;
+    }
+  }
+  stages_.emplace_back(stage, seconds);
+}
+
+double StageTimer::seconds(const std::string& stage) const {
+  for (const auto& entry : stages_)
+    if (entry.first == stage) return entry.second;
+  return 0.0;
+}
+
+double StageTimer::total_seconds() const {
+  double total = 0.0;
+  for (const auto& entry : stages_) total += entry.second;
+  return total;
+}
+
+void StageTimer::reset() { stages_.clear(); }
+
+MetricsLog::MetricsLog(const std::string& run_dir) {
+  if (run_dir.empty()) return;
+  make_dirs(run_dir);
+  path_ = run_dir + "/metrics.jsonl";
+}
+
+void MetricsLog::set(const std::string& name, double value) {
+  HF_CHECK(!name.empty() && name != "step", "metrics: invalid metric name '", name, "' (\"step\" is reserved)");
+  current_[name] = value;
+}
+
+void MetricsLog::add_timings(const StageTimer& timer) {
+  for (const auto& [stage, seconds] : timer.stages()) set("timing/" + stage + "_s", seconds);
+  set("timing/step_s", timer.total_seconds());
+}
+
+nlohmann::json MetricsLog::end_step(int64_t step) {
+  nlohmann::json record = nlohmann::json::object();
+  record["step"] = step;
+  for (const auto& [name, value] : current_) {
+    // JSON has no NaN/inf; null keeps the line parseable and shows the value was not finite.
+    record[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+  }
+  if (!path_.empty()) append_jsonl(path_, record);
+  current_.clear();
+  return record;
+}
+
+namespace {
+
+std::string format_value(const nlohmann::json& value) {
+  if (!value.is_number()) return value.is_null() ? "nan" : value.dump();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", value.get<double>());
+  return buf;
+}
+
+}  // namespace
+
+std::string MetricsLog::format_progress(const nlohmann::json& record, int64_t total_steps,
+                                        const std::vector<std::string>& keys) {
+  std::string line = "step " + (record.contains("step") ? record["step"].dump() : std::string("?"));
+  if (total_steps > 0) line += "/" + std::to_string(total_steps);
+  auto show = [&](const std::string& key) { line += " | " + key + " " + format_value(record[key]); };
+  if (keys.empty()) {
+    for (const auto& [key, value] : record.items())
+      if (key != "step") show(key);
+  } else {
+    for (const auto& key : keys)
+      if (key != "step" && record.contains(key)) show(key);
+  }
+  return line;
+}
+
+}  // namespace hybridflow
