@@ -1,0 +1,152 @@
+// Model directories in the Hugging Face layout: config.json, model.safetensors (or shards listed in
+// model.safetensors.index.json), tokenizer.json, generation_config.json.
+#include "hybridflow/model/pretrained.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/model/safetensors.h"
+
+namespace hybridflow {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kWeightsFile[] = "model.safetensors";
+constexpr char kIndexFile[] = "model.safetensors.index.json";
+
+torch::Dtype dtype_from_config(const std::string& name) {
+  if (name == "float32") return torch::kFloat32;
+  if (name == "float16") return torch::kFloat16;
+  if (name == "bfloat16") return torch::kBFloat16;
+  HF_FAIL("torch_dtype must be float32, float16 or bfloat16, got '", name, "'");
+}
+
+// All tensors of a sharded checkpoint; each shard must hold exactly what the index assigns to it.
+std::map<std::string, torch::Tensor> read_sharded(const std::string& dir) {
+  const std::string index_path = dir + "/" + kIndexFile;
+  json index;
+  try {
+    index = json::parse(read_file(index_path));
+  } catch (const json::exception& e) {
+    HF_FAIL(index_path, ": not valid JSON: ", e.what());
+  }
+  HF_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path,
+           ": missing object 'weight_map' {tensor name: shard file}");
+  std::map<std::string, std::set<std::string>> names_by_shard;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    HF_CHECK(it.value().is_string(), index_path, ": weight_map entry '", it.key(), "' must be a file name");
+    const std::string shard = it.value().get<std::string>();
+    HF_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "..", index_path,
+             ": weight_map entry '", it.key(), "' names '", shard, "', which is not a file in the directory");
+    names_by_shard[shard].insert(it.key());
+  }
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& [shard, names] : names_by_shard) {
+    const std::string shard_path = dir + "/" + shard;
+    HF_CHECK(file_exists(shard_path), index_path, ": shard '", shard, "' listed in weight_map does not exist");
+    std::set<std::string> found;
+    for (auto& [name, tensor] : read_safetensors(shard_path).tensors) {
+      HF_CHECK(names.count(name), shard_path, ": holds tensor '", name, "' that ", kIndexFile,
+               " does not assign to this shard");
+      found.insert(name);
+      tensors[name] = std::move(tensor);
+    }
+    for (const auto& name : names)
+      HF_CHECK(found.count(name), shard_path, ": tensor '", name, "' listed in ", kIndexFile, " is not in the shard");
+  }
+  return tensors;
+}
+
+std::map<std::string, torch::Tensor> read_weights(const std::string& dir) {
+  if (file_exists(dir + "/" + kWeightsFile)) {
+    auto file = read_safetensors(dir + "/" + kWeightsFile);
+    return {std::make_move_iterator(file.tensors.begin()), std::make_move_iterator(file.tensors.end())};
+  }
+  HF_CHECK(file_exists(dir + "/" + kIndexFile), dir, ": no weights: expected ", kWeightsFile, " or ", kIndexFile);
+  return read_sharded(dir);
+}
+
+// Rotary inverse frequencies are recomputed from the config; old transformers versions saved them.
+bool is_rotary_buffer(const std::string& name) {
+  const std::string suffix = "rotary_emb.inv_freq";
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype) {
+  Pretrained out;
+  out.config = load_model_config(dir + "/config.json");
+  out.tokenizer = Tokenizer::load(dir + "/tokenizer.json");
+  HF_CHECK(out.tokenizer.vocab_size() <= out.config.vocab_size, dir, ": tokenizer.json has ",
+           out.tokenizer.vocab_size(), " tokens but config.json vocab_size is ", out.config.vocab_size);
+  out.model = CausalLM(out.config, head);
+
+  std::map<std::string, torch::Tensor> weights = read_weights(dir);
+  for (auto it = weights.begin(); it != weights.end();) it = is_rotary_buffer(it->first) ? weights.erase(it) : ++it;
+  // Checkpoints of tied models may still carry lm_head.weight (a copy of the embedding); a value
+  // model initialised from a language model drops the LM head and starts a fresh value head.
+  const bool value_head = head == HeadKind::kValue;
+  if (out.config.tie_word_embeddings || value_head) weights.erase("lm_head.weight");
+
+  std::vector<std::string> missing, wrong_shape;
+  auto params = out.model->named_parameters(/*recurse=*/true);
+  for (const auto& item : params) {
+    auto it = weights.find(item.key());
+    if (it == weights.end()) {
+      if (value_head && item.key() == "score.weight") {
+        log_info(dir, ": no score.weight, value head initialised fresh");
+        continue;
+      }
+      missing.push_back(item.key());
+    } else if (it->second.sizes() != item.value().sizes()) {
+      wrong_shape.push_back(item.key() + " (file " + c10::str(it->second.sizes()) + ", model " +
+                            c10::str(item.value().sizes()) + ")");
+    }
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, tensor] : weights)
+    if (!params.contains(name)) unexpected.push_back(name);
+  HF_CHECK(missing.empty() && wrong_shape.empty() && unexpected.empty(), dir, ": weights do not match config.json:",
+           missing.empty() ? "" : " missing [" + join(missing) + "]",
+           wrong_shape.empty() ? "" : " wrong shape [" + join(wrong_shape) + "]",
+           unexpected.empty() ? "" : " unexpected [" + join(unexpected) + "]");
+
+  out.model->to(dtype);
+  torch::NoGradGuard no_grad;
+  for (auto& item : params) {
+    auto it = weights.find(item.key());
+    if (it != weights.end()) item.value().copy_(it->second.to(dtype));
+  }
+  return out;
+}
+
+void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer) {
+  const ModelConfig& config = model->config();
+  const torch::Dtype dtype = dtype_from_config(config.torch_dtype);
+  make_dirs(dir);
+  save_model_config(config, dir + "/config.json");
+  NamedTensors tensors;
+  for (const auto& item : model->named_parameters(/*recurse=*/true))
+    tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype));
+  // transformers refuses safetensors files without format=pt metadata.
+  write_safetensors(dir + "/" + kWeightsFile, tensors, {{"format", "pt"}});
+  tokenizer.save(dir + "/tokenizer.json");
+  json generation = {{"_from_model_config", true}};
+  if (config.bos_token_id >= 0) generation["bos_token_id"] = config.bos_token_id;
+  if (config.eos_token_id >= 0) generation["eos_token_id"] = config.eos_token_id;
+  if (config.pad_token_id >= 0) generation["pad_token_id"] = config.pad_token_id;
+  write_file_atomic(dir + "/generation_config.json", generation.dump(2) + "\n");
+}
+
+}  // namespace hybridflow

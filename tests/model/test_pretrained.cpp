@@ -1,0 +1,280 @@
+#include "hybridflow/model/pretrained.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/model/safetensors.h"
+#include "support/temp_dir.h"
+
+namespace hybridflow {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+ModelConfig tiny_config(const Tokenizer& tok) {
+  ModelConfig c;
+  c.vocab_size = tok.vocab_size();
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.bos_token_id = tok.bos_id();
+  c.eos_token_id = tok.eos_id();
+  c.pad_token_id = tok.pad_id();
+  return c;
+}
+
+class PretrainedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::set_num_threads(1);
+    torch::manual_seed(7);
+  }
+  // Saves a fresh model of `config` and returns it.
+  CausalLM save(const ModelConfig& config) {
+    CausalLM model(config);
+    save_pretrained(dir.path(), model, tok);
+    return model;
+  }
+  torch::Tensor logits(CausalLM model) {
+    torch::Tensor ids = torch::tensor({{1, 4, 5, 6, 7}, {1, 7, 6, 5, 4}}, torch::kInt64);
+    torch::NoGradGuard g;
+    return model->forward(ids, torch::ones_like(ids)).logits;
+  }
+  // Rewrites model.safetensors after `edit`.
+  void edit_weights(const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
+    auto file = read_safetensors(dir.file("model.safetensors"));
+    std::map<std::string, torch::Tensor> w(file.tensors.begin(), file.tensors.end());
+    edit(w);
+    write_safetensors(dir.file("model.safetensors"), NamedTensors(w.begin(), w.end()), file.metadata);
+  }
+  void edit_config(const std::function<void(json&)>& edit) {
+    json doc = json::parse(read_file(dir.file("config.json")));
+    edit(doc);
+    write_file_atomic(dir.file("config.json"), doc.dump());
+  }
+
+  testing::TempDir dir;
+  Tokenizer tok = Tokenizer::from_alphabet("abcdefgh");
+};
+
+TEST_F(PretrainedTest, RoundTripGivesIdenticalParametersAndLogits) {
+  CausalLM model = save(tiny_config(tok));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"})
+    EXPECT_TRUE(file_exists(dir.file(f))) << f;
+  Pretrained loaded = load_pretrained(dir.path());
+  EXPECT_TRUE(loaded.tokenizer == tok);
+  EXPECT_EQ(loaded.config.num_key_value_heads, 2);
+  auto a = model->named_parameters(), b = loaded.model->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& item : a) EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+  EXPECT_TRUE(torch::equal(logits(model), logits(loaded.model)));
+  auto file = read_safetensors(dir.file("model.safetensors"));
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+  EXPECT_EQ(file.tensors.size(), a.size());
+}
+
+TEST_F(PretrainedTest, HalfPrecisionStorageRoundTripsWithinDtypeTolerance) {
+  for (auto [name, st_name, rtol] : {std::tuple<const char*, const char*, double>{"bfloat16", "BF16", 1.0 / 128},
+                                     {"float16", "F16", 1.0 / 1024}}) {
+    ModelConfig c = tiny_config(tok);
+    c.torch_dtype = name;
+    CausalLM model = save(c);
+    for (const auto& [tname, t] : read_safetensors(dir.file("model.safetensors")).tensors)
+      EXPECT_EQ(safetensors_dtype_name(t.scalar_type()), st_name) << tname;
+    Pretrained loaded = load_pretrained(dir.path());
+    EXPECT_EQ(loaded.config.torch_dtype, name);
+    for (const auto& item : model->named_parameters()) {
+      torch::Tensor got = loaded.model->named_parameters()[item.key()];
+      EXPECT_EQ(got.scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(torch::allclose(got, item.value(), rtol, 1e-6)) << name << " " << item.key();
+      // Exactly the storage-dtype rounding of the saved value.
+      const torch::Dtype storage = safetensors_dtype(st_name);
+      EXPECT_TRUE(torch::equal(got, item.value().to(storage).to(torch::kFloat32))) << name << " " << item.key();
+    }
+    // In-memory dtype is the caller's choice, independent of the storage dtype.
+    Pretrained bf = load_pretrained(dir.path(), HeadKind::kLanguageModel, torch::kBFloat16);
+    for (const auto& item : bf.model->named_parameters()) EXPECT_EQ(item.value().scalar_type(), torch::kBFloat16);
+  }
+}
+
+TEST_F(PretrainedTest, LoadsShardedCheckpointThroughIndex) {
+  CausalLM model = save(tiny_config(tok));
+  auto file = read_safetensors(dir.file("model.safetensors"));
+  NamedTensors first, second;
+  json weight_map = json::object();
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    const bool in_first = i < file.tensors.size() / 2;
+    (in_first ? first : second).push_back(file.tensors[i]);
+    weight_map[file.tensors[i].first] =
+        in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  write_safetensors(dir.file("model-00001-of-00002.safetensors"), first, {{"format", "pt"}});
+  write_safetensors(dir.file("model-00002-of-00002.safetensors"), second, {{"format", "pt"}});
+  write_file_atomic(dir.file("model.safetensors.index.json"),
+                    json{{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}.dump());
+  std::filesystem::remove(dir.file("model.safetensors"));
+  Pretrained loaded = load_pretrained(dir.path());
+  EXPECT_TRUE(torch::equal(logits(model), logits(loaded.model)));
+
+  // A shard that does not hold what the index says is an error naming the tensor.
+  const std::string moved = first.back().first;
+  weight_map[moved] = "model-00002-of-00002.safetensors";
+  write_file_atomic(dir.file("model.safetensors.index.json"), json{{"weight_map", weight_map}}.dump());
+  std::string err = error_of([&] { load_pretrained(dir.path()); });
+  EXPECT_THAT(err, HasSubstr("'" + moved + "'"));
+  EXPECT_THAT(err, HasSubstr("model-0000"));
+}
+
+TEST_F(PretrainedTest, WeightMismatchesNameEveryTensor) {
+  save(tiny_config(tok));
+  edit_weights([](auto& w) {
+    w.erase("model.layers.1.mlp.up_proj.weight");
+    w["model.norm.weight"] = torch::ones({17});
+    w["model.layers.9.extra"] = torch::ones({2});
+  });
+  std::string err = error_of([&] { load_pretrained(dir.path()); });
+  EXPECT_THAT(err, HasSubstr(dir.path()));
+  EXPECT_THAT(err, HasSubstr("missing [model.layers.1.mlp.up_proj.weight]"));
+  EXPECT_THAT(err, HasSubstr("wrong shape [model.norm.weight (file [17], model [16])]"));
+  EXPECT_THAT(err, HasSubstr("unexpected [model.layers.9.extra]"));
+}
+
+TEST_F(PretrainedTest, TiedQwen2AllowsAbsentOrExtraLmHeadAndIgnoresRotaryBuffers) {
+  ModelConfig c = tiny_config(tok);
+  c.architecture = "Qwen2ForCausalLM";
+  c.model_type = "qwen2";
+  c.attention_bias = true;
+  c.tie_word_embeddings = true;
+  CausalLM model = save(c);
+  json cfg = json::parse(read_file(dir.file("config.json")));
+  EXPECT_FALSE(cfg.contains("attention_bias"));  // Qwen2Config has no such key
+  auto file = read_safetensors(dir.file("model.safetensors"));
+  bool has_lm_head = false, has_q_bias = false;
+  for (const auto& [name, t] : file.tensors) {
+    has_lm_head |= name == "lm_head.weight";
+    has_q_bias |= name == "model.layers.0.self_attn.q_proj.bias";
+  }
+  EXPECT_FALSE(has_lm_head);
+  EXPECT_TRUE(has_q_bias);
+  Pretrained loaded = load_pretrained(dir.path());
+  EXPECT_TRUE(loaded.config.attention_bias);
+  EXPECT_TRUE(torch::equal(logits(model), logits(loaded.model)));
+  edit_weights([](auto& w) {
+    w["lm_head.weight"] = w.at("model.embed_tokens.weight").clone();
+    w["model.rotary_emb.inv_freq"] = torch::ones({2});
+    w["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({2});
+  });
+  EXPECT_TRUE(torch::equal(logits(model), logits(load_pretrained(dir.path()).model)));
+}
+
+TEST_F(PretrainedTest, ValueModelFromLanguageModelCheckpointKeepsBackbone) {
+  CausalLM model = save(tiny_config(tok));
+  Pretrained critic = load_pretrained(dir.path(), HeadKind::kValue);
+  for (const auto& item : critic.model->named_parameters()) {
+    if (item.key() == "score.weight") continue;
+    EXPECT_TRUE(torch::equal(item.value(), model->named_parameters()[item.key()])) << item.key();
+  }
+}
+
+TEST_F(PretrainedTest, GenerationConfigCarriesSpecialTokenIds) {
+  save(tiny_config(tok));
+  json gen = json::parse(read_file(dir.file("generation_config.json")));
+  EXPECT_EQ(gen["bos_token_id"], tok.bos_id());
+  EXPECT_EQ(gen["eos_token_id"], tok.eos_id());
+  EXPECT_EQ(gen["pad_token_id"], tok.pad_id());
+}
+
+TEST_F(PretrainedTest, ConfigJsonUsesHuggingFaceNamesAndDefaults) {
+  ModelConfig c = tiny_config(tok);
+  c.rope_theta = 500000.0;
+  c.rms_norm_eps = 1e-5;
+  save_model_config(c, dir.file("config.json"));
+  json doc = json::parse(read_file(dir.file("config.json")));
+  EXPECT_EQ(doc["architectures"], json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(doc["model_type"], "llama");
+  EXPECT_EQ(doc["num_key_value_heads"], 2);
+  EXPECT_EQ(doc["rope_theta"], 500000.0);
+  EXPECT_EQ(doc["attention_bias"], false);
+  EXPECT_EQ(doc["torch_dtype"], "float32");
+  ModelConfig back = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(back.rope_theta, 500000.0);
+  EXPECT_EQ(back.rms_norm_eps, 1e-5);
+  EXPECT_EQ(back.intermediate_size, c.intermediate_size);
+  EXPECT_EQ(back.eos_token_id, c.eos_token_id);
+
+  // HF defaults: no num_key_value_heads means one kv head per attention head; eos may be a list.
+  edit_config([](json& d) {
+    d.erase("num_key_value_heads");
+    d["eos_token_id"] = json::array({2, 9});
+    d["pad_token_id"] = nullptr;
+    d["transformers_version"] = "4.44.0";  // unrelated keys are ignored
+  });
+  ModelConfig defaults = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(defaults.num_key_value_heads, defaults.num_attention_heads);
+  EXPECT_EQ(defaults.eos_token_id, 2);
+  EXPECT_EQ(defaults.pad_token_id, -1);
+
+  // Qwen2 q/k/v have a bias whatever the file says.
+  edit_config([](json& d) {
+    d["model_type"] = "qwen2";
+    d.erase("attention_bias");
+  });
+  EXPECT_TRUE(load_model_config(dir.file("config.json")).attention_bias);
+}
+
+TEST_F(PretrainedTest, BadConfigJsonErrorsNameFileAndKey) {
+  save(tiny_config(tok));
+  const std::string path = dir.file("config.json");
+  const json good = json::parse(read_file(path));
+  auto err = [&](const std::function<void(json&)>& edit) {
+    json d = good;
+    edit(d);
+    write_file_atomic(path, d.dump());
+    std::string e = error_of([&] { load_model_config(path); });
+    EXPECT_THAT(e, HasSubstr(path));
+    return e;
+  };
+  EXPECT_THAT(err([](json& d) { d.erase("hidden_size"); }), HasSubstr("missing required key 'hidden_size'"));
+  EXPECT_THAT(err([](json& d) { d.erase("model_type"); }), HasSubstr("missing required key 'model_type'"));
+  EXPECT_THAT(err([](json& d) { d["vocab_size"] = "12"; }), HasSubstr("key 'vocab_size' must be an integer"));
+  EXPECT_THAT(err([](json& d) { d["rms_norm_eps"] = true; }), HasSubstr("key 'rms_norm_eps' must be a number"));
+  EXPECT_THAT(err([](json& d) { d["tie_word_embeddings"] = 1; }), HasSubstr("'tie_word_embeddings' must be true"));
+  EXPECT_THAT(err([](json& d) { d["model_type"] = "gpt2"; }), HasSubstr("key 'model_type' must be"));
+  EXPECT_THAT(err([](json& d) { d["hidden_act"] = "gelu"; }), HasSubstr("key 'hidden_act'"));
+  EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"type", "linear"}}; }), HasSubstr("key 'rope_scaling'"));
+  EXPECT_THAT(err([](json& d) { d["num_attention_heads"] = 3; }), HasSubstr("divisible"));
+  write_file_atomic(path, "{\"model_type\": ");
+  EXPECT_THAT(error_of([&] { load_model_config(path); }), HasSubstr("not valid JSON"));
+  // The whole directory load reports the config problem too.
+  write_file_atomic(path, json{{"model_type", "llama"}}.dump());
+  EXPECT_THAT(error_of([&] { load_pretrained(dir.path()); }), HasSubstr("missing required key 'vocab_size'"));
+}
+
+TEST_F(PretrainedTest, MissingFilesAreNamed) {
+  save(tiny_config(tok));
+  std::filesystem::remove(dir.file("model.safetensors"));
+  EXPECT_THAT(error_of([&] { load_pretrained(dir.path()); }), HasSubstr("no weights"));
+  std::filesystem::remove(dir.file("tokenizer.json"));
+  EXPECT_THAT(error_of([&] { load_pretrained(dir.path()); }), HasSubstr("tokenizer.json"));
+}
+
+}  // namespace
+}  // namespace hybridflow
