@@ -1,0 +1,90 @@
+// Runs a function in n forked processes, one per rank, with a deadline; the children fork before any torch
+// work, use one thread and report gtest failures through their exit status.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace hybridflow::testing {
+
+// A TCP port that was free a moment ago on 127.0.0.1 (the kernel picks it when binding port 0).
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// fn(rank, port) runs in each child; a gtest failure or exception there fails the test here. Children still
+// running at the deadline are killed and the test fails.
+inline void run_ranks(int n, const std::function<void(int rank, int port)>& fn, int deadline_s = 30) {
+  int port = free_port();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < n; ++rank) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) {
+      ::setenv("OMP_WAIT_POLICY", "passive", 1);
+      at::set_num_threads(1);
+      try {
+        fn(rank, port);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << " threw: " << e.what();
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::_exit(::testing::Test::HasFailure() ? 1 : 0);
+    }
+    pids.push_back(pid);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+  std::vector<bool> done(n, false);
+  int remaining = n;
+  while (remaining > 0) {
+    for (int rank = 0; rank < n; ++rank) {
+      if (done[rank]) continue;
+      int status = 0;
+      if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        done[rank] = true;
+        --remaining;
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << " failed (status "
+                                                                    << status << ")";
+      }
+    }
+    if (remaining > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int rank = 0; rank < n; ++rank) {
+        if (!done[rank]) {
+          ::kill(pids[rank], SIGKILL);
+          ::waitpid(pids[rank], nullptr, 0);
+          ADD_FAILURE() << "rank " << rank << " still running after " << deadline_s << " s; killed";
+        }
+      }
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace hybridflow::testing
