@@ -7,6 +7,7 @@
 #include "dist/dist_test_util.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/dist/device_mesh.h"
+#include "hybridflow/dist/resharding.h"
 
 namespace hybridflow {
 namespace {
@@ -134,9 +135,12 @@ TEST(Collectives, MicroDpAllGatherReshardsToGenerationTp) {
     at::Tensor full = at::arange(8 * 3, at::kFloat).view({8, 3});
     at::Tensor train_shard = full.chunk(4, 0)[layout.train().coords(rank).tp].contiguous();
     Communicator micro(w.split(layout.micro_dp_groups()));
-    at::Tensor gen_shard = micro.all_gather_cat(train_shard, 0);
+    at::Tensor gen_shard = gather_generation_shard(micro, layout, rank, train_shard, 0);
     EXPECT_TRUE(at::equal(gen_shard, full.chunk(2, 0)[layout.coords(rank).tp]));
     EXPECT_EQ(micro.stats().of("all_gather").bytes, train_shard.numel() * 4);
+    // The world group is not this rank's micro-DP group.
+    Communicator whole(w);
+    EXPECT_THROW(gather_generation_shard(whole, layout, rank, train_shard, 0), Error);
   });
 }
 
