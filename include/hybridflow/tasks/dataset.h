@@ -1,0 +1,39 @@
+// Task data sets as JSONL files: SFT / RL examples {"prompt", "answer", "response"} and reward-model
+// preference pairs {"prompt", "chosen", "rejected"}.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybridflow/tasks/task.h"
+
+namespace hybridflow {
+
+struct DatasetSplits {
+  std::vector<Example> train;
+  std::vector<Example> test;
+};
+
+// Samples distinct prompts with a fixed seed; no prompt appears in both splits. Throws when the task
+// cannot produce that many distinct prompts (naming the task and the counts).
+DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_size, uint64_t seed);
+
+// One line per example: {"prompt", "answer", "response"} with response = answer (the SFT target).
+void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples);
+// Reads "prompt" and "answer" (or "response" when there is no "answer"); errors name "<path>:<line>".
+std::vector<Example> read_examples_jsonl(const std::string& path);
+
+struct PreferencePair {
+  std::string prompt;
+  std::string chosen;
+  std::string rejected;
+};
+
+// chosen = the answer, rejected = task.corrupt(answer); deterministic for a seed.
+std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
+                                                  uint64_t seed);
+void write_preference_jsonl(const std::string& path, const std::vector<PreferencePair>& pairs);
+std::vector<PreferencePair> read_preference_jsonl(const std::string& path);  // errors name "<path>:<line>"
+
+}  // namespace hybridflow

@@ -1,0 +1,112 @@
+#include "hybridflow/tasks/dataset.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+
+namespace hybridflow {
+
+namespace {
+
+// Calls `row(json, where)` for each non-blank line; `where` is "<path>:<line>" for error messages.
+template <typename Fn>
+void for_each_jsonl_row(const std::string& path, Fn row) {
+  std::istringstream in(read_file(path));
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(number);
+    nlohmann::json value;
+    try {
+      value = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      HF_FAIL(where, ": not valid JSON: ", e.what());
+    }
+    HF_CHECK(value.is_object(), where, ": expected a JSON object, got ", value.type_name());
+    row(value, where);
+  }
+}
+
+std::string string_field(const nlohmann::json& row, const std::string& key, const std::string& where) {
+  auto it = row.find(key);
+  HF_CHECK(it != row.end(), where, ": missing key \"", key, "\"");
+  HF_CHECK(it->is_string(), where, ": \"", key, "\" must be a string, got ", it->type_name());
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_size, uint64_t seed) {
+  HF_CHECK(train_size >= 0 && test_size >= 0, "make_splits: sizes must be >= 0, got train ", train_size,
+           ", test ", test_size);
+  std::mt19937_64 rng(seed);
+  std::set<std::string> seen;
+  DatasetSplits splits;
+  const int64_t wanted = train_size + test_size;
+  // Give up when fresh prompts stop coming: the task's space is smaller than asked for.
+  int64_t misses = 0;
+  const int64_t max_misses = 1000 + 20 * wanted;
+  while (static_cast<int64_t>(seen.size()) < wanted) {
+    Example ex = task.sample(rng);
+    if (!seen.insert(ex.prompt).second) {
+      HF_CHECK(++misses < max_misses, "make_splits: task '", task.name(), "' produced only ", seen.size(),
+               " distinct prompts, but ", wanted, " (train ", train_size, " + test ", test_size,
+               ") were asked for; widen the task's digit/length range or ask for fewer");
+      continue;
+    }
+    // Test examples first, so a test set stays the same when only the train size changes.
+    (static_cast<int64_t>(splits.test.size()) < test_size ? splits.test : splits.train).push_back(std::move(ex));
+  }
+  return splits;
+}
+
+void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples) {
+  std::vector<nlohmann::json> rows;
+  rows.reserve(examples.size());
+  for (const auto& ex : examples) {
+    rows.push_back({{"prompt", ex.prompt}, {"answer", ex.answer}, {"response", ex.answer}});
+  }
+  write_jsonl(path, rows);
+}
+
+std::vector<Example> read_examples_jsonl(const std::string& path) {
+  std::vector<Example> out;
+  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+    Example ex;
+    ex.prompt = string_field(row, "prompt", where);
+    ex.answer = string_field(row, row.contains("answer") ? "answer" : "response", where);
+    out.push_back(std::move(ex));
+  });
+  return out;
+}
+
+std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
+                                                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<PreferencePair> pairs;
+  pairs.reserve(examples.size());
+  for (const auto& ex : examples) pairs.push_back({ex.prompt, ex.answer, task.corrupt(ex.answer, rng)});
+  return pairs;
+}
+
+void write_preference_jsonl(const std::string& path, const std::vector<PreferencePair>& pairs) {
+  std::vector<nlohmann::json> rows;
+  rows.reserve(pairs.size());
+  for (const auto& p : pairs) rows.push_back({{"prompt", p.prompt}, {"chosen", p.chosen}, {"rejected", p.rejected}});
+  write_jsonl(path, rows);
+}
+
+std::vector<PreferencePair> read_preference_jsonl(const std::string& path) {
+  std::vector<PreferencePair> out;
+  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+    out.push_back({string_field(row, "prompt", where), string_field(row, "chosen", where),
+                   string_field(row, "rejected", where)});
+  });
+  return out;
+}
+
+}  // namespace hybridflow
