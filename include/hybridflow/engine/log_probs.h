@@ -1,0 +1,30 @@
+// Per-token log-probabilities and entropies of a causal LM: what PPO needs for the old, reference and
+// current policy, and what SFT's loss is made of.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+
+namespace hybridflow {
+
+struct TokenLogProbs {
+  torch::Tensor log_probs;  // [B, T] log p(target)
+  torch::Tensor entropy;    // [B, T] entropy of the predicted distribution (undefined if not asked for)
+};
+
+// logits [B, T, V] (any float dtype; computed in float32), targets [B, T] int64.
+// Memory-lean: one log_softmax and a gather; entropy = logsumexp(z) - sum(softmax(z) * z).
+TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets,
+                              bool with_entropy = true);
+
+// Runs a model over prompt + response and returns the log-probs of the last `response_len` tokens.
+// `forward` maps (input_ids [B, L], attention_mask [B, L]) -> logits [B, L, V]. Logits at position t
+// predict token t + 1, so the response token at position P + r is scored by the logits at P + r - 1.
+// Logits are divided by `temperature` first (the rollout's sampling temperature, as in verl).
+using LogitsFn = std::function<torch::Tensor(const torch::Tensor& input_ids, const torch::Tensor& attention_mask)>;
+TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& input_ids,
+                                 const torch::Tensor& attention_mask, int64_t response_len,
+                                 double temperature = 1.0, bool with_entropy = true);
+
+}  // namespace hybridflow
