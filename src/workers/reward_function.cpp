@@ -4,6 +4,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/workers/command_reward.h"
 #include "hybridflow/workers/http_reward.h"
+#include "hybridflow/workers/task_reward.h"
 
 namespace hybridflow {
 
@@ -50,8 +51,9 @@ std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
                                         reward.get_or<std::vector<std::string>>("allowed_hosts", {}));
   }
   if (type == "task") {
-    HF_FAIL(prefix, "type 'task': built-in task rewards are not wired into make_reward_function yet; use the task's "
-            "score() directly, or type command|http");
+    HF_CHECK(reward.has("task") && !reward.is_null("task"), prefix, "type is 'task': set ", prefix,
+             "task (the built-in task's name, e.g. addition)");
+    return std::make_unique<TaskReward>(reward.get<std::string>("task"));
   }
   HF_FAIL(prefix, "type: expected task, command or http, got '", type, "'");
 }

@@ -20,6 +20,7 @@
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/workers/command_reward.h"
 #include "hybridflow/workers/http_reward.h"
+#include "hybridflow/workers/task_reward.h"
 #include "support/temp_dir.h"
 
 namespace hybridflow {
@@ -342,6 +343,23 @@ TEST(MakeRewardFunction, BuildsCommandAndHttpRewardsFromConfig) {
   TinyServer server(length_scores);
   auto http = make_reward_function(reward_config("reward:\n  type: http\n  url: " + server.url() + "\n  timeout_s: 5\n"));
   EXPECT_EQ(http->score(make_batch({"abc"})), (std::vector<double>{3}));
+}
+
+TEST(TaskReward, UsesTheTaskRuleWithTheRequestAnswerAsReference) {
+  std::shared_ptr<const Task> task = make_task("addition");
+  std::mt19937_64 rng(7);
+  Example example = task->sample(rng);
+  TaskReward reward(task);
+  std::vector<RewardRequest> batch = {{example.prompt, " " + example.answer + "\n", example.answer, {}},
+                                      {example.prompt, example.answer + "1", example.answer, {}}};
+  EXPECT_EQ(reward.score(batch), (std::vector<double>{1.0, 0.0}));
+  EXPECT_EQ(reward.describe(), "task 'addition'");
+
+  auto from_config = make_reward_function(reward_config("reward:\n  type: task\n  task: addition\n"));
+  EXPECT_EQ(from_config->score(batch), (std::vector<double>{1.0, 0.0}));
+  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: task\n")); }).find("reward.task"),
+            std::string::npos);
+  EXPECT_THROW(make_reward_function(reward_config("reward:\n  type: task\n  task: no_such_task\n")), Error);
 }
 
 TEST(MakeRewardFunction, ConfigErrorsNameTheKey) {
