@@ -1,5 +1,8 @@
 #include "hybridflow/runtime/controller.h"
 
+#include <future>
+#include <set>
+
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
@@ -11,6 +14,30 @@ std::shared_ptr<ProcessPool> Controller::add_pool(const ResourcePool& spec) {
   auto pool = ProcessPool::start(spec);
   pools_[spec.name] = pool;
   return pool;
+}
+
+std::vector<std::shared_ptr<ProcessPool>> Controller::add_pools(const std::vector<ResourcePool>& specs) {
+  std::set<std::string> names;
+  for (const auto& spec : specs)
+    HF_CHECK(!pools_.count(spec.name) && names.insert(spec.name).second, "resource pool '", spec.name,
+             "' already exists");
+  std::vector<std::future<std::shared_ptr<ProcessPool>>> starting;
+  for (const auto& spec : specs) starting.push_back(std::async(std::launch::async, ProcessPool::start, spec));
+  std::vector<std::shared_ptr<ProcessPool>> started;
+  std::exception_ptr first;
+  for (auto& f : starting) {
+    try {
+      started.push_back(f.get());
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) {
+    for (auto& pool : started) pool->shutdown();
+    std::rethrow_exception(first);
+  }
+  for (auto& pool : started) pools_[pool->spec().name] = pool;
+  return started;
 }
 
 std::shared_ptr<ProcessPool> Controller::pool(const std::string& name) const {

@@ -152,8 +152,10 @@ struct ProcessPool::Impl {
     std::vector<std::string> base_env;
     for (char** e = environ; *e; ++e) {
       std::string kv = *e;
-      if (kv.rfind("HF_WORKER_", 0) != 0) base_env.push_back(kv);
+      std::string key = kv.substr(0, kv.find('='));
+      if (key.rfind("HF_WORKER_", 0) != 0 && !spec.env.count(key)) base_env.push_back(kv);
     }
+    for (const auto& kv : spec.env) base_env.push_back(kv.first + "=" + kv.second);
     const pid_t parent = ::getpid();
     for (int rank = 0; rank < spec.num_processes; ++rank) {
       // Everything the child needs is built before fork: after fork only async-signal-safe calls.
@@ -255,6 +257,8 @@ struct ProcessPool::Impl {
       ranks[r].identity = received.identity;
       ranks[r].host = m.meta.value("host", "?");
       if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
+      outbox.emplace_back(r, Message{"welcome", {{"pool", spec.name}}, std::nullopt});
+      wake.notify();
       ranks[r].last_seen = Clock::now();
       cv.notify_all();
       return;

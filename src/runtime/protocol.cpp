@@ -26,7 +26,7 @@ std::vector<DataProto> split_by(const DataProto& input, const std::vector<MeshCo
                                 const char* what, GroupOf group_of) {
   std::vector<DataProto> parts;
   if (input.empty()) {
-    parts.assign(groups, DataProto());
+    parts.assign(groups, input);  // nothing to split, but meta still reaches every rank
   } else {
     HF_CHECK(input.batch_size() % groups == 0, what, ": batch of ", input.batch_size(),
              " rows does not split evenly into ", groups,

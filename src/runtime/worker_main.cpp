@@ -130,6 +130,11 @@ int run_worker_main(int, char**) {
   {
     Executor executor(wake);
     auto last_beat = std::chrono::steady_clock::now();
+    // A worker nobody welcomes (controller gone or wrong endpoint) must not linger forever.
+    const char* connect_env = std::getenv("HF_WORKER_CONNECT_TIMEOUT_S");
+    const double connect_timeout_s = connect_env ? std::stod(connect_env) : 120.0;
+    const auto started = last_beat;
+    bool welcomed = false;
     bool running = true;
     while (running) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
@@ -143,11 +148,21 @@ int run_worker_main(int, char**) {
           running = false;
           break;
         }
+        if (received->message->kind == "welcome") {
+          welcomed = true;
+          continue;
+        }
         executor.submit(std::move(*received->message));
       }
       wake.drain();
       for (auto& reply : executor.take_replies()) runtime_detail::send_message(socket, "", token, reply);
       auto now = std::chrono::steady_clock::now();
+      if (!welcomed && now - started > std::chrono::duration<double>(connect_timeout_s)) {
+        std::fprintf(stderr, "hybridflow worker rank %d: no controller answered at %s within %.0f s "
+                     "(HF_WORKER_CONNECT_TIMEOUT_S); exiting\n", rank, endpoint.c_str(), connect_timeout_s);
+        exit_code = 1;
+        running = false;
+      }
       if (now - last_beat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
         runtime_detail::send_message(socket, "", token, Message{"heartbeat", {{"rank", rank}}, std::nullopt});
         last_beat = now;

@@ -45,6 +45,12 @@ class EchoWorker : public Worker {
       std::this_thread::sleep_for(std::chrono::milliseconds(in.meta().value("sleep_ms", 0)));
       return pid_row(*this);
     });
+    table.add("getenv", protocols::kOneToAll, [](const DataProto& in) {
+      const char* v = std::getenv(in.meta().at("name").get<std::string>().c_str());
+      DataProto out;
+      out.set_field("value", {v ? nlohmann::json(v) : nlohmann::json()});
+      return out;
+    });
     table.add("crash", protocols::kOneToAll, [this](const DataProto&) {
       if (rank() == 1) ::_exit(3);
       return pid_row(*this);

@@ -145,3 +145,13 @@ TEST(Protocol, UnknownProtocolNamesTheRegisteredOnes) {
     EXPECT_NE(std::string(e.what()).find("DP_PROTO"), std::string::npos) << e.what();
   }
 }
+
+TEST(Protocol, MetaOnlyInputReachesEveryRank) {
+  DataProto settings;
+  settings.meta()["temperature"] = 0.5;
+  for (const char* protocol : {protocols::kDataParallel, protocols::k3D, protocols::k3DAllMicroDP}) {
+    auto parts = dispatch_input(protocol, settings, mesh_coords(4, ParallelLayout{2, 1, 2}));
+    ASSERT_EQ(parts.size(), 4u);
+    for (const auto& p : parts) EXPECT_EQ(p.meta().value("temperature", 0.0), 0.5) << protocol;
+  }
+}

@@ -2,95 +2,108 @@
 // across pools and pools running concurrently.
 #include "runtime/runtime_test_workers.h"
 
-TEST(WorkerGroup, DataParallelCallSplitsAcrossTwoWorkers) {
-  Controller ctl;
-  auto pool = ctl.add_pool(pool_spec("dp", 2));
-  auto group = ctl.create_group("dp", "actor", "echo");
-  EXPECT_EQ(group.methods().at("double"), protocols::kDataParallel);
-  Future f = group.call("double", batch(6));
+// One job for the tests that leave it healthy: pool "a" (2 processes, actor + critic colocated),
+// pools "b" and "c" (1 process each). Starting pools costs seconds, so they are shared.
+class SharedJob : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ctl_ = new Controller();
+    ctl_->add_pools({pool_spec("a", 2), pool_spec("b", 1), pool_spec("c", 1)});
+    actor_ = new WorkerGroup(ctl_->create_group("a", "actor", "echo"));
+    colocated_ = new WorkerGroup(ctl_->create_group("a", "critic", "plus_one"));
+    critic_b_ = new WorkerGroup(ctl_->create_group("b", "critic", "plus_one"));
+    echo_b_ = new WorkerGroup(ctl_->create_group("b", "echo", "echo"));
+    echo_c_ = new WorkerGroup(ctl_->create_group("c", "echo", "echo"));
+  }
+  static void TearDownTestSuite() {
+    for (auto* g : {actor_, colocated_, critic_b_, echo_b_, echo_c_}) delete g;
+    delete ctl_;
+  }
+  static Controller* ctl_;
+  static WorkerGroup *actor_, *colocated_, *critic_b_, *echo_b_, *echo_c_;
+};
+Controller* SharedJob::ctl_ = nullptr;
+WorkerGroup *SharedJob::actor_, *SharedJob::colocated_, *SharedJob::critic_b_, *SharedJob::echo_b_,
+    *SharedJob::echo_c_;
+
+TEST_F(SharedJob, DataParallelCallSplitsAcrossTwoWorkers) {
+  EXPECT_EQ(actor_->methods().at("double"), protocols::kDataParallel);
+  Future f = actor_->call("double", batch(6));
   const DataProto& out = f.get();
   EXPECT_TRUE(torch::equal(out.tensor("y"), torch::arange(6, torch::kFloat) * 2));
   EXPECT_EQ(longs(out.tensor("rank")), (std::vector<int64_t>{0, 0, 0, 1, 1, 1}));
   ASSERT_EQ(f.per_rank().size(), 2u);
   EXPECT_EQ(f.per_rank()[1].batch_size(), 3);
-  auto pids = pool->pids();
+  auto pids = actor_->pool().pids();
   EXPECT_NE(pids[0], pids[1]);
   EXPECT_NE(pids[0], ::getpid());
 }
 
-TEST(WorkerGroup, ColocatedRolesShareProcessesAndRunOneAfterAnother) {
-  Controller ctl;
-  auto pool = ctl.add_pool(pool_spec("shared", 2));
-  auto actor = ctl.create_group("shared", "actor", "echo");
-  auto critic = ctl.create_group("shared", "critic", "plus_one");
-  auto a = actor.call("pid").get();
-  auto c = critic.call("pid").get();
-  auto pids = pool->pids();
+TEST_F(SharedJob, ColocatedRolesShareProcessesAndRunOneAfterAnother) {
+  auto a = actor_->call("pid").get();
+  auto c = colocated_->call("pid").get();
+  auto pids = actor_->pool().pids();
   EXPECT_EQ(longs(a.tensor("pid")), (std::vector<int64_t>{pids[0], pids[1]}));
   EXPECT_EQ(longs(c.tensor("pid")), longs(a.tensor("pid")));
 
   DataProto sleep;
   sleep.meta()["sleep_ms"] = 200;
   auto t0 = std::chrono::steady_clock::now();
-  auto f1 = actor.call("sleep", sleep);
-  auto f2 = actor.call("sleep", sleep);
+  auto f1 = actor_->call("sleep", sleep);
+  auto f2 = actor_->call("sleep", sleep);
   wait_all({f1, f2});
   EXPECT_GE(seconds_since(t0), 0.4) << "calls on one process must not overlap";
 }
 
-TEST(WorkerGroup, FutureChainsIntoAnotherGroupWithoutWaiting) {
-  Controller ctl;
-  ctl.add_pool(pool_spec("a", 2));
-  ctl.add_pool(pool_spec("b", 1));
-  auto actor = ctl.create_group("a", "actor", "echo");
-  auto critic = ctl.create_group("b", "critic", "plus_one");
-  Future doubled = actor.call("double", batch(4));
-  Future chained = critic.call("add_one", doubled);
+TEST_F(SharedJob, FutureChainsIntoAnotherGroupWithoutWaiting) {
+  Future doubled = actor_->call("double", batch(4));
+  Future chained = critic_b_->call("add_one", doubled);
   EXPECT_TRUE(torch::equal(chained.get().tensor("z"), torch::arange(4, torch::kFloat) * 2 + 1));
 
-  Future failed = actor.call("fail");
-  Future after_failure = critic.call("add_one", failed);
+  Future failed = actor_->call("fail");
+  Future after_failure = critic_b_->call("add_one", failed);
   EXPECT_NE(message_of(after_failure).find("bad input on purpose"), std::string::npos) << message_of(after_failure);
 }
 
-TEST(WorkerGroup, TwoPoolsRunConcurrently) {
-  Controller ctl;
-  ctl.add_pool(pool_spec("left", 1));
-  ctl.add_pool(pool_spec("right", 1));
-  auto left = ctl.create_group("left", "rollout", "echo");
-  auto right = ctl.create_group("right", "critic", "echo");
+TEST_F(SharedJob, TwoPoolsRunConcurrently) {
   DataProto sleep;
   sleep.meta()["sleep_ms"] = 300;
   auto t0 = std::chrono::steady_clock::now();
-  auto fl = left.call("sleep", sleep);
-  auto fr = right.call("sleep", sleep);
-  wait_all({fl, fr});
+  auto fb = echo_b_->call("sleep", sleep);
+  auto fc = echo_c_->call("sleep", sleep);
+  wait_all({fb, fc});
   double elapsed = seconds_since(t0);
   EXPECT_GE(elapsed, 0.3);
   EXPECT_LT(elapsed, 0.5);
 }
 
-TEST(WorkerGroup, WorkerErrorFailsTheCallButNotThePool) {
-  Controller ctl;
-  auto pool = ctl.add_pool(pool_spec("err", 2));
-  auto group = ctl.create_group("err", "reward", "echo");
-  std::string msg = message_of(group.call("fail"));
-  EXPECT_NE(msg.find("'reward'"), std::string::npos) << msg;
+TEST_F(SharedJob, WorkerErrorFailsTheCallButNotThePool) {
+  std::string msg = message_of(actor_->call("fail"));
+  EXPECT_NE(msg.find("'actor'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'fail'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("bad input on purpose"), std::string::npos) << msg;
-  EXPECT_FALSE(pool->failed());
-  EXPECT_EQ(group.call("double", batch(2)).get().batch_size(), 2);
-  std::string unknown = message_of(group.call("no_such_method"));
+  EXPECT_FALSE(actor_->pool().failed());
+  EXPECT_EQ(actor_->call("double", batch(2)).get().batch_size(), 2);
+  std::string unknown = message_of(actor_->call("no_such_method"));
   EXPECT_NE(unknown.find("registered: crash, double"), std::string::npos) << unknown;
 }
-
 
 TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
   auto spec = pool_spec("external", 2);
   spec.spawn_workers = false;
   spec.token = "job-token-for-test";
   std::vector<pid_t> launched;
+  struct KillOnFailure {  // a failed assertion must not leave the launched workers behind
+    std::vector<pid_t>& pids;
+    ~KillOnFailure() {
+      for (pid_t pid : pids)
+        if (::waitpid(pid, nullptr, WNOHANG) == 0) {
+          ::kill(pid, SIGKILL);
+          ::waitpid(pid, nullptr, 0);
+        }
+    }
+  } guard{launched};
   // Workers started elsewhere need the endpoint up front: take a free port from the OS.
   zmq::context_t probe_context(1);
   zmq::socket_t probe(probe_context, zmq::socket_type::router);
@@ -106,6 +119,7 @@ TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
     env.push_back("HF_WORKER_ENDPOINT=tcp://127.0.0.1:" + std::to_string(spec.bind_port));
     env.push_back("HF_WORKER_TOKEN=" + spec.token);
     env.push_back("HF_WORKER_RANK=" + std::to_string(rank));
+    env.push_back("HF_WORKER_CONNECT_TIMEOUT_S=30");
     std::vector<char*> envp;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -125,4 +139,19 @@ TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   }
+  launched.clear();
+}
+
+TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {
+  auto spec = pool_spec("env", 2);
+  spec.env["HF_TEST_MARK"] = "forty-two";
+  Controller ctl;
+  ctl.add_pool(spec);
+  auto group = ctl.create_group("env", "actor", "echo");
+  DataProto ask;
+  ask.meta()["name"] = "HF_TEST_MARK";
+  auto values = group.call("getenv", ask).get().field("value");
+  EXPECT_EQ(values, (std::vector<nlohmann::json>{"forty-two", "forty-two"}));
+  ask.meta()["name"] = "HF_WORKER_RANK";
+  EXPECT_EQ(group.call("getenv", ask).get().field("value"), (std::vector<nlohmann::json>{"0", "1"}));
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hybridflow/runtime/process_pool.h"
 #include "hybridflow/runtime/worker_group.h"
@@ -20,6 +21,9 @@ class Controller {
   Controller& operator=(const Controller&) = delete;
 
   std::shared_ptr<ProcessPool> add_pool(const ResourcePool& spec);  // Error on a duplicate name
+  // Starts several pools at once: worker start-up (loading libtorch) overlaps instead of adding up.
+  // On any failure no pool of the batch is kept (and no worker survives); the first Error is thrown.
+  std::vector<std::shared_ptr<ProcessPool>> add_pools(const std::vector<ResourcePool>& specs);
   std::shared_ptr<ProcessPool> pool(const std::string& name) const;
   WorkerGroup create_group(const std::string& pool_name, const std::string& role, const std::string& worker_type,
                            const ParallelLayout& layout = {},

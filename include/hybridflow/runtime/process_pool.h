@@ -30,6 +30,9 @@ struct ResourcePool {
   // HF_WORKER_ENDPOINT / HF_WORKER_TOKEN / HF_WORKER_RANK set, which then call run_worker_main.
   // Their crashes are seen through heartbeats only, and the controller cannot kill them.
   bool spawn_workers = true;
+  // Extra environment for spawned workers (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, ...). Each worker
+  // also gets HF_WORKER_RANK (= its local rank in the embedded launch, for picking a device).
+  std::map<std::string, std::string> env;
   std::string token;                   // job token; empty = a random one (required to share for external workers)
 };
 

@@ -94,8 +94,11 @@ class WorkerHost {
 }  // namespace hybridflow
 
 // Registers worker class `Type` (default-constructible, derived from Worker) under `name` at start-up.
-#define HF_REGISTER_WORKER(Type, name)                                                    \
-  static const bool hf_worker_registered_##Type = [] {                                    \
-    ::hybridflow::WorkerRegistry::instance().add<Type>(name);                             \
-    return true;                                                                          \
+// Use at namespace scope in the worker binary, before run_worker_if_requested() runs.
+#define HF_REGISTER_WORKER(Type, name) HF_REGISTER_WORKER_AT(Type, name, __COUNTER__)
+#define HF_REGISTER_WORKER_AT(Type, name, n) HF_REGISTER_WORKER_IMPL(Type, name, n)
+#define HF_REGISTER_WORKER_IMPL(Type, name, n)                \
+  static const bool hf_worker_registered_##n = [] {           \
+    ::hybridflow::WorkerRegistry::instance().add<Type>(name); \
+    return true;                                              \
   }()
