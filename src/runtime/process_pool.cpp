@@ -433,7 +433,12 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
   impl->token = spec.token.empty() ? random_token() : spec.token;
   impl->ranks.resize(spec.num_processes);
   impl->router.set(zmq::sockopt::linger, 0);
-  impl->router.bind("tcp://" + spec.bind_host + ":" + (spec.bind_port > 0 ? std::to_string(spec.bind_port) : "*"));
+  const std::string listen = "tcp://" + spec.bind_host + ":" + (spec.bind_port > 0 ? std::to_string(spec.bind_port) : "*");
+  try {
+    impl->router.bind(listen);
+  } catch (const zmq::error_t& e) {
+    HF_FAIL("resource pool '", spec.name, "': cannot listen on ", listen, " (bind_host/bind_port): ", e.what());
+  }
   impl->endpoint = impl->router.get(zmq::sockopt::last_endpoint);
   std::shared_ptr<ProcessPool> pool(new ProcessPool(impl));
   impl->io = std::thread([raw = impl.get()] { raw->loop(); });

@@ -109,7 +109,8 @@ TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
   zmq::socket_t probe(probe_context, zmq::socket_type::router);
   probe.bind("tcp://127.0.0.1:*");
   std::string probe_endpoint = probe.get(zmq::sockopt::last_endpoint);
-  probe.unbind(probe_endpoint);
+  probe.close();  // closing the context waits until the port is really released
+  probe_context.close();
   spec.bind_port = std::stoi(probe_endpoint.substr(probe_endpoint.rfind(':') + 1));
   // What srun/mpirun would do on each host: start the binary with the worker environment. ZeroMQ
   // retries the connection until the controller binds.
