@@ -1,0 +1,79 @@
+// Training engine for one model replica: AdamW (no weight decay on norms and biases), global-norm
+// gradient clipping, a warm-up + decay learning-rate schedule, micro-batch gradient accumulation
+// and optimizer state checkpoints. Actors, critics, reward models and SFT all train through it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/engine/lr_schedule.h"
+
+namespace hybridflow {
+
+struct OptimizerOptions {
+  LrSchedule schedule;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // max global gradient norm; <= 0 disables clipping (the norm is still reported)
+};
+
+// Norm weights, biases and any parameter with fewer than 2 dims are not weight-decayed (as in verl / HF).
+bool excluded_from_weight_decay(const std::string& name, const torch::Tensor& param);
+
+struct StepStats {
+  int64_t step = 0;         // optimizer steps taken so far, this one included
+  double loss = 0;          // token-weighted mean loss over the mini-batch
+  double grad_norm = 0;     // global norm before clipping
+  double lr = 0;            // learning rate used by this step
+  int64_t tokens = 0;       // tokens (mask sum) or rows that the loss averaged over
+  int64_t micro_batches = 0;
+  bool skipped = false;     // the gradient was not finite; parameters left unchanged
+};
+
+// Returns the mean loss over the micro-batch's tokens (those where the mask is 1), as a scalar
+// with a gradient. The engine weights each micro-batch by its share of the mini-batch's tokens,
+// so the accumulated gradient equals that of the full-batch mean.
+using MicroLossFn = std::function<torch::Tensor(const DataProto& micro_batch)>;
+
+class TrainEngine {
+ public:
+  // The module must stay alive as long as the engine.
+  TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOptions options);
+
+  // One optimizer step on `mini_batch`, split into micro-batches of `micro_batch_size` rows (the last
+  // may be smaller). Token shares come from tensor `token_mask_key` when present, else rows count.
+  StepStats train_step(const DataProto& mini_batch, int64_t micro_batch_size, const MicroLossFn& loss_fn,
+                       const std::string& token_mask_key = "loss_mask");
+
+  // Pieces for callers that run their own accumulation loop.
+  void zero_grad();
+  double clip_grad_norm();  // clips to options.grad_clip and returns the norm before clipping
+  void apply_step();        // sets this step's lr, steps AdamW, advances the step counter
+
+  int64_t step() const { return step_; }
+  double lr_for_next_step() const { return lr_at_step(options_.schedule, step_); }
+  const OptimizerOptions& options() const { return options_; }
+  torch::optim::AdamW& optimizer() { return *optimizer_; }
+  torch::nn::Module& module() { return *module_; }
+
+  // AdamW moments and the step counter, written atomically (temp file + rename).
+  void save_state(const std::string& path) const;
+  // Restores a state saved by an engine over the same module layout; errors name the file.
+  void load_state(const std::string& path);
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  OptimizerOptions options_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t step_ = 0;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,210 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/engine/lr_schedule.h"
+#include "hybridflow/engine/train_engine.h"
+#include "support/temp_dir.h"
+
+namespace hybridflow {
+namespace {
+
+// A tiny "token model": per-token features -> linear -> norm-like scale -> 1 output per token.
+struct ToyImpl : torch::nn::Module {
+  ToyImpl() {
+    proj = register_module("proj", torch::nn::Linear(4, 3));
+    out = register_module("out", torch::nn::Linear(3, 1));
+    norm_weight = register_parameter("norm_weight", torch::ones({3}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return out(torch::tanh(proj(x)) * norm_weight).squeeze(-1); }
+  torch::nn::Linear proj{nullptr}, out{nullptr};
+  torch::Tensor norm_weight;
+};
+TORCH_MODULE(Toy);
+
+// Masked mean squared error over the tokens of a micro-batch.
+MicroLossFn mse_loss(Toy model) {
+  return [model](const DataProto& b) mutable {
+    auto err = (model->forward(b.tensor("x")) - b.tensor("y")).pow(2);
+    auto mask = b.tensor("loss_mask").to(torch::kFloat);
+    return (err * mask).sum() / mask.sum();
+  };
+}
+
+DataProto toy_batch(int64_t rows, int64_t tokens, uint64_t seed) {
+  torch::manual_seed(seed);
+  DataProto batch;
+  auto x = torch::randn({rows, tokens, 4});
+  batch.set_tensor("x", x);
+  batch.set_tensor("y", x.sum(-1).sin());
+  // Ragged lengths so micro-batches hold different token counts.
+  auto lengths = torch::randint(1, tokens + 1, {rows, 1}, torch::kLong);
+  batch.set_tensor("loss_mask", (torch::arange(tokens).unsqueeze(0) < lengths).to(torch::kLong));
+  return batch;
+}
+
+OptimizerOptions plain_sgd_like(double lr) {
+  OptimizerOptions o;
+  o.schedule.lr = lr;
+  o.weight_decay = 0.0;
+  o.grad_clip = 0.0;
+  return o;
+}
+
+std::vector<torch::Tensor> grads_of(torch::nn::Module& m) {
+  std::vector<torch::Tensor> g;
+  for (auto& p : m.parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+TEST(TrainEngine, MicroBatchAccumulationEqualsFullBatchGradient) {
+  auto batch = toy_batch(7, 5, 3);
+  torch::manual_seed(11);
+  Toy a;
+  Toy b;
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+  }
+  TrainEngine full(a.ptr(), plain_sgd_like(0.0));  // lr 0: parameters stay put, gradients remain to compare
+  TrainEngine micro(b.ptr(), plain_sgd_like(0.0));
+  auto s_full = full.train_step(batch, 7, mse_loss(a));
+  auto s_micro = micro.train_step(batch, 2, mse_loss(b));
+  EXPECT_EQ(s_full.micro_batches, 1);
+  EXPECT_EQ(s_micro.micro_batches, 4);
+  EXPECT_EQ(s_full.tokens, batch.tensor("loss_mask").sum().item<int64_t>());
+  EXPECT_NEAR(s_full.loss, s_micro.loss, 1e-5);
+  EXPECT_NEAR(s_full.grad_norm, s_micro.grad_norm, 1e-5);
+  auto ga = grads_of(*a), gb = grads_of(*b);
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_TRUE(torch::allclose(ga[i], gb[i], 1e-5, 1e-6)) << "param " << i;
+}
+
+TEST(TrainEngine, ClippingCapsTheGlobalNormAndReportsThePreClipNorm) {
+  Toy model;
+  OptimizerOptions o = plain_sgd_like(0.0);
+  o.grad_clip = 0.01;
+  TrainEngine engine(model.ptr(), o);
+  auto batch = toy_batch(4, 3, 5);
+  auto stats = engine.train_step(batch, 4, mse_loss(model));
+  ASSERT_GT(stats.grad_norm, 0.01);
+  double sq = 0;
+  for (auto& p : model->parameters()) sq += p.grad().pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(sq), 0.01, 1e-4);
+}
+
+TEST(LrSchedule, WarmupThenDecayFollowsTheFormula) {
+  LrSchedule s;
+  s.lr = 2.0;
+  s.warmup_steps = 4;
+  s.total_steps = 14;
+  s.min_lr_ratio = 0.1;
+  s.kind = "constant";
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 0), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 3), 2.0);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 100), 2.0);
+  s.kind = "linear";
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 1), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 4), 2.0);
+  EXPECT_NEAR(lr_at_step(s, 9), 2.0 * (0.1 + 0.9 * 0.5), 1e-12);  // halfway through the decay
+  EXPECT_NEAR(lr_at_step(s, 14), 0.2, 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 50), 0.2, 1e-12);
+  s.kind = "cosine";
+  EXPECT_NEAR(lr_at_step(s, 4), 2.0, 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 9), 2.0 * (0.1 + 0.9 * 0.5), 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 6), 2.0 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.2))), 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 14), 0.2, 1e-12);
+  s.kind = "exponential";
+  EXPECT_THROW(lr_at_step(s, 0), Error);
+  s.kind = "cosine";
+  s.total_steps = 0;
+  EXPECT_THROW(lr_at_step(s, 5), Error);
+}
+
+TEST(TrainEngine, UsesScheduledLearningRatePerStep) {
+  Toy model;
+  OptimizerOptions o = plain_sgd_like(1e-2);
+  o.schedule.warmup_steps = 2;
+  TrainEngine engine(model.ptr(), o);
+  auto batch = toy_batch(2, 2, 1);
+  EXPECT_DOUBLE_EQ(engine.train_step(batch, 2, mse_loss(model)).lr, 5e-3);
+  EXPECT_DOUBLE_EQ(engine.train_step(batch, 2, mse_loss(model)).lr, 1e-2);
+  EXPECT_EQ(engine.step(), 2);
+}
+
+TEST(TrainEngine, AdamWDoesNotDecayNormsOrBiases) {
+  EXPECT_TRUE(excluded_from_weight_decay("model.norm.weight", torch::ones({3, 3})));
+  EXPECT_TRUE(excluded_from_weight_decay("q_proj.bias", torch::ones({3})));
+  EXPECT_FALSE(excluded_from_weight_decay("q_proj.weight", torch::ones({3, 3})));
+
+  Toy model;
+  OptimizerOptions o = plain_sgd_like(0.1);
+  o.weight_decay = 0.5;
+  TrainEngine engine(model.ptr(), o);
+  std::map<std::string, torch::Tensor> before;
+  for (auto& item : model->named_parameters()) before[item.key()] = item.value().detach().clone();
+  // A loss with zero gradient: AdamW's only effect is the decoupled decay p *= (1 - lr * wd).
+  auto stats = engine.train_step(toy_batch(2, 2, 2), 2, [&](const DataProto&) {
+    torch::Tensor s = torch::zeros({});
+    for (auto& p : model->parameters()) s = s + 0.0 * p.sum();
+    return s;
+  });
+  EXPECT_EQ(stats.grad_norm, 0.0);
+  for (auto& item : model->named_parameters()) {
+    const auto& name = item.key();
+    if (name == "norm_weight" || name == "proj.bias" || name == "out.bias") {
+      EXPECT_TRUE(torch::equal(item.value(), before[name])) << name;
+    } else {
+      EXPECT_TRUE(torch::allclose(item.value(), before[name] * (1 - 0.1 * 0.5))) << name;
+    }
+  }
+}
+
+TEST(TrainEngine, LossDecreasesOnAToyRegression) {
+  at::set_num_threads(1);
+  Toy model;
+  OptimizerOptions o;
+  o.schedule.lr = 3e-2;
+  TrainEngine engine(model.ptr(), o);
+  auto batch = toy_batch(16, 4, 7);
+  double first = engine.train_step(batch, 8, mse_loss(model)).loss;
+  double last = first;
+  for (int i = 0; i < 150; ++i) last = engine.train_step(batch, 8, mse_loss(model)).loss;
+  EXPECT_LT(last, 0.5 * first);
+}
+
+TEST(TrainEngine, SavedStateResumesIdentically) {
+  testing::TempDir dir;
+  auto batch = toy_batch(6, 3, 9);
+  OptimizerOptions o;
+  o.schedule.lr = 1e-2;
+  o.schedule.warmup_steps = 3;
+  torch::manual_seed(4);
+  Toy a;
+  TrainEngine ea(a.ptr(), o);
+  for (int i = 0; i < 3; ++i) ea.train_step(batch, 3, mse_loss(a));
+  ea.save_state(dir.file("optim.pt"));
+  // A second model with the same weights and the restored optimizer state.
+  Toy b;
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+  }
+  TrainEngine eb(b.ptr(), o);
+  eb.load_state(dir.file("optim.pt"));
+  EXPECT_EQ(eb.step(), 3);
+  for (int i = 0; i < 2; ++i) {
+    auto sa = ea.train_step(batch, 3, mse_loss(a));
+    auto sb = eb.train_step(batch, 3, mse_loss(b));
+    EXPECT_EQ(sa.lr, sb.lr);
+    EXPECT_EQ(sa.loss, sb.loss);
+  }
+  for (size_t i = 0; i < a->parameters().size(); ++i) {
+    EXPECT_TRUE(torch::equal(a->parameters()[i], b->parameters()[i])) << "param " << i;
+  }
+  EXPECT_THROW(eb.load_state(dir.file("missing.pt")), Error);
+}
+
+}  // namespace
+}  // namespace hybridflow
