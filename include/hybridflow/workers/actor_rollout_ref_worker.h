@@ -1,0 +1,51 @@
+// The actor of PPO-style RL in one process (verl's ActorRolloutRefWorker): the trainable policy with its
+// TrainEngine, the rollout (generation with the same weights, no copy) and optionally a frozen reference
+// copy. Methods (all DP_PROTO: the batch is split across ranks in order):
+//   generate_sequences  in: prompts as tensors input_ids/attention_mask [B, P] (left padded) or field
+//                       prompt_ids (token lists); meta n, greedy, seed (optional overrides).
+//                       out [B*n rows, sample j of prompt i at row i*n+j]: prompts, responses,
+//                       response_mask [.., response_length], input_ids, attention_mask = prompt+response,
+//                       rollout_log_probs; the input's fields repeated per sample.
+//   compute_log_prob    in: input_ids, attention_mask, responses -> old_log_probs [B, R]
+//   compute_ref_log_prob  same -> ref_log_prob (needs has_ref)
+//   update_actor        in: + response_mask, old_log_probs, advantages (+ ref_log_prob with use_kl_loss);
+//                       PPO epochs x mini-batches; out: meta "metrics" (actor/pg_loss, clipfrac, ...)
+//   save_checkpoint     meta dir: HF model directory <dir>/actor (rank 0) + optimizer state
+//   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
+// Config JSON: model (see model_spec.h), has_ref, threads, actor {lr, weight_decay, grad_clip, warmup_steps,
+// mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
+// clip_ratio_c, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type},
+// rollout {response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size}.
+// Updates need world size 1: gradients are not yet all-reduced across data-parallel ranks.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/runtime/worker.h"
+
+namespace hybridflow {
+
+class ActorRolloutRefWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override;
+
+  DataProto generate_sequences(const DataProto& in);
+  DataProto compute_log_prob(const DataProto& in);
+  DataProto compute_ref_log_prob(const DataProto& in);
+  DataProto update_actor(const DataProto& in);
+  DataProto save_checkpoint(const DataProto& in);
+  DataProto parameter_norm(const DataProto& in);
+
+ private:
+  torch::Tensor log_probs_of(CausalLM& model, const DataProto& in) const;
+
+  nlohmann::json config_;
+  CausalLM actor_{nullptr};
+  CausalLM ref_{nullptr};
+  std::unique_ptr<TrainEngine> engine_;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,49 @@
+// Value-head models: the PPO critic and the reward (or cost) model.
+// CriticWorker methods (DP_PROTO):
+//   compute_values  in: input_ids, attention_mask, responses -> values [B, R]: V of the state before each
+//                   response token (the hidden state at the previous position), 0 where masked
+//   update_critic   in: + response_mask, values (old), returns; clipped value loss over epochs x
+//                   mini-batches; out: meta "metrics" (critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm)
+//   parameter_norm  out: param_sq_norm [1]
+// Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, epochs,
+// shuffle, seed, cliprange_value, loss_agg_mode}, log_prob_micro_batch_size.
+// RewardModelWorker methods (DP_PROTO):
+//   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
+// Config JSON: model, threads, micro_batch_size. Updates need world size 1 (no gradient all-reduce yet).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/runtime/worker.h"
+
+namespace hybridflow {
+
+class CriticWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override;
+  DataProto compute_values(const DataProto& in);
+  DataProto update_critic(const DataProto& in);
+  DataProto parameter_norm(const DataProto& in);
+
+ private:
+  torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled
+
+  nlohmann::json config_;
+  CausalLM critic_{nullptr};
+  std::unique_ptr<TrainEngine> engine_;
+};
+
+class RewardModelWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override;
+  DataProto compute_rm_score(const DataProto& in);
+
+ private:
+  nlohmann::json config_;
+  CausalLM model_{nullptr};
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,21 @@
+// How an RL worker builds its model from the JSON its worker group was created with. The controller
+// describes the model ({"path": dir} or a preset with a vocabulary and an init seed); every rank of a
+// group builds the same weights, so data-parallel ranks start identical.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+// spec keys: path (HF directory; when set, the others are ignored), preset ("tiny", "small", ...),
+// vocab_size, hidden_size / num_hidden_layers / intermediate_size / num_attention_heads /
+// num_key_value_heads (0 = the preset's), init_seed, eos_token_id, pad_token_id.
+// Error naming the key when the spec is incomplete.
+CausalLM build_model(const nlohmann::json& spec, HeadKind head);
+
+// Sum of squares of all parameters: a cheap fingerprint to tell whether weights changed.
+double parameter_sq_norm(torch::nn::Module& module);
+
+}  // namespace hybridflow

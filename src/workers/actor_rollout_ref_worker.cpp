@@ -1,0 +1,159 @@
+#include "hybridflow/workers/actor_rollout_ref_worker.h"
+
+#include <ATen/Parallel.h>
+
+#include "hybridflow/algo/kl.h"
+#include "hybridflow/algo/losses.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/engine/generation.h"
+#include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/ppo_epochs.h"
+#include "hybridflow/workers/rl_batch.h"
+
+namespace hybridflow {
+
+void ActorRolloutRefWorker::register_methods(MethodTable& table) {
+  config_ = context().config;
+  at::set_num_threads(config_.value("threads", 1));
+  const auto& spec = config_.at("model");
+  actor_ = build_model(spec, HeadKind::kLanguageModel);
+  if (config_.value("has_ref", false)) {
+    ref_ = build_model(spec, HeadKind::kLanguageModel);
+    ref_->eval();
+    for (auto& p : ref_->parameters()) p.set_requires_grad(false);
+  }
+  engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
+
+  using W = ActorRolloutRefWorker;
+  table.add("generate_sequences", protocols::kDataParallel, this, &W::generate_sequences);
+  table.add("compute_log_prob", protocols::kDataParallel, this, &W::compute_log_prob);
+  table.add("compute_ref_log_prob", protocols::kDataParallel, this, &W::compute_ref_log_prob);
+  table.add("update_actor", protocols::kDataParallel, this, &W::update_actor);
+  table.add("save_checkpoint", protocols::kOneToAll, this, &W::save_checkpoint);
+  table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
+}
+
+DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  const ModelConfig& mc = actor_->config();
+  GenerationConfig g;
+  g.max_new_tokens = rollout.value("response_length", int64_t{32});
+  g.temperature = rollout.value("temperature", 1.0);
+  g.top_k = rollout.value("top_k", int64_t{0});
+  g.top_p = rollout.value("top_p", 1.0);
+  g.n = in.meta().value("n", rollout.value("n", int64_t{1}));
+  g.greedy = in.meta().value("greedy", false);
+  // Each rank draws from its own stream, so data-parallel ranks do not repeat each other's samples.
+  g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(rank());
+  g.eos_token_id = mc.eos_token_id;
+  g.pad_token_id = mc.pad_token_id >= 0 ? mc.pad_token_id : 0;
+
+  const auto prompts = prompt_token_lists(in);
+  GenerationOutput out = generate(actor_, prompts, g);
+  DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
+  // Per-prompt fields follow their samples (prompt text and answer stay with each response).
+  if (!in.fields().empty()) {
+    DataProto fields;
+    for (const auto& [key, values] : in.fields()) fields.set_field(key, values);
+    result.update(fields.repeat(g.n, /*interleave=*/true));
+  }
+  return result;
+}
+
+torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, const DataProto& in) const {
+  torch::NoGradGuard no_grad;
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  const double temperature = rollout.value("temperature", 1.0);
+  const int64_t micro = rollout.value("log_prob_micro_batch_size", int64_t{16});
+  const int64_t rows = in.batch_size();
+  const int64_t response_len = in.tensor("responses").size(1);
+  std::vector<torch::Tensor> parts;
+  for (int64_t begin = 0; begin < rows; begin += micro) {
+    DataProto m = in.slice(begin, std::min(rows, begin + micro));
+    parts.push_back(response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), response_len,
+                                       temperature, /*with_entropy=*/false)
+                        .log_probs);
+  }
+  return (torch::cat(parts, 0) * in.tensor("response_mask").to(torch::kFloat)).contiguous();
+}
+
+DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
+  DataProto out;
+  out.set_tensor("old_log_probs", log_probs_of(actor_, in));
+  return out;
+}
+
+DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
+  HF_CHECK(!ref_.is_empty(), "compute_ref_log_prob: role '", context().role,
+           "' was created without a reference model (config has_ref: false)");
+  DataProto out;
+  out.set_tensor("ref_log_prob", log_probs_of(ref_, in));
+  return out;
+}
+
+DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
+  HF_CHECK(world_size() == 1, "update_actor: data-parallel actor training (world size ", world_size(),
+           ") needs gradient all-reduce, which is not implemented yet; use one actor process");
+  const auto actor = config_.value("actor", nlohmann::json::object());
+  algo::PolicyLossConfig loss_cfg;
+  loss_cfg.clip_ratio = actor.value("clip_ratio", 0.2);
+  if (actor.contains("clip_ratio_low") && !actor["clip_ratio_low"].is_null()) loss_cfg.clip_ratio_low = actor["clip_ratio_low"].get<double>();
+  if (actor.contains("clip_ratio_high") && !actor["clip_ratio_high"].is_null()) loss_cfg.clip_ratio_high = actor["clip_ratio_high"].get<double>();
+  loss_cfg.clip_ratio_c = actor.value("clip_ratio_c", 3.0);
+  loss_cfg.agg_mode = algo::parse_loss_agg_mode(actor.value("loss_agg_mode", std::string("token-mean")));
+  const double entropy_coeff = actor.value("entropy_coeff", 0.0);
+  const bool use_kl_loss = actor.value("use_kl_loss", false);
+  const double kl_coef = actor.value("kl_loss_coef", 0.001);
+  const algo::KlType kl_type = algo::parse_kl_type(actor.value("kl_loss_type", std::string("low_var_kl")));
+  const double temperature = config_.value("rollout", nlohmann::json::object()).value("temperature", 1.0);
+  HF_CHECK(!use_kl_loss || in.has_tensor("ref_log_prob"), "update_actor: use_kl_loss needs tensor ref_log_prob in the batch");
+
+  MetricAverager metrics;
+  auto loss_fn = [&](const DataProto& m) {
+    const auto mask = m.tensor("response_mask").to(torch::kFloat);
+    const int64_t response_len = mask.size(1);
+    auto lp = response_log_probs(actor_, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
+                                 /*with_entropy=*/true);
+    auto pg = algo::ppo_policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg);
+    torch::Tensor loss = pg.loss;
+    const auto entropy = algo::agg_loss(lp.entropy, mask, loss_cfg.agg_mode);
+    if (entropy_coeff != 0) loss = loss - entropy_coeff * entropy;
+    if (use_kl_loss) {
+      auto kl = algo::kl_loss(lp.log_probs, m.tensor("ref_log_prob"), mask, kl_type, loss_cfg.agg_mode);
+      loss = loss + kl_coef * kl;
+      metrics.add("actor/kl_loss", kl.item<double>());
+    }
+    metrics.add("actor/pg_loss", pg.loss.item<double>());
+    metrics.add("actor/pg_clipfrac", pg.clip_frac.item<double>());
+    metrics.add("actor/pg_clipfrac_lower", pg.clip_frac_lower.item<double>());
+    metrics.add("actor/ppo_kl", pg.approx_kl.item<double>());
+    metrics.add("actor/entropy", entropy.item<double>());
+    return loss;
+  };
+  actor_->train();
+  run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(actor), loss_fn, "response_mask", "actor/", metrics);
+  DataProto out;
+  out.meta()["metrics"] = metrics.to_json();
+  return out;
+}
+
+DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
+  const std::string dir = in.meta().at("dir").get<std::string>();
+  if (rank() == 0) {
+    HF_CHECK(in.meta().contains("tokenizer"), "save_checkpoint: meta 'tokenizer' (path of tokenizer.json) is required");
+    save_pretrained(dir + "/actor", actor_, Tokenizer::load(in.meta().at("tokenizer").get<std::string>()));
+    engine_->save_state(dir + "/actor_optim.pt");
+  }
+  return DataProto();
+}
+
+DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {
+  DataProto out;
+  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*actor_), torch::kDouble));
+  return out;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,100 @@
+#include "hybridflow/workers/critic_worker.h"
+
+#include <ATen/Parallel.h>
+
+#include "hybridflow/algo/losses.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/ppo_epochs.h"
+#include "hybridflow/workers/rl_batch.h"
+
+namespace hybridflow {
+
+void CriticWorker::register_methods(MethodTable& table) {
+  config_ = context().config;
+  at::set_num_threads(config_.value("threads", 1));
+  critic_ = build_model(config_.at("model"), HeadKind::kValue);
+  engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
+                                          optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
+  table.add("compute_values", protocols::kDataParallel, this, &CriticWorker::compute_values);
+  table.add("update_critic", protocols::kDataParallel, this, &CriticWorker::update_critic);
+  table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
+}
+
+torch::Tensor CriticWorker::response_values(const DataProto& m) {
+  const auto& ids = m.tensor("input_ids");
+  const int64_t response_len = m.tensor("responses").size(1);
+  const int64_t prompt_len = ids.size(1) - response_len;
+  HF_CHECK(prompt_len > 0, "critic: input_ids ", ids.sizes(), " hold no prompt before ", response_len,
+           " response tokens");
+  auto values = critic_->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
+  // The value of the state that emits response token r sits at position P + r - 1.
+  return values.slice(1, prompt_len - 1, prompt_len - 1 + response_len) * m.tensor("response_mask").to(torch::kFloat);
+}
+
+DataProto CriticWorker::compute_values(const DataProto& in) {
+  torch::NoGradGuard no_grad;
+  critic_->eval();
+  const int64_t micro = config_.value("log_prob_micro_batch_size", int64_t{16});
+  std::vector<torch::Tensor> parts;
+  for (int64_t begin = 0; begin < in.batch_size(); begin += micro)
+    parts.push_back(response_values(in.slice(begin, std::min(in.batch_size(), begin + micro))));
+  DataProto out;
+  out.set_tensor("values", torch::cat(parts, 0).contiguous());
+  return out;
+}
+
+DataProto CriticWorker::update_critic(const DataProto& in) {
+  HF_CHECK(world_size() == 1, "update_critic: data-parallel critic training (world size ", world_size(),
+           ") needs gradient all-reduce, which is not implemented yet; use one critic process");
+  const auto critic = config_.value("critic", nlohmann::json::object());
+  const double cliprange = critic.value("cliprange_value", 0.5);
+  const auto agg = algo::parse_loss_agg_mode(critic.value("loss_agg_mode", std::string("token-mean")));
+  MetricAverager metrics;
+  auto loss_fn = [&](const DataProto& m) {
+    const auto mask = m.tensor("response_mask").to(torch::kFloat);
+    auto vpreds = response_values(m);
+    auto vl = algo::clipped_value_loss(vpreds, m.tensor("values"), m.tensor("returns"), mask, cliprange, agg);
+    metrics.add("critic/vf_loss", vl.loss.item<double>());
+    metrics.add("critic/vf_clipfrac", vl.clip_frac.item<double>());
+    metrics.add("critic/vpred_mean", algo::masked_mean(vpreds.detach(), mask).item<double>());
+    return vl.loss;
+  };
+  critic_->train();
+  run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(critic), loss_fn, "response_mask", "critic/", metrics);
+  DataProto out;
+  out.meta()["metrics"] = metrics.to_json();
+  return out;
+}
+
+DataProto CriticWorker::parameter_norm(const DataProto&) {
+  DataProto out;
+  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*critic_), torch::kDouble));
+  return out;
+}
+
+void RewardModelWorker::register_methods(MethodTable& table) {
+  config_ = context().config;
+  at::set_num_threads(config_.value("threads", 1));
+  model_ = build_model(config_.at("model"), HeadKind::kValue);
+  model_->eval();
+  table.add("compute_rm_score", protocols::kDataParallel, this, &RewardModelWorker::compute_rm_score);
+}
+
+DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {
+  torch::NoGradGuard no_grad;
+  const int64_t micro = config_.value("micro_batch_size", int64_t{16});
+  std::vector<torch::Tensor> parts;
+  for (int64_t begin = 0; begin < in.batch_size(); begin += micro) {
+    DataProto m = in.slice(begin, std::min(in.batch_size(), begin + micro));
+    const auto& mask = m.tensor("attention_mask");
+    auto values = model_->forward(m.tensor("input_ids"), mask).values;
+    parts.push_back(values.gather(1, last_valid_index(mask).unsqueeze(1)).squeeze(1));
+  }
+  DataProto out;
+  out.set_tensor("rm_scores", torch::cat(parts, 0).to(torch::kFloat).contiguous());
+  return out;
+}
+
+}  // namespace hybridflow

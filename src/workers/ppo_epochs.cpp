@@ -1,0 +1,71 @@
+#include "hybridflow/workers/ppo_epochs.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+void MetricAverager::add(const std::string& name, double value) {
+  auto& s = sums_[name];
+  s.first += value;
+  s.second += 1;
+}
+
+nlohmann::json MetricAverager::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, s] : sums_) out[name] = s.first / static_cast<double>(s.second);
+  return out;
+}
+
+void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatchPlan& plan,
+                    const MicroLossFn& loss_fn, const std::string& token_mask_key, const std::string& prefix,
+                    MetricAverager& metrics) {
+  const int64_t rows = batch.batch_size();
+  HF_CHECK(rows > 0, prefix, "update: empty batch");
+  HF_CHECK(plan.epochs > 0, prefix, "update: ppo_epochs must be > 0, got ", plan.epochs);
+  const int64_t mini = plan.mini_batch_rows > 0 ? std::min(plan.mini_batch_rows, rows) : rows;
+  const int64_t micro = plan.micro_batch_rows > 0 ? std::min(plan.micro_batch_rows, mini) : mini;
+  for (int64_t epoch = 0; epoch < plan.epochs; ++epoch) {
+    DataProto order = batch;
+    if (plan.shuffle) {
+      // A local generator: shuffling must not disturb the global RNG that sampling seeds rely on.
+      auto gen = at::detail::createCPUGenerator(plan.seed * 1000003ULL + static_cast<uint64_t>(engine.step()) * 7919ULL +
+                                                static_cast<uint64_t>(epoch));
+      order = batch.index_select(torch::randperm(rows, gen, torch::kLong));
+    }
+    for (int64_t begin = 0; begin < rows; begin += mini) {
+      StepStats stats = engine.train_step(order.slice(begin, std::min(rows, begin + mini)), micro, loss_fn,
+                                          token_mask_key);
+      metrics.add(prefix + "grad_norm", stats.grad_norm);
+      metrics.add(prefix + "lr", stats.lr);
+      metrics.add(prefix + "loss", stats.loss);
+      if (stats.skipped) metrics.add(prefix + "skipped_steps", 1.0);
+    }
+  }
+}
+
+MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j) {
+  MiniBatchPlan plan;
+  plan.mini_batch_rows = j.value("mini_batch_rows", plan.mini_batch_rows);
+  plan.micro_batch_rows = j.value("micro_batch_rows", plan.micro_batch_rows);
+  plan.epochs = j.value("epochs", plan.epochs);
+  plan.shuffle = j.value("shuffle", plan.shuffle);
+  plan.seed = j.value("seed", plan.seed);
+  return plan;
+}
+
+OptimizerOptions optimizer_options_from_json(const nlohmann::json& j) {
+  OptimizerOptions o;
+  o.schedule.lr = j.value("lr", o.schedule.lr);
+  o.schedule.warmup_steps = j.value("warmup_steps", o.schedule.warmup_steps);
+  o.schedule.kind = j.value("lr_schedule", o.schedule.kind);
+  o.schedule.total_steps = j.value("total_steps", o.schedule.total_steps);
+  o.weight_decay = j.value("weight_decay", o.weight_decay);
+  o.grad_clip = j.value("grad_clip", o.grad_clip);
+  return o;
+}
+
+}  // namespace hybridflow
