@@ -135,7 +135,9 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   };
   actor_->train();
   run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(actor), loss_fn, "response_mask", "actor/", metrics);
+  // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
+  out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
   out.meta()["metrics"] = metrics.to_json();
   return out;
 }

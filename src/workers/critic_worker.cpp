@@ -63,7 +63,9 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
   };
   critic_->train();
   run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(critic), loss_fn, "response_mask", "critic/", metrics);
+  // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
+  out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
   out.meta()["metrics"] = metrics.to_json();
   return out;
 }

@@ -1,0 +1,65 @@
+// RL post-training as one dataflow program on a single controller (HybridFlow Figure 6, verl's
+// RayPPOTrainer). Each step, read top to bottom in RLTrainer::step():
+//   batch  = next train_batch_size prompts
+//   gen    = actor.generate_sequences(batch)                       (rollout.n samples per prompt)
+//   old    = actor.compute_log_prob(gen)         | dispatched together, as futures on gen
+//   ref    = actor.compute_ref_log_prob(gen)     | (ref only with a KL term)
+//   values = critic.compute_values(gen)          | (critic only for adv_estimator gae)
+//   rm     = reward_model.compute_rm_score(gen)  | (only with reward_model.enable)
+//   scores = rule reward of each decoded response (on the controller, while the workers compute)
+//   [remax: a greedy generation of the same prompts is the baseline]
+//   rewards = scores (- kl_coef * KL when algorithm.use_kl_in_reward); advantages via the registry
+//   critic.update_critic(batch); actor.update_actor(batch); metrics -> console + <run_dir>/metrics.jsonl
+// GRPO, RLOO, REINFORCE++ and ReMax start no critic. Config keys follow verl (see kRLTrainerDefaultsYaml).
+// Worker processes re-execute the current binary: it must call register_rl_workers() and then
+// run_worker_if_requested() first thing (see workers/rl_workers.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hybridflow/core/config.h"
+
+namespace hybridflow {
+
+// The schema with defaults of an RL run's config (all sections: trainer, data, model, actor_rollout_ref,
+// critic, reward_model, reward, algorithm).
+std::string rl_trainer_defaults_yaml();
+
+// Loads a user's YAML over the defaults, then applies key=value overrides.
+Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides);
+
+class RLTrainer {
+ public:
+  // Builds the data and tokenizer, starts the worker pools and creates the worker groups. Error on a bad config.
+  explicit RLTrainer(const Config& config);
+  ~RLTrainer();
+  RLTrainer(const RLTrainer&) = delete;
+  RLTrainer& operator=(const RLTrainer&) = delete;
+
+  // One iteration of the dataflow; returns the metrics record written to metrics.jsonl.
+  nlohmann::json step();
+  // Runs trainer.total_steps steps with a progress line per step; saves a checkpoint at the end when
+  // trainer.save_checkpoint is set. Returns the last step's metrics.
+  nlohmann::json fit();
+  // Mean task score of greedy responses to `count` held-out prompts (the policy's accuracy).
+  double evaluate(int64_t count);
+
+  // Names of the worker groups started, e.g. {"actor", "critic"}.
+  std::vector<std::string> roles() const;
+  int64_t steps_done() const;
+  // Sum of squared parameters of a role's model ("actor" or "critic"): tells whether an update changed it.
+  double parameter_sq_norm(const std::string& role);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// `hybridflow train`: load nothing more, run fit(), print a summary. Returns a process exit code.
+int run_rl_training(const Config& config);
+
+}  // namespace hybridflow

@@ -1,0 +1,103 @@
+#include "hybridflow/core/config.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/reward_function.h"
+
+namespace hybridflow {
+
+namespace {
+// verl's names where the concept is the same. Batch sizes count prompts (train_batch_size,
+// ppo_mini_batch_size) like verl; micro-batch sizes count rows (samples) per process.
+const char* const kRLSchema = R"(trainer:
+  total_steps: 10
+  seed: 1
+  run_dir: ""
+  threads_per_worker: 1
+  colocate: true
+  save_checkpoint: false
+  log_every: 1
+data:
+  task: addition_reversed
+  train_file: ""
+  test_file: ""
+  train_size: 512
+  test_size: 64
+  train_batch_size: 8
+  add_bos: true
+model:
+  path: ""
+  preset: tiny
+  hidden_size: 0
+  num_hidden_layers: 0
+  intermediate_size: 0
+  num_attention_heads: 0
+  num_key_value_heads: 0
+  init_seed: 0
+actor_rollout_ref:
+  num_processes: 1
+  actor:
+    ppo_mini_batch_size: 8
+    ppo_micro_batch_size: 8
+    ppo_epochs: 1
+    shuffle: true
+    clip_ratio: 0.2
+    clip_ratio_low: null
+    clip_ratio_high: null
+    clip_ratio_c: 3.0
+    loss_agg_mode: token-mean
+    entropy_coeff: 0.0
+    use_kl_loss: false
+    kl_loss_coef: 0.001
+    kl_loss_type: low_var_kl
+    optim:
+      lr: 1.0e-5
+      weight_decay: 0.01
+      grad_clip: 1.0
+      warmup_steps: 0
+  rollout:
+    n: 1
+    temperature: 1.0
+    top_k: 0
+    top_p: 1.0
+    response_length: 16
+    log_prob_micro_batch_size: 16
+critic:
+  num_processes: 1
+  model_path: ""
+  ppo_mini_batch_size: 8
+  ppo_micro_batch_size: 8
+  ppo_epochs: 1
+  shuffle: true
+  cliprange_value: 0.5
+  loss_agg_mode: token-mean
+  optim:
+    lr: 1.0e-5
+    weight_decay: 0.01
+    grad_clip: 1.0
+    warmup_steps: 0
+reward_model:
+  enable: false
+  path: ""
+  num_processes: 1
+  micro_batch_size: 16
+algorithm:
+  adv_estimator: gae
+  gamma: 1.0
+  lam: 1.0
+  norm_adv_by_std_in_grpo: true
+  use_kl_in_reward: false
+  kl_penalty: kl
+  kl_ctrl:
+    type: fixed
+    kl_coef: 0.001
+    target_kl: 0.1
+    horizon: 10000.0
+)";
+}  // namespace
+
+std::string rl_trainer_defaults_yaml() { return std::string(kRLSchema) + kRewardConfigDefaults; }
+
+Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides) {
+  return Config::load(rl_trainer_defaults_yaml(), user_file, overrides);
+}
+
+}  // namespace hybridflow

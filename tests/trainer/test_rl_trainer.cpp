@@ -1,0 +1,101 @@
+// The RL trainer end to end over real worker processes (this binary re-executes itself as the
+// workers): which groups each estimator starts, that a step changes the models, and the metrics.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/temp_dir.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+std::vector<std::string> tiny_run(const std::string& estimator, std::vector<std::string> extra = {}) {
+  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
+                                "model.hidden_size=32",
+                                "model.num_hidden_layers=1",
+                                "model.num_attention_heads=2",
+                                "model.num_key_value_heads=1",
+                                "model.intermediate_size=64",
+                                "data.task=addition",
+                                "data.train_size=16",
+                                "data.test_size=4",
+                                "data.train_batch_size=2",
+                                "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.rollout.response_length=4",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+                                "actor_rollout_ref.actor.optim.lr=1e-3",
+                                "critic.ppo_mini_batch_size=2",
+                                "critic.optim.lr=1e-3",
+                                "trainer.total_steps=2"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+}  // namespace
+
+TEST(RlTrainer, GrpoStartsNoCriticAndAStepChangesTheActor) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config("", tiny_run("grpo", {"trainer.run_dir=" + dir.path()})));
+  EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"}));
+  EXPECT_THROW(trainer.parameter_sq_norm("critic"), Error);
+  const double before = trainer.parameter_sq_norm("actor");
+  nlohmann::json record = trainer.fit();
+  EXPECT_EQ(trainer.steps_done(), 2);
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), before);
+  for (const char* key : {"score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean",
+                          "timing/generate_s", "timing/update_actor_s", "perf/throughput_tokens_per_s"})
+    EXPECT_TRUE(record.contains(key)) << key << " missing in " << record.dump();
+  EXPECT_FALSE(record.contains("critic/vf_loss"));
+  const double score = record.at("score/mean").get<double>();
+  EXPECT_GE(score, 0.0);
+  EXPECT_LE(score, 1.0);
+  auto lines = read_jsonl(dir.path() + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].at("step"), 2);
+  const double accuracy = trainer.evaluate(4);
+  EXPECT_GE(accuracy, 0.0);
+  EXPECT_LE(accuracy, 1.0);
+}
+
+TEST(RlTrainer, PpoWithGaeStartsACriticAndUpdatesIt) {
+  RLTrainer trainer(load_rl_config("", tiny_run("gae", {"algorithm.use_kl_in_reward=true", "algorithm.gamma=0.99",
+                                                        "algorithm.lam=0.95"})));
+  EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor", "critic"}));
+  const double critic_before = trainer.parameter_sq_norm("critic");
+  nlohmann::json record = trainer.step();
+  EXPECT_NE(trainer.parameter_sq_norm("critic"), critic_before);
+  for (const char* key : {"critic/vf_loss", "values/mean", "timing/values_s", "timing/update_critic_s",
+                          "actor/reward_kl_penalty", "actor/ref_kl", "timing/ref_s"})
+    EXPECT_TRUE(record.contains(key)) << key << " missing in " << record.dump();
+  // Actor and reference start equal, so the first step's KL penalty is 0.
+  EXPECT_NEAR(record.at("actor/reward_kl_penalty").get<double>(), 0.0, 1e-5);
+}
+
+TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
+  for (const std::string estimator : {"rloo", "reinforce_plus_plus", "remax"}) {
+    RLTrainer trainer(load_rl_config("", tiny_run(estimator, {"actor_rollout_ref.actor.use_kl_loss=true"})));
+    EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"})) << estimator;
+    nlohmann::json record = trainer.step();
+    EXPECT_TRUE(record.contains("actor/kl_loss")) << estimator << ": " << record.dump();
+    EXPECT_EQ(record.contains("score/greedy_baseline_mean"), estimator == "remax") << estimator;
+  }
+}
+
+TEST(RlTrainer, ConfigErrorsNameTheKey) {
+  try {
+    RLTrainer trainer(load_rl_config("", tiny_run("no_such_estimator")));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_estimator"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_rl_config("", {"actor_rollout_ref.actor.ppo_mini_batch_sise=2"}), Error);
+}
