@@ -99,3 +99,20 @@ TEST(RlTrainer, ConfigErrorsNameTheKey) {
   }
   EXPECT_THROW(load_rl_config("", {"actor_rollout_ref.actor.ppo_mini_batch_sise=2"}), Error);
 }
+
+// A reward the random policy rarely earns (the response starts with '1', about 1 in 20 tokens) given by
+// an external command: GRPO must make it the common case within a few steps.
+TEST(RlTrainer, GrpoRaisesARareRewardFromAnExternalScorer) {
+  const std::string scorer =
+      "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(1.0 if json.loads(l)['response'].startswith('1') "
+      "else 0.0, flush=True) for l in sys.stdin]\"";
+  RLTrainer trainer(load_rl_config(
+      "", tiny_run("grpo", {"reward.type=command", scorer, "data.train_batch_size=4", "actor_rollout_ref.rollout.n=8",
+                            "actor_rollout_ref.rollout.response_length=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                            "actor_rollout_ref.actor.ppo_micro_batch_size=32", "actor_rollout_ref.actor.optim.lr=3e-2",
+                            "actor_rollout_ref.actor.ppo_epochs=2", "trainer.total_steps=12"})));
+  std::vector<double> scores;
+  for (int i = 0; i < 12; ++i) scores.push_back(trainer.step().at("score/mean").get<double>());
+  const double first = (scores[0] + scores[1]) / 2, last = (scores[10] + scores[11]) / 2;
+  EXPECT_GT(last, first + 0.3) << "scores per step: " << ::testing::PrintToString(scores);
+}
