@@ -116,3 +116,13 @@ TEST(RlTrainer, GrpoRaisesARareRewardFromAnExternalScorer) {
   const double first = (scores[0] + scores[1]) / 2, last = (scores[10] + scores[11]) / 2;
   EXPECT_GT(last, first + 0.3) << "scores per step: " << ::testing::PrintToString(scores);
 }
+
+TEST(RlTrainer, SavesTheActorAsAModelDirectoryAndItsOptimizerState) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config(
+      "", tiny_run("grpo", {"trainer.run_dir=" + dir.path(), "trainer.save_checkpoint=true", "trainer.total_steps=1"})));
+  trainer.fit();
+  for (const char* file : {"/checkpoint/actor/config.json", "/checkpoint/actor/model.safetensors",
+                           "/checkpoint/actor/tokenizer.json", "/checkpoint/actor_optim.pt", "/metrics.jsonl"})
+    EXPECT_TRUE(file_exists(dir.path() + file)) << file;
+}
