@@ -38,7 +38,7 @@ std::string ProgressLine::render(int64_t step, const std::vector<std::pair<std::
     std::snprintf(buf, sizeof(buf), " %s %.4g", name.c_str(), value);
     out << buf;
   }
-  if (elapsed > 0) {
+  if (elapsed > 0 && tokens_total_ > 0) {
     char buf[48];
     std::snprintf(buf, sizeof(buf), " | %.0f tok/s", static_cast<double>(tokens_total_) / elapsed);
     out << buf;
@@ -65,7 +65,7 @@ void ProgressLine::finish(const std::vector<std::pair<std::string, double>>& fig
   if (tty_) std::printf("\n");
   std::ostringstream out;
   out << label_ << " done: " << last_step_ << " steps in " << format_duration(elapsed);
-  if (elapsed > 0) {
+  if (elapsed > 0 && tokens_total_ > 0) {
     char buf[48];
     std::snprintf(buf, sizeof(buf), ", %.0f tok/s", static_cast<double>(tokens_total_) / elapsed);
     out << buf;

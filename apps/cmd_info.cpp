@@ -1,0 +1,37 @@
+// `hybridflow info`: a model directory's architecture and parameter count, without loading weights.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "hybridflow/model/model_config.h"
+#include "hybridflow/model/pretrained.h"
+
+namespace hybridflow::cli {
+
+void add_info_command(CLI::App& app, Action& action) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "Print a model directory's config and parameter count");
+  cmd->add_option("model", *dir, "model directory (config.json inside)")->required();
+  cmd->callback([dir, &action] {
+    action = [dir] {
+      ModelConfig c = load_model_config(*dir + "/config.json");
+      std::printf("model            %s\n", dir->c_str());
+      std::printf("architecture     %s (%s)\n", c.architecture.c_str(), c.model_type.c_str());
+      std::printf("parameters       %lld\n", static_cast<long long>(c.num_parameters()));
+      std::printf("vocab_size       %lld\n", static_cast<long long>(c.vocab_size));
+      std::printf("hidden_size      %lld\n", static_cast<long long>(c.hidden_size));
+      std::printf("intermediate     %lld\n", static_cast<long long>(c.intermediate_size));
+      std::printf("layers           %lld\n", static_cast<long long>(c.num_hidden_layers));
+      std::printf("heads / kv heads %lld / %lld (head_dim %lld)\n", static_cast<long long>(c.num_attention_heads),
+                  static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim()));
+      std::printf("max positions    %lld, rope_theta %g\n", static_cast<long long>(c.max_position_embeddings),
+                  c.rope_theta);
+      std::printf("tied embeddings  %s, qkv bias %s\n", c.tie_word_embeddings ? "yes" : "no",
+                  c.attention_bias ? "yes" : "no");
+      std::printf("dtype            %s\n", c.torch_dtype.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace hybridflow::cli

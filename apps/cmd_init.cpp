@@ -1,0 +1,60 @@
+// `hybridflow init`: a randomly initialised model directory (config.json, model.safetensors,
+// tokenizer.json) from a named preset, with the tokenizer alphabet of a built-in task.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "hybridflow/core/platform.h"
+#include "hybridflow/model/model_config.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/model/tokenizer.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/tasks/task.h"
+
+namespace hybridflow::cli {
+
+void add_init_command(CLI::App& app, Action& action) {
+  struct Options {
+    std::string preset = "tiny";
+    std::string task = "addition";
+    std::string alphabet;
+    std::string out;
+    std::string dtype = "float32";
+    uint64_t seed = 0;
+    bool value_head = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("init", "Create a randomly initialised model directory from a preset");
+  cmd->add_option("--preset", opts->preset, "tiny | small | base | qwen2-tiny")->capture_default_str();
+  cmd->add_option("--task", opts->task, "built-in task whose characters the tokenizer covers")->capture_default_str();
+  cmd->add_option("--alphabet", opts->alphabet, "explicit tokenizer characters (overrides --task)");
+  cmd->add_option("--out", opts->out, "output directory")->required();
+  cmd->add_option("--dtype", opts->dtype, "storage dtype: float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "initialisation seed")->capture_default_str();
+  cmd->add_flag("--value-head", opts->value_head, "scalar value head (critic / reward model) instead of an LM head");
+  cmd->callback([cmd, opts, &action] {
+    (void)cmd;
+    action = [opts] {
+      init_threads();
+      std::string alphabet = opts->alphabet.empty() ? make_task(opts->task)->alphabet() : opts->alphabet;
+      Tokenizer tokenizer = Tokenizer::from_alphabet(alphabet);
+      ModelConfig config = preset_model_config(opts->preset, tokenizer.vocab_size());
+      config.bos_token_id = tokenizer.bos_id();
+      config.eos_token_id = tokenizer.eos_id();
+      config.pad_token_id = tokenizer.pad_id();
+      config.torch_dtype = opts->dtype;
+      config.validate();
+      torch::manual_seed(opts->seed);
+      CausalLM model(config, opts->value_head ? HeadKind::kValue : HeadKind::kLanguageModel);
+      save_pretrained(opts->out, model, tokenizer);
+      std::printf("wrote %s: %s preset, %lld parameters, vocab %lld, %s weights\n", opts->out.c_str(),
+                  opts->preset.c_str(), static_cast<long long>(config.num_parameters()),
+                  static_cast<long long>(config.vocab_size), config.torch_dtype.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace hybridflow::cli

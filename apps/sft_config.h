@@ -1,0 +1,40 @@
+// The `hybridflow sft` configuration schema: every key with its default. Documented in
+// docs/configuration.md; `???` marks a required key.
+#pragma once
+
+namespace hybridflow::cli {
+
+inline constexpr const char* kSftDefaultsYaml = R"YAML(
+model:
+  path: ???              # model directory to start from (hybridflow init writes one)
+data:
+  task: addition         # built-in task: scores evaluation answers; generates data when train_file is empty
+  train_file: ""         # JSONL rows {"prompt", "response"}; empty = generate train/test from the task
+  test_file: ""          # held-out JSONL rows {"prompt", "answer"}
+  train_size: 20000      # generated examples (when train_file is empty)
+  test_size: 200
+  seed: 0
+  min_digits: 1          # task options (addition: operand digits; sort: length)
+  max_digits: 3
+optim:
+  lr: 0.001
+  weight_decay: 0.01
+  warmup_steps: 20
+  schedule: cosine       # constant | linear | cosine
+  min_lr_ratio: 0.1
+  grad_clip: 1.0
+trainer:
+  steps: 600             # optimizer steps (0 = one pass per epoch)
+  epochs: 1
+  batch_size: 64
+  micro_batch_size: 64
+  eval_every: 100
+  eval_samples: 200
+  save_every: 0          # 0 = only the final checkpoint
+  out_dir: runs/sft
+  seed: 0
+  threads: 0             # 0 = one per core
+  max_new_tokens: 8
+)YAML";
+
+}  // namespace hybridflow::cli
