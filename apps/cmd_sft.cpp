@@ -81,7 +81,7 @@ int run_sft_command(const std::string& config_file, const std::vector<std::strin
       last_accuracy = m.eval_accuracy;
       std::printf("eval step %lld: held-out exact match %.3f\n", static_cast<long long>(m.step), m.eval_accuracy);
     }
-    progress.update(m.step, 0, figures);
+    progress.update(m.step, m.tokens, figures);
   });
   progress.finish({{"final_heldout_acc", result.final_eval_accuracy}});
 

@@ -214,6 +214,7 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
     m.loss = stats.loss;
     m.grad_norm = stats.grad_norm;
     m.lr = stats.lr;
+    m.tokens = stats.tokens;
     const bool last = step == total_steps;
     if (!eval_prompts.empty() && ((o.eval_every > 0 && step % o.eval_every == 0) || last)) {
       m.eval_accuracy = evaluate_exact_match(model, tok, eval_prompts, eval_answers, o.max_new_tokens, o.scorer);

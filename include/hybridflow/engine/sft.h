@@ -42,6 +42,7 @@ struct SftMetrics {
   double loss = 0;
   double grad_norm = 0;
   double lr = 0;
+  int64_t tokens = 0;          // loss tokens (response + eos) this step trained on
   double seconds = 0;          // since training started
   double eval_accuracy = -1;   // mean score on held-out examples; -1 when not evaluated at this step
 };

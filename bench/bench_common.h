@@ -1,0 +1,28 @@
+// Small helpers shared by the benchmarks: wall-clock timing and argument parsing.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace hybridflow::bench {
+
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// "--name=value" from argv, else the fallback.
+inline std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  }
+  return fallback;
+}
+
+inline long long arg_int(int argc, char** argv, const std::string& name, long long fallback) {
+  return std::atoll(arg(argc, argv, name, std::to_string(fallback)).c_str());
+}
+
+}  // namespace hybridflow::bench
