@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "bench_common.h"
@@ -15,6 +16,7 @@
 using namespace hybridflow;
 
 int main(int argc, char** argv) {
+  select_openblas_kernels(argv);
   const std::string preset = bench::arg(argc, argv, "preset", "tiny");
   const int64_t batch = bench::arg_int(argc, argv, "batch", 32);
   const int64_t new_tokens = bench::arg_int(argc, argv, "new-tokens", 128);
@@ -49,9 +51,10 @@ int main(int argc, char** argv) {
   auto [cached_tps, cached_s] = run(true);
   auto [full_tps, full_s] = run(false);
 
-  std::printf("generation: preset %s (%lld params), batch %lld, prompts 16-32 tokens, %lld new tokens, %d threads, BLAS %s\n",
+  std::printf("generation: preset %s (%lld params), batch %lld, prompts 16-32 tokens, %lld new tokens, %d threads, BLAS %s (OPENBLAS_CORETYPE=%s)\n",
               preset.c_str(), static_cast<long long>(config.num_parameters()), static_cast<long long>(batch),
-              static_cast<long long>(new_tokens), at::get_num_threads(), blas.library.c_str());
+              static_cast<long long>(new_tokens), at::get_num_threads(), blas.library.c_str(),
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "auto");
   std::printf("  KV cache:          %10.0f tokens/s (%.2f s)\n", cached_tps, cached_s);
   std::printf("  full recompute:    %10.0f tokens/s (%.2f s)\n", full_tps, full_s);
   std::printf("  ratio cache/full:  %10.2fx\n", cached_tps / full_tps);

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench_common.h"
 #include "hybridflow/core/data_proto.h"
@@ -39,6 +40,7 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  select_openblas_kernels(argv);
   const std::string preset = bench::arg(argc, argv, "preset", "small");
   const int64_t batch = bench::arg_int(argc, argv, "batch", 16);
   const int64_t seq = bench::arg_int(argc, argv, "seq", 128);
@@ -75,9 +77,10 @@ int main(int argc, char** argv) {
   double step_gflops = train_flops_per_token(config, seq) * tokens / seconds / 1e9;
   double mm_gflops = matmul_gflops(1024, 10);
 
-  std::printf("train step: preset %s (%lld params), batch %lld x %lld tokens, %d threads, BLAS %s\n", preset.c_str(),
+  std::printf("train step: preset %s (%lld params), batch %lld x %lld tokens, %d threads, BLAS %s (OPENBLAS_CORETYPE=%s)\n", preset.c_str(),
               static_cast<long long>(config.num_parameters()), static_cast<long long>(batch),
-              static_cast<long long>(seq), at::get_num_threads(), blas.library.c_str());
+              static_cast<long long>(seq), at::get_num_threads(), blas.library.c_str(),
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "auto");
   std::printf("  step time:             %8.1f ms\n", seconds * 1e3);
   std::printf("  throughput:            %8.0f tokens/s\n", tokens / seconds);
   std::printf("  achieved:              %8.1f GFLOP/s (fwd + bwd, 6N + attention per token)\n", step_gflops);

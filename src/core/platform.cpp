@@ -2,13 +2,43 @@
 
 #include <ATen/Parallel.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "hybridflow/core/logging.h"
 
 namespace hybridflow {
+
+std::string openblas_coretype_for_flags(const std::string& cpu_flags) {
+  std::set<std::string> flags;
+  std::istringstream in(cpu_flags);
+  for (std::string f; in >> f;) flags.insert(f);
+  auto has = [&](const char* f) { return flags.count(f) > 0; };
+  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq")) return "SkylakeX";
+  if (has("avx2") && has("fma")) return "Haswell";
+  return "";
+}
+
+void select_openblas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("HF_NO_BLAS_REEXEC") != nullptr) return;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line.substr(line.find(':') + 1);
+      break;
+    }
+  }
+  const std::string core = openblas_coretype_for_flags(flags);
+  if (core.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);  // only returns on failure: then run on with OpenBLAS's own choice
+}
 
 void init_threads(int num_threads) {
   if (num_threads <= 0) {

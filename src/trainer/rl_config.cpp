@@ -17,6 +17,8 @@ const char* const kRLSchema = R"(trainer:
   log_every: 1
 data:
   task: addition_reversed
+  min_digits: 1
+  max_digits: 3
   train_file: ""
   test_file: ""
   train_size: 512

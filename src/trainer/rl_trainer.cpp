@@ -74,7 +74,10 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.kl_ctrl = algo::kl_controller(algorithm);
 
   // Data and tokenizer.
-  s.task = make_task(config.get<std::string>("data.task"));
+  TaskOptions task_options;
+  task_options.min_digits = config.get<int>("data.min_digits");
+  task_options.max_digits = config.get<int>("data.max_digits");
+  s.task = make_task(config.get<std::string>("data.task"), task_options);
   const std::string model_path = config.get<std::string>("model.path");
   s.tokenizer = model_path.empty() ? Tokenizer::from_alphabet(s.task->alphabet())
                                    : Tokenizer::load(model_path + "/tokenizer.json");

@@ -20,4 +20,12 @@ TEST(Platform, DetectsTheBlasThatLibtorchLoaded) {
   EXPECT_FALSE(info.library.empty()) << "libtorch should have a BLAS mapped";
 }
 
+TEST(Platform, PicksTheWidestOpenBlasKernelTheFlagsAllow) {
+  EXPECT_EQ(openblas_coretype_for_flags(" fpu sse2 avx avx2 fma avx512f avx512dq avx512bw avx512vl avx512_bf16"), "SkylakeX");
+  EXPECT_EQ(openblas_coretype_for_flags("fpu sse2 avx avx2 fma"), "Haswell");
+  EXPECT_EQ(openblas_coretype_for_flags("fpu sse2 avx avx512f"), "");  // avx512f alone: no avx2/fma either
+  EXPECT_EQ(openblas_coretype_for_flags("fpu sse2 avx"), "");
+  EXPECT_EQ(openblas_coretype_for_flags(""), "");
+}
+
 }  // namespace hybridflow
