@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
@@ -35,16 +36,7 @@ trainer:
   tags: []
 )";
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hybridflow::Error";
-  return "";
-}
+using hybridflow::testing::error_of;
 
 Config load(const std::string& user_yaml, const std::vector<std::string>& overrides) {
   return Config::load_from_string(kDefaults, user_yaml, "run.yaml", overrides);

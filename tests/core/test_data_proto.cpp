@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "hybridflow/core/error.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
@@ -39,16 +40,7 @@ void expect_rows_aligned(const DataProto& d) {
   }
 }
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hybridflow::Error";
-  return "";
-}
+using hybridflow::testing::error_of;
 
 TEST(DataProto, EmptyHasBatchZeroAndFirstEntrySetsSize) {
   DataProto d;

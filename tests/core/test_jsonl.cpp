@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
@@ -15,15 +16,7 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hybridflow::Error";
-  return "";
-}
+using hybridflow::testing::error_of;
 
 TEST(Jsonl, ParsesLinesSkippingBlanksAndCarriageReturns) {
   auto rows = parse_jsonl("{\"q\": \"1+1\", \"a\": 2}\r\n\n  \n[1, 2]\n\"tail\"", "mem");

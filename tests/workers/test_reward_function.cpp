@@ -22,6 +22,7 @@
 #include "hybridflow/workers/http_reward.h"
 #include "hybridflow/workers/task_reward.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
@@ -43,17 +44,7 @@ std::string write_script(const TempDir& dir, const std::string& name, const std:
   return path;
 }
 
-// Runs `fn`, expects hybridflow::Error, returns its message.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hybridflow::Error";
-  return "";
-}
+using hybridflow::testing::error_of;
 
 TEST(ParseScoreLine, AcceptsNumbersAndScoreObjects) {
   EXPECT_DOUBLE_EQ(parse_score_line("0.5", "x"), 0.5);
