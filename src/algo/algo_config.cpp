@@ -4,7 +4,7 @@
 
 namespace hybridflow::algo {
 
-const char* const kAlgoDefaultsYaml = R"(algorithm:
+const char* const kAlgorithmSectionYaml = R"(algorithm:
   adv_estimator: gae
   gamma: 1.0
   lam: 1.0
@@ -23,7 +23,9 @@ const char* const kAlgoDefaultsYaml = R"(algorithm:
     use_log_lambda: true
     lambda_max: null
     lambda_update_delay_steps: 0
-actor:
+)";
+
+const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(actor:
   clip_ratio: 0.2
   clip_ratio_low: null
   clip_ratio_high: null

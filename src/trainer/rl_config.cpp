@@ -1,3 +1,4 @@
+#include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/config.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/reward_function.h"
@@ -81,22 +82,12 @@ reward_model:
   path: ""
   num_processes: 1
   micro_batch_size: 16
-algorithm:
-  adv_estimator: gae
-  gamma: 1.0
-  lam: 1.0
-  norm_adv_by_std_in_grpo: true
-  use_kl_in_reward: false
-  kl_penalty: kl
-  kl_ctrl:
-    type: fixed
-    kl_coef: 0.001
-    target_kl: 0.1
-    horizon: 10000.0
 )";
 }  // namespace
 
-std::string rl_trainer_defaults_yaml() { return std::string(kRLSchema) + kRewardConfigDefaults; }
+std::string rl_trainer_defaults_yaml() {
+  return std::string(kRLSchema) + algo::kAlgorithmSectionYaml + kRewardConfigDefaults;
+}
 
 Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides) {
   return Config::load(rl_trainer_defaults_yaml(), user_file, overrides);

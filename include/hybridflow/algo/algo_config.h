@@ -1,6 +1,6 @@
 // Reading the algo settings from a Config with verl's key names. Every key is optional: a key the schema
 // lacks, or one set to null, takes verl's default, so a trainer may declare only the keys it exposes.
-// kAlgoDefaultsYaml holds those defaults as a schema fragment for trainers that want them all.
+// kAlgoDefaultsYaml / kAlgorithmSectionYaml hold those defaults as schema fragments.
 #pragma once
 
 #include <string>
@@ -13,8 +13,11 @@
 
 namespace hybridflow::algo {
 
+// The `algorithm:` section alone, for trainers that nest the actor/critic keys elsewhere (verl's
+// actor_rollout_ref.actor) and compose their schema from this fragment.
+extern const char* const kAlgorithmSectionYaml;
 // Top-level sections `algorithm:`, `actor:` (loss keys only) and `critic:` (cliprange_value only).
-extern const char* const kAlgoDefaultsYaml;
+extern const std::string kAlgoDefaultsYaml;
 
 // From the `algorithm` section: gamma, lam, norm_adv_by_std_in_grpo (tensors left unset).
 AdvantageInput advantage_params(const Config& algorithm);
