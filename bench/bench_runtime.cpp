@@ -1,0 +1,106 @@
+// The controller's cost per call: an empty call's round trip (microseconds) and the throughput of
+// dispatching a DataProto split across a worker group (DP_PROTO), for 2, 4 and 8 workers. Baseline,
+// measured in the same run: the same payload serialized and deserialized inside one process (what a
+// transport with zero overhead beyond one copy could reach). Workers are this binary, re-executed.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "hybridflow/runtime/controller.h"
+#include "hybridflow/runtime/protocol.h"
+#include "hybridflow/runtime/worker.h"
+#include "hybridflow/runtime/worker_main.h"
+
+using namespace hybridflow;
+
+namespace {
+
+class BenchWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override {
+    table.add("noop", protocols::kOneToAll, [](const DataProto&) { return DataProto(); });
+    // Touches every byte of its shard (so nothing is skipped) and returns one number per rank.
+    table.add("consume", protocols::kDataParallel, [](const DataProto& in) {
+      DataProto out;
+      out.set_tensor("sum", in.tensor("x").sum({1}).sum().reshape({1}));
+      return out;
+    });
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+HF_REGISTER_WORKER(BenchWorker, "bench_runtime_worker");
+
+int main(int argc, char** argv) {
+  run_worker_if_requested();
+  at::set_num_threads(1);
+  const int calls = static_cast<int>(bench::arg_int(argc, argv, "calls", 300));
+  const int64_t mb = bench::arg_int(argc, argv, "mb", 64);
+  const int reps = static_cast<int>(bench::arg_int(argc, argv, "reps", 5));
+
+  // 8 workers x rows must divide the batch; float32 rows of 1024 values = 4 KiB each.
+  const int64_t cols = 1024;
+  const int64_t rows = std::max<int64_t>(8, (mb << 20) / (cols * 4) / 8 * 8);
+  DataProto batch;
+  batch.set_tensor("x", torch::rand({rows, cols}));
+  const double payload_mb = static_cast<double>(rows * cols * 4) / (1 << 20);
+
+  double base_best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t = bench::now_seconds();
+    DataProto back = DataProto::deserialize(batch.serialize());
+    base_best = std::min(base_best, bench::now_seconds() - t);
+    if (back.batch_size() != rows) return 1;
+  }
+  const double base_mbps = payload_mb / base_best;
+  std::printf("payload %.1f MB; in-process serialize+deserialize baseline: %.0f MB/s\n", payload_mb, base_mbps);
+  std::printf("%8s %18s %18s %16s %14s\n", "workers", "empty call (us)", "p90 empty (us)", "dispatch MB/s",
+              "vs baseline");
+
+  for (int workers : {2, 4, 8}) {
+    Controller ctl;
+    ResourcePool spec;
+    spec.name = "bench";
+    spec.num_processes = workers;
+    spec.env["OMP_NUM_THREADS"] = "1";
+    ctl.add_pool(spec);
+    WorkerGroup group = ctl.create_group("bench", "bench", "bench_runtime_worker");
+
+    for (int i = 0; i < 20; ++i) group.call("noop").get();  // warm the sockets
+    std::vector<double> us;
+    for (int i = 0; i < calls; ++i) {
+      const double t = bench::now_seconds();
+      group.call("noop").get();
+      us.push_back((bench::now_seconds() - t) * 1e6);
+    }
+    std::vector<double> sorted = us;
+    std::sort(sorted.begin(), sorted.end());
+    const double p90 = sorted[sorted.size() * 9 / 10];
+
+    const double expected = batch.tensor("x").sum().item<double>();
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      const double t = bench::now_seconds();
+      const double got = group.call("consume", batch).get().tensor("sum").sum().item<double>();
+      best = std::min(best, bench::now_seconds() - t);
+      if (std::abs(got - expected) > 1e-3 * std::abs(expected)) {
+        std::fprintf(stderr, "workers returned %f, expected %f\n", got, expected);
+        return 1;
+      }
+    }
+    const double mbps = payload_mb / best;
+    std::printf("%8d %18.1f %18.1f %16.0f %13.2fx\n", workers, median(us), p90, mbps, mbps / base_mbps);
+    ctl.shutdown();
+  }
+  return 0;
+}
