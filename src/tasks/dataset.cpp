@@ -1,5 +1,6 @@
 #include "hybridflow/tasks/dataset.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -62,6 +63,16 @@ DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_siz
     (static_cast<int64_t>(splits.test.size()) < test_size ? splits.test : splits.train).push_back(std::move(ex));
   }
   return splits;
+}
+
+int64_t drop_prompts_of(const std::vector<Example>& held_out, std::vector<Example>* examples) {
+  std::set<std::string> prompts;
+  for (const auto& ex : held_out) prompts.insert(ex.prompt);
+  const auto before = examples->size();
+  examples->erase(std::remove_if(examples->begin(), examples->end(),
+                                 [&](const Example& ex) { return prompts.count(ex.prompt) > 0; }),
+                  examples->end());
+  return static_cast<int64_t>(before - examples->size());
 }
 
 void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples) {

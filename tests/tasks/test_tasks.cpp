@@ -120,6 +120,24 @@ TEST(Dataset, SplitsAreDisjointDeterministicAndRoundTrip) {
   }
 }
 
+TEST(Dataset, DroppingHeldOutPromptsKeepsTheRestInOrder) {
+  auto task = make_task("addition");
+  // Different seeds overlap on a small space: one- and two-digit sums have at most 10,000 prompts.
+  auto held_out = make_splits(*task, 0, 2000, 1).test;
+  auto train = make_splits(*task, 3000, 0, 2).train;
+  std::set<std::string> held;
+  for (const auto& ex : held_out) held.insert(ex.prompt);
+  std::vector<std::string> expected;
+  for (const auto& ex : train)
+    if (!held.count(ex.prompt)) expected.push_back(ex.prompt);
+  ASSERT_LT(expected.size(), train.size()) << "the two samples should overlap for this test to mean anything";
+
+  const int64_t removed = drop_prompts_of(held_out, &train);
+  EXPECT_EQ(removed, 3000 - static_cast<int64_t>(expected.size()));
+  ASSERT_EQ(train.size(), expected.size());
+  for (size_t i = 0; i < train.size(); ++i) EXPECT_EQ(train[i].prompt, expected[i]);
+}
+
 TEST(Dataset, TooSmallATaskSpaceIsAnError) {
   TaskOptions o;
   o.min_digits = o.max_digits = 1;  // 100 distinct prompts at most

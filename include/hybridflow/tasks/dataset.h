@@ -19,6 +19,10 @@ struct DatasetSplits {
 // cannot produce that many distinct prompts (naming the task and the counts).
 DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_size, uint64_t seed);
 
+// Removes from *examples every example whose prompt is one of `held_out`'s, keeping the order: a split
+// generated here must not train on a held-out set read from elsewhere. Returns how many were removed.
+int64_t drop_prompts_of(const std::vector<Example>& held_out, std::vector<Example>* examples);
+
 // One line per example: {"prompt", "answer", "response"} with response = answer (the SFT target).
 void write_examples_jsonl(const std::string& path, const std::vector<Example>& examples);
 // Reads "prompt" and "answer" (or "response" when there is no "answer"); errors name "<path>:<line>".
