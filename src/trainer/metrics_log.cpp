@@ -68,6 +68,30 @@ nlohmann::json MetricsLog::end_step(int64_t step) {
   return record;
 }
 
+int64_t MetricsLog::drop_steps_after(int64_t step) {
+  if (path_.empty() || !file_exists(path_)) return 0;
+  const std::string text = read_file(path_);
+  std::vector<nlohmann::json> kept;
+  int64_t dropped = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+                      record["step"].get<int64_t>() <= step;
+    if (keep)
+      kept.push_back(std::move(record));
+    else
+      ++dropped;
+  }
+  if (dropped > 0) write_jsonl(path_, kept);
+  return dropped;
+}
+
 namespace {
 
 std::string format_value(const nlohmann::json& value) {

@@ -15,6 +15,10 @@ const char* const kRLSchema = R"(trainer:
   threads_per_worker: 1
   colocate: true
   save_checkpoint: false
+  save_freq: -1
+  max_ckpt_to_keep: 0
+  resume_mode: auto
+  resume_from_path: ""
   log_every: 1
 data:
   task: addition_reversed

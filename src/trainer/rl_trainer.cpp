@@ -14,7 +14,9 @@
 #include "hybridflow/runtime/controller.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
+#include "hybridflow/trainer/checkpoint.h"
 #include "hybridflow/trainer/metrics_log.h"
+#include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/reward_function.h"
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/rl_workers.h"
@@ -55,10 +57,21 @@ struct RLTrainer::State {
   // Declared before the groups so that the groups go first on destruction.
   Controller controller;
   std::unique_ptr<WorkerGroup> actor, critic, reward_model;
+  std::string resumed_from;      // "" for a fresh start
+  std::string last_checkpoint;   // newest checkpoint written or resumed from
+  int64_t last_saved_step = -1;
 
   DataProto next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const;
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<std::string> decode_responses(const DataProto& gen) const;
+
+  // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
+  std::vector<WorkerGroup*> trainable_groups() const;
+  // Everything step() reads that changes from one step to the next and lives on the controller.
+  nlohmann::json controller_state() const;
+  void restore_controller_state(const nlohmann::json& state, const std::string& file);
+  std::string save_checkpoint();
+  void resume(const std::string& dir);
 };
 
 RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
@@ -186,6 +199,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
         {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
   }
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"));
+  if (const std::string dir = checkpoint_to_resume(config.subtree("trainer")); !dir.empty()) s.resume(dir);
 }
 
 RLTrainer::~RLTrainer() = default;
@@ -357,7 +371,11 @@ nlohmann::json RLTrainer::step() {
   m.set("perf/total_tokens", tokens);
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer.total_seconds()));
   m.add_timings(timer);
-  return m.end_step(++s.step);
+  nlohmann::json record = m.end_step(++s.step);
+  // After the metrics line: a checkpoint of step N always has step N's metrics on disk before it.
+  const int64_t save_freq = s.cfg.get<int64_t>("trainer.save_freq");
+  if (save_freq > 0 && s.step % save_freq == 0) s.save_checkpoint();
+  return record;
 }
 
 nlohmann::json RLTrainer::fit() {
@@ -373,17 +391,84 @@ nlohmann::json RLTrainer::fit() {
                                                 "response_length/mean", "timing/step_s", "perf/throughput_tokens_per_s"})
                 << "\n";
   }
-  if (s.cfg.get<bool>("trainer.save_checkpoint")) {
-    const std::string run_dir = s.cfg.get<std::string>("trainer.run_dir");
-    HF_CHECK(!run_dir.empty(), "trainer.save_checkpoint needs trainer.run_dir");
-    const std::string tok_path = run_dir + "/tokenizer.json";
-    s.tokenizer.save(tok_path);
-    DataProto req;
-    req.meta()["dir"] = run_dir + "/checkpoint";
-    req.meta()["tokenizer"] = tok_path;
-    s.actor->call("save_checkpoint", req).get();
-  }
+  const bool save_at_end = s.cfg.get<bool>("trainer.save_checkpoint") || s.cfg.get<int64_t>("trainer.save_freq") > 0;
+  if (save_at_end && s.last_saved_step != s.step) s.save_checkpoint();
   return last;
+}
+
+std::vector<WorkerGroup*> RLTrainer::State::trainable_groups() const {
+  std::vector<WorkerGroup*> out = {actor.get()};
+  if (critic) out.push_back(critic.get());
+  return out;
+}
+
+nlohmann::json RLTrainer::State::controller_state() const {
+  nlohmann::json roles = nlohmann::json::array();
+  for (const WorkerGroup* g : trainable_groups()) roles.push_back(g->role());
+  // Sampling and shuffling seeds derive from trainer.seed and the step counters saved here and in the
+  // optimizer states; seed is kept to warn when a resumed run changes it.
+  return {{"step", step},
+          {"data_pos", data_pos},
+          {"kl_coef", kl_ctrl.value()},
+          {"roles", roles},
+          {"seed", cfg.get<int64_t>("trainer.seed")},
+          {"adv_estimator", adv_estimator}};
+}
+
+void RLTrainer::State::restore_controller_state(const nlohmann::json& state, const std::string& file) {
+  nlohmann::json roles = nlohmann::json::array();
+  for (const WorkerGroup* g : trainable_groups()) roles.push_back(g->role());
+  HF_CHECK(state.at("roles") == roles, file, ": the checkpoint holds roles ", state.at("roles").dump(),
+           " but this run trains ", roles.dump(), " (algorithm.adv_estimator ", adv_estimator, ")");
+  HF_CHECK(state.contains("kl_coef") && state["kl_coef"].is_number(), file, ": 'kl_coef' must be a number");
+  if (state.contains("seed") && state["seed"] != cfg.get<int64_t>("trainer.seed"))
+    log_warn(file, ": saved with trainer.seed ", state["seed"].dump(), ", resuming with ",
+             cfg.get<int64_t>("trainer.seed"), "; the resumed run will not match an uninterrupted one");
+  step = state.at("step").get<int64_t>();
+  data_pos = state.at("data_pos").get<int64_t>();
+  kl_ctrl = algo::KlController::from_config(cfg.get<std::string>("algorithm.kl_ctrl.type"), state["kl_coef"].get<double>(),
+                                            cfg.get<double>("algorithm.kl_ctrl.target_kl"),
+                                            cfg.get<double>("algorithm.kl_ctrl.horizon"));
+}
+
+std::string RLTrainer::State::save_checkpoint() {
+  const std::string run_dir = cfg.get<std::string>("trainer.run_dir");
+  HF_CHECK(!run_dir.empty(), "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir");
+  const std::string root = checkpoints_root(run_dir);
+  const std::string tmp = begin_checkpoint(root, step);
+  make_dirs(tmp + "/rng");
+  const std::string tok_path = tmp + "/tokenizer.json";
+  tokenizer.save(tok_path);
+  DataProto req;
+  req.meta()["dir"] = tmp;
+  req.meta()["tokenizer"] = tok_path;
+  std::vector<Future> saves;
+  for (WorkerGroup* g : trainable_groups()) saves.push_back(g->call("save_checkpoint", req));
+  for (const Future& f : saves) f.get();
+  save_cpu_rng_state(tmp + "/rng/controller.safetensors");
+  write_file_atomic(tmp + "/config.yaml", cfg.to_yaml());
+  write_trainer_state(tmp, controller_state());
+  last_checkpoint = commit_checkpoint(root, step, tmp);
+  last_saved_step = step;
+  const int removed = remove_old_checkpoints(root, cfg.get<int64_t>("trainer.max_ckpt_to_keep"));
+  log_info("saved checkpoint ", last_checkpoint, removed ? " (removed " + std::to_string(removed) + " older)" : "");
+  return last_checkpoint;
+}
+
+void RLTrainer::State::resume(const std::string& dir) {
+  // The controller's state first: it checks that the checkpoint fits this run before workers load it.
+  restore_controller_state(read_trainer_state(dir), dir + "/" + kTrainerStateFile);
+  DataProto req;
+  req.meta()["dir"] = dir;
+  std::vector<Future> loads;
+  for (WorkerGroup* g : trainable_groups()) loads.push_back(g->call("load_checkpoint", req));
+  for (const Future& f : loads) f.get();
+  load_cpu_rng_state(dir + "/rng/controller.safetensors");
+  resumed_from = last_checkpoint = dir;
+  last_saved_step = step;
+  const int64_t dropped = metrics->drop_steps_after(step);
+  log_info("resumed from checkpoint ", dir, " at step ", step,
+           dropped ? " (dropped " + std::to_string(dropped) + " metrics lines written after it)" : "");
 }
 
 double RLTrainer::evaluate(int64_t count) {
@@ -413,6 +498,12 @@ std::vector<std::string> RLTrainer::roles() const {
 
 int64_t RLTrainer::steps_done() const { return s_->step; }
 
+std::string RLTrainer::save_checkpoint() { return s_->save_checkpoint(); }
+
+const std::string& RLTrainer::resumed_from() const { return s_->resumed_from; }
+
+const std::string& RLTrainer::last_checkpoint() const { return s_->last_checkpoint; }
+
 double RLTrainer::parameter_sq_norm(const std::string& role) {
   WorkerGroup* g = role == "actor" ? s_->actor.get() : role == "critic" ? s_->critic.get() : nullptr;
   HF_CHECK(g, "parameter_sq_norm: no worker group '", role, "' (started: actor",
@@ -427,8 +518,10 @@ int run_rl_training(const Config& config) {
   trainer.fit();
   if (test_size > 0) {
     const double after = trainer.evaluate(test_size);
-    std::cerr << "held-out score (greedy): before " << before << ", after " << after << "\n";
+    std::cerr << "held-out score (greedy): " << (trainer.resumed_from().empty() ? "before " : "at resume ") << before
+              << ", after " << after << "\n";
   }
+  if (!trainer.last_checkpoint().empty()) std::cerr << "checkpoint: " << trainer.last_checkpoint() << "\n";
   return 0;
 }
 

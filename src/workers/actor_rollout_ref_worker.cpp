@@ -9,6 +9,7 @@
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -33,6 +34,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("compute_ref_log_prob", protocols::kDataParallel, this, &W::compute_ref_log_prob);
   table.add("update_actor", protocols::kDataParallel, this, &W::update_actor);
   table.add("save_checkpoint", protocols::kOneToAll, this, &W::save_checkpoint);
+  table.add("load_checkpoint", protocols::kOneToAll, this, &W::load_checkpoint);
   table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
 }
 
@@ -143,12 +145,17 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
 }
 
 DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
-  const std::string dir = in.meta().at("dir").get<std::string>();
-  if (rank() == 0) {
-    HF_CHECK(in.meta().contains("tokenizer"), "save_checkpoint: meta 'tokenizer' (path of tokenizer.json) is required");
-    save_pretrained(dir + "/actor", actor_, Tokenizer::load(in.meta().at("tokenizer").get<std::string>()));
-    engine_->save_state(dir + "/actor_optim.pt");
-  }
+  HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
+           "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
+  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), actor_, *engine_,
+                       in.meta().at("tokenizer").get<std::string>());
+  return DataProto();
+}
+
+DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
+  HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
+  // The reference model stays as built: it is the initial policy, not a trained one.
+  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), actor_, *engine_);
   return DataProto();
 }
 

@@ -5,6 +5,7 @@
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -20,6 +21,8 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("compute_values", protocols::kDataParallel, this, &CriticWorker::compute_values);
   table.add("update_critic", protocols::kDataParallel, this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
+  table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
+  table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
 }
 
 torch::Tensor CriticWorker::response_values(const DataProto& m) {
@@ -74,6 +77,20 @@ DataProto CriticWorker::parameter_norm(const DataProto&) {
   DataProto out;
   out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*critic_), torch::kDouble));
   return out;
+}
+
+DataProto CriticWorker::save_checkpoint(const DataProto& in) {
+  HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
+           "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
+  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), critic_, *engine_,
+                       in.meta().at("tokenizer").get<std::string>());
+  return DataProto();
+}
+
+DataProto CriticWorker::load_checkpoint(const DataProto& in) {
+  HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
+  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), critic_, *engine_);
+  return DataProto();
 }
 
 void RewardModelWorker::register_methods(MethodTable& table) {

@@ -122,7 +122,8 @@ TEST(RlTrainer, SavesTheActorAsAModelDirectoryAndItsOptimizerState) {
   RLTrainer trainer(load_rl_config(
       "", tiny_run("grpo", {"trainer.run_dir=" + dir.path(), "trainer.save_checkpoint=true", "trainer.total_steps=1"})));
   trainer.fit();
-  for (const char* file : {"/checkpoint/actor/config.json", "/checkpoint/actor/model.safetensors",
-                           "/checkpoint/actor/tokenizer.json", "/checkpoint/actor_optim.pt", "/metrics.jsonl"})
+  for (const char* file : {"/checkpoints/step_1/actor/config.json", "/checkpoints/step_1/actor/model.safetensors",
+                           "/checkpoints/step_1/actor/tokenizer.json", "/checkpoints/step_1/actor_optim.pt",
+                           "/checkpoints/latest", "/metrics.jsonl"})
     EXPECT_TRUE(file_exists(dir.path() + file)) << file;
 }

@@ -60,6 +60,11 @@ class MetricsLog {
   static std::string format_progress(const nlohmann::json& record, int64_t total_steps,
                                      const std::vector<std::string>& keys = {});
 
+  // For a run resumed at `step`: rewrites the file (atomically) without the records of later steps, which
+  // the interrupted run wrote after its checkpoint and the resumed run will write again, and without a
+  // line cut off by the crash. Returns how many lines were dropped.
+  int64_t drop_steps_after(int64_t step);
+
   // "" when in-memory only.
   const std::string& path() const { return path_; }
 

@@ -40,17 +40,25 @@ class RLTrainer {
   RLTrainer(const RLTrainer&) = delete;
   RLTrainer& operator=(const RLTrainer&) = delete;
 
-  // One iteration of the dataflow; returns the metrics record written to metrics.jsonl.
+  // One iteration of the dataflow; returns the metrics record written to metrics.jsonl. Saves a
+  // checkpoint after every trainer.save_freq-th step.
   nlohmann::json step();
-  // Runs trainer.total_steps steps with a progress line per step; saves a checkpoint at the end when
-  // trainer.save_checkpoint is set. Returns the last step's metrics.
+  // Runs the steps left up to trainer.total_steps with a progress line per step; saves a checkpoint at the
+  // end when trainer.save_checkpoint is set or save_freq > 0. Returns the last step's metrics (null when
+  // a resumed run had no steps left).
   nlohmann::json fit();
+  // Writes <run_dir>/checkpoints/step_<N> now (see trainer/checkpoint.h); returns its directory.
+  std::string save_checkpoint();
   // Mean task score of greedy responses to `count` held-out prompts (the policy's accuracy).
   double evaluate(int64_t count);
 
   // Names of the worker groups started, e.g. {"actor", "critic"}.
   std::vector<std::string> roles() const;
   int64_t steps_done() const;
+  // The checkpoint this run continued from (trainer.resume_mode / resume_from_path); "" for a fresh start.
+  const std::string& resumed_from() const;
+  // The newest checkpoint written (or resumed from); "" when none.
+  const std::string& last_checkpoint() const;
   // Sum of squared parameters of a role's model ("actor" or "critic"): tells whether an update changed it.
   double parameter_sq_norm(const std::string& role);
 

@@ -10,7 +10,9 @@
 //   compute_ref_log_prob  same -> ref_log_prob (needs has_ref)
 //   update_actor        in: + response_mask, old_log_probs, advantages (+ ref_log_prob with use_kl_loss);
 //                       PPO epochs x mini-batches; out: meta "metrics" (actor/pg_loss, clipfrac, ...)
-//   save_checkpoint     meta dir: HF model directory <dir>/actor (rank 0) + optimizer state
+//   save_checkpoint     meta dir, tokenizer: HF model directory <dir>/<role> + optimizer and RNG state
+//                       (layout in workers/checkpoint_io.h)
+//   load_checkpoint     meta dir: restores the actor's weights, optimizer and RNG state (not the reference)
 //   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
 // Config JSON: model (see model_spec.h), has_ref, threads, actor {lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
@@ -37,6 +39,7 @@ class ActorRolloutRefWorker : public Worker {
   DataProto compute_ref_log_prob(const DataProto& in);
   DataProto update_actor(const DataProto& in);
   DataProto save_checkpoint(const DataProto& in);
+  DataProto load_checkpoint(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
 
  private:

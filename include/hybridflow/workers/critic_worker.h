@@ -5,6 +5,8 @@
 //   update_critic   in: + response_mask, values (old), returns; clipped value loss over epochs x
 //                   mini-batches; out: meta "metrics" (critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm)
 //   parameter_norm  out: param_sq_norm [1]
+//   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
+//                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
 // Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, epochs,
 // shuffle, seed, cliprange_value, loss_agg_mode}, log_prob_micro_batch_size.
 // RewardModelWorker methods (DP_PROTO):
@@ -27,6 +29,8 @@ class CriticWorker : public Worker {
   DataProto compute_values(const DataProto& in);
   DataProto update_critic(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
+  DataProto save_checkpoint(const DataProto& in);
+  DataProto load_checkpoint(const DataProto& in);
 
  private:
   torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled

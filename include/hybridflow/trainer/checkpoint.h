@@ -1,0 +1,53 @@
+// Checkpoint directories of an RL run and how a crash can never make a partial one look complete:
+//   <run_dir>/checkpoints/step_<N>/   one checkpoint (workers' files: workers/checkpoint_io.h;
+//                                     trainer_state.json: step, data position, KL coefficient, ...)
+//   <run_dir>/checkpoints/latest      the name of the newest complete one ("step_<N>")
+// A checkpoint is written into ".step_<N>.tmp", gets its COMPLETE marker last, and is then renamed to
+// step_<N>; `latest` is replaced atomically after the rename. Readers only accept directories with the
+// marker, so a crash at any point leaves either the previous checkpoint or the new one.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "hybridflow/core/config.h"
+
+namespace hybridflow {
+
+inline constexpr const char* kCheckpointCompleteFile = "COMPLETE";
+inline constexpr const char* kCheckpointLatestFile = "latest";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+
+std::string checkpoints_root(const std::string& run_dir);  // <run_dir>/checkpoints
+std::string checkpoint_name(int64_t step);                 // step_<N>
+
+// A fresh, empty temporary directory for the checkpoint of `step` (a leftover from a crash is removed).
+std::string begin_checkpoint(const std::string& root, int64_t step);
+// Writes the marker into `tmp_dir`, renames it to step_<N> (replacing an older one of that step) and
+// points `latest` at it. Returns the final directory.
+std::string commit_checkpoint(const std::string& root, int64_t step, const std::string& tmp_dir);
+// Removes all but the newest `keep` complete checkpoints (keep <= 0: none removed) and stale temporaries.
+// Returns how many were removed.
+int remove_old_checkpoints(const std::string& root, int64_t keep);
+
+bool is_complete_checkpoint(const std::string& dir);
+// The newest complete checkpoint under `root`: the one `latest` names when it is complete, else the
+// highest complete step_<N>; nullopt when there is none (or no root).
+std::optional<std::string> find_latest_checkpoint(const std::string& root);
+// A checkpoint to resume from, given a checkpoint directory, a checkpoints root (with `latest`) or a
+// run directory. Error naming the missing marker / directory when it holds no complete checkpoint.
+std::string resolve_checkpoint(const std::string& path);
+
+// The checkpoint a run starts from, from the `trainer` section: resume_mode disable -> ""; auto -> the
+// newest complete checkpoint of run_dir ("" when there is none); resume_path -> resolve_checkpoint of
+// resume_from_path. Errors name the key.
+std::string checkpoint_to_resume(const Config& trainer);
+
+// trainer_state.json: written atomically; reading checks that it is a JSON object with the keys the
+// resume needs, naming the file and key on error.
+void write_trainer_state(const std::string& dir, const nlohmann::json& state);
+nlohmann::json read_trainer_state(const std::string& dir);
+
+}  // namespace hybridflow

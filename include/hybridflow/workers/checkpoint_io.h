@@ -1,0 +1,33 @@
+// What one trainable role (actor or critic) writes into an RL checkpoint directory and reads back on
+// resume, so that the resumed run continues bit for bit:
+//   <dir>/<role>/               HF model directory (config.json, model.safetensors, tokenizer.json): usable on
+//                               its own by `hybridflow generate` / transformers
+//   <dir>/<role>/weights_fp32.safetensors  only when config.torch_dtype is not float32: the exact weights
+//   <dir>/<role>_optim.pt       AdamW moments + optimizer step (the step drives the LR schedule and the
+//                               PPO mini-batch shuffling seeds)
+//   <dir>/rng/<role>_rank<r>.safetensors  the process's default CPU generator, per rank
+// Weights and optimizer state are written by rank 0 only (data-parallel replicas are identical).
+#pragma once
+
+#include <string>
+
+#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+// tokenizer_json: path of the run's tokenizer.json, copied into the HF directory.
+void save_role_checkpoint(const std::string& dir, const std::string& role, int rank, const CausalLM& model,
+                          const TrainEngine& engine, const std::string& tokenizer_json);
+
+// Loads into the existing model and engine (their parameters are shared, so the engine keeps working).
+// Every rank reads the weights and optimizer state; errors name the missing or mismatching file.
+void load_role_checkpoint(const std::string& dir, const std::string& role, int rank, CausalLM& model,
+                          TrainEngine& engine);
+
+// The process's default CPU generator state as a one-tensor safetensors file (atomic write); loading
+// errors name the file.
+void save_cpu_rng_state(const std::string& path);
+void load_cpu_rng_state(const std::string& path);
+
+}  // namespace hybridflow

@@ -1,0 +1,103 @@
+#include "hybridflow/workers/checkpoint_io.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <map>
+#include <mutex>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/model/safetensors.h"
+#include "hybridflow/model/tokenizer.h"
+
+namespace hybridflow {
+
+namespace {
+
+const char* const kExactWeightsFile = "weights_fp32.safetensors";
+const char* const kRngKey = "cpu_rng_state";
+
+std::string rng_path(const std::string& dir, const std::string& role, int rank) {
+  return dir + "/rng/" + role + "_rank" + std::to_string(rank) + ".safetensors";
+}
+
+NamedTensors parameters_of(const CausalLM& model) {
+  NamedTensors out;
+  for (const auto& item : model->named_parameters(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value().detach().to(torch::kCPU, torch::kFloat32));
+  return out;
+}
+
+void copy_weights(const std::string& file, CausalLM& model) {
+  std::map<std::string, torch::Tensor> weights;
+  for (auto& [name, tensor] : read_safetensors(file).tensors) weights.emplace(name, std::move(tensor));
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    auto it = weights.find(item.key());
+    HF_CHECK(it != weights.end(), file, ": no tensor '", item.key(), "' (the checkpoint is of a different model)");
+    HF_CHECK(it->second.sizes() == item.value().sizes(), file, ": tensor '", item.key(), "' has shape ",
+             it->second.sizes(), ", the model expects ", item.value().sizes());
+    item.value().copy_(it->second.to(item.value().dtype()));
+  }
+}
+
+}  // namespace
+
+void save_role_checkpoint(const std::string& dir, const std::string& role, int rank, const CausalLM& model,
+                          const TrainEngine& engine, const std::string& tokenizer_json) {
+  make_dirs(dir + "/rng");
+  save_cpu_rng_state(rng_path(dir, role, rank));
+  if (rank != 0) return;
+  const std::string model_dir = dir + "/" + role;
+  save_pretrained(model_dir, model, Tokenizer::load(tokenizer_json));
+  // The HF file holds weights in config.torch_dtype; resuming bit for bit needs the float32 values.
+  if (model->config().torch_dtype != "float32")
+    write_safetensors(model_dir + "/" + kExactWeightsFile, parameters_of(model));
+  engine.save_state(dir + "/" + role + "_optim.pt");
+}
+
+void load_role_checkpoint(const std::string& dir, const std::string& role, int rank, CausalLM& model,
+                          TrainEngine& engine) {
+  const std::string model_dir = dir + "/" + role;
+  const std::string exact = model_dir + "/" + kExactWeightsFile;
+  const std::string hf = model_dir + "/model.safetensors";
+  HF_CHECK(file_exists(exact) || file_exists(hf), "checkpoint ", dir, ": role '", role, "' has no weights (", hf,
+           " is missing)");
+  copy_weights(file_exists(exact) ? exact : hf, model);
+  engine.load_state(dir + "/" + role + "_optim.pt");
+
+  const std::string rng_file = rng_path(dir, role, rank);
+  HF_CHECK(file_exists(rng_file), "checkpoint ", dir, ": ", rng_file, " is missing (was the run saved with ",
+           "fewer '", role, "' processes?)");
+  load_cpu_rng_state(rng_file);
+}
+
+// The default generator drives nothing in today's dataflow (sampling and shuffling use generators
+// seeded from step counters), but anything added later that draws from it must resume too.
+void save_cpu_rng_state(const std::string& path) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get_state();
+  }
+  write_safetensors(path, {{kRngKey, state}});
+}
+
+void load_cpu_rng_state(const std::string& path) {
+  HF_CHECK(file_exists(path), "RNG state ", path, " is missing");
+  torch::Tensor state;
+  for (auto& [name, tensor] : read_safetensors(path).tensors)
+    if (name == kRngKey) state = tensor;
+  HF_CHECK(state.defined(), path, ": no tensor '", kRngKey, "'");
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  try {
+    gen.set_state(state);
+  } catch (const std::exception& e) {
+    HF_FAIL(path, ": not a CPU generator state: ", e.what());
+  }
+}
+
+}  // namespace hybridflow

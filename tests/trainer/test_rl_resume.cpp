@@ -1,0 +1,212 @@
+// Checkpoints of the RL trainer and resuming from them over real worker processes: a run interrupted
+// after its step-2 checkpoint and resumed must reproduce an uninterrupted run's metrics and weights
+// bit for bit; incomplete checkpoints are never resumed from; only the newest K are kept.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/checkpoint.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+
+using namespace hybridflow;
+namespace fs = std::filesystem;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+std::vector<std::string> tiny_run(const std::string& estimator, const std::string& run_dir,
+                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
+                                "model.hidden_size=32",
+                                "model.num_hidden_layers=1",
+                                "model.num_attention_heads=2",
+                                "model.num_key_value_heads=1",
+                                "model.intermediate_size=64",
+                                "data.task=addition",
+                                "data.train_size=16",
+                                "data.test_size=4",
+                                "data.train_batch_size=2",
+                                "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.rollout.response_length=4",
+                                // Two shuffled mini-batches per epoch, two epochs: the optimizer step
+                                // counter (which seeds the shuffle) and the Adam moments both matter.
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+                                "actor_rollout_ref.actor.ppo_epochs=2",
+                                "actor_rollout_ref.actor.optim.lr=1e-3",
+                                "actor_rollout_ref.actor.optim.warmup_steps=3",
+                                "critic.ppo_mini_batch_size=1",
+                                "critic.ppo_epochs=2",
+                                "critic.optim.lr=1e-3",
+                                "trainer.total_steps=4",
+                                "trainer.run_dir=" + run_dir};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+// A record without the wall-clock metrics, which legitimately differ between runs.
+nlohmann::json deterministic_part(nlohmann::json record) {
+  for (auto it = record.begin(); it != record.end();) {
+    const std::string& key = it.key();
+    if (key.rfind("timing/", 0) == 0 || key.rfind("perf/throughput", 0) == 0)
+      it = record.erase(it);
+    else
+      ++it;
+  }
+  return record;
+}
+
+struct RunEnd {
+  std::vector<nlohmann::json> metrics;  // metrics.jsonl, deterministic part
+  double actor_sq_norm = 0;
+  double critic_sq_norm = 0;
+};
+
+RunEnd finish(RLTrainer& trainer, const std::string& run_dir, bool has_critic) {
+  trainer.fit();
+  RunEnd end;
+  for (const auto& record : read_jsonl(run_dir + "/metrics.jsonl")) end.metrics.push_back(deterministic_part(record));
+  end.actor_sq_norm = trainer.parameter_sq_norm("actor");
+  if (has_critic) end.critic_sq_norm = trainer.parameter_sq_norm("critic");
+  return end;
+}
+
+// 4 steps straight vs 3 steps (checkpoint after step 2, then a "crash" after step 3's metrics were
+// written) and a new trainer that resumes from step 2 and runs steps 3-4.
+void expect_resume_reproduces_straight_run(const std::string& estimator, const std::vector<std::string>& extra,
+                                           bool has_critic) {
+  std::vector<std::string> opts = extra;
+  opts.push_back("trainer.save_freq=2");
+  hybridflow::testing::TempDir straight_dir, resumed_dir;
+  RunEnd straight;
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run(estimator, straight_dir.path(), opts)));
+    straight = finish(trainer, straight_dir.path(), has_critic);
+  }
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run(estimator, resumed_dir.path(), opts)));
+    EXPECT_EQ(trainer.resumed_from(), "");
+    for (int i = 0; i < 3; ++i) trainer.step();
+    EXPECT_EQ(trainer.last_checkpoint(), checkpoints_root(resumed_dir.path()) + "/step_2");
+  }
+  RunEnd resumed;
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run(estimator, resumed_dir.path(), opts)));
+    EXPECT_EQ(trainer.resumed_from(), checkpoints_root(resumed_dir.path()) + "/step_2");
+    EXPECT_EQ(trainer.steps_done(), 2);
+    resumed = finish(trainer, resumed_dir.path(), has_critic);
+    EXPECT_EQ(trainer.steps_done(), 4);
+  }
+  ASSERT_EQ(straight.metrics.size(), 4u);
+  if (straight.metrics[2].contains("actor/reward_kl_coef")) {  // the adaptive controller moved: restoring it matters
+    EXPECT_NE(straight.metrics[2].at("actor/reward_kl_coef").get<double>(), 0.1);
+  }
+  ASSERT_EQ(resumed.metrics.size(), 4u) << "step 3 of the interrupted run must not stay in metrics.jsonl";
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(resumed.metrics[i].at("step"), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(resumed.metrics[i], straight.metrics[i]) << estimator << " step " << i + 1;
+  }
+  // The updates changed the weights, so equal norms say the same updates were applied.
+  EXPECT_EQ(resumed.actor_sq_norm, straight.actor_sq_norm);
+  EXPECT_EQ(resumed.critic_sq_norm, straight.critic_sq_norm);
+  EXPECT_TRUE(is_complete_checkpoint(checkpoints_root(resumed_dir.path()) + "/step_4"));
+}
+
+}  // namespace
+
+TEST(RlResume, GrpoResumedRunMatchesAnUninterruptedOne) {
+  // A graded reward (digits in the response), so that group advantages are not all zero and the
+  // actor's updates depend on every sample.
+  const std::string scorer =
+      "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
+      "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\"";
+  expect_resume_reproduces_straight_run("grpo", {"reward.type=command", scorer}, /*has_critic=*/false);
+}
+
+TEST(RlResume, PpoWithCriticAndAdaptiveKlResumedRunMatchesAnUninterruptedOne) {
+  expect_resume_reproduces_straight_run("gae",
+                                        {"algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                                         "algorithm.kl_ctrl.kl_coef=0.1", "algorithm.kl_ctrl.target_kl=0.01",
+                                         "algorithm.kl_ctrl.horizon=10", "algorithm.gamma=0.99",
+                                         "algorithm.lam=0.95"},
+                                        /*has_critic=*/true);
+}
+
+TEST(RlResume, IncompleteCheckpointsAreNeverResumedFrom) {
+  hybridflow::testing::TempDir dir;
+  const std::string root = checkpoints_root(dir.path());
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path(), {"trainer.total_steps=2", "trainer.save_freq=1"})));
+    trainer.fit();
+  }
+  EXPECT_EQ(read_file(root + "/latest"), "step_2\n");
+  // A crash between writing the files and the marker: `latest` still names step_2, but it is incomplete.
+  fs::remove(root + "/step_2/" + kCheckpointCompleteFile);
+  // A crash while writing step 3: only its temporary directory exists.
+  fs::create_directories(root + "/.step_3.tmp/actor");
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path())));
+    EXPECT_EQ(trainer.resumed_from(), root + "/step_1");
+    EXPECT_EQ(trainer.steps_done(), 1);
+  }
+  const std::string message = hybridflow::testing::error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path(), {"trainer.resume_mode=resume_path",
+                                                                       "trainer.resume_from_path=" + root + "/step_2"})));
+  });
+  EXPECT_NE(message.find("step_2/COMPLETE"), std::string::npos) << message;
+}
+
+TEST(RlResume, CorruptOrMissingCheckpointsGiveErrorsNamingTheFile) {
+  hybridflow::testing::TempDir dir;
+  const std::string root = checkpoints_root(dir.path());
+  {
+    RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path(), {"trainer.total_steps=1", "trainer.save_checkpoint=true"})));
+    trainer.fit();
+  }
+  write_file_atomic(root + "/step_1/trainer_state.json", "{\"step\": 1,");
+  std::string message = hybridflow::testing::error_of([&] { RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path()))); });
+  EXPECT_NE(message.find("step_1/trainer_state.json"), std::string::npos) << message;
+
+  write_file_atomic(root + "/step_1/trainer_state.json", R"({"step": 1, "data_pos": 2, "roles": ["actor"], "kl_coef": 0.001})");
+  fs::remove(root + "/step_1/actor_optim.pt");
+  message = hybridflow::testing::error_of([&] { RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path()))); });
+  EXPECT_NE(message.find("actor_optim.pt"), std::string::npos) << message;
+
+  message = hybridflow::testing::error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path(), {"trainer.resume_mode=resume_path",
+                                                                       "trainer.resume_from_path=" + dir.path() + "/nope"})));
+  });
+  EXPECT_NE(message.find(dir.path() + "/nope"), std::string::npos) << message;
+
+  // A GRPO checkpoint cannot seed a PPO run: the critic would start untrained behind a resumed actor.
+  message = hybridflow::testing::error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_run("gae", dir.path(), {"trainer.resume_mode=resume_path",
+                                                                      "trainer.resume_from_path=" + root + "/step_1"})));
+  });
+  EXPECT_NE(message.find("trainer_state.json"), std::string::npos) << message;
+}
+
+TEST(RlResume, KeepsTheLastKCheckpointsAsModelDirectories) {
+  hybridflow::testing::TempDir dir;
+  const std::string root = checkpoints_root(dir.path());
+  RLTrainer trainer(load_rl_config(
+      "", tiny_run("grpo", dir.path(), {"trainer.save_freq=1", "trainer.max_ckpt_to_keep=2", "trainer.resume_mode=disable"})));
+  trainer.fit();
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_3", "step_4"}));
+  EXPECT_EQ(trainer.last_checkpoint(), root + "/step_4");
+  for (const char* file : {"actor/config.json", "actor/model.safetensors", "actor/tokenizer.json", "actor_optim.pt",
+                           "rng/actor_rank0.safetensors", "trainer_state.json", "COMPLETE"})
+    EXPECT_TRUE(file_exists(root + "/step_4/" + file)) << file;
+  EXPECT_EQ(read_trainer_state(root + "/step_4").at("step"), 4);
+}
