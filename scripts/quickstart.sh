@@ -23,4 +23,4 @@ echo "== 3. RL: GRPO with the task's exact-match reward (held-out score before a
     data.train_file="$run/sft/data/train.jsonl" data.test_file="$run/sft/data/test.jsonl"
 
 echo "== 4. sample from the RL-trained model (held-out prompts)"
-"$hf" generate "$run/grpo/checkpoint/actor" --prompts-file "$run/sft/data/test.jsonl" --task addition --limit 10 --greedy
+"$hf" generate "$run/grpo/checkpoints/$(cat "$run/grpo/checkpoints/latest")/actor" --prompts-file "$run/sft/data/test.jsonl" --task addition --limit 10 --greedy
