@@ -14,6 +14,7 @@ void add_init_command(CLI::App& app, Action& action);
 void add_info_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_sft_command(CLI::App& app, Action& action);
+void add_rm_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Action& action);
 
 }  // namespace hybridflow::cli
