@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hybridflow/core/error.h"
+#include "launcher_detail.h"
 
 namespace hybridflow {
 
@@ -21,6 +22,13 @@ std::vector<std::shared_ptr<ProcessPool>> Controller::add_pools(const std::vecto
   for (const auto& spec : specs)
     HF_CHECK(!pools_.count(spec.name) && names.insert(spec.name).second, "resource pool '", spec.name,
              "' already exists");
+  // Launcher ranks go to pools in the order given, not in the order their concurrent starts get there.
+  if (auto* launch = runtime_detail::launch_rendezvous()) {
+    std::vector<std::pair<std::string, int>> sizes;
+    for (const auto& spec : specs)
+      if (spec.spawn_workers) sizes.emplace_back(spec.name, spec.num_processes);
+    launch->reserve(sizes);
+  }
   std::vector<std::future<std::shared_ptr<ProcessPool>>> starting;
   for (const auto& spec : specs) starting.push_back(std::async(std::launch::async, ProcessPool::start, spec));
   std::vector<std::shared_ptr<ProcessPool>> started;

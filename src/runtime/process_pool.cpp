@@ -16,6 +16,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
+#include "launcher_detail.h"
 #include "message.h"
 
 extern char** environ;
@@ -111,6 +112,8 @@ struct ProcessPool::Impl {
   mutable std::mutex mutex;
   std::condition_variable cv;
   std::vector<RankState> ranks;
+  std::vector<int> launch_ranks;  // launcher rank serving each pool rank; empty unless launched
+  Clock::time_point last_heartbeat;
   int pgid = 0;
   bool spawned = false;
   std::deque<std::pair<int, Message>> outbox;
@@ -136,6 +139,8 @@ struct ProcessPool::Impl {
 
   std::string where(int rank) const {
     const auto& r = ranks[rank];
+    if (!launch_ranks.empty())
+      return detail::concat("rank ", rank, " (launcher rank ", launch_ranks[rank], ", pid ", r.pid, " on host ", r.host, ")");
     return detail::concat("rank ", rank, " (pid ", r.pid, " on host ", r.host, ")");
   }
 
@@ -153,7 +158,7 @@ struct ProcessPool::Impl {
     for (char** e = environ; *e; ++e) {
       std::string kv = *e;
       std::string key = kv.substr(0, kv.find('='));
-      if (key.rfind("HF_WORKER_", 0) != 0 && !spec.env.count(key)) base_env.push_back(kv);
+      if (key.rfind("HF_WORKER_", 0) != 0 && key != kControllerAddrEnv && !spec.env.count(key)) base_env.push_back(kv);
     }
     for (const auto& kv : spec.env) base_env.push_back(kv.first + "=" + kv.second);
     const pid_t parent = ::getpid();
@@ -164,6 +169,7 @@ struct ProcessPool::Impl {
       env.push_back(std::string(runtime_detail::kTokenEnv) + "=" + token);
       env.push_back(std::string(runtime_detail::kRankEnv) + "=" + std::to_string(rank));
       env.push_back(std::string(runtime_detail::kPoolEnv) + "=" + spec.name);
+      env.push_back(std::string(kControllerAddrEnv) + "=" + spec.bind_host);
       std::vector<char*> envp, argv;
       for (auto& s : env) envp.push_back(s.data());
       envp.push_back(nullptr);
@@ -257,7 +263,10 @@ struct ProcessPool::Impl {
       ranks[r].identity = received.identity;
       ranks[r].host = m.meta.value("host", "?");
       if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
-      outbox.emplace_back(r, Message{"welcome", {{"pool", spec.name}}, std::nullopt});
+      Message welcome{"welcome", {{"pool", spec.name}}, std::nullopt};
+      // Workers we did not spawn do not die with us; they leave when our heartbeats stop.
+      if (!spec.spawn_workers) welcome.meta["heartbeat_timeout_s"] = spec.heartbeat_timeout_s;
+      outbox.emplace_back(r, std::move(welcome));
       wake.notify();
       ranks[r].last_seen = Clock::now();
       cv.notify_all();
@@ -362,6 +371,12 @@ struct ProcessPool::Impl {
       {
         std::lock_guard<std::mutex> lock(mutex);
         to_send.swap(outbox);
+        const auto now = Clock::now();
+        if (!spec.spawn_workers && now - last_heartbeat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
+          last_heartbeat = now;
+          for (size_t r = 0; r < ranks.size(); ++r)
+            if (ranks[r].connected) to_send.emplace_back(static_cast<int>(r), Message{"heartbeat", {}, std::nullopt});
+        }
       }
       for (auto& [rank, message] : to_send) {
         std::string identity;
@@ -422,9 +437,14 @@ struct ProcessPool::Impl {
 
 ProcessPool::ProcessPool(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
-  HF_CHECK(spec.num_processes > 0, "resource pool '", spec.name, "': num_processes must be positive, got ",
-           spec.num_processes);
+std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& requested) {
+  HF_CHECK(requested.num_processes > 0, "resource pool '", requested.name, "': num_processes must be positive, got ",
+           requested.num_processes);
+  // In a multi-rank launch the launcher already started the workers: the pool claims some of them.
+  runtime_detail::Rendezvous* launch = requested.spawn_workers ? runtime_detail::launch_rendezvous() : nullptr;
+  runtime_detail::Rendezvous::Claim claim;
+  if (launch) claim = launch->claim(requested);
+  const ResourcePool& spec = launch ? claim.spec : requested;
   HF_CHECK(spec.call_timeout_s > 0 && spec.heartbeat_timeout_s > 0 && spec.start_timeout_s > 0,
            "resource pool '", spec.name, "': timeouts must be positive");
   install_signal_handlers();
@@ -440,6 +460,10 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
     HF_FAIL("resource pool '", spec.name, "': cannot listen on ", listen, " (bind_host/bind_port): ", e.what());
   }
   impl->endpoint = impl->router.get(zmq::sockopt::last_endpoint);
+  if (launch) {
+    impl->launch_ranks = claim.ranks;
+    launch->hand_out(spec, claim.ranks, std::stoi(impl->endpoint.substr(impl->endpoint.rfind(':') + 1)));
+  }
   std::shared_ptr<ProcessPool> pool(new ProcessPool(impl));
   impl->io = std::thread([raw = impl.get()] { raw->loop(); });
 
@@ -454,12 +478,16 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& spec) {
   std::string failure = impl->failure;
   std::string missing;
   for (size_t r = 0; r < impl->ranks.size(); ++r)
-    if (!impl->ranks[r].connected) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (!impl->ranks[r].connected)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r) +
+                 (launch ? " (launcher rank " + std::to_string(claim.ranks[r]) + ")" : "");
   lock.unlock();
   if (failure.empty() && !ok) {
     failure = detail::concat("resource pool '", spec.name, "': worker ranks ", missing, " did not connect to ",
-                             impl->endpoint, " within start_timeout_s = ", spec.start_timeout_s,
-                             " s (is the worker binary calling run_worker_if_requested()?)");
+                             impl->endpoint, " within start_timeout_s = ", spec.start_timeout_s, " s ",
+                             launch ? "(did every launcher rank start, with the same HF_JOB_TOKEN, and can it reach "
+                                      "this address?)"
+                                    : "(is the worker binary calling run_worker_if_requested()?)");
     impl->fail(failure);
   }
   if (!failure.empty()) {
@@ -582,7 +610,8 @@ void ProcessPool::shutdown() {
       std::lock_guard<std::mutex> lock(impl_->mutex);
       for (size_t r = 0; r < impl_->ranks.size(); ++r)
         if (impl_->ranks[r].connected && impl_->ranks[r].alive)
-          impl_->outbox.emplace_back(static_cast<int>(r), Message{"shutdown", {}, std::nullopt});
+          impl_->outbox.emplace_back(static_cast<int>(r),
+                                     Message{"shutdown", {{"exit_code", impl_->failure.empty() ? 0 : 1}}, std::nullopt});
       impl_->exiting = true;
       // Spawned workers are waited for (then killed); external ones get a moment to receive the message.
       impl_->exit_deadline = Clock::now() + std::chrono::milliseconds(impl_->spec.spawn_workers ? 1000 : 200);

@@ -13,6 +13,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/runtime/worker.h"
+#include "launcher_detail.h"
 #include "message.h"
 
 namespace hybridflow {
@@ -136,6 +137,9 @@ int run_worker_main(int, char**) {
     const auto started = last_beat;
     bool welcomed = false;
     bool running = true;
+    // Workers the controller did not spawn cannot die with it: they watch for its heartbeats instead.
+    double controller_silence_limit_s = 0;
+    auto last_from_controller = started;
     while (running) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
@@ -144,12 +148,16 @@ int run_worker_main(int, char**) {
           log_warn("worker rank ", rank, ": rejected a message from ", endpoint, ": ", received->rejected_reason);
           continue;
         }
+        last_from_controller = std::chrono::steady_clock::now();
         if (received->message->kind == "shutdown") {
+          exit_code = received->message->meta.value("exit_code", 0);
           running = false;
           break;
         }
+        if (received->message->kind == "heartbeat") continue;
         if (received->message->kind == "welcome") {
           welcomed = true;
+          controller_silence_limit_s = received->message->meta.value("heartbeat_timeout_s", 0.0);
           continue;
         }
         executor.submit(std::move(*received->message));
@@ -160,6 +168,13 @@ int run_worker_main(int, char**) {
       if (!welcomed && now - started > std::chrono::duration<double>(connect_timeout_s)) {
         std::fprintf(stderr, "hybridflow worker rank %d: no controller answered at %s within %.0f s "
                      "(HF_WORKER_CONNECT_TIMEOUT_S); exiting\n", rank, endpoint.c_str(), connect_timeout_s);
+        exit_code = 1;
+        running = false;
+      }
+      const double silent = std::chrono::duration<double>(now - last_from_controller).count();
+      if (welcomed && controller_silence_limit_s > 0 && silent > controller_silence_limit_s) {
+        std::fprintf(stderr, "hybridflow worker rank %d: no heartbeat from the controller at %s for %.1f s; "
+                     "exiting\n", rank, endpoint.c_str(), silent);
         exit_code = 1;
         running = false;
       }
@@ -177,10 +192,21 @@ int run_worker_main(int, char**) {
 }
 
 bool run_worker_if_requested() {
-  if (!std::getenv(runtime_detail::kEndpointEnv)) return false;
   int code = 1;
   try {
-    code = run_worker_main(0, nullptr);
+    if (std::getenv(runtime_detail::kEndpointEnv)) {
+      code = run_worker_main(0, nullptr);
+    } else {
+      const LaunchSettings& launch = launch_settings();
+      if (!launch.multi_rank()) return false;
+      if (launch.is_controller()) {
+        // Listen at once, so worker ranks are answered (and released at exit) even by a command that
+        // never starts a pool.
+        runtime_detail::launch_rendezvous();
+        return false;
+      }
+      code = runtime_detail::run_launched_worker(launch);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybridflow worker: %s\n", e.what());
   }

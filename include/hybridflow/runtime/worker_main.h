@@ -10,8 +10,10 @@ namespace hybridflow {
 // Returns the process exit code. Error when the environment contract is missing.
 int run_worker_main(int argc, char** argv);
 
-// When the worker environment is set: runs the worker and terminates the process with its exit code
-// (never returns). Otherwise returns false at once.
+// When the worker environment is set, or this process is a worker rank of a multi-rank launch
+// (torchrun / mpirun / srun, see launcher.h): runs the worker and terminates the process with its exit
+// code (never returns). Otherwise returns false at once; the controller rank of a launch starts
+// listening for its worker ranks first. A malformed launch environment ends the process (code 1).
 bool run_worker_if_requested();
 
 }  // namespace hybridflow

@@ -1,0 +1,87 @@
+// Worker side of a launch: ask the controller rank which pool to serve, then become that pool's worker.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "hybridflow/runtime/worker_main.h"
+#include "launcher_detail.h"
+
+namespace hybridflow::runtime_detail {
+
+int run_launched_worker(const LaunchSettings& settings) {
+  using Clock = std::chrono::steady_clock;
+  const int rank = settings.env.rank;
+  const std::string where = settings.endpoint(settings.rendezvous_port);
+  const char* connect_env = std::getenv("HF_WORKER_CONNECT_TIMEOUT_S");
+  const double connect_timeout_s = connect_env ? std::atof(connect_env) : 120.0;
+
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::routing_id, "launch" + std::to_string(rank));
+  socket.connect(where);  // ZeroMQ keeps retrying until the controller listens
+
+  const Message join{"join",
+                     {{"rank", rank},
+                      {"world_size", settings.env.world_size},
+                      {"pid", static_cast<int64_t>(::getpid())},
+                      {"host", host_name()}},
+                     std::nullopt};
+  const auto started = Clock::now();
+  auto last_answer = started;
+  auto last_ping = started - std::chrono::hours(1);
+  bool answered = false;
+  double silence_limit_s = 30;
+  while (true) {
+    const auto now = Clock::now();
+    if (now - last_ping >= std::chrono::milliseconds(100)) {
+      send_message(socket, "", settings.token, join);
+      last_ping = now;
+    }
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(50));
+    while (auto received = try_receive(socket, false, settings.token)) {
+      if (!received->message) continue;  // not from our job
+      const Message& m = *received->message;
+      answered = true;
+      last_answer = Clock::now();
+      silence_limit_s = m.meta.value("heartbeat_timeout_s", silence_limit_s);
+      if (m.kind == "assign") {
+        ::setenv(kEndpointEnv, m.meta.at("endpoint").get<std::string>().c_str(), 1);
+        ::setenv(kTokenEnv, settings.token.c_str(), 1);
+        ::setenv(kRankEnv, std::to_string(m.meta.at("pool_rank").get<int>()).c_str(), 1);
+        ::setenv(kPoolEnv, m.meta.at("pool").get<std::string>().c_str(), 1);
+        ::setenv(kLaunchRankEnv, std::to_string(rank).c_str(), 1);
+        ::setenv(kControllerAddrEnv, settings.env.master_addr.c_str(), 1);
+        // The pool's worker environment (thread counts, ...): set before any library reads it.
+        const nlohmann::json env = m.meta.value("env", nlohmann::json::object());
+        for (const auto& [key, value] : env.items()) ::setenv(key.c_str(), value.get<std::string>().c_str(), 1);
+        socket.close();
+        context.close();
+        return run_worker_main(0, nullptr);
+      }
+      if (m.kind == "release") return m.meta.value("exit_code", 0);
+      if (m.kind == "refuse") {
+        std::fprintf(stderr, "hybridflow launch rank %d: the controller at %s refused it: %s\n", rank, where.c_str(),
+                     m.meta.value("message", std::string("?")).c_str());
+        return 1;
+      }
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - (answered ? last_answer : started)).count();
+    if (!answered && waited > connect_timeout_s) {
+      std::fprintf(stderr, "hybridflow launch rank %d: no controller answered at %s within %.0f s "
+                   "(HF_WORKER_CONNECT_TIMEOUT_S; same HF_JOB_TOKEN on every rank?); exiting\n", rank, where.c_str(),
+                   connect_timeout_s);
+      return 1;
+    }
+    if (answered && waited > silence_limit_s) {
+      std::fprintf(stderr, "hybridflow launch rank %d: the controller at %s stopped answering for %.1f s; "
+                   "exiting\n", rank, where.c_str(), waited);
+      return 1;
+    }
+  }
+}
+
+}  // namespace hybridflow::runtime_detail
