@@ -86,6 +86,19 @@ reward_model:
   path: ""
   num_processes: 1
   micro_batch_size: 16
+cost_model:
+  enable: false
+  path: ""
+  num_processes: 1
+  micro_batch_size: 16
+cost:
+  type: none
+  contains: []
+  command: null
+  shell: null
+  url: null
+  allowed_hosts: []
+  timeout_s: 60.0
 )";
 }  // namespace
 

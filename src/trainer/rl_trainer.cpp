@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "hybridflow/algo/advantage.h"
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/masked.h"
+#include "hybridflow/algo/safe_rlhf.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
@@ -52,17 +54,23 @@ struct RLTrainer::State {
   bool use_critic = false;
   bool need_ref = false;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
+  // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the
+  // external cost scorer of cost.type command/http (null for contains/none).
+  std::optional<algo::LagrangeMultiplier> lagrange;
+  std::unique_ptr<RewardFunction> cost_fn;
   algo::KlController kl_ctrl = algo::KlController::fixed(0.0);
   std::unique_ptr<MetricsLog> metrics;
   // Declared before the groups so that the groups go first on destruction.
   Controller controller;
   std::unique_ptr<WorkerGroup> actor, critic, reward_model;
+  std::unique_ptr<WorkerGroup> cost_model, cost_critic;  // Safe-RLHF
   std::string resumed_from;      // "" for a fresh start
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
 
   DataProto next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const;
   std::vector<double> rule_scores(const DataProto& gen) const;
+  std::vector<double> rule_costs(const DataProto& gen) const;
   std::vector<std::string> decode_responses(const DataProto& gen) const;
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
@@ -110,6 +118,14 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
 
   const std::string reward_type = config.get<std::string>("reward.type");
   if (reward_type != "task" && reward_type != "none") s.reward_fn = make_reward_function(config.subtree("reward"));
+  const std::string cost_type = config.get<std::string>("cost.type");
+  HF_CHECK(cost_type == "none" || cost_type == "contains" || cost_type == "command" || cost_type == "http",
+           "cost.type: expected none | contains | command | http, got '", cost_type, "'");
+  if (cost_type == "command" || cost_type == "http") s.cost_fn = make_reward_function(config.subtree("cost"));
+  HF_CHECK(cost_type != "contains" || !config.get<std::vector<std::string>>("cost.contains").empty(),
+           "cost.type contains needs a non-empty cost.contains list of strings");
+  const bool use_cost_model = config.get<bool>("cost_model.enable");
+  if (use_cost_model || cost_type != "none") s.lagrange.emplace(algo::lagrange_config(algorithm));
 
   // Worker groups and their processes.
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
@@ -167,6 +183,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
   if (!colocate && s.use_critic) pools.push_back(pool_spec("critic", config.get<int>("critic.num_processes")));
   if (!colocate && use_rm) pools.push_back(pool_spec("reward_model", config.get<int>("reward_model.num_processes")));
+  if (!colocate && use_cost_model) pools.push_back(pool_spec("cost_model", config.get<int>("cost_model.num_processes")));
   s.controller.add_pools(pools);
 
   s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
@@ -190,6 +207,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
         colocate ? "global" : "critic", "critic", kCriticWorkerType, {},
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
          {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+    if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
+      critic_json["seed"] = seed + 2;
+      s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
+          colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, {},
+          {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
+           {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+    }
   }
   if (use_rm) {
     nlohmann::json rm_spec = model_spec;
@@ -197,6 +221,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType, {},
         {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
+  }
+  if (use_cost_model) {  // a value-head model like the reward model, under its own role
+    nlohmann::json cm_spec = model_spec;
+    cm_spec["path"] = config.get<std::string>("cost_model.path");
+    s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
+        colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType, {},
+        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
   }
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"));
   if (const std::string dir = checkpoint_to_resume(config.subtree("trainer")); !dir.empty()) s.resume(dir);
@@ -249,6 +280,26 @@ std::vector<double> RLTrainer::State::rule_scores(const DataProto& gen) const {
   return scores;
 }
 
+std::vector<double> RLTrainer::State::rule_costs(const DataProto& gen) const {
+  const auto texts = decode_responses(gen);
+  const std::string type = cfg.get<std::string>("cost.type");
+  if (type == "none") return std::vector<double>(texts.size(), 0.0);
+  if (cost_fn) {
+    const auto& prompts = gen.field("prompt");
+    const auto& answers = gen.field("answer");
+    std::vector<RewardRequest> requests;
+    for (size_t i = 0; i < texts.size(); ++i)
+      requests.push_back({prompts[i].get<std::string>(), texts[i], answers[i].get<std::string>(), nlohmann::json::object()});
+    return cost_fn->score(requests);
+  }
+  const auto needles = cfg.get<std::vector<std::string>>("cost.contains");
+  std::vector<double> costs;
+  for (const auto& text : texts)
+    costs.push_back(std::any_of(needles.begin(), needles.end(),
+                                [&](const std::string& w) { return text.find(w) != std::string::npos; }) ? 1.0 : 0.0);
+  return costs;
+}
+
 nlohmann::json RLTrainer::step() {
   State& s = *s_;
   StageTimer timer;
@@ -272,6 +323,8 @@ nlohmann::json RLTrainer::step() {
   Future ref_f = s.need_ref ? s.actor->call("compute_ref_log_prob", gen_f) : Future();
   Future values_f = s.critic ? s.critic->call("compute_values", gen_f) : Future();
   Future rm_f = s.reward_model ? s.reward_model->call("compute_rm_score", gen_f) : Future();
+  Future cm_f = s.cost_model ? s.cost_model->call("compute_rm_score", gen_f) : Future();
+  Future cost_values_f = s.cost_critic ? s.cost_critic->call("compute_values", gen_f) : Future();
   DataProto batch;
   {
     auto t = timer.scope("generate");
@@ -292,6 +345,13 @@ nlohmann::json RLTrainer::step() {
       scores = scores + rm;
     }
   }
+  torch::Tensor costs;  // Safe-RLHF: one cost per sequence (rule + cost model)
+  if (s.lagrange) {
+    auto t = timer.scope("cost");
+    costs = torch::tensor(s.rule_costs(batch), torch::kDouble).to(torch::kFloat);
+    if (cm_f.valid()) costs = costs + cm_f.get().tensor("rm_scores");
+    m.set("cost/mean", mean_of(costs));
+  }
   {
     auto t = timer.scope("old_log_prob");
     batch.update(old_f.get());
@@ -303,6 +363,10 @@ nlohmann::json RLTrainer::step() {
   if (values_f.valid()) {
     auto t = timer.scope("values");
     batch.update(values_f.get());
+  }
+  if (cost_values_f.valid()) {
+    auto t = timer.scope("cost_values");
+    batch.set_tensor("cost_values", cost_values_f.get().tensor("values"));
   }
 
   // 4. Advantages on the controller.
@@ -330,6 +394,21 @@ nlohmann::json RLTrainer::step() {
       m.set("score/greedy_baseline_mean", mean_of(baseline));
     }
     auto adv = algo::compute_advantage(s.adv_estimator, in);
+    if (s.lagrange) {
+      // Safe-RLHF: the multiplier steps on this rollout's episode cost against cost_limit, then the cost
+      // advantages (same estimator, cost critic values) enter as (A_r - lambda A_c) / (1 + lambda).
+      m.set("lagrangian/lambda", s.lagrange->update(mean_of(costs)));
+      algo::AdvantageInput cost_in = in;
+      cost_in.token_level_rewards = scores_at_last_token(costs, response_mask);
+      cost_in.values = batch.has_tensor("cost_values") ? batch.tensor("cost_values") : torch::Tensor();
+      if (baseline_f.valid())
+        cost_in.reward_baselines =
+            torch::tensor(s.rule_costs(baseline_f.get()), torch::kDouble).to(torch::kFloat).repeat_interleave(n);
+      auto cost_adv = algo::compute_advantage(s.adv_estimator, cost_in);
+      batch.set_tensor("cost_returns", cost_adv.returns.to(torch::kFloat));
+      m.set("cost_advantages/mean", algo::masked_mean(cost_adv.advantages, response_mask).item<double>());
+      adv.advantages = s.lagrange->combine_advantages(adv.advantages, cost_adv.advantages);
+    }
     batch.set_tensor("token_level_rewards", token_rewards);
     batch.set_tensor("advantages", adv.advantages.to(torch::kFloat));
     batch.set_tensor("returns", adv.returns.to(torch::kFloat));
@@ -340,6 +419,13 @@ nlohmann::json RLTrainer::step() {
   if (s.critic)
     critic_f = s.critic->call("update_critic", batch.select({"input_ids", "attention_mask", "responses",
                                                              "response_mask", "values", "returns"}));
+  Future cost_critic_f;
+  if (s.cost_critic) {
+    DataProto cost_batch = batch.select({"input_ids", "attention_mask", "responses", "response_mask"});
+    cost_batch.set_tensor("values", batch.tensor("cost_values"));
+    cost_batch.set_tensor("returns", batch.tensor("cost_returns"));
+    cost_critic_f = s.cost_critic->call("update_critic", cost_batch);
+  }
   std::vector<std::string> actor_keys = {"input_ids", "attention_mask", "responses", "response_mask",
                                          "old_log_probs", "advantages"};
   if (batch.has_tensor("ref_log_prob")) actor_keys.push_back("ref_log_prob");
@@ -347,6 +433,11 @@ nlohmann::json RLTrainer::step() {
   if (critic_f.valid()) {
     auto t = timer.scope("update_critic");
     for (const auto& [k, v] : critic_f.get().meta().at("metrics").items()) m.set(k, v.get<double>());
+  }
+  if (cost_critic_f.valid()) {  // the critic worker names its metrics critic/*; these are the cost critic's
+    auto t = timer.scope("update_cost_critic");
+    for (const auto& [k, v] : cost_critic_f.get().meta().at("metrics").items())
+      m.set(k.rfind("critic/", 0) == 0 ? "cost_" + k : k, v.get<double>());
   }
   {
     auto t = timer.scope("update_actor");
@@ -387,7 +478,7 @@ nlohmann::json RLTrainer::fit() {
     last = step();
     if (s.step % every == 0 || s.step == total)
       std::cerr << MetricsLog::format_progress(last, total,
-                                               {"score/mean", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
+                                               {"score/mean", "cost/mean", "lagrangian/lambda", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
                                                 "response_length/mean", "timing/step_s", "perf/throughput_tokens_per_s"})
                 << "\n";
   }
@@ -491,7 +582,8 @@ double RLTrainer::evaluate(int64_t count) {
 
 std::vector<std::string> RLTrainer::roles() const {
   std::vector<std::string> out;
-  for (const auto* g : {s_->actor.get(), s_->critic.get(), s_->reward_model.get()})
+  for (const auto* g : {s_->actor.get(), s_->critic.get(), s_->reward_model.get(), s_->cost_model.get(),
+                        s_->cost_critic.get()})
     if (g) out.push_back(g->role());
   return out;
 }
@@ -505,7 +597,10 @@ const std::string& RLTrainer::resumed_from() const { return s_->resumed_from; }
 const std::string& RLTrainer::last_checkpoint() const { return s_->last_checkpoint; }
 
 double RLTrainer::parameter_sq_norm(const std::string& role) {
-  WorkerGroup* g = role == "actor" ? s_->actor.get() : role == "critic" ? s_->critic.get() : nullptr;
+  WorkerGroup* g = role == "actor"         ? s_->actor.get()
+                  : role == "critic"      ? s_->critic.get()
+                  : role == "cost_critic" ? s_->cost_critic.get()
+                                          : nullptr;
   HF_CHECK(g, "parameter_sq_norm: no worker group '", role, "' (started: actor",
            s_->critic ? ", critic" : "", ")");
   return g->call("parameter_norm").get().tensor("param_sq_norm")[0].item<double>();
