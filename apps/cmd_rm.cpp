@@ -113,7 +113,7 @@ int run_rm_command(const std::string& config_file, const std::vector<std::string
       figures.push_back({"heldout_acc", m.eval_accuracy});
       std::printf("eval step %lld: held-out pairwise accuracy %.3f\n", static_cast<long long>(m.step), m.eval_accuracy);
     }
-    progress.update(m.step, m.pairs, figures);
+    progress.update(m.step, m.tokens, figures);
   });
   progress.finish({{"final_heldout_acc", result.final_eval_accuracy}});
 

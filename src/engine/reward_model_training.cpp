@@ -182,13 +182,15 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
     correct = 0;
     margin_sum = 0;
     // No "loss_mask" tensor: the engine weights micro-batches by pairs, so the step loss is the batch mean.
-    StepStats stats = engine.train_step(pair_batch(train, rows, tok.pad_id()), o.micro_batch_size, loss_fn);
+    const DataProto batch = pair_batch(train, rows, tok.pad_id());
+    StepStats stats = engine.train_step(batch, o.micro_batch_size, loss_fn);
     RewardModelMetrics m;
     m.step = step;
     m.loss = stats.loss;
     m.grad_norm = stats.grad_norm;
     m.lr = stats.lr;
     m.pairs = static_cast<int64_t>(rows.size());
+    m.tokens = (batch.tensor("chosen_mask").sum() + batch.tensor("rejected_mask").sum()).item<int64_t>();
     m.accuracy = static_cast<double>(correct) / static_cast<double>(rows.size());
     m.margin = margin_sum / static_cast<double>(rows.size());
     if (!held_out.empty() && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total_steps)) {

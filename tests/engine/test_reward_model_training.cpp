@@ -98,6 +98,8 @@ TEST(RewardModelTraining, TinyModelRanksHeldOutTaskPairs) {
   EXPECT_LT(r.initial_eval_accuracy, 0.75);
   EXPECT_GT(r.final_eval_accuracy, 0.9);
   EXPECT_LT(r.history.back().loss, r.history.front().loss);
+  // Every sequence is bos + "xy=" + "yx" + eos: 7 tokens, two per pair.
+  EXPECT_EQ(r.history.front().tokens, o.batch_size * 2 * 7);
   EXPECT_EQ(read_jsonl(dir.file("out/rm_metrics.jsonl")).size(), static_cast<size_t>(o.steps));
   // The public accuracy helper agrees with the one training reported.
   const auto pairs = read_preference_jsonl(dir.file("test.jsonl"));

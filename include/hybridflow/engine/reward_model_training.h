@@ -43,6 +43,7 @@ struct RewardModelMetrics {
   double grad_norm = 0;
   double lr = 0;
   int64_t pairs = 0;
+  int64_t tokens = 0;  // real tokens of this step's chosen and rejected sequences
   double seconds = 0;
   double eval_accuracy = -1;  // held-out pairwise accuracy; -1 when not evaluated at this step
 };
