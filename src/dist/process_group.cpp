@@ -137,7 +137,7 @@ ProcessGroup ProcessGroup::create_world(const LaunchEnv& env, const ProcessGroup
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
+  store_options.isServer = env.rank == 0 && options.rank0_hosts_store;
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = false;  // the group's own rendezvous waits for everyone
   store_options.timeout = options.timeout;

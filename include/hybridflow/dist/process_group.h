@@ -27,6 +27,9 @@ struct ProcessGroupOptions {
   std::string gloo_hostname = "127.0.0.1";
   // Store connect/wait and collective timeout: a dead peer becomes an error instead of a hang.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // false: the TCPStore at master_addr:master_port is hosted by someone else (a StoreServer, e.g. in the
+  // controller) and rank 0 joins it as a client like every other rank.
+  bool rank0_hosts_store = true;
 };
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
