@@ -76,32 +76,43 @@ void TrainEngine::apply_step() {
 }
 
 StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_batch_size, const MicroLossFn& loss_fn,
-                                  const std::string& token_mask_key) {
+                                  const std::string& token_mask_key, LossWeighting weighting) {
   const int64_t rows = mini_batch.batch_size();
   HF_CHECK(rows > 0, "train_step: empty mini-batch");
   HF_CHECK(micro_batch_size > 0, "train_step: micro_batch_size must be > 0, got ", micro_batch_size);
-  const bool by_tokens = mini_batch.has_tensor(token_mask_key);
-  auto count = [&](const DataProto& b) -> int64_t {
-    return by_tokens ? b.tensor(token_mask_key).sum().item<int64_t>() : b.batch_size();
+  const bool has_mask = mini_batch.has_tensor(token_mask_key);
+  if (weighting == LossWeighting::kAuto) weighting = has_mask ? LossWeighting::kTokenMean : LossWeighting::kRowMean;
+  HF_CHECK(weighting != LossWeighting::kTokenMean || has_mask, "train_step: token-mean weighting needs tensor '",
+           token_mask_key, "' in the mini-batch");
+  // Tokens decide whether a micro-batch has anything to learn from; units are what its loss averages over.
+  auto tokens = [&](const DataProto& b) -> int64_t {
+    return has_mask ? b.tensor(token_mask_key).sum().item<int64_t>() : b.batch_size();
   };
+  auto units = [&](const DataProto& b) -> int64_t {
+    return weighting == LossWeighting::kRowMean ? b.batch_size() : tokens(b);
+  };
+  const bool mean = weighting != LossWeighting::kSum;
   StepStats stats;
-  stats.tokens = count(mini_batch);
-  HF_CHECK(stats.tokens > 0, "train_step: the mini-batch's '", token_mask_key, "' selects no tokens");
+  stats.tokens = units(mini_batch);
+  // A data-parallel rank may hold no tokens of this mini-batch; the global count is checked after the reduce.
+  HF_CHECK(stats.tokens > 0 || data_parallel(), "train_step: the mini-batch's '", token_mask_key,
+           "' selects no tokens");
   stats.lr = lr_at_step(options_.schedule, step_);
+  const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
   zero_grad();
   for (int64_t begin = 0; begin < rows; begin += micro_batch_size) {
     DataProto micro = mini_batch.slice(begin, std::min(rows, begin + micro_batch_size));
-    const int64_t micro_tokens = count(micro);
     ++stats.micro_batches;
-    if (micro_tokens == 0) continue;  // its mean loss would be NaN; it contributes nothing anyway
+    if (tokens(micro) == 0) continue;  // its mean loss would be NaN; it contributes nothing anyway
     torch::Tensor loss = loss_fn(micro);
     HF_CHECK(loss.defined() && loss.numel() == 1, "train_step: the loss function must return a scalar, got ",
              loss.defined() ? loss.sizes() : torch::IntArrayRef{});
-    const double share = static_cast<double>(micro_tokens) / static_cast<double>(stats.tokens);
-    (loss * share).backward();
-    stats.loss += loss.item<double>() * share;
+    const double weight = mean ? static_cast<double>(units(micro)) / local_norm : 1.0;
+    (loss * weight).backward();
+    stats.loss += loss.item<double>() * weight;
   }
+  if (data_parallel()) reduce_gradients(local_norm, mean, stats);
   stats.grad_norm = clip_grad_norm();
   if (!std::isfinite(stats.grad_norm)) {
     log_warn("train_step: gradient norm is ", stats.grad_norm, " at step ", step_, "; skipping the update");
@@ -113,6 +124,45 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   apply_step();
   stats.step = step_;
   return stats;
+}
+
+int64_t TrainEngine::reduced_numel() const {
+  int64_t n = 2;
+  for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stats) {
+  torch::NoGradGuard no_grad;
+  // One flat fp32 buffer: a single collective per step, and parameters without a gradient on this rank
+  // still line up with the ranks where they have one.
+  std::vector<torch::Tensor> parts;
+  parts.reserve(params_.size() + 1);
+  for (const auto& p : params_) {
+    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}).to(torch::kFloat) * local_norm
+                                       : torch::zeros({p.numel()}, torch::kFloat));
+  }
+  parts.push_back(torch::tensor({static_cast<float>(stats.tokens), static_cast<float>(stats.loss * local_norm)},
+                                torch::kFloat));
+  torch::Tensor flat = torch::cat(parts);
+  const int64_t n = flat.numel() - 2;
+  reducer_(flat);
+  HF_CHECK(flat.numel() == n + 2, "train_step: the gradient reducer changed the buffer size from ", n + 2, " to ",
+           flat.numel());
+  const double global_units = flat[n].item<double>();
+  HF_CHECK(global_units > 0, "train_step: no data-parallel rank's mini-batch has any tokens");
+  const double norm = mean ? global_units : 1.0;
+  stats.tokens = static_cast<int64_t>(std::llround(global_units));
+  stats.loss = flat[n + 1].item<double>() / norm;
+  int64_t offset = 0;
+  for (auto& p : params_) {
+    torch::Tensor g = (flat.narrow(0, offset, p.numel()) / norm).view(p.sizes()).to(p.scalar_type());
+    offset += p.numel();
+    if (p.grad().defined())
+      p.mutable_grad().copy_(g);
+    else
+      p.mutable_grad() = g;
+  }
 }
 
 void TrainEngine::save_state(const std::string& path) const {

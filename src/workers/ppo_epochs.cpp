@@ -38,13 +38,23 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
     }
     for (int64_t begin = 0; begin < rows; begin += mini) {
       StepStats stats = engine.train_step(order.slice(begin, std::min(rows, begin + mini)), micro, loss_fn,
-                                          token_mask_key);
+                                          token_mask_key, plan.weighting);
       metrics.add(prefix + "grad_norm", stats.grad_norm);
       metrics.add(prefix + "lr", stats.lr);
       metrics.add(prefix + "loss", stats.loss);
       if (stats.skipped) metrics.add(prefix + "skipped_steps", 1.0);
     }
   }
+}
+
+LossWeighting loss_weighting_for(algo::LossAggMode mode) {
+  switch (mode) {
+    case algo::LossAggMode::kTokenMean: return LossWeighting::kTokenMean;
+    case algo::LossAggMode::kSeqMeanTokenSum:
+    case algo::LossAggMode::kSeqMeanTokenMean: return LossWeighting::kRowMean;
+    case algo::LossAggMode::kSeqMeanTokenSumNorm: return LossWeighting::kSum;
+  }
+  HF_FAIL("ppo update: unhandled loss aggregation mode ", static_cast<int>(mode));
 }
 
 MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j) {

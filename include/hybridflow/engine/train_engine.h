@@ -42,6 +42,19 @@ struct StepStats {
 // so the accumulated gradient equals that of the full-batch mean.
 using MicroLossFn = std::function<torch::Tensor(const DataProto& micro_batch)>;
 
+// How micro-batch losses combine into the mini-batch's loss, so that splitting a mini-batch (into
+// micro-batches, or across data-parallel ranks) does not change the gradient.
+enum class LossWeighting {
+  kAuto,       // kTokenMean when the mini-batch has the token mask, else kRowMean
+  kTokenMean,  // each loss is a mean over its valid tokens: weight by token count (token-mean)
+  kRowMean,    // a mean over its rows (seq-mean-token-sum / seq-mean-token-mean): weight by rows
+  kSum,        // already a sum over its rows (seq-mean-token-sum-norm): every micro-batch weighs 1
+};
+
+// Sums a flat fp32 buffer in place over the data-parallel ranks (e.g. Communicator::all_reduce). Every
+// rank must call it the same number of times with the same buffer size.
+using GradientReducer = std::function<void(torch::Tensor& flat)>;
+
 class TrainEngine {
  public:
   // The module must stay alive as long as the engine.
@@ -49,8 +62,18 @@ class TrainEngine {
 
   // One optimizer step on `mini_batch`, split into micro-batches of `micro_batch_size` rows (the last
   // may be smaller). Token shares come from tensor `token_mask_key` when present, else rows count.
+  // With a gradient reducer, mini_batch is this rank's share of the global mini-batch: the gradients
+  // (and the loss and token count) are summed over ranks with the same weighting before clipping, so
+  // every rank takes the step one process would take on the whole mini-batch.
   StepStats train_step(const DataProto& mini_batch, int64_t micro_batch_size, const MicroLossFn& loss_fn,
-                       const std::string& token_mask_key = "loss_mask");
+                       const std::string& token_mask_key = "loss_mask",
+                       LossWeighting weighting = LossWeighting::kAuto);
+
+  // Data-parallel training: set on every rank of the group (an empty function = one process).
+  void set_gradient_reducer(GradientReducer reducer) { reducer_ = std::move(reducer); }
+  bool data_parallel() const { return static_cast<bool>(reducer_); }
+  // Elements of the buffer each step reduces: every trainable parameter plus 2 (token count, loss).
+  int64_t reduced_numel() const;
 
   // Pieces for callers that run their own accumulation loop.
   void zero_grad();
@@ -72,8 +95,13 @@ class TrainEngine {
   std::shared_ptr<torch::nn::Module> module_;
   OptimizerOptions options_;
   std::vector<torch::Tensor> params_;
+  // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
+  // global normaliser's worth back into stats.
+  void reduce_gradients(double local_norm, bool mean, StepStats& stats);
+
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
+  GradientReducer reducer_;
 };
 
 }  // namespace hybridflow

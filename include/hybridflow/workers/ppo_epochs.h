@@ -7,23 +7,33 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hybridflow/algo/masked.h"
 #include "hybridflow/engine/train_engine.h"
 
 namespace hybridflow {
 
 struct MiniBatchPlan {
-  int64_t mini_batch_rows = 0;   // rows per optimizer step on this rank (0 = the whole batch)
+  // Rows per optimizer step on this rank (0 = the whole batch); with data parallelism this rank's share
+  // of the global mini-batch, and every rank must hold as many rows as the others.
+  int64_t mini_batch_rows = 0;
   int64_t micro_batch_rows = 0;  // rows per forward/backward (0 = the whole mini-batch)
   int64_t epochs = 1;
   bool shuffle = true;
   uint64_t seed = 0;             // permutation seed; combined with the engine's step so each call differs
+  LossWeighting weighting = LossWeighting::kAuto;  // from the loss_agg_mode (loss_weighting_for)
 };
+
+// The micro-batch (and data-parallel rank) weighting under which a split mini-batch gives the same
+// gradient as the loss aggregated over the whole mini-batch in this mode.
+LossWeighting loss_weighting_for(algo::LossAggMode mode);
 
 // Averages named scalars over the micro-batches that reported them.
 class MetricAverager {
  public:
   void add(const std::string& name, double value);
   nlohmann::json to_json() const;  // name -> mean
+  // name -> (sum, count): data-parallel ranks combine these into one mean over all their micro-batches.
+  const std::map<std::string, std::pair<double, int64_t>>& sums() const { return sums_; }
 
  private:
   std::map<std::string, std::pair<double, int64_t>> sums_;
