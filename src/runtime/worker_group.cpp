@@ -1,6 +1,7 @@
 #include "hybridflow/runtime/worker_group.h"
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/dist/store_server.h"
 #include "hybridflow/runtime/protocol.h"
 
 namespace hybridflow {
@@ -12,7 +13,14 @@ WorkerGroup::WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& r
     : pool_(std::move(pool)), role_(role) {
   HF_CHECK(pool_, "worker group '", role, "': no resource pool");
   coords_ = mesh_coords(pool_->size(), layout);
-  methods_ = pool_->create_role(role, worker_type, coords_, config);
+  nlohmann::json worker_config = config;
+  if (pool_->size() > 1 && (worker_config.is_object() || worker_config.is_null())) {
+    HF_CHECK(!worker_config.contains(kProcessGroupKey), "worker group '", role, "': config key '",
+             kProcessGroupKey, "' is reserved for the group's own rendezvous");
+    store_ = StoreServer::start();
+    worker_config[kProcessGroupKey] = {{"store_port", store_->port()}, {"world_size", pool_->size()}};
+  }
+  methods_ = pool_->create_role(role, worker_type, coords_, worker_config);
 }
 
 void WorkerGroup::start_call(const std::string& method, const DataProto& input,

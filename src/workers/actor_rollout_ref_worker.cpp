@@ -36,6 +36,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("save_checkpoint", protocols::kOneToAll, this, &W::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &W::load_checkpoint);
   table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
+  table.add("flat_parameters", protocols::kOneToAll, this, &W::flat_parameters);
 }
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
@@ -56,6 +57,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out = generate(actor_, prompts, g);
   DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
+  if (in.has_tensor("input_ids")) result = left_pad_prompts(result, in.tensor("input_ids").size(1), g.pad_token_id);
   // Per-prompt fields follow their samples (prompt text and answer stay with each response).
   if (!in.fields().empty()) {
     DataProto fields;
@@ -97,8 +99,8 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
-  HF_CHECK(world_size() == 1, "update_actor: data-parallel actor training (world size ", world_size(),
-           ") needs gradient all-reduce, which is not implemented yet; use one actor process");
+  if (world_size() > 1 && !dp_) dp_ = DataParallel::join(context(), *actor_, *engine_);
+  if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
   const auto actor = config_.value("actor", nlohmann::json::object());
   algo::PolicyLossConfig loss_cfg;
   loss_cfg.clip_ratio = actor.value("clip_ratio", 0.2);
@@ -136,13 +138,18 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     return loss;
   };
   actor_->train();
-  run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(actor), loss_fn, "response_mask", "actor/", metrics);
+  MiniBatchPlan plan = mini_batch_plan_from_json(actor);
+  plan.weighting = loss_weighting_for(loss_cfg.agg_mode);
+  run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
   out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
-  out.meta()["metrics"] = metrics.to_json();
+  out.meta()["metrics"] = dp_ ? dp_->metrics(metrics, "actor/") : metrics.to_json();
+  if (dp_) out.meta()["comm"] = dp_->comm_stats();
   return out;
 }
+
+DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) { return hybridflow::flat_parameters(*actor_); }
 
 DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),

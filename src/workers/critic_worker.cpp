@@ -21,6 +21,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("compute_values", protocols::kDataParallel, this, &CriticWorker::compute_values);
   table.add("update_critic", protocols::kDataParallel, this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
+  table.add("flat_parameters", protocols::kOneToAll, this, &CriticWorker::flat_parameters);
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
 }
@@ -49,8 +50,8 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
 }
 
 DataProto CriticWorker::update_critic(const DataProto& in) {
-  HF_CHECK(world_size() == 1, "update_critic: data-parallel critic training (world size ", world_size(),
-           ") needs gradient all-reduce, which is not implemented yet; use one critic process");
+  if (world_size() > 1 && !dp_) dp_ = DataParallel::join(context(), *critic_, *engine_);
+  if (dp_) dp_->check_same_rows(in.batch_size(), "update_critic");
   const auto critic = config_.value("critic", nlohmann::json::object());
   const double cliprange = critic.value("cliprange_value", 0.5);
   const auto agg = algo::parse_loss_agg_mode(critic.value("loss_agg_mode", std::string("token-mean")));
@@ -65,11 +66,14 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
     return vl.loss;
   };
   critic_->train();
-  run_ppo_epochs(*engine_, in, mini_batch_plan_from_json(critic), loss_fn, "response_mask", "critic/", metrics);
+  MiniBatchPlan plan = mini_batch_plan_from_json(critic);
+  plan.weighting = loss_weighting_for(agg);
+  run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
   out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
-  out.meta()["metrics"] = metrics.to_json();
+  out.meta()["metrics"] = dp_ ? dp_->metrics(metrics, "critic/") : metrics.to_json();
+  if (dp_) out.meta()["comm"] = dp_->comm_stats();
   return out;
 }
 
@@ -78,6 +82,8 @@ DataProto CriticWorker::parameter_norm(const DataProto&) {
   out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*critic_), torch::kDouble));
   return out;
 }
+
+DataProto CriticWorker::flat_parameters(const DataProto&) { return hybridflow::flat_parameters(*critic_); }
 
 DataProto CriticWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),

@@ -14,10 +14,18 @@
 
 namespace hybridflow {
 
+class StoreServer;
+
+// Config key the group adds for its workers when it has more than one process:
+// {"store_port": port of the controller's TCPStore, "world_size": ranks}. Workers reach the store at the
+// host of the endpoint they use for the controller (see workers/data_parallel.h).
+inline constexpr const char* kProcessGroupKey = "hf_process_group";
+
 class WorkerGroup {
  public:
   // Creates `worker_type` as `role` in every process of `pool`. Blocking; Error if the type is unknown
-  // in the worker binary or the pool size does not fit the layout.
+  // in the worker binary or the pool size does not fit the layout. With more than one process the group
+  // also hosts the rendezvous store of the role's c10d process group (kProcessGroupKey in the config).
   WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& role, const std::string& worker_type,
               const ParallelLayout& layout = {}, const nlohmann::json& config = nlohmann::json::object());
 
@@ -38,6 +46,7 @@ class WorkerGroup {
   std::string role_;
   std::vector<MeshCoord> coords_;
   std::map<std::string, std::string> methods_;
+  std::shared_ptr<StoreServer> store_;  // lives as long as any copy of the group
 };
 
 }  // namespace hybridflow

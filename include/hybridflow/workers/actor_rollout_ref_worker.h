@@ -14,11 +14,13 @@
 //                       (layout in workers/checkpoint_io.h)
 //   load_checkpoint     meta dir: restores the actor's weights, optimizer and RNG state (not the reference)
 //   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
+//   flat_parameters     out: tensor parameters [1, P] fp32 (tests compare data-parallel replicas)
 // Config JSON: model (see model_spec.h), has_ref, threads, actor {lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
 // clip_ratio_c, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type},
 // rollout {response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size}.
-// Updates need world size 1: gradients are not yet all-reduced across data-parallel ranks.
+// With more than one process the ranks train data-parallel (workers/data_parallel.h); update_actor's
+// meta "comm" then has the Communicator's byte counts.
 #pragma once
 
 #include <memory>
@@ -27,6 +29,7 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
+#include "hybridflow/workers/data_parallel.h"
 
 namespace hybridflow {
 
@@ -41,6 +44,7 @@ class ActorRolloutRefWorker : public Worker {
   DataProto save_checkpoint(const DataProto& in);
   DataProto load_checkpoint(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
+  DataProto flat_parameters(const DataProto& in);
 
  private:
   torch::Tensor log_probs_of(CausalLM& model, const DataProto& in) const;
@@ -49,6 +53,7 @@ class ActorRolloutRefWorker : public Worker {
   CausalLM actor_{nullptr};
   CausalLM ref_{nullptr};
   std::unique_ptr<TrainEngine> engine_;
+  std::unique_ptr<DataParallel> dp_;  // joined at the first update when the role has several processes
 };
 
 }  // namespace hybridflow

@@ -5,13 +5,15 @@
 //   update_critic   in: + response_mask, values (old), returns; clipped value loss over epochs x
 //                   mini-batches; out: meta "metrics" (critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm)
 //   parameter_norm  out: param_sq_norm [1]
+//   flat_parameters out: parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
 // Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, epochs,
 // shuffle, seed, cliprange_value, loss_agg_mode}, log_prob_micro_batch_size.
 // RewardModelWorker methods (DP_PROTO):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
-// Config JSON: model, threads, micro_batch_size. Updates need world size 1 (no gradient all-reduce yet).
+// Config JSON: model, threads, micro_batch_size. A critic with several processes trains data-parallel
+// (workers/data_parallel.h); update_critic's meta "comm" then has the Communicator's byte counts.
 #pragma once
 
 #include <memory>
@@ -20,6 +22,7 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
+#include "hybridflow/workers/data_parallel.h"
 
 namespace hybridflow {
 
@@ -29,6 +32,7 @@ class CriticWorker : public Worker {
   DataProto compute_values(const DataProto& in);
   DataProto update_critic(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
+  DataProto flat_parameters(const DataProto& in);
   DataProto save_checkpoint(const DataProto& in);
   DataProto load_checkpoint(const DataProto& in);
 
@@ -38,6 +42,7 @@ class CriticWorker : public Worker {
   nlohmann::json config_;
   CausalLM critic_{nullptr};
   std::unique_ptr<TrainEngine> engine_;
+  std::unique_ptr<DataParallel> dp_;  // joined at the first update when the role has several processes
 };
 
 class RewardModelWorker : public Worker {

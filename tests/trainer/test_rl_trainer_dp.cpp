@@ -1,0 +1,76 @@
+// The RL trainer with data-parallel worker groups (num_processes = 2, separate pools): GRPO with a
+// 2-process actor and PPO with a 2-process actor and critic run their steps, and the update metrics
+// report the gradient all-reduce.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+std::vector<std::string> tiny_dp_run(const std::string& estimator, std::vector<std::string> extra) {
+  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
+                                "model.hidden_size=32",
+                                "model.num_hidden_layers=1",
+                                "model.num_attention_heads=2",
+                                "model.num_key_value_heads=1",
+                                "model.intermediate_size=64",
+                                "data.task=addition",
+                                "data.train_size=16",
+                                "data.test_size=4",
+                                "data.train_batch_size=2",
+                                "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.rollout.response_length=4",
+                                "actor_rollout_ref.num_processes=2",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=1",
+                                "actor_rollout_ref.actor.optim.lr=1e-3",
+                                "critic.ppo_mini_batch_size=2",
+                                "critic.ppo_micro_batch_size=1",
+                                "critic.optim.lr=1e-3",
+                                "trainer.colocate=false",
+                                "trainer.total_steps=2"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+// The step's update all-reduced gradients (the volume is asserted exactly in test_rl_workers_dp).
+void expect_all_reduced(const nlohmann::json& record, const std::string& prefix) {
+  ASSERT_TRUE(record.contains(prefix + "dp_allreduce_bytes")) << record.dump();
+  EXPECT_GT(record.at(prefix + "dp_allreduce_bytes").get<double>(), 0.0);
+  EXPECT_TRUE(std::isfinite(record.at(prefix + "loss").get<double>())) << record.dump();
+}
+
+}  // namespace
+
+TEST(RlTrainerDataParallel, GrpoWithATwoProcessActor) {
+  RLTrainer trainer(load_rl_config("", tiny_dp_run("grpo", {})));
+  const double before = trainer.parameter_sq_norm("actor");
+  nlohmann::json first = trainer.step();
+  nlohmann::json second = trainer.step();
+  EXPECT_EQ(trainer.steps_done(), 2);
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), before);
+  expect_all_reduced(first, "actor/");
+  // Each step all-reduces the same buffer the same number of times.
+  EXPECT_EQ(first.at("actor/dp_allreduce_bytes"), second.at("actor/dp_allreduce_bytes"));
+  EXPECT_TRUE(second.contains("actor/pg_loss")) << second.dump();
+}
+
+TEST(RlTrainerDataParallel, PpoWithATwoProcessCritic) {
+  RLTrainer trainer(load_rl_config("", tiny_dp_run("gae", {"critic.num_processes=2"})));
+  EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor", "critic"}));
+  const double critic_before = trainer.parameter_sq_norm("critic");
+  trainer.step();
+  nlohmann::json record = trainer.step();
+  EXPECT_EQ(trainer.steps_done(), 2);
+  EXPECT_NE(trainer.parameter_sq_norm("critic"), critic_before);
+  expect_all_reduced(record, "critic/");
+  expect_all_reduced(record, "actor/");
+  EXPECT_TRUE(record.contains("critic/vf_loss")) << record.dump();
+}
