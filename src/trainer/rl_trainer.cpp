@@ -86,6 +86,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.cfg = config;
   register_rl_workers();
+  // Before any worker starts, so that a bad resume path fails at once.
+  const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
   const Config algorithm = config.subtree("algorithm");
   s.adv_estimator = algo::advantage_estimator_name(algorithm);
   s.use_critic = s.adv_estimator == "gae";  // grpo / rloo / reinforce++ / remax need no value function
@@ -230,7 +232,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
   }
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"));
-  if (const std::string dir = checkpoint_to_resume(config.subtree("trainer")); !dir.empty()) s.resume(dir);
+  if (!resume_dir.empty()) s.resume(resume_dir);
 }
 
 RLTrainer::~RLTrainer() = default;
@@ -490,6 +492,7 @@ nlohmann::json RLTrainer::fit() {
 std::vector<WorkerGroup*> RLTrainer::State::trainable_groups() const {
   std::vector<WorkerGroup*> out = {actor.get()};
   if (critic) out.push_back(critic.get());
+  if (cost_critic) out.push_back(cost_critic.get());
   return out;
 }
 
@@ -498,12 +501,14 @@ nlohmann::json RLTrainer::State::controller_state() const {
   for (const WorkerGroup* g : trainable_groups()) roles.push_back(g->role());
   // Sampling and shuffling seeds derive from trainer.seed and the step counters saved here and in the
   // optimizer states; seed is kept to warn when a resumed run changes it.
-  return {{"step", step},
-          {"data_pos", data_pos},
-          {"kl_coef", kl_ctrl.value()},
-          {"roles", roles},
-          {"seed", cfg.get<int64_t>("trainer.seed")},
-          {"adv_estimator", adv_estimator}};
+  nlohmann::json state = {{"step", step},
+                          {"data_pos", data_pos},
+                          {"kl_coef", kl_ctrl.value()},
+                          {"roles", roles},
+                          {"seed", cfg.get<int64_t>("trainer.seed")},
+                          {"adv_estimator", adv_estimator}};
+  if (lagrange) state["lagrange_lambda"] = lagrange->value();
+  return state;
 }
 
 void RLTrainer::State::restore_controller_state(const nlohmann::json& state, const std::string& file) {
@@ -517,6 +522,17 @@ void RLTrainer::State::restore_controller_state(const nlohmann::json& state, con
              cfg.get<int64_t>("trainer.seed"), "; the resumed run will not match an uninterrupted one");
   step = state.at("step").get<int64_t>();
   data_pos = state.at("data_pos").get<int64_t>();
+  HF_CHECK(!lagrange == !state.contains("lagrange_lambda"), file, ": the checkpoint ",
+           lagrange ? "has no Safe-RLHF multiplier 'lagrange_lambda'" : "is of a Safe-RLHF run",
+           " but this run ", lagrange ? "uses" : "does not use", " a cost (cost.type / cost_model.enable)");
+  if (lagrange) {
+    // The multiplier steps once per training step: continuing from the saved lambda, with the delay
+    // shortened by the steps already taken, is exactly where the interrupted run was.
+    algo::LagrangeConfig lc = algo::lagrange_config(cfg.subtree("algorithm"));
+    lc.lambda_init = state.at("lagrange_lambda").get<double>();
+    lc.update_delay_steps = static_cast<int>(std::max<int64_t>(0, lc.update_delay_steps - step));
+    lagrange.emplace(lc);
+  }
   kl_ctrl = algo::KlController::from_config(cfg.get<std::string>("algorithm.kl_ctrl.type"), state["kl_coef"].get<double>(),
                                             cfg.get<double>("algorithm.kl_ctrl.target_kl"),
                                             cfg.get<double>("algorithm.kl_ctrl.horizon"));
