@@ -66,30 +66,29 @@ nlohmann::json deterministic_part(nlohmann::json record) {
 
 struct RunEnd {
   std::vector<nlohmann::json> metrics;  // metrics.jsonl, deterministic part
-  double actor_sq_norm = 0;
-  double critic_sq_norm = 0;
+  std::vector<double> sq_norms;         // per trained role
 };
 
-RunEnd finish(RLTrainer& trainer, const std::string& run_dir, bool has_critic) {
+RunEnd finish(RLTrainer& trainer, const std::string& run_dir) {
   trainer.fit();
   RunEnd end;
   for (const auto& record : read_jsonl(run_dir + "/metrics.jsonl")) end.metrics.push_back(deterministic_part(record));
-  end.actor_sq_norm = trainer.parameter_sq_norm("actor");
-  if (has_critic) end.critic_sq_norm = trainer.parameter_sq_norm("critic");
+  for (const std::string& role : trainer.roles()) end.sq_norms.push_back(trainer.parameter_sq_norm(role));
   return end;
 }
 
 // 4 steps straight vs 3 steps (checkpoint after step 2, then a "crash" after step 3's metrics were
 // written) and a new trainer that resumes from step 2 and runs steps 3-4.
 void expect_resume_reproduces_straight_run(const std::string& estimator, const std::vector<std::string>& extra,
-                                           bool has_critic) {
+                                           const std::vector<std::string>& roles) {
   std::vector<std::string> opts = extra;
   opts.push_back("trainer.save_freq=2");
   hybridflow::testing::TempDir straight_dir, resumed_dir;
   RunEnd straight;
   {
     RLTrainer trainer(load_rl_config("", tiny_run(estimator, straight_dir.path(), opts)));
-    straight = finish(trainer, straight_dir.path(), has_critic);
+    EXPECT_EQ(trainer.roles(), roles);
+    straight = finish(trainer, straight_dir.path());
   }
   {
     RLTrainer trainer(load_rl_config("", tiny_run(estimator, resumed_dir.path(), opts)));
@@ -102,7 +101,7 @@ void expect_resume_reproduces_straight_run(const std::string& estimator, const s
     RLTrainer trainer(load_rl_config("", tiny_run(estimator, resumed_dir.path(), opts)));
     EXPECT_EQ(trainer.resumed_from(), checkpoints_root(resumed_dir.path()) + "/step_2");
     EXPECT_EQ(trainer.steps_done(), 2);
-    resumed = finish(trainer, resumed_dir.path(), has_critic);
+    resumed = finish(trainer, resumed_dir.path());
     EXPECT_EQ(trainer.steps_done(), 4);
   }
   ASSERT_EQ(straight.metrics.size(), 4u);
@@ -115,8 +114,7 @@ void expect_resume_reproduces_straight_run(const std::string& estimator, const s
     EXPECT_EQ(resumed.metrics[i], straight.metrics[i]) << estimator << " step " << i + 1;
   }
   // The updates changed the weights, so equal norms say the same updates were applied.
-  EXPECT_EQ(resumed.actor_sq_norm, straight.actor_sq_norm);
-  EXPECT_EQ(resumed.critic_sq_norm, straight.critic_sq_norm);
+  EXPECT_EQ(resumed.sq_norms, straight.sq_norms);
   EXPECT_TRUE(is_complete_checkpoint(checkpoints_root(resumed_dir.path()) + "/step_4"));
 }
 
@@ -128,7 +126,7 @@ TEST(RlResume, GrpoResumedRunMatchesAnUninterruptedOne) {
   const std::string scorer =
       "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
       "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\"";
-  expect_resume_reproduces_straight_run("grpo", {"reward.type=command", scorer}, /*has_critic=*/false);
+  expect_resume_reproduces_straight_run("grpo", {"reward.type=command", scorer}, {"actor"});
 }
 
 TEST(RlResume, PpoWithCriticAndAdaptiveKlResumedRunMatchesAnUninterruptedOne) {
@@ -137,7 +135,17 @@ TEST(RlResume, PpoWithCriticAndAdaptiveKlResumedRunMatchesAnUninterruptedOne) {
                                          "algorithm.kl_ctrl.kl_coef=0.1", "algorithm.kl_ctrl.target_kl=0.01",
                                          "algorithm.kl_ctrl.horizon=10", "algorithm.gamma=0.99",
                                          "algorithm.lam=0.95"},
-                                        /*has_critic=*/true);
+                                        {"actor", "critic"});
+}
+
+TEST(RlResume, SafeRlhfResumedRunMatchesAnUninterruptedOne) {
+  // A rule cost most responses incur, so the multiplier moves every step after the delay; the cost
+  // critic is a third trained role.
+  expect_resume_reproduces_straight_run("gae",
+                                        {"cost.type=contains", "cost.contains=['1','2','3','4','5']",
+                                         "algorithm.safe_rlhf.lambda_lr=0.5",
+                                         "algorithm.safe_rlhf.lambda_update_delay_steps=1"},
+                                        {"actor", "critic", "cost_critic"});
 }
 
 TEST(RlResume, IncompleteCheckpointsAreNeverResumedFrom) {

@@ -1,0 +1,72 @@
+// `hybridflow train` tells the user where it saved checkpoints and where it resumed from, and running
+// the same command again continues the run instead of starting over.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "hybridflow/core/jsonl.h"
+#include "support/temp_dir.h"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(HF_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string tiny_grpo(const std::string& run_dir) {
+  return "train algorithm.adv_estimator=grpo model.hidden_size=32 model.num_hidden_layers=1 "
+         "model.num_attention_heads=2 model.num_key_value_heads=1 model.intermediate_size=64 data.task=addition "
+         "data.train_size=16 data.test_size=2 data.train_batch_size=2 actor_rollout_ref.rollout.n=2 "
+         "actor_rollout_ref.rollout.response_length=4 actor_rollout_ref.actor.ppo_mini_batch_size=2 "
+         "trainer.save_freq=2 trainer.run_dir=" +
+         run_dir;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(CliResume, TrainPrintsWhereItSavedAndResumesWhenRunAgain) {
+  hybridflow::testing::TempDir dir;
+  const std::string ckpts = dir.file("run") + "/checkpoints";
+  Result first = run(tiny_grpo(dir.file("run")) + " trainer.total_steps=3");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(contains(first.output, "saved checkpoint " + ckpts + "/step_2")) << first.output;
+  EXPECT_TRUE(contains(first.output, "checkpoint: " + ckpts + "/step_3")) << first.output;
+  EXPECT_FALSE(contains(first.output, "resumed from")) << first.output;
+
+  Result second = run(tiny_grpo(dir.file("run")) + " trainer.total_steps=4");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(contains(second.output, "resumed from checkpoint " + ckpts + "/step_3 at step 3")) << second.output;
+  EXPECT_TRUE(contains(second.output, "step 4/4")) << second.output;
+  EXPECT_FALSE(contains(second.output, "step 1/4")) << second.output;
+  std::vector<int64_t> steps;
+  for (const auto& record : hybridflow::read_jsonl(dir.file("run") + "/metrics.jsonl"))
+    steps.push_back(record.at("step").get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+TEST(CliResume, AMissingCheckpointIsAnErrorNamingIt) {
+  hybridflow::testing::TempDir dir;
+  Result r = run(tiny_grpo(dir.file("run")) + " trainer.resume_mode=resume_path trainer.resume_from_path=" +
+                 dir.file("no_such_ckpt"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, dir.file("no_such_ckpt"))) << r.output;
+}
