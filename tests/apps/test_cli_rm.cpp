@@ -55,6 +55,19 @@ TEST(CliRm, ShortRunSavesAValueHeadModelThatReproducesTheReportedAccuracy) {
   EXPECT_TRUE(std::filesystem::exists(out + "/config.yaml"));
 }
 
+TEST(CliRm, ShippedExampleRunsFromAPreset) {
+  hybridflow::testing::TempDir dir;
+  const std::string example =
+      (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "examples/rm_addition.yaml").string();
+  // The example starts from the quickstart's SFT model; a preset keeps this test self-contained.
+  Result r = run("rm --config " + example + " model.path='\"\"' model.hidden_size=32 model.num_hidden_layers=1 "
+                 "model.intermediate_size=64 data.train_size=32 data.test_size=16 trainer.steps=2 "
+                 "trainer.eval_every=0 trainer.threads=1 trainer.out_dir=" + dir.file("rm"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("128 train / 16 held-out addition preference pairs"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("rm/final/model.safetensors")));
+}
+
 TEST(CliRm, MissingPairFileIsNamed) {
   hybridflow::testing::TempDir dir;
   Result r = run("rm data.train_file=/nonexistent/pairs.jsonl trainer.out_dir=" + dir.file("rm"));

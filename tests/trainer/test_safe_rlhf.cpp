@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "hybridflow/core/config.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_trainer.h"
@@ -99,6 +100,14 @@ TEST(SafeRlhf, CostModelIsItsOwnGroupAndCriticFreeEstimatorsStartNoCostCritic) {
   // A fresh value head scores sequences with nonzero values: the cost came from the model.
   EXPECT_NE(r.at("cost/mean").get<double>(), 0.0);
   EXPECT_TRUE(r.contains("lagrangian/lambda"));
+}
+
+TEST(SafeRlhf, ShippedExampleConfiguresACostAndABoundedMultiplier) {
+  const Config c = load_rl_config(std::string(HF_SOURCE_DIR) + "/examples/safe_rlhf_addition.yaml", {});
+  EXPECT_EQ(c.get<std::string>("cost.type"), "contains");
+  EXPECT_FALSE(c.get<std::vector<std::string>>("cost.contains").empty());
+  EXPECT_EQ(c.get<std::string>("algorithm.adv_estimator"), "gae");  // so a cost critic starts
+  EXPECT_FALSE(c.is_null("algorithm.safe_rlhf.lambda_max"));
 }
 
 TEST(SafeRlhf, NoCostMeansPlainPpoAndABadCostTypeIsNamed) {
