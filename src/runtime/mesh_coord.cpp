@@ -1,6 +1,7 @@
 #include "hybridflow/runtime/mesh_coord.h"
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/dist/device_mesh.h"
 
 namespace hybridflow {
 
@@ -11,20 +12,25 @@ MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout) 
   const int gen_tp = layout.gen_tp > 0 ? layout.gen_tp : tp;
   HF_CHECK(tp > 0 && pp > 0 && world_size % (tp * pp) == 0, "parallel layout: world size ", world_size,
            " must be a multiple of tp (", tp, ") x pp (", pp, ")");
-  HF_CHECK(world_size % gen_tp == 0, "parallel layout: world size ", world_size,
-           " must be a multiple of the generation tp size (", gen_tp, ")");
+  HF_CHECK(tp % gen_tp == 0, "parallel layout: the generation tp size (", gen_tp, ") must divide tp (", tp, ")");
+  // dist's meshes define the rank order, so a rollout replica here is exactly the generation tp group
+  // that dist's collectives build (the 3D-HybridEngine grouping, device_mesh.h).
+  const DeviceMesh mesh(pp, world_size / (tp * pp), tp);
+  const GenerationLayout generation(mesh, gen_tp, 1);
+  const MeshCoords t = mesh.coords(rank);
+  const GenCoords g = generation.coords(rank);
   MeshCoord c;
   c.rank = rank;
   c.world_size = world_size;
   c.tp_size = tp;
   c.pp_size = pp;
-  c.dp_size = world_size / (tp * pp);
-  c.tp = rank % tp;
-  c.dp = (rank / tp) % c.dp_size;
-  c.pp = rank / (tp * c.dp_size);
-  c.micro_dp_size = world_size / gen_tp;
-  c.micro_dp = rank / gen_tp;
-  c.micro_dp_local = rank % gen_tp;
+  c.dp_size = mesh.dp();
+  c.tp = t.tp;
+  c.dp = t.dp;
+  c.pp = t.pp;
+  c.micro_dp_size = generation.gen_dp();
+  c.micro_dp = g.dp;
+  c.micro_dp_local = g.tp;
   return c;
 }
 

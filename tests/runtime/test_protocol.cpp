@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/dist/device_mesh.h"
 #include "hybridflow/runtime/protocol.h"
 
 using namespace hybridflow;
@@ -39,18 +41,54 @@ TEST(MeshCoord, CoversEveryCoordinateOnceAndMatchesRankOrder) {
   ParallelLayout layout{2, 2, 1};  // tp 2, pp 2, dp 2, generation tp 1
   auto coords = mesh_coords(8, layout);
   std::set<std::tuple<int, int, int>> seen;
+  std::set<int> replicas;
   for (const auto& c : coords) {
     EXPECT_EQ(c.dp_size, 2);
     EXPECT_EQ((c.pp * c.dp_size + c.dp) * c.tp_size + c.tp, c.rank);
-    EXPECT_EQ(c.micro_dp, c.rank);
+    EXPECT_EQ(c.micro_dp_local, 0);  // generation tp 1: every rank is a replica of its own
     EXPECT_EQ(c.micro_dp_size, 8);
     seen.insert({c.dp, c.tp, c.pp});
+    replicas.insert(c.micro_dp);
   }
   EXPECT_EQ(seen.size(), 8u);
+  EXPECT_EQ(replicas.size(), 8u);
+  // tp 4, dp 2, generation tp 2 (the paper's Figure 8b): rank 5 = dp 1, tp 1 is in replica {5, 7}.
   auto gen = mesh_coord_of(5, 8, ParallelLayout{4, 1, 2});
-  EXPECT_EQ(gen.micro_dp, 2);
-  EXPECT_EQ(gen.micro_dp_local, 1);
+  EXPECT_EQ(gen.micro_dp, 3);
+  EXPECT_EQ(gen.micro_dp_local, 0);
   EXPECT_EQ(gen.micro_dp_size, 4);
+}
+
+// One rank ordering across layers: the coordinates the protocols use are dist's, and a rollout
+// replica (same micro_dp) is exactly one of dist's generation tp groups, led by its gen-tp rank 0.
+TEST(MeshCoord, AgreesWithDistMeshAndGenerationLayout) {
+  for (int pp : {1, 2})
+    for (int dp : {1, 2, 3})
+      for (int tp : {1, 2, 4})
+        for (int gen_tp : {1, 2, 4}) {
+          if (tp % gen_tp) continue;
+          SCOPED_TRACE(::testing::Message() << "pp " << pp << " dp " << dp << " tp " << tp << " gen_tp " << gen_tp);
+          const DeviceMesh mesh(pp, dp, tp);
+          const GenerationLayout generation(mesh, gen_tp, 1);
+          const auto coords = mesh_coords(mesh.world_size(), ParallelLayout{tp, pp, gen_tp});
+          std::vector<std::vector<int>> replicas(generation.gen_dp());
+          for (const auto& c : coords) {
+            const MeshCoords t = mesh.coords(c.rank);
+            EXPECT_EQ(std::make_tuple(c.pp, c.dp, c.tp), std::make_tuple(t.pp, t.dp, t.tp));
+            EXPECT_EQ(c.dp_size, dp);
+            EXPECT_EQ(c.micro_dp_size, generation.gen_dp());
+            EXPECT_EQ(c.micro_dp, generation.coords(c.rank).dp);
+            EXPECT_EQ(c.micro_dp_local, generation.coords(c.rank).tp);
+            replicas[c.micro_dp].push_back(c.rank);
+          }
+          // Replica i is generation dp rank i; dist lists its groups by lowest rank instead.
+          auto groups = generation.gen_tp_groups();
+          std::sort(groups.begin(), groups.end());
+          auto by_replica = replicas;
+          std::sort(by_replica.begin(), by_replica.end());
+          EXPECT_EQ(by_replica, groups);
+          for (const auto& replica : replicas) EXPECT_EQ(coords[replica[0]].micro_dp_local, 0);
+        }
 }
 
 TEST(MeshCoord, RejectsLayoutThatDoesNotDivideWorld) {
@@ -104,14 +142,14 @@ TEST(Protocol, ThreeDSplitsByDpAndCollectsFromLastStageTpZero) {
 }
 
 TEST(Protocol, MicroDpSplitsByRolloutReplicaAndCollectsLocalRankZero) {
-  auto coords = mesh_coords(4, ParallelLayout{4, 1, 2});  // two rollout replicas of 2 ranks
+  auto coords = mesh_coords(4, ParallelLayout{4, 1, 2});  // two rollout replicas: ranks {0, 2} and {1, 3}
   auto parts = dispatch_input(protocols::k3DAllMicroDP, rows(6), coords);
   EXPECT_EQ(values(parts[0]), (std::vector<int64_t>{0, 1, 2}));
-  EXPECT_EQ(values(parts[1]), values(parts[0]));
-  EXPECT_EQ(values(parts[2]), (std::vector<int64_t>{3, 4, 5}));
-  EXPECT_EQ(values(parts[3]), values(parts[2]));
+  EXPECT_EQ(values(parts[2]), values(parts[0]));
+  EXPECT_EQ(values(parts[1]), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(values(parts[3]), values(parts[1]));
   EXPECT_EQ(values(collect_outputs(protocols::k3DAllMicroDP, rank_outputs(4), coords)),
-            (std::vector<int64_t>{0, 2}));
+            (std::vector<int64_t>{0, 1}));
 }
 
 TEST(Protocol, AllToAllPassesThroughWithoutMerging) {

@@ -1,6 +1,6 @@
 // Where a rank sits in its worker group's parallel layout. The transfer protocols need only these
-// coordinates, so runtime keeps its own small struct instead of depending on dist's process groups
-// (dist's DeviceMesh had not landed when runtime was written; a converter can be added there).
+// coordinates, so runtime keeps its own small struct; the numbers come from dist's DeviceMesh and
+// GenerationLayout (device_mesh.h), so runtime and dist agree on one rank ordering.
 #pragma once
 
 #include <string>
@@ -28,7 +28,9 @@ struct MeshCoord {
 };
 
 // Rank order is tp fastest, then dp, then pp (Megatron's order): rank = (pp * dp_size + dp) * tp + tp_rank.
-// Generation replicas are consecutive blocks of gen_tp ranks. Error when world_size does not divide.
+// Generation replicas are dist's generation tp groups (gen_tp must divide tp): with tp 4 and gen_tp 2
+// the replicas are ranks {0, 2} and {1, 3}, so that each micro-DP group {0, 1}, {2, 3} all-gathers
+// its training shards into the generation shards. Error when the sizes do not divide.
 MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout);
 std::vector<MeshCoord> mesh_coords(int world_size, const ParallelLayout& layout);
 
