@@ -64,6 +64,7 @@ TEST(SafeRlhf, MultiplierRisesWhileCostExceedsTheLimitAndEpisodeCostFalls) {
                                      "algorithm.safe_rlhf.lambda_init=1.0", "algorithm.safe_rlhf.lambda_lr=0.05",
                                      "trainer.total_steps=" + std::to_string(steps)})));
   EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor", "critic", "cost_critic"}));
+  const double cost_critic_before = trainer.parameter_sq_norm("cost_critic");
   std::vector<double> cost, lambda;
   double previous_lambda = 1.0;
   for (int i = 0; i < steps; ++i) {
@@ -88,6 +89,7 @@ TEST(SafeRlhf, MultiplierRisesWhileCostExceedsTheLimitAndEpisodeCostFalls) {
   EXPECT_GT(early, 0.6);  // frequent at the start, well above the limit
   EXPECT_LT(late, early - 0.25);
   EXPECT_GT(lambda.back(), 1.0);
+  EXPECT_NE(trainer.parameter_sq_norm("cost_critic"), cost_critic_before);  // the cost critic trained
 }
 
 TEST(SafeRlhf, CostModelIsItsOwnGroupAndCriticFreeEstimatorsStartNoCostCritic) {

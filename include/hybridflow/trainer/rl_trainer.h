@@ -10,6 +10,9 @@
 //   [remax: a greedy generation of the same prompts is the baseline]
 //   rewards = scores (- kl_coef * KL when algorithm.use_kl_in_reward); advantages via the registry
 //   critic.update_critic(batch); actor.update_actor(batch); metrics -> console + <run_dir>/metrics.jsonl
+// Safe-RLHF (on when cost_model.enable or cost.type is set) adds: costs = rule cost + cost_model score,
+// cost values from a cost_critic group (gae), lambda stepped on the episode cost, actor advantages
+// (A_r - lambda A_c) / (1 + lambda), and cost_critic.update_critic beside the critic (docs/algorithms.md).
 // GRPO, RLOO, REINFORCE++ and ReMax start no critic. Config keys follow verl (see kRLTrainerDefaultsYaml).
 // Worker processes re-execute the current binary: it must call register_rl_workers() and then
 // run_worker_if_requested() first thing (see workers/rl_workers.h).
@@ -59,7 +62,8 @@ class RLTrainer {
   const std::string& resumed_from() const;
   // The newest checkpoint written (or resumed from); "" when none.
   const std::string& last_checkpoint() const;
-  // Sum of squared parameters of a role's model ("actor" or "critic"): tells whether an update changed it.
+  // Sum of squared parameters of a role's model ("actor", "critic" or "cost_critic"): tells whether an
+  // update changed it.
   double parameter_sq_norm(const std::string& role);
 
  private:
