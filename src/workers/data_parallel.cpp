@@ -12,6 +12,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/dist/launch_env.h"
+#include "hybridflow/runtime/launcher.h"
 #include "hybridflow/runtime/worker_group.h"
 
 namespace hybridflow {
@@ -83,12 +84,18 @@ std::unique_ptr<DataParallel> DataParallel::join(const WorkerContext& context, t
   const auto& pg = context.config.at(kProcessGroupKey);
   HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
            "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
+  // The store runs in the controller: reach it where this worker reached the controller.
+  const char* controller = std::getenv(kControllerAddrEnv);
   const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
   LaunchEnv env;
   env.rank = context.coord.rank;
   env.world_size = world;
-  env.master_addr = endpoint != nullptr && *endpoint != '\0' ? endpoint_host(endpoint)
-                                                              : pg.value("store_host", std::string("127.0.0.1"));
+  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
+    env.master_addr = controller;
+  else if (endpoint != nullptr && *endpoint != '\0')
+    env.master_addr = endpoint_host(endpoint);
+  else
+    env.master_addr = pg.value("store_host", std::string("127.0.0.1"));
   env.master_port = pg.at("store_port").get<int>();
   ProcessGroupOptions options;
   options.rank0_hosts_store = false;

@@ -5,9 +5,9 @@
 // through a Communicator before clipping, so every replica takes the step that one process would take on
 // the whole mini-batch and the parameters stay identical.
 //
-// Rendezvous across hosts: the store is at the host of HF_WORKER_ENDPOINT (the address this worker already
-// reaches the controller by), and Gloo binds to this host's address on the route there, not to a
-// loopback-only hostname.
+// Rendezvous across hosts: the store is at HF_CONTROLLER_ADDR, else the host of HF_WORKER_ENDPOINT (the
+// address this worker already reaches the controller by), and Gloo binds to this host's address on the
+// route there, not to a loopback-only hostname. Gloo then connects the ranks to each other directly.
 #pragma once
 
 #include <torch/torch.h>
