@@ -16,7 +16,9 @@ void add_train_command(CLI::App& app, Action& action) {
   auto overrides = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus)");
   cmd->add_option("-c,--config", *config_file, "YAML config (examples/*.yaml; keys: docs/configuration.md)");
-  cmd->add_option("overrides", *overrides, "dotted overrides, e.g. algorithm.adv_estimator=grpo trainer.total_steps=20");
+  cmd->add_option("overrides", *overrides,
+                  "dotted overrides, e.g. algorithm.adv_estimator=grpo trainer.total_steps=20 trainer.save_freq=10; "
+                  "run again with the same trainer.run_dir to resume from its newest checkpoint");
   cmd->callback([config_file, overrides, &action] {
     action = [config_file, overrides] {
       warn_if_slow_blas();

@@ -88,6 +88,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   register_rl_workers();
   // Before any worker starts, so that a bad resume path fails at once.
   const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
+  HF_CHECK(!(config.get<bool>("trainer.save_checkpoint") || config.get<int64_t>("trainer.save_freq") > 0) ||
+               !config.get<std::string>("trainer.run_dir").empty(),
+           "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir (checkpoints go to <run_dir>/checkpoints)");
   const Config algorithm = config.subtree("algorithm");
   s.adv_estimator = algo::advantage_estimator_name(algorithm);
   s.use_critic = s.adv_estimator == "gae";  // grpo / rloo / reinforce++ / remax need no value function

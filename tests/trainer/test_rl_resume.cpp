@@ -203,6 +203,10 @@ TEST(RlResume, CorruptOrMissingCheckpointsGiveErrorsNamingTheFile) {
   });
   EXPECT_NE(message.find(dir.path() + "/nope"), std::string::npos) << message;
 
+  message = hybridflow::testing::error_of(
+      [&] { RLTrainer trainer(load_rl_config("", tiny_run("grpo", "", {"trainer.save_freq=2"}))); });
+  EXPECT_NE(message.find("trainer.run_dir"), std::string::npos) << message;
+
   // A GRPO checkpoint cannot seed a PPO run: the critic would start untrained behind a resumed actor.
   message = hybridflow::testing::error_of([&] {
     RLTrainer trainer(load_rl_config("", tiny_run("gae", dir.path(), {"trainer.resume_mode=resume_path",
