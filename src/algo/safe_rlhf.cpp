@@ -24,8 +24,7 @@ double LagrangeMultiplier::update(double episode_cost) {
   if (steps_++ < config_.update_delay_steps) return lambda_;
   const double violation = episode_cost - config_.cost_limit;
   if (config_.use_log_lambda) {
-    // d/d(log lambda) of lambda * violation is lambda * violation.
-    lambda_ = std::exp(std::log(lambda_) + config_.lambda_lr * lambda_ * violation);
+    lambda_ = std::exp(std::log(lambda_) + config_.lambda_lr * violation);
   } else {
     lambda_ = std::max(0.0, lambda_ + config_.lambda_lr * violation);
   }

@@ -12,8 +12,10 @@ struct LagrangeConfig {
   double lambda_init = 1.0;
   double lambda_lr = 0.1;
   double cost_limit = 0.0;
-  // Log parameterisation (as Safe-RLHF): log_lambda += lr * lambda * (cost - limit), so lambda stays > 0 and
-  // moves multiplicatively. Otherwise plain projected ascent: lambda = max(0, lambda + lr * (cost - limit)).
+  // Log parameterisation: log_lambda += lr * (cost - limit), so lambda stays > 0 and moves by a bounded
+  // factor per step. (Plain ascent on log_lambda would step by lr * lambda * violation, which compounds into
+  // overflow within a few steps unless an adaptive optimiser such as Safe-RLHF's Adam rescales it.)
+  // Otherwise plain projected ascent: lambda = max(0, lambda + lr * (cost - limit)).
   bool use_log_lambda = true;
   std::optional<double> lambda_max;  // optional upper bound
   int update_delay_steps = 0;        // updates ignored before this many calls (lets the cost model settle)
