@@ -115,6 +115,7 @@ TEST(Launch, TorchrunRanksServeTwoPoolsInRankOrder) {
   ASSERT_FALSE(result.contains("error")) << result.dump();
   EXPECT_EQ(result["z"].get<std::vector<int64_t>>(), expected_z());
   EXPECT_EQ(result["y_rank"].get<std::vector<int64_t>>(), (std::vector<int64_t>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(result["rejected"], 0);
   // Pool p0 is launcher ranks 1 and 2, p1 is rank 3: the very processes started here.
   const auto& p0 = result["where"]["p0"];
   const auto& p1 = result["where"]["p1"];
@@ -171,6 +172,7 @@ TEST(Launch, RankWithAnotherTokenIsIgnoredAndTheJobFailsNamingIt) {
   EXPECT_NE(msg.find("resource pool 'p1'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("launcher rank 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("HF_JOB_TOKEN"), std::string::npos) << msg;
+  EXPECT_GT(result.value("rejected", 0), 0) << "the stranger's join pings are counted as rejected";
 }
 
 TEST(Launch, PoolsNeedingMoreRanksThanLaunchedIsAnErrorNamingTheNumbers) {
