@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/checkpoint.h"
+#include "hybridflow/trainer/metrics_log.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
@@ -230,4 +232,40 @@ TEST(RlResume, KeepsTheLastKCheckpointsAsModelDirectories) {
                            "rng/actor_rank0.safetensors", "trainer_state.json", "COMPLETE"})
     EXPECT_TRUE(file_exists(root + "/step_4/" + file)) << file;
   EXPECT_EQ(read_trainer_state(root + "/step_4").at("step"), 4);
+}
+
+TEST(RlResume, MetricsAfterTheCheckpointAndACutOffLineAreDropped) {
+  hybridflow::testing::TempDir dir;
+  MetricsLog log(dir.path());
+  for (int64_t step = 1; step <= 3; ++step) {
+    log.set("score/mean", static_cast<double>(step));
+    log.end_step(step);
+  }
+  {
+    std::ofstream out(log.path(), std::ios::app);
+    out << "{\"step\": 4, \"score/me";  // the crash cut this line short
+  }
+  EXPECT_EQ(log.drop_steps_after(2), 2);
+  const auto records = read_jsonl(log.path());
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1].at("step"), 2);
+  EXPECT_EQ(records[1].at("score/mean"), 2.0);
+  EXPECT_EQ(log.drop_steps_after(2), 0);
+}
+
+TEST(RlResume, ASecondSaveOfTheSameStepReplacesTheFirst) {
+  hybridflow::testing::TempDir dir;
+  const std::string root = checkpoints_root(dir.path());
+  for (const char* content : {"first", "second"}) {
+    const std::string tmp = begin_checkpoint(root, 5);
+    write_file_atomic(tmp + "/payload", content);
+    EXPECT_EQ(commit_checkpoint(root, 5, tmp), root + "/step_5");
+  }
+  EXPECT_EQ(read_file(root + "/step_5/payload"), "second");
+  EXPECT_EQ(remove_old_checkpoints(root, 1), 0);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_5"})) << "the moved-aside copy must be cleaned up";
+  EXPECT_EQ(resolve_checkpoint(dir.path()), root + "/step_5");
 }
