@@ -1,6 +1,6 @@
-// The RL trainer with data-parallel worker groups (num_processes = 2, separate pools): GRPO with a
-// 2-process actor and PPO with a 2-process actor and critic run their steps, and the update metrics
-// report the gradient all-reduce.
+// The RL trainer with data-parallel worker groups (num_processes = 2): GRPO with a 2-process actor, PPO
+// with a 2-process actor and critic in separate pools and colocated, run their steps, and the update
+// metrics report the gradient all-reduce.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,4 +73,16 @@ TEST(RlTrainerDataParallel, PpoWithATwoProcessCritic) {
   expect_all_reduced(record, "critic/");
   expect_all_reduced(record, "actor/");
   EXPECT_TRUE(record.contains("critic/vf_loss")) << record.dump();
+}
+
+// Colocated: actor and critic share the same 2 processes, each role with its own process group.
+TEST(RlTrainerDataParallel, PpoWithActorAndCriticColocatedOnTwoProcesses) {
+  RLTrainer trainer(load_rl_config("", tiny_dp_run("gae", {"trainer.colocate=true"})));
+  const double actor_before = trainer.parameter_sq_norm("actor");
+  const double critic_before = trainer.parameter_sq_norm("critic");
+  nlohmann::json record = trainer.step();
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), actor_before);
+  EXPECT_NE(trainer.parameter_sq_norm("critic"), critic_before);
+  expect_all_reduced(record, "critic/");
+  expect_all_reduced(record, "actor/");
 }
