@@ -12,6 +12,7 @@ packages=(
   libzmq3-dev cppzmq-dev   # controller <-> worker messages
   openmpi-bin libopenmpi-dev
   iproute2                 # network namespaces for the multi-host test
+  python3                  # reward scorers written in Python (tests use one as an external command)
 )
 
 sudo_cmd=()

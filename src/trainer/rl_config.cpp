@@ -20,6 +20,7 @@ const char* const kRLSchema = R"(trainer:
   resume_mode: auto
   resume_from_path: ""
   log_every: 1
+  test_freq: 0
 data:
   task: addition_reversed
   min_digits: 1

@@ -117,6 +117,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   }
   if (!train_file.empty()) s.train = read_examples_jsonl(train_file);
   if (!test_file.empty()) s.test = read_examples_jsonl(test_file);
+  if (train_file.empty() && !test_file.empty()) drop_prompts_of(s.test, &s.train);  // no held-out leak
   const int64_t batch_prompts = config.get<int64_t>("data.train_batch_size");
   HF_CHECK(batch_prompts > 0 && static_cast<int64_t>(s.train.size()) >= batch_prompts, "data.train_batch_size: ",
            batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());
@@ -467,6 +468,10 @@ nlohmann::json RLTrainer::step() {
   m.set("perf/total_tokens", tokens);
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer.total_seconds()));
   m.add_timings(timer);
+  // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.
+  const int64_t test_freq = s.cfg.get<int64_t>("trainer.test_freq");
+  if (test_freq > 0 && (s.step + 1) % test_freq == 0 && s.cfg.get<int64_t>("data.test_size") > 0)
+    m.set("val/score", evaluate(s.cfg.get<int64_t>("data.test_size")));
   nlohmann::json record = m.end_step(++s.step);
   // After the metrics line: a checkpoint of step N always has step N's metrics on disk before it.
   const int64_t save_freq = s.cfg.get<int64_t>("trainer.save_freq");
@@ -483,7 +488,7 @@ nlohmann::json RLTrainer::fit() {
     last = step();
     if (s.step % every == 0 || s.step == total)
       std::cerr << MetricsLog::format_progress(last, total,
-                                               {"score/mean", "cost/mean", "lagrangian/lambda", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
+                                               {"score/mean", "val/score", "cost/mean", "lagrangian/lambda", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
                                                 "response_length/mean", "timing/step_s", "perf/throughput_tokens_per_s"})
                 << "\n";
   }

@@ -90,6 +90,16 @@ TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
   }
 }
 
+TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
+  RLTrainer trainer(load_rl_config("", tiny_run("grpo", {"trainer.test_freq=2", "trainer.total_steps=4"})));
+  const nlohmann::json first = trainer.step();
+  const nlohmann::json second = trainer.step();
+  EXPECT_FALSE(first.contains("val/score")) << first.dump();
+  ASSERT_TRUE(second.contains("val/score")) << second.dump();
+  // The same greedy evaluation the trainer runs before and after training, on the same prompts.
+  EXPECT_DOUBLE_EQ(second.at("val/score").get<double>(), trainer.evaluate(4));
+}
+
 TEST(RlTrainer, ConfigErrorsNameTheKey) {
   try {
     RLTrainer trainer(load_rl_config("", tiny_run("no_such_estimator")));

@@ -1,0 +1,61 @@
+// The shipped examples are what users copy first, so every RL example must pass the same schema check
+// `hybridflow train` applies, and must select the algorithm its file name promises.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "hybridflow/algo/algo_config.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "support/error_of.h"
+
+namespace hybridflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kExamples = fs::path(HF_SOURCE_DIR) / "examples";
+
+// File-name prefix -> the adv_estimator that file must select.
+const std::map<std::string, std::string> kExpectedEstimator = {
+    {"ppo", "gae"},   {"grpo", "grpo"},   {"rloo", "rloo"},
+    {"remax", "remax"}, {"reinforce_pp", "reinforce_plus_plus"}, {"safe_rlhf", "gae"},
+};
+
+TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
+  for (const auto& [prefix, estimator] : kExpectedEstimator) {
+    const fs::path file = kExamples / (prefix + "_addition.yaml");
+    SCOPED_TRACE(file.string());
+    ASSERT_TRUE(fs::exists(file));
+    const Config config = load_rl_config(file.string(), {});
+    EXPECT_EQ(algo::advantage_estimator_name(config.subtree("algorithm")), estimator);
+    EXPECT_EQ(config.get<std::string>("data.task"), "addition");
+    const int64_t n = config.get<int64_t>("actor_rollout_ref.rollout.n");
+    // Group baselines compare responses to the same prompt, so they need more than one.
+    if (estimator == "grpo" || estimator == "rloo") EXPECT_GE(n, 2);
+    EXPECT_FALSE(config.get<std::string>("model.path").empty());
+  }
+}
+
+TEST(ExampleConfigs, NoAdditionExampleIsLeftUnchecked) {
+  for (const auto& entry : fs::directory_iterator(kExamples)) {
+    const std::string name = entry.path().filename().string();
+    const std::string suffix = "_addition.yaml";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string prefix = name.substr(0, name.size() - suffix.size());
+    if (prefix == "sft" || prefix == "rm") continue;  // not RL configs: hybridflow sft / hybridflow rm
+    EXPECT_TRUE(kExpectedEstimator.count(prefix)) << name << " has no expected estimator in this test";
+  }
+}
+
+TEST(ExampleConfigs, SftExampleIsRejectedAsAnRLConfig) {
+  const std::string file = (kExamples / "sft_addition.yaml").string();
+  const std::string message = testing::error_of([&] { load_rl_config(file, {}); });
+  // The SFT file's top-level `optim` section has no place in the RL schema; the error must say which key.
+  EXPECT_NE(message.find("optim"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace hybridflow
