@@ -10,10 +10,8 @@ static const bool kRegisteredRlWorkers = (hybridflow::register_rl_workers(), tru
 
 #include "runtime/launch_test_job.h"
 
-#include <cstdio>
-#include <random>
-
 #include "hybridflow/workers/rl_batch.h"
+#include "support/netns_hosts.h"
 
 namespace {
 
@@ -74,71 +72,14 @@ bool run_dp_job_if_requested() {
 
 static const bool kRanDpJob = run_dp_job_if_requested();
 
-namespace {
-
-int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
-
-std::string capture(const std::string& command) {
-  std::string out;
-  if (FILE* pipe = ::popen(command.c_str(), "r")) {
-    char buf[4096];
-    while (size_t n = std::fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
-    ::pclose(pipe);
-  }
-  return out;
-}
-
-// Namespaces created by this test, deleted (with anything still running in them) however it ends.
-class Hosts {
- public:
-  ~Hosts() {
-    for (const auto& ns : created_) {
-      std::istringstream pids(capture("ip netns pids " + ns + " 2>/dev/null"));
-      for (int pid; pids >> pid;) ::kill(pid, SIGKILL);
-    }
-    for (const auto& ns : created_) sh("ip netns del " + ns);
-  }
-  bool add(const std::string& ns) {
-    if (sh("ip netns add " + ns) != 0) return false;
-    created_.push_back(ns);
-    return true;
-  }
-
- private:
-  std::vector<std::string> created_;
-};
-
-std::string unused_subnet() {
-  const std::string in_use = capture("ip -o -4 addr show 2>/dev/null; ip -4 route show table all 2>/dev/null");
-  std::mt19937 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string prefix = "10." + std::to_string(100 + rng() % 150) + "." + std::to_string(rng() % 256) + ".";
-    if (in_use.find(prefix) == std::string::npos) return prefix;
-  }
-  return "";
-}
-
-}  // namespace
-
 TEST(DataParallelMultiHost, RanksOnTwoHostsTrainAsOneProcess) {
   const std::string tag = "hfdp" + std::to_string(::getpid());
   const std::string sw = tag + "-sw";
   const std::vector<std::string> host = {tag + "-a", tag + "-b", tag + "-c"};
-  Hosts hosts;
+  hybridflow::testing::NetnsHosts hosts;
   if (!hosts.add(sw)) GTEST_SKIP() << "`ip netns add` is not permitted here (needs root and iproute2)";
-  const std::string net = unused_subnet();
-  ASSERT_FALSE(net.empty()) << "no unused 10.x.y.0/24 found";
-  ASSERT_EQ(sh("ip -n " + sw + " link add br0 type bridge && ip -n " + sw + " link set br0 up"), 0);
   std::vector<std::string> addr;
-  for (size_t i = 0; i < host.size(); ++i) {
-    ASSERT_TRUE(hosts.add(host[i]));
-    addr.push_back(net + std::to_string(i + 1));
-    const std::string port = "v" + std::to_string(i);
-    ASSERT_EQ(sh("ip -n " + sw + " link add " + port + " type veth peer name eth0 netns " + host[i]), 0);
-    ASSERT_EQ(sh("ip -n " + sw + " link set " + port + " master br0 up"), 0);
-    ASSERT_EQ(sh("ip -n " + host[i] + " addr add " + addr[i] + "/24 dev eth0"), 0);
-    ASSERT_EQ(sh("ip -n " + host[i] + " link set eth0 up && ip -n " + host[i] + " link set lo up"), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(hosts.wire(sw, host, &addr));
   hybridflow::testing::TempDir dir;
   Job job;
   for (int rank = 0; rank < 3; ++rank) {
