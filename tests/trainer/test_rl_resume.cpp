@@ -16,6 +16,7 @@
 #include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
 
 using namespace hybridflow;
 namespace fs = std::filesystem;
@@ -26,32 +27,17 @@ namespace {
 
 std::vector<std::string> tiny_run(const std::string& estimator, const std::string& run_dir,
                                   std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
-                                "model.hidden_size=32",
-                                "model.num_hidden_layers=1",
-                                "model.num_attention_heads=2",
-                                "model.num_key_value_heads=1",
-                                "model.intermediate_size=64",
-                                "data.task=addition",
-                                "data.train_size=16",
-                                "data.test_size=4",
-                                "data.train_batch_size=2",
-                                "actor_rollout_ref.rollout.n=2",
-                                "actor_rollout_ref.rollout.response_length=4",
-                                // Two shuffled mini-batches per epoch, two epochs: the optimizer step
-                                // counter (which seeds the shuffle) and the Adam moments both matter.
-                                "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+  // Two shuffled mini-batches per epoch, two epochs: the optimizer step counter (which seeds the
+  // shuffle) and the Adam moments both matter.
+  std::vector<std::string> o = {"actor_rollout_ref.actor.ppo_mini_batch_size=1",
                                 "actor_rollout_ref.actor.ppo_epochs=2",
-                                "actor_rollout_ref.actor.optim.lr=1e-3",
                                 "actor_rollout_ref.actor.optim.warmup_steps=3",
                                 "critic.ppo_mini_batch_size=1",
                                 "critic.ppo_epochs=2",
-                                "critic.optim.lr=1e-3",
                                 "trainer.total_steps=4",
                                 "trainer.run_dir=" + run_dir};
   o.insert(o.end(), extra.begin(), extra.end());
-  return o;
+  return hybridflow::testing::tiny_rl_overrides(estimator, o);
 }
 
 // A record without the wall-clock metrics, which legitimately differ between runs: timing/*, throughput,

@@ -10,41 +10,17 @@
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
 
 using namespace hybridflow;
 
 static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
 
-namespace {
-
-std::vector<std::string> tiny_run(const std::string& estimator, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
-                                "model.hidden_size=32",
-                                "model.num_hidden_layers=1",
-                                "model.num_attention_heads=2",
-                                "model.num_key_value_heads=1",
-                                "model.intermediate_size=64",
-                                "data.task=addition",
-                                "data.train_size=16",
-                                "data.test_size=4",
-                                "data.train_batch_size=2",
-                                "actor_rollout_ref.rollout.n=2",
-                                "actor_rollout_ref.rollout.response_length=4",
-                                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
-                                "actor_rollout_ref.actor.optim.lr=1e-3",
-                                "critic.ppo_mini_batch_size=2",
-                                "critic.optim.lr=1e-3",
-                                "trainer.total_steps=2"};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return o;
-}
-
-}  // namespace
+using hybridflow::testing::tiny_rl_overrides;
 
 TEST(RlTrainer, GrpoStartsNoCriticAndAStepChangesTheActor) {
   hybridflow::testing::TempDir dir;
-  RLTrainer trainer(load_rl_config("", tiny_run("grpo", {"trainer.run_dir=" + dir.path()})));
+  RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path()})));
   EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"}));
   EXPECT_THROW(trainer.parameter_sq_norm("critic"), Error);
   const double before = trainer.parameter_sq_norm("actor");
@@ -67,8 +43,8 @@ TEST(RlTrainer, GrpoStartsNoCriticAndAStepChangesTheActor) {
 }
 
 TEST(RlTrainer, PpoWithGaeStartsACriticAndUpdatesIt) {
-  RLTrainer trainer(load_rl_config("", tiny_run("gae", {"algorithm.use_kl_in_reward=true", "algorithm.gamma=0.99",
-                                                        "algorithm.lam=0.95"})));
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"algorithm.use_kl_in_reward=true", "algorithm.gamma=0.99", "algorithm.lam=0.95"})));
   EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor", "critic"}));
   const double critic_before = trainer.parameter_sq_norm("critic");
   nlohmann::json record = trainer.step();
@@ -82,7 +58,7 @@ TEST(RlTrainer, PpoWithGaeStartsACriticAndUpdatesIt) {
 
 TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
   for (const std::string estimator : {"rloo", "reinforce_plus_plus", "remax"}) {
-    RLTrainer trainer(load_rl_config("", tiny_run(estimator, {"actor_rollout_ref.actor.use_kl_loss=true"})));
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides(estimator, {"actor_rollout_ref.actor.use_kl_loss=true"})));
     EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"})) << estimator;
     nlohmann::json record = trainer.step();
     EXPECT_TRUE(record.contains("actor/kl_loss")) << estimator << ": " << record.dump();
@@ -91,7 +67,7 @@ TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
 }
 
 TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
-  RLTrainer trainer(load_rl_config("", tiny_run("grpo", {"trainer.test_freq=2", "trainer.total_steps=4"})));
+  RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.test_freq=2", "trainer.total_steps=4"})));
   const nlohmann::json first = trainer.step();
   const nlohmann::json second = trainer.step();
   EXPECT_FALSE(first.contains("val/score")) << first.dump();
@@ -102,7 +78,7 @@ TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
 
 TEST(RlTrainer, ConfigErrorsNameTheKey) {
   try {
-    RLTrainer trainer(load_rl_config("", tiny_run("no_such_estimator")));
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("no_such_estimator")));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no_such_estimator"), std::string::npos) << e.what();
@@ -117,10 +93,12 @@ TEST(RlTrainer, GrpoRaisesARareRewardFromAnExternalScorer) {
       "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(1.0 if json.loads(l)['response'].startswith('1') "
       "else 0.0, flush=True) for l in sys.stdin]\"";
   RLTrainer trainer(load_rl_config(
-      "", tiny_run("grpo", {"reward.type=command", scorer, "data.train_batch_size=4", "actor_rollout_ref.rollout.n=8",
-                            "actor_rollout_ref.rollout.response_length=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                            "actor_rollout_ref.actor.ppo_micro_batch_size=32", "actor_rollout_ref.actor.optim.lr=3e-2",
-                            "actor_rollout_ref.actor.ppo_epochs=2", "trainer.total_steps=12"})));
+      "", tiny_rl_overrides("grpo", {"reward.type=command", scorer, "data.train_batch_size=4",
+                                     "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.response_length=2",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                     "actor_rollout_ref.actor.ppo_micro_batch_size=32",
+                                     "actor_rollout_ref.actor.optim.lr=3e-2", "actor_rollout_ref.actor.ppo_epochs=2",
+                                     "trainer.total_steps=12"})));
   std::vector<double> scores;
   for (int i = 0; i < 12; ++i) scores.push_back(trainer.step().at("score/mean").get<double>());
   const double first = (scores[0] + scores[1]) / 2, last = (scores[10] + scores[11]) / 2;
@@ -130,7 +108,8 @@ TEST(RlTrainer, GrpoRaisesARareRewardFromAnExternalScorer) {
 TEST(RlTrainer, SavesTheActorAsAModelDirectoryAndItsOptimizerState) {
   hybridflow::testing::TempDir dir;
   RLTrainer trainer(load_rl_config(
-      "", tiny_run("grpo", {"trainer.run_dir=" + dir.path(), "trainer.save_checkpoint=true", "trainer.total_steps=1"})));
+      "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path(), "trainer.save_checkpoint=true",
+                                     "trainer.total_steps=1"})));
   trainer.fit();
   for (const char* file : {"/checkpoints/step_1/actor/config.json", "/checkpoints/step_1/actor/model.safetensors",
                            "/checkpoints/step_1/actor/tokenizer.json", "/checkpoints/step_1/actor_optim.pt",

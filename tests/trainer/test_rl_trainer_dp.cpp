@@ -7,6 +7,7 @@
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
+#include "support/tiny_rl_config.h"
 
 using namespace hybridflow;
 
@@ -14,30 +15,12 @@ static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested
 
 namespace {
 
+// The tiny run with the actor (and the critic, where started) in pools of 2 processes of their own.
 std::vector<std::string> tiny_dp_run(const std::string& estimator, std::vector<std::string> extra) {
-  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
-                                "model.hidden_size=32",
-                                "model.num_hidden_layers=1",
-                                "model.num_attention_heads=2",
-                                "model.num_key_value_heads=1",
-                                "model.intermediate_size=64",
-                                "data.task=addition",
-                                "data.train_size=16",
-                                "data.test_size=4",
-                                "data.train_batch_size=2",
-                                "actor_rollout_ref.rollout.n=2",
-                                "actor_rollout_ref.rollout.response_length=4",
-                                "actor_rollout_ref.num_processes=2",
-                                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size=1",
-                                "actor_rollout_ref.actor.optim.lr=1e-3",
-                                "critic.ppo_mini_batch_size=2",
-                                "critic.ppo_micro_batch_size=1",
-                                "critic.optim.lr=1e-3",
-                                "trainer.colocate=false",
-                                "trainer.total_steps=2"};
+  std::vector<std::string> o = {"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.ppo_micro_batch_size=1",
+                                "critic.ppo_micro_batch_size=1", "trainer.colocate=false"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return o;
+  return hybridflow::testing::tiny_rl_overrides(estimator, o);
 }
 
 // The step's update all-reduced gradients (the volume is asserted exactly in test_rl_workers_dp).

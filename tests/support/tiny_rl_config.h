@@ -1,0 +1,35 @@
+// The smallest RL run the trainer tests share: a 1-layer model on the addition task, 2 prompts with 2
+// responses of 4 tokens per step, so a step over real worker processes takes well under a second.
+// Overrides apply in order, so a test's `extra` replaces any of these.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hybridflow::testing {
+
+inline std::vector<std::string> tiny_rl_overrides(const std::string& estimator,
+                                                  const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
+                                "model.hidden_size=32",
+                                "model.num_hidden_layers=1",
+                                "model.num_attention_heads=2",
+                                "model.num_key_value_heads=1",
+                                "model.intermediate_size=64",
+                                "data.task=addition",
+                                "data.train_size=16",
+                                "data.test_size=4",
+                                "data.train_batch_size=2",
+                                "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.rollout.response_length=4",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+                                "actor_rollout_ref.actor.optim.lr=1e-3",
+                                "critic.ppo_mini_batch_size=2",
+                                "critic.optim.lr=1e-3",
+                                "trainer.total_steps=2"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+}  // namespace hybridflow::testing
