@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs, builds, then on this machine creates a tiny Llama-style model, fine-tunes it
 # on 1-2 digit addition (held-out exact-match accuracy is printed as it rises), improves it further
-# with GRPO against the task's exact-match reward, and samples from the result.
+# with PPO against the task's exact-match reward, and samples from the result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -18,9 +18,9 @@ echo "== 1. create a tiny model"
 echo "== 2. supervised fine-tuning on addition"
 "$hf" sft --config examples/sft_addition.yaml model.path="$run/init" trainer.out_dir="$run/sft" "$@"
 
-echo "== 3. RL: GRPO with the task's exact-match reward (held-out score before and after is printed)"
-"$hf" train --config examples/grpo_addition.yaml model.path="$run/sft/final" trainer.run_dir="$run/grpo" \
+echo "== 3. RL: PPO (GAE + critic) with the task's exact-match reward; held-out score every 50 steps"
+"$hf" train --config examples/ppo_addition.yaml model.path="$run/sft/final" trainer.run_dir="$run/ppo" \
     data.train_file="$run/sft/data/train.jsonl" data.test_file="$run/sft/data/test.jsonl"
 
 echo "== 4. sample from the RL-trained model (held-out prompts)"
-"$hf" generate "$run/grpo/checkpoints/$(cat "$run/grpo/checkpoints/latest")/actor" --prompts-file "$run/sft/data/test.jsonl" --task addition --limit 10 --greedy
+"$hf" generate "$run/ppo/checkpoints/$(cat "$run/ppo/checkpoints/latest")/actor" --prompts-file "$run/sft/data/test.jsonl" --task addition --limit 10 --greedy
