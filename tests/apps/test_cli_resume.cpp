@@ -1,34 +1,17 @@
 // `hybridflow train` tells the user where it saved checkpoints and where it resumed from, and running
 // the same command again continues the run instead of starting over.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "hybridflow/core/jsonl.h"
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(HF_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using hybridflow::testing::CommandResult;
+using hybridflow::testing::run_hybridflow;
 
 std::string tiny_grpo(const std::string& run_dir) {
   return "train algorithm.adv_estimator=grpo model.hidden_size=32 model.num_hidden_layers=1 "
@@ -46,13 +29,13 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST(CliResume, TrainPrintsWhereItSavedAndResumesWhenRunAgain) {
   hybridflow::testing::TempDir dir;
   const std::string ckpts = dir.file("run") + "/checkpoints";
-  Result first = run(tiny_grpo(dir.file("run")) + " trainer.total_steps=3");
+  CommandResult first = run_hybridflow(tiny_grpo(dir.file("run")) + " trainer.total_steps=3");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(contains(first.output, "saved checkpoint " + ckpts + "/step_2")) << first.output;
   EXPECT_TRUE(contains(first.output, "checkpoint: " + ckpts + "/step_3")) << first.output;
   EXPECT_FALSE(contains(first.output, "resumed from")) << first.output;
 
-  Result second = run(tiny_grpo(dir.file("run")) + " trainer.total_steps=4");
+  CommandResult second = run_hybridflow(tiny_grpo(dir.file("run")) + " trainer.total_steps=4");
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_TRUE(contains(second.output, "resumed from checkpoint " + ckpts + "/step_3 at step 3")) << second.output;
   EXPECT_TRUE(contains(second.output, "step 4/4")) << second.output;
@@ -65,7 +48,7 @@ TEST(CliResume, TrainPrintsWhereItSavedAndResumesWhenRunAgain) {
 
 TEST(CliResume, AMissingCheckpointIsAnErrorNamingIt) {
   hybridflow::testing::TempDir dir;
-  Result r = run(tiny_grpo(dir.file("run")) + " trainer.resume_mode=resume_path trainer.resume_from_path=" +
+  CommandResult r = run_hybridflow(tiny_grpo(dir.file("run")) + " trainer.resume_mode=resume_path trainer.resume_from_path=" +
                  dir.file("no_such_ckpt"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, dir.file("no_such_ckpt"))) << r.output;

@@ -1,34 +1,18 @@
 // `hybridflow train` started by launchers: a real mpirun whose ranks become the actor and critic
 // pools, and a torchrun-style launch with too few ranks for the pools.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <sstream>
 #include <string>
 
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result shell(const std::string& script) {
-  Result r;
-  FILE* pipe = ::popen(("(" + script + ") 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using hybridflow::testing::CommandResult;
+using hybridflow::testing::run_shell;
 
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -51,9 +35,10 @@ std::string train_args(const std::string& run_dir) {
 TEST(LaunchCli, MpirunRanksBecomeTheActorAndCriticPools) {
   if (!on_path("mpirun")) GTEST_SKIP() << "mpirun not found on PATH (OpenMPI is installed by scripts/setup.sh)";
   hybridflow::testing::TempDir dir;
-  Result r = shell("timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 3 "
-                   "-x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + std::to_string(20000 + ::getpid() % 20000) +
-                   " -x OMP_WAIT_POLICY=passive " + train_args(dir.file("run")));
+  CommandResult r = run_shell(
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 3 "
+      "-x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + std::to_string(20000 + ::getpid() % 20000) +
+      " -x OMP_WAIT_POLICY=passive " + train_args(dir.file("run")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resource pool 'actor' <- launcher ranks 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resource pool 'critic' <- launcher ranks 2"), std::string::npos) << r.output;
@@ -66,9 +51,10 @@ TEST(LaunchCli, TooFewRanksForThePoolsIsAnErrorNamingTheNumbers) {
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                           std::to_string(20000 + (::getpid() + 7) % 20000) + " HF_JOB_TOKEN=cli-test ";
   // Rank 1 is released when the controller gives up; its exit code is printed for the check below.
-  Result r = shell("(" + env + "RANK=1 LOCAL_RANK=1 timeout 60 " + train_args(dir.file("run")) +
-                   "; echo worker-exit=$?) & " + env + "RANK=0 LOCAL_RANK=0 timeout 60 " + train_args(dir.file("run")) +
-                   "; code=$?; wait; exit $code");
+  CommandResult r = run_shell(
+      "(" + env + "RANK=1 LOCAL_RANK=1 timeout 60 " + train_args(dir.file("run")) +
+      "; echo worker-exit=$?) & " + env + "RANK=0 LOCAL_RANK=0 timeout 60 " + train_args(dir.file("run")) +
+      "; code=$?; wait; exit $code");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("resource pools actor (1) + critic (1) need 2 worker processes, but the torchrun launch "
                           "has 1 worker ranks left"),
