@@ -4,13 +4,12 @@
 #include <chrono>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <numeric>
-#include <random>
 
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 
 namespace hybridflow {
@@ -163,22 +162,12 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
 
   RewardModelResult result;
   if (!held_out.empty()) result.initial_eval_accuracy = accuracy_of(model, held_out, tok.pad_id());
-  std::mt19937_64 rng(o.seed);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  int64_t cursor = n;  // forces a shuffle before the first batch
+  ShuffledBatches batches(n, o.batch_size, o.seed);
   const auto start = std::chrono::steady_clock::now();
   if (!o.out_dir.empty()) make_dirs(o.out_dir);
   model->train();
   for (int64_t step = 1; step <= total_steps; ++step) {
-    std::vector<int64_t> rows;
-    while (static_cast<int64_t>(rows.size()) < std::min(o.batch_size, n)) {
-      if (cursor >= n) {
-        std::shuffle(order.begin(), order.end(), rng);
-        cursor = 0;
-      }
-      rows.push_back(order[static_cast<size_t>(cursor++)]);
-    }
+    const std::vector<int64_t> rows = batches.next();
     correct = 0;
     margin_sum = 0;
     // No "loss_mask" tensor: the engine weights micro-batches by pairs, so the step loss is the batch mean.

@@ -5,8 +5,6 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <numeric>
-#include <random>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
@@ -14,6 +12,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/log_probs.h"
+#include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/pretrained.h"
 
@@ -192,22 +191,12 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   };
 
   SftResult result;
-  std::mt19937_64 rng(o.seed);
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  int64_t cursor = n;  // forces a shuffle before the first batch
+  ShuffledBatches batches(n, o.batch_size, o.seed);
   const auto start = std::chrono::steady_clock::now();
   if (!o.out_dir.empty()) make_dirs(o.out_dir);
   model->train();
   for (int64_t step = 1; step <= total_steps; ++step) {
-    std::vector<int64_t> rows;
-    while (static_cast<int64_t>(rows.size()) < std::min(o.batch_size, n)) {
-      if (cursor >= n) {
-        std::shuffle(order.begin(), order.end(), rng);
-        cursor = 0;
-      }
-      rows.push_back(order[cursor++]);
-    }
+    const std::vector<int64_t> rows = batches.next();
     StepStats stats = engine.train_step(make_batch(train, rows, tok.pad_id()), o.micro_batch_size, loss_fn);
     SftMetrics m;
     m.step = step;
