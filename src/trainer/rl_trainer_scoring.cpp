@@ -1,0 +1,72 @@
+// The controller's share of a step's data: prompt batches, and rule-based rewards and costs of
+// decoded responses.
+#include "rl_trainer_state.h"
+
+namespace hybridflow {
+
+DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const {
+  HF_CHECK(!from.empty(), "RL trainer: no examples to draw prompts from");
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<nlohmann::json> prompts, answers;
+  const bool add_bos = cfg.get<bool>("data.add_bos");
+  for (int64_t i = 0; i < count; ++i) {
+    const Example& e = from[static_cast<size_t>((*pos)++ % static_cast<int64_t>(from.size()))];
+    ids.push_back(tokenizer.encode(e.prompt, add_bos));
+    prompts.emplace_back(e.prompt);
+    answers.emplace_back(e.answer);
+  }
+  DataProto batch = make_prompt_batch(ids, tokenizer.pad_id());
+  batch.set_field("prompt", std::move(prompts));
+  batch.set_field("answer", std::move(answers));
+  return batch;
+}
+
+std::vector<std::string> RLTrainer::State::decode_responses(const DataProto& gen) const {
+  const auto responses = gen.tensor("responses").contiguous();
+  const auto lengths = gen.tensor("response_mask").sum(1).contiguous();
+  std::vector<std::string> texts;
+  for (int64_t i = 0; i < responses.size(0); ++i) {
+    const auto row = responses[i].slice(0, 0, lengths[i].item<int64_t>());
+    texts.push_back(tokenizer.decode(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel())));
+  }
+  return texts;
+}
+
+std::vector<double> RLTrainer::State::rule_scores(const DataProto& gen) const {
+  const auto texts = decode_responses(gen);
+  const auto& prompts = gen.field("prompt");
+  const auto& answers = gen.field("answer");
+  if (cfg.get<std::string>("reward.type") == "none") return std::vector<double>(texts.size(), 0.0);
+  if (reward_fn) {
+    std::vector<RewardRequest> requests;
+    for (size_t i = 0; i < texts.size(); ++i)
+      requests.push_back({prompts[i].get<std::string>(), texts[i], answers[i].get<std::string>(), nlohmann::json::object()});
+    return reward_fn->score(requests);
+  }
+  std::vector<double> scores;
+  for (size_t i = 0; i < texts.size(); ++i)
+    scores.push_back(task->score(texts[i], Example{prompts[i].get<std::string>(), answers[i].get<std::string>()}));
+  return scores;
+}
+
+std::vector<double> RLTrainer::State::rule_costs(const DataProto& gen) const {
+  const auto texts = decode_responses(gen);
+  const std::string type = cfg.get<std::string>("cost.type");
+  if (type == "none") return std::vector<double>(texts.size(), 0.0);
+  if (cost_fn) {
+    const auto& prompts = gen.field("prompt");
+    const auto& answers = gen.field("answer");
+    std::vector<RewardRequest> requests;
+    for (size_t i = 0; i < texts.size(); ++i)
+      requests.push_back({prompts[i].get<std::string>(), texts[i], answers[i].get<std::string>(), nlohmann::json::object()});
+    return cost_fn->score(requests);
+  }
+  const auto needles = cfg.get<std::vector<std::string>>("cost.contains");
+  std::vector<double> costs;
+  for (const auto& text : texts)
+    costs.push_back(std::any_of(needles.begin(), needles.end(),
+                                [&](const std::string& w) { return text.find(w) != std::string::npos; }) ? 1.0 : 0.0);
+  return costs;
+}
+
+}  // namespace hybridflow

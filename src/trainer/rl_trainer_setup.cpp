@@ -1,0 +1,180 @@
+// RLTrainer's constructor: data and tokenizer, reward and cost scorers, resource pools and the worker
+// groups of each role, with the settings each worker type reads.
+#include "rl_trainer_state.h"
+
+namespace hybridflow {
+
+namespace {
+
+nlohmann::json optim_json(const Config& optim, int64_t total_steps) {
+  return {{"lr", optim.get<double>("lr")},
+          {"weight_decay", optim.get<double>("weight_decay")},
+          {"grad_clip", optim.get<double>("grad_clip")},
+          {"warmup_steps", optim.get<int64_t>("warmup_steps")},
+          {"total_steps", total_steps}};
+}
+
+nlohmann::json nullable(const Config& c, const std::string& key) {
+  return c.is_null(key) ? nlohmann::json() : nlohmann::json(c.get<double>(key));
+}
+
+}  // namespace
+
+RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.cfg = config;
+  register_rl_workers();
+  // Before any worker starts, so that a bad resume path fails at once.
+  const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
+  HF_CHECK(!(config.get<bool>("trainer.save_checkpoint") || config.get<int64_t>("trainer.save_freq") > 0) ||
+               !config.get<std::string>("trainer.run_dir").empty(),
+           "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir (checkpoints go to <run_dir>/checkpoints)");
+  const Config algorithm = config.subtree("algorithm");
+  s.adv_estimator = algo::advantage_estimator_name(algorithm);
+  s.use_critic = s.adv_estimator == "gae";  // grpo / rloo / reinforce++ / remax need no value function
+  const bool use_kl_loss = config.get<bool>("actor_rollout_ref.actor.use_kl_loss");
+  const bool kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
+  s.need_ref = use_kl_loss || kl_in_reward;
+  s.kl_ctrl = algo::kl_controller(algorithm);
+
+  // Data and tokenizer.
+  TaskOptions task_options;
+  task_options.min_digits = config.get<int>("data.min_digits");
+  task_options.max_digits = config.get<int>("data.max_digits");
+  s.task = make_task(config.get<std::string>("data.task"), task_options);
+  const std::string model_path = config.get<std::string>("model.path");
+  s.tokenizer = model_path.empty() ? Tokenizer::from_alphabet(s.task->alphabet())
+                                   : Tokenizer::load(model_path + "/tokenizer.json");
+  const uint64_t seed = static_cast<uint64_t>(config.get<int64_t>("trainer.seed"));
+  const std::string train_file = config.get<std::string>("data.train_file");
+  const std::string test_file = config.get<std::string>("data.test_file");
+  if (train_file.empty() || test_file.empty()) {
+    auto splits = make_splits(*s.task, config.get<int64_t>("data.train_size"), config.get<int64_t>("data.test_size"), seed);
+    s.train = std::move(splits.train);
+    s.test = std::move(splits.test);
+  }
+  if (!train_file.empty()) s.train = read_examples_jsonl(train_file);
+  if (!test_file.empty()) s.test = read_examples_jsonl(test_file);
+  if (train_file.empty() && !test_file.empty()) drop_prompts_of(s.test, &s.train);  // no held-out leak
+  const int64_t batch_prompts = config.get<int64_t>("data.train_batch_size");
+  HF_CHECK(batch_prompts > 0 && static_cast<int64_t>(s.train.size()) >= batch_prompts, "data.train_batch_size: ",
+           batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());
+
+  const std::string reward_type = config.get<std::string>("reward.type");
+  if (reward_type != "task" && reward_type != "none") s.reward_fn = make_reward_function(config.subtree("reward"));
+  const std::string cost_type = config.get<std::string>("cost.type");
+  HF_CHECK(cost_type == "none" || cost_type == "contains" || cost_type == "command" || cost_type == "http",
+           "cost.type: expected none | contains | command | http, got '", cost_type, "'");
+  if (cost_type == "command" || cost_type == "http") s.cost_fn = make_reward_function(config.subtree("cost"));
+  HF_CHECK(cost_type != "contains" || !config.get<std::vector<std::string>>("cost.contains").empty(),
+           "cost.type contains needs a non-empty cost.contains list of strings");
+  const bool use_cost_model = config.get<bool>("cost_model.enable");
+  if (use_cost_model || cost_type != "none") s.lagrange.emplace(algo::lagrange_config(algorithm));
+
+  // Worker groups and their processes.
+  const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
+  const int threads = config.get<int>("trainer.threads_per_worker");
+  nlohmann::json model_spec = {{"path", model_path},
+                               {"preset", config.get<std::string>("model.preset")},
+                               {"vocab_size", s.tokenizer.vocab_size()},
+                               {"init_seed", config.get<int64_t>("model.init_seed")},
+                               {"eos_token_id", s.tokenizer.eos_id()},
+                               {"pad_token_id", s.tokenizer.pad_id()}};
+  for (const char* dim : {"hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                          "num_key_value_heads"})
+    model_spec[dim] = config.get<int64_t>(std::string("model.") + dim);
+
+  const Config actor = config.subtree("actor_rollout_ref.actor");
+  const Config rollout = config.subtree("actor_rollout_ref.rollout");
+  const int actor_procs = config.get<int>("actor_rollout_ref.num_processes");
+  const int64_t n = rollout.get<int64_t>("n");
+  HF_CHECK(n >= 1, "actor_rollout_ref.rollout.n must be >= 1, got ", n);
+  HF_CHECK((batch_prompts * n) % actor_procs == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
+           " samples must divide across actor_rollout_ref.num_processes = ", actor_procs);
+  nlohmann::json actor_json = optim_json(actor.subtree("optim"), total_steps);
+  actor_json.update({{"mini_batch_rows", actor.get<int64_t>("ppo_mini_batch_size") * n / actor_procs},
+                     {"micro_batch_rows", actor.get<int64_t>("ppo_micro_batch_size")},
+                     {"epochs", actor.get<int64_t>("ppo_epochs")},
+                     {"shuffle", actor.get<bool>("shuffle")},
+                     {"seed", seed},
+                     {"clip_ratio", actor.get<double>("clip_ratio")},
+                     {"clip_ratio_low", nullable(actor, "clip_ratio_low")},
+                     {"clip_ratio_high", nullable(actor, "clip_ratio_high")},
+                     {"clip_ratio_c", actor.get<double>("clip_ratio_c")},
+                     {"loss_agg_mode", actor.get<std::string>("loss_agg_mode")},
+                     {"entropy_coeff", actor.get<double>("entropy_coeff")},
+                     {"use_kl_loss", use_kl_loss},
+                     {"kl_loss_coef", actor.get<double>("kl_loss_coef")},
+                     {"kl_loss_type", actor.get<std::string>("kl_loss_type")}});
+  nlohmann::json rollout_json = {{"n", n},
+                                 {"temperature", rollout.get<double>("temperature")},
+                                 {"top_k", rollout.get<int64_t>("top_k")},
+                                 {"top_p", rollout.get<double>("top_p")},
+                                 {"response_length", rollout.get<int64_t>("response_length")},
+                                 {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
+                                 {"seed", seed}};
+
+  const bool colocate = config.get<bool>("trainer.colocate");
+  const bool use_rm = config.get<bool>("reward_model.enable");
+  auto pool_spec = [&](const std::string& name, int procs) {
+    ResourcePool spec;
+    spec.name = name;
+    spec.num_processes = procs;
+    spec.env["OMP_NUM_THREADS"] = std::to_string(threads);
+    spec.env["OMP_WAIT_POLICY"] = "passive";
+    return spec;
+  };
+  std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
+  if (!colocate && s.use_critic) pools.push_back(pool_spec("critic", config.get<int>("critic.num_processes")));
+  if (!colocate && use_rm) pools.push_back(pool_spec("reward_model", config.get<int>("reward_model.num_processes")));
+  if (!colocate && use_cost_model) pools.push_back(pool_spec("cost_model", config.get<int>("cost_model.num_processes")));
+  s.controller.add_pools(pools);
+
+  s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
+      colocate ? "global" : "actor", "actor", kActorRolloutRefWorkerType, {},
+      {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json}}));
+  if (s.use_critic) {
+    const Config critic = config.subtree("critic");
+    const std::string critic_path = critic.get<std::string>("model_path");
+    nlohmann::json critic_spec = model_spec;
+    if (!critic_path.empty()) critic_spec["path"] = critic_path;
+    const int critic_procs = colocate ? actor_procs : critic.get<int>("num_processes");
+    nlohmann::json critic_json = optim_json(critic.subtree("optim"), total_steps);
+    critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_procs},
+                        {"micro_batch_rows", critic.get<int64_t>("ppo_micro_batch_size")},
+                        {"epochs", critic.get<int64_t>("ppo_epochs")},
+                        {"shuffle", critic.get<bool>("shuffle")},
+                        {"seed", seed + 1},
+                        {"cliprange_value", critic.get<double>("cliprange_value")},
+                        {"loss_agg_mode", critic.get<std::string>("loss_agg_mode")}});
+    s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
+        colocate ? "global" : "critic", "critic", kCriticWorkerType, {},
+        {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
+         {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+    if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
+      critic_json["seed"] = seed + 2;
+      s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
+          colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, {},
+          {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
+           {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+    }
+  }
+  if (use_rm) {
+    nlohmann::json rm_spec = model_spec;
+    rm_spec["path"] = config.get<std::string>("reward_model.path");
+    s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
+        colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType, {},
+        {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
+  }
+  if (use_cost_model) {  // a value-head model like the reward model, under its own role
+    nlohmann::json cm_spec = model_spec;
+    cm_spec["path"] = config.get<std::string>("cost_model.path");
+    s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
+        colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType, {},
+        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
+  }
+  s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"));
+  if (!resume_dir.empty()) s.resume(resume_dir);
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,75 @@
+// Internal to trainer/: the state behind RLTrainer, shared by the files that implement it
+// (rl_trainer.cpp: the step and the loop; rl_trainer_setup.cpp: data, groups and processes;
+// rl_trainer_scoring.cpp: prompts, rule rewards and costs; rl_trainer_checkpoint.cpp: save and resume).
+#pragma once
+
+#include "hybridflow/trainer/rl_trainer.h"
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+
+#include "hybridflow/algo/advantage.h"
+#include "hybridflow/algo/algo_config.h"
+#include "hybridflow/algo/kl.h"
+#include "hybridflow/algo/masked.h"
+#include "hybridflow/algo/safe_rlhf.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/model/tokenizer.h"
+#include "hybridflow/runtime/controller.h"
+#include "hybridflow/tasks/dataset.h"
+#include "hybridflow/tasks/task.h"
+#include "hybridflow/trainer/checkpoint.h"
+#include "hybridflow/trainer/metrics_log.h"
+#include "hybridflow/workers/checkpoint_io.h"
+#include "hybridflow/workers/reward_function.h"
+#include "hybridflow/workers/rl_batch.h"
+#include "hybridflow/workers/rl_workers.h"
+
+namespace hybridflow {
+
+struct RLTrainer::State {
+  Config cfg;
+  std::unique_ptr<Task> task;
+  Tokenizer tokenizer;
+  std::vector<Example> train, test;
+  int64_t data_pos = 0;
+  int64_t step = 0;
+  std::string adv_estimator;
+  bool use_critic = false;
+  bool need_ref = false;
+  std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
+  // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the
+  // external cost scorer of cost.type command/http (null for contains/none).
+  std::optional<algo::LagrangeMultiplier> lagrange;
+  std::unique_ptr<RewardFunction> cost_fn;
+  algo::KlController kl_ctrl = algo::KlController::fixed(0.0);
+  std::unique_ptr<MetricsLog> metrics;
+  // Declared before the groups so that the groups go first on destruction.
+  Controller controller;
+  std::unique_ptr<WorkerGroup> actor, critic, reward_model;
+  std::unique_ptr<WorkerGroup> cost_model, cost_critic;  // Safe-RLHF
+  std::string resumed_from;      // "" for a fresh start
+  std::string last_checkpoint;   // newest checkpoint written or resumed from
+  int64_t last_saved_step = -1;
+
+  DataProto next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const;
+  std::vector<double> rule_scores(const DataProto& gen) const;
+  std::vector<double> rule_costs(const DataProto& gen) const;
+  std::vector<std::string> decode_responses(const DataProto& gen) const;
+
+  // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
+  std::vector<WorkerGroup*> trainable_groups() const;
+  // Everything step() reads that changes from one step to the next and lives on the controller.
+  nlohmann::json controller_state() const;
+  void restore_controller_state(const nlohmann::json& state, const std::string& file);
+  std::string save_checkpoint();
+  void resume(const std::string& dir);
+};
+
+
+inline double mean_of(const torch::Tensor& t) { return t.numel() ? t.to(torch::kDouble).mean().item<double>() : 0.0; }
+
+}  // namespace hybridflow
