@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "fine_tune_config.h"
 #include "hybridflow/core/config.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
@@ -49,21 +50,9 @@ int run_sft_command(const std::string& config_file, const std::vector<std::strin
     std::printf("data: %zu train / %zu held-out %s examples in %s/data\n", splits.train.size(), splits.test.size(),
                 task->name().c_str(), out_dir.c_str());
   }
-  opts.lr = cfg.get<double>("optim.lr");
-  opts.weight_decay = cfg.get<double>("optim.weight_decay");
-  opts.warmup_steps = cfg.get<int64_t>("optim.warmup_steps");
-  opts.schedule = cfg.get<std::string>("optim.schedule");
-  opts.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
-  opts.grad_clip = cfg.get<double>("optim.grad_clip");
-  opts.steps = cfg.get<int64_t>("trainer.steps");
-  opts.epochs = cfg.get<int64_t>("trainer.epochs");
-  opts.batch_size = cfg.get<int64_t>("trainer.batch_size");
-  opts.micro_batch_size = cfg.get<int64_t>("trainer.micro_batch_size");
-  opts.eval_every = cfg.get<int64_t>("trainer.eval_every");
-  opts.eval_samples = cfg.get<int64_t>("trainer.eval_samples");
+  read_fine_tune_options(cfg, opts);
   opts.save_every = cfg.get<int64_t>("trainer.save_every");
   opts.out_dir = out_dir;
-  opts.seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
   opts.max_new_tokens = cfg.get<int64_t>("trainer.max_new_tokens");
   const Task* task_ptr = task.get();
   opts.scorer = [task_ptr](const std::string& response, const std::string& answer) {

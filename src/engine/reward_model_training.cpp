@@ -9,6 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/engine/fine_tune_options.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 
@@ -136,18 +137,9 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
   const auto train = load_pairs(o.train_file, tok, o.add_bos, std::numeric_limits<int64_t>::max());
   const auto held_out = o.eval_file.empty() ? std::vector<TokenizedPair>() : load_pairs(o.eval_file, tok, o.add_bos, o.eval_samples);
   const int64_t n = static_cast<int64_t>(train.size());
-  const int64_t total_steps =
-      o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * ((n + o.batch_size - 1) / o.batch_size);
+  const int64_t total_steps = fine_tune_total_steps(o, n);
 
-  OptimizerOptions opt;
-  opt.schedule.lr = o.lr;
-  opt.schedule.kind = o.schedule;
-  opt.schedule.warmup_steps = o.warmup_steps;
-  opt.schedule.total_steps = total_steps;
-  opt.schedule.min_lr_ratio = o.min_lr_ratio;
-  opt.weight_decay = o.weight_decay;
-  opt.grad_clip = o.grad_clip;
-  TrainEngine engine(model.ptr(), opt);
+  TrainEngine engine(model.ptr(), fine_tune_optimizer(o, total_steps));
 
   int64_t correct = 0;
   double margin_sum = 0;

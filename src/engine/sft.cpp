@@ -12,6 +12,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/log_probs.h"
+#include "hybridflow/engine/fine_tune_options.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/pretrained.h"
@@ -166,18 +167,9 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
     }
   }
   const int64_t n = static_cast<int64_t>(train.size());
-  const int64_t steps_per_epoch = (n + o.batch_size - 1) / o.batch_size;
-  const int64_t total_steps = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs) * steps_per_epoch;
+  const int64_t total_steps = fine_tune_total_steps(o, n);
 
-  OptimizerOptions opt;
-  opt.schedule.lr = o.lr;
-  opt.schedule.kind = o.schedule;
-  opt.schedule.warmup_steps = o.warmup_steps;
-  opt.schedule.total_steps = total_steps;
-  opt.schedule.min_lr_ratio = o.min_lr_ratio;
-  opt.weight_decay = o.weight_decay;
-  opt.grad_clip = o.grad_clip;
-  TrainEngine engine(model.ptr(), opt);
+  TrainEngine engine(model.ptr(), fine_tune_optimizer(o, total_steps));
 
   MicroLossFn loss_fn = [&model](const DataProto& micro) {
     // Trim the micro-batch to its longest row: right padding only costs compute.

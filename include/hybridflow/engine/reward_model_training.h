@@ -9,30 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/engine/fine_tune_options.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/tasks/dataset.h"
 
 namespace hybridflow {
 
-struct RewardModelOptions {
-  std::string train_file;  // JSONL rows {"prompt", "chosen", "rejected"}
-  std::string eval_file;   // held-out pairs; empty = no evaluation
-  double lr = 1e-3;
-  double weight_decay = 0.01;
-  int64_t batch_size = 32;        // pairs per optimizer step
-  int64_t micro_batch_size = 32;  // pairs per forward/backward
-  int64_t steps = 0;              // optimizer steps; 0 = `epochs` passes over the pairs
-  int64_t epochs = 1;
-  int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // constant | linear | cosine
-  double min_lr_ratio = 0.1;
-  double grad_clip = 1.0;
-  int64_t eval_every = 0;      // steps between evaluations (0 = only at the end, when eval_file is set)
-  int64_t eval_samples = 200;  // held-out pairs scored per evaluation (the file's first ones)
-  std::string out_dir;         // metrics to out_dir/rm_metrics.jsonl; empty = none
-  uint64_t seed = 0;           // data order
-  bool add_bos = true;         // must match the RL run's data.add_bos
+struct RewardModelOptions : FineTuneOptions {
+  // train_file / eval_file rows: {"prompt", "chosen", "rejected"}; a row is a pair; metrics go to
+  // out_dir/rm_metrics.jsonl.
+  bool add_bos = true;  // must match the RL run's data.add_bos
 };
 
 struct RewardModelMetrics {

@@ -8,29 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/engine/fine_tune_options.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {
 
-struct SftOptions {
-  std::string train_file;  // JSONL rows {"prompt", "response"} (or "answer")
-  std::string eval_file;   // JSONL held-out rows; empty = no evaluation
-  double lr = 1e-3;
-  double weight_decay = 0.01;
-  int64_t batch_size = 32;        // examples per optimizer step
-  int64_t micro_batch_size = 32;  // examples per forward/backward
-  int64_t steps = 0;              // optimizer steps; 0 = run `epochs` passes over the data
-  int64_t epochs = 1;
-  int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // constant | linear | cosine
-  double min_lr_ratio = 0.1;
-  double grad_clip = 1.0;
-  int64_t eval_every = 0;     // steps between evaluations (0 = only at the end, when eval_file is set)
-  int64_t eval_samples = 200;  // held-out examples scored per evaluation (the file's first ones)
-  int64_t save_every = 0;      // steps between checkpoints (0 = only at the end, when out_dir is set)
-  std::string out_dir;         // checkpoints go to out_dir/checkpoint-STEP; metrics to out_dir/sft_metrics.jsonl
-  uint64_t seed = 0;           // data order
+struct SftOptions : FineTuneOptions {
+  // train_file / eval_file rows: {"prompt", "response"} (or "answer"); out_dir also receives the
+  // checkpoints (out_dir/checkpoint-STEP) and the metrics go to out_dir/sft_metrics.jsonl.
+  int64_t save_every = 0;  // steps between checkpoints (0 = only at the end, when out_dir is set)
   int64_t max_new_tokens = 16;
   // Scores a decoded response against the reference answer; default: exact match after trimming
   // whitespace (the built-in tasks' rule). Pass a Task's score to use its rule.
