@@ -30,6 +30,7 @@ data:
   train_size: 512
   test_size: 64
   train_batch_size: 8
+  shuffle: true
   add_bos: true
 model:
   path: ""

@@ -14,7 +14,8 @@ nlohmann::json RLTrainer::step() {
   const uint64_t seed = static_cast<uint64_t>(s.cfg.get<int64_t>("trainer.seed"));
 
   // 1. Prompts and rollout.
-  DataProto prompts = s.next_prompts(s.cfg.get<int64_t>("data.train_batch_size"), s.train, &s.data_pos);
+  DataProto prompts = s.next_prompts(s.cfg.get<int64_t>("data.train_batch_size"), s.train, &s.data_pos,
+                                     s.cfg.get<bool>("data.shuffle"));
   prompts.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(s.step);
   Future gen_f = s.actor->call("generate_sequences", prompts);
   Future baseline_f;
@@ -202,7 +203,7 @@ double RLTrainer::evaluate(int64_t count) {
   count = std::min<int64_t>(count, static_cast<int64_t>(s.test.size()));
   HF_CHECK(count > 0, "evaluate: no held-out examples (data.test_size or data.test_file)");
   int64_t pos = 0;
-  DataProto prompts = s.next_prompts(count, s.test, &pos);
+  DataProto prompts = s.next_prompts(count, s.test, &pos, /*shuffle=*/false);
   prompts.meta()["greedy"] = true;
   prompts.meta()["n"] = 1;
   const int procs = s.actor->world_size();

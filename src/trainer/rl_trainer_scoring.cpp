@@ -1,16 +1,36 @@
 // The controller's share of a step's data: prompt batches, and rule-based rewards and costs of
 // decoded responses.
+#include <random>
+
 #include "rl_trainer_state.h"
 
 namespace hybridflow {
 
-DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const {
+const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t size) const {
+  if (order_epoch != epoch || static_cast<int64_t>(order.size()) != size) {
+    // Fisher-Yates with the raw generator (not std::shuffle, whose steps differ between standard
+    // libraries): the order is a function of seed and epoch alone, so a resumed run draws the same.
+    order.resize(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;
+    std::mt19937_64 rng(static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed")) * 1000003ULL + static_cast<uint64_t>(epoch));
+    for (int64_t i = size - 1; i > 0; --i)
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(i + 1))]);
+    order_epoch = epoch;
+  }
+  return order;
+}
+
+DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos,
+                                         bool shuffle) const {
   HF_CHECK(!from.empty(), "RL trainer: no examples to draw prompts from");
   std::vector<std::vector<int64_t>> ids;
   std::vector<nlohmann::json> prompts, answers;
   const bool add_bos = cfg.get<bool>("data.add_bos");
+  const auto size = static_cast<int64_t>(from.size());
   for (int64_t i = 0; i < count; ++i) {
-    const Example& e = from[static_cast<size_t>((*pos)++ % static_cast<int64_t>(from.size()))];
+    const int64_t at = (*pos)++;
+    const int64_t index = shuffle ? epoch_order(at / size, size)[static_cast<size_t>(at % size)] : at % size;
+    const Example& e = from[static_cast<size_t>(index)];
     ids.push_back(tokenizer.encode(e.prompt, add_bos));
     prompts.emplace_back(e.prompt);
     answers.emplace_back(e.answer);

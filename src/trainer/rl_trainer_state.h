@@ -55,7 +55,12 @@ struct RLTrainer::State {
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
 
-  DataProto next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos) const;
+  // Prompts from[*pos ...], advancing *pos; with shuffle, each pass over `from` (epoch) in its own
+  // seeded order (data.shuffle, verl's name), so a file sorted by difficulty is not trained in that order.
+  DataProto next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos, bool shuffle) const;
+  const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
+  mutable int64_t order_epoch = -1;  // cache of epoch_order
+  mutable std::vector<int64_t> order;
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;
   std::vector<std::string> decode_responses(const DataProto& gen) const;

@@ -33,7 +33,9 @@ TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
     EXPECT_EQ(config.get<std::string>("data.task"), "addition");
     const int64_t n = config.get<int64_t>("actor_rollout_ref.rollout.n");
     // Group baselines compare responses to the same prompt, so they need more than one.
-    if (estimator == "grpo" || estimator == "rloo") EXPECT_GE(n, 2);
+    if (estimator == "grpo" || estimator == "rloo") {
+      EXPECT_GE(n, 2);
+    }
     EXPECT_FALSE(config.get<std::string>("model.path").empty());
   }
 }

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
+#include <set>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/tasks/dataset.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/temp_dir.h"
@@ -74,6 +78,41 @@ TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
   ASSERT_TRUE(second.contains("val/score")) << second.dump();
   // The same greedy evaluation the trainer runs before and after training, on the same prompts.
   EXPECT_DOUBLE_EQ(second.at("val/score").get<double>(), trainer.evaluate(4));
+}
+
+// The prompts a run trains on, in order, as a command scorer sees them (one line per response).
+std::vector<std::string> prompts_seen(const std::string& dir, bool shuffle, int steps) {
+  std::vector<Example> train;
+  for (int i = 0; i < 8; ++i) train.push_back({std::to_string(i) + "+1=", std::to_string(i + 1)});
+  write_examples_jsonl(dir + "/train.jsonl", train);
+  const std::string log = dir + "/prompts.txt";
+  const std::string scorer =
+      "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin:\n  open('" + log +
+      "','a').write(json.loads(l)['prompt']+'\\n'); print(0.0, flush=True)\"";
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("reinforce_plus_plus",
+                            {"data.train_file=" + dir + "/train.jsonl", "actor_rollout_ref.rollout.n=1",
+                             "reward.type=command", scorer, std::string("data.shuffle=") + (shuffle ? "true" : "false")})));
+  for (int i = 0; i < steps; ++i) trainer.step();
+  std::vector<std::string> lines;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(RlTrainer, ShuffleVisitsEveryPromptOncePerPassInANewOrder) {
+  hybridflow::testing::TempDir a, b;
+  const auto in_order = prompts_seen(a.path(), false, 4);
+  ASSERT_EQ(in_order.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(in_order[static_cast<size_t>(i)], std::to_string(i) + "+1=");
+
+  const auto shuffled = prompts_seen(b.path(), true, 8);  // two passes over the 8 prompts
+  ASSERT_EQ(shuffled.size(), 16u);
+  const std::vector<std::string> first(shuffled.begin(), shuffled.begin() + 8), second(shuffled.begin() + 8, shuffled.end());
+  EXPECT_EQ(std::set<std::string>(first.begin(), first.end()), std::set<std::string>(in_order.begin(), in_order.end()));
+  EXPECT_EQ(std::set<std::string>(second.begin(), second.end()), std::set<std::string>(in_order.begin(), in_order.end()));
+  EXPECT_NE(first, in_order);
+  EXPECT_NE(first, second);
 }
 
 TEST(RlTrainer, ConfigErrorsNameTheKey) {
