@@ -14,6 +14,9 @@ void override_dim(const nlohmann::json& spec, const char* key, int64_t& field) {
 }  // namespace
 
 CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
+  // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
+  // including a value head that a language model directory does not have and so starts fresh.
+  torch::manual_seed(spec.value("init_seed", uint64_t{0}));
   const std::string path = spec.value("path", std::string());
   if (!path.empty()) return load_pretrained(path, head).model;
   HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
@@ -26,8 +29,6 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   config.eos_token_id = spec.value("eos_token_id", config.eos_token_id);
   config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
   config.validate();
-  // Same seed on every rank (and for actor and reference): identical initial weights.
-  torch::manual_seed(spec.value("init_seed", uint64_t{0}));
   return CausalLM(config, head);
 }
 

@@ -1,0 +1,41 @@
+// Worker models are built from a spec the controller sends. A critic started from a language model
+// directory gets a value head the directory does not have; it must come out the same in every run and
+// on every rank, or two runs of one config (and a run and its resumed twin) diverge from step 1.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/model/tokenizer.h"
+#include "hybridflow/workers/model_spec.h"
+#include "support/temp_dir.h"
+
+using namespace hybridflow;
+
+namespace {
+
+torch::Tensor value_head(const nlohmann::json& spec) {
+  return build_model(spec, HeadKind::kValue)->named_parameters()["score.weight"].clone();
+}
+
+TEST(ModelSpec, FreshValueHeadOnALanguageModelDirIsSeededByInitSeed) {
+  hybridflow::testing::TempDir dir;
+  const Tokenizer tok = Tokenizer::from_alphabet("0123456789+=");
+  nlohmann::json preset = {{"preset", "tiny"}, {"vocab_size", tok.vocab_size()}, {"hidden_size", 32},
+                           {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                           {"intermediate_size", 64}};
+  save_pretrained(dir.path(), build_model(preset, HeadKind::kLanguageModel), tok);
+
+  const nlohmann::json spec = {{"path", dir.path()}, {"init_seed", 3}};
+  torch::manual_seed(1);  // whatever the process drew before must not matter
+  const auto first = value_head(spec);
+  torch::manual_seed(2);
+  torch::randn({100});
+  const auto second = value_head(spec);
+  EXPECT_TRUE(torch::equal(first, second));
+
+  nlohmann::json other = spec;
+  other["init_seed"] = 4;
+  EXPECT_FALSE(torch::equal(first, value_head(other)));
+}
+
+}  // namespace
