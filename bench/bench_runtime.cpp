@@ -32,11 +32,6 @@ class BenchWorker : public Worker {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 HF_REGISTER_WORKER(BenchWorker, "bench_runtime_worker");
@@ -83,9 +78,8 @@ int main(int argc, char** argv) {
       group.call("noop").get();
       us.push_back((bench::now_seconds() - t) * 1e6);
     }
-    std::vector<double> sorted = us;
-    std::sort(sorted.begin(), sorted.end());
-    const double p90 = sorted[sorted.size() * 9 / 10];
+    std::sort(us.begin(), us.end());
+    const double median = us[us.size() / 2], p90 = us[us.size() * 9 / 10];
 
     const double expected = batch.tensor("x").sum().item<double>();
     double best = 1e30;
@@ -99,7 +93,7 @@ int main(int argc, char** argv) {
       }
     }
     const double mbps = payload_mb / best;
-    std::printf("%8d %18.1f %18.1f %16.0f %13.2fx\n", workers, median(us), p90, mbps, mbps / base_mbps);
+    std::printf("%8d %18.1f %18.1f %16.0f %13.2fx\n", workers, median, p90, mbps, mbps / base_mbps);
     ctl.shutdown();
   }
   return 0;
