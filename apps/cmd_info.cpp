@@ -1,8 +1,10 @@
-// `hybridflow info`: a model directory's architecture and parameter count, without loading weights.
+// `hybridflow info [MODEL]`: this build and machine (libtorch, devices, bf16 support, collective backends);
+// with a model directory, also its architecture and parameter count, without loading weights.
 #include <cstdio>
 #include <string>
 
 #include "commands.h"
+#include "hybridflow/core/platform.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pretrained.h"
 
@@ -10,10 +12,16 @@ namespace hybridflow::cli {
 
 void add_info_command(CLI::App& app, Action& action) {
   auto dir = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("info", "Print a model directory's config and parameter count");
-  cmd->add_option("model", *dir, "model directory (config.json inside)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "info", "Print libtorch version, devices, bf16 support and collective backends; with a model directory, "
+              "its config and parameter count");
+  cmd->add_option("model", *dir, "model directory (config.json inside)");
   cmd->callback([dir, &action] {
     action = [dir] {
+      if (dir->empty()) {
+        std::fputs(format_runtime_info(runtime_info()).c_str(), stdout);
+        return 0;
+      }
       ModelConfig c = load_model_config(*dir + "/config.json");
       std::printf("model            %s\n", dir->c_str());
       std::printf("architecture     %s (%s)\n", c.architecture.c_str(), c.model_type.c_str());

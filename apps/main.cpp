@@ -11,7 +11,6 @@
 #include "hybridflow/workers/rl_workers.h"
 
 int main(int argc, char** argv) {
-  hybridflow::select_openblas_kernels(argv);
   // A worker process is this same binary, exec'd by the controller with HF_WORKER_* set: it serves
   // its worker group and never returns from here.
   hybridflow::register_rl_workers();

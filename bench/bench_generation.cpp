@@ -16,7 +16,6 @@
 using namespace hybridflow;
 
 int main(int argc, char** argv) {
-  select_openblas_kernels(argv);
   const std::string preset = bench::arg(argc, argv, "preset", "tiny");
   const int64_t batch = bench::arg_int(argc, argv, "batch", 32);
   const int64_t new_tokens = bench::arg_int(argc, argv, "new-tokens", 128);

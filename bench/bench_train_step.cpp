@@ -40,7 +40,6 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  select_openblas_kernels(argv);
   const std::string preset = bench::arg(argc, argv, "preset", "small");
   const int64_t batch = bench::arg_int(argc, argv, "batch", 16);
   const int64_t seq = bench::arg_int(argc, argv, "seq", 128);

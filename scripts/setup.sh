@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Installs every Debian package hybridflow needs. Idempotent: safe to run again.
+# Installs everything hybridflow needs to build and test: Debian packages, then a project-local virtual
+# environment (.venv) with PyTorch 2.x (the libtorch we compile against) and the Python test oracles from
+# scripts/requirements.txt. Idempotent: safe to run again; a second run with nothing missing takes seconds.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
-  libtorch-dev             # tensors, autograd, c10d (CPU build, 1.13)
-  libopenblas0-openmp      # fast BLAS; without it libtorch uses the reference BLAS (~25x slower)
-  libgloo-dev              # headers needed by c10d's ProcessGroupGloo
+  python3 python3-venv     # .venv with PyTorch; reward scorers written in Python (tests use one)
+  libgloo-dev              # headers of c10d's ProcessGroupGloo (the wheel ships the library, not these)
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libzmq3-dev cppzmq-dev   # controller <-> worker messages
   openmpi-bin libopenmpi-dev
   iproute2                 # network namespaces for the multi-host test
-  python3                  # reward scorers written in Python (tests use one as an external command)
 )
 
 sudo_cmd=()
@@ -22,20 +23,20 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# libtorch links libblas.so.3; make sure the alternative points at OpenBLAS, not the reference BLAS.
-arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
-openblas=/usr/lib/$arch/openblas-openmp/libblas.so.3
-if [ -e "$openblas" ]; then
-  current=$(readlink -f /etc/alternatives/libblas.so.3-$arch 2>/dev/null || true)
-  if [ "$current" != "$(readlink -f "$openblas")" ]; then
-    "${sudo_cmd[@]}" update-alternatives --set "libblas.so.3-$arch" "$openblas"
-  fi
+# The virtual environment is rebuilt only when scripts/requirements.txt changed since it was made.
+venv=${HF_VENV:-.venv}
+stamp="$venv/.hybridflow-requirements"
+if [ ! -x "$venv/bin/python" ] || ! cmp -s scripts/requirements.txt "$stamp"; then
+  echo "setup: installing Python packages into $venv (PyTorch is ~1 GB to download, ~5 GB on disk)"
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r scripts/requirements.txt
+  cp scripts/requirements.txt "$stamp"
 fi
-echo "setup: all packages present; BLAS -> $(readlink -f /etc/alternatives/libblas.so.3-$arch 2>/dev/null || echo unknown)"
+echo "setup: ready; $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"

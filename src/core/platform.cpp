@@ -1,8 +1,13 @@
 #include "hybridflow/core/platform.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
-
-#include <unistd.h>
+#include <ATen/Version.h>
+#include <torch/cuda.h>
+#include <torch/headeronly/version.h>
+#ifdef HF_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <cstdlib>
 #include <fstream>
@@ -14,32 +19,6 @@
 
 namespace hybridflow {
 
-std::string openblas_coretype_for_flags(const std::string& cpu_flags) {
-  std::set<std::string> flags;
-  std::istringstream in(cpu_flags);
-  for (std::string f; in >> f;) flags.insert(f);
-  auto has = [&](const char* f) { return flags.count(f) > 0; };
-  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq")) return "SkylakeX";
-  if (has("avx2") && has("fma")) return "Haswell";
-  return "";
-}
-
-void select_openblas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("HF_NO_BLAS_REEXEC") != nullptr) return;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, flags;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      flags = line.substr(line.find(':') + 1);
-      break;
-    }
-  }
-  const std::string core = openblas_coretype_for_flags(flags);
-  if (core.empty()) return;
-  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  ::execv("/proc/self/exe", argv);  // only returns on failure: then run on with OpenBLAS's own choice
-}
-
 void init_threads(int num_threads) {
   if (num_threads <= 0) {
     if (const char* env = std::getenv("HF_NUM_THREADS")) num_threads = std::atoi(env);
@@ -49,35 +28,91 @@ void init_threads(int num_threads) {
 }
 
 BlasInfo detect_blas() {
-  // Touch BLAS once so the library is mapped even in a process that has not multiplied yet.
-  std::ifstream maps("/proc/self/maps");
+  // at::show_config() lists the build settings, among them "BLAS_INFO=mkl".
+  const std::string config = at::show_config();
   BlasInfo info;
-  std::string line;
-  while (std::getline(maps, line)) {
-    auto pos = line.find('/');
-    if (pos == std::string::npos) continue;
-    std::string path = line.substr(pos);
-    bool blas_like = path.find("blas") != std::string::npos || path.find("mkl") != std::string::npos ||
-                     path.find("blis") != std::string::npos;
-    if (!blas_like) continue;
-    info.library = path;
-    if (path.find("openblas") != std::string::npos || path.find("mkl") != std::string::npos ||
-        path.find("blis") != std::string::npos) {
-      info.fast = true;
-      break;
-    }
+  const auto pos = config.find("BLAS_INFO=");
+  if (pos != std::string::npos) {
+    const auto end = config.find_first_of(", \n", pos);
+    info.library = config.substr(pos + 10, end == std::string::npos ? std::string::npos : end - pos - 10);
   }
+  for (const char* fast : {"mkl", "open", "blis", "accelerate", "flexi"})
+    if (info.library.find(fast) != std::string::npos) info.fast = true;
   return info;
 }
 
 BlasInfo warn_if_slow_blas() {
   BlasInfo info = detect_blas();
-  if (!info.fast && !info.library.empty()) {
-    log_warn("matmul is running on the slow reference BLAS (", info.library,
-             "), about 25x slower than OpenBLAS. Run scripts/setup.sh, or: "
-             "apt-get install libopenblas0-openmp && update-alternatives --config libblas.so.3-x86_64-linux-gnu");
+  if (!info.fast) {
+    log_warn("this libtorch was built with BLAS '", info.library,
+             "', not MKL or OpenBLAS: matmul may be ~25x slower. Build against the PyPI torch wheel "
+             "(scripts/setup.sh installs it).");
   }
   return info;
+}
+
+std::string CpuBf16Support::matmul_path() const {
+  if (amx_bf16) return "AMX (oneDNN)";
+  if (avx512_bf16) return "AVX512-BF16 (oneDNN)";
+  return "emulated (converts to fp32; no faster than fp32)";
+}
+
+CpuBf16Support cpu_bf16_support_from_flags(const std::string& cpu_flags) {
+  std::set<std::string> flags;
+  std::istringstream in(cpu_flags);
+  for (std::string f; in >> f;) flags.insert(f);
+  CpuBf16Support s;
+  s.avx512_bf16 = flags.count("avx512_bf16") > 0;
+  s.amx_bf16 = flags.count("amx_bf16") > 0 && flags.count("amx_tile") > 0;
+  return s;
+}
+
+CpuBf16Support cpu_bf16_support() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) == 0) return cpu_bf16_support_from_flags(line.substr(line.find(':') + 1));
+  }
+  return {};
+}
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.torch_version = TORCH_VERSION;
+#ifdef HF_WITH_CUDA
+  info.cuda_build = true;
+  for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
+    const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
+    info.cuda_devices.push_back(std::string(props->name) + " (" +
+                                std::to_string(props->totalGlobalMem >> 20) + " MiB)");
+  }
+#endif
+  info.cpu_capability = at::get_cpu_capability();
+  info.bf16 = cpu_bf16_support();
+  info.blas = detect_blas();
+  info.onednn = at::hasMKLDNN();
+  info.threads = at::get_num_threads();
+  info.collective_backends.push_back("gloo (CPU tensors)");
+  if (info.cuda_build) info.collective_backends.push_back("nccl (CUDA tensors)");
+  return info;
+}
+
+std::string format_runtime_info(const RuntimeInfo& info) {
+  std::ostringstream out;
+  auto join = [](const std::vector<std::string>& items, const char* empty) {
+    std::string s;
+    for (const auto& item : items) s += (s.empty() ? "" : ", ") + item;
+    return s.empty() ? std::string(empty) : s;
+  };
+  out << "libtorch         " << info.torch_version << (info.cuda_build ? " (CUDA build)" : " (CPU build)") << "\n";
+  out << "devices          cpu" << (info.cuda_devices.empty() ? "" : ", ") << join(info.cuda_devices, "")
+      << (info.cuda_build && info.cuda_devices.empty() ? " (no CUDA device visible)" : "") << "\n";
+  out << "cpu isa          " << info.cpu_capability << ", " << info.threads << " threads\n";
+  out << "blas             " << info.blas.library << (info.blas.fast ? "" : " (slow)") << "\n";
+  out << "dtypes           fp32; bf16 matmul: " << info.bf16.matmul_path()
+      << (info.onednn ? "" : " (libtorch without oneDNN)") << (info.cuda_build ? "; bf16 on CUDA devices" : "")
+      << "\n";
+  out << "collectives      " << join(info.collective_backends, "none") << "\n";
+  return out.str();
 }
 
 }  // namespace hybridflow

@@ -73,18 +73,27 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
 
 at::Tensor Communicator::all_gather_cat(const at::Tensor& tensor, int64_t dim) {
   HF_CHECK(tensor.dim() > 0, "all_gather_cat: needs a tensor with at least one dimension");
-  std::vector<at::Tensor> parts;
-  timed(stats_, "all_gather", nbytes(tensor), [&] { group_.allgather(parts, tensor); });
-  return at::cat(parts, dim);
+  dim = dim < 0 ? dim + tensor.dim() : dim;
+  HF_CHECK(dim >= 0 && dim < tensor.dim(), "all_gather_cat: dim out of range for a ", tensor.dim(), "-d tensor");
+  // c10d gathers along dim 0 (rank r's input is rows [r * d0, (r + 1) * d0)); other dims are laid out after.
+  auto sizes = tensor.sizes().vec();
+  sizes[0] *= size();
+  at::Tensor out = at::empty(sizes, tensor.options());
+  timed(stats_, "all_gather", nbytes(tensor), [&] { group_.allgather_into(out, tensor); });
+  if (dim == 0) return out;
+  auto ranks_first = tensor.sizes().vec();
+  ranks_first.insert(ranks_first.begin(), size());
+  return out.view(ranks_first).movedim(0, dim).flatten(dim, dim + 1).contiguous();
 }
 
 at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   HF_CHECK(tensor.dim() > 0 && tensor.size(0) % size() == 0, "reduce_scatter: dim 0 of size ",
            tensor.dim() > 0 ? tensor.size(0) : 0, " does not divide into ", size(), " ranks");
-  at::Tensor reduced = tensor.contiguous().clone();
-  timed(stats_, "reduce_scatter", nbytes(tensor), [&] { group_.allreduce(reduced, op); });
-  int64_t chunk = tensor.size(0) / size();
-  return reduced.narrow(0, rank() * chunk, chunk).clone();
+  auto sizes = tensor.sizes().vec();
+  sizes[0] /= size();
+  at::Tensor out = at::empty(sizes, tensor.options());
+  timed(stats_, "reduce_scatter", nbytes(tensor), [&] { group_.reduce_scatter_into(out, tensor, op); });
+  return out;
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {

@@ -3,9 +3,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#include <torch/cuda.h>
 #endif
 
 #include <algorithm>
@@ -31,36 +31,6 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   HF_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
 
-// The c10d group classes derive from ProcessGroup in libtorch 1.13 and from Backend in 2.x; a template over
-// the concrete class keeps this file compiling against both.
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual void allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) = 0;
-  virtual void allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) = 0;
-  virtual void broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) = 0;
-  virtual void barrier() = 0;
-  virtual void send(std::vector<at::Tensor>& t, int dst, int tag) = 0;
-  virtual void recv(std::vector<at::Tensor>& t, int src, int tag) = 0;
-};
-
-template <typename PG>
-class BackendOf final : public Backend {
- public:
-  explicit BackendOf(c10::intrusive_ptr<PG> pg) : pg_(std::move(pg)) {}
-  void allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) override { pg_->allreduce(t, o)->wait(); }
-  void allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) override {
-    pg_->allgather(out, in)->wait();
-  }
-  void broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) override { pg_->broadcast(t, o)->wait(); }
-  void barrier() override { pg_->barrier()->wait(); }
-  void send(std::vector<at::Tensor>& t, int dst, int tag) override { pg_->send(t, dst, tag)->wait(); }
-  void recv(std::vector<at::Tensor>& t, int src, int tag) override { pg_->recv(t, src, tag)->wait(); }
-
- private:
-  c10::intrusive_ptr<PG> pg_;
-};
-
 // How many groups of each member list this process has made, so that repeated groups of the same ranks get
 // distinct store prefixes; shared by a world and all its sub-groups.
 struct GroupCounters {
@@ -78,7 +48,7 @@ std::string join(const std::vector<int>& ranks) {
 
 struct ProcessGroup::State {
   c10::intrusive_ptr<c10d::Store> world_store;
-  std::unique_ptr<Backend> backend;
+  c10::intrusive_ptr<c10d::Backend> backend;
   std::string backend_name;
   int rank = 0;
   int world_rank = 0;
@@ -91,33 +61,46 @@ namespace {
 
 std::string resolve_backend(const ProcessGroupOptions& options) {
   const std::string& b = options.backend;
+  const std::string& d = options.device;
   HF_CHECK(b == "auto" || b == "gloo" || b == "nccl", "process group: backend '", b,
            "' is not one of auto, gloo, nccl");
+  HF_CHECK(d == "cpu" || d == "cuda", "process group: device '", d, "' is not one of cpu, cuda");
+  // Gloo moves CPU tensors, NCCL CUDA tensors; a mismatch would only fail at the first collective.
+  HF_CHECK(!(b == "nccl" && d == "cpu"), "process group: backend 'nccl' needs CUDA tensors, but the device is 'cpu'; "
+           "use backend gloo (or auto) with device cpu");
+  HF_CHECK(!(b == "gloo" && d == "cuda"), "process group: backend 'gloo' is for CPU tensors, but the device is 'cuda'; "
+           "use backend nccl (or auto) with device cuda");
+  if (d == "cpu") return "gloo";
 #ifdef USE_C10D_NCCL
-  if (b == "auto") return torch::cuda::is_available() ? "nccl" : "gloo";
-  return b;
+  HF_CHECK(torch::cuda::is_available(), "process group: device 'cuda' asked for, but no CUDA device is visible");
+  return "nccl";
 #else
-  HF_CHECK(b != "nccl", "process group: backend 'nccl' requested but this libtorch has no NCCL (USE_C10D_NCCL)");
-  return "gloo";
+  HF_FAIL("process group: device 'cuda' needs NCCL, and this build has none: build with HF_CUDA=1 "
+          "(scripts/build.sh) against a CUDA-enabled libtorch");
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const c10::intrusive_ptr<c10d::Store>& store,
-                                      int rank, int size, const ProcessGroupOptions& options) {
+c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& name, const c10::intrusive_ptr<c10d::Store>& store,
+                                               int rank, int size, const ProcessGroupOptions& options) {
 #ifdef USE_C10D_NCCL
   if (name == "nccl") {
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = options.timeout;
-    return std::make_unique<BackendOf<c10d::ProcessGroupNCCL>>(
-        c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options));
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options);
   }
 #endif
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
   gloo_options->devices.push_back(options.gloo_interface.empty()
                                       ? c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname)
                                       : c10d::ProcessGroupGloo::createDeviceForInterface(options.gloo_interface));
-  return std::make_unique<BackendOf<c10d::ProcessGroupGloo>>(
-      c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
+}
+
+// Each collective checks that its tensors are where the backend moves them from.
+void check_device(const ProcessGroup::State& state, const at::Tensor& t, const char* op) {
+  const bool want_cuda = state.backend_name == "nccl";
+  HF_CHECK(t.is_cuda() == want_cuda, op, ": a ", t.device().str(), " tensor on a ", state.backend_name,
+           " process group, which moves ", want_cuda ? "CUDA" : "CPU", " tensors only");
 }
 
 }  // namespace
@@ -212,44 +195,73 @@ ProcessGroup ProcessGroup::split(const std::vector<std::vector<int>>& partition)
 void ProcessGroup::allreduce(at::Tensor& tensor, ReduceOp op) const {
   HF_CHECK(op != ReduceOp::kAvg || tensor.is_floating_point(), "all_reduce AVG needs a floating tensor, got ",
            tensor.scalar_type());
+  check_device(state(), tensor, "all_reduce");
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  state().backend->allreduce(tensors, options);
+  state().backend->allreduce(tensors, options)->wait();
   if (op == ReduceOp::kAvg) tensor.div_(size());
 }
 
 void ProcessGroup::allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input) const {
+  check_device(state(), input, "all_gather");
   std::vector<at::Tensor> inputs{input.contiguous()};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(inputs[0]));
-  state().backend->allgather(out, inputs);
+  state().backend->allgather(out, inputs)->wait();
   outputs = std::move(out[0]);
+}
+
+void ProcessGroup::allgather_into(at::Tensor& output, const at::Tensor& input) const {
+  check_device(state(), input, "all_gather_into_tensor");
+  HF_CHECK(output.is_contiguous() && output.numel() == input.numel() * size() &&
+               output.scalar_type() == input.scalar_type(),
+           "all_gather_into_tensor: output must be contiguous with ", size(), " x ", input.numel(), " elements of ",
+           input.scalar_type(), ", got ", output.numel(), " of ", output.scalar_type());
+  at::Tensor in = input.contiguous();
+  state().backend->all_gather_single(output, in)->wait();
+}
+
+void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& input, ReduceOp op) const {
+  check_device(state(), input, "reduce_scatter_tensor");
+  HF_CHECK(output.is_contiguous() && output.numel() * size() == input.numel() &&
+               output.scalar_type() == input.scalar_type(),
+           "reduce_scatter_tensor: output must be contiguous with ", input.numel(), " / ", size(),
+           " elements of ", input.scalar_type(), ", got ", output.numel(), " of ", output.scalar_type());
+  HF_CHECK(op != ReduceOp::kAvg || input.is_floating_point(), "reduce_scatter AVG needs a floating tensor");
+  at::Tensor in = input.contiguous();
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op);
+  state().backend->reduce_scatter_single(output, in, options)->wait();
+  if (op == ReduceOp::kAvg) output.div_(size());
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
   HF_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside group of size ", size());
   HF_CHECK(tensor.is_contiguous(), "broadcast: tensor must be contiguous");
+  check_device(state(), tensor, "broadcast");
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  state().backend->broadcast(tensors, options);
+  state().backend->broadcast(tensors, options)->wait();
 }
 
-void ProcessGroup::barrier() const { state().backend->barrier(); }
+void ProcessGroup::barrier() const { state().backend->barrier()->wait(); }
 
 void ProcessGroup::send(const at::Tensor& tensor, int dst, int tag) const {
   HF_CHECK(dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst, " invalid in group of size ",
            size(), " from rank ", rank());
+  check_device(state(), tensor, "send");
   std::vector<at::Tensor> tensors{tensor.contiguous()};
-  state().backend->send(tensors, dst, tag);
+  state().backend->send(tensors, dst, tag)->wait();
 }
 
 void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
   HF_CHECK(src >= 0 && src < size() && src != rank(), "recv: source ", src, " invalid in group of size ", size(),
            " at rank ", rank());
+  check_device(state(), tensor, "recv");
   std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
-  state().backend->recv(tensors, src, tag);
+  state().backend->recv(tensors, src, tag)->wait();
   if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
 }
 

@@ -136,14 +136,16 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   torch::NoGradGuard no_grad;
   // One flat fp32 buffer: a single collective per step, and parameters without a gradient on this rank
   // still line up with the ranks where they have one.
+  // On the parameters' device: the reducer's collective (NCCL for CUDA) moves tensors where they live.
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
   std::vector<torch::Tensor> parts;
   parts.reserve(params_.size() + 1);
   for (const auto& p : params_) {
     parts.push_back(p.grad().defined() ? p.grad().reshape({-1}).to(torch::kFloat) * local_norm
-                                       : torch::zeros({p.numel()}, torch::kFloat));
+                                       : torch::zeros({p.numel()}, fp32));
   }
   parts.push_back(torch::tensor({static_cast<float>(stats.tokens), static_cast<float>(stats.loss * local_norm)},
-                                torch::kFloat));
+                                fp32));
   torch::Tensor flat = torch::cat(parts);
   const int64_t n = flat.numel() - 2;
   reducer_(flat);

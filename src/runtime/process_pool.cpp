@@ -158,7 +158,8 @@ struct ProcessPool::Impl {
     for (char** e = environ; *e; ++e) {
       std::string kv = *e;
       std::string key = kv.substr(0, kv.find('='));
-      if (key.rfind("HF_WORKER_", 0) != 0 && key != kControllerAddrEnv && !spec.env.count(key)) base_env.push_back(kv);
+      if (key.rfind("HF_WORKER_", 0) != 0 && key != kControllerAddrEnv && key != "LOCAL_RANK" && !spec.env.count(key))
+        base_env.push_back(kv);
     }
     for (const auto& kv : spec.env) base_env.push_back(kv.first + "=" + kv.second);
     const pid_t parent = ::getpid();
@@ -170,6 +171,7 @@ struct ProcessPool::Impl {
       env.push_back(std::string(runtime_detail::kRankEnv) + "=" + std::to_string(rank));
       env.push_back(std::string(runtime_detail::kPoolEnv) + "=" + spec.name);
       env.push_back(std::string(kControllerAddrEnv) + "=" + spec.bind_host);
+      if (!spec.env.count("LOCAL_RANK")) env.push_back("LOCAL_RANK=" + std::to_string(spec.local_rank_offset + rank));
       std::vector<char*> envp, argv;
       for (auto& s : env) envp.push_back(s.data());
       envp.push_back(nullptr);

@@ -1,5 +1,9 @@
 #include "hybridflow/runtime/worker.h"
 
+#include <torch/cuda.h>
+
+#include <cstdlib>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/protocol.h"
 
@@ -60,7 +64,22 @@ std::map<std::string, std::string> WorkerHost::create(const std::string& type_na
 DataProto WorkerHost::call(const std::string& role, const std::string& method, const DataProto& input) {
   auto it = roles_.find(role);
   HF_CHECK(it != roles_.end(), "no role '", role, "' in this worker process; hosted: ", key_list(roles_));
-  return it->second.methods.get(method).fn(input);
+  const auto& fn = it->second.methods.get(method).fn;
+  const torch::Device& device = it->second.worker->device();
+  if (device.is_cpu()) return fn(input);
+  return fn(input.to(device)).to(torch::kCPU);
+}
+
+torch::Device worker_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  HF_CHECK(name == "cuda", "device must be cpu or cuda, got '", name, "'");
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  HF_CHECK(count > 0, "device 'cuda' asked for, but no CUDA device is visible to this process",
+           torch::cuda::is_available() ? "" : " (this build or machine has no CUDA: use trainer.device=cpu, or build "
+                                              "with HF_CUDA=1 on a machine with a GPU)");
+  const char* local = std::getenv("LOCAL_RANK");
+  const int64_t local_rank = local != nullptr ? std::atoll(local) : 0;
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
 }
 
 }  // namespace hybridflow

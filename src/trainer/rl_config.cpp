@@ -13,6 +13,7 @@ const char* const kRLSchema = R"(trainer:
   seed: 1
   run_dir: ""
   threads_per_worker: 1
+  device: auto
   colocate: true
   save_checkpoint: false
   save_freq: -1

@@ -2,6 +2,8 @@
 // groups of each role, with the settings each worker type reads.
 #include "rl_trainer_state.h"
 
+#include <torch/cuda.h>
+
 namespace hybridflow {
 
 namespace {
@@ -12,6 +14,22 @@ nlohmann::json optim_json(const Config& optim, int64_t total_steps) {
           {"grad_clip", optim.get<double>("grad_clip")},
           {"warmup_steps", optim.get<int64_t>("warmup_steps")},
           {"total_steps", total_steps}};
+}
+
+// trainer.device, checked in the controller before any worker starts.
+std::string resolve_device(const std::string& device) {
+  HF_CHECK(device == "auto" || device == "cpu" || device == "cuda", "trainer.device: expected cpu | cuda | auto, got '",
+           device, "'");
+  const bool have_cuda = torch::cuda::is_available();
+  if (device == "auto") return have_cuda ? "cuda" : "cpu";
+  HF_CHECK(device == "cpu" || have_cuda, "trainer.device=cuda, but ",
+#ifdef HF_WITH_CUDA
+           "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)",
+#else
+           "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU",
+#endif
+           "; or set trainer.device=cpu");
+  return device;
 }
 
 nlohmann::json nullable(const Config& c, const std::string& key) {
@@ -75,6 +93,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
   const int threads = config.get<int>("trainer.threads_per_worker");
   nlohmann::json model_spec = {{"path", model_path},
+                               {"device", resolve_device(config.get<std::string>("trainer.device"))},
                                {"preset", config.get<std::string>("model.preset")},
                                {"vocab_size", s.tokenizer.vocab_size()},
                                {"init_seed", config.get<int64_t>("model.init_seed")},
@@ -116,10 +135,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
 
   const bool colocate = config.get<bool>("trainer.colocate");
   const bool use_rm = config.get<bool>("reward_model.enable");
+  int local_ranks_taken = 0;  // pools on this node take disjoint LOCAL_RANKs, so disjoint GPUs
   auto pool_spec = [&](const std::string& name, int procs) {
     ResourcePool spec;
     spec.name = name;
     spec.num_processes = procs;
+    spec.local_rank_offset = local_ranks_taken;
+    local_ranks_taken += procs;
     spec.env["OMP_NUM_THREADS"] = std::to_string(threads);
     spec.env["OMP_WAIT_POLICY"] = "passive";
     return spec;

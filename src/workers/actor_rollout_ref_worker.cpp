@@ -20,6 +20,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
   const auto& spec = config_.at("model");
+  set_device(model_device(spec));
   actor_ = build_model(spec, HeadKind::kLanguageModel);
   if (config_.value("has_ref", false)) {
     ref_ = build_model(spec, HeadKind::kLanguageModel);

@@ -15,6 +15,7 @@ namespace hybridflow {
 void CriticWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
+  set_device(model_device(config_.at("model")));
   critic_ = build_model(config_.at("model"), HeadKind::kValue);
   engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
                                           optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
@@ -102,6 +103,7 @@ DataProto CriticWorker::load_checkpoint(const DataProto& in) {
 void RewardModelWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
+  set_device(model_device(config_.at("model")));
   model_ = build_model(config_.at("model"), HeadKind::kValue);
   model_->eval();
   table.add("compute_rm_score", protocols::kDataParallel, this, &RewardModelWorker::compute_rm_score);

@@ -71,8 +71,8 @@ std::string local_address_towards(const std::string& host) {
   return out;
 }
 
-DataParallel::DataParallel(ProcessGroup group, std::string role)
-    : role_(std::move(role)), gradients_(group), control_(group) {}
+DataParallel::DataParallel(ProcessGroup group, std::string role, torch::Device device)
+    : role_(std::move(role)), device_(device), gradients_(group), control_(group) {}
 
 std::unique_ptr<DataParallel> DataParallel::join(const WorkerContext& context, torch::nn::Module& module,
                                                  TrainEngine& engine) {
@@ -97,12 +97,15 @@ std::unique_ptr<DataParallel> DataParallel::join(const WorkerContext& context, t
   else
     env.master_addr = pg.value("store_host", std::string("127.0.0.1"));
   env.master_port = pg.at("store_port").get<int>();
+  // Collectives move tensors where the replica lives: Gloo on the CPU, NCCL on CUDA devices.
+  const torch::Device device = module.parameters().front().device();
   ProcessGroupOptions options;
+  options.device = device.is_cuda() ? "cuda" : "cpu";
   options.rank0_hosts_store = false;
   options.gloo_hostname = local_address_towards(env.master_addr);
   // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
   options.timeout = std::chrono::seconds(pg.value("timeout_s", 300));
-  std::unique_ptr<DataParallel> dp(new DataParallel(ProcessGroup::create_world(env, options), context.role));
+  std::unique_ptr<DataParallel> dp(new DataParallel(ProcessGroup::create_world(env, options), context.role, device));
 
   torch::NoGradGuard no_grad;
   auto params = module.parameters();
@@ -120,7 +123,7 @@ std::unique_ptr<DataParallel> DataParallel::join(const WorkerContext& context, t
 }
 
 void DataParallel::check_same_rows(int64_t rows, const std::string& what) {
-  torch::Tensor t = torch::tensor({rows, -rows}, torch::kLong);
+  torch::Tensor t = torch::tensor({rows, -rows}, torch::kLong).to(device_);
   control_.all_reduce(t, ReduceOp::kMax);
   const int64_t most = t[0].item<int64_t>();
   const int64_t least = -t[1].item<int64_t>();
@@ -131,14 +134,15 @@ void DataParallel::check_same_rows(int64_t rows, const std::string& what) {
 nlohmann::json DataParallel::metrics(const MetricAverager& local, const std::string& prefix) {
   std::string names;
   for (const auto& entry : local.sums()) names += entry.first + '\n';
-  torch::Tensor len = torch::tensor({static_cast<int64_t>(names.size())}, torch::kLong);
+  torch::Tensor len = torch::tensor({static_cast<int64_t>(names.size())}, torch::kLong).to(device_);
   control_.all_reduce(len, ReduceOp::kMax);
   const int64_t longest = len.item<int64_t>();
   std::set<std::string> all;
   if (longest > 0) {
     torch::Tensor bytes = torch::zeros({longest}, torch::kUInt8);
     std::memcpy(bytes.data_ptr<uint8_t>(), names.data(), names.size());
-    for (const auto& part : control_.all_gather(bytes)) {
+    for (const auto& gathered : control_.all_gather(bytes.to(device_))) {
+      const torch::Tensor part = gathered.cpu();
       std::string text(reinterpret_cast<const char*>(part.data_ptr<uint8_t>()), static_cast<size_t>(longest));
       text = text.substr(0, text.find('\0'));
       for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
@@ -157,7 +161,11 @@ nlohmann::json DataParallel::metrics(const MetricAverager& local, const std::str
     s[2 * i] = it->second.first;
     s[2 * i + 1] = static_cast<double>(it->second.second);
   }
-  if (!order.empty()) control_.all_reduce(sums, ReduceOp::kSum);
+  if (!order.empty()) {
+    torch::Tensor reduced = sums.to(device_);
+    control_.all_reduce(reduced, ReduceOp::kSum);
+    sums.copy_(reduced);
+  }
   nlohmann::json out = nlohmann::json::object();
   for (size_t i = 0; i < order.size(); ++i)
     if (s[2 * i + 1] > 0) out[order[i]] = s[2 * i] / s[2 * i + 1];

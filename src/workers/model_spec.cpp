@@ -3,6 +3,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/runtime/worker.h"
 
 namespace hybridflow {
 
@@ -17,8 +18,13 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
   torch::manual_seed(spec.value("init_seed", uint64_t{0}));
+  const torch::Device device = model_device(spec);
   const std::string path = spec.value("path", std::string());
-  if (!path.empty()) return load_pretrained(path, head).model;
+  if (!path.empty()) {
+    CausalLM model = load_pretrained(path, head).model;
+    model->to(device);
+    return model;
+  }
   HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
   ModelConfig config = preset_model_config(spec.value("preset", std::string("tiny")), spec.at("vocab_size").get<int64_t>());
   override_dim(spec, "hidden_size", config.hidden_size);
@@ -29,8 +35,12 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   config.eos_token_id = spec.value("eos_token_id", config.eos_token_id);
   config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
   config.validate();
-  return CausalLM(config, head);
+  CausalLM model(config, head);
+  model->to(device);  // initialised on the CPU: the same weights whatever the device
+  return model;
 }
+
+torch::Device model_device(const nlohmann::json& spec) { return worker_device(spec.value("device", std::string("cpu"))); }
 
 double parameter_sq_norm(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;

@@ -49,9 +49,10 @@ DataProto rollout_batch(const GenerationOutput& out, int64_t response_length, in
   const int64_t got = out.responses.size(1);
   HF_CHECK(got <= response_length, "rollout_batch: generated ", got, " tokens, more than response_length ",
            response_length);
-  auto responses = torch::full({rows, response_length}, pad_id, torch::kLong);
-  auto response_mask = torch::zeros({rows, response_length}, torch::kLong);
-  auto log_probs = torch::zeros({rows, response_length}, torch::kFloat);
+  const auto on = torch::TensorOptions().device(out.responses.device());
+  auto responses = torch::full({rows, response_length}, pad_id, on.dtype(torch::kLong));
+  auto response_mask = torch::zeros({rows, response_length}, on.dtype(torch::kLong));
+  auto log_probs = torch::zeros({rows, response_length}, on.dtype(torch::kFloat));
   if (got > 0) {
     responses.slice(1, 0, got).copy_(out.responses);
     response_mask.slice(1, 0, got).copy_(out.response_mask);
@@ -69,17 +70,17 @@ DataProto rollout_batch(const GenerationOutput& out, int64_t response_length, in
 
 torch::Tensor last_valid_index(const torch::Tensor& mask) {
   const auto m = (mask != 0).to(torch::kLong);
-  const auto positions = torch::arange(m.size(1), torch::kLong).unsqueeze(0);
+  const auto positions = torch::arange(m.size(1), m.options()).unsqueeze(0);
   return (m * positions).amax(1);
 }
 
 torch::Tensor scores_at_last_token(const torch::Tensor& scores, const torch::Tensor& response_mask) {
   HF_CHECK(scores.dim() == 1 && scores.size(0) == response_mask.size(0), "scores_at_last_token: scores ",
            scores.sizes(), " do not match response_mask ", response_mask.sizes());
-  auto out = torch::zeros(response_mask.sizes(), torch::kFloat);
+  auto out = torch::zeros(response_mask.sizes(), response_mask.options().dtype(torch::kFloat));
   const auto has_tokens = (response_mask != 0).any(1).to(torch::kFloat);
   out.scatter_(1, last_valid_index(response_mask).unsqueeze(1),
-               (scores.to(torch::kFloat) * has_tokens).unsqueeze(1));
+               (scores.to(out.device(), torch::kFloat) * has_tokens).unsqueeze(1));
   return out;
 }
 

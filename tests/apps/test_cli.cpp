@@ -1,5 +1,6 @@
 // The `hybridflow` binary as a user runs it: exit codes, output and error messages.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <string>
@@ -22,6 +23,14 @@ TEST(Cli, InitThenInfoDescribesTheModel) {
   EXPECT_NE(info.output.find("layers           4"), std::string::npos) << info.output;
 }
 
+TEST(Cli, InfoWithoutAModelDescribesTheBuildAndMachine) {
+  CommandResult info = run_hybridflow("info");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("libtorch         2."), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("bf16 matmul"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("gloo"), std::string::npos) << info.output;
+}
+
 TEST(Cli, GenerateSamplesReproduciblyWithASeed) {
   hybridflow::testing::TempDir dir;
   ASSERT_EQ(run_hybridflow("init --preset tiny --task addition --out " + dir.file("m")).exit_code, 0);
@@ -40,6 +49,17 @@ TEST(Cli, UnknownConfigKeyNamesTheClosestValidKey) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("optim.weight_decy"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did you mean 'optim.weight_decay'"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CudaWithoutAGpuIsAClearErrorBeforeAnyWorkerStarts) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: trainer.device=cuda is valid here";
+  CommandResult r = run_hybridflow("train trainer.device=cuda trainer.total_steps=1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("trainer.device=cuda, but"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trainer.device=cpu"), std::string::npos) << r.output;
+  CommandResult bad = run_hybridflow("train trainer.device=tpu trainer.total_steps=1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("expected cpu | cuda | auto"), std::string::npos) << bad.output;
 }
 
 TEST(Cli, MissingModelDirectoryIsAClearError) {

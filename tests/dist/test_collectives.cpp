@@ -167,5 +167,31 @@ TEST(Collectives, ProcessGroupRejectsBadArguments) {
   EXPECT_THROW(Communicator{ProcessGroup{}}, Error);
 }
 
+// Backend and device are checked before any rendezvous: a mismatch is a configuration error at start,
+// not a crash at the first collective.
+TEST(Collectives, BackendMustFitTheDevice) {
+  LaunchEnv env;
+  env.rank = 0;
+  env.world_size = 1;
+  env.master_port = 1;  // never reached: the options are rejected first
+  auto expect_error = [&](const std::string& backend, const std::string& device, const std::string& message) {
+    ProcessGroupOptions options;
+    options.backend = backend;
+    options.device = device;
+    try {
+      ProcessGroup::create_world(env, options);
+      ADD_FAILURE() << backend << " on " << device << " should be rejected";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(message)) << backend << " on " << device;
+    }
+  };
+  expect_error("nccl", "cpu", "needs CUDA tensors");
+  expect_error("gloo", "cuda", "is for CPU tensors");
+  expect_error("auto", "tpu", "not one of cpu, cuda");
+#ifndef USE_C10D_NCCL
+  expect_error("auto", "cuda", "HF_CUDA=1");
+#endif
+}
+
 }  // namespace
 }  // namespace hybridflow

@@ -1,36 +1,52 @@
-// Process-wide set-up that every entry point needs: thread counts and a check that matmul runs on
-// a fast BLAS (libtorch silently falls back to the reference BLAS, ~25x slower).
+// Process-wide set-up that every entry point needs (thread counts), and what this build and machine offer:
+// libtorch version, BLAS, CPU bf16 support, CUDA devices and collective backends (`hybridflow info`).
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace hybridflow {
 
 struct BlasInfo {
-  std::string library;   // resolved path of the BLAS shared object loaded in this process
-  bool fast = false;     // OpenBLAS, MKL or BLIS
+  std::string library;  // the BLAS libtorch was built with (its BLAS_INFO: "mkl", "open", ...)
+  bool fast = false;    // MKL, OpenBLAS, BLIS or Accelerate, not the reference BLAS
 };
 
-// OpenBLAS picks its kernels from the CPU model it detects; under many hypervisors (a generic
-// "Intel Xeon Processor") it falls back to its slowest kernels (measured here: 26 GFLOP/s instead
-// of 154 for a 1024^3 matmul on one core). OpenBLAS reads OPENBLAS_CORETYPE only when it is loaded,
-// so when the variable is unset and the CPU flags allow a faster kernel family, this sets it and
-// re-executes the program (argv unchanged; children inherit it). Call first thing in main().
-// Does nothing when OPENBLAS_CORETYPE or HF_NO_BLAS_REEXEC is set, or no better kernel applies.
-void select_openblas_kernels(char** argv);
-
-// The OpenBLAS core type the CPU flags (a /proc/cpuinfo "flags" line) support best, or "" when
-// OpenBLAS's own detection is as good. Exposed for tests.
-std::string openblas_coretype_for_flags(const std::string& cpu_flags);
-
-// Sets ATen's intra-op threads (and with OpenBLAS-openmp, BLAS threads). num_threads <= 0 means
-// one per core, taken from HF_NUM_THREADS when set.
+// Sets ATen's intra-op threads (with them, MKL's and oneDNN's). num_threads <= 0 means one per core,
+// taken from HF_NUM_THREADS when set.
 void init_threads(int num_threads = 0);
 
-// Reads /proc/self/maps for the BLAS libtorch loaded.
+// The BLAS of this libtorch, read from its build configuration.
 BlasInfo detect_blas();
 
-// Logs a loud warning when the BLAS is the slow reference one. Returns the detection.
+// Logs a loud warning when libtorch was built with no fast BLAS (matmul ~25x slower). Returns the detection.
 BlasInfo warn_if_slow_blas();
+
+struct CpuBf16Support {
+  bool avx512_bf16 = false;  // AVX512-BF16 dot products
+  bool amx_bf16 = false;     // AMX tiles with bf16
+  // What bf16 matmuls run on here: "AMX (oneDNN)", "AVX512-BF16 (oneDNN)", or "emulated (converts to fp32)".
+  std::string matmul_path() const;
+};
+
+// From a /proc/cpuinfo "flags" line (exposed for tests); cpu_bf16_support() reads this machine's.
+CpuBf16Support cpu_bf16_support_from_flags(const std::string& cpu_flags);
+CpuBf16Support cpu_bf16_support();
+
+struct RuntimeInfo {
+  std::string torch_version;         // "2.15.0"
+  bool cuda_build = false;           // built with HF_CUDA (libtorch_cuda linked, NCCL available)
+  std::vector<std::string> cuda_devices;  // names of the visible CUDA devices
+  std::string cpu_capability;        // the vector ISA ATen dispatches to ("AVX512", "AVX2", ...)
+  CpuBf16Support bf16;
+  BlasInfo blas;
+  bool onednn = false;
+  int threads = 0;                   // ATen intra-op threads now
+  std::vector<std::string> collective_backends;  // "gloo", and "nccl" in a CUDA build
+};
+
+RuntimeInfo runtime_info();
+// Human-readable, one "key   value" line each.
+std::string format_runtime_info(const RuntimeInfo& info);
 
 }  // namespace hybridflow

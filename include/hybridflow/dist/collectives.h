@@ -53,10 +53,10 @@ class Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // One tensor per rank, in group-rank order; the inputs must have the same shape on all ranks.
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
-  // The gathered tensors concatenated along dim (what _allgather_base does, which Gloo 1.13 lacks).
+  // The gathered tensors concatenated along dim, gathered in one all_gather_into_tensor.
   at::Tensor all_gather_cat(const at::Tensor& tensor, int64_t dim = 0);
-  // Reduces tensor over ranks and returns this rank's chunk of dim 0 (size(dim 0) must divide by size()).
-  // Gloo 1.13 has no reduce_scatter: done as all_reduce of a copy, then a slice.
+  // Reduces tensor over ranks and returns this rank's chunk of dim 0 (size(dim 0) must divide by size()),
+  // with one reduce_scatter_tensor: each rank receives only its chunk's worth of the reduction.
   at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // In place: root's values everywhere. tensor must be contiguous and of the same shape on every rank.
   void broadcast(at::Tensor& tensor, int root);

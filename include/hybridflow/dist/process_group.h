@@ -1,7 +1,7 @@
 // A c10d process group behind a thin handle, so that users never include the heavy c10d headers.
 //
 // create_world() connects the ranks of a LaunchEnv through a TCPStore hosted by rank 0 on
-// master_addr:master_port and builds a Gloo group (NCCL when libtorch has it and the backend asks for it).
+// master_addr:master_port and builds a Gloo group for CPU tensors or an NCCL group for CUDA tensors.
 // Sub-groups share the world's store through a PrefixStore each; only their members construct them.
 // All operations block until done; ranks are group-local. Every collective is normally called through
 // Communicator (collectives.h), which accounts bytes and time.
@@ -19,7 +19,10 @@
 namespace hybridflow {
 
 struct ProcessGroupOptions {
-  // "gloo", "nccl", or "auto" (nccl when compiled with it and CUDA is available, else gloo).
+  // Where the tensors of every collective live: "cpu" or "cuda" (this process's current CUDA device).
+  std::string device = "cpu";
+  // "gloo" (CPU tensors), "nccl" (CUDA tensors; needs the CUDA build) or "auto" (the one for `device`).
+  // A backend that does not fit the device is an error at creation, not at the first collective.
   std::string backend = "auto";
   // Gloo transport: bind to this interface name ("eth0") when set, else to the address of this hostname.
   // The default loopback only works when all ranks are on one host; use the host's address for multi-host.
@@ -58,6 +61,10 @@ class ProcessGroup {
   // Blocking c10d operations (no accounting; prefer Communicator).
   void allreduce(at::Tensor& tensor, ReduceOp op) const;
   void allgather(std::vector<at::Tensor>& outputs, const at::Tensor& input) const;
+  // all_gather_into_tensor: output (contiguous, size() x input's elements) holds rank r's input at chunk r.
+  void allgather_into(at::Tensor& output, const at::Tensor& input) const;
+  // reduce_scatter_tensor: output (contiguous, input's elements / size()) gets chunk rank() of the reduction.
+  void reduce_scatter_into(at::Tensor& output, const at::Tensor& input, ReduceOp op) const;
   void broadcast(at::Tensor& tensor, int root) const;
   void barrier() const;
   void send(const at::Tensor& tensor, int dst, int tag) const;

@@ -31,8 +31,10 @@ struct ResourcePool {
   // Their crashes are seen through heartbeats only, and the controller cannot kill them.
   bool spawn_workers = true;
   // Extra environment for spawned workers (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, ...). Each worker
-  // also gets HF_WORKER_RANK (= its local rank in the embedded launch, for picking a device).
+  // also gets HF_WORKER_RANK (its rank in the pool) and LOCAL_RANK = local_rank_offset + rank, the
+  // torchrun variable a worker picks its CUDA device by; pools on one node take disjoint offsets.
   std::map<std::string, std::string> env;
+  int local_rank_offset = 0;
   std::string token;                   // job token; empty = a random one (required to share for external workers)
 };
 

@@ -52,11 +52,24 @@ class Worker {
   int rank() const { return context_.coord.rank; }
   int world_size() const { return context_.coord.world_size; }
   const MeshCoord& coord() const { return context_.coord; }
+  // Where this worker's tensors live. WorkerHost moves each call's input here once, before the method
+  // runs, and its output back to the CPU after: data between controller and workers stays host-side.
+  const torch::Device& device() const { return device_; }
+
+ protected:
+  // Called from register_methods by workers that compute on an accelerator.
+  void set_device(const torch::Device& device) { device_ = device; }
 
  private:
   friend class WorkerHost;
   WorkerContext context_;
+  torch::Device device_{torch::kCPU};
 };
+
+// The device a worker process should use for config value `name` ("cpu" or "cuda"): CUDA device
+// LOCAL_RANK (the launcher's, or the one the controller gave the process) modulo the visible devices.
+// Error when CUDA is asked for and no device is visible, or the value is neither.
+torch::Device worker_device(const std::string& name);
 
 class WorkerRegistry {
  public:

@@ -46,9 +46,10 @@ class DataParallel {
   nlohmann::json comm_stats() const;
 
  private:
-  DataParallel(ProcessGroup group, std::string role);
+  DataParallel(ProcessGroup group, std::string role, torch::Device device);
 
   std::string role_;
+  torch::Device device_;  // of the replica's parameters; every collective's tensors live there
   Communicator gradients_;  // accounts the gradient all-reduce and the initial broadcast only
   Communicator control_;
   OpStats reported_;  // gradient all-reduce totals at the previous metrics() call
