@@ -22,13 +22,12 @@ std::string resolve_device(const std::string& device) {
            device, "'");
   const bool have_cuda = torch::cuda::is_available();
   if (device == "auto") return have_cuda ? "cuda" : "cpu";
-  HF_CHECK(device == "cpu" || have_cuda, "trainer.device=cuda, but ",
 #ifdef HF_WITH_CUDA
-           "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)",
+  const char* why = "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)";
 #else
-           "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU",
+  const char* why = "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU";
 #endif
-           "; or set trainer.device=cpu");
+  HF_CHECK(device == "cpu" || have_cuda, "trainer.device=cuda, but ", why, "; or set trainer.device=cpu");
   return device;
 }
 
