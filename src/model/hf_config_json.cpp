@@ -98,6 +98,22 @@ ModelConfig load_model_config(const std::string& path) {
     c.num_key_value_heads = r.integer(*kv, "num_key_value_heads");
   r.optional_int("max_position_embeddings", c.max_position_embeddings);
   r.optional_double("rope_theta", c.rope_theta);
+  // transformers >= 5 writes rope_theta inside rope_parameters (and reads it from there first).
+  if (const json* rope = r.find("rope_parameters"); rope && !rope->is_null()) {
+    HF_CHECK(rope->is_object(), path, ": key 'rope_parameters' must be an object, got ", rope->dump());
+    for (const auto& [key, value] : rope->items())
+      HF_CHECK(!value.is_object(), path, ": key 'rope_parameters' nests per-layer-type entries ('", key,
+               "'), which this decoder does not support");
+    const std::string type = rope->contains("rope_type") ? r.string((*rope)["rope_type"], "rope_parameters.rope_type")
+                             : rope->contains("type")    ? r.string((*rope)["type"], "rope_parameters.type")
+                                                         : "default";
+    HF_CHECK(type == "default", path, ": key 'rope_parameters' has rope_type \"", type,
+             "\"; only \"default\" (unscaled RoPE) is supported");
+    if (rope->contains("partial_rotary_factor"))
+      HF_CHECK((*rope)["partial_rotary_factor"] == 1.0, path,
+               ": key 'rope_parameters.partial_rotary_factor' must be 1, got ", (*rope)["partial_rotary_factor"].dump());
+    ConfigReader(*rope, path).optional_double("rope_theta", c.rope_theta);
+  }
   r.optional_double("rms_norm_eps", c.rms_norm_eps);
   r.optional_bool("tie_word_embeddings", c.tie_word_embeddings);
   // Qwen2's q/k/v always carry a bias and its config has no such key; Llama's is configurable.
@@ -107,11 +123,30 @@ ModelConfig load_model_config(const std::string& path) {
   r.optional_token_id("eos_token_id", c.eos_token_id);
   r.optional_token_id("pad_token_id", c.pad_token_id);
   if (const json* dt = r.find("torch_dtype"); dt && !dt->is_null()) c.torch_dtype = r.string(*dt, "torch_dtype");
+  // transformers >= 5 renamed torch_dtype to dtype.
+  else if (const json* dt5 = r.find("dtype"); dt5 && !dt5->is_null()) c.torch_dtype = r.string(*dt5, "dtype");
   // Features this decoder does not implement must not load silently as something else.
   if (const json* act = r.find("hidden_act"))
     HF_CHECK(r.string(*act, "hidden_act") == "silu", path, ": key 'hidden_act' must be \"silu\", got ", act->dump());
   if (const json* scaling = r.find("rope_scaling"))
     HF_CHECK(scaling->is_null(), path, ": key 'rope_scaling' is not supported (must be null), got ", scaling->dump());
+  if (const json* mlp_bias = r.find("mlp_bias"))
+    HF_CHECK(*mlp_bias == false, path, ": key 'mlp_bias' must be false (the MLP has no biases), got ",
+             mlp_bias->dump());
+  if (const json* types = r.find("layer_types"); types && !types->is_null()) {
+    HF_CHECK(types->is_array(), path, ": key 'layer_types' must be a list, got ", types->dump());
+    for (const auto& t : *types)
+      HF_CHECK(t == "full_attention", path, ": key 'layer_types' lists ", t.dump(),
+               "; only \"full_attention\" is supported (no sliding-window attention)");
+  } else if (const json* sliding = r.find("use_sliding_window"); sliding && *sliding == true) {
+    // Qwen2 without layer_types: layers from max_window_layers on use the window.
+    int64_t max_window_layers = 28;
+    r.optional_int("max_window_layers", max_window_layers);
+    const json* window = r.find("sliding_window");
+    HF_CHECK(window == nullptr || window->is_null() || max_window_layers >= c.num_hidden_layers, path,
+             ": keys 'use_sliding_window' / 'max_window_layers' put layers ", max_window_layers,
+             " and above under sliding-window attention, which is not supported");
+  }
   if (const json* hd = r.find("head_dim"); hd && !hd->is_null())
     HF_CHECK(r.integer(*hd, "head_dim") * c.num_attention_heads == c.hidden_size, path, ": key 'head_dim' (",
              hd->dump(), ") must equal hidden_size / num_attention_heads");

@@ -240,6 +240,45 @@ TEST_F(PretrainedTest, ConfigJsonUsesHuggingFaceNamesAndDefaults) {
   EXPECT_TRUE(load_model_config(dir.file("config.json")).attention_bias);
 }
 
+// transformers 5 writes rope_theta inside rope_parameters and dtype instead of torch_dtype; reading only the
+// old names silently gave such models RoPE base 10000 (caught by tests/engine/test_hf_oracle.cpp).
+TEST_F(PretrainedTest, ReadsTransformers5ConfigKeys) {
+  save_model_config(tiny_config(tok), dir.file("config.json"));
+  edit_config([](json& d) {
+    d["rope_theta"] = 123.0;  // the nested value wins, as in transformers
+    d["rope_parameters"] = {{"rope_theta", 500.0}, {"rope_type", "default"}};
+    d.erase("torch_dtype");
+    d["dtype"] = "bfloat16";
+    d["mlp_bias"] = false;
+    d["layer_types"] = {"full_attention", "full_attention"};
+  });
+  ModelConfig c = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(c.rope_theta, 500.0);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+
+  const json good = json::parse(read_file(dir.file("config.json")));
+  auto err = [&](const std::function<void(json&)>& edit) {
+    json d = good;
+    edit(d);
+    write_file_atomic(dir.file("config.json"), d.dump());
+    return error_of([&] { load_model_config(dir.file("config.json")); });
+  };
+  EXPECT_THAT(err([](json& d) { d["rope_parameters"]["rope_type"] = "llama3"; }), HasSubstr("rope_type \"llama3\""));
+  EXPECT_THAT(err([](json& d) { d["rope_parameters"] = {{"full_attention", {{"rope_theta", 1.0}}}}; }),
+              HasSubstr("per-layer-type"));
+  EXPECT_THAT(err([](json& d) { d["rope_parameters"]["partial_rotary_factor"] = 0.5; }),
+              HasSubstr("partial_rotary_factor"));
+  EXPECT_THAT(err([](json& d) { d["mlp_bias"] = true; }), HasSubstr("key 'mlp_bias' must be false"));
+  EXPECT_THAT(err([](json& d) { d["layer_types"][1] = "sliding_attention"; }), HasSubstr("key 'layer_types'"));
+  EXPECT_THAT(err([](json& d) {
+                d.erase("layer_types");
+                d["use_sliding_window"] = true;
+                d["sliding_window"] = 16;
+                d["max_window_layers"] = 1;
+              }),
+              HasSubstr("sliding-window"));
+}
+
 TEST_F(PretrainedTest, BadConfigJsonErrorsNameFileAndKey) {
   save(tiny_config(tok));
   const std::string path = dir.file("config.json");
