@@ -2,6 +2,7 @@
 // across pools and pools running concurrently.
 #include <torch/cuda.h>
 
+#include "hybridflow/core/fs.h"
 #include "runtime/runtime_test_workers.h"
 
 // One job for the tests that leave it healthy: pool "a" (2 processes, actor + critic colocated),
@@ -157,6 +158,21 @@ TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {
   EXPECT_EQ(values, (std::vector<nlohmann::json>{"forty-two", "forty-two"}));
   ask.meta()["name"] = "HF_WORKER_RANK";
   EXPECT_EQ(group.call("getenv", ask).get().field("value"), (std::vector<nlohmann::json>{"0", "1"}));
+}
+
+// `ps` tells worker processes apart: their command line names program, pool and rank.
+TEST(WorkerGroup, SpawnedWorkersAreNamedByPoolAndRank) {
+  Controller ctl;
+  auto pool = ctl.add_pool(pool_spec("named", 2));
+  const auto pids = pool->pids();
+  ASSERT_EQ(pids.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string cmdline = read_file("/proc/" + std::to_string(pids[rank]) + "/cmdline");
+    cmdline = cmdline.substr(0, cmdline.find('\0'));
+    EXPECT_NE(cmdline.find(" worker named rank " + std::to_string(rank)), std::string::npos) << cmdline;
+    std::string comm = read_file("/proc/" + std::to_string(pids[rank]) + "/comm");
+    EXPECT_EQ(comm.rfind("hf named " + std::to_string(rank), 0), 0u) << comm;
+  }
 }
 
 // Two pools on one node pick CUDA devices by LOCAL_RANK: the second pool's ranks start after the first's.
