@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -163,6 +164,12 @@ struct ProcessPool::Impl {
     }
     for (const auto& kv : spec.env) base_env.push_back(kv.first + "=" + kv.second);
     const pid_t parent = ::getpid();
+    // argv[0] is what `ps` shows: "hybridflow worker <pool> rank <r>", so a user can tell the processes apart.
+    std::string program = "hybridflow";
+    try {
+      program = std::filesystem::canonical(exe).filename().string();
+    } catch (const std::exception&) {
+    }
     for (int rank = 0; rank < spec.num_processes; ++rank) {
       // Everything the child needs is built before fork: after fork only async-signal-safe calls.
       std::vector<std::string> env = base_env;
@@ -175,7 +182,7 @@ struct ProcessPool::Impl {
       std::vector<char*> envp, argv;
       for (auto& s : env) envp.push_back(s.data());
       envp.push_back(nullptr);
-      std::string arg0 = exe;
+      std::string arg0 = program + " worker " + spec.name + " rank " + std::to_string(rank);
       std::vector<std::string> args = spec.args;
       argv.push_back(arg0.data());
       for (auto& a : args) argv.push_back(a.data());

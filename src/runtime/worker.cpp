@@ -77,8 +77,14 @@ torch::Device worker_device(const std::string& name) {
   HF_CHECK(count > 0, "device 'cuda' asked for, but no CUDA device is visible to this process",
            torch::cuda::is_available() ? "" : " (this build or machine has no CUDA: use trainer.device=cpu, or build "
                                               "with HF_CUDA=1 on a machine with a GPU)");
-  const char* local = std::getenv("LOCAL_RANK");
-  const int64_t local_rank = local != nullptr ? std::atoll(local) : 0;
+  // torchrun's variable (also what the controller gives processes it spawns), then mpirun's and srun's.
+  int64_t local_rank = 0;
+  for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* value = std::getenv(var)) {
+      local_rank = std::atoll(value);
+      break;
+    }
+  }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
 }
 

@@ -1,5 +1,6 @@
 #include "hybridflow/runtime/worker_main.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -114,6 +115,10 @@ int run_worker_main(int, char**) {
   const std::string endpoint = env_or_fail(runtime_detail::kEndpointEnv);
   const std::string token = env_or_fail(runtime_detail::kTokenEnv);
   const int rank = std::stoi(env_or_fail(runtime_detail::kRankEnv));
+  // The thread name (top, /proc/PID/comm; 15 characters at most) says which pool and rank this is.
+  const char* pool = std::getenv(runtime_detail::kPoolEnv);
+  const std::string comm = "hf " + std::string(pool != nullptr ? pool : "?") + " " + std::to_string(rank);
+  ::prctl(PR_SET_NAME, comm.substr(0, 15).c_str());
 
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);

@@ -31,6 +31,29 @@ std::string resolve_device(const std::string& device) {
   return device;
 }
 
+// Numbers that would run silently wrong (or exit 0 having done nothing) fail here, before any worker starts.
+// verl's top_k = -1 ("off") is accepted and means 0 here.
+void check_numbers(const Config& config) {
+  const int64_t steps = config.get<int64_t>("trainer.total_steps");
+  HF_CHECK(steps > 0, "trainer.total_steps must be > 0, got ", steps);
+  const Config rollout = config.subtree("actor_rollout_ref.rollout");
+  const int64_t top_k = rollout.get<int64_t>("top_k");
+  HF_CHECK(top_k >= -1, "actor_rollout_ref.rollout.top_k must be >= 0, or -1 / 0 for off (verl's -1), got ", top_k);
+  const double top_p = rollout.get<double>("top_p");
+  HF_CHECK(top_p > 0 && top_p <= 1, "actor_rollout_ref.rollout.top_p must be in (0, 1], got ", top_p);
+  const double temperature = rollout.get<double>("temperature");
+  HF_CHECK(temperature > 0, "actor_rollout_ref.rollout.temperature must be > 0, got ", temperature);
+  const int64_t response_length = rollout.get<int64_t>("response_length");
+  HF_CHECK(response_length > 0, "actor_rollout_ref.rollout.response_length must be > 0, got ", response_length);
+  for (const char* key : {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size",
+                          "actor_rollout_ref.actor.ppo_epochs", "critic.ppo_mini_batch_size",
+                          "critic.ppo_micro_batch_size", "critic.ppo_epochs",
+                          "actor_rollout_ref.rollout.log_prob_micro_batch_size"}) {
+    const int64_t v = config.get<int64_t>(key);
+    HF_CHECK(v > 0, key, " must be > 0, got ", v);
+  }
+}
+
 nlohmann::json nullable(const Config& c, const std::string& key) {
   return c.is_null(key) ? nlohmann::json() : nlohmann::json(c.get<double>(key));
 }
@@ -40,6 +63,9 @@ nlohmann::json nullable(const Config& c, const std::string& key) {
 RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.cfg = config;
+  check_numbers(config);
+  const std::string run_dir = config.get<std::string>("trainer.run_dir");
+  if (!run_dir.empty()) s.run_dir_lock = std::make_unique<DirectoryLock>(run_dir);
   register_rl_workers();
   // Before any worker starts, so that a bad resume path fails at once.
   const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
@@ -126,7 +152,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                      {"kl_loss_type", actor.get<std::string>("kl_loss_type")}});
   nlohmann::json rollout_json = {{"n", n},
                                  {"temperature", rollout.get<double>("temperature")},
-                                 {"top_k", rollout.get<int64_t>("top_k")},
+                                 {"top_k", std::max<int64_t>(0, rollout.get<int64_t>("top_k"))},
                                  {"top_p", rollout.get<double>("top_p")},
                                  {"response_length", rollout.get<int64_t>("response_length")},
                                  {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},

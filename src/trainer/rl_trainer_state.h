@@ -14,6 +14,7 @@
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/masked.h"
 #include "hybridflow/algo/safe_rlhf.h"
+#include "hybridflow/core/dir_lock.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
@@ -31,6 +32,8 @@
 namespace hybridflow {
 
 struct RLTrainer::State {
+  // Held for the whole run (and released last): a second run on the same run_dir fails at start.
+  std::unique_ptr<DirectoryLock> run_dir_lock;
   Config cfg;
   std::unique_ptr<Task> task;
   Tokenizer tokenizer;

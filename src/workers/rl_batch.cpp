@@ -27,9 +27,11 @@ DataProto make_prompt_batch(const std::vector<std::vector<int64_t>>& prompts, in
 std::vector<std::vector<int64_t>> prompt_token_lists(const DataProto& in) {
   std::vector<std::vector<int64_t>> prompts;
   if (in.has_tensor("input_ids")) {
-    const auto ids = in.tensor("input_ids").to(torch::kLong).contiguous();
-    const auto mask = in.has_tensor("attention_mask") ? in.tensor("attention_mask").to(torch::kLong).contiguous()
-                                                      : torch::ones_like(ids);
+    // Read on the host: one copy, not a device sync per element.
+    const auto ids = in.tensor("input_ids").to(torch::kCPU, torch::kLong).contiguous();
+    const auto mask = in.has_tensor("attention_mask")
+                          ? in.tensor("attention_mask").to(torch::kCPU, torch::kLong).contiguous()
+                          : torch::ones_like(ids);
     for (int64_t i = 0; i < ids.size(0); ++i) {
       std::vector<int64_t> row;
       for (int64_t t = 0; t < ids.size(1); ++t)

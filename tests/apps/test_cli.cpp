@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
 
 namespace {
 
@@ -60,6 +63,30 @@ TEST(Cli, CudaWithoutAGpuIsAClearErrorBeforeAnyWorkerStarts) {
   CommandResult bad = run_hybridflow("train trainer.device=tpu trainer.total_steps=1");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_NE(bad.output.find("expected cpu | cuda | auto"), std::string::npos) << bad.output;
+}
+
+// Numbers that would make a run exit 0 having done nothing, or fail steps later, fail at start naming the key.
+TEST(Cli, InvalidNumbersFailAtStartNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"trainer.total_steps=-5", "trainer.total_steps must be > 0, got -5"},
+      {"actor_rollout_ref.rollout.top_k=-2", "actor_rollout_ref.rollout.top_k must be >= 0"},
+      {"actor_rollout_ref.rollout.top_p=0", "actor_rollout_ref.rollout.top_p must be in (0, 1]"},
+      {"actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.temperature must be > 0"},
+      {"actor_rollout_ref.actor.ppo_epochs=0", "actor_rollout_ref.actor.ppo_epochs must be > 0"},
+  };
+  for (const auto& [override_, message] : cases) {
+    CommandResult r = run_hybridflow("train trainer.device=cpu " + override_);
+    EXPECT_EQ(r.exit_code, 1) << override_ << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << override_ << "\n" << r.output;
+  }
+}
+
+// verl writes top_k: -1 for "no top-k"; it runs as 0 (off) instead of failing at the first sample.
+TEST(Cli, VerlsTopKMinusOneMeansOff) {
+  std::string args = "train trainer.device=cpu actor_rollout_ref.rollout.top_k=-1";
+  for (const auto& o : hybridflow::testing::tiny_rl_overrides("grpo", {"trainer.total_steps=1"})) args += " " + o;
+  CommandResult r = run_hybridflow(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(Cli, MissingModelDirectoryIsAClearError) {

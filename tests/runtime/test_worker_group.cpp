@@ -1,5 +1,8 @@
 // Worker groups over real worker processes: data-parallel calls, colocated roles, futures chained
 // across pools and pools running concurrently.
+#include <torch/cuda.h>
+
+#include "hybridflow/core/fs.h"
 #include "runtime/runtime_test_workers.h"
 
 // One job for the tests that leave it healthy: pool "a" (2 processes, actor + critic colocated),
@@ -155,4 +158,49 @@ TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {
   EXPECT_EQ(values, (std::vector<nlohmann::json>{"forty-two", "forty-two"}));
   ask.meta()["name"] = "HF_WORKER_RANK";
   EXPECT_EQ(group.call("getenv", ask).get().field("value"), (std::vector<nlohmann::json>{"0", "1"}));
+}
+
+// `ps` tells worker processes apart: their command line names program, pool and rank.
+TEST(WorkerGroup, SpawnedWorkersAreNamedByPoolAndRank) {
+  Controller ctl;
+  auto pool = ctl.add_pool(pool_spec("named", 2));
+  const auto pids = pool->pids();
+  ASSERT_EQ(pids.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string cmdline = read_file("/proc/" + std::to_string(pids[rank]) + "/cmdline");
+    cmdline = cmdline.substr(0, cmdline.find('\0'));
+    EXPECT_NE(cmdline.find(" worker named rank " + std::to_string(rank)), std::string::npos) << cmdline;
+    std::string comm = read_file("/proc/" + std::to_string(pids[rank]) + "/comm");
+    EXPECT_EQ(comm.rfind("hf named " + std::to_string(rank), 0), 0u) << comm;
+  }
+}
+
+// Two pools on one node pick CUDA devices by LOCAL_RANK: the second pool's ranks start after the first's.
+TEST(WorkerGroup, SpawnedWorkersGetDisjointLocalRanksPerPool) {
+  auto first = pool_spec("first", 2);
+  auto second = pool_spec("second", 2);
+  second.local_rank_offset = 2;
+  Controller ctl;
+  ctl.add_pools({first, second});
+  DataProto ask;
+  ask.meta()["name"] = "LOCAL_RANK";
+  auto a = ctl.create_group("first", "actor", "echo");
+  auto b = ctl.create_group("second", "critic", "echo");
+  EXPECT_EQ(a.call("getenv", ask).get().field("value"), (std::vector<nlohmann::json>{"0", "1"}));
+  EXPECT_EQ(b.call("getenv", ask).get().field("value"), (std::vector<nlohmann::json>{"2", "3"}));
+}
+
+TEST(WorkerDevice, CpuOrCudaWithAClearErrorWithoutAGpu) {
+  EXPECT_TRUE(worker_device("cpu").is_cpu());
+  EXPECT_THROW(worker_device("gpu"), Error);
+  if (torch::cuda::device_count() == 0) {
+    try {
+      worker_device("cuda");
+      ADD_FAILURE() << "cuda without a visible device must be an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_TRUE(worker_device("cuda").is_cuda());
+  }
 }

@@ -155,3 +155,17 @@ TEST(RlTrainer, SavesTheActorAsAModelDirectoryAndItsOptimizerState) {
                            "/checkpoints/latest", "/metrics.jsonl"})
     EXPECT_TRUE(file_exists(dir.path() + file)) << file;
 }
+
+// Two runs on one run_dir would race on checkpoints and metrics: the second stops at start, naming the first.
+TEST(RlTrainer, SecondRunOnTheSameRunDirFailsNamingTheHolder) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer first(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path()})));
+  try {
+    RLTrainer second(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path()})));
+    ADD_FAILURE() << "a second run on " << dir.path() << " must not start";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is in use by another hybridflow run (pid"), std::string::npos) << e.what();
+  }
+  first.fit();
+  EXPECT_EQ(first.steps_done(), 2);  // the first run is unaffected
+}

@@ -67,7 +67,8 @@ class Worker {
 };
 
 // The device a worker process should use for config value `name` ("cpu" or "cuda"): CUDA device
-// LOCAL_RANK (the launcher's, or the one the controller gave the process) modulo the visible devices.
+// LOCAL_RANK (torchrun's, or the one the controller gave the process; else OMPI_COMM_WORLD_LOCAL_RANK or
+// SLURM_LOCALID) modulo the visible devices.
 // Error when CUDA is asked for and no device is visible, or the value is neither.
 torch::Device worker_device(const std::string& name);
 
