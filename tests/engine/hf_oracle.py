@@ -12,7 +12,8 @@ transformers there). Two jobs, done in one process so that transformers is impor
                         again stopping on stop_token).
   --score-dirs D...     for each model directory D written by hybridflow: loads it with
                         AutoModelForCausalLM and writes D/transformers_logits.safetensors
-                        (input_ids, attention_mask, logits).
+                        (input_ids, attention_mask, logits, and tokenizer_ids: TOKENIZER_TEXT
+                        encoded by transformers from D/tokenizer.json).
 
 Weights are re-drawn after construction with non-trivial scales (random norms and biases, sharp
 attention) because HF's own init (zero biases, unit norms, std 0.02) would hide bugs in those terms.
@@ -33,6 +34,7 @@ PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 ALPHABET = "0123456789+=abcdefghij "
 MAX_NEW_TOKENS = 6
+TOKENIZER_TEXT = "12+34=46 abj"
 
 # Each model exercises a different part of the mapping: tied embeddings + attention bias + GQA on
 # Llama, a vocabulary larger than the tokenizer (as Qwen pads it) + GQA with one KV head on Qwen2;
@@ -147,8 +149,10 @@ def score(directory):
     ids, mask = fixed_inputs(token_vocab)
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
-    save_file({"input_ids": ids, "attention_mask": mask, "logits": logits.float().contiguous()},
-              os.path.join(directory, "transformers_logits.safetensors"))
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(directory, "tokenizer.json"))
+    text_ids = torch.tensor(tokenizer(TOKENIZER_TEXT, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+    save_file({"input_ids": ids, "attention_mask": mask, "logits": logits.float().contiguous(),
+               "tokenizer_ids": text_ids}, os.path.join(directory, "transformers_logits.safetensors"))
 
 
 def main():

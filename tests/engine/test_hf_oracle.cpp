@@ -26,6 +26,7 @@ namespace {
 // Must equal hf_oracle.py's ALPHABET, PAD, EOS and MAX_NEW_TOKENS.
 constexpr char kAlphabet[] = "0123456789+=abcdefghij ";
 constexpr int64_t kPad = 0, kEos = 2, kMaxNewTokens = 6;
+constexpr char kTokenizerText[] = "12+34=46 abj";  // hf_oracle.py's TOKENIZER_TEXT
 constexpr double kTolerance = 1e-4;  // fp32, as issue 9 asks
 
 std::string python_path() {
@@ -221,6 +222,10 @@ TEST_P(HfOracleTest, HybridflowModelLoadsInTransformersWithTheSameLogits) {
               c10::str(logits.sizes()).c_str(), diff);
   EXPECT_LE(diff, kTolerance);
   EXPECT_GT(ref["logits"].std().item<double>(), 1.0);
+
+  // The tokenizer.json written here encodes the same in transformers' tokenizers.
+  std::vector<int64_t> ids = Tokenizer::from_alphabet(kAlphabet).encode(kTokenizerText);
+  EXPECT_TRUE(torch::equal(torch::tensor(ids, torch::kInt64), ref["tokenizer_ids"])) << ref["tokenizer_ids"];
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaAndQwen2, HfOracleTest, ::testing::ValuesIn(kModels),
