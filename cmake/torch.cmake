@@ -44,6 +44,13 @@ if(HF_CUDA)
   endif()
   enable_language(CUDA)
   target_link_libraries(hf_torch INTERFACE torch)
+  # The wheel's libtorch_cuda was linked against the CUDA libraries the wheel ships (NCCL, cuDNN, cuBLAS of
+  # CUDA 13.2, under site-packages/nvidia); the toolkit's older copies (CUDA 13.0's NCCL lacks symbols it
+  # needs) must not stand in for them, at link time nor at run time.
+  file(GLOB HF_WHEEL_CUDA_LIB_DIRS LIST_DIRECTORIES true "${HF_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(dir ${HF_WHEEL_CUDA_LIB_DIRS})
+    target_link_options(hf_torch INTERFACE "-Wl,-rpath-link,${dir}")
+  endforeach()
   target_compile_definitions(hf_torch INTERFACE HF_WITH_CUDA=1)
 else()
   foreach(lib torch_cpu c10)
@@ -59,4 +66,4 @@ else()
                                            Threads::Threads)
 endif()
 # Binaries find libtorch (and the CUDA libraries the wheel ships beside it) without LD_LIBRARY_PATH.
-set(CMAKE_BUILD_RPATH "${HF_TORCH_ROOT}/lib")
+set(CMAKE_BUILD_RPATH "${HF_TORCH_ROOT}/lib" ${HF_WHEEL_CUDA_LIB_DIRS})
