@@ -34,6 +34,7 @@ int64_t ModelConfig::num_parameters() const {
   const int64_t kv_dim = num_key_value_heads * head_dim();
   int64_t attention = hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2;  // q, o, k, v
   if (attention_bias) attention += hidden_size + 2 * kv_dim;
+  if (o_proj_bias()) attention += hidden_size;
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t norms = 2 * hidden_size;
   const int64_t per_layer = attention + mlp + norms;

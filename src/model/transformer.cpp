@@ -53,7 +53,8 @@ class AttentionImpl : public torch::nn::Module {
     q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(c.attention_bias)));
     k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
     v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
-    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(false)));
+    // Llama's attention_bias covers o_proj too; Qwen2 biases q/k/v only (as transformers builds them).
+    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(c.o_proj_bias())));
   }
 
   // x [B, T, H]; cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] float32 (0 or kMaskedScore).

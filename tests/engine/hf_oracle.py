@@ -43,7 +43,7 @@ MODELS = {
     "llama": dict(
         cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=11,
         kwargs=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, rope_theta=500.0, rms_norm_eps=1e-5,
+                    num_key_value_heads=2, rope_theta=500.0, rms_norm_eps=1e-5, attention_bias=True,
                     tie_word_embeddings=True, max_position_embeddings=64)),
     "qwen2": dict(
         cls="Qwen2ForCausalLM", cfg="Qwen2Config", vocab_extra=5, seed=12,

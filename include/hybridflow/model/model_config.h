@@ -27,6 +27,8 @@ struct ModelConfig {
   std::string torch_dtype = "float32";  // float32 | float16 | bfloat16: the dtype weights are stored in
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // transformers gives Llama's o_proj a bias with attention_bias; Qwen2's never has one.
+  bool o_proj_bias() const { return attention_bias && model_type != "qwen2"; }
   // Throws hybridflow::Error naming the first inconsistent field.
   void validate() const;
   // Parameter count of the language model. A value-head model (HeadKind::kValue) has no lm_head and
