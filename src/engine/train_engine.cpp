@@ -33,10 +33,19 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOpt
   HF_CHECK(module_ != nullptr, "TrainEngine: module is null");
   lr_at_step(options_.schedule, 0);  // validates the schedule before any training
   std::vector<torch::Tensor> decay, no_decay;
+  bool low_precision = false;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (item.value().requires_grad()) low_precision |= item.value().scalar_type() != torch::kFloat;
+  }
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
-    (excluded_from_weight_decay(item.key(), item.value()) ? no_decay : decay).push_back(item.value());
     params_.push_back(item.value());
+    torch::Tensor optimized = item.value();
+    if (low_precision) {
+      optimized = item.value().detach().to(torch::kFloat).clone().set_requires_grad(true);
+      masters_.push_back(optimized);
+    }
+    (excluded_from_weight_decay(item.key(), item.value()) ? no_decay : decay).push_back(optimized);
   }
   HF_CHECK(!params_.empty(), "TrainEngine: the module has no trainable parameters");
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -48,17 +57,35 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOpt
 }
 
 void TrainEngine::zero_grad() {
-  for (auto& p : params_) {
-    if (p.grad().defined()) {
-      p.grad().detach_();
-      p.grad().zero_();
+  for (auto* group : {&params_, &masters_}) {
+    for (auto& p : *group) {
+      if (p.grad().defined()) {
+        p.grad().detach_();
+        p.grad().zero_();
+      }
     }
   }
 }
 
+void TrainEngine::accumulate_into_masters() {
+  if (masters_.empty()) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& g = params_[i].mutable_grad();
+    if (!g.defined()) continue;
+    auto& master_grad = masters_[i].mutable_grad();
+    if (master_grad.defined())
+      master_grad.add_(g.to(torch::kFloat));
+    else
+      master_grad = g.to(torch::kFloat);
+    g = torch::Tensor();  // undefined, so the next call adds nothing twice
+  }
+}
+
 double TrainEngine::clip_grad_norm() {
+  accumulate_into_masters();
   std::vector<torch::Tensor> with_grad;
-  for (auto& p : params_) {
+  for (auto& p : optimized()) {
     if (p.grad().defined()) with_grad.push_back(p);
   }
   if (with_grad.empty()) return 0.0;
@@ -72,6 +99,10 @@ void TrainEngine::apply_step() {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
   optimizer_->step();
+  if (!masters_.empty()) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
+  }
   ++step_;
 }
 
@@ -110,6 +141,7 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
              loss.defined() ? loss.sizes() : torch::IntArrayRef{});
     const double weight = mean ? static_cast<double>(units(micro)) / local_norm : 1.0;
     (loss * weight).backward();
+    accumulate_into_masters();
     stats.loss += loss.item<double>() * weight;
   }
   if (data_parallel()) reduce_gradients(local_norm, mean, stats);
@@ -137,10 +169,10 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   // One flat fp32 buffer: a single collective per step, and parameters without a gradient on this rank
   // still line up with the ranks where they have one.
   // On the parameters' device: the reducer's collective (NCCL for CUDA) moves tensors where they live.
-  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(optimized().front().device());
   std::vector<torch::Tensor> parts;
-  parts.reserve(params_.size() + 1);
-  for (const auto& p : params_) {
+  parts.reserve(optimized().size() + 1);
+  for (const auto& p : optimized()) {
     parts.push_back(p.grad().defined() ? p.grad().reshape({-1}).to(torch::kFloat) * local_norm
                                        : torch::zeros({p.numel()}, fp32));
   }
@@ -157,7 +189,7 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   stats.tokens = static_cast<int64_t>(std::llround(global_units));
   stats.loss = flat[n + 1].item<double>() / norm;
   int64_t offset = 0;
-  for (auto& p : params_) {
+  for (auto& p : optimized()) {
     torch::Tensor g = (flat.narrow(0, offset, p.numel()) / norm).view(p.sizes()).to(p.scalar_type());
     offset += p.numel();
     if (p.grad().defined())
@@ -171,6 +203,8 @@ void TrainEngine::save_state(const std::string& path) const {
   torch::serialize::OutputArchive archive;
   optimizer_->save(archive);
   archive.write("hybridflow.step", torch::tensor(step_, torch::kLong));
+  for (size_t i = 0; i < masters_.size(); ++i)
+    archive.write("hybridflow.master." + std::to_string(i), masters_[i].detach().to(torch::kCPU));
   std::ostringstream bytes;
   archive.save_to(bytes);
   write_file_atomic(path, bytes.str());
@@ -186,6 +220,20 @@ void TrainEngine::load_state(const std::string& path) {
     torch::Tensor step;
     archive.read("hybridflow.step", step);
     step_ = step.item<int64_t>();
+    // Mixed precision resumes from the fp32 masters (the module's bf16 weights are their rounding). A state
+    // saved by an fp32 engine has none: the masters then start from the loaded module weights.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < masters_.size(); ++i) {
+      torch::Tensor master;
+      if (archive.try_read("hybridflow.master." + std::to_string(i), master)) {
+        HF_CHECK(master.sizes() == masters_[i].sizes(), "optimizer state '", path, "': master weight ", i,
+                 " has shape ", master.sizes(), ", the model expects ", masters_[i].sizes());
+        masters_[i].copy_(master);
+      } else {
+        masters_[i].copy_(params_[i]);
+      }
+      params_[i].copy_(masters_[i]);
+    }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

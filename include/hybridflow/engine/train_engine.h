@@ -1,6 +1,11 @@
 // Training engine for one model replica: AdamW (no weight decay on norms and biases), global-norm
 // gradient clipping, a warm-up + decay learning-rate schedule, micro-batch gradient accumulation
 // and optimizer state checkpoints. Actors, critics, reward models and SFT all train through it.
+//
+// Mixed precision: when the module's parameters are bf16 (or fp16), the engine keeps fp32 master copies
+// that AdamW owns (so its moments are fp32 too), accumulates every micro-batch's gradient into the
+// masters' fp32 gradients, clips, reduces and steps in fp32, and writes the rounded result back into the
+// module. Forward and backward run in the module's dtype; losses are the caller's (fp32 by convention).
 #pragma once
 
 #include <torch/torch.h>
@@ -81,12 +86,15 @@ class TrainEngine {
   void apply_step();        // sets this step's lr, steps AdamW, advances the step counter
 
   int64_t step() const { return step_; }
+  // True when the module trains in bf16/fp16 against fp32 master weights.
+  bool mixed_precision() const { return !masters_.empty(); }
   double lr_for_next_step() const { return lr_at_step(options_.schedule, step_); }
   const OptimizerOptions& options() const { return options_; }
   torch::optim::AdamW& optimizer() { return *optimizer_; }
   torch::nn::Module& module() { return *module_; }
 
-  // AdamW moments and the step counter, written atomically (temp file + rename).
+  // AdamW moments, the step counter and (mixed precision) the fp32 master weights, written atomically
+  // (temp file + rename), so a resumed bf16 run continues from the exact fp32 values.
   void save_state(const std::string& path) const;
   // Restores a state saved by an engine over the same module layout; errors name the file.
   void load_state(const std::string& path);
@@ -94,7 +102,12 @@ class TrainEngine {
  private:
   std::shared_ptr<torch::nn::Module> module_;
   OptimizerOptions options_;
-  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> params_;   // the module's trainable parameters, in its dtype
+  std::vector<torch::Tensor> masters_;  // fp32 copies of params_ that the optimizer steps (mixed precision only)
+  // What the optimizer, clipping and the gradient reduce work on: masters_ when mixed, else params_.
+  std::vector<torch::Tensor>& optimized() { return masters_.empty() ? params_ : masters_; }
+  // Mixed precision: adds the module's low-precision gradients into the masters' fp32 ones and clears them.
+  void accumulate_into_masters();
   // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
   // global normaliser's worth back into stats.
   void reduce_gradients(double local_norm, bool mean, StepStats& stats);
