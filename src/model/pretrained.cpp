@@ -18,12 +18,6 @@ using json = nlohmann::json;
 constexpr char kWeightsFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 
-torch::Dtype dtype_from_config(const std::string& name) {
-  if (name == "float32") return torch::kFloat32;
-  if (name == "float16") return torch::kFloat16;
-  if (name == "bfloat16") return torch::kBFloat16;
-  HF_FAIL("torch_dtype must be float32, float16 or bfloat16, got '", name, "'");
-}
 
 // All tensors of a sharded checkpoint; each shard must hold exactly what the index assigns to it.
 std::map<std::string, torch::Tensor> read_sharded(const std::string& dir) {
@@ -84,6 +78,13 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
+torch::Dtype parse_dtype(const std::string& name, const std::string& key) {
+  if (name == "float32" || name == "fp32") return torch::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16") return torch::kFloat16;
+  HF_FAIL(key, ": expected fp32 | bf16 | fp16 (or float32 | bfloat16 | float16), got '", name, "'");
+}
+
 Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype) {
   Pretrained out;
   out.config = load_model_config(dir + "/config.json");
@@ -133,7 +134,7 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
 
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer) {
   const ModelConfig& config = model->config();
-  const torch::Dtype dtype = dtype_from_config(config.torch_dtype);
+  const torch::Dtype dtype = parse_dtype(config.torch_dtype, "torch_dtype");
   make_dirs(dir);
   save_model_config(config, dir + "/config.json");
   NamedTensors tensors;

@@ -58,21 +58,26 @@ actor_rollout_ref:
     use_kl_loss: false
     kl_loss_coef: 0.001
     kl_loss_type: low_var_kl
+    dtype: fp32
     optim:
       lr: 1.0e-5
       weight_decay: 0.01
       grad_clip: 1.0
       warmup_steps: 0
   rollout:
+    dtype: null
     n: 1
     temperature: 1.0
     top_k: 0
     top_p: 1.0
     response_length: 16
     log_prob_micro_batch_size: 16
+  ref:
+    dtype: null
 critic:
   num_processes: 1
   model_path: ""
+  dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: 8
   ppo_epochs: 1
@@ -87,11 +92,13 @@ critic:
 reward_model:
   enable: false
   path: ""
+  dtype: fp32
   num_processes: 1
   micro_batch_size: 16
 cost_model:
   enable: false
   path: ""
+  dtype: fp32
   num_processes: 1
   micro_batch_size: 16
 cost:

@@ -4,6 +4,8 @@
 
 #include <torch/cuda.h>
 
+#include "hybridflow/model/pretrained.h"
+
 namespace hybridflow {
 
 namespace {
@@ -51,6 +53,17 @@ void check_numbers(const Config& config) {
                           "actor_rollout_ref.rollout.log_prob_micro_batch_size"}) {
     const int64_t v = config.get<int64_t>(key);
     HF_CHECK(v > 0, key, " must be > 0, got ", v);
+  }
+}
+
+// A role's dtype key (null = `fallback`), normalised to fp32 | bf16 | fp16; the error names the full key.
+std::string checked_dtype(const Config& c, const std::string& key, const std::string& full_key,
+                          const std::string& fallback) {
+  if (c.is_null(key)) return fallback;
+  switch (parse_dtype(c.get<std::string>(key), full_key)) {
+    case torch::kBFloat16: return "bf16";
+    case torch::kFloat16: return "fp16";
+    default: return "fp32";
   }
 }
 
@@ -150,7 +163,18 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                      {"use_kl_loss", use_kl_loss},
                      {"kl_loss_coef", actor.get<double>("kl_loss_coef")},
                      {"kl_loss_type", actor.get<std::string>("kl_loss_type")}});
-  nlohmann::json rollout_json = {{"n", n},
+  // Per-role dtypes: the actor trains and computes old log-probs in actor.dtype; generation and the
+  // reference default to the actor's. All are validated here, so a typo fails before any process starts.
+  const std::string actor_dtype = checked_dtype(actor, "dtype", "actor_rollout_ref.actor.dtype", "fp32");
+  const std::string ref_dtype =
+      checked_dtype(config.subtree("actor_rollout_ref.ref"), "dtype", "actor_rollout_ref.ref.dtype", actor_dtype);
+  const std::string critic_dtype = checked_dtype(config.subtree("critic"), "dtype", "critic.dtype", "fp32");
+  const std::string rm_dtype = checked_dtype(config.subtree("reward_model"), "dtype", "reward_model.dtype", "fp32");
+  const std::string cm_dtype = checked_dtype(config.subtree("cost_model"), "dtype", "cost_model.dtype", "fp32");
+  actor_json["dtype"] = actor_dtype;
+  model_spec["dtype"] = actor_dtype;
+  nlohmann::json rollout_json = {{"dtype", checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype)},
+                                 {"n", n},
                                  {"temperature", rollout.get<double>("temperature")},
                                  {"top_k", std::max<int64_t>(0, rollout.get<int64_t>("top_k"))},
                                  {"top_p", rollout.get<double>("top_p")},
@@ -179,12 +203,14 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
 
   s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
       colocate ? "global" : "actor", "actor", kActorRolloutRefWorkerType, {},
-      {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json}}));
+      {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json},
+       {"ref_dtype", ref_dtype}}));
   if (s.use_critic) {
     const Config critic = config.subtree("critic");
     const std::string critic_path = critic.get<std::string>("model_path");
     nlohmann::json critic_spec = model_spec;
     if (!critic_path.empty()) critic_spec["path"] = critic_path;
+    critic_spec["dtype"] = critic_dtype;
     const int critic_procs = colocate ? actor_procs : critic.get<int>("num_processes");
     nlohmann::json critic_json = optim_json(critic.subtree("optim"), total_steps);
     critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_procs},
@@ -209,6 +235,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   if (use_rm) {
     nlohmann::json rm_spec = model_spec;
     rm_spec["path"] = config.get<std::string>("reward_model.path");
+    rm_spec["dtype"] = rm_dtype;
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType, {},
         {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
@@ -216,6 +243,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   if (use_cost_model) {  // a value-head model like the reward model, under its own role
     nlohmann::json cm_spec = model_spec;
     cm_spec["path"] = config.get<std::string>("cost_model.path");
+    cm_spec["dtype"] = cm_dtype;
     s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType, {},
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));

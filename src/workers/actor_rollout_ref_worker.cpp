@@ -21,9 +21,24 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   at::set_num_threads(config_.value("threads", 1));
   const auto& spec = config_.at("model");
   set_device(model_device(spec));
-  actor_ = build_model(spec, HeadKind::kLanguageModel);
+  nlohmann::json actor_spec = spec;
+  actor_spec["dtype"] = config_.value("actor", nlohmann::json::object()).value("dtype", spec.value("dtype", "fp32"));
+  actor_ = build_model(actor_spec, HeadKind::kLanguageModel);
+  // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
+  // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
+  const std::string rollout_dtype =
+      config_.value("rollout", nlohmann::json::object()).value("dtype", actor_spec.at("dtype").get<std::string>());
+  if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_spec.at("dtype").get<std::string>(), "actor dtype")) {
+    nlohmann::json rollout_spec = actor_spec;
+    rollout_spec["dtype"] = rollout_dtype;
+    rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel);
+    rollout_->eval();
+    for (auto& p : rollout_->parameters()) p.set_requires_grad(false);
+  }
   if (config_.value("has_ref", false)) {
-    ref_ = build_model(spec, HeadKind::kLanguageModel);
+    nlohmann::json ref_spec = actor_spec;
+    ref_spec["dtype"] = config_.value("ref_dtype", actor_spec.at("dtype").get<std::string>());
+    ref_ = build_model(ref_spec, HeadKind::kLanguageModel);
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
@@ -56,7 +71,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   g.pad_token_id = mc.pad_token_id >= 0 ? mc.pad_token_id : 0;
 
   const auto prompts = prompt_token_lists(in);
-  GenerationOutput out = generate(actor_, prompts, g);
+  GenerationOutput out = generate(rollout_ ? rollout_ : actor_, prompts, g);
   DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
   if (in.has_tensor("input_ids")) result = left_pad_prompts(result, in.tensor("input_ids").size(1), g.pad_token_id);
   // Per-prompt fields follow their samples (prompt text and answer stay with each response).
@@ -142,6 +157,7 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(actor);
   plan.weighting = loss_weighting_for(loss_cfg.agg_mode);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
+  sync_rollout_weights();
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
   out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
@@ -164,7 +180,16 @@ DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
   // The reference model stays as built: it is the initial policy, not a trained one.
   load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), actor_, *engine_);
+  sync_rollout_weights();
   return DataProto();
+}
+
+void ActorRolloutRefWorker::sync_rollout_weights() {
+  if (!rollout_) return;
+  torch::NoGradGuard no_grad;
+  auto source = actor_->parameters();
+  auto target = rollout_->parameters();
+  for (size_t i = 0; i < target.size(); ++i) target[i].copy_(source[i]);
 }
 
 DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {

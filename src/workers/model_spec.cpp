@@ -19,10 +19,11 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   // including a value head that a language model directory does not have and so starts fresh.
   torch::manual_seed(spec.value("init_seed", uint64_t{0}));
   const torch::Device device = model_device(spec);
+  const torch::Dtype dtype = parse_dtype(spec.value("dtype", std::string("fp32")), "model dtype");
   const std::string path = spec.value("path", std::string());
   if (!path.empty()) {
     CausalLM model = load_pretrained(path, head).model;
-    model->to(device);
+    model->to(device, dtype);
     return model;
   }
   HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
@@ -36,7 +37,8 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
   config.validate();
   CausalLM model(config, head);
-  model->to(device);  // initialised on the CPU: the same weights whatever the device
+  // Initialised in fp32 on the CPU, then moved and cast: the same weights whatever the device and dtype.
+  model->to(device, dtype);
   return model;
 }
 

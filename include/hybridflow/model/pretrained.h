@@ -23,6 +23,9 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLa
 // Writes the directory atomically (each file to a temp name, then rename), weights in config.torch_dtype.
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
 
+// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16" -> dtype; anything else is an error naming `key`.
+torch::Dtype parse_dtype(const std::string& name, const std::string& key);
+
 // config.json <-> ModelConfig (throws naming the file and key).
 ModelConfig load_model_config(const std::string& config_json_path);
 void save_model_config(const ModelConfig& config, const std::string& config_json_path);

@@ -15,10 +15,11 @@
 //   load_checkpoint     meta dir: restores the actor's weights, optimizer and RNG state (not the reference)
 //   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
 //   flat_parameters     out: tensor parameters [1, P] fp32 (tests compare data-parallel replicas)
-// Config JSON: model (see model_spec.h), has_ref, threads, actor {lr, weight_decay, grad_clip, warmup_steps,
+// Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
 // clip_ratio_c, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type},
-// rollout {response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size}.
+// rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size}. dtypes are
+// fp32 | bf16 (model_spec.h); rollout and reference default to the actor's.
 // With more than one process the ranks train data-parallel (workers/data_parallel.h); update_actor's
 // meta "comm" then has the Communicator's byte counts.
 #pragma once
@@ -48,9 +49,12 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   torch::Tensor log_probs_of(CausalLM& model, const DataProto& in) const;
+  // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
+  void sync_rollout_weights();
 
   nlohmann::json config_;
   CausalLM actor_{nullptr};
+  CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype
   CausalLM ref_{nullptr};
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;  // joined at the first update when the role has several processes

@@ -12,7 +12,8 @@ namespace hybridflow {
 // spec keys: path (HF directory; when set, the others are ignored), preset ("tiny", "small", ...),
 // vocab_size, hidden_size / num_hidden_layers / intermediate_size / num_attention_heads /
 // num_key_value_heads (0 = the preset's), init_seed, eos_token_id, pad_token_id, device ("cpu" | "cuda":
-// this process's CUDA device, see worker_device). Error naming the key when the spec is incomplete.
+// this process's CUDA device, see worker_device), dtype ("fp32" | "bf16": the parameters' and activations'
+// dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine). Error naming the key when the spec is incomplete.
 CausalLM build_model(const nlohmann::json& spec, HeadKind head);
 
 // The device the spec's model goes to in this process.
