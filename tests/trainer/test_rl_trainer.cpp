@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -58,6 +59,28 @@ TEST(RlTrainer, PpoWithGaeStartsACriticAndUpdatesIt) {
     EXPECT_TRUE(record.contains(key)) << key << " missing in " << record.dump();
   // Actor and reference start equal, so the first step's KL penalty is 0.
   EXPECT_NEAR(record.at("actor/reward_kl_penalty").get<double>(), 0.0, 1e-5);
+}
+
+TEST(RlTrainer, Bf16RolesTrainAndAMisspelledDtypeNamesItsKey) {
+  // Actor and critic train in bf16, generation runs on an fp32 cast copy, the reference in bf16.
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"actor_rollout_ref.actor.dtype=bf16", "actor_rollout_ref.rollout.dtype=fp32",
+                                    "critic.dtype=bf16", "actor_rollout_ref.actor.use_kl_loss=true"})));
+  const double actor_before = trainer.parameter_sq_norm("actor");
+  const double critic_before = trainer.parameter_sq_norm("critic");
+  nlohmann::json record = trainer.fit();
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), actor_before);
+  EXPECT_NE(trainer.parameter_sq_norm("critic"), critic_before);
+  for (const char* key : {"actor/pg_loss", "actor/kl_loss", "critic/vf_loss", "actor/entropy"}) {
+    ASSERT_TRUE(record.contains(key)) << key << " missing in " << record.dump();
+    EXPECT_TRUE(std::isfinite(record.at(key).get<double>())) << key;
+  }
+  try {
+    RLTrainer bad(load_rl_config("", tiny_rl_overrides("grpo", {"critic.dtype=bfloat17"})));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("critic.dtype"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
