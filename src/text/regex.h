@@ -1,0 +1,32 @@
+// Oniguruma regular expressions, configured as the tokenizers library configures them (UTF-8, the
+// default syntax), so that patterns such as Llama-3's split text exactly as the reference does.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hybridflow::text {
+
+class Regex {
+ public:
+  // Throws hybridflow::Error with Oniguruma's message when the pattern does not compile.
+  explicit Regex(const std::string& pattern);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Appends the byte ranges [start, end) of the successive matches in text. Like the reference's
+  // iteration, an empty match right where the previous match ended is skipped, and lookarounds see
+  // the whole text.
+  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
+
+  // A pattern that matches `literal` exactly (each character escaped).
+  static std::string escape(std::string_view literal);
+
+ private:
+  void* regex_ = nullptr;  // OnigRegex (kept opaque so that users need not include oniguruma.h)
+};
+
+}  // namespace hybridflow::text
