@@ -20,6 +20,8 @@ struct AddedToken {
   bool lstrip = false;
   bool rstrip = false;
   bool normalized = false;
+  // What id_to_token gives: the content, normalized when `normalized` (as the reference reports it).
+  std::string token_text;
 };
 
 // A stretch of input: an added token's id, or -1 for text that still goes through the pipeline.

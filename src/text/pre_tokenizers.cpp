@@ -7,7 +7,10 @@
 namespace hybridflow::text {
 
 const char* const kGpt2WordPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const char* const kWhitespaceWordPattern = R"(\w+|[^\w\s]+)";
+// The reference writes \w+|[^\w\s]+ for the Rust regex crate, whose \w differs from Oniguruma's (it
+// includes Join_Control such as U+200D and excludes No such as "²"): spelled out here with its definition.
+const char* const kWhitespaceWordPattern =
+    R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)";
 
 namespace {
 

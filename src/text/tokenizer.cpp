@@ -114,7 +114,8 @@ std::string Tokenizer::normalize(std::string_view text) const {
 }
 
 std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
-  std::vector<Piece> pieces{Piece{std::string(text), true}};
+  std::vector<Piece> pieces;
+  if (!text.empty()) pieces.push_back(Piece{std::string(text), true});  // empty pieces never reach a pre-tokenizer
   if (impl_->pre_tokenizer) impl_->pre_tokenizer->pre_tokenize(pieces);
   std::vector<std::string> out;
   for (Piece& p : pieces) out.push_back(std::move(p.text));
@@ -129,7 +130,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   auto it = impl_->added_by_id.find(id);
-  if (it != impl_->added_by_id.end()) return impl_->added_tokens[it->second].content;
+  if (it != impl_->added_by_id.end()) return impl_->added_tokens[it->second].token_text;
   if (const std::string* token = impl_->model->id_to_token(id)) return *token;
   return std::nullopt;
 }

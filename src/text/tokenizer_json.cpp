@@ -1,5 +1,6 @@
 // Reads tokenizer.json into the pipeline's components. Every component type and option is checked:
 // what is not implemented is an error naming the file, the JSON path and the value.
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -303,30 +304,43 @@ std::unique_ptr<Decoder> read_decoder(const JsonNode& node) {
   unknown_type(type_node, "decoder", "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, WordPiece, Sequence");
 }
 
+// Ids as the reference assigns them when it loads the file (the listed ids are not used): a token
+// the model has keeps the model's id, others take the next id after the model's vocabulary and the
+// added tokens so far, in the order listed. A repeated content is added once.
 void read_added_tokens(const JsonNode& list, Tokenizer::Impl& impl) {
+  const auto model_size = static_cast<int64_t>(impl.model->vocab_size());
+  int64_t max_added = -1;
   for (size_t i = 0; i < list.size(); ++i) {
     const JsonNode t = list[i];
     AddedToken tok;
     tok.content = t.at("content").str();
-    tok.id = static_cast<int32_t>(t.at("id").integer());
+    t.at("id").integer();  // checked for form, not used (see above)
     tok.special = t.bool_or("special", false);
     tok.single_word = t.bool_or("single_word", false);
     tok.lstrip = t.bool_or("lstrip", false);
     tok.rstrip = t.bool_or("rstrip", false);
     tok.normalized = t.bool_or("normalized", !tok.special);
-    // A token the model already has keeps the model's id, as in the reference.
-    if (auto model_id = impl.model->token_to_id(tok.content)) tok.id = *model_id;
+    if (tok.content.empty()) t.at("content").fail("an added token must not be empty");
+    if (impl.added_by_content.count(tok.content)) continue;
+    if (auto model_id = impl.model->token_to_id(tok.content)) {
+      tok.id = *model_id;
+    } else {
+      tok.id = static_cast<int32_t>(max_added < 0 ? model_size
+                                    : max_added >= model_size || model_size == 0 ? max_added + 1
+                                                                                 : model_size);
+    }
+    max_added = std::max(max_added, static_cast<int64_t>(tok.id));
+    tok.token_text = tok.content;
+    if (tok.normalized && impl.normalizer) impl.normalizer->normalize(tok.token_text);
+    impl.added_by_content[tok.content] = tok.id;
     impl.added_tokens.push_back(std::move(tok));
   }
   std::vector<std::string> raw_patterns, normalized_patterns;
   for (size_t i = 0; i < impl.added_tokens.size(); ++i) {
     const AddedToken& tok = impl.added_tokens[i];
     impl.added_by_id[tok.id] = i;
-    impl.added_by_content[tok.content] = tok.id;
-    std::string normalized = tok.content;
-    if (tok.normalized && impl.normalizer) impl.normalizer->normalize(normalized);
     raw_patterns.push_back(tok.normalized ? std::string() : tok.content);
-    normalized_patterns.push_back(tok.normalized ? normalized : std::string());
+    normalized_patterns.push_back(tok.normalized ? tok.token_text : std::string());
   }
   impl.raw_matcher = std::make_unique<AddedTokenMatcher>(impl.added_tokens, raw_patterns);
   impl.normalized_matcher = std::make_unique<AddedTokenMatcher>(impl.added_tokens, normalized_patterns);

@@ -70,7 +70,11 @@ def main():
         request = json.load(f)
     response = {"versions": {"tokenizers": tokenizers.__version__}, "jobs": {}}
     for job in request["jobs"]:
-        response["jobs"][job["name"]] = run_job(job)
+        try:
+            response["jobs"][job["name"]] = run_job(job)
+        except Exception as e:  # name the job: one request holds many tokenizers
+            print(f"tokenizers_oracle: job {job['name']!r} ({job['tokenizer']}): {e!r}", file=sys.stderr)
+            return 1
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         json.dump(response, f)
     return 0
