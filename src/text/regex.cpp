@@ -74,20 +74,12 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
 }
 
 std::string Regex::escape(std::string_view literal) {
+  // The characters the reference escapes (Rust's regex::escape); each is a plain escape in Oniguruma.
+  static constexpr std::string_view kMeta = "\\.+*?()|[]{}^$#&-~";
   std::string out;
+  out.reserve(literal.size() * 2);
   for (char c : literal) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x80 && !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                      c == ' ' || u >= 0x80)) {
-      if (u < 0x20) {  // control characters by code, since a backslash before them is not an escape
-        static const char* hex = "0123456789abcdef";
-        out += "\\x";
-        out += hex[u >> 4];
-        out += hex[u & 0xf];
-        continue;
-      }
-      out += '\\';
-    }
+    if (kMeta.find(c) != std::string_view::npos) out += '\\';
     out += c;
   }
   return out;

@@ -83,6 +83,10 @@ std::vector<Case> cases() {
       out.push_back({"pre Split regex " + suffix, tokenizer_json(none, split({{"Regex", "\\s+|[,.!?]"}}, behavior, invert), word_level()), {}});
       out.push_back({"pre Split string " + suffix, tokenizer_json(none, split({{"String", " "}}, behavior, invert), word_level()), {}});
     }
+  // Literal patterns with regex metacharacters in them.
+  out.push_back({"pre Split string |> Isolated", tokenizer_json(none, split({{"String", "|>"}}, "Isolated", false), word_level()), {}});
+  out.push_back({"pre Split string ' MergedWithNext", tokenizer_json(none, split({{"String", "'"}}, "MergedWithNext", false), word_level()), {}});
+  out.push_back({"normalizer Replace string .", tokenizer_json({{"type", "Replace"}, {"pattern", {{"String", "."}}}, {"content", "[dot]"}}, none, word_level()), {}});
   for (const char* scheme : {"first", "always", "never"})
     for (bool split_words : {true, false})
       out.push_back({std::string("pre Metaspace ") + scheme + (split_words ? " split" : " whole"),
