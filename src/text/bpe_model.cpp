@@ -14,7 +14,7 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
     unk_id_ = token_to_id(*options_.unk_token);
     HF_CHECK(unk_id_.has_value(), "unk_token '", *options_.unk_token, "' is not in the vocabulary");
   }
-  merges_.reserve(merges.size() * 2);
+  merges_.reserve(merges.size());
   const size_t prefix_len = options_.continuing_subword_prefix.size();
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
@@ -26,7 +26,7 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
     auto id = token_to_id(merged);
     HF_CHECK(id, "merge ", rank, " ('", left, "' '", right, "') gives '", merged, "', which is not in the vocabulary");
     // The first listing of a pair wins, as in the reference.
-    merges_.emplace(pair_key(*a, *b), Merge{static_cast<int32_t>(rank), *id});
+    merges_.insert(pair_key(*a, *b), Merge{static_cast<int32_t>(rank), *id});
   }
   if (options_.byte_fallback) {
     byte_token_ids_.assign(256, -1);
@@ -109,9 +109,9 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
   auto push_pair = [&](int32_t left) {
     if (left < 0 || next[static_cast<size_t>(left)] < 0) return;
-    auto it = merges_.find(pair_key(symbols[static_cast<size_t>(left)],
-                                    symbols[static_cast<size_t>(next[static_cast<size_t>(left)])]));
-    if (it != merges_.end()) queue.push({it->second.rank, left, it->second.id});
+    const Merge* m = merges_.find(pair_key(symbols[static_cast<size_t>(left)],
+                                           symbols[static_cast<size_t>(next[static_cast<size_t>(left)])]));
+    if (m != nullptr) queue.push({m->rank, left, m->id});
   };
   for (size_t i = 0; i + 1 < n; ++i) push_pair(static_cast<int32_t>(i));
   while (!queue.empty()) {
@@ -121,8 +121,8 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
     if (!alive[pos] || next[pos] < 0) continue;
     const auto right = static_cast<size_t>(next[pos]);
     // Stale when either symbol has changed since this candidate was queued.
-    auto it = merges_.find(pair_key(symbols[pos], symbols[right]));
-    if (it == merges_.end() || it->second.id != top.id) continue;
+    const Merge* m = merges_.find(pair_key(symbols[pos], symbols[right]));
+    if (m == nullptr || m->id != top.id) continue;
     symbols[pos] = top.id;
     alive[right] = false;
     next[pos] = next[right];

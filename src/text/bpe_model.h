@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "text/model.h"
+#include "text/pair_map.h"
 
 namespace hybridflow::text {
 
@@ -33,16 +34,14 @@ class BpeModel : public Model {
     int32_t rank;
     int32_t id;  // the merged token
   };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
+  static uint64_t pair_key(int32_t a, int32_t b) { return PairMap<Merge>::key(a, b); }
   // The initial symbols of a word, then the merges applied to them.
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
   void apply_merges(std::vector<int32_t>& symbols) const;
 
   BpeOptions options_;
   std::optional<int32_t> unk_id_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  PairMap<Merge> merges_;
   std::vector<int32_t> byte_token_ids_;  // id of <0xNN> for each byte, -1 where missing
   std::vector<int32_t> char_ids_;        // id of each single-character token below U+10000, -1 where none
 
