@@ -162,6 +162,7 @@ std::vector<std::string> texts() {
   };
   for (const std::string& s : testing::tokenizer_corpus())
     if (s.size() < 400) t.push_back(s);
+  for (std::string& s : testing::random_tokenizer_texts(150, 7)) t.push_back(std::move(s));
   return t;
 }
 

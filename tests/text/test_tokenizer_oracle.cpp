@@ -1,7 +1,8 @@
 // hybridflow's text::Tokenizer against the Python `tokenizers` library on published tokenizer.json
 // files (GPT-2, Llama-3, Qwen3, a SentencePiece-style BPE with byte fallback): the same ids with and
 // without special tokens, the same decoded text, on a corpus of many scripts, emoji, whitespace,
-// code and special-token text, including inputs of over 10,000 characters.
+// code and special-token text, including inputs of over 10,000 characters, and 600 random
+// concatenations of awkward fragments.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -47,6 +48,7 @@ class TokenizerOracle : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     corpus_ = new std::vector<std::string>(testing::tokenizer_corpus());
+    for (std::string& s : testing::random_tokenizer_texts(600, 20261124)) corpus_->push_back(std::move(s));
     json request = {{"jobs", json::array()}};
     for (const char* name : kNames) {
       if (!std::filesystem::exists(tokenizer_path(name))) continue;

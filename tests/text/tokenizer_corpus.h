@@ -2,6 +2,7 @@
 // whitespace of every kind, code, contractions, special-token text inside prose, and one long input.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,31 @@ inline std::vector<std::string> tokenizer_corpus() {
   corpus.push_back(std::string(3000, 'a') + "1234567890" + std::string(2000, '!'));
   corpus.push_back(std::string(5000, ' ') + "x" + std::string(3000, '\n'));
   return corpus;
+}
+
+// Random concatenations of fragments chosen to meet at awkward places: marks after spaces, digits
+// beside letters, contractions in any case, whitespace of every kind before letters or at the end,
+// special-token text and its pieces, byte-level and SentencePiece look-alike characters.
+inline std::vector<std::string> random_tokenizer_texts(size_t count, unsigned seed) {
+  static const char* const kFragments[] = {
+      "a", "Hello", "world", "the", "x", "\xc3\xa9", "e\xcc\x81", "\xcc\x81", " ", "  ", "   ", "\t", "\n", "\n\n",
+      "\r\n", "\r", "\xc2\xa0", "\xe2\x80\x83", "\xe3\x80\x80", "1", "23", "456", "7890", "'s", "'S", "'ll", "'LL",
+      "'", "!", "?", "...", ",", "-", "_", "(", ")", "{", "}", "#", "$", "<|eot_id|>", "<|im_start|>", "<|im_end|>",
+      "<|endoftext|>", "<|begin_of_text|>", "<s>", "</s>", "<unk>", "<|", "|>", "<", ">", "\xe4\xb8\x96",
+      "\xe7\x95\x8c", "\xf0\x9f\x98\x80", "\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd", "\xe2\x80\x8d", "\xd8\xa7",
+      "\xd8\xa8", "\xd0\xb6", "\xce\xa9", "\xe0\xb8\x81", "\xed\x95\x9c", "\xe0\xa4\xa8\xe0\xa4\xae",
+      "<0x41>", "\xe2\x96\x81", "\xc4\xa0", "\xd9\x80", "\xef\xac\x81", "\xe2\x91\xa0", "\xf0\x9d\x94\x98",
+      "\x01", "\x7f", "\xc2\x85", "\xe2\x80\xa8", "I'M", "don't", "CamelCase", "snake_case", "3.14", "1,000"};
+  constexpr size_t kCount = sizeof(kFragments) / sizeof(kFragments[0]);
+  std::mt19937 rng(seed);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < count; ++i) {
+    std::string s;
+    const size_t n = 1 + rng() % 24;
+    for (size_t k = 0; k < n; ++k) s += kFragments[rng() % kCount];
+    out.push_back(s);
+  }
+  return out;
 }
 
 }  // namespace hybridflow::testing
