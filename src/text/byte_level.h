@@ -13,16 +13,28 @@ class ByteLevelAlphabet {
  public:
   static const ByteLevelAlphabet& get();
 
-  // Appends the alphabet's characters for each byte of `bytes`.
+  // Appends the alphabet's characters for each byte of `bytes` (each one or two UTF-8 bytes, written
+  // directly: appending them as strings cost a memmove call per byte).
   void encode(std::string_view bytes, std::string& out) const {
-    for (char b : bytes) out += chars_[static_cast<unsigned char>(b)];
+    size_t n = out.size();
+    out.resize(n + 2 * bytes.size());
+    for (char b : bytes) {
+      const Utf8Char& c = chars_[static_cast<unsigned char>(b)];
+      out[n++] = c.bytes[0];
+      if (c.size == 2) out[n++] = c.bytes[1];
+    }
+    out.resize(n);
   }
   // The byte a code point stands for, or -1 when it is not in the alphabet.
   int byte_of(char32_t c) const { return c < byte_of_.size() ? byte_of_[c] : -1; }
 
  private:
   ByteLevelAlphabet();
-  std::array<std::string, 256> chars_;
+  struct Utf8Char {
+    char bytes[2];
+    size_t size;
+  };
+  std::array<Utf8Char, 256> chars_{};  // every code point of the alphabet is below U+0800: two bytes at most
   std::array<int, 324> byte_of_{};  // code points of the alphabet are all below 0x144
 };
 
