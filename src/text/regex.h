@@ -22,7 +22,7 @@ class Regex {
   // the whole text.
   void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
-  // A pattern that matches `literal` exactly (each character escaped).
+  // A pattern that matches `literal` exactly, escaped as the reference escapes literal patterns.
   static std::string escape(std::string_view literal);
 
  private:

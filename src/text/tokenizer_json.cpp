@@ -146,6 +146,10 @@ Vocab read_vocab(const JsonNode& node) {
   for (auto it = node.value().begin(); it != node.value().end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
       node.fail("entry '" + it.key() + "' must be a non-negative integer id, got " + it.value().dump());
+    // Ids index a table, so a stray huge id would ask for gigabytes: gaps are fine, millions are not.
+    if (it.value().get<int64_t>() >= static_cast<int64_t>(node.value().size()) + (int64_t{1} << 20))
+      node.fail("entry '" + it.key() + "' has id " + it.value().dump() + ", far beyond the vocabulary's " +
+                std::to_string(node.value().size()) + " entries");
     vocab.emplace(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
   }
   return vocab;

@@ -85,6 +85,7 @@ TEST_F(TokenizerJson, MalformedFilesNameTheFileAndField) {
   EXPECT_THAT(testing::error_of([&] { Tokenizer::from_file(dir_.file("missing.json")); }), HasSubstr("missing.json"));
   EXPECT_THAT(load_error([](json& d) { d["model"].erase("vocab"); }), AllOf(HasSubstr(path()), HasSubstr("model.vocab: missing field")));
   EXPECT_THAT(load_error([](json& d) { d["model"]["vocab"]["a"] = "two"; }), AllOf(HasSubstr("model.vocab"), HasSubstr("'a'")));
+  EXPECT_THAT(load_error([](json& d) { d["model"]["vocab"]["a"] = 2000000000; }), AllOf(HasSubstr("model.vocab"), HasSubstr("far beyond")));
   EXPECT_THAT(load_error([](json& d) { d["model"]["merges"] = {"a b c"}; }), HasSubstr("model.merges[0]"));
   EXPECT_THAT(load_error([](json& d) { d["model"]["merges"] = {"a zz"}; }), AllOf(HasSubstr("model"), HasSubstr("'zz'")));
   EXPECT_THAT(load_error([](json& d) { d["model"]["unk_token"] = "<nope>"; }), HasSubstr("<nope>"));
