@@ -54,4 +54,19 @@ class WordLevelModel : public Model {
   std::optional<int32_t> unk_id_;
 };
 
+// BERT's: each word split greedily into the longest vocabulary pieces from the left, pieces after the
+// first carrying the continuation prefix ("##"); a word that cannot be split, or that is longer than
+// max_chars characters, is the unk token.
+class WordPieceModel : public Model {
+ public:
+  WordPieceModel(Vocab vocab, int32_t unk_id, std::string prefix, size_t max_chars)
+      : Model(std::move(vocab)), unk_id_(unk_id), prefix_(std::move(prefix)), max_chars_(max_chars) {}
+  void tokenize(std::string_view word, std::vector<int32_t>& ids) const override;
+
+ private:
+  int32_t unk_id_;
+  std::string prefix_;
+  size_t max_chars_;
+};
+
 }  // namespace hybridflow::text

@@ -66,6 +66,24 @@ class StripNormalizer : public Normalizer {
   bool left_, right_;
 };
 
+// BERT's: control characters out and whitespace to spaces (clean_text), spaces around CJK
+// ideographs, accents stripped (NFD, then nonspacing marks, Mn only, out), lowercase.
+class BertNormalizer : public Normalizer {
+ public:
+  BertNormalizer(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase)
+      : clean_text_(clean_text), chinese_(handle_chinese_chars), strip_accents_(strip_accents), lowercase_(lowercase) {}
+  void normalize(std::string& text) const override;
+
+ private:
+  bool clean_text_, chinese_, strip_accents_, lowercase_;
+};
+
+// Removes combining marks (categories Mn, Mc, Me); with NFD before it, accents.
+class StripAccentsNormalizer : public Normalizer {
+ public:
+  void normalize(std::string& text) const override;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}

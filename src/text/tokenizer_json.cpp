@@ -60,13 +60,20 @@ std::unique_ptr<Normalizer> read_normalizer(const JsonNode& node) {
     if (p.regex) return std::make_unique<ReplaceNormalizer>(std::move(p.regex), content);
     return std::make_unique<ReplaceNormalizer>(p.literal, content);
   }
+  if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
+  if (type == "BertNormalizer") {
+    const bool lowercase = node.bool_or("lowercase", true);
+    return std::make_unique<BertNormalizer>(node.bool_or("clean_text", true), node.bool_or("handle_chinese_chars", true),
+                                            node.bool_or("strip_accents", lowercase), lowercase);
+  }
   if (type == "Sequence") {
     const JsonNode list = node.at("normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (size_t i = 0; i < list.size(); ++i) steps.push_back(read_normalizer(list[i]));
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
-  unknown_type(type_node, "normalizer", "NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, Sequence");
+  unknown_type(type_node, "normalizer",
+               "NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, StripAccents, BertNormalizer, Sequence");
 }
 
 SplitBehavior read_behavior(const JsonNode& node) {
@@ -216,7 +223,18 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
     }
     return std::make_unique<WordLevelModel>(std::move(vocab), unk_id);
   }
-  unknown_type(type_node, "model", "BPE, WordLevel");
+  if (type == "WordPiece") {
+    Vocab vocab = read_vocab(node.at("vocab"));
+    const JsonNode unk = node.at("unk_token");
+    auto it = vocab.find(unk.str());
+    if (it == vocab.end()) unk.fail("unk_token " + unk.shown() + " is not in the vocabulary");
+    const int32_t unk_id = it->second;
+    const int64_t max_chars = node.has("max_input_chars_per_word") ? node.at("max_input_chars_per_word").integer() : 100;
+    if (max_chars < 0) node.at("max_input_chars_per_word").fail("must not be negative");
+    return std::make_unique<WordPieceModel>(std::move(vocab), unk_id, node.str_or("continuing_subword_prefix", "##"),
+                                            static_cast<size_t>(max_chars));
+  }
+  unknown_type(type_node, "model", "BPE, WordLevel, WordPiece");
 }
 
 // A post-processor's [token, id] pair (BertProcessing's cls and sep).

@@ -72,6 +72,11 @@ std::vector<Case> cases() {
                  tokenizer_json({{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", kMeta}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}}}}, none, word_level()), {}});
   out.push_back({"normalizer Sequence NFKC+Lowercase+Strip",
                  tokenizer_json({{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, {{"type", "Lowercase"}}, {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}}}}, none, word_level()), {}});
+  out.push_back({"normalizer NFD+StripAccents", tokenizer_json({{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "StripAccents"}}}}}, none, word_level()), {}});
+  for (const json& bert : {json{{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr}, {"lowercase", true}},
+                           json{{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr}, {"lowercase", false}},
+                           json{{"type", "BertNormalizer"}, {"clean_text", false}, {"handle_chinese_chars", false}, {"strip_accents", false}, {"lowercase", true}}})
+    out.push_back({"normalizer " + bert.dump(), tokenizer_json(bert, none, word_level()), {}});
   // Pre-tokenizers.
   for (bool prefix : {false, true})
     for (bool regex : {false, true})
@@ -150,6 +155,21 @@ std::vector<Case> cases() {
                    {{1, 7, 8, 9, 2}, {8, 8, 9}, {9, 1}}});
   out.push_back({"BPE ignore_merges", tokenizer_json(none, {{"type", "WhitespaceSplit"}}, {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "[UNK]"}, {"ignore_merges", true}, {"vocab", plain_vocab}, {"merges", {"b c", "a b"}}}), {}});
   out.push_back({"BPE no unk drops unknown characters", tokenizer_json(none, {{"type", "WhitespaceSplit"}}, {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", plain_vocab}, {"merges", {"b c", "a b"}}}), {}});
+  // BERT: WordPiece with its normalizer, pre-tokenizer, post-processor and decoder.
+  const std::vector<std::string> pieces = {"[UNK]", "[CLS]", "[SEP]", "hello", "hel", "##lo", "##l", "##o", "world", "##s", "the",
+                                           "quick", "brown", "fox", ",", "!", ".", "'", "un", "##aff", "##able", "a", "##b", "##c",
+                                           "你", "好", "世", "1", "##2", "##3", "cafe", "caf", "##e", "x", "##x", "привет", "ab"};
+  json wp_vocab = json::object();
+  for (size_t i = 0; i < pieces.size(); ++i) wp_vocab[pieces[i]] = static_cast<int>(i);
+  for (int max_chars : {100, 4})
+    out.push_back({"WordPiece BERT max_chars=" + std::to_string(max_chars),
+                   tokenizer_json({{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true}, {"strip_accents", nullptr}, {"lowercase", true}},
+                                  {{"type", "BertPreTokenizer"}},
+                                  {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"}, {"max_input_chars_per_word", max_chars}, {"vocab", wp_vocab}},
+                                  {{"type", "BertProcessing"}, {"sep", {"[SEP]", 2}}, {"cls", {"[CLS]", 1}}},
+                                  {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}},
+                                  json::array({added(0, "[UNK]", true), added(1, "[CLS]", true), added(2, "[SEP]", true)})),
+                   {{1, 4, 5, 8, 9, 14, 15, 2}, {18, 19, 20, 16, 17, 10}}});
   return out;
 }
 
@@ -158,7 +178,8 @@ std::vector<std::string> texts() {
       "abc", "ab abc cab", "abcx xyz abé", "aaa bbb ccc", "cab abca", "Hello world", "Hello, world!", "hello  world ",
       "  Hello", "Hello<special>world", "Hello <special> world", "<special>", "x<norm>y <NORM> z", "a <ls> b", "a<rs>   b",
       "a   <both>   b", "word words sword word.", "a word_b word", "<spec <specialx <special>x", "HELLO hello HeLLo",
-      "12 34567 ١٢٣ x1y2", "▁Hello▁world", "a▁b ▁", "tokens... !?!", "Ġ Ċ",
+      "12 34567 ١٢٣ x1y2", "▁Hello▁world", "a▁b ▁", "tokens... !?!", "Ġ Ċ", "unaffable hellos HELLO Café abc xxxxx 123",
+      "Hello\x01\x7f\xe2\x80\x8bworld \xef\xbf\xbd", "你好世界 hello你好", "xxxxxxxxxxxx abcab",
   };
   for (const std::string& s : testing::tokenizer_corpus())
     if (s.size() < 400) t.push_back(s);
