@@ -26,7 +26,8 @@ std::string onig_message(int code, OnigErrorInfo* info) {
 
 }  // namespace
 
-Regex::Regex(const std::string& pattern) {
+Regex::Regex(const std::string& pattern, bool use_scanner)
+    : scanner_(use_scanner ? WordScanner::for_pattern(pattern) : nullptr) {
   initialize_oniguruma();
   OnigRegex re = nullptr;
   OnigErrorInfo info;
@@ -41,6 +42,7 @@ Regex::~Regex() {
 }
 
 void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
+  if (scanner_ && scanner_->find_all(text, out)) return;
   auto* re = static_cast<OnigRegex>(regex_);
   OnigRegion* region = onig_region_new();
   const auto* begin = reinterpret_cast<const OnigUChar*>(text.data());

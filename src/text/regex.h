@@ -2,17 +2,22 @@
 // default syntax), so that patterns such as Llama-3's split text exactly as the reference does.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "text/word_scanner.h"
+
 namespace hybridflow::text {
 
 class Regex {
  public:
-  // Throws hybridflow::Error with Oniguruma's message when the pattern does not compile.
-  explicit Regex(const std::string& pattern);
+  // Throws hybridflow::Error with Oniguruma's message when the pattern does not compile. A known
+  // word pattern (GPT-2's, Llama-3's, Qwen2's) is matched by a WordScanner unless `use_scanner` is
+  // false (which tests use to compare the two).
+  explicit Regex(const std::string& pattern, bool use_scanner = true);
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
@@ -27,6 +32,7 @@ class Regex {
 
  private:
   void* regex_ = nullptr;  // OnigRegex (kept opaque so that users need not include oniguruma.h)
+  std::unique_ptr<WordScanner> scanner_;
 };
 
 }  // namespace hybridflow::text
