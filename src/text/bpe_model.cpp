@@ -36,6 +36,18 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
       if (auto id = token_to_id(name)) byte_token_ids_[static_cast<size_t>(b)] = *id;
     }
   }
+  const std::string meta = "\xe2\x96\x81";  // ▁
+  bool has_meta = false, meta_inside = false;
+  for (const auto& [token, id] : vocab_) {
+    for (size_t pos = token.find(meta); pos != std::string::npos; pos = token.find(meta, pos + meta.size())) {
+      has_meta = true;
+      if (pos > 0 && token.compare(pos - meta.size(), meta.size(), meta) != 0) meta_inside = true;
+    }
+  }
+  const bool edges_matter = !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty() ||
+                            options_.ignore_merges;
+  // "▁" itself must be a token, or unknown characters on both sides of a cut could fuse into one unk.
+  if (has_meta && !meta_inside && !edges_matter && token_to_id(meta)) cut_before_ = meta;
   char_ids_.assign(0x10000, -1);
   for (const auto& [token, id] : vocab_) {
     if (token.empty()) continue;
@@ -137,6 +149,22 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
+  if (cut_before_.empty() || word.size() <= kMaxCachedWord / 4) {
+    tokenize_piece(word, ids);
+    return;
+  }
+  // Cut before each "▁" that follows another character (see cut_before_).
+  const size_t m = cut_before_.size();
+  size_t start = 0;
+  for (size_t pos = word.find(cut_before_, 1); pos != std::string_view::npos; pos = word.find(cut_before_, pos + m)) {
+    if (pos < m || word.compare(pos - m, m, cut_before_) == 0) continue;
+    tokenize_piece(word.substr(start, pos - start), ids);
+    start = pos;
+  }
+  tokenize_piece(word.substr(start), ids);
+}
+
+void BpeModel::tokenize_piece(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
   const bool cacheable = word.size() <= kMaxCachedWord;
   if (cacheable) {

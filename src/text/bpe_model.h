@@ -37,6 +37,7 @@ class BpeModel : public Model {
   static uint64_t pair_key(int32_t a, int32_t b) { return PairMap<Merge>::key(a, b); }
   // The initial symbols of a word, then the merges applied to them.
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
+  void tokenize_piece(std::string_view word, std::vector<int32_t>& ids) const;
   void apply_merges(std::vector<int32_t>& symbols) const;
 
   BpeOptions options_;
@@ -44,6 +45,11 @@ class BpeModel : public Model {
   PairMap<Merge> merges_;
   std::vector<int32_t> byte_token_ids_;  // id of <0xNN> for each byte, -1 where missing
   std::vector<int32_t> char_ids_;        // id of each single-character token below U+10000, -1 where none
+  // SentencePiece-style vocabularies (no pre-tokenizer: a whole text is one word) never have "▁"
+  // after another character inside a token, so no merge crosses such a place: the word is cut
+  // there and each part is merged (and cached) on its own, with the same result. Empty when the
+  // vocabulary does not have that property, or options make a word's edges matter.
+  std::string cut_before_;
 
   // Words seen before and their ids. Bounded; words longer than kMaxCachedWord bytes are not kept.
   static constexpr size_t kCacheCapacity = 1 << 18, kMaxCachedWord = 256;
