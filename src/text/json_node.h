@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <string>
 
 #include "hybridflow/core/error.h"
@@ -57,6 +58,20 @@ class JsonNode {
     return has(key) ? at(key).str() : fallback;
   }
   bool bool_or(const std::string& key, bool fallback) const { return has(key) ? at(key).boolean() : fallback; }
+
+  // Fails on a field not in `known`: an option this implementation does not know could change the
+  // encoding, so it is an error rather than ignored.
+  void expect_only(std::initializer_list<const char*> known) const {
+    if (!value_->is_object()) return;
+    for (auto it = value_->begin(); it != value_->end(); ++it) {
+      bool found = false;
+      for (const char* k : known) found = found || it.key() == k;
+      if (found) continue;
+      std::string list;
+      for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      child(it.key(), it.value()).fail("unsupported option (this component reads: " + list + ")");
+    }
+  }
 
   // The value, shortened for a message.
   std::string shown() const {

@@ -2,6 +2,7 @@
 // what is not implemented is an error naming the file, the JSON path and the value.
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "hybridflow/core/error.h"
@@ -46,15 +47,23 @@ Pattern read_pattern(const JsonNode& node, bool compile_literal) {
 std::unique_ptr<Normalizer> read_normalizer(const JsonNode& node) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
+  static const std::set<std::string> kTypeOnly = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"};
+  if (kTypeOnly.count(type)) node.expect_only({"type"});
   if (type == "NFC") return std::make_unique<UnicodeNormalizer>(NormalForm::NFC);
   if (type == "NFD") return std::make_unique<UnicodeNormalizer>(NormalForm::NFD);
   if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(NormalForm::NFKC);
   if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(NormalForm::NFKD);
   if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(node.at("prepend").str());
-  if (type == "Strip")
+  if (type == "Prepend") {
+    node.expect_only({"type", "prepend"});
+    return std::make_unique<PrependNormalizer>(node.at("prepend").str());
+  }
+  if (type == "Strip") {
+    node.expect_only({"type", "strip_left", "strip_right"});
     return std::make_unique<StripNormalizer>(node.bool_or("strip_left", true), node.bool_or("strip_right", true));
+  }
   if (type == "Replace") {
+    node.expect_only({"type", "pattern", "content"});
     Pattern p = read_pattern(node.at("pattern"), false);
     const std::string content = node.at("content").str();
     if (p.regex) return std::make_unique<ReplaceNormalizer>(std::move(p.regex), content);
@@ -62,11 +71,13 @@ std::unique_ptr<Normalizer> read_normalizer(const JsonNode& node) {
   }
   if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
   if (type == "BertNormalizer") {
+    node.expect_only({"type", "clean_text", "handle_chinese_chars", "strip_accents", "lowercase"});
     const bool lowercase = node.bool_or("lowercase", true);
     return std::make_unique<BertNormalizer>(node.bool_or("clean_text", true), node.bool_or("handle_chinese_chars", true),
                                             node.bool_or("strip_accents", lowercase), lowercase);
   }
   if (type == "Sequence") {
+    node.expect_only({"type", "normalizers"});
     const JsonNode list = node.at("normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (size_t i = 0; i < list.size(); ++i) steps.push_back(read_normalizer(list[i]));
@@ -103,30 +114,40 @@ PrependScheme read_prepend_scheme(const JsonNode& node) {
 std::unique_ptr<PreTokenizer> read_pre_tokenizer(const JsonNode& node) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
-  if (type == "ByteLevel")
+  if (type == "ByteLevel") {
+    node.expect_only({"type", "add_prefix_space", "trim_offsets", "use_regex"});  // trim_offsets: offsets only
     return std::make_unique<ByteLevelPreTokenizer>(node.bool_or("add_prefix_space", true),
                                                    node.bool_or("use_regex", true));
+  }
   if (type == "Split") {
+    node.expect_only({"type", "pattern", "behavior", "invert"});
     Pattern p = read_pattern(node.at("pattern"), true);
     return std::make_unique<SplitPreTokenizer>(std::move(p.regex), read_behavior(node.at("behavior")),
                                                node.bool_or("invert", false));
   }
-  if (type == "Metaspace")
+  if (type == "Metaspace") {
+    node.expect_only({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"});
     return std::make_unique<MetaspacePreTokenizer>(node.str_or("replacement", "\xe2\x96\x81"),
                                                    read_prepend_scheme(node), node.bool_or("split", true));
-  if (type == "Digits")
+  }
+  if (type == "Digits") {
+    node.expect_only({"type", "individual_digits"});
     return std::make_unique<CharSplitPreTokenizer>(
         CharSplitPreTokenizer::Kind::Digits,
         node.bool_or("individual_digits", false) ? SplitBehavior::Isolated : SplitBehavior::Contiguous);
+  }
+  if (type == "Whitespace" || type == "WhitespaceSplit" || type == "BertPreTokenizer") node.expect_only({"type"});
   if (type == "Whitespace")
     return std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(kWhitespaceWordPattern), SplitBehavior::Removed,
                                                /*invert=*/true);
   if (type == "WhitespaceSplit")
     return std::make_unique<CharSplitPreTokenizer>(CharSplitPreTokenizer::Kind::Whitespace, SplitBehavior::Removed);
-  if (type == "Punctuation")
+  if (type == "Punctuation") {
+    node.expect_only({"type", "behavior"});
     return std::make_unique<CharSplitPreTokenizer>(
         CharSplitPreTokenizer::Kind::Punctuation,
         node.has("behavior") ? read_behavior(node.at("behavior")) : SplitBehavior::Isolated);
+  }
   if (type == "BertPreTokenizer") {
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     steps.push_back(
@@ -136,6 +157,7 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const JsonNode& node) {
     return std::make_unique<SequencePreTokenizer>(std::move(steps));
   }
   if (type == "Sequence") {
+    node.expect_only({"type", "pretokenizers"});
     const JsonNode list = node.at("pretokenizers");
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     for (size_t i = 0; i < list.size(); ++i) steps.push_back(read_pre_tokenizer(list[i]));
@@ -193,6 +215,8 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
   if (type == "BPE") {
+    node.expect_only({"type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",
+                      "byte_fallback", "ignore_merges", "vocab", "merges"});
     if (node.has("dropout")) {
       const JsonNode dropout = node.at("dropout");
       if (!dropout.value().is_number() || dropout.value().get<double>() != 0.0)
@@ -215,6 +239,7 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
     }
   }
   if (type == "WordLevel") {
+    node.expect_only({"type", "vocab", "unk_token"});
     Vocab vocab = read_vocab(node.at("vocab"));
     std::optional<int32_t> unk_id;
     if (auto unk = optional_string(node, "unk_token")) {
@@ -224,6 +249,7 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
     return std::make_unique<WordLevelModel>(std::move(vocab), unk_id);
   }
   if (type == "WordPiece") {
+    node.expect_only({"type", "unk_token", "continuing_subword_prefix", "max_input_chars_per_word", "vocab"});
     Vocab vocab = read_vocab(node.at("vocab"));
     const JsonNode unk = node.at("unk_token");
     auto it = vocab.find(unk.str());
@@ -270,13 +296,19 @@ std::vector<TemplatePostProcessor::Item> read_template(const JsonNode& list, con
 std::unique_ptr<PostProcessor> read_post_processor(const JsonNode& node) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
-  if (type == "ByteLevel") return std::make_unique<IdentityPostProcessor>();
+  if (type == "ByteLevel") {
+    node.expect_only({"type", "add_prefix_space", "trim_offsets", "use_regex"});  // offsets only: ids pass unchanged
+    return std::make_unique<IdentityPostProcessor>();
+  }
   if (type == "TemplateProcessing") {
+    node.expect_only({"type", "single", "pair", "special_tokens"});
     const JsonNode specials = node.at("special_tokens");
     return std::make_unique<TemplatePostProcessor>(read_template(node.at("single"), specials),
                                                    read_template(node.at("pair"), specials));
   }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
+    if (type == "BertProcessing") node.expect_only({"type", "sep", "cls"});
+    else node.expect_only({"type", "sep", "cls", "trim_offsets", "add_prefix_space"});
     using Item = TemplatePostProcessor::Item;
     const Item cls = special_item(node.at("cls")), sep = special_item(node.at("sep"));
     const Item a{true, 0, {}}, b{true, 1, {}};
@@ -286,6 +318,7 @@ std::unique_ptr<PostProcessor> read_post_processor(const JsonNode& node) {
     return std::make_unique<TemplatePostProcessor>(std::move(single), std::move(pair));
   }
   if (type == "Sequence") {
+    node.expect_only({"type", "processors"});
     const JsonNode list = node.at("processors");
     std::vector<std::unique_ptr<PostProcessor>> steps;
     for (size_t i = 0; i < list.size(); ++i) steps.push_back(read_post_processor(list[i]));
@@ -297,27 +330,36 @@ std::unique_ptr<PostProcessor> read_post_processor(const JsonNode& node) {
 std::unique_ptr<Decoder> read_decoder(const JsonNode& node) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
+  if (type == "ByteLevel") node.expect_only({"type", "add_prefix_space", "trim_offsets", "use_regex"});
+  if (type == "ByteFallback" || type == "Fuse") node.expect_only({"type"});
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Replace") {
+    node.expect_only({"type", "pattern", "content"});
     Pattern p = read_pattern(node.at("pattern"), false);
     const std::string content = node.at("content").str();
     if (p.regex) return std::make_unique<ReplaceDecoder>(std::move(p.regex), content);
     return std::make_unique<ReplaceDecoder>(p.literal, content);
   }
   if (type == "Strip") {
+    node.expect_only({"type", "content", "start", "stop"});
     const JsonNode start = node.at("start"), stop = node.at("stop");
     if (start.integer() < 0 || stop.integer() < 0) node.fail("start and stop must not be negative");
     return std::make_unique<StripDecoder>(node.at("content").str(), static_cast<size_t>(start.integer()),
                                           static_cast<size_t>(stop.integer()));
   }
-  if (type == "Metaspace")
+  if (type == "Metaspace") {
+    node.expect_only({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"});
     return std::make_unique<MetaspaceDecoder>(node.str_or("replacement", "\xe2\x96\x81"),
                                               read_prepend_scheme(node) != PrependScheme::Never);
-  if (type == "WordPiece")
+  }
+  if (type == "WordPiece") {
+    node.expect_only({"type", "prefix", "cleanup"});
     return std::make_unique<WordPieceDecoder>(node.str_or("prefix", "##"), node.bool_or("cleanup", true));
+  }
   if (type == "Sequence") {
+    node.expect_only({"type", "decoders"});
     const JsonNode list = node.at("decoders");
     std::vector<std::unique_ptr<Decoder>> steps;
     for (size_t i = 0; i < list.size(); ++i) steps.push_back(read_decoder(list[i]));
@@ -334,6 +376,7 @@ void read_added_tokens(const JsonNode& list, Tokenizer::Impl& impl) {
   int64_t max_added = -1;
   for (size_t i = 0; i < list.size(); ++i) {
     const JsonNode t = list[i];
+    t.expect_only({"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
     AddedToken tok;
     tok.content = t.at("content").str();
     t.at("id").integer();  // checked for form, not used (see above)
@@ -379,6 +422,8 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   }
   const JsonNode root(doc, "", source);
   if (!doc.is_object()) root.fail("tokenizer.json must be a JSON object");
+  root.expect_only({"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "post_processor",
+                    "decoder", "model"});
   const JsonNode version = root.at("version");
   if (version.str() != "1.0") version.fail("unsupported version " + version.shown() + " (supported: \"1.0\")");
   for (const char* key : {"truncation", "padding"})

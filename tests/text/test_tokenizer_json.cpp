@@ -77,6 +77,14 @@ TEST_F(TokenizerJson, UnsupportedOptionsAreErrors) {
               AllOf(HasSubstr("truncation"), HasSubstr("not supported")));
   EXPECT_THAT(load_error([](json& d) { d["padding"] = {{"pad_id", 0}}; }), HasSubstr("padding"));
   EXPECT_THAT(load_error([](json& d) { d["version"] = "2.0"; }), AllOf(HasSubstr("version"), HasSubstr("\"2.0\"")));
+  // An option this implementation does not read could change the ids: an error, not ignored.
+  EXPECT_THAT(load_error([](json& d) { d["model"]["magic_merges"] = true; }),
+              AllOf(HasSubstr("model.magic_merges"), HasSubstr("unsupported option")));
+  EXPECT_THAT(load_error([](json& d) { d["pre_tokenizer"]["pretokenizers"][1]["split_everything"] = 1; }),
+              HasSubstr("pre_tokenizer.pretokenizers[1].split_everything: unsupported option"));
+  EXPECT_THAT(load_error([](json& d) { d["added_tokens"][0]["strip_everything"] = true; }),
+              HasSubstr("added_tokens[0].strip_everything"));
+  EXPECT_THAT(load_error([](json& d) { d["extra"] = 1; }), HasSubstr("extra: unsupported option"));
 }
 
 TEST_F(TokenizerJson, MalformedFilesNameTheFileAndField) {
