@@ -22,7 +22,7 @@ void split_piece(const Piece& piece, std::vector<Span> spans, SplitBehavior beha
                  std::vector<Piece>& out) {
   if (invert)
     for (Span& s : spans) s.is_match = !s.is_match;
-  // Each kept span is [start, end); `keep` false drops it (Removed).
+  // The pieces to keep, as [start, end) spans (Removed drops the matches; the others merge spans).
   std::vector<Span> kept;
   kept.reserve(spans.size());
   switch (behavior) {
