@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "text/regex.h"
 #include "text/unicode.h"
 
 namespace hybridflow::text {
 namespace {
 
-bool is_word_char(char32_t c) { return is_alphanumeric(c) || c == '_'; }
+bool is_word_char(char32_t c) { return is_regex_word_char(c); }
 
 char32_t last_char(std::string_view text) {
   size_t start = text.size() - 1;

@@ -2,6 +2,7 @@
 
 #include <oniguruma.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "hybridflow/core/error.h"
@@ -85,6 +86,26 @@ std::string Regex::escape(std::string_view literal) {
     out += c;
   }
   return out;
+}
+
+bool is_regex_word_char(char32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
+  struct Ctypes {
+    unsigned ctypes[5];
+    Ctypes() {
+      initialize_oniguruma();
+      OnigEncoding enc = ONIG_ENCODING_UTF8;
+      const char* names[5] = {"Alphabetic", "M", "Nd", "Pc", "Join_Control"};
+      for (int i = 0; i < 5; ++i) {
+        auto* p = reinterpret_cast<OnigUChar*>(const_cast<char*>(names[i]));
+        ctypes[i] = static_cast<unsigned>(ONIGENC_PROPERTY_NAME_TO_CTYPE(enc, p, p + std::strlen(names[i])));
+      }
+    }
+  };
+  static const Ctypes table;
+  for (unsigned ctype : table.ctypes)
+    if (ONIGENC_IS_CODE_CTYPE(ONIG_ENCODING_UTF8, c, ctype)) return true;
+  return false;
 }
 
 }  // namespace hybridflow::text

@@ -35,4 +35,9 @@ class Regex {
   std::unique_ptr<WordScanner> scanner_;
 };
 
+// A word character as the Rust regex crate's \w has it (Alphabetic, marks, decimal digits, connector
+// punctuation, Join_Control), which the reference uses for added tokens' single_word; from
+// Oniguruma's Unicode tables.
+bool is_regex_word_char(char32_t c);
+
 }  // namespace hybridflow::text

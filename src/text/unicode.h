@@ -42,8 +42,6 @@ std::string utf8_lossy(std::string_view bytes);
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_whitespace(char32_t c);
-// Rust's char::is_alphanumeric (letters and numbers, by general category).
-bool is_alphanumeric(char32_t c);
 // Rust's char::is_numeric (general categories Nd, Nl, No).
 bool is_numeric(char32_t c);
 // What the tokenizers library calls punctuation: ASCII punctuation or a Unicode P* category.

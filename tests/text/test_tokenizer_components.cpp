@@ -180,6 +180,8 @@ std::vector<std::string> texts() {
       "a   <both>   b", "word words sword word.", "a word_b word", "<spec <specialx <special>x", "HELLO hello HeLLo",
       "12 34567 ١٢٣ x1y2", "▁Hello▁world", "a▁b ▁", "tokens... !?!", "Ġ Ċ", "unaffable hellos HELLO Café abc xxxxx 123",
       "Hello\x01\x7f\xe2\x80\x8bworld \xef\xbf\xbd", "你好世界 hello你好", "xxxxxxxxxxxx abcab",
+      "word\xcc\x81 x", "word1 1word", "\xc3\xa9word word\xd9\xa3", "-word- 'word' word_",
+      "\xf0\x9d\x94\x98word word\xe2\x80\x8d \xe2\x85\xa0word word\xc2\xb2 word",
   };
   for (const std::string& s : testing::tokenizer_corpus())
     if (s.size() < 400) t.push_back(s);
