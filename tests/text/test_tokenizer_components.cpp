@@ -182,7 +182,7 @@ std::vector<std::string> texts() {
       "Hello\x01\x7f\xe2\x80\x8bworld \xef\xbf\xbd", "你好世界 hello你好", "xxxxxxxxxxxx abcab",
       "word\xcc\x81 x", "word1 1word", "\xc3\xa9word word\xd9\xa3", "-word- 'word' word_",
       "a\xc2\xa0<ls>\xe2\x80\x83" "b", "x\xc2\x85<rs>\xe3\x80\x80y\xe2\x80\x8b<rs>\xe2\x80\x8b",
-      "\t<both>\n<both><both> <ls><ls>  <rs><rs>", "<ls>", "   <rs>   ",
+      "\t<both>\n<both><both> <ls><ls>  <rs><rs>", "<ls>", "   <rs>   ", "<special>Hello world", "<special> Hello", " <special>",
       "\xf0\x9d\x94\x98word word\xe2\x80\x8d \xe2\x85\xa0word word\xc2\xb2 word",
   };
   for (const std::string& s : testing::tokenizer_corpus())
