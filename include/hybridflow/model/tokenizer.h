@@ -28,7 +28,7 @@ class Tokenizer {
 
   // Character-level: one id per UTF-8 character; a character outside the vocabulary -> Error naming
   // it and its offset. Published tokenizers: the reference library's ids; add_bos applies the
-  // post-processor's special tokens (Llama's <|begin_of_text|>), without it none are added.
+  // post-processor's special tokens (e.g. a TemplateProcessing's <s>), without it none are added.
   std::vector<int64_t> encode(const std::string& text, bool add_bos = false) const;
   // Ids out of range -> Error. skip_special drops the special tokens (<pad>, <s>, </s>, <unk>).
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const;

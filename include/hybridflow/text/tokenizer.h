@@ -26,7 +26,7 @@ class Tokenizer {
   ~Tokenizer();
 
   // The ids of `text` (valid UTF-8, else an Error). add_special_tokens applies the post-processor's
-  // special tokens (e.g. Llama's <|begin_of_text|>), as the reference's encode does.
+  // special tokens (e.g. a TemplateProcessing's BOS), as the reference's encode does.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
   std::vector<int32_t> encode_pair(std::string_view first, std::string_view second,
                                    bool add_special_tokens = true) const;
