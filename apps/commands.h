@@ -16,5 +16,6 @@ void add_generate_command(CLI::App& app, Action& action);
 void add_sft_command(CLI::App& app, Action& action);
 void add_rm_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Action& action);
+void add_tokenize_command(CLI::App& app, Action& action);
 
 }  // namespace hybridflow::cli

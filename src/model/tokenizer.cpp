@@ -2,10 +2,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
+#include <filesystem>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/text/tokenizer.h"
 
 namespace hybridflow {
+
+struct Tokenizer::Published {
+  text::Tokenizer tokenizer;
+  std::string tokenizer_json;  // the files as read, which save() writes back
+  std::string config_json;     // empty when there was no tokenizer_config.json
+};
+
 namespace {
 
 using json = nlohmann::json;
@@ -46,6 +57,41 @@ const json& field(const json& obj, const char* key, const std::string& where, co
   return obj[key];
 }
 
+// Whether a tokenizer.json is one save() writes for a character-level tokenizer (its special tokens
+// first, a Fuse decoder): those keep the strict loader below, which also reports what is broken in
+// them; every other file goes through the text layer.
+bool is_character_level_file(const json& doc) {
+  if (!doc.is_object()) return false;
+  auto added = doc.find("added_tokens");
+  auto decoder = doc.find("decoder");
+  return added != doc.end() && added->is_array() && !added->empty() && (*added)[0].is_object() &&
+         (*added)[0].value("content", json()) == json(kSpecialTokens[0]) && decoder != doc.end() &&
+         decoder->is_object() && decoder->value("type", json()) == json("Fuse");
+}
+
+// The id of tokenizer_config.json's `field` (a string or {"content": ...}); -1 when absent or null.
+int64_t config_token_id(const json& config, const char* field, const text::Tokenizer& tok, const std::string& path) {
+  auto it = config.find(field);
+  if (it == config.end() || it->is_null()) return -1;
+  const json& value = it->is_object() ? it->value("content", json()) : *it;
+  HF_CHECK(value.is_string(), path, ": field '", field, "' must be a token string or {\"content\": ...}, got ",
+           it->dump());
+  auto id = tok.token_to_id(value.get<std::string>());
+  HF_CHECK(id.has_value(), path, ": field '", field, "' names ", value.dump(),
+           ", which is not a token of tokenizer.json");
+  return *id;
+}
+
+std::vector<int32_t> to_text_ids(const std::vector<int64_t>& ids, int64_t vocab_size) {
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (int64_t id : ids) {
+    HF_CHECK(id >= 0 && id < vocab_size && id <= INT32_MAX, "token id ", id, " out of range [0, ", vocab_size, ")");
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::from_alphabet(const std::string& alphabet) {
@@ -68,6 +114,10 @@ const std::string& Tokenizer::token(int64_t id) const {
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_bos) const {
+  if (published_) {
+    const std::vector<int32_t> ids = published_->tokenizer.encode(text, add_bos);
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  }
   std::vector<int64_t> ids;
   ids.reserve(text.size() + 1);
   if (add_bos) ids.push_back(bos_id_);
@@ -85,6 +135,7 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_bos) co
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  if (published_) return published_->tokenizer.decode(to_text_ids(ids, vocab_size()), skip_special);
   std::string out;
   for (int64_t id : ids) {
     const std::string& tok = token(id);
@@ -95,6 +146,14 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
 }
 
 void Tokenizer::save(const std::string& path) const {
+  if (published_) {
+    write_file_atomic(path, published_->tokenizer_json);
+    if (!published_->config_json.empty()) {
+      write_file_atomic((std::filesystem::path(path).parent_path() / "tokenizer_config.json").string(),
+                        published_->config_json);
+    }
+    return;
+  }
   json added = json::array();
   json vocab = json::object();
   for (int64_t id = 0; id < vocab_size(); ++id) {
@@ -120,11 +179,13 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   json doc;
+  std::string bytes = read_file(path);
   try {
-    doc = json::parse(read_file(path));
+    doc = json::parse(bytes);
   } catch (const json::exception& e) {
     HF_FAIL(path, ": not valid JSON: ", e.what());
   }
+  if (!is_character_level_file(doc)) return load_published(path, std::move(bytes));
   HF_CHECK(doc.is_object(), path, ": tokenizer.json must be a JSON object");
   const json& version = field(doc, "version", "", path);
   HF_CHECK(version == "1.0", path, ": field 'version' must be \"1.0\", got ", version.dump());
@@ -179,6 +240,35 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const json& pre = field(doc, "pre_tokenizer", "", path);
   HF_CHECK(pre.is_object() && pre.value("type", "") == "Split", path,
            ": field 'pre_tokenizer.type' must be \"Split\" (one piece per character)");
+  return t;
+}
+
+Tokenizer Tokenizer::load_published(const std::string& path, std::string bytes) {
+  auto published = std::make_shared<Published>(
+      Published{text::Tokenizer::from_json(bytes, path), std::move(bytes), std::string()});
+  const text::Tokenizer& tok = published->tokenizer;
+  Tokenizer t;
+  t.id_to_token_.resize(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (auto token = tok.id_to_token(id)) t.id_to_token_[static_cast<size_t>(id)] = std::move(*token);
+  }
+  t.pad_id_ = t.bos_id_ = t.eos_id_ = t.unk_id_ = -1;
+  const std::string config_path = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+  if (file_exists(config_path)) {
+    published->config_json = read_file(config_path);
+    json config;
+    try {
+      config = json::parse(published->config_json);
+    } catch (const json::exception& e) {
+      HF_FAIL(config_path, ": not valid JSON: ", e.what());
+    }
+    HF_CHECK(config.is_object(), config_path, ": must be a JSON object");
+    t.pad_id_ = config_token_id(config, "pad_token", tok, config_path);
+    t.bos_id_ = config_token_id(config, "bos_token", tok, config_path);
+    t.eos_id_ = config_token_id(config, "eos_token", tok, config_path);
+    t.unk_id_ = config_token_id(config, "unk_token", tok, config_path);
+  }
+  t.published_ = std::move(published);
   return t;
 }
 

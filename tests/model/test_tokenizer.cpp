@@ -7,11 +7,14 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/text/tokenizer.h"
 #include "support/temp_dir.h"
+#include "text/testdata_dir.h"
 
 namespace hybridflow {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
@@ -132,6 +135,75 @@ TEST(Tokenizer, LoadRejectsBrokenFilesNamingFileAndField) {
   EXPECT_THAT(bad_json, HasSubstr(path));
   EXPECT_THAT(bad_json, HasSubstr("not valid JSON"));
   EXPECT_THAT(error_of([&] { Tokenizer::load(dir.file("missing.json")); }), HasSubstr("missing.json"));
+}
+
+// Published tokenizers load through the text layer (whose ids tests/text checks against the Python
+// library); special ids come from tokenizer_config.json.
+class PublishedTokenizer : public ::testing::Test {
+ protected:
+  std::string dir(const std::string& name) {
+    return hybridflow::testing::tokenizer_data_dir() + "/" + name;
+  }
+  bool have(const std::string& name) { return file_exists(dir(name) + "/tokenizer.json"); }
+};
+
+TEST_F(PublishedTokenizer, Llama3SpecialIdsFromTheConfigAndIdsFromTheTextLayer) {
+  if (!have("llama3")) GTEST_SKIP() << "not found: " << dir("llama3") << " (set HF_TESTDATA_DIR)";
+  Tokenizer t = Tokenizer::load(dir("llama3") + "/tokenizer.json");
+  text::Tokenizer reference = text::Tokenizer::from_file(dir("llama3") + "/tokenizer.json");
+  EXPECT_EQ(t.vocab_size(), reference.vocab_size());
+  EXPECT_EQ(t.bos_id(), *reference.token_to_id("<|begin_of_text|>"));
+  EXPECT_EQ(t.eos_id(), *reference.token_to_id("<|end_of_text|>"));
+  EXPECT_EQ(t.pad_id(), -1);  // the config names none
+  const std::string text = "Hello, world! Привет 👋\n<|eot_id|>";
+  // add_bos applies the file's post-processor; this published file's is ByteLevel, which adds no
+  // <|begin_of_text|> (neither tokenizers nor transformers add one for it).
+  const std::vector<int64_t> with_bos = t.encode(text, /*add_bos=*/true), without = t.encode(text);
+  const std::vector<int32_t> ref_plain = reference.encode(text, false), ref_special = reference.encode(text, true);
+  EXPECT_EQ(without, std::vector<int64_t>(ref_plain.begin(), ref_plain.end()));
+  EXPECT_EQ(with_bos, std::vector<int64_t>(ref_special.begin(), ref_special.end()));
+  EXPECT_EQ(t.decode(without, /*skip_special=*/false), text);
+  EXPECT_EQ(t.decode(without), "Hello, world! Привет 👋\n");  // <|eot_id|> is special
+  EXPECT_EQ(t.token(t.bos_id()), "<|begin_of_text|>");
+  EXPECT_THAT(error_of([&] { t.decode({t.vocab_size()}); }), HasSubstr("out of range"));
+  // save() writes back the published files, which load the same.
+  testing::TempDir tmp;
+  t.save(tmp.file("tokenizer.json"));
+  Tokenizer back = Tokenizer::load(tmp.file("tokenizer.json"));
+  EXPECT_TRUE(back == t);
+  EXPECT_EQ(back.bos_id(), t.bos_id());
+  EXPECT_EQ(back.encode(text, true), with_bos);
+}
+
+TEST_F(PublishedTokenizer, QwenAndSentencePieceSpecialIds) {
+  if (!have("qwen3") || !have("spm-bpe-32k")) GTEST_SKIP() << "not found under " << hybridflow::testing::tokenizer_data_dir();
+  Tokenizer qwen = Tokenizer::load(dir("qwen3") + "/tokenizer.json");
+  EXPECT_EQ(qwen.bos_id(), -1);  // "bos_token": null
+  EXPECT_EQ(qwen.token(qwen.eos_id()), "<|im_end|>");
+  EXPECT_EQ(qwen.token(qwen.pad_id()), "<|endoftext|>");
+  EXPECT_EQ(qwen.encode("hi", true), qwen.encode("hi", false));  // Qwen adds no special tokens
+  Tokenizer spm = Tokenizer::load(dir("spm-bpe-32k") + "/tokenizer.json");
+  EXPECT_EQ(spm.token(spm.bos_id()), "<s>");
+  EXPECT_EQ(spm.token(spm.unk_id()), "<unk>");
+  // Its TemplateProcessing post-processor adds <s> with add_bos, and only then.
+  const std::vector<int64_t> with_bos = spm.encode("Hello", true), without = spm.encode("Hello", false);
+  ASSERT_EQ(with_bos.size(), without.size() + 1);
+  EXPECT_EQ(with_bos.front(), spm.bos_id());
+  EXPECT_EQ(std::vector<int64_t>(with_bos.begin() + 1, with_bos.end()), without);
+  EXPECT_EQ(spm.decode(spm.encode("Hello  world", true)), "Hello  world");
+}
+
+TEST_F(PublishedTokenizer, BadConfigIsAnErrorNamingIt) {
+  if (!have("gpt2")) GTEST_SKIP() << "not found: " << dir("gpt2");
+  testing::TempDir tmp;
+  write_file_atomic(tmp.file("tokenizer.json"), read_file(dir("gpt2") + "/tokenizer.json"));
+  write_file_atomic(tmp.file("tokenizer_config.json"), R"({"bos_token": {"content": "<nope>"}})");
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("tokenizer.json")); }),
+              AllOf(HasSubstr("tokenizer_config.json"), HasSubstr("bos_token"), HasSubstr("<nope>")));
+  write_file_atomic(tmp.file("tokenizer_config.json"), R"({"eos_token": "<|endoftext|>"})");
+  Tokenizer t = Tokenizer::load(tmp.file("tokenizer.json"));
+  EXPECT_EQ(t.token(t.eos_id()), "<|endoftext|>");
+  EXPECT_EQ(t.bos_id(), -1);
 }
 
 }  // namespace
