@@ -620,7 +620,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make(Expr::Kind::Call, current().location);
+    auto e = make(Expr::Kind::Call, callee->location);  // errors point at what is called
     e->operands.push_back(std::move(callee));
     parse_arguments(*e);
     return e;

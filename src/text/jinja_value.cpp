@@ -120,7 +120,7 @@ std::string format_float(double d) {
   std::string digits;
   for (char c : mantissa)
     if (c != '.') digits.push_back(c);
-  if (exponent >= -5 && exponent < 16) {
+  if (exponent >= -4 && exponent < 16) {
     std::string out;
     if (exponent >= 0) {
       if (digits.size() <= static_cast<size_t>(exponent) + 1) {
