@@ -27,6 +27,8 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 
 // Python's binary operators: + - * / // % ** on numbers (and + / * on strings and lists), ~ on anything.
 Value binary_op(const std::string& op, const Value& a, const Value& b);
+// Python's printf-style `fmt % args`: args is a tuple, a dict (for %(name)s) or a single value.
+std::string percent_format(const std::string& fmt, const Value& args);
 // Python's `item in container`.
 bool contains(const Value& container, const Value& item);
 

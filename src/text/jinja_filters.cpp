@@ -289,6 +289,17 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
     };
     t["float"] = filter_float;
+    t["format"] = [](const Value& v, CallArgs& args) {
+      // jinja2: str(value) % (kwargs or args); both at once is an error.
+      if (!args.positional.empty() && !args.keyword.empty())
+        throw EvalFailure("can't handle positional and keyword arguments at the same time");
+      if (!args.keyword.empty()) {
+        Dict d;
+        for (auto& [k, x] : args.keyword) d.set(k, x);
+        return Value::string(percent_format(to_str(v), Value::dict(std::move(d))));
+      }
+      return Value::string(percent_format(to_str(v), Value::list(args.positional, true)));
+    };
     t["indent"] = filter_indent;
     t["int"] = filter_int;
     t["items"] = [](const Value& v, CallArgs& args) {

@@ -1,6 +1,7 @@
 // Attribute and item access, slicing, operators, and the methods of str, dict and list objects that
 // templates call (`message.content.startswith('<tool_response>')`, `tool.get('function')`).
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 
@@ -409,6 +410,103 @@ double python_float_mod(double a, double b) {
 
 }  // namespace
 
+// Python's printf-style `fmt % args` (and jinja2's format filter): %[(name)][flags][width][.precision]type
+// for types s r d i u f F e E g G x X o c and %%. `args` is a tuple (positional), a dict (for %(name)s),
+// or one value.
+std::string percent_format(const std::string& fmt, const Value& args) {
+  std::vector<Value> positional;
+  const bool mapping = args.is_dict();
+  if (args.is_list() && args.as_list().is_tuple) positional = args.as_list().items;
+  else positional = {args};  // a dict is also the one value for a plain %s
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) throw EvalFailure("incomplete format");
+    if (fmt[i] == '%') {
+      out.push_back('%');
+      continue;
+    }
+    const Value* arg = nullptr;
+    if (fmt[i] == '(') {
+      const size_t close = fmt.find(')', i);
+      if (close == std::string::npos || !mapping) throw EvalFailure("format requires a mapping");
+      arg = args.as_dict().find(fmt.substr(i + 1, close - i - 1));
+      if (arg == nullptr) throw EvalFailure("KeyError: '" + fmt.substr(i + 1, close - i - 1) + "'");
+      i = close + 1;
+    }
+    std::string spec = "%";
+    while (i < fmt.size() && std::string("-+ 0#").find(fmt[i]) != std::string::npos) spec.push_back(fmt[i++]);
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec.push_back(fmt[i++]);
+    if (i < fmt.size() && fmt[i] == '.') {
+      spec.push_back(fmt[i++]);
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec.push_back(fmt[i++]);
+    }
+    if (i >= fmt.size()) throw EvalFailure("incomplete format");
+    if (fmt[i] == '*') throw EvalFailure("'*' widths in % formatting are not supported");
+    const char type = fmt[i];
+    if (arg == nullptr) {
+      if (next >= positional.size()) throw EvalFailure("not enough arguments for format string");
+      arg = &positional[next++];
+    }
+    char buf[512];
+    switch (type) {
+      case 's':
+      case 'r': {
+        // Width and precision count code points in Python; padding by bytes would differ for non-ASCII.
+        const std::string text = type == 's' ? to_str(*arg) : repr(*arg);
+        if (spec != "%") {
+          bool ascii = true;
+          for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+          if (!ascii) throw EvalFailure("width or precision on non-ASCII %s arguments is not supported");
+          std::snprintf(buf, sizeof buf, (spec + "s").c_str(), text.c_str());
+          out += buf;
+        } else {
+          out += text;
+        }
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o':
+      case 'c': {
+        if (!arg->is_numeric()) throw EvalFailure("%" + std::string(1, type) + " format: a real number is required, not " + type_name(*arg));
+        const auto n = static_cast<long long>(arg->is_float() ? std::trunc(arg->as_float()) : arg->as_int());
+        if (type == 'c') {
+          const auto cp = static_cast<char32_t>(n);
+          out += encode_utf8(std::u32string_view(&cp, 1));
+          break;
+        }
+        const char conv = type == 'i' || type == 'u' ? 'd' : type;
+        std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), n);
+        out += buf;
+        break;
+      }
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G': {
+        if (!arg->is_numeric()) throw EvalFailure("must be real number, not " + type_name(*arg));
+        std::snprintf(buf, sizeof buf, (spec + type).c_str(), arg->as_float());
+        out += buf;
+        break;
+      }
+      default:
+        throw EvalFailure(std::string("unsupported format character '") + type + "'");
+    }
+  }
+  if (!mapping && next < positional.size()) throw EvalFailure("not all arguments converted during string formatting");
+  return out;
+}
+
 Value get_attribute(const Value& obj, const std::string& name) {
   require_defined(obj);
   switch (obj.kind()) {
@@ -532,7 +630,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (a.is_integral() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
     unsupported_operands(op, a, b);
   }
-  if (!numbers) unsupported_operands(op, a, b);
+  if (!numbers && op != "%") unsupported_operands(op, a, b);
   if (op == "/") {
     if (b.as_float() == 0) throw EvalFailure("division by zero");
     return Value::number(a.as_float() / b.as_float());
@@ -545,6 +643,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
     return Value::integer(q);
   }
+  if (op == "%" && a.is_string()) return Value::string(percent_format(a.as_string(), b));
+  if (!numbers) unsupported_operands(op, a, b);
   if (op == "%") {
     if (b.as_float() == 0) throw EvalFailure(floats ? "float modulo" : "integer division or modulo by zero");
     if (floats) return Value::number(python_float_mod(a.as_float(), b.as_float()));

@@ -93,6 +93,26 @@ const std::vector<Case>& cases() {
       {"with_block", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]"},
       {"unicode_text", "{{ s | length }} {{ s | upper }} {{ s[1] }} {{ s | title }} {{ 'ÉCOLE' | lower }}", {{"s", "élan vital ✓ 中文 ΣΑΣ"}}},
       {"generation_block", "{% for m in ms %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", {{"ms", {"a", "b"}}}},
+      // Printf-style formatting (the % operator and the format filter).
+      {"percent_format", "{{ '%s-%d-%.2f-%5s-%-3d|%x %o %e %g %r %%' % ('a', 3, 2.5, 'b', 7, 255, 8, 12345.678, 0.0001, 'q') }}|{{ '%(a)s=%(b)d' % {'a': 'k', 'b': 2} }}|{{ '%s and %s' | format('x', 2) }}|{{ '%s' % [1, 2] }}|{{ '%s' % {'a': 1} }}|{{ '%05.1f%+d' % (3.14159, 4) }}"},
+      // Lexing corner cases: closing delimiters inside strings and brackets.
+      {"delimiters_inside_tags", "{{ {'a': {'b': 1}} }}|{{ '%}' }}|{% set x = '}}' %}{{ x }}|{{ [[1], [2]] }}|{# a '#}' b"},
+      {"repr_of_strings", "{{ ['a\\nb', \"it's\", 'both\\'\"', '\\x7f', 'ü', '\\u200b', '\\\\', '\\t'] }}"},
+      {"undefined_behaviour", "{{ u is sequence }}{{ u is iterable }}{{ u == u }}{{ u == none }}{{ u | list }}[{{ u | join }}][{{ u | first }}]{{ u | default('d') }}{{ not u }}{{ u is not defined }}"},
+      // Idioms of real chat templates.
+      {"content_parts", "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text }}{% elif p['type'] == 'image' %}<img>{% endif %}{% endfor %}{% endif %}|{% endfor %}",
+       {{"messages", {{{"role", "user"}, {"content", "plain"}}, {{"role", "user"}, {"content", {{{"type", "image"}}, {{"type", "text"}, {"text", "caption"}}}}}}}}},
+      {"system_extraction", "{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}{% set rest = messages[1:] %}{% else %}{% set sys = 'default' %}{% set rest = messages %}{% endif %}[{{ sys }}]{% for m in rest %}{{ m.role }}{% if not loop.last %},{% endif %}{% endfor %}{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+       {{"messages", {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "u"}}, {{"role", "assistant"}, {"content", "a"}}}}}},
+      {"precedence", "{{ 'Tools: ' + tools | map(attribute='function.name') | join(', ') }}|{{ -x | abs }}|{{ not y is defined }}|{{ 'x' ~ 2 * 3 }}|{{ 1 + 2 * 3 ** 2 }}|{{ x is defined and x > 1 }}|{{ (1, 2)[1] }}|{{ [1, 2, 3][1:][0] }}",
+       {{"x", 3}, {"tools", {{{"function", {{"name", "f1"}}}}, {{"function", {{"name", "f2"}}}}}}}},
+      {"loop_tests_and_joiner", "{% set comma = joiner(', ') %}{% for i in range(1, 8, 2) %}{{ comma() }}{{ i }}{% if loop.index0 is divisibleby(2) %}e{% endif %}{% endfor %}|{% for i in range(3)|reverse %}{{ i }}{% endfor %}"},
+      {"tojson_numbers", "{{ [0.1, 1e-7, 1e22, 123456789.0, -0.5, 3, 2.0e-5, 1.5e300] | tojson }}{{ {'a': [], 'b': {}, 'c': [{}]} | tojson(indent=1) }}"},
+      {"namespace_flags", "{% set ns = namespace(found=false, count=0) %}{% for m in ms %}{% set ns.found = ns.found or m == 'x' %}{% if m == 'y' %}{% set ns.count = ns.count + 1 %}{% endif %}{% endfor %}{{ ns.found }}{{ ns.count }}{{ ns }}",
+       {{"ms", {"y", "x", "y"}}}},
+      {"whitespace_nested_blocks", "<s>\n\t{%- for m in ms %}\n\t\t{% if m %}\n\t\t\t{{ m }}\n\t\t{% endif %}\n\t{% endfor -%}\n</s>\n", {{"ms", {"a", "", "b"}}}},
+      {"strftime_now_year", "{{ strftime_now('%Y') | length }}"},
+      {"macro_scoping", "{% set g = 'G' %}{% macro m(a) %}{{ a }}{{ g }}{% set g = 'L' %}{{ g }}{% endmacro %}{{ m(1) }}{{ g }}{{ m(a=2) }}"},
       // Errors jinja2 raises: hybridflow throws too.
       {"error_attribute_of_undefined", "{{ missing.attr }}"},
       {"error_raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}"},
@@ -100,6 +120,10 @@ const std::vector<Case>& cases() {
       {"error_add_string_and_number", "{{ 'a' + 1 }}"},
       {"error_tojson_undefined", "{{ missing | tojson }}"},
       {"error_unpack_mismatch", "{% for a, b in [[1, 2, 3]] %}{% endfor %}"},
+      {"error_concat_binds_tighter_than_plus", "{{ 1 + 2 ~ 'a' }}"},
+      {"error_item_of_undefined", "{{ missing[0] }}"},
+      {"error_percent_arguments", "{{ '%s %s' % ('a',) }}"},
+      {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
   };
   return all;
 }
