@@ -327,7 +327,9 @@ TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
       std::printf("both fail: transformers: %s | hybridflow: %s\n", theirs.c_str(), e.what());
       // The template's own raise_exception(message) must come through as that message.
       const std::string raised = "TemplateError: ";
-      if (theirs.rfind(raised, 0) == 0) EXPECT_EQ(e.message(), theirs.substr(raised.size()));
+      if (theirs.rfind(raised, 0) == 0) {
+        EXPECT_EQ(e.message(), theirs.substr(raised.size()));
+      }
       return;
     }
     FAIL() << "hybridflow threw: " << e.what() << "\ntransformers rendered:\n" << expected["output"].get<std::string>();
