@@ -97,6 +97,7 @@ std::string jinja_title(const std::string& s) {
 
 std::vector<Value> select_items(const Value& seq, CallArgs& args, bool by_attribute, bool keep_matches) {
   std::vector<Value> out;
+  if (!truthy(seq)) return out;  // jinja2 checks `if seq` before iterating, so false / none select nothing
   const size_t test_at = by_attribute ? 1 : 0;
   Value attribute = by_attribute ? (args.positional.empty() ? throw EvalFailure("missing attribute") : args.positional[0])
                                  : Value();
@@ -143,8 +144,14 @@ Value filter_int(const Value& v, CallArgs& args) {
   BoundArgs a("int", args, {"default", "base"});
   const Value fallback = a.get_or(0, Value::integer(0));
   const std::int64_t base = a.has(1) ? a.integer(1) : 10;
+  require_defined(v);  // int(Undefined) raises in jinja2
   if (v.is_integral()) return Value::integer(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_float()) ? Value::integer(static_cast<std::int64_t>(v.as_float())) : fallback;
+  if (v.is_float()) {
+    const double d = v.as_float();
+    if (!std::isfinite(d)) return fallback;
+    if (std::fabs(d) >= 9.2e18) throw EvalFailure("int: " + format_float(d) + " does not fit a 64-bit integer");
+    return Value::integer(static_cast<std::int64_t>(d));
+  }
   if (v.is_string()) {
     const std::string s = strip(v.as_string(), nullptr, true, true);
     std::string digits;
@@ -160,7 +167,7 @@ Value filter_int(const Value& v, CallArgs& args) {
     try {
       size_t used = 0;
       const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value::integer(static_cast<std::int64_t>(d));
+      if (used == s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<std::int64_t>(d));
     } catch (const std::exception&) {
     }
   }
@@ -169,6 +176,7 @@ Value filter_int(const Value& v, CallArgs& args) {
 
 Value filter_float(const Value& v, CallArgs& args) {
   BoundArgs a("float", args, {"default"});
+  require_defined(v);
   if (v.is_numeric()) return Value::number(v.as_float());
   if (v.is_string()) {
     const std::string s = strip(v.as_string(), nullptr, true, true);
@@ -190,6 +198,8 @@ Value filter_indent(const Value& v, CallArgs& args) {
     indentation = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(std::max<std::int64_t>(0, a.integer(0))), ' ');
   }
   const bool first = a.flag(1, false), blank = a.flag(2, false);
+  require_defined(v);
+  if (!v.is_string()) throw EvalFailure("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
   // As jinja2: a newline is appended first so splitlines() keeps a trailing empty line.
   std::vector<std::string> lines = split_lines(to_str(v) + "\n");
   std::string out;
@@ -341,6 +351,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["map"] = [](const Value& v, CallArgs& args) {
       std::vector<Value> out;
+      if (!truthy(v)) return Value::list({});  // as jinja2: `if value:` before iterating
       const Value* attribute = nullptr;
       const Value* fallback = nullptr;
       for (auto& [k, x] : args.keyword) {
@@ -390,6 +401,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       const std::int64_t precision = a.has(0) ? a.integer(0) : 0;
       const std::string method = a.has(1) ? a.string(1) : "common";
       if (!v.is_numeric()) throw EvalFailure("round: expected a number, got " + type_name(v));
+      if (method == "common" && v.is_integral() && precision >= 0) return Value::integer(v.as_int());  // round(int) is an int
       const double scale = std::pow(10.0, static_cast<double>(precision));
       const double x = v.as_float() * scale;
       double r;
@@ -483,7 +495,8 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
     // Undefined is iterable (as empty) and has len() and [] in jinja2, so it passes both.
     t["iterable"] = no_args("iterable", [](const Value& v) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); });
     t["sequence"] = no_args("sequence", [](const Value& v) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); });
-    t["callable"] = no_args("callable", [](const Value& v) { return v.is_function(); });
+    // jinja2's Undefined defines __call__ (calling it raises), so Python's callable() says yes.
+    t["callable"] = no_args("callable", [](const Value& v) { return v.is_function() || v.is_undefined(); });
     t["escaped"] = no_args("escaped", [](const Value&) { return false; });
     t["lower"] = no_args("lower", [](const Value& v) {
       CallArgs none;
@@ -493,18 +506,12 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       CallArgs none;
       return truthy(get_attribute(Value::string(to_str(v)), "isupper").as_function().call(none));
     });
-    t["odd"] = no_args("odd", [](const Value& v) {
-      if (!v.is_integral()) throw EvalFailure("odd: expected an integer");
-      return v.as_int() % 2 != 0;
-    });
-    t["even"] = no_args("even", [](const Value& v) {
-      if (!v.is_integral()) throw EvalFailure("even: expected an integer");
-      return v.as_int() % 2 == 0;
-    });
+    // Python's `value % 2` and `value % num`, so floats work too (1e20 is even).
+    t["odd"] = no_args("odd", [](const Value& v) { return equals(binary_op("%", v, Value::integer(2)), Value::integer(1)); });
+    t["even"] = no_args("even", [](const Value& v) { return equals(binary_op("%", v, Value::integer(2)), Value::integer(0)); });
     t["divisibleby"] = [](const Value& v, CallArgs& args) {
       BoundArgs a("divisibleby", args, {"num"});
-      if (!v.is_integral() || a.integer(0) == 0) throw EvalFailure("divisibleby: expected integers, divisor non-zero");
-      return v.as_int() % a.integer(0) == 0;
+      return equals(binary_op("%", v, a.get(0)), Value::integer(0));
     };
     t["eq"] = [](const Value& v, CallArgs& args) { return compare_test("eq", v, args, equals); };
     t["ne"] = [](const Value& v, CallArgs& args) {

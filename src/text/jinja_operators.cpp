@@ -404,7 +404,8 @@ Value repeat(const Value& seq, std::int64_t times) {
 
 double python_float_mod(double a, double b) {
   double m = std::fmod(a, b);
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  if (m == 0) return std::copysign(0.0, b);  // Python: the zero takes the divisor's sign
+  if ((m < 0) != (b < 0)) m += b;
   return m;
 }
 
@@ -503,7 +504,11 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         throw EvalFailure(std::string("unsupported format character '") + type + "'");
     }
   }
-  if (!mapping && next < positional.size()) throw EvalFailure("not all arguments converted during string formatting");
+  // Python complains about unused arguments only for a tuple or a value without [] (a list or dict
+  // argument counts as a mapping there, so `'x' % [1]` is fine).
+  const bool tuple = args.is_list() && args.as_list().is_tuple;
+  const bool subscriptable = (args.is_list() && !tuple) || args.is_dict();
+  if (!subscriptable && next < positional.size()) throw EvalFailure("not all arguments converted during string formatting");
   return out;
 }
 
@@ -637,7 +642,17 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "//") {
     if (b.as_float() == 0) throw EvalFailure(floats ? "float floor division by zero" : "integer division or modulo by zero");
-    if (floats) return Value::number(std::floor(a.as_float() / b.as_float()));
+    if (floats) {
+      // CPython's float floor division: from fmod, so that 7 // 0.1 is 69.0 as in Python.
+      const double x = a.as_float(), y = b.as_float();
+      const double mod = std::fmod(x, y);
+      double div = (x - mod) / y;
+      if (mod != 0 && ((y < 0) != (mod < 0))) div -= 1.0;
+      if (div == 0) return Value::number(std::copysign(0.0, x / y));
+      double floored = std::floor(div);
+      if (div - floored > 0.5) floored += 1.0;
+      return Value::number(floored);
+    }
     const std::int64_t x = a.as_int(), y = b.as_int();
     std::int64_t q = x / y;
     if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
@@ -654,6 +669,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     return Value::integer(m);
   }
   if (op == "**") {
+    if (a.as_float() == 0 && b.as_float() < 0) throw EvalFailure("0.0 cannot be raised to a negative power");
     if (floats || b.as_int() < 0) return Value::number(std::pow(a.as_float(), b.as_float()));
     const long double exact = std::pow(static_cast<long double>(a.as_int()), static_cast<long double>(b.as_int()));
     std::int64_t r = 1;

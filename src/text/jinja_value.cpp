@@ -211,6 +211,8 @@ std::string repr(const Value& v) {
     }
     case Value::Kind::Dict:
       return repr_dict(v.as_dict());
+    case Value::Kind::Undefined:
+      return "Undefined";  // jinja2's Undefined repr, seen when a list holding one is printed
     default:
       return to_str(v);
   }

@@ -113,6 +113,11 @@ const std::vector<Case>& cases() {
       {"whitespace_nested_blocks", "<s>\n\t{%- for m in ms %}\n\t\t{% if m %}\n\t\t\t{{ m }}\n\t\t{% endif %}\n\t{% endfor -%}\n</s>\n", {{"ms", {"a", "", "b"}}}},
       {"strftime_now_year", "{{ strftime_now('%Y') | length }}"},
       {"macro_scoping", "{% set g = 'G' %}{% macro m(a) %}{{ a }}{{ g }}{% set g = 'L' %}{{ g }}{% endmacro %}{{ m(1) }}{{ g }}{{ m(a=2) }}"},
+      // Python corner cases found by comparing random expressions with jinja2.
+      {"python_numeric_corners", "{{ 2.5 is odd }}{{ 3.0 is odd }}{{ 4.0 is even }}{{ 1e20 is divisibleby(2) }}|{{ 0 | round }}{{ 7 | round }}{{ 2.5 | round(method='floor') }}|{{ 7 // 0.1 }} {{ -7.5 // 2 }} {{ 0 % -1.5 }} {{ -1 % 3.0 }}"},
+      {"lazy_filters_on_false", "{{ false | select('odd') | list }}{{ none | map('string') | list }}{{ 0 | rejectattr('x') | list }}"},
+      {"undefined_in_containers", "{{ [u, 1] }}{{ u is callable }}{{ ('' | last) is callable }}"},
+      {"percent_format_with_list_argument", "[{{ ' x ' % [1, 2] }}][{{ 'y' % {'a': 1} }}]"},
       // Errors jinja2 raises: hybridflow throws too.
       {"error_attribute_of_undefined", "{{ missing.attr }}"},
       {"error_raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}"},
@@ -124,6 +129,9 @@ const std::vector<Case>& cases() {
       {"error_item_of_undefined", "{{ missing[0] }}"},
       {"error_percent_arguments", "{{ '%s %s' % ('a',) }}"},
       {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
+      {"error_int_of_undefined", "{{ u | int }}"},
+      {"error_indent_non_string", "{{ 5 | indent(2) }}"},
+      {"error_zero_to_negative_power", "{{ 0 ** -1 }}"},
   };
   return all;
 }
