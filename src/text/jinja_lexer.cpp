@@ -136,6 +136,10 @@ class Lexer {
   }
 
   void lex_comment(size_t tag, size_t inner) {
+    if (inner >= src_.size()) {  // jinja2 ignores a `{#` that ends the template (its lexer stops there)
+      pos_ = src_.size();
+      return;
+    }
     const size_t end = src_.find("#}", inner);
     if (end == std::string::npos) fail("unterminated comment (missing '#}')", tag);
     char modifier = 0;
