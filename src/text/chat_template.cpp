@@ -2,16 +2,19 @@
 
 #include "text/jinja_evaluator.h"
 #include "text/jinja_parser.h"
+#include "text/jinja_scoping.h"
 
 namespace hybridflow::text {
 
 struct JinjaTemplate::Program {
   jinja::Body body;
+  std::vector<std::string> undefined_at_entry;  // of the top-level scope
 };
 
 JinjaTemplate JinjaTemplate::parse(const std::string& source) {
   auto program = std::make_shared<Program>();
   program->body = jinja::parse_template(source);
+  program->undefined_at_entry = jinja::analyze_scopes(program->body);
   JinjaTemplate t;
   t.program_ = std::move(program);
   return t;
@@ -25,7 +28,7 @@ std::string JinjaTemplate::render(const nlohmann::ordered_json& context) const {
   } catch (const jinja::EvalFailure& failure) {
     throw TemplateError(failure.what());
   }
-  return jinja::render_template(program_->body, variables);
+  return jinja::render_template(program_->body, program_->undefined_at_entry, variables);
 }
 
 namespace {

@@ -93,6 +93,10 @@ struct Stmt {
   std::vector<MacroParam> params;
   std::vector<Target> targets;
   std::vector<ExprPtr> values;
+  // Filled by jinja_scoping: names the body's scope (and the for-else body's) must hold as Undefined
+  // from its start, because jinja2 makes them local to that scope before their assignment runs.
+  std::vector<std::string> undefined_at_entry;
+  std::vector<std::string> else_undefined_at_entry;
 };
 
 }  // namespace hybridflow::text::jinja

@@ -28,6 +28,12 @@ struct Scope {
     s->parent = parent;
     return s;
   }
+  // A new scope whose locals assigned later start Undefined (see jinja_scoping.h).
+  static ScopePtr frame(const ScopePtr& parent, const std::vector<std::string>& undefined_at_entry) {
+    ScopePtr s = child_of(parent);
+    for (const auto& name : undefined_at_entry) s->vars[name] = Value::undefined("'" + name + "' is undefined");
+    return s;
+  }
 };
 
 enum class Flow { Normal, Break, Continue };
@@ -87,31 +93,31 @@ class Renderer {
         return Flow::Normal;
       case Stmt::Kind::SetBlock: {
         std::string captured;
-        exec_body(s.body, Scope::child_of(scope), captured);
+        exec_body(s.body, Scope::frame(scope, s.undefined_at_entry), captured);
         Value v = Value::string(std::move(captured));
         if (s.expr) v = apply_filter_chain(*s.expr, v, scope);
         assign(s.target, v, scope);
         return Flow::Normal;
       }
       case Stmt::Kind::Macro:
-        scope->vars[s.name] = make_macro(s.name, s.params, s.body, scope);
+        scope->vars[s.name] = make_macro(s.name, s, scope);
         return Flow::Normal;
       case Stmt::Kind::CallBlock: {
         const Expr& call = *s.expr;
         Value callee = eval(*call.operands[0], scope);
         CallArgs args = eval_arguments(call, scope);
-        args.keyword.emplace_back("caller", make_macro("caller", s.params, s.body, scope));
+        args.keyword.emplace_back("caller", make_macro("caller", s, scope));
         out += to_str(invoke(callee, args, call.location));
         return Flow::Normal;
       }
       case Stmt::Kind::FilterBlock: {
         std::string captured;
-        exec_body(s.body, Scope::child_of(scope), captured);
+        exec_body(s.body, Scope::frame(scope, s.undefined_at_entry), captured);
         out += to_str(apply_filter_chain(*s.expr, Value::string(std::move(captured)), scope));
         return Flow::Normal;
       }
       case Stmt::Kind::With: {
-        ScopePtr inner = Scope::child_of(scope);
+        ScopePtr inner = Scope::frame(scope, s.undefined_at_entry);
         for (size_t i = 0; i < s.targets.size(); ++i) assign(s.targets[i], eval(*s.values[i], scope), inner);
         exec_body(s.body, inner, out);
         return Flow::Normal;
@@ -121,7 +127,7 @@ class Renderer {
       case Stmt::Kind::Continue:
         return Flow::Continue;
       case Stmt::Kind::Generation:
-        exec_body(s.body, Scope::child_of(scope), out);
+        exec_body(s.body, Scope::frame(scope, s.undefined_at_entry), out);
         return Flow::Normal;
     }
     return Flow::Normal;
@@ -132,21 +138,25 @@ class Renderer {
     if (s.condition) {  // `for x in xs if cond`: filtered first, so loop.length counts what is kept
       std::vector<Value> kept;
       for (auto& item : items) {
-        ScopePtr probe = Scope::child_of(scope);
+        ScopePtr probe = Scope::frame(scope, s.undefined_at_entry);
         assign(s.target, item, probe);
         if (truthy(eval(*s.condition, probe))) kept.push_back(std::move(item));
       }
       items = std::move(kept);
     }
     const auto n = static_cast<std::int64_t>(items.size());
+    // As jinja2 compiles it, the else body runs unless some iteration ran to its end: iterations that
+    // `continue` or `break` do not count.
+    bool completed_an_iteration = false;
     for (std::int64_t i = 0; i < n; ++i) {
-      ScopePtr iteration = Scope::child_of(scope);
+      ScopePtr iteration = Scope::frame(scope, s.undefined_at_entry);
       assign(s.target, items[i], iteration);
       iteration->vars["loop"] = loop_object(items, i);
       const Flow flow = exec_body(s.body, iteration, out);
+      if (flow == Flow::Normal) completed_an_iteration = true;
       if (flow == Flow::Break) break;
     }
-    if (n == 0) exec_body(s.else_body, Scope::child_of(scope), out);
+    if (!completed_an_iteration) exec_body(s.else_body, Scope::frame(scope, s.else_undefined_at_entry), out);
   }
 
   static Value loop_object(const std::vector<Value>& items, std::int64_t i) {
@@ -196,10 +206,11 @@ class Renderer {
     for (size_t i = 0; i < parts.size(); ++i) scope->vars[t.names[i]] = parts[i];
   }
 
-  Value make_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body,
-                   const ScopePtr& closure) {
-    return Value::function(name, [this, name, &params, &body, closure](CallArgs& args) {
-      ScopePtr frame = Scope::child_of(closure);
+  // A macro (or a call block's caller) defined by `def`; it runs in a new scope under `closure`.
+  Value make_macro(const std::string& name, const Stmt& def, const ScopePtr& closure) {
+    const std::vector<MacroParam>& params = def.params;
+    return Value::function(name, [this, name, &def, &params, closure](CallArgs& args) {
+      ScopePtr frame = Scope::frame(closure, def.undefined_at_entry);
       if (args.positional.size() > params.size())
         throw EvalFailure("macro '" + name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
       std::vector<bool> bound(params.size(), false);
@@ -228,7 +239,7 @@ class Renderer {
                                           : Value::undefined("parameter '" + params[i].name + "' was not provided");
       }
       std::string out;
-      exec_body(body, frame, out);
+      exec_body(def.body, frame, out);
       return Value::string(std::move(out));
     });
   }
@@ -358,11 +369,14 @@ class Renderer {
 
 }  // namespace
 
-std::string render_template(const Body& body, const Dict& context) {
+std::string render_template(const Body& body, const std::vector<std::string>& undefined_at_entry,
+                            const Dict& context) {
   auto globals = std::make_shared<Scope>();
   for (auto& [name, v] : global_functions().entries) globals->vars[name] = v;
-  ScopePtr root = Scope::child_of(globals);
-  for (const auto& [name, v] : context.entries) root->vars[name] = v;
+  ScopePtr variables = Scope::child_of(globals);
+  for (const auto& [name, v] : context.entries) variables->vars[name] = v;
+  // The template's own scope sits under the render variables, so its assignments shadow them.
+  ScopePtr root = Scope::frame(variables, undefined_at_entry);
   Renderer renderer;
   std::string out;
   renderer.exec_body(body, root, out);

@@ -5,13 +5,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "text/jinja_ast.h"
 #include "text/jinja_value.h"
 
 namespace hybridflow::text::jinja {
 
-// Throws TemplateError at the position of the failing statement or expression.
-std::string render_template(const Body& body, const Dict& context);
+// `undefined_at_entry` is what analyze_scopes returned for `body`. Throws TemplateError at the
+// position of the failing statement or expression.
+std::string render_template(const Body& body, const std::vector<std::string>& undefined_at_entry,
+                            const Dict& context);
 
 }  // namespace hybridflow::text::jinja

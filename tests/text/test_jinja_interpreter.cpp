@@ -118,6 +118,15 @@ const std::vector<Case>& cases() {
       {"lazy_filters_on_false", "{{ false | select('odd') | list }}{{ none | map('string') | list }}{{ 0 | rejectattr('x') | list }}"},
       {"undefined_in_containers", "{{ [u, 1] }}{{ u is callable }}{{ ('' | last) is callable }}"},
       {"percent_format_with_list_argument", "[{{ ' x ' % [1, 2] }}][{{ 'y' % {'a': 1} }}]"},
+      // jinja2's compile-time scoping: a name assigned at a scope's top level is local to the whole scope,
+      // so a macro called before the assignment sees Undefined, not the render variable.
+      {"scope_read_before_assignment", "{{ x }}{% set x = 1 %}{{ x }}|{% if false %}{% set y = 1 %}{% endif %}{{ y }}", {{"x", "X0"}, {"y", "Y0"}}},
+      {"scope_macro_before_assignment", "{% macro m() %}[{{ x }}]{% endmacro %}{{ m() }}{% set x = 1 %}{{ m() }}", {{"x", "X0"}}},
+      {"scope_macro_after_top_level_read", "{{ x }}{% macro m() %}[{{ x }}]{% endmacro %}{{ m() }}{% set x = 1 %}{{ m() }}", {{"x", "X0"}}},
+      {"scope_macro_in_loop", "{% for i in [1] %}{% macro m() %}[{{ x }}]{% endmacro %}{{ m() }}{% endfor %}{% set x = 1 %}|{% for i in [1, 2] %}{% macro n() %}<{{ y }}>{% endmacro %}{{ n() }}{% set y = i %}{% endfor %}", {{"x", "X0"}, {"y", "Y0"}}},
+      {"scope_loop_aliases_outer", "{% set x = 1 %}{% for i in [1, 2] %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% set x = 5 %}{% endfor %}|{% for i in [1] %}{{ z }}{% set z = 5 %}{{ z }}{% endfor %}{{ z }}|{% for i in [1] %}[{{ w }}]{% set w = 5 %}{% endfor %}{% set w = 1 %}", {{"x", "X0"}, {"z", "Z0"}, {"w", "W0"}}},
+      {"scope_macro_is_lexical", "{% macro m() %}{{ x }}{% endmacro %}{% for i in [1] %}{% set x = 7 %}{{ m() }}{% endfor %}|{% macro k() %}{{ x }}{% set x = 9 %}{{ x }}{% endmacro %}{{ k() }}{{ x }}", {{"x", "X0"}}},
+      {"for_else_after_continue_or_break", "{% for i in [1, 2] %}{% continue %}{% else %}E1{% endfor %}|{% for i in [1, 2] %}{% break %}{% else %}E2{% endfor %}|{% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E3{% endfor %}"},
       // Errors jinja2 raises: hybridflow throws too.
       {"error_attribute_of_undefined", "{{ missing.attr }}"},
       {"error_raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}"},
