@@ -1,6 +1,7 @@
 // Randomized differential test: templates generated from a fixed seed (random expressions over
 // literals, data, operators, filters and tests; random nestings of tags with whitespace-control
-// modifiers around text full of spaces, tabs and newlines) are rendered by hybridflow and by jinja2 in
+// modifiers around text full of spaces, tabs and newlines; random nestings of loops, conditions,
+// assignments, macros, with and set blocks, namespaces and loop controls) are rendered by hybridflow and by jinja2 in
 // transformers' environment (tests/text/chat_template_oracle.py). Outputs must be byte-identical, and
 // where jinja2 raises hybridflow must throw. The seed is fixed so a failure reproduces; the case is
 // printed in full.
@@ -20,6 +21,7 @@ using json = nlohmann::ordered_json;
 
 constexpr int kExpressionCases = 400;
 constexpr int kWhitespaceCases = 400;
+constexpr int kStatementCases = 300;
 
 class Generator {
  public:
@@ -79,6 +81,51 @@ class Generator {
     return out + text();
   }
 
+  // Random statements nested to the given depth, reading and assigning a few shared names, so that
+  // scoping (loop bodies, macros, with blocks, namespaces) decides the output.
+  std::string statement(int depth, bool in_loop = false) {
+    // `loop.*` only inside loops: outside one, reading an attribute of Undefined ends the render.
+    static const std::vector<std::string> anywhere = {
+        "x", "y", "i", "j", "k", "ns.a", "ns.b", "outer", "1", "'s'", "x ~ 'q'", "(y or 0) + 1", "ns.a + 1", "i * 2",
+        "m", "messages|length", "messages[0].role", "messages[-1]['content']", "caller() if caller is defined else 'nc'"};
+    static const std::vector<std::string> looping = [] {
+      std::vector<std::string> v = anywhere;
+      for (const char* x : {"loop.index", "loop.first", "loop.last", "loop.length", "loop.revindex0", "loop.previtem",
+                            "loop.nextitem", "m.role if m is mapping else m", "m.content|upper if m is mapping else m"})
+        v.push_back(x);
+      return v;
+    }();
+    const std::vector<std::string>& values = in_loop ? looping : anywhere;
+    static const std::vector<std::string> iterables = {"[1, 2, 3]", "messages", "range(2)", "messages[::-1]", "[]",
+                                                       "d.items()", "'ab'"};
+    static const std::vector<std::string> set_targets = {"x", "y", "ns.a", "ns.b", "outer"};
+    const double r = uniform();
+    if (depth > 0 && r < 0.2) {
+      const std::string it = pick(iterables);
+      static const std::vector<std::string> plain = {"i", "j", "m"};
+      const std::string target = it == "d.items()" ? "k, v" : (it == "messages" || it == "messages[::-1]") ? "m" : pick(plain);
+      std::string inner;
+      const int n = 1 + static_cast<int>(uniform() * 3);
+      for (int i = 0; i < n; ++i) inner += statement(depth - 1, true);
+      if (uniform() < 0.2) inner += "{% if " + pick(values) + " %}{% break %}{% endif %}";
+      if (uniform() < 0.2) inner = "{% if " + pick(values) + " %}{% continue %}{% endif %}" + inner;
+      const std::string condition = uniform() < 0.3 ? " if " + target.substr(0, 1) + " != 2" : "";
+      const std::string otherwise = uniform() < 0.3 ? "{% else %}E" : "";
+      return "{% for " + target + " in " + it + condition + " %}" + inner + otherwise + "{% endfor %}";
+    }
+    if (depth > 0 && r < 0.35)
+      return "{% if " + pick(values) + " %}" + statement(depth - 1, in_loop) + statement(depth - 1, in_loop) +
+             "{% elif " + pick(values) + " %}A{% else %}" + statement(depth - 1, in_loop) + "{% endif %}";
+    if (r < 0.5) return "{% set " + pick(set_targets) + " = " + pick(values) + " %}";
+    if (depth > 0 && r < 0.55)
+      return "{% macro mac(p, q=2) %}[{{ p }}{{ q }}{{ x }}" + statement(depth - 1) + "]{% endmacro %}{{ mac(" +
+             pick(values) + ") }}";
+    if (depth > 0 && r < 0.6)
+      return "{% with w = " + pick(values) + " %}{{ w }}" + statement(depth - 1, in_loop) + "{% endwith %}";
+    if (depth > 0 && r < 0.63) return "{% set blk %}" + statement(depth - 1, in_loop) + "{% endset %}<{{ blk }}>";
+    return "{{ " + pick(values) + " }},";
+  }
+
  private:
   double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   const std::string& pick(const std::vector<std::string>& v) {
@@ -118,6 +165,14 @@ const std::vector<Case>& cases() {
                        {"e", ""}, {"t", true}, {"nested", {{"a", {{"b", "deep"}}}}}};
     for (int i = 0; i < kExpressionCases; ++i) v.push_back({"{{ " + g.expression(3) + " }}", data});
     for (int i = 0; i < kWhitespaceCases; ++i) v.push_back({g.body(2), {{"i", 0}}});
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "yo"}}}},
+                       {"d", {{"a", 1}, {"b", 2}}},
+                       {"x", "X0"}};
+    for (int i = 0; i < kStatementCases; ++i) {
+      std::string source = "{% set ns = namespace(a=0, b='') %}";
+      for (int k = 0; k < 3; ++k) source += g.statement(3);
+      v.push_back({source + "|{{ x }}{{ y }}{{ ns.a }}{{ ns.b }}{{ outer }}", chat});
+    }
     return v;
   }();
   return all;
@@ -162,7 +217,7 @@ TEST(JinjaDifferential, RandomTemplatesRenderAsInJinja2) {
     if (mismatches >= 10) break;
   }
   std::printf("compared %d random templates with jinja2 (%d where both raise)\n", compared, raised);
-  EXPECT_GT(compared, (kExpressionCases + kWhitespaceCases) * 9 / 10);  // the filter above stays rare
+  EXPECT_GT(compared, (kExpressionCases + kWhitespaceCases + kStatementCases) * 9 / 10);  // the filter above stays rare
 }
 
 }  // namespace
