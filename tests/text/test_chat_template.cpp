@@ -23,6 +23,7 @@ struct ChatCase {
   bool add_generation_prompt = false;
   json tools = nullptr;
   json kwargs = json::object();
+  bool continue_final_message = false;
   std::string chat_template = {};  // non-empty: rendered instead of the model's (apply_chat_template(chat_template=...))
 };
 
@@ -238,8 +239,18 @@ std::vector<ChatCase> make_cases() {
   // The test-written templates, rendered through transformers with the Qwen3 tokenizer's special tokens.
   auto templated = [&](const std::string& name, const char* tpl, json messages, bool prompt, json tools = nullptr,
                        json kwargs = json::object()) {
-    cases.push_back({name, "qwen3", std::move(messages), prompt, std::move(tools), std::move(kwargs), tpl});
+    cases.push_back({name, "qwen3", std::move(messages), prompt, std::move(tools), std::move(kwargs), false, tpl});
   };
+  // continue_final_message: the prompt stops inside the last (assistant) message.
+  json prefill = json::array({msg("user", "Count to three."), msg("assistant", "One, two,")});
+  for (const std::string model : {"llama3", "qwen3"})
+    cases.push_back({model + "_continue_final_message", model, prefill, false, nullptr, json::object(), true});
+  json prefill_space = json::array({msg("user", "Say hi"), msg("assistant", "Hi ")});
+  cases.push_back({"qwen3_continue_final_message_trailing_space", "qwen3", prefill_space, false, nullptr, json::object(), true});
+  json prefill_parts = json::array({msg("user", "x"), msg("assistant", json::array({{{"type", "text"}, {"text", "Part one"}},
+                                                                                   {{"type", "image"}}}))});
+  cases.push_back({"content_parts_continue_final_message", "qwen3", prefill_parts, false, nullptr, json::object(), true,
+                   kContentPartsTemplate});
   templated("tools_in_user_turn", kToolsInUserTurnTemplate, with_system, true, kWeatherTools);
   templated("tools_in_user_turn_without_tools", kToolsInUserTurnTemplate, multi, true);
   templated("tools_in_system_turn", kToolsInUserTurnTemplate, with_system, false, kWeatherTools,
@@ -277,6 +288,13 @@ const std::vector<ChatCase>& cases() {
   return all;
 }
 
+// apply_chat_template's keyword arguments for the oracle: the template variables, plus the option.
+json oracle_kwargs(const ChatCase& c) {
+  json kwargs = c.kwargs;
+  if (c.continue_final_message) kwargs["continue_final_message"] = true;
+  return kwargs;
+}
+
 std::string tokenizer_dir(const std::string& model) { return testing::testdata_dir() + "/tokenizers/" + model; }
 
 class ChatTemplateAgainstTransformers : public ::testing::TestWithParam<size_t> {
@@ -289,7 +307,7 @@ class ChatTemplateAgainstTransformers : public ::testing::TestWithParam<size_t> 
                                  {"messages", c.messages},
                                  {"tools", c.tools},
                                  {"add_generation_prompt", c.add_generation_prompt},
-                                 {"kwargs", c.kwargs},
+                                 {"kwargs", oracle_kwargs(c)},
                                  {"chat_template", c.chat_template.empty() ? json(nullptr) : json(c.chat_template)}});
     }
     oracle_ = new testing::OracleAnswer(testing::ask_oracle(request));
@@ -320,7 +338,12 @@ TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
   }
   std::string got;
   try {
-    got = apply_chat_template(config, c.messages, c.add_generation_prompt, c.tools, c.kwargs);
+    ChatTemplateOptions options;
+    options.add_generation_prompt = c.add_generation_prompt;
+    options.continue_final_message = c.continue_final_message;
+    options.tools = c.tools;
+    options.variables = c.kwargs;
+    got = apply_chat_template(config, c.messages, options);
   } catch (const TemplateError& e) {
     if (expected.contains("error")) {
       const std::string theirs = expected["error"].get<std::string>();

@@ -30,6 +30,10 @@ class JinjaTemplate {
 
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;
+  // transformers' continue_final_message=True: the prompt ends inside the last message (an assistant
+  // prefill to continue), cut right after its content instead of closing the turn. Not with
+  // add_generation_prompt.
+  bool continue_final_message = false;
   // JSON schemas of the tools (a list), or null for none: templates test `tools` for truthiness.
   nlohmann::ordered_json tools = nullptr;
   // Retrieval documents (a list of objects), or null.
@@ -62,5 +66,8 @@ class ChatTemplate {
 std::string apply_chat_template(const TokenizerConfig& config, const nlohmann::ordered_json& messages,
                                 bool add_generation_prompt, const nlohmann::ordered_json& tools = nullptr,
                                 const nlohmann::ordered_json& variables = nlohmann::ordered_json::object());
+// The same with all options; options.variables are added to (and override) the config's special tokens.
+std::string apply_chat_template(const TokenizerConfig& config, const nlohmann::ordered_json& messages,
+                                const ChatTemplateOptions& options);
 
 }  // namespace hybridflow::text
