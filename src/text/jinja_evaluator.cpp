@@ -210,6 +210,14 @@ class Renderer {
   Value make_macro(const std::string& name, const Stmt& def, const ScopePtr& closure) {
     const std::vector<MacroParam>& params = def.params;
     return Value::function(name, [this, name, &def, &params, closure](CallArgs& args) {
+      // Python stops runaway recursion (a macro calling itself) with RecursionError; so do we, before the stack does.
+      if (macro_depth_ >= kMaxMacroDepth)
+        throw EvalFailure("maximum recursion depth exceeded in macro '" + name + "'");
+      struct DepthGuard {
+        int& depth;
+        explicit DepthGuard(int& d) : depth(d) { ++depth; }
+        ~DepthGuard() { --depth; }
+      } guard(macro_depth_);
       ScopePtr frame = Scope::frame(closure, def.undefined_at_entry);
       if (args.positional.size() > params.size())
         throw EvalFailure("macro '" + name + "' takes not more than " + std::to_string(params.size()) + " argument(s)");
@@ -354,6 +362,9 @@ class Renderer {
     }
     return Value();
   }
+
+  static constexpr int kMaxMacroDepth = 200;
+  int macro_depth_ = 0;
 
   static bool compare(const std::string& op, const Value& a, const Value& b) {
     if (op == "==") return equals(a, b);

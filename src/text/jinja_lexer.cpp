@@ -153,9 +153,7 @@ class Lexer {
     if (src_.compare(i, 3, "raw") != 0 || (i + 3 < src_.size() && is_name_char(src_[i + 3]))) return false;
     i += 3;
     i += whitespace_run(src_, i);
-    char begin_modifier = 0;
     if (src_.compare(i, 3, "-%}") == 0) {
-      begin_modifier = '-';
       i += 3;
       i += whitespace_run(src_, i);
     } else if (src_.compare(i, 2, "%}") == 0) {
@@ -163,7 +161,6 @@ class Lexer {
     } else {
       return false;
     }
-    (void)begin_modifier;
     // Find `{%[-+]? endraw [-+]?%}`.
     size_t search = i;
     while (true) {

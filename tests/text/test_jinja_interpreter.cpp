@@ -90,6 +90,7 @@ const std::vector<Case>& cases() {
       // Macros.
       {"macro_defaults_and_call", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c', punct='.') }}"},
       {"macro_caller", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('p') %}body {{ 1 }}{% endcall %}"},
+      {"macro_recursion", "{% macro down(n) %}{{ n }}{% if n > 1 %}{{ down(n - 1) }}{% endif %}{% endmacro %}{{ down(5) }}"},
       {"with_block", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]"},
       {"unicode_text", "{{ s | length }} {{ s | upper }} {{ s[1] }} {{ s | title }} {{ 'ÉCOLE' | lower }}", {{"s", "élan vital ✓ 中文 ΣΑΣ"}}},
       {"generation_block", "{% for m in ms %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", {{"ms", {"a", "b"}}}},
@@ -139,6 +140,7 @@ const std::vector<Case>& cases() {
       {"error_percent_arguments", "{{ '%s %s' % ('a',) }}"},
       {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
       {"error_int_of_undefined", "{{ u | int }}"},
+      {"error_runaway_macro_recursion", "{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}"},
       {"error_indent_non_string", "{{ 5 | indent(2) }}"},
       {"error_zero_to_negative_power", "{{ 0 ** -1 }}"},
   };
