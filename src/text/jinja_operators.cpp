@@ -283,10 +283,12 @@ Value call_str_method(const std::string& s, const std::string& name, CallArgs& a
     std::u32string cps = decode_utf8(s);
     if (cps.empty()) return Value::boolean(false);
     if (name == "isupper" || name == "islower") {
+      // Python: every cased character has that case (title-case letters have neither), and one exists.
       bool any_cased = false;
       for (char32_t c : cps) {
-        if (is_upper(c) || is_lower(c)) any_cased = true;
-        if (name == "isupper" ? is_lower(c) : is_upper(c)) return Value::boolean(false);
+        if (!is_cased(c)) continue;
+        if (name == "isupper" ? !is_upper(c) : !is_lower(c)) return Value::boolean(false);
+        any_cased = true;
       }
       return Value::boolean(any_cased);
     }

@@ -1,6 +1,9 @@
 #include "text/jinja_unicode.h"
 
+#include <algorithm>
 #include <cstdint>
+
+#include "text/jinja_case_tables.h"
 
 namespace hybridflow::text::jinja {
 
@@ -98,83 +101,63 @@ std::string strip(std::string_view s, const std::string* chars, bool left, bool 
 
 namespace {
 
-// Simple (one-to-one) case pairs of the supported scripts: returns the other case of c, or c.
-char32_t upper_of(char32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
-  if (c < 0x80) return c;
-  if (c == 0xB5) return 0x39C;
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
-  if (c == 0xFF) return 0x178;
-  if (c >= 0x100 && c <= 0x17F) {
-    if (c == 0x131) return 'I';
-    if (c == 0x17F) return 'S';
-    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177))
-      return (c % 2 == 1) ? c - 1 : c;
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
-    return c;
-  }
-  if (c >= 0x3B1 && c <= 0x3C9) return c == 0x3C2 ? 0x3A3 : c - 32;
-  if (c == 0x3AC) return 0x386;
-  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
-  if (c == 0x3CC) return 0x38C;
-  if (c == 0x3CD || c == 0x3CE) return c - 63;
-  if (c >= 0x430 && c <= 0x44F) return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
-  return c;
+using namespace case_tables;
+
+char32_t map_by_runs(const CaseRun* runs, std::size_t count, char32_t c) {
+  // The last run starting at or before c.
+  const CaseRun* it = std::upper_bound(runs, runs + count, c, [](char32_t v, const CaseRun& r) { return v < r.start; });
+  if (it == runs) return c;
+  const CaseRun& r = *(it - 1);
+  if (c > r.end || (c - r.start) % static_cast<char32_t>(r.stride) != 0) return c;
+  return static_cast<char32_t>(static_cast<std::int64_t>(c) + r.delta);
 }
 
-char32_t lower_of(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if (c < 0x80) return c;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-  if (c == 0x178) return 0xFF;
-  if (c >= 0x100 && c <= 0x17F) {
-    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177))
-      return (c % 2 == 0) ? c + 1 : c;
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
-    return c;
-  }
-  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
-  if (c == 0x386) return 0x3AC;
-  if (c >= 0x388 && c <= 0x38A) return c + 37;
-  if (c == 0x38C) return 0x3CC;
-  if (c == 0x38E || c == 0x38F) return c + 63;
-  if (c >= 0x410 && c <= 0x42F) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
-  return c;
+const char32_t* special_mapping(const CaseSpecial* specials, std::size_t count, char32_t c) {
+  const CaseSpecial* it = std::lower_bound(specials, specials + count, c,
+                                           [](const CaseSpecial& s, char32_t v) { return s.code_point < v; });
+  return it != specials + count && it->code_point == c ? it->mapping : nullptr;
 }
 
-bool is_cased(char32_t c) { return upper_of(c) != c || lower_of(c) != c || c == 0xDF || c == 0x130 || c == 0x138; }
+bool in_ranges(const CodePointRange* ranges, std::size_t count, char32_t c) {
+  const CodePointRange* it =
+      std::upper_bound(ranges, ranges + count, c, [](char32_t v, const CodePointRange& r) { return v < r.first; });
+  return it != ranges && c <= (it - 1)->last;
+}
 
-// Appends the upper case of c; the few one-to-many mappings Python applies are spelled out.
-void append_upper(std::u32string& out, char32_t c) {
-  if (c == 0xDF) {
-    out += U"SS";
+void append_mapped(std::u32string& out, char32_t c, const CaseRun* runs, std::size_t run_count,
+                   const CaseSpecial* specials, std::size_t special_count) {
+  if (const char32_t* m = special_mapping(specials, special_count, c)) {
+    out += m;
   } else {
-    out.push_back(upper_of(c));
+    out.push_back(map_by_runs(runs, run_count, c));
   }
 }
 
-// Lower case of cps[i]; Greek capital sigma becomes final sigma at the end of a word, as Python does.
+void append_upper(std::u32string& out, char32_t c) {
+  append_mapped(out, c, upper_runs, upper_run_count, upper_specials, upper_special_count);
+}
+void append_title(std::u32string& out, char32_t c) {
+  append_mapped(out, c, title_runs, title_run_count, title_specials, title_special_count);
+}
+
+// Lower case of cps[i]; Greek capital sigma becomes final sigma at the end of a word, as Python does
+// (Python also skips case-ignorable characters such as apostrophes when looking around; this does not).
 void append_lower(std::u32string& out, const std::u32string& cps, size_t i) {
   const char32_t c = cps[i];
-  if (c == 0x130) {
-    out += U"i\u0307";
-  } else if (c == 0x3A3) {
+  if (c == 0x3A3) {
     const bool after_cased = i > 0 && is_cased(cps[i - 1]);
     const bool before_cased = i + 1 < cps.size() && is_cased(cps[i + 1]);
     out.push_back(after_cased && !before_cased ? 0x3C2 : 0x3C3);
-  } else {
-    out.push_back(lower_of(c));
+    return;
   }
+  append_mapped(out, c, lower_runs, lower_run_count, lower_specials, lower_special_count);
 }
 
 }  // namespace
 
-bool is_upper(char32_t c) { return lower_of(c) != c || c == 0x130; }
-bool is_lower(char32_t c) { return upper_of(c) != c || c == 0xDF || c == 0x138; }
+bool is_cased(char32_t c) { return in_ranges(cased_ranges, cased_range_count, c); }
+bool is_upper(char32_t c) { return in_ranges(uppercase_ranges, uppercase_range_count, c); }
+bool is_lower(char32_t c) { return in_ranges(lowercase_ranges, lowercase_range_count, c); }
 
 std::string to_upper(std::string_view s) {
   std::u32string cps = decode_utf8(s), out;
@@ -191,13 +174,8 @@ std::string to_lower(std::string_view s) {
 std::string capitalize(std::string_view s) {
   std::u32string cps = decode_utf8(s), out;
   for (size_t i = 0; i < cps.size(); ++i) {
-    if (i == 0) {
-      // Python uses the title case of the first character; for these scripts it equals upper, except ß -> Ss.
-      if (cps[0] == 0xDF) out += U"Ss";
-      else out.push_back(upper_of(cps[0]));
-    } else {
-      append_lower(out, cps, i);
-    }
+    if (i == 0) append_title(out, cps[0]);  // Python capitalizes with the title case of the first character
+    else append_lower(out, cps, i);
   }
   return encode_utf8(out);
 }
@@ -207,12 +185,8 @@ std::string title_case(std::string_view s) {
   bool previous_cased = false;
   for (size_t i = 0; i < cps.size(); ++i) {
     const char32_t c = cps[i];
-    if (!previous_cased) {
-      if (c == 0xDF) out += U"Ss";
-      else out.push_back(upper_of(c));
-    } else {
-      append_lower(out, cps, i);
-    }
+    if (previous_cased) append_lower(out, cps, i);
+    else append_title(out, c);
     previous_cased = is_cased(c);
   }
   return encode_utf8(out);

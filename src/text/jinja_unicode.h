@@ -21,16 +21,17 @@ bool is_space(char32_t c);
 // str.strip / lstrip / rstrip: with chars == nullptr strip whitespace, else any of the code points in *chars.
 std::string strip(std::string_view s, const std::string* chars, bool left, bool right);
 
-// Case mapping as Python does it for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (the
-// scripts chat content uses with case); other code points are left as they are (CJK and emoji have no case).
+// Case mapping as Python's str methods do it, from Python's Unicode tables (jinja_case_tables.h).
 std::string to_upper(std::string_view s);
 std::string to_lower(std::string_view s);
 // str.capitalize(): first character upper, the rest lower.
 std::string capitalize(std::string_view s);
 // str.title(): a cased character after an uncased one becomes upper, the rest lower.
 std::string title_case(std::string_view s);
-// Whether the code point is upper / lower case in the scripts above (str.isupper / islower).
+// Whether the code point is upper / lower case (Python's str.isupper / islower of one character).
 bool is_upper(char32_t c);
 bool is_lower(char32_t c);
+// Cased: upper, lower or title case (a title-case letter such as U+01C5 is cased but neither).
+bool is_cased(char32_t c);
 
 }  // namespace hybridflow::text::jinja

@@ -22,6 +22,39 @@ struct Case {
   json context = json::object();
 };
 
+// Every code point of the blocks where Unicode has case (Latin to Georgian and Greek extended, the
+// letterlike and enclosed blocks, Cyrillic and Latin extensions, fullwidth, Deseret, Osage, Old
+// Hungarian, Warang Citi, Medefaidrin, Adlam), with words split by spaces, for the case methods.
+std::string cased_scripts_text() {
+  const std::pair<char32_t, char32_t> blocks[] = {{0x41, 0x2FFF},     {0xA640, 0xA7FF},   {0xAB70, 0xABBF},
+                                                   {0xFB00, 0xFB06},   {0xFF21, 0xFF5A},   {0x10400, 0x104FF},
+                                                   {0x10C80, 0x10CFF}, {0x118A0, 0x118FF}, {0x16E40, 0x16E9F},
+                                                   {0x1E900, 0x1E94B}};
+  std::u32string text;
+  int n = 0;
+  for (auto [first, last] : blocks)
+    for (char32_t c = first; c <= last; ++c) {
+      text.push_back(c);
+      if (++n % 6 == 0) text.push_back(U' ');
+    }
+  text += U" ΣΑΣ όσος ΌΣΟΣ. ǆemal ǅ ß ŉ ﬃ";
+  std::string utf8;
+  for (char32_t c : text) {
+    if (c < 0x80) {
+      utf8.push_back(static_cast<char>(c));
+    } else if (c < 0x800) {
+      utf8 += {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    } else if (c < 0x10000) {
+      utf8 += {static_cast<char>(0xE0 | (c >> 12)), static_cast<char>(0x80 | ((c >> 6) & 0x3F)),
+               static_cast<char>(0x80 | (c & 0x3F))};
+    } else {
+      utf8 += {static_cast<char>(0xF0 | (c >> 18)), static_cast<char>(0x80 | ((c >> 12) & 0x3F)),
+               static_cast<char>(0x80 | ((c >> 6) & 0x3F)), static_cast<char>(0x80 | (c & 0x3F))};
+    }
+  }
+  return utf8;
+}
+
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       // Output of values: Python's str() of each type.
@@ -92,6 +125,8 @@ const std::vector<Case>& cases() {
       {"macro_caller", "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('p') %}body {{ 1 }}{% endcall %}"},
       {"macro_recursion", "{% macro down(n) %}{{ n }}{% if n > 1 %}{{ down(n - 1) }}{% endif %}{% endmacro %}{{ down(5) }}"},
       {"with_block", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]"},
+      {"unicode_case_mapping", "{{ s | upper }}|{{ s | lower }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s | title }}|{{ s.split() | length }}|{{ s.split() | map('upper') | select('upper') | list | length }}|{{ s.split() | select('lower') | list | length }}",
+       {{"s", cased_scripts_text()}}},
       {"unicode_text", "{{ s | length }} {{ s | upper }} {{ s[1] }} {{ s | title }} {{ 'ÉCOLE' | lower }}", {{"s", "élan vital ✓ 中文 ΣΑΣ"}}},
       {"generation_block", "{% for m in ms %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", {{"ms", {"a", "b"}}}},
       // Printf-style formatting (the % operator and the format filter).
