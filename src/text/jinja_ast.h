@@ -45,6 +45,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  int depth = 1;  // of this expression tree (the parser bounds it, so evaluating it cannot exhaust the stack)
 };
 
 // What `for` and `set` assign to: a name, names to unpack, or a namespace attribute (`ns.attr`).

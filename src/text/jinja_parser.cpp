@@ -1,5 +1,6 @@
 #include "text/jinja_parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "hybridflow/text/template_error.h"
@@ -65,6 +66,21 @@ class Parser {
     advance();
   }
 
+  // Records the depth of a node built from parsed operands and fails when the tree gets too deep
+  // (`1 + 1 + ...` builds depth without recursing in the parser).
+  ExprPtr checked(ExprPtr e) {
+    int deepest = 0;
+    for (const auto& o : e->operands)
+      if (o) deepest = std::max(deepest, o->depth);
+    for (const auto& kw : e->kwargs)
+      if (kw.second) deepest = std::max(deepest, kw.second->depth);
+    e->depth = deepest + 1;
+    if (e->depth > kMaxNesting)
+      throw TemplateError("the template nests deeper than " + std::to_string(kMaxNesting) + " levels",
+                          e->location.line, e->location.column);
+    return e;
+  }
+
   ExprPtr make(Expr::Kind kind, const Location& loc) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -77,6 +93,7 @@ class Parser {
   // Statements until a `{% name %}` with name in `ends` (the `{%` and the name are left for the caller
   // to check and consume) or, with no ends, until the end of the template.
   Body parse_body(std::initializer_list<const char*> ends) {
+    NestingGuard guard(*this);
     Body body;
     while (true) {
       const Token& t = current();
@@ -331,6 +348,7 @@ class Parser {
   ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_conditional() : parse_or(); }
 
   ExprPtr parse_conditional() {
+    NestingGuard guard(*this);
     ExprPtr body = parse_or();
     while (at_name("if")) {
       const Location loc = current().location;
@@ -345,7 +363,7 @@ class Parser {
       e->operands.push_back(std::move(body));
       e->operands.push_back(std::move(condition));
       e->operands.push_back(std::move(otherwise));
-      body = std::move(e);
+      body = checked(std::move(e));
     }
     return body;
   }
@@ -355,7 +373,7 @@ class Parser {
     e->name = std::move(op);
     e->operands.push_back(std::move(left));
     e->operands.push_back(std::move(right));
-    return e;
+    return checked(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -377,10 +395,11 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    NestingGuard guard(*this);
     if (at_name("not")) {
       auto e = make(Expr::Kind::Not, advance().location);
       e->operands.push_back(parse_not());
-      return e;
+      return checked(std::move(e));
     }
     return parse_compare();
   }
@@ -412,7 +431,7 @@ class Parser {
     e->operands.push_back(std::move(first));
     for (auto& o : operands) e->operands.push_back(std::move(o));
     e->ops = std::move(ops);
-    return e;
+    return checked(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -452,12 +471,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    NestingGuard guard(*this);
     ExprPtr node;
     if (at_operator("-") || at_operator("+")) {
       const Token& op = advance();
       node = make(Expr::Kind::Negate, op.location);
       node->name = op.text;
       node->operands.push_back(parse_unary(false));
+      node = checked(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -559,12 +580,12 @@ class Parser {
           auto index = make(Expr::Kind::Literal, current().location);
           index->literal = Value::integer(std::stoll(advance().text));
           e->operands.push_back(std::move(index));
-          node = std::move(e);
+          node = checked(std::move(e));
         } else {
           auto e = make(Expr::Kind::GetAttr, loc);
           e->name = expect_name();
           e->operands.push_back(std::move(node));
-          node = std::move(e);
+          node = checked(std::move(e));
         }
       } else if (at_operator("[")) {
         node = parse_subscript(std::move(node));
@@ -595,7 +616,7 @@ class Parser {
     auto e = make(is_slice ? Expr::Kind::Slice : Expr::Kind::GetItem, loc);
     e->operands.push_back(std::move(node));
     for (int i = 0; i < (is_slice ? 3 : 1); ++i) e->operands.push_back(std::move(parts[i]));
-    return e;
+    return checked(std::move(e));
   }
 
   // `(args)` after a callee, filter or test name: positional and keyword arguments into `e`.
@@ -623,7 +644,7 @@ class Parser {
     auto e = make(Expr::Kind::Call, callee->location);  // errors point at what is called
     e->operands.push_back(std::move(callee));
     parse_arguments(*e);
-    return e;
+    return checked(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -662,7 +683,7 @@ class Parser {
       if (!is_known_filter(e->name)) fail("unsupported filter '" + e->name + "'", name_token);
       e->operands.push_back(std::move(input));
       if (at_operator("(")) parse_arguments(*e);
-      input = std::move(e);
+      input = checked(std::move(e));
     }
     return input;
   }
@@ -692,12 +713,27 @@ class Parser {
         e->operands.push_back(parse_postfix(parse_primary()));
       }
     }
-    return e;
+    return checked(std::move(e));
   }
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+
+  // Templates come from model repositories, so a pathological nesting must fail cleanly instead of
+  // exhausting the stack (in the parser, and later in the evaluator, which recurses the same way).
+  static constexpr int kMaxNesting = 256;
+  int nesting_ = 0;
+  struct NestingGuard {
+    Parser& p;
+    explicit NestingGuard(Parser& parser) : p(parser) {
+      if (++p.nesting_ > kMaxNesting) {
+        --p.nesting_;
+        p.fail("the template nests deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+    }
+    ~NestingGuard() { --p.nesting_; }
+  };
 };
 
 }  // namespace

@@ -272,6 +272,23 @@ TEST(JinjaErrors, SyntaxErrorsHavePositions) {
   EXPECT_NE(error_of("{% break %}").message().find("outside of a loop"), std::string::npos);
 }
 
+TEST(JinjaErrors, PathologicalNestingFailsInsteadOfOverflowingTheStack) {
+  EXPECT_NE(error_of("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").message().find("nests deeper"),
+            std::string::npos);
+  std::string loops;
+  for (int i = 0; i < 1000; ++i) loops += "{% if true %}";
+  EXPECT_NE(error_of(loops).message().find("nests deeper"), std::string::npos);
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  EXPECT_NE(error_of(chain + " }}").message().find("nests deeper"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(100000, '-') + "1 }}").message().find("nests deeper"), std::string::npos);
+  std::string nots = "{{ ";
+  for (int i = 0; i < 100000; ++i) nots += "not ";
+  EXPECT_NE(error_of(nots + "1 }}").message().find("nests deeper"), std::string::npos);
+  // Ordinary depth is fine.
+  EXPECT_EQ(JinjaTemplate::parse("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}").render(json::object()), "1");
+}
+
 TEST(JinjaErrors, NamespaceRejectsUnderscoreAttributesAsTransformersDoes) {
   EXPECT_NE(error_of("{% set ns = namespace() %}{% set ns._x = 1 %}").message().find("underscore"), std::string::npos);
 }
