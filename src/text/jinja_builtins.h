@@ -27,6 +27,9 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 
 // Python's binary operators: + - * / // % ** on numbers (and + / * on strings and lists), ~ on anything.
 Value binary_op(const std::string& op, const Value& a, const Value& b);
+// markupsafe.escape: & < > " ' as HTML entities; a Markup value is returned unchanged.
+Value html_escape(const Value& v);
+
 // Python's printf-style `fmt % args`: args is a tuple, a dict (for %(name)s) or a single value.
 std::string percent_format(const std::string& fmt, const Value& args);
 // Python's `item in container`.

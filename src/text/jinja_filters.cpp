@@ -47,19 +47,9 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return (!case_sensitive && v.is_string()) ? Value::string(to_lower(v.as_string())) : v;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
+// jinja2's filters that run a str method on soft_str(value) return Markup for Markup input.
+Value same_kind(const Value& input, std::string text) {
+  return input.is_markup() ? Value::markup(std::move(text)) : Value::string(std::move(text));
 }
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -70,11 +60,12 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
-// jinja2's title filter: words start after whitespace, '-', or brackets (unlike str.title).
+// jinja2's title filter: words start after whitespace, '-', or an opening bracket '(', '{', '[', '<'
+// (unlike str.title, which starts a word after any uncased character).
 std::string jinja_title(const std::string& s) {
   std::u32string cps = decode_utf8(s);
   auto is_separator = [](char32_t c) {
-    return is_space(c) || c == '-' || c == '[' || c == ']' || c == '(' || c == ')' || c == '{' || c == '}';
+    return is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
   };
   std::string out;
   size_t i = 0;
@@ -209,7 +200,7 @@ Value filter_indent(const Value& v, CallArgs& args) {
     for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (lines[i].empty() ? "" : indentation + lines[i]);
   }
   if (first) out = indentation + out;
-  return Value::string(std::move(out));
+  return same_kind(v, std::move(out));
 }
 
 Value filter_sort(const Value& v, CallArgs& args) {
@@ -259,7 +250,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["capitalize"] = [](const Value& v, CallArgs& args) {
       BoundArgs("capitalize", args, {});
-      return Value::string(capitalize(to_str(v)));
+      return same_kind(v, capitalize(to_str(v)));
     };
     t["default"] = [](const Value& v, CallArgs& args) {
       BoundArgs a("default", args, {"default_value", "boolean"});
@@ -284,7 +275,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["escape"] = [](const Value& v, CallArgs& args) {
       BoundArgs("escape", args, {});
-      return Value::string(html_escape(to_str(v)));
+      return html_escape(v);
     };
     t["e"] = t["escape"];
     t["first"] = [](const Value& v, CallArgs& args) {
@@ -302,12 +293,14 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       // jinja2: str(value) % (kwargs or args); both at once is an error.
       if (!args.positional.empty() && !args.keyword.empty())
         throw EvalFailure("can't handle positional and keyword arguments at the same time");
+      // soft_str(value) keeps a Markup, whose % escapes the arguments.
+      const Value format = v.is_markup() ? v : Value::string(to_str(v));
       if (!args.keyword.empty()) {
         Dict d;
         for (auto& [k, x] : args.keyword) d.set(k, x);
-        return Value::string(percent_format(to_str(v), Value::dict(std::move(d))));
+        return binary_op("%", format, Value::dict(std::move(d)));
       }
-      return Value::string(percent_format(to_str(v), Value::list(args.positional, true)));
+      return binary_op("%", format, Value::list(args.positional, true));
     };
     t["indent"] = filter_indent;
     t["int"] = filter_int;
@@ -342,11 +335,11 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["lower"] = [](const Value& v, CallArgs& args) {
       BoundArgs("lower", args, {});
-      return Value::string(to_lower(to_str(v)));
+      return same_kind(v, to_lower(to_str(v)));
     };
     t["upper"] = [](const Value& v, CallArgs& args) {
       BoundArgs("upper", args, {});
-      return Value::string(to_upper(to_str(v)));
+      return same_kind(v, to_upper(to_str(v)));
     };
     t["map"] = [](const Value& v, CallArgs& args) {
       std::vector<Value> out;
@@ -412,12 +405,12 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     t["safe"] = [](const Value& v, CallArgs& args) {
       BoundArgs("safe", args, {});
-      return v.is_string() ? v : Value::string(to_str(v));
+      return Value::markup(to_str(v));
     };
     t["sort"] = filter_sort;
     t["string"] = [](const Value& v, CallArgs& args) {
       BoundArgs("string", args, {});
-      return Value::string(to_str(v));
+      return same_kind(v, to_str(v));
     };
     t["sum"] = [](const Value& v, CallArgs& args) {
       BoundArgs a("sum", args, {"attribute", "start"});
@@ -434,7 +427,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     t["trim"] = [](const Value& v, CallArgs& args) {
       BoundArgs a("trim", args, {"chars"});
       const Value chars = a.get_or(0, Value::none());
-      return Value::string(strip(to_str(v), chars.is_string() ? &chars.as_string() : nullptr, true, true));
+      return same_kind(v, strip(to_str(v), chars.is_string() ? &chars.as_string() : nullptr, true, true));
     };
     t["unique"] = [](const Value& v, CallArgs& args) {
       BoundArgs a("unique", args, {"case_sensitive", "attribute"});

@@ -12,6 +12,28 @@
 namespace hybridflow::text::jinja {
 namespace {
 
+std::string escape_html_text(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// What Markup's operators do to a plain operand: escape its str() (markupsafe's _MarkupEscapeHelper).
+Value escaped_operand(const Value& v) {
+  if (v.is_markup() || v.is_numeric()) return v;  // %d / %f still see numbers
+  return Value::markup(escape_html_text(to_str(v)));
+}
+
 // jinja2 names an object in "has no attribute" messages like this.
 std::string object_description(const Value& v) {
   if (v.is_none()) return "None";
@@ -371,8 +393,36 @@ bool is_list_method(const std::string& name) {
   return false;
 }
 
+// Markup's methods return Markup, escaping string arguments that become part of the text.
+Value call_markup_method(const Value& self, const std::string& name, CallArgs& args) {
+  static const char* const kTextResults[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize",
+                                             "replace", "removeprefix", "removesuffix", "format", "join"};
+  bool returns_text = false;
+  for (const char* n : kTextResults) returns_text = returns_text || name == n;
+  if (name == "replace" || name == "format" || name == "join") {
+    // replace escapes only the replacement; format all arguments; join the items.
+    for (size_t i = 0; i < args.positional.size(); ++i)
+      if (name == "format" || (name == "replace" && i == 1)) args.positional[i] = escaped_operand(args.positional[i]);
+    for (auto& kw : args.keyword) kw.second = escaped_operand(kw.second);
+    if (name == "join" && !args.positional.empty()) {
+      std::vector<Value> items;
+      for (const Value& x : iterate(args.positional[0])) items.push_back(x.is_string() ? html_escape(x) : x);
+      args.positional[0] = Value::list(std::move(items));
+    }
+  }
+  Value result = call_str_method(self.as_string(), name, args);
+  if (returns_text && result.is_string()) return Value::markup(result.as_string());
+  if ((name == "split" || name == "rsplit" || name == "splitlines") && result.is_list()) {
+    std::vector<Value> items;
+    for (const auto& x : result.as_list().items) items.push_back(Value::markup(x.as_string()));
+    return Value::list(std::move(items));
+  }
+  return result;
+}
+
 Value bind_method(const Value& self, const std::string& name) {
   return Value::function(type_name(self) + "." + name, [self, name](CallArgs& args) {
+    if (self.is_markup()) return call_markup_method(self, name, args);
     if (self.is_string()) return call_str_method(self.as_string(), name, args);
     if (self.is_dict()) return call_dict_method(self, name, args);
     return call_list_method(self, name, args);
@@ -396,7 +446,7 @@ Value repeat(const Value& seq, std::int64_t times) {
   if (seq.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < times; ++i) out += seq.as_string();
-    return Value::string(std::move(out));
+    return seq.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   std::vector<Value> out;
   for (std::int64_t i = 0; i < times; ++i)
@@ -412,6 +462,8 @@ double python_float_mod(double a, double b) {
 }
 
 }  // namespace
+
+Value html_escape(const Value& v) { return v.is_markup() ? v : Value::markup(escape_html_text(to_str(v))); }
 
 // Python's printf-style `fmt % args` (and jinja2's format filter): %[(name)][flags][width][.precision]type
 // for types s r d i u f F e E g G x X o c and %%. `args` is a tuple (positional), a dict (for %(name)s),
@@ -617,7 +669,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (floats) return Value::number(a.as_float() + b.as_float());
     if (numbers) return Value::integer(checked(static_cast<long double>(a.as_int()) + b.as_int(), a.as_int() + b.as_int()));
-    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      // Markup + str and str + Markup (Markup's __radd__ runs first) escape the plain side.
+      if (a.is_markup() || b.is_markup())
+        return Value::markup(html_escape(a).as_string() + html_escape(b).as_string());
+      return Value::string(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
       std::vector<Value> items = a.as_list().items;
       items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
@@ -659,6 +716,22 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     std::int64_t q = x / y;
     if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
     return Value::integer(q);
+  }
+  if (op == "%" && a.is_markup()) {
+    // Markup % args escapes the arguments (each element of a tuple, each value of a dict).
+    Value args = b;
+    if (b.is_list() && b.as_list().is_tuple) {
+      std::vector<Value> items;
+      for (const auto& x : b.as_list().items) items.push_back(escaped_operand(x));
+      args = Value::list(std::move(items), true);
+    } else if (b.is_dict()) {
+      Dict d;
+      for (const auto& [k, x] : b.as_dict().entries) d.set(k, escaped_operand(x));
+      args = Value::dict(std::move(d));
+    } else {
+      args = escaped_operand(b);
+    }
+    return Value::markup(percent_format(a.as_string(), args));
   }
   if (op == "%" && a.is_string()) return Value::string(percent_format(a.as_string(), b));
   if (!numbers) unsupported_operands(op, a, b);

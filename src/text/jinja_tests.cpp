@@ -40,7 +40,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
     t["sequence"] = no_args("sequence", [](const Value& v) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); });
     // jinja2's Undefined defines __call__ (calling it raises), so Python's callable() says yes.
     t["callable"] = no_args("callable", [](const Value& v) { return v.is_function() || v.is_undefined(); });
-    t["escaped"] = no_args("escaped", [](const Value&) { return false; });
+    t["escaped"] = no_args("escaped", [](const Value& v) { return v.is_markup(); });
     t["lower"] = no_args("lower", [](const Value& v) {
       CallArgs none;
       return truthy(get_attribute(Value::string(to_str(v)), "islower").as_function().call(none));

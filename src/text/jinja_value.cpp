@@ -198,7 +198,7 @@ std::string repr_dict(const Dict& d) {
 std::string repr(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::String:
-      return repr_string(v.as_string());
+      return v.is_markup() ? "Markup(" + repr_string(v.as_string()) + ")" : repr_string(v.as_string());
     case Value::Kind::List: {
       const List& l = v.as_list();
       std::string out = l.is_tuple ? "(" : "[";

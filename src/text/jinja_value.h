@@ -74,6 +74,13 @@ class Value {
   static Value integer(std::int64_t i) { return Value(FromData{}, i); }
   static Value number(double d) { return Value(FromData{}, d); }
   static Value string(std::string s) { return Value(FromData{}, std::move(s)); }
+  // markupsafe's Markup: a string already HTML-safe (from `escape` or `safe`). It prints like any
+  // string, but escaping leaves it alone and `+` / `%` escape the plain strings combined with it.
+  static Value markup(std::string s) {
+    Value v = string(std::move(s));
+    v.markup_ = true;
+    return v;
+  }
   static Value list(std::vector<Value> items, bool is_tuple = false) {
     return Value(FromData{}, std::make_shared<const List>(List{std::move(items), is_tuple}));
   }
@@ -94,6 +101,7 @@ class Value {
   bool is_int() const { return kind() == Kind::Int; }
   bool is_float() const { return kind() == Kind::Float; }
   bool is_string() const { return kind() == Kind::String; }
+  bool is_markup() const { return markup_ && is_string(); }
   bool is_list() const { return kind() == Kind::List; }
   bool is_dict() const { return kind() == Kind::Dict; }
   bool is_namespace() const { return kind() == Kind::Namespace; }
@@ -122,13 +130,14 @@ class Value {
   template <typename T>
   Value(FromData, T&& v) : data_(std::forward<T>(v)) {}
   Data data_;
+  bool markup_ = false;
 };
 
 // Python truthiness: empty containers, 0, '', None and Undefined are false.
 bool truthy(const Value& v);
 // Python str(v) as jinja2 prints `{{ v }}`: strings as-is, None as 'None', containers via repr.
 std::string to_str(const Value& v);
-// Python repr(v): 'quoted' strings, [a, b], {'k': v}, (a,), True, None, 1.0.
+// Python repr(v): 'quoted' strings, [a, b], {'k': v}, (a,), True, None, 1.0, Markup('...').
 std::string repr(const Value& v);
 // Python float repr (shortest round-trip digits): 1.0, 0.1, 1e+16, 1e-05, inf, nan.
 std::string format_float(double d);

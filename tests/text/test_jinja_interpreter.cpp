@@ -102,7 +102,7 @@ const std::vector<Case>& cases() {
        {{"x", 1}, {"n", nullptr}, {"t", true}, {"f", false}}},
       {"tests_case", "{{ 'abc' is lower }}{{ 'ABC' is upper }}{{ 'aB' is lower }}{{ 'upper' is filter }}{{ 'odd' is test }}"},
       // Filters.
-      {"filters_strings", "[{{ '  a b  ' | trim }}][{{ 'xxaxx' | trim('x') }}][{{ 'hello world-foo(bar)' | title }}][{{ 'hELLO' | capitalize }}][{{ 'Ab' | lower }}{{ 'Ab' | upper }}][{{ 'a-b-c' | replace('-', '+') }}][{{ 'aaa' | replace('a', 'b', 2) }}]"},
+      {"filters_strings", "[{{ '  a b  ' | trim }}][{{ 'xxaxx' | trim('x') }}][{{ 'hello world-foo(bar) x<y>z [a]b {c}d' | title }}][{{ 'hELLO' | capitalize }}][{{ 'Ab' | lower }}{{ 'Ab' | upper }}][{{ 'a-b-c' | replace('-', '+') }}][{{ 'aaa' | replace('a', 'b', 2) }}]"},
       {"filters_collections", "{{ [3, 1, 2] | sort }}{{ ['b', 'A', 'c'] | sort }}{{ [3, 1, 2] | sort(reverse=true) }}{{ [1, 2, 2, 1] | unique | list }}{{ [1, 2] | first }}{{ [1, 2] | last }}{{ [1, 2] | length }}{{ 'abc' | count }}{{ 'ab' | list }}{{ [1, 2] | reverse | list }}{{ [1, 2, 3] | sum }}{{ [1, 5, 3] | max }}{{ [4, 2] | min }}"},
       {"filters_join_map_select", "{{ [1, 2, 3] | join(', ') }}|{{ users | map(attribute='name') | join(' ') }}|{{ users | selectattr('admin') | map(attribute='name') | list }}|{{ users | rejectattr('admin') | list | length }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3] | reject('equalto', 2) | list }}|{{ users | selectattr('name', 'equalto', 'b') | first }}|{{ ['a', 'b'] | map('upper') | join }}",
        {{"users", {{{"name", "a"}, {"admin", true}}, {{"name", "b"}, {"admin", false}}}}}},
@@ -112,6 +112,9 @@ const std::vector<Case>& cases() {
        {{"data", {{"z", {1, 2.5, nullptr, true}}, {"a", {{"nested", "ü"}}}, {"e", json::object()}, {"f", 1e20}}}}},
       {"filter_indent", "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(width='> ', blank=true) }}"},
       {"filters_escape_safe", "{{ '<a href=\"x\">&\\'' | e }}{{ '<b>' | escape }}{{ '<i>' | safe }}"},
+      // Markup (what escape and safe return): escaping is idempotent, + and % escape the plain side.
+      {"markup_semantics", "{{ s|e|e }}|{{ s|e + '<b>' }}|{{ '<b>' + s|e }}|{{ s|safe + '<i>' }}|{{ (s|e) ~ '<' }}|{{ [s|e, s|safe] }}|{{ s|e is escaped }}{{ s is escaped }}|{{ (s|e)|upper|e }}|{{ (s|safe)|trim|e }}|{{ (s|safe).replace('<', '>') }}|{{ ('%s<' | safe) % s }}|{{ ('<%s>' | safe) | format(s) }}|{{ ((s|safe) * 2)|e }}|{{ (s|safe)|title|e }}|{{ (s|safe)|replace('a', '<')|e }}|{{ ('x'|safe).join(['<', '>']) }}|{{ (s|safe)|tojson }}|{{ (s|safe)|indent(2)|e }}|{{ ['<', s|safe]|join }}",
+       {{"s", "a<b>&'\""}}},
       {"filter_items_dictsort", "{{ d | items | list }}{{ d | dictsort }}{{ d | dictsort(by='value', reverse=true) }}", {{"d", {{"b", 1}, {"a", 2}}}}},
       {"filter_block", "{% filter upper %}shout {{ 'it' }}{% endfilter %}"},
       // String and dict methods.
