@@ -29,6 +29,10 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 // markupsafe.escape: & < > " ' as HTML entities; a Markup value is returned unchanged.
 Value html_escape(const Value& v);
+// A plain value combined with a Markup (by +, %, format): its str() escaped; Markup and numbers unchanged.
+Value markup_operand(const Value& v);
+// How jinja2 names an object in "has no attribute" messages: 'dict object', 'None', ...
+std::string object_description(const Value& v);
 
 // Python's printf-style `fmt % args`: args is a tuple, a dict (for %(name)s) or a single value.
 std::string percent_format(const std::string& fmt, const Value& args);

@@ -107,7 +107,7 @@ class Renderer {
         Value callee = eval(*call.operands[0], scope);
         CallArgs args = eval_arguments(call, scope);
         args.keyword.emplace_back("caller", make_macro("caller", s, scope));
-        out += to_str(invoke(callee, args, call.location));
+        out += to_str(invoke(callee, args));
         return Flow::Normal;
       }
       case Stmt::Kind::FilterBlock: {
@@ -259,7 +259,7 @@ class Renderer {
     return args;
   }
 
-  Value invoke(const Value& callee, CallArgs& args, const Location&) {
+  Value invoke(const Value& callee, CallArgs& args) {
     require_defined(callee);
     if (!callee.is_function()) throw EvalFailure("'" + type_name(callee) + "' object is not callable");
     return callee.as_function().call(args);
@@ -313,7 +313,7 @@ class Renderer {
       case Expr::Kind::Call: {
         Value callee = eval(*e.operands[0], scope);
         CallArgs args = eval_arguments(e, scope);
-        return invoke(callee, args, e.location);
+        return invoke(callee, args);
       }
       case Expr::Kind::Filter: {
         Value input = eval(*e.operands[0], scope);
