@@ -7,7 +7,8 @@ transformers is most of the cost). Reads a JSON request and writes a JSON answer
   request:  {"jinja": [{"template": str, "context": {...}}, ...],
              "chat":  [{"tokenizer_dir": str, "messages": [...], "tools": [...] | null,
                         "add_generation_prompt": bool, "kwargs": {...},
-                        "chat_template": str (optional: used instead of the tokenizer's)}, ...]}
+                        "documents": [...] | null, "chat_template": str (optional: used instead of the
+                        tokenizer's)}, ...]}
   answer:   {"jinja": [{"output": str} | {"error": "ExceptionType: message"}, ...], "chat": [same]}
 
 "jinja" cases render a template with the exact jinja2 environment transformers builds for chat templates
@@ -45,7 +46,7 @@ def main():
             tokenizers[path] = AutoTokenizer.from_pretrained(path)
         tok = tokenizers[path]
         answer["chat"].append(outcome(lambda: tok.apply_chat_template(
-            case["messages"], tools=case.get("tools"), add_generation_prompt=case.get("add_generation_prompt", False),
+            case["messages"], tools=case.get("tools"), documents=case.get("documents"), add_generation_prompt=case.get("add_generation_prompt", False),
             tokenize=False, chat_template=case.get("chat_template"), **case.get("kwargs", {}))))
     with open(answer_path, "w", encoding="utf-8") as f:
         json.dump(answer, f, ensure_ascii=False)

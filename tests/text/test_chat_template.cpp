@@ -24,7 +24,8 @@ struct ChatCase {
   json tools = nullptr;
   json kwargs = json::object();
   bool continue_final_message = false;
-  std::string chat_template = {};  // non-empty: rendered instead of the model's (apply_chat_template(chat_template=...))
+  std::string chat_template = {};
+  json documents = nullptr;  // non-empty: rendered instead of the model's (apply_chat_template(chat_template=...))
 };
 
 // Templates written for these tests in the styles of widely used model families, to cover idioms the
@@ -130,6 +131,17 @@ const char* const kAlternatingTemplate = R"TPL({%- if messages[0]['role'] == 'sy
     {%- endif %}
 {%- endfor %}
 )TPL";
+
+const char* const kDocumentsTemplate = R"TPL({%- if documents %}
+{{- '<docs>\n' }}
+{%- for doc in documents %}
+{{- '[' ~ loop.index ~ '] ' ~ doc.title ~ ': ' ~ doc.text | trim ~ '\n' }}
+{%- endfor %}
+{{- '</docs>\n' }}
+{%- endif %}
+{%- for m in messages %}{{ m.role }}: {{ m.content }}
+{% endfor %}
+{%- if add_generation_prompt %}assistant:{% endif %})TPL";
 
 const char* const kContentPartsTemplate = R"TPL({%- macro render_content(content) -%}
 {%- if content is string -%}
@@ -241,6 +253,12 @@ std::vector<ChatCase> make_cases() {
                        json kwargs = json::object()) {
     cases.push_back({name, "qwen3", std::move(messages), prompt, std::move(tools), std::move(kwargs), false, tpl});
   };
+  // Retrieval documents reach the template as `documents`.
+  ChatCase rag{"documents_rag", "qwen3", single, true, nullptr, json::object(), false, kDocumentsTemplate};
+  rag.documents = json::array({{{"title", "Sun"}, {"text", " The Sun is a star. "}},
+                               {{"title", "Moon ✓"}, {"text", "It orbits \"Earth\"."}}});
+  cases.push_back(rag);
+  cases.push_back({"documents_absent", "qwen3", single, true, nullptr, json::object(), false, kDocumentsTemplate});
   // continue_final_message: the prompt stops inside the last (assistant) message.
   json prefill = json::array({msg("user", "Count to three."), msg("assistant", "One, two,")});
   for (const std::string model : {"llama3", "qwen3"})
@@ -308,6 +326,7 @@ class ChatTemplateAgainstTransformers : public ::testing::TestWithParam<size_t> 
                                  {"tools", c.tools},
                                  {"add_generation_prompt", c.add_generation_prompt},
                                  {"kwargs", oracle_kwargs(c)},
+                                 {"documents", c.documents},
                                  {"chat_template", c.chat_template.empty() ? json(nullptr) : json(c.chat_template)}});
     }
     oracle_ = new testing::OracleAnswer(testing::ask_oracle(request));
@@ -343,6 +362,7 @@ TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
     options.continue_final_message = c.continue_final_message;
     options.tools = c.tools;
     options.variables = c.kwargs;
+    options.documents = c.documents;
     got = apply_chat_template(config, c.messages, options);
   } catch (const TemplateError& e) {
     if (expected.contains("error")) {
@@ -363,6 +383,9 @@ TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
   if (last.is_string()) {
     EXPECT_NE(got.find(last.get<std::string>().substr(0, 5)), std::string::npos)
         << "the rendering does not contain the last message: the comparison would be vacuous";
+  }
+  if (!c.documents.is_null()) {
+    EXPECT_NE(got.find(c.documents[0]["title"].get<std::string>()), std::string::npos) << "documents not rendered";
   }
 }
 
