@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -391,6 +392,84 @@ TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, ChatTemplateAgainstTransformers, ::testing::Range<size_t>(0, cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) { return cases()[info.param].name; });
+
+// Random conversations (fixed seed) through both real templates: random roles in a plausible order,
+// contents with whitespace, quotes, think tags and Unicode, reasoning fields, tool calls with object
+// or string arguments, tool results, with and without tools, a system prompt, the generation prompt
+// and enable_thinking.
+std::vector<ChatCase> random_conversations(int count) {
+  std::mt19937 rng(424242);
+  auto coin = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  auto pick = [&](const std::vector<std::string>& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
+  const std::vector<std::string> texts = {"Hello", "  padded  ", "line one\nline two\n", "", "\n\nleading newlines",
+                                          "quotes \" ' and \\ backslash", "unicode ü 中文 🚀 ΣΑΣ", "<think>\nsteps\n</think>\n\nanswer",
+                                          "<tool_response>r</tool_response>", "{\"json\": [1, 2.5, null]}", "tabs\tand\r\nCRLF"};
+  std::vector<ChatCase> cases;
+  for (int n = 0; n < count; ++n) {
+    json messages = json::array();
+    if (coin(0.5)) messages.push_back(msg("system", pick(texts)));
+    const int turns = 1 + static_cast<int>(std::uniform_int_distribution<int>(0, 3)(rng));
+    for (int t = 0; t < turns; ++t) {
+      messages.push_back(msg("user", pick(texts)));
+      if (t + 1 == turns && coin(0.5)) break;  // end on a user turn
+      json reply = msg("assistant", pick(texts));
+      if (coin(0.3)) reply["reasoning_content"] = pick(texts);
+      if (coin(0.3)) {
+        reply["tool_calls"] = json::array({tool_call("get_weather", coin(0.5) ? json({{"city", pick(texts)}}) : json(pick(texts)))});
+        messages.push_back(reply);
+        const int results = 1 + static_cast<int>(coin(0.5));
+        for (int r = 0; r < results; ++r) messages.push_back(msg("tool", pick(texts)));
+        messages.push_back(msg("assistant", pick(texts)));
+      } else {
+        messages.push_back(reply);
+      }
+    }
+    json kwargs = json::object();
+    if (coin(0.4)) kwargs["enable_thinking"] = coin(0.5);
+    for (const std::string model : {"llama3", "qwen3"})
+      cases.push_back({"random_" + std::to_string(n) + "_" + model, model, messages, coin(0.5),
+                       coin(0.4) ? kWeatherTools : json(nullptr), kwargs});
+  }
+  return cases;
+}
+
+TEST(ChatTemplate, RandomConversationsRenderAsInTransformers) {
+  const std::vector<ChatCase> random = random_conversations(60);
+  if (!std::filesystem::exists(tokenizer_dir("qwen3") + "/tokenizer_config.json") ||
+      !std::filesystem::exists(tokenizer_dir("llama3") + "/tokenizer_config.json"))
+    GTEST_SKIP() << "no test data under " << tokenizer_dir("");
+  json request = {{"chat", json::array()}};
+  for (const auto& c : random)
+    request["chat"].push_back({{"tokenizer_dir", tokenizer_dir(c.model)},
+                               {"messages", c.messages},
+                               {"tools", c.tools},
+                               {"add_generation_prompt", c.add_generation_prompt},
+                               {"kwargs", c.kwargs}});
+  testing::OracleAnswer oracle = testing::ask_oracle(request);
+  ASSERT_EQ(oracle.problem(), "");
+  const TokenizerConfig configs[] = {TokenizerConfig::load(tokenizer_dir("llama3") + "/tokenizer_config.json"),
+                                     TokenizerConfig::load(tokenizer_dir("qwen3") + "/tokenizer_config.json")};
+  int rendered = 0;
+  for (size_t i = 0; i < random.size(); ++i) {
+    const ChatCase& c = random[i];
+    const json& expected = oracle.answer["chat"][i];
+    std::string got, error;
+    try {
+      got = apply_chat_template(configs[c.model == "qwen3"], c.messages, c.add_generation_prompt, c.tools, c.kwargs);
+    } catch (const TemplateError& e) {
+      error = e.what();
+    }
+    if (expected.contains("error")) {
+      EXPECT_NE(error, "") << c.name << ": transformers raised " << expected["error"] << "\nmessages: " << c.messages.dump();
+    } else {
+      ++rendered;
+      EXPECT_EQ(error, "") << c.name << "\nmessages: " << c.messages.dump();
+      EXPECT_EQ(got, expected["output"].get<std::string>()) << c.name << "\nmessages: " << c.messages.dump();
+    }
+  }
+  std::printf("%d of %zu random conversations rendered by both (the rest raise in both)\n", rendered, random.size());
+  EXPECT_GT(rendered, static_cast<int>(random.size()) / 2);
+}
 
 TEST(ChatTemplate, RenderTakesOptionsAndVariablesDirectly) {
   ChatTemplate t = ChatTemplate::parse(
