@@ -36,6 +36,9 @@ std::string object_description(const Value& v);
 
 // Python's printf-style `fmt % args`: args is a tuple, a dict (for %(name)s) or a single value.
 std::string percent_format(const std::string& fmt, const Value& args);
+// Fails as Python does for a value that cannot be a dict key or set member (a list, dict or namespace,
+// or a tuple holding one): "unhashable type: 'list'".
+void require_hashable(const Value& v);
 // Python's `item in container`.
 bool contains(const Value& container, const Value& item);
 

@@ -436,6 +436,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       std::vector<Value> out, seen;
       for (const Value& item : iterate(v)) {
         Value key = sort_key(attribute.is_none() ? item : attribute_of(item, attribute), case_sensitive);
+        require_hashable(key);  // jinja2 keeps the seen keys in a set
         if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
         seen.push_back(std::move(key));
         out.push_back(item);

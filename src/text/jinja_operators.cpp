@@ -311,6 +311,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   throw EvalFailure("unknown operator " + op);
 }
 
+void require_hashable(const Value& v) {
+  if (v.is_list() && v.as_list().is_tuple) {
+    for (const auto& x : v.as_list().items) require_hashable(x);
+  } else if (v.is_list() || v.is_dict() || v.is_namespace()) {
+    throw EvalFailure("unhashable type: '" + type_name(v) + "'");
+  }
+}
+
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
     case Value::Kind::Undefined:
@@ -326,6 +334,7 @@ bool contains(const Value& container, const Value& item) {
         if (equals(x, item)) return true;
       return false;
     case Value::Kind::Dict:
+      require_hashable(item);
       return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
     default:
       throw EvalFailure("argument of type '" + type_name(container) + "' is not iterable");

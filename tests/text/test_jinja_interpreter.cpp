@@ -178,6 +178,8 @@ const std::vector<Case>& cases() {
       {"error_percent_arguments", "{{ '%s %s' % ('a',) }}"},
       {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
       {"error_int_of_undefined", "{{ u | int }}"},
+      {"error_unhashable_in_dict", "{{ [1] in {'a': 1} }}"},
+      {"error_unique_of_lists", "{{ [[1], [1]] | unique | list }}"},
       {"error_runaway_macro_recursion", "{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}"},
       {"error_indent_non_string", "{{ 5 | indent(2) }}"},
       {"error_zero_to_negative_power", "{{ 0 ** -1 }}"},
