@@ -302,7 +302,13 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (a.as_float() == 0 && b.as_float() < 0) throw EvalFailure("0.0 cannot be raised to a negative power");
-    if (floats || b.as_int() < 0) return Value::number(std::pow(a.as_float(), b.as_float()));
+    if (floats || b.as_int() < 0) {
+      const double r = std::pow(a.as_float(), b.as_float());
+      // Python raises where C overflows to infinity (but not for * or +, which give inf).
+      if (std::isinf(r) && std::isfinite(a.as_float()) && std::isfinite(b.as_float()))
+        throw EvalFailure("OverflowError: (34, 'Numerical result out of range')");
+      return Value::number(r);
+    }
     const long double exact = std::pow(static_cast<long double>(a.as_int()), static_cast<long double>(b.as_int()));
     std::int64_t r = 1;
     for (std::int64_t i = 0; i < b.as_int() && std::fabs(static_cast<double>(exact)) < 9.3e18; ++i) r *= a.as_int();

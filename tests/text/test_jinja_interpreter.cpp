@@ -86,7 +86,7 @@ const std::vector<Case>& cases() {
       {"namespace", "{% set ns = namespace(n=0, last=none) %}{% for i in [5, 6, 7] %}{% set ns.n = ns.n + i %}{% set ns.last = i %}{% endfor %}{{ ns.n }} {{ ns.last }}"},
       {"dict_global", "{% set d = dict(a=1, b='x') %}{{ d.a }}{{ d['b'] }}{{ d | length }}"},
       // Expressions.
-      {"arithmetic", "{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 3 ** 2 }} {{ 2 ** -1 }} {{ 1 + 2 * 3 - 4 }} {{ 1.5 + 1 }} {{ -1 | abs }} {{ true + 1 }} {{ 'ab' * 2 }} {{ [1] + [2] }}"},
+      {"arithmetic", "{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 3 ** 2 }} {{ 2 ** -1 }} {{ 1e300 * 1e300 }} {{ 1 + 2 * 3 - 4 }} {{ 1.5 + 1 }} {{ -1 | abs }} {{ true + 1 }} {{ 'ab' * 2 }} {{ [1] + [2] }}"},
       {"comparisons", "{{ 1 < 2 < 3 }} {{ 1 == 1.0 }} {{ 'a' < 'b' }} {{ [1, 2] == [1, 2] }} {{ none == none }} {{ 'x' != 'y' }} {{ 2 >= 2 }} {{ 1 in [1, 2] }} {{ 'b' in 'abc' }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }}"},
       {"logic_values", "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ '' and 'b' }} {{ not [] }} {{ none or [] }}"},
       {"conditional_expression", "{{ 'y' if true else 'n' }}{{ 'y' if false else 'n' }}[{{ 'y' if false }}]{{ 'a' if false else 'b' if true else 'c' }}"},
@@ -178,6 +178,7 @@ const std::vector<Case>& cases() {
       {"error_percent_arguments", "{{ '%s %s' % ('a',) }}"},
       {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
       {"error_int_of_undefined", "{{ u | int }}"},
+      {"error_float_power_overflow", "{{ 1e20 ** 1e20 }}"},
       {"error_unhashable_in_dict", "{{ [1] in {'a': 1} }}"},
       {"error_unique_of_lists", "{{ [[1], [1]] | unique | list }}"},
       {"error_runaway_macro_recursion", "{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}"},
