@@ -303,6 +303,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "**") {
     if (a.as_float() == 0 && b.as_float() < 0) throw EvalFailure("0.0 cannot be raised to a negative power");
     if (floats || b.as_int() < 0) {
+      if (a.as_float() < 0 && std::isfinite(b.as_float()) && b.as_float() != std::floor(b.as_float()))
+        throw EvalFailure("a negative number to a fractional power is complex in Python; templates do not support complex numbers");
       const double r = std::pow(a.as_float(), b.as_float());
       // Python raises where C overflows to infinity (but not for * or +, which give inf).
       if (std::isinf(r) && std::isfinite(a.as_float()) && std::isfinite(b.as_float()))

@@ -179,6 +179,7 @@ const std::vector<Case>& cases() {
       {"error_compare_unorderable", "{{ [1, 'a'] | sort }}"},
       {"error_int_of_undefined", "{{ u | int }}"},
       {"error_float_power_overflow", "{{ 1e20 ** 1e20 }}"},
+      {"error_complex_power", "{{ (-8) ** 0.5 < 1 }}"},
       {"error_unhashable_in_dict", "{{ [1] in {'a': 1} }}"},
       {"error_unique_of_lists", "{{ [[1], [1]] | unique | list }}"},
       {"error_runaway_macro_recursion", "{% macro r(n) %}{{ r(n) }}{% endmacro %}{{ r(1) }}"},
