@@ -1,0 +1,78 @@
+// Runs tests/text/chat_template_oracle.py (transformers / jinja2 in the project venv) on a batch of
+// cases and returns its answers. Python is a test dependency only; a missing venv fails the tests
+// that need it rather than skipping a check CI must run.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace hybridflow::testing {
+
+inline std::string oracle_python() {
+  const char* env = std::getenv("HF_PYTHON");
+  return env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
+}
+
+inline std::string oracle_shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The shared test data (real tokenizer configs): $HF_TESTDATA, else ../shared/testdata beside the
+// checkout, else ../../shared/testdata (a git worktree under <repo>/../wt/<name>).
+inline std::string testdata_dir() {
+  const char* env = std::getenv("HF_TESTDATA");
+  if (env != nullptr && *env != '\0') return env;
+  const std::string beside = HF_SOURCE_DIR "/../shared/testdata";
+  if (std::filesystem::exists(beside)) return beside;
+  const std::string from_worktree = HF_SOURCE_DIR "/../../shared/testdata";
+  if (std::filesystem::exists(from_worktree)) return from_worktree;
+  return beside;
+}
+
+struct OracleAnswer {
+  bool python_found = false;
+  CommandResult run;       // the oracle's exit code and output (for failure messages)
+  nlohmann::ordered_json answer;  // {"jinja": [...], "chat": [...]}, see chat_template_oracle.py
+
+  // The assertion-ready reason the answer is unusable, or "" when it is fine.
+  std::string problem() const {
+    if (!python_found)
+      return "no Python at " + oracle_python() +
+             ": run scripts/setup.sh (it makes .venv with transformers), or set HF_PYTHON";
+    if (run.exit_code != 0) return "tests/text/chat_template_oracle.py failed:\n" + run.output;
+    return "";
+  }
+};
+
+inline OracleAnswer ask_oracle(const nlohmann::ordered_json& request) {
+  OracleAnswer a;
+  const std::string python = oracle_python();
+  a.python_found = std::filesystem::exists(python);
+  if (!a.python_found) return a;
+  TempDir dir;
+  {
+    std::ofstream out(dir.file("request.json"), std::ios::binary);
+    out << request.dump();
+  }
+  a.run = run_shell("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + oracle_shell_quote(python) + " " +
+                    oracle_shell_quote(HF_SOURCE_DIR "/tests/text/chat_template_oracle.py") + " " +
+                    oracle_shell_quote(dir.file("request.json")) + " " + oracle_shell_quote(dir.file("answer.json")));
+  if (a.run.exit_code == 0) {
+    std::ifstream in(dir.file("answer.json"), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    a.answer = nlohmann::ordered_json::parse(ss.str());
+  }
+  return a;
+}
+
+}  // namespace hybridflow::testing
