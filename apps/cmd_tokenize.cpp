@@ -1,7 +1,10 @@
-// `hybridflow tokenize --tokenizer DIR (TEXT | --file F) [--no-special] [--json]`: the ids and tokens
-// of a text under a tokenizer directory (tokenizer.json, and tokenizer_config.json for its special
-// ids), exactly as Hugging Face `tokenizers` encodes it. Plain output is one line per token (id,
-// token, the text it decodes to); --json prints one object {"text", "ids", "tokens"}.
+// `hybridflow tokenize --tokenizer DIR (TEXT | --file F | --messages F.json) [--no-special] [--json]`:
+// the ids and tokens of a text under a tokenizer directory (tokenizer.json, and tokenizer_config.json
+// for its special ids and chat template), exactly as Hugging Face `tokenizers` encodes it. --messages
+// renders a JSON list of {role, content} with the chat template and the generation prompt first, then
+// encodes it without adding special tokens (the template writes them), as transformers'
+// apply_chat_template(tokenize=True) does. Plain output is one line per token (id, token, the text it
+// decodes to); --json prints one object {"text", "ids", "tokens"}.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +15,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/model/tokenizer.h"
+#include "hybridflow/text/chat_template.h"
 
 namespace hybridflow::cli {
 namespace {
@@ -20,15 +24,31 @@ struct TokenizeOptions {
   std::string tokenizer_dir;
   std::string text;
   std::string file;
+  std::string messages;
   bool no_special = false;
   bool json = false;
 };
 
-// The text to encode, from exactly one source. Another source (such as chat messages rendered with
-// the tokenizer's chat template) is one more option and one more branch here.
+// The conversation in a --messages file rendered with the tokenizer directory's chat template.
+std::string rendered_messages(const TokenizeOptions& o) {
+  nlohmann::ordered_json messages;
+  try {
+    messages = nlohmann::ordered_json::parse(read_file(o.messages));
+  } catch (const nlohmann::json::exception& e) {
+    HF_FAIL(o.messages, ": not JSON (", e.what(), "); expected a list of {\"role\": ..., \"content\": ...}");
+  }
+  HF_CHECK(messages.is_array() && !messages.empty(), o.messages,
+           ": expected a non-empty JSON list of {\"role\": ..., \"content\": ...} messages");
+  const auto config = text::TokenizerConfig::load(o.tokenizer_dir + "/tokenizer_config.json");
+  return text::apply_chat_template(config, messages, /*add_generation_prompt=*/true);
+}
+
+// The text to encode, from exactly one source.
 std::string input_text(const TokenizeOptions& o) {
-  const int sources = (o.text.empty() ? 0 : 1) + (o.file.empty() ? 0 : 1);
-  HF_CHECK(sources == 1, "tokenize: give the text to encode as an argument or with --file F (exactly one)");
+  const int sources = (o.text.empty() ? 0 : 1) + (o.file.empty() ? 0 : 1) + (o.messages.empty() ? 0 : 1);
+  HF_CHECK(sources == 1,
+           "tokenize: give the text to encode as an argument, with --file F or with --messages F.json (exactly one)");
+  if (!o.messages.empty()) return rendered_messages(o);
   return o.file.empty() ? o.text : read_file(o.file);
 }
 
@@ -38,7 +58,8 @@ std::string shown(const std::string& s) { return nlohmann::json(s).dump(-1, ' ',
 int run_tokenize(const TokenizeOptions& o) {
   const std::string text = input_text(o);
   const Tokenizer tok = Tokenizer::load(o.tokenizer_dir + "/tokenizer.json");
-  const std::vector<int64_t> ids = tok.encode(text, /*add_bos=*/!o.no_special);
+  const bool add_special = !o.no_special && o.messages.empty();  // a chat template writes its own
+  const std::vector<int64_t> ids = tok.encode(text, add_special);
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int64_t id : ids) tokens.push_back(tok.token(id));
@@ -65,6 +86,9 @@ void add_tokenize_command(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("text", opts->text, "the text to encode");
   cmd->add_option("--file", opts->file, "encode this file's contents instead");
+  cmd->add_option("--messages", opts->messages,
+                  "a JSON list of {role, content}: rendered with the chat template (and the generation prompt), "
+                  "then encoded without adding special tokens");
   cmd->add_flag("--no-special", opts->no_special, "do not add the post-processor's special tokens (e.g. BOS)");
   cmd->add_flag("--json", opts->json, "print one JSON object {\"text\", \"ids\", \"tokens\"}");
   cmd->callback([opts, &action] { action = [opts] { return run_tokenize(*opts); }; });

@@ -4,7 +4,7 @@
 // The corpus: this repository's docs and sources (English prose and code) and multilingual text.
 // The first pass fills each side's word cache ("cold"); the best of the following passes is "warm".
 //   bench_tokenizer [--data=DIR] [--passes=3] [--python=PATH]
-// DIR holds <name>/tokenizer.json (default: where the text tests find them, see tests/text/testdata_dir.h).
+// DIR holds <name>/tokenizer.json (default: where the text tests find them, see tests/support/testdata_dir.h).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -17,7 +17,7 @@
 
 #include "bench_common.h"
 #include "hybridflow/text/tokenizer.h"
-#include "text/testdata_dir.h"
+#include "support/testdata_dir.h"
 #include "text/tokenizer_corpus.h"
 
 using namespace hybridflow;

@@ -2,6 +2,7 @@
 // tests/text checks against the Python tokenizers library), JSON output, and its errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -10,7 +11,7 @@
 #include "hybridflow/text/tokenizer.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
-#include "text/testdata_dir.h"
+#include "support/testdata_dir.h"
 
 namespace {
 
@@ -47,6 +48,39 @@ TEST(CliTokenize, PlainOutputListsEachToken) {
   for (const std::string& t : tok.tokens(ids)) EXPECT_NE(r.output.find("\"" + t + "\""), std::string::npos) << t;
 }
 
+// --messages against transformers itself: apply_chat_template(tokenize=True, add_generation_prompt=True)
+// on the published Qwen3 files gives the ids the command prints.
+TEST(CliTokenize, MessagesGiveTransformersChatTemplateIds) {
+  const std::string qwen3 = hybridflow::testing::tokenizer_data_dir() + "/qwen3";
+  if (!hybridflow::file_exists(qwen3 + "/tokenizer_config.json")) GTEST_SKIP() << "not found: " << qwen3;
+  hybridflow::testing::TempDir dir;
+  const nlohmann::json messages = {{{"role", "system"}, {"content", "You add numbers."}},
+                                   {{"role", "user"}, {"content", "What is 12+34? \"Quote\" ü"}}};
+  hybridflow::write_file_atomic(dir.file("messages.json"), messages.dump());
+  CommandResult r = run_hybridflow("tokenize --tokenizer " + qwen3 + " --messages " + dir.file("messages.json") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json out = nlohmann::json::parse(r.output);
+
+  const char* env = std::getenv("HF_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
+  hybridflow::write_file_atomic(dir.file("oracle.py"),
+                                "import json, sys\n"
+                                "from transformers import AutoTokenizer\n"
+                                "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+                                "msgs = json.load(open(sys.argv[2]))\n"
+                                "text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)\n"
+                                "ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)\n"
+                                "ids = ids['input_ids'] if isinstance(ids, dict) or hasattr(ids, 'keys') else ids\n"
+                                "print(json.dumps({'text': text, 'ids': list(ids)}))\n");
+  CommandResult oracle = hybridflow::testing::run_shell(python + " " + dir.file("oracle.py") + " " + qwen3 + " " +
+                                                        dir.file("messages.json") + " 2>/dev/null");
+  ASSERT_EQ(oracle.exit_code, 0) << "transformers oracle (" << python << ", made by scripts/setup.sh): " << oracle.output;
+  const nlohmann::json expected = nlohmann::json::parse(oracle.output);
+  EXPECT_EQ(out["text"], expected["text"]);
+  EXPECT_EQ(out["ids"], expected["ids"]);
+  EXPECT_NE(out["text"].get<std::string>().find("What is 12+34?"), std::string::npos) << out["text"];
+}
+
 TEST(CliTokenize, ErrorsSayWhatIsWrong) {
   hybridflow::testing::TempDir dir;
   CommandResult none = run_hybridflow("tokenize --tokenizer " + dir.path());
@@ -55,6 +89,11 @@ TEST(CliTokenize, ErrorsSayWhatIsWrong) {
   CommandResult missing = run_hybridflow("tokenize --tokenizer " + dir.path() + " hello");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find(dir.file("tokenizer.json")), std::string::npos) << missing.output;
+  hybridflow::write_file_atomic(dir.file("bad.json"), "{\"role\": \"user\"}");
+  CommandResult not_list = run_hybridflow("tokenize --tokenizer " + dir.path() + " --messages " + dir.file("bad.json"));
+  EXPECT_NE(not_list.exit_code, 0);
+  EXPECT_NE(not_list.output.find(dir.file("bad.json")), std::string::npos) << not_list.output;
+  EXPECT_NE(not_list.output.find("list"), std::string::npos) << not_list.output;
 }
 
 }  // namespace

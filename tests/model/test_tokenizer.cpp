@@ -9,7 +9,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/text/tokenizer.h"
 #include "support/temp_dir.h"
-#include "text/testdata_dir.h"
+#include "support/testdata_dir.h"
 
 namespace hybridflow {
 namespace {

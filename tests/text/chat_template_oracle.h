@@ -11,6 +11,7 @@
 #include <string>
 
 #include "support/run_command.h"
+#include "support/testdata_dir.h"
 #include "support/temp_dir.h"
 
 namespace hybridflow::testing {
@@ -24,18 +25,6 @@ inline std::string oracle_shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-// The shared test data (real tokenizer configs): $HF_TESTDATA, else ../shared/testdata beside the
-// checkout, else ../../shared/testdata (a git worktree under <repo>/../wt/<name>).
-inline std::string testdata_dir() {
-  const char* env = std::getenv("HF_TESTDATA");
-  if (env != nullptr && *env != '\0') return env;
-  const std::string beside = HF_SOURCE_DIR "/../shared/testdata";
-  if (std::filesystem::exists(beside)) return beside;
-  const std::string from_worktree = HF_SOURCE_DIR "/../../shared/testdata";
-  if (std::filesystem::exists(from_worktree)) return from_worktree;
-  return beside;
 }
 
 struct OracleAnswer {

@@ -314,7 +314,7 @@ json oracle_kwargs(const ChatCase& c) {
   return kwargs;
 }
 
-std::string tokenizer_dir(const std::string& model) { return testing::testdata_dir() + "/tokenizers/" + model; }
+std::string tokenizer_dir(const std::string& model) { return testing::tokenizer_data_dir() + "/" + model; }
 
 class ChatTemplateAgainstTransformers : public ::testing::TestWithParam<size_t> {
  protected:
@@ -344,7 +344,7 @@ testing::OracleAnswer* ChatTemplateAgainstTransformers::oracle_ = nullptr;
 TEST_P(ChatTemplateAgainstTransformers, RendersByteIdentically) {
   const ChatCase& c = cases()[GetParam()];
   const std::string config_path = tokenizer_dir(c.model) + "/tokenizer_config.json";
-  if (!std::filesystem::exists(config_path)) GTEST_SKIP() << "no test data at " << config_path << " (set HF_TESTDATA)";
+  if (!std::filesystem::exists(config_path)) GTEST_SKIP() << "no test data at " << config_path << " (set HF_TESTDATA_DIR)";
   ASSERT_EQ(oracle_->problem(), "");
   // The answer's index: cases whose data is missing were not sent (all or none are, per model folder).
   size_t index = 0;

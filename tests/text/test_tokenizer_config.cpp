@@ -102,7 +102,7 @@ TEST(TokenizerConfig, MalformedKeysNameFileAndKey) {
 }
 
 TEST(TokenizerConfig, ReadsTheSharedRealConfigs) {
-  const std::string root = testing::testdata_dir() + "/tokenizers/";
+  const std::string root = testing::tokenizer_data_dir() + "/";
   if (!std::filesystem::exists(root + "qwen3/tokenizer_config.json")) GTEST_SKIP() << "no test data at " << root;
   TokenizerConfig qwen = TokenizerConfig::load(root + "qwen3/tokenizer_config.json");
   EXPECT_TRUE(qwen.chat_template.has_value());

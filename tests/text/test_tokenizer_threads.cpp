@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hybridflow/text/tokenizer.h"
-#include "testdata_dir.h"
+#include "support/testdata_dir.h"
 #include "tokenizer_corpus.h"
 
 namespace hybridflow::text {

@@ -16,7 +16,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
-#include "testdata_dir.h"
+#include "support/testdata_dir.h"
 
 namespace hybridflow::testing {
 

@@ -1,4 +1,4 @@
-// Where the published tokenizer files the text tests and bench_tokenizer use are kept.
+// Where the published tokenizer files (shared/testdata) the tests and bench_tokenizer read are kept.
 #pragma once
 
 #include <cstdlib>
