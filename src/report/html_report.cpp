@@ -208,8 +208,9 @@ std::string samples_section(const RunData& run, size_t& shown) {
   std::string rows;
   for (auto it = run.samples.rbegin(); it != run.samples.rend() && shown < kRows; ++it) {
     if (!wanted.count(it->step)) continue;
-    rows += "<tr><td>" + std::to_string(it->step) + "</td><td>" + (it->reward ? format_number(*it->reward) : "") +
-            "</td><td>" + (it->advantage ? format_number(*it->advantage) : "") + "</td><td class=\"text\">" +
+    rows += "<tr><td class=\"num\">" + std::to_string(it->step) + "</td><td class=\"num\">" +
+            (it->reward ? format_number(*it->reward) : "") + "</td><td class=\"num\">" +
+            (it->advantage ? format_number(*it->advantage) : "") + "</td><td class=\"text\">" +
             clip(it->prompt) + "</td><td class=\"text\">" + clip(it->response) + "</td></tr>\n";
     ++shown;
   }
@@ -244,6 +245,7 @@ table.data { width: 100%; font-size: 13px; }
 table.data th, table.data td { border: 1px solid #e3e3e3; padding: 4px 8px; vertical-align: top; text-align: left; }
 table.data th { background: #f6f6f6; }
 td.text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; max-width: 560px; }
+table.data td.num { width: 1%; white-space: nowrap; text-align: right; }
 .clip { color: #999; }
 pre.config { background: #f6f6f6; padding: 12px; border-radius: 6px; overflow-x: auto; font-size: 12px; }
 summary { cursor: pointer; font-weight: 600; }
