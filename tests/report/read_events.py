@@ -2,7 +2,9 @@
 does, and prints what it found as JSON: the test oracle for hybridflow's TensorBoardWriter.
 
 usage: read_events.py DIR  ->  {"file_version": ..., "files": [...], "scalars": [[tag, step, value]],
-                                "texts": [[tag, step, text]], "text_plugin_tags": [...]}
+                                "texts": [[tag, step, text]], "text_plugin_tags": [...],
+                                "server_scalars": [[tag, step, value]], "server_text_tags": [...]}
+"server_*" is what the TensorBoard server's plugin_event_accumulator sees.
 Non-finite values are printed as the strings "nan", "inf", "-inf" (JSON has no NaN).
 """
 import json
@@ -10,7 +12,7 @@ import math
 import os
 import sys
 
-from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+from tensorboard.backend.event_processing import event_accumulator, event_file_loader, plugin_event_accumulator
 from tensorboard.plugins.text import text_plugin
 from tensorboard.util import tensor_util
 
@@ -44,12 +46,22 @@ def main():
             # The text plugin's own conversion to HTML must accept it, as the Text tab will.
             text_plugin.text_array_to_html(array, enable_markdown=True)
             texts.append([tag, e.step, array.item().decode("utf-8")])
+    # The TensorBoard server's own path: plugin_event_accumulator turns simple_value scalars into tensors of
+    # the scalars plugin (data_compat), as the Scalars dashboard reads them.
+    server = plugin_event_accumulator.EventAccumulator(logdir, size_guidance={"tensors": 0})
+    server.Reload()
+    server_scalars = []
+    for tag in server.PluginTagToContent("scalars"):
+        for e in server.Tensors(tag):
+            server_scalars.append([tag, e.step, number(float(tensor_util.make_ndarray(e.tensor_proto).item()))])
     print(json.dumps({
         "files": files,
         "file_versions": first_events,
         "scalars": scalars,
         "texts": texts,
         "text_plugin_tags": sorted(acc.PluginTagToContent("text").keys()),
+        "server_scalars": server_scalars,
+        "server_text_tags": sorted(server.PluginTagToContent("text").keys()),
     }))
 
 

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridflow/core/error.h"
@@ -41,17 +41,35 @@ std::string svg_titled(const std::string& html, const std::string& title) {
   return html.substr(begin, end - begin + 6);
 }
 
+// The value of attribute `name` in the first element starting with `element_start` at or after `from`;
+// plain string search, because libstdc++'s recursive std::regex overflows the stack on long point lists.
+std::string attribute(const std::string& svg, const std::string& element_start, const std::string& name, size_t& from) {
+  const size_t element = svg.find(element_start, from);
+  if (element == std::string::npos) return from = std::string::npos, "";
+  const size_t end_of_element = svg.find('>', element);
+  const size_t attr = svg.find(" " + name + "=\"", element);
+  from = end_of_element;
+  if (attr == std::string::npos || attr > end_of_element) return "";
+  const size_t begin = attr + name.size() + 3;
+  return svg.substr(begin, svg.find('"', begin) - begin);
+}
+
+// The (x, y) pairs of a polyline's points attribute.
+std::vector<std::pair<double, double>> parse_points(const std::string& points) {
+  std::vector<std::pair<double, double>> out;
+  std::istringstream in(points);
+  std::string pair;
+  while (in >> pair) out.emplace_back(std::stod(pair), std::stod(pair.substr(pair.find(',') + 1)));
+  return out;
+}
+
 // Point counts of each polyline in an SVG fragment, in order.
 std::vector<size_t> polyline_points(const std::string& svg) {
   std::vector<size_t> counts;
-  const std::regex re("<polyline[^>]*points=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), re); it != std::sregex_iterator(); ++it) {
-    const std::string points = (*it)[1];
-    size_t n = 0;
-    std::istringstream in(points);
-    std::string pair;
-    while (in >> pair) ++n;
-    counts.push_back(n);
+  for (size_t from = 0;;) {
+    const std::string points = attribute(svg, "<polyline", "points", from);
+    if (from == std::string::npos) break;
+    counts.push_back(parse_points(points).size());
   }
   return counts;
 }
@@ -233,14 +251,16 @@ TEST(HtmlReport, TenThousandStepsAreDownsampled) {
   const std::vector<size_t> counts = polyline_points(entropy);
   ASSERT_EQ(counts.size(), 2u);  // raw (faint) and smoothed
   // The one-step spike to 100 survives thinning: the raw line reaches the height of the "100" tick.
-  std::smatch tick, raw;
-  ASSERT_TRUE(std::regex_search(entropy, tick, std::regex("y=\"([0-9.]+)\" class=\"ytick\">100<")));
-  ASSERT_TRUE(std::regex_search(entropy, raw, std::regex("class=\"raw\"[^>]*points=\"([^\"]*)\"")));
+  const size_t label = entropy.find("\" class=\"ytick\">100<");
+  ASSERT_NE(label, std::string::npos);
+  const size_t y_begin = entropy.rfind("y=\"", label) + 3;
+  const double tick_label_y = std::stod(entropy.substr(y_begin, label - y_begin));
+  size_t from = 0;
+  const auto raw = parse_points(attribute(entropy, "<polyline class=\"raw\"", "points", from));
+  ASSERT_FALSE(raw.empty());
   double min_y = 1e9;
-  std::istringstream points(raw[1].str());
-  std::string pair;
-  while (points >> pair) min_y = std::min(min_y, std::stod(pair.substr(pair.find(',') + 1)));
-  EXPECT_NEAR(min_y, std::stod(tick[1].str()) - 4, 0.11);  // tick labels sit 4 px below their line
+  for (const auto& [x, y] : raw) min_y = std::min(min_y, y);
+  EXPECT_NEAR(min_y, tick_label_y - 4, 0.11);  // tick labels sit 4 px below their line
   const nlohmann::json got = check_html(out, dir.path());
   ASSERT_FALSE(got.is_null());
   EXPECT_EQ(got["errors"], nlohmann::json::array()) << got["errors"].dump(2);

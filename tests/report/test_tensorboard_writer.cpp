@@ -164,18 +164,22 @@ TEST(TensorBoardWriter, TensorBoardReadsBackExactlyWhatWasWritten) {
   EXPECT_EQ(got["files"].size(), 2u) << got["files"];
   for (const auto& v : got["file_versions"]) EXPECT_EQ(v, "brain.Event:2");
 
-  // Scalars: compared as float32 bit patterns (NaN equal to NaN), in any order.
+  // Scalars, as EventAccumulator and as the server's plugin_event_accumulator read them: compared as float32
+  // (NaN equal to NaN), in any order.
   auto key = [](const std::string& tag, int64_t step) { return tag + "@" + std::to_string(step); };
-  std::map<std::string, float> expected, actual;
+  std::map<std::string, float> expected;
   for (const auto& [tag, step, value] : w.scalars) expected[key(tag, step)] = value;
-  for (const auto& s : got["scalars"]) actual[key(s[0], s[1].get<int64_t>())] = json_number(s[2]);
-  ASSERT_EQ(actual.size(), expected.size()) << got["scalars"];
-  for (const auto& [k, value] : expected) {
-    ASSERT_TRUE(actual.count(k)) << k;
-    if (std::isnan(value)) {
-      EXPECT_TRUE(std::isnan(actual[k])) << k;
-    } else {
-      EXPECT_EQ(actual[k], value) << k;
+  for (const char* reader : {"scalars", "server_scalars"}) {
+    std::map<std::string, float> actual;
+    for (const auto& s : got[reader]) actual[key(s[0], s[1].get<int64_t>())] = json_number(s[2]);
+    ASSERT_EQ(actual.size(), expected.size()) << reader << ": " << got[reader];
+    for (const auto& [k, value] : expected) {
+      ASSERT_TRUE(actual.count(k)) << reader << ": " << k;
+      if (std::isnan(value)) {
+        EXPECT_TRUE(std::isnan(actual[k])) << reader << ": " << k;
+      } else {
+        EXPECT_EQ(actual[k], value) << reader << ": " << k;
+      }
     }
   }
 
@@ -186,6 +190,7 @@ TEST(TensorBoardWriter, TensorBoardReadsBackExactlyWhatWasWritten) {
     EXPECT_EQ(got["texts"][i][2].get<std::string>(), std::get<2>(w.texts[i]));
   }
   EXPECT_EQ(got["text_plugin_tags"], nlohmann::json::array({"samples"}));
+  EXPECT_EQ(got["server_text_tags"], nlohmann::json::array({"samples"}));
 }
 
 TEST(TensorBoardWriter, UnwritableDirectoryIsAnError) {
