@@ -32,9 +32,10 @@ AxisTicks nice_ticks(double lo, double hi, int target) {
 }
 
 std::string format_tick(double value, double step) {
+  if (value == 0) return "0";  // not "0.000000" on an axis of small values
   char buf[32];
   const double magnitude = std::max(std::fabs(value), step);
-  if (value != 0 && (magnitude >= 1e6 || step < 1e-3)) {
+  if (magnitude >= 1e6 || step < 1e-3) {
     std::snprintf(buf, sizeof buf, "%.2g", value);
   } else {
     const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));

@@ -24,6 +24,7 @@ struct ChartSpec {
   const char* title;
   const char* y_label;
   std::vector<std::string> metrics;
+  bool smooth = true;  // off for schedules, whose exact shape (warmup, decay) is the point
 };
 
 const std::vector<ChartSpec>& line_chart_specs() {
@@ -34,7 +35,7 @@ const std::vector<ChartSpec>& line_chart_specs() {
       {"Response length", "tokens", {"response_length/mean", "response_length/max"}},
       {"Losses", "loss", {"actor/pg_loss", "critic/vf_loss"}},
       {"Gradient norm", "norm", {"actor/grad_norm", "critic/grad_norm"}},
-      {"Learning rate", "lr", {"actor/lr", "critic/lr"}},
+      {"Learning rate", "lr", {"actor/lr", "critic/lr"}, false},
       {"Throughput", "tokens/s", {"perf/throughput_tokens_per_s"}},
       {"Resharding", "bytes", {"reshard/"}},
       {"Memory", "bytes", {"memory/"}},
@@ -274,6 +275,7 @@ std::string render_html_report(const std::string& run_dir, ReportSummary* summar
     LineChartOptions options;
     options.title = spec.title;
     options.y_label = spec.y_label;
+    if (!spec.smooth) options.smoothing = 0;
     curves += figure(line_chart_svg(series, options));
     ++charts;
   }
