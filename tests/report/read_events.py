@@ -2,7 +2,7 @@
 does, and prints what it found as JSON: the test oracle for hybridflow's TensorBoardWriter.
 
 usage: read_events.py DIR  ->  {"file_version": ..., "files": [...], "scalars": [[tag, step, value]],
-                                "texts": [[tag, step, text]], "text_plugin_tags": [...],
+                                "texts": [[tag, step, text, html]], "text_plugin_tags": [...],
                                 "server_scalars": [[tag, step, value]], "server_text_tags": [...]}
 "server_*" is what the TensorBoard server's plugin_event_accumulator sees.
 Non-finite values are printed as the strings "nan", "inf", "-inf" (JSON has no NaN).
@@ -43,9 +43,9 @@ def main():
     for tag in tags["tensors"]:
         for e in acc.Tensors(tag):
             array = tensor_util.make_ndarray(e.tensor_proto)
-            # The text plugin's own conversion to HTML must accept it, as the Text tab will.
-            text_plugin.text_array_to_html(array, enable_markdown=True)
-            texts.append([tag, e.step, array.item().decode("utf-8")])
+            # The text plugin's own conversion to HTML, as the Text tab shows it.
+            html = text_plugin.text_array_to_html(array, enable_markdown=True)
+            texts.append([tag, e.step, array.item().decode("utf-8"), html])
     # The TensorBoard server's own path: plugin_event_accumulator turns simple_value scalars into tensors of
     # the scalars plugin (data_compat), as the Scalars dashboard reads them.
     server = plugin_event_accumulator.EventAccumulator(logdir, size_guidance={"tensors": 0})

@@ -17,6 +17,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/report/crc32c.h"
 #include "hybridflow/report/protobuf_encoder.h"
+#include "hybridflow/report/tensorboard_export.h"
 #include "hybridflow/report/tensorboard_writer.h"
 #include "hybridflow/report/tfrecord.h"
 #include "python_oracle.h"
@@ -191,6 +192,35 @@ TEST(TensorBoardWriter, TensorBoardReadsBackExactlyWhatWasWritten) {
   }
   EXPECT_EQ(got["text_plugin_tags"], nlohmann::json::array({"samples"}));
   EXPECT_EQ(got["server_text_tags"], nlohmann::json::array({"samples"}));
+}
+
+TEST(TensorBoardExport, RunDirectoryReadsBackInTensorBoard) {
+  TempDir dir;
+  const std::string run = dir.file("run");
+  std::filesystem::create_directories(run);
+  std::ofstream(run + "/metrics.jsonl") << "{\"step\": 1, \"score/mean\": 0.5, \"actor/entropy\": null}\n"
+                                        << "{\"step\": 2, \"score/mean\": 0.75, \"actor/entropy\": 0.25}\n"
+                                        << "{\"step\": 3, \"score/me";  // cut off: ignored
+  std::ofstream(run + "/samples.jsonl")
+      << nlohmann::json({{"step", 2}, {"prompt", "1+1="}, {"response", "<script>x</script> **2**\nnext"}, {"reward", 1.0}}).dump()
+      << "\n";
+  const TensorBoardExport e = export_run_to_tensorboard(run, dir.file("tb"));
+  EXPECT_EQ(e.steps, 2u);
+  EXPECT_EQ(e.scalars, 3u);  // the null entropy of step 1 is left out
+  EXPECT_EQ(e.text_steps, 1u);
+
+  const auto r = hybridflow::testing::run_report_script("read_events.py", hybridflow::testing::quote_for_shell(dir.file("tb")),
+                                                        dir.path());
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json got = nlohmann::json::parse(r.output);
+  EXPECT_EQ(got["scalars"].size(), 3u) << got["scalars"];
+  ASSERT_EQ(got["texts"].size(), 1u);
+  EXPECT_EQ(got["texts"][0][1], 2);
+  // The Text tab shows model output verbatim: escaped, inside a code block, not bold, not a script.
+  const std::string html = got["texts"][0][3];
+  EXPECT_NE(html.find("&lt;script&gt;x&lt;/script&gt; **2**\nnext"), std::string::npos) << html;
+  EXPECT_EQ(html.find("<script"), std::string::npos) << html;
+  EXPECT_EQ(html.find("<strong>2</strong>"), std::string::npos) << html;
 }
 
 TEST(TensorBoardWriter, UnwritableDirectoryIsAnError) {
