@@ -1,0 +1,49 @@
+// What the HTML report reads from a run directory: metrics.jsonl (one record per step), and when present
+// samples.jsonl, config.yaml and timeline.jsonl.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hybridflow::report {
+
+// One metric over the run: the steps that have a finite value for it, in file order.
+struct MetricSeries {
+  std::vector<double> steps;
+  std::vector<double> values;
+};
+
+struct Sample {
+  int64_t step = 0;
+  std::string prompt, response;
+  std::optional<double> reward, advantage;
+};
+
+// One call of a worker pool during a step, in seconds since the run's clock origin.
+struct TimelineSpan {
+  int64_t step = 0;
+  std::string pool, call;
+  double start_s = 0, end_s = 0;
+};
+
+struct RunData {
+  std::string run_dir;
+  std::vector<int64_t> steps;                    // every step of metrics.jsonl, in file order
+  std::map<std::string, MetricSeries> metrics;   // by metric name; NaN, inf and null values are left out
+  std::vector<std::string> notes;                // what was skipped and why (a cut-off last line)
+  std::vector<Sample> samples;
+  std::optional<std::string> config_yaml;
+  std::vector<TimelineSpan> timeline;
+
+  const MetricSeries* metric(const std::string& name) const;
+};
+
+// Throws hybridflow::Error naming the file and line of anything unreadable: a missing metrics.jsonl, a
+// line that is not a JSON object, a record without an integer "step". A last line that is not JSON is
+// ignored (and noted): a run killed mid-write leaves one, and the trainer's resume drops it too.
+RunData load_run(const std::string& run_dir);
+
+}  // namespace hybridflow::report
