@@ -9,6 +9,7 @@
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/text/tokenizer.h"
+#include "support/python.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/testdata_dir.h"
@@ -61,8 +62,7 @@ TEST(CliTokenize, MessagesGiveTransformersChatTemplateIds) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json out = nlohmann::json::parse(r.output);
 
-  const char* env = std::getenv("HF_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
+  const std::string python = hybridflow::testing::python_for_tests();
   hybridflow::write_file_atomic(dir.file("oracle.py"),
                                 "import json, sys\n"
                                 "from transformers import AutoTokenizer\n"

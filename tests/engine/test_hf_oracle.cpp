@@ -17,6 +17,7 @@
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
+#include "support/python.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -28,17 +29,6 @@ constexpr char kAlphabet[] = "0123456789+=abcdefghij ";
 constexpr int64_t kPad = 0, kEos = 2, kMaxNewTokens = 6;
 constexpr char kTokenizerText[] = "12+34=46 abj";  // hf_oracle.py's TOKENIZER_TEXT
 constexpr double kTolerance = 1e-4;  // fp32, as issue 9 asks
-
-std::string python_path() {
-  const char* env = std::getenv("HF_PYTHON");
-  return env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::map<std::string, torch::Tensor> read_tensors(const std::string& path) {
   auto file = read_safetensors(path);
@@ -107,7 +97,7 @@ const std::vector<std::string> kModels = {"llama", "qwen2"};
 // Everything the Python side produced, made once for all tests.
 struct Oracle {
   testing::TempDir dir;
-  std::string python = python_path();
+  std::string python = testing::python_for_tests();
   bool python_found = false;
   testing::CommandResult run;
   std::map<std::string, CausalLM> hybridflow_models;  // saved under dir/from_hybridflow/<name>
@@ -126,10 +116,10 @@ struct Oracle {
     }
     python_found = std::filesystem::exists(python);
     if (!python_found) return;
-    std::string cmd = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + shell_quote(python) + " " +
-                      shell_quote(HF_SOURCE_DIR "/tests/engine/hf_oracle.py") + " --reference-dir " +
-                      shell_quote(dir.file("transformers")) + " --score-dirs";
-    for (const auto& name : kModels) cmd += " " + shell_quote(hybridflow_dir(name));
+    std::string cmd = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + testing::shell_quote(python) + " " +
+                      testing::shell_quote(HF_SOURCE_DIR "/tests/engine/hf_oracle.py") + " --reference-dir " +
+                      testing::shell_quote(dir.file("transformers")) + " --score-dirs";
+    for (const auto& name : kModels) cmd += " " + testing::shell_quote(hybridflow_dir(name));
     run = testing::run_shell(cmd);
   }
 };

@@ -9,37 +9,27 @@
 #include <filesystem>
 #include <string>
 
+#include "support/python.h"
 #include "support/run_command.h"
 
 namespace hybridflow::testing {
 
-inline std::string report_python() {
-  const char* env = std::getenv("HF_PYTHON");
-  return env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
-}
-
-inline std::string quote_for_shell(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Runs tests/report/<script> with `args` (each quoted); a failure to run is an ADD_FAILURE with the output.
 // stderr is kept apart (in a file under `scratch_dir`) so that library warnings do not spoil JSON on stdout.
 inline CommandResult run_report_script(const std::string& script, const std::string& args, const std::string& scratch_dir) {
-  const std::string python = report_python();
+  const std::string python = python_for_tests();
   if (!std::filesystem::exists(python)) {
     ADD_FAILURE() << "no Python at " << python
                   << ": run scripts/setup.sh (it makes .venv with tensorboard), or set HF_PYTHON";
     return {};
   }
   const std::string err = scratch_dir + "/python_stderr.txt";
-  const std::string cmd = quote_for_shell(python) + " " + quote_for_shell(HF_SOURCE_DIR "/tests/report/" + script) + " " +
-                          args + " 2>" + quote_for_shell(err);
+  const std::string cmd = shell_quote(python) + " " + shell_quote(HF_SOURCE_DIR "/tests/report/" + script) + " " +
+                          args + " 2>" + shell_quote(err);
   CommandResult r = capture_command(cmd);
   if (r.exit_code != 0) {
     ADD_FAILURE() << script << " failed (exit " << r.exit_code << "): " << cmd << "\n"
-                  << r.output << "\n" << capture_command("cat " + quote_for_shell(err)).output;
+                  << r.output << "\n" << capture_command("cat " + shell_quote(err)).output;
   }
   return r;
 }

@@ -75,7 +75,7 @@ std::vector<size_t> polyline_points(const std::string& svg) {
 }
 
 nlohmann::json check_html(const std::string& path, const std::string& scratch) {
-  const auto r = hybridflow::testing::run_report_script("check_html.py", hybridflow::testing::quote_for_shell(path), scratch);
+  const auto r = hybridflow::testing::run_report_script("check_html.py", hybridflow::testing::shell_quote(path), scratch);
   if (r.exit_code != 0) return {};
   return nlohmann::json::parse(r.output);
 }

@@ -158,7 +158,7 @@ TEST(TensorBoardWriter, TensorBoardReadsBackExactlyWhatWasWritten) {
     w.texts.emplace_back("samples", 7, "");
   }
 
-  const auto r = hybridflow::testing::run_report_script("read_events.py", hybridflow::testing::quote_for_shell(logdir),
+  const auto r = hybridflow::testing::run_report_script("read_events.py", hybridflow::testing::shell_quote(logdir),
                                                         dir.path());
   ASSERT_EQ(r.exit_code, 0);
   const nlohmann::json got = nlohmann::json::parse(r.output);
@@ -209,7 +209,7 @@ TEST(TensorBoardExport, RunDirectoryReadsBackInTensorBoard) {
   EXPECT_EQ(e.scalars, 3u);  // the null entropy of step 1 is left out
   EXPECT_EQ(e.text_steps, 1u);
 
-  const auto r = hybridflow::testing::run_report_script("read_events.py", hybridflow::testing::quote_for_shell(dir.file("tb")),
+  const auto r = hybridflow::testing::run_report_script("read_events.py", hybridflow::testing::shell_quote(dir.file("tb")),
                                                         dir.path());
   ASSERT_EQ(r.exit_code, 0);
   const nlohmann::json got = nlohmann::json::parse(r.output);

@@ -10,22 +10,12 @@
 #include <sstream>
 #include <string>
 
+#include "support/python.h"
 #include "support/run_command.h"
 #include "support/testdata_dir.h"
 #include "support/temp_dir.h"
 
 namespace hybridflow::testing {
-
-inline std::string oracle_python() {
-  const char* env = std::getenv("HF_PYTHON");
-  return env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
-}
-
-inline std::string oracle_shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 struct OracleAnswer {
   bool python_found = false;
@@ -35,7 +25,7 @@ struct OracleAnswer {
   // The assertion-ready reason the answer is unusable, or "" when it is fine.
   std::string problem() const {
     if (!python_found)
-      return "no Python at " + oracle_python() +
+      return "no Python at " + python_for_tests() +
              ": run scripts/setup.sh (it makes .venv with transformers), or set HF_PYTHON";
     if (run.exit_code != 0) return "tests/text/chat_template_oracle.py failed:\n" + run.output;
     return "";
@@ -44,7 +34,7 @@ struct OracleAnswer {
 
 inline OracleAnswer ask_oracle(const nlohmann::ordered_json& request) {
   OracleAnswer a;
-  const std::string python = oracle_python();
+  const std::string python = python_for_tests();
   a.python_found = std::filesystem::exists(python);
   if (!a.python_found) return a;
   TempDir dir;
@@ -52,9 +42,9 @@ inline OracleAnswer ask_oracle(const nlohmann::ordered_json& request) {
     std::ofstream out(dir.file("request.json"), std::ios::binary);
     out << request.dump();
   }
-  a.run = run_shell("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + oracle_shell_quote(python) + " " +
-                    oracle_shell_quote(HF_SOURCE_DIR "/tests/text/chat_template_oracle.py") + " " +
-                    oracle_shell_quote(dir.file("request.json")) + " " + oracle_shell_quote(dir.file("answer.json")));
+  a.run = run_shell("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + shell_quote(python) + " " +
+                    shell_quote(HF_SOURCE_DIR "/tests/text/chat_template_oracle.py") + " " +
+                    shell_quote(dir.file("request.json")) + " " + shell_quote(dir.file("answer.json")));
   if (a.run.exit_code == 0) {
     std::ifstream in(dir.file("answer.json"), std::ios::binary);
     std::stringstream ss;

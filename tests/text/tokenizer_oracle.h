@@ -14,29 +14,19 @@
 #include <sstream>
 #include <string>
 
+#include "support/python.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/testdata_dir.h"
 
 namespace hybridflow::testing {
 
-inline std::string python_path() {
-  const char* env = std::getenv("HF_PYTHON");
-  return env != nullptr && *env != '\0' ? env : HF_SOURCE_DIR "/.venv/bin/python";
-}
-
-inline std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Empty json and a recorded failure when the oracle cannot run.
 inline nlohmann::json run_tokenizers_oracle(const nlohmann::json& request) {
   TempDir dir;
   const std::string req = dir.file("request.json"), resp = dir.file("response.json");
   std::ofstream(req) << request.dump();
-  const std::string cmd = "RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false " + shell_quote(python_path()) + " " +
+  const std::string cmd = "RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false " + shell_quote(python_for_tests()) + " " +
                           shell_quote(HF_SOURCE_DIR "/tests/text/tokenizers_oracle.py") + " " + shell_quote(req) +
                           " " + shell_quote(resp);
   const CommandResult r = run_shell(cmd);
