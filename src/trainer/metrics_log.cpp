@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/report/tensorboard_writer.h"
 
 namespace hybridflow {
 
@@ -40,11 +41,17 @@ double StageTimer::total_seconds() const {
 
 void StageTimer::reset() { stages_.clear(); }
 
-MetricsLog::MetricsLog(const std::string& run_dir) {
+MetricsLog::MetricsLog(const std::string& run_dir, MetricsSinks sinks) {
   if (run_dir.empty()) return;
   make_dirs(run_dir);
-  path_ = run_dir + "/metrics.jsonl";
+  if (sinks.jsonl) path_ = run_dir + "/metrics.jsonl";
+  // A new event file per process start, as TensorBoard expects: a resumed run appends steps to the view.
+  if (sinks.tensorboard) tensorboard_ = std::make_unique<report::TensorBoardWriter>(run_dir + "/tensorboard");
 }
+
+MetricsLog::~MetricsLog() = default;
+
+std::string MetricsLog::tensorboard_path() const { return tensorboard_ ? tensorboard_->path() : std::string(); }
 
 void MetricsLog::set(const std::string& name, double value) {
   HF_CHECK(!name.empty() && name != "step", "metrics: invalid metric name '", name, "' (\"step\" is reserved)");
@@ -64,6 +71,7 @@ nlohmann::json MetricsLog::end_step(int64_t step) {
     record[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
   }
   if (!path_.empty()) append_jsonl(path_, record);
+  if (tensorboard_) tensorboard_->add_scalars(current_, step);
   current_.clear();
   return record;
 }

@@ -21,6 +21,7 @@ const char* const kRLSchema = R"(trainer:
   resume_mode: auto
   resume_from_path: ""
   log_every: 1
+  logger: [console, jsonl, tensorboard]
   test_freq: 0
 data:
   task: addition_reversed

@@ -187,7 +187,7 @@ nlohmann::json RLTrainer::fit() {
   nlohmann::json last;
   while (s.step < total) {
     last = step();
-    if (s.step % every == 0 || s.step == total)
+    if (s.console_log && (s.step % every == 0 || s.step == total))
       std::cerr << MetricsLog::format_progress(last, total,
                                                {"score/mean", "val/score", "cost/mean", "lagrangian/lambda", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
                                                 "response_length/mean", "timing/step_s", "perf/throughput_tokens_per_s"})

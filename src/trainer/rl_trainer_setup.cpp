@@ -67,6 +67,29 @@ std::string checked_dtype(const Config& c, const std::string& key, const std::st
   }
 }
 
+// verl's trainer.logger list. Its remote trackers are not built in: named, they are skipped with a warning,
+// so a verl config runs unchanged; any other name is an error.
+MetricsSinks metrics_sinks(const std::vector<std::string>& loggers, bool* console) {
+  MetricsSinks sinks;
+  sinks.jsonl = false;
+  *console = false;
+  for (const std::string& name : loggers) {
+    if (name == "console") {
+      *console = true;
+    } else if (name == "jsonl") {
+      sinks.jsonl = true;
+    } else if (name == "tensorboard") {
+      sinks.tensorboard = true;
+    } else if (name == "wandb" || name == "mlflow" || name == "swanlab" || name == "vemlp_wandb" || name == "clearml") {
+      log_warn("trainer.logger: '", name, "' is not built into hybridflow and is skipped; metrics go to ",
+               "metrics.jsonl and TensorBoard (logger: [console, jsonl, tensorboard])");
+    } else {
+      HF_FAIL("trainer.logger: unknown logger '", name, "'; expected any of console, jsonl, tensorboard");
+    }
+  }
+  return sinks;
+}
+
 nlohmann::json nullable(const Config& c, const std::string& key) {
   return c.is_null(key) ? nlohmann::json() : nlohmann::json(c.get<double>(key));
 }
@@ -126,6 +149,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            "cost.type contains needs a non-empty cost.contains list of strings");
   const bool use_cost_model = config.get<bool>("cost_model.enable");
   if (use_cost_model || cost_type != "none") s.lagrange.emplace(algo::lagrange_config(algorithm));
+
+  s.sinks = metrics_sinks(config.get<std::vector<std::string>>("trainer.logger"), &s.console_log);
 
   // Worker groups and their processes.
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
@@ -248,7 +273,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
         colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType, {},
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
   }
-  s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"));
+  s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"), s.sinks);
   if (!resume_dir.empty()) s.resume(resume_dir);
 }
 

@@ -50,6 +50,8 @@ struct RLTrainer::State {
   std::unique_ptr<RewardFunction> cost_fn;
   algo::KlController kl_ctrl = algo::KlController::fixed(0.0);
   std::unique_ptr<MetricsLog> metrics;
+  MetricsSinks sinks;        // trainer.logger
+  bool console_log = true;   // trainer.logger has console: the progress line
   // Declared before the groups so that the groups go first on destruction.
   Controller controller;
   std::unique_ptr<WorkerGroup> actor, critic, reward_model;

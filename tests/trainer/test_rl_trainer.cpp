@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -42,6 +43,14 @@ TEST(RlTrainer, GrpoStartsNoCriticAndAStepChangesTheActor) {
   auto lines = read_jsonl(dir.path() + "/metrics.jsonl");
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1].at("step"), 2);
+  // The default logger list also writes TensorBoard event files (tests/report reads them back).
+  int event_files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/tensorboard")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents.", 0), 0u) << entry.path();
+    EXPECT_GT(std::filesystem::file_size(entry.path()), 100u);
+    ++event_files;
+  }
+  EXPECT_EQ(event_files, 1);
   const double accuracy = trainer.evaluate(4);
   EXPECT_GE(accuracy, 0.0);
   EXPECT_LE(accuracy, 1.0);
@@ -80,6 +89,24 @@ TEST(RlTrainer, Bf16RolesTrainAndAMisspelledDtypeNamesItsKey) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("critic.dtype"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RlTrainer, LoggerListPicksTheSinksAndNamesAnUnknownOne) {
+  hybridflow::testing::TempDir dir;
+  // verl configs often name wandb: skipped with a warning, the run goes on with the sinks listed.
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path(), "trainer.logger=[console, wandb]",
+                                     "trainer.total_steps=1"})));
+  trainer.fit();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/metrics.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/tensorboard"));
+  try {
+    RLTrainer bad(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.logger=[console, tensorbord]"})));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer.logger"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensorbord"), std::string::npos) << e.what();
   }
 }
 

@@ -1,16 +1,21 @@
 // Per-step metrics of an RL run: wall time per stage (generate, reward, old_log_prob, ref, values,
 // advantage, update_critic, update_actor, ...) and named scalars, written as one JSON line per step to
-// <run_dir>/metrics.jsonl and summarised on one console line.
+// <run_dir>/metrics.jsonl, optionally as TensorBoard scalars under <run_dir>/tensorboard, and
+// summarised on one console line.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace hybridflow {
+namespace report {
+class TensorBoardWriter;
+}
 
 // Accumulates seconds per named stage; a stage timed twice in one step adds up.
 class StageTimer {
@@ -41,10 +46,17 @@ class StageTimer {
   std::vector<std::pair<std::string, double>> stages_;
 };
 
+// Which sinks a run's metrics go to (verl's trainer.logger list): console, jsonl, tensorboard.
+struct MetricsSinks {
+  bool jsonl = true;
+  bool tensorboard = false;
+};
+
 class MetricsLog {
  public:
   // run_dir is created if needed; "" keeps metrics in memory only (no file).
-  explicit MetricsLog(const std::string& run_dir);
+  explicit MetricsLog(const std::string& run_dir, MetricsSinks sinks = {});
+  ~MetricsLog();
 
   void set(const std::string& name, double value);
   // Adds "timing/<stage>_s" per stage and "timing/step_s" (their sum).
@@ -65,11 +77,14 @@ class MetricsLog {
   // line cut off by the crash. Returns how many lines were dropped.
   int64_t drop_steps_after(int64_t step);
 
-  // "" when in-memory only.
+  // "" when in-memory only (or jsonl is off).
   const std::string& path() const { return path_; }
+  // The TensorBoard event file, "" when that sink is off.
+  std::string tensorboard_path() const;
 
  private:
   std::string path_;
+  std::unique_ptr<report::TensorBoardWriter> tensorboard_;
   std::map<std::string, double> current_;
 };
 
