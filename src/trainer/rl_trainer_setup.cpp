@@ -101,7 +101,12 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.cfg = config;
   check_numbers(config);
   const std::string run_dir = config.get<std::string>("trainer.run_dir");
-  if (!run_dir.empty()) s.run_dir_lock = std::make_unique<DirectoryLock>(run_dir);
+  if (!run_dir.empty()) {
+    s.run_dir_lock = std::make_unique<DirectoryLock>(run_dir);
+    // The resolved config (defaults, file and overrides) beside the metrics from the start, not only in
+    // checkpoints: what a run directory was made with is then never a guess.
+    write_file_atomic(run_dir + "/config.yaml", config.to_yaml());
+  }
   register_rl_workers();
   // Before any worker starts, so that a bad resume path fails at once.
   const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
@@ -171,6 +176,10 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const int actor_procs = config.get<int>("actor_rollout_ref.num_processes");
   const int64_t n = rollout.get<int64_t>("n");
   HF_CHECK(n >= 1, "actor_rollout_ref.rollout.n must be >= 1, got ", n);
+  // Group baselines need a group: with one sample per prompt every GRPO/RLOO advantage is 0.
+  HF_CHECK(n >= 2 || (s.adv_estimator != "grpo" && s.adv_estimator != "rloo"), "algorithm.adv_estimator=",
+           s.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
+           " (with n = 1 every advantage is 0 and nothing is learned)");
   HF_CHECK((batch_prompts * n) % actor_procs == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
            " samples must divide across actor_rollout_ref.num_processes = ", actor_procs);
   nlohmann::json actor_json = optim_json(actor.subtree("optim"), total_steps);

@@ -29,6 +29,9 @@ TEST(RlTrainer, GrpoStartsNoCriticAndAStepChangesTheActor) {
   RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path()})));
   EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"}));
   EXPECT_THROW(trainer.parameter_sq_norm("critic"), Error);
+  // The resolved config is in the run directory before the first step.
+  const std::string written = read_file(dir.path() + "/config.yaml");
+  EXPECT_NE(written.find("adv_estimator: \"grpo\""), std::string::npos) << written;
   const double before = trainer.parameter_sq_norm("actor");
   nlohmann::json record = trainer.fit();
   EXPECT_EQ(trainer.steps_done(), 2);
@@ -107,6 +110,18 @@ TEST(RlTrainer, LoggerListPicksTheSinksAndNamesAnUnknownOne) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("trainer.logger"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("tensorbord"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RlTrainer, GroupEstimatorsRejectOneSamplePerPrompt) {
+  for (const std::string estimator : {"grpo", "rloo"}) {
+    try {
+      RLTrainer bad(load_rl_config("", tiny_rl_overrides(estimator, {"actor_rollout_ref.rollout.n=1"})));
+      FAIL() << estimator << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("actor_rollout_ref.rollout.n must be >= 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(estimator), std::string::npos) << e.what();
+    }
   }
 }
 
