@@ -1,7 +1,7 @@
 #include "hybridflow/runtime/mesh_coord.h"
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/dist/device_mesh.h"
+#include "hybridflow/parallel/device_mesh.h"
 
 namespace hybridflow {
 

@@ -1,7 +1,7 @@
 #include "hybridflow/runtime/worker_group.h"
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/dist/store_server.h"
+#include "hybridflow/parallel/store_server.h"
 #include "hybridflow/runtime/protocol.h"
 
 namespace hybridflow {

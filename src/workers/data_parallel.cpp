@@ -11,7 +11,7 @@
 #include <set>
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/dist/launch_env.h"
+#include "hybridflow/parallel/launch_env.h"
 #include "hybridflow/runtime/launcher.h"
 #include "hybridflow/runtime/worker_group.h"
 

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/dist/device_mesh.h"
+#include "hybridflow/parallel/device_mesh.h"
 #include "hybridflow/runtime/protocol.h"
 
 using namespace hybridflow;

@@ -18,7 +18,7 @@
 #include <map>
 #include <string>
 
-#include "hybridflow/dist/launch_env.h"
+#include "hybridflow/parallel/launch_env.h"
 
 namespace hybridflow {
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "hybridflow/dist/collectives.h"
+#include "hybridflow/parallel/collectives.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/ppo_epochs.h"

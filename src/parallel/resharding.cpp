@@ -1,4 +1,4 @@
-#include "hybridflow/dist/resharding.h"
+#include "hybridflow/parallel/resharding.h"
 
 #include "hybridflow/core/error.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "hybridflow/dist/process_group.h"
+#include "hybridflow/parallel/process_group.h"
 
 namespace hybridflow {
 

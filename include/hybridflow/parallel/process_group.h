@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "hybridflow/dist/launch_env.h"
+#include "hybridflow/parallel/launch_env.h"
 
 namespace hybridflow {
 

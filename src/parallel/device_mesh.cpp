@@ -1,4 +1,4 @@
-#include "hybridflow/dist/device_mesh.h"
+#include "hybridflow/parallel/device_mesh.h"
 
 #include <functional>
 #include <map>

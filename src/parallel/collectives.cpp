@@ -1,4 +1,4 @@
-#include "hybridflow/dist/collectives.h"
+#include "hybridflow/parallel/collectives.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "hybridflow/dist/launch_env.h"
+#include "hybridflow/parallel/launch_env.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

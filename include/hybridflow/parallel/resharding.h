@@ -3,8 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "hybridflow/dist/collectives.h"
-#include "hybridflow/dist/device_mesh.h"
+#include "hybridflow/parallel/collectives.h"
+#include "hybridflow/parallel/device_mesh.h"
 
 namespace hybridflow {
 

@@ -1,4 +1,4 @@
-#include "hybridflow/dist/process_group.h"
+#include "hybridflow/parallel/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

@@ -1,13 +1,13 @@
-#include "hybridflow/dist/collectives.h"
+#include "hybridflow/parallel/collectives.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dist/dist_test_util.h"
+#include "parallel/rank_processes.h"
 #include "hybridflow/core/error.h"
-#include "hybridflow/dist/device_mesh.h"
-#include "hybridflow/dist/resharding.h"
+#include "hybridflow/parallel/device_mesh.h"
+#include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "hybridflow/dist/store_server.h"
+#include "hybridflow/parallel/store_server.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
