@@ -124,7 +124,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
       hidden = model->hidden_states(seq_ids, seq_mask);
     }
     // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
-    auto logits = model->apply_head(hidden.select(1, -1)).logits;
+    auto logits = model->full_vocab_logits(hidden.select(1, -1));
     auto [tokens, token_log_probs] = sample_next_tokens(logits, cfg, generator);
     responses.index_put_({active, step}, tokens);
     response_mask.index_put_({active, step}, 1);

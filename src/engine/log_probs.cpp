@@ -4,10 +4,17 @@
 
 namespace hybridflow {
 
-TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets, bool with_entropy) {
+TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets, bool with_entropy,
+                              const TensorParallelGroup& tp) {
   HF_CHECK(logits.dim() == 3, "token_log_probs: logits must be [B, T, V], got ", logits.sizes());
   HF_CHECK(targets.dim() == 2 && targets.size(0) == logits.size(0) && targets.size(1) == logits.size(1),
            "token_log_probs: targets must be [B, T] = ", logits.sizes().slice(0, 2), ", got ", targets.sizes());
+  if (tp.enabled()) {
+    TokenLogProbs out;
+    out.log_probs = vocab_parallel_log_probs(logits, targets, tp);
+    if (with_entropy) out.entropy = vocab_parallel_entropy(logits, tp);
+    return out;
+  }
   torch::Tensor z = logits.to(torch::kFloat32);
   torch::Tensor log_p = torch::log_softmax(z, -1);
   TokenLogProbs out;
@@ -22,7 +29,7 @@ TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& 
 
 TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& input_ids,
                                  const torch::Tensor& attention_mask, int64_t response_len, double temperature,
-                                 bool with_entropy) {
+                                 bool with_entropy, const TensorParallelGroup& tp) {
   HF_CHECK(input_ids.dim() == 2, "response_log_probs: input_ids must be [B, L], got ", input_ids.sizes());
   const int64_t total = input_ids.size(1);
   HF_CHECK(response_len > 0 && response_len < total, "response_log_probs: response_len ", response_len,
@@ -34,7 +41,7 @@ TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& i
   // Only the R positions that predict response tokens: t = P-1 .. L-2.
   torch::Tensor z = logits.narrow(1, total - response_len - 1, response_len);
   if (temperature != 1.0) z = z / temperature;
-  return token_log_probs(z, input_ids.narrow(1, total - response_len, response_len), with_entropy);
+  return token_log_probs(z, input_ids.narrow(1, total - response_len, response_len), with_entropy, tp);
 }
 
 }  // namespace hybridflow

@@ -8,7 +8,8 @@ TokenLogProbs response_log_probs(CausalLM& model, const torch::Tensor& input_ids
   LogitsFn forward = [&model](const torch::Tensor& ids, const torch::Tensor& mask) {
     return model->forward(ids, mask).logits;
   };
-  return response_log_probs(forward, input_ids, attention_mask, response_len, temperature, with_entropy);
+  return response_log_probs(forward, input_ids, attention_mask, response_len, temperature, with_entropy,
+                            model->tensor_parallel());
 }
 
 }  // namespace hybridflow

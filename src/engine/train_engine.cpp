@@ -40,6 +40,8 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOpt
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
     params_.push_back(item.value());
+    names_.push_back(item.key());
+    split_.push_back(false);
     torch::Tensor optimized = item.value();
     if (low_precision) {
       optimized = item.value().detach().to(torch::kFloat).clone().set_requires_grad(true);
@@ -82,15 +84,47 @@ void TrainEngine::accumulate_into_masters() {
   }
 }
 
+void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
+                                      const std::function<bool(const std::string&)>& is_split) {
+  tp_ = tp;
+  for (size_t i = 0; i < names_.size(); ++i) split_[i] = tp.enabled() && is_split(names_[i]);
+}
+
+double TrainEngine::tensor_parallel_norm(const std::vector<torch::Tensor>& with_grad,
+                                         const std::vector<bool>& split) const {
+  torch::NoGradGuard no_grad;
+  // [split squares, replicated squares] in float64, so the sum over ranks does not depend on their order.
+  auto squares = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(params_.front().device()));
+  for (size_t i = 0; i < with_grad.size(); ++i)
+    squares[split[i] ? 0 : 1] += with_grad[i].grad().to(torch::kDouble).pow(2).sum();
+  auto split_part = squares.narrow(0, 0, 1).clone();
+  tp_.comm()->all_reduce(split_part, ReduceOp::kSum);
+  return std::sqrt(split_part.item<double>() + squares[1].item<double>());
+}
+
 double TrainEngine::clip_grad_norm() {
   accumulate_into_masters();
   std::vector<torch::Tensor> with_grad;
-  for (auto& p : optimized()) {
-    if (p.grad().defined()) with_grad.push_back(p);
+  std::vector<bool> split;
+  for (size_t i = 0; i < optimized().size(); ++i) {
+    if (!optimized()[i].grad().defined()) continue;
+    with_grad.push_back(optimized()[i]);
+    split.push_back(split_[i]);
   }
-  if (with_grad.empty()) return 0.0;
   const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  return torch::nn::utils::clip_grad_norm_(with_grad, max_norm);
+  if (!tp_.enabled()) {
+    if (with_grad.empty()) return 0.0;
+    return torch::nn::utils::clip_grad_norm_(with_grad, max_norm);
+  }
+  // Every rank of the group joins the norm's all-reduce, even one whose parameters got no gradient.
+  const double norm = tensor_parallel_norm(with_grad, split);
+  // The same factor as torch::nn::utils::clip_grad_norm_ (max_norm / (norm + 1e-6), applied when < 1).
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : with_grad) p.mutable_grad().mul_(coef);
+  }
+  return norm;
 }
 
 void TrainEngine::apply_step() {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow {
 namespace {
@@ -47,25 +48,70 @@ std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& posi
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+// A row-parallel projection: this rank's slice of the input features times its columns of the weight,
+// summed over the group, then the (replicated) bias. A generation-layout weight may be [k, out, in / k]:
+// k training shards side by side, as the 3D-HybridEngine gathers them, used without a copy.
+torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj, const TensorParallelGroup& tp) {
+  const auto& w = proj->weight;
+  torch::Tensor partial;
+  if (w.dim() == 3) {
+    auto chunks = x.reshape({-1, w.size(0), w.size(2)}).transpose(0, 1);  // [k, rows, in / k]
+    partial = torch::bmm(chunks, w.transpose(1, 2)).sum(0);           // [rows, out]
+    auto sizes = x.sizes().vec();
+    sizes.back() = w.size(1);
+    partial = partial.view(sizes);
+  } else {
+    partial = torch::linear(x, w);
+  }
+  auto out = reduce_from_tensor_parallel(partial, tp);
+  return proj->bias.defined() ? out + proj->bias : out;
+}
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ModelConfig& c)
-      : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim()) {
-    const int64_t h = c.hidden_size, kv = kv_heads_ * head_dim_;
-    q_proj = register_module("q_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(c.attention_bias)));
-    k_proj = register_module("k_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
-    v_proj = register_module("v_proj", torch::nn::Linear(torch::nn::LinearOptions(h, kv).bias(c.attention_bias)));
+  AttentionImpl(const ModelConfig& c, const TensorParallelGroup& tp)
+      : tp_(tp),
+        heads_(even_partition(c.num_attention_heads, tp.size(), tp.rank(), "num_attention_heads").length),
+        head_dim_(c.head_dim()),
+        replicated_kv_(kv_heads_replicated(c, tp.size())) {
+    const int64_t h = c.hidden_size;
+    if (replicated_kv_) {
+      // Every rank computes all KV heads and keeps the one its (consecutive) query heads share.
+      kv_heads_ = 1;
+      all_kv_heads_ = c.num_key_value_heads;
+      kv_index_ = tp.rank() / (tp.size() / c.num_key_value_heads);
+    } else {
+      kv_heads_ = even_partition(c.num_key_value_heads, tp.size(), tp.rank(), "num_key_value_heads").length;
+      all_kv_heads_ = kv_heads_;
+    }
+    q_proj = register_module("q_proj", linear(h, heads_ * head_dim_, c.attention_bias));
+    k_proj = register_module("k_proj", linear(h, all_kv_heads_ * head_dim_, c.attention_bias));
+    v_proj = register_module("v_proj", linear(h, all_kv_heads_ * head_dim_, c.attention_bias));
     // Llama's attention_bias covers o_proj too; Qwen2 biases q/k/v only (as transformers builds them).
-    o_proj = register_module("o_proj", torch::nn::Linear(torch::nn::LinearOptions(h, h).bias(c.o_proj_bias())));
+    o_proj = register_module("o_proj", linear(heads_ * head_dim_, h, c.o_proj_bias()));
   }
 
-  // x [B, T, H]; cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
+  // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v) {
     const int64_t b = x.size(0), t = x.size(1);
-    auto q = q_proj(x).view({b, t, heads_, head_dim_}).transpose(1, 2);
-    auto k = k_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
-    auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+    auto x_tp = copy_to_tensor_parallel(x, tp_);
+    auto q = q_proj(x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    torch::Tensor k, v;
+    if (replicated_kv_) {
+      // The gradient of the shared heads is the sum of every rank's part: copy_to after the projection.
+      k = copy_to_tensor_parallel(k_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
+      v = copy_to_tensor_parallel(v_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
+    } else {
+      k = k_proj(x_tp).view({b, t, kv_heads_, head_dim_});
+      v = v_proj(x_tp).view({b, t, kv_heads_, head_dim_});
+    }
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
     if (cached_k != nullptr) {
@@ -76,7 +122,7 @@ class AttentionImpl : public torch::nn::Module {
       *cached_k = k;
       *cached_v = v;
     }
-    return o_proj(attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+    return row_parallel(attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_}), o_proj, tp_);
   }
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -97,30 +143,39 @@ class AttentionImpl : public torch::nn::Module {
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
         .view({b, heads_, t, head_dim_});
   }
-  int64_t heads_, kv_heads_, head_dim_;
+  TensorParallelGroup tp_;
+  int64_t heads_, head_dim_;
+  bool replicated_kv_;
+  int64_t kv_heads_ = 0, all_kv_heads_ = 0, kv_index_ = 0;
 };
 TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const ModelConfig& c) {
-    auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
-    gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size));
-    up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size));
-    down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size));
+  MLPImpl(const ModelConfig& c, const TensorParallelGroup& tp) : tp_(tp) {
+    const int64_t local = even_partition(c.intermediate_size, tp.size(), tp.rank(), "intermediate_size").length;
+    gate_proj = register_module("gate_proj", linear(c.hidden_size, local, false));
+    up_proj = register_module("up_proj", linear(c.hidden_size, local, false));
+    down_proj = register_module("down_proj", linear(local, c.hidden_size, false));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto x_tp = copy_to_tensor_parallel(x, tp_);
+    return row_parallel(torch::silu(gate_proj(x_tp)) * up_proj(x_tp), down_proj, tp_);
+  }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  TensorParallelGroup tp_;
 };
 TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelConfig& c) {
+  DecoderLayerImpl(const ModelConfig& c, const TensorParallelGroup& tp) {
     input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-    self_attn = register_module("self_attn", Attention(c));
+    self_attn = register_module("self_attn", Attention(c, tp));
     post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-    mlp = register_module("mlp", MLP(c));
+    mlp = register_module("mlp", MLP(c, tp));
   }
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
@@ -128,18 +183,29 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
-// HF's LlamaModel / Qwen2Model, registered as "model".
+// HF's LlamaModel / Qwen2Model, registered as "model". The embedding is vocabulary-parallel: each rank looks
+// up the ids in its slice and the group sums the rows (ids elsewhere give zeros).
 class BackboneImpl : public torch::nn::Module {
  public:
-  explicit BackboneImpl(const ModelConfig& c) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  BackboneImpl(const ModelConfig& c, const TensorParallelGroup& tp)
+      : tp_(tp), vocab_(even_partition(c.vocab_size, tp.size(), tp.rank(), "vocab_size")) {
+    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.length, c.hidden_size));
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      decoder_layers.push_back(DecoderLayer(c));
+      decoder_layers.push_back(DecoderLayer(c, tp));
       layers->push_back(decoder_layers.back());
     }
     norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   }
+  torch::Tensor embed(const torch::Tensor& ids) {
+    if (!tp_.enabled()) return embed_tokens(ids);
+    auto local = ids - vocab_.start;
+    auto outside = local.lt(0).logical_or(local.ge(vocab_.length));
+    auto rows = torch::embedding(embed_tokens->weight, local.masked_fill(outside, 0));
+    return reduce_from_tensor_parallel(rows.masked_fill(outside.unsqueeze(-1), 0.0), tp_);
+  }
+  TensorParallelGroup tp_;
+  Partition vocab_;
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   std::vector<DecoderLayer> decoder_layers;  // typed views of `layers`
@@ -167,16 +233,17 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (mask.cumsum(1) - 1).clamp_min(0).masked_fill(mask == 0, 0);
 }
 
-CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head)
-    : config_(config), head_(head), layers_(std::make_shared<Layers>()) {
+CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParallelGroup tp)
+    : config_(config), head_(head), tp_(tp), layers_(std::make_shared<Layers>()) {
   config_.validate();
-  layers_->model = register_module("model", Backbone(config_));
+  check_tensor_parallel(config_, tp_.size());
+  layers_->model = register_module("model", Backbone(config_, tp_));
   if (head_ == HeadKind::kValue) {
     layers_->score =
         register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, 1).bias(false)));
   } else if (!config_.tie_word_embeddings) {
-    layers_->lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+    layers_->lm_head =
+        register_module("lm_head", linear(config_.hidden_size, layers_->model->vocab_.length, /*bias=*/false));
   }
   // HF's _init_weights: normal(0, 0.02) for linear and embedding weights, zero biases, unit norms.
   torch::NoGradGuard no_grad;
@@ -226,7 +293,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   auto visible = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1)).unsqueeze(0) &
                  mask.ne(0).unsqueeze(1);  // [B, T, S]
   auto& m = *layers_->model;
-  auto h = m.embed_tokens(input_ids);
+  auto h = m.embed(input_ids);
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
@@ -245,12 +312,17 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
   ForwardOutput out;
   if (head_ == HeadKind::kValue) {
     out.values = layers_->score(hidden).squeeze(-1).to(torch::kFloat32);
-  } else if (layers_->lm_head) {
-    out.logits = layers_->lm_head(hidden).to(torch::kFloat32);
   } else {
-    out.logits = torch::linear(hidden, layers_->model->embed_tokens->weight).to(torch::kFloat32);
+    // Column-parallel over the vocabulary: each rank's logits for its slice.
+    const auto& weight = layers_->lm_head ? layers_->lm_head->weight : layers_->model->embed_tokens->weight;
+    out.logits = torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
   }
   return out;
+}
+
+torch::Tensor CausalLMImpl::full_vocab_logits(const torch::Tensor& hidden) {
+  HF_CHECK(head_ == HeadKind::kLanguageModel, "full_vocab_logits: a value-head model has no logits");
+  return gather_from_tensor_parallel(apply_head(hidden).logits, tp_);
 }
 
 }  // namespace hybridflow

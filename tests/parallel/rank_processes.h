@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "hybridflow/parallel/process_group.h"
+
 namespace hybridflow::testing {
 
 // A TCP port that was free a moment ago on 127.0.0.1 (the kernel picks it when binding port 0).
@@ -85,6 +87,21 @@ inline void run_ranks(int n, const std::function<void(int rank, int port)>& fn, 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+// A Gloo world of `size` ranks on 127.0.0.1:port (call from run_ranks' children).
+inline ProcessGroup gloo_world(int rank, int size, int port,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  LaunchEnv env;
+  env.launcher = "test";
+  env.rank = rank;
+  env.world_size = size;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  ProcessGroupOptions options;
+  options.backend = "gloo";
+  options.timeout = timeout;
+  return ProcessGroup::create_world(env, options);
 }
 
 }  // namespace hybridflow::testing

@@ -6,6 +6,8 @@
 
 #include <functional>
 
+#include "hybridflow/parallel/tensor_parallel.h"
+
 namespace hybridflow {
 
 struct TokenLogProbs {
@@ -15,8 +17,10 @@ struct TokenLogProbs {
 
 // logits [B, T, V] (any float dtype; computed in float32), targets [B, T] int64.
 // Memory-lean: one log_softmax and a gather; entropy = logsumexp(z) - sum(softmax(z) * z).
+// Under tensor parallelism logits are this rank's vocabulary slice [B, T, V / t] and the result is the
+// same as one process's, computed without gathering the vocabulary (vocab_parallel_log_probs).
 TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets,
-                              bool with_entropy = true);
+                              bool with_entropy = true, const TensorParallelGroup& tp = {});
 
 // Runs a model over prompt + response and returns the log-probs of the last `response_len` tokens.
 // `forward` maps (input_ids [B, L], attention_mask [B, L]) -> logits [B, L, V]. Logits at position t
@@ -25,6 +29,7 @@ TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& 
 using LogitsFn = std::function<torch::Tensor(const torch::Tensor& input_ids, const torch::Tensor& attention_mask)>;
 TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& input_ids,
                                  const torch::Tensor& attention_mask, int64_t response_len,
-                                 double temperature = 1.0, bool with_entropy = true);
+                                 double temperature = 1.0, bool with_entropy = true,
+                                 const TensorParallelGroup& tp = {});
 
 }  // namespace hybridflow

@@ -17,6 +17,7 @@
 
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/engine/lr_schedule.h"
+#include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
 
@@ -77,6 +78,10 @@ class TrainEngine {
   // Data-parallel training: set on every rank of the group (an empty function = one process).
   void set_gradient_reducer(GradientReducer reducer) { reducer_ = std::move(reducer); }
   bool data_parallel() const { return static_cast<bool>(reducer_); }
+  // Tensor parallelism (set on every rank of the group): the parameters `is_split` names hold 1/t of a
+  // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
+  // count once. Clipping then scales every rank's gradients by the same factor one process would use.
+  void set_tensor_parallel(const TensorParallelGroup& tp, const std::function<bool(const std::string&)>& is_split);
   // Elements of the buffer each step reduces: every trainable parameter plus 2 (token count, loss).
   int64_t reduced_numel() const;
 
@@ -112,9 +117,15 @@ class TrainEngine {
   // global normaliser's worth back into stats.
   void reduce_gradients(double local_norm, bool mean, StepStats& stats);
 
+  // The global gradient norm over the tensor-parallel group (tp_ enabled only).
+  double tensor_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split) const;
+
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
   GradientReducer reducer_;
+  TensorParallelGroup tp_;
+  std::vector<std::string> names_;  // of params_
+  std::vector<bool> split_;         // params_[i] is a tensor-parallel shard
 };
 
 }  // namespace hybridflow

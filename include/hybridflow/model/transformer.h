@@ -2,6 +2,10 @@
 // attention with a KV cache, SwiGLU MLP, and either a language-model head or a scalar value head.
 // Parameter names equal Hugging Face's ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight",
 // value heads: "score.weight"), so a state dict maps one to one onto safetensors.
+//
+// Given a tensor-parallel group of t ranks, each rank builds only its shards (tensor_parallel_layout.h):
+// 1/t of the attention heads and MLP features and 1/t of the vocabulary, and forward() returns this rank's
+// vocabulary slice of the logits. Hidden states and values are replicated on every rank.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
 
@@ -25,13 +30,14 @@ struct KVCache {
 enum class HeadKind { kLanguageModel, kValue };
 
 struct ForwardOutput {
-  torch::Tensor logits;  // [batch, seq, vocab] for kLanguageModel
+  torch::Tensor logits;  // [batch, seq, vocab] for kLanguageModel (vocab / t under tensor parallelism)
   torch::Tensor values;  // [batch, seq] for kValue
 };
 
 class CausalLMImpl : public torch::nn::Module {
  public:
-  CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel);
+  // Throws naming the config key when the model does not split over tp's ranks.
+  CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel, TensorParallelGroup tp = {});
 
   // input_ids [B, T] int64. attention_mask [B, T_total] (1 = real token, 0 = padding), where
   // T_total = cache length + T; covers left and right padding. position_ids [B, T] int64; when
@@ -46,13 +52,18 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                               const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
   ForwardOutput apply_head(const torch::Tensor& hidden);
+  // Logits over the whole vocabulary (gathered over the tensor-parallel group): for sampling the next token
+  // from [rows, hidden], never for every position.
+  torch::Tensor full_vocab_logits(const torch::Tensor& hidden);
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
+  const TensorParallelGroup& tensor_parallel() const { return tp_; }
 
  private:
   ModelConfig config_;
   HeadKind head_;
+  TensorParallelGroup tp_;
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;

@@ -1,0 +1,77 @@
+#include "hybridflow/model/tensor_parallel_layout.h"
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+void check_tensor_parallel(const ModelConfig& c, int tp) {
+  HF_CHECK(tp >= 1, "tensor-parallel size must be >= 1, got ", tp);
+  if (tp == 1) return;
+  auto divides = [&](int64_t value, const char* key) {
+    HF_CHECK(value % tp == 0, "config.json: ", key, " = ", value, " does not divide by tensor_model_parallel_size ",
+             tp, "; choose a tensor-parallel size that divides it");
+  };
+  divides(c.num_attention_heads, "num_attention_heads");
+  divides(c.intermediate_size, "intermediate_size");
+  divides(c.vocab_size, "vocab_size");
+  HF_CHECK(c.num_key_value_heads % tp == 0 || tp % c.num_key_value_heads == 0, "config.json: num_key_value_heads = ",
+           c.num_key_value_heads, " and tensor_model_parallel_size ", tp,
+           ": one must divide the other (KV heads are split, or replicated when there are fewer than ranks)");
+}
+
+bool kv_heads_replicated(const ModelConfig& c, int tp) { return tp > 1 && c.num_key_value_heads < tp; }
+
+ShardDim shard_dim(const std::string& name, const ModelConfig& c, int tp) {
+  if (tp == 1 || contains(name, "norm") || ends_with(name, "score.weight")) return ShardDim::kReplicated;
+  if (contains(name, "o_proj") || contains(name, "down_proj"))
+    return ends_with(name, ".weight") ? ShardDim::kColumns : ShardDim::kReplicated;
+  if ((contains(name, "k_proj") || contains(name, "v_proj")) && kv_heads_replicated(c, tp)) return ShardDim::kReplicated;
+  return ShardDim::kRows;  // embeddings, lm_head, q/k/v, gate/up
+}
+
+torch::Tensor shard_of(const torch::Tensor& full, ShardDim dim, int rank, int size) {
+  if (dim == ShardDim::kReplicated || size == 1) return full;
+  const int64_t axis = dim == ShardDim::kRows ? 0 : 1;
+  const auto part = even_partition(full.size(axis), size, rank, "the split dimension");
+  return full.narrow(axis, part.start, part.length);
+}
+
+void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Tensor>& full) {
+  torch::NoGradGuard no_grad;
+  const auto& tp = model.tensor_parallel();
+  for (auto& item : model.named_parameters()) {
+    auto found = full.find(item.key());
+    HF_CHECK(found != full.end(), "load_full_state: no tensor '", item.key(), "'");
+    auto shard = shard_of(found->second, shard_dim(item.key(), model.config(), tp.size()), tp.rank(), tp.size());
+    HF_CHECK(shard.sizes() == item.value().sizes(), "load_full_state: '", item.key(), "' has shape ",
+             found->second.sizes(), ", which gives a shard of ", shard.sizes(), " where this rank holds ",
+             item.value().sizes());
+    item.value().copy_(shard);
+  }
+}
+
+std::map<std::string, torch::Tensor> gather_full_state(CausalLMImpl& model) {
+  torch::NoGradGuard no_grad;
+  const auto& tp = model.tensor_parallel();
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters()) {
+    const ShardDim dim = shard_dim(item.key(), model.config(), tp.size());
+    torch::Tensor value = item.value().detach();
+    if (dim == ShardDim::kReplicated || !tp.enabled())
+      out[item.key()] = value.clone();
+    else
+      out[item.key()] = tp.comm()->all_gather_cat(value.contiguous(), dim == ShardDim::kRows ? 0 : 1);
+  }
+  return out;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,115 @@
+#include "hybridflow/parallel/tensor_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdint>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The communicator travels through the autograd graph as an integer in the context's saved data.
+void save_comm(AutogradContext* ctx, Communicator* comm) {
+  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
+}
+Communicator& saved_comm(AutogradContext* ctx) {
+  return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
+}
+
+at::Tensor summed(const at::Tensor& x, Communicator& comm) {
+  at::Tensor out = x.clone(at::MemoryFormat::Contiguous);
+  comm.all_reduce(out, ReduceOp::kSum);
+  return out;
+}
+
+struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
+    save_comm(ctx, comm);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(grads[0], saved_comm(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, Communicator* comm) { return summed(x, *comm); }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+struct GatherFromRegion : torch::autograd::Function<GatherFromRegion> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
+    save_comm(ctx, comm);
+    ctx->saved_data["width"] = x.size(-1);
+    return comm->all_gather_cat(x.contiguous(), x.dim() - 1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const int64_t width = ctx->saved_data["width"].toInt();
+    return {grads[0].narrow(-1, saved_comm(ctx).rank() * width, width).contiguous(), at::Tensor()};
+  }
+};
+
+// Logits shifted by the global maximum (a constant for autograd, as in any stable softmax).
+at::Tensor shifted_by_global_max(const at::Tensor& local_logits, const TensorParallelGroup& tp) {
+  at::Tensor z = local_logits.to(at::kFloat);
+  at::Tensor max;
+  {
+    at::NoGradGuard no_grad;
+    max = std::get<0>(z.detach().max(-1, /*keepdim=*/true)).contiguous();
+    if (tp.enabled()) tp.comm()->all_reduce(max, ReduceOp::kMax);
+  }
+  return z - max;
+}
+
+}  // namespace
+
+Partition even_partition(int64_t total, int parts, int index, const std::string& what) {
+  HF_CHECK(parts >= 1 && index >= 0 && index < parts, "even_partition: index ", index, " of ", parts, " parts");
+  HF_CHECK(total % parts == 0, what, " = ", total, " does not divide by the tensor-parallel size ", parts,
+           "; choose a tensor_model_parallel_size that divides it");
+  const int64_t length = total / parts;
+  return {index * length, length};
+}
+
+at::Tensor copy_to_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
+  return tp.enabled() ? CopyToRegion::apply(x, tp.comm()) : x;
+}
+
+at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
+  return tp.enabled() ? ReduceFromRegion::apply(x, tp.comm()) : x;
+}
+
+at::Tensor gather_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
+  return tp.enabled() ? GatherFromRegion::apply(x, tp.comm()) : x;
+}
+
+at::Tensor vocab_parallel_log_probs(const at::Tensor& local_logits, const at::Tensor& targets,
+                                    const TensorParallelGroup& tp) {
+  HF_CHECK(local_logits.dim() == targets.dim() + 1 &&
+               local_logits.sizes().slice(0, targets.dim()) == targets.sizes(),
+           "vocab_parallel_log_probs: logits ", local_logits.sizes(), " do not match targets ", targets.sizes());
+  at::Tensor shifted = shifted_by_global_max(local_logits, tp);
+  const int64_t width = shifted.size(-1);
+  at::Tensor sum_exp = reduce_from_tensor_parallel(shifted.exp().sum(-1), tp);
+  at::Tensor local_target = targets.to(at::kLong) - static_cast<int64_t>(tp.rank()) * width;
+  at::Tensor mine = local_target.ge(0).logical_and(local_target.lt(width));
+  at::Tensor picked = shifted.gather(-1, local_target.clamp(0, width - 1).unsqueeze(-1)).squeeze(-1);
+  picked = reduce_from_tensor_parallel(at::where(mine, picked, at::zeros_like(picked)), tp);
+  return picked - sum_exp.log();
+}
+
+at::Tensor vocab_parallel_entropy(const at::Tensor& local_logits, const TensorParallelGroup& tp) {
+  at::Tensor shifted = shifted_by_global_max(local_logits, tp);
+  at::Tensor exp = shifted.exp();
+  at::Tensor sum_exp = reduce_from_tensor_parallel(exp.sum(-1), tp);
+  at::Tensor weighted = reduce_from_tensor_parallel((exp * shifted).sum(-1), tp);
+  // H = log S - sum(p * z') with p = exp(z') / S and z' the shifted logits.
+  return sum_exp.log() - weighted / sum_exp;
+}
+
+}  // namespace hybridflow

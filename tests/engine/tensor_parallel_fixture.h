@@ -1,0 +1,92 @@
+// Shared pieces of the multi-process tensor-parallel tests: a tiny Llama that splits over 1, 2 and 4 ranks
+// (4 query heads, 2 KV heads: 4 ranks replicate k/v), its weights made identically in every process, a
+// batch of prompt + response rows with left and right padding, and full-tensor gathers of a split model.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow::testing {
+
+inline ModelConfig tensor_parallel_test_config() {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 128;
+  c.attention_bias = true;  // q/k/v biases are split, Llama's o_proj bias is replicated
+  return c;
+}
+
+// The same weights in every process (a fixed seed), as one process would hold them.
+inline CausalLM reference_model(HeadKind head, uint64_t seed = 1234) {
+  torch::manual_seed(seed);
+  return CausalLM(tensor_parallel_test_config(), head);
+}
+
+inline std::map<std::string, torch::Tensor> parameters_of(CausalLMImpl& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+// Full gradients of a split model, gathered over its tensor-parallel group like gather_full_state.
+inline std::map<std::string, torch::Tensor> gather_full_grads(CausalLMImpl& model) {
+  const auto& tp = model.tensor_parallel();
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters()) {
+    torch::Tensor g = item.value().grad();
+    if (!g.defined()) g = torch::zeros_like(item.value());
+    const ShardDim dim = shard_dim(item.key(), model.config(), tp.size());
+    out[item.key()] = dim == ShardDim::kReplicated ? g.clone()
+                                                   : tp.comm()->all_gather_cat(g.contiguous(), dim == ShardDim::kRows ? 0 : 1);
+  }
+  return out;
+}
+
+inline void expect_same_tensors(const std::map<std::string, torch::Tensor>& got,
+                                const std::map<std::string, torch::Tensor>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": no " << name;
+    ASSERT_EQ(it->second.sizes(), w.sizes()) << what << ": " << name;
+    EXPECT_TRUE(torch::allclose(it->second, w, tol, tol))
+        << what << ": " << name << " differs by " << (it->second - w).abs().max().item<double>();
+  }
+}
+
+constexpr int64_t kPromptLen = 3;
+constexpr int64_t kResponseLen = 5;
+
+// 4 rows of prompt (left padded) + response (right padded), with PPO's inputs.
+inline DataProto rl_batch() {
+  torch::manual_seed(99);
+  const int64_t rows = 4, len = kPromptLen + kResponseLen;
+  auto ids = torch::randint(0, 64, {rows, len}, torch::kLong);
+  auto mask = torch::ones({rows, len}, torch::kLong);
+  mask[1][0] = 0;          // a left-padded prompt
+  mask[2][len - 1] = 0;    // a response that ended early
+  mask[2][len - 2] = 0;
+  DataProto batch;
+  batch.set_tensor("input_ids", ids);
+  batch.set_tensor("attention_mask", mask);
+  batch.set_tensor("loss_mask", mask.narrow(1, kPromptLen, kResponseLen).to(torch::kFloat));
+  batch.set_tensor("old_log_probs", torch::randn({rows, kResponseLen}) * 0.1 - 4.2);
+  batch.set_tensor("advantages", torch::randn({rows, kResponseLen}));
+  batch.set_tensor("returns", torch::randn({rows, kResponseLen}));
+  return batch;
+}
+
+}  // namespace hybridflow::testing
