@@ -7,7 +7,6 @@
 #include "parallel/rank_processes.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/device_mesh.h"
-#include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
 namespace {
@@ -15,16 +14,7 @@ namespace {
 using testing::run_ranks;
 
 ProcessGroup world(int rank, int size, int port, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  LaunchEnv env;
-  env.launcher = "test";
-  env.rank = rank;
-  env.world_size = size;
-  env.master_addr = "127.0.0.1";
-  env.master_port = port;
-  ProcessGroupOptions options;
-  options.backend = "gloo";
-  options.timeout = timeout;
-  return ProcessGroup::create_world(env, options);
+  return testing::gloo_world(rank, size, port, timeout);
 }
 
 at::Tensor rank_tensor(int rank) { return at::arange(4, at::kFloat) + 10.0 * rank; }
@@ -123,24 +113,6 @@ TEST(Collectives, SubGroupsOnTwoByTwoMesh) {
     for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(parts[i].item<float>(), mesh.tp_group_of(rank)[i]);
     EXPECT_EQ(tp.stats().of("all_reduce").bytes, static_cast<int64_t>(3 * sizeof(float)));
     EXPECT_EQ(dp.stats().of("all_gather").calls, 0);
-  });
-}
-
-// 3D-HybridEngine resharding: training tp=4, generation tp=2. Each rank holds a tp row-shard of W; an
-// all-gather inside its micro-DP group yields exactly its generation shard.
-TEST(Collectives, MicroDpAllGatherReshardsToGenerationTp) {
-  run_ranks(4, [](int rank, int port) {
-    ProcessGroup w = world(rank, 4, port);
-    GenerationLayout layout(DeviceMesh(1, 1, 4), 2, 1);
-    at::Tensor full = at::arange(8 * 3, at::kFloat).view({8, 3});
-    at::Tensor train_shard = full.chunk(4, 0)[layout.train().coords(rank).tp].contiguous();
-    Communicator micro(w.split(layout.micro_dp_groups()));
-    at::Tensor gen_shard = gather_generation_shard(micro, layout, rank, train_shard, 0);
-    EXPECT_TRUE(at::equal(gen_shard, full.chunk(2, 0)[layout.coords(rank).tp]));
-    EXPECT_EQ(micro.stats().of("all_gather").bytes, train_shard.numel() * 4);
-    // The world group is not this rank's micro-DP group.
-    Communicator whole(w);
-    EXPECT_THROW(gather_generation_shard(whole, layout, rank, train_shard, 0), Error);
   });
 }
 

@@ -1,0 +1,67 @@
+// The 3D-HybridEngine (HybridFlow paper, section 5): the actor's weights switch in place between the
+// training layout (pp p, tp t, dp d) and a generation layout with a smaller tensor-parallel size t_g and
+// d*t/t_g generation replicas, so one set of processes both trains and generates, each with the layout
+// that suits it.
+//
+// hybridflow mode: to_generation() all-gathers each split weight inside the rank's micro-DP group into a
+// new generation tensor of which the rank's training shard is a slice; the training parameter is then
+// re-pointed at that slice (its old memory is freed), so no weight exists twice on a rank. to_training()
+// copies the training shards back out and frees the generation tensors. The KV cache is the generation
+// call's own and is gone when it returns. The two baselines of the paper's Table 2 (resharding.h) are the
+// same interface with their own groups, so all three can be measured on the same processes.
+//
+// Pipeline parallelism is not part of this engine yet: it needs p = p_g = 1.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
+#include "hybridflow/parallel/device_mesh.h"
+#include "hybridflow/parallel/resharding.h"
+
+namespace hybridflow {
+
+class HybridEngine {
+ public:
+  // Collective over the actor's world (the ranks of layout.train(), every one calling with the same
+  // arguments). `train` is this rank's training-layout model over its training tensor-parallel group.
+  HybridEngine(CausalLM train, const GenerationLayout& layout, const ProcessGroup& world, ReshardMode mode);
+  ~HybridEngine();
+
+  // Collective over the world. Throws when already generating.
+  ReshardStats to_generation();
+  // Collective over the world. Throws unless generating.
+  ReshardStats to_training();
+
+  bool generating() const { return generating_; }
+  // The generation-layout model (valid while generating; its parameters are empty otherwise).
+  CausalLM& generation_model();
+  const TensorParallelGroup& generation_group() const { return gen_group_; }
+  // This rank's generation replica and how many there are: prompts split over replicas (3D_ALL_MICRO_DP).
+  int generation_replica() const { return gen_replica_; }
+  int generation_replicas() const { return gen_replicas_; }
+  ReshardMode mode() const { return mode_; }
+
+ private:
+  struct Weight;  // one parameter in both layouts
+  void gather_in_place(Weight& w, ReshardStats& stats);
+  void gather_full(Weight& w, ReshardStats& stats);
+
+  CausalLM train_;
+  GenerationLayout layout_;
+  ReshardMode mode_;
+  int world_rank_;
+  std::unique_ptr<Communicator> gather_comm_;  // micro-DP group, training tp group or world, by mode
+  std::unique_ptr<Communicator> gen_tp_comm_;
+  TensorParallelGroup gen_group_;
+  CausalLM generation_{nullptr};
+  std::vector<Weight> weights_;
+  int gen_tp_rank_ = 0;
+  int gen_replica_ = 0, gen_replicas_ = 1;
+  bool generating_ = false;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,194 @@
+#include "hybridflow/engine/hybrid_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
+
+namespace hybridflow {
+namespace {
+
+// Index of the group that holds `rank`, and the rank's position in it.
+std::pair<int, int> position_in(const std::vector<std::vector<int>>& groups, int rank) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto it = std::find(groups[g].begin(), groups[g].end(), rank);
+    if (it != groups[g].end()) return {static_cast<int>(g), static_cast<int>(it - groups[g].begin())};
+  }
+  HF_FAIL("HybridEngine: rank ", rank, " is in no group of the layout");
+}
+
+void point_at(torch::Tensor& param, const torch::Tensor& source) {
+  torch::NoGradGuard no_grad;
+  param.set_(source);
+}
+
+void release(torch::Tensor& param) { point_at(param, torch::empty({0}, param.options())); }
+
+int64_t gathered_bytes(const Communicator& comm) { return comm.stats().of("all_gather").bytes; }
+
+}  // namespace
+
+struct HybridEngine::Weight {
+  std::string name;
+  torch::Tensor train;      // the training model's parameter (the same tensor the optimizer steps)
+  torch::Tensor gen;        // the generation model's parameter
+  ShardDim train_dim = ShardDim::kReplicated;
+  ShardDim gen_dim = ShardDim::kReplicated;
+  torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor
+};
+
+HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const ProcessGroup& world,
+                           ReshardMode mode)
+    : train_(std::move(train)), layout_(layout), mode_(mode), world_rank_(world.rank()) {
+  const DeviceMesh& mesh = layout_.train();
+  HF_CHECK(world.size() == mesh.world_size(), "HybridEngine: the actor's world has ", world.size(),
+           " ranks but the training layout ", mesh.to_string(), " needs ", mesh.world_size());
+  HF_CHECK(mesh.pp() == 1 && layout_.gen_pp() == 1, "HybridEngine: pipeline parallelism is not supported yet (",
+           mesh.to_string(), ", generation pp=", layout_.gen_pp(), ")");
+  HF_CHECK(train_->head_kind() == HeadKind::kLanguageModel, "HybridEngine: the actor needs a language-model head");
+  const int t = mesh.tp();
+  HF_CHECK(train_->tensor_parallel().size() == t, "HybridEngine: the training model is split over ",
+           train_->tensor_parallel().size(), " ranks but the layout says tp=", t);
+  switch (mode_) {
+    case ReshardMode::kHybridFlow:
+      gather_comm_ = std::make_unique<Communicator>(world.split(layout_.micro_dp_groups()));
+      break;
+    case ReshardMode::kHybridFlowV:
+      gather_comm_ = std::make_unique<Communicator>(world.split(mesh.tp_groups()));
+      break;
+    case ReshardMode::kAllGather:
+      gather_comm_ = std::make_unique<Communicator>(world);
+      break;
+  }
+  const auto gen_groups =
+      mode_ == ReshardMode::kHybridFlowV ? vanilla_generation_tp_groups(layout_) : layout_.gen_tp_groups();
+  std::tie(gen_replica_, gen_tp_rank_) = position_in(gen_groups, world_rank_);
+  gen_replicas_ = static_cast<int>(gen_groups.size());
+  gen_tp_comm_ = std::make_unique<Communicator>(world.split(gen_groups));
+  gen_group_ = TensorParallelGroup(gen_tp_comm_.get());
+
+  // The generation model's structure only: its parameters point at gathered weights while generating.
+  const torch::Tensor first = train_->parameters().front();
+  generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_);
+  generation_->to(first.device(), first.scalar_type());
+  auto train_params = train_->named_parameters();
+  auto gen_params = generation_->named_parameters();
+  HF_CHECK(train_params.size() == gen_params.size(), "HybridEngine: the layouts' models differ in parameters");
+  for (size_t i = 0; i < train_params.size(); ++i) {
+    Weight w;
+    w.name = train_params[i].key();
+    w.train = train_params[i].value();
+    w.gen = gen_params[i].value();
+    w.train_dim = shard_dim(w.name, train_->config(), t);
+    w.gen_dim = shard_dim(w.name, train_->config(), layout_.gen_tp());
+    release(w.gen);
+    weights_.push_back(std::move(w));
+  }
+}
+
+HybridEngine::~HybridEngine() = default;
+
+CausalLM& HybridEngine::generation_model() {
+  HF_CHECK(generating_, "HybridEngine: the generation model exists only between to_generation() and to_training()");
+  return generation_;
+}
+
+void HybridEngine::gather_in_place(Weight& w, ReshardStats& stats) {
+  const int k = gather_comm_->size();
+  if (k == 1) {  // t_g == t: the training shard is the generation shard
+    point_at(w.gen, w.train);
+    stats.peak_extra_weight_bytes += w.train.nbytes();
+    return;
+  }
+  const int m = gather_comm_->rank();
+  torch::Tensor shard = w.train.detach();
+  // Rows stack as they are; a column split gathers to [k, out, in / k], which the model uses as it is.
+  torch::Tensor gathered = gather_comm_->all_gather_cat(shard.contiguous(), 0);
+  torch::Tensor mine;
+  if (w.train_dim == ShardDim::kRows) {
+    mine = gathered.narrow(0, m * shard.size(0), shard.size(0));
+  } else {
+    gathered = gathered.view({k, shard.size(0), shard.size(1)});
+    mine = gathered.select(0, m);
+  }
+  point_at(w.train, mine);  // the old training storage is freed here
+  point_at(w.gen, gathered);
+  w.gathered = gathered;
+  stats.peak_extra_weight_bytes += gathered.nbytes();
+}
+
+void HybridEngine::gather_full(Weight& w, ReshardStats& stats) {
+  const int t = layout_.train().tp();
+  torch::Tensor shard = w.train.detach().contiguous();
+  torch::Tensor full;
+  if (mode_ == ReshardMode::kHybridFlowV) {
+    full = gather_comm_->all_gather_cat(shard, w.train_dim == ShardDim::kRows ? 0 : 1);
+  } else {
+    // DeepSpeed-Chat style: each data-parallel replica contributes 1/d of its shard; every rank gathers all.
+    const int d = layout_.train().dp();
+    const int e = layout_.train().coords(world_rank_).dp;
+    const int64_t n = shard.numel();
+    HF_CHECK(n % d == 0, "HybridEngine allgather: '", w.name, "' has ", n, " elements per shard, not divisible by dp=", d);
+    auto pieces = gather_comm_->all_gather_cat(shard.reshape({-1}).narrow(0, e * n / d, n / d), 0);
+    // World rank order is (dp, tp); regroup the pieces by tensor-parallel shard.
+    auto sizes = shard.sizes().vec();
+    sizes.insert(sizes.begin(), t);
+    auto shards = pieces.view({d, t, n / d}).transpose(0, 1).contiguous().view(sizes);
+    full = w.train_dim == ShardDim::kRows ? shards.flatten(0, 1) : shards.movedim(0, 1).flatten(1, 2).contiguous();
+  }
+  w.gathered = full;
+  stats.peak_extra_weight_bytes += full.nbytes();
+  point_at(w.gen, w.gen_dim == ShardDim::kReplicated ? full
+                                                      : shard_of(full, w.gen_dim, gen_tp_rank_, layout_.gen_tp()));
+}
+
+ReshardStats HybridEngine::to_generation() {
+  HF_CHECK(!generating_, "HybridEngine::to_generation: already in the generation layout");
+  const auto start = std::chrono::steady_clock::now();
+  ReshardStats stats;
+  stats.mode = reshard_mode_name(mode_);
+  const int t = layout_.train().tp();
+  const int64_t before = gathered_bytes(*gather_comm_);
+  for (auto& w : weights_) {
+    if (w.train_dim == ShardDim::kReplicated) {
+      // Norms (and k/v when replicated for training) need no communication; a generation split is a view.
+      stats.replicated_bytes += w.train.nbytes();
+      point_at(w.gen, w.gen_dim == ShardDim::kReplicated
+                          ? w.train
+                          : shard_of(w.train, w.gen_dim, gen_tp_rank_, layout_.gen_tp()));
+      continue;
+    }
+    stats.model_bytes += w.train.nbytes() * t;
+    if (mode_ == ReshardMode::kHybridFlow)
+      gather_in_place(w, stats);
+    else
+      gather_full(w, stats);
+    // Measured, not assumed: does the training parameter still own memory of its own?
+    if (!w.train.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += w.train.nbytes();
+  }
+  const int64_t contributed = gathered_bytes(*gather_comm_) - before;
+  stats.bytes_sent = stats.bytes_received = contributed * (gather_comm_->size() - 1);
+  generating_ = true;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+ReshardStats HybridEngine::to_training() {
+  HF_CHECK(generating_, "HybridEngine::to_training: not in the generation layout");
+  const auto start = std::chrono::steady_clock::now();
+  ReshardStats stats;
+  stats.mode = reshard_mode_name(mode_);
+  for (auto& w : weights_) {
+    // A training shard that lives inside a generation tensor moves back into memory of its own.
+    if (w.gathered.defined() && w.train.storage().is_alias_of(w.gathered.storage()))
+      point_at(w.train, w.train.detach().clone(at::MemoryFormat::Contiguous));
+    release(w.gen);
+    w.gathered = torch::Tensor();
+  }
+  generating_ = false;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace hybridflow
