@@ -9,6 +9,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/model/safetensors.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow {
 namespace {
@@ -43,7 +44,7 @@ std::map<std::string, torch::Tensor> read_sharded(const std::string& dir) {
     const std::string shard_path = dir + "/" + shard;
     HF_CHECK(file_exists(shard_path), index_path, ": shard '", shard, "' listed in weight_map does not exist");
     std::set<std::string> found;
-    for (auto& [name, tensor] : read_safetensors(shard_path).tensors) {
+    for (auto& [name, tensor] : map_safetensors(shard_path).tensors) {
       HF_CHECK(names.count(name), shard_path, ": holds tensor '", name, "' that ", kIndexFile,
                " does not assign to this shard");
       found.insert(name);
@@ -57,7 +58,7 @@ std::map<std::string, torch::Tensor> read_sharded(const std::string& dir) {
 
 std::map<std::string, torch::Tensor> read_weights(const std::string& dir) {
   if (file_exists(dir + "/" + kWeightsFile)) {
-    auto file = read_safetensors(dir + "/" + kWeightsFile);
+    auto file = map_safetensors(dir + "/" + kWeightsFile);
     return {std::make_move_iterator(file.tensors.begin()), std::make_move_iterator(file.tensors.end())};
   }
   HF_CHECK(file_exists(dir + "/" + kIndexFile), dir, ": no weights: expected ", kWeightsFile, " or ", kIndexFile);
@@ -85,13 +86,13 @@ torch::Dtype parse_dtype(const std::string& name, const std::string& key) {
   HF_FAIL(key, ": expected fp32 | bf16 | fp16 (or float32 | bfloat16 | float16), got '", name, "'");
 }
 
-Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype) {
+Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype, TensorParallelGroup tp) {
   Pretrained out;
   out.config = load_model_config(dir + "/config.json");
   out.tokenizer = Tokenizer::load(dir + "/tokenizer.json");
   HF_CHECK(out.tokenizer.vocab_size() <= out.config.vocab_size, dir, ": tokenizer.json has ",
            out.tokenizer.vocab_size(), " tokens but config.json vocab_size is ", out.config.vocab_size);
-  out.model = CausalLM(out.config, head);
+  out.model = CausalLM(out.config, head, tp);
 
   std::map<std::string, torch::Tensor> weights = read_weights(dir);
   for (auto it = weights.begin(); it != weights.end();) it = is_rotary_buffer(it->first) ? weights.erase(it) : ++it;
@@ -100,6 +101,14 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   const bool value_head = head == HeadKind::kValue;
   if (out.config.tie_word_embeddings || value_head) weights.erase("lm_head.weight");
 
+  // Under tensor parallelism each rank copies its slice out of the mapped file: only those pages are read.
+  auto shard = [&](const std::string& name, const torch::Tensor& full) {
+    const ShardDim dim = shard_dim(name, out.config, tp.size());
+    if (dim == ShardDim::kReplicated) return full;
+    const int64_t axis = dim == ShardDim::kRows ? 0 : 1;
+    if (full.dim() <= axis || full.size(axis) % tp.size() != 0) return full;  // reported as a wrong shape
+    return shard_of(full, dim, tp.rank(), tp.size());
+  };
   std::vector<std::string> missing, wrong_shape;
   auto params = out.model->named_parameters(/*recurse=*/true);
   for (const auto& item : params) {
@@ -110,9 +119,10 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
         continue;
       }
       missing.push_back(item.key());
-    } else if (it->second.sizes() != item.value().sizes()) {
+    } else if (shard(item.key(), it->second).sizes() != item.value().sizes()) {
       wrong_shape.push_back(item.key() + " (file " + c10::str(it->second.sizes()) + ", model " +
-                            c10::str(item.value().sizes()) + ")");
+                            c10::str(item.value().sizes()) + (tp.enabled() ? " on this tensor-parallel rank" : "") +
+                            ")");
     }
   }
   std::vector<std::string> unexpected;
@@ -127,7 +137,7 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   torch::NoGradGuard no_grad;
   for (auto& item : params) {
     auto it = weights.find(item.key());
-    if (it != weights.end()) item.value().copy_(it->second.to(dtype));
+    if (it != weights.end()) item.value().copy_(shard(item.key(), it->second).to(dtype));
   }
   return out;
 }
@@ -135,11 +145,19 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer) {
   const ModelConfig& config = model->config();
   const torch::Dtype dtype = parse_dtype(config.torch_dtype, "torch_dtype");
+  NamedTensors tensors;
+  const auto& tp = model->tensor_parallel();
+  if (tp.enabled()) {
+    auto full = gather_full_state(*model);
+    if (tp.rank() != 0) return;
+    for (const auto& item : model->named_parameters(/*recurse=*/true))
+      tensors.emplace_back(item.key(), full.at(item.key()).to(torch::kCPU, dtype));
+  } else {
+    for (const auto& item : model->named_parameters(/*recurse=*/true))
+      tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype));
+  }
   make_dirs(dir);
   save_model_config(config, dir + "/config.json");
-  NamedTensors tensors;
-  for (const auto& item : model->named_parameters(/*recurse=*/true))
-    tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype));
   // transformers refuses safetensors files without format=pt metadata.
   write_safetensors(dir + "/" + kWeightsFile, tensors, {{"format", "pt"}});
   tokenizer.save(dir + "/tokenizer.json");

@@ -1,5 +1,13 @@
 #include "hybridflow/model/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -36,9 +44,15 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
-uint64_t read_u64_le(const std::string& bytes) {
+struct Layout {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;  // sorted by offset
+  uint64_t data_start = 0;     // file offset of the data buffer
+};
+
+uint64_t read_u64_le(const char* bytes) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[i]);
   return v;
 }
 
@@ -125,19 +139,22 @@ std::string safetensors_dtype_name(torch::Dtype dtype) {
   HF_FAIL("dtype ", c10::toString(dtype), " cannot be stored in safetensors");
 }
 
-SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& file) {
-  HF_CHECK(bytes.size() >= 8, file, ": not a safetensors file: ", bytes.size(),
-           " bytes, shorter than the 8-byte header length");
+namespace {
+
+// The header of a file of `size` bytes at `bytes`, checked against the file: every tensor's offsets tile
+// the data buffer exactly.
+Layout parse_layout(const char* bytes, uint64_t size, const std::string& file) {
+  HF_CHECK(size >= 8, file, ": not a safetensors file: ", size, " bytes, shorter than the 8-byte header length");
   const uint64_t header_len = read_u64_le(bytes);
-  const uint64_t available = bytes.size() - 8;
+  const uint64_t available = size - 8;
   HF_CHECK(header_len <= available && header_len <= kMaxHeaderBytes, file, ": safetensors header length ",
            header_len, " runs past the end of the file (", available, " bytes after the length)");
-  json header = parse_header(bytes.substr(8, static_cast<size_t>(header_len)), file);
-  const uint64_t data_start = 8 + header_len;
-  const uint64_t data_len = bytes.size() - data_start;
-
-  SafetensorsFile out;
-  std::vector<Entry> entries;
+  json header = parse_header(std::string(bytes + 8, static_cast<size_t>(header_len)), file);
+  Layout layout;
+  layout.data_start = 8 + header_len;
+  const uint64_t data_len = size - layout.data_start;
+  auto& out = layout;
+  auto& entries = layout.entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == kMetadataKey) {
       HF_CHECK(it.value().is_object(), file, ": __metadata__ must be an object of strings");
@@ -170,13 +187,55 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& f
   HF_CHECK(cursor == data_len, file, ": data buffer has ", data_len, " bytes but the tensors cover only ", cursor,
            " (trailing bytes after ", previous, ")");
 
-  for (const Entry& e : entries) {
+  return layout;
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& file) {
+  Layout layout = parse_layout(bytes.data(), bytes.size(), file);
+  SafetensorsFile out;
+  out.metadata = std::move(layout.metadata);
+  for (const Entry& e : layout.entries) {
     torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
-    if (e.end > e.begin) std::memcpy(t.data_ptr(), bytes.data() + data_start + e.begin, e.end - e.begin);
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), bytes.data() + layout.data_start + e.begin, e.end - e.begin);
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;
 }
+
+SafetensorsFile map_safetensors(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HF_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    HF_FAIL(path, ": cannot stat: ", std::strerror(err));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  void* data = size > 0 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : nullptr;
+  const int err = errno;
+  ::close(fd);
+  HF_CHECK(size == 0 || data != MAP_FAILED, path, ": cannot map: ", std::strerror(err));
+  // The mapping lives while any tensor views it.
+  std::shared_ptr<void> mapping(data, [size](void* p) {
+    if (p != nullptr) ::munmap(p, size);
+  });
+  Layout layout = parse_layout(static_cast<const char*>(data), size, path);
+  SafetensorsFile out;
+  out.metadata = std::move(layout.metadata);
+  for (const Entry& e : layout.entries) {
+    char* begin = static_cast<char*>(data) + layout.data_start + e.begin;
+    torch::Tensor t = e.end > e.begin
+                          ? torch::from_blob(begin, e.shape, [mapping](void*) {}, torch::TensorOptions().dtype(e.dtype))
+                          : torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+
 
 SafetensorsFile read_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
 

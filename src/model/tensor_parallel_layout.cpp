@@ -59,7 +59,7 @@ void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Ten
   }
 }
 
-std::map<std::string, torch::Tensor> gather_full_state(CausalLMImpl& model) {
+std::map<std::string, torch::Tensor> gather_full_state(const CausalLMImpl& model) {
   torch::NoGradGuard no_grad;
   const auto& tp = model.tensor_parallel();
   std::map<std::string, torch::Tensor> out;

@@ -50,16 +50,34 @@ TEST(Safetensors, RoundTripKeepsValuesDtypesShapesAndMetadata) {
   };
   const std::string path = dir.file("m.safetensors");
   write_safetensors(path, tensors, {{"format", "pt"}});
-  SafetensorsFile f = read_safetensors(path);
-  EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
-  ASSERT_EQ(f.tensors.size(), tensors.size());
-  std::map<std::string, torch::Tensor> got(f.tensors.begin(), f.tensors.end());
-  for (const auto& [name, t] : tensors) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_EQ(got[name].scalar_type(), t.scalar_type()) << name;
-    EXPECT_EQ(got[name].sizes(), t.sizes()) << name;
-    EXPECT_TRUE(torch::equal(got[name], t)) << name;
+  // Read into memory, and mapped (tensors that view the file, outliving the returned struct's copy).
+  for (bool mapped : {false, true}) {
+    std::map<std::string, torch::Tensor> got;
+    {
+      SafetensorsFile f = mapped ? map_safetensors(path) : read_safetensors(path);
+      EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+      ASSERT_EQ(f.tensors.size(), tensors.size());
+      got = std::map<std::string, torch::Tensor>(f.tensors.begin(), f.tensors.end());
+    }
+    for (const auto& [name, t] : tensors) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_EQ(got[name].scalar_type(), t.scalar_type()) << name;
+      EXPECT_EQ(got[name].sizes(), t.sizes()) << name;
+      EXPECT_TRUE(torch::equal(got[name], t)) << name << (mapped ? " (mapped)" : "");
+    }
   }
+}
+
+TEST(Safetensors, MappedFilesAreCheckedLikeReadOnes) {
+  testing::TempDir dir;
+  write_file_atomic(dir.file("short.safetensors"), std::string(5, '\0'));
+  try {
+    map_safetensors(dir.file("short.safetensors"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("short.safetensors: not a safetensors file"));
+  }
+  EXPECT_THROW(map_safetensors(dir.file("missing.safetensors")), Error);
 }
 
 TEST(Safetensors, HeaderIsAlignedAndLayoutMatchesSpec) {

@@ -17,10 +17,13 @@ struct Pretrained {
 };
 
 // Loads config, weights (F32/F16/BF16 on disk, cast to `dtype` in memory) and tokenizer.
-// Every failure names the file and what was wrong.
+// Every failure names the file and what was wrong. With a tensor-parallel group the model holds this
+// rank's shards, copied from the memory-mapped files: each rank reads only its slices.
 Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLanguageModel,
-                           torch::Dtype dtype = torch::kFloat32);
+                           torch::Dtype dtype = torch::kFloat32, TensorParallelGroup tp = {});
 // Writes the directory atomically (each file to a temp name, then rename), weights in config.torch_dtype.
+// A tensor-parallel model is gathered over its group (collective) and written whole by its rank 0, so a
+// checkpoint loads into any layout.
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
 
 // "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16" -> dtype; anything else is an error naming `key`.

@@ -23,6 +23,10 @@ struct SafetensorsFile {
 // Tensors own their memory (CPU). Throws hybridflow::Error naming `path` and the problem for any
 // malformed file. Dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
 SafetensorsFile read_safetensors(const std::string& path);
+// Same checks, but the tensors are views of the file mapped into memory (copy-on-write), read from disk
+// only where they are touched: copying one slice of a tensor reads that slice's pages. The mapping lives
+// as long as any of the tensors.
+SafetensorsFile map_safetensors(const std::string& path);
 // Same, from bytes already in memory; `name` is used in error messages.
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name);
 

@@ -38,6 +38,6 @@ torch::Tensor shard_of(const torch::Tensor& full, ShardDim dim, int rank, int si
 void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Tensor>& full);
 // The full tensors of a tensor-parallel model, gathered over its group (collective: every rank of the
 // group calls it); one process returns copies of its parameters.
-std::map<std::string, torch::Tensor> gather_full_state(CausalLMImpl& model);
+std::map<std::string, torch::Tensor> gather_full_state(const CausalLMImpl& model);
 
 }  // namespace hybridflow
