@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/zero_optimizer.h"
 
 namespace hybridflow {
 
@@ -56,6 +57,47 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOpt
                                  adamw_options(options_, options_.weight_decay)));
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw_options(options_, 0.0)));
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, adamw_options(options_, options_.weight_decay));
+}
+
+TrainEngine::~TrainEngine() = default;
+
+void TrainEngine::set_sharded_optimizer(Communicator& dp) {
+  HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
+  HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
+  std::vector<bool> decay;
+  for (size_t i = 0; i < names_.size(); ++i) decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
+  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_);
+}
+
+int64_t TrainEngine::optimizer_state_numel() const {
+  if (zero_) return zero_->state_numel();
+  int64_t n = 0;
+  for (const auto& m : masters_) n += m.numel();
+  for (const auto& [key, state] : optimizer_->state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    n += s.exp_avg().numel() + s.exp_avg_sq().numel();
+  }
+  return n;
+}
+
+void TrainEngine::sharded_step(double local_norm, bool mean, StepStats& stats) {
+  double units = static_cast<double>(stats.tokens), loss_sum = stats.loss * local_norm;
+  stats.grad_norm = zero_->step(lr_at_step(options_.schedule, step_), options_.grad_clip, local_norm, mean, units,
+                                loss_sum);
+  stats.tokens = static_cast<int64_t>(std::llround(units));
+  stats.loss = loss_sum / (mean ? units : 1.0);
+  if (!std::isfinite(stats.grad_norm)) {
+    log_warn("train_step: gradient norm is ", stats.grad_norm, " at step ", step_, "; skipping the update");
+    zero_grad();
+    stats.skipped = true;
+  } else {
+    if (!masters_.empty()) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
+    }
+    ++step_;
+  }
+  stats.step = step_;
 }
 
 void TrainEngine::zero_grad() {
@@ -178,6 +220,10 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
     accumulate_into_masters();
     stats.loss += loss.item<double>() * weight;
   }
+  if (zero_) {
+    sharded_step(local_norm, mean, stats);
+    return stats;
+  }
   if (data_parallel()) reduce_gradients(local_norm, mean, stats);
   stats.grad_norm = clip_grad_norm();
   if (!std::isfinite(stats.grad_norm)) {
@@ -234,6 +280,7 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
 }
 
 void TrainEngine::save_state(const std::string& path) const {
+  HF_CHECK(!zero_, "optimizer state '", path, "': a ZeRO-partitioned optimizer state cannot be saved yet");
   torch::serialize::OutputArchive archive;
   optimizer_->save(archive);
   archive.write("hybridflow.step", torch::tensor(step_, torch::kLong));
@@ -245,6 +292,7 @@ void TrainEngine::save_state(const std::string& path) const {
 }
 
 void TrainEngine::load_state(const std::string& path) {
+  HF_CHECK(!zero_, "optimizer state '", path, "': a ZeRO-partitioned optimizer state cannot be loaded yet");
   HF_CHECK(file_exists(path), "optimizer state '", path, "' does not exist");
   try {
     std::istringstream bytes(read_file(path));

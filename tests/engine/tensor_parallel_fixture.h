@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hybridflow/core/data_proto.h"
+#include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/transformer.h"
 
@@ -87,6 +88,19 @@ inline DataProto rl_batch() {
   batch.set_tensor("advantages", torch::randn({rows, kResponseLen}));
   batch.set_tensor("returns", torch::randn({rows, kResponseLen}));
   return batch;
+}
+
+inline torch::Tensor masked_token_mean(const torch::Tensor& x, const torch::Tensor& mask) {
+  return (x * mask).sum() / mask.sum();
+}
+
+// PPO's clipped surrogate with an entropy bonus, over the response tokens of rl_batch() rows.
+inline torch::Tensor policy_loss(CausalLM& model, const DataProto& m) {
+  auto out = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), kResponseLen);
+  auto ratio = torch::exp(out.log_probs - m.tensor("old_log_probs"));
+  const auto& adv = m.tensor("advantages");
+  auto surrogate = -torch::min(ratio * adv, torch::clamp(ratio, 0.8, 1.2) * adv);
+  return masked_token_mean(surrogate - 0.01 * out.entropy, m.tensor("loss_mask"));
 }
 
 }  // namespace hybridflow::testing

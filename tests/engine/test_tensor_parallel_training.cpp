@@ -7,7 +7,6 @@
 #include "engine/tensor_parallel_fixture.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/parallel/device_mesh.h"
 #include "parallel/rank_processes.h"
@@ -17,20 +16,10 @@ namespace {
 
 using namespace hybridflow::testing;
 
-torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask) { return (x * mask).sum() / mask.sum(); }
-
-torch::Tensor policy_loss(CausalLM& model, const DataProto& m) {
-  auto out = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), kResponseLen);
-  auto ratio = torch::exp(out.log_probs - m.tensor("old_log_probs"));
-  const auto& adv = m.tensor("advantages");
-  auto surrogate = -torch::min(ratio * adv, torch::clamp(ratio, 0.8, 1.2) * adv);
-  return masked_mean(surrogate - 0.01 * out.entropy, m.tensor("loss_mask"));
-}
-
 torch::Tensor value_loss(CausalLM& model, const DataProto& m) {
   auto values = model->forward(m.tensor("input_ids"), m.tensor("attention_mask")).values;
   auto predicted = values.narrow(1, kPromptLen - 1, kResponseLen);
-  return masked_mean((predicted - m.tensor("returns")).pow(2), m.tensor("loss_mask"));
+  return masked_token_mean((predicted - m.tensor("returns")).pow(2), m.tensor("loss_mask"));
 }
 
 OptimizerOptions optimizer() {

@@ -21,6 +21,9 @@
 
 namespace hybridflow {
 
+class Communicator;
+class ZeroOptimizer;
+
 struct OptimizerOptions {
   LrSchedule schedule;
   double weight_decay = 0.01;
@@ -65,6 +68,7 @@ class TrainEngine {
  public:
   // The module must stay alive as long as the engine.
   TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOptions options);
+  ~TrainEngine();
 
   // One optimizer step on `mini_batch`, split into micro-batches of `micro_batch_size` rows (the last
   // may be smaller). Token shares come from tensor `token_mask_key` when present, else rows count.
@@ -77,7 +81,14 @@ class TrainEngine {
 
   // Data-parallel training: set on every rank of the group (an empty function = one process).
   void set_gradient_reducer(GradientReducer reducer) { reducer_ = std::move(reducer); }
-  bool data_parallel() const { return static_cast<bool>(reducer_); }
+  bool data_parallel() const { return static_cast<bool>(reducer_) || zero_ != nullptr; }
+  // Data parallelism over `dp` with the optimizer state partitioned over its ranks (ZeRO stage 1,
+  // zero_optimizer.h) instead of a gradient reducer: same steps, 1/d of the Adam moments per rank. Call
+  // on every rank of `dp` (which must outlive the engine), after set_tensor_parallel, before training.
+  // Optimizer-state checkpoints (save_state / load_state) are not partitioned yet and refuse this mode.
+  void set_sharded_optimizer(Communicator& dp);
+  // Elements of optimizer state this rank holds: Adam's moments (once they exist) and fp32 masters.
+  int64_t optimizer_state_numel() const;
   // Tensor parallelism (set on every rank of the group): the parameters `is_split` names hold 1/t of a
   // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
   // count once. Clipping then scales every rank's gradients by the same factor one process would use.
@@ -120,7 +131,11 @@ class TrainEngine {
   // The global gradient norm over the tensor-parallel group (tp_ enabled only).
   double tensor_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split) const;
 
+  // The reduce-scatter, clip, partitioned AdamW and all-gather of a ZeRO step.
+  void sharded_step(double local_norm, bool mean, StepStats& stats);
+
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<ZeroOptimizer> zero_;
   int64_t step_ = 0;
   GradientReducer reducer_;
   TensorParallelGroup tp_;

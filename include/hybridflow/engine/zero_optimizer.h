@@ -1,0 +1,52 @@
+// ZeRO stage 1 for TrainEngine: data-parallel ranks each keep 1/d of the optimizer state. Gradients are
+// reduce-scattered (each rank receives the sum of only its partition), the rank steps AdamW on its
+// partition of the fp32 weights, and an all-gather brings every rank the updated weights. The arithmetic
+// is AdamW's, element for element, so the result equals plain data parallelism; the Adam moments and fp32
+// master weights on a rank shrink to 1/d.
+//
+// Parameters are laid out as two flat buffers (weight-decayed and not), each padded to a multiple of d
+// and cut into d equal partitions in data-parallel rank order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "hybridflow/parallel/collectives.h"
+#include "hybridflow/parallel/tensor_parallel.h"
+
+namespace hybridflow {
+
+struct OptimizerOptions;
+
+class ZeroOptimizer {
+ public:
+  // params: the module's trainable parameters; decay[i]: AdamW weight decay applies to params[i];
+  // split[i]: params[i] is a tensor-parallel shard (its squared gradient norm is summed over tp).
+  // Collective-free; every data-parallel rank must construct it over the same shapes.
+  ZeroOptimizer(std::vector<torch::Tensor> params, const std::vector<bool>& decay, const std::vector<bool>& split,
+                const OptimizerOptions& options, Communicator& dp, TensorParallelGroup tp);
+  ~ZeroOptimizer();
+
+  // One step from the parameters' accumulated local gradients (each already multiplied by the rank's share
+  // weight): reduce-scatter scaled by local_norm / global_norm, clip to max_norm (<= 0: no clipping),
+  // AdamW at lr, all-gather into the parameters. `units` and `loss_sum` are this rank's token (or row)
+  // count and weighted loss sum; they come back summed over ranks. Returns the global gradient norm before
+  // clipping; a non-finite norm leaves every parameter and the optimizer state untouched.
+  double step(double lr, double max_norm, double local_norm, bool mean, double& units, double& loss_sum);
+
+  // Elements of optimizer state on this rank: Adam's two moments plus the fp32 master partition.
+  int64_t state_numel() const;
+  int64_t partition_numel() const;
+
+ private:
+  struct Group;
+  std::vector<torch::Tensor> params_;
+  Communicator& dp_;
+  TensorParallelGroup tp_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::unique_ptr<torch::optim::AdamW> adam_;
+};
+
+}  // namespace hybridflow

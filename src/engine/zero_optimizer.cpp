@@ -1,0 +1,147 @@
+#include "hybridflow/engine/zero_optimizer.h"
+
+#include <cmath>
+#include <limits>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/engine/train_engine.h"
+
+namespace hybridflow {
+
+struct ZeroOptimizer::Group {
+  std::vector<size_t> members;  // indices into params_
+  int64_t numel = 0;            // unpadded
+  int64_t partition = 0;        // padded numel / d
+  torch::Tensor master;         // this rank's fp32 partition (what AdamW steps)
+  torch::Tensor split_mask;     // 1 where the partition's element belongs to a tensor-parallel shard
+};
+
+namespace {
+
+// The members' tensors (or zeros where undefined) flattened into one fp32 buffer padded to d partitions.
+torch::Tensor flat_padded(const std::vector<torch::Tensor>& parts, int64_t padded, const torch::TensorOptions& fp32) {
+  std::vector<torch::Tensor> flat;
+  int64_t n = 0;
+  for (const auto& p : parts) {
+    flat.push_back(p.reshape({-1}).to(torch::kFloat));
+    n += p.numel();
+  }
+  if (padded > n) flat.push_back(torch::zeros({padded - n}, fp32));
+  return torch::cat(flat);
+}
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, const std::vector<bool>& decay,
+                             const std::vector<bool>& split, const OptimizerOptions& options, Communicator& dp,
+                             TensorParallelGroup tp)
+    : params_(std::move(params)), dp_(dp), tp_(tp) {
+  HF_CHECK(decay.size() == params_.size() && split.size() == params_.size(), "ZeroOptimizer: ", params_.size(),
+           " parameters but ", decay.size(), " decay flags and ", split.size(), " split flags");
+  torch::NoGradGuard no_grad;
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
+  const int d = dp_.size();
+  std::vector<torch::optim::OptimizerParamGroup> adam_groups;
+  for (bool decayed : {true, false}) {
+    auto group = std::make_unique<Group>();
+    std::vector<torch::Tensor> values, masks;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (decay[i] != decayed) continue;
+      group->members.push_back(i);
+      group->numel += params_[i].numel();
+      values.push_back(params_[i].detach());
+      masks.push_back(torch::full({params_[i].numel()}, split[i] ? 1.0 : 0.0, fp32));
+    }
+    if (group->members.empty()) continue;
+    group->partition = (group->numel + d - 1) / d;
+    const int64_t padded = group->partition * d;
+    const int64_t begin = dp_.rank() * group->partition;
+    group->master = flat_padded(values, padded, fp32).narrow(0, begin, group->partition).clone();
+    group->master.set_requires_grad(true);
+    group->split_mask = flat_padded(masks, padded, fp32).narrow(0, begin, group->partition).clone();
+    auto adam = torch::optim::AdamWOptions(options.schedule.lr)
+                    .betas({options.beta1, options.beta2})
+                    .eps(options.eps)
+                    .weight_decay(decayed ? options.weight_decay : 0.0);
+    adam_groups.emplace_back(std::vector<torch::Tensor>{group->master},
+                             std::make_unique<torch::optim::AdamWOptions>(adam));
+    groups_.push_back(std::move(group));
+  }
+  adam_ = std::make_unique<torch::optim::AdamW>(adam_groups, torch::optim::AdamWOptions(options.schedule.lr));
+}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool mean, double& units,
+                           double& loss_sum) {
+  torch::NoGradGuard no_grad;
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
+  std::vector<torch::Tensor> shards;
+  for (auto& group : groups_) {
+    std::vector<torch::Tensor> grads;
+    for (size_t i : group->members) {
+      const auto& g = params_[i].grad();
+      grads.push_back(g.defined() ? g * local_norm : torch::zeros({params_[i].numel()}, fp32));
+    }
+    shards.push_back(dp_.reduce_scatter(flat_padded(grads, group->partition * dp_.size(), fp32)));
+  }
+  auto totals = torch::tensor({units, loss_sum}, torch::TensorOptions().dtype(torch::kDouble).device(fp32.device()));
+  dp_.all_reduce(totals);
+  units = totals[0].item<double>();
+  loss_sum = totals[1].item<double>();
+  HF_CHECK(units > 0, "train_step: no data-parallel rank's mini-batch has any tokens");
+  const double norm = mean ? units : 1.0;
+
+  // Squared norms of the tensor-parallel-split and replicated parts: the partitions cover every element
+  // once over dp; split elements are summed over tp as well.
+  auto squares = torch::zeros({2}, totals.options());
+  for (size_t g = 0; g < shards.size(); ++g) {
+    shards[g].div_(norm);
+    auto sq = shards[g].to(torch::kDouble).pow(2);
+    auto mask = groups_[g]->split_mask.to(torch::kDouble);
+    squares[0] += (sq * mask).sum();
+    squares[1] += (sq * (1 - mask)).sum();
+  }
+  dp_.all_reduce(squares);
+  auto split_part = squares.narrow(0, 0, 1).clone();
+  if (tp_.enabled()) tp_.comm()->all_reduce(split_part);
+  const double total = std::sqrt(split_part.item<double>() + squares[1].item<double>());
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm > 0 ? max_norm / (total + 1e-6) : std::numeric_limits<double>::infinity();
+  for (size_t g = 0; g < shards.size(); ++g) {
+    if (coef < 1.0) shards[g].mul_(coef);
+    groups_[g]->master.mutable_grad() = shards[g];
+  }
+  for (auto& group : adam_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  adam_->step();
+  for (auto& group : groups_) {
+    auto flat = dp_.all_gather_cat(group->master.detach(), 0);
+    int64_t offset = 0;
+    for (size_t i : group->members) {
+      auto& p = params_[i];
+      p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+    }
+  }
+  return total;
+}
+
+int64_t ZeroOptimizer::partition_numel() const {
+  int64_t n = 0;
+  for (const auto& g : groups_) n += g->partition;
+  return n;
+}
+
+int64_t ZeroOptimizer::state_numel() const {
+  int64_t n = 0;
+  for (const auto& group : adam_->param_groups())
+    for (const auto& p : group.params()) {
+      auto it = adam_->state().find(p.unsafeGetTensorImpl());
+      if (it == adam_->state().end()) continue;
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      n += s.exp_avg().numel() + s.exp_avg_sq().numel();
+    }
+  return n + partition_numel();
+}
+
+}  // namespace hybridflow
