@@ -116,6 +116,7 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
     if (it == weights.end()) {
       if (value_head && item.key() == "score.weight") {
         log_info(dir, ": no score.weight, value head initialised fresh");
+        out.fresh_value_head = true;
         continue;
       }
       missing.push_back(item.key());

@@ -2,6 +2,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/device_mesh.h"
+#include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
 
@@ -31,6 +32,15 @@ MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout) 
   c.micro_dp_size = generation.gen_dp();
   c.micro_dp = g.dp;
   c.micro_dp_local = g.tp;
+  if (layout.consecutive_generation_groups) {
+    const auto groups = vanilla_generation_tp_groups(generation);
+    for (size_t r = 0; r < groups.size(); ++r)
+      for (size_t i = 0; i < groups[r].size(); ++i)
+        if (groups[r][i] == rank) {
+          c.micro_dp = static_cast<int>(r);
+          c.micro_dp_local = static_cast<int>(i);
+        }
+  }
   return c;
 }
 

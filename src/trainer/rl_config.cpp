@@ -60,6 +60,9 @@ actor_rollout_ref:
     kl_loss_coef: 0.001
     kl_loss_type: low_var_kl
     dtype: fp32
+    megatron:
+      tensor_model_parallel_size: 1
+      pipeline_model_parallel_size: 1
     optim:
       lr: 1.0e-5
       weight_decay: 0.01
@@ -73,10 +76,17 @@ actor_rollout_ref:
     top_p: 1.0
     response_length: 16
     log_prob_micro_batch_size: 16
+    tensor_model_parallel_size: null
+    reshard_mode: hybridflow
   ref:
     dtype: null
+    megatron:
+      tensor_model_parallel_size: null
 critic:
   num_processes: 1
+  megatron:
+    tensor_model_parallel_size: 1
+    pipeline_model_parallel_size: 1
   model_path: ""
   dtype: fp32
   ppo_mini_batch_size: 8
@@ -96,12 +106,18 @@ reward_model:
   dtype: fp32
   num_processes: 1
   micro_batch_size: 16
+  megatron:
+    tensor_model_parallel_size: 1
+    pipeline_model_parallel_size: 1
 cost_model:
   enable: false
   path: ""
   dtype: fp32
   num_processes: 1
   micro_batch_size: 16
+  megatron:
+    tensor_model_parallel_size: 1
+    pipeline_model_parallel_size: 1
 cost:
   type: none
   contains: []

@@ -4,6 +4,29 @@
 
 namespace hybridflow {
 
+namespace {
+
+// The 3D-HybridEngine's two switches of this step as rank 0 measured them (every rank moves the same
+// volume in hybridflow mode), taken out of the rollout's meta so that it does not travel on with the batch.
+void log_reshard(DataProto& rollout, MetricsLog& m) {
+  if (!rollout.meta().contains("reshard")) return;
+  const nlohmann::json reshard = rollout.meta().at("reshard");
+  rollout.meta().erase("reshard");
+  for (const char* direction : {"to_generation", "to_training"}) {
+    const auto& s = reshard.at(direction);
+    const std::string p = std::string("reshard/") + direction + "_";
+    m.set(p + "bytes_sent", s.at("bytes_sent").get<double>());
+    m.set(p + "bytes_received", s.at("bytes_received").get<double>());
+    m.set(p + "s", s.at("seconds").get<double>());
+  }
+  const auto& gen = reshard.at("to_generation");
+  m.set("reshard/model_bytes", gen.at("model_bytes").get<double>());
+  m.set("reshard/peak_extra_weight_bytes", gen.at("peak_extra_weight_bytes").get<double>());
+  m.set("reshard/redundant_bytes", gen.at("redundant_bytes").get<double>());
+}
+
+}  // namespace
+
 RLTrainer::~RLTrainer() = default;
 
 nlohmann::json RLTrainer::step() {
@@ -37,6 +60,7 @@ nlohmann::json RLTrainer::step() {
     auto t = timer.scope("generate");
     batch = gen_f.get();
   }
+  log_reshard(batch, m);
   const int64_t rows = batch.batch_size();
   const auto response_mask = batch.tensor("response_mask").to(torch::kFloat);
 

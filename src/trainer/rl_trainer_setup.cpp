@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
 
@@ -88,6 +89,46 @@ MetricsSinks metrics_sinks(const std::vector<std::string>& loggers, bool* consol
     }
   }
   return sinks;
+}
+
+// A role's training layout from verl's megatron keys under `section`, checked against its process count
+// (named by `procs_key` in errors).
+ParallelLayout role_layout(const Config& config, const std::string& section, int procs, const std::string& procs_key) {
+  const std::string tp_key = section + ".megatron.tensor_model_parallel_size";
+  const std::string pp_key = section + ".megatron.pipeline_model_parallel_size";
+  const int tp = config.get<int>(tp_key);
+  const int pp = config.get<int>(pp_key);
+  HF_CHECK(tp >= 1, tp_key, " must be >= 1, got ", tp);
+  HF_CHECK(pp == 1, pp_key, " = ", pp, ": pipeline parallelism is not implemented yet; split the model over more ",
+           "processes with ", tp_key);
+  HF_CHECK(procs % tp == 0, procs_key, " = ", procs, " processes do not divide into tensor-parallel groups of ",
+           tp_key, " = ", tp);
+  ParallelLayout layout;
+  layout.tp = tp;
+  return layout;
+}
+
+// The actor's layout adds generation's: a smaller tensor-parallel size switches through the 3D-HybridEngine.
+ParallelLayout actor_layout(const Config& config, int procs) {
+  ParallelLayout layout = role_layout(config, "actor_rollout_ref.actor", procs, "actor_rollout_ref.num_processes");
+  const std::string gen_key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+  layout.gen_tp = config.is_null(gen_key) ? layout.tp : config.get<int>(gen_key);
+  HF_CHECK(layout.gen_tp >= 1 && layout.tp % layout.gen_tp == 0, gen_key, " = ", layout.gen_tp,
+           " must divide actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", layout.tp,
+           " (generation groups are made of parts of the training groups)");
+  const std::string mode_key = "actor_rollout_ref.rollout.reshard_mode";
+  ReshardMode mode;
+  try {
+    mode = parse_reshard_mode(config.get<std::string>(mode_key));
+  } catch (const Error& e) {
+    HF_FAIL(mode_key, ": ", e.what());
+  }
+  layout.consecutive_generation_groups = mode == ReshardMode::kHybridFlowV;
+  const std::string ref_key = "actor_rollout_ref.ref.megatron.tensor_model_parallel_size";
+  HF_CHECK(config.is_null(ref_key) || config.get<int>(ref_key) == layout.tp, ref_key, " = ", config.get<int>(ref_key),
+           ": the reference model lives in the actor's processes and is split like the actor (",
+           layout.tp, "); leave it null");
+  return layout;
 }
 
 nlohmann::json nullable(const Config& c, const std::string& key) {
@@ -180,10 +221,17 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   HF_CHECK(n >= 2 || (s.adv_estimator != "grpo" && s.adv_estimator != "rloo"), "algorithm.adv_estimator=",
            s.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
            " (with n = 1 every advantage is 0 and nothing is learned)");
-  HF_CHECK((batch_prompts * n) % actor_procs == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
-           " samples must divide across actor_rollout_ref.num_processes = ", actor_procs);
+  const ParallelLayout actor_mesh = actor_layout(config, actor_procs);
+  const int actor_dp = actor_procs / actor_mesh.tp;
+  const int gen_replicas = actor_dp * (actor_mesh.tp / actor_mesh.gen_tp);
+  HF_CHECK((batch_prompts * n) % actor_dp == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
+           " samples must divide across the actor's ", actor_dp, " data-parallel groups (actor_rollout_ref.num_processes = ",
+           actor_procs, " / tensor_model_parallel_size = ", actor_mesh.tp, ")");
+  HF_CHECK(batch_prompts % gen_replicas == 0, "data.train_batch_size = ", batch_prompts,
+           " prompts must divide across the actor's ", gen_replicas, " generation replicas (actor_rollout_ref.num_processes = ",
+           actor_procs, " / rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp, ")");
   nlohmann::json actor_json = optim_json(actor.subtree("optim"), total_steps);
-  actor_json.update({{"mini_batch_rows", actor.get<int64_t>("ppo_mini_batch_size") * n / actor_procs},
+  actor_json.update({{"mini_batch_rows", actor.get<int64_t>("ppo_mini_batch_size") * n / actor_dp},
                      {"micro_batch_rows", actor.get<int64_t>("ppo_micro_batch_size")},
                      {"epochs", actor.get<int64_t>("ppo_epochs")},
                      {"shuffle", actor.get<bool>("shuffle")},
@@ -214,7 +262,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"top_p", rollout.get<double>("top_p")},
                                  {"response_length", rollout.get<int64_t>("response_length")},
                                  {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
-                                 {"seed", seed}};
+                                 {"seed", seed},
+                                 {"tensor_model_parallel_size", actor_mesh.gen_tp},
+                                 {"reshard_mode", rollout.get<std::string>("reshard_mode")}};
 
   const bool colocate = config.get<bool>("trainer.colocate");
   const bool use_rm = config.get<bool>("reward_model.enable");
@@ -229,6 +279,18 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     spec.env["OMP_WAIT_POLICY"] = "passive";
     return spec;
   };
+  // Every role's layout is checked before any process starts.
+  auto layout_of = [&](const std::string& role) {
+    const int procs = colocate ? actor_procs : config.get<int>(role + ".num_processes");
+    return role_layout(config, role, procs, colocate ? "actor_rollout_ref.num_processes (trainer.colocate: true)" : role + ".num_processes");
+  };
+  const int critic_procs = colocate ? actor_procs : config.get<int>("critic.num_processes");
+  const ParallelLayout critic_mesh = s.use_critic ? layout_of("critic") : ParallelLayout{};
+  HF_CHECK(!s.use_critic || (batch_prompts * n) % (critic_procs / critic_mesh.tp) == 0, "data.train_batch_size x rollout.n = ",
+           batch_prompts * n, " samples must divide across the critic's ", critic_procs / critic_mesh.tp,
+           " data-parallel groups");
+  const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};
+  const ParallelLayout cm_mesh = use_cost_model ? layout_of("cost_model") : ParallelLayout{};
   std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
   if (!colocate && s.use_critic) pools.push_back(pool_spec("critic", config.get<int>("critic.num_processes")));
   if (!colocate && use_rm) pools.push_back(pool_spec("reward_model", config.get<int>("reward_model.num_processes")));
@@ -236,7 +298,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.controller.add_pools(pools);
 
   s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
-      colocate ? "global" : "actor", "actor", kActorRolloutRefWorkerType, {},
+      colocate ? "global" : "actor", "actor", kActorRolloutRefWorkerType, actor_mesh,
       {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json},
        {"ref_dtype", ref_dtype}}));
   if (s.use_critic) {
@@ -245,9 +307,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     nlohmann::json critic_spec = model_spec;
     if (!critic_path.empty()) critic_spec["path"] = critic_path;
     critic_spec["dtype"] = critic_dtype;
-    const int critic_procs = colocate ? actor_procs : critic.get<int>("num_processes");
+    const int critic_dp = critic_procs / critic_mesh.tp;
     nlohmann::json critic_json = optim_json(critic.subtree("optim"), total_steps);
-    critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_procs},
+    critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_dp},
                         {"micro_batch_rows", critic.get<int64_t>("ppo_micro_batch_size")},
                         {"epochs", critic.get<int64_t>("ppo_epochs")},
                         {"shuffle", critic.get<bool>("shuffle")},
@@ -255,13 +317,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                         {"cliprange_value", critic.get<double>("cliprange_value")},
                         {"loss_agg_mode", critic.get<std::string>("loss_agg_mode")}});
     s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "critic", "critic", kCriticWorkerType, {},
+        colocate ? "global" : "critic", "critic", kCriticWorkerType, critic_mesh,
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
          {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
     if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
       critic_json["seed"] = seed + 2;
       s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
-          colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, {},
+          colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, critic_mesh,
           {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
            {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
     }
@@ -271,7 +333,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     rm_spec["path"] = config.get<std::string>("reward_model.path");
     rm_spec["dtype"] = rm_dtype;
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType, {},
+        colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType,
+        rm_mesh,
         {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
   }
   if (use_cost_model) {  // a value-head model like the reward model, under its own role
@@ -279,7 +342,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     cm_spec["path"] = config.get<std::string>("cost_model.path");
     cm_spec["dtype"] = cm_dtype;
     s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType, {},
+        colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType,
+        cm_mesh,
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
   }
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"), s.sinks);

@@ -15,44 +15,83 @@
 #include "hybridflow/workers/rl_batch.h"
 
 namespace hybridflow {
+namespace {
+
+// One switch's figures as this rank measured them (resharding.h).
+nlohmann::json reshard_json(const ReshardStats& s) {
+  return {{"mode", s.mode},
+          {"model_bytes", s.model_bytes},
+          {"bytes_sent", s.bytes_sent},
+          {"bytes_received", s.bytes_received},
+          {"peak_extra_weight_bytes", s.peak_extra_weight_bytes},
+          {"redundant_bytes", s.redundant_bytes},
+          {"seconds", s.seconds}};
+}
+
+}  // namespace
 
 void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
   const auto& spec = config_.at("model");
   set_device(model_device(spec));
+  // Several processes train as one: tensor-parallel groups split the model, data-parallel groups the batch.
+  if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
+  const TensorParallelGroup tp = groups_ ? groups_->tensor_parallel() : TensorParallelGroup();
   nlohmann::json actor_spec = spec;
   actor_spec["dtype"] = config_.value("actor", nlohmann::json::object()).value("dtype", spec.value("dtype", "fp32"));
-  actor_ = build_model(actor_spec, HeadKind::kLanguageModel);
+  actor_ = build_model(actor_spec, HeadKind::kLanguageModel, tp);
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  const int gen_tp = rollout.value("tensor_model_parallel_size", coord().tp_size);
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
-  const std::string rollout_dtype =
-      config_.value("rollout", nlohmann::json::object()).value("dtype", actor_spec.at("dtype").get<std::string>());
+  const std::string rollout_dtype = rollout.value("dtype", actor_spec.at("dtype").get<std::string>());
   if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_spec.at("dtype").get<std::string>(), "actor dtype")) {
+    HF_CHECK(gen_tp == coord().tp_size, "role '", context().role, "': a rollout dtype (", rollout_dtype,
+             ") other than the actor's needs the actor's tensor-parallel size for generation (",
+             coord().tp_size, "), got ", gen_tp);
     nlohmann::json rollout_spec = actor_spec;
     rollout_spec["dtype"] = rollout_dtype;
-    rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel);
+    rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel, tp);
     rollout_->eval();
     for (auto& p : rollout_->parameters()) p.set_requires_grad(false);
   }
   if (config_.value("has_ref", false)) {
     nlohmann::json ref_spec = actor_spec;
     ref_spec["dtype"] = config_.value("ref_dtype", actor_spec.at("dtype").get<std::string>());
-    ref_ = build_model(ref_spec, HeadKind::kLanguageModel);
+    ref_ = build_model(ref_spec, HeadKind::kLanguageModel, tp);
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
   engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
+  use_model_split(*engine_, actor_);
+  if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_);
+  if (gen_tp != coord().tp_size) start_hybrid_engine(gen_tp, rollout.value("reshard_mode", std::string("hybridflow")));
 
   using W = ActorRolloutRefWorker;
-  table.add("generate_sequences", protocols::kDataParallel, this, &W::generate_sequences);
-  table.add("compute_log_prob", protocols::kDataParallel, this, &W::compute_log_prob);
-  table.add("compute_ref_log_prob", protocols::kDataParallel, this, &W::compute_ref_log_prob);
-  table.add("update_actor", protocols::kDataParallel, this, &W::update_actor);
+  table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
+  table.add("compute_log_prob", batch_protocol(coord()), this, &W::compute_log_prob);
+  table.add("compute_ref_log_prob", batch_protocol(coord()), this, &W::compute_ref_log_prob);
+  table.add("update_actor", batch_protocol(coord()), this, &W::update_actor);
   table.add("save_checkpoint", protocols::kOneToAll, this, &W::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &W::load_checkpoint);
   table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
   table.add("flat_parameters", protocols::kOneToAll, this, &W::flat_parameters);
+}
+
+void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, const std::string& mode) {
+  const MeshCoord& c = coord();
+  HF_CHECK(groups_, "role '", context().role, "': generation tensor-parallel size ", gen_tp,
+           " differs from training's 1 on a single process");
+  const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp);
+  hybrid_ = std::make_unique<HybridEngine>(actor_, layout, groups_->world(), parse_reshard_mode(mode));
+  // The controller splits prompts by the coordinates it computed (mesh_coord.h); they must name the replica
+  // the engine generates with, or two replicas would generate the same prompts.
+  HF_CHECK(hybrid_->generation_replicas() == c.micro_dp_size && hybrid_->generation_replica() == c.micro_dp,
+           "role '", context().role, "' rank ", c.rank, ": the controller dispatches prompts to generation replica ",
+           c.micro_dp, " of ", c.micro_dp_size, " but the ", mode, " engine made it replica ",
+           hybrid_->generation_replica(), " of ", hybrid_->generation_replicas(),
+           " (create the worker group with the generation tp and reshard mode of the rollout config)");
 }
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
@@ -65,14 +104,24 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   g.top_p = rollout.value("top_p", 1.0);
   g.n = in.meta().value("n", rollout.value("n", int64_t{1}));
   g.greedy = in.meta().value("greedy", false);
-  // Each rank draws from its own stream, so data-parallel ranks do not repeat each other's samples.
-  g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(rank());
+  // Each generation replica draws from its own stream, so replicas do not repeat each other's samples, and
+  // the tensor-parallel ranks of a replica draw the same tokens.
+  g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(coord().micro_dp);
   g.eos_token_id = mc.eos_token_id;
   g.pad_token_id = mc.pad_token_id >= 0 ? mc.pad_token_id : 0;
 
   const auto prompts = prompt_token_lists(in);
-  GenerationOutput out = generate(rollout_ ? rollout_ : actor_, prompts, g);
+  GenerationOutput out;
+  nlohmann::json reshard;
+  if (hybrid_) {
+    reshard["to_generation"] = reshard_json(hybrid_->to_generation());
+    out = generate(hybrid_->generation_model(), prompts, g);
+    reshard["to_training"] = reshard_json(hybrid_->to_training());
+  } else {
+    out = generate(rollout_ ? rollout_ : actor_, prompts, g);
+  }
   DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
+  if (hybrid_) result.meta()["reshard"] = reshard;
   if (in.has_tensor("input_ids")) result = left_pad_prompts(result, in.tensor("input_ids").size(1), g.pad_token_id);
   // Per-prompt fields follow their samples (prompt text and answer stay with each response).
   if (!in.fields().empty()) {
@@ -115,7 +164,6 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
-  if (world_size() > 1 && !dp_) dp_ = DataParallel::join(context(), *actor_, *engine_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
   const auto actor = config_.value("actor", nlohmann::json::object());
   algo::PolicyLossConfig loss_cfg;
@@ -171,7 +219,7 @@ DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) { return hybr
 DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
-  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), actor_, *engine_,
+  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_,
                        in.meta().at("tokenizer").get<std::string>());
   return DataProto();
 }
@@ -179,7 +227,7 @@ DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
 DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
   // The reference model stays as built: it is the initial policy, not a trained one.
-  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), actor_, *engine_);
+  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_);
   sync_rollout_weights();
   return DataProto();
 }
@@ -194,7 +242,7 @@ void ActorRolloutRefWorker::sync_rollout_weights() {
 
 DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {
   DataProto out;
-  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*actor_), torch::kDouble));
+  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(actor_), torch::kDouble));
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/tokenizer.h"
 
 namespace hybridflow {
@@ -22,42 +23,58 @@ std::string rng_path(const std::string& dir, const std::string& role, int rank) 
   return dir + "/rng/" + role + "_rank" + std::to_string(rank) + ".safetensors";
 }
 
-NamedTensors parameters_of(const CausalLM& model) {
+// The optimizer state follows the parameters' shards: one file per tensor-parallel rank.
+std::string optim_path(const std::string& dir, const std::string& role, const MeshCoord& coord) {
+  if (coord.tp_size == 1) return dir + "/" + role + "_optim.pt";
+  return dir + "/" + role + "_optim_tp" + std::to_string(coord.tp) + "of" + std::to_string(coord.tp_size) + ".pt";
+}
+
+// Whole fp32 tensors on the CPU; a split model is gathered over its group (collective).
+NamedTensors full_parameters_of(const CausalLM& model) {
   NamedTensors out;
-  for (const auto& item : model->named_parameters(/*recurse=*/true))
-    out.emplace_back(item.key(), item.value().detach().to(torch::kCPU, torch::kFloat32));
+  for (auto& [name, tensor] : gather_full_state(*model)) out.emplace_back(name, tensor.to(torch::kCPU, torch::kFloat32));
   return out;
 }
 
+// Copies each parameter, or this rank's shard of it, out of a file of whole tensors.
 void copy_weights(const std::string& file, CausalLM& model) {
   std::map<std::string, torch::Tensor> weights;
   for (auto& [name, tensor] : read_safetensors(file).tensors) weights.emplace(name, std::move(tensor));
+  const TensorParallelGroup& tp = model->tensor_parallel();
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     auto it = weights.find(item.key());
     HF_CHECK(it != weights.end(), file, ": no tensor '", item.key(), "' (the checkpoint is of a different model)");
-    HF_CHECK(it->second.sizes() == item.value().sizes(), file, ": tensor '", item.key(), "' has shape ",
-             it->second.sizes(), ", the model expects ", item.value().sizes());
-    item.value().copy_(it->second.to(item.value().dtype()));
+    torch::Tensor source = it->second;
+    const ShardDim dim = shard_dim(item.key(), model->config(), tp.size());
+    const int64_t axis = dim == ShardDim::kColumns ? 1 : 0;
+    if (dim != ShardDim::kReplicated && source.dim() > axis && source.size(axis) % tp.size() == 0)
+      source = shard_of(source, dim, tp.rank(), tp.size());
+    HF_CHECK(source.sizes() == item.value().sizes(), file, ": tensor '", item.key(), "' has shape ",
+             it->second.sizes(), ", the model expects ", item.value().sizes(),
+             tp.enabled() ? " on this tensor-parallel rank" : "");
+    item.value().copy_(source.to(item.value().dtype()));
   }
 }
 
 }  // namespace
 
-void save_role_checkpoint(const std::string& dir, const std::string& role, int rank, const CausalLM& model,
-                          const TrainEngine& engine, const std::string& tokenizer_json) {
+void save_role_checkpoint(const std::string& dir, const std::string& role, const MeshCoord& coord,
+                          const CausalLM& model, const TrainEngine& engine, const std::string& tokenizer_json) {
   make_dirs(dir + "/rng");
-  save_cpu_rng_state(rng_path(dir, role, rank));
-  if (rank != 0) return;
+  save_cpu_rng_state(rng_path(dir, role, coord.rank));
+  if (coord.dp != 0) return;  // data-parallel replicas hold the same shards
   const std::string model_dir = dir + "/" + role;
   save_pretrained(model_dir, model, Tokenizer::load(tokenizer_json));
   // The HF file holds weights in config.torch_dtype; resuming bit for bit needs the float32 values.
-  if (model->config().torch_dtype != "float32")
-    write_safetensors(model_dir + "/" + kExactWeightsFile, parameters_of(model));
-  engine.save_state(dir + "/" + role + "_optim.pt");
+  if (model->config().torch_dtype != "float32") {
+    NamedTensors exact = full_parameters_of(model);
+    if (coord.tp == 0) write_safetensors(model_dir + "/" + kExactWeightsFile, exact);
+  }
+  engine.save_state(optim_path(dir, role, coord));
 }
 
-void load_role_checkpoint(const std::string& dir, const std::string& role, int rank, CausalLM& model,
+void load_role_checkpoint(const std::string& dir, const std::string& role, const MeshCoord& coord, CausalLM& model,
                           TrainEngine& engine) {
   const std::string model_dir = dir + "/" + role;
   const std::string exact = model_dir + "/" + kExactWeightsFile;
@@ -65,9 +82,13 @@ void load_role_checkpoint(const std::string& dir, const std::string& role, int r
   HF_CHECK(file_exists(exact) || file_exists(hf), "checkpoint ", dir, ": role '", role, "' has no weights (", hf,
            " is missing)");
   copy_weights(file_exists(exact) ? exact : hf, model);
-  engine.load_state(dir + "/" + role + "_optim.pt");
+  const std::string optim = optim_path(dir, role, coord);
+  HF_CHECK(file_exists(optim), "checkpoint ", dir, ": ", optim, " is missing: the optimizer state was saved for ",
+           "another tensor_model_parallel_size of role '", role, "' than ", coord.tp_size, " (the weights in ",
+           model_dir, " load into any layout: start a new run from them with model.path)");
+  engine.load_state(optim);
 
-  const std::string rng_file = rng_path(dir, role, rank);
+  const std::string rng_file = rng_path(dir, role, coord.rank);
   HF_CHECK(file_exists(rng_file), "checkpoint ", dir, ": ", rng_file, " is missing (was the run saved with ",
            "fewer '", role, "' processes?)");
   load_cpu_rng_state(rng_file);

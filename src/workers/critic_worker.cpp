@@ -16,11 +16,14 @@ void CriticWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
   set_device(model_device(config_.at("model")));
-  critic_ = build_model(config_.at("model"), HeadKind::kValue);
+  if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
+  critic_ = build_model(config_.at("model"), HeadKind::kValue, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
   engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
                                           optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
-  table.add("compute_values", protocols::kDataParallel, this, &CriticWorker::compute_values);
-  table.add("update_critic", protocols::kDataParallel, this, &CriticWorker::update_critic);
+  use_model_split(*engine_, critic_);
+  if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_);
+  table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
+  table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
   table.add("flat_parameters", protocols::kOneToAll, this, &CriticWorker::flat_parameters);
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
@@ -51,7 +54,6 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
 }
 
 DataProto CriticWorker::update_critic(const DataProto& in) {
-  if (world_size() > 1 && !dp_) dp_ = DataParallel::join(context(), *critic_, *engine_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_critic");
   const auto critic = config_.value("critic", nlohmann::json::object());
   const double cliprange = critic.value("cliprange_value", 0.5);
@@ -80,7 +82,7 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
 
 DataProto CriticWorker::parameter_norm(const DataProto&) {
   DataProto out;
-  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(*critic_), torch::kDouble));
+  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(critic_), torch::kDouble));
   return out;
 }
 
@@ -89,14 +91,14 @@ DataProto CriticWorker::flat_parameters(const DataProto&) { return hybridflow::f
 DataProto CriticWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
-  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), critic_, *engine_,
+  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_,
                        in.meta().at("tokenizer").get<std::string>());
   return DataProto();
 }
 
 DataProto CriticWorker::load_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
-  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, rank(), critic_, *engine_);
+  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_);
   return DataProto();
 }
 
@@ -104,9 +106,11 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   config_ = context().config;
   at::set_num_threads(config_.value("threads", 1));
   set_device(model_device(config_.at("model")));
-  model_ = build_model(config_.at("model"), HeadKind::kValue);
+  // Only a split model needs process groups: scoring data-parallel ranks never talk to each other.
+  if (coord().tp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
+  model_ = build_model(config_.at("model"), HeadKind::kValue, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
   model_->eval();
-  table.add("compute_rm_score", protocols::kDataParallel, this, &RewardModelWorker::compute_rm_score);
+  table.add("compute_rm_score", batch_protocol(coord()), this, &RewardModelWorker::compute_rm_score);
 }
 
 DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {

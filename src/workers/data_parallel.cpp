@@ -1,19 +1,9 @@
 #include "hybridflow/workers/data_parallel.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/parallel/launch_env.h"
-#include "hybridflow/runtime/launcher.h"
-#include "hybridflow/runtime/worker_group.h"
 
 namespace hybridflow {
 namespace {
@@ -26,87 +16,14 @@ nlohmann::json stats_json(const CommStats& stats) {
 
 }  // namespace
 
-std::string endpoint_host(const std::string& endpoint) {
-  std::string rest = endpoint;
-  const size_t scheme = rest.find("://");
-  if (scheme != std::string::npos) rest = rest.substr(scheme + 3);
-  std::string host;
-  if (!rest.empty() && rest.front() == '[') {
-    const size_t close = rest.find(']');
-    HF_CHECK(close != std::string::npos, "endpoint '", endpoint, "': unbalanced '[' around an IPv6 address");
-    host = rest.substr(1, close - 1);
-  } else {
-    host = rest.substr(0, rest.rfind(':'));
-  }
-  HF_CHECK(!host.empty(), "endpoint '", endpoint, "' names no host (expected tcp://HOST:PORT)");
-  return host;
-}
-
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);
-  HF_CHECK(rc == 0, "data parallel: cannot resolve the controller host '", host, "': ", ::gai_strerror(rc));
-  std::string out;
-  for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    // Connecting a UDP socket only asks the kernel for a route; the local end is the address peers use.
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* addr = local.ss_family == AF_INET6
-                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) != nullptr) out = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  HF_CHECK(!out.empty(), "data parallel: no local address has a route to the controller host '", host, "'");
-  return out;
-}
-
 DataParallel::DataParallel(ProcessGroup group, std::string role, torch::Device device)
     : role_(std::move(role)), device_(device), gradients_(group), control_(group) {}
 
-std::unique_ptr<DataParallel> DataParallel::join(const WorkerContext& context, torch::nn::Module& module,
-                                                 TrainEngine& engine) {
-  const int world = context.coord.world_size;
-  if (world <= 1) return nullptr;
-  HF_CHECK(context.config.contains(kProcessGroupKey), "role '", context.role, "' has ", world,
-           " processes but its config has no '", kProcessGroupKey,
-           "' rendezvous; create it through WorkerGroup, which hosts the store");
-  const auto& pg = context.config.at(kProcessGroupKey);
-  HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
-           "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
-  // The store runs in the controller: reach it where this worker reached the controller.
-  const char* controller = std::getenv(kControllerAddrEnv);
-  const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
-  LaunchEnv env;
-  env.rank = context.coord.rank;
-  env.world_size = world;
-  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
-    env.master_addr = controller;
-  else if (endpoint != nullptr && *endpoint != '\0')
-    env.master_addr = endpoint_host(endpoint);
-  else
-    env.master_addr = pg.value("store_host", std::string("127.0.0.1"));
-  env.master_port = pg.at("store_port").get<int>();
-  // Collectives move tensors where the replica lives: Gloo on the CPU, NCCL on CUDA devices.
+std::unique_ptr<DataParallel> DataParallel::join(const ProcessGroup& group, const std::string& role,
+                                                 torch::nn::Module& module, TrainEngine& engine) {
+  if (group.size() <= 1) return nullptr;
   const torch::Device device = module.parameters().front().device();
-  ProcessGroupOptions options;
-  options.device = device.is_cuda() ? "cuda" : "cpu";
-  options.rank0_hosts_store = false;
-  options.gloo_hostname = local_address_towards(env.master_addr);
-  // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
-  options.timeout = std::chrono::seconds(pg.value("timeout_s", 300));
-  std::unique_ptr<DataParallel> dp(new DataParallel(ProcessGroup::create_world(env, options), context.role, device));
-
+  std::unique_ptr<DataParallel> dp(new DataParallel(group, role, device));
   torch::NoGradGuard no_grad;
   auto params = module.parameters();
   std::vector<torch::Tensor> parts;

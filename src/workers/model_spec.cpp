@@ -1,8 +1,14 @@
 #include "hybridflow/workers/model_spec.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <map>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/runtime/worker.h"
 
 namespace hybridflow {
@@ -12,9 +18,19 @@ void override_dim(const nlohmann::json& spec, const char* key, int64_t& field) {
   const int64_t v = spec.value(key, int64_t{0});
   if (v > 0) field = v;
 }
+
+// A value head the checkpoint did not have, drawn from its own generator: the constructor's draw depends on
+// how much of the random stream the (split) model before it took, so it would differ between layouts.
+void init_value_head(CausalLM& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed ^ 0x5c0e5c0e5c0eULL);
+  torch::Tensor w = model->named_parameters()["score.weight"];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));  // torch.nn.Linear's default range
+  w.copy_(at::empty(w.sizes(), torch::kFloat).uniform_(-bound, bound, gen));
+}
 }  // namespace
 
-CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
+CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
   torch::manual_seed(spec.value("init_seed", uint64_t{0}));
@@ -22,9 +38,10 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   const torch::Dtype dtype = parse_dtype(spec.value("dtype", std::string("fp32")), "model dtype");
   const std::string path = spec.value("path", std::string());
   if (!path.empty()) {
-    CausalLM model = load_pretrained(path, head).model;
-    model->to(device, dtype);
-    return model;
+    Pretrained loaded = load_pretrained(path, head, torch::kFloat32, tp);
+    if (loaded.fresh_value_head) init_value_head(loaded.model, spec.value("init_seed", uint64_t{0}));
+    loaded.model->to(device, dtype);
+    return loaded.model;
   }
   HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
   ModelConfig config = preset_model_config(spec.value("preset", std::string("tiny")), spec.at("vocab_size").get<int64_t>());
@@ -37,6 +54,16 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head) {
   config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
   config.validate();
   CausalLM model(config, head);
+  if (tp.enabled()) {
+    check_tensor_parallel(config, tp.size());
+    CausalLM split(config, head, tp);
+    load_full_state(*split, [&] {
+      std::map<std::string, torch::Tensor> full;
+      for (const auto& item : model->named_parameters()) full[item.key()] = item.value().detach();
+      return full;
+    }());
+    model = split;
+  }
   // Initialised in fp32 on the CPU, then moved and cast: the same weights whatever the device and dtype.
   model->to(device, dtype);
   return model;
@@ -49,6 +76,24 @@ double parameter_sq_norm(torch::nn::Module& module) {
   double total = 0;
   for (const auto& p : module.parameters()) total += p.detach().to(torch::kDouble).pow(2).sum().item<double>();
   return total;
+}
+
+double parameter_sq_norm(const CausalLM& model) {
+  const TensorParallelGroup& tp = model->tensor_parallel();
+  if (!tp.enabled()) return parameter_sq_norm(*model.ptr());
+  torch::NoGradGuard no_grad;
+  double replicated = 0;
+  torch::Tensor split = torch::zeros({1}, torch::kDouble);
+  for (const auto& item : model->named_parameters()) {
+    const double sq = item.value().detach().to(torch::kDouble).pow(2).sum().item<double>();
+    if (shard_dim(item.key(), model->config(), tp.size()) == ShardDim::kReplicated)
+      replicated += sq;
+    else
+      split += sq;
+  }
+  torch::Tensor on_device = split.to(model->parameters().front().device());
+  tp.comm()->all_reduce(on_device);
+  return replicated + on_device.item<double>();
 }
 
 }  // namespace hybridflow

@@ -14,6 +14,9 @@ struct Pretrained {
   ModelConfig config;
   CausalLM model{nullptr};
   Tokenizer tokenizer;
+  // A value-head model loaded from a language-model directory: score.weight was not in the files and holds
+  // whatever the constructor drew (which depends on the tensor-parallel split); the caller initialises it.
+  bool fresh_value_head = false;
 };
 
 // Loads config, weights (F32/F16/BF16 on disk, cast to `dtype` in memory) and tokenizer.

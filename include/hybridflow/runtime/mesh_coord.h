@@ -14,6 +14,9 @@ struct ParallelLayout {
   int tp = 1;
   int pp = 1;
   int gen_tp = 0;
+  // HybridFlow-V's generation replicas (consecutive gen_tp ranks of a training tp group, resharding.h)
+  // instead of the 3D-HybridEngine's strided ones.
+  bool consecutive_generation_groups = false;
 };
 
 struct MeshCoord {

@@ -1,11 +1,12 @@
 // The actor of PPO-style RL in one process (verl's ActorRolloutRefWorker): the trainable policy with its
 // TrainEngine, the rollout (generation with the same weights, no copy) and optionally a frozen reference
-// copy. Methods (all DP_PROTO: the batch is split across ranks in order):
+// copy. Methods (the batch split across data-parallel groups in order, see role_process_groups.h):
 //   generate_sequences  in: prompts as tensors input_ids/attention_mask [B, P] (left padded) or field
 //                       prompt_ids (token lists); meta n, greedy, seed (optional overrides).
 //                       out [B*n rows, sample j of prompt i at row i*n+j]: prompts, responses,
 //                       response_mask [.., response_length], input_ids, attention_mask = prompt+response,
-//                       rollout_log_probs; the input's fields repeated per sample.
+//                       rollout_log_probs; the input's fields repeated per sample. With a generation tp below
+//                       the training tp, meta "reshard" holds this rank's two 3D-HybridEngine switches.
 //   compute_log_prob    in: input_ids, attention_mask, responses -> old_log_probs [B, R]
 //   compute_ref_log_prob  same -> ref_log_prob (needs has_ref)
 //   update_actor        in: + response_mask, old_log_probs, advantages (+ ref_log_prob with use_kl_loss);
@@ -18,10 +19,13 @@
 // Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
 // clip_ratio_c, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type},
-// rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size}. dtypes are
-// fp32 | bf16 (model_spec.h); rollout and reference default to the actor's.
-// With more than one process the ranks train data-parallel (workers/data_parallel.h); update_actor's
-// meta "comm" then has the Communicator's byte counts.
+// rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
+// tensor_model_parallel_size, reshard_mode}. dtypes are fp32 | bf16 (model_spec.h); rollout and reference
+// default to the actor's.
+// Layout: the worker group's ParallelLayout (tp, gen_tp). Actor and reference are split over the tp groups
+// and trained data-parallel over the dp groups (workers/data_parallel.h; update_actor's meta "comm" has the
+// gradient all-reduce's byte counts). A rollout tensor_model_parallel_size below tp generates through the
+// 3D-HybridEngine (engine/hybrid_engine.h) in reshard_mode hybridflow | hybridflow-v | allgather.
 #pragma once
 
 #include <memory>
@@ -30,7 +34,9 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
+#include "hybridflow/engine/hybrid_engine.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/role_process_groups.h"
 
 namespace hybridflow {
 
@@ -51,13 +57,16 @@ class ActorRolloutRefWorker : public Worker {
   torch::Tensor log_probs_of(CausalLM& model, const DataProto& in) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
   void sync_rollout_weights();
+  void start_hybrid_engine(int gen_tp, const std::string& mode);
 
   nlohmann::json config_;
+  std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the models
   CausalLM actor_{nullptr};
   CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype
   CausalLM ref_{nullptr};
   std::unique_ptr<TrainEngine> engine_;
-  std::unique_ptr<DataParallel> dp_;  // joined at the first update when the role has several processes
+  std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
+  std::unique_ptr<HybridEngine> hybrid_;       // when generation uses a smaller tp than training
 };
 
 }  // namespace hybridflow

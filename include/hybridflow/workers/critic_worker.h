@@ -1,5 +1,5 @@
 // Value-head models: the PPO critic and the reward (or cost) model.
-// CriticWorker methods (DP_PROTO):
+// CriticWorker methods (batch_protocol: split over data-parallel groups, role_process_groups.h):
 //   compute_values  in: input_ids, attention_mask, responses -> values [B, R]: V of the state before each
 //                   response token (the hidden state at the previous position), 0 where masked
 //   update_critic   in: + response_mask, values (old), returns; clipped value loss over epochs x
@@ -10,10 +10,11 @@
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
 // Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, epochs,
 // shuffle, seed, cliprange_value, loss_agg_mode}, log_prob_micro_batch_size.
-// RewardModelWorker methods (DP_PROTO):
+// RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
-// Config JSON: model, threads, micro_batch_size. A critic with several processes trains data-parallel
-// (workers/data_parallel.h); update_critic's meta "comm" then has the Communicator's byte counts.
+// Config JSON: model, threads, micro_batch_size. Either model is split over the tensor-parallel groups of
+// the worker group's layout; a critic trains data-parallel over its data-parallel groups
+// (workers/data_parallel.h; update_critic's meta "comm" has the gradient all-reduce's byte counts).
 #pragma once
 
 #include <memory>
@@ -23,6 +24,7 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/role_process_groups.h"
 
 namespace hybridflow {
 
@@ -40,9 +42,10 @@ class CriticWorker : public Worker {
   torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled
 
   nlohmann::json config_;
+  std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
   CausalLM critic_{nullptr};
   std::unique_ptr<TrainEngine> engine_;
-  std::unique_ptr<DataParallel> dp_;  // joined at the first update when the role has several processes
+  std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
 };
 
 class RewardModelWorker : public Worker {
@@ -52,6 +55,7 @@ class RewardModelWorker : public Worker {
 
  private:
   nlohmann::json config_;
+  std::unique_ptr<RoleProcessGroups> groups_;  // when the model is split
   CausalLM model_{nullptr};
 };
 

@@ -1,13 +1,7 @@
-// Data-parallel training inside a worker group. A role with more than one process (actor, critic) joins
-// one c10d process group over its ranks (Gloo; NCCL when libtorch has it and CUDA is there) at its first
-// update, through the TCPStore the controller's WorkerGroup hosts for it (kProcessGroupKey in the role's
-// config). Each rank trains on its DP_PROTO shard; TrainEngine sums the weighted gradients over the ranks
-// through a Communicator before clipping, so every replica takes the step that one process would take on
-// the whole mini-batch and the parameters stay identical.
-//
-// Rendezvous across hosts: the store is at HF_CONTROLLER_ADDR, else the host of HF_WORKER_ENDPOINT (the
-// address this worker already reaches the controller by), and Gloo binds to this host's address on the
-// route there, not to a loopback-only hostname. Gloo then connects the ranks to each other directly.
+// Data-parallel training inside a worker group: the ranks of one data-parallel group (role_process_groups.h;
+// with tp = 1, the whole role) each train on their shard of the batch; TrainEngine sums the weighted
+// gradients over the group through a Communicator before clipping, so every replica takes the step that
+// one process would take on the whole mini-batch and the parameters stay identical.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,18 +12,17 @@
 
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/engine/train_engine.h"
-#include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/ppo_epochs.h"
 
 namespace hybridflow {
 
 class DataParallel {
  public:
-  // Null when the role has one process. Collective over the role's ranks: joins the process group,
-  // broadcasts rank 0's parameters of `module` (so replicas start equal whatever each loaded) and
-  // installs the gradient reducer in `engine`. `module` and `engine` must outlive the returned object.
-  static std::unique_ptr<DataParallel> join(const WorkerContext& context, torch::nn::Module& module,
-                                            TrainEngine& engine);
+  // Null when `group` has one rank. Collective over the group: broadcasts its rank 0's parameters of
+  // `module` (so replicas start equal whatever each loaded) and installs the gradient reducer in `engine`.
+  // `module` and `engine` must outlive the returned object.
+  static std::unique_ptr<DataParallel> join(const ProcessGroup& group, const std::string& role,
+                                            torch::nn::Module& module, TrainEngine& engine);
 
   int rank() const { return gradients_.rank(); }
   int size() const { return gradients_.size(); }
@@ -54,12 +47,6 @@ class DataParallel {
   Communicator control_;
   OpStats reported_;  // gradient all-reduce totals at the previous metrics() call
 };
-
-// "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
-std::string endpoint_host(const std::string& endpoint);
-
-// This host's address on the route to `host` (a connected UDP socket; nothing is sent).
-std::string local_address_towards(const std::string& host);
 
 // Left-pads a rollout's prompts (tensors prompts, input_ids, attention_mask) to `width` columns. Each
 // data-parallel rank generates from its shard padded to the shard's longest prompt; padding back to the

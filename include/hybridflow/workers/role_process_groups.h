@@ -1,0 +1,57 @@
+// The c10d process groups of one role's processes under its layout (mesh_coord.h: tp fastest, then dp):
+// the whole role, its tensor-parallel groups (the model's shards talk inside these) and its data-parallel
+// groups (ranks holding the same shard: gradients, metrics and row checks go over these).
+//
+// Rendezvous across hosts: the store is the one the controller's WorkerGroup hosts for the role
+// (kProcessGroupKey in the role's config), reached at HF_CONTROLLER_ADDR, else at the host of
+// HF_WORKER_ENDPOINT (the address this worker already reaches the controller by); Gloo binds to this host's
+// address on the route there, not to a loopback-only hostname, and then connects the ranks directly.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
+#include "hybridflow/parallel/tensor_parallel.h"
+#include "hybridflow/runtime/worker.h"
+
+namespace hybridflow {
+
+class RoleProcessGroups {
+ public:
+  // Collective over the role's ranks (each calls it from the same method or from register_methods). Error
+  // when the role has one process or its config has no rendezvous.
+  static std::unique_ptr<RoleProcessGroups> connect(const WorkerContext& context, torch::Device device);
+
+  const ProcessGroup& world() const { return world_; }
+  const ProcessGroup& data_parallel() const { return dp_; }
+  // Valid as long as this object lives; size 1 (no communication) when the role's tp is 1.
+  TensorParallelGroup tensor_parallel() const { return TensorParallelGroup(tp_.get()); }
+
+ private:
+  ProcessGroup world_, dp_;
+  std::unique_ptr<Communicator> tp_;
+};
+
+// Tells `engine` which of `model`'s parameters its tensor-parallel group splits, so gradient norms sum over
+// the group (no-op when the model is not split).
+void use_model_split(TrainEngine& engine, const CausalLM& model);
+
+// The protocol of a role's batch methods: the batch splits over data-parallel groups and every rank of a
+// tensor-parallel group sees its group's rows (3D_PROTO); plain DP_PROTO when tp is 1, which is the same.
+const char* batch_protocol(const MeshCoord& coord);
+// The protocol of generation: prompts split over generation replicas (3D_ALL_MICRO_DP), DP_PROTO when every
+// rank is its own replica.
+const char* rollout_protocol(const MeshCoord& coord);
+
+// "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
+std::string endpoint_host(const std::string& endpoint);
+
+// This host's address on the route to `host` (a connected UDP socket; nothing is sent).
+std::string local_address_towards(const std::string& host);
+
+}  // namespace hybridflow

@@ -1,0 +1,157 @@
+// The RL trainer with tensor-parallel roles on 4 processes: PPO whose actor (with its reference), critic
+// and reward model are each split over 2 ranks and whose actor generates unsplit through the
+// 3D-HybridEngine follows the all-data-parallel run of the same seed step for step; the engine's switches
+// are logged as reshard/* with the paper's volume; a split run resumes from its checkpoint; and layouts that
+// do not fit are refused before any process starts, naming the key.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/tasks/task.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
+
+using namespace hybridflow;
+using hybridflow::testing::error_of;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+// A value-head model directory for the reward model: the tiny run's shape and tokenizer, fixed weights.
+std::string write_reward_model(const std::string& dir) {
+  TaskOptions options;
+  const Tokenizer tokenizer = Tokenizer::from_alphabet(make_task("addition", options)->alphabet());
+  nlohmann::json spec = {{"preset", "tiny"},         {"vocab_size", tokenizer.vocab_size()},
+                         {"hidden_size", 32},        {"num_hidden_layers", 1},
+                         {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                         {"intermediate_size", 64},  {"init_seed", 77},
+                         {"eos_token_id", tokenizer.eos_id()}, {"pad_token_id", tokenizer.pad_id()}};
+  save_pretrained(dir, build_model(spec, HeadKind::kValue), tokenizer);
+  return dir;
+}
+
+// PPO with critic, reference (KL loss) and reward model on 4 colocated processes, 4 prompts x 2 samples.
+std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, int gen_tp, std::vector<std::string> extra = {}) {
+  const std::string t = std::to_string(tp);
+  std::vector<std::string> o = {"actor_rollout_ref.num_processes=4",
+                                "trainer.colocate=true",
+                                "data.train_batch_size=4",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+                                "critic.ppo_mini_batch_size=4",
+                                "critic.ppo_micro_batch_size=2",
+                                // In order, the 2-row micro-batches are the same rows at dp 2 and dp 4, so the
+                                // per-micro-batch metrics average over the same groups.
+                                "actor_rollout_ref.actor.shuffle=false",
+                                "critic.shuffle=false",
+                                "actor_rollout_ref.actor.use_kl_loss=true",
+                                "reward_model.enable=true",
+                                "reward_model.path=" + rm_dir,
+                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=" + t,
+                                "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(gen_tp),
+                                "critic.megatron.tensor_model_parallel_size=" + t,
+                                "reward_model.megatron.tensor_model_parallel_size=" + t};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return hybridflow::testing::tiny_rl_overrides("gae", o);
+}
+
+double metric(const nlohmann::json& record, const std::string& key) {
+  EXPECT_TRUE(record.contains(key)) << key << " missing from " << record.dump();
+  return record.contains(key) ? record.at(key).get<double>() : 0.0;
+}
+
+}  // namespace
+
+TEST(RlTrainerTensorParallel, PpoSplitTwoWaysFollowsTheDataParallelRun) {
+  hybridflow::testing::TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm");
+  RLTrainer split(load_rl_config("", ppo_on_four(rm, 2, 1)));
+  RLTrainer plain(load_rl_config("", ppo_on_four(rm, 1, 1)));
+  // The same initial weights, whatever the split.
+  for (const char* role : {"actor", "critic"})
+    EXPECT_NEAR(split.parameter_sq_norm(role), plain.parameter_sq_norm(role), 1e-6 * plain.parameter_sq_norm(role))
+        << role;
+  for (int step = 1; step <= 2; ++step) {
+    const nlohmann::json a = split.step();
+    const nlohmann::json b = plain.step();
+    // Generation with the gathered weights draws the same tokens, so rewards and scores agree exactly.
+    for (const char* key : {"score/rule_mean", "score/rm_mean", "response_length/mean"})
+      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-5) << key << " at step " << step;
+    for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/vf_loss", "critic/vpred_mean"})
+      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-4 + 1e-4 * std::abs(metric(b, key))) << key << " at step " << step;
+    // t = 2 -> t_g = 1 gathers the other half of every split weight: (t - t_g) / (t_g * t) * M = M / 2
+    // (Table 2), holds the whole model for generation and no second copy of anything.
+    const double model_bytes = metric(a, "reshard/model_bytes");
+    EXPECT_GT(model_bytes, 0);
+    EXPECT_EQ(metric(a, "reshard/to_generation_bytes_received"), model_bytes / 2);
+    EXPECT_EQ(metric(a, "reshard/to_generation_bytes_sent"), model_bytes / 2);
+    EXPECT_EQ(metric(a, "reshard/peak_extra_weight_bytes"), model_bytes);
+    EXPECT_EQ(metric(a, "reshard/redundant_bytes"), 0);
+    EXPECT_EQ(metric(a, "reshard/to_training_bytes_received"), 0);
+    EXPECT_FALSE(b.contains("reshard/model_bytes")) << "no engine without a layout change";
+  }
+  for (const char* role : {"actor", "critic"})
+    EXPECT_NEAR(split.parameter_sq_norm(role), plain.parameter_sq_norm(role), 1e-5 * plain.parameter_sq_norm(role))
+        << role;
+}
+
+TEST(RlTrainerTensorParallel, ASplitRunResumesFromItsCheckpoint) {
+  hybridflow::testing::TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm");
+  const std::string run = dir.path() + "/run";
+  auto overrides = [&](int tp, std::vector<std::string> extra) {
+    extra.push_back("trainer.run_dir=" + run);
+    extra.push_back("reward_model.enable=false");
+    return ppo_on_four(rm, tp, tp, extra);
+  };
+  double actor_norm = 0;
+  {
+    RLTrainer first(load_rl_config("", overrides(2, {"trainer.total_steps=1", "trainer.save_freq=1"})));
+    first.fit();
+    actor_norm = first.parameter_sq_norm("actor");
+  }
+  {
+    RLTrainer resumed(load_rl_config("", overrides(2, {"trainer.total_steps=2"})));
+    EXPECT_EQ(resumed.steps_done(), 1);
+    EXPECT_NEAR(resumed.parameter_sq_norm("actor"), actor_norm, 1e-9 * actor_norm);
+    resumed.step();
+    EXPECT_EQ(resumed.steps_done(), 2);
+  }
+  // The weights are one Hugging Face directory, but the optimizer state is per shard: another split names
+  // the missing file and where the layout-free weights are.
+  const std::string e = error_of([&] { RLTrainer other(load_rl_config("", overrides(1, {"trainer.total_steps=3"}))); });
+  EXPECT_NE(e.find("actor_optim.pt is missing"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.path"), std::string::npos) << e;
+}
+
+TEST(RlTrainerTensorParallel, LayoutsThatDoNotFitAreRefusedNamingTheKey) {
+  auto error_for = [](std::vector<std::string> extra) {
+    return error_of([&] { RLTrainer trainer(load_rl_config("", hybridflow::testing::tiny_rl_overrides("grpo", extra))); });
+  };
+  std::string e = error_for({"actor_rollout_ref.num_processes=3", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"});
+  EXPECT_NE(e.find("actor_rollout_ref.num_processes = 3 processes do not divide"), std::string::npos) << e;
+  EXPECT_NE(e.find("actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 2"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"});
+  EXPECT_NE(e.find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 2 must divide"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                 "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=1"});
+  EXPECT_NE(e.find("actor_rollout_ref.ref.megatron.tensor_model_parallel_size = 1"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.reshard_mode=gather"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.reshard_mode"), std::string::npos) << e;
+  // 2 prompts cannot split over the 4 generation replicas of tp 2 -> 1 on 4 processes.
+  e = error_for({"actor_rollout_ref.num_processes=4", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1"});
+  EXPECT_NE(e.find("4 generation replicas"), std::string::npos) << e;
+  e = error_for({"algorithm.adv_estimator=gae", "critic.num_processes=2", "trainer.colocate=false",
+                 "critic.megatron.tensor_model_parallel_size=4"});
+  EXPECT_NE(e.find("critic.num_processes = 2 processes do not divide"), std::string::npos) << e;
+}
