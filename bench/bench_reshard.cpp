@@ -6,6 +6,8 @@
 //
 //   bench_reshard [--processes=4] [--train=P,T,D] [--gen=PG,TG] [--mode=hybridflow|hybridflow-v|allgather]
 //                 [--hidden=768] [--layers=6] [--vocab=32000] [--gen-batch=8] [--gen-tokens=16]
+//                 [--model=DIR]  (a Hugging Face directory: each rank loads its training shards from it
+//                                 instead of random weights of --hidden/--layers/--vocab)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "bench_common.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/hybrid_engine.h"
+#include "hybridflow/model/pretrained.h"
 #include "hybridflow/parallel/process_group.h"
 
 using namespace hybridflow;
@@ -70,7 +73,8 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
   options.timeout = std::chrono::seconds(600);
   ProcessGroup world = ProcessGroup::create_world(env, options);
   Communicator stats_comm(world);
-  const ModelConfig config = bench_config(argc, argv);
+  const std::string model_dir = arg(argc, argv, "model", "");
+  const ModelConfig config = model_dir.empty() ? bench_config(argc, argv) : load_model_config(model_dir + "/config.json");
   const int64_t gen_batch = arg_int(argc, argv, "gen-batch", 8);
   GenerationConfig gen;
   gen.greedy = true;
@@ -80,7 +84,9 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
     GenerationLayout layout(DeviceMesh(1, pair.d, pair.t), pair.t_g);
     Communicator tp(world.split(layout.train().tp_groups()));
     torch::manual_seed(1 + layout.train().coords(rank).tp);
-    CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp));
+    CausalLM train = model_dir.empty()
+                         ? CausalLM(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp))
+                         : load_pretrained(model_dir, HeadKind::kLanguageModel, torch::kFloat32, TensorParallelGroup(&tp)).model;
     double allgather_bytes = 0, allgather_seconds = 0;
     for (ReshardMode mode : modes) {
       HybridEngine engine(train, layout, world, mode);
@@ -95,7 +101,10 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
         // Each generation replica decodes its share of the prompts (3D_ALL_MICRO_DP).
         const int64_t share = std::max<int64_t>(1, gen_batch / engine.generation_replicas());
         std::vector<std::vector<int64_t>> prompts;
-        for (int64_t i = 0; i < share; ++i) prompts.push_back({1 + i, 2 + i, 3 + i, 4 + i});
+        for (int64_t i = 0; i < share; ++i) {
+          const int64_t v = config.vocab_size;
+          prompts.push_back({(1 + i) % v, (2 + i) % v, (3 + i) % v, (4 + i) % v});
+        }
         stats_comm.barrier();
         const double start = bench::now_seconds();
         generate(engine.generation_model(), prompts, gen);
