@@ -102,13 +102,6 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   if (out.config.tie_word_embeddings || value_head) weights.erase("lm_head.weight");
 
   // Under tensor parallelism each rank copies its slice out of the mapped file: only those pages are read.
-  auto shard = [&](const std::string& name, const torch::Tensor& full) {
-    const ShardDim dim = shard_dim(name, out.config, tp.size());
-    if (dim == ShardDim::kReplicated) return full;
-    const int64_t axis = dim == ShardDim::kRows ? 0 : 1;
-    if (full.dim() <= axis || full.size(axis) % tp.size() != 0) return full;  // reported as a wrong shape
-    return shard_of(full, dim, tp.rank(), tp.size());
-  };
   std::vector<std::string> missing, wrong_shape;
   auto params = out.model->named_parameters(/*recurse=*/true);
   for (const auto& item : params) {
@@ -120,7 +113,7 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
         continue;
       }
       missing.push_back(item.key());
-    } else if (shard(item.key(), it->second).sizes() != item.value().sizes()) {
+    } else if (checkpoint_shard(item.key(), it->second, out.config, tp).sizes() != item.value().sizes()) {
       wrong_shape.push_back(item.key() + " (file " + c10::str(it->second.sizes()) + ", model " +
                             c10::str(item.value().sizes()) + (tp.enabled() ? " on this tensor-parallel rank" : "") +
                             ")");
@@ -138,7 +131,7 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   torch::NoGradGuard no_grad;
   for (auto& item : params) {
     auto it = weights.find(item.key());
-    if (it != weights.end()) item.value().copy_(shard(item.key(), it->second).to(dtype));
+    if (it != weights.end()) item.value().copy_(checkpoint_shard(item.key(), it->second, out.config, tp).to(dtype));
   }
   return out;
 }

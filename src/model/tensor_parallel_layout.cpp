@@ -45,6 +45,15 @@ torch::Tensor shard_of(const torch::Tensor& full, ShardDim dim, int rank, int si
   return full.narrow(axis, part.start, part.length);
 }
 
+torch::Tensor checkpoint_shard(const std::string& name, const torch::Tensor& full, const ModelConfig& config,
+                               const TensorParallelGroup& tp) {
+  const ShardDim dim = shard_dim(name, config, tp.size());
+  if (dim == ShardDim::kReplicated) return full;
+  const int64_t axis = dim == ShardDim::kRows ? 0 : 1;
+  if (full.dim() <= axis || full.size(axis) % tp.size() != 0) return full;
+  return shard_of(full, dim, tp.rank(), tp.size());
+}
+
 void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Tensor>& full) {
   torch::NoGradGuard no_grad;
   const auto& tp = model.tensor_parallel();

@@ -45,11 +45,7 @@ void copy_weights(const std::string& file, CausalLM& model) {
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     auto it = weights.find(item.key());
     HF_CHECK(it != weights.end(), file, ": no tensor '", item.key(), "' (the checkpoint is of a different model)");
-    torch::Tensor source = it->second;
-    const ShardDim dim = shard_dim(item.key(), model->config(), tp.size());
-    const int64_t axis = dim == ShardDim::kColumns ? 1 : 0;
-    if (dim != ShardDim::kReplicated && source.dim() > axis && source.size(axis) % tp.size() == 0)
-      source = shard_of(source, dim, tp.rank(), tp.size());
+    const torch::Tensor source = checkpoint_shard(item.key(), it->second, model->config(), tp);
     HF_CHECK(source.sizes() == item.value().sizes(), file, ": tensor '", item.key(), "' has shape ",
              it->second.sizes(), ", the model expects ", item.value().sizes(),
              tp.enabled() ? " on this tensor-parallel rank" : "");

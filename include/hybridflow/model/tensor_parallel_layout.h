@@ -32,6 +32,10 @@ bool kv_heads_replicated(const ModelConfig& config, int tp_size);
 ShardDim shard_dim(const std::string& name, const ModelConfig& config, int tp_size);
 // Rank `rank`'s shard of a full tensor (a view; the caller copies it).
 torch::Tensor shard_of(const torch::Tensor& full, ShardDim dim, int rank, int size);
+// This rank's shard of the full tensor a checkpoint holds under `name` (a view), or `full` itself when its
+// shape cannot be split over the group, so that the caller's shape check names the mismatch.
+torch::Tensor checkpoint_shard(const std::string& name, const torch::Tensor& full, const ModelConfig& config,
+                               const TensorParallelGroup& tp);
 
 // Copies every parameter's shard from full tensors named as Hugging Face names them. Throws naming a
 // missing tensor or a shape that does not fit.
