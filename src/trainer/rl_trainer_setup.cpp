@@ -284,11 +284,10 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     const int procs = colocate ? actor_procs : config.get<int>(role + ".num_processes");
     return role_layout(config, role, procs, colocate ? "actor_rollout_ref.num_processes (trainer.colocate: true)" : role + ".num_processes");
   };
-  const int critic_procs = colocate ? actor_procs : config.get<int>("critic.num_processes");
   const ParallelLayout critic_mesh = s.use_critic ? layout_of("critic") : ParallelLayout{};
-  HF_CHECK(!s.use_critic || (batch_prompts * n) % (critic_procs / critic_mesh.tp) == 0, "data.train_batch_size x rollout.n = ",
-           batch_prompts * n, " samples must divide across the critic's ", critic_procs / critic_mesh.tp,
-           " data-parallel groups");
+  const int critic_dp = (colocate ? actor_procs : config.get<int>("critic.num_processes")) / critic_mesh.tp;
+  HF_CHECK(!s.use_critic || (batch_prompts * n) % critic_dp == 0, "data.train_batch_size x rollout.n = ",
+           batch_prompts * n, " samples must divide across the critic's ", critic_dp, " data-parallel groups");
   const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};
   const ParallelLayout cm_mesh = use_cost_model ? layout_of("cost_model") : ParallelLayout{};
   std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
@@ -307,7 +306,6 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     nlohmann::json critic_spec = model_spec;
     if (!critic_path.empty()) critic_spec["path"] = critic_path;
     critic_spec["dtype"] = critic_dtype;
-    const int critic_dp = critic_procs / critic_mesh.tp;
     nlohmann::json critic_json = optim_json(critic.subtree("optim"), total_steps);
     critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_dp},
                         {"micro_batch_rows", critic.get<int64_t>("ppo_micro_batch_size")},
