@@ -108,6 +108,12 @@ void Communicator::send(const at::Tensor& tensor, int dst, int tag) {
   timed(stats_, "send", nbytes(tensor), [&] { group_.send(tensor, dst, tag); });
 }
 
+ProcessGroup::PendingSend Communicator::isend(const at::Tensor& tensor, int dst, int tag) {
+  ProcessGroup::PendingSend pending;
+  timed(stats_, "send", nbytes(tensor), [&] { pending = group_.isend(tensor, dst, tag); });
+  return pending;
+}
+
 void Communicator::recv(at::Tensor& tensor, int src, int tag) {
   timed(stats_, "recv", nbytes(tensor), [&] { group_.recv(tensor, src, tag); });
 }

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
 
 namespace hybridflow {
 namespace {
@@ -263,6 +264,50 @@ void ProcessGroup::recv(at::Tensor& tensor, int src, int tag) const {
   std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
   state().backend->recv(tensors, src, tag)->wait();
   if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
+}
+
+struct ProcessGroup::PendingSend::Work {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::vector<at::Tensor> tensors;  // kept alive until the transfer is done
+};
+
+ProcessGroup::PendingSend::PendingSend() = default;
+ProcessGroup::PendingSend::PendingSend(std::unique_ptr<Work> work) : work_(std::move(work)) {}
+ProcessGroup::PendingSend::PendingSend(PendingSend&&) noexcept = default;
+ProcessGroup::PendingSend& ProcessGroup::PendingSend::operator=(PendingSend&& other) noexcept {
+  if (this != &other) {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log_warn("a pending send failed: ", e.what());
+    }
+    work_ = std::move(other.work_);
+  }
+  return *this;
+}
+
+ProcessGroup::PendingSend::~PendingSend() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log_warn("a pending send failed: ", e.what());
+  }
+}
+
+void ProcessGroup::PendingSend::wait() {
+  if (!work_) return;
+  auto work = std::move(work_);
+  work->work->wait();
+}
+
+ProcessGroup::PendingSend ProcessGroup::isend(const at::Tensor& tensor, int dst, int tag) const {
+  HF_CHECK(dst >= 0 && dst < size() && dst != rank(), "isend: destination ", dst, " invalid in group of size ",
+           size(), " from rank ", rank());
+  check_device(state(), tensor, "isend");
+  auto work = std::make_unique<PendingSend::Work>();
+  work->tensors = {tensor.contiguous()};
+  work->work = state().backend->send(work->tensors, dst, tag);
+  return PendingSend(std::move(work));
 }
 
 }  // namespace hybridflow

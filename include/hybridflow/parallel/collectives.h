@@ -63,6 +63,8 @@ class Communicator {
   void barrier();
   void send(const at::Tensor& tensor, int dst, int tag = 0);
   void recv(at::Tensor& tensor, int src, int tag = 0);  // tensor gives shape and dtype
+  // Non-blocking send (process_group.h); counted under "send" when issued.
+  ProcessGroup::PendingSend isend(const at::Tensor& tensor, int dst, int tag = 0);
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_.reset(); }

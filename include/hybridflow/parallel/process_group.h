@@ -69,6 +69,10 @@ class ProcessGroup {
   void barrier() const;
   void send(const at::Tensor& tensor, int dst, int tag) const;
   void recv(at::Tensor& tensor, int src, int tag) const;
+  // A send that returns at once; the transfer completes by the handle's wait() (or its destructor). For
+  // schedules where both neighbours send before they receive (pipeline 1F1B), which blocking sends deadlock.
+  class PendingSend;
+  PendingSend isend(const at::Tensor& tensor, int dst, int tag) const;
 
   struct State;
 
@@ -76,6 +80,24 @@ class ProcessGroup {
   explicit ProcessGroup(std::shared_ptr<State> state) : state_(std::move(state)) {}
   const State& state() const;
   std::shared_ptr<State> state_;
+};
+
+// Owns the tensor in flight; wait() is idempotent and rethrows a failed transfer.
+class ProcessGroup::PendingSend {
+ public:
+  PendingSend();
+  PendingSend(PendingSend&&) noexcept;
+  PendingSend& operator=(PendingSend&&) noexcept;
+  ~PendingSend();  // waits (errors are logged, not thrown)
+  void wait();
+  bool pending() const { return static_cast<bool>(work_); }
+
+  struct Work;
+
+ private:
+  friend class ProcessGroup;
+  explicit PendingSend(std::unique_ptr<Work> work);
+  std::unique_ptr<Work> work_;
 };
 
 }  // namespace hybridflow
