@@ -184,18 +184,22 @@ class DecoderLayerImpl : public torch::nn::Module {
 TORCH_MODULE(DecoderLayer);
 
 // HF's LlamaModel / Qwen2Model, registered as "model". The embedding is vocabulary-parallel: each rank looks
-// up the ids in its slice and the group sums the rows (ids elsewhere give zeros).
+// up the ids in its slice and the group sums the rows (ids elsewhere give zeros). Under pipeline parallelism
+// a stage holds only its layers (registered under their global indices, so names match the checkpoint),
+// the embedding when it is the first stage or needs it as a tied head, and the final norm when it is last.
 class BackboneImpl : public torch::nn::Module {
  public:
-  BackboneImpl(const ModelConfig& c, const TensorParallelGroup& tp)
+  BackboneImpl(const ModelConfig& c, const TensorParallelGroup& tp, const PipelineStage& pp, Partition layers,
+               bool needs_embedding)
       : tp_(tp), vocab_(even_partition(c.vocab_size, tp.size(), tp.rank(), "vocab_size")) {
-    embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.length, c.hidden_size));
-    layers = register_module("layers", torch::nn::ModuleList());
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (needs_embedding)
+      embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.length, c.hidden_size));
+    layers_holder = register_module("layers", std::make_shared<torch::nn::Module>());
+    for (int64_t i = layers.start; i < layers.start + layers.length; ++i) {
       decoder_layers.push_back(DecoderLayer(c, tp));
-      layers->push_back(decoder_layers.back());
+      layers_holder->register_module(std::to_string(i), decoder_layers.back());
     }
-    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    if (pp.last()) norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   }
   torch::Tensor embed(const torch::Tensor& ids) {
     if (!tp_.enabled()) return embed_tokens(ids);
@@ -207,8 +211,8 @@ class BackboneImpl : public torch::nn::Module {
   TensorParallelGroup tp_;
   Partition vocab_;
   torch::nn::Embedding embed_tokens{nullptr};
-  torch::nn::ModuleList layers{nullptr};
-  std::vector<DecoderLayer> decoder_layers;  // typed views of `layers`
+  std::shared_ptr<torch::nn::Module> layers_holder;
+  std::vector<DecoderLayer> decoder_layers;  // this stage's layers, in order
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Backbone);
@@ -233,12 +237,17 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (mask.cumsum(1) - 1).clamp_min(0).masked_fill(mask == 0, 0);
 }
 
-CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParallelGroup tp)
-    : config_(config), head_(head), tp_(tp), layers_(std::make_shared<Layers>()) {
+CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParallelGroup tp, PipelineStage pp)
+    : config_(config), head_(head), tp_(tp), pp_(pp), layers_(std::make_shared<Layers>()) {
   config_.validate();
   check_tensor_parallel(config_, tp_.size());
-  layers_->model = register_module("model", Backbone(config_, tp_));
-  if (head_ == HeadKind::kValue) {
+  layer_range_ = hybridflow::stage_layers(config_.num_hidden_layers, pp_);
+  const bool tied_head = head_ == HeadKind::kLanguageModel && config_.tie_word_embeddings;
+  layers_->model = register_module(
+      "model", Backbone(config_, tp_, pp_, layer_range_, pp_.first() || (pp_.last() && tied_head)));
+  if (!pp_.last()) {
+    // No head before the last stage.
+  } else if (head_ == HeadKind::kValue) {
     layers_->score =
         register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, 1).bias(false)));
   } else if (!config_.tie_word_embeddings) {
@@ -282,9 +291,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       position_ids.defined() ? position_ids.to(device, torch::kInt64) : position_ids_from_mask(mask).slice(1, past);
   HF_CHECK(positions.sizes() == input_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ", t,
            "], got ", positions.sizes());
+  const int64_t local_layers = layer_range_.length;
   if (cache != nullptr && cache->keys.empty()) {
-    cache->keys.resize(config_.num_hidden_layers);
-    cache->values.resize(config_.num_hidden_layers);
+    cache->keys.resize(local_layers);
+    cache->values.resize(local_layers);
   }
 
   // Query i (absolute position past + i) sees key j when j <= past + i and key j is not padding.
@@ -293,22 +303,40 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   auto visible = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1)).unsqueeze(0) &
                  mask.ne(0).unsqueeze(1);  // [B, T, S]
   auto& m = *layers_->model;
-  auto h = m.embed(input_ids);
+  torch::Tensor h;
+  if (pp_.first()) {
+    h = m.embed(input_ids);
+  } else {
+    HF_CHECK(stage_input_.defined(), "CausalLM::forward: pipeline stage ", pp_.stage,
+             " needs the previous stage's hidden states (set_stage_input) before its forward");
+    h = std::move(stage_input_);
+    stage_input_ = torch::Tensor();
+    HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == t && h.size(2) == config_.hidden_size,
+             "CausalLM::forward: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
+             " for input_ids of shape ", input_ids.sizes());
+  }
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
   auto [cos, sin] = rotary_cos_sin(positions, config_.head_dim(), config_.rope_theta, h.scalar_type());
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int64_t i = 0; i < local_layers; ++i) {
     auto& layer = *m.decoder_layers[i];
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv);
     h = h + layer.mlp(layer.post_attention_layernorm(h));
   }
-  return m.norm(h);
+  return pp_.last() ? m.norm(h) : h;
+}
+
+torch::Tensor CausalLMImpl::stage_activation_like(int64_t batch, int64_t seq) const {
+  const torch::Tensor any = parameters().front();  // a copy: parameters() returns a temporary
+  return torch::empty({batch, seq, config_.hidden_size}, any.options().requires_grad(false));
 }
 
 ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
+  HF_CHECK(pp_.last(), "CausalLM: pipeline stage ", pp_.stage, " of ", pp_.stages,
+           " has no head; only the last stage computes logits or values");
   ForwardOutput out;
   if (head_ == HeadKind::kValue) {
     out.values = layers_->score(hidden).squeeze(-1).to(torch::kFloat32);

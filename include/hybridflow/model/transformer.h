@@ -6,6 +6,13 @@
 // Given a tensor-parallel group of t ranks, each rank builds only its shards (tensor_parallel_layout.h):
 // 1/t of the attention heads and MLP features and 1/t of the vocabulary, and forward() returns this rank's
 // vocabulary slice of the logits. Hidden states and values are replicated on every rank.
+//
+// Given a pipeline stage (pipeline_parallel.h), the model holds only that stage's decoder layers, under
+// their global names; the embedding lives on the first stage and the final norm and head on the last (a
+// tied lm_head keeps a copy of model.embed_tokens.weight there, whose gradient the training engine sums
+// with the first stage's). A later stage's forward starts from the hidden states set_stage_input() gave
+// it; a stage before the last returns its last layer's output for the next stage. The model never talks to
+// other stages itself: the engine (engine/pipeline.h) moves activations and gradients between them.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,6 +21,7 @@
 #include <vector>
 
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/parallel/pipeline_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
@@ -37,12 +45,13 @@ struct ForwardOutput {
 class CausalLMImpl : public torch::nn::Module {
  public:
   // Throws naming the config key when the model does not split over tp's ranks.
-  CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel, TensorParallelGroup tp = {});
+  CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel, TensorParallelGroup tp = {},
+               PipelineStage pp = {});
 
   // input_ids [B, T] int64. attention_mask [B, T_total] (1 = real token, 0 = padding), where
   // T_total = cache length + T; covers left and right padding. position_ids [B, T] int64; when
   // undefined they are derived from attention_mask (cumsum - 1, clamped at 0).
-  // With a cache, appends this step's keys/values to it.
+  // With a cache, appends this step's keys/values to it (this stage's layers only).
   ForwardOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 
@@ -56,14 +65,26 @@ class CausalLMImpl : public torch::nn::Module {
   // from [rows, hidden], never for every position.
   torch::Tensor full_vocab_logits(const torch::Tensor& hidden);
 
+  // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
+  // used by (and cleared by) the next forward.
+  void set_stage_input(const torch::Tensor& hidden) { stage_input_ = hidden; }
+  // The activation this stage receives or sends for input_ids of [batch, seq]: shape and dtype.
+  torch::Tensor stage_activation_like(int64_t batch, int64_t seq) const;
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
+  const PipelineStage& pipeline_stage() const { return pp_; }
+  // The global indices of the decoder layers this stage holds.
+  Partition stage_layers() const { return layer_range_; }
 
  private:
   ModelConfig config_;
   HeadKind head_;
   TensorParallelGroup tp_;
+  PipelineStage pp_;
+  Partition layer_range_;
+  torch::Tensor stage_input_;
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;
