@@ -69,6 +69,9 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   const ModelConfig& mc = model->config();
   check_config(cfg, mc.vocab_size);
   HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "generation: the model has a value head, not a language-model head");
+  HF_CHECK(!model->pipeline_stage().enabled(), "generation: the model is pipeline stage ",
+           model->pipeline_stage().stage, " of ", model->pipeline_stage().stages,
+           "; generation runs on a whole model (pipeline_model_parallel_size 1)");
   HF_CHECK(!prompts.empty(), "generation: no prompts given");
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);

@@ -6,7 +6,9 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/zero_optimizer.h"
+#include "hybridflow/parallel/pipeline_parallel.h"
 
 namespace hybridflow {
 
@@ -21,6 +23,13 @@ torch::optim::AdamWOptions adamw_options(const OptimizerOptions& o, double weigh
       .betas({o.beta1, o.beta2})
       .eps(o.eps)
       .weight_decay(weight_decay);
+}
+
+torch::Tensor scalar_loss(const MicroLossFn& loss_fn, const DataProto& micro) {
+  torch::Tensor loss = loss_fn(micro);
+  HF_CHECK(loss.defined() && loss.numel() == 1, "train_step: the loss function must return a scalar, got ",
+           loss.defined() ? loss.sizes() : torch::IntArrayRef{});
+  return loss;
 }
 
 }  // namespace
@@ -64,6 +73,8 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
+  HF_CHECK(!pipeline_, "set_sharded_optimizer: ZeRO with pipeline parallelism is not supported yet; use a "
+                       "gradient reducer for the data-parallel ranks of a stage");
   std::vector<bool> decay;
   for (size_t i = 0; i < names_.size(); ++i) decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
   zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_);
@@ -132,34 +143,44 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
   for (size_t i = 0; i < names_.size(); ++i) split_[i] = tp.enabled() && is_split(names_[i]);
 }
 
-double TrainEngine::tensor_parallel_norm(const std::vector<torch::Tensor>& with_grad,
-                                         const std::vector<bool>& split) const {
+void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
+  HF_CHECK(!zero_, "set_pipeline: ZeRO with pipeline parallelism is not supported yet");
+  HF_CHECK(step_ == 0, "set_pipeline: the engine has already taken ", step_, " steps");
+  pipeline_ = std::move(pipeline);
+}
+
+double TrainEngine::model_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split,
+                                        const std::vector<bool>& counted) const {
   torch::NoGradGuard no_grad;
   // [split squares, replicated squares] in float64, so the sum over ranks does not depend on their order.
   auto squares = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(params_.front().device()));
   for (size_t i = 0; i < with_grad.size(); ++i)
-    squares[split[i] ? 0 : 1] += with_grad[i].grad().to(torch::kDouble).pow(2).sum();
+    if (counted[i]) squares[split[i] ? 0 : 1] += with_grad[i].grad().to(torch::kDouble).pow(2).sum();
   auto split_part = squares.narrow(0, 0, 1).clone();
-  tp_.comm()->all_reduce(split_part, ReduceOp::kSum);
-  return std::sqrt(split_part.item<double>() + squares[1].item<double>());
+  if (tp_.enabled()) tp_.comm()->all_reduce(split_part, ReduceOp::kSum);
+  // Stages hold different parameters: their squares add up.
+  auto total = (split_part + squares.narrow(0, 1, 1)).contiguous();
+  if (pipeline_) pipeline_->stages().all_reduce(total, ReduceOp::kSum);
+  return std::sqrt(total.item<double>());
 }
 
 double TrainEngine::clip_grad_norm() {
   accumulate_into_masters();
   std::vector<torch::Tensor> with_grad;
-  std::vector<bool> split;
+  std::vector<bool> split, counted;
   for (size_t i = 0; i < optimized().size(); ++i) {
     if (!optimized()[i].grad().defined()) continue;
     with_grad.push_back(optimized()[i]);
     split.push_back(split_[i]);
+    counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
   }
   const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  if (!tp_.enabled()) {
+  if (!tp_.enabled() && !pipeline_) {
     if (with_grad.empty()) return 0.0;
     return torch::nn::utils::clip_grad_norm_(with_grad, max_norm);
   }
-  // Every rank of the group joins the norm's all-reduce, even one whose parameters got no gradient.
-  const double norm = tensor_parallel_norm(with_grad, split);
+  // Every rank of the groups joins the norm's all-reduces, even one whose parameters got no gradient.
+  const double norm = model_parallel_norm(with_grad, split, counted);
   // The same factor as torch::nn::utils::clip_grad_norm_ (max_norm / (norm + 1e-6), applied when < 1).
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
@@ -167,6 +188,58 @@ double TrainEngine::clip_grad_norm() {
     for (auto& p : with_grad) p.mutable_grad().mul_(coef);
   }
   return norm;
+}
+
+void TrainEngine::pipelined_backward(const std::vector<DataProto>& micro_batches, const std::vector<double>& weights,
+                                     const MicroLossFn& loss_fn, StepStats& stats) {
+  struct InFlight {
+    torch::Tensor output, input;
+  };
+  std::vector<InFlight> in_flight(micro_batches.size());
+  double loss_sum = 0;
+  const auto schedule =
+      one_forward_one_backward(pipeline_->stage(), static_cast<int64_t>(micro_batches.size()));
+  for (const PipelineOp& op : schedule) {
+    const auto i = static_cast<size_t>(op.micro_batch);
+    if (op.kind == PipelineOp::kForward) {
+      in_flight[i].output = pipeline_->forward(micro_batches[i], /*training=*/true, [&](const DataProto& m) {
+        torch::Tensor loss = scalar_loss(loss_fn, m);
+        loss_sum += loss.item<double>() * weights[i];
+        return loss * weights[i];
+      });
+      in_flight[i].input = pipeline_->last_input();
+    } else {
+      pipeline_->backward(in_flight[i].output, in_flight[i].input);
+      in_flight[i] = InFlight{};  // frees the micro-batch's activations
+      accumulate_into_masters();
+    }
+  }
+  pipeline_->wait_sends();
+  // Only the last stage computed the loss; every stage reports it.
+  auto loss = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble).device(params_.front().device()));
+  pipeline_->stages().all_reduce(loss, ReduceOp::kSum);
+  stats.loss = loss.item<double>();
+  reduce_tied_gradients();
+}
+
+void TrainEngine::reduce_tied_gradients() {
+  if (!pipeline_->has_tied_embedding()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor* tied = nullptr;
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == "model.embed_tokens.weight") tied = &optimized()[i];
+  // The stages between the first and the last hold no copy and add zeros.
+  torch::Tensor flat;
+  if (tied != nullptr && tied->grad().defined())
+    flat = tied->grad().reshape({-1}).contiguous();
+  else
+    flat = torch::zeros({pipeline_->tied_embedding_numel()}, optimized().front().options().requires_grad(false));
+  pipeline_->stages().all_reduce(flat, ReduceOp::kSum);
+  if (tied == nullptr) return;
+  if (tied->grad().defined())
+    tied->mutable_grad().copy_(flat.view(tied->sizes()));
+  else
+    tied->mutable_grad() = flat.view(tied->sizes()).clone();
 }
 
 void TrainEngine::apply_step() {
@@ -208,17 +281,24 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
   zero_grad();
+  std::vector<DataProto> micro_batches;
+  std::vector<double> weights;  // of each micro-batch's loss in the mini-batch's
   for (int64_t begin = 0; begin < rows; begin += micro_batch_size) {
     DataProto micro = mini_batch.slice(begin, std::min(rows, begin + micro_batch_size));
     ++stats.micro_batches;
     if (tokens(micro) == 0) continue;  // its mean loss would be NaN; it contributes nothing anyway
-    torch::Tensor loss = loss_fn(micro);
-    HF_CHECK(loss.defined() && loss.numel() == 1, "train_step: the loss function must return a scalar, got ",
-             loss.defined() ? loss.sizes() : torch::IntArrayRef{});
-    const double weight = mean ? static_cast<double>(units(micro)) / local_norm : 1.0;
-    (loss * weight).backward();
-    accumulate_into_masters();
-    stats.loss += loss.item<double>() * weight;
+    weights.push_back(mean ? static_cast<double>(units(micro)) / local_norm : 1.0);
+    micro_batches.push_back(std::move(micro));
+  }
+  if (pipeline_) {
+    pipelined_backward(micro_batches, weights, loss_fn, stats);
+  } else {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      torch::Tensor loss = scalar_loss(loss_fn, micro_batches[i]);
+      (loss * weights[i]).backward();
+      accumulate_into_masters();
+      stats.loss += loss.item<double>() * weights[i];
+    }
   }
   if (zero_) {
     sharded_step(local_norm, mean, stats);

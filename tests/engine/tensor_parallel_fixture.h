@@ -12,6 +12,7 @@
 
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/transformer.h"
 
@@ -102,5 +103,29 @@ inline torch::Tensor policy_loss(CausalLM& model, const DataProto& m) {
   auto surrogate = -torch::min(ratio * adv, torch::clamp(ratio, 0.8, 1.2) * adv);
   return masked_token_mean(surrogate - 0.01 * out.entropy, m.tensor("loss_mask"));
 }
+
+// The squared error of the values that predict rl_batch()'s response tokens.
+inline torch::Tensor value_loss(CausalLM& model, const DataProto& m) {
+  auto values = model->forward(m.tensor("input_ids"), m.tensor("attention_mask")).values;
+  auto predicted = values.narrow(1, kPromptLen - 1, kResponseLen);
+  return masked_token_mean((predicted - m.tensor("returns")).pow(2), m.tensor("loss_mask"));
+}
+
+// AdamW whose first step clips (the tests' gradient norms exceed 0.5).
+inline OptimizerOptions parallel_test_optimizer() {
+  OptimizerOptions o;
+  o.schedule.lr = 1e-3;
+  o.eps = 1e-4;  // keeps Adam's first step away from sign(g) for gradients that round differently
+  o.grad_clip = 0.5;
+  return o;
+}
+
+// One training step's statistics with the full gradients and updated weights it left.
+struct StepResult {
+  StepStats stats;
+  std::map<std::string, torch::Tensor> grads, weights;
+};
+
+using ModelLossFn = torch::Tensor (*)(CausalLM&, const DataProto&);
 
 }  // namespace hybridflow::testing

@@ -16,30 +16,9 @@ namespace {
 
 using namespace hybridflow::testing;
 
-torch::Tensor value_loss(CausalLM& model, const DataProto& m) {
-  auto values = model->forward(m.tensor("input_ids"), m.tensor("attention_mask")).values;
-  auto predicted = values.narrow(1, kPromptLen - 1, kResponseLen);
-  return masked_token_mean((predicted - m.tensor("returns")).pow(2), m.tensor("loss_mask"));
-}
-
-OptimizerOptions optimizer() {
-  OptimizerOptions o;
-  o.schedule.lr = 1e-3;
-  o.eps = 1e-4;  // keeps Adam's first step away from sign(g) for gradients that round differently
-  o.grad_clip = 0.5;
-  return o;
-}
-
-struct StepResult {
-  StepStats stats;
-  std::map<std::string, torch::Tensor> grads, weights;
-};
-
-using LossFn = torch::Tensor (*)(CausalLM&, const DataProto&);
-
-StepResult reference_step(HeadKind head, LossFn loss) {
+StepResult reference_step(HeadKind head, ModelLossFn loss) {
   CausalLM model = reference_model(head);
-  TrainEngine engine(model.ptr(), optimizer());
+  TrainEngine engine(model.ptr(), parallel_test_optimizer());
   StepResult r;
   r.stats = engine.train_step(rl_batch(), 1, [&](const DataProto& m) { return loss(model, m); });
   r.grads = gather_full_grads(*model);
@@ -48,10 +27,10 @@ StepResult reference_step(HeadKind head, LossFn loss) {
 }
 
 // One step of `loss` on this rank's data-parallel rows with a model split over `tp`.
-StepResult parallel_step(HeadKind head, LossFn loss, Communicator& tp, Communicator& dp) {
+StepResult parallel_step(HeadKind head, ModelLossFn loss, Communicator& tp, Communicator& dp) {
   CausalLM model(tensor_parallel_test_config(), head, TensorParallelGroup(&tp));
   load_full_state(*model, parameters_of(*reference_model(head)));
-  TrainEngine engine(model.ptr(), optimizer());
+  TrainEngine engine(model.ptr(), parallel_test_optimizer());
   const ModelConfig config = tensor_parallel_test_config();
   engine.set_tensor_parallel(TensorParallelGroup(&tp), [&](const std::string& name) {
     return shard_dim(name, config, tp.size()) != ShardDim::kReplicated;
@@ -82,7 +61,8 @@ TEST(TensorParallelTraining, LayoutsOnFourProcessesMatchOneProcess) {
         ProcessGroup world = gloo_world(rank, 4, port);
         const StepResult policy_ref = reference_step(HeadKind::kLanguageModel, policy_loss);
         const StepResult value_ref = reference_step(HeadKind::kValue, value_loss);
-        ASSERT_GT(policy_ref.stats.grad_norm, optimizer().grad_clip) << "the test should exercise clipping";
+        ASSERT_GT(policy_ref.stats.grad_norm, parallel_test_optimizer().grad_clip)
+            << "the test should exercise clipping";
         const DataProto batch = rl_batch();
         CausalLM reference = reference_model(HeadKind::kLanguageModel);
         torch::Tensor ref_log_probs;

@@ -22,6 +22,7 @@
 namespace hybridflow {
 
 class Communicator;
+class PipelineStageRunner;
 class ZeroOptimizer;
 
 struct OptimizerOptions {
@@ -93,6 +94,12 @@ class TrainEngine {
   // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
   // count once. Clipping then scales every rank's gradients by the same factor one process would use.
   void set_tensor_parallel(const TensorParallelGroup& tp, const std::function<bool(const std::string&)>& is_split);
+  // Pipeline parallelism (set on every stage, after set_tensor_parallel): the module is one stage of a
+  // CausalLM and train_step runs its micro-batches in 1F1B order (pipeline_parallel.h). The loss function
+  // runs on the last stage only; every stage returns the same stats. Gradient norms are summed over the
+  // stages and a tied embedding's gradient over the first and last. Data parallelism (a reducer over the
+  // ranks of the same stage) combines with it; the ZeRO optimizer does not yet.
+  void set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline);
   // Elements of the buffer each step reduces: every trainable parameter plus 2 (token count, loss).
   int64_t reduced_numel() const;
 
@@ -128,8 +135,15 @@ class TrainEngine {
   // global normaliser's worth back into stats.
   void reduce_gradients(double local_norm, bool mean, StepStats& stats);
 
-  // The global gradient norm over the tensor-parallel group (tp_ enabled only).
-  double tensor_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split) const;
+  // The global gradient norm over the tensor-parallel group and the pipeline stages. counted[i] false:
+  // a copy whose gradient another stage already counts.
+  double model_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split,
+                             const std::vector<bool>& counted) const;
+  // Runs the micro-batches through the pipeline in 1F1B order; returns the loss summed over the stages.
+  void pipelined_backward(const std::vector<DataProto>& micro_batches, const std::vector<double>& weights,
+                          const MicroLossFn& loss_fn, StepStats& stats);
+  // Sums the tied embedding's gradient over the first and last stages.
+  void reduce_tied_gradients();
 
   // The reduce-scatter, clip, partitioned AdamW and all-gather of a ZeRO step.
   void sharded_step(double local_norm, bool mean, StepStats& stats);
@@ -141,6 +155,7 @@ class TrainEngine {
   TensorParallelGroup tp_;
   std::vector<std::string> names_;  // of params_
   std::vector<bool> split_;         // params_[i] is a tensor-parallel shard
+  std::shared_ptr<PipelineStageRunner> pipeline_;
 };
 
 }  // namespace hybridflow

@@ -1,0 +1,68 @@
+// Pipeline parallelism for a CausalLM split into stages (transformer.h, pipeline_parallel.h): this rank's
+// stage, the communicator over the stages, and the passes that move hidden states forward and their
+// gradients backward between neighbouring stages with point-to-point sends.
+//
+// Training runs the 1F1B schedule (TrainEngine::set_pipeline); inference runs every micro-batch through
+// the stages once (pipeline_forward). A micro-batch's shape is known to every stage from its own copy of the
+// batch, so activations travel without headers. Sends are non-blocking (both neighbours send before they
+// receive in 1F1B's steady state) and complete before the step returns.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
+
+namespace hybridflow {
+
+class PipelineStageRunner {
+ public:
+  // stages: one rank per stage, in stage order (rank = model's stage); must outlive the runner. The model's
+  // inputs are the micro-batch's `input_ids` and `attention_mask` tensors.
+  PipelineStageRunner(CausalLM model, Communicator& stages, std::string ids_key = "input_ids",
+                      std::string mask_key = "attention_mask");
+
+  const PipelineStage& stage() const { return model_->pipeline_stage(); }
+  Communicator& stages() { return stages_; }
+
+  // A forward pass of one micro-batch on this stage. A later stage first receives its input from the stage
+  // before (with a gradient when `training`). A stage before the last runs its layers and sends the result
+  // on, returning it (the tensor its backward starts from); the last stage returns last_stage(micro), which
+  // runs the model's forward (a loss, log-probs, values) and finds the received input set on the model.
+  torch::Tensor forward(const DataProto& micro, bool training,
+                        const std::function<torch::Tensor(const DataProto&)>& last_stage);
+  // The backward pass of a micro-batch whose forward returned `output` (the last stage: the loss to
+  // differentiate; others: this stage's output, whose gradient comes from the next stage). Sends the
+  // input's gradient to the stage before. `input` is what forward() received (undefined on the first stage).
+  void backward(const torch::Tensor& output, const torch::Tensor& input);
+  // The input forward() received last (undefined on the first stage); the engine keeps it for backward.
+  torch::Tensor last_input() const { return last_input_; }
+  // Completes every send in flight.
+  void wait_sends();
+
+  // Gradients of parameters held by both the first and the last stage (a tied lm_head's
+  // model.embed_tokens.weight) are summed over the two; the other stages take part with zeros.
+  bool has_tied_embedding() const;
+  int64_t tied_embedding_numel() const;
+  // True for the last stage's copy of a tied parameter: it is the first stage's, counted once in norms.
+  bool is_tied_copy(const std::string& name) const;
+
+ private:
+  CausalLM model_;
+  Communicator& stages_;
+  std::string ids_key_, mask_key_;
+  torch::Tensor last_input_;
+  std::vector<ProcessGroup::PendingSend> sends_;
+};
+
+// Inference: runs every micro-batch (of micro_batch_size rows) through the stages and returns, on the last
+// stage, the rows of last_stage(micro) concatenated along dim 0; undefined on the other stages.
+torch::Tensor pipeline_forward(PipelineStageRunner& runner, const DataProto& batch, int64_t micro_batch_size,
+                               const std::function<torch::Tensor(const DataProto&)>& last_stage);
+
+}  // namespace hybridflow

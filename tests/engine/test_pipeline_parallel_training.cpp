@@ -1,0 +1,155 @@
+// Pipeline parallelism (with tensor and data parallelism) against one process: for layouts p x t x d =
+// 2x2x1, 2x1x2 and 4x1x1 on 4 processes, with untied and tied embeddings, one PPO policy step and one value
+// step through the 1F1B schedule give the single-process loss, gradient norm, gradients and updated
+// weights on every stage, and log-prob inference through the stages gives the single-process log-probs.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/tensor_parallel_fixture.h"
+#include "hybridflow/engine/generation.h"
+#include "hybridflow/engine/pipeline.h"
+#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/parallel/device_mesh.h"
+#include "parallel/rank_processes.h"
+#include "support/error_of.h"
+
+namespace hybridflow {
+namespace {
+
+using namespace hybridflow::testing;
+
+struct Layout {
+  int pp, tp, dp;
+  bool tied;
+  std::string name() const {
+    return std::to_string(pp) + "x" + std::to_string(tp) + "x" + std::to_string(dp) + (tied ? " tied" : "");
+  }
+};
+
+ModelConfig pipeline_test_config(bool tied) {
+  ModelConfig c = tensor_parallel_test_config();
+  c.num_hidden_layers = 4;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+CausalLM whole_model(bool tied, HeadKind head) {
+  torch::manual_seed(1234);
+  return CausalLM(pipeline_test_config(tied), head);
+}
+
+StepResult reference_step(bool tied, HeadKind head, ModelLossFn loss) {
+  CausalLM model = whole_model(tied, head);
+  TrainEngine engine(model.ptr(), parallel_test_optimizer());
+  StepResult r;
+  r.stats = engine.train_step(rl_batch(), 1, [&](const DataProto& m) { return loss(model, m); });
+  r.grads = gather_full_grads(*model);
+  r.weights = parameters_of(*model);
+  return r;
+}
+
+// The groups of one layout over the 4-process world.
+struct Groups {
+  Groups(const ProcessGroup& world, const DeviceMesh& mesh)
+      : tp(world.split(mesh.tp_groups())), dp(world.split(mesh.dp_groups())), pp(world.split(mesh.pp_groups())) {}
+  Communicator tp, dp, pp;
+};
+
+CausalLM stage_model(const Layout& layout, HeadKind head, Groups& g) {
+  const ModelConfig config = pipeline_test_config(layout.tied);
+  CausalLM model(config, head, TensorParallelGroup(&g.tp), PipelineStage{g.pp.rank(), layout.pp});
+  load_full_state(*model, parameters_of(*whole_model(layout.tied, head)));
+  return model;
+}
+
+StepResult pipeline_step(const Layout& layout, HeadKind head, ModelLossFn loss, Groups& g) {
+  CausalLM model = stage_model(layout, head, g);
+  const ModelConfig config = model->config();
+  TrainEngine engine(model.ptr(), parallel_test_optimizer());
+  engine.set_tensor_parallel(TensorParallelGroup(&g.tp), [&](const std::string& name) {
+    return shard_dim(name, config, g.tp.size()) != ShardDim::kReplicated;
+  });
+  if (g.dp.size() > 1) engine.set_gradient_reducer([&g](torch::Tensor& flat) { g.dp.all_reduce(flat); });
+  engine.set_pipeline(std::make_shared<PipelineStageRunner>(model, g.pp));
+  const DataProto batch = rl_batch();
+  const int64_t rows = batch.batch_size() / g.dp.size();
+  StepResult r;
+  // One row per micro-batch: 4 (d=1) or 2 (d=2) micro-batches through the 1F1B schedule.
+  r.stats = engine.train_step(batch.slice(g.dp.rank() * rows, (g.dp.rank() + 1) * rows), 1,
+                              [&](const DataProto& m) { return loss(model, m); });
+  r.grads = gather_full_grads(*model);
+  r.weights = gather_full_state(*model);
+  return r;
+}
+
+// The reference's tensors that this stage holds.
+std::map<std::string, torch::Tensor> held(const std::map<std::string, torch::Tensor>& all,
+                                          const std::map<std::string, torch::Tensor>& stage) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, value] : stage) out[name] = all.at(name);
+  return out;
+}
+
+void expect_same_step(const StepResult& got, const StepResult& want, const std::string& what) {
+  EXPECT_NEAR(got.stats.loss, want.stats.loss, 1e-5) << what;
+  EXPECT_NEAR(got.stats.grad_norm, want.stats.grad_norm, 1e-5 * want.stats.grad_norm) << what;
+  EXPECT_EQ(got.stats.tokens, want.stats.tokens) << what;
+  expect_same_tensors(got.grads, held(want.grads, got.grads), 2e-6, what + " gradients");
+  expect_same_tensors(got.weights, held(want.weights, got.weights), 2e-6, what + " updated weights");
+}
+
+TEST(PipelineParallelTraining, LayoutsOnFourProcessesMatchOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        const DataProto batch = rl_batch();
+        for (const Layout& layout : {Layout{2, 2, 1, false}, Layout{2, 1, 2, false}, Layout{2, 1, 2, true},
+                                     Layout{4, 1, 1, true}}) {
+          const std::string what = "layout " + layout.name();
+          DeviceMesh mesh(layout.pp, layout.dp, layout.tp);
+          Groups groups(world, mesh);
+
+          const StepResult policy_ref = reference_step(layout.tied, HeadKind::kLanguageModel, policy_loss);
+          ASSERT_GT(policy_ref.stats.grad_norm, parallel_test_optimizer().grad_clip)
+            << "the test should exercise clipping";
+          expect_same_step(pipeline_step(layout, HeadKind::kLanguageModel, policy_loss, groups), policy_ref,
+                           what + " policy");
+          const StepResult value_ref = reference_step(layout.tied, HeadKind::kValue, value_loss);
+          expect_same_step(pipeline_step(layout, HeadKind::kValue, value_loss, groups), value_ref, what + " value");
+
+          // Log-prob inference: every row through the stages, two rows per micro-batch.
+          CausalLM reference = whole_model(layout.tied, HeadKind::kLanguageModel);
+          CausalLM stage = stage_model(layout, HeadKind::kLanguageModel, groups);
+          PipelineStageRunner runner(stage, groups.pp);
+          torch::NoGradGuard no_grad;
+          auto log_probs_of = [](CausalLM& model) {
+            return [&model](const DataProto& m) {
+              return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), kResponseLen)
+                  .log_probs;
+            };
+          };
+          const torch::Tensor want = log_probs_of(reference)(batch);
+          const torch::Tensor got = pipeline_forward(runner, batch, 2, log_probs_of(stage));
+          if (groups.pp.rank() == layout.pp - 1) {
+            ASSERT_TRUE(got.defined()) << what;
+            EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << what << " log-probs differ by "
+                                                                << (got - want).abs().max();
+          } else {
+            EXPECT_FALSE(got.defined()) << what << ": only the last stage has the outputs";
+          }
+        }
+      },
+      180);
+}
+
+TEST(PipelineParallelTraining, GenerationOnAPipelineStageSaysItNeedsTheWholeModel) {
+  CausalLM stage(pipeline_test_config(false), HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{0, 2});
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  const std::string e = error_of([&] { generate(stage, {{1, 2, 3}}, cfg); });
+  EXPECT_NE(e.find("the model is pipeline stage 0 of 2"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace hybridflow
