@@ -99,8 +99,8 @@ ParallelLayout role_layout(const Config& config, const std::string& section, int
   const int tp = config.get<int>(tp_key);
   const int pp = config.get<int>(pp_key);
   HF_CHECK(tp >= 1, tp_key, " must be >= 1, got ", tp);
-  HF_CHECK(pp == 1, pp_key, " = ", pp, ": pipeline parallelism is not implemented yet; split the model over more ",
-           "processes with ", tp_key);
+  HF_CHECK(pp == 1, pp_key, " = ", pp, ": the RL trainer's workers do not run pipeline stages yet (the training ",
+           "engine does, see docs/hybrid_engine.md); split the model over more processes with ", tp_key);
   HF_CHECK(procs % tp == 0, procs_key, " = ", procs, " processes do not divide into tensor-parallel groups of ",
            tp_key, " = ", tp);
   ParallelLayout layout;

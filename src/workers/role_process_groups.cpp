@@ -73,7 +73,7 @@ std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContex
   const auto& pg = context.config.at(kProcessGroupKey);
   HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
            "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
-  HF_CHECK(coord.pp_size == 1, "role '", context.role, "': pipeline parallelism is not implemented yet (pp=",
+  HF_CHECK(coord.pp_size == 1, "role '", context.role, "': the RL workers do not run pipeline stages yet (pp=",
            coord.pp_size, ")");
   // The store runs in the controller: reach it where this worker reached the controller.
   const char* controller = std::getenv(kControllerAddrEnv);
