@@ -128,4 +128,15 @@ struct StepResult {
 
 using ModelLossFn = torch::Tensor (*)(CausalLM&, const DataProto&);
 
+// One process's step of `loss` on the whole of rl_batch(), one row per micro-batch: what the parallel
+// layouts must reproduce.
+inline StepResult one_process_step(CausalLM model, ModelLossFn loss) {
+  TrainEngine engine(model.ptr(), parallel_test_optimizer());
+  StepResult r;
+  r.stats = engine.train_step(rl_batch(), 1, [&](const DataProto& m) { return loss(model, m); });
+  r.grads = gather_full_grads(*model);
+  r.weights = parameters_of(*model);
+  return r;
+}
+
 }  // namespace hybridflow::testing

@@ -39,13 +39,7 @@ CausalLM whole_model(bool tied, HeadKind head) {
 }
 
 StepResult reference_step(bool tied, HeadKind head, ModelLossFn loss) {
-  CausalLM model = whole_model(tied, head);
-  TrainEngine engine(model.ptr(), parallel_test_optimizer());
-  StepResult r;
-  r.stats = engine.train_step(rl_batch(), 1, [&](const DataProto& m) { return loss(model, m); });
-  r.grads = gather_full_grads(*model);
-  r.weights = parameters_of(*model);
-  return r;
+  return one_process_step(whole_model(tied, head), loss);
 }
 
 // The groups of one layout over the 4-process world.

@@ -16,15 +16,7 @@ namespace {
 
 using namespace hybridflow::testing;
 
-StepResult reference_step(HeadKind head, ModelLossFn loss) {
-  CausalLM model = reference_model(head);
-  TrainEngine engine(model.ptr(), parallel_test_optimizer());
-  StepResult r;
-  r.stats = engine.train_step(rl_batch(), 1, [&](const DataProto& m) { return loss(model, m); });
-  r.grads = gather_full_grads(*model);
-  r.weights = parameters_of(*model);
-  return r;
-}
+StepResult reference_step(HeadKind head, ModelLossFn loss) { return one_process_step(reference_model(head), loss); }
 
 // One step of `loss` on this rank's data-parallel rows with a model split over `tp`.
 StepResult parallel_step(HeadKind head, ModelLossFn loss, Communicator& tp, Communicator& dp) {
