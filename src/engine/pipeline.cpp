@@ -21,37 +21,39 @@ PipelineStageRunner::PipelineStageRunner(CausalLM model, Communicator& stages, s
            stages_.size());
 }
 
-torch::Tensor PipelineStageRunner::forward(const DataProto& micro, bool training,
-                                           const std::function<torch::Tensor(const DataProto&)>& last_stage) {
+StagePass PipelineStageRunner::forward(const DataProto& micro, bool training,
+                                       const std::function<torch::Tensor(const DataProto&)>& last_stage) {
   const PipelineStage& s = stage();
   const torch::Tensor& ids = micro.tensor(ids_key_);
-  last_input_ = torch::Tensor();
+  StagePass pass;
   if (!s.first()) {
-    torch::Tensor input = model_->stage_activation_like(ids.size(0), ids.size(1));
-    stages_.recv(input, s.stage - 1, kActivationTag);
-    if (training) input.set_requires_grad(true);
-    model_->set_stage_input(input);
-    last_input_ = input;
+    pass.input = model_->stage_activation_like(ids.size(0), ids.size(1));
+    stages_.recv(pass.input, s.stage - 1, kActivationTag);
+    if (training) pass.input.set_requires_grad(true);
+    model_->set_stage_input(pass.input);
   }
-  if (s.last()) return last_stage(micro);
-  torch::Tensor out = model_->hidden_states(ids, micro.tensor(mask_key_));
-  sends_.push_back(stages_.isend(out.detach(), s.stage + 1, kActivationTag));
-  return out;
+  if (s.last()) {
+    pass.output = last_stage(micro);
+  } else {
+    pass.output = model_->hidden_states(ids, micro.tensor(mask_key_));
+    sends_.push_back(stages_.isend(pass.output.detach(), s.stage + 1, kActivationTag));
+  }
+  return pass;
 }
 
-void PipelineStageRunner::backward(const torch::Tensor& output, const torch::Tensor& input) {
+void PipelineStageRunner::backward(const StagePass& pass) {
   const PipelineStage& s = stage();
   if (s.last()) {
-    output.backward();
+    pass.output.backward();
   } else {
-    torch::Tensor grad = torch::empty_like(output, output.options().requires_grad(false));
+    torch::Tensor grad = torch::empty_like(pass.output, pass.output.options().requires_grad(false));
     stages_.recv(grad, s.stage + 1, kGradientTag);
-    output.backward(grad);
+    pass.output.backward(grad);
   }
   if (!s.first()) {
-    HF_CHECK(input.defined() && input.grad().defined(), "pipeline stage ", s.stage,
+    HF_CHECK(pass.input.defined() && pass.input.grad().defined(), "pipeline stage ", s.stage,
              ": the backward pass left no gradient for the stage's input");
-    sends_.push_back(stages_.isend(input.grad(), s.stage - 1, kGradientTag));
+    sends_.push_back(stages_.isend(pass.input.grad(), s.stage - 1, kGradientTag));
   }
 }
 
@@ -67,11 +69,12 @@ bool PipelineStageRunner::has_tied_embedding() const {
 
 int64_t PipelineStageRunner::tied_embedding_numel() const {
   const auto& c = model_->config();
-  return c.vocab_size / model_->tensor_parallel().size() * c.hidden_size;
+  const auto& tp = model_->tensor_parallel();
+  return even_partition(c.vocab_size, tp.size(), tp.rank(), "vocab_size").length * c.hidden_size;
 }
 
-bool PipelineStageRunner::is_tied_copy(const std::string& name) const {
-  return has_tied_embedding() && !stage().first() && name == "model.embed_tokens.weight";
+bool PipelineStageRunner::is_tied(const std::string& name) const {
+  return has_tied_embedding() && (stage().first() || stage().last()) && name == "model.embed_tokens.weight";
 }
 
 torch::Tensor pipeline_forward(PipelineStageRunner& runner, const DataProto& batch, int64_t micro_batch_size,
@@ -80,9 +83,9 @@ torch::Tensor pipeline_forward(PipelineStageRunner& runner, const DataProto& bat
   std::vector<torch::Tensor> outputs;
   const int64_t rows = batch.batch_size();
   for (int64_t begin = 0; begin < rows; begin += micro_batch_size) {
-    torch::Tensor out = runner.forward(batch.slice(begin, std::min(rows, begin + micro_batch_size)),
-                                       /*training=*/false, last_stage);
-    if (runner.stage().last()) outputs.push_back(out);
+    StagePass pass = runner.forward(batch.slice(begin, std::min(rows, begin + micro_batch_size)),
+                                    /*training=*/false, last_stage);
+    if (runner.stage().last()) outputs.push_back(pass.output);
   }
   runner.wait_sends();
   return outputs.empty() ? torch::Tensor() : torch::cat(outputs, 0);

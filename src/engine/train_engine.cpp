@@ -192,25 +192,21 @@ double TrainEngine::clip_grad_norm() {
 
 void TrainEngine::pipelined_backward(const std::vector<DataProto>& micro_batches, const std::vector<double>& weights,
                                      const MicroLossFn& loss_fn, StepStats& stats) {
-  struct InFlight {
-    torch::Tensor output, input;
-  };
-  std::vector<InFlight> in_flight(micro_batches.size());
+  std::vector<StagePass> in_flight(micro_batches.size());
   double loss_sum = 0;
   const auto schedule =
       one_forward_one_backward(pipeline_->stage(), static_cast<int64_t>(micro_batches.size()));
   for (const PipelineOp& op : schedule) {
     const auto i = static_cast<size_t>(op.micro_batch);
     if (op.kind == PipelineOp::kForward) {
-      in_flight[i].output = pipeline_->forward(micro_batches[i], /*training=*/true, [&](const DataProto& m) {
+      in_flight[i] = pipeline_->forward(micro_batches[i], /*training=*/true, [&](const DataProto& m) {
         torch::Tensor loss = scalar_loss(loss_fn, m);
         loss_sum += loss.item<double>() * weights[i];
         return loss * weights[i];
       });
-      in_flight[i].input = pipeline_->last_input();
     } else {
-      pipeline_->backward(in_flight[i].output, in_flight[i].input);
-      in_flight[i] = InFlight{};  // frees the micro-batch's activations
+      pipeline_->backward(in_flight[i]);
+      in_flight[i] = StagePass{};  // frees the micro-batch's activations
       accumulate_into_masters();
     }
   }
@@ -227,7 +223,7 @@ void TrainEngine::reduce_tied_gradients() {
   torch::NoGradGuard no_grad;
   torch::Tensor* tied = nullptr;
   for (size_t i = 0; i < names_.size(); ++i)
-    if (names_[i] == "model.embed_tokens.weight") tied = &optimized()[i];
+    if (pipeline_->is_tied(names_[i])) tied = &optimized()[i];
   // The stages between the first and the last hold no copy and add zeros.
   torch::Tensor flat;
   if (tied != nullptr && tied->grad().defined())

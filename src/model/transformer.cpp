@@ -5,6 +5,7 @@
 #include "hybridflow/model/transformer.h"
 
 #include <cmath>
+#include <utility>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -309,8 +310,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   } else {
     HF_CHECK(stage_input_.defined(), "CausalLM::forward: pipeline stage ", pp_.stage,
              " needs the previous stage's hidden states (set_stage_input) before its forward");
-    h = std::move(stage_input_);
-    stage_input_ = torch::Tensor();
+    h = std::exchange(stage_input_, torch::Tensor());  // used once: the next forward needs its own input
     HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == t && h.size(2) == config_.hidden_size,
              "CausalLM::forward: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
              " for input_ids of shape ", input_ids.sizes());

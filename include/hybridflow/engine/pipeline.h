@@ -20,6 +20,12 @@
 
 namespace hybridflow {
 
+// One micro-batch's forward pass on a stage: what its backward pass needs.
+struct StagePass {
+  torch::Tensor output;  // the last stage: what last_stage returned; others: the hidden states sent on
+  torch::Tensor input;   // the hidden states received from the stage before (undefined on the first stage)
+};
+
 class PipelineStageRunner {
  public:
   // stages: one rank per stage, in stage order (rank = model's stage); must outlive the runner. The model's
@@ -32,16 +38,14 @@ class PipelineStageRunner {
 
   // A forward pass of one micro-batch on this stage. A later stage first receives its input from the stage
   // before (with a gradient when `training`). A stage before the last runs its layers and sends the result
-  // on, returning it (the tensor its backward starts from); the last stage returns last_stage(micro), which
-  // runs the model's forward (a loss, log-probs, values) and finds the received input set on the model.
-  torch::Tensor forward(const DataProto& micro, bool training,
-                        const std::function<torch::Tensor(const DataProto&)>& last_stage);
-  // The backward pass of a micro-batch whose forward returned `output` (the last stage: the loss to
-  // differentiate; others: this stage's output, whose gradient comes from the next stage). Sends the
-  // input's gradient to the stage before. `input` is what forward() received (undefined on the first stage).
-  void backward(const torch::Tensor& output, const torch::Tensor& input);
-  // The input forward() received last (undefined on the first stage); the engine keeps it for backward.
-  torch::Tensor last_input() const { return last_input_; }
+  // on; the last stage's output is last_stage(micro), which runs the model's forward (a loss, log-probs,
+  // values) and finds the received input set on the model.
+  StagePass forward(const DataProto& micro, bool training,
+                    const std::function<torch::Tensor(const DataProto&)>& last_stage);
+  // The backward pass of a micro-batch's forward pass (the last stage differentiates its output, a loss;
+  // the others receive their output's gradient from the next stage). Sends the input's gradient to the
+  // stage before.
+  void backward(const StagePass& pass);
   // Completes every send in flight.
   void wait_sends();
 
@@ -49,14 +53,15 @@ class PipelineStageRunner {
   // model.embed_tokens.weight) are summed over the two; the other stages take part with zeros.
   bool has_tied_embedding() const;
   int64_t tied_embedding_numel() const;
+  // True on the first and the last stage for the tied parameter's name.
+  bool is_tied(const std::string& name) const;
   // True for the last stage's copy of a tied parameter: it is the first stage's, counted once in norms.
-  bool is_tied_copy(const std::string& name) const;
+  bool is_tied_copy(const std::string& name) const { return is_tied(name) && !stage().first(); }
 
  private:
   CausalLM model_;
   Communicator& stages_;
   std::string ids_key_, mask_key_;
-  torch::Tensor last_input_;
   std::vector<ProcessGroup::PendingSend> sends_;
 };
 
