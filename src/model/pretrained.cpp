@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -86,13 +87,14 @@ torch::Dtype parse_dtype(const std::string& name, const std::string& key) {
   HF_FAIL(key, ": expected fp32 | bf16 | fp16 (or float32 | bfloat16 | float16), got '", name, "'");
 }
 
-Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype, TensorParallelGroup tp) {
+Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype dtype, TensorParallelGroup tp,
+                           PipelineStage stage) {
   Pretrained out;
   out.config = load_model_config(dir + "/config.json");
   out.tokenizer = Tokenizer::load(dir + "/tokenizer.json");
   HF_CHECK(out.tokenizer.vocab_size() <= out.config.vocab_size, dir, ": tokenizer.json has ",
            out.tokenizer.vocab_size(), " tokens but config.json vocab_size is ", out.config.vocab_size);
-  out.model = CausalLM(out.config, head, tp);
+  out.model = CausalLM(out.config, head, tp, stage);
 
   std::map<std::string, torch::Tensor> weights = read_weights(dir);
   for (auto it = weights.begin(); it != weights.end();) it = is_rotary_buffer(it->first) ? weights.erase(it) : ++it;
@@ -100,6 +102,18 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   // model initialised from a language model drops the LM head and starts a fresh value head.
   const bool value_head = head == HeadKind::kValue;
   if (out.config.tie_word_embeddings || value_head) weights.erase("lm_head.weight");
+  // A pipeline stage reads only its own layers; the names of the others' are checked, so that a stray
+  // tensor is still reported.
+  if (stage.enabled())
+    for (auto it = weights.begin(); it != weights.end();) {
+      bool other_stage = false;
+      try {
+        other_stage = !stage_holds(it->first, out.config, head, stage);
+      } catch (const Error&) {
+        // not a weight of this model at all: left for the unexpected-tensor report below
+      }
+      it = other_stage ? weights.erase(it) : ++it;
+    }
 
   // Under tensor parallelism each rank copies its slice out of the mapped file: only those pages are read.
   std::vector<std::string> missing, wrong_shape;
@@ -137,19 +151,26 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
 }
 
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer) {
-  const ModelConfig& config = model->config();
-  const torch::Dtype dtype = parse_dtype(config.torch_dtype, "torch_dtype");
-  NamedTensors tensors;
+  HF_CHECK(!model->pipeline_stage().enabled(), "save_pretrained: the model is pipeline stage ",
+           model->pipeline_stage().stage, " of ", model->pipeline_stage().stages,
+           "; collect every stage's weights and save those");
+  std::map<std::string, torch::Tensor> weights;
   const auto& tp = model->tensor_parallel();
   if (tp.enabled()) {
-    auto full = gather_full_state(*model);
+    weights = gather_full_state(*model);
     if (tp.rank() != 0) return;
-    for (const auto& item : model->named_parameters(/*recurse=*/true))
-      tensors.emplace_back(item.key(), full.at(item.key()).to(torch::kCPU, dtype));
   } else {
     for (const auto& item : model->named_parameters(/*recurse=*/true))
-      tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype));
+      weights.emplace(item.key(), item.value().detach());
   }
+  save_pretrained(dir, model->config(), weights, tokenizer);
+}
+
+void save_pretrained(const std::string& dir, const ModelConfig& config,
+                     const std::map<std::string, torch::Tensor>& weights, const Tokenizer& tokenizer) {
+  const torch::Dtype dtype = parse_dtype(config.torch_dtype, "torch_dtype");
+  NamedTensors tensors;
+  for (const auto& [name, tensor] : weights) tensors.emplace_back(name, tensor.to(torch::kCPU, dtype));
   make_dirs(dir);
   save_model_config(config, dir + "/config.json");
   // transformers refuses safetensors files without format=pt metadata.

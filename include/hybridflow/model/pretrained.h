@@ -2,6 +2,7 @@
 // model.safetensors.index.json) + tokenizer.json.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "hybridflow/model/model_config.h"
@@ -21,13 +22,19 @@ struct Pretrained {
 
 // Loads config, weights (F32/F16/BF16 on disk, cast to `dtype` in memory) and tokenizer.
 // Every failure names the file and what was wrong. With a tensor-parallel group the model holds this
-// rank's shards, copied from the memory-mapped files: each rank reads only its slices.
+// rank's shards, copied from the memory-mapped files: each rank reads only its slices. With a pipeline
+// stage it holds that stage's weights only (the others' are skipped, not reported as unexpected).
 Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLanguageModel,
-                           torch::Dtype dtype = torch::kFloat32, TensorParallelGroup tp = {});
+                           torch::Dtype dtype = torch::kFloat32, TensorParallelGroup tp = {},
+                           PipelineStage stage = {});
 // Writes the directory atomically (each file to a temp name, then rename), weights in config.torch_dtype.
 // A tensor-parallel model is gathered over its group (collective) and written whole by its rank 0, so a
 // checkpoint loads into any layout.
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
+// The same directory from whole tensors the caller collected (e.g. from every pipeline stage), written in
+// config.torch_dtype.
+void save_pretrained(const std::string& dir, const ModelConfig& config,
+                     const std::map<std::string, torch::Tensor>& weights, const Tokenizer& tokenizer);
 
 // "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16" -> dtype; anything else is an error naming `key`.
 torch::Dtype parse_dtype(const std::string& name, const std::string& key);
