@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow {
@@ -31,11 +32,15 @@ int64_t gathered_bytes(const Communicator& comm) { return comm.stats().of("all_g
 
 struct HybridEngine::Weight {
   std::string name;
-  torch::Tensor train;      // the training model's parameter (the same tensor the optimizer steps)
+  torch::Tensor train;      // the training model's parameter (the same tensor the optimizer steps); undefined
+                            // when another pipeline stage holds it
   torch::Tensor gen;        // the generation model's parameter
+  std::vector<int64_t> gen_shape;
   ShardDim train_dim = ShardDim::kReplicated;
   ShardDim gen_dim = ShardDim::kReplicated;
-  torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor
+  int stage = 0;            // the training pipeline stage that owns it
+  torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor, when
+                            // the switch allocated it
 };
 
 HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const ProcessGroup& world,
@@ -44,8 +49,14 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   const DeviceMesh& mesh = layout_.train();
   HF_CHECK(world.size() == mesh.world_size(), "HybridEngine: the actor's world has ", world.size(),
            " ranks but the training layout ", mesh.to_string(), " needs ", mesh.world_size());
-  HF_CHECK(mesh.pp() == 1 && layout_.gen_pp() == 1, "HybridEngine: pipeline parallelism is not supported yet (",
-           mesh.to_string(), ", generation pp=", layout_.gen_pp(), ")");
+  HF_CHECK(layout_.gen_pp() == 1, "HybridEngine: generation runs unstaged (p_g = 1), got generation pp=",
+           layout_.gen_pp(), " for ", mesh.to_string());
+  HF_CHECK(mesh.pp() == 1 || mode_ == ReshardMode::kHybridFlow, "HybridEngine: reshard mode ",
+           reshard_mode_name(mode_), " with pipeline stages (", mesh.to_string(), ") is not built; use hybridflow");
+  const PipelineStage stage = train_->pipeline_stage();
+  HF_CHECK(stage.stages == mesh.pp() && stage.stage == mesh.coords(world_rank_).pp, "HybridEngine: the training ",
+           "model is pipeline stage ", stage.stage, " of ", stage.stages, " but rank ", world_rank_, " of ",
+           mesh.to_string(), " is stage ", mesh.coords(world_rank_).pp, " of ", mesh.pp());
   HF_CHECK(train_->head_kind() == HeadKind::kLanguageModel, "HybridEngine: the actor needs a language-model head");
   const int t = mesh.tp();
   HF_CHECK(train_->tensor_parallel().size() == t, "HybridEngine: the training model is split over ",
@@ -64,6 +75,9 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   const auto gen_groups =
       mode_ == ReshardMode::kHybridFlowV ? vanilla_generation_tp_groups(layout_) : layout_.gen_tp_groups();
   std::tie(gen_replica_, gen_tp_rank_) = position_in(gen_groups, world_rank_);
+  // The paper's grouping numbers replicas by its coordinates (gen_dp), which the controller splits prompts
+  // by; with stages that is not the order of the groups' first ranks.
+  if (mode_ == ReshardMode::kHybridFlow) gen_replica_ = layout_.coords(world_rank_).dp;
   gen_replicas_ = static_cast<int>(gen_groups.size());
   gen_tp_comm_ = std::make_unique<Communicator>(world.split(gen_groups));
   gen_group_ = TensorParallelGroup(gen_tp_comm_.get());
@@ -74,17 +88,27 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   generation_->to(first.device(), first.scalar_type());
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
-  HF_CHECK(train_params.size() == gen_params.size(), "HybridEngine: the layouts' models differ in parameters");
-  for (size_t i = 0; i < train_params.size(); ++i) {
+  HF_CHECK(stage.enabled() || train_params.size() == gen_params.size(),
+           "HybridEngine: the layouts' models differ in parameters");
+  for (const auto& item : gen_params) {
     Weight w;
-    w.name = train_params[i].key();
-    w.train = train_params[i].value();
-    w.gen = gen_params[i].value();
+    w.name = item.key();
+    w.stage = owning_stage(w.name, train_->config(), mesh.pp());
+    if (w.stage == stage.stage) {
+      const torch::Tensor* train = train_params.find(w.name);
+      HF_CHECK(train != nullptr, "HybridEngine: the training model has no '", w.name, "'");
+      w.train = *train;
+    }
+    w.gen = item.value();
+    w.gen_shape = w.gen.sizes().vec();
     w.train_dim = shard_dim(w.name, train_->config(), t);
     w.gen_dim = shard_dim(w.name, train_->config(), layout_.gen_tp());
     release(w.gen);
     weights_.push_back(std::move(w));
   }
+  // The last stage's copy of a tied embedding: the same values as the first stage's weight.
+  if (stage.enabled() && !stage.first())
+    if (const torch::Tensor* copy = train_params.find("model.embed_tokens.weight")) tied_copy_ = *copy;
 }
 
 HybridEngine::~HybridEngine() = default;
@@ -148,6 +172,12 @@ ReshardStats HybridEngine::to_generation() {
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
+  if (layout_.train().pp() > 1) {
+    gather_stages(stats);
+    generating_ = true;
+    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
   const int t = layout_.train().tp();
   const int64_t before = gathered_bytes(*gather_comm_);
   for (auto& w : weights_) {
@@ -179,16 +209,86 @@ ReshardStats HybridEngine::to_training() {
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
+  // A training shard that lives inside a generation tensor moves back into memory of its own.
+  auto own_memory = [](torch::Tensor& train, const torch::Tensor& gathered) {
+    if (train.defined() && gathered.defined() && train.storage().is_alias_of(gathered.storage()))
+      point_at(train, train.detach().clone(at::MemoryFormat::Contiguous));
+  };
   for (auto& w : weights_) {
-    // A training shard that lives inside a generation tensor moves back into memory of its own.
-    if (w.gathered.defined() && w.train.storage().is_alias_of(w.gathered.storage()))
-      point_at(w.train, w.train.detach().clone(at::MemoryFormat::Contiguous));
+    own_memory(w.train, w.gathered);
+    if (w.name == "model.embed_tokens.weight") own_memory(tied_copy_, w.gathered);
     release(w.gen);
     w.gathered = torch::Tensor();
   }
   generating_ = false;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+void HybridEngine::gather_stages(ReshardStats& stats) {
+  torch::NoGradGuard no_grad;
+  // The micro-DP group is ordered (stage j, piece r) -> j * k + r: stage j's k ranks hold the k pieces of a
+  // generation shard that a split weight's training shards make up (device_mesh.h).
+  const int k = layout_.train().tp() / layout_.gen_tp();
+  const int n = gather_comm_->size();
+  const int me = gather_comm_->rank();
+  const int my_stage = me / k, my_piece = me % k;
+  const torch::TensorOptions options = train_->parameters().front().options().requires_grad(false);
+  auto broadcast = [&](torch::Tensor& piece, int root) {
+    gather_comm_->broadcast(piece, root);
+    if (root == me)
+      stats.bytes_sent += piece.nbytes() * (n - 1);
+    else
+      stats.bytes_received += piece.nbytes();
+  };
+  for (auto& w : weights_) {
+    const bool mine = w.stage == my_stage;
+    int64_t gen_numel = 1;
+    for (int64_t d : w.gen_shape) gen_numel *= d;
+    // With stages every weight is split (over them, if not over tensor-parallel ranks): M counts them all.
+    stats.model_bytes += gen_numel * static_cast<int64_t>(options.dtype().itemsize()) *
+                         (w.gen_dim == ShardDim::kReplicated ? 1 : layout_.gen_tp());
+    torch::Tensor gen;
+    if (w.train_dim != ShardDim::kReplicated) {
+      // Piece r is stage j's tensor-parallel rank r's training shard, sent by it to the group.
+      const bool columns = w.train_dim == ShardDim::kColumns && k > 1;
+      torch::Tensor gathered =
+          columns ? torch::empty({k, w.gen_shape[0], w.gen_shape[1] / k}, options) : torch::empty(w.gen_shape, options);
+      auto piece = [&](int r) {
+        return columns ? gathered.select(0, r) : gathered.narrow(0, r * (w.gen_shape[0] / k), w.gen_shape[0] / k);
+      };
+      if (mine) piece(my_piece).copy_(w.train);
+      for (int r = 0; r < k; ++r) {
+        torch::Tensor p = piece(r);
+        broadcast(p, w.stage * k + r);
+      }
+      if (mine) point_at(w.train, piece(my_piece));  // the old training storage is freed here
+      w.gathered = gathered;
+      gen = gathered;
+    } else {
+      // Whole on every rank of the owning stage: each of its k ranks sends a 1/k chunk of the generation
+      // shard. The owning stage receives into its own weight (the same values) and allocates nothing.
+      torch::Tensor local;
+      if (mine) local = shard_of(w.train, w.gen_dim, gen_tp_rank_, layout_.gen_tp());  // w.train when replicated
+      gen = mine && local.is_contiguous() ? local : torch::empty(w.gen_shape, options);
+      if (mine && !gen.is_same(local)) gen.copy_(local);
+      if (!mine || !gen.is_same(local)) w.gathered = gen;
+      torch::Tensor flat = gen.view({-1});
+      for (int r = 0; r < k; ++r) {
+        const int64_t begin = gen_numel * r / k, end = gen_numel * (r + 1) / k;
+        torch::Tensor part = flat.narrow(0, begin, end - begin);
+        broadcast(part, w.stage * k + r);
+      }
+    }
+    point_at(w.gen, gen);
+    stats.peak_extra_weight_bytes += gen.nbytes();
+    // The tied copy is this rank's vocabulary rows of the embedding (piece my_piece of the generation shard).
+    const bool tied = w.name == "model.embed_tokens.weight" && tied_copy_.defined();
+    if (tied) point_at(tied_copy_, gen.narrow(0, my_piece * (gen.size(0) / k), gen.size(0) / k));
+    // Measured, not assumed: does a training parameter still own memory of its own?
+    if (mine && !w.train.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += w.train.nbytes();
+    if (tied && !tied_copy_.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += tied_copy_.nbytes();
+  }
 }
 
 }  // namespace hybridflow

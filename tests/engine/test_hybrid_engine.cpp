@@ -2,6 +2,7 @@
 // generation tensor-parallel size that divides it, each resharding mode generates the tokens one process
 // generates, moves exactly the bytes of the paper's Table 2, and (hybridflow) holds M / t_g of generation
 // weights with no redundant training copy; switching back restores the training weights bit for bit.
+// Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in hybridflow mode.
 #include "hybridflow/engine/hybrid_engine.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,9 @@
 #include "engine/tensor_parallel_fixture.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "parallel/rank_processes.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
@@ -79,6 +82,105 @@ TEST(HybridEngine, EveryLayoutPairAndModeGeneratesLikeOneProcessWithTableTwoByte
         }
       },
       180);
+}
+
+// Pipeline stages generate unstaged (p_g = 1): for p x t x d = 2x2x1 (t_g 2 and 1), 2x1x2 and 4x1x1, with
+// untied and tied embeddings, the gathered model generates one process's tokens; every rank sends its
+// contribution to each peer of its micro-DP group and receives the rest of its generation shard; nothing
+// is held twice (the last stage's tied copy included); and switching back restores every training weight,
+// after which generation sees an update.
+TEST(HybridEngine, PipelineStagesGatherIntoOneUnstagedGenerationModel) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        struct Case {
+          int pp, tp, dp, gen_tp;
+          bool tied;
+        };
+        for (const Case& c : {Case{2, 2, 1, 2, false}, Case{2, 2, 1, 1, false}, Case{2, 2, 1, 1, true},
+                              Case{2, 1, 2, 1, false}, Case{4, 1, 1, 1, true}, Case{4, 1, 1, 1, false}}) {
+          ModelConfig config = tensor_parallel_test_config();
+          config.num_hidden_layers = 4;
+          config.tie_word_embeddings = c.tied;
+          torch::manual_seed(21);
+          CausalLM reference(config, HeadKind::kLanguageModel);
+          const GenerationLayout layout(DeviceMesh(c.pp, c.dp, c.tp), c.gen_tp);
+          const std::string what = layout.train().to_string() + " -> tp_g=" + std::to_string(c.gen_tp) +
+                                   (c.tied ? " tied" : "");
+          Communicator tp(world.split(layout.train().tp_groups()));
+          const int stage = layout.train().coords(rank).pp;
+          CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), PipelineStage{stage, c.pp});
+          load_full_state(*train, parameters_of(*reference));
+          const auto before = parameters_of(*train);
+          HybridEngine engine(train, layout, world, ReshardMode::kHybridFlow);
+          EXPECT_EQ(engine.generation_replicas(), 4 / c.gen_tp) << what;
+          EXPECT_EQ(engine.generation_replica(), layout.coords(rank).dp) << what << ": the replica prompts go to";
+
+          const ReshardStats stats = engine.to_generation();
+          // M is every weight (each stage holds only its own); the generation shard is M / t_g of the split ones.
+          const int k = c.tp / c.gen_tp;
+          int64_t model_bytes = 0, generation_bytes = 0, contributed = 0;
+          for (const auto& item : reference->named_parameters()) {
+            const int64_t bytes = item.value().nbytes();
+            const bool gen_split = shard_dim(item.key(), config, c.gen_tp) != ShardDim::kReplicated && c.gen_tp > 1;
+            const int64_t gen_bytes = gen_split ? bytes / c.gen_tp : bytes;
+            model_bytes += bytes;
+            generation_bytes += gen_bytes;
+            if (owning_stage(item.key(), config, c.pp) != stage) continue;
+            // A split weight's training shard is its piece; a weight whole on the stage goes out in k chunks.
+            const bool train_split = c.tp > 1 && shard_dim(item.key(), config, c.tp) != ShardDim::kReplicated;
+            const int64_t numel = gen_bytes / 4, r = layout.train().coords(rank).tp % k;
+            contributed += train_split ? bytes / c.tp : 4 * (numel * (r + 1) / k - numel * r / k);
+          }
+          const int group = k * c.pp;
+          EXPECT_EQ(stats.model_bytes, model_bytes) << what;
+          EXPECT_EQ(stats.peak_extra_weight_bytes, generation_bytes) << what;
+          EXPECT_EQ(stats.bytes_sent, contributed * (group - 1)) << what;
+          EXPECT_EQ(stats.bytes_received, generation_bytes - contributed) << what;
+          EXPECT_EQ(stats.redundant_bytes, 0) << what;
+
+          GenerationConfig cfg;
+          cfg.greedy = true;
+          cfg.max_new_tokens = 6;
+          const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
+          const auto got = generate(engine.generation_model(), prompts, cfg);
+          EXPECT_TRUE(torch::equal(got.responses, generate(reference, prompts, cfg).responses)) << what;
+
+          engine.to_training();
+          const auto after = parameters_of(*train);
+          for (const auto& [name, value] : before)
+            EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
+          for (const auto& p : train->parameters()) EXPECT_TRUE(p.is_contiguous()) << what;
+
+          // An update to the training weights (both copies of a tied embedding alike) reaches generation.
+          {
+            torch::NoGradGuard no_grad;
+            for (auto& p : train->parameters()) p.mul_(-1.0);
+            for (auto& p : reference->parameters()) p.mul_(-1.0);
+          }
+          engine.to_generation();
+          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg).responses,
+                                   generate(reference, prompts, cfg).responses))
+              << what << " after an update";
+          engine.to_training();
+        }
+      },
+      180);
+}
+
+TEST(HybridEngine, PipelineStagesNeedTheHybridFlowMode) {
+  run_ranks(
+      2,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 2, port);
+        ModelConfig config = tensor_parallel_test_config();
+        CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{rank, 2});
+        const GenerationLayout layout(DeviceMesh(2, 1, 1), 1);
+        const std::string e = error_of([&] { HybridEngine engine(train, layout, world, ReshardMode::kAllGather); });
+        EXPECT_NE(e.find("reshard mode allgather with pipeline stages"), std::string::npos) << e;
+      },
+      60);
 }
 
 // Training -> generation -> training -> an optimizer step -> generation again sees the updated weights.

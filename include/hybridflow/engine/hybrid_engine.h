@@ -10,7 +10,13 @@
 // call's own and is gone when it returns. The two baselines of the paper's Table 2 (resharding.h) are the
 // same interface with their own groups, so all three can be measured on the same processes.
 //
-// Pipeline parallelism is not part of this engine yet: it needs p = p_g = 1.
+// Pipeline stages (p > 1) generate unstaged (p_g = 1), in hybridflow mode: each rank's micro-DP group then
+// spans the stages (j, r) -> j * k + r with k = t/t_g, and to_generation() builds every generation tensor
+// from broadcasts inside it: a split weight's k pieces from the k ranks of the stage that owns it (each
+// piece a training shard, which then lives on as a slice of the generation tensor), a weight whole on its
+// stage (norms) in k chunks from those ranks. Each rank receives the generation shard less what it held,
+// and the last stage's copy of a tied embedding becomes a slice of the gathered embedding, so nothing is
+// held twice.
 #pragma once
 
 #include <memory>
@@ -49,6 +55,7 @@ class HybridEngine {
   struct Weight;  // one parameter in both layouts
   void gather_in_place(Weight& w, ReshardStats& stats);
   void gather_full(Weight& w, ReshardStats& stats);
+  void gather_stages(ReshardStats& stats);  // p > 1
 
   CausalLM train_;
   GenerationLayout layout_;
@@ -58,7 +65,8 @@ class HybridEngine {
   std::unique_ptr<Communicator> gen_tp_comm_;
   TensorParallelGroup gen_group_;
   CausalLM generation_{nullptr};
-  std::vector<Weight> weights_;
+  std::vector<Weight> weights_;  // the generation model's, in its order
+  torch::Tensor tied_copy_;      // a later stage's copy of the first stage's tied embedding
   int gen_tp_rank_ = 0;
   int gen_replica_ = 0, gen_replicas_ = 1;
   bool generating_ = false;
