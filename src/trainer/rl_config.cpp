@@ -82,6 +82,7 @@ actor_rollout_ref:
     dtype: null
     megatron:
       tensor_model_parallel_size: null
+      pipeline_model_parallel_size: null
 critic:
   num_processes: 1
   megatron:

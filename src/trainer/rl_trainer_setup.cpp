@@ -99,12 +99,12 @@ ParallelLayout role_layout(const Config& config, const std::string& section, int
   const int tp = config.get<int>(tp_key);
   const int pp = config.get<int>(pp_key);
   HF_CHECK(tp >= 1, tp_key, " must be >= 1, got ", tp);
-  HF_CHECK(pp == 1, pp_key, " = ", pp, ": the RL trainer's workers do not run pipeline stages yet (the training ",
-           "engine does, see docs/hybrid_engine.md); split the model over more processes with ", tp_key);
-  HF_CHECK(procs % tp == 0, procs_key, " = ", procs, " processes do not divide into tensor-parallel groups of ",
-           tp_key, " = ", tp);
+  HF_CHECK(pp >= 1, pp_key, " must be >= 1, got ", pp);
+  HF_CHECK(procs % (tp * pp) == 0, procs_key, " = ", procs, " processes do not divide into model-parallel groups of ",
+           tp_key, " = ", tp, " x ", pp_key, " = ", pp);
   ParallelLayout layout;
   layout.tp = tp;
+  layout.pp = pp;
   return layout;
 }
 
@@ -124,10 +124,15 @@ ParallelLayout actor_layout(const Config& config, int procs) {
     HF_FAIL(mode_key, ": ", e.what());
   }
   layout.consecutive_generation_groups = mode == ReshardMode::kHybridFlowV;
-  const std::string ref_key = "actor_rollout_ref.ref.megatron.tensor_model_parallel_size";
-  HF_CHECK(config.is_null(ref_key) || config.get<int>(ref_key) == layout.tp, ref_key, " = ", config.get<int>(ref_key),
-           ": the reference model lives in the actor's processes and is split like the actor (",
-           layout.tp, "); leave it null");
+  HF_CHECK(layout.pp == 1 || mode == ReshardMode::kHybridFlow, mode_key, " = ", config.get<std::string>(mode_key),
+           ": with actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", layout.pp,
+           " generation gathers the stages in hybridflow mode only; the baselines are built for one stage");
+  for (const auto& [ref_key, actor_value] :
+       {std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.tensor_model_parallel_size", layout.tp},
+        std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", layout.pp}})
+    HF_CHECK(config.is_null(ref_key) || config.get<int>(ref_key) == actor_value, ref_key, " = ",
+             config.get<int>(ref_key), ": the reference model lives in the actor's processes and is split like the ",
+             "actor (", actor_value, "); leave it null");
   return layout;
 }
 
@@ -222,11 +227,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            s.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
            " (with n = 1 every advantage is 0 and nothing is learned)");
   const ParallelLayout actor_mesh = actor_layout(config, actor_procs);
-  const int actor_dp = actor_procs / actor_mesh.tp;
-  const int gen_replicas = actor_dp * (actor_mesh.tp / actor_mesh.gen_tp);
+  const int actor_dp = actor_procs / (actor_mesh.tp * actor_mesh.pp);
+  // Generation runs unstaged: each generation replica is gen_tp ranks.
+  const int gen_replicas = actor_procs / actor_mesh.gen_tp;
   HF_CHECK((batch_prompts * n) % actor_dp == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
            " samples must divide across the actor's ", actor_dp, " data-parallel groups (actor_rollout_ref.num_processes = ",
-           actor_procs, " / tensor_model_parallel_size = ", actor_mesh.tp, ")");
+           actor_procs, " / (tensor_model_parallel_size = ", actor_mesh.tp, " x pipeline_model_parallel_size = ",
+           actor_mesh.pp, "))");
   HF_CHECK(batch_prompts % gen_replicas == 0, "data.train_batch_size = ", batch_prompts,
            " prompts must divide across the actor's ", gen_replicas, " generation replicas (actor_rollout_ref.num_processes = ",
            actor_procs, " / rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp, ")");
@@ -285,7 +292,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     return role_layout(config, role, procs, colocate ? "actor_rollout_ref.num_processes (trainer.colocate: true)" : role + ".num_processes");
   };
   const ParallelLayout critic_mesh = s.use_critic ? layout_of("critic") : ParallelLayout{};
-  const int critic_dp = (colocate ? actor_procs : config.get<int>("critic.num_processes")) / critic_mesh.tp;
+  const int critic_dp =
+      (colocate ? actor_procs : config.get<int>("critic.num_processes")) / (critic_mesh.tp * critic_mesh.pp);
   HF_CHECK(!s.use_critic || (batch_prompts * n) % critic_dp == 0, "data.train_batch_size x rollout.n = ",
            batch_prompts * n, " samples must divide across the critic's ", critic_dp, " data-parallel groups");
   const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};

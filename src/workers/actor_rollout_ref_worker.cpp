@@ -38,18 +38,20 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   // Several processes train as one: tensor-parallel groups split the model, data-parallel groups the batch.
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
   const TensorParallelGroup tp = groups_ ? groups_->tensor_parallel() : TensorParallelGroup();
+  const PipelineStage stage = groups_ ? groups_->pipeline_stage() : PipelineStage();
   nlohmann::json actor_spec = spec;
   actor_spec["dtype"] = config_.value("actor", nlohmann::json::object()).value("dtype", spec.value("dtype", "fp32"));
-  actor_ = build_model(actor_spec, HeadKind::kLanguageModel, tp);
+  actor_ = build_model(actor_spec, HeadKind::kLanguageModel, tp, stage);
+  if (groups_) actor_pipeline_ = groups_->pipeline_runner(actor_);
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   const int gen_tp = rollout.value("tensor_model_parallel_size", coord().tp_size);
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
   const std::string rollout_dtype = rollout.value("dtype", actor_spec.at("dtype").get<std::string>());
   if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_spec.at("dtype").get<std::string>(), "actor dtype")) {
-    HF_CHECK(gen_tp == coord().tp_size, "role '", context().role, "': a rollout dtype (", rollout_dtype,
-             ") other than the actor's needs the actor's tensor-parallel size for generation (",
-             coord().tp_size, "), got ", gen_tp);
+    HF_CHECK(gen_tp == coord().tp_size && !stage.enabled(), "role '", context().role, "': a rollout dtype (",
+             rollout_dtype, ") other than the actor's needs the actor's tensor-parallel size for generation (",
+             coord().tp_size, ", got ", gen_tp, ") and no pipeline stages (pp ", coord().pp_size, ")");
     nlohmann::json rollout_spec = actor_spec;
     rollout_spec["dtype"] = rollout_dtype;
     rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel, tp);
@@ -59,14 +61,17 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   if (config_.value("has_ref", false)) {
     nlohmann::json ref_spec = actor_spec;
     ref_spec["dtype"] = config_.value("ref_dtype", actor_spec.at("dtype").get<std::string>());
-    ref_ = build_model(ref_spec, HeadKind::kLanguageModel, tp);
+    ref_ = build_model(ref_spec, HeadKind::kLanguageModel, tp, stage);
+    if (groups_) ref_pipeline_ = groups_->pipeline_runner(ref_);
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
   engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
-  use_model_split(*engine_, actor_);
+  use_model_layout(*engine_, actor_, actor_pipeline_);
   if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_);
-  if (gen_tp != coord().tp_size) start_hybrid_engine(gen_tp, rollout.value("reshard_mode", std::string("hybridflow")));
+  // Generation runs unstaged (p_g = 1): pipeline stages switch layouts through the engine even at t_g = t.
+  if (gen_tp != coord().tp_size || stage.enabled())
+    start_hybrid_engine(gen_tp, rollout.value("reshard_mode", std::string("hybridflow")));
 
   using W = ActorRolloutRefWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
@@ -83,6 +88,8 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, const std::string& m
   const MeshCoord& c = coord();
   HF_CHECK(groups_, "role '", context().role, "': generation tensor-parallel size ", gen_tp,
            " differs from training's 1 on a single process");
+  HF_CHECK(c.pp_size == 1 || parse_reshard_mode(mode) == ReshardMode::kHybridFlow, "role '", context().role,
+           "': reshard_mode ", mode, " with pipeline stages (pp ", c.pp_size, ") is not built; use hybridflow");
   const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp);
   hybrid_ = std::make_unique<HybridEngine>(actor_, layout, groups_->world(), parse_reshard_mode(mode));
   // The controller splits prompts by the coordinates it computed (mesh_coord.h); they must name the replica
@@ -132,26 +139,26 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   return result;
 }
 
-torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, const DataProto& in) const {
+torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
+                                                  const DataProto& in) const {
   torch::NoGradGuard no_grad;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   const double temperature = rollout.value("temperature", 1.0);
   const int64_t micro = rollout.value("log_prob_micro_batch_size", int64_t{16});
-  const int64_t rows = in.batch_size();
   const int64_t response_len = in.tensor("responses").size(1);
-  std::vector<torch::Tensor> parts;
-  for (int64_t begin = 0; begin < rows; begin += micro) {
-    DataProto m = in.slice(begin, std::min(rows, begin + micro));
-    parts.push_back(response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), response_len,
-                                       temperature, /*with_entropy=*/false)
-                        .log_probs);
-  }
-  return (torch::cat(parts, 0) * in.tensor("response_mask").to(torch::kFloat)).contiguous();
+  torch::Tensor log_probs = forward_micro_batches(pipeline, in, micro, [&](const DataProto& m) {
+    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
+                              /*with_entropy=*/false)
+        .log_probs;
+  });
+  if (!log_probs.defined()) return log_probs;  // a stage before the last
+  return (log_probs * in.tensor("response_mask").to(torch::kFloat)).contiguous();
 }
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   DataProto out;
-  out.set_tensor("old_log_probs", log_probs_of(actor_, in));
+  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in);
+  if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
   return out;
 }
 
@@ -159,7 +166,8 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(!ref_.is_empty(), "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (config has_ref: false)");
   DataProto out;
-  out.set_tensor("ref_log_prob", log_probs_of(ref_, in));
+  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in);
+  if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
   return out;
 }
 
@@ -220,7 +228,7 @@ DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
   save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_,
-                       in.meta().at("tokenizer").get<std::string>());
+                       in.meta().at("tokenizer").get<std::string>(), groups_ ? groups_->pipeline() : nullptr);
   return DataProto();
 }
 
@@ -242,7 +250,8 @@ void ActorRolloutRefWorker::sync_rollout_weights() {
 
 DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {
   DataProto out;
-  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(actor_), torch::kDouble));
+  out.set_tensor("param_sq_norm",
+                 torch::full({1}, parameter_sq_norm(actor_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));
   return out;
 }
 

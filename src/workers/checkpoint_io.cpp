@@ -11,6 +11,7 @@
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/tokenizer.h"
+#include "hybridflow/parallel/gather_named.h"
 
 namespace hybridflow {
 
@@ -23,17 +24,25 @@ std::string rng_path(const std::string& dir, const std::string& role, int rank) 
   return dir + "/rng/" + role + "_rank" + std::to_string(rank) + ".safetensors";
 }
 
-// The optimizer state follows the parameters' shards: one file per tensor-parallel rank.
+// The optimizer state follows the parameters' shards: one file per pipeline stage and tensor-parallel rank.
 std::string optim_path(const std::string& dir, const std::string& role, const MeshCoord& coord) {
-  if (coord.tp_size == 1) return dir + "/" + role + "_optim.pt";
-  return dir + "/" + role + "_optim_tp" + std::to_string(coord.tp) + "of" + std::to_string(coord.tp_size) + ".pt";
+  std::string name = dir + "/" + role + "_optim";
+  if (coord.pp_size > 1) name += "_pp" + std::to_string(coord.pp) + "of" + std::to_string(coord.pp_size);
+  if (coord.tp_size > 1) name += "_tp" + std::to_string(coord.tp) + "of" + std::to_string(coord.tp_size);
+  return name + ".pt";
 }
 
-// Whole fp32 tensors on the CPU; a split model is gathered over its group (collective).
-NamedTensors full_parameters_of(const CausalLM& model) {
-  NamedTensors out;
-  for (auto& [name, tensor] : gather_full_state(*model)) out.emplace_back(name, tensor.to(torch::kCPU, torch::kFloat32));
-  return out;
+// Whole fp32 tensors, on the CPU of the rank that writes them (tensor-parallel rank 0 of the first stage;
+// empty elsewhere): a split model is gathered over its tensor-parallel group and its stages (collective).
+std::map<std::string, torch::Tensor> full_parameters_of(const CausalLM& model, Communicator* stages) {
+  std::map<std::string, torch::Tensor> mine;
+  for (auto& [name, tensor] : gather_full_state(*model)) mine.emplace(name, tensor.to(torch::kCPU, torch::kFloat32));
+  if (!model->pipeline_stage().enabled()) return mine;
+  // A pipeline group is one tensor-parallel rank of every stage: only rank 0's groups collect.
+  if (model->tensor_parallel().rank() != 0) return {};
+  HF_CHECK(stages != nullptr, "checkpoint: the model is pipeline stage ", model->pipeline_stage().stage,
+           " but no communicator over the stages was given");
+  return gather_named_tensors(mine, *stages, 0, model->parameters().front().device());
 }
 
 // Copies each parameter, or this rank's shard of it, out of a file of whole tensors.
@@ -56,16 +65,18 @@ void copy_weights(const std::string& file, CausalLM& model) {
 }  // namespace
 
 void save_role_checkpoint(const std::string& dir, const std::string& role, const MeshCoord& coord,
-                          const CausalLM& model, const TrainEngine& engine, const std::string& tokenizer_json) {
+                          const CausalLM& model, const TrainEngine& engine, const std::string& tokenizer_json,
+                          Communicator* stages) {
   make_dirs(dir + "/rng");
   save_cpu_rng_state(rng_path(dir, role, coord.rank));
   if (coord.dp != 0) return;  // data-parallel replicas hold the same shards
   const std::string model_dir = dir + "/" + role;
-  save_pretrained(model_dir, model, Tokenizer::load(tokenizer_json));
-  // The HF file holds weights in config.torch_dtype; resuming bit for bit needs the float32 values.
-  if (model->config().torch_dtype != "float32") {
-    NamedTensors exact = full_parameters_of(model);
-    if (coord.tp == 0) write_safetensors(model_dir + "/" + kExactWeightsFile, exact);
+  const std::map<std::string, torch::Tensor> full = full_parameters_of(model, stages);
+  if (coord.tp == 0 && coord.pp == 0) {
+    save_pretrained(model_dir, model->config(), full, Tokenizer::load(tokenizer_json));
+    // The HF file holds weights in config.torch_dtype; resuming bit for bit needs the float32 values.
+    if (model->config().torch_dtype != "float32")
+      write_safetensors(model_dir + "/" + kExactWeightsFile, NamedTensors(full.begin(), full.end()));
   }
   engine.save_state(optim_path(dir, role, coord));
 }
@@ -80,8 +91,9 @@ void load_role_checkpoint(const std::string& dir, const std::string& role, const
   copy_weights(file_exists(exact) ? exact : hf, model);
   const std::string optim = optim_path(dir, role, coord);
   HF_CHECK(file_exists(optim), "checkpoint ", dir, ": ", optim, " is missing: the optimizer state was saved for ",
-           "another tensor_model_parallel_size of role '", role, "' than ", coord.tp_size, " (the weights in ",
-           model_dir, " load into any layout: start a new run from them with model.path)");
+           "another layout of role '", role, "' than tensor_model_parallel_size ", coord.tp_size,
+           ", pipeline_model_parallel_size ", coord.pp_size, " (the weights in ", model_dir,
+           " load into any layout: start a new run from them with model.path)");
   engine.load_state(optim);
 
   const std::string rng_file = rng_path(dir, role, coord.rank);

@@ -17,10 +17,13 @@ void CriticWorker::register_methods(MethodTable& table) {
   at::set_num_threads(config_.value("threads", 1));
   set_device(model_device(config_.at("model")));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  critic_ = build_model(config_.at("model"), HeadKind::kValue, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
+  const auto& spec = config_.at("model");
+  critic_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
+                    : build_model(spec, HeadKind::kValue);
+  if (groups_) pipeline_ = groups_->pipeline_runner(critic_);
   engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
                                           optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
-  use_model_split(*engine_, critic_);
+  use_model_layout(*engine_, critic_, pipeline_);
   if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_);
   table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
   table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
@@ -45,11 +48,10 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
   torch::NoGradGuard no_grad;
   critic_->eval();
   const int64_t micro = config_.value("log_prob_micro_batch_size", int64_t{16});
-  std::vector<torch::Tensor> parts;
-  for (int64_t begin = 0; begin < in.batch_size(); begin += micro)
-    parts.push_back(response_values(in.slice(begin, std::min(in.batch_size(), begin + micro))));
+  torch::Tensor values =
+      forward_micro_batches(pipeline_.get(), in, micro, [&](const DataProto& m) { return response_values(m); });
   DataProto out;
-  out.set_tensor("values", torch::cat(parts, 0).contiguous());
+  if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
   return out;
 }
 
@@ -82,7 +84,8 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
 
 DataProto CriticWorker::parameter_norm(const DataProto&) {
   DataProto out;
-  out.set_tensor("param_sq_norm", torch::full({1}, parameter_sq_norm(critic_), torch::kDouble));
+  out.set_tensor("param_sq_norm",
+                 torch::full({1}, parameter_sq_norm(critic_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));
   return out;
 }
 
@@ -92,7 +95,7 @@ DataProto CriticWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
   save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_,
-                       in.meta().at("tokenizer").get<std::string>());
+                       in.meta().at("tokenizer").get<std::string>(), groups_ ? groups_->pipeline() : nullptr);
   return DataProto();
 }
 
@@ -107,8 +110,11 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   at::set_num_threads(config_.value("threads", 1));
   set_device(model_device(config_.at("model")));
   // Only a split model needs process groups: scoring data-parallel ranks never talk to each other.
-  if (coord().tp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  model_ = build_model(config_.at("model"), HeadKind::kValue, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
+  if (coord().tp_size > 1 || coord().pp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
+  const auto& spec = config_.at("model");
+  model_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
+                   : build_model(spec, HeadKind::kValue);
+  if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   model_->eval();
   table.add("compute_rm_score", batch_protocol(coord()), this, &RewardModelWorker::compute_rm_score);
 }
@@ -116,15 +122,13 @@ void RewardModelWorker::register_methods(MethodTable& table) {
 DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {
   torch::NoGradGuard no_grad;
   const int64_t micro = config_.value("micro_batch_size", int64_t{16});
-  std::vector<torch::Tensor> parts;
-  for (int64_t begin = 0; begin < in.batch_size(); begin += micro) {
-    DataProto m = in.slice(begin, std::min(in.batch_size(), begin + micro));
+  torch::Tensor scores = forward_micro_batches(pipeline_.get(), in, micro, [&](const DataProto& m) {
     const auto& mask = m.tensor("attention_mask");
     auto values = model_->forward(m.tensor("input_ids"), mask).values;
-    parts.push_back(values.gather(1, last_valid_index(mask).unsqueeze(1)).squeeze(1));
-  }
+    return values.gather(1, last_valid_index(mask).unsqueeze(1)).squeeze(1);
+  });
   DataProto out;
-  out.set_tensor("rm_scores", torch::cat(parts, 0).to(torch::kFloat).contiguous());
+  if (scores.defined()) out.set_tensor("rm_scores", scores.to(torch::kFloat).contiguous());  // the last stage's
   return out;
 }
 

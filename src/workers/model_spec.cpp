@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/runtime/worker.h"
@@ -30,7 +31,8 @@ void init_value_head(CausalLM& model, uint64_t seed) {
 }
 }  // namespace
 
-CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp) {
+CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp,
+                     const PipelineStage& stage) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
   torch::manual_seed(spec.value("init_seed", uint64_t{0}));
@@ -38,8 +40,8 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
   const torch::Dtype dtype = parse_dtype(spec.value("dtype", std::string("fp32")), "model dtype");
   const std::string path = spec.value("path", std::string());
   if (!path.empty()) {
-    Pretrained loaded = load_pretrained(path, head, torch::kFloat32, tp);
-    if (loaded.fresh_value_head) init_value_head(loaded.model, spec.value("init_seed", uint64_t{0}));
+    Pretrained loaded = load_pretrained(path, head, torch::kFloat32, tp, stage);
+    if (loaded.fresh_value_head && stage.last()) init_value_head(loaded.model, spec.value("init_seed", uint64_t{0}));
     loaded.model->to(device, dtype);
     return loaded.model;
   }
@@ -54,9 +56,9 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
   config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
   config.validate();
   CausalLM model(config, head);
-  if (tp.enabled()) {
-    check_tensor_parallel(config, tp.size());
-    CausalLM split(config, head, tp);
+  if (tp.enabled() || stage.enabled()) {
+    if (tp.enabled()) check_tensor_parallel(config, tp.size());
+    CausalLM split(config, head, tp, stage);
     load_full_state(*split, [&] {
       std::map<std::string, torch::Tensor> full;
       for (const auto& item : model->named_parameters()) full[item.key()] = item.value().detach();
@@ -78,22 +80,27 @@ double parameter_sq_norm(torch::nn::Module& module) {
   return total;
 }
 
-double parameter_sq_norm(const CausalLM& model) {
+double parameter_sq_norm(const CausalLM& model, Communicator* stages) {
   const TensorParallelGroup& tp = model->tensor_parallel();
-  if (!tp.enabled()) return parameter_sq_norm(*model.ptr());
+  const PipelineStage& stage = model->pipeline_stage();
+  HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages), "parameter_sq_norm: the model ",
+           "is pipeline stage ", stage.stage, " of ", stage.stages, " and needs the communicator over its stages");
+  if (!tp.enabled() && !stage.enabled()) return parameter_sq_norm(*model.ptr());
   torch::NoGradGuard no_grad;
-  double replicated = 0;
-  torch::Tensor split = torch::zeros({1}, torch::kDouble);
+  // [split over tp, replicated over tp], summed over tp and then over the stages.
+  torch::Tensor squares = torch::zeros({2}, torch::kDouble);
   for (const auto& item : model->named_parameters()) {
+    // The last stage's copy of a tied embedding is the first stage's weight.
+    if (stage.enabled() && owning_stage(item.key(), model->config(), stage.stages) != stage.stage) continue;
     const double sq = item.value().detach().to(torch::kDouble).pow(2).sum().item<double>();
-    if (shard_dim(item.key(), model->config(), tp.size()) == ShardDim::kReplicated)
-      replicated += sq;
-    else
-      split += sq;
+    squares[shard_dim(item.key(), model->config(), tp.size()) == ShardDim::kReplicated ? 1 : 0] += sq;
   }
-  torch::Tensor on_device = split.to(model->parameters().front().device());
-  tp.comm()->all_reduce(on_device);
-  return replicated + on_device.item<double>();
+  const torch::Device device = model->parameters().front().device();
+  torch::Tensor split = squares.narrow(0, 0, 1).to(device);
+  if (tp.enabled()) tp.comm()->all_reduce(split);
+  torch::Tensor total = split + squares.narrow(0, 1, 1).to(device);
+  if (stage.enabled()) stages->all_reduce(total);
+  return total.item<double>();
 }
 
 }  // namespace hybridflow

@@ -73,8 +73,6 @@ std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContex
   const auto& pg = context.config.at(kProcessGroupKey);
   HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
            "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
-  HF_CHECK(coord.pp_size == 1, "role '", context.role, "': the RL workers do not run pipeline stages yet (pp=",
-           coord.pp_size, ")");
   // The store runs in the controller: reach it where this worker reached the controller.
   const char* controller = std::getenv(kControllerAddrEnv);
   const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
@@ -100,7 +98,24 @@ std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContex
   const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
   groups->dp_ = coord.dp_size == world ? groups->world_ : groups->world_.split(mesh.dp_groups());
   if (coord.tp_size > 1) groups->tp_ = std::make_unique<Communicator>(groups->world_.split(mesh.tp_groups()));
+  if (coord.pp_size > 1) groups->pp_ = std::make_unique<Communicator>(groups->world_.split(mesh.pp_groups()));
+  groups->stage_ = PipelineStage{coord.pp, coord.pp_size};
   return groups;
+}
+
+std::shared_ptr<PipelineStageRunner> RoleProcessGroups::pipeline_runner(const CausalLM& model) const {
+  if (!pp_) return nullptr;
+  return std::make_shared<PipelineStageRunner>(model, *pp_);
+}
+
+torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, int64_t micro_batch_size,
+                                    const std::function<torch::Tensor(const DataProto&)>& last_stage) {
+  HF_CHECK(micro_batch_size > 0, "micro-batch size must be > 0, got ", micro_batch_size);
+  if (pipeline != nullptr) return pipeline_forward(*pipeline, batch, micro_batch_size, last_stage);
+  std::vector<torch::Tensor> parts;
+  for (int64_t begin = 0; begin < batch.batch_size(); begin += micro_batch_size)
+    parts.push_back(last_stage(batch.slice(begin, std::min(batch.batch_size(), begin + micro_batch_size))));
+  return torch::cat(parts, 0);
 }
 
 void use_model_split(TrainEngine& engine, const CausalLM& model) {
@@ -109,6 +124,11 @@ void use_model_split(TrainEngine& engine, const CausalLM& model) {
   engine.set_tensor_parallel(tp, [config = model->config(), size = tp.size()](const std::string& name) {
     return shard_dim(name, config, size) != ShardDim::kReplicated;
   });
+}
+
+void use_model_layout(TrainEngine& engine, const CausalLM& model, std::shared_ptr<PipelineStageRunner> pipeline) {
+  use_model_split(engine, model);
+  if (pipeline) engine.set_pipeline(std::move(pipeline));
 }
 
 const char* batch_protocol(const MeshCoord& coord) {

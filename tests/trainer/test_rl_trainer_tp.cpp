@@ -15,58 +15,14 @@
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "support/tiny_rl_config.h"
+#include "trainer/parallel_ppo_fixture.h"
 
 using namespace hybridflow;
 using hybridflow::testing::error_of;
+using namespace hybridflow::testing;
 
 static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
 
-namespace {
-
-// A value-head model directory for the reward model: the tiny run's shape and tokenizer, fixed weights.
-std::string write_reward_model(const std::string& dir) {
-  TaskOptions options;
-  const Tokenizer tokenizer = Tokenizer::from_alphabet(make_task("addition", options)->alphabet());
-  nlohmann::json spec = {{"preset", "tiny"},         {"vocab_size", tokenizer.vocab_size()},
-                         {"hidden_size", 32},        {"num_hidden_layers", 1},
-                         {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-                         {"intermediate_size", 64},  {"init_seed", 77},
-                         {"eos_token_id", tokenizer.eos_id()}, {"pad_token_id", tokenizer.pad_id()}};
-  save_pretrained(dir, build_model(spec, HeadKind::kValue), tokenizer);
-  return dir;
-}
-
-// PPO with critic, reference (KL loss) and reward model on 4 colocated processes, 4 prompts x 2 samples.
-std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, int gen_tp, std::vector<std::string> extra = {}) {
-  const std::string t = std::to_string(tp);
-  std::vector<std::string> o = {"actor_rollout_ref.num_processes=4",
-                                "trainer.colocate=true",
-                                "data.train_batch_size=4",
-                                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
-                                "critic.ppo_mini_batch_size=4",
-                                "critic.ppo_micro_batch_size=2",
-                                // In order, the 2-row micro-batches are the same rows at dp 2 and dp 4, so the
-                                // per-micro-batch metrics average over the same groups.
-                                "actor_rollout_ref.actor.shuffle=false",
-                                "critic.shuffle=false",
-                                "actor_rollout_ref.actor.use_kl_loss=true",
-                                "reward_model.enable=true",
-                                "reward_model.path=" + rm_dir,
-                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=" + t,
-                                "actor_rollout_ref.rollout.tensor_model_parallel_size=" + std::to_string(gen_tp),
-                                "critic.megatron.tensor_model_parallel_size=" + t,
-                                "reward_model.megatron.tensor_model_parallel_size=" + t};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return hybridflow::testing::tiny_rl_overrides("gae", o);
-}
-
-double metric(const nlohmann::json& record, const std::string& key) {
-  EXPECT_TRUE(record.contains(key)) << key << " missing from " << record.dump();
-  return record.contains(key) ? record.at(key).get<double>() : 0.0;
-}
-
-}  // namespace
 
 TEST(RlTrainerTensorParallel, PpoSplitTwoWaysFollowsTheDataParallelRun) {
   hybridflow::testing::TempDir dir;

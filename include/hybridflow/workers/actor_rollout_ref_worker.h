@@ -22,10 +22,13 @@
 // rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
 // tensor_model_parallel_size, reshard_mode}. dtypes are fp32 | bf16 (model_spec.h); rollout and reference
 // default to the actor's.
-// Layout: the worker group's ParallelLayout (tp, gen_tp). Actor and reference are split over the tp groups
-// and trained data-parallel over the dp groups (workers/data_parallel.h; update_actor's meta "comm" has the
-// gradient all-reduce's byte counts). A rollout tensor_model_parallel_size below tp generates through the
-// 3D-HybridEngine (engine/hybrid_engine.h) in reshard_mode hybridflow | hybridflow-v | allgather.
+// Layout: the worker group's ParallelLayout (tp, pp, gen_tp). Actor and reference are split over the tp
+// groups and their layers over the pp stages (log-probs pass through the stages in micro-batches, updates
+// run 1F1B, engine/pipeline.h), and trained data-parallel over the dp groups (workers/data_parallel.h;
+// update_actor's meta "comm" has the gradient all-reduce's byte counts). A rollout
+// tensor_model_parallel_size below tp, or pipeline stages (generation runs unstaged, p_g = 1), generates
+// through the 3D-HybridEngine (engine/hybrid_engine.h) in reshard_mode hybridflow | hybridflow-v | allgather
+// (with stages: hybridflow).
 #pragma once
 
 #include <memory>
@@ -54,7 +57,8 @@ class ActorRolloutRefWorker : public Worker {
   DataProto flat_parameters(const DataProto& in);
 
  private:
-  torch::Tensor log_probs_of(CausalLM& model, const DataProto& in) const;
+  // Undefined on pipeline stages before the last.
+  torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
   void sync_rollout_weights();
   void start_hybrid_engine(int gen_tp, const std::string& mode);
@@ -64,9 +68,10 @@ class ActorRolloutRefWorker : public Worker {
   CausalLM actor_{nullptr};
   CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype
   CausalLM ref_{nullptr};
+  std::shared_ptr<PipelineStageRunner> actor_pipeline_, ref_pipeline_;  // when the role has pipeline stages
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
-  std::unique_ptr<HybridEngine> hybrid_;       // when generation uses a smaller tp than training
+  std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
 };
 
 }  // namespace hybridflow

@@ -13,8 +13,10 @@
 // RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
 // Config JSON: model, threads, micro_batch_size. Either model is split over the tensor-parallel groups of
-// the worker group's layout; a critic trains data-parallel over its data-parallel groups
-// (workers/data_parallel.h; update_critic's meta "comm" has the gradient all-reduce's byte counts).
+// the worker group's layout and its layers over the pipeline stages (the batch passes through the stages in
+// micro-batches; a critic's update runs them in 1F1B order, engine/pipeline.h); a critic trains
+// data-parallel over its data-parallel groups (workers/data_parallel.h; update_critic's meta "comm" has the
+// gradient all-reduce's byte counts).
 #pragma once
 
 #include <memory>
@@ -44,6 +46,7 @@ class CriticWorker : public Worker {
   nlohmann::json config_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
   CausalLM critic_{nullptr};
+  std::shared_ptr<PipelineStageRunner> pipeline_;  // when the role has pipeline stages
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
 };
@@ -57,6 +60,7 @@ class RewardModelWorker : public Worker {
   nlohmann::json config_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the model is split
   CausalLM model_{nullptr};
+  std::shared_ptr<PipelineStageRunner> pipeline_;
 };
 
 }  // namespace hybridflow

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
@@ -17,15 +18,18 @@ namespace hybridflow {
 // dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine). Error naming the key when the spec is incomplete.
 // With a tensor-parallel group the model holds this rank's shards of exactly the weights one process would
 // build: a directory is read slice by slice, a preset is made whole from init_seed and then split, and a
-// value head that the directory lacks starts from init_seed whatever the split.
-CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp = {});
+// value head that the directory lacks starts from init_seed whatever the split. With a pipeline stage it
+// holds only that stage's part of those weights.
+CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp = {},
+                     const PipelineStage& stage = {});
 
 // The device the spec's model goes to in this process.
 torch::Device model_device(const nlohmann::json& spec);
 
 // Sum of squares of all parameters: a cheap fingerprint to tell whether weights changed.
 double parameter_sq_norm(torch::nn::Module& module);
-// The same of the whole model when it is split: collective over its tensor-parallel group.
-double parameter_sq_norm(const CausalLM& model);
+// The same of the whole model when it is split: collective over its tensor-parallel group and, when it is
+// a pipeline stage, over `stages` (one rank per stage; a tied embedding's copy on the last stage counts once).
+double parameter_sq_norm(const CausalLM& model, Communicator* stages = nullptr);
 
 }  // namespace hybridflow

@@ -1,6 +1,7 @@
-// The c10d process groups of one role's processes under its layout (mesh_coord.h: tp fastest, then dp):
-// the whole role, its tensor-parallel groups (the model's shards talk inside these) and its data-parallel
-// groups (ranks holding the same shard: gradients, metrics and row checks go over these).
+// The c10d process groups of one role's processes under its layout (mesh_coord.h: tp fastest, then dp, then
+// pp): the whole role, its tensor-parallel groups (the model's shards talk inside these), its data-parallel
+// groups (ranks holding the same shard: gradients, metrics and row checks go over these) and its pipeline
+// groups (one rank per stage: activations and their gradients pass along these).
 //
 // Rendezvous across hosts: the store is the one the controller's WorkerGroup hosts for the role
 // (kProcessGroupKey in the role's config), reached at HF_CONTROLLER_ADDR, else at the host of
@@ -10,9 +11,11 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
@@ -31,15 +34,31 @@ class RoleProcessGroups {
   const ProcessGroup& data_parallel() const { return dp_; }
   // Valid as long as this object lives; size 1 (no communication) when the role's tp is 1.
   TensorParallelGroup tensor_parallel() const { return TensorParallelGroup(tp_.get()); }
+  // This rank's pipeline stage (one stage holding the whole model when the role's pp is 1).
+  PipelineStage pipeline_stage() const { return stage_; }
+  // The communicator over this rank's pipeline group; null when pp is 1.
+  Communicator* pipeline() const { return pp_.get(); }
+  // The runner that moves `model`'s activations between the stages (engine/pipeline.h); null when pp is 1.
+  std::shared_ptr<PipelineStageRunner> pipeline_runner(const CausalLM& model) const;
 
  private:
   ProcessGroup world_, dp_;
-  std::unique_ptr<Communicator> tp_;
+  std::unique_ptr<Communicator> tp_, pp_;
+  PipelineStage stage_;
 };
+
+// Runs the role's model over `batch` in micro-batches of `micro_batch_size` rows and returns the rows of
+// `last_stage(micro)` concatenated (last_stage runs the model's forward); with pipeline stages they pass
+// through every stage and only the last returns rows (undefined elsewhere: the batch protocol collects the
+// last stage's).
+torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, int64_t micro_batch_size,
+                                    const std::function<torch::Tensor(const DataProto&)>& last_stage);
 
 // Tells `engine` which of `model`'s parameters its tensor-parallel group splits, so gradient norms sum over
 // the group (no-op when the model is not split).
 void use_model_split(TrainEngine& engine, const CausalLM& model);
+// use_model_split, and with pipeline stages the engine runs 1F1B over them (null pipeline: no stages).
+void use_model_layout(TrainEngine& engine, const CausalLM& model, std::shared_ptr<PipelineStageRunner> pipeline);
 
 // The protocol of a role's batch methods: the batch splits over data-parallel groups and every rank of a
 // tensor-parallel group sees its group's rows (3D_PROTO); plain DP_PROTO when tp is 1, which is the same.

@@ -1,0 +1,113 @@
+// The RL trainer with pipeline-parallel roles on 4 processes: PPO whose actor (with its reference) runs two
+// stages of two tensor-parallel ranks and generates unstaged and unsplit through the 3D-HybridEngine, whose
+// critic runs two stages over two data-parallel groups and whose reward model runs two stages of two ranks,
+// follows the all-data-parallel run of the same seed step for step; the switch moves every weight the
+// rank's stage lacks and holds nothing twice; its checkpoint is one Hugging Face directory that a later
+// run resumes from and that loads unstaged.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "trainer/parallel_ppo_fixture.h"
+
+using namespace hybridflow;
+using namespace hybridflow::testing;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+// Every role in pp stages of tp ranks (tp = 1 for the critic: it trains over two data-parallel groups).
+std::vector<std::string> staged(const std::string& rm, int pp, int tp, std::vector<std::string> extra = {}) {
+  const std::string p = std::to_string(pp);
+  extra.insert(extra.begin(), {"model.num_hidden_layers=2",
+                               "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=" + p,
+                               "critic.megatron.pipeline_model_parallel_size=" + p,
+                               "critic.megatron.tensor_model_parallel_size=1",
+                               "reward_model.megatron.pipeline_model_parallel_size=" + p});
+  return ppo_on_four(rm, tp, 1, extra);
+}
+
+}  // namespace
+
+TEST(RlTrainerPipelineParallel, PpoInTwoStagesFollowsTheDataParallelRun) {
+  TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm", /*layers=*/2);
+  RLTrainer piped(load_rl_config("", staged(rm, 2, 2)));
+  RLTrainer plain(load_rl_config("", staged(rm, 1, 1)));
+  for (const char* role : {"actor", "critic"})
+    EXPECT_NEAR(piped.parameter_sq_norm(role), plain.parameter_sq_norm(role), 1e-6 * plain.parameter_sq_norm(role))
+        << role;
+  for (int step = 1; step <= 2; ++step) {
+    const nlohmann::json a = piped.step();
+    const nlohmann::json b = plain.step();
+    for (const char* key : {"score/rule_mean", "score/rm_mean", "response_length/mean"})
+      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-5) << key << " at step " << step;
+    for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "critic/vf_loss",
+                            "critic/vpred_mean", "critic/grad_norm"})
+      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-4 + 1e-4 * std::abs(metric(b, key))) << key << " at step " << step;
+    // Generation is unstaged and unsplit (t_g = p_g = 1): every rank holds all M bytes while generating, what
+    // it trained with among them, and received the rest.
+    const double model_bytes = metric(a, "reshard/model_bytes");
+    EXPECT_GT(model_bytes, 0);
+    EXPECT_EQ(metric(a, "reshard/peak_extra_weight_bytes"), model_bytes);
+    EXPECT_EQ(metric(a, "reshard/redundant_bytes"), 0);
+    EXPECT_GT(metric(a, "reshard/to_generation_bytes_received"), model_bytes / 2);
+    EXPECT_LT(metric(a, "reshard/to_generation_bytes_received"), model_bytes);
+  }
+  for (const char* role : {"actor", "critic"})
+    EXPECT_NEAR(piped.parameter_sq_norm(role), plain.parameter_sq_norm(role), 1e-5 * plain.parameter_sq_norm(role))
+        << role;
+}
+
+TEST(RlTrainerPipelineParallel, AStagedRunResumesAndItsWeightsLoadUnstaged) {
+  TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm", /*layers=*/2);
+  const std::string run = dir.path() + "/run";
+  auto overrides = [&](std::vector<std::string> extra) {
+    extra.push_back("trainer.run_dir=" + run);
+    extra.push_back("reward_model.enable=false");
+    return staged(rm, 2, 1, extra);
+  };
+  double actor_norm = 0, critic_norm = 0;
+  std::string checkpoint;
+  {
+    RLTrainer first(load_rl_config("", overrides({"trainer.total_steps=1", "trainer.save_freq=1"})));
+    first.fit();
+    actor_norm = first.parameter_sq_norm("actor");
+    critic_norm = first.parameter_sq_norm("critic");
+    checkpoint = first.last_checkpoint();
+  }
+  // The two stages' weights are one directory: an unstaged model loads it whole.
+  EXPECT_NEAR(parameter_sq_norm(*load_pretrained(checkpoint + "/actor").model.ptr()), actor_norm, 1e-9 * actor_norm);
+  EXPECT_NEAR(parameter_sq_norm(*load_pretrained(checkpoint + "/critic", HeadKind::kValue).model.ptr()), critic_norm,
+              1e-9 * critic_norm);
+  {
+    RLTrainer resumed(load_rl_config("", overrides({"trainer.total_steps=2"})));
+    EXPECT_EQ(resumed.steps_done(), 1);
+    EXPECT_NEAR(resumed.parameter_sq_norm("actor"), actor_norm, 1e-9 * actor_norm);
+    resumed.step();
+    EXPECT_EQ(resumed.steps_done(), 2);
+  }
+}
+
+TEST(RlTrainerPipelineParallel, StagesThatDoNotFitAreRefusedNamingTheKey) {
+  auto error_for = [](std::vector<std::string> extra) {
+    return error_of([&] { RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", extra))); });
+  };
+  std::string e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                             "actor_rollout_ref.rollout.reshard_mode=allgather"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.reshard_mode = allgather"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                 "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1"});
+  EXPECT_NE(e.find("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size = 1"), std::string::npos) << e;
+  // One layer does not split into two stages: the worker's error names the model's key.
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"});
+  EXPECT_NE(e.find("num_hidden_layers"), std::string::npos) << e;
+}
