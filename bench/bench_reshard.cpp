@@ -1,10 +1,11 @@
 // 3D-HybridEngine switch, training layout -> generation layout, on N local processes (Gloo), for every
-// (train, gen) pair of the process count or the one given, in all three modes of the paper's Table 2.
+// (train, gen) pair of the process count or the one given, in all three modes of the paper's Table 2
+// (pipeline stages, p > 1, generate unstaged and in hybridflow mode only; p must divide the layers).
 // One JSON line per switch: the largest figure over ranks of bytes sent, generation weight memory,
 // redundant bytes and seconds, plus the paper's bytes and the ratios against the all-gather baseline.
 // Then generation throughput with t_g < t against t_g = t on the same processes and weights.
 //
-//   bench_reshard [--processes=4] [--train=P,T,D] [--gen=PG,TG] [--mode=hybridflow|hybridflow-v|allgather]
+//   bench_reshard [--processes=4] [--train=P,T,D] [--gen=1,TG] [--mode=hybridflow|hybridflow-v|allgather]
 //                 [--hidden=768] [--layers=6] [--vocab=32000] [--gen-batch=8] [--gen-tokens=16]
 //                 [--model=DIR]  (a Hugging Face directory: each rank loads its training shards from it
 //                                 instead of random weights of --hidden/--layers/--vocab)
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "bench_common.h"
@@ -39,13 +41,21 @@ std::vector<int> ints(const std::string& text) {
 }
 
 struct Pair {
-  int t, d, t_g;
+  int p, t, d, t_g;
 };
 
 double max_over(Communicator& world, double value) {
   auto t = torch::tensor({value}, torch::kDouble);
   world.all_reduce(t, ReduceOp::kMax);
   return t.item<double>();
+}
+
+// A ratio against the all-gather baseline, or null where it was not run (pipeline stages) or moved nothing.
+std::string ratio(double value, double baseline) {
+  if (baseline <= 0) return "null";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4f", value / baseline);
+  return text;
 }
 
 ModelConfig bench_config(int argc, char** argv) {
@@ -79,16 +89,19 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
   GenerationConfig gen;
   gen.greedy = true;
   gen.max_new_tokens = arg_int(argc, argv, "gen-tokens", 16);
-  std::map<std::pair<int, int>, double> throughput;  // (t, t_g) -> tokens/s
+  std::map<std::tuple<int, int, int>, double> throughput;  // (p, t, t_g) -> tokens/s
   for (const Pair& pair : pairs) {
-    GenerationLayout layout(DeviceMesh(1, pair.d, pair.t), pair.t_g);
+    GenerationLayout layout(DeviceMesh(pair.p, pair.d, pair.t), pair.t_g);
     Communicator tp(world.split(layout.train().tp_groups()));
+    const PipelineStage stage{layout.train().coords(rank).pp, pair.p};
     torch::manual_seed(1 + layout.train().coords(rank).tp);
-    CausalLM train = model_dir.empty()
-                         ? CausalLM(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp))
-                         : load_pretrained(model_dir, HeadKind::kLanguageModel, torch::kFloat32, TensorParallelGroup(&tp)).model;
+    CausalLM train = model_dir.empty() ? CausalLM(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), stage)
+                                       : load_pretrained(model_dir, HeadKind::kLanguageModel, torch::kFloat32,
+                                                         TensorParallelGroup(&tp), stage)
+                                             .model;
     double allgather_bytes = 0, allgather_seconds = 0;
     for (ReshardMode mode : modes) {
+      if (pair.p > 1 && mode != ReshardMode::kHybridFlow) continue;  // the baselines are built for one stage
       HybridEngine engine(train, layout, world, mode);
       stats_comm.barrier();
       const ReshardStats s = engine.to_generation();
@@ -97,7 +110,7 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
       const double redundant = max_over(stats_comm, static_cast<double>(s.redundant_bytes));
       const double seconds = max_over(stats_comm, s.seconds);
       if (mode == ReshardMode::kAllGather) allgather_bytes = sent, allgather_seconds = seconds;
-      if (mode == ReshardMode::kHybridFlow && !throughput.count({pair.t, pair.t_g})) {
+      if (mode == ReshardMode::kHybridFlow && !throughput.count({pair.p, pair.t, pair.t_g})) {
         // Each generation replica decodes its share of the prompts (3D_ALL_MICRO_DP).
         const int64_t share = std::max<int64_t>(1, gen_batch / engine.generation_replicas());
         std::vector<std::vector<int64_t>> prompts;
@@ -109,30 +122,32 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
         const double start = bench::now_seconds();
         generate(engine.generation_model(), prompts, gen);
         const double elapsed = max_over(stats_comm, bench::now_seconds() - start);
-        throughput[{pair.t, pair.t_g}] = static_cast<double>(share * engine.generation_replicas() * gen.max_new_tokens) / elapsed;
+        throughput[{pair.p, pair.t, pair.t_g}] =
+            static_cast<double>(share * engine.generation_replicas() * gen.max_new_tokens) / elapsed;
       }
       engine.to_training();
       if (rank == 0) {
         const ReshardCost paper = paper_reshard_cost(mode, layout, s.model_bytes);
         std::printf(
-            "{\"mode\": \"%s\", \"train\": [1, %d, %d], \"gen\": [1, %d], \"model_bytes\": %lld, "
+            "{\"mode\": \"%s\", \"train\": [%d, %d, %d], \"gen\": [1, %d], \"model_bytes\": %lld, "
             "\"bytes_sent_per_rank\": %.0f, \"paper_bytes_per_rank\": %lld, \"peak_extra_weight_bytes_per_rank\": %.0f, "
-            "\"redundant_bytes_per_rank\": %.0f, \"switch_seconds\": %.4f, \"bytes_vs_allgather\": %.4f, "
-            "\"seconds_vs_allgather\": %.4f}\n",
-            s.mode.c_str(), pair.t, pair.d, pair.t_g, static_cast<long long>(s.model_bytes), sent,
+            "\"redundant_bytes_per_rank\": %.0f, \"switch_seconds\": %.4f, \"bytes_vs_allgather\": %s, "
+            "\"seconds_vs_allgather\": %s}\n",
+            s.mode.c_str(), pair.p, pair.t, pair.d, pair.t_g, static_cast<long long>(s.model_bytes), sent,
             static_cast<long long>(paper.bytes_received), peak, redundant, seconds,
-            allgather_bytes > 0 ? sent / allgather_bytes : 0.0, allgather_seconds > 0 ? seconds / allgather_seconds : 0.0);
+            ratio(sent, allgather_bytes).c_str(), ratio(seconds, allgather_seconds).c_str());
         std::fflush(stdout);
       }
     }
   }
   if (rank == 0) {
     for (const auto& [key, tokens_per_s] : throughput) {
-      auto same = throughput.find({key.first, key.first});
-      if (key.second == key.first || same == throughput.end()) continue;
-      std::printf("{\"generation\": \"tp_g < tp\", \"train_tp\": %d, \"gen_tp\": %d, \"tokens_per_s\": %.1f, "
-                  "\"tokens_per_s_at_gen_tp_equal_train_tp\": %.1f, \"speedup\": %.2f}\n",
-                  key.first, key.second, tokens_per_s, same->second, tokens_per_s / same->second);
+      const auto [p, t, t_g] = key;
+      auto same = throughput.find({p, t, t});
+      if (t_g == t || same == throughput.end()) continue;
+      std::printf("{\"generation\": \"tp_g < tp\", \"train_pp\": %d, \"train_tp\": %d, \"gen_tp\": %d, "
+                  "\"tokens_per_s\": %.1f, \"tokens_per_s_at_gen_tp_equal_train_tp\": %.1f, \"speedup\": %.2f}\n",
+                  p, t, t_g, tokens_per_s, same->second, tokens_per_s / same->second);
     }
   }
   std::fflush(stdout);  // the child leaves through _exit, which does not flush
@@ -147,15 +162,17 @@ int main(int argc, char** argv) {
   if (!train.empty()) {
     const auto ptd = ints(train);
     const auto gen = ints(arg(argc, argv, "gen", "1,1"));
-    if (ptd.size() != 3 || gen.size() != 2 || ptd[0] != 1 || gen[0] != 1 || ptd[1] * ptd[2] != n) {
-      std::cerr << "bench_reshard: --train=1,T,D with T*D = --processes and --gen=1,TG (pipeline stages: not yet)\n";
+    if (ptd.size() != 3 || gen.size() != 2 || gen[0] != 1 || ptd[0] * ptd[1] * ptd[2] != n) {
+      std::cerr << "bench_reshard: --train=P,T,D with P*T*D = --processes and --gen=1,TG (generation is unstaged)\n";
       return 2;
     }
-    pairs.push_back({ptd[1], ptd[2], gen[1]});
+    pairs.push_back({ptd[0], ptd[1], ptd[2], gen[1]});
   } else {
-    for (int t = n; t >= 1; t /= 2)
-      if (n % t == 0)
-        for (int t_g = t; t_g >= 1; t_g /= 2) pairs.push_back({t, n / t, t_g});
+    const int layers = static_cast<int>(arg_int(argc, argv, "layers", 6));
+    for (int p = 1; p <= n; p *= 2)
+      for (int t = n / p; t >= 1; t /= 2)
+        if (n % (p * t) == 0 && (p == 1 || layers % p == 0))
+          for (int t_g = t; t_g >= 1; t_g /= 2) pairs.push_back({p, t, n / (p * t), t_g});
   }
   std::vector<ReshardMode> modes = {ReshardMode::kAllGather, ReshardMode::kHybridFlowV, ReshardMode::kHybridFlow};
   const std::string mode = arg(argc, argv, "mode", "");
