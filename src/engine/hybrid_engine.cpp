@@ -74,10 +74,15 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   }
   const auto gen_groups =
       mode_ == ReshardMode::kHybridFlowV ? vanilla_generation_tp_groups(layout_) : layout_.gen_tp_groups();
-  std::tie(gen_replica_, gen_tp_rank_) = position_in(gen_groups, world_rank_);
-  // The paper's grouping numbers replicas by its coordinates (gen_dp), which the controller splits prompts
-  // by; with stages that is not the order of the groups' first ranks.
-  if (mode_ == ReshardMode::kHybridFlow) gen_replica_ = layout_.coords(world_rank_).dp;
+  if (mode_ == ReshardMode::kHybridFlowV) {
+    std::tie(gen_replica_, gen_tp_rank_) = position_in(gen_groups, world_rank_);
+  } else {
+    // The layout's coordinates, which the controller splits prompts by; with stages the replica is not the
+    // index of its group (groups are listed by their first rank).
+    const GenCoords g = layout_.coords(world_rank_);
+    gen_replica_ = g.dp;
+    gen_tp_rank_ = g.tp;
+  }
   gen_replicas_ = static_cast<int>(gen_groups.size());
   gen_tp_comm_ = std::make_unique<Communicator>(world.split(gen_groups));
   gen_group_ = TensorParallelGroup(gen_tp_comm_.get());
