@@ -88,8 +88,6 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, const std::string& m
   const MeshCoord& c = coord();
   HF_CHECK(groups_, "role '", context().role, "': generation tensor-parallel size ", gen_tp,
            " differs from training's 1 on a single process");
-  HF_CHECK(c.pp_size == 1 || parse_reshard_mode(mode) == ReshardMode::kHybridFlow, "role '", context().role,
-           "': reshard_mode ", mode, " with pipeline stages (pp ", c.pp_size, ") is not built; use hybridflow");
   const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp);
   hybrid_ = std::make_unique<HybridEngine>(actor_, layout, groups_->world(), parse_reshard_mode(mode));
   // The controller splits prompts by the coordinates it computed (mesh_coord.h); they must name the replica
