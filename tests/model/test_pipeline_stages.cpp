@@ -27,12 +27,6 @@ ModelConfig four_layer_config(bool tied) {
   return c;
 }
 
-std::map<std::string, torch::Tensor> state_of(CausalLMImpl& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
 std::set<std::string> names_of(CausalLMImpl& model) {
   std::set<std::string> out;
   for (const auto& item : model.named_parameters()) out.insert(item.key());
@@ -70,7 +64,7 @@ TEST(PipelineStages, StagesInSequenceGiveTheWholeModelsOutputs) {
       const ModelConfig c = four_layer_config(tied);
       torch::manual_seed(11);
       CausalLM whole(c, head);
-      const auto full = state_of(*whole);
+      const auto full = gather_full_state(*whole);
       torch::NoGradGuard no_grad;
       const ForwardOutput want = whole->forward(ids, mask);
       for (int stages : {2, 4}) {
