@@ -73,17 +73,20 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
-  HF_CHECK(!pipeline_, "set_sharded_optimizer: ZeRO with pipeline parallelism is not supported yet; use a "
-                       "gradient reducer for the data-parallel ranks of a stage");
-  std::vector<bool> decay;
-  for (size_t i = 0; i < names_.size(); ++i) decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
-  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_);
+  std::vector<bool> decay, counted;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
+    counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
+  }
+  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_, counted,
+                                          pipeline_ ? &pipeline_->stages() : nullptr);
 }
 
 int64_t TrainEngine::optimizer_state_numel() const {
-  if (zero_) return zero_->state_numel();
   int64_t n = 0;
+  // Mixed precision keeps whole fp32 masters beside ZeRO's partition (the module's copy-back reads them).
   for (const auto& m : masters_) n += m.numel();
+  if (zero_) return n + zero_->state_numel();
   for (const auto& [key, state] : optimizer_->state()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
     n += s.exp_avg().numel() + s.exp_avg_sq().numel();
@@ -144,7 +147,8 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
 }
 
 void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
-  HF_CHECK(!zero_, "set_pipeline: ZeRO with pipeline parallelism is not supported yet");
+  HF_CHECK(!zero_, "set_pipeline: call it before set_sharded_optimizer (the ZeRO optimizer's gradient norm spans "
+                   "the stages)");
   HF_CHECK(step_ == 0, "set_pipeline: the engine has already taken ", step_, " steps");
   pipeline_ = std::move(pipeline);
 }
@@ -397,6 +401,82 @@ void TrainEngine::load_state(const std::string& path) {
   } catch (const std::exception& e) {
     HF_FAIL("optimizer state '", path, "' could not be loaded into this model's optimizer: ", e.what());
   }
+}
+
+TrainEngine::NamedState TrainEngine::named_state() const {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor>& stepped = masters_.empty() ? params_ : masters_;
+  std::vector<ZeroOptimizer::Moments> moments(params_.size());
+  if (zero_) {
+    moments = zero_->gather_moments();
+  } else {
+    for (size_t i = 0; i < stepped.size(); ++i) {
+      auto it = optimizer_->state().find(stepped[i].unsafeGetTensorImpl());
+      if (it == optimizer_->state().end()) continue;
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      moments[i] = {s.exp_avg(), s.exp_avg_sq(), s.step()};
+    }
+  }
+  auto cpu_fp32 = [](const torch::Tensor& t) { return t.defined() ? t.detach().to(torch::kCPU, torch::kFloat).clone() : t; };
+  NamedState out;
+  out.step = step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParameterState& p = out.parameters[names_[i]];
+    p.exp_avg = cpu_fp32(moments[i].exp_avg);
+    p.exp_avg_sq = cpu_fp32(moments[i].exp_avg_sq);
+    p.adam_step = moments[i].step;
+    if (!masters_.empty()) p.master = cpu_fp32(masters_[i]);
+  }
+  return out;
+}
+
+void TrainEngine::load_named_state(const NamedState& state) {
+  torch::NoGradGuard no_grad;
+  auto check_shape = [&](const torch::Tensor& t, size_t i, const char* what) {
+    HF_CHECK(!t.defined() || t.sizes() == params_[i].sizes(), "optimizer state: ", what, " of parameter '", names_[i],
+             "' has shape ", t.sizes(), ", the model expects ", params_[i].sizes(),
+             split_[i] ? " on this tensor-parallel rank" : "");
+  };
+  // Everything is checked before anything changes, so a refused state leaves the engine as it was.
+  std::vector<const ParameterState*> saved_of(params_.size(), nullptr);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = state.parameters.find(names_[i]);
+    if (it == state.parameters.end()) continue;
+    const ParameterState& saved = it->second;
+    check_shape(saved.exp_avg, i, "exp_avg");
+    check_shape(saved.exp_avg_sq, i, "exp_avg_sq");
+    check_shape(saved.master, i, "the master weight");
+    HF_CHECK(saved.exp_avg.defined() == saved.exp_avg_sq.defined(), "optimizer state: parameter '", names_[i],
+             "' has only one of Adam's two moments");
+    saved_of[i] = &saved;
+  }
+  std::vector<ZeroOptimizer::Moments> moments(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParameterState* saved = saved_of[i];
+    if (saved != nullptr && saved->exp_avg.defined())
+      moments[i] = {saved->exp_avg, saved->exp_avg_sq, saved->adam_step};
+    // Mixed precision resumes from the fp32 masters (the module's weights are their rounding); a state
+    // without them (saved by an fp32 engine) starts the masters from the module's weights.
+    if (!masters_.empty()) {
+      masters_[i].copy_(saved != nullptr && saved->master.defined() ? saved->master : params_[i]);
+      params_[i].copy_(masters_[i]);
+    }
+  }
+  if (zero_) {
+    zero_->set_moments(moments);
+  } else {
+    for (size_t i = 0; i < optimized().size(); ++i) {
+      const torch::Tensor& p = optimized()[i];
+      optimizer_->state().erase(p.unsafeGetTensorImpl());
+      if (!moments[i].exp_avg.defined()) continue;
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(moments[i].step);
+      s->exp_avg(moments[i].exp_avg.to(p.device(), torch::kFloat).clone());
+      s->exp_avg_sq(moments[i].exp_avg_sq.to(p.device(), torch::kFloat).clone());
+      optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(s);
+    }
+  }
+  step_ = state.step;
 }
 
 }  // namespace hybridflow

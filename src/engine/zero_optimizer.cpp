@@ -1,5 +1,6 @@
 #include "hybridflow/engine/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,7 +14,8 @@ struct ZeroOptimizer::Group {
   int64_t numel = 0;            // unpadded
   int64_t partition = 0;        // padded numel / d
   torch::Tensor master;         // this rank's fp32 partition (what AdamW steps)
-  torch::Tensor split_mask;     // 1 where the partition's element belongs to a tensor-parallel shard
+  torch::Tensor split_mask;       // 1 where the partition's element belongs to a tensor-parallel shard
+  torch::Tensor replicated_mask;  // 1 where it belongs to a replicated parameter that this stage counts
 };
 
 namespace {
@@ -34,23 +36,26 @@ torch::Tensor flat_padded(const std::vector<torch::Tensor>& parts, int64_t padde
 
 ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, const std::vector<bool>& decay,
                              const std::vector<bool>& split, const OptimizerOptions& options, Communicator& dp,
-                             TensorParallelGroup tp)
-    : params_(std::move(params)), dp_(dp), tp_(tp) {
-  HF_CHECK(decay.size() == params_.size() && split.size() == params_.size(), "ZeroOptimizer: ", params_.size(),
-           " parameters but ", decay.size(), " decay flags and ", split.size(), " split flags");
+                             TensorParallelGroup tp, std::vector<bool> counted, Communicator* stages)
+    : params_(std::move(params)), dp_(dp), tp_(tp), stages_(stages) {
+  if (counted.empty()) counted.assign(params_.size(), true);
+  HF_CHECK(decay.size() == params_.size() && split.size() == params_.size() && counted.size() == params_.size(),
+           "ZeroOptimizer: ", params_.size(), " parameters but ", decay.size(), " decay flags, ", split.size(),
+           " split flags and ", counted.size(), " counted flags");
   torch::NoGradGuard no_grad;
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
   const int d = dp_.size();
   std::vector<torch::optim::OptimizerParamGroup> adam_groups;
   for (bool decayed : {true, false}) {
     auto group = std::make_unique<Group>();
-    std::vector<torch::Tensor> values, masks;
+    std::vector<torch::Tensor> values, split_masks, replicated_masks;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (decay[i] != decayed) continue;
       group->members.push_back(i);
       group->numel += params_[i].numel();
       values.push_back(params_[i].detach());
-      masks.push_back(torch::full({params_[i].numel()}, split[i] ? 1.0 : 0.0, fp32));
+      split_masks.push_back(torch::full({params_[i].numel()}, split[i] ? 1.0 : 0.0, fp32));
+      replicated_masks.push_back(torch::full({params_[i].numel()}, !split[i] && counted[i] ? 1.0 : 0.0, fp32));
     }
     if (group->members.empty()) continue;
     group->partition = (group->numel + d - 1) / d;
@@ -58,7 +63,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, const std::vecto
     const int64_t begin = dp_.rank() * group->partition;
     group->master = flat_padded(values, padded, fp32).narrow(0, begin, group->partition).clone();
     group->master.set_requires_grad(true);
-    group->split_mask = flat_padded(masks, padded, fp32).narrow(0, begin, group->partition).clone();
+    group->split_mask = flat_padded(split_masks, padded, fp32).narrow(0, begin, group->partition).clone();
+    group->replicated_mask = flat_padded(replicated_masks, padded, fp32).narrow(0, begin, group->partition).clone();
     auto adam = torch::optim::AdamWOptions(options.schedule.lr)
                     .betas({options.beta1, options.beta2})
                     .eps(options.eps)
@@ -93,19 +99,20 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
   const double norm = mean ? units : 1.0;
 
   // Squared norms of the tensor-parallel-split and replicated parts: the partitions cover every element
-  // once over dp; split elements are summed over tp as well.
+  // once over dp; split elements are summed over tp as well, and every stage's over the stages.
   auto squares = torch::zeros({2}, totals.options());
   for (size_t g = 0; g < shards.size(); ++g) {
     shards[g].div_(norm);
     auto sq = shards[g].to(torch::kDouble).pow(2);
-    auto mask = groups_[g]->split_mask.to(torch::kDouble);
-    squares[0] += (sq * mask).sum();
-    squares[1] += (sq * (1 - mask)).sum();
+    squares[0] += (sq * groups_[g]->split_mask.to(torch::kDouble)).sum();
+    squares[1] += (sq * groups_[g]->replicated_mask.to(torch::kDouble)).sum();
   }
   dp_.all_reduce(squares);
   auto split_part = squares.narrow(0, 0, 1).clone();
   if (tp_.enabled()) tp_.comm()->all_reduce(split_part);
-  const double total = std::sqrt(split_part.item<double>() + squares[1].item<double>());
+  auto stage_total = (split_part + squares.narrow(0, 1, 1)).contiguous();
+  if (stages_ != nullptr) stages_->all_reduce(stage_total);
+  const double total = std::sqrt(stage_total.item<double>());
   if (!std::isfinite(total)) return total;
   const double coef = max_norm > 0 ? max_norm / (total + 1e-6) : std::numeric_limits<double>::infinity();
   for (size_t g = 0; g < shards.size(); ++g) {
@@ -124,6 +131,60 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
     }
   }
   return total;
+}
+
+std::vector<ZeroOptimizer::Moments> ZeroOptimizer::gather_moments() const {
+  torch::NoGradGuard no_grad;
+  std::vector<Moments> out(params_.size());
+  for (const auto& group : groups_) {
+    auto it = adam_->state().find(group->master.unsafeGetTensorImpl());
+    if (it == adam_->state().end()) continue;  // no step yet: the same on every rank
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    const torch::Tensor exp_avg = dp_.all_gather_cat(s.exp_avg().contiguous(), 0);
+    const torch::Tensor exp_avg_sq = dp_.all_gather_cat(s.exp_avg_sq().contiguous(), 0);
+    int64_t offset = 0;
+    for (size_t i : group->members) {
+      const int64_t n = params_[i].numel();
+      out[i].exp_avg = exp_avg.narrow(0, offset, n).view(params_[i].sizes()).clone();
+      out[i].exp_avg_sq = exp_avg_sq.narrow(0, offset, n).view(params_[i].sizes()).clone();
+      out[i].step = s.step();
+      offset += n;
+    }
+  }
+  return out;
+}
+
+void ZeroOptimizer::set_moments(const std::vector<Moments>& moments) {
+  HF_CHECK(moments.size() == params_.size(), "ZeroOptimizer::set_moments: ", moments.size(), " parameters' moments for ",
+           params_.size(), " parameters");
+  torch::NoGradGuard no_grad;
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
+  for (auto& group : groups_) {
+    const int64_t padded = group->partition * dp_.size();
+    const int64_t begin = dp_.rank() * group->partition;
+    auto partition_of = [&](auto&& part) {
+      std::vector<torch::Tensor> parts;
+      for (size_t i : group->members) parts.push_back(part(i));
+      return flat_padded(parts, padded, fp32).narrow(0, begin, group->partition).clone();
+    };
+    group->master.copy_(partition_of([&](size_t i) { return params_[i].detach(); }));
+    int64_t step = 0;
+    for (size_t i : group->members) step = std::max(step, moments[i].step);
+    adam_->state().erase(group->master.unsafeGetTensorImpl());
+    if (step == 0) continue;
+    auto moment = [&](size_t i, bool squared) {
+      const torch::Tensor& t = squared ? moments[i].exp_avg_sq : moments[i].exp_avg;
+      if (!t.defined()) return torch::zeros({params_[i].numel()}, fp32);
+      HF_CHECK(t.numel() == params_[i].numel(), "ZeroOptimizer::set_moments: parameter ", i, " has ",
+               params_[i].numel(), " elements but its moments ", t.numel());
+      return t.to(fp32.device(), torch::kFloat);
+    };
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(step);
+    state->exp_avg(partition_of([&](size_t i) { return moment(i, false); }));
+    state->exp_avg_sq(partition_of([&](size_t i) { return moment(i, true); }));
+    adam_->state()[group->master.unsafeGetTensorImpl()] = std::move(state);
+  }
 }
 
 int64_t ZeroOptimizer::partition_numel() const {

@@ -68,19 +68,25 @@ void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Ten
   }
 }
 
-std::map<std::string, torch::Tensor> gather_full_state(const CausalLMImpl& model) {
+std::map<std::string, torch::Tensor> gather_full_tensors(const std::map<std::string, torch::Tensor>& shards,
+                                                         const ModelConfig& config, const TensorParallelGroup& tp) {
   torch::NoGradGuard no_grad;
-  const auto& tp = model.tensor_parallel();
   std::map<std::string, torch::Tensor> out;
-  for (const auto& item : model.named_parameters()) {
-    const ShardDim dim = shard_dim(item.key(), model.config(), tp.size());
-    torch::Tensor value = item.value().detach();
+  for (const auto& [name, shard] : shards) {
+    const ShardDim dim = shard_dim(name, config, tp.size());
+    torch::Tensor value = shard.detach();
     if (dim == ShardDim::kReplicated || !tp.enabled())
-      out[item.key()] = value.clone();
+      out[name] = value.clone();
     else
-      out[item.key()] = tp.comm()->all_gather_cat(value.contiguous(), dim == ShardDim::kRows ? 0 : 1);
+      out[name] = tp.comm()->all_gather_cat(value.contiguous(), dim == ShardDim::kRows ? 0 : 1);
   }
   return out;
+}
+
+std::map<std::string, torch::Tensor> gather_full_state(const CausalLMImpl& model) {
+  std::map<std::string, torch::Tensor> shards;
+  for (const auto& item : model.named_parameters()) shards.emplace(item.key(), item.value());
+  return gather_full_tensors(shards, model.config(), model.tensor_parallel());
 }
 
 }  // namespace hybridflow

@@ -45,16 +45,12 @@ inline std::map<std::string, torch::Tensor> parameters_of(CausalLMImpl& model) {
 
 // Full gradients of a split model, gathered over its tensor-parallel group like gather_full_state.
 inline std::map<std::string, torch::Tensor> gather_full_grads(CausalLMImpl& model) {
-  const auto& tp = model.tensor_parallel();
-  std::map<std::string, torch::Tensor> out;
+  std::map<std::string, torch::Tensor> grads;
   for (const auto& item : model.named_parameters()) {
     torch::Tensor g = item.value().grad();
-    if (!g.defined()) g = torch::zeros_like(item.value());
-    const ShardDim dim = shard_dim(item.key(), model.config(), tp.size());
-    out[item.key()] = dim == ShardDim::kReplicated ? g.clone()
-                                                   : tp.comm()->all_gather_cat(g.contiguous(), dim == ShardDim::kRows ? 0 : 1);
+    grads[item.key()] = g.defined() ? g : torch::zeros_like(item.value());
   }
-  return out;
+  return gather_full_tensors(grads, model.config(), model.tensor_parallel());
 }
 
 inline void expect_same_tensors(const std::map<std::string, torch::Tensor>& got,

@@ -6,6 +6,7 @@
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace hybridflow {
@@ -149,6 +150,19 @@ TEST(Bf16, ATrainingStepStaysCloseToFp32WithFp32MastersAndMoments) {
   EXPECT_LT(move_diff / move, 0.1);
 }
 
+// Two more steps of the saved engine and of the one that loaded its state give the same losses and
+// weights, bit for bit.
+template <typename Model, typename Batch>
+void expect_same_next_steps(Model& a, TrainEngine& ea, Model& c, TrainEngine& ec, const Batch& b) {
+  for (int i = 0; i < 2; ++i) {
+    auto sa = ea.train_step(as_data(b), 4, nll_loss(a, b.response_len), "", LossWeighting::kRowMean);
+    auto sc = ec.train_step(as_data(b), 4, nll_loss(c, b.response_len), "", LossWeighting::kRowMean);
+    EXPECT_EQ(sa.loss, sc.loss);
+  }
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    EXPECT_TRUE(torch::equal(a->parameters()[i], c->parameters()[i])) << "param " << i;
+}
+
 TEST(Bf16, SavedStateResumesFromTheFp32Masters) {
   testing::TempDir dir;
   auto [unused, a] = fp32_and_bf16_models(5);
@@ -162,13 +176,38 @@ TEST(Bf16, SavedStateResumesFromTheFp32Masters) {
   auto [unused2, c] = fp32_and_bf16_models(7);
   TrainEngine ec(c.ptr(), adamw(1e-3));
   ec.load_state(dir.file("optim.pt"));
-  for (int i = 0; i < 2; ++i) {
-    auto sa = ea.train_step(as_data(b), 4, nll_loss(a, b.response_len), "", LossWeighting::kRowMean);
-    auto sc = ec.train_step(as_data(b), 4, nll_loss(c, b.response_len), "", LossWeighting::kRowMean);
-    EXPECT_EQ(sa.loss, sc.loss);
+  expect_same_next_steps(a, ea, c, ec, b);
+}
+
+// The layout-free form checkpoints use (TrainEngine::named_state): the same resumption, from tensors by
+// parameter name.
+TEST(Bf16, NamedStateResumesFromTheFp32Masters) {
+  auto [unused, a] = fp32_and_bf16_models(5);
+  auto b = rl_batch(6);
+  TrainEngine ea(a.ptr(), adamw(1e-3));
+  for (int i = 0; i < 2; ++i) ea.train_step(as_data(b), 4, nll_loss(a, b.response_len), "", LossWeighting::kRowMean);
+  const TrainEngine::NamedState state = ea.named_state();
+  EXPECT_EQ(state.step, 2);
+  ASSERT_EQ(state.parameters.size(), a->named_parameters().size());
+  for (const auto& [name, p] : state.parameters) {
+    EXPECT_EQ(p.adam_step, 2) << name;
+    ASSERT_TRUE(p.master.defined()) << name;
+    EXPECT_EQ(p.master.scalar_type(), torch::kFloat) << name;
   }
-  for (size_t i = 0; i < a->parameters().size(); ++i)
-    EXPECT_TRUE(torch::equal(a->parameters()[i], c->parameters()[i])) << "param " << i;
+
+  auto [unused2, c] = fp32_and_bf16_models(7);
+  TrainEngine ec(c.ptr(), adamw(1e-3));
+  ec.load_named_state(state);
+  EXPECT_EQ(ec.step(), 2);
+  expect_same_next_steps(a, ea, c, ec, b);
+
+  // A tensor of the wrong shape is refused naming the parameter.
+  TrainEngine::NamedState bad = state;
+  auto& first = bad.parameters.begin()->second;
+  first.exp_avg = torch::zeros({3});
+  const std::string e = testing::error_of([&] { ec.load_named_state(bad); });
+  EXPECT_NE(e.find(bad.parameters.begin()->first), std::string::npos) << e;
+  EXPECT_NE(e.find("exp_avg"), std::string::npos) << e;
 }
 
 }  // namespace

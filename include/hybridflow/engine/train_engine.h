@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -85,9 +86,10 @@ class TrainEngine {
   bool data_parallel() const { return static_cast<bool>(reducer_) || zero_ != nullptr; }
   // Data parallelism over `dp` with the optimizer state partitioned over its ranks (ZeRO stage 1,
   // zero_optimizer.h) instead of a gradient reducer: same steps, 1/d of the Adam moments per rank. Call
-  // on every rank of `dp` (which must outlive the engine), after set_tensor_parallel, before training.
-  // Optimizer-state checkpoints (save_state / load_state) are not partitioned yet and refuse this mode.
+  // on every rank of `dp` (which must outlive the engine), after set_tensor_parallel and set_pipeline,
+  // before training. Checkpoint it with named_state / load_named_state (save_state refuses this mode).
   void set_sharded_optimizer(Communicator& dp);
+  bool sharded_optimizer() const { return zero_ != nullptr; }
   // Elements of optimizer state this rank holds: Adam's moments (once they exist) and fp32 masters.
   int64_t optimizer_state_numel() const;
   // Tensor parallelism (set on every rank of the group): the parameters `is_split` names hold 1/t of a
@@ -98,7 +100,7 @@ class TrainEngine {
   // CausalLM and train_step runs its micro-batches in 1F1B order (pipeline_parallel.h). The loss function
   // runs on the last stage only; every stage returns the same stats. Gradient norms are summed over the
   // stages and a tied embedding's gradient over the first and last. Data parallelism (a reducer over the
-  // ranks of the same stage) combines with it; the ZeRO optimizer does not yet.
+  // ranks of the same stage) combines with it, and so does the ZeRO optimizer (set after this).
   void set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline);
   // Elements of the buffer each step reduces: every trainable parameter plus 2 (token count, loss).
   int64_t reduced_numel() const;
@@ -121,6 +123,23 @@ class TrainEngine {
   void save_state(const std::string& path) const;
   // Restores a state saved by an engine over the same module layout; errors name the file.
   void load_state(const std::string& path);
+
+  // The optimizer state by parameter name, independent of how it is stored (plain AdamW, or partitioned
+  // over data-parallel ranks by ZeRO): what a checkpoint needs to restore it into any layout.
+  struct ParameterState {
+    torch::Tensor exp_avg, exp_avg_sq;  // Adam's moments (undefined before the parameter's first step)
+    torch::Tensor master;               // the fp32 master weight (mixed precision only)
+    int64_t adam_step = 0;              // Adam's bias-correction step count
+  };
+  struct NamedState {
+    int64_t step = 0;                                // optimizer steps taken (the LR schedule's position)
+    std::map<std::string, ParameterState> parameters;  // by the module's parameter names; fp32, CPU
+  };
+  // Shapes are this rank's (a tensor-parallel shard's). Collective over the data-parallel group with ZeRO.
+  NamedState named_state() const;
+  // Restores from tensors in this rank's shapes; a parameter the state lacks starts its moments afresh.
+  // Collective-free. Throws naming a parameter whose shape does not fit.
+  void load_named_state(const NamedState& state);
 
  private:
   std::shared_ptr<torch::nn::Module> module_;

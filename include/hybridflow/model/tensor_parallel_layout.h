@@ -43,5 +43,10 @@ void load_full_state(CausalLMImpl& model, const std::map<std::string, torch::Ten
 // The full tensors of a tensor-parallel model, gathered over its group (collective: every rank of the
 // group calls it); one process returns copies of its parameters.
 std::map<std::string, torch::Tensor> gather_full_state(const CausalLMImpl& model);
+// The same for any tensors shaped and named like the model's parameters (their optimizer moments, say):
+// every rank of tp passes the same names in the same order. A split name's shards are concatenated; a
+// replicated one is copied from this rank.
+std::map<std::string, torch::Tensor> gather_full_tensors(const std::map<std::string, torch::Tensor>& shards,
+                                                         const ModelConfig& config, const TensorParallelGroup& tp);
 
 }  // namespace hybridflow
