@@ -63,6 +63,7 @@ actor_rollout_ref:
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
+      use_distributed_optimizer: false
     optim:
       lr: 1.0e-5
       weight_decay: 0.01
@@ -88,6 +89,7 @@ critic:
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
+    use_distributed_optimizer: false
   model_path: ""
   dtype: fp32
   ppo_mini_batch_size: 8

@@ -251,7 +251,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                      {"entropy_coeff", actor.get<double>("entropy_coeff")},
                      {"use_kl_loss", use_kl_loss},
                      {"kl_loss_coef", actor.get<double>("kl_loss_coef")},
-                     {"kl_loss_type", actor.get<std::string>("kl_loss_type")}});
+                     {"kl_loss_type", actor.get<std::string>("kl_loss_type")},
+                     {"use_distributed_optimizer", actor.get<bool>("megatron.use_distributed_optimizer")}});
   // Per-role dtypes: the actor trains and computes old log-probs in actor.dtype; generation and the
   // reference default to the actor's. All are validated here, so a typo fails before any process starts.
   const std::string actor_dtype = checked_dtype(actor, "dtype", "actor_rollout_ref.actor.dtype", "fp32");
@@ -321,7 +322,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                         {"shuffle", critic.get<bool>("shuffle")},
                         {"seed", seed + 1},
                         {"cliprange_value", critic.get<double>("cliprange_value")},
-                        {"loss_agg_mode", critic.get<std::string>("loss_agg_mode")}});
+                        {"loss_agg_mode", critic.get<std::string>("loss_agg_mode")},
+                        {"use_distributed_optimizer", critic.get<bool>("megatron.use_distributed_optimizer")}});
     s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "critic", "critic", kCriticWorkerType, critic_mesh,
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},

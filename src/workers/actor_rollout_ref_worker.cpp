@@ -68,7 +68,9 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   }
   engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
   use_model_layout(*engine_, actor_, actor_pipeline_);
-  if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_);
+  if (groups_)
+    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_,
+                             config_.value("actor", nlohmann::json::object()).value("use_distributed_optimizer", false));
   // Generation runs unstaged (p_g = 1): pipeline stages switch layouts through the engine even at t_g = t.
   if (gen_tp != coord().tp_size || stage.enabled())
     start_hybrid_engine(gen_tp, rollout.value("reshard_mode", std::string("hybridflow")));
@@ -211,6 +213,8 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(actor);
   plan.weighting = loss_weighting_for(loss_cfg.agg_mode);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
+  // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
+  metrics.add("actor/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
   sync_rollout_weights();
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;

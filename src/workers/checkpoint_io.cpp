@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/core/logging.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -24,25 +25,102 @@ std::string rng_path(const std::string& dir, const std::string& role, int rank) 
   return dir + "/rng/" + role + "_rank" + std::to_string(rank) + ".safetensors";
 }
 
-// The optimizer state follows the parameters' shards: one file per pipeline stage and tensor-parallel rank.
-std::string optim_path(const std::string& dir, const std::string& role, const MeshCoord& coord) {
+// Before the layout-free file: one file per pipeline stage and tensor-parallel rank (still read).
+std::string layout_optim_path(const std::string& dir, const std::string& role, const MeshCoord& coord) {
   std::string name = dir + "/" + role + "_optim";
   if (coord.pp_size > 1) name += "_pp" + std::to_string(coord.pp) + "of" + std::to_string(coord.pp_size);
   if (coord.tp_size > 1) name += "_tp" + std::to_string(coord.tp) + "of" + std::to_string(coord.tp_size);
   return name + ".pt";
 }
 
-// Whole fp32 tensors, on the CPU of the rank that writes them (tensor-parallel rank 0 of the first stage;
-// empty elsewhere): a split model is gathered over its tensor-parallel group and its stages (collective).
-std::map<std::string, torch::Tensor> full_parameters_of(const CausalLM& model, Communicator* stages) {
-  std::map<std::string, torch::Tensor> mine;
-  for (auto& [name, tensor] : gather_full_state(*model)) mine.emplace(name, tensor.to(torch::kCPU, torch::kFloat32));
+std::string optim_path(const std::string& dir, const std::string& role) {
+  return dir + "/" + role + "_optim.safetensors";
+}
+
+const char* const kOptimFormat = "hybridflow-optimizer-v1";
+const char* const kAdamStep = "adam_step/";
+// Constants, not std::strings: worker processes may run from a static initializer (worker_main.h), before
+// this file's dynamic initialization.
+constexpr const char* kMomentKinds[] = {"exp_avg/", "exp_avg_sq/", "master/"};
+
+torch::Tensor& field(TrainEngine::ParameterState& p, const std::string& kind) {
+  return kind == "exp_avg/" ? p.exp_avg : kind == "exp_avg_sq/" ? p.exp_avg_sq : p.master;
+}
+
+// Collects tensors onto the rank that writes them (tensor-parallel rank 0 of the first stage; the others
+// return empty maps): whole tensors over the tensor-parallel group, then every stage's (collective).
+std::map<std::string, torch::Tensor> collect_on_writer(const std::map<std::string, torch::Tensor>& mine,
+                                                       const CausalLM& model, Communicator* stages) {
   if (!model->pipeline_stage().enabled()) return mine;
   // A pipeline group is one tensor-parallel rank of every stage: only rank 0's groups collect.
   if (model->tensor_parallel().rank() != 0) return {};
   HF_CHECK(stages != nullptr, "checkpoint: the model is pipeline stage ", model->pipeline_stage().stage,
            " but no communicator over the stages was given");
   return gather_named_tensors(mine, *stages, 0, model->parameters().front().device());
+}
+
+std::map<std::string, torch::Tensor> full_parameters_of(const CausalLM& model, Communicator* stages) {
+  std::map<std::string, torch::Tensor> mine;
+  for (auto& [name, tensor] : gather_full_state(*model)) mine.emplace(name, tensor.to(torch::kCPU, torch::kFloat32));
+  return collect_on_writer(mine, model, stages);
+}
+
+// The optimizer state by Hugging Face parameter name, whole, in one file: "exp_avg/<name>",
+// "exp_avg_sq/<name>", "master/<name>" (mixed precision) and "adam_step/<name>", plus the engine's step in
+// the metadata. Any layout reads its slices back, with or without ZeRO.
+void save_optimizer_state(const std::string& path, const MeshCoord& coord, const CausalLM& model,
+                          const TrainEngine& engine, Communicator* stages) {
+  // ZeRO's partitions are gathered over the data-parallel group first (collective); plain replicas are equal.
+  if (coord.dp != 0 && !engine.sharded_optimizer()) return;
+  TrainEngine::NamedState state = engine.named_state();
+  if (coord.dp != 0) return;
+  const torch::Device device = model->parameters().front().device();
+  std::map<std::string, torch::Tensor> mine;
+  for (const std::string kind : kMomentKinds) {
+    std::map<std::string, torch::Tensor> shards;
+    for (auto& [name, p] : state.parameters)
+      if (field(p, kind).defined()) shards.emplace(name, field(p, kind).to(device));
+    for (auto& [name, full] : gather_full_tensors(shards, model->config(), model->tensor_parallel()))
+      mine.emplace(kind + name, full.to(torch::kCPU));
+  }
+  for (auto& [name, p] : state.parameters)
+    if (p.exp_avg.defined()) mine.emplace(kAdamStep + name, torch::tensor({static_cast<float>(p.adam_step)}));
+  const std::map<std::string, torch::Tensor> all = collect_on_writer(mine, model, stages);
+  if (coord.tp != 0 || coord.pp != 0) return;
+  write_safetensors(path, NamedTensors(all.begin(), all.end()),
+                    {{"format", kOptimFormat}, {"step", std::to_string(state.step)}});
+}
+
+void load_optimizer_state(const std::string& path, CausalLM& model, TrainEngine& engine) {
+  const SafetensorsFile file = map_safetensors(path);
+  HF_CHECK(file.metadata.count("format") && file.metadata.at("format") == kOptimFormat, path,
+           ": not a hybridflow optimizer state (metadata 'format' is not '", kOptimFormat, "')");
+  std::map<std::string, torch::Tensor> saved(file.tensors.begin(), file.tensors.end());
+  TrainEngine::NamedState state;
+  try {
+    state.step = std::stoll(file.metadata.at("step"));
+  } catch (const std::exception&) {
+    HF_FAIL(path, ": metadata 'step' must be an integer, got '", file.metadata.count("step") ? file.metadata.at("step") : "",
+            "'");
+  }
+  const TensorParallelGroup& tp = model->tensor_parallel();
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    TrainEngine::ParameterState p;
+    for (const std::string kind : kMomentKinds) {
+      auto it = saved.find(kind + item.key());
+      if (it != saved.end()) field(p, kind) = checkpoint_shard(item.key(), it->second, model->config(), tp);
+    }
+    auto step = saved.find(kAdamStep + item.key());
+    HF_CHECK(p.exp_avg.defined() == (step != saved.end()), path, ": parameter '", item.key(), "' has ",
+             p.exp_avg.defined() ? "moments but no " : "no moments but an ", kAdamStep, item.key());
+    if (step != saved.end()) p.adam_step = static_cast<int64_t>(step->second.item<float>());
+    state.parameters.emplace(item.key(), std::move(p));
+  }
+  try {
+    engine.load_named_state(state);
+  } catch (const Error& e) {
+    HF_FAIL(path, ": ", e.what());
+  }
 }
 
 // Copies each parameter, or this rank's shard of it, out of a file of whole tensors.
@@ -69,7 +147,10 @@ void save_role_checkpoint(const std::string& dir, const std::string& role, const
                           Communicator* stages) {
   make_dirs(dir + "/rng");
   save_cpu_rng_state(rng_path(dir, role, coord.rank));
-  if (coord.dp != 0) return;  // data-parallel replicas hold the same shards
+  if (coord.dp != 0) {  // data-parallel replicas hold the same weights; ZeRO's partitions are gathered
+    save_optimizer_state(optim_path(dir, role), coord, model, engine, stages);
+    return;
+  }
   const std::string model_dir = dir + "/" + role;
   const std::map<std::string, torch::Tensor> full = full_parameters_of(model, stages);
   if (coord.tp == 0 && coord.pp == 0) {
@@ -78,7 +159,7 @@ void save_role_checkpoint(const std::string& dir, const std::string& role, const
     if (model->config().torch_dtype != "float32")
       write_safetensors(model_dir + "/" + kExactWeightsFile, NamedTensors(full.begin(), full.end()));
   }
-  engine.save_state(optim_path(dir, role, coord));
+  save_optimizer_state(optim_path(dir, role), coord, model, engine, stages);
 }
 
 void load_role_checkpoint(const std::string& dir, const std::string& role, const MeshCoord& coord, CausalLM& model,
@@ -89,17 +170,24 @@ void load_role_checkpoint(const std::string& dir, const std::string& role, const
   HF_CHECK(file_exists(exact) || file_exists(hf), "checkpoint ", dir, ": role '", role, "' has no weights (", hf,
            " is missing)");
   copy_weights(file_exists(exact) ? exact : hf, model);
-  const std::string optim = optim_path(dir, role, coord);
-  HF_CHECK(file_exists(optim), "checkpoint ", dir, ": ", optim, " is missing: the optimizer state was saved for ",
-           "another layout of role '", role, "' than tensor_model_parallel_size ", coord.tp_size,
-           ", pipeline_model_parallel_size ", coord.pp_size, " (the weights in ", model_dir,
-           " load into any layout: start a new run from them with model.path)");
-  engine.load_state(optim);
+  const std::string optim = optim_path(dir, role);
+  const std::string layout_optim = layout_optim_path(dir, role, coord);
+  if (file_exists(optim)) {
+    load_optimizer_state(optim, model, engine);
+  } else {
+    HF_CHECK(file_exists(layout_optim), "checkpoint ", dir, ": ", optim, " is missing (role '", role,
+             "' has no optimizer state; the weights in ", model_dir, " can start a new run with model.path)");
+    engine.load_state(layout_optim);  // a checkpoint from before the layout-free format: the same layout only
+  }
 
+  // A run resumed on more processes than saved it has no file for the new ranks. Their generators keep
+  // their own seeds; nothing in today's dataflow draws from them (see save_cpu_rng_state).
   const std::string rng_file = rng_path(dir, role, coord.rank);
-  HF_CHECK(file_exists(rng_file), "checkpoint ", dir, ": ", rng_file, " is missing (was the run saved with ",
-           "fewer '", role, "' processes?)");
-  load_cpu_rng_state(rng_file);
+  if (file_exists(rng_file))
+    load_cpu_rng_state(rng_file);
+  else
+    log_warn("checkpoint ", dir, ": no RNG state for role '", role, "' rank ", coord.rank,
+             " (the run was saved by fewer processes); this rank's default generator keeps its seed");
 }
 
 // The default generator drives nothing in today's dataflow (sampling and shuffling use generators

@@ -24,7 +24,9 @@ void CriticWorker::register_methods(MethodTable& table) {
   engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
                                           optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
   use_model_layout(*engine_, critic_, pipeline_);
-  if (groups_) dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_);
+  if (groups_)
+    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_,
+                             config_.value("critic", nlohmann::json::object()).value("use_distributed_optimizer", false));
   table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
   table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
@@ -74,6 +76,8 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(critic);
   plan.weighting = loss_weighting_for(agg);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
+  // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
+  metrics.add("critic/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
   DataProto out;
   out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));

@@ -20,7 +20,8 @@ DataParallel::DataParallel(ProcessGroup group, std::string role, torch::Device d
     : role_(std::move(role)), device_(device), gradients_(group), control_(group) {}
 
 std::unique_ptr<DataParallel> DataParallel::join(const ProcessGroup& group, const std::string& role,
-                                                 torch::nn::Module& module, TrainEngine& engine) {
+                                                 torch::nn::Module& module, TrainEngine& engine,
+                                                 bool sharded_optimizer) {
   if (group.size() <= 1) return nullptr;
   const torch::Device device = module.parameters().front().device();
   std::unique_ptr<DataParallel> dp(new DataParallel(group, role, device));
@@ -35,7 +36,10 @@ std::unique_ptr<DataParallel> DataParallel::join(const ProcessGroup& group, cons
     p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
-  engine.set_gradient_reducer([comm = &dp->gradients_](torch::Tensor& t) { comm->all_reduce(t, ReduceOp::kSum); });
+  if (sharded_optimizer)
+    engine.set_sharded_optimizer(dp->gradients_);
+  else
+    engine.set_gradient_reducer([comm = &dp->gradients_](torch::Tensor& t) { comm->all_reduce(t, ReduceOp::kSum); });
   return dp;
 }
 
@@ -86,7 +90,13 @@ nlohmann::json DataParallel::metrics(const MetricAverager& local, const std::str
   nlohmann::json out = nlohmann::json::object();
   for (size_t i = 0; i < order.size(); ++i)
     if (s[2 * i + 1] > 0) out[order[i]] = s[2 * i] / s[2 * i + 1];
-  const OpStats now = gradients_.stats().of("all_reduce");
+  // The parameter broadcast at join is a broadcast: every other op on this communicator moves gradients.
+  OpStats now;
+  for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    const OpStats s = gradients_.stats().of(op);
+    now.bytes += s.bytes;
+    now.seconds += s.seconds;
+  }
   out[prefix + "dp_allreduce_bytes"] = static_cast<double>(now.bytes - reported_.bytes);
   out[prefix + "dp_allreduce_s"] = now.seconds - reported_.seconds;
   reported_ = now;

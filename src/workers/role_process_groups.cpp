@@ -136,7 +136,9 @@ const char* batch_protocol(const MeshCoord& coord) {
 }
 
 const char* rollout_protocol(const MeshCoord& coord) {
-  return coord.micro_dp_size == coord.world_size ? protocols::kDataParallel : protocols::k3DAllMicroDP;
+  // DP_PROTO hands chunk r to rank r, which is generation replica r only without tensor and pipeline
+  // parallelism; otherwise a replica's number (which seeds its sampling) need not be its rank.
+  return coord.tp_size == 1 && coord.pp_size == 1 ? protocols::kDataParallel : protocols::k3DAllMicroDP;
 }
 
 }  // namespace hybridflow

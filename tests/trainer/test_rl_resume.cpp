@@ -181,9 +181,9 @@ TEST(RlResume, CorruptOrMissingCheckpointsGiveErrorsNamingTheFile) {
   EXPECT_NE(message.find("step_1/trainer_state.json"), std::string::npos) << message;
 
   write_file_atomic(root + "/step_1/trainer_state.json", R"({"step": 1, "data_pos": 2, "roles": ["actor"], "kl_coef": 0.001})");
-  fs::remove(root + "/step_1/actor_optim.pt");
+  fs::remove(root + "/step_1/actor_optim.safetensors");
   message = hybridflow::testing::error_of([&] { RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path()))); });
-  EXPECT_NE(message.find("actor_optim.pt"), std::string::npos) << message;
+  EXPECT_NE(message.find("actor_optim.safetensors"), std::string::npos) << message;
 
   message = hybridflow::testing::error_of([&] {
     RLTrainer trainer(load_rl_config("", tiny_run("grpo", dir.path(), {"trainer.resume_mode=resume_path",
@@ -214,7 +214,7 @@ TEST(RlResume, KeepsTheLastKCheckpointsAsModelDirectories) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_3", "step_4"}));
   EXPECT_EQ(trainer.last_checkpoint(), root + "/step_4");
-  for (const char* file : {"actor/config.json", "actor/model.safetensors", "actor/tokenizer.json", "actor_optim.pt",
+  for (const char* file : {"actor/config.json", "actor/model.safetensors", "actor/tokenizer.json", "actor_optim.safetensors",
                            "rng/actor_rank0.safetensors", "trainer_state.json", "COMPLETE"})
     EXPECT_TRUE(file_exists(root + "/step_4/" + file)) << file;
   EXPECT_EQ(read_trainer_state(root + "/step_4").at("step"), 4);

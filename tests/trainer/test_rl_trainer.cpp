@@ -208,7 +208,7 @@ TEST(RlTrainer, SavesTheActorAsAModelDirectoryAndItsOptimizerState) {
                                      "trainer.total_steps=1"})));
   trainer.fit();
   for (const char* file : {"/checkpoints/step_1/actor/config.json", "/checkpoints/step_1/actor/model.safetensors",
-                           "/checkpoints/step_1/actor/tokenizer.json", "/checkpoints/step_1/actor_optim.pt",
+                           "/checkpoints/step_1/actor/tokenizer.json", "/checkpoints/step_1/actor_optim.safetensors",
                            "/checkpoints/latest", "/metrics.jsonl"})
     EXPECT_TRUE(file_exists(dir.path() + file)) << file;
 }

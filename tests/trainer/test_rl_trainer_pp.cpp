@@ -2,8 +2,8 @@
 // stages of two tensor-parallel ranks and generates unstaged and unsplit through the 3D-HybridEngine, whose
 // critic runs two stages over two data-parallel groups and whose reward model runs two stages of two ranks,
 // follows the all-data-parallel run of the same seed step for step; the switch moves every weight the
-// rank's stage lacks and holds nothing twice; its checkpoint is one Hugging Face directory that a later
-// run resumes from and that loads unstaged.
+// rank's stage lacks and holds nothing twice; a staged run with the ZeRO optimizer checkpoints into one
+// Hugging Face directory (which loads unstaged) and one optimizer file, and resumes staged or unstaged.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -66,20 +66,34 @@ TEST(RlTrainerPipelineParallel, PpoInTwoStagesFollowsTheDataParallelRun) {
         << role;
 }
 
-TEST(RlTrainerPipelineParallel, AStagedRunResumesAndItsWeightsLoadUnstaged) {
+TEST(RlTrainerPipelineParallel, AStagedRunWithZeroResumesInAnyLayout) {
   TempDir dir;
   const std::string rm = write_reward_model(dir.path() + "/rm", /*layers=*/2);
   const std::string run = dir.path() + "/run";
-  auto overrides = [&](std::vector<std::string> extra) {
+  auto overrides = [&](int pp, bool sharded, std::vector<std::string> extra) {
     extra.push_back("trainer.run_dir=" + run);
     extra.push_back("reward_model.enable=false");
-    return staged(rm, 2, 1, extra);
+    if (sharded) {
+      extra.push_back("actor_rollout_ref.actor.megatron.use_distributed_optimizer=true");
+      extra.push_back("critic.megatron.use_distributed_optimizer=true");
+    }
+    return staged(rm, pp, 1, extra);
+  };
+  RLTrainer uninterrupted(load_rl_config("", staged(rm, 1, 1, {"reward_model.enable=false"})));
+  const nlohmann::json plain_first = uninterrupted.step();
+  const double plain_actor_norm = uninterrupted.parameter_sq_norm("actor");
+  const nlohmann::json plain_second = uninterrupted.step();
+  auto expect_follows = [](const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
+    for (const char* key : {"score/rule_mean", "response_length/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
+                            "actor/grad_norm", "critic/vpred_mean", "critic/vf_loss", "critic/grad_norm"})
+      EXPECT_NEAR(metric(got, key), metric(want, key), 1e-4 + 1e-4 * std::abs(metric(want, key))) << key << " " << what;
   };
   double actor_norm = 0, critic_norm = 0;
   std::string checkpoint;
   {
-    RLTrainer first(load_rl_config("", overrides({"trainer.total_steps=1", "trainer.save_freq=1"})));
-    first.fit();
+    // Two stages over two data-parallel groups, each stage's optimizer state partitioned over its group.
+    RLTrainer first(load_rl_config("", overrides(2, true, {"trainer.total_steps=1", "trainer.save_freq=1"})));
+    expect_follows(first.fit(), plain_first, "staged with ZeRO, step 1");
     actor_norm = first.parameter_sq_norm("actor");
     critic_norm = first.parameter_sq_norm("critic");
     checkpoint = first.last_checkpoint();
@@ -88,12 +102,15 @@ TEST(RlTrainerPipelineParallel, AStagedRunResumesAndItsWeightsLoadUnstaged) {
   EXPECT_NEAR(parameter_sq_norm(*load_pretrained(checkpoint + "/actor").model.ptr()), actor_norm, 1e-9 * actor_norm);
   EXPECT_NEAR(parameter_sq_norm(*load_pretrained(checkpoint + "/critic", HeadKind::kValue).model.ptr()), critic_norm,
               1e-9 * critic_norm);
-  {
-    RLTrainer resumed(load_rl_config("", overrides({"trainer.total_steps=2"})));
-    EXPECT_EQ(resumed.steps_done(), 1);
-    EXPECT_NEAR(resumed.parameter_sq_norm("actor"), actor_norm, 1e-9 * actor_norm);
-    resumed.step();
-    EXPECT_EQ(resumed.steps_done(), 2);
+  EXPECT_NEAR(actor_norm, plain_actor_norm, 1e-6 * plain_actor_norm);
+  // So is the optimizer state: resumed staged with ZeRO or unstaged without it, step 2 is the uninterrupted one.
+  for (const auto& [pp, sharded] : {std::pair<int, bool>{2, true}, std::pair<int, bool>{1, false}}) {
+    const std::string what = "resumed with pp " + std::to_string(pp) + (sharded ? " and ZeRO" : "");
+    RLTrainer resumed(load_rl_config("", overrides(pp, sharded, {"trainer.total_steps=2"})));
+    EXPECT_EQ(resumed.steps_done(), 1) << what;
+    EXPECT_NEAR(resumed.parameter_sq_norm("actor"), actor_norm, 1e-9 * actor_norm) << what;
+    expect_follows(resumed.step(), plain_second, what + ", step 2");
+    EXPECT_EQ(resumed.steps_done(), 2) << what;
   }
 }
 

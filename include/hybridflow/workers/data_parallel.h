@@ -19,10 +19,12 @@ namespace hybridflow {
 class DataParallel {
  public:
   // Null when `group` has one rank. Collective over the group: broadcasts its rank 0's parameters of
-  // `module` (so replicas start equal whatever each loaded) and installs the gradient reducer in `engine`.
-  // `module` and `engine` must outlive the returned object.
+  // `module` (so replicas start equal whatever each loaded) and installs the gradient reducer in `engine`,
+  // or with `sharded_optimizer` the ZeRO-1 optimizer that partitions its state over the group (verl's
+  // megatron.use_distributed_optimizer). `module` and `engine` must outlive the returned object.
   static std::unique_ptr<DataParallel> join(const ProcessGroup& group, const std::string& role,
-                                            torch::nn::Module& module, TrainEngine& engine);
+                                            torch::nn::Module& module, TrainEngine& engine,
+                                            bool sharded_optimizer = false);
 
   int rank() const { return gradients_.rank(); }
   int size() const { return gradients_.size(); }
@@ -32,7 +34,8 @@ class DataParallel {
   void check_same_rows(int64_t rows, const std::string& what);
   // The mean of every metric over all ranks' micro-batches (ranks may report different metric names),
   // plus <prefix>dp_allreduce_bytes and <prefix>dp_allreduce_s: this rank's gradient all-reduce volume
-  // and time since the previous call.
+  // and time since the previous call (with the ZeRO optimizer, its reduce-scatter and all-gather: they
+  // replace the all-reduce).
   nlohmann::json metrics(const MetricAverager& local, const std::string& prefix);
   // {"gradient": {op: {calls, bytes, seconds}}, "control": {...}}: the gradient sum and parameter
   // broadcast apart from the small control collectives (row check, metrics), cumulative since join.
@@ -45,7 +48,7 @@ class DataParallel {
   torch::Device device_;  // of the replica's parameters; every collective's tensors live there
   Communicator gradients_;  // accounts the gradient all-reduce and the initial broadcast only
   Communicator control_;
-  OpStats reported_;  // gradient all-reduce totals at the previous metrics() call
+  OpStats reported_;  // gradient collective totals at the previous metrics() call
 };
 
 // Left-pads a rollout's prompts (tensors prompts, input_ids, attention_mask) to `width` columns. Each

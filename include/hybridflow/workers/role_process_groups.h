@@ -63,8 +63,9 @@ void use_model_layout(TrainEngine& engine, const CausalLM& model, std::shared_pt
 // The protocol of a role's batch methods: the batch splits over data-parallel groups and every rank of a
 // tensor-parallel group sees its group's rows (3D_PROTO); plain DP_PROTO when tp is 1, which is the same.
 const char* batch_protocol(const MeshCoord& coord);
-// The protocol of generation: prompts split over generation replicas (3D_ALL_MICRO_DP), DP_PROTO when every
-// rank is its own replica.
+// The protocol of generation: prompts split over generation replicas by their number (3D_ALL_MICRO_DP), so
+// that a replica's prompts and sampling seed are the same in every layout; DP_PROTO without tensor and
+// pipeline parallelism, where replica r is rank r.
 const char* rollout_protocol(const MeshCoord& coord);
 
 // "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
