@@ -1,7 +1,9 @@
 // Data-parallel actor update: the same PPO update (one optimizer step on the whole batch) on 1 process
 // and on 2 data-parallel processes, 1 thread each, the "small" preset (3.67M parameters with the default
 // vocabulary). Reports the update's wall time and, for 2 processes, the gradient all-reduce volume and
-// time the Communicator accounted. Baseline: the 1-process update in the same run.
+// time the Communicator accounted; and the same 2 processes with the ZeRO-1 optimizer
+// (use_distributed_optimizer): its time, bytes moved and optimizer state per rank against plain data
+// parallelism's. Baseline: the 1-process update in the same run.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -34,7 +36,7 @@ int main(int argc, char** argv) {
     return p;
   };
   Controller ctl;
-  ctl.add_pools({pool("one", 1), pool("dp", 2)});
+  ctl.add_pools({pool("one", 1), pool("dp", 2), pool("zero", 2)});
   auto config = [&](int64_t mini_rows) {
     return nlohmann::json{
         {"model", {{"preset", "small"}, {"vocab_size", vocab}, {"init_seed", 1}, {"eos_token_id", 2}, {"pad_token_id", 0}}},
@@ -43,6 +45,9 @@ int main(int argc, char** argv) {
   };
   WorkerGroup one = ctl.create_group("one", "actor", kActorRolloutRefWorkerType, {}, config(rows));
   WorkerGroup dp = ctl.create_group("dp", "actor", kActorRolloutRefWorkerType, {}, config(rows / 2));
+  nlohmann::json zero_config = config(rows / 2);
+  zero_config["actor"]["use_distributed_optimizer"] = true;
+  WorkerGroup zero = ctl.create_group("zero", "actor", kActorRolloutRefWorkerType, {}, zero_config);
 
   torch::manual_seed(0);
   DataProto batch;
@@ -65,9 +70,10 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
-  nlohmann::json m1, m2;
+  nlohmann::json m1, m2, m3;
   const double t1 = time_update(one, &m1);
   const double t2 = time_update(dp, &m2);
+  const double t3 = time_update(zero, &m3);
   const int64_t params = one.call("flat_parameters").get().tensor("parameters").numel();
   std::printf("actor update, %lld rows x %lld tokens (%lld response), %lld parameters, median of %d\n",
               static_cast<long long>(rows), static_cast<long long>(prompt + response),
@@ -76,7 +82,14 @@ int main(int argc, char** argv) {
   std::printf("  2 processes: %8.1f ms (speed-up %.2fx); gradient all-reduce %.2f MB, %.1f ms per update\n",
               t2 * 1e3, t1 / t2, m2.at("actor/dp_allreduce_bytes").get<double>() / 1e6,
               m2.at("actor/dp_allreduce_s").get<double>() * 1e3);
-  std::printf("  grad_norm 1 process %.6f, 2 processes %.6f\n", m1.at("actor/grad_norm").get<double>(),
-              m2.at("actor/grad_norm").get<double>());
+  const double state_plain = m2.at("actor/optimizer_state_bytes").get<double>();
+  const double state_zero = m3.at("actor/optimizer_state_bytes").get<double>();
+  std::printf("  2 processes, ZeRO-1: %8.1f ms (%.2fx plain); reduce-scatter + all-gather %.2f MB, %.1f ms per update;\n"
+              "    optimizer state per rank %.2f MB vs %.2f MB plain (%.2fx)\n",
+              t3 * 1e3, t2 / t3, m3.at("actor/dp_allreduce_bytes").get<double>() / 1e6,
+              m3.at("actor/dp_allreduce_s").get<double>() * 1e3, state_zero / 1e6, state_plain / 1e6,
+              state_zero / state_plain);
+  std::printf("  grad_norm 1 process %.6f, 2 processes %.6f, ZeRO-1 %.6f\n", m1.at("actor/grad_norm").get<double>(),
+              m2.at("actor/grad_norm").get<double>(), m3.at("actor/grad_norm").get<double>());
   return 0;
 }
