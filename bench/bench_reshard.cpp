@@ -1,6 +1,6 @@
 // 3D-HybridEngine switch, training layout -> generation layout, on N local processes (Gloo), for every
 // (train, gen) pair of the process count or the one given, in all three modes of the paper's Table 2
-// (pipeline stages, p > 1, generate unstaged and in hybridflow mode only; p must divide the layers).
+// (pipeline stages, p > 1, generate unstaged; p must divide the layers).
 // One JSON line per switch: the largest figure over ranks of bytes sent, generation weight memory,
 // redundant bytes and seconds, plus the paper's bytes and the ratios against the all-gather baseline.
 // Then generation throughput with t_g < t against t_g = t on the same processes and weights.
@@ -50,7 +50,7 @@ double max_over(Communicator& world, double value) {
   return t.item<double>();
 }
 
-// A ratio against the all-gather baseline, or null where it was not run (pipeline stages) or moved nothing.
+// A ratio against the all-gather baseline, or null where it was not run (--mode) or moved nothing.
 std::string ratio(double value, double baseline) {
   if (baseline <= 0) return "null";
   char text[32];
@@ -101,7 +101,6 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
                                              .model;
     double allgather_bytes = 0, allgather_seconds = 0;
     for (ReshardMode mode : modes) {
-      if (pair.p > 1 && mode != ReshardMode::kHybridFlow) continue;  // the baselines are built for one stage
       HybridEngine engine(train, layout, world, mode);
       stats_comm.barrier();
       const ReshardStats s = engine.to_generation();

@@ -51,8 +51,6 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
            " ranks but the training layout ", mesh.to_string(), " needs ", mesh.world_size());
   HF_CHECK(layout_.gen_pp() == 1, "HybridEngine: generation runs unstaged (p_g = 1), got generation pp=",
            layout_.gen_pp(), " for ", mesh.to_string());
-  HF_CHECK(mesh.pp() == 1 || mode_ == ReshardMode::kHybridFlow, "HybridEngine: reshard mode ",
-           reshard_mode_name(mode_), " with pipeline stages (", mesh.to_string(), ") is not built; use hybridflow");
   const PipelineStage stage = train_->pipeline_stage();
   HF_CHECK(stage.stages == mesh.pp() && stage.stage == mesh.coords(world_rank_).pp, "HybridEngine: the training ",
            "model is pipeline stage ", stage.stage, " of ", stage.stages, " but rank ", world_rank_, " of ",
@@ -66,7 +64,7 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
       gather_comm_ = std::make_unique<Communicator>(world.split(layout_.micro_dp_groups()));
       break;
     case ReshardMode::kHybridFlowV:
-      gather_comm_ = std::make_unique<Communicator>(world.split(mesh.tp_groups()));
+      gather_comm_ = std::make_unique<Communicator>(world.split(mesh.model_parallel_groups()));
       break;
     case ReshardMode::kAllGather:
       gather_comm_ = std::make_unique<Communicator>(world);
@@ -178,7 +176,10 @@ ReshardStats HybridEngine::to_generation() {
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
   if (layout_.train().pp() > 1) {
-    gather_stages(stats);
+    if (mode_ == ReshardMode::kHybridFlow)
+      gather_stages(stats);
+    else
+      gather_stages_whole(stats);
     generating_ = true;
     stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return stats;
@@ -235,17 +236,10 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
   // The micro-DP group is ordered (stage j, piece r) -> j * k + r: stage j's k ranks hold the k pieces of a
   // generation shard that a split weight's training shards make up (device_mesh.h).
   const int k = layout_.train().tp() / layout_.gen_tp();
-  const int n = gather_comm_->size();
   const int me = gather_comm_->rank();
   const int my_stage = me / k, my_piece = me % k;
   const torch::TensorOptions options = train_->parameters().front().options().requires_grad(false);
-  auto broadcast = [&](torch::Tensor& piece, int root) {
-    gather_comm_->broadcast(piece, root);
-    if (root == me)
-      stats.bytes_sent += piece.nbytes() * (n - 1);
-    else
-      stats.bytes_received += piece.nbytes();
-  };
+  auto broadcast = [&](torch::Tensor& piece, int root) { broadcast_counted(piece, root, stats); };
   for (auto& w : weights_) {
     const bool mine = w.stage == my_stage;
     int64_t gen_numel = 1;
@@ -293,6 +287,70 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
     // Measured, not assumed: does a training parameter still own memory of its own?
     if (mine && !w.train.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += w.train.nbytes();
     if (tied && !tied_copy_.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += tied_copy_.nbytes();
+  }
+}
+
+void HybridEngine::broadcast_counted(torch::Tensor& piece, int root, ReshardStats& stats) {
+  gather_comm_->broadcast(piece, root);
+  if (root == gather_comm_->rank())
+    stats.bytes_sent += piece.nbytes() * (gather_comm_->size() - 1);
+  else
+    stats.bytes_received += piece.nbytes();
+}
+
+void HybridEngine::gather_stages_whole(ReshardStats& stats) {
+  torch::NoGradGuard no_grad;
+  const DeviceMesh& mesh = layout_.train();
+  const int t = mesh.tp(), t_g = layout_.gen_tp();
+  const MeshCoords me = mesh.coords(world_rank_);
+  // hybridflow-v gathers inside the replica's model-parallel group (member j * t + i); allgather over the
+  // world, where each of the d replicas sends 1/d of every piece (DeepSpeed-Chat).
+  const bool world = mode_ == ReshardMode::kAllGather;
+  const int d = world ? mesh.dp() : 1;
+  auto member = [&](int stage, int replica, int tp_rank) {
+    return world ? mesh.rank_of(MeshCoords{stage, replica, tp_rank}) : stage * t + tp_rank;
+  };
+  // Sends `piece` (which the owners have filled) as d chunks, chunk e from replica e of (stage, tp_rank).
+  auto send_in_chunks = [&](const torch::Tensor& piece, int stage, int tp_rank) {
+    torch::Tensor flat = piece.view({-1});
+    const int64_t n = flat.numel();
+    for (int e = 0; e < d; ++e) {
+      torch::Tensor chunk = flat.narrow(0, n * e / d, n * (e + 1) / d - n * e / d);
+      broadcast_counted(chunk, member(stage, e, tp_rank), stats);
+    }
+  };
+  const torch::TensorOptions options = train_->parameters().front().options().requires_grad(false);
+  for (auto& w : weights_) {
+    const bool mine = w.stage == me.pp;
+    std::vector<int64_t> shape = w.gen_shape;  // the whole tensor's
+    if (w.gen_dim == ShardDim::kRows) shape[0] *= t_g;
+    if (w.gen_dim == ShardDim::kColumns) shape[1] *= t_g;
+    torch::Tensor full;
+    if (w.train_dim != ShardDim::kReplicated) {
+      // Tensor rank i's shard is piece i: rows stack; columns gather as [t, out, in / t], then interleave.
+      const bool columns = w.train_dim == ShardDim::kColumns;
+      torch::Tensor pieces =
+          columns ? torch::empty({t, shape[0], shape[1] / t}, options) : torch::empty(shape, options);
+      for (int i = 0; i < t; ++i) {
+        torch::Tensor piece = columns ? pieces.select(0, i) : pieces.narrow(0, i * (shape[0] / t), shape[0] / t);
+        if (mine && i == me.tp) piece.copy_(w.train);
+        send_in_chunks(piece, w.stage, i);
+      }
+      full = columns ? pieces.movedim(0, 1).reshape(shape) : pieces;
+    } else {
+      // Whole on every rank of its stage: its t tensor ranks send a 1/t part each (in d chunks).
+      full = mine ? w.train.detach().clone() : torch::empty(shape, options);
+      torch::Tensor flat = full.view({-1});
+      const int64_t n = flat.numel();
+      for (int i = 0; i < t; ++i) send_in_chunks(flat.narrow(0, n * i / t, n * (i + 1) / t - n * i / t), w.stage, i);
+    }
+    stats.model_bytes += full.nbytes();
+    stats.peak_extra_weight_bytes += full.nbytes();
+    w.gathered = full;
+    point_at(w.gen, w.gen_dim == ShardDim::kReplicated ? full : shard_of(full, w.gen_dim, gen_tp_rank_, t_g));
+    // The baselines keep every training weight apart from the gathered model.
+    if (mine) stats.redundant_bytes += w.train.nbytes();
+    if (w.name == "model.embed_tokens.weight" && tied_copy_.defined()) stats.redundant_bytes += tied_copy_.nbytes();
   }
 }
 

@@ -62,6 +62,9 @@ std::vector<std::vector<int>> DeviceMesh::dp_groups() const {
     return static_cast<long>(c.pp) * tp_ + c.tp;
   });
 }
+std::vector<std::vector<int>> DeviceMesh::model_parallel_groups() const {
+  return group_by(world_size(), [this](int r) { return static_cast<long>(coords(r).dp); });
+}
 std::vector<std::vector<int>> DeviceMesh::pp_groups() const {
   return group_by(world_size(), [this](int r) { return static_cast<long>(r % (dp_ * tp_)); });
 }

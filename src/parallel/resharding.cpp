@@ -43,8 +43,9 @@ ReshardCost paper_reshard_cost(ReshardMode mode, const GenerationLayout& layout,
 }
 
 std::vector<std::vector<int>> vanilla_generation_tp_groups(const GenerationLayout& layout) {
-  HF_CHECK(layout.gen_pp() == layout.train().pp(), "hybridflow-v resharding keeps the pipeline stages: generation pp ",
-           layout.gen_pp(), " must equal training pp ", layout.train().pp());
+  HF_CHECK(layout.gen_pp() == layout.train().pp() || layout.gen_pp() == 1, "hybridflow-v resharding keeps the ",
+           "pipeline stages or generates unstaged: generation pp ", layout.gen_pp(), " must equal training pp ",
+           layout.train().pp(), " or be 1");
   std::vector<std::vector<int>> groups;
   for (const auto& tp_group : layout.train().tp_groups())
     for (size_t begin = 0; begin < tp_group.size(); begin += layout.gen_tp())

@@ -124,9 +124,6 @@ ParallelLayout actor_layout(const Config& config, int procs) {
     HF_FAIL(mode_key, ": ", e.what());
   }
   layout.consecutive_generation_groups = mode == ReshardMode::kHybridFlowV;
-  HF_CHECK(layout.pp == 1 || mode == ReshardMode::kHybridFlow, mode_key, " = ", config.get<std::string>(mode_key),
-           ": with actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", layout.pp,
-           " generation gathers the stages in hybridflow mode only; the baselines are built for one stage");
   for (const auto& [ref_key, actor_value] :
        {std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.tensor_model_parallel_size", layout.tp},
         std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", layout.pp}})

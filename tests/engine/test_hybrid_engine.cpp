@@ -2,7 +2,7 @@
 // generation tensor-parallel size that divides it, each resharding mode generates the tokens one process
 // generates, moves exactly the bytes of the paper's Table 2, and (hybridflow) holds M / t_g of generation
 // weights with no redundant training copy; switching back restores the training weights bit for bit.
-// Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in hybridflow mode.
+// Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in every mode.
 #include "hybridflow/engine/hybrid_engine.h"
 
 #include <gtest/gtest.h>
@@ -169,18 +169,73 @@ TEST(HybridEngine, PipelineStagesGatherIntoOneUnstagedGenerationModel) {
       180);
 }
 
-TEST(HybridEngine, PipelineStagesNeedTheHybridFlowMode) {
+// The two baselines with pipeline stages: every rank gathers the whole model, from its replica's t*p ranks
+// (hybridflow-v) or from the world with each replica sending 1/d (allgather), so each receives the model less
+// what it sent, holds M extra and keeps its training weights apart; the tokens are one process's.
+TEST(HybridEngine, BaselinesWithPipelineStagesGatherTheWholeModel) {
   run_ranks(
-      2,
+      4,
       [](int rank, int port) {
-        ProcessGroup world = gloo_world(rank, 2, port);
-        ModelConfig config = tensor_parallel_test_config();
-        CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{rank, 2});
-        const GenerationLayout layout(DeviceMesh(2, 1, 1), 1);
-        const std::string e = error_of([&] { HybridEngine engine(train, layout, world, ReshardMode::kAllGather); });
-        EXPECT_NE(e.find("reshard mode allgather with pipeline stages"), std::string::npos) << e;
+        ProcessGroup world = gloo_world(rank, 4, port);
+        struct Case {
+          int pp, tp, dp, gen_tp;
+          bool tied;
+        };
+        for (const Case& c : {Case{2, 2, 1, 1, false}, Case{2, 2, 1, 2, true}, Case{2, 1, 2, 1, false},
+                              Case{4, 1, 1, 1, true}}) {
+          for (ReshardMode mode : {ReshardMode::kHybridFlowV, ReshardMode::kAllGather}) {
+            ModelConfig config = tensor_parallel_test_config();
+            config.num_hidden_layers = 4;
+            config.tie_word_embeddings = c.tied;
+            torch::manual_seed(23);
+            CausalLM reference(config, HeadKind::kLanguageModel);
+            const GenerationLayout layout(DeviceMesh(c.pp, c.dp, c.tp), c.gen_tp);
+            const std::string what = reshard_mode_name(mode) + " " + layout.train().to_string() +
+                                     " -> tp_g=" + std::to_string(c.gen_tp) + (c.tied ? " tied" : "");
+            Communicator tp(world.split(layout.train().tp_groups()));
+            const MeshCoords me = layout.train().coords(rank);
+            CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), PipelineStage{me.pp, c.pp});
+            load_full_state(*train, parameters_of(*reference));
+            const auto before = parameters_of(*train);
+            HybridEngine engine(train, layout, world, mode);
+            EXPECT_EQ(engine.generation_replicas(), 4 / c.gen_tp) << what;
+
+            const ReshardStats stats = engine.to_generation();
+            // What this rank sends: 1/d (allgather; 1 for hybridflow-v) of its piece of every weight its stage
+            // owns, where a weight whole on the stage is cut into t pieces.
+            const int d = mode == ReshardMode::kAllGather ? c.dp : 1;
+            const int group = mode == ReshardMode::kAllGather ? 4 : c.tp * c.pp;
+            int64_t model_bytes = 0, contributed = 0, training_bytes = 0;
+            for (const auto& item : reference->named_parameters()) {
+              const int64_t numel = item.value().numel();
+              model_bytes += 4 * numel;
+              if (owning_stage(item.key(), config, c.pp) != me.pp) continue;
+              const bool split = c.tp > 1 && shard_dim(item.key(), config, c.tp) != ShardDim::kReplicated;
+              const int64_t piece = split ? numel / c.tp : numel * (me.tp + 1) / c.tp - numel * me.tp / c.tp;
+              contributed += 4 * (piece * (me.dp % d + 1) / d - piece * (me.dp % d) / d);
+            }
+            for (const auto& p : train->parameters()) training_bytes += p.nbytes();
+            EXPECT_EQ(stats.model_bytes, model_bytes) << what;
+            EXPECT_EQ(stats.peak_extra_weight_bytes, model_bytes) << what;
+            EXPECT_EQ(stats.bytes_sent, contributed * (group - 1)) << what;
+            EXPECT_EQ(stats.bytes_received, model_bytes - contributed) << what;
+            EXPECT_EQ(stats.redundant_bytes, training_bytes) << what;
+
+            GenerationConfig cfg;
+            cfg.greedy = true;
+            cfg.max_new_tokens = 6;
+            const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
+            EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg).responses,
+                                     generate(reference, prompts, cfg).responses))
+                << what;
+            engine.to_training();
+            const auto after = parameters_of(*train);
+            for (const auto& [name, value] : before)
+              EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
+          }
+        }
       },
-      60);
+      180);
 }
 
 // Training -> generation -> training -> an optimizer step -> generation again sees the updated weights.

@@ -49,6 +49,13 @@ TEST(DeviceMesh, GroupsPartitionTheWorldAlongEachDimension) {
     expect_partition(mesh.tp_groups(), world, tp);
     expect_partition(mesh.dp_groups(), world, dp);
     expect_partition(mesh.pp_groups(), world, pp);
+    expect_partition(mesh.model_parallel_groups(), world, tp * pp);
+    for (const auto& group : mesh.model_parallel_groups())  // member j * tp + i is stage j's tensor rank i
+      for (size_t m = 0; m < group.size(); ++m) {
+        EXPECT_EQ(mesh.coords(group[m]).pp, static_cast<int>(m) / tp);
+        EXPECT_EQ(mesh.coords(group[m]).tp, static_cast<int>(m) % tp);
+        EXPECT_EQ(mesh.coords(group[m]).dp, mesh.coords(group[0]).dp);
+      }
     for (int r = 0; r < world; ++r) {
       MeshCoords c = mesh.coords(r);
       for (int m : mesh.tp_group_of(r)) {
@@ -69,6 +76,7 @@ TEST(DeviceMesh, GroupsPartitionTheWorldAlongEachDimension) {
   EXPECT_EQ(mesh.tp_groups(), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
   EXPECT_EQ(mesh.dp_groups(), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(mesh.pp_groups(), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(mesh.model_parallel_groups(), (Groups{{0, 1, 4, 5}, {2, 3, 6, 7}}));
 }
 
 // HybridFlow paper Figure 8(b): 8 GPUs, training tp=4 dp=2, generation tp=2 (micro_dp=2, dp_g=4).

@@ -34,6 +34,13 @@ std::vector<std::string> staged(const std::string& rm, int pp, int tp, std::vect
   return ppo_on_four(rm, tp, 1, extra);
 }
 
+// A step's metrics agree with the same step of a run in another layout.
+void expect_follows(const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
+  for (const char* key : {"score/rule_mean", "response_length/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
+                          "actor/grad_norm", "critic/vpred_mean", "critic/vf_loss", "critic/grad_norm"})
+    EXPECT_NEAR(metric(got, key), metric(want, key), 1e-4 + 1e-4 * std::abs(metric(want, key))) << key << " " << what;
+}
+
 }  // namespace
 
 TEST(RlTrainerPipelineParallel, PpoInTwoStagesFollowsTheDataParallelRun) {
@@ -83,11 +90,6 @@ TEST(RlTrainerPipelineParallel, AStagedRunWithZeroResumesInAnyLayout) {
   const nlohmann::json plain_first = uninterrupted.step();
   const double plain_actor_norm = uninterrupted.parameter_sq_norm("actor");
   const nlohmann::json plain_second = uninterrupted.step();
-  auto expect_follows = [](const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
-    for (const char* key : {"score/rule_mean", "response_length/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
-                            "actor/grad_norm", "critic/vpred_mean", "critic/vf_loss", "critic/grad_norm"})
-      EXPECT_NEAR(metric(got, key), metric(want, key), 1e-4 + 1e-4 * std::abs(metric(want, key))) << key << " " << what;
-  };
   double actor_norm = 0, critic_norm = 0;
   std::string checkpoint;
   {
@@ -114,13 +116,31 @@ TEST(RlTrainerPipelineParallel, AStagedRunWithZeroResumesInAnyLayout) {
   }
 }
 
+// The paper's baselines gather the whole model on every rank from the stages too: the run is the same, and
+// the metrics show what they cost (M held, the training weights kept apart).
+TEST(RlTrainerPipelineParallel, TheBaselineReshardModesRunWithStages) {
+  TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm", /*layers=*/2);
+  RLTrainer plain(load_rl_config("", staged(rm, 1, 1, {"reward_model.enable=false"})));
+  const nlohmann::json want = plain.step();
+  for (const char* mode : {"hybridflow-v", "allgather"}) {
+    RLTrainer piped(load_rl_config(
+        "", staged(rm, 2, 2, {"reward_model.enable=false", std::string("actor_rollout_ref.rollout.reshard_mode=") + mode})));
+    const nlohmann::json got = piped.step();
+    expect_follows(got, want, mode);
+    const double model_bytes = metric(got, "reshard/model_bytes");
+    EXPECT_EQ(metric(got, "reshard/peak_extra_weight_bytes"), model_bytes) << mode;
+    EXPECT_GT(metric(got, "reshard/redundant_bytes"), model_bytes / 8) << mode;
+  }
+}
+
 TEST(RlTrainerPipelineParallel, StagesThatDoNotFitAreRefusedNamingTheKey) {
   auto error_for = [](std::vector<std::string> extra) {
     return error_of([&] { RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", extra))); });
   };
   std::string e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                             "actor_rollout_ref.rollout.reshard_mode=allgather"});
-  EXPECT_NE(e.find("actor_rollout_ref.rollout.reshard_mode = allgather"), std::string::npos) << e;
+                 "actor_rollout_ref.rollout.reshard_mode=all-gather"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.reshard_mode"), std::string::npos) << e;
   e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                  "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1"});
   EXPECT_NE(e.find("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size = 1"), std::string::npos) << e;

@@ -16,7 +16,9 @@
 // piece a training shard, which then lives on as a slice of the generation tensor), a weight whole on its
 // stage (norms) in k chunks from those ranks. Each rank receives the generation shard less what it held,
 // and the last stage's copy of a tied embedding becomes a slice of the gathered embedding, so nothing is
-// held twice.
+// held twice. The baselines with stages gather the whole model on every rank the same way, from the
+// replica's model-parallel group (hybridflow-v) or from the world with each data-parallel replica sending
+// 1/d (allgather), and keep their training weights apart.
 #pragma once
 
 #include <memory>
@@ -55,7 +57,10 @@ class HybridEngine {
   struct Weight;  // one parameter in both layouts
   void gather_in_place(Weight& w, ReshardStats& stats);
   void gather_full(Weight& w, ReshardStats& stats);
-  void gather_stages(ReshardStats& stats);  // p > 1
+  void gather_stages(ReshardStats& stats);        // p > 1, hybridflow
+  void gather_stages_whole(ReshardStats& stats);  // p > 1, the baselines: every rank gathers the whole model
+  // Broadcasts inside gather_comm_, counting the bytes this rank sent or received.
+  void broadcast_counted(torch::Tensor& piece, int root, ReshardStats& stats);
 
   CausalLM train_;
   GenerationLayout layout_;

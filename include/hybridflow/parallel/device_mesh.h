@@ -48,6 +48,9 @@ class DeviceMesh {
   std::vector<std::vector<int>> tp_groups() const;
   std::vector<std::vector<int>> dp_groups() const;
   std::vector<std::vector<int>> pp_groups() const;
+  // The t*p ranks of each data-parallel replica (every stage, every tensor rank): member j*t + i is stage j's
+  // tensor rank i. With p = 1 these are the tp groups.
+  std::vector<std::vector<int>> model_parallel_groups() const;
 
   // The group of one dimension that contains rank.
   std::vector<int> tp_group_of(int rank) const;

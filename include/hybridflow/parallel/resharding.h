@@ -53,7 +53,7 @@ struct ReshardStats {
 };
 
 // hybridflow-v's generation tensor-parallel groups: consecutive blocks of t_g ranks inside each training
-// tensor-parallel group (pipeline stages are kept: needs p_g == p).
+// tensor-parallel group (pipeline stages are kept, p_g == p, or generation is unstaged, p_g == 1).
 std::vector<std::vector<int>> vanilla_generation_tp_groups(const GenerationLayout& layout);
 
 }  // namespace hybridflow
