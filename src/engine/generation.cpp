@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "hybridflow/core/error.h"
 
@@ -65,13 +66,14 @@ std::pair<torch::Tensor, torch::Tensor> sample_next_tokens(const torch::Tensor& 
 }
 
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationConfig& cfg) {
+                          const GenerationConfig& cfg, Communicator* stages) {
   const ModelConfig& mc = model->config();
   check_config(cfg, mc.vocab_size);
   HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "generation: the model has a value head, not a language-model head");
-  HF_CHECK(!model->pipeline_stage().enabled(), "generation: the model is pipeline stage ",
-           model->pipeline_stage().stage, " of ", model->pipeline_stage().stages,
-           "; generation runs on a whole model (pipeline_model_parallel_size 1)");
+  const PipelineStage& stage = model->pipeline_stage();
+  HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage),
+           "generation: the model is pipeline stage ", stage.stage, " of ", stage.stages,
+           " and needs the communicator over its stages (one rank per stage, in stage order) to generate with them");
   HF_CHECK(!prompts.empty(), "generation: no prompts given");
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
@@ -119,6 +121,14 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   torch::Tensor step_input = prompt_ids;
   int64_t longest = 0;
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
+    // A later stage starts from the hidden states of the stage before; every stage keeps the cache of its
+    // own layers.
+    if (stage.enabled() && !stage.first()) {
+      torch::Tensor input = model->stage_activation_like(seq_mask.size(0), cfg.use_kv_cache ? step_input.size(1)
+                                                                                             : seq_ids.size(1));
+      stages->recv(input, stage.stage - 1);
+      model->set_stage_input(input);
+    }
     torch::Tensor hidden;
     if (cfg.use_kv_cache) {
       auto positions = position_ids_from_mask(seq_mask).slice(1, seq_mask.size(1) - step_input.size(1));
@@ -126,9 +136,22 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     } else {
       hidden = model->hidden_states(seq_ids, seq_mask);
     }
-    // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
-    auto logits = model->full_vocab_logits(hidden.select(1, -1));
-    auto [tokens, token_log_probs] = sample_next_tokens(logits, cfg, generator);
+    if (stage.enabled() && !stage.last()) stages->send(hidden.contiguous(), stage.stage + 1);
+    torch::Tensor tokens, token_log_probs;
+    if (!stage.enabled() || stage.last()) {
+      // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
+      auto logits = model->full_vocab_logits(hidden.select(1, -1));
+      std::tie(tokens, token_log_probs) = sample_next_tokens(logits, cfg, generator);
+    }
+    if (stage.enabled()) {
+      // The last stage's choice reaches every stage: each needs the tokens for its next input and its rows.
+      const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+      torch::Tensor chosen = stage.last() ? torch::stack({tokens.to(torch::kFloat64), token_log_probs.to(torch::kFloat64)})
+                                          : torch::empty({2, seq_mask.size(0)}, f64);
+      stages->broadcast(chosen, stage.stages - 1);
+      tokens = chosen[0].to(torch::kInt64);
+      token_log_probs = chosen[1].to(torch::kFloat32);
+    }
     responses.index_put_({active, step}, tokens);
     response_mask.index_put_({active, step}, 1);
     log_probs.index_put_({active, step}, token_log_probs);

@@ -147,12 +147,52 @@ TEST(PipelineParallelTraining, LayoutsOnFourProcessesMatchOneProcess) {
       180);
 }
 
-TEST(PipelineParallelTraining, GenerationOnAPipelineStageSaysItNeedsTheWholeModel) {
+TEST(PipelineParallelTraining, GenerationOnAStageWithoutItsStagesSaysWhatItNeeds) {
   CausalLM stage(pipeline_test_config(false), HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{0, 2});
   GenerationConfig cfg;
   cfg.greedy = true;
   const std::string e = error_of([&] { generate(stage, {{1, 2, 3}}, cfg); });
-  EXPECT_NE(e.find("the model is pipeline stage 0 of 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("the model is pipeline stage 0 of 2 and needs the communicator over its stages"), std::string::npos)
+      << e;
+}
+
+// Generation through the stages: the hidden states of each step travel stage to stage and the last stage
+// samples. Without tensor parallelism the logits are one process's bit for bit, so sampled tokens (rows
+// finishing at eos at different steps) are too; with it, greedy tokens are.
+TEST(PipelineParallelTraining, GenerationThroughTheStagesMatchesOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        for (const Layout& layout : {Layout{2, 2, 1, false}, Layout{2, 1, 2, true}, Layout{4, 1, 1, false}}) {
+          const std::string what = "layout " + layout.name();
+          Groups groups(world, DeviceMesh(layout.pp, layout.dp, layout.tp));
+          CausalLM stage = stage_model(layout, HeadKind::kLanguageModel, groups);
+          CausalLM reference = whole_model(layout.tied, HeadKind::kLanguageModel);
+          const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
+          GenerationConfig cfg;
+          cfg.max_new_tokens = 8;
+          cfg.greedy = true;
+          GenerationOutput got = generate(stage, prompts, cfg, &groups.pp);
+          GenerationOutput want = generate(reference, prompts, cfg);
+          EXPECT_TRUE(torch::equal(got.responses, want.responses)) << what << " greedy";
+          EXPECT_TRUE(torch::allclose(got.log_probs, want.log_probs, 1e-5, 1e-5)) << what << " greedy log-probs";
+          if (layout.tp > 1) continue;
+          cfg.greedy = false;
+          cfg.n = 3;
+          cfg.seed = 11;
+          cfg.eos_token_id = 7;
+          cfg.max_new_tokens = 24;
+          got = generate(stage, prompts, cfg, &groups.pp);
+          want = generate(reference, prompts, cfg);
+          EXPECT_TRUE(torch::equal(got.responses, want.responses)) << what << " sampled";
+          EXPECT_TRUE(torch::equal(got.response_mask, want.response_mask)) << what << " sampled";
+          EXPECT_TRUE(torch::equal(got.log_probs, want.log_probs)) << what << " sampled log-probs";
+          const torch::Tensor lengths = want.response_mask.sum(1);
+          EXPECT_LT(lengths.min().item<int64_t>(), lengths.max().item<int64_t>()) << what << ": rows should end apart";
+        }
+      },
+      120);
 }
 
 }  // namespace

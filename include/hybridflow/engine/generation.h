@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow {
 
@@ -36,8 +37,13 @@ struct GenerationOutput {
 
 // Runs under NoGradGuard in eval mode and restores the model's train/eval mode afterwards. Output tensors
 // live on the model's device. Throws hybridflow::Error on an empty prompt or invalid sampling settings.
+//
+// A pipeline stage generates together with the other stages of its model (`stages`: one rank per stage, in
+// stage order; every stage calls with the same prompts and config). Each step's hidden states pass from
+// stage to stage, the last stage samples, and its tokens and log-probs are broadcast, so every stage
+// returns the whole output. One micro-batch: a stage waits while the others compute.
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationConfig& cfg);
+                          const GenerationConfig& cfg, Communicator* stages = nullptr);
 
 // Next-token choice from last-position logits [rows, vocab] (float32): returns the tokens [rows] and their
 // log-probs under softmax(logits / temperature) (greedy: temperature 1). top-k / top-p only restrict
