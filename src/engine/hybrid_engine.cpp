@@ -39,6 +39,7 @@ struct HybridEngine::Weight {
   ShardDim train_dim = ShardDim::kReplicated;
   ShardDim gen_dim = ShardDim::kReplicated;
   int stage = 0;            // the training pipeline stage that owns it
+  bool tied_copy = false;   // the generation model's last-stage copy of a tied embedding (gen pp > 1)
   torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor, when
                             // the switch allocated it
 };
@@ -49,8 +50,9 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   const DeviceMesh& mesh = layout_.train();
   HF_CHECK(world.size() == mesh.world_size(), "HybridEngine: the actor's world has ", world.size(),
            " ranks but the training layout ", mesh.to_string(), " needs ", mesh.world_size());
-  HF_CHECK(layout_.gen_pp() == 1, "HybridEngine: generation runs unstaged (p_g = 1), got generation pp=",
-           layout_.gen_pp(), " for ", mesh.to_string());
+  HF_CHECK(layout_.gen_pp() == 1 || mode_ == ReshardMode::kHybridFlow, "HybridEngine: generation in pipeline ",
+           "stages (generation pp ", layout_.gen_pp(), ") is built for reshard mode hybridflow, not ",
+           reshard_mode_name(mode_), "; the baselines generate unstaged (generation pp 1)");
   const PipelineStage stage = train_->pipeline_stage();
   HF_CHECK(stage.stages == mesh.pp() && stage.stage == mesh.coords(world_rank_).pp, "HybridEngine: the training ",
            "model is pipeline stage ", stage.stage, " of ", stage.stages, " but rank ", world_rank_, " of ",
@@ -74,31 +76,44 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
       mode_ == ReshardMode::kHybridFlowV ? vanilla_generation_tp_groups(layout_) : layout_.gen_tp_groups();
   if (mode_ == ReshardMode::kHybridFlowV) {
     std::tie(gen_replica_, gen_tp_rank_) = position_in(gen_groups, world_rank_);
+    gen_replicas_ = static_cast<int>(gen_groups.size());
   } else {
     // The layout's coordinates, which the controller splits prompts by; with stages the replica is not the
     // index of its group (groups are listed by their first rank).
     const GenCoords g = layout_.coords(world_rank_);
     gen_replica_ = g.dp;
     gen_tp_rank_ = g.tp;
+    gen_replicas_ = layout_.gen_dp();
   }
-  gen_replicas_ = static_cast<int>(gen_groups.size());
   gen_tp_comm_ = std::make_unique<Communicator>(world.split(gen_groups));
   gen_group_ = TensorParallelGroup(gen_tp_comm_.get());
+  PipelineStage gen_stage;
+  if (layout_.gen_pp() > 1) {
+    gen_stage = PipelineStage{layout_.coords(world_rank_).pp, layout_.gen_pp()};
+    gen_pp_comm_ = std::make_unique<Communicator>(world.split(layout_.gen_pp_groups()));
+  }
 
   // The generation model's structure only: its parameters point at gathered weights while generating.
   const torch::Tensor first = train_->parameters().front();
-  generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_);
+  generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_, gen_stage);
   generation_->to(first.device(), first.scalar_type());
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
   HF_CHECK(stage.enabled() || train_params.size() == gen_params.size(),
            "HybridEngine: the layouts' models differ in parameters");
+  // The last training stage's copy of a tied embedding: the same values as the first stage's weight.
+  const torch::Tensor* train_tied_copy =
+      stage.enabled() && !stage.first() ? train_params.find("model.embed_tokens.weight") : nullptr;
   for (const auto& item : gen_params) {
     Weight w;
     w.name = item.key();
     w.stage = owning_stage(w.name, train_->config(), mesh.pp());
+    // A generation stage after the first holds the embedding only as the tied head's copy: it comes from the
+    // last training stage's copy, which is in the same generation stage.
+    w.tied_copy = gen_stage.enabled() && !gen_stage.first() && w.name == "model.embed_tokens.weight";
+    if (w.tied_copy) w.stage = mesh.pp() - 1;
     if (w.stage == stage.stage) {
-      const torch::Tensor* train = train_params.find(w.name);
+      const torch::Tensor* train = w.tied_copy ? train_tied_copy : train_params.find(w.name);
       HF_CHECK(train != nullptr, "HybridEngine: the training model has no '", w.name, "'");
       w.train = *train;
     }
@@ -109,9 +124,8 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
     release(w.gen);
     weights_.push_back(std::move(w));
   }
-  // The last stage's copy of a tied embedding: the same values as the first stage's weight.
-  if (stage.enabled() && !stage.first())
-    if (const torch::Tensor* copy = train_params.find("model.embed_tokens.weight")) tied_copy_ = *copy;
+  // Generating unstaged, the training copy becomes a slice of the one gathered embedding (gather_stages).
+  if (!gen_stage.enabled() && train_tied_copy != nullptr) tied_copy_ = *train_tied_copy;
 }
 
 HybridEngine::~HybridEngine() = default;
@@ -233,15 +247,17 @@ ReshardStats HybridEngine::to_training() {
 
 void HybridEngine::gather_stages(ReshardStats& stats) {
   torch::NoGradGuard no_grad;
-  // The micro-DP group is ordered (stage j, piece r) -> j * k + r: stage j's k ranks hold the k pieces of a
-  // generation shard that a split weight's training shards make up (device_mesh.h).
+  // The micro-DP group is ordered (stage j, piece r) -> (j % l) * k + r over the l training stages of the
+  // rank's generation stage: stage j's k ranks hold the k pieces of a generation shard that a split weight's
+  // training shards make up (device_mesh.h). The generation model holds only those stages' weights.
   const int k = layout_.train().tp() / layout_.gen_tp();
+  const int l = layout_.train().pp() / layout_.gen_pp();
   const int me = gather_comm_->rank();
-  const int my_stage = me / k, my_piece = me % k;
+  const int my_stage = me / k, my_piece = me % k;  // my_stage: among the l
   const torch::TensorOptions options = train_->parameters().front().options().requires_grad(false);
   auto broadcast = [&](torch::Tensor& piece, int root) { broadcast_counted(piece, root, stats); };
   for (auto& w : weights_) {
-    const bool mine = w.stage == my_stage;
+    const bool mine = w.stage % l == my_stage;
     int64_t gen_numel = 1;
     for (int64_t d : w.gen_shape) gen_numel *= d;
     // With stages every weight is split (over them, if not over tensor-parallel ranks): M counts them all.
@@ -259,7 +275,7 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
       if (mine) piece(my_piece).copy_(w.train);
       for (int r = 0; r < k; ++r) {
         torch::Tensor p = piece(r);
-        broadcast(p, w.stage * k + r);
+        broadcast(p, (w.stage % l) * k + r);
       }
       if (mine) point_at(w.train, piece(my_piece));  // the old training storage is freed here
       w.gathered = gathered;
@@ -276,7 +292,7 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
       for (int r = 0; r < k; ++r) {
         const int64_t begin = gen_numel * r / k, end = gen_numel * (r + 1) / k;
         torch::Tensor part = flat.narrow(0, begin, end - begin);
-        broadcast(part, w.stage * k + r);
+        broadcast(part, (w.stage % l) * k + r);
       }
     }
     point_at(w.gen, gen);
@@ -288,6 +304,9 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
     if (mine && !w.train.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += w.train.nbytes();
     if (tied && !tied_copy_.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += tied_copy_.nbytes();
   }
+  // A generation stage sees its own weights only; M is the whole model's.
+  if (layout_.gen_pp() > 1)
+    stats.model_bytes = train_->config().num_parameters() * static_cast<int64_t>(options.dtype().itemsize());
 }
 
 void HybridEngine::broadcast_counted(torch::Tensor& piece, int root, ReshardStats& stats) {

@@ -2,7 +2,8 @@
 // generation tensor-parallel size that divides it, each resharding mode generates the tokens one process
 // generates, moves exactly the bytes of the paper's Table 2, and (hybridflow) holds M / t_g of generation
 // weights with no redundant training copy; switching back restores the training weights bit for bit.
-// Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in every mode.
+// Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in every mode, or into
+// generation stages (p_g = 2) in hybridflow mode.
 #include "hybridflow/engine/hybrid_engine.h"
 
 #include <gtest/gtest.h>
@@ -161,6 +162,90 @@ TEST(HybridEngine, PipelineStagesGatherIntoOneUnstagedGenerationModel) {
           }
           engine.to_generation();
           EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg).responses,
+                                   generate(reference, prompts, cfg).responses))
+              << what << " after an update";
+          engine.to_training();
+        }
+      },
+      180);
+}
+
+// Generation in pipeline stages (p_g > 1): each generation stage gathers the weights of its l = p/p_g
+// training stages inside micro-DP groups of k*l ranks, so each rank receives (t*p - t_g*p_g)/(t_g*p_g*t*p)
+// of M and holds M/(t_g*p_g) with nothing twice; the stages generate one process's tokens together.
+TEST(HybridEngine, GenerationInPipelineStages) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        struct Case {
+          int pp, tp, dp, gen_pp, gen_tp;
+          bool tied;
+        };
+        for (const Case& c : {Case{2, 2, 1, 2, 1, false}, Case{2, 2, 1, 2, 1, true}, Case{4, 1, 1, 2, 1, true},
+                              Case{4, 1, 1, 2, 1, false}, Case{2, 1, 2, 2, 1, true}, Case{2, 2, 1, 2, 2, false}}) {
+          ModelConfig config = tensor_parallel_test_config();
+          config.num_hidden_layers = 4;
+          config.tie_word_embeddings = c.tied;
+          torch::manual_seed(29);
+          CausalLM reference(config, HeadKind::kLanguageModel);
+          const GenerationLayout layout(DeviceMesh(c.pp, c.dp, c.tp), c.gen_tp, c.gen_pp);
+          const std::string what = layout.train().to_string() + " -> pp_g=" + std::to_string(c.gen_pp) +
+                                   " tp_g=" + std::to_string(c.gen_tp) + (c.tied ? " tied" : "");
+          Communicator tp(world.split(layout.train().tp_groups()));
+          const MeshCoords me = layout.train().coords(rank);
+          CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), PipelineStage{me.pp, c.pp});
+          load_full_state(*train, parameters_of(*reference));
+          const auto before = parameters_of(*train);
+          HybridEngine engine(train, layout, world, ReshardMode::kHybridFlow);
+          EXPECT_EQ(engine.generation_replicas(), layout.gen_dp()) << what;
+          EXPECT_EQ(engine.generation_replica(), layout.coords(rank).dp) << what;
+          ASSERT_NE(engine.generation_stages(), nullptr) << what;
+
+          const ReshardStats stats = engine.to_generation();
+          const PipelineStage gen_stage{layout.coords(rank).pp, c.gen_pp};
+          const int k = c.tp / c.gen_tp, l = c.pp / c.gen_pp;
+          int64_t model_bytes = 0, generation_bytes = 0, contributed = 0;
+          for (const auto& item : reference->named_parameters()) {
+            const int64_t bytes = item.value().nbytes();
+            model_bytes += bytes;
+            if (!stage_holds(item.key(), config, HeadKind::kLanguageModel, gen_stage)) continue;
+            const bool gen_split = shard_dim(item.key(), config, c.gen_tp) != ShardDim::kReplicated && c.gen_tp > 1;
+            const int64_t gen_bytes = gen_split ? bytes / c.gen_tp : bytes;
+            // Held twice in the generation layout when tied: the last stage's copy is gathered too.
+            const bool copy = item.key() == "model.embed_tokens.weight" && c.tied && !gen_stage.first();
+            generation_bytes += gen_bytes;
+            const int owner = copy ? c.pp - 1 : owning_stage(item.key(), config, c.pp);
+            if (owner != me.pp) continue;
+            const bool train_split = c.tp > 1 && shard_dim(item.key(), config, c.tp) != ShardDim::kReplicated;
+            const int64_t numel = gen_bytes / 4, r = me.tp % k;
+            contributed += train_split ? bytes / c.tp : 4 * (numel * (r + 1) / k - numel * r / k);
+          }
+          EXPECT_EQ(stats.model_bytes, model_bytes) << what;
+          EXPECT_EQ(stats.peak_extra_weight_bytes, generation_bytes) << what;
+          EXPECT_EQ(stats.bytes_sent, contributed * (k * l - 1)) << what;
+          EXPECT_EQ(stats.bytes_received, generation_bytes - contributed) << what;
+          EXPECT_EQ(stats.redundant_bytes, 0) << what;
+
+          GenerationConfig cfg;
+          cfg.greedy = true;
+          cfg.max_new_tokens = 6;
+          const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
+          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg, engine.generation_stages()).responses,
+                                   generate(reference, prompts, cfg).responses))
+              << what;
+          engine.to_training();
+          const auto after = parameters_of(*train);
+          for (const auto& [name, value] : before)
+            EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
+          for (const auto& p : train->parameters()) EXPECT_TRUE(p.is_contiguous()) << what;
+          {
+            torch::NoGradGuard no_grad;
+            for (auto& p : train->parameters()) p.mul_(-1.0);
+            for (auto& p : reference->parameters()) p.mul_(-1.0);
+          }
+          engine.to_generation();
+          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg, engine.generation_stages()).responses,
                                    generate(reference, prompts, cfg).responses))
               << what << " after an update";
           engine.to_training();

@@ -10,13 +10,14 @@
 // call's own and is gone when it returns. The two baselines of the paper's Table 2 (resharding.h) are the
 // same interface with their own groups, so all three can be measured on the same processes.
 //
-// Pipeline stages (p > 1) generate unstaged (p_g = 1), in hybridflow mode: each rank's micro-DP group then
-// spans the stages (j, r) -> j * k + r with k = t/t_g, and to_generation() builds every generation tensor
-// from broadcasts inside it: a split weight's k pieces from the k ranks of the stage that owns it (each
+// Pipeline stages (p > 1) generate in p_g stages (p_g divides p; p_g = 1: unstaged), in hybridflow mode:
+// each rank's micro-DP group then spans the l = p/p_g training stages of its generation stage,
+// (j, r) -> (j % l) * k + r with k = t/t_g, and to_generation() builds every generation tensor of that
+// stage from broadcasts inside it: a split weight's k pieces from the k ranks of the stage that owns it (each
 // piece a training shard, which then lives on as a slice of the generation tensor), a weight whole on its
 // stage (norms) in k chunks from those ranks. Each rank receives the generation shard less what it held,
-// and the last stage's copy of a tied embedding becomes a slice of the gathered embedding, so nothing is
-// held twice. The baselines with stages gather the whole model on every rank the same way, from the
+// and the last stage's copy of a tied embedding becomes a slice of the gathered embedding (or, generating
+// in stages, is gathered as the generation model's own copy), so nothing is held twice. The baselines with stages gather the whole model on every rank the same way, from the
 // replica's model-parallel group (hybridflow-v) or from the world with each data-parallel replica sending
 // 1/d (allgather), and keep their training weights apart.
 #pragma once
@@ -48,6 +49,9 @@ class HybridEngine {
   // The generation-layout model (valid while generating; its parameters are empty otherwise).
   CausalLM& generation_model();
   const TensorParallelGroup& generation_group() const { return gen_group_; }
+  // The communicator over the generation model's pipeline stages (one rank per stage of this rank's
+  // replica), which generate() takes; null when generation is unstaged (p_g = 1).
+  Communicator* generation_stages() const { return gen_pp_comm_.get(); }
   // This rank's generation replica and how many there are: prompts split over replicas (3D_ALL_MICRO_DP).
   int generation_replica() const { return gen_replica_; }
   int generation_replicas() const { return gen_replicas_; }
@@ -68,6 +72,7 @@ class HybridEngine {
   int world_rank_;
   std::unique_ptr<Communicator> gather_comm_;  // micro-DP group, training tp group or world, by mode
   std::unique_ptr<Communicator> gen_tp_comm_;
+  std::unique_ptr<Communicator> gen_pp_comm_;  // p_g > 1 only
   TensorParallelGroup gen_group_;
   CausalLM generation_{nullptr};
   std::vector<Weight> weights_;  // the generation model's, in its order
