@@ -14,10 +14,12 @@ MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout) 
   HF_CHECK(tp > 0 && pp > 0 && world_size % (tp * pp) == 0, "parallel layout: world size ", world_size,
            " must be a multiple of tp (", tp, ") x pp (", pp, ")");
   HF_CHECK(tp % gen_tp == 0, "parallel layout: the generation tp size (", gen_tp, ") must divide tp (", tp, ")");
+  HF_CHECK(layout.gen_pp >= 1 && pp % layout.gen_pp == 0, "parallel layout: the generation pp size (", layout.gen_pp,
+           ") must divide pp (", pp, ")");
   // dist's meshes define the rank order, so a rollout replica here is exactly the generation tp group
   // that dist's collectives build (the 3D-HybridEngine grouping, device_mesh.h).
   const DeviceMesh mesh(pp, world_size / (tp * pp), tp);
-  const GenerationLayout generation(mesh, gen_tp, 1);
+  const GenerationLayout generation(mesh, gen_tp, layout.gen_pp);
   const MeshCoords t = mesh.coords(rank);
   const GenCoords g = generation.coords(rank);
   MeshCoord c;
@@ -31,7 +33,8 @@ MeshCoord mesh_coord_of(int rank, int world_size, const ParallelLayout& layout) 
   c.pp = t.pp;
   c.micro_dp_size = generation.gen_dp();
   c.micro_dp = g.dp;
-  c.micro_dp_local = g.tp;
+  // A replica's ranks: every generation stage's tensor ranks; rank 0 (stage 0, tensor rank 0) answers for it.
+  c.micro_dp_local = g.pp * gen_tp + g.tp;
   if (layout.consecutive_generation_groups) {
     const auto groups = vanilla_generation_tp_groups(generation);
     for (size_t r = 0; r < groups.size(); ++r)

@@ -78,6 +78,7 @@ actor_rollout_ref:
     response_length: 16
     log_prob_micro_batch_size: 16
     tensor_model_parallel_size: null
+    pipeline_model_parallel_size: 1
     reshard_mode: hybridflow
   ref:
     dtype: null

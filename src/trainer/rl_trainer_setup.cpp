@@ -116,6 +116,11 @@ ParallelLayout actor_layout(const Config& config, int procs) {
   HF_CHECK(layout.gen_tp >= 1 && layout.tp % layout.gen_tp == 0, gen_key, " = ", layout.gen_tp,
            " must divide actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", layout.tp,
            " (generation groups are made of parts of the training groups)");
+  const std::string gen_pp_key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
+  layout.gen_pp = config.get<int>(gen_pp_key);
+  HF_CHECK(layout.gen_pp >= 1 && layout.pp % layout.gen_pp == 0, gen_pp_key, " = ", layout.gen_pp,
+           " must divide actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", layout.pp,
+           " (a generation stage is made of consecutive training stages; 1 generates unstaged)");
   const std::string mode_key = "actor_rollout_ref.rollout.reshard_mode";
   ReshardMode mode;
   try {
@@ -124,6 +129,9 @@ ParallelLayout actor_layout(const Config& config, int procs) {
     HF_FAIL(mode_key, ": ", e.what());
   }
   layout.consecutive_generation_groups = mode == ReshardMode::kHybridFlowV;
+  HF_CHECK(layout.gen_pp == 1 || mode == ReshardMode::kHybridFlow || (layout.gen_pp == layout.pp && layout.gen_tp == layout.tp),
+           gen_pp_key, " = ", layout.gen_pp, ": generation in pipeline stages switches layouts in ", mode_key,
+           " = hybridflow only, got ", config.get<std::string>(mode_key));
   for (const auto& [ref_key, actor_value] :
        {std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.tensor_model_parallel_size", layout.tp},
         std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", layout.pp}})
@@ -225,15 +233,16 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            " (with n = 1 every advantage is 0 and nothing is learned)");
   const ParallelLayout actor_mesh = actor_layout(config, actor_procs);
   const int actor_dp = actor_procs / (actor_mesh.tp * actor_mesh.pp);
-  // Generation runs unstaged: each generation replica is gen_tp ranks.
-  const int gen_replicas = actor_procs / actor_mesh.gen_tp;
+  // Each generation replica is gen_pp stages of gen_tp ranks.
+  const int gen_replicas = actor_procs / (actor_mesh.gen_tp * actor_mesh.gen_pp);
   HF_CHECK((batch_prompts * n) % actor_dp == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
            " samples must divide across the actor's ", actor_dp, " data-parallel groups (actor_rollout_ref.num_processes = ",
            actor_procs, " / (tensor_model_parallel_size = ", actor_mesh.tp, " x pipeline_model_parallel_size = ",
            actor_mesh.pp, "))");
   HF_CHECK(batch_prompts % gen_replicas == 0, "data.train_batch_size = ", batch_prompts,
            " prompts must divide across the actor's ", gen_replicas, " generation replicas (actor_rollout_ref.num_processes = ",
-           actor_procs, " / rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp, ")");
+           actor_procs, " / (rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp,
+           " x rollout.pipeline_model_parallel_size = ", actor_mesh.gen_pp, "))");
   nlohmann::json actor_json = optim_json(actor.subtree("optim"), total_steps);
   actor_json.update({{"mini_batch_rows", actor.get<int64_t>("ppo_mini_batch_size") * n / actor_dp},
                      {"micro_batch_rows", actor.get<int64_t>("ppo_micro_batch_size")},
@@ -269,6 +278,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
+                                 {"pipeline_model_parallel_size", actor_mesh.gen_pp},
                                  {"reshard_mode", rollout.get<std::string>("reshard_mode")}};
 
   const bool colocate = config.get<bool>("trainer.colocate");

@@ -45,6 +45,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   if (groups_) actor_pipeline_ = groups_->pipeline_runner(actor_);
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   const int gen_tp = rollout.value("tensor_model_parallel_size", coord().tp_size);
+  const int gen_pp = rollout.value("pipeline_model_parallel_size", 1);
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
   const std::string rollout_dtype = rollout.value("dtype", actor_spec.at("dtype").get<std::string>());
@@ -71,9 +72,10 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   if (groups_)
     dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_,
                              config_.value("actor", nlohmann::json::object()).value("use_distributed_optimizer", false));
-  // Generation runs unstaged (p_g = 1): pipeline stages switch layouts through the engine even at t_g = t.
-  if (gen_tp != coord().tp_size || stage.enabled())
-    start_hybrid_engine(gen_tp, rollout.value("reshard_mode", std::string("hybridflow")));
+  // The training layout generates as it is when t_g = t and p_g = p; any other generation layout switches
+  // through the engine (unstaged generation, p_g = 1, gathers the stages even at t_g = t).
+  if (gen_tp != coord().tp_size || gen_pp != coord().pp_size)
+    start_hybrid_engine(gen_tp, gen_pp, rollout.value("reshard_mode", std::string("hybridflow")));
 
   using W = ActorRolloutRefWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
@@ -86,11 +88,11 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("flat_parameters", protocols::kOneToAll, this, &W::flat_parameters);
 }
 
-void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, const std::string& mode) {
+void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode) {
   const MeshCoord& c = coord();
-  HF_CHECK(groups_, "role '", context().role, "': generation tensor-parallel size ", gen_tp,
-           " differs from training's 1 on a single process");
-  const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp);
+  HF_CHECK(groups_, "role '", context().role, "': generation tensor/pipeline-parallel size ", gen_tp, "/", gen_pp,
+           " differs from training's 1/1 on a single process");
+  const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp, gen_pp);
   hybrid_ = std::make_unique<HybridEngine>(actor_, layout, groups_->world(), parse_reshard_mode(mode));
   // The controller splits prompts by the coordinates it computed (mesh_coord.h); they must name the replica
   // the engine generates with, or two replicas would generate the same prompts.
@@ -122,10 +124,11 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   nlohmann::json reshard;
   if (hybrid_) {
     reshard["to_generation"] = reshard_json(hybrid_->to_generation());
-    out = generate(hybrid_->generation_model(), prompts, g);
+    out = generate(hybrid_->generation_model(), prompts, g, hybrid_->generation_stages());
     reshard["to_training"] = reshard_json(hybrid_->to_training());
   } else {
-    out = generate(rollout_ ? rollout_ : actor_, prompts, g);
+    // Without the engine the training stages (if any) generate together.
+    out = generate(rollout_ ? rollout_ : actor_, prompts, g, rollout_ ? nullptr : (groups_ ? groups_->pipeline() : nullptr));
   }
   DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
   if (hybrid_) result.meta()["reshard"] = reshard;

@@ -134,6 +134,30 @@ TEST(RlTrainerPipelineParallel, TheBaselineReshardModesRunWithStages) {
   }
 }
 
+// Generation in two stages (rollout.pipeline_model_parallel_size = 2), two ways: the 2x1x2 actor generates
+// in its own training stages, no switch; the 2x2x1 actor switches to (p_g 2, t_g 1) through the engine, each
+// generation stage gathering only its own layers. Both have 2 replicas of unsplit stages, so they draw the
+// same tokens, and their runs agree.
+TEST(RlTrainerPipelineParallel, GenerationInStagesRunsWithAndWithoutASwitch) {
+  TempDir dir;
+  const std::string rm = write_reward_model(dir.path() + "/rm", /*layers=*/2);
+  const std::vector<std::string> in_stages = {"reward_model.enable=false",
+                                              "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"};
+  RLTrainer as_trained(load_rl_config("", staged(rm, 2, 1, in_stages)));
+  RLTrainer switched(load_rl_config("", staged(rm, 2, 2, in_stages)));
+  for (int step = 1; step <= 2; ++step) {
+    const nlohmann::json want = as_trained.step();
+    const nlohmann::json got = switched.step();
+    expect_follows(got, want, "step " + std::to_string(step));
+    EXPECT_FALSE(want.contains("reshard/model_bytes")) << "generating in the training layout needs no switch";
+    const double model_bytes = metric(got, "reshard/model_bytes");
+    // Rank 0 holds generation stage 0: the embedding and the first layer, unsplit, about half of M.
+    EXPECT_GT(metric(got, "reshard/peak_extra_weight_bytes"), model_bytes / 4);
+    EXPECT_LT(metric(got, "reshard/peak_extra_weight_bytes"), model_bytes * 3 / 4);
+    EXPECT_EQ(metric(got, "reshard/redundant_bytes"), 0);
+  }
+}
+
 TEST(RlTrainerPipelineParallel, StagesThatDoNotFitAreRefusedNamingTheKey) {
   auto error_for = [](std::vector<std::string> extra) {
     return error_of([&] { RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", extra))); });
@@ -141,6 +165,9 @@ TEST(RlTrainerPipelineParallel, StagesThatDoNotFitAreRefusedNamingTheKey) {
   std::string e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                  "actor_rollout_ref.rollout.reshard_mode=all-gather"});
   EXPECT_NE(e.find("actor_rollout_ref.rollout.reshard_mode"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                 "actor_rollout_ref.rollout.pipeline_model_parallel_size=3"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.pipeline_model_parallel_size = 3 must divide"), std::string::npos) << e;
   e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                  "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1"});
   EXPECT_NE(e.find("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size = 1"), std::string::npos) << e;

@@ -8,12 +8,13 @@
 
 namespace hybridflow {
 
-// Training layout tp x dp x pp plus the generation layout (gen_tp ranks per rollout replica).
-// gen_tp = 0 means "same as tp".
+// Training layout tp x dp x pp plus the generation layout (gen_pp stages of gen_tp ranks per rollout
+// replica). gen_tp = 0 means "same as tp"; gen_pp = 1 generates unstaged.
 struct ParallelLayout {
   int tp = 1;
   int pp = 1;
   int gen_tp = 0;
+  int gen_pp = 1;
   // HybridFlow-V's generation replicas (consecutive gen_tp ranks of a training tp group, resharding.h)
   // instead of the 3D-HybridEngine's strided ones.
   bool consecutive_generation_groups = false;

@@ -61,7 +61,7 @@ class ActorRolloutRefWorker : public Worker {
   torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
   void sync_rollout_weights();
-  void start_hybrid_engine(int gen_tp, const std::string& mode);
+  void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
 
   nlohmann::json config_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the models
