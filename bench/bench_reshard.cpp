@@ -1,11 +1,11 @@
 // 3D-HybridEngine switch, training layout -> generation layout, on N local processes (Gloo), for every
 // (train, gen) pair of the process count or the one given, in all three modes of the paper's Table 2
-// (pipeline stages, p > 1, generate unstaged; p must divide the layers).
+// (pipeline stages, p > 1: p must divide the layers; generation in p_g > 1 stages is hybridflow mode's).
 // One JSON line per switch: the largest figure over ranks of bytes sent, generation weight memory,
 // redundant bytes and seconds, plus the paper's bytes and the ratios against the all-gather baseline.
 // Then generation throughput with t_g < t against t_g = t on the same processes and weights.
 //
-//   bench_reshard [--processes=4] [--train=P,T,D] [--gen=1,TG] [--mode=hybridflow|hybridflow-v|allgather]
+//   bench_reshard [--processes=4] [--train=P,T,D] [--gen=PG,TG] [--mode=hybridflow|hybridflow-v|allgather]
 //                 [--hidden=768] [--layers=6] [--vocab=32000] [--gen-batch=8] [--gen-tokens=16]
 //                 [--model=DIR]  (a Hugging Face directory: each rank loads its training shards from it
 //                                 instead of random weights of --hidden/--layers/--vocab)
@@ -42,6 +42,7 @@ std::vector<int> ints(const std::string& text) {
 
 struct Pair {
   int p, t, d, t_g;
+  int p_g = 1;
 };
 
 double max_over(Communicator& world, double value) {
@@ -91,7 +92,7 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
   gen.max_new_tokens = arg_int(argc, argv, "gen-tokens", 16);
   std::map<std::tuple<int, int, int>, double> throughput;  // (p, t, t_g) -> tokens/s
   for (const Pair& pair : pairs) {
-    GenerationLayout layout(DeviceMesh(pair.p, pair.d, pair.t), pair.t_g);
+    GenerationLayout layout(DeviceMesh(pair.p, pair.d, pair.t), pair.t_g, pair.p_g);
     Communicator tp(world.split(layout.train().tp_groups()));
     const PipelineStage stage{layout.train().coords(rank).pp, pair.p};
     torch::manual_seed(1 + layout.train().coords(rank).tp);
@@ -101,6 +102,7 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
                                              .model;
     double allgather_bytes = 0, allgather_seconds = 0;
     for (ReshardMode mode : modes) {
+      if (pair.p_g > 1 && mode != ReshardMode::kHybridFlow) continue;  // the baselines generate unstaged
       HybridEngine engine(train, layout, world, mode);
       stats_comm.barrier();
       const ReshardStats s = engine.to_generation();
@@ -109,7 +111,7 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
       const double redundant = max_over(stats_comm, static_cast<double>(s.redundant_bytes));
       const double seconds = max_over(stats_comm, s.seconds);
       if (mode == ReshardMode::kAllGather) allgather_bytes = sent, allgather_seconds = seconds;
-      if (mode == ReshardMode::kHybridFlow && !throughput.count({pair.p, pair.t, pair.t_g})) {
+      if (mode == ReshardMode::kHybridFlow && pair.p_g == 1 && !throughput.count({pair.p, pair.t, pair.t_g})) {
         // Each generation replica decodes its share of the prompts (3D_ALL_MICRO_DP).
         const int64_t share = std::max<int64_t>(1, gen_batch / engine.generation_replicas());
         std::vector<std::vector<int64_t>> prompts;
@@ -128,11 +130,11 @@ void run_rank(int rank, int n, int port, const std::vector<Pair>& pairs, const s
       if (rank == 0) {
         const ReshardCost paper = paper_reshard_cost(mode, layout, s.model_bytes);
         std::printf(
-            "{\"mode\": \"%s\", \"train\": [%d, %d, %d], \"gen\": [1, %d], \"model_bytes\": %lld, "
+            "{\"mode\": \"%s\", \"train\": [%d, %d, %d], \"gen\": [%d, %d], \"model_bytes\": %lld, "
             "\"bytes_sent_per_rank\": %.0f, \"paper_bytes_per_rank\": %lld, \"peak_extra_weight_bytes_per_rank\": %.0f, "
             "\"redundant_bytes_per_rank\": %.0f, \"switch_seconds\": %.4f, \"bytes_vs_allgather\": %s, "
             "\"seconds_vs_allgather\": %s}\n",
-            s.mode.c_str(), pair.p, pair.t, pair.d, pair.t_g, static_cast<long long>(s.model_bytes), sent,
+            s.mode.c_str(), pair.p, pair.t, pair.d, pair.p_g, pair.t_g, static_cast<long long>(s.model_bytes), sent,
             static_cast<long long>(paper.bytes_received), peak, redundant, seconds,
             ratio(sent, allgather_bytes).c_str(), ratio(seconds, allgather_seconds).c_str());
         std::fflush(stdout);
@@ -161,17 +163,18 @@ int main(int argc, char** argv) {
   if (!train.empty()) {
     const auto ptd = ints(train);
     const auto gen = ints(arg(argc, argv, "gen", "1,1"));
-    if (ptd.size() != 3 || gen.size() != 2 || gen[0] != 1 || ptd[0] * ptd[1] * ptd[2] != n) {
-      std::cerr << "bench_reshard: --train=P,T,D with P*T*D = --processes and --gen=1,TG (generation is unstaged)\n";
+    if (ptd.size() != 3 || gen.size() != 2 || ptd[0] * ptd[1] * ptd[2] != n || gen[0] < 1 || ptd[0] % gen[0] != 0) {
+      std::cerr << "bench_reshard: --train=P,T,D with P*T*D = --processes and --gen=PG,TG with PG dividing P\n";
       return 2;
     }
-    pairs.push_back({ptd[0], ptd[1], ptd[2], gen[1]});
+    pairs.push_back({ptd[0], ptd[1], ptd[2], gen[1], gen[0]});
   } else {
     const int layers = static_cast<int>(arg_int(argc, argv, "layers", 6));
     for (int p = 1; p <= n; p *= 2)
       for (int t = n / p; t >= 1; t /= 2)
         if (n % (p * t) == 0 && (p == 1 || layers % p == 0))
-          for (int t_g = t; t_g >= 1; t_g /= 2) pairs.push_back({p, t, n / (p * t), t_g});
+          for (int p_g = 1; p_g <= p; p_g *= 2)
+            for (int t_g = t; t_g >= 1; t_g /= 2) pairs.push_back({p, t, n / (p * t), t_g, p_g});
   }
   std::vector<ReshardMode> modes = {ReshardMode::kAllGather, ReshardMode::kHybridFlowV, ReshardMode::kHybridFlow};
   const std::string mode = arg(argc, argv, "mode", "");
