@@ -29,6 +29,36 @@ int64_t split_weight_bytes(CausalLMImpl& full, int tp) {
   return bytes;
 }
 
+// Called in the generation layout: the greedy tokens are one process's; switching back restores the
+// training weights bit for bit, contiguous; an update to both models reaches generation. Ends in the
+// training layout.
+void expect_generates_like_one_process(HybridEngine& engine, CausalLM& train, CausalLM& reference,
+                                       const std::map<std::string, torch::Tensor>& before, const std::string& what) {
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 6;
+  const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
+  auto tokens_agree = [&] {
+    return torch::equal(generate(engine.generation_model(), prompts, cfg, engine.generation_stages()).responses,
+                        generate(reference, prompts, cfg).responses);
+  };
+  EXPECT_TRUE(tokens_agree()) << what;
+  engine.to_training();
+  const auto after = parameters_of(*train);
+  for (const auto& [name, value] : before)
+    EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
+  for (const auto& p : train->parameters()) EXPECT_TRUE(p.is_contiguous()) << what;
+  // An update to the training weights (both copies of a tied embedding alike) reaches generation.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : train->parameters()) p.mul_(-1.0);
+    for (auto& p : reference->parameters()) p.mul_(-1.0);
+  }
+  engine.to_generation();
+  EXPECT_TRUE(tokens_agree()) << what << " after an update";
+  engine.to_training();
+}
+
 TEST(HybridEngine, EveryLayoutPairAndModeGeneratesLikeOneProcessWithTableTwoBytes) {
   run_ranks(
       4,
@@ -141,30 +171,7 @@ TEST(HybridEngine, PipelineStagesGatherIntoOneUnstagedGenerationModel) {
           EXPECT_EQ(stats.bytes_received, generation_bytes - contributed) << what;
           EXPECT_EQ(stats.redundant_bytes, 0) << what;
 
-          GenerationConfig cfg;
-          cfg.greedy = true;
-          cfg.max_new_tokens = 6;
-          const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
-          const auto got = generate(engine.generation_model(), prompts, cfg);
-          EXPECT_TRUE(torch::equal(got.responses, generate(reference, prompts, cfg).responses)) << what;
-
-          engine.to_training();
-          const auto after = parameters_of(*train);
-          for (const auto& [name, value] : before)
-            EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
-          for (const auto& p : train->parameters()) EXPECT_TRUE(p.is_contiguous()) << what;
-
-          // An update to the training weights (both copies of a tied embedding alike) reaches generation.
-          {
-            torch::NoGradGuard no_grad;
-            for (auto& p : train->parameters()) p.mul_(-1.0);
-            for (auto& p : reference->parameters()) p.mul_(-1.0);
-          }
-          engine.to_generation();
-          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg).responses,
-                                   generate(reference, prompts, cfg).responses))
-              << what << " after an update";
-          engine.to_training();
+          expect_generates_like_one_process(engine, train, reference, before, what);
         }
       },
       180);
@@ -227,28 +234,7 @@ TEST(HybridEngine, GenerationInPipelineStages) {
           EXPECT_EQ(stats.bytes_received, generation_bytes - contributed) << what;
           EXPECT_EQ(stats.redundant_bytes, 0) << what;
 
-          GenerationConfig cfg;
-          cfg.greedy = true;
-          cfg.max_new_tokens = 6;
-          const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
-          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg, engine.generation_stages()).responses,
-                                   generate(reference, prompts, cfg).responses))
-              << what;
-          engine.to_training();
-          const auto after = parameters_of(*train);
-          for (const auto& [name, value] : before)
-            EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
-          for (const auto& p : train->parameters()) EXPECT_TRUE(p.is_contiguous()) << what;
-          {
-            torch::NoGradGuard no_grad;
-            for (auto& p : train->parameters()) p.mul_(-1.0);
-            for (auto& p : reference->parameters()) p.mul_(-1.0);
-          }
-          engine.to_generation();
-          EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg, engine.generation_stages()).responses,
-                                   generate(reference, prompts, cfg).responses))
-              << what << " after an update";
-          engine.to_training();
+          expect_generates_like_one_process(engine, train, reference, before, what);
         }
       },
       180);
@@ -306,17 +292,7 @@ TEST(HybridEngine, BaselinesWithPipelineStagesGatherTheWholeModel) {
             EXPECT_EQ(stats.bytes_received, model_bytes - contributed) << what;
             EXPECT_EQ(stats.redundant_bytes, training_bytes) << what;
 
-            GenerationConfig cfg;
-            cfg.greedy = true;
-            cfg.max_new_tokens = 6;
-            const std::vector<std::vector<int64_t>> prompts = {{3, 17, 42}, {5}, {60, 1, 2, 9, 33}};
-            EXPECT_TRUE(torch::equal(generate(engine.generation_model(), prompts, cfg).responses,
-                                     generate(reference, prompts, cfg).responses))
-                << what;
-            engine.to_training();
-            const auto after = parameters_of(*train);
-            for (const auto& [name, value] : before)
-              EXPECT_TRUE(torch::equal(after.at(name), value)) << what << ": " << name << " changed";
+            expect_generates_like_one_process(engine, train, reference, before, what);
           }
         }
       },
