@@ -1,5 +1,7 @@
 #include "hybridflow/engine/pipeline.h"
 
+#include <algorithm>
+
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
@@ -36,7 +38,8 @@ StagePass PipelineStageRunner::forward(const DataProto& micro, bool training,
     pass.output = last_stage(micro);
   } else {
     pass.output = model_->hidden_states(ids, micro.tensor(mask_key_));
-    sends_.push_back(stages_.isend(pass.output.detach(), s.stage + 1, kActivationTag));
+    activation_sends_.push_back(stages_.isend(pass.output.detach(), s.stage + 1, kActivationTag));
+    peak_activation_sends_ = std::max(peak_activation_sends_, activation_sends_.size());
   }
   return pass;
 }
@@ -48,18 +51,27 @@ void PipelineStageRunner::backward(const StagePass& pass) {
   } else {
     torch::Tensor grad = torch::empty_like(pass.output, pass.output.options().requires_grad(false));
     stages_.recv(grad, s.stage + 1, kGradientTag);
+    // The next stage has run this micro-batch's backward, so it received the activation sent for it, the
+    // oldest in flight (micro-batches go forward and backward in order): completing that send now lets
+    // the activation go with this pass instead of at the end of the step.
+    if (!activation_sends_.empty()) {
+      activation_sends_.front().wait();
+      activation_sends_.pop_front();
+    }
     pass.output.backward(grad);
   }
   if (!s.first()) {
     HF_CHECK(pass.input.defined() && pass.input.grad().defined(), "pipeline stage ", s.stage,
              ": the backward pass left no gradient for the stage's input");
-    sends_.push_back(stages_.isend(pass.input.grad(), s.stage - 1, kGradientTag));
+    gradient_sends_.push_back(stages_.isend(pass.input.grad(), s.stage - 1, kGradientTag));
   }
 }
 
 void PipelineStageRunner::wait_sends() {
-  for (auto& send : sends_) send.wait();
-  sends_.clear();
+  for (auto& send : activation_sends_) send.wait();
+  activation_sends_.clear();
+  for (auto& send : gradient_sends_) send.wait();
+  gradient_sends_.clear();
 }
 
 bool PipelineStageRunner::has_tied_embedding() const {

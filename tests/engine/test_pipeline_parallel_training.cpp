@@ -67,7 +67,8 @@ StepResult pipeline_step(const Layout& layout, HeadKind head, ModelLossFn loss, 
     return shard_dim(name, config, g.tp.size()) != ShardDim::kReplicated;
   });
   if (g.dp.size() > 1 && !sharded) engine.set_gradient_reducer([&g](torch::Tensor& flat) { g.dp.all_reduce(flat); });
-  engine.set_pipeline(std::make_shared<PipelineStageRunner>(model, g.pp));
+  auto runner = std::make_shared<PipelineStageRunner>(model, g.pp);
+  engine.set_pipeline(runner);
   if (sharded) engine.set_sharded_optimizer(g.dp);
   const DataProto batch = rl_batch();
   const int64_t rows = batch.batch_size() / g.dp.size();
@@ -77,6 +78,9 @@ StepResult pipeline_step(const Layout& layout, HeadKind head, ModelLossFn loss, 
                               [&](const DataProto& m) { return loss(model, m); });
   r.grads = gather_full_grads(*model);
   r.weights = gather_full_state(*model);
+  // 1F1B keeps at most (stages after this one) + 1 activations in flight, not one per micro-batch (4 at d=1).
+  const int after = layout.pp - 1 - g.pp.rank();
+  EXPECT_LE(runner->peak_activation_sends(), static_cast<size_t>(after > 0 ? after + 1 : 0)) << layout.name();
   return r;
 }
 

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,6 +49,10 @@ class PipelineStageRunner {
   void backward(const StagePass& pass);
   // Completes every send in flight.
   void wait_sends();
+  // The most activations this stage has had in flight to the next at once (each holds a micro-batch's
+  // hidden states): a send completes once the next stage's gradient for it arrives, so under 1F1B this
+  // stays at the number of stages after this one plus one, however many micro-batches a step has.
+  size_t peak_activation_sends() const { return peak_activation_sends_; }
 
   // Gradients of parameters held by both the first and the last stage (a tied lm_head's
   // model.embed_tokens.weight) are summed over the two; the other stages take part with zeros.
@@ -62,7 +67,9 @@ class PipelineStageRunner {
   CausalLM model_;
   Communicator& stages_;
   std::string ids_key_, mask_key_;
-  std::vector<ProcessGroup::PendingSend> sends_;
+  std::deque<ProcessGroup::PendingSend> activation_sends_;  // oldest micro-batch first
+  std::vector<ProcessGroup::PendingSend> gradient_sends_;
+  size_t peak_activation_sends_ = 0;
 };
 
 // Inference: runs every micro-batch (of micro_batch_size rows) through the stages and returns, on the last
