@@ -5,7 +5,8 @@
 // Training runs the 1F1B schedule (TrainEngine::set_pipeline); inference runs every micro-batch through
 // the stages once (pipeline_forward). A micro-batch's shape is known to every stage from its own copy of the
 // batch, so activations travel without headers. Sends are non-blocking (both neighbours send before they
-// receive in 1F1B's steady state) and complete before the step returns.
+// receive in 1F1B's steady state); an activation's send completes when its gradient comes back, the rest
+// before the step returns.
 #pragma once
 
 #include <torch/torch.h>
