@@ -405,13 +405,12 @@ void TrainEngine::load_state(const std::string& path) {
 
 TrainEngine::NamedState TrainEngine::named_state() const {
   torch::NoGradGuard no_grad;
-  const std::vector<torch::Tensor>& stepped = masters_.empty() ? params_ : masters_;
   std::vector<ZeroOptimizer::Moments> moments(params_.size());
   if (zero_) {
     moments = zero_->gather_moments();
   } else {
-    for (size_t i = 0; i < stepped.size(); ++i) {
-      auto it = optimizer_->state().find(stepped[i].unsafeGetTensorImpl());
+    for (size_t i = 0; i < optimized().size(); ++i) {
+      auto it = optimizer_->state().find(optimized()[i].unsafeGetTensorImpl());
       if (it == optimizer_->state().end()) continue;
       const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
       moments[i] = {s.exp_avg(), s.exp_avg_sq(), s.step()};

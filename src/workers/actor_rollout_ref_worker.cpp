@@ -127,8 +127,8 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     out = generate(hybrid_->generation_model(), prompts, g, hybrid_->generation_stages());
     reshard["to_training"] = reshard_json(hybrid_->to_training());
   } else {
-    // Without the engine the training stages (if any) generate together.
-    out = generate(rollout_ ? rollout_ : actor_, prompts, g, rollout_ ? nullptr : (groups_ ? groups_->pipeline() : nullptr));
+    // Without the engine the training stages (if any) generate together; a cast rollout copy has none.
+    out = generate(rollout_ ? rollout_ : actor_, prompts, g, groups_ ? groups_->pipeline() : nullptr);
   }
   DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
   if (hybrid_) result.meta()["reshard"] = reshard;

@@ -148,6 +148,7 @@ class TrainEngine {
   std::vector<torch::Tensor> masters_;  // fp32 copies of params_ that the optimizer steps (mixed precision only)
   // What the optimizer, clipping and the gradient reduce work on: masters_ when mixed, else params_.
   std::vector<torch::Tensor>& optimized() { return masters_.empty() ? params_ : masters_; }
+  const std::vector<torch::Tensor>& optimized() const { return masters_.empty() ? params_ : masters_; }
   // Mixed precision: adds the module's low-precision gradients into the masters' fp32 ones and clears them.
   void accumulate_into_masters();
   // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
