@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -59,6 +60,18 @@ inline std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, i
 inline double metric(const nlohmann::json& record, const std::string& key) {
   EXPECT_TRUE(record.contains(key)) << key << " missing from " << record.dump();
   return record.contains(key) ? record.at(key).get<double>() : 0.0;
+}
+
+// A step's metrics agree with the same step of a run in another layout: the same tokens (scores and lengths
+// within 1e-5; the reward model's when the run has one), losses, entropy, values and gradient norms within
+// 1e-4.
+inline void expect_follows(const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
+  std::vector<std::string> same_tokens = {"score/rule_mean", "response_length/mean"};
+  if (want.contains("score/rm_mean")) same_tokens.push_back("score/rm_mean");
+  for (const std::string& key : same_tokens) EXPECT_NEAR(metric(got, key), metric(want, key), 1e-5) << key << " " << what;
+  for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "critic/vpred_mean",
+                          "critic/vf_loss", "critic/grad_norm"})
+    EXPECT_NEAR(metric(got, key), metric(want, key), 1e-4 + 1e-4 * std::abs(metric(want, key))) << key << " " << what;
 }
 
 }  // namespace hybridflow::testing

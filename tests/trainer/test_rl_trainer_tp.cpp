@@ -37,10 +37,7 @@ TEST(RlTrainerTensorParallel, PpoSplitTwoWaysFollowsTheDataParallelRun) {
     const nlohmann::json a = split.step();
     const nlohmann::json b = plain.step();
     // Generation with the gathered weights draws the same tokens, so rewards and scores agree exactly.
-    for (const char* key : {"score/rule_mean", "score/rm_mean", "response_length/mean"})
-      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-5) << key << " at step " << step;
-    for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "critic/vf_loss", "critic/vpred_mean"})
-      EXPECT_NEAR(metric(a, key), metric(b, key), 1e-4 + 1e-4 * std::abs(metric(b, key))) << key << " at step " << step;
+    expect_follows(a, b, "at step " + std::to_string(step));
     // t = 2 -> t_g = 1 gathers the other half of every split weight: (t - t_g) / (t_g * t) * M = M / 2
     // (Table 2), holds the whole model for generation and no second copy of anything.
     const double model_bytes = metric(a, "reshard/model_bytes");
@@ -76,13 +73,7 @@ TEST(RlTrainerTensorParallel, ACheckpointResumesInAnyLayout) {
   RLTrainer uninterrupted(load_rl_config("", ppo_on_four(rm, 1, 1, {"reward_model.enable=false"})));
   const nlohmann::json plain_first = uninterrupted.step();
   const nlohmann::json plain_second = uninterrupted.step();
-  auto expect_follows = [](const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
-    for (const char* key : {"score/rule_mean", "response_length/mean"})
-      EXPECT_NEAR(metric(got, key), metric(want, key), 1e-5) << key << " " << what;
-    for (const char* key : {"actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "critic/vf_loss",
-                            "critic/grad_norm"})
-      EXPECT_NEAR(metric(got, key), metric(want, key), 1e-4 + 1e-4 * std::abs(metric(want, key))) << key << " " << what;
-  };
+
   {
     RLTrainer first(load_rl_config("", overrides(2, true, {"trainer.total_steps=1"})));
     const nlohmann::json step = first.step();
