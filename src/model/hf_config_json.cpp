@@ -1,5 +1,6 @@
-// config.json <-> ModelConfig with the field names and defaults of transformers' LlamaConfig and
-// Qwen2Config, so that directories move both ways between hybridflow and Hugging Face.
+// config.json <-> ModelConfig with the field names and defaults of transformers' LlamaConfig,
+// MistralConfig, Qwen2Config and Qwen3Config, so that directories move both ways between hybridflow and
+// Hugging Face.
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/core/error.h"
@@ -65,6 +66,86 @@ class ConfigReader {
   const std::string& path_;
 };
 
+double number(const json& v, const std::string& path, const std::string& key) {
+  HF_CHECK(v.is_number(), path, ": key '", key, "' must be a number, got ", v.dump());
+  return v.get<double>();
+}
+
+// RoPE settings as transformers 5 standardises them: rope_parameters (5.x) or the older rope_scaling, which
+// wins when both are present; a partial rotary factor and per-layer-type entries are refused.
+void read_rope(const json& doc, const std::string& path, ModelConfig& c) {
+  const json* params = nullptr;
+  std::string key;
+  for (const char* candidate : {"rope_parameters", "rope_scaling"}) {
+    auto it = doc.find(candidate);
+    if (it != doc.end() && !it->is_null()) {
+      params = &*it;
+      key = candidate;
+    }
+  }
+  if (params == nullptr) return;
+  HF_CHECK(params->is_object(), path, ": key '", key, "' must be an object, got ", params->dump());
+  for (const auto& [name, value] : params->items())
+    HF_CHECK(!value.is_object(), path, ": key '", key, "' nests per-layer-type entries ('", name,
+             "'), which this decoder does not support");
+  auto field = [&](const char* name) -> const json* {
+    auto it = params->find(name);
+    return it == params->end() || it->is_null() ? nullptr : &*it;
+  };
+  auto full = [&](const char* name) { return key + "." + name; };
+  RopeScaling& r = c.rope_scaling;
+  if (const json* type = field("rope_type") ? field("rope_type") : field("type")) {
+    HF_CHECK(type->is_string(), path, ": key '", full("rope_type"), "' must be a string, got ", type->dump());
+    r.type = type->get<std::string>();
+  }
+  HF_CHECK(r.type == "default" || r.type == "linear" || r.type == "dynamic" || r.type == "llama3" || r.type == "yarn",
+           path, ": key '", full("rope_type"), "' is \"", r.type,
+           "\"; supported: default, linear, dynamic, llama3, yarn (longrope and others are not implemented)");
+  if (const json* theta = field("rope_theta")) c.rope_theta = number(*theta, path, full("rope_theta"));
+  if (const json* partial = field("partial_rotary_factor"))
+    HF_CHECK(number(*partial, path, full("partial_rotary_factor")) == 1.0, path, ": key '",
+             full("partial_rotary_factor"), "' must be 1 (every channel rotated), got ", partial->dump());
+  if (!r.scaled()) return;
+  auto optional = [&](const char* name, double& out) {
+    if (const json* v = field(name)) out = number(*v, path, full(name));
+  };
+  auto required = [&](const char* name, double& out) {
+    HF_CHECK(field(name) != nullptr, path, ": key '", key, "' of rope_type \"", r.type, "\" needs '", name, "'");
+    optional(name, out);
+  };
+  // transformers: a top-level original_max_position_embeddings (Phi-3 style) wins over the nested one.
+  double original = 0;
+  optional("original_max_position_embeddings", original);
+  if (auto it = doc.find("original_max_position_embeddings"); it != doc.end() && !it->is_null())
+    original = number(*it, path, "original_max_position_embeddings");
+  r.original_max_position_embeddings = static_cast<int64_t>(original);
+  if (r.type == "yarn") {
+    // A yarn factor may be left out: it is then max_position_embeddings / original_max_position_embeddings.
+    r.factor = 0;
+    optional("factor", r.factor);
+    double attention = 0;
+    if (field("attention_factor")) {
+      optional("attention_factor", attention);
+      r.attention_factor = attention;
+    }
+    optional("beta_fast", r.beta_fast);
+    optional("beta_slow", r.beta_slow);
+    optional("mscale", r.mscale);
+    optional("mscale_all_dim", r.mscale_all_dim);
+    if (const json* truncate = field("truncate")) {
+      HF_CHECK(truncate->is_boolean(), path, ": key '", full("truncate"), "' must be true or false, got ",
+               truncate->dump());
+      r.truncate = truncate->get<bool>();
+    }
+    return;
+  }
+  required("factor", r.factor);
+  if (r.type == "llama3") {
+    required("low_freq_factor", r.low_freq_factor);
+    required("high_freq_factor", r.high_freq_factor);
+  }
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& path) {
@@ -78,10 +159,15 @@ ModelConfig load_model_config(const std::string& path) {
   ConfigReader r(doc, path);
   ModelConfig c;
   c.model_type = r.string(r.require("model_type"), "model_type");
-  HF_CHECK(c.model_type == "llama" || c.model_type == "qwen2", path, ": key 'model_type' must be \"llama\" or ",
-           "\"qwen2\", got \"", c.model_type, "\"");
+  HF_CHECK(c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" || c.model_type == "qwen3",
+           path, ": key 'model_type' must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"", c.model_type,
+           "\"");
   const bool qwen2 = c.model_type == "qwen2";
-  c.architecture = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const bool mistral = c.model_type == "mistral";
+  c.architecture = qwen2                      ? "Qwen2ForCausalLM"
+                   : c.model_type == "qwen3" ? "Qwen3ForCausalLM"
+                   : mistral                 ? "MistralForCausalLM"
+                                             : "LlamaForCausalLM";
   if (const json* arch = r.find("architectures")) {
     HF_CHECK(arch->is_array() && arch->size() == 1, path, ": key 'architectures' must be a list of one name, got ",
              arch->dump());
@@ -98,27 +184,13 @@ ModelConfig load_model_config(const std::string& path) {
     c.num_key_value_heads = r.integer(*kv, "num_key_value_heads");
   r.optional_int("max_position_embeddings", c.max_position_embeddings);
   r.optional_double("rope_theta", c.rope_theta);
-  // transformers >= 5 writes rope_theta inside rope_parameters (and reads it from there first).
-  if (const json* rope = r.find("rope_parameters"); rope && !rope->is_null()) {
-    HF_CHECK(rope->is_object(), path, ": key 'rope_parameters' must be an object, got ", rope->dump());
-    for (const auto& [key, value] : rope->items())
-      HF_CHECK(!value.is_object(), path, ": key 'rope_parameters' nests per-layer-type entries ('", key,
-               "'), which this decoder does not support");
-    const std::string type = rope->contains("rope_type") ? r.string((*rope)["rope_type"], "rope_parameters.rope_type")
-                             : rope->contains("type")    ? r.string((*rope)["type"], "rope_parameters.type")
-                                                         : "default";
-    HF_CHECK(type == "default", path, ": key 'rope_parameters' has rope_type \"", type,
-             "\"; only \"default\" (unscaled RoPE) is supported");
-    if (rope->contains("partial_rotary_factor"))
-      HF_CHECK((*rope)["partial_rotary_factor"] == 1.0, path,
-               ": key 'rope_parameters.partial_rotary_factor' must be 1, got ", (*rope)["partial_rotary_factor"].dump());
-    ConfigReader(*rope, path).optional_double("rope_theta", c.rope_theta);
-  }
+  read_rope(doc, path, c);
   r.optional_double("rms_norm_eps", c.rms_norm_eps);
   r.optional_bool("tie_word_embeddings", c.tie_word_embeddings);
-  // Qwen2's q/k/v always carry a bias and its config has no such key; Llama's is configurable.
+  // Qwen2's q/k/v always carry a bias and Mistral's never, whatever the config says (transformers builds
+  // them so); Llama's and Qwen3's follow attention_bias.
   c.attention_bias = qwen2;
-  if (!qwen2) r.optional_bool("attention_bias", c.attention_bias);
+  if (!qwen2 && !mistral) r.optional_bool("attention_bias", c.attention_bias);
   r.optional_token_id("bos_token_id", c.bos_token_id);
   r.optional_token_id("eos_token_id", c.eos_token_id);
   r.optional_token_id("pad_token_id", c.pad_token_id);
@@ -128,12 +200,15 @@ ModelConfig load_model_config(const std::string& path) {
   // Features this decoder does not implement must not load silently as something else.
   if (const json* act = r.find("hidden_act"))
     HF_CHECK(r.string(*act, "hidden_act") == "silu", path, ": key 'hidden_act' must be \"silu\", got ", act->dump());
-  if (const json* scaling = r.find("rope_scaling"))
-    HF_CHECK(scaling->is_null(), path, ": key 'rope_scaling' is not supported (must be null), got ", scaling->dump());
   if (const json* mlp_bias = r.find("mlp_bias"))
     HF_CHECK(*mlp_bias == false, path, ": key 'mlp_bias' must be false (the MLP has no biases), got ",
              mlp_bias->dump());
-  if (const json* types = r.find("layer_types"); types && !types->is_null()) {
+  if (mistral) {
+    // MistralConfig's default window is 4096: a config without the key has one; null means none.
+    c.sliding_window = 4096;
+    if (const json* window = r.find("sliding_window")) c.sliding_window = window->is_null() ? 0 : r.integer(*window, "sliding_window");
+    HF_CHECK(c.sliding_window >= 0, path, ": key 'sliding_window' must be >= 1 or null, got ", c.sliding_window);
+  } else if (const json* types = r.find("layer_types"); types && !types->is_null()) {
     HF_CHECK(types->is_array(), path, ": key 'layer_types' must be a list, got ", types->dump());
     for (const auto& t : *types)
       HF_CHECK(t == "full_attention", path, ": key 'layer_types' lists ", t.dump(),
@@ -147,9 +222,18 @@ ModelConfig load_model_config(const std::string& path) {
              ": keys 'use_sliding_window' / 'max_window_layers' put layers ", max_window_layers,
              " and above under sliding-window attention, which is not supported");
   }
-  if (const json* hd = r.find("head_dim"); hd && !hd->is_null())
-    HF_CHECK(r.integer(*hd, "head_dim") * c.num_attention_heads == c.hidden_size, path, ": key 'head_dim' (",
-             hd->dump(), ") must equal hidden_size / num_attention_heads");
+  // Qwen3Config's head_dim defaults to 128; the others' to hidden_size / num_attention_heads.
+  if (c.model_type == "qwen3") c.explicit_head_dim = 128;
+  if (const json* hd = r.find("head_dim"); hd && !hd->is_null()) {
+    c.explicit_head_dim = r.integer(*hd, "head_dim");
+    HF_CHECK(c.explicit_head_dim > 0, path, ": key 'head_dim' must be > 0, got ", hd->dump());
+  }
+  RopeScaling& rope = c.rope_scaling;
+  if (rope.type == "llama3" || rope.type == "yarn") {
+    if (rope.original_max_position_embeddings == 0) rope.original_max_position_embeddings = c.max_position_embeddings;
+    if (rope.type == "yarn" && rope.factor == 0)
+      rope.factor = static_cast<double>(c.max_position_embeddings) / rope.original_max_position_embeddings;
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -179,7 +263,34 @@ void save_model_config(const ModelConfig& c, const std::string& path) {
       {"torch_dtype", c.torch_dtype},
       {"use_cache", true},
   };
-  if (c.model_type != "qwen2") doc["attention_bias"] = c.attention_bias;
+  if (c.model_type == "llama" || c.model_type == "qwen3") doc["attention_bias"] = c.attention_bias;
+  HF_CHECK(c.model_type != "mistral" || !c.attention_bias, path,
+           ": a mistral model has no attention biases in Hugging Face; attention_bias=true cannot be saved as mistral");
+  doc["head_dim"] = c.head_dim();
+  if (c.model_type == "mistral") doc["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") doc["use_sliding_window"] = false;
+  // rope_scaling with rope_type is what both transformers 4 and 5 read (5 moves it into rope_parameters).
+  const RopeScaling& rope = c.rope_scaling;
+  if (rope.scaled()) {
+    json scaling = {{"rope_type", rope.type}, {"factor", rope.factor}};
+    if (rope.type == "llama3" || rope.type == "yarn")
+      scaling["original_max_position_embeddings"] = rope.original_max_position_embeddings > 0
+                                                        ? rope.original_max_position_embeddings
+                                                        : c.max_position_embeddings;
+    if (rope.type == "llama3") {
+      scaling["low_freq_factor"] = rope.low_freq_factor;
+      scaling["high_freq_factor"] = rope.high_freq_factor;
+    }
+    if (rope.type == "yarn") {
+      scaling["beta_fast"] = rope.beta_fast;
+      scaling["beta_slow"] = rope.beta_slow;
+      if (rope.attention_factor) scaling["attention_factor"] = *rope.attention_factor;
+      if (rope.mscale != 0) scaling["mscale"] = rope.mscale;
+      if (rope.mscale_all_dim != 0) scaling["mscale_all_dim"] = rope.mscale_all_dim;
+      scaling["truncate"] = rope.truncate;
+    }
+    doc["rope_scaling"] = scaling;
+  }
   auto token = [](int64_t id) { return id >= 0 ? json(id) : json(nullptr); };
   doc["bos_token_id"] = token(c.bos_token_id);
   doc["eos_token_id"] = token(c.eos_token_id);

@@ -15,26 +15,40 @@ void ModelConfig::validate() const {
   positive("num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
   positive("max_position_embeddings", max_position_embeddings);
-  HF_CHECK(hidden_size % num_attention_heads == 0, "model config: hidden_size (", hidden_size,
-           ") must be divisible by num_attention_heads (", num_attention_heads, ")");
+  HF_CHECK(explicit_head_dim > 0 || hidden_size % num_attention_heads == 0, "model config: hidden_size (",
+           hidden_size, ") must be divisible by num_attention_heads (", num_attention_heads,
+           ") when head_dim is not given");
+  HF_CHECK(explicit_head_dim >= 0, "model config: head_dim must be > 0, got ", explicit_head_dim);
+  HF_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0 = none), got ", sliding_window);
   HF_CHECK(num_attention_heads % num_key_value_heads == 0, "model config: num_attention_heads (",
            num_attention_heads, ") must be divisible by num_key_value_heads (", num_key_value_heads, ")");
   // Rotary embeddings rotate pairs of channels.
-  HF_CHECK(head_dim() % 2 == 0, "model config: head_dim = hidden_size / num_attention_heads must be even, got ",
-           head_dim());
+  HF_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even, got ", head_dim());
   HF_CHECK(rope_theta > 0, "model config: rope_theta must be > 0, got ", rope_theta);
   HF_CHECK(rms_norm_eps > 0, "model config: rms_norm_eps must be > 0, got ", rms_norm_eps);
   HF_CHECK(torch_dtype == "float32" || torch_dtype == "float16" || torch_dtype == "bfloat16",
            "model config: torch_dtype must be float32, float16 or bfloat16, got '", torch_dtype, "'");
-  HF_CHECK(model_type == "llama" || model_type == "qwen2",
-           "model config: model_type must be 'llama' or 'qwen2', got '", model_type, "'");
+  HF_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3",
+           "model config: model_type must be 'llama', 'mistral', 'qwen2' or 'qwen3', got '", model_type, "'");
+  HF_CHECK(sliding_window == 0 || model_type == "mistral",
+           "model config: sliding_window is implemented for mistral only, got it for ", model_type);
+  const RopeScaling& r = rope_scaling;
+  HF_CHECK(r.type == "default" || r.type == "linear" || r.type == "dynamic" || r.type == "llama3" || r.type == "yarn",
+           "model config: rope_scaling type must be default, linear, dynamic, llama3 or yarn, got '", r.type, "'");
+  HF_CHECK(!r.scaled() || r.factor > 0, "model config: rope_scaling factor must be > 0, got ", r.factor);
+  HF_CHECK(r.type != "llama3" || r.high_freq_factor != r.low_freq_factor,
+           "model config: rope_scaling high_freq_factor must differ from low_freq_factor (both ", r.low_freq_factor, ")");
+  HF_CHECK(r.original_max_position_embeddings >= 0, "model config: rope_scaling original_max_position_embeddings ",
+           "must be > 0, got ", r.original_max_position_embeddings);
 }
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t kv_dim = num_key_value_heads * head_dim();
-  int64_t attention = hidden_size * hidden_size * 2 + hidden_size * kv_dim * 2;  // q, o, k, v
-  if (attention_bias) attention += hidden_size + 2 * kv_dim;
+  const int64_t q_dim = num_attention_heads * head_dim();
+  int64_t attention = hidden_size * q_dim * 2 + hidden_size * kv_dim * 2;  // q, o, k, v
+  if (attention_bias) attention += q_dim + 2 * kv_dim;
   if (o_proj_bias()) attention += hidden_size;
+  if (qk_norm()) attention += 2 * head_dim();
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t norms = 2 * hidden_size;
   const int64_t per_layer = attention + mlp + norms;
@@ -46,7 +60,7 @@ int64_t ModelConfig::num_parameters() const {
 ModelConfig preset_model_config(const std::string& name, int64_t vocab_size) {
   ModelConfig config;
   config.vocab_size = vocab_size;
-  if (name == "tiny" || name == "qwen2-tiny") {
+  if (name == "tiny" || name == "qwen2-tiny" || name == "qwen3-tiny" || name == "mistral-tiny") {
     config.hidden_size = 128;
     config.num_hidden_layers = 4;
     config.num_attention_heads = 4;
@@ -68,13 +82,23 @@ ModelConfig preset_model_config(const std::string& name, int64_t vocab_size) {
     config.intermediate_size = 1376;
     config.max_position_embeddings = 2048;
   } else {
-    HF_FAIL("unknown model preset '", name, "'; expected one of: tiny, qwen2-tiny, small, base");
+    HF_FAIL("unknown model preset '", name, "'; expected one of: tiny, qwen2-tiny, qwen3-tiny, mistral-tiny, small, ",
+            "base");
   }
   if (name == "qwen2-tiny") {
     config.architecture = "Qwen2ForCausalLM";
     config.model_type = "qwen2";
     config.attention_bias = true;
     config.tie_word_embeddings = true;
+  } else if (name == "qwen3-tiny") {
+    // Heads wider than hidden_size / heads, as Qwen3's fixed head_dim of 128 makes them in the small models.
+    config.architecture = "Qwen3ForCausalLM";
+    config.model_type = "qwen3";
+    config.explicit_head_dim = 48;
+  } else if (name == "mistral-tiny") {
+    config.architecture = "MistralForCausalLM";
+    config.model_type = "mistral";
+    config.sliding_window = 64;
   }
   config.validate();
   return config;

@@ -1,5 +1,5 @@
-// Llama / Qwen2 decoder written to reproduce Hugging Face transformers' computation: RMSNorm in float32,
-// rotate_half rotary embeddings, grouped-query attention through scaled_dot_product_attention (softmax
+// Llama / Mistral / Qwen2 / Qwen3 decoder written to reproduce Hugging Face transformers' computation:
+// RMSNorm in float32, rotate_half rotary embeddings (model/rotary.h), grouped-query attention through scaled_dot_product_attention (softmax
 // accumulated in float32 by its kernels, as transformers' default "sdpa" attention), SwiGLU MLP, logits
 // and values returned in float32 whatever the parameters' dtype.
 #include "hybridflow/model/transformer.h"
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow {
@@ -17,13 +18,20 @@ namespace {
 // key (a padding row) gets a uniform softmax, not NaN.
 double masked_score(torch::ScalarType dtype) { return dtype == torch::kHalf ? -65504.0 : -1e9; }
 
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({dim})); }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto h = x.to(torch::kFloat32);
-    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight * h.to(x.scalar_type());
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
+  // Qwen3's per-head q/k norms see only this rank's heads: the weight enters through copy_to, whose
+  // backward sums the tensor-parallel ranks' partial gradients.
+  torch::Tensor forward_on_shard(const torch::Tensor& x, const TensorParallelGroup& tp) {
+    return rms_norm(x, copy_to_tensor_parallel(weight, tp), eps_);
   }
   torch::Tensor weight;
 
@@ -35,18 +43,6 @@ TORCH_MODULE(RMSNorm);
 torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
-}
-
-// cos/sin [B, 1, T, head_dim] for the given positions, computed in float32 like HF, cast to `dtype`.
-std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& position_ids, int64_t head_dim,
-                                                       double theta, torch::ScalarType dtype) {
-  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
-  auto exponent = torch::arange(0, head_dim, 2, opts.dtype(torch::kInt64)).to(torch::kFloat32) /
-                  static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, opts), exponent);
-  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, d/2]
-  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                    // [B, 1, T, d]
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
 // A row-parallel projection: this rank's slice of the input features times its columns of the weight,
@@ -94,6 +90,10 @@ class AttentionImpl : public torch::nn::Module {
     v_proj = register_module("v_proj", linear(h, all_kv_heads_ * head_dim_, c.attention_bias));
     // Llama's attention_bias covers o_proj too; Qwen2 biases q/k/v only (as transformers builds them).
     o_proj = register_module("o_proj", linear(heads_ * head_dim_, h, c.o_proj_bias()));
+    if (c.qk_norm()) {
+      q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+      k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    }
   }
 
   // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
@@ -111,6 +111,10 @@ class AttentionImpl : public torch::nn::Module {
       k = k_proj(x_tp).view({b, t, kv_heads_, head_dim_});
       v = v_proj(x_tp).view({b, t, kv_heads_, head_dim_});
     }
+    if (q_norm) {
+      q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
+      k = k_norm->forward_on_shard(k, tp_);
+    }
     k = k.transpose(1, 2);
     v = v.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
@@ -127,6 +131,7 @@ class AttentionImpl : public torch::nn::Module {
   }
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
 
  private:
   // Grouped-query attention through scaled_dot_product_attention without copying K/V for every query
@@ -301,8 +306,11 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   // Query i (absolute position past + i) sees key j when j <= past + i and key j is not padding.
   auto query_pos = torch::arange(past, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
   auto key_pos = torch::arange(total, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  auto visible = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1)).unsqueeze(0) &
-                 mask.ne(0).unsqueeze(1);  // [B, T, S]
+  auto causal = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1));
+  // Mistral's window: query i sees key j only when i - j < sliding_window (transformers' sliding mask).
+  if (config_.sliding_window > 0)
+    causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
+  auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
   auto& m = *layers_->model;
   torch::Tensor h;
   if (pp_.first()) {
@@ -318,7 +326,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
-  auto [cos, sin] = rotary_cos_sin(positions, config_.head_dim(), config_.rope_theta, h.scalar_type());
+  auto [cos, sin] = rotary_cos_sin(positions, config_, h.scalar_type());
   for (int64_t i = 0; i < local_layers; ++i) {
     auto& layer = *m.decoder_layers[i];
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;

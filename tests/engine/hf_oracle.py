@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers as an independent oracle for hybridflow's Llama / Qwen2 models.
+"""Hugging Face transformers as an independent oracle for hybridflow's Llama / Mistral / Qwen2 / Qwen3 models.
 
 Run by tests/engine/test_hf_oracle.cpp with the project venv's python (scripts/setup.sh installs
 transformers there). Two jobs, done in one process so that transformers is imported once:
 
-  --reference-dir DIR   writes DIR/<name>/ for name in (llama, qwen2): a random tiny model saved with
+  --reference-dir DIR   writes DIR/<name>/ for each name in MODELS: a random tiny model saved with
                         transformers' save_pretrained (config.json, model.safetensors), a character-level
                         tokenizer.json in the format hybridflow reads, and reference.safetensors with
                         input_ids / attention_mask (left padded), the fp32 logits and the greedy
@@ -37,19 +37,46 @@ MAX_NEW_TOKENS = 6
 TOKENIZER_TEXT = "12+34=46 abj"
 
 # Each model exercises a different part of the mapping: tied embeddings + attention bias + GQA on
-# Llama, a vocabulary larger than the tokenizer (as Qwen pads it) + GQA with one KV head on Qwen2;
-# both use a non-default rope_theta so that a config reader that drops it is caught.
+# Llama, a vocabulary larger than the tokenizer (as Qwen pads it) + GQA with one KV head on Qwen2, a
+# sliding window shorter than the prompts and a head_dim other than hidden_size / heads on Mistral, per-head
+# q/k norms with wide heads and biases on Qwen3, and each RoPE scaling type on Llama (with contexts small
+# enough that the scaling changes these short sequences). All use a non-default rope_theta so that a config
+# reader that drops it is caught.
+LLAMA = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             rms_norm_eps=1e-5, max_position_embeddings=64)
+
+
+def rope(rope_type, **extra):
+    return dict(rope_parameters=dict(rope_type=rope_type, rope_theta=500.0, **extra))
+
+
 MODELS = {
     "llama": dict(
         cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=11,
-        kwargs=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, rope_theta=500.0, rms_norm_eps=1e-5, attention_bias=True,
-                    tie_word_embeddings=True, max_position_embeddings=64)),
+        kwargs=dict(LLAMA, rope_theta=500.0, attention_bias=True, tie_word_embeddings=True)),
     "qwen2": dict(
         cls="Qwen2ForCausalLM", cfg="Qwen2Config", vocab_extra=5, seed=12,
         kwargs=dict(hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
                     num_key_value_heads=1, rope_theta=2000.0, rms_norm_eps=1e-6,
                     tie_word_embeddings=False, max_position_embeddings=64)),
+    "mistral": dict(
+        cls="MistralForCausalLM", cfg="MistralConfig", vocab_extra=2, seed=13,
+        kwargs=dict(LLAMA, head_dim=12, sliding_window=4, rope_theta=800.0)),
+    "qwen3": dict(
+        cls="Qwen3ForCausalLM", cfg="Qwen3Config", vocab_extra=0, seed=14,
+        kwargs=dict(LLAMA, head_dim=16, attention_bias=True, tie_word_embeddings=True, rope_theta=900.0)),
+    "llama_rope_linear": dict(
+        cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=15, kwargs=dict(LLAMA, **rope("linear", factor=3.0))),
+    "llama_rope_dynamic": dict(
+        cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=16,
+        kwargs=dict(LLAMA, max_position_embeddings=4, **rope("dynamic", factor=2.0))),
+    "llama_rope_llama3": dict(
+        cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=17,
+        kwargs=dict(LLAMA, **rope("llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                  original_max_position_embeddings=16))),
+    "llama_rope_yarn": dict(
+        cls="LlamaForCausalLM", cfg="LlamaConfig", vocab_extra=0, seed=18,
+        kwargs=dict(LLAMA, **rope("yarn", factor=4.0, original_max_position_embeddings=16))),
 }
 
 
@@ -108,7 +135,10 @@ def load_eager(directory):
         directory, dtype=torch.float32, attn_implementation="eager").eval()
 
 
-def greedy(model, ids, mask, eos):
+def greedy(directory, ids, mask, eos):
+    # A fresh model per call: dynamic RoPE keeps the longest length a module has seen, so a second call on
+    # the same module would rotate with the first call's base.
+    model = load_eager(directory)
     out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
                          eos_token_id=eos, pad_token_id=PAD)
     return out[:, ids.shape[1]:].contiguous()
@@ -133,11 +163,11 @@ def write_reference(root):
         ids, mask = fixed_inputs(token_vocab)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
-            generated = greedy(model, ids, mask, EOS)
+            generated = greedy(out, ids, mask, EOS)
             # A random model rarely emits EOS, so a second run stops on a token row 0 does emit, to
             # compare early stopping and the padding of finished rows too.
             stop = generated[0, 2].item()
-            generated_stop = greedy(model, ids, mask, stop)
+            generated_stop = greedy(out, ids, mask, stop)
         save_file({"input_ids": ids, "attention_mask": mask, "logits": logits.float().contiguous(),
                    "generated": generated, "stop_token": torch.tensor([stop]), "generated_stop": generated_stop},
                   os.path.join(out, "reference.safetensors"))

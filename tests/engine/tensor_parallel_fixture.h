@@ -31,10 +31,21 @@ inline ModelConfig tensor_parallel_test_config() {
   return c;
 }
 
+// Qwen3's per-head q/k norms see only a rank's heads, so their gradients are partial on each rank; heads
+// wider than hidden_size / heads; 2 KV heads, replicated (not split) at tp = 4.
+inline ModelConfig qwen3_tensor_parallel_test_config() {
+  ModelConfig c = tensor_parallel_test_config();
+  c.architecture = "Qwen3ForCausalLM";
+  c.model_type = "qwen3";
+  c.explicit_head_dim = 12;
+  return c;
+}
+
 // The same weights in every process (a fixed seed), as one process would hold them.
-inline CausalLM reference_model(HeadKind head, uint64_t seed = 1234) {
+inline CausalLM reference_model(HeadKind head, uint64_t seed = 1234,
+                                const ModelConfig& config = tensor_parallel_test_config()) {
   torch::manual_seed(seed);
-  return CausalLM(tensor_parallel_test_config(), head);
+  return CausalLM(config, head);
 }
 
 inline std::map<std::string, torch::Tensor> parameters_of(CausalLMImpl& model) {

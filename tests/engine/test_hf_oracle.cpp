@@ -1,4 +1,5 @@
-// Hugging Face transformers as the reference implementation: random tiny Llama / Qwen2 models written
+// Hugging Face transformers as the reference implementation: random tiny Llama / Mistral / Qwen2 / Qwen3
+// models (and Llama with each RoPE scaling type) written
 // by transformers load here with the same logits and the same greedy continuation, and models written
 // here load in transformers with the same logits. tests/engine/hf_oracle.py does the Python side in one
 // process (importing transformers is most of its few seconds). Python is a test dependency only, from
@@ -59,40 +60,76 @@ void randomize(CausalLM& model, uint64_t seed) {
   }
 }
 
-// The reverse direction's models: the other combinations of tying, bias and head grouping than the
-// transformers-written ones, and again a non-default rope_theta.
+// The reverse direction's models: the other combinations of tying, bias, head grouping and head width than
+// the transformers-written ones, other RoPE scaling settings, and again a non-default rope_theta.
 ModelConfig hybridflow_config(const std::string& name, const Tokenizer& tok) {
   ModelConfig c;
+  c.vocab_size = tok.vocab_size();
+  c.hidden_size = 48;
+  c.intermediate_size = 56;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 3;
+  c.rope_theta = 5000.0;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 64;
   if (name == "qwen2") {
     c.architecture = "Qwen2ForCausalLM";
     c.model_type = "qwen2";
     c.vocab_size = tok.vocab_size() + 3;
     c.hidden_size = 32;
     c.intermediate_size = 40;
-    c.num_hidden_layers = 2;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
     c.rope_theta = 300.0;
     c.attention_bias = true;
     c.tie_word_embeddings = true;
-  } else {
-    c.vocab_size = tok.vocab_size();
-    c.hidden_size = 48;
-    c.intermediate_size = 56;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 3;
-    c.rope_theta = 5000.0;
-    c.rms_norm_eps = 1e-5;
+  } else if (name == "mistral") {
+    c.architecture = "MistralForCausalLM";
+    c.model_type = "mistral";
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 4;
+    c.explicit_head_dim = 6;
+    c.sliding_window = 3;
+    c.tie_word_embeddings = true;
+  } else if (name == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
+    c.vocab_size = tok.vocab_size() + 4;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.explicit_head_dim = 24;
+  } else if (name == "llama_rope_linear") {
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = 2.0;
+  } else if (name == "llama_rope_dynamic") {
+    c.max_position_embeddings = 5;
+    c.rope_scaling.type = "dynamic";
+    c.rope_scaling.factor = 3.0;
+  } else if (name == "llama_rope_llama3") {
+    c.rope_scaling.type = "llama3";
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 12;
+  } else if (name == "llama_rope_yarn") {
+    c.rope_scaling.type = "yarn";
+    c.rope_scaling.factor = 3.0;
+    c.rope_scaling.original_max_position_embeddings = 20;
+    c.rope_scaling.beta_fast = 16.0;
+    c.rope_scaling.mscale = 1.0;
+    c.rope_scaling.mscale_all_dim = 0.5;
   }
-  c.max_position_embeddings = 64;
   c.bos_token_id = tok.bos_id();
   c.eos_token_id = tok.eos_id();
   c.pad_token_id = tok.pad_id();
   return c;
 }
 
-const std::vector<std::string> kModels = {"llama", "qwen2"};
+// Must equal hf_oracle.py's MODELS.
+const std::vector<std::string> kModels = {"llama",           "qwen2",           "mistral",
+                                          "qwen3",           "llama_rope_linear", "llama_rope_dynamic",
+                                          "llama_rope_llama3", "llama_rope_yarn"};
 
 // Everything the Python side produced, made once for all tests.
 struct Oracle {
@@ -218,7 +255,7 @@ TEST_P(HfOracleTest, HybridflowModelLoadsInTransformersWithTheSameLogits) {
   EXPECT_TRUE(torch::equal(torch::tensor(ids, torch::kInt64), ref["tokenizer_ids"])) << ref["tokenizer_ids"];
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaAndQwen2, HfOracleTest, ::testing::ValuesIn(kModels),
+INSTANTIATE_TEST_SUITE_P(ModelTypesAndRopeScaling, HfOracleTest, ::testing::ValuesIn(kModels),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -16,14 +16,16 @@ namespace {
 
 using namespace hybridflow::testing;
 
-StepResult reference_step(HeadKind head, ModelLossFn loss) { return one_process_step(reference_model(head), loss); }
+StepResult reference_step(HeadKind head, ModelLossFn loss, const ModelConfig& config = tensor_parallel_test_config()) {
+  return one_process_step(reference_model(head, 1234, config), loss);
+}
 
 // One step of `loss` on this rank's data-parallel rows with a model split over `tp`.
-StepResult parallel_step(HeadKind head, ModelLossFn loss, Communicator& tp, Communicator& dp) {
-  CausalLM model(tensor_parallel_test_config(), head, TensorParallelGroup(&tp));
-  load_full_state(*model, parameters_of(*reference_model(head)));
+StepResult parallel_step(HeadKind head, ModelLossFn loss, Communicator& tp, Communicator& dp,
+                         const ModelConfig& config = tensor_parallel_test_config()) {
+  CausalLM model(config, head, TensorParallelGroup(&tp));
+  load_full_state(*model, parameters_of(*reference_model(head, 1234, config)));
   TrainEngine engine(model.ptr(), parallel_test_optimizer());
-  const ModelConfig config = tensor_parallel_test_config();
   engine.set_tensor_parallel(TensorParallelGroup(&tp), [&](const std::string& name) {
     return shard_dim(name, config, tp.size()) != ShardDim::kReplicated;
   });
@@ -80,6 +82,28 @@ TEST(TensorParallelTraining, LayoutsOnFourProcessesMatchOneProcess) {
           }
           expect_same_step(parallel_step(HeadKind::kLanguageModel, policy_loss, tp, dp), policy_ref, what + " policy");
           expect_same_step(parallel_step(HeadKind::kValue, value_loss, tp, dp), value_ref, what + " value");
+        }
+      },
+      120);
+}
+
+// Without the sum of the ranks' q_norm / k_norm gradients, each rank would step its norms with its own heads'
+// share and the replicas would drift apart.
+TEST(TensorParallelTraining, Qwen3HeadNormsTrainAsOnOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        const ModelConfig config = qwen3_tensor_parallel_test_config();
+        const StepResult want = reference_step(HeadKind::kLanguageModel, policy_loss, config);
+        ASSERT_TRUE(want.grads.count("model.layers.0.self_attn.q_norm.weight"));
+        ASSERT_GT(want.grads.at("model.layers.0.self_attn.k_norm.weight").abs().max().item<double>(), 0.0);
+        for (int tp_size : {2, 4}) {
+          DeviceMesh mesh(1, 4 / tp_size, tp_size);
+          Communicator tp(world.split(mesh.tp_groups()));
+          Communicator dp(world.split(mesh.dp_groups()));
+          expect_same_step(parallel_step(HeadKind::kLanguageModel, policy_loss, tp, dp, config), want,
+                           "qwen3 layout " + mesh.to_string());
         }
       },
       120);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -263,7 +264,7 @@ TEST_F(PretrainedTest, ReadsTransformers5ConfigKeys) {
     write_file_atomic(dir.file("config.json"), d.dump());
     return error_of([&] { load_model_config(dir.file("config.json")); });
   };
-  EXPECT_THAT(err([](json& d) { d["rope_parameters"]["rope_type"] = "llama3"; }), HasSubstr("rope_type \"llama3\""));
+  EXPECT_THAT(err([](json& d) { d["rope_parameters"]["rope_type"] = "longrope"; }), HasSubstr("\"longrope\""));
   EXPECT_THAT(err([](json& d) { d["rope_parameters"] = {{"full_attention", {{"rope_theta", 1.0}}}}; }),
               HasSubstr("per-layer-type"));
   EXPECT_THAT(err([](json& d) { d["rope_parameters"]["partial_rotary_factor"] = 0.5; }),
@@ -277,6 +278,86 @@ TEST_F(PretrainedTest, ReadsTransformers5ConfigKeys) {
                 d["max_window_layers"] = 1;
               }),
               HasSubstr("sliding-window"));
+}
+
+// Released checkpoints' keys, as transformers reads them: Llama 3.1's legacy rope_scaling block, Qwen2.5's
+// yarn without a factor of its own, Qwen3's implicit head_dim of 128, Mistral's implicit window of 4096.
+TEST_F(PretrainedTest, ReadsRopeScalingHeadDimAndSlidingWindow) {
+  save_model_config(tiny_config(tok), dir.file("config.json"));
+  edit_config([](json& d) {
+    d["rope_theta"] = 500000.0;
+    d["rope_scaling"] = {{"factor", 8.0},          {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192},
+                         {"rope_type", "llama3"}};
+  });
+  ModelConfig llama31 = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(llama31.rope_scaling.type, "llama3");
+  EXPECT_EQ(llama31.rope_scaling.factor, 8.0);
+  EXPECT_EQ(llama31.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(llama31.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(llama31.rope_theta, 500000.0);
+
+  edit_config([](json& d) {
+    d["max_position_embeddings"] = 131072;
+    d["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 32768}};
+  });
+  ModelConfig yarn = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(yarn.rope_scaling.type, "yarn");
+  EXPECT_EQ(yarn.rope_scaling.factor, 4.0);  // 131072 / 32768
+  EXPECT_FALSE(yarn.rope_scaling.attention_factor.has_value());
+
+  edit_config([](json& d) {
+    d["model_type"] = "qwen3";
+    d.erase("architectures");
+    d.erase("head_dim");
+    d.erase("rope_scaling");
+  });
+  ModelConfig qwen3 = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(qwen3.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(qwen3.head_dim(), 128);
+  EXPECT_TRUE(qwen3.qk_norm());
+
+  edit_config([](json& d) {
+    d["model_type"] = "mistral";
+    d["attention_bias"] = true;  // MistralConfig has no such key: ignored, as transformers does
+  });
+  ModelConfig mistral = load_model_config(dir.file("config.json"));
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_FALSE(mistral.attention_bias);
+  EXPECT_EQ(mistral.head_dim(), mistral.hidden_size / mistral.num_attention_heads);
+  edit_config([](json& d) { d["sliding_window"] = nullptr; });
+  EXPECT_EQ(load_model_config(dir.file("config.json")).sliding_window, 0);
+
+  // What is written reads back the same.
+  for (ModelConfig c : {llama31, yarn, qwen3, mistral}) {
+    c.max_position_embeddings = 64;
+    c.rope_scaling.original_max_position_embeddings = std::min<int64_t>(c.rope_scaling.original_max_position_embeddings, 32);
+    save_model_config(c, dir.file("config.json"));
+    ModelConfig back = load_model_config(dir.file("config.json"));
+    EXPECT_EQ(back.model_type, c.model_type);
+    EXPECT_EQ(back.head_dim(), c.head_dim());
+    EXPECT_EQ(back.sliding_window, c.sliding_window);
+    EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
+    EXPECT_EQ(back.rope_scaling.factor, c.rope_scaling.factor);
+    EXPECT_EQ(back.rope_scaling.low_freq_factor, c.rope_scaling.low_freq_factor);
+    if (c.rope_scaling.scaled()) {
+      EXPECT_EQ(back.rope_scaling.original_max_position_embeddings, c.rope_scaling.original_max_position_embeddings);
+    }
+  }
+
+  const json good = json::parse(read_file(dir.file("config.json")));
+  auto err = [&](const std::function<void(json&)>& edit) {
+    json d = good;
+    edit(d);
+    write_file_atomic(dir.file("config.json"), d.dump());
+    return error_of([&] { load_model_config(dir.file("config.json")); });
+  };
+  EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; }),
+              HasSubstr("key 'rope_scaling' of rope_type \"llama3\" needs 'low_freq_factor'"));
+  EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"rope_type", "linear"}, {"factor", "2"}}; }),
+              HasSubstr("key 'rope_scaling.factor' must be a number"));
+  EXPECT_THAT(err([](json& d) { d["head_dim"] = 7; }), HasSubstr("head_dim must be even"));
+  EXPECT_THAT(err([](json& d) { d["sliding_window"] = "4k"; }), HasSubstr("key 'sliding_window' must be an integer"));
 }
 
 TEST_F(PretrainedTest, BadConfigJsonErrorsNameFileAndKey) {
@@ -299,7 +380,11 @@ TEST_F(PretrainedTest, BadConfigJsonErrorsNameFileAndKey) {
   EXPECT_THAT(err([](json& d) { d["model_type"] = "gpt2"; }), HasSubstr("key 'model_type' must be"));
   EXPECT_THAT(err([](json& d) { d["hidden_act"] = "gelu"; }), HasSubstr("key 'hidden_act'"));
   EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"type", "linear"}}; }), HasSubstr("key 'rope_scaling'"));
-  EXPECT_THAT(err([](json& d) { d["num_attention_heads"] = 3; }), HasSubstr("divisible"));
+  EXPECT_THAT(err([](json& d) {
+                d.erase("head_dim");
+                d["num_attention_heads"] = 3;
+              }),
+              HasSubstr("divisible"));
   write_file_atomic(path, "{\"model_type\": ");
   EXPECT_THAT(error_of([&] { load_model_config(path); }), HasSubstr("not valid JSON"));
   // The whole directory load reports the config problem too.
