@@ -59,7 +59,7 @@ double generation_tokens_per_s(const ModelConfig& config, torch::Dtype dtype, in
   GenerationConfig gen;
   gen.max_new_tokens = new_tokens;
   gen.seed = 1;
-  gen.eos_token_id = -1;  // every row generates every token: the same work for both dtypes
+  gen.eos_token_ids.clear();  // every row generates every token: the same work for both dtypes
   generate(model, prompts, gen);  // warm-up
   const double start = bench::now_seconds();
   GenerationOutput out = generate(model, prompts, gen);

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     GenerationConfig gen;
     gen.max_new_tokens = new_tokens;
     gen.seed = 1;
-    gen.eos_token_id = -1;  // every row generates all new tokens, so both modes do the same work
+    gen.eos_token_ids.clear();  // every row generates all new tokens, so both modes do the same work
     gen.use_kv_cache = cache;
     double start = bench::now_seconds();
     GenerationOutput out = generate(model, prompts, gen);

@@ -20,6 +20,9 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
   HF_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, "generation: top_p must be in (0, 1], got ", cfg.top_p);
   HF_CHECK(cfg.pad_token_id >= 0 && cfg.pad_token_id < vocab_size, "generation: pad_token_id ", cfg.pad_token_id,
            " is outside the vocabulary [0, ", vocab_size, ")");
+  HF_CHECK(cfg.sampleable_vocab_size >= 0 && cfg.sampleable_vocab_size <= vocab_size,
+           "generation: sampleable_vocab_size ", cfg.sampleable_vocab_size, " must be in [0, vocab_size = ", vocab_size,
+           "] (0 = all)");
 }
 
 // Restores train/eval mode on scope exit, also when generation throws.
@@ -141,6 +144,8 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     if (!stage.enabled() || stage.last()) {
       // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
       auto logits = model->full_vocab_logits(hidden.select(1, -1));
+      if (cfg.sampleable_vocab_size > 0 && cfg.sampleable_vocab_size < logits.size(-1))
+        logits.slice(-1, cfg.sampleable_vocab_size).fill_(-std::numeric_limits<float>::infinity());
       std::tie(tokens, token_log_probs) = sample_next_tokens(logits, cfg, generator);
     }
     if (stage.enabled()) {
@@ -161,8 +166,9 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     seq_ids = torch::cat({seq_ids, tokens.unsqueeze(1)}, 1);
     seq_mask = torch::cat({seq_mask, ones}, 1);
     step_input = tokens.unsqueeze(1);
-    if (cfg.eos_token_id >= 0) {
-      auto keep = tokens.ne(cfg.eos_token_id);
+    if (!cfg.eos_token_ids.empty()) {
+      auto keep = torch::ones_like(tokens, torch::kBool);
+      for (int64_t eos : cfg.eos_token_ids) keep &= tokens.ne(eos);
       if (!keep.all().item<bool>()) {
         auto rows = keep.nonzero().squeeze(1);
         if (rows.numel() == 0) break;

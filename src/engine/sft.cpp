@@ -128,7 +128,7 @@ double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::ve
   GenerationConfig cfg;
   cfg.greedy = true;
   cfg.max_new_tokens = max_new_tokens;
-  cfg.eos_token_id = tok.eos_id();
+  if (tok.eos_id() >= 0) cfg.eos_token_ids = {tok.eos_id()};
   cfg.pad_token_id = tok.pad_id();
   double total = 0;
   const size_t chunk = 128;

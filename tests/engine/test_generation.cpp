@@ -133,7 +133,7 @@ TEST_F(GenerationTest, EosStopsSequenceAndPadsAfterIt) {
   auto tokens = row(free_run.responses, 0);
   const int64_t eos = tokens[4];
   const int64_t stop = std::find(tokens.begin(), tokens.end(), eos) - tokens.begin();
-  cfg.eos_token_id = eos;
+  cfg.eos_token_ids = {eos};
   auto stopped = generate(model, {prompts[0]}, cfg);
   // Alone, the loop ends at eos, which is kept.
   ASSERT_EQ(stopped.responses.size(1), stop + 1);
@@ -175,6 +175,55 @@ TEST_F(GenerationTest, EosStopsSequenceAndPadsAfterIt) {
   }
   auto expected = recomputed_log_probs(model, out, cfg.temperature);
   EXPECT_TRUE(torch::allclose(out.log_probs, expected, 1e-4, 1e-4));
+}
+
+// generation_config.json may list several eos ids (Llama 3 instruct: <|end_of_text|>, <|eom_id|>,
+// <|eot_id|>): a sequence ends at whichever comes first.
+TEST_F(GenerationTest, AnyOfSeveralEosIdsStopsASequence) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 12;
+  cfg.temperature = 1.5;
+  cfg.seed = 78;
+  auto tokens = row(generate(model, {prompts[0]}, cfg).responses, 0);
+  // Two ids of the free run that are not its first token: the stop is at the first of either.
+  const int64_t a = tokens[6], b = tokens[3];
+  const int64_t stop_a = std::find(tokens.begin(), tokens.end(), a) - tokens.begin();
+  const int64_t stop_b = std::find(tokens.begin(), tokens.end(), b) - tokens.begin();
+  cfg.eos_token_ids = {a, b};
+  auto stopped = row(generate(model, {prompts[0]}, cfg).responses, 0);
+  EXPECT_EQ(stopped, std::vector<int64_t>(tokens.begin(), tokens.begin() + std::min(stop_a, stop_b) + 1));
+  cfg.eos_token_ids = {a};
+  EXPECT_EQ(row(generate(model, {prompts[0]}, cfg).responses, 0).size(), static_cast<size_t>(stop_a + 1));
+}
+
+// A vocabulary padded past the tokenizer: the padding ids are never drawn, and the returned log-probs are
+// those of the distribution actually sampled (normalised over the sampleable ids).
+TEST_F(GenerationTest, PaddedVocabularyIdsAreNeverSampled) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 16;
+  cfg.temperature = 3.0;  // close to uniform: unmasked, ids past the limit come up often
+  cfg.n = 4;
+  cfg.seed = 5;
+  const int64_t limit = 30;  // of 41
+  auto free_run = generate(model, prompts, cfg);
+  EXPECT_TRUE(free_run.responses.ge(limit).any().item<bool>()) << "the check below would be vacuous";
+  cfg.sampleable_vocab_size = limit;
+  auto out = generate(model, prompts, cfg);
+  EXPECT_FALSE(out.responses.masked_select(out.response_mask.to(torch::kBool)).ge(limit).any().item<bool>());
+  // Against log-softmax over the first `limit` logits, recomputed with the whole sequence.
+  auto ids = torch::cat({out.prompts, out.responses}, 1);
+  auto mask = torch::cat({out.prompt_mask, out.response_mask}, 1);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto logits = model->forward(ids, mask).logits.slice(-1, 0, limit) / cfg.temperature;
+  const int64_t p = out.prompts.size(1), r = out.responses.size(1);
+  auto expected = torch::log_softmax(logits.slice(1, p - 1, p - 1 + r), -1)
+                      .gather(-1, out.responses.clamp_max(limit - 1).unsqueeze(-1))
+                      .squeeze(-1) *
+                  out.response_mask;
+  EXPECT_TRUE(torch::allclose(out.log_probs, expected, 1e-4, 1e-4));
+  cfg.sampleable_vocab_size = 42;
+  EXPECT_THROW(generate(model, prompts, cfg), Error);
 }
 
 TEST_F(GenerationTest, KvCacheAndRecomputeAgree) {

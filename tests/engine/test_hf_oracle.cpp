@@ -223,7 +223,7 @@ TEST_P(HfOracleTest, GreedyGenerationEqualsTransformersGenerate) {
     GenerationConfig cfg;
     cfg.greedy = true;
     cfg.max_new_tokens = kMaxNewTokens;
-    cfg.eos_token_id = eos;
+    cfg.eos_token_ids = {eos};
     cfg.pad_token_id = kPad;
     auto out = generate(loaded.model, prompts, cfg);
     EXPECT_TRUE(torch::equal(out.prompts, ids)) << "left padding differs from the reference's";

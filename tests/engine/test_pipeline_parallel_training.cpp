@@ -185,7 +185,7 @@ TEST(PipelineParallelTraining, GenerationThroughTheStagesMatchesOneProcess) {
           cfg.greedy = false;
           cfg.n = 3;
           cfg.seed = 11;
-          cfg.eos_token_id = 7;
+          cfg.eos_token_ids = {7};
           cfg.max_new_tokens = 24;
           got = generate(stage, prompts, cfg, &groups.pp);
           want = generate(reference, prompts, cfg);

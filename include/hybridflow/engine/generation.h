@@ -21,8 +21,12 @@ struct GenerationConfig {
   bool greedy = false;
   int64_t n = 1;          // samples per prompt
   uint64_t seed = 0;
-  int64_t eos_token_id = -1;  // -1 = never stop early
+  // A sequence ends at any of these (Llama 3 instruct stops on several); empty = never stop early.
+  std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
+  // Ids at or past this are never drawn (0 = the whole vocabulary): a model's embedding may be padded past
+  // its tokenizer (Qwen pads 151,669 tokens to 151,936), and those rows decode to nothing.
+  int64_t sampleable_vocab_size = 0;
   bool use_kv_cache = true;   // false recomputes the whole sequence each step (benchmark baseline)
 };
 
