@@ -2,6 +2,7 @@
 // JSONL file with a "prompt" field; with --task, rows that carry an "answer" are scored too.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -56,8 +57,9 @@ void add_generate_command(CLI::App& app, Action& action) {
       HF_CHECK(!prompts.empty(), "generate: no prompts; pass --prompt TEXT or --prompts-file FILE.jsonl");
       Pretrained pre = load_pretrained(opts->model);
       GenerationConfig gen = opts->gen;
-      gen.eos_token_id = pre.tokenizer.eos_id();
-      gen.pad_token_id = pre.tokenizer.pad_id();
+      gen.eos_token_ids = generation_stop_ids(opts->model, pre.tokenizer.eos_id());
+      gen.pad_token_id = std::max<int64_t>(0, pre.tokenizer.pad_id());
+      gen.sampleable_vocab_size = std::min(pre.tokenizer.vocab_size(), pre.config.vocab_size);
       std::vector<std::vector<int64_t>> ids;
       for (const auto& p : prompts) ids.push_back(pre.tokenizer.encode(p, /*add_bos=*/true));
       GenerationOutput out = generate(pre.model, ids, gen);

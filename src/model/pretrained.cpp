@@ -3,6 +3,8 @@
 #include "hybridflow/model/pretrained.h"
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "hybridflow/core/error.h"
@@ -11,6 +13,7 @@
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "hybridflow/text/generation_config.h"
 
 namespace hybridflow {
 namespace {
@@ -181,6 +184,14 @@ void save_pretrained(const std::string& dir, const ModelConfig& config,
   if (config.eos_token_id >= 0) generation["eos_token_id"] = config.eos_token_id;
   if (config.pad_token_id >= 0) generation["pad_token_id"] = config.pad_token_id;
   write_file_atomic(dir + "/generation_config.json", generation.dump(2) + "\n");
+}
+
+std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokenizer_eos) {
+  std::vector<int64_t> ids;
+  const std::string file = dir + "/generation_config.json";
+  if (!dir.empty() && std::filesystem::exists(file)) ids = text::GenerationDefaults::load(file).eos_token_ids;
+  if (tokenizer_eos >= 0 && std::find(ids.begin(), ids.end(), tokenizer_eos) == ids.end()) ids.push_back(tokenizer_eos);
+  return ids;
 }
 
 }  // namespace hybridflow

@@ -72,9 +72,9 @@ actor_rollout_ref:
   rollout:
     dtype: null
     n: 1
-    temperature: 1.0
-    top_k: 0
-    top_p: 1.0
+    temperature: null
+    top_k: null
+    top_p: null
     response_length: 16
     log_prob_micro_batch_size: 16
     tensor_model_parallel_size: null

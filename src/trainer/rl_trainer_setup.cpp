@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/trainer/rollout_sampling.h"
 #include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
@@ -35,17 +36,11 @@ std::string resolve_device(const std::string& device) {
 }
 
 // Numbers that would run silently wrong (or exit 0 having done nothing) fail here, before any worker starts.
-// verl's top_k = -1 ("off") is accepted and means 0 here.
+// (Sampling settings are checked where they are resolved: rollout_sampling.cpp.)
 void check_numbers(const Config& config) {
   const int64_t steps = config.get<int64_t>("trainer.total_steps");
   HF_CHECK(steps > 0, "trainer.total_steps must be > 0, got ", steps);
   const Config rollout = config.subtree("actor_rollout_ref.rollout");
-  const int64_t top_k = rollout.get<int64_t>("top_k");
-  HF_CHECK(top_k >= -1, "actor_rollout_ref.rollout.top_k must be >= 0, or -1 / 0 for off (verl's -1), got ", top_k);
-  const double top_p = rollout.get<double>("top_p");
-  HF_CHECK(top_p > 0 && top_p <= 1, "actor_rollout_ref.rollout.top_p must be in (0, 1], got ", top_p);
-  const double temperature = rollout.get<double>("temperature");
-  HF_CHECK(temperature > 0, "actor_rollout_ref.rollout.temperature must be > 0, got ", temperature);
   const int64_t response_length = rollout.get<int64_t>("response_length");
   HF_CHECK(response_length > 0, "actor_rollout_ref.rollout.response_length must be > 0, got ", response_length);
   for (const char* key : {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size",
@@ -208,6 +203,12 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
 
   s.sinks = metrics_sinks(config.get<std::vector<std::string>>("trainer.logger"), &s.console_log);
 
+  const RolloutSampling sampling =
+      resolve_rollout_sampling(config.subtree("actor_rollout_ref.rollout"), model_path, s.tokenizer.eos_id());
+  if (sampling.source != "config")
+    log_info("rollout sampling from ", sampling.source, ": temperature ", sampling.temperature, ", top_k ",
+             sampling.top_k, ", top_p ", sampling.top_p);
+
   // Worker groups and their processes.
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
   const int threads = config.get<int>("trainer.threads_per_worker");
@@ -217,6 +218,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                {"vocab_size", s.tokenizer.vocab_size()},
                                {"init_seed", config.get<int64_t>("model.init_seed")},
                                {"eos_token_id", s.tokenizer.eos_id()},
+                               {"eos_token_ids", sampling.eos_token_ids},
                                {"pad_token_id", s.tokenizer.pad_id()}};
   for (const char* dim : {"hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
                           "num_key_value_heads"})
@@ -271,9 +273,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   model_spec["dtype"] = actor_dtype;
   nlohmann::json rollout_json = {{"dtype", checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype)},
                                  {"n", n},
-                                 {"temperature", rollout.get<double>("temperature")},
-                                 {"top_k", std::max<int64_t>(0, rollout.get<int64_t>("top_k"))},
-                                 {"top_p", rollout.get<double>("top_p")},
+                                 {"temperature", sampling.temperature},
+                                 {"top_k", sampling.top_k},
+                                 {"top_p", sampling.top_p},
                                  {"response_length", rollout.get<int64_t>("response_length")},
                                  {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
                                  {"seed", seed},

@@ -116,8 +116,14 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   // Each generation replica draws from its own stream, so replicas do not repeat each other's samples, and
   // the tensor-parallel ranks of a replica draw the same tokens.
   g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(coord().micro_dp);
-  g.eos_token_id = mc.eos_token_id;
+  const auto& spec = config_.at("model");
+  if (spec.contains("eos_token_ids"))
+    g.eos_token_ids = spec.at("eos_token_ids").get<std::vector<int64_t>>();
+  else if (mc.eos_token_id >= 0)
+    g.eos_token_ids = {mc.eos_token_id};
   g.pad_token_id = mc.pad_token_id >= 0 ? mc.pad_token_id : 0;
+  // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
+  g.sampleable_vocab_size = std::min<int64_t>(spec.value("vocab_size", int64_t{0}), mc.vocab_size);
 
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out;

@@ -2,8 +2,10 @@
 // model.safetensors.index.json) + tokenizer.json.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/tokenizer.h"
@@ -30,6 +32,10 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLa
 // Writes the directory atomically (each file to a temp name, then rename), weights in config.torch_dtype.
 // A tensor-parallel model is gathered over its group (collective) and written whole by its rank 0, so a
 // checkpoint loads into any layout.
+// The ids a generation from this directory stops at: generation_config.json's eos_token_id (one id or a list)
+// when `dir` has that file, then `tokenizer_eos` (>= 0) when not among them. `dir` may be empty.
+std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokenizer_eos);
+
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
 // The same directory from whole tensors the caller collected (e.g. from every pipeline stage), written in
 // config.torch_dtype.
