@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.h"
+#include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pretrained.h"
@@ -24,12 +25,20 @@ void add_init_command(CLI::App& app, Action& action) {
     std::string dtype = "float32";
     uint64_t seed = 0;
     bool value_head = false;
+    std::string tokenizer;
+    int64_t vocab_multiple = 1;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("init", "Create a randomly initialised model directory from a preset");
-  cmd->add_option("--preset", opts->preset, "tiny | small | base | qwen2-tiny")->capture_default_str();
+  cmd->add_option("--preset", opts->preset, "tiny | small | base | qwen2-tiny | qwen3-tiny | mistral-tiny")
+      ->capture_default_str();
   cmd->add_option("--task", opts->task, "built-in task whose characters the tokenizer covers")->capture_default_str();
   cmd->add_option("--alphabet", opts->alphabet, "explicit tokenizer characters (overrides --task)");
+  cmd->add_option("--tokenizer", opts->tokenizer,
+                  "directory with a published tokenizer.json (and tokenizer_config.json) to use instead");
+  cmd->add_option("--vocab-multiple", opts->vocab_multiple,
+                  "pad the embedding to a multiple of this many rows, as Qwen pads its vocabulary")
+      ->capture_default_str();
   cmd->add_option("--out", opts->out, "output directory")->required();
   cmd->add_option("--dtype", opts->dtype, "storage dtype: float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "initialisation seed")->capture_default_str();
@@ -38,9 +47,14 @@ void add_init_command(CLI::App& app, Action& action) {
     (void)cmd;
     action = [opts] {
       init_threads();
-      std::string alphabet = opts->alphabet.empty() ? make_task(opts->task)->alphabet() : opts->alphabet;
-      Tokenizer tokenizer = Tokenizer::from_alphabet(alphabet);
-      ModelConfig config = preset_model_config(opts->preset, tokenizer.vocab_size());
+      HF_CHECK(opts->vocab_multiple >= 1, "init: --vocab-multiple must be >= 1, got ", opts->vocab_multiple);
+      Tokenizer tokenizer = opts->tokenizer.empty()
+                                ? Tokenizer::from_alphabet(opts->alphabet.empty() ? make_task(opts->task)->alphabet()
+                                                                                  : opts->alphabet)
+                                : Tokenizer::load(opts->tokenizer + "/tokenizer.json");
+      const int64_t vocab =
+          (tokenizer.vocab_size() + opts->vocab_multiple - 1) / opts->vocab_multiple * opts->vocab_multiple;
+      ModelConfig config = preset_model_config(opts->preset, vocab);
       config.bos_token_id = tokenizer.bos_id();
       config.eos_token_id = tokenizer.eos_id();
       config.pad_token_id = tokenizer.pad_id();
