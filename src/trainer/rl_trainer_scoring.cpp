@@ -46,7 +46,8 @@ DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<RLProm
   return batch;
 }
 
-std::vector<RewardRequest> RLTrainer::State::reward_requests(const DataProto& gen, const std::vector<std::string>& texts) const {
+std::vector<RewardRequest> RLTrainer::State::reward_requests(const DataProto& gen,
+                                                             const std::vector<std::string>& texts) const {
   const auto& prompts = gen.field("prompt");
   const auto& answers = gen.field("answer");
   const auto& data_sources = gen.field("data_source");

@@ -47,7 +47,8 @@ void check_numbers(const Config& config) {
   const double temperature = rollout.get<double>("temperature");
   HF_CHECK(temperature > 0, "actor_rollout_ref.rollout.temperature must be > 0, got ", temperature);
   const int64_t response_length = rl_response_length(config);
-  HF_CHECK(response_length > 0, rollout.is_null("response_length") ? "data.max_response_length" : "actor_rollout_ref.rollout.response_length",
+  HF_CHECK(response_length > 0,
+           rollout.is_null("response_length") ? "data.max_response_length" : "actor_rollout_ref.rollout.response_length",
            " must be > 0, got ", response_length);
   for (const char* key : {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size",
                           "actor_rollout_ref.actor.ppo_epochs", "critic.ppo_mini_batch_size",
