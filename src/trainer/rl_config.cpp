@@ -34,6 +34,11 @@ data:
   train_batch_size: 8
   shuffle: true
   add_bos: true
+  max_prompt_length: 512
+  max_response_length: 16
+  truncation: error
+  filter_overlong_prompts: false
+  apply_chat_template: false
 model:
   path: ""
   preset: tiny
@@ -75,7 +80,7 @@ actor_rollout_ref:
     temperature: null
     top_k: null
     top_p: null
-    response_length: 16
+    response_length: null
     log_prob_micro_batch_size: 16
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
@@ -135,6 +140,11 @@ cost:
 
 std::string rl_trainer_defaults_yaml() {
   return std::string(kRLSchema) + algo::kAlgorithmSectionYaml + kRewardConfigDefaults;
+}
+
+int64_t rl_response_length(const Config& config) {
+  const std::string rollout_key = "actor_rollout_ref.rollout.response_length";
+  return config.is_null(rollout_key) ? config.get<int64_t>("data.max_response_length") : config.get<int64_t>(rollout_key);
 }
 
 Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides) {

@@ -20,25 +20,50 @@ const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t
   return order;
 }
 
-DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<Example>& from, int64_t* pos,
+DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<RLPrompt>& from, int64_t* pos,
                                          bool shuffle) const {
   HF_CHECK(!from.empty(), "RL trainer: no examples to draw prompts from");
   std::vector<std::vector<int64_t>> ids;
-  std::vector<nlohmann::json> prompts, answers;
-  const bool add_bos = cfg.get<bool>("data.add_bos");
+  std::vector<nlohmann::json> prompts, answers, data_sources, extra_infos;
   const auto size = static_cast<int64_t>(from.size());
   for (int64_t i = 0; i < count; ++i) {
     const int64_t at = (*pos)++;
     const int64_t index = shuffle ? epoch_order(at / size, size)[static_cast<size_t>(at % size)] : at % size;
-    const Example& e = from[static_cast<size_t>(index)];
-    ids.push_back(tokenizer.encode(e.prompt, add_bos));
-    prompts.emplace_back(e.prompt);
-    answers.emplace_back(e.answer);
+    const RLPrompt& p = from[static_cast<size_t>(index)];
+    ids.push_back(p.ids);
+    prompts.emplace_back(p.text);
+    answers.emplace_back(p.answer);
+    data_sources.emplace_back(p.data_source);
+    extra_infos.emplace_back(p.extra_info);
   }
+  // Per-sample fields ride with the batch (and are repeated with each prompt's rollout.n samples), so the
+  // scorers see every response next to its own row's data.
   DataProto batch = make_prompt_batch(ids, tokenizer.pad_id());
   batch.set_field("prompt", std::move(prompts));
   batch.set_field("answer", std::move(answers));
+  batch.set_field("data_source", std::move(data_sources));
+  batch.set_field("extra_info", std::move(extra_infos));
   return batch;
+}
+
+std::vector<RewardRequest> RLTrainer::State::reward_requests(const DataProto& gen,
+                                                             const std::vector<std::string>& texts) const {
+  const auto& prompts = gen.field("prompt");
+  const auto& answers = gen.field("answer");
+  const auto& data_sources = gen.field("data_source");
+  const auto& extra_infos = gen.field("extra_info");
+  std::vector<RewardRequest> requests;
+  requests.reserve(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    RewardRequest r;
+    r.prompt = prompts[i].get<std::string>();
+    r.response = texts[i];
+    r.answer = answers[i].get<std::string>();
+    r.data_source = data_sources[i].get<std::string>();
+    r.extra_info = extra_infos[i];
+    requests.push_back(std::move(r));
+  }
+  return requests;
 }
 
 std::vector<std::string> RLTrainer::State::decode_responses(const DataProto& gen) const {
@@ -57,12 +82,7 @@ std::vector<double> RLTrainer::State::rule_scores(const DataProto& gen) const {
   const auto& prompts = gen.field("prompt");
   const auto& answers = gen.field("answer");
   if (cfg.get<std::string>("reward.type") == "none") return std::vector<double>(texts.size(), 0.0);
-  if (reward_fn) {
-    std::vector<RewardRequest> requests;
-    for (size_t i = 0; i < texts.size(); ++i)
-      requests.push_back({prompts[i].get<std::string>(), texts[i], answers[i].get<std::string>(), nlohmann::json::object()});
-    return reward_fn->score(requests);
-  }
+  if (reward_fn) return reward_fn->score(reward_requests(gen, texts));
   std::vector<double> scores;
   for (size_t i = 0; i < texts.size(); ++i)
     scores.push_back(task->score(texts[i], Example{prompts[i].get<std::string>(), answers[i].get<std::string>()}));
@@ -73,14 +93,7 @@ std::vector<double> RLTrainer::State::rule_costs(const DataProto& gen) const {
   const auto texts = decode_responses(gen);
   const std::string type = cfg.get<std::string>("cost.type");
   if (type == "none") return std::vector<double>(texts.size(), 0.0);
-  if (cost_fn) {
-    const auto& prompts = gen.field("prompt");
-    const auto& answers = gen.field("answer");
-    std::vector<RewardRequest> requests;
-    for (size_t i = 0; i < texts.size(); ++i)
-      requests.push_back({prompts[i].get<std::string>(), texts[i], answers[i].get<std::string>(), nlohmann::json::object()});
-    return cost_fn->score(requests);
-  }
+  if (cost_fn) return cost_fn->score(reward_requests(gen, texts));
   const auto needles = cfg.get<std::vector<std::string>>("cost.contains");
   std::vector<double> costs;
   for (const auto& text : texts)

@@ -41,8 +41,10 @@ void check_numbers(const Config& config) {
   const int64_t steps = config.get<int64_t>("trainer.total_steps");
   HF_CHECK(steps > 0, "trainer.total_steps must be > 0, got ", steps);
   const Config rollout = config.subtree("actor_rollout_ref.rollout");
-  const int64_t response_length = rollout.get<int64_t>("response_length");
-  HF_CHECK(response_length > 0, "actor_rollout_ref.rollout.response_length must be > 0, got ", response_length);
+  const int64_t response_length = rl_response_length(config);
+  HF_CHECK(response_length > 0,
+           rollout.is_null("response_length") ? "data.max_response_length" : "actor_rollout_ref.rollout.response_length",
+           " must be > 0, got ", response_length);
   for (const char* key : {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size",
                           "actor_rollout_ref.actor.ppo_epochs", "critic.ppo_mini_batch_size",
                           "critic.ppo_micro_batch_size", "critic.ppo_epochs",
@@ -136,6 +138,22 @@ ParallelLayout actor_layout(const Config& config, int procs) {
   return layout;
 }
 
+// Generated examples of the built-in task as data rows, named in errors by split and index. Their
+// data_source is the task's name, as a verl file made from the task (hybridflow data) would have it.
+std::vector<PromptRow> task_rows(const Task& task, const std::vector<Example>& examples, const std::string& split) {
+  std::vector<PromptRow> rows;
+  rows.reserve(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    PromptRow row;
+    row.prompt = examples[i].prompt;
+    row.answer = examples[i].answer;
+    row.data_source = task.name();
+    row.where = "data.task '" + task.name() + "': generated " + split + " example " + std::to_string(i);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 nlohmann::json nullable(const Config& c, const std::string& key) {
   return c.is_null(key) ? nlohmann::json() : nlohmann::json(c.get<double>(key));
 }
@@ -178,14 +196,23 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const uint64_t seed = static_cast<uint64_t>(config.get<int64_t>("trainer.seed"));
   const std::string train_file = config.get<std::string>("data.train_file");
   const std::string test_file = config.get<std::string>("data.test_file");
+  PromptEncoder encoder(s.tokenizer, model_path, PromptOptions::from_config(config));
+  std::vector<PromptRow> train_rows, test_rows;
+  if (!test_file.empty()) test_rows = read_prompt_rows(test_file);
   if (train_file.empty() || test_file.empty()) {
     auto splits = make_splits(*s.task, config.get<int64_t>("data.train_size"), config.get<int64_t>("data.test_size"), seed);
-    s.train = std::move(splits.train);
-    s.test = std::move(splits.test);
+    if (!test_file.empty()) {  // no held-out leak: generated training prompts that the test file holds go
+      std::vector<Example> held_out;
+      for (const auto& row : test_rows)
+        if (!row.is_chat()) held_out.push_back({row.prompt, row.answer});
+      drop_prompts_of(held_out, &splits.train);
+    }
+    train_rows = task_rows(*s.task, splits.train, "training");
+    if (test_file.empty()) test_rows = task_rows(*s.task, splits.test, "test");
   }
-  if (!train_file.empty()) s.train = read_examples_jsonl(train_file);
-  if (!test_file.empty()) s.test = read_examples_jsonl(test_file);
-  if (train_file.empty() && !test_file.empty()) drop_prompts_of(s.test, &s.train);  // no held-out leak
+  if (!train_file.empty()) train_rows = read_prompt_rows(train_file);
+  s.train = encoder.encode(train_rows, train_file.empty() ? "data.task '" + s.task->name() + "'" : train_file);
+  s.test = encoder.encode(test_rows, test_file.empty() ? "data.task '" + s.task->name() + "'" : test_file);
   const int64_t batch_prompts = config.get<int64_t>("data.train_batch_size");
   HF_CHECK(batch_prompts > 0 && static_cast<int64_t>(s.train.size()) >= batch_prompts, "data.train_batch_size: ",
            batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());
@@ -276,7 +303,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"temperature", sampling.temperature},
                                  {"top_k", sampling.top_k},
                                  {"top_p", sampling.top_p},
-                                 {"response_length", rollout.get<int64_t>("response_length")},
+                                 {"response_length", rl_response_length(config)},
                                  {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},

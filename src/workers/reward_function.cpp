@@ -25,10 +25,14 @@ nlohmann::json reward_request_to_json(const RewardRequest& request) {
              request.extra.type_name());
     row = request.extra;
   }
-  // The three named fields win over same-named extras: scorers rely on them.
+  // The named fields win over same-named extras: scorers rely on them. ground_truth repeats answer under
+  // verl's name, so a verl compute_score(data_source, solution_str, ground_truth, extra_info) ports as is.
   row["prompt"] = request.prompt;
   row["response"] = request.response;
   row["answer"] = request.answer;
+  row["ground_truth"] = request.answer;
+  row["data_source"] = request.data_source;
+  row["extra_info"] = request.extra_info;
   return row;
 }
 

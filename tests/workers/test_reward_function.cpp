@@ -58,12 +58,20 @@ TEST(ParseScoreLine, AcceptsNumbersAndScoreObjects) {
 }
 
 TEST(RewardRequest, JsonHasNamedFieldsAndExtras) {
-  RewardRequest r{"p", "r", "a", {{"source", "gsm8k"}, {"prompt", "shadowed"}}};
+  RewardRequest r{"p", "r", "a", {{"source", "gsm8k"}, {"prompt", "shadowed"}, {"data_source", "shadowed too"}}};
   nlohmann::json j = reward_request_to_json(r);
   EXPECT_EQ(j["prompt"], "p");
   EXPECT_EQ(j["response"], "r");
   EXPECT_EQ(j["answer"], "a");
+  EXPECT_EQ(j["ground_truth"], "a");
+  EXPECT_EQ(j["data_source"], "");
+  EXPECT_EQ(j["extra_info"], nlohmann::json::object());
   EXPECT_EQ(j["source"], "gsm8k");
+  r.data_source = "openai/gsm8k";
+  r.extra_info = {{"split", "train"}, {"index", 7}};
+  j = reward_request_to_json(r);
+  EXPECT_EQ(j["data_source"], "openai/gsm8k");
+  EXPECT_EQ(j["extra_info"], (nlohmann::json{{"split", "train"}, {"index", 7}}));
   r.extra = nlohmann::json::array();
   EXPECT_NE(error_of([&] { reward_request_to_json(r); }).find("JSON object"), std::string::npos);
 }
@@ -77,18 +85,24 @@ TEST(CommandReward, ScoresEachLineWithAwk) {
   EXPECT_TRUE(reward.score({}).empty());
 }
 
-TEST(CommandReward, SendsPromptResponseAnswerAndExtras) {
+TEST(CommandReward, SendsPromptResponseAnswerVerlFieldsAndExtras) {
   TempDir dir;
   std::string seen = dir.file("seen.jsonl");
   CommandReward reward({"/bin/sh", "-c", "tee \"$0\" | awk '{ print 0 }'", seen}, 10.0);
   auto batch = make_batch({"a\nmultiline \"quoted\" answer", "b"});
-  batch[1].extra = {{"data_source", "math"}};
+  batch[1].extra = {{"difficulty", "hard"}};
+  batch[1].data_source = "openai/gsm8k";
+  batch[1].extra_info = {{"split", "test"}, {"index", 3}, {"tags", {"x", "y"}}};
   EXPECT_EQ(reward.score(batch), (std::vector<double>{0, 0}));
   std::vector<nlohmann::json> rows = read_jsonl(seen);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0], (nlohmann::json{{"prompt", "prompt 0"}, {"response", "a\nmultiline \"quoted\" answer"},
-                                     {"answer", "right"}}));
-  EXPECT_EQ(rows[1]["data_source"], "math");
+                                     {"answer", "right"}, {"ground_truth", "right"}, {"data_source", ""},
+                                     {"extra_info", nlohmann::json::object()}}));
+  EXPECT_EQ(rows[1]["difficulty"], "hard");
+  EXPECT_EQ(rows[1]["data_source"], "openai/gsm8k");
+  EXPECT_EQ(rows[1]["ground_truth"], "right");
+  EXPECT_EQ(rows[1]["extra_info"], (nlohmann::json{{"split", "test"}, {"index", 3}, {"tags", {"x", "y"}}}));
 }
 
 TEST(CommandReward, ArgvIsNotReparsedByAShell) {
@@ -253,6 +267,25 @@ TEST(HttpReward, PostsTheBatchAndReadsScores) {
   std::string head = server.last_head();
   EXPECT_EQ(head.rfind("POST /score HTTP/1.1\r\n", 0), 0u) << head;
   EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos) << head;
+}
+
+TEST(HttpReward, SendsVerlFieldsOfEachSample) {
+  nlohmann::json received;
+  TinyServer server([&](const std::string&, const std::string& body) {
+    received = nlohmann::json::parse(body);
+    return http_reply(200, R"({"scores": [1]})");
+  });
+  HttpReward reward(server.url(), 5.0);
+  auto batch = make_batch({"46"});
+  batch[0].data_source = "addition";
+  batch[0].extra_info = {{"split", "train"}, {"index", 0}};
+  EXPECT_EQ(reward.score(batch), (std::vector<double>{1}));
+  ASSERT_EQ(received["batch"].size(), 1u);
+  const auto& row = received["batch"][0];
+  EXPECT_EQ(row["data_source"], "addition");
+  EXPECT_EQ(row["ground_truth"], "right");
+  EXPECT_EQ(row["answer"], "right");
+  EXPECT_EQ(row["extra_info"], (nlohmann::json{{"split", "train"}, {"index", 0}}));
 }
 
 TEST(HttpReward, ReadsChunkedReplies) {

@@ -35,6 +35,10 @@ std::string rl_trainer_defaults_yaml();
 // Loads a user's YAML over the defaults, then applies key=value overrides.
 Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides);
 
+// Tokens generated per response: actor_rollout_ref.rollout.response_length when set, else verl's
+// data.max_response_length (verl's rollout.response_length defaults to it the same way).
+int64_t rl_response_length(const Config& config);
+
 class RLTrainer {
  public:
   // Builds the data and tokenizer, starts the worker pools and creates the worker groups. Error on a bad config.

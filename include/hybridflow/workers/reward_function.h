@@ -12,7 +12,8 @@
 //   timeout_s:     seconds one batch may take before the command is killed / the request fails
 //   task:          name of the built-in task whose score() to use. type=task
 // Wire formats (see docs/rewards.md):
-//   command: stdin gets one JSON object per line {"prompt","response","answer", ...extra};
+//   command: stdin gets one JSON object per line {"prompt","response","answer","ground_truth","data_source",
+//            "extra_info", ...extra};
 //            stdout must give one line per request: a JSON number or {"score": x}.
 //   http:    POST {"batch": [ {...same objects...} ]} with Content-Type application/json;
 //            the reply must be 200 with {"scores": [x, ...]} (one per request).
@@ -30,12 +31,18 @@ class Config;
 struct RewardRequest {
   std::string prompt;
   std::string response;
-  std::string answer;  // ground truth, "" when the data has none
-  // Extra per-sample fields (e.g. a data source tag); merged into the JSON object sent to the scorer.
+  std::string answer;  // ground truth (verl's reward_model.ground_truth), "" when the data has none
+  // Extra per-sample fields; merged into the JSON object sent to the scorer.
   nlohmann::json extra = nlohmann::json::object();
+  // verl's per-row fields, which verl's compute_score(data_source, solution_str, ground_truth, extra_info)
+  // receives: the row's data_source ("" when absent) and extra_info ({} when absent, as verl defaults it).
+  // (Initialised here so that the older four-field brace initialisers stay complete.)
+  std::string data_source = "";
+  nlohmann::json extra_info = nlohmann::json::object();
 };
 
-// {"prompt","response","answer"} plus the keys of `extra` (which must be an object or null).
+// {"prompt","response","answer","ground_truth" (= answer),"data_source","extra_info"} plus the keys of
+// `extra` (which must be an object or null).
 nlohmann::json reward_request_to_json(const RewardRequest& request);
 
 class RewardFunction {

@@ -1,0 +1,117 @@
+#include "hybridflow/tasks/prompt_rows.h"
+
+#include <sstream>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/tasks/parquet_rows.h"
+
+namespace hybridflow {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The row's text-valued field, "" when absent or null.
+std::string optional_string(const Json& row, const std::string& key, const std::string& where, const std::string& noun) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) return "";
+  HF_CHECK(it->is_string(), where, ": ", noun, " '", key, "' must be a string, got ", it->type_name());
+  return it->get<std::string>();
+}
+
+Json chat_messages(const Json& prompt, const std::string& where, const std::string& noun) {
+  const std::string expected = noun + " 'prompt' must be a string or a non-empty list of {role, content} messages";
+  HF_CHECK(!prompt.empty(), where, ": ", expected, ", got an empty list");
+  Json messages = Json::array();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const Json& m = prompt[i];
+    HF_CHECK(m.is_object(), where, ": ", expected, "; message ", i, " is ", m.type_name());
+    for (const char* key : {"role", "content"}) {
+      const auto it = m.find(key);
+      HF_CHECK(it != m.end() && it->is_string(), where, ": ", expected, "; message ", i, " has ",
+               it == m.end() ? "no '" + std::string(key) + "'" : "'" + std::string(key) + "' of type " + it->type_name(),
+               " (expected a string)");
+    }
+    messages.push_back(m);
+  }
+  return messages;
+}
+
+// reward_model.ground_truth: verl keeps the answer a rule scorer compares with here. A number is taken as
+// its text, so a ground truth written as 46 by pandas still reads as "46".
+std::string ground_truth(const Json& reward_model, const std::string& where, const std::string& noun) {
+  HF_CHECK(reward_model.is_object(), where, ": ", noun, " 'reward_model' must be {style, ground_truth}, got ",
+           reward_model.type_name());
+  const auto it = reward_model.find("ground_truth");
+  if (it == reward_model.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  HF_CHECK(it->is_number(), where, ": ", noun, " 'reward_model.ground_truth' must be a string (or a number), got ",
+           it->type_name());
+  return it->dump();
+}
+
+std::vector<PromptRow> read_jsonl_rows(const std::string& path) {
+  std::istringstream in(read_file(path));
+  std::vector<PromptRow> rows;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(number);
+    Json row;
+    try {
+      row = Json::parse(line);
+    } catch (const std::exception& e) {
+      HF_FAIL(where, ": not valid JSON: ", e.what());
+    }
+    rows.push_back(parse_prompt_row(row, where, "key"));
+  }
+  return rows;
+}
+
+}  // namespace
+
+PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string& where, const std::string& noun) {
+  HF_CHECK(row.is_object(), where, ": expected an object with a 'prompt', got ", row.type_name());
+  PromptRow out;
+  out.where = where;
+  const auto prompt = row.find("prompt");
+  HF_CHECK(prompt != row.end() && !prompt->is_null(), where, ": missing ", noun,
+           " 'prompt' (a string or a list of {role, content} messages)");
+  if (prompt->is_string()) {
+    out.prompt = prompt->get<std::string>();
+  } else {
+    HF_CHECK(prompt->is_array(), where, ": ", noun, " 'prompt' must be a string or a list of {role, content} messages, got ",
+             prompt->type_name());
+    out.messages = chat_messages(*prompt, where, noun);
+  }
+  const auto reward_model = row.find("reward_model");
+  if (reward_model != row.end() && !reward_model->is_null()) {
+    out.answer = ground_truth(*reward_model, where, noun);
+  } else {
+    out.answer = optional_string(row, row.contains("answer") ? "answer" : "response", where, noun);
+  }
+  out.data_source = optional_string(row, "data_source", where, noun);
+  if (const auto extra = row.find("extra_info"); extra != row.end() && !extra->is_null()) out.extra_info = *extra;
+  return out;
+}
+
+std::vector<PromptRow> read_prompt_rows(const std::string& path) {
+  if (ends_with(path, ".parquet")) {
+    const auto table = read_parquet_rows(path);
+    std::vector<PromptRow> rows;
+    rows.reserve(table.size());
+    for (size_t i = 0; i < table.size(); ++i)
+      rows.push_back(parse_prompt_row(table[i], path + ": row " + std::to_string(i), "column"));
+    return rows;
+  }
+  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return read_jsonl_rows(path);
+  HF_FAIL(path, ": unknown data file type; expected .parquet (verl's format) or .jsonl / .json (one JSON object ",
+          "per line)");
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,126 @@
+// The RL trainer on verl-format data over real worker processes: parquet rows reach the command scorer
+// with their data_source, ground_truth and extra_info, each next to its own responses (rollout.n of them),
+// and a megabyte-long prompt fails at load, or is cut or dropped, before any worker sees it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/tasks/parquet_rows.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using hybridflow::testing::error_of;
+using hybridflow::testing::tiny_rl_overrides;
+
+// A command scorer that appends every request line it reads to `log` and scores 0.
+std::string logging_scorer(const std::string& log) {
+  return "reward.shell=/usr/bin/python3 -c \"import sys\nfor l in sys.stdin:\n  open('" + log +
+         "','a').write(l)\n  print(0.0, flush=True)\"";
+}
+
+TEST(RlVerlData, ParquetRowsReachTheScorerWithTheirOwnResponses) {
+  hybridflow::testing::TempDir dir;
+  std::vector<Json> rows;
+  for (int i = 0; i < 4; ++i)  // plain-string prompts: the preset's character tokenizer has no chat template
+    rows.push_back({{"data_source", i % 2 ? "odd" : "even"},
+                    {"prompt", std::to_string(i) + "+1="},
+                    {"reward_model", {{"style", "rule"}, {"ground_truth", std::to_string(i + 1)}}},
+                    {"extra_info", {{"index", i}, {"tags", {"t" + std::to_string(i)}}}}});
+  write_parquet_rows(dir.file("train.parquet"), rows);
+  const std::string log = dir.file("requests.jsonl");
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"data.train_file=" + dir.file("train.parquet"), "data.shuffle=false",
+                                     "reward.type=command", logging_scorer(log)})));
+  trainer.step();
+  trainer.step();
+  const auto seen = read_jsonl(log);
+  ASSERT_EQ(seen.size(), 8u);  // 2 steps x 2 prompts x rollout.n = 2
+  for (size_t k = 0; k < seen.size(); ++k) {
+    const int i = static_cast<int>(k / 2);  // in order (shuffle off), each prompt's two samples together
+    SCOPED_TRACE(seen[k].dump());
+    EXPECT_EQ(seen[k]["prompt"], std::to_string(i) + "+1=");
+    EXPECT_EQ(seen[k]["ground_truth"], std::to_string(i + 1));
+    EXPECT_EQ(seen[k]["answer"], std::to_string(i + 1));
+    EXPECT_EQ(seen[k]["data_source"], i % 2 ? "odd" : "even");
+    EXPECT_EQ(seen[k]["extra_info"], (nlohmann::json{{"index", i}, {"tags", {"t" + std::to_string(i)}}}));
+  }
+}
+
+TEST(RlVerlData, GeneratedTaskDataNamesTheTaskAsItsSource) {
+  hybridflow::testing::TempDir dir;
+  const std::string log = dir.file("requests.jsonl");
+  RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"reward.type=command", logging_scorer(log)})));
+  trainer.step();
+  const auto seen = read_jsonl(log);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0]["data_source"], "addition");
+  EXPECT_EQ(seen[0]["extra_info"], nlohmann::json::object());
+  EXPECT_EQ(seen[0]["ground_truth"], seen[0]["answer"]);
+}
+
+TEST(RlVerlData, AMegabytePromptFailsAtLoadOrIsCutOrDropped) {
+  hybridflow::testing::TempDir dir;
+  const std::string train = dir.file("train.jsonl");
+  {
+    std::ofstream out(train);
+    out << R"({"prompt": ")" << std::string(1 << 20, '7') << R"(+1=", "answer": "8"})" << "\n";
+    for (int i = 0; i < 3; ++i) out << R"({"prompt": ")" << i << R"(+1=", "answer": ")" << i + 1 << "\"}\n";
+  }
+  auto config = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> o = {"data.train_file=" + train, "data.shuffle=false", "data.max_prompt_length=16"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return load_rl_config("", tiny_rl_overrides("grpo", o));
+  };
+  auto start = std::chrono::steady_clock::now();
+  const std::string msg = error_of([&] { RLTrainer trainer(config({})); });
+  EXPECT_NE(msg.find(train + ":1: the prompt is 1048580 tokens, longer than data.max_prompt_length = 16"), std::string::npos)
+      << msg;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+
+  // Cut to its last 16 tokens, the long prompt trains in the first batch like any other.
+  {
+    RLTrainer trainer(config({"data.truncation=left"}));
+    const nlohmann::json record = trainer.step();
+    EXPECT_TRUE(record.contains("actor/pg_loss")) << record.dump();
+  }
+  // Dropped: the three short prompts remain.
+  {
+    const std::string log = dir.file("requests.jsonl");
+    RLTrainer trainer(config({"data.filter_overlong_prompts=true", "reward.type=command", logging_scorer(log)}));
+    trainer.step();
+    const auto seen = read_jsonl(log);
+    ASSERT_EQ(seen.size(), 4u);
+    EXPECT_EQ(seen[0]["prompt"], "0+1=");
+    EXPECT_EQ(seen[2]["prompt"], "1+1=");
+  }
+}
+
+TEST(RlVerlData, ChatRowsNeedAModelWithATemplate) {
+  hybridflow::testing::TempDir dir;
+  write_parquet_rows(dir.file("chat.parquet"),
+                     {Json{{"prompt", Json::array({{{"role", "user"}, {"content", "1+1="}}})},
+                           {"reward_model", {{"style", "rule"}, {"ground_truth", "2"}}}}});
+  const std::string msg = error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"data.train_file=" + dir.file("chat.parquet"),
+                                                                      "data.train_batch_size=1"})));
+  });
+  EXPECT_NE(msg.find(dir.file("chat.parquet") + ": row 0: the prompt has chat messages"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
+}
+
+}  // namespace
