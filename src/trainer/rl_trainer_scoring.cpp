@@ -20,7 +20,7 @@ const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t
   return order;
 }
 
-DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<RLPrompt>& from, int64_t* pos,
+DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<EncodedPrompt>& from, int64_t* pos,
                                          bool shuffle) const {
   HF_CHECK(!from.empty(), "RL trainer: no examples to draw prompts from");
   std::vector<std::vector<int64_t>> ids;
@@ -29,7 +29,7 @@ DataProto RLTrainer::State::next_prompts(int64_t count, const std::vector<RLProm
   for (int64_t i = 0; i < count; ++i) {
     const int64_t at = (*pos)++;
     const int64_t index = shuffle ? epoch_order(at / size, size)[static_cast<size_t>(at % size)] : at % size;
-    const RLPrompt& p = from[static_cast<size_t>(index)];
+    const EncodedPrompt& p = from[static_cast<size_t>(index)];
     ids.push_back(p.ids);
     prompts.emplace_back(p.text);
     answers.emplace_back(p.answer);

@@ -24,7 +24,7 @@
 #include "hybridflow/tasks/task.h"
 #include "hybridflow/trainer/checkpoint.h"
 #include "hybridflow/trainer/metrics_log.h"
-#include "hybridflow/trainer/rl_prompts.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/reward_function.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -38,7 +38,7 @@ struct RLTrainer::State {
   Config cfg;
   std::unique_ptr<Task> task;
   Tokenizer tokenizer;
-  std::vector<RLPrompt> train, test;  // encoded and held to data.max_prompt_length at load
+  std::vector<EncodedPrompt> train, test;  // encoded and held to data.max_prompt_length at load
   int64_t data_pos = 0;
   int64_t step = 0;
   std::string adv_estimator;
@@ -63,7 +63,7 @@ struct RLTrainer::State {
 
   // Prompts from[*pos ...], advancing *pos; with shuffle, each pass over `from` (epoch) in its own
   // seeded order (data.shuffle, verl's name), so a file sorted by difficulty is not trained in that order.
-  DataProto next_prompts(int64_t count, const std::vector<RLPrompt>& from, int64_t* pos, bool shuffle) const;
+  DataProto next_prompts(int64_t count, const std::vector<EncodedPrompt>& from, int64_t* pos, bool shuffle) const;
   const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
   mutable int64_t order_epoch = -1;  // cache of epoch_order
   mutable std::vector<int64_t> order;

@@ -9,6 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/tasks/parquet_rows.h"
 #include "hybridflow/trainer/rl_trainer.h"
@@ -121,6 +122,35 @@ TEST(RlVerlData, ChatRowsNeedAModelWithATemplate) {
   });
   EXPECT_NE(msg.find(dir.file("chat.parquet") + ": row 0: the prompt has chat messages"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
+}
+
+TEST(PromptOptions, ReadTheDataSectionAndNameBadKeys) {
+  const PromptOptions o = PromptOptions::from_config(load_rl_config(
+      "", {"data.max_prompt_length=64", "data.truncation=middle", "data.filter_overlong_prompts=true",
+           "data.apply_chat_template=true"}));
+  EXPECT_EQ(o.max_prompt_length, 64);
+  EXPECT_EQ(o.truncation, Truncation::kMiddle);
+  EXPECT_TRUE(o.filter_overlong_prompts);
+  EXPECT_TRUE(o.apply_chat_template);
+  const PromptOptions d = PromptOptions::from_config(load_rl_config("", {}));
+  EXPECT_EQ(d.max_prompt_length, 512);  // verl's defaults
+  EXPECT_EQ(d.truncation, Truncation::kError);
+  EXPECT_FALSE(d.filter_overlong_prompts);
+  EXPECT_NE(error_of([] { PromptOptions::from_config(load_rl_config("", {"data.truncation=sideways"})); })
+                .find("data.truncation"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { PromptOptions::from_config(load_rl_config("", {"data.max_prompt_length=0"})); })
+                .find("data.max_prompt_length must be > 0"),
+            std::string::npos);
+}
+
+TEST(ResponseLength, VerlsDataKeyUnlessTheRolloutKeyIsSet) {
+  EXPECT_EQ(rl_response_length(load_rl_config("", {})), 16);
+  EXPECT_EQ(rl_response_length(load_rl_config("", {"data.max_response_length=64"})), 64);
+  EXPECT_EQ(rl_response_length(load_rl_config("", {"actor_rollout_ref.rollout.response_length=8"})), 8);
+  EXPECT_EQ(rl_response_length(load_rl_config(
+                "", {"data.max_response_length=64", "actor_rollout_ref.rollout.response_length=8"})),
+            8);
 }
 
 }  // namespace

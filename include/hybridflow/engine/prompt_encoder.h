@@ -1,5 +1,5 @@
-// RL prompts as the actor sees them: data rows (tasks/prompt_rows.h) rendered, encoded and held to
-// data.max_prompt_length once, when the data is loaded, as verl's RLHFDataset does. Chat messages go
+// Prompts as the actor sees them (and SFT trains on them): data rows (tasks/prompt_rows.h) rendered,
+// encoded and held to data.max_prompt_length once, when the data is loaded, as verl's RLHFDataset does. Chat messages go
 // through the model's chat template with the generation prompt and are encoded without adding special
 // tokens (the template writes them: verl's apply_chat_template(tokenize=False), then
 // tokenizer(..., add_special_tokens=False)); plain strings are encoded as they are, with data.add_bos,
@@ -39,7 +39,7 @@ struct PromptOptions {
   static PromptOptions from_config(const Config& config);
 };
 
-struct RLPrompt {
+struct EncodedPrompt {
   std::vector<int64_t> ids;  // what generation starts from: at most max_prompt_length tokens
   std::string text;          // the plain prompt, or the chat rendered by the template (before any cut)
   std::string answer;        // the ground truth
@@ -56,7 +56,7 @@ class PromptEncoder {
   // Every row of `rows` (read from `file`, which names them in errors and logs). Overlong prompts are
   // dropped with filter_overlong_prompts (logged with their count; all of them dropped is an error),
   // else cut as truncation says, else an error naming the row and both lengths.
-  std::vector<RLPrompt> encode(const std::vector<PromptRow>& rows, const std::string& file);
+  std::vector<EncodedPrompt> encode(const std::vector<PromptRow>& rows, const std::string& file);
 
   // One row's token ids before any length limit.
   std::vector<int64_t> encode_row(const PromptRow& row, std::string* text);

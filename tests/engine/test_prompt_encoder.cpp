@@ -1,4 +1,4 @@
-// Prompts as the RL trainer encodes them at load: verl's truncation modes token for token, the
+// Prompts as the RL trainer (and SFT) encode them at load: verl's truncation modes token for token, the
 // data.max_prompt_length policy (error / cut / filter) on a megabyte-long prompt, and chat messages
 // through a real model's template, encoded as verl does (checked against transformers).
 #include <gtest/gtest.h>
@@ -8,9 +8,8 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/text/chat_template.h"
-#include "hybridflow/trainer/rl_prompts.h"
-#include "hybridflow/trainer/rl_trainer.h"
 #include "support/error_of.h"
 #include "support/python.h"
 #include "support/run_command.h"
@@ -210,35 +209,6 @@ TEST(PromptEncoder, ChatPromptsWithoutATemplateNameTheRowAndTheModel) {
   EXPECT_NE(msg.find("t.jsonl:1: the prompt is a plain string and data.apply_chat_template is true"), std::string::npos)
       << msg;
   EXPECT_NE(msg.find(empty.path() + " has no tokenizer_config.json"), std::string::npos) << msg;
-}
-
-TEST(PromptOptions, ReadTheDataSectionAndNameBadKeys) {
-  const PromptOptions o = PromptOptions::from_config(load_rl_config(
-      "", {"data.max_prompt_length=64", "data.truncation=middle", "data.filter_overlong_prompts=true",
-           "data.apply_chat_template=true"}));
-  EXPECT_EQ(o.max_prompt_length, 64);
-  EXPECT_EQ(o.truncation, Truncation::kMiddle);
-  EXPECT_TRUE(o.filter_overlong_prompts);
-  EXPECT_TRUE(o.apply_chat_template);
-  const PromptOptions d = PromptOptions::from_config(load_rl_config("", {}));
-  EXPECT_EQ(d.max_prompt_length, 512);  // verl's defaults
-  EXPECT_EQ(d.truncation, Truncation::kError);
-  EXPECT_FALSE(d.filter_overlong_prompts);
-  EXPECT_NE(error_of([] { PromptOptions::from_config(load_rl_config("", {"data.truncation=sideways"})); })
-                .find("data.truncation"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { PromptOptions::from_config(load_rl_config("", {"data.max_prompt_length=0"})); })
-                .find("data.max_prompt_length must be > 0"),
-            std::string::npos);
-}
-
-TEST(ResponseLength, VerlsDataKeyUnlessTheRolloutKeyIsSet) {
-  EXPECT_EQ(rl_response_length(load_rl_config("", {})), 16);
-  EXPECT_EQ(rl_response_length(load_rl_config("", {"data.max_response_length=64"})), 64);
-  EXPECT_EQ(rl_response_length(load_rl_config("", {"actor_rollout_ref.rollout.response_length=8"})), 8);
-  EXPECT_EQ(rl_response_length(load_rl_config(
-                "", {"data.max_response_length=64", "actor_rollout_ref.rollout.response_length=8"})),
-            8);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "hybridflow/trainer/rl_prompts.h"
+#include "hybridflow/engine/prompt_encoder.h"
 
 #include "hybridflow/core/config.h"
 #include "hybridflow/core/error.h"
@@ -81,13 +81,13 @@ std::vector<int64_t> PromptEncoder::encode_row(const PromptRow& row, std::string
   return tokenizer_.encode(*text, /*add_bos=*/false);
 }
 
-std::vector<RLPrompt> PromptEncoder::encode(const std::vector<PromptRow>& rows, const std::string& file) {
-  std::vector<RLPrompt> out;
+std::vector<EncodedPrompt> PromptEncoder::encode(const std::vector<PromptRow>& rows, const std::string& file) {
+  std::vector<EncodedPrompt> out;
   out.reserve(rows.size());
   const int64_t limit = options_.max_prompt_length;
   int64_t dropped = 0, cut = 0;
   for (const PromptRow& row : rows) {
-    RLPrompt p;
+    EncodedPrompt p;
     p.ids = encode_row(row, &p.text);
     HF_CHECK(!p.ids.empty(), row.where, ": the prompt encodes to no tokens");
     const auto length = static_cast<int64_t>(p.ids.size());
