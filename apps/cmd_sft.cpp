@@ -54,6 +54,8 @@ int run_sft_command(const std::string& config_file, const std::vector<std::strin
   opts.save_every = cfg.get<int64_t>("trainer.save_every");
   opts.out_dir = out_dir;
   opts.max_new_tokens = cfg.get<int64_t>("trainer.max_new_tokens");
+  opts.model_dir = cfg.get<std::string>("model.path");
+  opts.apply_chat_template = cfg.get<bool>("data.apply_chat_template");
   const Task* task_ptr = task.get();
   opts.scorer = [task_ptr](const std::string& response, const std::string& answer) {
     return task_ptr->score(response, Example{"", answer});

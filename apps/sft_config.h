@@ -9,8 +9,9 @@ model:
   path: ???              # model directory to start from (hybridflow init writes one)
 data:
   task: addition         # built-in task: scores evaluation answers; generates data when train_file is empty
-  train_file: ""         # JSONL rows {"prompt", "response"}; empty = generate train/test from the task
-  test_file: ""          # held-out JSONL rows {"prompt", "answer"}
+  train_file: ""         # {"prompt", "response"} rows or verl's (parquet / JSONL; docs/data.md); empty = from the task
+  test_file: ""          # held-out rows {"prompt", "answer"} or verl's
+  apply_chat_template: false  # plain-string prompts as a user message through the chat template (messages always)
   train_size: 20000      # generated examples (when train_file is empty)
   test_size: 200
   seed: 0

@@ -11,41 +11,32 @@
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/engine/log_probs.h"
 #include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/engine/log_probs.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/tasks/prompt_rows.h"
 
 namespace hybridflow {
 
 namespace {
 
-struct SftExample {
-  std::vector<int64_t> prompt;    // bos + prompt
-  std::vector<int64_t> response;  // response + eos
-  std::string answer;
-  std::string prompt_text;
-};
+}  // namespace
 
-std::vector<SftExample> load_examples(const std::string& path, const Tokenizer& tok) {
+std::vector<SftExample> read_sft_examples(const std::string& path, const Tokenizer& tok, PromptEncoder& prompts) {
   std::vector<SftExample> out;
-  auto rows = read_jsonl(path);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& row = rows[i];
-    const std::string where = path + ": row " + std::to_string(i + 1);
-    HF_CHECK(row.is_object() && row.contains("prompt") && row["prompt"].is_string(), where,
-             ": expected a string \"prompt\"");
-    const char* key = row.contains("response") ? "response" : "answer";
-    HF_CHECK(row.contains(key) && row[key].is_string(), where, ": expected a string \"response\" or \"answer\"");
+  for (const PromptRow& row : read_prompt_rows(path)) {
+    HF_CHECK(!row.answer.empty(), row.where, ": no target to train on (expected \"response\" or \"answer\", or ",
+             "reward_model.ground_truth in verl's rows)");
     SftExample ex;
-    ex.prompt_text = row["prompt"].get<std::string>();
-    ex.answer = row[key].get<std::string>();
+    ex.answer = row.answer;
     try {
-      ex.prompt = tok.encode(ex.prompt_text, /*add_bos=*/true);
+      ex.prompt = prompts.encode_row(row, &ex.prompt_text);
       ex.response = tok.encode(ex.answer);
     } catch (const Error& e) {
-      HF_FAIL(where, ": ", e.what());
+      HF_FAIL(row.where, ": ", e.what());
     }
     ex.response.push_back(tok.eos_id());
     out.push_back(std::move(ex));
@@ -53,6 +44,8 @@ std::vector<SftExample> load_examples(const std::string& path, const Tokenizer& 
   HF_CHECK(!out.empty(), path, ": no examples");
   return out;
 }
+
+namespace {
 
 // Right-padded prompt+response; targets are the next tokens, loss only where the target is a
 // response token (eos included).
@@ -119,7 +112,7 @@ std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
   return out_dir + "/checkpoint-" + std::to_string(step);
 }
 
-double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::vector<std::string>& prompts,
+double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::vector<std::vector<int64_t>>& prompts,
                             const std::vector<std::string>& answers, int64_t max_new_tokens,
                             const std::function<double(const std::string&, const std::string&)>& scorer) {
   HF_CHECK(prompts.size() == answers.size(), "evaluate_exact_match: ", prompts.size(), " prompts but ",
@@ -134,8 +127,8 @@ double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::ve
   const size_t chunk = 128;
   for (size_t begin = 0; begin < prompts.size(); begin += chunk) {
     const size_t end = std::min(prompts.size(), begin + chunk);
-    std::vector<std::vector<int64_t>> ids;
-    for (size_t i = begin; i < end; ++i) ids.push_back(tok.encode(prompts[i], /*add_bos=*/true));
+    std::vector<std::vector<int64_t>> ids(prompts.begin() + static_cast<std::ptrdiff_t>(begin),
+                                          prompts.begin() + static_cast<std::ptrdiff_t>(end));
     GenerationOutput out = generate(model, ids, cfg);
     auto responses = out.responses.to(torch::kCPU);
     auto masks = out.response_mask.to(torch::kCPU);
@@ -157,12 +150,16 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   HF_CHECK(!o.train_file.empty(), "sft: train_file is not set");
   HF_CHECK(o.batch_size > 0 && o.micro_batch_size > 0, "sft: batch_size (", o.batch_size, ") and micro_batch_size (",
            o.micro_batch_size, ") must be > 0");
-  const auto train = load_examples(o.train_file, tok);
-  std::vector<std::string> eval_prompts, eval_answers;
+  PromptOptions prompt_options;
+  prompt_options.apply_chat_template = o.apply_chat_template;
+  PromptEncoder prompts(tok, o.model_dir, prompt_options);
+  const auto train = read_sft_examples(o.train_file, tok, prompts);
+  std::vector<std::vector<int64_t>> eval_prompts;
+  std::vector<std::string> eval_answers;
   if (!o.eval_file.empty()) {
-    for (const auto& ex : load_examples(o.eval_file, tok)) {
+    for (const auto& ex : read_sft_examples(o.eval_file, tok, prompts)) {
       if (static_cast<int64_t>(eval_prompts.size()) >= o.eval_samples) break;
-      eval_prompts.push_back(ex.prompt_text);
+      eval_prompts.push_back(ex.prompt);
       eval_answers.push_back(ex.answer);
     }
   }
@@ -177,9 +174,14 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
     auto ids = micro.tensor("input_ids").narrow(1, 0, len);
     auto mask = micro.tensor("attention_mask").narrow(1, 0, len);
     auto loss_mask = micro.tensor("loss_mask").narrow(1, 0, len).to(torch::kFloat);
-    auto logits = model->forward(ids, mask).logits;
-    auto lp = token_log_probs(logits, micro.tensor("targets").narrow(1, 0, len), /*with_entropy=*/false).log_probs;
-    return -(lp * loss_mask).sum() / loss_mask.sum();
+    // The head only at the target positions: a real vocabulary (150k rows) over every prompt token
+    // would dominate time and memory.
+    auto at_targets = loss_mask.to(torch::kBool);
+    auto hidden = model->hidden_states(ids, mask).index({at_targets});
+    auto logits = model->apply_head(hidden).logits;
+    auto targets = micro.tensor("targets").narrow(1, 0, len).index({at_targets});
+    auto lp = token_log_probs(logits.unsqueeze(0), targets.unsqueeze(0), /*with_entropy=*/false).log_probs;
+    return -lp.mean();
   };
 
   SftResult result;

@@ -113,5 +113,39 @@ TEST(Sft, BadDataNamesTheFile) {
   }
 }
 
+// SFT reads verl's rows and encodes their chat messages exactly as the RL trainer will (the same
+// PromptEncoder), so the fine-tuned model sees its RL prompts' tokens; the older rows keep bos + prompt.
+TEST(Sft, VerlRowsEncodeThroughTheChatTemplateAsRLDoes) {
+  testing::TempDir dir;
+  const Tokenizer tok = Tokenizer::from_alphabet("0123456789+=?");
+  // A template over the task's characters: the question, then "=" as the generation prompt.
+  write_file_atomic(dir.file("tokenizer_config.json"),
+                    R"({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %})"
+                    R"({% if add_generation_prompt %}={% endif %}"})");
+  write_jsonl(dir.file("verl.jsonl"),
+              {nlohmann::json{{"prompt", {{{"role", "user"}, {"content", "12+34"}}}},
+                              {"data_source", "addition"},
+                              {"reward_model", {{"style", "rule"}, {"ground_truth", "46"}}}},
+               nlohmann::json{{"prompt", "7+1="}, {"answer", "8"}}});
+  PromptEncoder prompts(tok, dir.path(), PromptOptions{});
+  const auto examples = read_sft_examples(dir.file("verl.jsonl"), tok, prompts);
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(examples[0].prompt, tok.encode("12+34=", /*add_bos=*/false));  // the template's text, no second bos
+  EXPECT_EQ(examples[0].prompt_text, "12+34=");
+  std::vector<int64_t> target = tok.encode("46");
+  target.push_back(tok.eos_id());
+  EXPECT_EQ(examples[0].response, target);
+  EXPECT_EQ(examples[1].prompt, tok.encode("7+1=", /*add_bos=*/true));  // a plain string, as before
+
+  // A row without a target.
+  write_jsonl(dir.file("no_target.jsonl"), {nlohmann::json{{"prompt", {{{"role", "user"}, {"content", "1+1"}}}}}});
+  try {
+    read_sft_examples(dir.file("no_target.jsonl"), tok, prompts);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_target.jsonl:1: no target to train on"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace hybridflow

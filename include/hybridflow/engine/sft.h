@@ -9,14 +9,20 @@
 #include <vector>
 
 #include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {
 
 struct SftOptions : FineTuneOptions {
-  // train_file / eval_file rows: {"prompt", "response"} (or "answer"); out_dir also receives the
+  // train_file / eval_file rows: {"prompt", "response"} (or "answer"), or verl's rows (parquet or JSONL:
+  // chat messages, the target in reward_model.ground_truth; docs/data.md); out_dir also receives the
   // checkpoints (out_dir/checkpoint-STEP) and the metrics go to out_dir/sft_metrics.jsonl.
+  // Prompts are encoded as the RL trainer encodes them (engine/prompt_encoder.h): chat messages, and plain
+  // strings when apply_chat_template, through model_dir's chat template with the generation prompt.
+  std::string model_dir;
+  bool apply_chat_template = false;
   int64_t save_every = 0;  // steps between checkpoints (0 = only at the end, when out_dir is set)
   int64_t max_new_tokens = 16;
   // Scores a decoded response against the reference answer; default: exact match after trimming
@@ -41,15 +47,26 @@ struct SftResult {
   std::string last_checkpoint;  // empty without out_dir
 };
 
+struct SftExample {
+  std::vector<int64_t> prompt;    // as RL encodes it: through the chat template, or bos + the plain string
+  std::vector<int64_t> response;  // the target + eos
+  std::string answer;
+  std::string prompt_text;        // the plain prompt, or the chat as the template rendered it
+};
+
+// Rows of any format read_prompt_rows reads (tasks/prompt_rows.h). A row without a target (response,
+// answer or reward_model.ground_truth) is an error naming it.
+std::vector<SftExample> read_sft_examples(const std::string& path, const Tokenizer& tokenizer, PromptEncoder& prompts);
+
 using SftProgressCallback = std::function<void(const SftMetrics&)>;
 
 SftResult run_sft(const SftOptions& options, CausalLM& model, const Tokenizer& tokenizer,
                   const SftProgressCallback& progress = {});
 
-// Mean score of greedy responses to the first `max_samples` examples (used by run_sft; exposed for
-// the `hybridflow generate`/eval commands).
-double evaluate_exact_match(CausalLM& model, const Tokenizer& tokenizer, const std::vector<std::string>& prompts,
-                            const std::vector<std::string>& answers, int64_t max_new_tokens,
+// Mean score of greedy responses to encoded prompts against their answers (used by run_sft).
+double evaluate_exact_match(CausalLM& model, const Tokenizer& tokenizer,
+                            const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::string>& answers,
+                            int64_t max_new_tokens,
                             const std::function<double(const std::string&, const std::string&)>& scorer = {});
 
 // Checkpoint directory name for a step: "<out_dir>/checkpoint-<step>".
