@@ -19,7 +19,7 @@ const fs::path kExamples = fs::path(HF_SOURCE_DIR) / "examples";
 
 // File-name prefix -> the adv_estimator that file must select.
 const std::map<std::string, std::string> kExpectedEstimator = {
-    {"ppo", "gae"},   {"grpo", "grpo"},   {"rloo", "rloo"},
+    {"ppo", "gae"},   {"grpo", "grpo"},   {"grpo_chat", "grpo"},   {"rloo", "rloo"},
     {"remax", "remax"}, {"reinforce_pp", "reinforce_plus_plus"}, {"safe_rlhf", "gae"},
 };
 
@@ -47,7 +47,7 @@ TEST(ExampleConfigs, NoAdditionExampleIsLeftUnchecked) {
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     const std::string prefix = name.substr(0, name.size() - suffix.size());
-    if (prefix == "sft" || prefix == "rm") continue;  // not RL configs: hybridflow sft / hybridflow rm
+    if (prefix == "sft" || prefix == "sft_chat" || prefix == "rm") continue;  // not RL configs: hybridflow sft / hybridflow rm
     EXPECT_TRUE(kExpectedEstimator.count(prefix)) << name << " has no expected estimator in this test";
   }
 }
