@@ -71,6 +71,13 @@ class PretrainedTest : public ::testing::Test {
     edit(doc);
     write_file_atomic(dir.file("config.json"), doc.dump());
   }
+  // The error loading `good` after `edit` gives (each call starts again from `good`).
+  std::string config_error(const json& good, const std::function<void(json&)>& edit) {
+    json d = good;
+    edit(d);
+    write_file_atomic(dir.file("config.json"), d.dump());
+    return error_of([&] { load_model_config(dir.file("config.json")); });
+  }
 
   testing::TempDir dir;
   Tokenizer tok = Tokenizer::from_alphabet("abcdefgh");
@@ -258,12 +265,7 @@ TEST_F(PretrainedTest, ReadsTransformers5ConfigKeys) {
   EXPECT_EQ(c.torch_dtype, "bfloat16");
 
   const json good = json::parse(read_file(dir.file("config.json")));
-  auto err = [&](const std::function<void(json&)>& edit) {
-    json d = good;
-    edit(d);
-    write_file_atomic(dir.file("config.json"), d.dump());
-    return error_of([&] { load_model_config(dir.file("config.json")); });
-  };
+  auto err = [&](const std::function<void(json&)>& edit) { return config_error(good, edit); };
   EXPECT_THAT(err([](json& d) { d["rope_parameters"]["rope_type"] = "longrope"; }), HasSubstr("\"longrope\""));
   EXPECT_THAT(err([](json& d) { d["rope_parameters"] = {{"full_attention", {{"rope_theta", 1.0}}}}; }),
               HasSubstr("per-layer-type"));
@@ -346,12 +348,7 @@ TEST_F(PretrainedTest, ReadsRopeScalingHeadDimAndSlidingWindow) {
   }
 
   const json good = json::parse(read_file(dir.file("config.json")));
-  auto err = [&](const std::function<void(json&)>& edit) {
-    json d = good;
-    edit(d);
-    write_file_atomic(dir.file("config.json"), d.dump());
-    return error_of([&] { load_model_config(dir.file("config.json")); });
-  };
+  auto err = [&](const std::function<void(json&)>& edit) { return config_error(good, edit); };
   EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; }),
               HasSubstr("key 'rope_scaling' of rope_type \"llama3\" needs 'low_freq_factor'"));
   EXPECT_THAT(err([](json& d) { d["rope_scaling"] = {{"rope_type", "linear"}, {"factor", "2"}}; }),
