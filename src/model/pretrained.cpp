@@ -179,6 +179,9 @@ void save_pretrained(const std::string& dir, const ModelConfig& config,
   // transformers refuses safetensors files without format=pt metadata.
   write_safetensors(dir + "/" + kWeightsFile, tensors, {{"format", "pt"}});
   tokenizer.save(dir + "/tokenizer.json");
+  // The source model's generation_config.json (its eos list and recommended sampling) outlives training:
+  // tokenizer.save wrote it back. Without one, the config's special ids.
+  if (!tokenizer.source_generation_config().empty()) return;
   json generation = {{"_from_model_config", true}};
   if (config.bos_token_id >= 0) generation["bos_token_id"] = config.bos_token_id;
   if (config.eos_token_id >= 0) generation["eos_token_id"] = config.eos_token_id;

@@ -15,6 +15,7 @@ struct Tokenizer::Published {
   text::Tokenizer tokenizer;
   std::string tokenizer_json;  // the files as read, which save() writes back
   std::string config_json;     // empty when there was no tokenizer_config.json
+  std::string generation_json;  // generation_config.json beside it, as read; empty when there was none
 };
 
 namespace {
@@ -145,13 +146,19 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
   return out;
 }
 
+const std::string& Tokenizer::source_generation_config() const {
+  static const std::string kNone;
+  return published_ ? published_->generation_json : kNone;
+}
+
 void Tokenizer::save(const std::string& path) const {
   if (published_) {
     write_file_atomic(path, published_->tokenizer_json);
-    if (!published_->config_json.empty()) {
-      write_file_atomic((std::filesystem::path(path).parent_path() / "tokenizer_config.json").string(),
-                        published_->config_json);
-    }
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!published_->config_json.empty())
+      write_file_atomic((dir / "tokenizer_config.json").string(), published_->config_json);
+    if (!published_->generation_json.empty())
+      write_file_atomic((dir / "generation_config.json").string(), published_->generation_json);
     return;
   }
   json added = json::array();
@@ -245,7 +252,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 Tokenizer Tokenizer::load_published(const std::string& path, std::string bytes) {
   auto published = std::make_shared<Published>(
-      Published{text::Tokenizer::from_json(bytes, path), std::move(bytes), std::string()});
+      Published{text::Tokenizer::from_json(bytes, path), std::move(bytes), std::string(), std::string()});
   const text::Tokenizer& tok = published->tokenizer;
   Tokenizer t;
   t.id_to_token_.resize(static_cast<size_t>(tok.vocab_size()));
@@ -268,6 +275,9 @@ Tokenizer Tokenizer::load_published(const std::string& path, std::string bytes) 
     t.eos_id_ = config_token_id(config, "eos_token", tok, config_path);
     t.unk_id_ = config_token_id(config, "unk_token", tok, config_path);
   }
+  const std::string generation_path =
+      (std::filesystem::path(path).parent_path() / "generation_config.json").string();
+  if (file_exists(generation_path)) published->generation_json = read_file(generation_path);
   t.published_ = std::move(published);
   return t;
 }

@@ -11,6 +11,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/model/safetensors.h"
 #include "support/temp_dir.h"
+#include "support/testdata_dir.h"
 
 namespace hybridflow {
 namespace {
@@ -355,6 +356,29 @@ TEST_F(PretrainedTest, ReadsRopeScalingHeadDimAndSlidingWindow) {
               HasSubstr("key 'rope_scaling.factor' must be a number"));
   EXPECT_THAT(err([](json& d) { d["head_dim"] = 7; }), HasSubstr("head_dim must be even"));
   EXPECT_THAT(err([](json& d) { d["sliding_window"] = "4k"; }), HasSubstr("key 'sliding_window' must be an integer"));
+}
+
+// A fine-tuned Qwen3 or Llama 3 keeps its generation_config.json (eos list, recommended sampling) through a
+// save: a checkpoint that stopped at one eos fewer would run on past the end of its turns.
+TEST_F(PretrainedTest, SavingKeepsThePublishedGenerationConfig) {
+  const std::string published = testing::tokenizer_data_dir() + "/gpt2";
+  ASSERT_TRUE(std::filesystem::exists(published + "/tokenizer.json"))
+      << "no published tokenizers; looked in " << testing::tokenizer_data_searched();
+  testing::TempDir source;
+  std::filesystem::copy_file(published + "/tokenizer.json", source.file("tokenizer.json"));
+  const std::string generation = R"({"eos_token_id": [50256, 7], "temperature": 0.6, "top_p": 0.95})";
+  write_file_atomic(source.file("generation_config.json"), generation);
+  const Tokenizer gpt2 = Tokenizer::load(source.file("tokenizer.json"));
+  ModelConfig c = tiny_config(gpt2);
+  c.num_hidden_layers = 1;
+  CausalLM model(c);
+  save_pretrained(dir.path(), model, gpt2);
+  EXPECT_EQ(read_file(dir.file("generation_config.json")), generation);
+  EXPECT_EQ(generation_stop_ids(dir.path(), -1), (std::vector<int64_t>{50256, 7}));
+
+  // A tokenizer without one: the config's ids, as before.
+  save_pretrained(dir.path(), model, tok);
+  EXPECT_EQ(json::parse(read_file(dir.file("generation_config.json"))).value("_from_model_config", false), true);
 }
 
 TEST_F(PretrainedTest, BadConfigJsonErrorsNameFileAndKey) {

@@ -23,7 +23,7 @@ class Tokenizer {
   // layer; its pad/bos/eos/unk ids then come from tokenizer_config.json beside it (-1 when absent).
   static Tokenizer load(const std::string& path);
   // Atomic write. A loaded published tokenizer writes back the files it was read from (and
-  // tokenizer_config.json beside `path` when there was one).
+  // tokenizer_config.json and generation_config.json beside `path` when there were).
   void save(const std::string& path) const;
 
   // Character-level: one id per UTF-8 character; a character outside the vocabulary -> Error naming
@@ -39,6 +39,9 @@ class Tokenizer {
   int64_t eos_id() const { return eos_id_; }
   int64_t unk_id() const { return unk_id_; }
   const std::string& token(int64_t id) const;  // throws on an id out of range
+  // A published tokenizer's directory may ship generation_config.json (eos list, sampling defaults): its
+  // text as read, so that a model saved with this tokenizer keeps it; empty otherwise.
+  const std::string& source_generation_config() const;
 
   bool operator==(const Tokenizer& other) const { return id_to_token_ == other.id_to_token_; }
 
