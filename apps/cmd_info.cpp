@@ -34,6 +34,12 @@ void add_info_command(CLI::App& app, Action& action) {
                   static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim()));
       std::printf("max positions    %lld, rope_theta %g\n", static_cast<long long>(c.max_position_embeddings),
                   c.rope_theta);
+      if (c.rope_scaling.scaled())
+        std::printf("rope scaling     %s, factor %g, original context %lld\n", c.rope_scaling.type.c_str(),
+                    c.rope_scaling.factor, static_cast<long long>(c.rope_scaling.original_max_position_embeddings));
+      if (c.sliding_window > 0)
+        std::printf("sliding window   %lld\n", static_cast<long long>(c.sliding_window));
+      if (c.qk_norm()) std::printf("q/k head norms   yes\n");
       std::printf("tied embeddings  %s, qkv bias %s\n", c.tie_word_embeddings ? "yes" : "no",
                   c.attention_bias ? "yes" : "no");
       std::printf("dtype            %s\n", c.torch_dtype.c_str());

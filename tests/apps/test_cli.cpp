@@ -26,6 +26,19 @@ TEST(Cli, InitThenInfoDescribesTheModel) {
   EXPECT_NE(info.output.find("layers           4"), std::string::npos) << info.output;
 }
 
+TEST(Cli, InfoShowsWhatDistinguishesQwen3AndMistral) {
+  hybridflow::testing::TempDir dir;
+  ASSERT_EQ(run_hybridflow("init --preset qwen3-tiny --task addition --out " + dir.file("q")).exit_code, 0);
+  ASSERT_EQ(run_hybridflow("init --preset mistral-tiny --task addition --out " + dir.file("m")).exit_code, 0);
+  CommandResult qwen3 = run_hybridflow("info " + dir.file("q"));
+  EXPECT_NE(qwen3.output.find("Qwen3ForCausalLM"), std::string::npos) << qwen3.output;
+  EXPECT_NE(qwen3.output.find("(head_dim 48)"), std::string::npos) << qwen3.output;
+  EXPECT_NE(qwen3.output.find("q/k head norms   yes"), std::string::npos) << qwen3.output;
+  CommandResult mistral = run_hybridflow("info " + dir.file("m"));
+  EXPECT_NE(mistral.output.find("MistralForCausalLM"), std::string::npos) << mistral.output;
+  EXPECT_NE(mistral.output.find("sliding window   64"), std::string::npos) << mistral.output;
+}
+
 TEST(Cli, InfoWithoutAModelDescribesTheBuildAndMachine) {
   CommandResult info = run_hybridflow("info");
   ASSERT_EQ(info.exit_code, 0) << info.output;
