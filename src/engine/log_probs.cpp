@@ -27,21 +27,32 @@ TokenLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& 
   return out;
 }
 
-TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& input_ids,
-                                 const torch::Tensor& attention_mask, int64_t response_len, double temperature,
-                                 bool with_entropy, const TensorParallelGroup& tp) {
+void check_response_window(const torch::Tensor& input_ids, int64_t response_len, double temperature) {
   HF_CHECK(input_ids.dim() == 2, "response_log_probs: input_ids must be [B, L], got ", input_ids.sizes());
   const int64_t total = input_ids.size(1);
   HF_CHECK(response_len > 0 && response_len < total, "response_log_probs: response_len ", response_len,
            " must be in [1, ", total - 1, "] for sequences of length ", total);
   HF_CHECK(temperature > 0, "response_log_probs: temperature must be > 0, got ", temperature);
+}
+
+TokenLogProbs response_window_log_probs(const torch::Tensor& window_logits, const torch::Tensor& input_ids,
+                                        int64_t response_len, double temperature, bool with_entropy,
+                                        const TensorParallelGroup& tp) {
+  torch::Tensor z = temperature != 1.0 ? window_logits / temperature : window_logits;
+  return token_log_probs(z, input_ids.narrow(1, input_ids.size(1) - response_len, response_len), with_entropy, tp);
+}
+
+TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& input_ids,
+                                 const torch::Tensor& attention_mask, int64_t response_len, double temperature,
+                                 bool with_entropy, const TensorParallelGroup& tp) {
+  check_response_window(input_ids, response_len, temperature);
+  const int64_t total = input_ids.size(1);
   torch::Tensor logits = forward(input_ids, attention_mask);
   HF_CHECK(logits.dim() == 3 && logits.size(1) == total, "response_log_probs: model returned logits ",
            logits.sizes(), ", expected [B, ", total, ", V]");
   // Only the R positions that predict response tokens: t = P-1 .. L-2.
-  torch::Tensor z = logits.narrow(1, total - response_len - 1, response_len);
-  if (temperature != 1.0) z = z / temperature;
-  return token_log_probs(z, input_ids.narrow(1, total - response_len, response_len), with_entropy, tp);
+  return response_window_log_probs(logits.narrow(1, total - response_len - 1, response_len), input_ids, response_len,
+                                   temperature, with_entropy, tp);
 }
 
 }  // namespace hybridflow

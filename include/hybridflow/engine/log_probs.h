@@ -32,4 +32,13 @@ TokenLogProbs response_log_probs(const LogitsFn& forward, const torch::Tensor& i
                                  double temperature = 1.0, bool with_entropy = true,
                                  const TensorParallelGroup& tp = {});
 
+// The two halves of response_log_probs, for callers that compute logits only where they are needed (the
+// model's head applied to the R scoring positions; model_log_probs.h):
+// throws unless input_ids is [B, L], response_len is in [1, L - 1] and temperature > 0;
+void check_response_window(const torch::Tensor& input_ids, int64_t response_len, double temperature);
+// `window_logits` [B, R, V] are the logits at positions L-R-1 .. L-2, which score the last R tokens.
+TokenLogProbs response_window_log_probs(const torch::Tensor& window_logits, const torch::Tensor& input_ids,
+                                        int64_t response_len, double temperature, bool with_entropy,
+                                        const TensorParallelGroup& tp);
+
 }  // namespace hybridflow
