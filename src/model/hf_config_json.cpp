@@ -98,9 +98,8 @@ void read_rope(const json& doc, const std::string& path, ModelConfig& c) {
     HF_CHECK(type->is_string(), path, ": key '", full("rope_type"), "' must be a string, got ", type->dump());
     r.type = type->get<std::string>();
   }
-  HF_CHECK(r.type == "default" || r.type == "linear" || r.type == "dynamic" || r.type == "llama3" || r.type == "yarn",
-           path, ": key '", full("rope_type"), "' is \"", r.type,
-           "\"; supported: default, linear, dynamic, llama3, yarn (longrope and others are not implemented)");
+  HF_CHECK(is_supported_rope_type(r.type), path, ": key '", full("rope_type"), "' is \"", r.type, "\"; supported: ",
+           supported_rope_types(), " (longrope and others are not implemented)");
   if (const json* theta = field("rope_theta")) c.rope_theta = number(*theta, path, full("rope_theta"));
   if (const json* partial = field("partial_rotary_factor"))
     HF_CHECK(number(*partial, path, full("partial_rotary_factor")) == 1.0, path, ": key '",
@@ -159,15 +158,11 @@ ModelConfig load_model_config(const std::string& path) {
   ConfigReader r(doc, path);
   ModelConfig c;
   c.model_type = r.string(r.require("model_type"), "model_type");
-  HF_CHECK(c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2" || c.model_type == "qwen3",
-           path, ": key 'model_type' must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"", c.model_type,
-           "\"");
+  HF_CHECK(is_supported_model_type(c.model_type), path, ": key 'model_type' must be one of ", supported_model_types(),
+           ", got \"", c.model_type, "\"");
   const bool qwen2 = c.model_type == "qwen2";
   const bool mistral = c.model_type == "mistral";
-  c.architecture = qwen2                      ? "Qwen2ForCausalLM"
-                   : c.model_type == "qwen3" ? "Qwen3ForCausalLM"
-                   : mistral                 ? "MistralForCausalLM"
-                                             : "LlamaForCausalLM";
+  c.architecture = causal_lm_architecture(c.model_type);
   if (const json* arch = r.find("architectures")) {
     HF_CHECK(arch->is_array() && arch->size() == 1, path, ": key 'architectures' must be a list of one name, got ",
              arch->dump());

@@ -3,6 +3,49 @@
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
+namespace {
+
+struct ModelType {
+  const char* name;
+  const char* architecture;
+};
+constexpr ModelType kModelTypes[] = {{"llama", "LlamaForCausalLM"},
+                                     {"mistral", "MistralForCausalLM"},
+                                     {"qwen2", "Qwen2ForCausalLM"},
+                                     {"qwen3", "Qwen3ForCausalLM"}};
+constexpr const char* kRopeTypes[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+
+}  // namespace
+
+bool is_supported_model_type(const std::string& model_type) {
+  for (const ModelType& t : kModelTypes)
+    if (model_type == t.name) return true;
+  return false;
+}
+
+bool is_supported_rope_type(const std::string& rope_type) {
+  for (const char* t : kRopeTypes)
+    if (rope_type == t) return true;
+  return false;
+}
+
+std::string supported_model_types() {
+  std::string out;
+  for (const ModelType& t : kModelTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
+
+std::string supported_rope_types() {
+  std::string out;
+  for (const char* t : kRopeTypes) out += (out.empty() ? "" : ", ") + std::string(t);
+  return out;
+}
+
+std::string causal_lm_architecture(const std::string& model_type) {
+  for (const ModelType& t : kModelTypes)
+    if (model_type == t.name) return t.architecture;
+  HF_FAIL("model_type '", model_type, "' is not one of ", supported_model_types());
+}
 
 void ModelConfig::validate() const {
   auto positive = [](const char* key, int64_t value) {
@@ -28,13 +71,13 @@ void ModelConfig::validate() const {
   HF_CHECK(rms_norm_eps > 0, "model config: rms_norm_eps must be > 0, got ", rms_norm_eps);
   HF_CHECK(torch_dtype == "float32" || torch_dtype == "float16" || torch_dtype == "bfloat16",
            "model config: torch_dtype must be float32, float16 or bfloat16, got '", torch_dtype, "'");
-  HF_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3",
-           "model config: model_type must be 'llama', 'mistral', 'qwen2' or 'qwen3', got '", model_type, "'");
+  HF_CHECK(is_supported_model_type(model_type), "model config: model_type must be one of ", supported_model_types(),
+           ", got '", model_type, "'");
   HF_CHECK(sliding_window == 0 || model_type == "mistral",
            "model config: sliding_window is implemented for mistral only, got it for ", model_type);
   const RopeScaling& r = rope_scaling;
-  HF_CHECK(r.type == "default" || r.type == "linear" || r.type == "dynamic" || r.type == "llama3" || r.type == "yarn",
-           "model config: rope_scaling type must be default, linear, dynamic, llama3 or yarn, got '", r.type, "'");
+  HF_CHECK(is_supported_rope_type(r.type), "model config: rope_scaling type must be one of ", supported_rope_types(),
+           ", got '", r.type, "'");
   HF_CHECK(!r.scaled() || r.factor > 0, "model config: rope_scaling factor must be > 0, got ", r.factor);
   HF_CHECK(r.type != "llama3" || r.high_freq_factor != r.low_freq_factor,
            "model config: rope_scaling high_freq_factor must differ from low_freq_factor (both ", r.low_freq_factor, ")");
@@ -86,20 +129,18 @@ ModelConfig preset_model_config(const std::string& name, int64_t vocab_size) {
             "base");
   }
   if (name == "qwen2-tiny") {
-    config.architecture = "Qwen2ForCausalLM";
     config.model_type = "qwen2";
     config.attention_bias = true;
     config.tie_word_embeddings = true;
   } else if (name == "qwen3-tiny") {
     // Heads wider than hidden_size / heads, as Qwen3's fixed head_dim of 128 makes them in the small models.
-    config.architecture = "Qwen3ForCausalLM";
     config.model_type = "qwen3";
     config.explicit_head_dim = 48;
   } else if (name == "mistral-tiny") {
-    config.architecture = "MistralForCausalLM";
     config.model_type = "mistral";
     config.sliding_window = 64;
   }
+  config.architecture = causal_lm_architecture(config.model_type);
   config.validate();
   return config;
 }

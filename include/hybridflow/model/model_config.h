@@ -62,6 +62,15 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
+// The model types and RoPE scaling types this decoder implements, each named in one place for every
+// check and message: "llama, mistral, qwen2, qwen3" and "default, linear, dynamic, llama3, yarn".
+bool is_supported_model_type(const std::string& model_type);
+bool is_supported_rope_type(const std::string& rope_type);
+std::string supported_model_types();
+std::string supported_rope_types();
+// transformers' causal-LM class of a supported model type ("qwen3" -> "Qwen3ForCausalLM").
+std::string causal_lm_architecture(const std::string& model_type);
+
 // Named sizes for `hybridflow init --preset`: tiny (tests, seconds on a laptop), small, base.
 ModelConfig preset_model_config(const std::string& name, int64_t vocab_size);
 
