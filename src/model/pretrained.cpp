@@ -189,12 +189,15 @@ void save_pretrained(const std::string& dir, const ModelConfig& config,
   write_file_atomic(dir + "/generation_config.json", generation.dump(2) + "\n");
 }
 
-std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokenizer_eos) {
-  std::vector<int64_t> ids;
-  const std::string file = dir + "/generation_config.json";
-  if (!dir.empty() && std::filesystem::exists(file)) ids = text::GenerationDefaults::load(file).eos_token_ids;
+std::vector<int64_t> generation_stop_ids(std::vector<int64_t> ids, int64_t tokenizer_eos) {
   if (tokenizer_eos >= 0 && std::find(ids.begin(), ids.end(), tokenizer_eos) == ids.end()) ids.push_back(tokenizer_eos);
   return ids;
+}
+
+std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokenizer_eos) {
+  const std::string file = dir + "/generation_config.json";
+  if (dir.empty() || !std::filesystem::exists(file)) return generation_stop_ids(std::vector<int64_t>{}, tokenizer_eos);
+  return generation_stop_ids(text::GenerationDefaults::load(file).eos_token_ids, tokenizer_eos);
 }
 
 }  // namespace hybridflow

@@ -67,7 +67,7 @@ RotaryFrequencies yarn(const ModelConfig& c, int64_t dim) {
   low = std::max(low, 0.0);
   high = std::min(high, static_cast<double>(dim - 1));
   if (low == high) high += 0.001;  // as transformers: no division by zero in the ramp
-  auto pos_freqs = torch::pow(base, torch::arange(0, dim, 2).to(torch::kFloat32) / dim);
+  auto pos_freqs = torch::pow(base, channel_exponents(dim));
   auto extrapolation = 1.0 / pos_freqs;
   auto interpolation = 1.0 / (factor * pos_freqs);
   auto ramp = ((torch::arange(dim / 2, kF32) - low) / (high - low)).clamp(0, 1);

@@ -49,7 +49,7 @@ RolloutSampling resolve_rollout_sampling(const Config& rollout, const std::strin
   HF_CHECK(s.temperature > 0, origin("temperature"), " must be > 0 (rollouts sample), got ", s.temperature);
   HF_CHECK(s.top_p > 0 && s.top_p <= 1, origin("top_p"), " must be in (0, 1], got ", s.top_p);
 
-  s.eos_token_ids = generation_stop_ids(model_dir, tokenizer_eos);
+  s.eos_token_ids = generation_stop_ids(defaults.eos_token_ids, tokenizer_eos);  // the file read above
   s.source = "config";
   if (!from_file.empty()) {
     s.source = file + " (";

@@ -35,6 +35,8 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head = HeadKind::kLa
 // The ids a generation from this directory stops at: generation_config.json's eos_token_id (one id or a list)
 // when `dir` has that file, then `tokenizer_eos` (>= 0) when not among them. `dir` may be empty.
 std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokenizer_eos);
+// The same from a generation_config.json's eos ids already read.
+std::vector<int64_t> generation_stop_ids(std::vector<int64_t> generation_config_eos, int64_t tokenizer_eos);
 
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
 // The same directory from whole tensors the caller collected (e.g. from every pipeline stage), written in
