@@ -123,6 +123,8 @@ double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::ve
   cfg.max_new_tokens = max_new_tokens;
   if (tok.eos_id() >= 0) cfg.eos_token_ids = {tok.eos_id()};
   cfg.pad_token_id = tok.pad_id();
+  // A padded embedding's extra rows decode to nothing: the evaluation must not draw them.
+  cfg.sampleable_vocab_size = std::min(tok.vocab_size(), model->config().vocab_size);
   double total = 0;
   const size_t chunk = 128;
   for (size_t begin = 0; begin < prompts.size(); begin += chunk) {
