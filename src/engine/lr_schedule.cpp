@@ -12,7 +12,8 @@ double lr_at_step(const LrSchedule& s, int64_t step) {
            s.kind, "', expected constant | linear | cosine");
   HF_CHECK(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, "lr schedule: min_lr_ratio must be in [0, 1], got ",
            s.min_lr_ratio);
-  if (step < s.warmup_steps) return s.lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  if (step < s.warmup_steps)
+    return s.lr * static_cast<double>(s.warmup_from_zero ? step : step + 1) / static_cast<double>(s.warmup_steps);
   if (s.kind == "constant") return s.lr;
   HF_CHECK(s.total_steps > s.warmup_steps, "lr schedule: '", s.kind, "' decay needs total_steps (",
            s.total_steps, ") > warmup_steps (", s.warmup_steps, ")");

@@ -96,7 +96,7 @@ int64_t TrainEngine::optimizer_state_numel() const {
 
 void TrainEngine::sharded_step(double local_norm, bool mean, StepStats& stats) {
   double units = static_cast<double>(stats.tokens), loss_sum = stats.loss * local_norm;
-  stats.grad_norm = zero_->step(lr_at_step(options_.schedule, step_), options_.grad_clip, local_norm, mean, units,
+  stats.grad_norm = zero_->step(lr_for_next_step(), options_.grad_clip, local_norm, mean, units,
                                 loss_sum);
   stats.tokens = static_cast<int64_t>(std::llround(units));
   stats.loss = loss_sum / (mean ? units : 1.0);
@@ -243,7 +243,7 @@ void TrainEngine::reduce_tied_gradients() {
 }
 
 void TrainEngine::apply_step() {
-  const double lr = lr_at_step(options_.schedule, step_);
+  const double lr = lr_for_next_step();
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
@@ -277,7 +277,7 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   // A data-parallel rank may hold no tokens of this mini-batch; the global count is checked after the reduce.
   HF_CHECK(stats.tokens > 0 || data_parallel(), "train_step: the mini-batch's '", token_mask_key,
            "' selects no tokens");
-  stats.lr = lr_at_step(options_.schedule, step_);
+  stats.lr = lr_for_next_step();
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
   zero_grad();

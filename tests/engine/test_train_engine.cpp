@@ -122,6 +122,23 @@ TEST(LrSchedule, WarmupThenDecayFollowsTheFormula) {
   EXPECT_THROW(lr_at_step(s, 5), Error);
 }
 
+// verl's schedulers (and transformers') compute lr x k / warmup at step k: the first step's rate is 0.
+TEST(LrSchedule, VerlWarmupStartsFromZero) {
+  LrSchedule s;
+  s.lr = 2.0;
+  s.warmup_steps = 4;
+  s.warmup_from_zero = true;
+  s.total_steps = 14;
+  s.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 0), 0.0);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 1), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 3), 1.5);
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 4), 2.0);
+  s.kind = "cosine";  // after warm-up the decay is the same: halfway (step 9 of 4..14) is 0.1 + 0.9 x 0.5
+  EXPECT_DOUBLE_EQ(lr_at_step(s, 2), 1.0);
+  EXPECT_NEAR(lr_at_step(s, 9), 2.0 * 0.55, 1e-12);
+}
+
 TEST(TrainEngine, UsesScheduledLearningRatePerStep) {
   Toy model;
   OptimizerOptions o = plain_sgd_like(1e-2);

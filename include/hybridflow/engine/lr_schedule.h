@@ -8,10 +8,13 @@ namespace hybridflow {
 
 struct LrSchedule {
   double lr = 1e-3;             // peak learning rate, reached at the end of warm-up
-  int64_t warmup_steps = 0;     // lr ramps (step + 1) / warmup_steps * lr over steps 0 .. warmup_steps-1
+  int64_t warmup_steps = 0;     // lr ramps to lr over steps 0 .. warmup_steps-1 (see warmup_from_zero)
   std::string kind = "constant";  // constant | linear | cosine
   int64_t total_steps = 0;      // decay ends here (needed for linear / cosine)
   double min_lr_ratio = 0.0;    // floor of the decay, as a fraction of lr
+  // verl's warm-up: step k < warmup_steps uses k / warmup_steps x lr, so the first step's lr is 0
+  // (transformers' and verl's schedulers); false: (k + 1) / warmup_steps.
+  bool warmup_from_zero = false;
 };
 
 // Learning rate used by optimizer step `step` (0-based). Throws hybridflow::Error for an unknown kind

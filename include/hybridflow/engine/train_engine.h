@@ -113,7 +113,11 @@ class TrainEngine {
   int64_t step() const { return step_; }
   // True when the module trains in bf16/fp16 against fp32 master weights.
   bool mixed_precision() const { return !masters_.empty(); }
-  double lr_for_next_step() const { return lr_at_step(options_.schedule, step_); }
+  double lr_for_next_step() const { return lr_at_step(options_.schedule, schedule_step_ >= 0 ? schedule_step_ : step_); }
+  // Pins the LR schedule's position for the following optimizer steps (< 0: the optimizer step count,
+  // the default). RL roles step their schedule once per update call, as verl does, however many
+  // mini-batches and epochs the call holds.
+  void set_schedule_step(int64_t step) { schedule_step_ = step; }
   const OptimizerOptions& options() const { return options_; }
   torch::optim::AdamW& optimizer() { return *optimizer_; }
   torch::nn::Module& module() { return *module_; }
@@ -171,6 +175,7 @@ class TrainEngine {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<ZeroOptimizer> zero_;
   int64_t step_ = 0;
+  int64_t schedule_step_ = -1;
   GradientReducer reducer_;
   TensorParallelGroup tp_;
   std::vector<std::string> names_;  // of params_
