@@ -149,11 +149,10 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 }
 
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
-                                                  const DataProto& in) const {
+                                                  const DataProto& in, int64_t micro) const {
   torch::NoGradGuard no_grad;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   const double temperature = rollout.value("temperature", 1.0);
-  const int64_t micro = rollout.value("log_prob_micro_batch_size", int64_t{16});
   const int64_t response_len = in.tensor("responses").size(1);
   torch::Tensor log_probs = forward_micro_batches(pipeline, in, micro, [&](const DataProto& m) {
     return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
@@ -166,7 +165,9 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   DataProto out;
-  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in);
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  torch::Tensor log_probs =
+      log_probs_of(actor_, actor_pipeline_.get(), in, rollout.value("log_prob_micro_batch_size", int64_t{16}));
   if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
   return out;
 }
@@ -175,7 +176,10 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(!ref_.is_empty(), "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (config has_ref: false)");
   DataProto out;
-  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in);
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in,
+                                         rollout.value("ref_log_prob_micro_batch_size",
+                                                       rollout.value("log_prob_micro_batch_size", int64_t{16})));
   if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
   return out;
 }
@@ -220,6 +224,8 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   };
   actor_->train();
   MiniBatchPlan plan = mini_batch_plan_from_json(actor);
+  // The trainer names the RL step: the LR schedule advances once per update call, as in verl.
+  plan.schedule_step = in.meta().value("schedule_step", plan.schedule_step);
   plan.weighting = loss_weighting_for(loss_cfg.agg_mode);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.

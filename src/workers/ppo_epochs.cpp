@@ -26,6 +26,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
   const int64_t rows = batch.batch_size();
   HF_CHECK(rows > 0, prefix, "update: empty batch");
   HF_CHECK(plan.epochs > 0, prefix, "update: ppo_epochs must be > 0, got ", plan.epochs);
+  if (plan.schedule_step >= 0) engine.set_schedule_step(plan.schedule_step);
   const int64_t mini = plan.mini_batch_rows > 0 ? std::min(plan.mini_batch_rows, rows) : rows;
   const int64_t micro = plan.micro_batch_rows > 0 ? std::min(plan.micro_batch_rows, mini) : mini;
   for (int64_t epoch = 0; epoch < plan.epochs; ++epoch) {
@@ -64,6 +65,7 @@ MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j) {
   plan.epochs = j.value("epochs", plan.epochs);
   plan.shuffle = j.value("shuffle", plan.shuffle);
   plan.seed = j.value("seed", plan.seed);
+  plan.schedule_step = j.value("schedule_step", plan.schedule_step);
   return plan;
 }
 
@@ -73,6 +75,8 @@ OptimizerOptions optimizer_options_from_json(const nlohmann::json& j) {
   o.schedule.warmup_steps = j.value("warmup_steps", o.schedule.warmup_steps);
   o.schedule.kind = j.value("lr_schedule", o.schedule.kind);
   o.schedule.total_steps = j.value("total_steps", o.schedule.total_steps);
+  o.schedule.min_lr_ratio = j.value("min_lr_ratio", o.schedule.min_lr_ratio);
+  o.schedule.warmup_from_zero = j.value("warmup_from_zero", o.schedule.warmup_from_zero);
   o.weight_decay = j.value("weight_decay", o.weight_decay);
   o.grad_clip = j.value("grad_clip", o.grad_clip);
   return o;

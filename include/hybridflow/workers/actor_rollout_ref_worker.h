@@ -57,8 +57,9 @@ class ActorRolloutRefWorker : public Worker {
   DataProto flat_parameters(const DataProto& in);
 
  private:
-  // Undefined on pipeline stages before the last.
-  torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in) const;
+  // Log-probs of the responses of `in` under `model`, `micro` samples per forward; undefined on pipeline
+  // stages before the last.
+  torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in, int64_t micro) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
   void sync_rollout_weights();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);

@@ -21,6 +21,8 @@ struct MiniBatchPlan {
   bool shuffle = true;
   uint64_t seed = 0;             // permutation seed; combined with the engine's step so each call differs
   LossWeighting weighting = LossWeighting::kAuto;  // from the loss_agg_mode (loss_weighting_for)
+  // The LR schedule's position for this call's optimizer steps (the RL step); < 0: the optimizer step count.
+  int64_t schedule_step = -1;
 };
 
 // The micro-batch (and data-parallel rank) weighting under which a split mini-batch gives the same
@@ -44,9 +46,10 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
                     const MicroLossFn& loss_fn, const std::string& token_mask_key, const std::string& prefix,
                     MetricAverager& metrics);
 
-// Reads {mini_batch_rows, micro_batch_rows, epochs, shuffle, seed} keys of a worker's JSON config.
+// Reads {mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, schedule_step} keys of a worker's JSON config.
 MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j);
-// {lr, weight_decay, grad_clip, warmup_steps, total_steps, lr_schedule} -> OptimizerOptions.
+// {lr, weight_decay, grad_clip, warmup_steps, total_steps, lr_schedule, min_lr_ratio, warmup_from_zero}
+// -> OptimizerOptions.
 OptimizerOptions optimizer_options_from_json(const nlohmann::json& j);
 
 }  // namespace hybridflow
