@@ -5,6 +5,7 @@
 namespace hybridflow::algo {
 
 const char* const kAlgorithmSectionYaml = R"(algorithm:
+  program: auto
   adv_estimator: gae
   gamma: 1.0
   lam: 1.0
@@ -23,6 +24,10 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
     use_log_lambda: true
     lambda_max: null
     lambda_update_delay_steps: 0
+  filter_groups:
+    enable: false
+    metric: null
+    max_num_gen_batches: 0
 )";
 
 const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(actor:

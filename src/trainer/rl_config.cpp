@@ -7,7 +7,8 @@ namespace hybridflow {
 
 namespace {
 // verl's names where the concept is the same. Batch sizes count prompts (train_batch_size,
-// ppo_mini_batch_size) like verl; micro-batch sizes count rows (samples) per process.
+// ppo_mini_batch_size, over all ranks) like verl; a micro-batch key counts samples over all data-parallel
+// ranks and its _per_gpu twin samples per process (trainer/rl_batch_sizes.h).
 const char* const kRLSchema = R"(trainer:
   total_steps: 10
   seed: 1
@@ -32,6 +33,7 @@ data:
   train_size: 512
   test_size: 64
   train_batch_size: 8
+  gen_batch_size: null
   shuffle: true
   add_bos: true
   max_prompt_length: 512
@@ -52,7 +54,8 @@ actor_rollout_ref:
   num_processes: 1
   actor:
     ppo_mini_batch_size: 8
-    ppo_micro_batch_size: 8
+    ppo_micro_batch_size: null
+    ppo_micro_batch_size_per_gpu: null
     ppo_epochs: 1
     shuffle: true
     clip_ratio: 0.2
@@ -73,7 +76,12 @@ actor_rollout_ref:
       lr: 1.0e-5
       weight_decay: 0.01
       grad_clip: 1.0
-      warmup_steps: 0
+      lr_warmup_steps: -1
+      lr_warmup_steps_ratio: 0.0
+      lr_scheduler_type: constant
+      warmup_style: null
+      min_lr_ratio: 0.0
+      total_training_steps: null
   rollout:
     dtype: null
     n: 1
@@ -81,12 +89,15 @@ actor_rollout_ref:
     top_k: null
     top_p: null
     response_length: null
-    log_prob_micro_batch_size: 16
+    log_prob_micro_batch_size: null
+    log_prob_micro_batch_size_per_gpu: null
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
     reshard_mode: hybridflow
   ref:
     dtype: null
+    log_prob_micro_batch_size: null
+    log_prob_micro_batch_size_per_gpu: null
     megatron:
       tensor_model_parallel_size: null
       pipeline_model_parallel_size: null
@@ -99,7 +110,10 @@ critic:
   model_path: ""
   dtype: fp32
   ppo_mini_batch_size: 8
-  ppo_micro_batch_size: 8
+  ppo_micro_batch_size: null
+  ppo_micro_batch_size_per_gpu: null
+  forward_micro_batch_size: null
+  forward_micro_batch_size_per_gpu: null
   ppo_epochs: 1
   shuffle: true
   cliprange_value: 0.5
@@ -108,13 +122,24 @@ critic:
     lr: 1.0e-5
     weight_decay: 0.01
     grad_clip: 1.0
-    warmup_steps: 0
+    lr_warmup_steps: -1
+    lr_warmup_steps_ratio: 0.0
+    lr_scheduler_type: constant
+    warmup_style: null
+    min_lr_ratio: 0.0
+    total_training_steps: null
 reward_model:
   enable: false
   path: ""
+  overlong_buffer:
+    enable: false
+    len: 0
+    penalty_factor: 1.0
+    log: false
   dtype: fp32
   num_processes: 1
-  micro_batch_size: 16
+  micro_batch_size: null
+  micro_batch_size_per_gpu: null
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
@@ -123,7 +148,8 @@ cost_model:
   path: ""
   dtype: fp32
   num_processes: 1
-  micro_batch_size: 16
+  micro_batch_size: null
+  micro_batch_size_per_gpu: null
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1

@@ -1,10 +1,12 @@
 // RLTrainer's constructor: data and tokenizer, reward and cost scorers, resource pools and the worker
 // groups of each role, with the settings each worker type reads.
+#include "rl_batch_sizes.h"
 #include "rl_trainer_state.h"
 
 #include <torch/cuda.h>
 
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rollout_sampling.h"
 #include "hybridflow/parallel/resharding.h"
 
@@ -12,12 +14,38 @@ namespace hybridflow {
 
 namespace {
 
-nlohmann::json optim_json(const Config& optim, int64_t total_steps) {
+// A role's verl optim keys (`section` names them in errors) as the worker's optimizer settings. The schedule
+// advances once per RL step, as verl's: warm-up from 0 over lr_warmup_steps (or lr_warmup_steps_ratio x the
+// total steps when negative), then constant or a cosine decay to min_lr_ratio x lr at total_training_steps.
+nlohmann::json optim_json(const Config& optim, const std::string& section, int64_t total_steps) {
+  const int64_t total = optim.is_null("total_training_steps") ? total_steps : optim.get<int64_t>("total_training_steps");
+  HF_CHECK(total > 0, section, ".total_training_steps must be > 0 (or null: trainer.total_steps), got ", total);
+  std::string kind = optim.get<std::string>("lr_scheduler_type");
+  if (!optim.is_null("warmup_style")) {  // verl's older name; a config that sets both means the old one
+    const std::string style = optim.get<std::string>("warmup_style");
+    if (style != kind)
+      log_warn(section, ".warmup_style = ", style, " (verl's deprecated name) overrides lr_scheduler_type = ", kind);
+    kind = style;
+  }
+  HF_CHECK(kind == "constant" || kind == "cosine", section, ".lr_scheduler_type: expected constant | cosine (verl's), got '",
+           kind, "'");
+  const double ratio = optim.get<double>("lr_warmup_steps_ratio");
+  HF_CHECK(ratio >= 0 && ratio <= 1, section, ".lr_warmup_steps_ratio must be in [0, 1], got ", ratio);
+  const int64_t warmup = optim.get<int64_t>("lr_warmup_steps") >= 0
+                             ? optim.get<int64_t>("lr_warmup_steps")
+                             : static_cast<int64_t>(ratio * static_cast<double>(total));
+  HF_CHECK(kind == "constant" || warmup < total, section, ": a cosine decay needs lr_warmup_steps (", warmup,
+           ") < total_training_steps (", total, ")");
+  const double min_lr_ratio = optim.get<double>("min_lr_ratio");
+  HF_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, section, ".min_lr_ratio must be in [0, 1], got ", min_lr_ratio);
   return {{"lr", optim.get<double>("lr")},
           {"weight_decay", optim.get<double>("weight_decay")},
           {"grad_clip", optim.get<double>("grad_clip")},
-          {"warmup_steps", optim.get<int64_t>("warmup_steps")},
-          {"total_steps", total_steps}};
+          {"warmup_steps", warmup},
+          {"warmup_from_zero", true},
+          {"lr_schedule", kind},
+          {"min_lr_ratio", min_lr_ratio},
+          {"total_steps", total}};
 }
 
 // trainer.device, checked in the controller before any worker starts.
@@ -45,10 +73,7 @@ void check_numbers(const Config& config) {
   HF_CHECK(response_length > 0,
            rollout.is_null("response_length") ? "data.max_response_length" : "actor_rollout_ref.rollout.response_length",
            " must be > 0, got ", response_length);
-  for (const char* key : {"actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size",
-                          "actor_rollout_ref.actor.ppo_epochs", "critic.ppo_mini_batch_size",
-                          "critic.ppo_micro_batch_size", "critic.ppo_epochs",
-                          "actor_rollout_ref.rollout.log_prob_micro_batch_size"}) {
+  for (const char* key : {"actor_rollout_ref.actor.ppo_epochs", "critic.ppo_epochs"}) {
     const int64_t v = config.get<int64_t>(key);
     HF_CHECK(v > 0, key, " must be > 0, got ", v);
   }
@@ -179,6 +204,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir (checkpoints go to <run_dir>/checkpoints)");
   const Config algorithm = config.subtree("algorithm");
   s.adv_estimator = algo::advantage_estimator_name(algorithm);
+  s.program = rl_program_name(config);
   s.use_critic = s.adv_estimator == "gae";  // grpo / rloo / reinforce++ / remax need no value function
   const bool use_kl_loss = config.get<bool>("actor_rollout_ref.actor.use_kl_loss");
   const bool kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
@@ -272,9 +298,20 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            " prompts must divide across the actor's ", gen_replicas, " generation replicas (actor_rollout_ref.num_processes = ",
            actor_procs, " / (rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp,
            " x rollout.pipeline_model_parallel_size = ", actor_mesh.gen_pp, "))");
-  nlohmann::json actor_json = optim_json(actor.subtree("optim"), total_steps);
-  actor_json.update({{"mini_batch_rows", actor.get<int64_t>("ppo_mini_batch_size") * n / actor_dp},
-                     {"micro_batch_rows", actor.get<int64_t>("ppo_micro_batch_size")},
+  nlohmann::json actor_json = optim_json(actor.subtree("optim"), "actor_rollout_ref.actor.optim", total_steps);
+  // verl's batch semantics (rl_batch_sizes.h); 8 samples per process per micro-batch when neither key is set.
+  const int64_t actor_mini = mini_batch_rows_per_process(config, "actor_rollout_ref.actor.ppo_mini_batch_size", n, actor_dp);
+  const int64_t actor_micro =
+      micro_batch_rows_per_process(config, "actor_rollout_ref.actor.ppo_micro_batch_size", actor_dp, 8);
+  check_micro_divides_mini(actor_mini, actor_micro, "actor_rollout_ref.actor.ppo_mini_batch_size",
+                           "actor_rollout_ref.actor.ppo_micro_batch_size(_per_gpu)");
+  // Log-prob passes: 16 samples per process when unset; the reference defaults to the rollout's setting.
+  const int64_t log_prob_micro =
+      micro_batch_rows_per_process(config, "actor_rollout_ref.rollout.log_prob_micro_batch_size", actor_dp, 16);
+  const int64_t ref_log_prob_micro =
+      micro_batch_rows_per_process(config, "actor_rollout_ref.ref.log_prob_micro_batch_size", actor_dp, log_prob_micro);
+  actor_json.update({{"mini_batch_rows", actor_mini},
+                     {"micro_batch_rows", actor_micro},
                      {"epochs", actor.get<int64_t>("ppo_epochs")},
                      {"shuffle", actor.get<bool>("shuffle")},
                      {"seed", seed},
@@ -304,7 +341,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"top_k", sampling.top_k},
                                  {"top_p", sampling.top_p},
                                  {"response_length", rl_response_length(config)},
-                                 {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")},
+                                 {"log_prob_micro_batch_size", log_prob_micro},
+                                 {"ref_log_prob_micro_batch_size", ref_log_prob_micro},
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
                                  {"pipeline_model_parallel_size", actor_mesh.gen_pp},
@@ -335,6 +373,11 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
            batch_prompts * n, " samples must divide across the critic's ", critic_dp, " data-parallel groups");
   const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};
   const ParallelLayout cm_mesh = use_cost_model ? layout_of("cost_model") : ParallelLayout{};
+  auto dp_of = [&](const std::string& role, const ParallelLayout& mesh) {
+    return (colocate ? actor_procs : config.get<int>(role + ".num_processes")) / (mesh.tp * mesh.pp);
+  };
+  const int rm_dp = use_rm ? dp_of("reward_model", rm_mesh) : 1;
+  const int cm_dp = use_cost_model ? dp_of("cost_model", cm_mesh) : 1;
   std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
   if (!colocate && s.use_critic) pools.push_back(pool_spec("critic", config.get<int>("critic.num_processes")));
   if (!colocate && use_rm) pools.push_back(pool_spec("reward_model", config.get<int>("reward_model.num_processes")));
@@ -351,9 +394,15 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     nlohmann::json critic_spec = model_spec;
     if (!critic_path.empty()) critic_spec["path"] = critic_path;
     critic_spec["dtype"] = critic_dtype;
-    nlohmann::json critic_json = optim_json(critic.subtree("optim"), total_steps);
-    critic_json.update({{"mini_batch_rows", critic.get<int64_t>("ppo_mini_batch_size") * n / critic_dp},
-                        {"micro_batch_rows", critic.get<int64_t>("ppo_micro_batch_size")},
+    nlohmann::json critic_json = optim_json(critic.subtree("optim"), "critic.optim", total_steps);
+    const int64_t critic_mini = mini_batch_rows_per_process(config, "critic.ppo_mini_batch_size", n, critic_dp);
+    const int64_t critic_micro = micro_batch_rows_per_process(config, "critic.ppo_micro_batch_size", critic_dp, 8);
+    check_micro_divides_mini(critic_mini, critic_micro, "critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size(_per_gpu)");
+    // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.
+    const int64_t critic_forward_micro =
+        micro_batch_rows_per_process(config, "critic.forward_micro_batch_size", critic_dp, critic_micro);
+    critic_json.update({{"mini_batch_rows", critic_mini},
+                        {"micro_batch_rows", critic_micro},
                         {"epochs", critic.get<int64_t>("ppo_epochs")},
                         {"shuffle", critic.get<bool>("shuffle")},
                         {"seed", seed + 1},
@@ -363,13 +412,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "critic", "critic", kCriticWorkerType, critic_mesh,
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
-         {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+         {"log_prob_micro_batch_size", critic_forward_micro}}));
     if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
       critic_json["seed"] = seed + 2;
       s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
           colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, critic_mesh,
           {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
-           {"log_prob_micro_batch_size", rollout.get<int64_t>("log_prob_micro_batch_size")}}));
+           {"log_prob_micro_batch_size", critic_forward_micro}}));
     }
   }
   if (use_rm) {
@@ -379,7 +428,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType,
         rm_mesh,
-        {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("reward_model.micro_batch_size")}}));
+        {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "reward_model.micro_batch_size", rm_dp, 16)}}));
   }
   if (use_cost_model) {  // a value-head model like the reward model, under its own role
     nlohmann::json cm_spec = model_spec;
@@ -388,7 +437,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType,
         cm_mesh,
-        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", config.get<int64_t>("cost_model.micro_batch_size")}}));
+        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "cost_model.micro_batch_size", cm_dp, 16)}}));
   }
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"), s.sinks);
   if (!resume_dir.empty()) s.resume(resume_dir);

@@ -42,6 +42,7 @@ struct RLTrainer::State {
   int64_t data_pos = 0;
   int64_t step = 0;
   std::string adv_estimator;
+  std::string program;  // the algorithm program run each step (trainer/rl_program.h)
   bool use_critic = false;
   bool need_ref = false;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
@@ -67,6 +68,8 @@ struct RLTrainer::State {
   const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
   mutable int64_t order_epoch = -1;  // cache of epoch_order
   mutable std::vector<int64_t> order;
+  // Mean rule score of greedy responses to the first `count` held-out prompts.
+  double evaluate(int64_t count);
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;
   std::vector<std::string> decode_responses(const DataProto& gen) const;

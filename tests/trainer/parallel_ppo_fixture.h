@@ -39,9 +39,9 @@ inline std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, i
                                 "trainer.colocate=true",
                                 "data.train_batch_size=4",
                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size=2",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
                                 "critic.ppo_mini_batch_size=4",
-                                "critic.ppo_micro_batch_size=2",
+                                "critic.ppo_micro_batch_size_per_gpu=2",
                                 // In order, the 2-row micro-batches are the same rows at dp 2 and dp 4, so the
                                 // per-micro-batch metrics average over the same groups.
                                 "actor_rollout_ref.actor.shuffle=false",

@@ -31,7 +31,7 @@ std::vector<std::string> tiny_run(const std::string& estimator, const std::strin
   // shuffle) and the Adam moments both matter.
   std::vector<std::string> o = {"actor_rollout_ref.actor.ppo_mini_batch_size=1",
                                 "actor_rollout_ref.actor.ppo_epochs=2",
-                                "actor_rollout_ref.actor.optim.warmup_steps=3",
+                                "actor_rollout_ref.actor.optim.lr_warmup_steps=3",
                                 "critic.ppo_mini_batch_size=1",
                                 "critic.ppo_epochs=2",
                                 "trainer.total_steps=4",

@@ -226,3 +226,32 @@ TEST(RlTrainer, SecondRunOnTheSameRunDirFailsNamingTheHolder) {
   first.fit();
   EXPECT_EQ(first.steps_done(), 2);  // the first run is unaffected
 }
+
+// verl's schedule steps once per RL step: with two mini-batches per step (two optimizer steps) and a
+// 2-step warm-up from 0, the actor's rate is 0, lr/2, lr over the first three steps.
+TEST(RlTrainer, LearningRateFollowsVerlsScheduleOncePerRlStep) {
+  const double lr = 1e-3;
+  RLTrainer warmup(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                     "actor_rollout_ref.actor.optim.lr_warmup_steps=2", "trainer.total_steps=3"})));
+  for (double expected : {0.0, lr / 2, lr}) {
+    const nlohmann::json record = warmup.step();
+    EXPECT_NEAR(record.at("actor/lr").get<double>(), expected, 1e-12) << record.dump();
+  }
+  // Cosine from lr to min_lr_ratio x lr over trainer.total_steps = 4, the warm-up taken as a ratio (0.25 x 4 = 1).
+  RLTrainer cosine(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                                     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.25",
+                                     "actor_rollout_ref.actor.optim.min_lr_ratio=0.5", "trainer.total_steps=4"})));
+  const double at_step[] = {0.0, lr, lr * (0.5 + 0.5 * 0.5 * (1 + std::cos(M_PI / 3))),
+                            lr * (0.5 + 0.5 * 0.5 * (1 + std::cos(2 * M_PI / 3)))};
+  for (double expected : at_step) {
+    const nlohmann::json record = cosine.step();
+    EXPECT_NEAR(record.at("actor/lr").get<double>(), expected, 1e-12) << record.dump();
+  }
+  const std::string bad = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.optim.lr_scheduler_type=linear"})));
+  });
+  EXPECT_NE(bad.find("actor_rollout_ref.actor.optim.lr_scheduler_type: expected constant | cosine"), std::string::npos)
+      << bad;
+}

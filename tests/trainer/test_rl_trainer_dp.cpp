@@ -17,8 +17,8 @@ namespace {
 
 // The tiny run with the actor (and the critic, where started) in pools of 2 processes of their own.
 std::vector<std::string> tiny_dp_run(const std::string& estimator, std::vector<std::string> extra) {
-  std::vector<std::string> o = {"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.ppo_micro_batch_size=1",
-                                "critic.ppo_micro_batch_size=1", "trainer.colocate=false"};
+  std::vector<std::string> o = {"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                                "critic.ppo_micro_batch_size_per_gpu=1", "trainer.colocate=false"};
   o.insert(o.end(), extra.begin(), extra.end());
   return hybridflow::testing::tiny_rl_overrides(estimator, o);
 }

@@ -1,19 +1,10 @@
-// RL post-training as one dataflow program on a single controller (HybridFlow Figure 6, verl's
-// RayPPOTrainer). Each step, read top to bottom in RLTrainer::step():
-//   batch  = next train_batch_size prompts
-//   gen    = actor.generate_sequences(batch)                       (rollout.n samples per prompt)
-//   old    = actor.compute_log_prob(gen)         | dispatched together, as futures on gen
-//   ref    = actor.compute_ref_log_prob(gen)     | (ref only with a KL term)
-//   values = critic.compute_values(gen)          | (critic only for adv_estimator gae)
-//   rm     = reward_model.compute_rm_score(gen)  | (only with reward_model.enable)
-//   scores = rule reward of each decoded response (on the controller, while the workers compute)
-//   [remax: a greedy generation of the same prompts is the baseline]
-//   rewards = scores (- kl_coef * KL when algorithm.use_kl_in_reward); advantages via the registry
-//   critic.update_critic(batch); actor.update_actor(batch); metrics -> console + <run_dir>/metrics.jsonl
-// Safe-RLHF (on when cost_model.enable or cost.type is set) adds: costs = rule cost + cost_model score,
-// cost values from a cost_critic group (gae), lambda stepped on the episode cost, actor advantages
-// (A_r - lambda A_c) / (1 + lambda), and cost_critic.update_critic beside the critic (docs/algorithms.md).
-// GRPO, RLOO, REINFORCE++ and ReMax start no critic. Config keys follow verl (see kRLTrainerDefaultsYaml).
+// RL post-training on a single controller (HybridFlow Figure 6, verl's RayPPOTrainer). The trainer
+// builds the data, the scorers and the worker groups of each role (actor with rollout and reference;
+// critic for adv_estimator gae; reward and cost models when enabled), then each step runs the configured
+// algorithm program once (trainer/rl_program.h; the built-ins are one file each in src/trainer/programs/:
+// ppo, grpo, rloo, remax, reinforce_plus_plus, safe_rlhf, dapo). Metrics go to the console and
+// <run_dir>/metrics.jsonl; checkpoints to <run_dir>/checkpoints. Config keys follow verl
+// (rl_trainer_defaults_yaml, docs/configuration.md).
 // Worker processes re-execute the current binary: it must call register_rl_workers() and then
 // run_worker_if_requested() first thing (see workers/rl_workers.h).
 #pragma once
@@ -47,7 +38,7 @@ class RLTrainer {
   RLTrainer(const RLTrainer&) = delete;
   RLTrainer& operator=(const RLTrainer&) = delete;
 
-  // One iteration of the dataflow; returns the metrics record written to metrics.jsonl. Saves a
+  // One step of the algorithm program; returns the metrics record written to metrics.jsonl. Saves a
   // checkpoint after every trainer.save_freq-th step.
   nlohmann::json step();
   // Runs the steps left up to trainer.total_steps with a progress line per step; saves a checkpoint at the

@@ -1,0 +1,50 @@
+// Internal to trainer/: the RLStages the trainer hands to an algorithm program for one step.
+#pragma once
+
+#include "hybridflow/trainer/rl_program.h"
+#include "rl_trainer_state.h"
+
+namespace hybridflow {
+
+class TrainerStages final : public RLStages {
+ public:
+  explicit TrainerStages(RLTrainer::State& s);
+
+  const Config& config() const override;
+  MetricsLog& metrics() override;
+  int64_t step() const override;
+  algo::LagrangeMultiplier& lagrange() override;
+  DataProto next_prompts(int64_t count = 0) override;
+  Generation generate(const DataProto& prompts, bool greedy = false) override;
+  at::Tensor score(const Generation& generation) override;
+  at::Tensor cost(const Generation& generation) override;
+  Rollout rollout(const DataProto& prompts) override;
+  Rollout rollout_of(const DataProto& generated, int64_t n, const at::Tensor& scores = {}) override;
+  DataProto concat(const std::vector<DataProto>& generated) override;
+  void score(Rollout& r) override;
+  void cost(Rollout& r) override;
+  void collect(Rollout& r) override;
+  at::Tensor token_rewards(Rollout& r) override;
+  algo::AdvantageInput advantage_input(const Rollout& r, const at::Tensor& token_rewards) override;
+  algo::AdvantageOutput advantage(const std::string& estimator, const algo::AdvantageInput& in) override;
+  void set_advantages(Rollout& r, const algo::AdvantageOutput& adv) override;
+  void set_cost_advantages(Rollout& r, const algo::AdvantageOutput& cost_adv) override;
+  void update(Rollout& r) override;
+  nlohmann::json finish(Rollout& r) override;
+
+  bool finished() const { return finished_; }  // the program ended its step with finish()
+
+ private:
+  const DataProto& wait_generation(const Future& batch);
+  // Rule score + reward model + overlong penalty; `log` records the parts as this step's metrics.
+  at::Tensor sequence_scores(const DataProto& gen, const Future& rm_score, bool log);
+  at::Tensor sequence_costs(const DataProto& gen, const Future& cost_score);
+  Rollout dispatch_readers(const Future& gen, int64_t n);
+
+  RLTrainer::State& s_;
+  StageTimer timer_;
+  uint64_t sampled_generations_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace hybridflow
