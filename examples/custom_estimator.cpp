@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                  "data.task=addition", "data.max_digits=1", "data.train_size=40", "data.test_size=8",
                  "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
                  "actor_rollout_ref.rollout.response_length=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size=16", "actor_rollout_ref.actor.optim.lr=1e-2",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.actor.optim.lr=1e-2",
                  "trainer.total_steps=5"};
   }
   return run_rl_training(load_rl_config(file, overrides));

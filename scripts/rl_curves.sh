@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every RL example config (PPO, GRPO, RLOO, ReMax, REINFORCE++, Safe-RLHF) from the main job's
+# Runs every RL example config (PPO, GRPO, RLOO, ReMax, REINFORCE++, Safe-RLHF, Dr. GRPO, DAPO, GSPO) from the main job's
 # fine-tuned model and prints each one's held-out curve: greedy exact match on the 200 held-out
 # problems every 50 steps, plus the training reward. About 2 minutes per algorithm on 2 cores.
 # Needs the SFT model of scripts/quickstart.sh (runs it first when missing).
@@ -15,7 +15,7 @@ out=${HF_CURVES_DIR:-runs/curves}
 [ -f "$run/sft/final/config.json" ] || bash scripts/quickstart.sh
 
 algorithms=("$@")
-[ ${#algorithms[@]} -gt 0 ] || algorithms=(ppo grpo rloo remax reinforce_pp safe_rlhf)
+[ ${#algorithms[@]} -gt 0 ] || algorithms=(ppo grpo rloo remax reinforce_pp safe_rlhf dr_grpo dapo gspo)
 for a in "${algorithms[@]}"; do
   echo "== $a (examples/${a}_addition.yaml)"
   rm -rf "${out:?}/$a"

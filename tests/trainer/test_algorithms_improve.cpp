@@ -40,7 +40,10 @@ std::vector<double> scores_of_run(const Case& c, const std::string& run_dir, int
              "actor_rollout_ref.actor.ppo_micro_batch_size=" + std::to_string(rows),
              "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=3e-2",
              "critic.ppo_mini_batch_size=" + std::to_string(c.prompts), "critic.ppo_micro_batch_size=" + std::to_string(rows),
-             "critic.optim.lr=1e-2", "reward.type=command", scorer, "trainer.save_checkpoint=false",
+             "critic.optim.lr=1e-2", "reward.type=command", scorer,
+             // DAPO: dynamic sampling rounds as large as the batch; a 2-token budget leaves no room for an
+             // overlong buffer, so its penalty is off.
+             "data.gen_batch_size=" + std::to_string(c.prompts), "reward_model.overlong_buffer.enable=false", "trainer.save_checkpoint=false",
              "trainer.save_freq=0", "trainer.run_dir=" + run_dir, "trainer.total_steps=" + std::to_string(steps)}));
   std::vector<double> scores;
   for (int i = 0; i < steps; ++i) scores.push_back(trainer.step().at("score/mean").get<double>());
@@ -62,7 +65,8 @@ TEST_P(AlgorithmImproves, RareRewardBecomesCommon) {
 // Group baselines (grpo, rloo) need several responses per prompt; the others get one each.
 INSTANTIATE_TEST_SUITE_P(ShippedExamples, AlgorithmImproves,
                          ::testing::Values(Case{"ppo", 32, 1}, Case{"grpo", 4, 8}, Case{"rloo", 4, 8},
-                                           Case{"remax", 32, 1}, Case{"reinforce_pp", 32, 1}),
+                                           Case{"remax", 32, 1}, Case{"reinforce_pp", 32, 1}, Case{"dr_grpo", 4, 8},
+                                           Case{"dapo", 4, 8}, Case{"gspo", 4, 8}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.example; });
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hybridflow/algo/algo_config.h"
+#include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "support/error_of.h"
 
@@ -17,19 +18,29 @@ namespace fs = std::filesystem;
 
 const fs::path kExamples = fs::path(HF_SOURCE_DIR) / "examples";
 
-// File-name prefix -> the adv_estimator that file must select.
-const std::map<std::string, std::string> kExpectedEstimator = {
-    {"ppo", "gae"},   {"grpo", "grpo"},   {"grpo_chat", "grpo"},   {"rloo", "rloo"},
-    {"remax", "remax"}, {"reinforce_pp", "reinforce_plus_plus"}, {"safe_rlhf", "gae"},
+// File-name prefix -> the adv_estimator and the program that file must select.
+const std::map<std::string, std::pair<std::string, std::string>> kExpectedEstimator = {
+    {"ppo", {"gae", "ppo"}},
+    {"grpo", {"grpo", "grpo"}},
+    {"grpo_chat", {"grpo", "grpo"}},
+    {"rloo", {"rloo", "rloo"}},
+    {"remax", {"remax", "remax"}},
+    {"reinforce_pp", {"reinforce_plus_plus", "reinforce_plus_plus"}},
+    {"safe_rlhf", {"gae", "safe_rlhf"}},
+    {"dr_grpo", {"grpo", "grpo"}},
+    {"dapo", {"grpo", "dapo"}},
+    {"gspo", {"grpo", "grpo"}},
 };
 
 TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
-  for (const auto& [prefix, estimator] : kExpectedEstimator) {
+  for (const auto& [prefix, expected] : kExpectedEstimator) {
+    const std::string& estimator = expected.first;
     const fs::path file = kExamples / (prefix + "_addition.yaml");
     SCOPED_TRACE(file.string());
     ASSERT_TRUE(fs::exists(file));
     const Config config = load_rl_config(file.string(), {});
     EXPECT_EQ(algo::advantage_estimator_name(config.subtree("algorithm")), estimator);
+    EXPECT_EQ(rl_program_name(config), expected.second);
     EXPECT_EQ(config.get<std::string>("data.task"), "addition");
     const int64_t n = config.get<int64_t>("actor_rollout_ref.rollout.n");
     // Group baselines compare responses to the same prompt, so they need more than one.
