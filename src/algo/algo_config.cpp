@@ -1,8 +1,54 @@
 #include "hybridflow/algo/algo_config.h"
 
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <set>
+
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
 
 namespace hybridflow::algo {
+namespace {
+
+// The policy-loss keys, however the section is stored: nullopt for a key that is absent or null.
+struct ActorKeys {
+  std::function<std::optional<double>(const std::string&)> number;
+  std::function<std::optional<std::string>(const std::string&)> text;
+};
+
+// Once per process and clip_ratio value: every update_actor reads the config again.
+void warn_clip_ratio_defaults(const PolicyLossConfig& c) {
+  if (c.clip_ratio == 0.2 || (c.clip_ratio_low && c.clip_ratio_high)) return;
+  static std::mutex mutex;
+  static std::set<double> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(c.clip_ratio).second) return;
+  const char* sides = !c.clip_ratio_low && !c.clip_ratio_high ? "clip_ratio_low and clip_ratio_high are"
+                      : !c.clip_ratio_low                      ? "clip_ratio_low is"
+                                                               : "clip_ratio_high is";
+  log_warn("actor.clip_ratio = ", c.clip_ratio, " and actor.", sides, " null: hybridflow clips there at ",
+           c.clip_ratio, " but verl at its own default 0.2; set clip_ratio_low/high explicitly to silence this");
+}
+
+PolicyLossConfig read_policy_loss(const ActorKeys& keys) {
+  PolicyLossConfig c;
+  c.clip_ratio = keys.number("clip_ratio").value_or(c.clip_ratio);
+  c.clip_ratio_low = keys.number("clip_ratio_low");
+  c.clip_ratio_high = keys.number("clip_ratio_high");
+  c.clip_ratio_c = keys.number("clip_ratio_c").value_or(c.clip_ratio_c);
+  c.agg_mode = parse_loss_agg_mode(keys.text("loss_agg_mode").value_or("token-mean"));
+  c.loss_scale_factor = keys.number("loss_scale_factor");
+  HF_CHECK(!c.loss_scale_factor || *c.loss_scale_factor > 0, "actor.loss_scale_factor must be > 0 or null, got ",
+           *c.loss_scale_factor);
+  c.loss_mode = parse_policy_loss_mode(keys.text("policy_loss.loss_mode").value_or("vanilla"));
+  warn_clip_ratio_defaults(c);
+  return c;
+}
+
+}  // namespace
 
 const char* const kAlgorithmSectionYaml = R"(algorithm:
   program: auto
@@ -36,6 +82,9 @@ const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(ac
   clip_ratio_high: null
   clip_ratio_c: 3.0
   loss_agg_mode: token-mean
+  loss_scale_factor: null
+  policy_loss:
+    loss_mode: vanilla
   entropy_coeff: 0.0
   use_kl_loss: false
   kl_loss_coef: 0.001
@@ -82,15 +131,46 @@ LagrangeConfig lagrange_config(const Config& algorithm) {
 }
 
 PolicyLossConfig policy_loss_config(const Config& actor) {
-  PolicyLossConfig c;
-  c.clip_ratio = actor.get_or<double>("clip_ratio", c.clip_ratio);
-  if (actor.has("clip_ratio_low") && !actor.is_null("clip_ratio_low"))
-    c.clip_ratio_low = actor.get<double>("clip_ratio_low");
-  if (actor.has("clip_ratio_high") && !actor.is_null("clip_ratio_high"))
-    c.clip_ratio_high = actor.get<double>("clip_ratio_high");
-  c.clip_ratio_c = actor.get_or<double>("clip_ratio_c", c.clip_ratio_c);
-  c.agg_mode = parse_loss_agg_mode(actor.get_or<std::string>("loss_agg_mode", "token-mean"));
-  return c;
+  ActorKeys keys;
+  keys.number = [&](const std::string& key) -> std::optional<double> {
+    if (!actor.has(key) || actor.is_null(key)) return std::nullopt;
+    return actor.get<double>(key);
+  };
+  keys.text = [&](const std::string& key) -> std::optional<std::string> {
+    if (!actor.has(key) || actor.is_null(key)) return std::nullopt;
+    return actor.get<std::string>(key);
+  };
+  return read_policy_loss(keys);
+}
+
+PolicyLossConfig policy_loss_config(const nlohmann::json& actor) {
+  // Dotted keys walk nested objects ("policy_loss.loss_mode").
+  auto find = [&](const std::string& key) -> const nlohmann::json* {
+    const nlohmann::json* node = &actor;
+    size_t begin = 0;
+    while (true) {
+      const size_t dot = key.find('.', begin);
+      const std::string part = key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+      if (!node->is_object() || !node->contains(part)) return nullptr;
+      node = &(*node)[part];
+      if (dot == std::string::npos) return node->is_null() ? nullptr : node;
+      begin = dot + 1;
+    }
+  };
+  ActorKeys keys;
+  keys.number = [&](const std::string& key) -> std::optional<double> {
+    const auto* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    HF_CHECK(v->is_number(), "actor.", key, " must be a number, got ", v->dump());
+    return v->get<double>();
+  };
+  keys.text = [&](const std::string& key) -> std::optional<std::string> {
+    const auto* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    HF_CHECK(v->is_string(), "actor.", key, " must be a string, got ", v->dump());
+    return v->get<std::string>();
+  };
+  return read_policy_loss(keys);
 }
 
 ActorLossTerms actor_loss_terms(const Config& actor) {

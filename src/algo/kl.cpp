@@ -62,9 +62,10 @@ KlRewardOutput apply_kl_penalty(const at::Tensor& token_level_scores, const at::
 }
 
 at::Tensor kl_loss(const at::Tensor& log_prob, const at::Tensor& ref_log_prob, const at::Tensor& response_mask,
-                   KlType type, LossAggMode agg_mode, std::optional<double> clamp) {
+                   KlType type, LossAggMode agg_mode, std::optional<double> clamp,
+                   std::optional<double> loss_scale_factor) {
   detail::check_response_tensor(log_prob, "log_prob", "algo: kl_loss");
-  return agg_loss(kl_penalty(log_prob, ref_log_prob, type, clamp), response_mask, agg_mode);
+  return agg_loss(kl_penalty(log_prob, ref_log_prob, type, clamp), response_mask, agg_mode, loss_scale_factor);
 }
 
 KlController::KlController(double value, bool adaptive, double target, double horizon)

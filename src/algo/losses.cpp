@@ -6,24 +6,59 @@
 
 namespace hybridflow::algo {
 
+namespace {
+
+struct ClipRange {
+  double low, high;
+};
+
+void check_policy_inputs(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& advantages,
+                         const at::Tensor& response_mask, const char* where) {
+  detail::check_response_tensor(log_prob, "log_prob", where);
+  detail::check_same_shape(old_log_prob, log_prob, "old_log_prob", where);
+  detail::check_same_shape(advantages, log_prob, "advantages", where);
+  detail::check_same_shape(response_mask, log_prob, "response_mask", where);
+}
+
+ClipRange clip_range(const PolicyLossConfig& config, const char* where) {
+  const ClipRange r{config.clip_ratio_low.value_or(config.clip_ratio),
+                    config.clip_ratio_high.value_or(config.clip_ratio)};
+  HF_CHECK(r.low >= 0 && r.low < 1, where, ": clip_ratio_low must be in [0, 1), got ", r.low);
+  HF_CHECK(r.high >= 0, where, ": clip_ratio_high must be >= 0, got ", r.high);
+  return r;
+}
+
+// t at the valid positions, 0 elsewhere: where() rather than t * mask, because a NaN or inf at a padded
+// position times 0 is NaN, and its gradient through exp() would be NaN too.
+at::Tensor valid_only(const at::Tensor& t, const at::Tensor& valid) {
+  return torch::where(valid, t, torch::zeros_like(t));
+}
+
+}  // namespace
+
+PolicyLossMode parse_policy_loss_mode(const std::string& name) {
+  if (name == "vanilla") return PolicyLossMode::kVanilla;
+  if (name == "gspo") return PolicyLossMode::kGspo;
+  HF_FAIL("algo: unknown policy_loss.loss_mode '", name, "' (expected vanilla or gspo)");
+}
+
+std::string to_string(PolicyLossMode mode) {
+  return mode == PolicyLossMode::kGspo ? "gspo" : "vanilla";
+}
+
 PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                  const at::Tensor& advantages, const at::Tensor& response_mask,
                                  const PolicyLossConfig& config) {
   constexpr const char* kWhere = "algo: ppo_policy_loss";
-  detail::check_response_tensor(log_prob, "log_prob", kWhere);
-  detail::check_same_shape(old_log_prob, log_prob, "old_log_prob", kWhere);
-  detail::check_same_shape(advantages, log_prob, "advantages", kWhere);
-  detail::check_same_shape(response_mask, log_prob, "response_mask", kWhere);
-  const double low = config.clip_ratio_low.value_or(config.clip_ratio);
-  const double high = config.clip_ratio_high.value_or(config.clip_ratio);
-  HF_CHECK(low >= 0 && low < 1, kWhere, ": clip_ratio_low must be in [0, 1), got ", low);
-  HF_CHECK(high >= 0, kWhere, ": clip_ratio_high must be >= 0, got ", high);
+  check_policy_inputs(old_log_prob, log_prob, advantages, response_mask, kWhere);
+  const auto [low, high] = clip_range(config, kWhere);
   HF_CHECK(config.clip_ratio_c > 1, kWhere, ": clip_ratio_c must be > 1 (dual clip lower bound), got ",
            config.clip_ratio_c);
 
   auto mask = response_mask.to(log_prob.scalar_type());
-  auto adv = advantages.to(log_prob.scalar_type()).detach();
-  auto log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0);
+  auto valid = mask != 0;
+  auto adv = valid_only(advantages.to(log_prob.scalar_type()).detach(), valid);
+  auto log_ratio = valid_only(log_prob - old_log_prob.detach(), valid).clamp(-20.0, 20.0);
   auto ratio = torch::exp(log_ratio);
 
   auto loss_unclipped = -adv * ratio;
@@ -35,12 +70,52 @@ PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tenso
   auto token_loss = torch::where(negative, torch::min(clip_loss, dual_bound), clip_loss);
 
   PolicyLossOutput out;
-  out.loss = agg_loss(token_loss, mask, config.agg_mode);
+  out.loss = agg_loss(token_loss, mask, config.agg_mode, config.loss_scale_factor);
   torch::NoGradGuard no_grad;
   out.clip_frac = masked_mean((loss_clipped > loss_unclipped).to(mask.scalar_type()), mask);
   out.clip_frac_lower = masked_mean(((clip_loss > dual_bound) & negative).to(mask.scalar_type()), mask);
   out.approx_kl = masked_mean(-log_ratio, mask);
   return out;
+}
+
+PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                  const at::Tensor& advantages, const at::Tensor& response_mask,
+                                  const PolicyLossConfig& config) {
+  constexpr const char* kWhere = "algo: gspo_policy_loss";
+  check_policy_inputs(old_log_prob, log_prob, advantages, response_mask, kWhere);
+  const auto [low, high] = clip_range(config, kWhere);
+
+  auto mask = response_mask.to(log_prob.scalar_type());
+  auto valid = mask != 0;
+  auto adv = valid_only(advantages.to(log_prob.scalar_type()).detach(), valid);
+  auto lp = valid_only(log_prob, valid);
+  auto log_ratio = lp - valid_only(old_log_prob.detach(), valid);
+  // k_i: the row's mean log-ratio (verl clamps the length to >= 1 so an empty row gives 0).
+  auto seq_len = mask.sum(-1).clamp_min(1.0);
+  auto seq_log_ratio = masked_sum(log_ratio, mask, -1) / seq_len;
+  // The value is exp(k_i); the gradient flows only through each token's own log-prob.
+  auto log_seq_ratio = (lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp_max(10.0);
+  auto ratio = torch::exp(log_seq_ratio);
+
+  auto loss_unclipped = -adv * ratio;
+  auto loss_clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high);
+  auto token_loss = torch::max(loss_unclipped, loss_clipped);
+
+  PolicyLossOutput out;
+  out.loss = agg_loss(token_loss, mask, LossAggMode::kSeqMeanTokenMean);
+  torch::NoGradGuard no_grad;
+  out.clip_frac = masked_mean((loss_clipped > loss_unclipped).to(mask.scalar_type()), mask);
+  out.clip_frac_lower = torch::zeros_like(out.clip_frac);
+  out.approx_kl = masked_mean(-log_ratio, mask);
+  return out;
+}
+
+PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                             const at::Tensor& advantages, const at::Tensor& response_mask,
+                             const PolicyLossConfig& config) {
+  if (config.loss_mode == PolicyLossMode::kGspo)
+    return gspo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config);
+  return ppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config);
 }
 
 ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,

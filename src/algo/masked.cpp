@@ -20,11 +20,17 @@ at::Tensor safe_div(const at::Tensor& num, const at::Tensor& den) {
   return torch::where(positive, num / torch::where(positive, den, torch::ones_like(den)), torch::zeros_like(num));
 }
 
+// values * mask with the entries outside the mask zeroed first: NaN * 0 and inf * 0 are NaN, so a garbage
+// value at a padded position (an overflowed ratio, a log of 0) would otherwise poison every reduction.
+at::Tensor masked_product(const at::Tensor& values, const at::Tensor& mask) {
+  auto m = mask_like(values, mask);
+  return torch::where(m != 0, values, torch::zeros_like(values)) * m;
+}
+
 }  // namespace
 
 at::Tensor masked_sum(const at::Tensor& values, const at::Tensor& mask, std::optional<int64_t> dim) {
-  auto m = mask_like(values, mask);
-  auto prod = values * m;
+  auto prod = masked_product(values, mask);
   return dim ? prod.sum(*dim) : prod.sum();
 }
 
@@ -51,7 +57,7 @@ at::Tensor masked_whiten(const at::Tensor& values, const at::Tensor& mask, bool 
   auto var = masked_var(values, m, /*unbiased=*/true);
   auto whitened = (values - mean) * torch::rsqrt(var + eps);
   if (!shift_mean) whitened = whitened + mean;
-  return whitened * m;
+  return masked_product(whitened, m);
 }
 
 LossAggMode parse_loss_agg_mode(const std::string& name) {
@@ -59,8 +65,9 @@ LossAggMode parse_loss_agg_mode(const std::string& name) {
   if (name == "seq-mean-token-sum") return LossAggMode::kSeqMeanTokenSum;
   if (name == "seq-mean-token-mean") return LossAggMode::kSeqMeanTokenMean;
   if (name == "seq-mean-token-sum-norm") return LossAggMode::kSeqMeanTokenSumNorm;
+  if (name == "token-sum") return LossAggMode::kTokenSum;
   HF_FAIL("algo: unknown loss_agg_mode '", name,
-          "' (expected token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm)");
+          "' (expected token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm)");
 }
 
 std::string to_string(LossAggMode mode) {
@@ -69,23 +76,39 @@ std::string to_string(LossAggMode mode) {
     case LossAggMode::kSeqMeanTokenSum: return "seq-mean-token-sum";
     case LossAggMode::kSeqMeanTokenMean: return "seq-mean-token-mean";
     case LossAggMode::kSeqMeanTokenSumNorm: return "seq-mean-token-sum-norm";
+    case LossAggMode::kTokenSum: return "token-sum";
   }
   return "?";
 }
 
-at::Tensor agg_loss(const at::Tensor& loss_mat, const at::Tensor& mask, LossAggMode mode) {
+int64_t non_empty_rows(const at::Tensor& mask) {
+  HF_CHECK(mask.dim() == 2, "algo: non_empty_rows expects a [B, R] mask, got shape ", mask.sizes());
+  return (mask != 0).any(1).sum().item<int64_t>();
+}
+
+at::Tensor agg_loss(const at::Tensor& loss_mat, const at::Tensor& mask, LossAggMode mode,
+                    std::optional<double> loss_scale_factor) {
   HF_CHECK(loss_mat.dim() == 2, "algo: agg_loss expects a [B, R] loss, got shape ", loss_mat.sizes());
   auto m = mask_like(loss_mat, mask);
+  // The seq-mean modes average over the rows with at least one valid token (verl's seq_mask): an
+  // all-padding row neither adds to the sum nor to the count.
+  auto rows = (m != 0).any(1).sum().to(loss_mat.scalar_type());
   switch (mode) {
     case LossAggMode::kTokenMean:
       return masked_mean(loss_mat, m);
+    case LossAggMode::kTokenSum:
+      return masked_sum(loss_mat, m);
     case LossAggMode::kSeqMeanTokenSum:
-      return masked_sum(loss_mat, m, -1).mean();
+      return safe_div(masked_sum(loss_mat, m), rows);
     case LossAggMode::kSeqMeanTokenMean:
-      return masked_mean(loss_mat, m, -1).mean();
-    case LossAggMode::kSeqMeanTokenSumNorm:
-      // verl divides by the (fixed) response length only, so the scale does not depend on the batch's lengths.
-      return masked_sum(loss_mat, m) / static_cast<double>(loss_mat.size(1));
+      // masked_mean is 0 on an empty row, so the sum runs over the non-empty rows only.
+      return safe_div(masked_mean(loss_mat, m, -1).sum(), rows);
+    case LossAggMode::kSeqMeanTokenSumNorm: {
+      // Dr. GRPO: per-row token sums over a constant length instead of each row's own length.
+      const double scale = loss_scale_factor.value_or(static_cast<double>(loss_mat.size(1)));
+      HF_CHECK(scale > 0, "algo: loss_scale_factor must be > 0, got ", scale);
+      return safe_div(masked_sum(loss_mat, m), rows) / scale;
+    }
   }
   HF_FAIL("algo: unhandled loss aggregation mode");
 }

@@ -8,9 +8,11 @@
 namespace hybridflow::algo {
 namespace {
 
-// G_t = r_t + gamma G_{t+1} over valid tokens; padding resets the sum to 0, so nothing from
-// past the end of a response leaks back into it.
-at::Tensor reward_to_go(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
+// REINFORCE++ (verl's compute_reinforce_plus_plus_outcome_advantage): G_t = r_t + gamma G_{t+1}, and a
+// masked position resets the sum after it, so a valid token before a gap sees none of the rewards behind
+// it. verl stores r_t + gamma G_{t+1} at the masked position itself; that value is never used (whitening
+// and the loss skip it), and here it is 0 like every padded output.
+at::Tensor discounted_return_reset_at_gaps(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
   auto returns = torch::zeros_like(rewards);
   auto running = torch::zeros({rewards.size(0)}, rewards.options());
   for (int64_t t = rewards.size(1) - 1; t >= 0; --t) {
@@ -19,6 +21,14 @@ at::Tensor reward_to_go(const at::Tensor& rewards, const at::Tensor& mask, doubl
     returns.select(1, t).copy_(running);
   }
   return returns;
+}
+
+// ReMax (verl's compute_remax_outcome_advantage): the reverse cumulative sum of the masked rewards, so
+// the return carries across a masked span inside the response (a tool output, say) instead of restarting
+// after it. verl leaves that sum at the masked positions too; here they are 0.
+at::Tensor reward_to_go_across_gaps(const at::Tensor& rewards, const at::Tensor& mask) {
+  auto masked = torch::where(mask != 0, rewards, torch::zeros_like(rewards)) * mask;
+  return masked.flip({-1}).cumsum(-1).flip({-1}) * mask;
 }
 
 }  // namespace
@@ -31,7 +41,7 @@ AdvantageOutput compute_remax_advantage(const AdvantageInput& in) {
   torch::NoGradGuard no_grad;
   auto rewards = detail::as_float(in.token_level_rewards);
   auto mask = in.response_mask.to(rewards.scalar_type());
-  auto returns = reward_to_go(rewards, mask, 1.0);
+  auto returns = reward_to_go_across_gaps(rewards, mask);
   auto advantages = returns - in.reward_baselines.to(rewards.scalar_type()).unsqueeze(-1) * mask;
   return {advantages, returns};
 }
@@ -43,7 +53,7 @@ AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in) 
   torch::NoGradGuard no_grad;
   auto rewards = detail::as_float(in.token_level_rewards);
   auto mask = in.response_mask.to(rewards.scalar_type());
-  auto returns = reward_to_go(rewards, mask, in.gamma);
+  auto returns = discounted_return_reset_at_gaps(rewards, mask, in.gamma);
   return {masked_whiten(returns, mask), returns};
 }
 

@@ -268,8 +268,12 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   auto tokens = [&](const DataProto& b) -> int64_t {
     return has_mask ? b.tensor(token_mask_key).sum().item<int64_t>() : b.batch_size();
   };
+  // kRowMean counts the rows with a valid token: the seq-mean losses average over those only (an
+  // all-padding row is in neither their sum nor their count), so that is each micro-batch's share.
   auto units = [&](const DataProto& b) -> int64_t {
-    return weighting == LossWeighting::kRowMean ? b.batch_size() : tokens(b);
+    if (weighting != LossWeighting::kRowMean) return tokens(b);
+    if (!has_mask) return b.batch_size();
+    return b.tensor(token_mask_key).reshape({b.batch_size(), -1}).ne(0).any(1).sum().item<int64_t>();
   };
   const bool mean = weighting != LossWeighting::kSum;
   StepStats stats;

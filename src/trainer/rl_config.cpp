@@ -63,6 +63,9 @@ actor_rollout_ref:
     clip_ratio_high: null
     clip_ratio_c: 3.0
     loss_agg_mode: token-mean
+    loss_scale_factor: null
+    policy_loss:
+      loss_mode: vanilla
     entropy_coeff: 0.0
     use_kl_loss: false
     kl_loss_coef: 0.001

@@ -320,6 +320,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                      {"clip_ratio_high", nullable(actor, "clip_ratio_high")},
                      {"clip_ratio_c", actor.get<double>("clip_ratio_c")},
                      {"loss_agg_mode", actor.get<std::string>("loss_agg_mode")},
+                     {"loss_scale_factor", nullable(actor, "loss_scale_factor")},
+                     {"policy_loss", {{"loss_mode", actor.get<std::string>("policy_loss.loss_mode")}}},
                      {"entropy_coeff", actor.get<double>("entropy_coeff")},
                      {"use_kl_loss", use_kl_loss},
                      {"kl_loss_coef", actor.get<double>("kl_loss_coef")},

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "hybridflow/algo/algo_config.h"
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
@@ -187,12 +188,7 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
   const auto actor = config_.value("actor", nlohmann::json::object());
-  algo::PolicyLossConfig loss_cfg;
-  loss_cfg.clip_ratio = actor.value("clip_ratio", 0.2);
-  if (actor.contains("clip_ratio_low") && !actor["clip_ratio_low"].is_null()) loss_cfg.clip_ratio_low = actor["clip_ratio_low"].get<double>();
-  if (actor.contains("clip_ratio_high") && !actor["clip_ratio_high"].is_null()) loss_cfg.clip_ratio_high = actor["clip_ratio_high"].get<double>();
-  loss_cfg.clip_ratio_c = actor.value("clip_ratio_c", 3.0);
-  loss_cfg.agg_mode = algo::parse_loss_agg_mode(actor.value("loss_agg_mode", std::string("token-mean")));
+  const algo::PolicyLossConfig loss_cfg = algo::policy_loss_config(actor);
   const double entropy_coeff = actor.value("entropy_coeff", 0.0);
   const bool use_kl_loss = actor.value("use_kl_loss", false);
   const double kl_coef = actor.value("kl_loss_coef", 0.001);
@@ -206,12 +202,14 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     const int64_t response_len = mask.size(1);
     auto lp = response_log_probs(actor_, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
                                  /*with_entropy=*/true);
-    auto pg = algo::ppo_policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg);
+    auto pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg);
     torch::Tensor loss = pg.loss;
-    const auto entropy = algo::agg_loss(lp.entropy, mask, loss_cfg.agg_mode);
+    // Entropy and KL keep loss_agg_mode even under GSPO, as verl's actor does.
+    const auto entropy = algo::agg_loss(lp.entropy, mask, loss_cfg.agg_mode, loss_cfg.loss_scale_factor);
     if (entropy_coeff != 0) loss = loss - entropy_coeff * entropy;
     if (use_kl_loss) {
-      auto kl = algo::kl_loss(lp.log_probs, m.tensor("ref_log_prob"), mask, kl_type, loss_cfg.agg_mode);
+      auto kl = algo::kl_loss(lp.log_probs, m.tensor("ref_log_prob"), mask, kl_type, loss_cfg.agg_mode,
+                              std::nullopt, loss_cfg.loss_scale_factor);
       loss = loss + kl_coef * kl;
       metrics.add("actor/kl_loss", kl.item<double>());
     }
@@ -226,7 +224,8 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(actor);
   // The trainer names the RL step: the LR schedule advances once per update call, as in verl.
   plan.schedule_step = in.meta().value("schedule_step", plan.schedule_step);
-  plan.weighting = loss_weighting_for(loss_cfg.agg_mode);
+  // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
+  plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
   metrics.add("actor/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);

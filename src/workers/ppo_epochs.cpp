@@ -51,9 +51,12 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
 LossWeighting loss_weighting_for(algo::LossAggMode mode) {
   switch (mode) {
     case algo::LossAggMode::kTokenMean: return LossWeighting::kTokenMean;
+    // Each is a mean over the micro-batch's non-empty rows (seq-mean-token-sum-norm too: its constant
+    // loss_scale_factor does not depend on the split), so rows weigh them back into the mini-batch's mean.
     case algo::LossAggMode::kSeqMeanTokenSum:
-    case algo::LossAggMode::kSeqMeanTokenMean: return LossWeighting::kRowMean;
-    case algo::LossAggMode::kSeqMeanTokenSumNorm: return LossWeighting::kSum;
+    case algo::LossAggMode::kSeqMeanTokenMean:
+    case algo::LossAggMode::kSeqMeanTokenSumNorm: return LossWeighting::kRowMean;
+    case algo::LossAggMode::kTokenSum: return LossWeighting::kSum;
   }
   HF_FAIL("ppo update: unhandled loss aggregation mode ", static_cast<int>(mode));
 }

@@ -193,6 +193,44 @@ TEST(AlgoRemax, RewardMinusGreedyBaseline) {
   EXPECT_THROW(compute_remax_advantage(in), Error);
 }
 
+TEST(AlgoGrpo, DrGrpoIsScoreMinusGroupMean) {
+  // norm_adv_by_std_in_grpo = false (Dr. GRPO): scores {1, 0, 0.5} (mean 0.5) and {2, 0} (mean 1)
+  // give A = {0.5, -0.5, 0} and {1, -1}, with no division by the group std.
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor({{0, 1}, {0, 0}, {0.5, 0}, {0, 2}, {0, 0}});
+  in.response_mask = to_tensor({{1, 1}, {1, 1}, {1, 0}, {1, 1}, {1, 1}});
+  in.index = torch::tensor({0, 0, 0, 1, 1}, torch::kLong);
+  in.norm_adv_by_std_in_grpo = false;
+  auto out = compute_grpo_advantage(in);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), (Rows{{0.5, 0.5}, {-0.5, -0.5}, {0, 0}, {1, 1}, {-1, -1}}), 1e-6);
+}
+
+TEST(AlgoRemax, ReturnCarriesAcrossAMaskedSpan) {
+  // Rewards {1, 5, 2, 3}, mask {1, 0, 1, 1}: the reward-to-go sums the valid rewards behind each token,
+  // skipping the masked 5 without restarting: t3 = 3, t2 = 2 + 3 = 5, t0 = 1 + 5 = 6 (t1 is padding: 0).
+  // Baseline 2: A = {4, 0, 3, 1}.
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor({{1, 5, 2, 3}});
+  in.response_mask = to_tensor({{1, 0, 1, 1}});
+  in.reward_baselines = torch::tensor({2.0});
+  auto out = compute_remax_advantage(in);
+  EXPECT_ROWS_NEAR(to_rows(out.returns), (Rows{{6, 0, 5, 3}}), 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), (Rows{{4, 0, 3, 1}}), 1e-6);
+}
+
+TEST(AlgoReinforcePlusPlus, ReturnRestartsAtAMaskedPositionLikeVerl) {
+  // gamma 0.5, rewards {1, 5, 2, 4}, mask {1, 0, 1, 1}. verl: G3 = 4, G2 = 2 + 0.5 * 4 = 4, then the masked
+  // t1 resets the running return, so G0 = 1 + 0.5 * 0 = 1. Returns {1, 0, 4, 4}; whitened over {1, 4, 4}:
+  // mean 3, unbiased var (4 + 1 + 1) / 2 = 3, A = {-2, 1, 1} / sqrt(3) = {-1.1547005, 0.5773503, 0.5773503}.
+  AdvantageInput in;
+  in.token_level_rewards = to_tensor({{1, 5, 2, 4}});
+  in.response_mask = to_tensor({{1, 0, 1, 1}});
+  in.gamma = 0.5;
+  auto out = compute_reinforce_plus_plus_advantage(in);
+  EXPECT_ROWS_NEAR(to_rows(out.returns), (Rows{{1, 0, 4, 4}}), 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), (Rows{{-1.1547005, 0, 0.5773503, 0.5773503}}), 1e-5);
+}
+
 TEST(AlgoReinforcePlusPlus, DiscountedReturnToGoWhitened) {
   const double gamma = 0.9;
   Rows ret = kRewards;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
 
@@ -37,6 +39,44 @@ TEST(AlgoConfig, OverridesReachTheStructs) {
   EXPECT_DOUBLE_EQ(loss.clip_ratio_high.value(), 0.28);
   EXPECT_EQ(loss.agg_mode, LossAggMode::kSeqMeanTokenMean);
   EXPECT_EQ(actor_loss_terms(cfg.subtree("actor")).kl_loss_type, KlType::kK2);
+}
+
+TEST(AlgoConfig, LossScaleFactorAndPolicyLossMode) {
+  auto defaults = policy_loss_config(Config::load_from_string(kAlgoDefaultsYaml, "", "test", {}).subtree("actor"));
+  EXPECT_FALSE(defaults.loss_scale_factor.has_value());  // verl's null: the batch's response length
+  EXPECT_EQ(defaults.loss_mode, PolicyLossMode::kVanilla);
+  auto cfg = Config::load_from_string(kAlgoDefaultsYaml, "", "test",
+                                      {"actor.loss_scale_factor=4096", "actor.policy_loss.loss_mode=gspo",
+                                       "actor.loss_agg_mode=token-sum"});
+  auto loss = policy_loss_config(cfg.subtree("actor"));
+  EXPECT_DOUBLE_EQ(loss.loss_scale_factor.value(), 4096.0);
+  EXPECT_EQ(loss.loss_mode, PolicyLossMode::kGspo);
+  EXPECT_EQ(loss.agg_mode, LossAggMode::kTokenSum);
+  EXPECT_EQ(loss.policy_agg_mode(), LossAggMode::kSeqMeanTokenMean);
+  // The worker's JSON form reads the same keys, nested policy_loss included.
+  auto from_json = policy_loss_config(nlohmann::json{{"loss_scale_factor", 512},
+                                                     {"policy_loss", {{"loss_mode", "gspo"}}},
+                                                     {"clip_ratio_low", nullptr}});
+  EXPECT_DOUBLE_EQ(from_json.loss_scale_factor.value(), 512.0);
+  EXPECT_EQ(from_json.loss_mode, PolicyLossMode::kGspo);
+  EXPECT_FALSE(from_json.clip_ratio_low.has_value());
+  EXPECT_THROW(policy_loss_config(nlohmann::json{{"policy_loss", {{"loss_mode", "clip_cov"}}}}), Error);
+  EXPECT_THROW(policy_loss_config(nlohmann::json{{"loss_scale_factor", 0}}), Error);
+}
+
+TEST(AlgoConfig, WarnsWhenClipRatioDiffersFromVerlsDefaultSides) {
+  // clip_ratio 0.3 with both sides null: hybridflow clips at [0.7, 1.3], verl at [0.8, 1.2].
+  ::testing::internal::CaptureStderr();
+  auto loss = policy_loss_config(nlohmann::json{{"clip_ratio", 0.3}});
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("clip_ratio_low and clip_ratio_high are null"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("0.2"), std::string::npos) << warned;
+  EXPECT_DOUBLE_EQ(loss.clip_ratio, 0.3);  // the behaviour stays hybridflow's
+  // Both sides set, or clip_ratio at verl's 0.2: nothing to warn about.
+  ::testing::internal::CaptureStderr();
+  policy_loss_config(nlohmann::json{{"clip_ratio", 0.35}, {"clip_ratio_low", 0.2}, {"clip_ratio_high", 0.28}});
+  policy_loss_config(nlohmann::json{{"clip_ratio", 0.2}});
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(AlgoConfig, MissingKeysFallBackAndBadNamesFail) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "algo/algo_test_util.h"
 #include "hybridflow/algo/kl.h"
@@ -65,10 +66,91 @@ TEST(AlgoMasked, AggregationModes) {
   EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("token-mean"))), 14.0 / 6.0, 1e-6);
   EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("seq-mean-token-sum"))), (6.0 + 4.0 + 4.0) / 3.0, 1e-6);
   EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("seq-mean-token-mean"))), (2.0 + 4.0 + 2.0) / 3.0, 1e-6);
-  EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("seq-mean-token-sum-norm"))), 14.0 / 3.0, 1e-6);
-  for (auto mode : {LossAggMode::kTokenMean, LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenMean})
+  // Dr. GRPO: 14 over N = 3 sequences over R = 3 (the default loss_scale_factor), or over 7 when set.
+  EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("seq-mean-token-sum-norm"))), 14.0 / 3.0 / 3.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenSumNorm, 7.0)), 14.0 / 3.0 / 7.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, parse_loss_agg_mode("token-sum"))), 14.0, 1e-6);
+  // loss_scale_factor only concerns seq-mean-token-sum-norm.
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kTokenSum, 7.0)), 14.0, 1e-6);
+  EXPECT_THROW(agg_loss(v, m, LossAggMode::kSeqMeanTokenSumNorm, 0.0), Error);
+  for (auto mode : {LossAggMode::kTokenMean, LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenMean,
+                    LossAggMode::kSeqMeanTokenSumNorm, LossAggMode::kTokenSum})
     EXPECT_EQ(parse_loss_agg_mode(to_string(mode)), mode);
   EXPECT_THROW(parse_loss_agg_mode("token_mean"), Error);
+}
+
+// 4 rows x R = 3; row 1 is all padding. Valid sums per row: 6, -, 4, 2 (N = 3 non-empty rows, 6 tokens).
+const Rows kGapLoss = {{1.0, 2.0, 3.0}, {4.0, 100.0, -100.0}, {-1.0, 5.0, 7.0}, {2.0, 2.0, 2.0}};
+const Rows kGapMask = {{1, 1, 1}, {0, 0, 0}, {1, 1, 0}, {1, 0, 0}};
+
+TEST(AlgoMasked, SeqMeanModesCountOnlyRowsWithTokens) {
+  auto v = to_tensor(kGapLoss), m = to_tensor(kGapMask);
+  EXPECT_EQ(non_empty_rows(m), 3);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kTokenMean)), 12.0 / 6.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kTokenSum)), 12.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenSum)), 12.0 / 3.0, 1e-6);
+  // Row means 2, 2, 2 over the 3 non-empty rows (the empty row is not a fourth 0).
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenMean)), 6.0 / 3.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenSumNorm)), 12.0 / 3.0 / 3.0, 1e-6);
+  EXPECT_EQ(scalar(agg_loss(v, torch::zeros_like(m), LossAggMode::kSeqMeanTokenSumNorm)), 0.0);
+}
+
+// The engine combines micro-batch losses weighted by their share of the non-empty rows (kRowMean) for the
+// seq-mean modes and by 1 (kSum) for token-sum; that must give back the whole mini-batch's value.
+TEST(AlgoMasked, SplitMiniBatchRecombinesToTheWholeValue) {
+  auto v = to_tensor(kGapLoss, torch::kDouble), m = to_tensor(kGapMask, torch::kDouble);
+  auto a_v = v.slice(0, 0, 2), a_m = m.slice(0, 0, 2), b_v = v.slice(0, 2, 4), b_m = m.slice(0, 2, 4);
+  // seq-mean-token-sum-norm: whole 12 / 3 / 3 = 4/3. Micro-batch A (rows 0-1): 6 / 1 / 3 = 2 over 1 row;
+  // B (rows 2-3): (4 + 2) / 2 / 3 = 1 over 2 rows; 2 * 1/3 + 1 * 2/3 = 4/3. (Summing them, 3, was the old
+  // combination: the whole value times the rows.)
+  const auto norm = LossAggMode::kSeqMeanTokenSumNorm;
+  EXPECT_NEAR(scalar(agg_loss(a_v, a_m, norm)), 2.0, 1e-12);
+  EXPECT_NEAR(scalar(agg_loss(b_v, b_m, norm)), 1.0, 1e-12);
+  EXPECT_NEAR(scalar(agg_loss(a_v, a_m, norm)) * 1.0 / 3.0 + scalar(agg_loss(b_v, b_m, norm)) * 2.0 / 3.0,
+              scalar(agg_loss(v, m, norm)), 1e-12);
+  EXPECT_NEAR(scalar(agg_loss(v, m, norm)), 4.0 / 3.0, 1e-12);
+  for (auto mode : {LossAggMode::kSeqMeanTokenSum, LossAggMode::kSeqMeanTokenMean}) {
+    const double a = non_empty_rows(a_m), b = non_empty_rows(b_m);
+    EXPECT_NEAR((scalar(agg_loss(a_v, a_m, mode)) * a + scalar(agg_loss(b_v, b_m, mode)) * b) / (a + b),
+                scalar(agg_loss(v, m, mode)), 1e-12)
+        << to_string(mode);
+  }
+  // token-sum: 6 + 6 = 12, a plain sum.
+  EXPECT_NEAR(scalar(agg_loss(a_v, a_m, LossAggMode::kTokenSum)) + scalar(agg_loss(b_v, b_m, LossAggMode::kTokenSum)),
+              12.0, 1e-12);
+}
+
+TEST(AlgoMasked, NanAndInfAtMaskedPositionsDoNotPoison) {
+  // kLoss with NaN and inf where kMask is 0 ({1,1} and {1,2}, {2,2}): every mode still sees 14 over 6 tokens.
+  Rows dirty = kLoss;
+  dirty[1][1] = std::nan("");
+  dirty[1][2] = std::numeric_limits<double>::infinity();
+  dirty[2][2] = -std::numeric_limits<double>::infinity();
+  auto v = to_tensor(dirty), m = to_tensor(kMask);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kTokenMean)), 14.0 / 6.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kTokenSum)), 14.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenSum)), 14.0 / 3.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenMean)), 8.0 / 3.0, 1e-6);
+  EXPECT_NEAR(scalar(agg_loss(v, m, LossAggMode::kSeqMeanTokenSumNorm)), 14.0 / 9.0, 1e-6);
+  EXPECT_TRUE(torch::isfinite(masked_var(v, m)).item<bool>());
+  EXPECT_TRUE(torch::isfinite(masked_whiten(v, m)).all().item<bool>());
+
+  // Through the policy loss, with its gradient: a NaN log-prob and an inf advantage at padded positions.
+  // log_prob = old_log_prob at the valid tokens (ratio 1, no clip), so each token's loss is -A and
+  // token-mean gives -(1 + 2 + 3 + 4 - 1 + 5) / 6 = -14/6; d loss / d log_prob = -A / 6 there, 0 elsewhere.
+  auto adv = to_tensor(dirty);
+  auto old_lp = torch::zeros({3, 3});
+  auto lp = torch::zeros({3, 3});
+  lp[1][1] = std::nan("");
+  lp[2][2] = std::numeric_limits<float>::infinity();
+  lp.requires_grad_(true);
+  auto out = ppo_policy_loss(old_lp, lp, adv, m);
+  EXPECT_NEAR(scalar(out.loss), -14.0 / 6.0, 1e-6);
+  out.loss.backward();
+  EXPECT_TRUE(torch::isfinite(lp.grad()).all().item<bool>());
+  EXPECT_NEAR(lp.grad()[0][2].item<double>(), -3.0 / 6.0, 1e-6);
+  EXPECT_EQ(lp.grad()[1][1].item<double>(), 0.0);
+  EXPECT_NEAR(scalar(out.approx_kl), 0.0, 1e-7);
 }
 
 // PPO per-token loss written as the case analysis of the paper + dual clip.
@@ -151,6 +233,52 @@ TEST(AlgoPpoLoss, RejectsBadClipRatioC) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("clip_ratio_c"), std::string::npos) << e.what();
   }
+}
+
+TEST(AlgoPpoLoss, LossScaleFactorAndTokenSumReachTheAggregation) {
+  // Ratio 1 everywhere (log_prob = old_log_prob = 0): each valid token's loss is -A, with A = kLoss.
+  auto zero = torch::zeros({3, 3});
+  PolicyLossConfig cfg;
+  cfg.agg_mode = LossAggMode::kSeqMeanTokenSumNorm;
+  cfg.loss_scale_factor = 7.0;
+  // -(6 + 4 + 4) / 3 sequences / 7.
+  EXPECT_NEAR(scalar(policy_loss(zero, zero, to_tensor(kLoss), to_tensor(kMask), cfg).loss), -14.0 / 3.0 / 7.0,
+              1e-6);
+  cfg.agg_mode = LossAggMode::kTokenSum;
+  EXPECT_NEAR(scalar(policy_loss(zero, zero, to_tensor(kLoss), to_tensor(kMask), cfg).loss), -14.0, 1e-6);
+}
+
+TEST(AlgoGspoLoss, SequenceRatioOnHandNumbers) {
+  // Row 0: log-ratios 0.1, 0.3 -> k0 = 0.2, s0 = e^0.2 = 1.221402758, A = +1.
+  // Row 1: log-ratio -0.5 (its second token is padding, log_prob 9 there is ignored) -> s1 = e^-0.5 = 0.60653066,
+  // A = -1. clip_ratio_low 0.2, clip_ratio_high 0.28: row 0 is inside [0.8, 1.28]: loss -1.221402758 per
+  // token; row 1 is below 0.8: max(-A s1, -A 0.8) = max(0.6065, 0.8) = 0.8 (clipped).
+  // seq-mean-token-mean: (-1.221402758 + 0.8) / 2 = -0.210701379.
+  auto old_lp = torch::zeros({2, 2}, torch::kDouble);
+  auto lp = torch::tensor({{0.1, 0.3}, {-0.5, 9.0}}, torch::kDouble).requires_grad_(true);
+  auto adv = torch::tensor({{1.0, 1.0}, {-1.0, -1.0}}, torch::kDouble);
+  auto mask = torch::tensor({{1.0, 1.0}, {1.0, 0.0}}, torch::kDouble);
+  PolicyLossConfig cfg;
+  cfg.clip_ratio_low = 0.2;
+  cfg.clip_ratio_high = 0.28;
+  cfg.loss_mode = PolicyLossMode::kGspo;
+  cfg.agg_mode = LossAggMode::kTokenMean;  // not used: GSPO aggregates seq-mean-token-mean like verl
+  auto out = policy_loss(old_lp, lp, adv, mask, cfg);
+  EXPECT_NEAR(scalar(out.loss), (-std::exp(0.2) + 0.8) / 2.0, 1e-9);
+  EXPECT_NEAR(scalar(out.loss), -0.210701379, 1e-9);
+  EXPECT_NEAR(scalar(out.clip_frac), 1.0 / 3.0, 1e-9);  // only row 1's one token was clipped
+  EXPECT_EQ(scalar(out.clip_frac_lower), 0.0);
+  EXPECT_NEAR(scalar(out.approx_kl), -(0.1 + 0.3 - 0.5) / 3.0, 1e-9);
+  out.loss.backward();
+  // Both tokens of row 0 get the same gradient -A s0 / (2 tokens * 2 rows) = -1.221402758 / 4 = -0.30535069
+  // (a token-level ratio would give e^0.1/4 and e^0.3/4); the clipped row and the padding get 0.
+  EXPECT_NEAR(lp.grad()[0][0].item<double>(), -std::exp(0.2) / 4.0, 1e-9);
+  EXPECT_NEAR(lp.grad()[0][1].item<double>(), -0.30535069, 1e-8);
+  EXPECT_EQ(lp.grad()[1][0].item<double>(), 0.0);
+  EXPECT_EQ(lp.grad()[1][1].item<double>(), 0.0);
+  EXPECT_EQ(cfg.policy_agg_mode(), LossAggMode::kSeqMeanTokenMean);
+  EXPECT_EQ(parse_policy_loss_mode(to_string(PolicyLossMode::kGspo)), PolicyLossMode::kGspo);
+  EXPECT_THROW(parse_policy_loss_mode("gpg"), Error);
 }
 
 TEST(AlgoValueLoss, ClippedAgainstOldValues) {

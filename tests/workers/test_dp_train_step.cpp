@@ -89,7 +89,9 @@ TEST(TrainEngineDataParallel, TwoRanksTakeTheOneEngineStep) {
                                    {algo::LossAggMode::kTokenMean, true},
                                    {algo::LossAggMode::kSeqMeanTokenMean, false},
                                    {algo::LossAggMode::kSeqMeanTokenSum, true},
-                                   {algo::LossAggMode::kSeqMeanTokenSumNorm, false}};
+                                   {algo::LossAggMode::kSeqMeanTokenSumNorm, false},
+                                   {algo::LossAggMode::kSeqMeanTokenSumNorm, true},
+                                   {algo::LossAggMode::kTokenSum, false}};
   for (const Case& c : cases) {
     const std::string what = algo::to_string(c.mode) + (c.rank1_empty ? " (rank 1 without tokens)" : "");
     const LossWeighting weighting = loss_weighting_for(c.mode);

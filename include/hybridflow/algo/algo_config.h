@@ -1,7 +1,10 @@
 // Reading the algo settings from a Config with verl's key names. Every key is optional: a key the schema
-// lacks, or one set to null, takes verl's default, so a trainer may declare only the keys it exposes.
+// lacks, or one set to null, takes verl's default (except clip_ratio_low/high: see policy_loss_config), so a
+// trainer may declare only the keys it exposes.
 // kAlgoDefaultsYaml / kAlgorithmSectionYaml hold those defaults as schema fragments.
 #pragma once
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <string>
 
@@ -30,8 +33,13 @@ KlType reward_kl_type(const Config& algorithm);
 // algorithm.safe_rlhf.{lambda_init, lambda_lr, cost_limit, use_log_lambda, lambda_max, lambda_update_delay_steps}.
 LagrangeConfig lagrange_config(const Config& algorithm);
 
-// From the `actor` section: clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg_mode.
+// From the `actor` section: clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg_mode,
+// loss_scale_factor, policy_loss.loss_mode. Logs a warning (once per clip_ratio value and process) when
+// clip_ratio is not 0.2 and clip_ratio_low or clip_ratio_high is null: hybridflow then clips that side at
+// clip_ratio, where verl would clip it at its own default 0.2.
 PolicyLossConfig policy_loss_config(const Config& actor);
+// The same keys from the actor's JSON as the trainer hands it to its workers (absent or null = default).
+PolicyLossConfig policy_loss_config(const nlohmann::json& actor);
 // actor.{use_kl_loss, kl_loss_coef, kl_loss_type, entropy_coeff}.
 struct ActorLossTerms {
   bool use_kl_loss = false;

@@ -42,7 +42,8 @@ KlRewardOutput apply_kl_penalty(const at::Tensor& token_level_scores, const at::
 // KL as a loss term (aggregated, differentiable w.r.t. log_prob); the actor adds kl_loss_coef times it.
 at::Tensor kl_loss(const at::Tensor& log_prob, const at::Tensor& ref_log_prob, const at::Tensor& response_mask,
                    KlType type, LossAggMode agg_mode = LossAggMode::kTokenMean,
-                   std::optional<double> clamp = std::nullopt);
+                   std::optional<double> clamp = std::nullopt,
+                   std::optional<double> loss_scale_factor = std::nullopt);
 
 // The reward-penalty coefficient beta. Fixed keeps kl_coef; adaptive steers the observed KL toward target_kl
 // (Ziegler et al. 2019): e = clip(kl / target - 1, -0.2, 0.2), beta *= 1 + e * n_steps / horizon.

@@ -58,8 +58,9 @@ using MicroLossFn = std::function<torch::Tensor(const DataProto& micro_batch)>;
 enum class LossWeighting {
   kAuto,       // kTokenMean when the mini-batch has the token mask, else kRowMean
   kTokenMean,  // each loss is a mean over its valid tokens: weight by token count (token-mean)
-  kRowMean,    // a mean over its rows (seq-mean-token-sum / seq-mean-token-mean): weight by rows
-  kSum,        // already a sum over its rows (seq-mean-token-sum-norm): every micro-batch weighs 1
+  kRowMean,    // a mean over its rows (the seq-mean modes): weight by the rows that have a valid token
+               // (all rows when the mini-batch has no token mask)
+  kSum,        // already a plain sum (token-sum): every micro-batch weighs 1
 };
 
 // Sums a flat fp32 buffer in place over the data-parallel ranks (e.g. Communicator::all_reduce). Every

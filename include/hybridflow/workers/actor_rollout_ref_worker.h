@@ -18,7 +18,8 @@
 //   flat_parameters     out: tensor parameters [1, P] fp32 (tests compare data-parallel replicas)
 // Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
-// clip_ratio_c, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type},
+// clip_ratio_c, loss_agg_mode, loss_scale_factor, policy_loss {loss_mode}, entropy_coeff, use_kl_loss,
+// kl_loss_coef, kl_loss_type},
 // rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
 // tensor_model_parallel_size, reshard_mode}. dtypes are fp32 | bf16 (model_spec.h); rollout and reference
 // default to the actor's.
