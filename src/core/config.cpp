@@ -328,6 +328,9 @@ struct Merger {
   void assign(Value& target, const Value* schema, Value value, const std::string& full,
               const std::string& where) const {
     Kind kind = schema ? kind_of(*schema) : Kind::kAny;
+    if (compat && compat->null_keeps_default && value.type == Value::Type::kNull && kind != Kind::kAny &&
+        kind != Kind::kRequired)
+      return;
     switch (kind) {
       case Kind::kMap:
       case Kind::kOpenMap:

@@ -300,6 +300,7 @@ KeyCompat build() {
   KeyCompat compat;
   for (const auto& [from, to] : kAliases) compat.aliases.emplace_back(from, to);
   for (const auto& k : kIgnored) compat.ignored.push_back({k.key, k.accepted, k.note});
+  compat.null_keeps_default = true;
   return compat;
 }
 

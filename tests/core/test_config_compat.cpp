@@ -79,5 +79,14 @@ TEST(ConfigCompat, KeysUnknownToBothStayErrorsNamingTheKey) {
               HasSubstr("unknown config key 'actor'"));
 }
 
+TEST(ConfigCompat, NullKeepsTheDefaultOnlyWhenAsked) {
+  KeyCompat c = compat();
+  c.null_keeps_default = true;  // verl writes null for "unset"
+  Config cfg = Config::load_from_string(kDefaults, "trainer:\n  total_steps: null\n", "verl.yaml", {}, c, nullptr);
+  EXPECT_EQ(cfg.get<int64_t>("trainer.total_steps"), 10);
+  EXPECT_THAT(error_of([] { load("trainer:\n  total_steps: null\n", {}, nullptr); }),
+              HasSubstr("'trainer.total_steps' expects an integer, got null"));
+}
+
 }  // namespace
 }  // namespace hybridflow

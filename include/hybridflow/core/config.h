@@ -35,6 +35,8 @@ struct KeyCompat {
     std::string note;      // why the key has no effect here; shown when a value is refused
   };
   std::vector<Ignored> ignored;
+  // verl writes null for "unset": a null for a key whose default has a type keeps that default.
+  bool null_keeps_default = false;
 };
 
 // What loading with a KeyCompat did, for the caller to report once.
