@@ -251,8 +251,8 @@ struct Merger {
     for (const auto& [from, to] : compat->aliases) {
       const Value* target_schema = from == full ? schema_at(to) : nullptr;
       if (!target_schema) continue;
-      if (value.type == Value::Type::kNull) return true;  // the other tool's "unset": keep our default
-      Value v = value;
+      // The other tool's "unset": our default (again, where an earlier value set it), still marked a default.
+      Value v = value.type == Value::Type::kNull ? *target_schema : value;
       // verl writes file lists where we take one file: a list of one is that file.
       if (kind_of(*target_schema) == Kind::kString && v.type == Value::Type::kList && v.items.size() == 1) {
         std::string origin = v.origin;

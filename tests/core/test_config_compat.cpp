@@ -52,6 +52,9 @@ TEST(ConfigCompat, AliasesSetTheSchemaKeyFromFileAndCommandLine) {
   EXPECT_THAT(error_of([] { load("", {"trainer.total_training_steps=many"}, nullptr); }),
               HasSubstr("'trainer.total_steps' expects an integer, got 'many'"));
   EXPECT_EQ(load("trainer:\n  total_training_steps: null\n", {}, nullptr).get<int64_t>("trainer.total_steps"), 10);
+  Config unset = load("trainer:\n  total_training_steps: 4\n", {"trainer.total_training_steps=null"}, nullptr);
+  EXPECT_EQ(unset.get<int64_t>("trainer.total_steps"), 10);
+  EXPECT_TRUE(unset.is_default("trainer.total_steps"));
 }
 
 TEST(ConfigCompat, IgnoredKeysAreReportedLeafByLeafAndValuesChecked) {

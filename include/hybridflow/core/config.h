@@ -27,7 +27,7 @@ namespace hybridflow {
 // key the schema gains later simply stops being foreign.
 struct KeyCompat {
   // (user key, schema key): the user's value is set at the schema key. Skipped when the schema lacks the
-  // target; a null value means "unset" (the other tool's default) and is skipped too.
+  // target; a null value means "unset" and restores the schema's default.
   std::vector<std::pair<std::string, std::string>> aliases;
   struct Ignored {
     std::string key;       // a dotted key, or a subtree: every key below it
