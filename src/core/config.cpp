@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -196,11 +197,116 @@ std::string suggestion(const Value& root, const std::string& root_prefix, const 
   return "no such key in the schema";
 }
 
+// Hydra's override prefixes: none sets a key, "+" adds one that does not exist, "++" sets or adds.
+enum class OverrideMode { kSet, kAdd, kForce };
+
+// `key` is `entry` or a key below it.
+bool covers(const std::string& entry, const std::string& key) {
+  return key.size() >= entry.size() && key.compare(0, entry.size(), entry) == 0 &&
+         (key.size() == entry.size() || key[entry.size()] == '.');
+}
+
+// An ignored-key entry covers `key` as above; "**.name" covers a `name` segment at any depth.
+bool ignored_covers(const std::string& entry, const std::string& key) {
+  if (entry.rfind("**.", 0) != 0) return covers(entry, key);
+  const std::string name = entry.substr(3);
+  return key == name || (key.size() > name.size() && key.compare(key.size() - name.size(), name.size(), name) == 0 &&
+                         key[key.size() - name.size() - 1] == '.');
+}
+
+bool equals_ignoring_case(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 struct Merger {
   const Value& schema_root;
+  Value* root = nullptr;  // the resolved tree: an alias may land anywhere in it
+  const KeyCompat* compat = nullptr;
+  CompatReport* report = nullptr;
 
-  [[noreturn]] void unknown(const std::string& full, const std::string& where, const Value* level) const {
-    HF_FAIL("unknown config key '", full, "' (", where, "); ", suggestion(schema_root, "", full, level));
+  [[noreturn]] void unknown(const std::string& full, const std::string& where, const Value* level,
+                            const std::string& intro = "unknown config key") const {
+    HF_FAIL(intro, " '", full, "' (", where, "); ", suggestion(schema_root, "", full, level));
+  }
+
+  // The schema's node for a dotted key; nullptr where the schema lacks it or it lies inside an open map.
+  const Value* schema_at(const std::string& key) const {
+    const Value* node = &schema_root;
+    size_t start = 0;
+    while (true) {
+      size_t dot = key.find('.', start);
+      if (kind_of(*node) != Kind::kMap) return nullptr;
+      node = node->find(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (!node || dot == std::string::npos) return node;
+      start = dot + 1;
+    }
+  }
+
+  // A key the schema lacks, read through `compat`: set under its schema name, or dropped. False when
+  // `compat` does not know it either (the caller reports it as unknown).
+  bool try_foreign(const std::string& full, const Value& value, const std::string& where) const {
+    if (!compat) return false;
+    for (const auto& [from, to] : compat->aliases) {
+      const Value* target_schema = from == full ? schema_at(to) : nullptr;
+      if (!target_schema) continue;
+      // The other tool's "unset": our default (again, where an earlier value set it), still marked a default.
+      Value v = value.type == Value::Type::kNull ? *target_schema : value;
+      // verl writes file lists where we take one file: a list of one is that file.
+      if (kind_of(*target_schema) == Kind::kString && v.type == Value::Type::kList && v.items.size() == 1) {
+        std::string origin = v.origin;
+        v = v.items.front();
+        v.origin = origin;
+      }
+      set_path(to, std::move(v), where, OverrideMode::kSet);
+      if (report) report->renamed.emplace_back(full, to);
+      return true;
+    }
+    for (const auto& ignored : compat->ignored) {
+      if (!ignored_covers(ignored.key, full)) continue;
+      if (value.type == Value::Type::kMap && !value.entries.empty()) {  // report the leaves the user wrote
+        for (const auto& [key, child] : value.entries)
+          try_foreign(join_key(full, key), child, child.origin.empty() ? where : child.origin);
+        return true;
+      }
+      check_accepted(ignored, full, value, where);
+      if (report && std::find(report->ignored.begin(), report->ignored.end(), full) == report->ignored.end())
+        report->ignored.push_back(full);
+      return true;
+    }
+    // A map on the way to known keys (verl's critic.model holding critic.model.path): look inside.
+    if (value.type != Value::Type::kMap) return false;
+    bool below = false;
+    for (const auto& alias : compat->aliases) below = below || (alias.first != full && covers(full, alias.first));
+    for (const auto& ignored : compat->ignored) below = below || (ignored.key != full && covers(full, ignored.key));
+    // ("**." entries do not count: any map may hold a _target_, and an unknown map is better named whole.)
+    if (!below) return false;
+    for (const auto& [key, child] : value.entries) {
+      std::string child_full = join_key(full, key);
+      std::string child_where = child.origin.empty() ? where : child.origin;
+      if (!try_foreign(child_full, child, child_where))
+        unknown(child_full, child.key_origin.empty() ? child_where : child.key_origin, nullptr);
+    }
+    return true;
+  }
+
+  static void check_accepted(const KeyCompat::Ignored& ignored, const std::string& full, const Value& value,
+                             const std::string& where) {
+    if (ignored.accepted.empty() || value.type == Value::Type::kNull) return;
+    std::string allowed;
+    bool ok = false;
+    size_t start = 0;
+    while (start <= ignored.accepted.size()) {
+      size_t bar = ignored.accepted.find('|', start);
+      std::string option = ignored.accepted.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+      ok = ok || (value.type == Value::Type::kScalar && equals_ignoring_case(option, value.text));
+      allowed += (allowed.empty() ? "" : ", ") + option;
+      if (bar == std::string::npos) break;
+      start = bar + 1;
+    }
+    HF_CHECK(ok, "config key '", full, "' = ", describe(value), " (", where, ") is not supported: hybridflow accepts ",
+             allowed, (ignored.note.empty() ? "" : " ("), ignored.note, (ignored.note.empty() ? "" : ")"));
   }
 
   void check_scalar(Kind kind, Value& v, const std::string& full, const std::string& where) const {
@@ -222,6 +328,9 @@ struct Merger {
   void assign(Value& target, const Value* schema, Value value, const std::string& full,
               const std::string& where) const {
     Kind kind = schema ? kind_of(*schema) : Kind::kAny;
+    if (compat && compat->null_keeps_default && value.type == Value::Type::kNull && kind != Kind::kAny &&
+        kind != Kind::kRequired)
+      return;
     switch (kind) {
       case Kind::kMap:
       case Kind::kOpenMap:
@@ -263,48 +372,39 @@ struct Merger {
       std::string full = join_key(prefix, key);
       std::string child_where = child.origin.empty() ? where : child.origin;
       const Value* child_schema = schema ? schema->find(key) : nullptr;
-      if (schema && !child_schema) unknown(full, child.key_origin.empty() ? child_where : child.key_origin, schema);
+      if (schema && !child_schema) {
+        if (try_foreign(full, child, child_where)) continue;
+        unknown(full, child.key_origin.empty() ? child_where : child.key_origin, schema);
+      }
       assign(target.get_or_add(key), child_schema, child, full, child_where);
     }
   }
 
-  void apply_override(Value& root, const std::string& text) const {
-    std::string where = "command line: " + text;
-    size_t eq = text.find('=');
-    HF_CHECK(eq != std::string::npos && eq > 0, "command-line override '", text,
-             "' must look like key=value (e.g. trainer.total_steps=20)");
-    std::string key = text.substr(0, eq);
-    if (!key.empty() && key[0] == '+') key = key.substr(1);  // Hydra's "add key" marker; keys are checked anyway
-    std::string value_text = text.substr(eq + 1);
-    Value value;
-    value.origin = where;
-    if (!value_text.empty() && (value_text[0] == '[' || value_text[0] == '{' || value_text[0] == '"' ||
-                                value_text[0] == '\'')) {
-      value = parse_yaml(value_text, where);
-      value.origin = where;
-    } else if (!(value_text.empty() || value_text == "null" || value_text == "~" || value_text == "Null" ||
-                 value_text == "NULL")) {
-      // Taken literally (not parsed as YAML), so values like "run#1" or "a: b" stay intact.
-      value.type = Value::Type::kScalar;
-      value.text = value_text;
-    }
-
-    // Walk the dotted path through schema and resolved tree together.
+  // Sets the dotted `key`, walking schema and resolved tree together.
+  void set_path(const std::string& key, Value value, const std::string& where, OverrideMode mode) const {
     const Value* schema = &schema_root;
-    Value* target = &root;
+    Value* target = root;
     std::string full;
     size_t start = 0;
     while (true) {
       size_t dot = key.find('.', start);
       std::string segment = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      HF_CHECK(!segment.empty(), "command-line override '", text, "' has an empty key segment");
+      HF_CHECK(!segment.empty(), "config key '", key, "' has an empty segment (", where, ")");
       full = join_key(full, segment);
       const Value* child_schema = nullptr;
       if (schema) {
         child_schema = schema->find(segment);
-        if (!child_schema) unknown(full, where, schema);
+        if (!child_schema) {
+          if (try_foreign(key, value, where)) return;
+          unknown(full, where, schema,
+                  mode == OverrideMode::kAdd ? "cannot add config key (only maps whose default is {} take new keys)"
+                                             : "unknown config key");
+        }
       }
       if (dot == std::string::npos) {
+        HF_CHECK(mode != OverrideMode::kAdd || (!child_schema && !target->find(segment)), "'+", key,
+                 "=...' adds a key, but config key '", full, "' already exists (", where, "); set it with ", key,
+                 "=... or ++", key, "=...");
         assign(target->get_or_add(segment), child_schema, std::move(value), full, where);
         return;
       }
@@ -317,6 +417,37 @@ struct Merger {
       schema = kind == Kind::kMap ? child_schema : nullptr;
       start = dot + 1;
     }
+  }
+
+  void apply_override(const std::string& text) const {
+    std::string where = "command line: " + text;
+    size_t eq = text.find('=');
+    HF_CHECK(eq != std::string::npos && eq > 0, "command-line override '", text,
+             "' must look like key=value (e.g. trainer.total_steps=20)");
+    std::string key = text.substr(0, eq);
+    OverrideMode mode = OverrideMode::kSet;
+    if (key.rfind("++", 0) == 0) {
+      mode = OverrideMode::kForce, key = key.substr(2);
+    } else if (key.rfind("+", 0) == 0) {
+      mode = OverrideMode::kAdd, key = key.substr(1);
+    }
+    std::string value_text = text.substr(eq + 1);
+    Value value;
+    value.origin = where;
+    if (!value_text.empty() && (value_text[0] == '[' || value_text[0] == '{' || value_text[0] == '"' ||
+                                value_text[0] == '\'')) {
+      value = parse_yaml(value_text, where);
+      value.origin = where;
+    } else if (value_text.empty()) {
+      // Hydra: "key=" is the empty string ("key=null" is null).
+      value.type = Value::Type::kScalar;
+      value.quoted = true;
+    } else if (!(value_text == "null" || value_text == "~" || value_text == "Null" || value_text == "NULL")) {
+      // Taken literally (not parsed as YAML), so values like "run#1" or "a: b" stay intact.
+      value.type = Value::Type::kScalar;
+      value.text = value_text;
+    }
+    set_path(key, std::move(value), where, mode);
   }
 };
 
@@ -423,24 +554,35 @@ Config::Config(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 Config Config::load(const std::string& defaults_yaml, const std::string& user_file,
                     const std::vector<std::string>& overrides) {
-  std::string user_text = user_file.empty() ? std::string() : read_file(user_file);
-  return load_from_string(defaults_yaml, user_text, user_file, overrides);
+  return load(defaults_yaml, user_file, overrides, KeyCompat{}, nullptr);
 }
 
 Config Config::load_from_string(const std::string& defaults_yaml, const std::string& user_yaml,
                                 const std::string& source_name, const std::vector<std::string>& overrides) {
+  return load_from_string(defaults_yaml, user_yaml, source_name, overrides, KeyCompat{}, nullptr);
+}
+
+Config Config::load(const std::string& defaults_yaml, const std::string& user_file,
+                    const std::vector<std::string>& overrides, const KeyCompat& compat, CompatReport* report) {
+  std::string user_text = user_file.empty() ? std::string() : read_file(user_file);
+  return load_from_string(defaults_yaml, user_text, user_file, overrides, compat, report);
+}
+
+Config Config::load_from_string(const std::string& defaults_yaml, const std::string& user_yaml,
+                                const std::string& source_name, const std::vector<std::string>& overrides,
+                                const KeyCompat& compat, CompatReport* report) {
   Value schema = parse_yaml(defaults_yaml, "defaults");
   if (schema.type == Value::Type::kNull) schema.type = Value::Type::kMap;
   HF_CHECK(schema.type == Value::Type::kMap, "config defaults must be a YAML map at the top level");
   Value resolved = schema;
-  Merger merger{schema};
+  Merger merger{schema, &resolved, &compat, report};
   std::string source = source_name.empty() ? "config" : source_name;
   Value user = parse_yaml(user_yaml, source);
   if (user.type != Value::Type::kNull) {
     HF_CHECK(user.type == Value::Type::kMap, user.origin, ": a config file must be a YAML map at the top level");
     merger.merge_map(resolved, &schema, user, "", source);
   }
-  for (const auto& o : overrides) merger.apply_override(resolved, o);
+  for (const auto& o : overrides) merger.apply_override(o);
 
   std::vector<std::string> missing;
   collect_missing(resolved, "", &missing);
@@ -513,6 +655,10 @@ bool Config::has(const std::string& key) const {
 bool Config::is_null(const std::string& key) const {
   return has(key) && impl_->lookup(key).type == Value::Type::kNull;
 }
+
+std::string Config::origin(const std::string& key) const { return impl_->lookup(key).origin; }
+
+bool Config::is_default(const std::string& key) const { return origin(key).rfind("defaults", 0) == 0; }
 
 Config Config::subtree(const std::string& key) const {
   const Value& v = impl_->lookup(key);

@@ -1,6 +1,8 @@
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/config.h"
+#include "hybridflow/core/logging.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/trainer/verl_keys.h"
 #include "hybridflow/workers/reward_function.h"
 
 namespace hybridflow {
@@ -24,6 +26,11 @@ const char* const kRLSchema = R"(trainer:
   log_every: 1
   logger: [console, jsonl, tensorboard]
   test_freq: 0
+  project_name: ""
+  experiment_name: ""
+  total_epochs: null
+  n_gpus_per_node: null
+  nnodes: null
 data:
   task: addition_reversed
   min_digits: 1
@@ -177,7 +184,23 @@ int64_t rl_response_length(const Config& config) {
 }
 
 Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides) {
-  return Config::load(rl_trainer_defaults_yaml(), user_file, overrides);
+  const std::string defaults = rl_trainer_defaults_yaml();
+  CompatReport report;
+  const Config config = Config::load(defaults, user_file, overrides, verl_key_compat(), &report);
+  if (!report.ignored.empty()) {
+    std::string keys;
+    for (const auto& key : report.ignored) keys += "\n  " + key;
+    log_warn("ignoring ", report.ignored.size(), " verl config key", report.ignored.size() == 1 ? "" : "s",
+             " that only verl's Python stack (FSDP, vLLM, Ray, ...) reads; hybridflow's own engine runs "
+             "(docs/configuration.md, \"verl configs\"):", keys);
+  }
+  for (const auto& [verl_key, key] : report.renamed) log_debug("verl config key ", verl_key, " read as ", key);
+  // Values verl derives from other keys: set as overrides after the user's, so config.yaml shows them.
+  std::vector<std::string> derived = verl_derived_overrides(config);
+  if (derived.empty()) return config;
+  std::vector<std::string> all = overrides;
+  all.insert(all.end(), derived.begin(), derived.end());
+  return Config::load(defaults, user_file, all, verl_key_compat(), nullptr);
 }
 
 }  // namespace hybridflow

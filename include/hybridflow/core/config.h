@@ -5,8 +5,10 @@
 //   key: ???      required, any type; loading fails if neither the file nor the command line sets it
 //   key: null     optional, any type
 //   key: {}       open map: any sub-keys are accepted (e.g. free-form model kwargs)
-// The user's YAML file is merged over the defaults, then overrides are applied in order:
-//   actor.optim.lr=1e-5   trainer.total_steps=20   data.files=[a.jsonl,b.jsonl]   +new.key=1 (open map)
+// The user's YAML file is merged over the defaults, then overrides are applied in order, with Hydra's forms:
+//   actor.optim.lr=1e-5   data.files=[a.jsonl,b.jsonl]   key=null (null)   key= (the empty string)
+//   +open.new_key=1   adds a key to an open map (an error where the key exists or the map is not open)
+//   ++key=1           sets the key, or adds it where an open map allows
 // Unknown keys, wrong types and missing required keys throw hybridflow::Error naming the dotted key,
 // where it came from (file:line:column or "command line") and, for unknown keys, the closest valid key.
 #pragma once
@@ -15,9 +17,33 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hybridflow {
+
+// Another tool's names for a schema (verl's for the RL trainer): keys the schema lacks that are read as
+// one of its keys, or accepted and dropped. Consulted only where the schema lacks the user's key, so a
+// key the schema gains later simply stops being foreign.
+struct KeyCompat {
+  // (user key, schema key): the user's value is set at the schema key. Skipped when the schema lacks the
+  // target; a null value means "unset" and restores the schema's default.
+  std::vector<std::pair<std::string, std::string>> aliases;
+  struct Ignored {
+    std::string key;       // a dotted key, or a subtree: every key below it
+    std::string accepted;  // "" = any value; else the '|'-separated values allowed (compared case-insensitively)
+    std::string note;      // why the key has no effect here; shown when a value is refused
+  };
+  std::vector<Ignored> ignored;
+  // verl writes null for "unset": a null for a key whose default has a type keeps that default.
+  bool null_keeps_default = false;
+};
+
+// What loading with a KeyCompat did, for the caller to report once.
+struct CompatReport {
+  std::vector<std::string> ignored;                          // dotted keys set by the user and dropped
+  std::vector<std::pair<std::string, std::string>> renamed;  // (user key, schema key) that were applied
+};
 
 class Config {
  public:
@@ -29,6 +55,12 @@ class Config {
   // Same, with the user's YAML given as text; `source_name` names it in error messages.
   static Config load_from_string(const std::string& defaults_yaml, const std::string& user_yaml,
                                  const std::string& source_name, const std::vector<std::string>& overrides);
+  // The same, also reading the keys `compat` knows; `report` (may be null) says which it met.
+  static Config load(const std::string& defaults_yaml, const std::string& user_file,
+                     const std::vector<std::string>& overrides, const KeyCompat& compat, CompatReport* report);
+  static Config load_from_string(const std::string& defaults_yaml, const std::string& user_yaml,
+                                 const std::string& source_name, const std::vector<std::string>& overrides,
+                                 const KeyCompat& compat, CompatReport* report);
 
   // Typed access by dotted key. Supported T: double, int64_t, int, bool, std::string,
   // std::vector<std::string>, std::vector<int64_t>, std::vector<double>.
@@ -42,6 +74,9 @@ class Config {
 
   bool has(const std::string& key) const;
   bool is_null(const std::string& key) const;  // false for missing keys
+  // Where the key's value came from: "defaults:3:5", "file.yaml:7:3", "command line: key=value".
+  std::string origin(const std::string& key) const;
+  bool is_default(const std::string& key) const;  // the value is the schema's default (origin "defaults...")
   // The map under `key` as its own Config; error messages keep the full dotted key.
   Config subtree(const std::string& key) const;
   // Direct child keys of the root of this config, in document order.

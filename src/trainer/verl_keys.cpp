@@ -1,0 +1,314 @@
+// The data behind verl_key_compat(): verl's keys (as of verl's ppo_trainer.yaml, January 2026) that the
+// RL schema does not have under the same path. Keep docs/configuration.md's "verl configs" table in step.
+#include "hybridflow/trainer/verl_keys.h"
+
+#include <iterator>
+
+namespace hybridflow {
+
+namespace {
+
+// verl key -> hybridflow key. Used only while the schema lacks the verl key, so when hybridflow gains
+// verl's own key (e.g. ppo_micro_batch_size_per_gpu) that key wins and its alias falls silent.
+const std::pair<const char*, const char*> kAliases[] = {
+    {"actor_rollout_ref.model.path", "model.path"},
+    {"critic.model.path", "critic.model_path"},
+    {"reward_model.model.path", "reward_model.path"},
+    {"data.train_files", "data.train_file"},  // a list of one file is that file
+    {"data.val_files", "data.test_file"},
+    {"trainer.total_training_steps", "trainer.total_steps"},
+    {"trainer.default_local_dir", "trainer.run_dir"},  // checkpoints go to <run_dir>/checkpoints
+    {"trainer.max_actor_ckpt_to_keep", "trainer.max_ckpt_to_keep"},
+    {"actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.grad_clip"},
+    {"actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.optim.grad_clip"},
+    {"critic.grad_clip", "critic.optim.grad_clip"},
+    {"critic.optim.clip_grad", "critic.optim.grad_clip"},
+    // hybridflow's micro-batch sizes count samples per process, which is verl's *_per_gpu.
+    {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_micro_batch_size"},
+    {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size"},
+    {"critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size"},
+    {"reward_model.micro_batch_size_per_gpu", "reward_model.micro_batch_size"},
+};
+
+constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
+constexpr const char* kRollout = "hybridflow's own engine generates; there is no vLLM / SGLang server";
+constexpr const char* kPython = "only verl's Python stack (FSDP, vLLM, Ray, torch.compile, ...) reads it";
+constexpr const char* kNotYet = "not supported by hybridflow: only verl's default is accepted";
+
+// Accepted and dropped. `accepted` lists the values that keep verl's meaning here: verl's default where
+// the feature is missing in hybridflow, so a config that relies on it fails instead of training otherwise.
+struct IgnoredKey {
+  const char* key;
+  const char* accepted;
+  const char* note;
+};
+const IgnoredKey kIgnored[] = {
+    // Which engine runs each role: hybridflow has one.
+    {"actor_rollout_ref.actor.strategy", "fsdp|fsdp2|megatron", kEngine},
+    {"actor_rollout_ref.ref.strategy", "fsdp|fsdp2|megatron", kEngine},
+    {"critic.strategy", "fsdp|fsdp2|megatron", kEngine},
+    {"reward_model.strategy", "fsdp|fsdp2|megatron", kEngine},
+    {"actor_rollout_ref.rollout.name", "hf|vllm|sglang", kRollout},
+    {"actor_rollout_ref.rollout.mode", "sync|async", kRollout},
+    {"reward_model.rollout", "", kRollout},
+    {"actor_rollout_ref.hybrid_engine", "true", "hybridflow always colocates actor, rollout and reference"},
+    // FSDP / Megatron / kernel settings of verl's Python workers.
+    {"actor_rollout_ref.actor.fsdp_config", "", kPython},
+    {"actor_rollout_ref.ref.fsdp_config", "", kPython},
+    {"critic.model.fsdp_config", "", kPython},
+    {"reward_model.model.fsdp_config", "", kPython},
+    {"actor_rollout_ref.actor.checkpoint", "", kPython},
+    {"critic.checkpoint", "", kPython},
+    {"actor_rollout_ref.actor.profiler", "", kPython},
+    {"actor_rollout_ref.ref.profiler", "", kPython},
+    {"actor_rollout_ref.rollout.profiler", "", kPython},
+    {"critic.profiler", "", kPython},
+    {"reward_model.profiler", "", kPython},
+    {"global_profiler", "", kPython},
+    {"actor_rollout_ref.actor.router_replay", "", kPython},
+    {"actor_rollout_ref.ref.router_replay", "", kPython},
+    {"actor_rollout_ref.actor.use_torch_compile", "", kPython},
+    {"actor_rollout_ref.ref.use_torch_compile", "", kPython},
+    {"actor_rollout_ref.actor.use_fused_kernels", "", kPython},
+    {"actor_rollout_ref.actor.use_remove_padding", "", kPython},
+    {"actor_rollout_ref.actor.ulysses_sequence_parallel_size", "", kPython},
+    {"actor_rollout_ref.ref.ulysses_sequence_parallel_size", "", kPython},
+    {"critic.ulysses_sequence_parallel_size", "", kPython},
+    {"reward_model.ulysses_sequence_parallel_size", "", kPython},
+    {"actor_rollout_ref.actor.entropy_from_logits_with_chunking", "", kPython},
+    {"actor_rollout_ref.ref.entropy_from_logits_with_chunking", "", kPython},
+    {"actor_rollout_ref.actor.entropy_checkpointing", "", kPython},
+    {"actor_rollout_ref.ref.entropy_checkpointing", "", kPython},
+    {"actor_rollout_ref.actor.use_dynamic_bsz", "", kPython},
+    {"actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "", kPython},
+    {"actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "", kPython},
+    {"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", "", kPython},
+    {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "", kPython},
+    {"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "", kPython},
+    {"critic.use_dynamic_bsz", "", kPython},
+    {"critic.ppo_max_token_len_per_gpu", "", kPython},
+    {"critic.forward_max_token_len_per_gpu", "", kPython},
+    {"critic.forward_micro_batch_size", "", kPython},
+    {"critic.forward_micro_batch_size_per_gpu", "", kPython},
+    {"reward_model.use_dynamic_bsz", "", kPython},
+    {"reward_model.forward_max_token_len_per_gpu", "", kPython},
+    {"actor_rollout_ref.actor.rollout_n", "", kPython},
+    {"actor_rollout_ref.ref.rollout_n", "", kPython},
+    {"critic.rollout_n", "", kPython},
+    {"actor_rollout_ref.actor.data_loader_seed", "", kPython},
+    {"critic.data_loader_seed", "", kPython},
+    {"actor_rollout_ref.actor.calculate_entropy", "", kPython},
+    {"actor_rollout_ref.actor.calculate_sum_pi_squared", "", kPython},
+    {"actor_rollout_ref.actor.sum_pi_squared_checkpointing", "", kPython},
+    {"actor_rollout_ref.actor.use_prefix_grouper", "", kPython},
+    {"actor_rollout_ref.actor.freeze_vision_tower", "", kPython},
+    {"actor_rollout_ref.nccl_timeout", "", kPython},
+    {"critic.enable", "", kPython},  // verl's switch: hybridflow starts a critic exactly for adv_estimator gae
+    // Optimizer: AdamW with hybridflow's own schedule.
+    {"actor_rollout_ref.actor.optim.optimizer", "AdamW", "hybridflow trains with AdamW"},
+    {"critic.optim.optimizer", "AdamW", "hybridflow trains with AdamW"},
+    {"actor_rollout_ref.actor.optim.optimizer_impl", "", kPython},
+    {"critic.optim.optimizer_impl", "", kPython},
+    {"actor_rollout_ref.actor.optim.override_optimizer_config", "", kPython},
+    {"critic.optim.override_optimizer_config", "", kPython},
+    {"actor_rollout_ref.actor.optim.betas", "", "hybridflow's AdamW uses betas (0.9, 0.999), verl's default"},
+    {"critic.optim.betas", "", "hybridflow's AdamW uses betas (0.9, 0.999), verl's default"},
+    {"actor_rollout_ref.actor.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
+    {"critic.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
+    // Learning-rate schedule keys other engineers are adding to the schema; until then, verl's meaning is lost.
+    {"actor_rollout_ref.actor.optim.lr_warmup_steps", "", "use optim.warmup_steps"},
+    {"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "", "use optim.warmup_steps"},
+    {"actor_rollout_ref.actor.optim.warmup_style", "", "use optim.warmup_steps"},
+    {"actor_rollout_ref.actor.optim.lr_scheduler_type", "", "use optim.warmup_steps"},
+    {"actor_rollout_ref.actor.optim.min_lr_ratio", "", "use optim.warmup_steps"},
+    {"actor_rollout_ref.actor.optim.total_training_steps", "", "derived from trainer.total_steps"},
+    {"critic.optim.lr_warmup_steps", "", "use optim.warmup_steps"},
+    {"critic.optim.lr_warmup_steps_ratio", "", "use optim.warmup_steps"},
+    {"critic.optim.warmup_style", "", "use optim.warmup_steps"},
+    {"critic.optim.lr_scheduler_type", "", "use optim.warmup_steps"},
+    {"critic.optim.min_lr_ratio", "", "use optim.warmup_steps"},
+    {"critic.optim.total_training_steps", "", "derived from trainer.total_steps"},
+    {"actor_rollout_ref.ref.log_prob_micro_batch_size", "", "the reference scores in rollout.log_prob_micro_batch_size rows"},
+    {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "", "the reference scores in rollout.log_prob_micro_batch_size rows"},
+    // Loss variants hybridflow lacks: verl's default only.
+    {"actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla", kNotYet},
+    {"actor_rollout_ref.actor.policy_loss", "", "used only by loss modes other than vanilla"},
+    {"actor_rollout_ref.actor.loss_scale_factor", "null", kNotYet},
+    {"actor_rollout_ref.actor.tau_pos", "", "used only by other loss modes"},
+    {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},
+    {"algorithm.use_pf_ppo", "false", kNotYet},
+    {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
+    {"algorithm.rollout_correction.rollout_is", "null", kNotYet},
+    {"algorithm.rollout_correction.rollout_rs", "null", kNotYet},
+    {"algorithm.rollout_correction.bypass_mode", "false", kNotYet},
+    {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
+    {"algorithm.filter_groups.enable", "false", kNotYet},
+    {"algorithm.filter_groups", "", "used only with filter_groups.enable"},
+    {"data.gen_batch_size", "", "used only with algorithm.filter_groups"},
+    {"reward_model.overlong_buffer.enable", "false", kNotYet},
+    {"reward_model.overlong_buffer", "", "used only with overlong_buffer.enable"},
+    {"trainer.critic_warmup", "0", kNotYet},
+    {"trainer.val_only", "false", kNotYet},
+    // Model loading options of HF transformers / PEFT.
+    {"actor_rollout_ref.model.lora_rank", "0", "LoRA is not supported by hybridflow"},
+    {"critic.model.lora_rank", "0", "LoRA is not supported by hybridflow"},
+    {"actor_rollout_ref.model.lora_alpha", "", "used only with LoRA"},
+    {"actor_rollout_ref.model.target_modules", "", "used only with LoRA"},
+    {"actor_rollout_ref.model.exclude_modules", "", "used only with LoRA"},
+    {"actor_rollout_ref.model.lora_adapter_path", "null", "LoRA is not supported by hybridflow"},
+    {"critic.model.lora_alpha", "", "used only with LoRA"},
+    {"critic.model.target_modules", "", "used only with LoRA"},
+    {"actor_rollout_ref.model.hf_config_path", "null", "the model directory's config.json is read"},
+    {"actor_rollout_ref.model.tokenizer_path", "null", "the model directory's tokenizer is read"},
+    {"critic.model.tokenizer_path", "", "the actor's tokenizer is used"},
+    {"reward_model.model.input_tokenizer", "", "the actor's tokenizer is used"},
+    {"actor_rollout_ref.model.custom_chat_template", "null", "the model directory's chat template is used"},
+    {"actor_rollout_ref.model.override_config", "", kPython},
+    {"critic.model.override_config", "", kPython},
+    {"reward_model.model.override_config", "", kPython},
+    {"actor_rollout_ref.model.external_lib", "null", kPython},
+    {"critic.model.external_lib", "", kPython},
+    {"reward_model.model.external_lib", "", kPython},
+    {"actor_rollout_ref.model.trust_remote_code", "", kPython},
+    {"critic.model.trust_remote_code", "", kPython},
+    {"reward_model.model.trust_remote_code", "", kPython},
+    {"actor_rollout_ref.model.use_shm", "", kPython},
+    {"critic.model.use_shm", "", kPython},
+    {"reward_model.model.use_shm", "", kPython},
+    {"actor_rollout_ref.model.enable_gradient_checkpointing", "", kPython},
+    {"critic.model.enable_gradient_checkpointing", "", kPython},
+    {"actor_rollout_ref.model.enable_activation_offload", "", kPython},
+    {"critic.model.enable_activation_offload", "", kPython},
+    {"actor_rollout_ref.model.use_remove_padding", "", kPython},
+    {"critic.model.use_remove_padding", "", kPython},
+    {"reward_model.model.use_remove_padding", "", kPython},
+    {"actor_rollout_ref.model.use_liger", "", kPython},
+    {"actor_rollout_ref.model.use_fused_kernels", "", kPython},
+    {"reward_model.model.use_fused_kernels", "", kPython},
+    {"actor_rollout_ref.model.fused_kernel_options", "", kPython},
+    {"actor_rollout_ref.model.tiled_mlp", "", kPython},
+    {"critic.model.tiled_mlp", "", kPython},
+    {"actor_rollout_ref.model.mtp", "", "multi-token prediction is not supported by hybridflow"},
+    // vLLM / SGLang server settings.
+    {"actor_rollout_ref.rollout.prompt_length", "", "prompts are limited by data.max_prompt_length"},
+    {"actor_rollout_ref.rollout.gpu_memory_utilization", "", kRollout},
+    {"actor_rollout_ref.rollout.enforce_eager", "", kRollout},
+    {"actor_rollout_ref.rollout.cudagraph_capture_sizes", "", kRollout},
+    {"actor_rollout_ref.rollout.free_cache_engine", "", kRollout},
+    {"actor_rollout_ref.rollout.data_parallel_size", "", "rollout data parallelism follows actor_rollout_ref.num_processes"},
+    {"actor_rollout_ref.rollout.expert_parallel_size", "1", "hybridflow's models have no experts"},
+    {"actor_rollout_ref.rollout.max_num_batched_tokens", "", kRollout},
+    {"actor_rollout_ref.rollout.max_model_len", "", kRollout},
+    {"actor_rollout_ref.rollout.max_num_seqs", "", kRollout},
+    {"actor_rollout_ref.rollout.enable_chunked_prefill", "", kRollout},
+    {"actor_rollout_ref.rollout.enable_prefix_caching", "", kRollout},
+    {"actor_rollout_ref.rollout.logprobs_mode", "", kRollout},
+    {"actor_rollout_ref.rollout.scheduling_policy", "", kRollout},
+    {"actor_rollout_ref.rollout.load_format", "", kRollout},
+    {"actor_rollout_ref.rollout.disable_log_stats", "", kRollout},
+    {"actor_rollout_ref.rollout.multi_stage_wake_up", "", kRollout},
+    {"actor_rollout_ref.rollout.engine_kwargs", "", kRollout},
+    {"actor_rollout_ref.rollout.checkpoint_engine", "", kRollout},
+    {"actor_rollout_ref.rollout.trace", "", kRollout},
+    {"actor_rollout_ref.rollout.prometheus", "", kRollout},
+    {"actor_rollout_ref.rollout.agent", "", kRollout},
+    {"actor_rollout_ref.rollout.skip_tokenizer_init", "", kRollout},
+    {"actor_rollout_ref.rollout.layered_summon", "", kRollout},
+    {"actor_rollout_ref.rollout.calculate_log_probs", "", "old log-probs are always recomputed by the actor"},
+    {"actor_rollout_ref.rollout.enable_rollout_routing_replay", "false", "hybridflow's models have no experts"},
+    {"actor_rollout_ref.rollout.quantization", "null", "quantized rollout is not supported by hybridflow"},
+    {"actor_rollout_ref.rollout.quantization_config_file", "null", "quantized rollout is not supported by hybridflow"},
+    {"actor_rollout_ref.rollout.do_sample", "true", "training rollouts always sample"},
+    {"actor_rollout_ref.rollout.ignore_eos", "false", kNotYet},
+    {"actor_rollout_ref.rollout.over_sample_rate", "0", kNotYet},
+    {"actor_rollout_ref.rollout.skip_rollout", "false", kNotYet},
+    {"actor_rollout_ref.rollout.skip_dump_dir", "", "used only with skip_rollout"},
+    {"actor_rollout_ref.rollout.multi_turn.enable", "false", "multi-turn rollouts are not supported by hybridflow"},
+    {"actor_rollout_ref.rollout.multi_turn", "", "used only with multi_turn.enable"},
+    {"actor_rollout_ref.rollout.mtp", "", "multi-token prediction is not supported by hybridflow"},
+    // Validation runs greedy, one response per prompt: verl's val_kwargs defaults.
+    {"actor_rollout_ref.rollout.val_kwargs.do_sample", "false", "validation is greedy (trainer.test_freq)"},
+    {"actor_rollout_ref.rollout.val_kwargs.n", "1", "validation is greedy (trainer.test_freq)"},
+    {"actor_rollout_ref.rollout.val_kwargs", "", "validation is greedy (trainer.test_freq)"},
+    // Data loading options of verl's RLHFDataset (docs/data.md says which columns hybridflow reads).
+    {"data.tokenizer", "null", "the actor model's tokenizer is used"},
+    {"data.use_shm", "", kPython},
+    {"data.train_max_samples", "-1", kNotYet},
+    {"data.val_max_samples", "", "data.test_size held-out prompts are scored"},
+    {"data.prompt_key", "prompt", "hybridflow reads verl's 'prompt' column"},
+    {"data.reward_fn_key", "data_source", "hybridflow reads verl's 'data_source' column"},
+    {"data.val_batch_size", "", kPython},
+    {"data.tool_config_path", "null", "multi-turn rollouts are not supported by hybridflow"},
+    {"data.return_raw_input_ids", "", kPython},
+    {"data.return_raw_chat", "", kPython},
+    {"data.return_full_prompt", "", kPython},
+    {"data.return_multi_modal_inputs", "", kPython},
+    {"data.seed", "", "prompt order follows trainer.seed"},
+    {"data.dataloader_num_workers", "", kPython},
+    {"data.image_patch_size", "", "multi-modal data is not supported by hybridflow"},
+    {"data.image_key", "", "multi-modal data is not supported by hybridflow"},
+    {"data.video_key", "", "multi-modal data is not supported by hybridflow"},
+    {"data.validation_shuffle", "", kPython},
+    {"data.filter_overlong_prompts_workers", "", kPython},
+    {"data.trust_remote_code", "", kPython},
+    {"data.custom_cls.path", "null", "custom dataset classes are Python"},
+    {"data.custom_cls", "", "custom dataset classes are Python"},
+    {"data.sampler.class_path", "null", "custom samplers are Python"},
+    {"data.sampler", "", "custom samplers are Python"},
+    {"data.datagen.path", "null", "dataset generators are Python"},
+    {"data.datagen", "", "dataset generators are Python"},
+    {"data.apply_chat_template_kwargs", "", kPython},
+    // Reward: hybridflow scores with reward.* (docs/rewards.md), not Python reward managers.
+    {"reward_manager", "", "rewards come from reward.* (docs/rewards.md)"},
+    {"custom_reward_function.path", "null", "a Python compute_score: serve it with reward.type command or http"},
+    {"custom_reward_function", "", "rewards come from reward.* (docs/rewards.md)"},
+    {"reward_model.reward_manager", "", "rewards come from reward.* (docs/rewards.md)"},
+    {"reward_model.reward_loop_source", "", kPython},
+    {"reward_model.reward_loop_module_path", "", kPython},
+    {"reward_model.reward_loop_class_name", "", kPython},
+    {"reward_model.launch_reward_fn_async", "", kPython},
+    {"reward_model.sandbox_fusion", "", kPython},
+    {"reward_model.use_reward_loop", "", kPython},
+    {"reward_model.num_workers", "", kPython},
+    {"reward_model.enable_resource_pool", "", "hybridflow places the reward model with trainer.colocate"},
+    {"reward_model.n_gpus_per_node", "", "use reward_model.num_processes"},
+    {"reward_model.nnodes", "", "use reward_model.num_processes"},
+    {"reward_model.max_length", "", kPython},
+    // Trainer and cluster settings of verl's Ray driver.
+    {"trainer.balance_batch", "", kPython},
+    {"trainer.log_val_generations", "", kPython},
+    {"trainer.rollout_data_dir", "null", "dumping rollouts is not supported by hybridflow"},
+    {"trainer.validation_data_dir", "null", "dumping validation generations is not supported by hybridflow"},
+    {"trainer.val_before_train", "", "validation runs every trainer.test_freq steps"},
+    {"trainer.esi_redundant_time", "", kPython},
+    {"trainer.default_hdfs_dir", "null", "HDFS is not supported by hybridflow"},
+    {"trainer.del_local_ckpt_after_load", "", kPython},
+    {"trainer.max_critic_ckpt_to_keep", "", "trainer.max_ckpt_to_keep covers all roles"},
+    {"trainer.ray_wait_register_center_timeout", "", kPython},
+    {"trainer.use_legacy_worker_impl", "", kPython},
+    {"trainer.npu_profile", "", kPython},
+    {"ray_kwargs", "", kPython},
+    {"ray_init", "", kPython},
+    {"transfer_queue", "", kPython},
+    // Hydra's own entries in a config file, and every _target_ (a Python class to instantiate).
+    {"defaults", "", "Hydra composition: write the full config"},
+    {"hydra", "", kPython},
+    {"**._target_", "", kPython},
+};
+
+KeyCompat build() {
+  KeyCompat compat;
+  for (const auto& [from, to] : kAliases) compat.aliases.emplace_back(from, to);
+  for (const auto& k : kIgnored) compat.ignored.push_back({k.key, k.accepted, k.note});
+  compat.null_keeps_default = true;
+  return compat;
+}
+
+}  // namespace
+
+const KeyCompat& verl_key_compat() {
+  static const KeyCompat compat = build();
+  return compat;
+}
+
+}  // namespace hybridflow
