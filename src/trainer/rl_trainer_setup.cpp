@@ -73,6 +73,11 @@ void check_numbers(const Config& config) {
   HF_CHECK(response_length > 0,
            rollout.is_null("response_length") ? "data.max_response_length" : "actor_rollout_ref.rollout.response_length",
            " must be > 0, got ", response_length);
+  if (config.get<bool>("reward_model.overlong_buffer.enable")) {
+    const int64_t len = config.get<int64_t>("reward_model.overlong_buffer.len");
+    HF_CHECK(len > 0 && len <= response_length, "reward_model.overlong_buffer.len must be in (0, ", response_length,
+             "] (the response budget) when the overlong buffer is enabled, got ", len);
+  }
   for (const char* key : {"actor_rollout_ref.actor.ppo_epochs", "critic.ppo_epochs"}) {
     const int64_t v = config.get<int64_t>(key);
     HF_CHECK(v > 0, key, " must be > 0, got ", v);

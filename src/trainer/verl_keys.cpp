@@ -9,7 +9,7 @@ namespace hybridflow {
 namespace {
 
 // verl key -> hybridflow key. Used only while the schema lacks the verl key, so when hybridflow gains
-// verl's own key (e.g. ppo_micro_batch_size_per_gpu) that key wins and its alias falls silent.
+// verl's own key that key wins and its alias falls silent.
 const std::pair<const char*, const char*> kAliases[] = {
     {"actor_rollout_ref.model.path", "model.path"},
     {"critic.model.path", "critic.model_path"},
@@ -23,11 +23,6 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.optim.grad_clip"},
     {"critic.grad_clip", "critic.optim.grad_clip"},
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
-    // hybridflow's micro-batch sizes count samples per process, which is verl's *_per_gpu.
-    {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_micro_batch_size"},
-    {"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.log_prob_micro_batch_size"},
-    {"critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size"},
-    {"reward_model.micro_batch_size_per_gpu", "reward_model.micro_batch_size"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
@@ -88,8 +83,6 @@ const IgnoredKey kIgnored[] = {
     {"critic.use_dynamic_bsz", "", kPython},
     {"critic.ppo_max_token_len_per_gpu", "", kPython},
     {"critic.forward_max_token_len_per_gpu", "", kPython},
-    {"critic.forward_micro_batch_size", "", kPython},
-    {"critic.forward_micro_batch_size_per_gpu", "", kPython},
     {"reward_model.use_dynamic_bsz", "", kPython},
     {"reward_model.forward_max_token_len_per_gpu", "", kPython},
     {"actor_rollout_ref.actor.rollout_n", "", kPython},
@@ -115,25 +108,7 @@ const IgnoredKey kIgnored[] = {
     {"critic.optim.betas", "", "hybridflow's AdamW uses betas (0.9, 0.999), verl's default"},
     {"actor_rollout_ref.actor.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
     {"critic.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
-    // Learning-rate schedule keys other engineers are adding to the schema; until then, verl's meaning is lost.
-    {"actor_rollout_ref.actor.optim.lr_warmup_steps", "", "use optim.warmup_steps"},
-    {"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "", "use optim.warmup_steps"},
-    {"actor_rollout_ref.actor.optim.warmup_style", "", "use optim.warmup_steps"},
-    {"actor_rollout_ref.actor.optim.lr_scheduler_type", "", "use optim.warmup_steps"},
-    {"actor_rollout_ref.actor.optim.min_lr_ratio", "", "use optim.warmup_steps"},
-    {"actor_rollout_ref.actor.optim.total_training_steps", "", "derived from trainer.total_steps"},
-    {"critic.optim.lr_warmup_steps", "", "use optim.warmup_steps"},
-    {"critic.optim.lr_warmup_steps_ratio", "", "use optim.warmup_steps"},
-    {"critic.optim.warmup_style", "", "use optim.warmup_steps"},
-    {"critic.optim.lr_scheduler_type", "", "use optim.warmup_steps"},
-    {"critic.optim.min_lr_ratio", "", "use optim.warmup_steps"},
-    {"critic.optim.total_training_steps", "", "derived from trainer.total_steps"},
-    {"actor_rollout_ref.ref.log_prob_micro_batch_size", "", "the reference scores in rollout.log_prob_micro_batch_size rows"},
-    {"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "", "the reference scores in rollout.log_prob_micro_batch_size rows"},
     // Loss variants hybridflow lacks: verl's default only.
-    {"actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla", kNotYet},
-    {"actor_rollout_ref.actor.policy_loss", "", "used only by loss modes other than vanilla"},
-    {"actor_rollout_ref.actor.loss_scale_factor", "null", kNotYet},
     {"actor_rollout_ref.actor.tau_pos", "", "used only by other loss modes"},
     {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},
     {"algorithm.use_pf_ppo", "false", kNotYet},
@@ -142,11 +117,6 @@ const IgnoredKey kIgnored[] = {
     {"algorithm.rollout_correction.rollout_rs", "null", kNotYet},
     {"algorithm.rollout_correction.bypass_mode", "false", kNotYet},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
-    {"algorithm.filter_groups.enable", "false", kNotYet},
-    {"algorithm.filter_groups", "", "used only with filter_groups.enable"},
-    {"data.gen_batch_size", "", "used only with algorithm.filter_groups"},
-    {"reward_model.overlong_buffer.enable", "false", kNotYet},
-    {"reward_model.overlong_buffer", "", "used only with overlong_buffer.enable"},
     {"trainer.critic_warmup", "0", kNotYet},
     {"trainer.val_only", "false", kNotYet},
     // Model loading options of HF transformers / PEFT.

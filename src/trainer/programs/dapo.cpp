@@ -38,7 +38,8 @@ nlohmann::json dapo(RLStages& rl) {
              "task less uniform for this policy");
     Generation g = rl.generate(rl.next_prompts(per_round));
     const at::Tensor scores = rl.score(g);
-    const at::Tensor rows = algo::rows_of_varied_groups(scores, n);  // indices of rows in kept groups
+    const at::Tensor group = at::arange(scores.size(0) / n, at::kLong).repeat_interleave(n);
+    const at::Tensor rows = algo::dynamic_sampling_keep(scores, group).nonzero().view(-1);  // rows of kept groups
     ++rounds;
     seen += per_round;
     if (rows.numel() == 0) continue;
