@@ -7,14 +7,18 @@
 #include <cmath>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
 #include "support/tiny_rl_config.h"
 
 using namespace hybridflow;
 using hybridflow::testing::error_of;
 using hybridflow::testing::tiny_rl_overrides;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
 
 namespace {
 

@@ -192,7 +192,7 @@ TEST(RlTrainer, GrpoRaisesARareRewardFromAnExternalScorer) {
       "", tiny_rl_overrides("grpo", {"reward.type=command", scorer, "data.train_batch_size=4",
                                      "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.response_length=2",
                                      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                     "actor_rollout_ref.actor.ppo_micro_batch_size=32",
+                                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
                                      "actor_rollout_ref.actor.optim.lr=3e-2", "actor_rollout_ref.actor.ppo_epochs=2",
                                      "trainer.total_steps=12"})));
   std::vector<double> scores;

@@ -30,6 +30,8 @@ Config load_rl_config(const std::string& user_file, const std::vector<std::strin
 // data.max_response_length (verl's rollout.response_length defaults to it the same way).
 int64_t rl_response_length(const Config& config);
 
+class TrainerStages;  // the stages a step's program runs in (src/trainer/rl_stages.h)
+
 class RLTrainer {
  public:
   // Builds the data and tokenizer, starts the worker pools and creates the worker groups. Error on a bad config.
@@ -62,6 +64,7 @@ class RLTrainer {
   double parameter_sq_norm(const std::string& role);
 
  private:
+  friend class TrainerStages;
   struct State;
   std::unique_ptr<State> s_;
 };
