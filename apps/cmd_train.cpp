@@ -1,4 +1,4 @@
-// `hybridflow train`: an RL run (PPO, GRPO, RLOO, REINFORCE++, ReMax) from a YAML config plus dotted
+// `hybridflow train`: an RL run (one of the algorithm programs, trainer/rl_program.h) from a YAML config plus dotted
 // overrides. The controller runs in this process; worker groups are spawned as child processes of
 // this same binary (see main.cpp's worker mode).
 #include <string>
@@ -14,7 +14,8 @@ namespace hybridflow::cli {
 void add_train_command(CLI::App& app, Action& action) {
   auto config_file = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus)");
+  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus; "
+                                             "algorithm.program: auto | ppo | grpo | rloo | remax | reinforce_plus_plus | safe_rlhf | dapo)");
   cmd->add_option("-c,--config", *config_file, "YAML config (examples/*.yaml; keys: docs/configuration.md)");
   cmd->add_option("overrides", *overrides,
                   "dotted overrides, e.g. algorithm.adv_estimator=grpo trainer.total_steps=20 trainer.save_freq=10; "

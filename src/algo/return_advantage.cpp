@@ -8,17 +8,19 @@
 namespace hybridflow::algo {
 namespace {
 
-// REINFORCE++ (verl's compute_reinforce_plus_plus_outcome_advantage): G_t = r_t + gamma G_{t+1}, and a
-// masked position resets the sum after it, so a valid token before a gap sees none of the rewards behind
-// it. verl stores r_t + gamma G_{t+1} at the masked position itself; that value is never used (whitening
-// and the loss skip it), and here it is 0 like every padded output.
-at::Tensor discounted_return_reset_at_gaps(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
+// REINFORCE++: G_t = r_t + gamma G_{t+1} over the valid tokens. A masked span inside the response (a tool or
+// observation in a multi-turn rollout) is skipped: the running return carries across it undiscounted, so the
+// tokens before it still see the outcome reward. verl's compute_reinforce_plus_plus_outcome_advantage
+// restarts the sum at a masked position instead; the two agree on every mask without such gaps (trailing
+// padding leaves the running return 0 either way). Masked outputs are 0.
+at::Tensor discounted_return_across_gaps(const at::Tensor& rewards, const at::Tensor& mask, double gamma) {
   auto returns = torch::zeros_like(rewards);
   auto running = torch::zeros({rewards.size(0)}, rewards.options());
   for (int64_t t = rewards.size(1) - 1; t >= 0; --t) {
-    auto m = mask.select(1, t);
-    running = (rewards.select(1, t) + gamma * running) * m;
-    returns.select(1, t).copy_(running);
+    auto valid = mask.select(1, t) != 0;
+    auto reward = torch::where(valid, rewards.select(1, t), torch::zeros_like(running));
+    running = torch::where(valid, reward + gamma * running, running);
+    returns.select(1, t).copy_(torch::where(valid, running, torch::zeros_like(running)));
   }
   return returns;
 }
@@ -53,7 +55,7 @@ AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in) 
   torch::NoGradGuard no_grad;
   auto rewards = detail::as_float(in.token_level_rewards);
   auto mask = in.response_mask.to(rewards.scalar_type());
-  auto returns = discounted_return_reset_at_gaps(rewards, mask, in.gamma);
+  auto returns = discounted_return_across_gaps(rewards, mask, in.gamma);
   return {masked_whiten(returns, mask), returns};
 }
 

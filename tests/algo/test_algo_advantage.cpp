@@ -218,17 +218,22 @@ TEST(AlgoRemax, ReturnCarriesAcrossAMaskedSpan) {
   EXPECT_ROWS_NEAR(to_rows(out.advantages), (Rows{{4, 0, 3, 1}}), 1e-6);
 }
 
-TEST(AlgoReinforcePlusPlus, ReturnRestartsAtAMaskedPositionLikeVerl) {
-  // gamma 0.5, rewards {1, 5, 2, 4}, mask {1, 0, 1, 1}. verl: G3 = 4, G2 = 2 + 0.5 * 4 = 4, then the masked
-  // t1 resets the running return, so G0 = 1 + 0.5 * 0 = 1. Returns {1, 0, 4, 4}; whitened over {1, 4, 4}:
-  // mean 3, unbiased var (4 + 1 + 1) / 2 = 3, A = {-2, 1, 1} / sqrt(3) = {-1.1547005, 0.5773503, 0.5773503}.
+TEST(AlgoReinforcePlusPlus, ReturnCarriesAcrossAMaskedSpan) {
+  // gamma 0.5, rewards {1, 5, 2, 4}, mask {1, 0, 1, 1}: G3 = 4, G2 = 2 + 0.5 * 4 = 4; the masked t1 is skipped
+  // (its reward 5 ignored, the return carried undiscounted), so G0 = 1 + 0.5 * 4 = 3. (verl restarts at t1 and
+  // gets G0 = 1.) Returns {3, 0, 4, 4}; whitened over {3, 4, 4}: mean 11/3, unbiased var
+  // (4/9 + 1/9 + 1/9) / 2 = 1/3, A = {-2/3, 1/3, 1/3} / sqrt(1/3) = {-1.1547005, 0.5773503, 0.5773503}.
   AdvantageInput in;
   in.token_level_rewards = to_tensor({{1, 5, 2, 4}});
   in.response_mask = to_tensor({{1, 0, 1, 1}});
   in.gamma = 0.5;
   auto out = compute_reinforce_plus_plus_advantage(in);
-  EXPECT_ROWS_NEAR(to_rows(out.returns), (Rows{{1, 0, 4, 4}}), 1e-6);
+  EXPECT_ROWS_NEAR(to_rows(out.returns), (Rows{{3, 0, 4, 4}}), 1e-6);
   EXPECT_ROWS_NEAR(to_rows(out.advantages), (Rows{{-1.1547005, 0, 0.5773503, 0.5773503}}), 1e-5);
+  // Trailing padding (no gap): the same as verl's restart, G = {1 + 0.5 * 2, 2, 0} = {2, 2, 0}.
+  in.token_level_rewards = to_tensor({{1, 2, 7}});
+  in.response_mask = to_tensor({{1, 1, 0}});
+  EXPECT_ROWS_NEAR(to_rows(compute_reinforce_plus_plus_advantage(in).returns), (Rows{{2, 2, 0}}), 1e-6);
 }
 
 TEST(AlgoReinforcePlusPlus, DiscountedReturnToGoWhitened) {
@@ -237,8 +242,8 @@ TEST(AlgoReinforcePlusPlus, DiscountedReturnToGoWhitened) {
   for (size_t i = 0; i < kRewards.size(); ++i) {
     double g = 0;
     for (size_t t = kRewards[i].size(); t-- > 0;) {
-      g = kMask[i][t] != 0 ? kRewards[i][t] + gamma * g : 0.0;
-      ret[i][t] = g;
+      if (kMask[i][t] != 0) g = kRewards[i][t] + gamma * g;  // a masked position is skipped, g carried
+      ret[i][t] = kMask[i][t] != 0 ? g : 0.0;
     }
   }
   AdvantageInput in;

@@ -53,8 +53,8 @@ AdvantageOutput compute_rloo_advantage(const AdvantageInput& in);
 // ReMax: returns = undiscounted reward-to-go, sum_{s >= t} m_s r_s (carried across masked spans, as verl's
 // reverse cumsum); A = returns - reward_baselines (broadcast over valid tokens).
 AdvantageOutput compute_remax_advantage(const AdvantageInput& in);
-// REINFORCE++: returns = discounted reward-to-go (gamma), restarted at 0 before each masked position (verl
-// resets its running return there); A = masked whitening of the returns.
+// REINFORCE++: returns = discounted reward-to-go (gamma) over valid tokens, carried across a masked span
+// inside the response (where verl restarts it); A = masked whitening of the returns.
 AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in);
 
 }  // namespace hybridflow::algo
