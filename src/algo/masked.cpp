@@ -27,6 +27,9 @@ at::Tensor masked_product(const at::Tensor& values, const at::Tensor& mask) {
   return torch::where(m != 0, values, torch::zeros_like(values)) * m;
 }
 
+// Rows of a [B, R] mask with at least one valid token (verl's seq_mask), as a scalar tensor.
+at::Tensor rows_with_tokens(const at::Tensor& mask) { return (mask != 0).any(1).sum(); }
+
 }  // namespace
 
 at::Tensor masked_sum(const at::Tensor& values, const at::Tensor& mask, std::optional<int64_t> dim) {
@@ -83,31 +86,31 @@ std::string to_string(LossAggMode mode) {
 
 int64_t non_empty_rows(const at::Tensor& mask) {
   HF_CHECK(mask.dim() == 2, "algo: non_empty_rows expects a [B, R] mask, got shape ", mask.sizes());
-  return (mask != 0).any(1).sum().item<int64_t>();
+  return rows_with_tokens(mask).item<int64_t>();
 }
 
 at::Tensor agg_loss(const at::Tensor& loss_mat, const at::Tensor& mask, LossAggMode mode,
                     std::optional<double> loss_scale_factor) {
   HF_CHECK(loss_mat.dim() == 2, "algo: agg_loss expects a [B, R] loss, got shape ", loss_mat.sizes());
   auto m = mask_like(loss_mat, mask);
-  // The seq-mean modes average over the rows with at least one valid token (verl's seq_mask): an
-  // all-padding row neither adds to the sum nor to the count.
-  auto rows = (m != 0).any(1).sum().to(loss_mat.scalar_type());
+  // The seq-mean modes average over the rows with at least one valid token: an all-padding row neither
+  // adds to the sum nor to the count. (Counted only in those modes: token-mean is the hot default.)
+  auto rows = [&] { return rows_with_tokens(m).to(loss_mat.scalar_type()); };
   switch (mode) {
     case LossAggMode::kTokenMean:
       return masked_mean(loss_mat, m);
     case LossAggMode::kTokenSum:
       return masked_sum(loss_mat, m);
     case LossAggMode::kSeqMeanTokenSum:
-      return safe_div(masked_sum(loss_mat, m), rows);
+      return safe_div(masked_sum(loss_mat, m), rows());
     case LossAggMode::kSeqMeanTokenMean:
       // masked_mean is 0 on an empty row, so the sum runs over the non-empty rows only.
-      return safe_div(masked_mean(loss_mat, m, -1).sum(), rows);
+      return safe_div(masked_mean(loss_mat, m, -1).sum(), rows());
     case LossAggMode::kSeqMeanTokenSumNorm: {
       // Dr. GRPO: per-row token sums over a constant length instead of each row's own length.
       const double scale = loss_scale_factor.value_or(static_cast<double>(loss_mat.size(1)));
       HF_CHECK(scale > 0, "algo: loss_scale_factor must be > 0, got ", scale);
-      return safe_div(masked_sum(loss_mat, m), rows) / scale;
+      return safe_div(masked_sum(loss_mat, m), rows()) / scale;
     }
   }
   HF_FAIL("algo: unhandled loss aggregation mode");

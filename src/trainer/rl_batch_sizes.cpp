@@ -38,7 +38,8 @@ int64_t micro_batch_rows_per_process(const Config& config, const std::string& ke
 
 void check_micro_divides_mini(int64_t mini_rows, int64_t micro_rows, const std::string& mini_key,
                               const std::string& micro_key) {
-  HF_CHECK(micro_rows <= mini_rows ? mini_rows % micro_rows == 0 : true, micro_key, " = ", micro_rows,
+  // A micro-batch larger than the mini-batch runs the whole mini-batch at once.
+  HF_CHECK(micro_rows > mini_rows || mini_rows % micro_rows == 0, micro_key, " = ", micro_rows,
            " samples per process do not divide ", mini_key, "'s ", mini_rows, " samples per process");
 }
 

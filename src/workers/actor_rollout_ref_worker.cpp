@@ -221,9 +221,7 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     return loss;
   };
   actor_->train();
-  MiniBatchPlan plan = mini_batch_plan_from_json(actor);
-  // The trainer names the RL step: the LR schedule advances once per update call, as in verl.
-  plan.schedule_step = in.meta().value("schedule_step", plan.schedule_step);
+  MiniBatchPlan plan = mini_batch_plan_from_json(actor, in.meta());
   // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
   plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);

@@ -73,9 +73,7 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
     return vl.loss;
   };
   critic_->train();
-  MiniBatchPlan plan = mini_batch_plan_from_json(critic);
-  // The trainer names the RL step: the LR schedule advances once per update call, as in verl.
-  plan.schedule_step = in.meta().value("schedule_step", plan.schedule_step);
+  MiniBatchPlan plan = mini_batch_plan_from_json(critic, in.meta());
   plan.weighting = loss_weighting_for(agg);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.

@@ -61,14 +61,14 @@ LossWeighting loss_weighting_for(algo::LossAggMode mode) {
   HF_FAIL("ppo update: unhandled loss aggregation mode ", static_cast<int>(mode));
 }
 
-MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j) {
+MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j, const nlohmann::json& call_meta) {
   MiniBatchPlan plan;
   plan.mini_batch_rows = j.value("mini_batch_rows", plan.mini_batch_rows);
   plan.micro_batch_rows = j.value("micro_batch_rows", plan.micro_batch_rows);
   plan.epochs = j.value("epochs", plan.epochs);
   plan.shuffle = j.value("shuffle", plan.shuffle);
   plan.seed = j.value("seed", plan.seed);
-  plan.schedule_step = j.value("schedule_step", plan.schedule_step);
+  plan.schedule_step = call_meta.value("schedule_step", plan.schedule_step);
   return plan;
 }
 
