@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -14,6 +15,11 @@ ProgressLine::ProgressLine(std::string label, int64_t total_steps, int64_t print
       every_(print_every < 1 ? 1 : print_every),
       tty_(::isatty(STDOUT_FILENO) != 0),
       start_(Clock::now()) {}
+
+double eta_seconds(double elapsed_s, int64_t steps_done, int64_t steps_left) {
+  if (steps_done <= 0) return NAN;
+  return elapsed_s / static_cast<double>(steps_done) * static_cast<double>(std::max<int64_t>(0, steps_left));
+}
 
 std::string ProgressLine::format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -43,7 +49,7 @@ std::string ProgressLine::render(int64_t step, const std::vector<std::pair<std::
     std::snprintf(buf, sizeof(buf), " | %.0f tok/s", static_cast<double>(tokens_total_) / elapsed);
     out << buf;
   }
-  double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : NAN;
+  const double eta = eta_seconds(elapsed, step, total_ - step);
   out << " | " << format_duration(elapsed) << " elapsed, ETA " << format_duration(eta);
   return out.str();
 }

@@ -117,8 +117,10 @@ void load_timeline(RunData& run) {
         const auto start = number_of(row, "start_s"), end = number_of(row, "end_s");
         HF_CHECK(start && end && std::isfinite(*start) && std::isfinite(*end) && *end >= *start, "timeline.jsonl line ",
                  line, " needs numbers start_s <= end_s");
-        span.start_s = *start;
-        span.end_s = *end;
+        // The trainer writes times from the step's start plus where the step starts on the wall clock.
+        const double base = number_of(row, "step_start_unix_s").value_or(0.0);
+        span.start_s = base + *start;
+        span.end_s = base + *end;
         run.timeline.push_back(std::move(span));
       },
       [&](size_t line) { run.notes.push_back("timeline.jsonl line " + std::to_string(line) + " is cut off; ignored"); });

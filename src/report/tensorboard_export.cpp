@@ -19,7 +19,9 @@ std::string indented(const std::string& text) {
   return out;
 }
 
-std::string markdown_for(const std::vector<const Sample*>& samples) {
+}  // namespace
+
+std::string samples_markdown(const std::vector<const Sample*>& samples) {
   std::string md;
   for (const Sample* s : samples) {
     if (!md.empty()) md += "\n\n---\n\n";
@@ -29,8 +31,6 @@ std::string markdown_for(const std::vector<const Sample*>& samples) {
   }
   return md;
 }
-
-}  // namespace
 
 TensorBoardExport export_run_to_tensorboard(const std::string& run_dir, const std::string& logdir) {
   const RunData run = load_run(run_dir);
@@ -49,7 +49,7 @@ TensorBoardExport export_run_to_tensorboard(const std::string& run_dir, const st
     result.scalars += values.size();
   }
   for (const auto& [step, rows] : samples) {
-    writer.add_text("samples", markdown_for(rows), step);
+    writer.add_text("samples", samples_markdown(rows), step);
     ++result.text_steps;
   }
   return result;

@@ -35,9 +35,12 @@ void WorkerGroup::start_call(const std::string& method, const DataProto& input,
     const std::string protocol = it->second;
     auto inputs = dispatch_input(protocol, input, coords_);
     auto coords = coords_;
+    const auto submitted = CallTimeline::Clock::now();
     pool_->submit(
         role_, method, std::move(inputs),
-        [promise, protocol, coords](std::vector<DataProto>&& outputs) {
+        [promise, protocol, coords, timeline = timeline_, pool = pool_->spec().name, role = role_, method,
+         submitted](std::vector<DataProto>&& outputs) {
+          if (timeline) timeline->call_finished(pool, role, method, submitted);
           auto result = std::make_shared<CallResult>();
           result->merged = collect_outputs(protocol, outputs, coords);  // a throw goes to the error path
           result->per_rank = std::move(outputs);

@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/core/progress.h"
 #include "hybridflow/report/tensorboard_writer.h"
 
 namespace hybridflow {
@@ -44,7 +45,11 @@ void StageTimer::reset() { stages_.clear(); }
 MetricsLog::MetricsLog(const std::string& run_dir, MetricsSinks sinks) {
   if (run_dir.empty()) return;
   make_dirs(run_dir);
-  if (sinks.jsonl) path_ = run_dir + "/metrics.jsonl";
+  if (sinks.jsonl) {
+    path_ = run_dir + "/metrics.jsonl";
+    samples_path_ = run_dir + "/samples.jsonl";
+    timeline_path_ = run_dir + "/timeline.jsonl";
+  }
   // A new event file per process start, as TensorBoard expects: a resumed run appends steps to the view.
   if (sinks.tensorboard) tensorboard_ = std::make_unique<report::TensorBoardWriter>(run_dir + "/tensorboard");
 }
@@ -76,9 +81,22 @@ nlohmann::json MetricsLog::end_step(int64_t step) {
   return record;
 }
 
-int64_t MetricsLog::drop_steps_after(int64_t step) {
-  if (path_.empty() || !file_exists(path_)) return 0;
-  const std::string text = read_file(path_);
+void MetricsLog::add_samples(int64_t step, const std::vector<nlohmann::json>& rows, const std::string& markdown) {
+  if (rows.empty()) return;
+  if (!samples_path_.empty()) append_jsonl(samples_path_, rows);
+  if (tensorboard_) tensorboard_->add_text("samples", markdown, step);
+}
+
+void MetricsLog::add_timeline(const std::vector<nlohmann::json>& rows) {
+  if (!timeline_path_.empty() && !rows.empty()) append_jsonl(timeline_path_, rows);
+}
+
+namespace {
+
+// Rewrites a JSON Lines file of step records without those after `step` (and without unreadable lines).
+int64_t drop_records_after(const std::string& path, int64_t step) {
+  if (path.empty() || !file_exists(path)) return 0;
+  const std::string text = read_file(path);
   std::vector<nlohmann::json> kept;
   int64_t dropped = 0;
   size_t begin = 0;
@@ -96,8 +114,16 @@ int64_t MetricsLog::drop_steps_after(int64_t step) {
     else
       ++dropped;
   }
-  if (dropped > 0) write_jsonl(path_, kept);
+  if (dropped > 0) write_jsonl(path, kept);
   return dropped;
+}
+
+}  // namespace
+
+int64_t MetricsLog::drop_steps_after(int64_t step) {
+  drop_records_after(samples_path_, step);
+  drop_records_after(timeline_path_, step);
+  return drop_records_after(path_, step);
 }
 
 namespace {
@@ -112,7 +138,7 @@ std::string format_value(const nlohmann::json& value) {
 }  // namespace
 
 std::string MetricsLog::format_progress(const nlohmann::json& record, int64_t total_steps,
-                                        const std::vector<std::string>& keys) {
+                                        const std::vector<std::string>& keys, double eta_s) {
   std::string line = "step " + (record.contains("step") ? record["step"].dump() : std::string("?"));
   if (total_steps > 0) line += "/" + std::to_string(total_steps);
   auto show = [&](const std::string& key) { line += " | " + key + " " + format_value(record[key]); };
@@ -123,6 +149,7 @@ std::string MetricsLog::format_progress(const nlohmann::json& record, int64_t to
     for (const auto& key : keys)
       if (key != "step" && record.contains(key)) show(key);
   }
+  if (!(eta_s < 0)) line += " | ETA " + ProgressLine::format_duration(eta_s);
   return line;
 }
 

@@ -26,6 +26,8 @@ const char* const kRLSchema = R"(trainer:
   log_every: 1
   logger: [console, jsonl, tensorboard]
   test_freq: 0
+  log_samples_freq: 10
+  log_samples_count: 4
   project_name: ""
   experiment_name: ""
   total_epochs: null

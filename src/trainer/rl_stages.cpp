@@ -40,7 +40,12 @@ void add_metrics(MetricsLog& m, const Future& f, const std::string& rename_prefi
 
 }  // namespace
 
-TrainerStages::TrainerStages(RLTrainer::State& s) : s_(s) {}
+TrainerStages::TrainerStages(RLTrainer::State& s)
+    : s_(s),
+      step_start_(CallSpan::Clock::now()),
+      step_start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {
+  s_.timeline->take();  // calls made between steps (evaluation, checkpoints) are not this step's
+}
 
 const Config& TrainerStages::config() const { return s_.cfg; }
 
@@ -84,7 +89,11 @@ const DataProto& TrainerStages::wait_generation(const Future& batch) {
 
 torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future& rm_score, bool log) {
   auto t = timer_.scope("reward");
-  torch::Tensor scores = to_float_tensor(s_.rule_scores(gen));
+  torch::Tensor scores;
+  {
+    ControllerSpan span(*s_.timeline, "rule_score");
+    scores = to_float_tensor(s_.rule_scores(gen));
+  }
   if (log) s_.metrics->set("score/rule_mean", mean_of(scores));
   if (rm_score.valid()) scores = scores + rm_score.get().tensor("rm_scores");
   const Config overlong = s_.cfg.subtree("reward_model.overlong_buffer");
@@ -224,6 +233,7 @@ algo::AdvantageInput TrainerStages::advantage_input(const Rollout& r, const torc
 
 algo::AdvantageOutput TrainerStages::advantage(const std::string& estimator, const algo::AdvantageInput& in) {
   auto t = timer_.scope("advantage");
+  ControllerSpan span(*s_.timeline, "advantage");
   return algo::compute_advantage(estimator, in);
 }
 
@@ -305,6 +315,8 @@ nlohmann::json TrainerStages::finish(Rollout& r) {
   const int64_t test_freq = s_.cfg.get<int64_t>("trainer.test_freq");
   if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.cfg.get<int64_t>("data.test_size") > 0)
     m.set("val/score", s_.evaluate(s_.cfg.get<int64_t>("data.test_size")));
+  log_samples(r, s_.step + 1);
+  log_timeline(s_.step + 1);
   nlohmann::json record = m.end_step(++s_.step);
   // After the metrics line: a checkpoint of step N always has step N's metrics on disk before it.
   const int64_t save_freq = s_.cfg.get<int64_t>("trainer.save_freq");

@@ -6,6 +6,22 @@
 
 namespace hybridflow {
 
+// Work the controller does itself (rule scoring, advantages) as a span of pool "controller" in the
+// step's timeline, beside the worker pools' calls. Usage: { ControllerSpan span(*s_.timeline, "advantage"); ... }
+class ControllerSpan {
+ public:
+  ControllerSpan(CallTimeline& timeline, std::string what)
+      : timeline_(timeline), what_(std::move(what)), start_(CallSpan::Clock::now()) {}
+  ~ControllerSpan() { timeline_.add({"controller", "controller", what_, start_, CallSpan::Clock::now()}); }
+  ControllerSpan(const ControllerSpan&) = delete;
+  ControllerSpan& operator=(const ControllerSpan&) = delete;
+
+ private:
+  CallTimeline& timeline_;
+  std::string what_;
+  CallSpan::Clock::time_point start_;
+};
+
 class TrainerStages final : public RLStages {
  public:
   explicit TrainerStages(RLTrainer::State& s);
@@ -40,9 +56,15 @@ class TrainerStages final : public RLStages {
   at::Tensor sequence_scores(const DataProto& gen, const Future& rm_score, bool log);
   at::Tensor sequence_costs(const DataProto& gen, const Future& cost_score);
   Rollout dispatch_readers(const Future& gen, int64_t n);
+  // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, and
+  // the step's calls per pool; `step` is the number the step's metrics record gets.
+  void log_samples(const Rollout& r, int64_t step);
+  void log_timeline(int64_t step);
 
   RLTrainer::State& s_;
   StageTimer timer_;
+  CallSpan::Clock::time_point step_start_;
+  double step_start_unix_s_ = 0;
   uint64_t sampled_generations_ = 0;
   bool finished_ = false;
 };

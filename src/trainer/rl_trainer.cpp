@@ -1,5 +1,8 @@
 #include "hybridflow/trainer/rl_trainer.h"
 
+#include <chrono>
+
+#include "hybridflow/core/progress.h"
 #include "rl_stages.h"
 
 namespace hybridflow {
@@ -20,13 +23,21 @@ nlohmann::json RLTrainer::fit() {
   const int64_t total = s.cfg.get<int64_t>("trainer.total_steps");
   const int64_t every = std::max<int64_t>(1, s.cfg.get<int64_t>("trainer.log_every"));
   nlohmann::json last;
+  // The ETA is paced by this process's steps only: a resumed run's earlier steps took no time here.
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t first_step = s.step;
   while (s.step < total) {
     last = step();
-    if (s.console_log && (s.step % every == 0 || s.step == total))
+    if (s.console_log && (s.step % every == 0 || s.step == total)) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::cerr << MetricsLog::format_progress(last, total,
-                                               {"score/mean", "val/score", "cost/mean", "lagrangian/lambda", "actor/pg_loss", "actor/entropy", "critic/vf_loss",
-                                                "response_length/mean", "timing/step_s", "perf/throughput_tokens_per_s"})
+                                               {"reward/mean", "score/mean", "val/score", "cost/mean", "lagrangian/lambda",
+                                                "actor/ref_kl", "actor/ppo_kl", "actor/entropy", "actor/pg_loss",
+                                                "critic/vf_loss", "response_length/mean", "timing/step_s",
+                                                "perf/throughput_tokens_per_s"},
+                                               eta_seconds(elapsed, s.step - first_step, total - s.step))
                 << "\n";
+    }
   }
   const bool save_at_end = s.cfg.get<bool>("trainer.save_checkpoint") || s.cfg.get<int64_t>("trainer.save_freq") > 0;
   if (save_at_end && s.last_saved_step != s.step) s.save_checkpoint();

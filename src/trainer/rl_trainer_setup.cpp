@@ -446,6 +446,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
         cm_mesh,
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "cost_model.micro_batch_size", cm_dp, 16)}}));
   }
+  for (WorkerGroup* g : {s.actor.get(), s.critic.get(), s.cost_critic.get(), s.reward_model.get(), s.cost_model.get()})
+    if (g) g->record_calls(s.timeline);
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"), s.sinks);
   if (!resume_dir.empty()) s.resume(resume_dir);
 }

@@ -19,6 +19,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/model/tokenizer.h"
+#include "hybridflow/runtime/call_timeline.h"
 #include "hybridflow/runtime/controller.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
@@ -52,6 +53,8 @@ struct RLTrainer::State {
   std::unique_ptr<RewardFunction> cost_fn;
   algo::KlController kl_ctrl = algo::KlController::fixed(0.0);
   std::unique_ptr<MetricsLog> metrics;
+  // Every worker-group call of the run, drained each step into <run_dir>/timeline.jsonl.
+  std::shared_ptr<CallTimeline> timeline = std::make_shared<CallTimeline>();
   MetricsSinks sinks;        // trainer.logger
   bool console_log = true;   // trainer.logger has console: the progress line
   // Declared before the groups so that the groups go first on destruction.

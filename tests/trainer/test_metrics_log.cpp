@@ -9,6 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/core/progress.h"
 #include "support/temp_dir.h"
 
 namespace hybridflow {
@@ -105,6 +106,21 @@ TEST(MetricsLog, FormatsProgressLines) {
   EXPECT_NE(all.find("reward/mean 0.5123"), std::string::npos) << all;
   EXPECT_NE(all.find("timing/step_s 12"), std::string::npos) << all;
   EXPECT_EQ(all.find("| step"), std::string::npos) << all;
+}
+
+TEST(MetricsLog, ProgressLineEndsWithAnEta) {
+  nlohmann::json record = {{"step", 3}, {"reward/mean", 0.5}, {"actor/ref_kl", 0.01}};
+  // 3 steps took 30 s: 7 more take 70 s.
+  EXPECT_DOUBLE_EQ(eta_seconds(30.0, 3, 7), 70.0);
+  EXPECT_DOUBLE_EQ(eta_seconds(30.0, 3, 0), 0.0);
+  EXPECT_TRUE(std::isnan(eta_seconds(0.0, 0, 10)));  // nothing done yet: unknown
+  EXPECT_EQ(MetricsLog::format_progress(record, 10, {"reward/mean", "actor/ref_kl"}, eta_seconds(30.0, 3, 7)),
+            "step 3/10 | reward/mean 0.5 | actor/ref_kl 0.01 | ETA 1m10s");
+  EXPECT_EQ(MetricsLog::format_progress(record, 10, {"reward/mean"}, eta_seconds(0.0, 0, 10)),
+            "step 3/10 | reward/mean 0.5 | ETA ?");
+  EXPECT_EQ(MetricsLog::format_progress(record, 10, {"reward/mean"}, 2 * 3600 + 5 * 60),
+            "step 3/10 | reward/mean 0.5 | ETA 2h05m");
+  EXPECT_EQ(MetricsLog::format_progress(record, 10, {"reward/mean"}), "step 3/10 | reward/mean 0.5");
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 
 namespace hybridflow {
 
+// Seconds left at the mean pace so far: `elapsed_s` took `steps_done` steps, `steps_left` remain. NaN when
+// nothing is done yet (format_duration shows it as "?").
+double eta_seconds(double elapsed_s, int64_t steps_done, int64_t steps_left);
+
 class ProgressLine {
  public:
   ProgressLine(std::string label, int64_t total_steps, int64_t print_every = 1);

@@ -22,7 +22,8 @@ struct Sample {
   std::optional<double> reward, advantage;
 };
 
-// One call of a worker pool during a step, in seconds since the run's clock origin.
+// One call of a worker pool during a step, in seconds since the run's clock origin: a row's start_s and
+// end_s, plus its step_start_unix_s when it has one (the trainer's rows are relative to their step).
 struct TimelineSpan {
   int64_t step = 0;
   std::string pool, call;

@@ -5,6 +5,9 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
+
+#include "hybridflow/report/run_data.h"
 
 namespace hybridflow::report {
 
@@ -19,6 +22,7 @@ TensorBoardExport export_run_to_tensorboard(const std::string& run_dir, const st
 
 // Samples become one text per step for TensorBoard's Text tab: reward and advantage, then prompt and
 // response in indented code blocks, which show any model output verbatim (no markdown or HTML inside is
-// interpreted).
+// interpreted). The trainer writes its samples' text with this too.
+std::string samples_markdown(const std::vector<const Sample*>& samples);
 
 }  // namespace hybridflow::report

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/runtime/call_timeline.h"
 #include "hybridflow/runtime/future.h"
 #include "hybridflow/runtime/mesh_coord.h"
 #include "hybridflow/runtime/process_pool.h"
@@ -37,6 +38,9 @@ class WorkerGroup {
   const std::vector<MeshCoord>& coords() const { return coords_; }
   const std::map<std::string, std::string>& methods() const { return methods_; }  // name -> protocol
   ProcessPool& pool() const { return *pool_; }
+  // Every call from now on (by this group or a copy made later) is recorded in `timeline` when it
+  // returns; null stops recording.
+  void record_calls(std::shared_ptr<CallTimeline> timeline) { timeline_ = std::move(timeline); }
 
  private:
   void start_call(const std::string& method, const DataProto& input,
@@ -47,6 +51,7 @@ class WorkerGroup {
   std::vector<MeshCoord> coords_;
   std::map<std::string, std::string> methods_;
   std::shared_ptr<StoreServer> store_;  // lives as long as any copy of the group
+  std::shared_ptr<CallTimeline> timeline_;
 };
 
 }  // namespace hybridflow

@@ -67,14 +67,22 @@ class MetricsLog {
   // Writes {"step": step, <name>: value, ...} as one line (append_jsonl), clears the step, returns the record.
   nlohmann::json end_step(int64_t step);
 
-  // One console line: "step 3/100 | reward/mean 0.512 | timing/step_s 1.23". Only `keys` present in
-  // `record` are shown, in the given order; empty `keys` shows every metric. total_steps <= 0 omits "/N".
+  // Rollout samples of `step` (rows of trainer/step_records.h) appended to <run_dir>/samples.jsonl, and
+  // `markdown` as the TensorBoard text "samples" at that step; each sink only when it is on.
+  void add_samples(int64_t step, const std::vector<nlohmann::json>& rows, const std::string& markdown);
+  // A step's calls per pool (rows of trainer/step_records.h) appended to <run_dir>/timeline.jsonl.
+  void add_timeline(const std::vector<nlohmann::json>& rows);
+
+  // One console line: "step 3/100 | reward/mean 0.512 | timing/step_s 1.23 | ETA 4m05s". Only `keys`
+  // present in `record` are shown, in the given order; empty `keys` shows every metric. total_steps <= 0
+  // omits "/N"; eta_s < 0 omits the ETA (NaN shows "ETA ?").
   static std::string format_progress(const nlohmann::json& record, int64_t total_steps,
-                                     const std::vector<std::string>& keys = {});
+                                     const std::vector<std::string>& keys = {}, double eta_s = -1);
 
   // For a run resumed at `step`: rewrites the file (atomically) without the records of later steps, which
   // the interrupted run wrote after its checkpoint and the resumed run will write again, and without a
-  // line cut off by the crash. Returns how many lines were dropped.
+  // line cut off by the crash; samples.jsonl and timeline.jsonl likewise. Returns how many metrics lines
+  // were dropped.
   int64_t drop_steps_after(int64_t step);
 
   // "" when in-memory only (or jsonl is off).
@@ -84,6 +92,7 @@ class MetricsLog {
 
  private:
   std::string path_;
+  std::string samples_path_, timeline_path_;  // "" when jsonl is off
   std::unique_ptr<report::TensorBoardWriter> tensorboard_;
   std::map<std::string, double> current_;
 };

@@ -1,0 +1,210 @@
+// Watching an RL run: the rollout samples (samples.jsonl and TensorBoard text) and the per-step timeline of
+// calls per worker pool (timeline.jsonl) the trainer writes beside its metrics, read back by the HTML report
+// and by the `tensorboard` package; the pure pieces (row choice, records, the call timeline) on their own.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/report/html_report.h"
+#include "hybridflow/report/run_data.h"
+#include "hybridflow/runtime/call_timeline.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/metrics_log.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/trainer/step_records.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "report/python_oracle.h"
+#include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+using hybridflow::testing::tiny_rl_overrides;
+
+namespace {
+
+using Clock = CallSpan::Clock;
+
+TEST(StepRecords, SampleRowsSpreadOverTheBatch) {
+  EXPECT_EQ(sample_rows(8, 4), (std::vector<int64_t>{0, 2, 4, 6}));  // 4 prompts x 2 responses: one each
+  EXPECT_EQ(sample_rows(10, 3), (std::vector<int64_t>{0, 3, 6}));
+  EXPECT_EQ(sample_rows(3, 10), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_TRUE(sample_rows(8, 0).empty());
+  EXPECT_TRUE(sample_rows(0, 4).empty());
+  EXPECT_FALSE(logs_samples_at(1, 2));
+  EXPECT_TRUE(logs_samples_at(2, 2));
+  EXPECT_TRUE(logs_samples_at(4, 2));
+  EXPECT_FALSE(logs_samples_at(4, 0));
+  EXPECT_FALSE(logs_samples_at(0, 1));
+}
+
+TEST(StepRecords, ASampleRecordWritesNonFiniteAsNull) {
+  RolloutSample s;
+  s.prompt = "12+7=";
+  s.response = "19";
+  s.score = 1.0;
+  s.reward = 0.75;
+  s.advantage = NAN;
+  s.response_length = 2;
+  const nlohmann::json r = sample_record(5, s);
+  EXPECT_EQ(r.at("step"), 5);
+  EXPECT_EQ(r.at("prompt"), "12+7=");
+  EXPECT_EQ(r.at("response"), "19");
+  EXPECT_EQ(r.at("score"), 1.0);
+  EXPECT_EQ(r.at("reward"), 0.75);
+  EXPECT_TRUE(r.at("advantage").is_null());
+  EXPECT_EQ(r.at("response_length"), 2);
+  const std::string md = rollout_samples_markdown({s});
+  EXPECT_NE(md.find("    19"), std::string::npos) << md;  // model output in a code block
+}
+
+TEST(CallTimeline, ACallQueuedBehindAnotherInItsPoolStartsWhenThatOneEnds) {
+  CallTimeline timeline;
+  const auto sent = Clock::now() - std::chrono::seconds(10);  // both sent at once, long ago
+  timeline.call_finished("global", "actor", "compute_log_prob", sent);
+  timeline.call_finished("global", "actor", "compute_ref_log_prob", sent);
+  timeline.call_finished("critic", "critic", "compute_values", sent);  // another pool: not queued behind them
+  const auto spans = timeline.take();
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[0].start, sent);
+  EXPECT_EQ(spans[1].start, spans[0].end);
+  EXPECT_GE(spans[1].end, spans[1].start);
+  EXPECT_EQ(spans[2].pool, "critic");
+  EXPECT_EQ(spans[2].start, sent);
+  EXPECT_TRUE(timeline.take().empty());
+
+  const auto step_start = sent;
+  const auto rows = timeline_records(3, spans, step_start, 1.7e9);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].at("call"), "actor.compute_log_prob");
+  EXPECT_EQ(rows[0].at("pool"), "global");
+  EXPECT_EQ(rows[0].at("step"), 3);
+  EXPECT_DOUBLE_EQ(rows[0].at("start_s").get<double>(), 0.0);
+  EXPECT_GE(rows[1].at("start_s").get<double>(), 10.0);
+  for (const auto& r : rows) EXPECT_LE(r.at("start_s").get<double>(), r.at("end_s").get<double>());
+}
+
+TEST(MetricsLog, AResumeDropsLaterSamplesAndTimelineRowsToo) {
+  hybridflow::testing::TempDir dir;
+  MetricsLog log(dir.path());
+  for (int64_t step = 1; step <= 3; ++step) {
+    log.add_samples(step, {{{"step", step}, {"prompt", "p"}, {"response", "r"}}}, "text");
+    log.add_timeline({{{"step", step}, {"pool", "global"}, {"call", "actor.x"}, {"start_s", 0}, {"end_s", 1}}});
+    log.set("score/mean", 0.5);
+    log.end_step(step);
+  }
+  EXPECT_EQ(log.drop_steps_after(1), 2);
+  for (const char* file : {"/metrics.jsonl", "/samples.jsonl", "/timeline.jsonl"}) {
+    const auto rows = read_jsonl(dir.path() + file);
+    ASSERT_EQ(rows.size(), 1u) << file;
+    EXPECT_EQ(rows[0].at("step"), 1) << file;
+  }
+}
+
+// The calls each step's timeline must show, as "pool role.method".
+std::map<int64_t, std::set<std::string>> calls_per_step(const std::vector<nlohmann::json>& rows) {
+  std::map<int64_t, std::set<std::string>> out;
+  for (const auto& r : rows) {
+    EXPECT_LE(r.at("start_s").get<double>(), r.at("end_s").get<double>()) << r.dump();
+    EXPECT_GE(r.at("start_s").get<double>(), 0.0) << r.dump();
+    EXPECT_GT(r.at("step_start_unix_s").get<double>(), 1e9) << r.dump();
+    out[r.at("step").get<int64_t>()].insert(r.at("pool").get<std::string>() + " " + r.at("call").get<std::string>());
+  }
+  return out;
+}
+
+TEST(RolloutSamples, GrpoWritesKSamplesEveryFreqStepsAndATimelinePerStep) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path(), "trainer.total_steps=3",
+                                     "trainer.log_samples_freq=2", "trainer.log_samples_count=3"})));
+  trainer.fit();
+
+  // Step 2 only (every 2nd of 3), 3 of its 4 rows.
+  const auto samples = read_jsonl(dir.path() + "/samples.jsonl");
+  ASSERT_EQ(samples.size(), 3u);
+  std::set<std::string> prompts;
+  for (const auto& s : samples) {
+    EXPECT_EQ(s.at("step"), 2) << s.dump();
+    for (const char* key : {"score", "reward", "advantage"}) {
+      ASSERT_TRUE(s.at(key).is_number()) << key << " in " << s.dump();
+      EXPECT_TRUE(std::isfinite(s.at(key).get<double>())) << key << " in " << s.dump();
+    }
+    EXPECT_EQ(s.at("reward"), s.at("score")) << "GRPO has no KL in the reward: " << s.dump();
+    EXPECT_GE(s.at("score").get<double>(), 0.0);
+    EXPECT_LE(s.at("score").get<double>(), 1.0);
+    const int64_t length = s.at("response_length").get<int64_t>();
+    EXPECT_GE(length, 0);
+    EXPECT_LE(length, 4);
+    EXPECT_TRUE(s.at("response").is_string());
+    EXPECT_NE(s.at("prompt").get<std::string>(), "") << s.dump();
+    prompts.insert(s.at("prompt").get<std::string>());
+  }
+  EXPECT_EQ(prompts.size(), 2u) << "the samples come from both prompts of the step";
+
+  // Every step: the actor's calls in the one colocated pool, and the controller's own work.
+  const auto per_step = calls_per_step(read_jsonl(dir.path() + "/timeline.jsonl"));
+  ASSERT_EQ(per_step.size(), 3u);
+  for (const auto& [step, calls] : per_step) {
+    for (const char* call : {"global actor.generate_sequences", "global actor.compute_log_prob",
+                             "global actor.update_actor", "controller controller.rule_score",
+                             "controller controller.advantage"})
+      EXPECT_TRUE(calls.count(call)) << "step " << step << " lacks " << call;
+  }
+
+  // The report reads both: a Gantt chart and the samples table.
+  const report::RunData run = report::load_run(dir.path());
+  EXPECT_EQ(run.samples.size(), 3u);
+  EXPECT_FALSE(run.timeline.empty());
+  for (const auto& span : run.timeline) EXPECT_GT(span.start_s, 1e9) << "placed on the wall clock";
+  report::ReportSummary summary;
+  const std::string html = report::render_html_report(dir.path(), &summary);
+  EXPECT_NE(html.find("<h2>Timeline</h2>"), std::string::npos);
+  EXPECT_NE(html.find("Rollout samples"), std::string::npos);
+  EXPECT_EQ(summary.samples, 3u);
+
+  // TensorBoard's text plugin finds the samples at step 2, and only there.
+  const auto r = hybridflow::testing::run_report_script(
+      "read_events.py", hybridflow::testing::shell_quote(dir.path() + "/tensorboard"), dir.path());
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json got = nlohmann::json::parse(r.output);
+  int texts = 0;
+  for (const auto& t : got.at("texts")) {
+    EXPECT_EQ(t[0], "samples");
+    EXPECT_EQ(t[1], 2);
+    const std::string text = t[2].get<std::string>();
+    EXPECT_NE(text.find(samples[0].at("prompt").get<std::string>()), std::string::npos) << text;
+    EXPECT_NE(text.find("**advantage**"), std::string::npos) << text;
+    ++texts;
+  }
+  EXPECT_EQ(texts, 1);
+}
+
+TEST(RolloutSamples, SeparatePoolsEachGetTheirCallsInTheTimeline) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"trainer.run_dir=" + dir.path(), "trainer.total_steps=1", "trainer.colocate=false",
+                                    "trainer.log_samples_freq=1", "trainer.log_samples_count=2",
+                                    "algorithm.use_kl_in_reward=true"})));
+  trainer.fit();
+  const auto per_step = calls_per_step(read_jsonl(dir.path() + "/timeline.jsonl"));
+  ASSERT_EQ(per_step.size(), 1u);
+  const auto& calls = per_step.at(1);
+  for (const char* call : {"actor actor.generate_sequences", "actor actor.compute_log_prob",
+                           "actor actor.compute_ref_log_prob", "actor actor.update_actor",
+                           "critic critic.compute_values", "critic critic.update_critic"})
+    EXPECT_TRUE(calls.count(call)) << "lacks " << call;
+  const auto samples = read_jsonl(dir.path() + "/samples.jsonl");
+  ASSERT_EQ(samples.size(), 2u);
+  for (const auto& s : samples)
+    for (const char* key : {"score", "reward", "advantage"})
+      EXPECT_TRUE(s.at(key).is_number() && std::isfinite(s.at(key).get<double>())) << key << " in " << s.dump();
+}
+
+}  // namespace
