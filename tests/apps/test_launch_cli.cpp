@@ -49,7 +49,7 @@ TEST(LaunchCli, MpirunRanksBecomeTheActorAndCriticPools) {
 TEST(LaunchCli, TooFewRanksForThePoolsIsAnErrorNamingTheNumbers) {
   hybridflow::testing::TempDir dir;
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(20000 + (::getpid() + 7) % 20000) + " HF_JOB_TOKEN=cli-test ";
+                          std::to_string(20000 + (::getpid() + 7) % 20000) + " HF_JOB_TOKEN=cli-test-5e0b7a93c4d2f1e86a9b7c04 ";
   // Rank 1 is released when the controller gives up; its exit code is printed for the check below.
   CommandResult r = run_shell(
       "(" + env + "RANK=1 LOCAL_RANK=1 timeout 60 " + train_args(dir.file("run")) +
