@@ -48,7 +48,8 @@ TEST(Mpirun, ThreeRanksRunAJobOnTwoPools) {
   EXPECT_EQ(p0[0]["launch_rank"], "1");
   EXPECT_EQ(p1[0]["launch_rank"], "2");
   EXPECT_NE(p0[0]["pid"], p1[0]["pid"]);
-  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"p1"}));
+  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"12"}));
+  EXPECT_EQ(result["not_allowed"]["p1"], (nlohmann::json{nullptr})) << "only allowed keys are applied";
 }
 
 TEST(Mpirun, ControllerErrorFailsTheWholeLaunch) {
