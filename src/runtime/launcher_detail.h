@@ -45,16 +45,20 @@ class Rendezvous {
  private:
   struct RankState {
     bool joined = false;
-    std::string host;
+    std::string identity;  // the ZeroMQ peer of its first authenticated join: the only one answered
+    std::string host;      // escaped for logs
     Message answer{"wait", {}, std::nullopt};
     bool final_answer = false;  // assign or release
     bool delivered = false;     // the final answer went out
   };
   void loop();
+  void reject(const Received& received, const std::string& code, const std::string& why);
 
   LaunchSettings settings_;
   zmq::context_t context_{1};
   zmq::socket_t router_{context_, zmq::socket_type::router};
+  Link link_;  // I/O thread only (after the constructor)
+  RejectLog reject_log_{"launch controller"};
   WakePipe wake_;
   std::mutex mutex_;
   std::vector<RankState> ranks_;

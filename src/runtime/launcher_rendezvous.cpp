@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/core/printable.h"
 #include "launcher_detail.h"
 
 namespace hybridflow::runtime_detail {
@@ -25,11 +26,13 @@ std::string join_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-Rendezvous::Rendezvous(const LaunchSettings& settings) : settings_(settings) {
+Rendezvous::Rendezvous(const LaunchSettings& settings)
+    : settings_(settings), link_(settings.token, "launch", kControllerEnd) {
   ranks_.resize(settings_.env.world_size);
   for (int r = 0; r < settings_.env.world_size; ++r)
     if (r != settings_.controller_rank) free_ranks_.push_back(r);
   router_.set(zmq::sockopt::linger, 1000);  // a release still queued at exit gets out
+  Link::limit(router_);
   const std::string listen = "tcp://" + settings_.bind_addr + ":" + std::to_string(settings_.rendezvous_port);
   try {
     router_.bind(listen);
@@ -39,7 +42,7 @@ Rendezvous::Rendezvous(const LaunchSettings& settings) : settings_(settings) {
             "name this host; the port from HF_RENDEZVOUS_PORT or MASTER_PORT)");
   }
   log_info("launch controller: rank ", settings_.env.rank, " of ", settings_.env.world_size, " (",
-           settings_.env.launcher, ") waits for worker ranks on ", listen, " (token from ", settings_.token_source, ")");
+           settings_.env.launcher, ") waits for worker ranks on ", listen, " (job secret from ", settings_.token_source, ")");
   io_ = std::thread([this] { loop(); });
 }
 
@@ -104,7 +107,15 @@ void Rendezvous::hand_out(const ResourcePool& spec, const std::vector<int>& rank
     for (size_t i = 0; i < ranks.size(); ++i) {
       RankState& r = ranks_[ranks[i]];
       nlohmann::json env = nlohmann::json::object();
-      for (const auto& kv : spec.env) env[kv.first] = kv.second;
+      for (const auto& kv : spec.env) {
+        if (!pool_env_key_allowed(kv.first)) {
+          if (i == 0) log_warn("launch controller: resource pool '", spec.name, "': worker environment key ", kv.first,
+                               " is not applied by launched workers (only thread counts and device selection are; "
+                               "docs/security.md); set it in the launcher's environment instead");
+          continue;
+        }
+        env[kv.first] = kv.second;
+      }
       r.answer = Message{"assign",
                          {{"pool", spec.name},
                           {"pool_rank", static_cast<int>(i)},
@@ -166,19 +177,22 @@ void Rendezvous::loop() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, std::chrono::milliseconds(100));
     wake_.drain();
-    while (auto received = try_receive(router_, true, settings_.token)) {
+    while (auto received = link_.receive(router_, true)) {
       if (!received->message) {
-        ++rejected_;
-        log_warn("launch controller: rejected a message from '", received->identity, "': ",
-                 received->rejected_reason);
+        reject(*received, received->reject_code, received->rejected_reason);
         continue;
       }
       const Message& m = *received->message;
-      const int rank = m.meta.value("rank", -1);
-      if (m.kind != "join" || rank < 0 || rank >= settings_.env.world_size || rank == settings_.controller_rank ||
-          received->identity != "launch" + std::to_string(rank)) {
-        ++rejected_;
-        log_warn("launch controller: unexpected '", m.kind, "' from '", received->identity, "'");
+      // The rank is the authenticated sender; only the worker ranks of this launch may join.
+      const int rank = received->sender;
+      if (rank >= settings_.env.world_size || rank == settings_.controller_rank) {
+        reject(*received, "unknown-rank",
+               detail::concat("rank ", rank, " is not a worker rank of this launch (world_size ",
+                              settings_.env.world_size, ", controller rank ", settings_.controller_rank, ")"));
+        continue;
+      }
+      if (m.kind != "join") {
+        reject(*received, "unexpected", "unexpected '" + printable(m.kind, 32) + "' from rank " + std::to_string(rank));
         continue;
       }
       Message reply;
@@ -187,9 +201,16 @@ void Rendezvous::loop() {
         RankState& r = ranks_[rank];
         if (!r.joined) {
           r.joined = true;
-          r.host = m.meta.value("host", "?");
-          log_debug("launch controller: rank ", rank, " joined from host ", r.host);
+          r.identity = received->identity;
+          r.host = printable(m.meta.value("host", "?"), 64);
+          log_debug("launch controller: rank ", rank, " joined from host ", r.host, " (", received->who(), ")");
+        } else if (r.identity != received->identity) {
+          reject(*received, "taken-rank",
+                 detail::concat("rank ", rank, " already joined from host ", r.host,
+                                "; a second joiner for it is refused"));
+          continue;
         }
+        link_.commit(*received);
         const int world = m.meta.value("world_size", -1);
         if (world != settings_.env.world_size) {
           reply = Message{"refuse",
@@ -203,11 +224,18 @@ void Rendezvous::loop() {
           if (r.final_answer) r.delivered = true;
         }
       }
-      send_message(router_, received->identity, settings_.token, reply);
+      link_.send(router_, received->identity, rank, reply);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) break;
   }
+}
+
+void Rendezvous::reject(const Received& received, const std::string& code, const std::string& why) {
+  ++rejected_;
+  // Per connection: a stranger opening many connections is capped by RejectLog::kMaxKeys.
+  const std::string& peer = received.identity;
+  reject_log_.note(peer, code, "rejected a message from " + received.who() + ": " + why);
 }
 
 Rendezvous* launch_rendezvous() {

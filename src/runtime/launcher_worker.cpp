@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "hybridflow/core/printable.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "launcher_detail.h"
 
@@ -20,8 +21,12 @@ int run_launched_worker(const LaunchSettings& settings) {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::routing_id, "launch" + std::to_string(rank));
+  // A random identity: kept across reconnects, and no stranger can take it before this rank connects.
+  socket.set(zmq::sockopt::routing_id, "launch" + std::to_string(rank) + "-" + random_secret().substr(0, 16));
+  Link::limit(socket);
   socket.connect(where);  // ZeroMQ keeps retrying until the controller listens
+  Link link(settings.token, "launch", rank);
+  RejectLog rejects("launch rank " + std::to_string(rank));
 
   const Message join{"join",
                      {{"rank", rank},
@@ -37,13 +42,17 @@ int run_launched_worker(const LaunchSettings& settings) {
   while (true) {
     const auto now = Clock::now();
     if (now - last_ping >= std::chrono::milliseconds(100)) {
-      send_message(socket, "", settings.token, join);
+      link.send(socket, "", kControllerEnd, join);
       last_ping = now;
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 1, std::chrono::milliseconds(50));
-    while (auto received = try_receive(socket, false, settings.token)) {
-      if (!received->message) continue;  // not from our job
+    while (auto received = link.receive(socket, false)) {
+      if (!received->message) {  // not from our job's controller
+        rejects.note(received->peer_address, received->reject_code,
+                     "rejected a message from " + received->who() + ": " + received->rejected_reason);
+        continue;
+      }
       const Message& m = *received->message;
       answered = true;
       last_answer = Clock::now();
@@ -56,8 +65,17 @@ int run_launched_worker(const LaunchSettings& settings) {
         ::setenv(kLaunchRankEnv, std::to_string(rank).c_str(), 1);
         ::setenv(kControllerAddrEnv, settings.env.master_addr.c_str(), 1);
         // The pool's worker environment (thread counts, ...): set before any library reads it.
+        // Only known keys (thread counts, device selection): even an authenticated assignment must not
+        // set PATH or LD_PRELOAD here.
         const nlohmann::json env = m.meta.value("env", nlohmann::json::object());
-        for (const auto& [key, value] : env.items()) ::setenv(key.c_str(), value.get<std::string>().c_str(), 1);
+        for (const auto& [key, value] : env.items()) {
+          if (!pool_env_key_allowed(key) || !value.is_string()) {
+            std::fprintf(stderr, "hybridflow launch rank %d: ignoring worker environment key '%s' (not an allowed "
+                         "key, see docs/security.md)\n", rank, printable(key, 64).c_str());
+            continue;
+          }
+          ::setenv(key.c_str(), value.get<std::string>().c_str(), 1);
+        }
         socket.close();
         context.close();
         return run_worker_main(0, nullptr);
@@ -72,7 +90,7 @@ int run_launched_worker(const LaunchSettings& settings) {
     const double waited = std::chrono::duration<double>(Clock::now() - (answered ? last_answer : started)).count();
     if (!answered && waited > connect_timeout_s) {
       std::fprintf(stderr, "hybridflow launch rank %d: no controller answered at %s within %.0f s "
-                   "(HF_WORKER_CONNECT_TIMEOUT_S; same HF_JOB_TOKEN on every rank?); exiting\n", rank, where.c_str(),
+                   "(HF_WORKER_CONNECT_TIMEOUT_S; the same job secret, HF_JOB_TOKEN or HF_JOB_TOKEN_FILE, on every rank?); exiting\n", rank, where.c_str(),
                    connect_timeout_s);
       return 1;
     }

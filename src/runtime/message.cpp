@@ -1,13 +1,24 @@
 #include "message.h"
 
+#include <sodium.h>
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/core/printable.h"
 
 namespace hybridflow::runtime_detail {
 namespace {
+
+constexpr char kMagic[4] = {'H', 'F', 'm', '1'};
+constexpr size_t kAuthBytes = 4 + 4 + 8 + crypto_auth_hmacsha256_BYTES;
+// DataProto tensors are few (a dozen fields); far more frames is a peer trying to exhaust memory.
+constexpr size_t kMaxFrames = 4096;
 
 zmq::message_t tensor_frame(const torch::Tensor& t) {
   const size_t bytes = t.numel() * t.element_size();
@@ -19,46 +30,196 @@ zmq::message_t tensor_frame(const torch::Tensor& t) {
 
 zmq::message_t string_frame(const std::string& s) { return zmq::message_t(s.data(), s.size()); }
 
-}  // namespace
+void put_u64(unsigned char* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint64_t get_u64(const unsigned char* in) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | in[i];
+  return v;
+}
+void put_i32(unsigned char* out, int32_t v) {
+  const auto u = static_cast<uint32_t>(v);
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>(u >> (8 * i));
+}
+int32_t get_i32(const unsigned char* in) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | in[i];
+  return static_cast<int32_t>(v);
+}
 
-void send_message(zmq::socket_t& socket, const std::string& identity, const std::string& token,
-                  const Message& message) {
-  std::vector<zmq::message_t> frames;
-  if (!identity.empty()) frames.push_back(string_frame(identity));
-  frames.push_back(string_frame(token));
-  frames.push_back(string_frame(message.kind));
-  frames.push_back(string_frame(message.meta.dump()));
-  if (message.data) {
-    auto encoded = message.data->to_frames();
-    frames.push_back(string_frame(encoded.header));
-    for (const auto& t : encoded.payloads) frames.push_back(tensor_frame(t));
+void ensure_sodium() {
+  static const bool ok = sodium_init() >= 0;
+  HF_CHECK(ok, "libsodium failed to initialise (sodium_init); messages cannot be authenticated");
+}
+
+// MAC over who talks to whom in which conversation, the sequence number and every content frame (each
+// prefixed by its length, so frame boundaries cannot be shifted).
+template <typename Frames>
+void compute_mac(const std::array<unsigned char, 32>& key, const std::string& scope, int sender, int receiver,
+                 uint64_t seq, const Frames& frames, size_t first, unsigned char* mac) {
+  crypto_auth_hmacsha256_state state;
+  crypto_auth_hmacsha256_init(&state, key.data(), key.size());
+  unsigned char head[4 + 8 + 4 + 4 + 8];
+  std::memcpy(head, kMagic, 4);
+  put_u64(head + 4, scope.size());
+  put_i32(head + 12, sender);
+  put_i32(head + 16, receiver);
+  put_u64(head + 20, seq);
+  crypto_auth_hmacsha256_update(&state, head, 4 + 8);
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(scope.data()), scope.size());
+  crypto_auth_hmacsha256_update(&state, head + 12, sizeof(head) - 12);
+  for (size_t i = first; i < frames.size(); ++i) {
+    const zmq::message_t& f = *frames[i];
+    unsigned char len[8];
+    put_u64(len, f.size());
+    crypto_auth_hmacsha256_update(&state, len, 8);
+    crypto_auth_hmacsha256_update(&state, static_cast<const unsigned char*>(f.data()), f.size());
   }
-  for (size_t i = 0; i < frames.size(); ++i) {
-    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    socket.send(frames[i], flags);
+  crypto_auth_hmacsha256_final(&state, mac);
+}
+
+std::string peer_address_of(zmq::message_t& frame) {
+  try {
+    return frame.gets("Peer-Address");
+  } catch (const zmq::error_t&) {
+    return "";  // not a TCP peer, or libzmq too old
   }
 }
 
-std::optional<Received> try_receive(zmq::socket_t& socket, bool router, const std::string& token) {
+}  // namespace
+
+size_t max_message_bytes() {
+  static const size_t limit = [] {
+    const char* text = std::getenv("HF_MAX_MESSAGE_BYTES");
+    if (text == nullptr || *text == '\0') return size_t(1) << 30;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    HF_CHECK(end != text && *end == '\0' && errno == 0 && v >= 4096 && v <= (1ull << 62),
+             "HF_MAX_MESSAGE_BYTES=", text, " must be a number of bytes >= 4096");
+    return static_cast<size_t>(v);
+  }();
+  return limit;
+}
+
+std::string random_secret() {
+  ensure_sodium();
+  unsigned char bytes[32];
+  randombytes_buf(bytes, sizeof(bytes));
+  char hex[2 * sizeof(bytes) + 1];
+  sodium_bin2hex(hex, sizeof(hex), bytes, sizeof(bytes));
+  return hex;
+}
+
+std::string Received::who() const {
+  std::string out = "peer '" + printable(identity, 64) + "'";
+  if (!peer_address.empty()) out += " at " + printable(peer_address, 64);
+  return out;
+}
+
+Link::Link(const std::string& secret, std::string scope, int self) : scope_(std::move(scope)), self_(self) {
+  ensure_sodium();
+  HF_CHECK(!secret.empty(), "message link '", scope_, "': empty job secret");
+  // The key is a hash of the secret, so the secret itself is never on the wire nor usable from a key.
+  static const char kLabel[] = "hybridflow message key v1";
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(secret.data()), secret.size());
+  crypto_auth_hmacsha256(key_.data(), reinterpret_cast<const unsigned char*>(kLabel), sizeof(kLabel) - 1, digest);
+  sodium_memzero(digest, sizeof(digest));
+}
+
+void Link::limit(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_message_bytes()));
+}
+
+void Link::send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message) {
+  std::vector<std::unique_ptr<zmq::message_t>> frames;
+  if (!identity.empty()) frames.push_back(std::make_unique<zmq::message_t>(string_frame(identity)));
+  const size_t auth_index = frames.size();
+  frames.push_back(std::make_unique<zmq::message_t>(kAuthBytes));
+  frames.push_back(std::make_unique<zmq::message_t>(string_frame(message.kind)));
+  frames.push_back(std::make_unique<zmq::message_t>(string_frame(message.meta.dump())));
+  if (message.data) {
+    auto encoded = message.data->to_frames();
+    frames.push_back(std::make_unique<zmq::message_t>(string_frame(encoded.header)));
+    for (const auto& t : encoded.payloads) frames.push_back(std::make_unique<zmq::message_t>(tensor_frame(t)));
+  }
+  const uint64_t seq = next_seq_++;
+  auto* auth = static_cast<unsigned char*>(frames[auth_index]->data());
+  std::memcpy(auth, kMagic, 4);
+  put_i32(auth + 4, self_);
+  put_u64(auth + 8, seq);
+  compute_mac(key_, scope_, self_, to, seq, frames, auth_index + 1, auth + 16);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    socket.send(*frames[i], flags);
+  }
+}
+
+std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
   std::vector<std::shared_ptr<zmq::message_t>> frames;
+  Received out;
+  size_t total = 0, count = 0;
+  bool oversized = false;
   while (true) {
     auto frame = std::make_shared<zmq::message_t>();
-    auto got = socket.recv(*frame, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
-    if (!got) return std::nullopt;  // nothing ready
-    frames.push_back(frame);
-    if (!frame->more()) break;
+    auto got = socket.recv(*frame, count == 0 ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+    if (!got) {
+      if (count == 0) return std::nullopt;  // nothing ready
+      break;
+    }
+    // The ROUTER's identity frame is made locally and carries no peer metadata; the wire frames do.
+    if (out.peer_address.empty() && !(router && count == 0)) out.peer_address = peer_address_of(*frame);
+    ++count;
+    total += frame->size();
+    const bool more = frame->more();
+    // Past the limit the rest is read and dropped at once, never kept: the size is known before decoding.
+    if (total > max_message_bytes() || count > kMaxFrames) oversized = true;
+    if (!oversized || (router && count == 1)) frames.push_back(std::move(frame));
+    if (!more) break;
   }
-  Received out;
   size_t i = 0;
-  if (router) out.identity = frames[i++]->to_string();
-  if (frames.size() < i + 3) {
-    out.rejected_reason = "malformed message with " + std::to_string(frames.size()) + " frames";
+  if (router && !frames.empty()) out.identity = frames[i++]->to_string();
+  if (oversized) {
+    out.reject_code = "oversized";
+    out.rejected_reason = detail::concat("oversized message (", count, " frames, at least ", total,
+                                         " bytes; the limit is ", max_message_bytes(), " bytes in at most ",
+                                         kMaxFrames, " frames, HF_MAX_MESSAGE_BYTES)");
     return out;
   }
-  if (frames[i]->to_string() != token) {
-    out.rejected_reason = "wrong job token";
+  if (frames.size() < i + 3 || frames[i]->size() != kAuthBytes ||
+      std::memcmp(frames[i]->data(), kMagic, 4) != 0) {
+    out.reject_code = "malformed";
+    out.rejected_reason = detail::concat("malformed message (", frames.size() - i,
+                                         " frames, no hybridflow authentication frame)");
     return out;
   }
+  const auto* auth = static_cast<const unsigned char*>(frames[i]->data());
+  const int sender = get_i32(auth + 4);
+  const uint64_t seq = get_u64(auth + 8);
+  unsigned char mac[crypto_auth_hmacsha256_BYTES];
+  compute_mac(key_, scope_, sender, self_, seq, frames, i + 1, mac);
+  // A controller hears only from ranks, a rank only from the controller.
+  const bool sender_ok = self_ == kControllerEnd ? sender >= 0 : sender == kControllerEnd;
+  if (!sender_ok || crypto_verify_32(mac, auth + 16) != 0) {
+    out.reject_code = "forged";
+    out.rejected_reason = "message not authenticated for '" + printable(scope_) +
+                          "' (another job's secret, or forged)";
+    return out;
+  }
+  auto last = last_seq_.find(sender);
+  if (last != last_seq_.end() && seq <= last->second) {
+    out.reject_code = "replayed";
+    out.rejected_reason = detail::concat("replayed message (sequence number ", seq, " from ",
+                                         sender == kControllerEnd ? std::string("the controller")
+                                                                  : "rank " + std::to_string(sender),
+                                         ", already at ", last->second, ")");
+    return out;
+  }
+  out.sender = sender;
+  out.seq = seq;
+  if (!router) last_seq_[sender] = seq;
   Message m;
   m.kind = frames[i + 1]->to_string();
   try {
@@ -71,11 +232,28 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router, const st
       m.data = DataProto::from_frames(header, payloads);
     }
   } catch (const std::exception& e) {
-    out.rejected_reason = std::string("undecodable message: ") + e.what();
+    out.reject_code = "malformed";
+    out.rejected_reason = "undecodable message: " + printable(e.what());
     return out;
   }
   out.message = std::move(m);
   return out;
+}
+
+void Link::commit(const Received& received) {
+  if (received.message) last_seq_[received.sender] = received.seq;
+}
+
+void RejectLog::note(const std::string& peer, const std::string& code, const std::string& what) {
+  if (seen_.count({peer, code})) return;
+  if (seen_.size() >= kMaxKeys) {
+    if (!full_) log_warn(where_, ": more than ", kMaxKeys, " peers sent rejected messages; further ones are "
+                         "counted, not logged");
+    full_ = true;
+    return;
+  }
+  seen_.insert({peer, code});
+  log_warn(where_, ": ", what, " (further '", code, "' rejections from this peer are counted, not logged)");
 }
 
 }  // namespace hybridflow::runtime_detail

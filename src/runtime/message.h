@@ -1,11 +1,20 @@
 // Controller <-> worker messages over ZeroMQ. Multipart layout (after the ROUTER's identity frame):
-//   token | kind | meta JSON | [DataProto header | payload 0 | payload 1 ...]
+//   auth | kind | meta JSON | [DataProto header | payload 0 | payload 1 ...]
+// auth = "HFm1" | sender (int32 LE) | sequence number (uint64 LE) | HMAC-SHA256 (32 bytes) over the scope,
+// sender, receiver, sequence number and every later frame. The key is derived from the job secret, which
+// itself never travels; a receiver accepts from each sender only increasing sequence numbers (no replays).
+// Sizes are checked while the frames arrive, before anything is verified or decoded.
 // Tensor payloads are sent without copying: the zmq message keeps a reference to the tensor.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -19,18 +28,68 @@ struct Message {
   std::optional<DataProto> data;
 };
 
-// identity: the ROUTER frame naming the peer, empty for a DEALER socket.
-void send_message(zmq::socket_t& socket, const std::string& identity, const std::string& token,
-                  const Message& message);
+inline constexpr int kControllerEnd = -1;  // the controller's end of a link; workers are ranks >= 0
+
+// The most bytes one message may have, all frames together (HF_MAX_MESSAGE_BYTES, default 1 GiB; read
+// once). Also ZMQ_MAXMSGSIZE on every socket, so ZeroMQ drops a peer sending a bigger frame unread.
+size_t max_message_bytes();
+
+// 32 random bytes, hex: the secret of a job whose workers this process spawns.
+std::string random_secret();
 
 struct Received {
-  std::string identity;
-  std::optional<Message> message;  // empty when the token was wrong or the frames malformed
-  std::string rejected_reason;
+  std::string identity;         // ROUTER identity frame (empty on a DEALER)
+  std::string peer_address;     // the TCP peer's IP, when ZeroMQ knows it
+  int sender = kControllerEnd;  // authenticated sender, valid when message is set
+  uint64_t seq = 0;             // its sequence number
+  std::optional<Message> message;  // empty when rejected
+  std::string reject_code;      // short class of the rejection: oversized, malformed, forged, replayed
+  std::string rejected_reason;  // for the log
+
+  // "peer 'ab\x01' at 10.0.0.5": identity and address escaped for a log line.
+  std::string who() const;
 };
 
-// Receives one multipart message if one is ready (non-blocking); nullopt when none.
-std::optional<Received> try_receive(zmq::socket_t& socket, bool router, const std::string& token);
+// One end of authenticated conversations on one socket: the controller end (many senders) or a worker
+// rank's end. scope separates conversations sharing a secret ("pool:actor", "launch"), so a message of
+// one pool cannot be replayed into another.
+class Link {
+ public:
+  Link(const std::string& secret, std::string scope, int self);
+  // Sets ZMQ_MAXMSGSIZE: call before bind/connect.
+  static void limit(zmq::socket_t& socket);
+  // identity: the ROUTER frame naming the peer, empty for a DEALER socket; to: the receiver's rank.
+  void send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message);
+  // Receives one multipart message if one is ready (non-blocking); nullopt when none. A DEALER end
+  // records the sequence number at once; a ROUTER end only on commit(), after it checked that the
+  // message comes from the peer bound to that rank: a stranger holding the key (a second process
+  // claiming a taken rank) must not push the genuine rank's numbers out of reach.
+  std::optional<Received> receive(zmq::socket_t& socket, bool router);
+  void commit(const Received& received);
+  const std::string& scope() const { return scope_; }
+
+ private:
+  std::array<unsigned char, 32> key_{};
+  std::string scope_;
+  int self_;
+  uint64_t next_seq_ = 1;
+  std::map<int, uint64_t> last_seq_;  // per authenticated sender
+};
+
+// Logs a rejected message once per (peer, kind of rejection), so a stranger cannot flood the log; the
+// rest are only counted. Remembers at most kMaxKeys pairs, then says so once and logs no new pairs.
+class RejectLog {
+ public:
+  explicit RejectLog(std::string where) : where_(std::move(where)) {}
+  // Logs `what` (already escaped) unless this peer had this code before.
+  void note(const std::string& peer, const std::string& code, const std::string& what);
+  static constexpr size_t kMaxKeys = 256;
+
+ private:
+  std::string where_;
+  std::set<std::pair<std::string, std::string>> seen_;
+  bool full_ = false;
+};
 
 }  // namespace hybridflow::runtime_detail
 

@@ -12,11 +12,11 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/core/printable.h"
 #include "launcher_detail.h"
 #include "message.h"
 
@@ -67,14 +67,6 @@ void unregister_pgid(int pgid) {
   }
 }
 
-std::string random_token() {
-  std::random_device rd;
-  std::string out;
-  const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) out += hex[rd() % 16];
-  return out;
-}
-
 std::string describe_exit(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
@@ -104,8 +96,10 @@ struct Pending {
 
 struct ProcessPool::Impl {
   ResourcePool spec;
-  std::string token;
+  std::string token;  // the job secret: only its derived key is used on the wire
   std::string endpoint;
+  std::unique_ptr<runtime_detail::Link> link;  // I/O thread only
+  std::unique_ptr<runtime_detail::RejectLog> reject_log;
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};
   runtime_detail::WakePipe wake;
@@ -249,28 +243,25 @@ struct ProcessPool::Impl {
   }
 
   void handle(runtime_detail::Received& received, std::vector<std::function<void()>>& callbacks) {
-    if (!received.message) {
-      ++rejected;
-      log_warn("resource pool '", spec.name, "': rejected a message from peer '", received.identity, "': ",
-               received.rejected_reason);
-      return;
-    }
+    if (!received.message) return reject(received, received.reject_code, received.rejected_reason);
     Message& m = *received.message;
     std::lock_guard<std::mutex> lock(mutex);
-    int rank = -1;
-    for (size_t i = 0; i < ranks.size(); ++i)
-      if (ranks[i].identity == received.identity) rank = static_cast<int>(i);
+    // The sender's rank is authenticated; the ZeroMQ identity it speaks from is bound at its hello.
+    const int rank = received.sender;
+    if (rank >= static_cast<int>(ranks.size()))
+      return reject(received, "unknown-rank",
+                    detail::concat("rank ", rank, " is not a rank of this pool (", ranks.size(), " ranks)"));
     if (m.kind == "hello") {
-      int r = m.meta.value("rank", -1);
-      if (r < 0 || r >= static_cast<int>(ranks.size()) || ranks[r].connected ||
-          received.identity != "rank" + std::to_string(r)) {
-        ++rejected;
-        log_warn("resource pool '", spec.name, "': unexpected hello from '", received.identity, "'");
-        return;
+      const int r = rank;
+      if (ranks[r].connected) {
+        if (ranks[r].identity == received.identity) return;  // a repeated hello
+        return reject(received, "taken-rank",
+                      detail::concat("rank ", r, " already connected from another peer; a second joiner is refused"));
       }
+      link->commit(received);
       ranks[r].connected = true;
       ranks[r].identity = received.identity;
-      ranks[r].host = m.meta.value("host", "?");
+      ranks[r].host = printable(m.meta.value("host", "?"), 64);
       if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
       Message welcome{"welcome", {{"pool", spec.name}}, std::nullopt};
       // Workers we did not spawn do not die with us; they leave when our heartbeats stop.
@@ -281,11 +272,10 @@ struct ProcessPool::Impl {
       cv.notify_all();
       return;
     }
-    if (rank < 0) {
-      ++rejected;
-      log_warn("resource pool '", spec.name, "': message from unknown peer '", received.identity, "'");
-      return;
-    }
+    if (!ranks[rank].connected || ranks[rank].identity != received.identity)
+      return reject(received, "unbound-peer",
+                    detail::concat("'", printable(m.kind, 32), "' for rank ", rank, " from a peer that is not its connection"));
+    link->commit(received);
     ranks[rank].last_seen = Clock::now();
     if (m.kind == "heartbeat") return;
     const int64_t id = m.meta.value("call_id", int64_t(-1));
@@ -319,6 +309,14 @@ struct ProcessPool::Impl {
         on_error(std::current_exception());
       }
     });
+  }
+
+  // Drops a message that must not reach the run: counted, logged once per peer and kind of rejection.
+  void reject(const runtime_detail::Received& received, const std::string& code, const std::string& why) {
+    ++rejected;
+    // Per connection: a stranger opening many connections is capped by RejectLog::kMaxKeys.
+  const std::string& peer = received.identity;
+    reject_log->note(peer, code, "rejected a message from " + received.who() + ": " + why);
   }
 
   // Dead children, overdue calls, silent workers. Returns the failure to raise, empty if healthy.
@@ -373,7 +371,7 @@ struct ProcessPool::Impl {
       zmq::poll(items, 2, std::chrono::milliseconds(50));
       wake.drain();
       std::vector<std::function<void()>> callbacks;
-      while (auto received = runtime_detail::try_receive(router, true, token)) handle(*received, callbacks);
+      while (auto received = link->receive(router, true)) handle(*received, callbacks);
       for (auto& cb : callbacks) cb();
 
       std::deque<std::pair<int, Message>> to_send;
@@ -394,7 +392,7 @@ struct ProcessPool::Impl {
           if (!ranks[rank].alive) continue;
           identity = ranks[rank].identity;
         }
-        runtime_detail::send_message(router, identity, token, message);
+        link->send(router, identity, rank, message);
       }
 
       std::string problem = check_health();
@@ -459,9 +457,13 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& requested) {
   install_signal_handlers();
   auto impl = std::make_shared<Impl>();
   impl->spec = spec;
-  impl->token = spec.token.empty() ? random_token() : spec.token;
+  if (!spec.token.empty()) check_job_secret(spec.token, "resource pool '" + spec.name + "': token");
+  impl->token = spec.token.empty() ? runtime_detail::random_secret() : spec.token;
+  impl->link = std::make_unique<runtime_detail::Link>(impl->token, "pool:" + spec.name, runtime_detail::kControllerEnd);
+  impl->reject_log = std::make_unique<runtime_detail::RejectLog>("resource pool '" + spec.name + "'");
   impl->ranks.resize(spec.num_processes);
   impl->router.set(zmq::sockopt::linger, 0);
+  runtime_detail::Link::limit(impl->router);
   const std::string listen = "tcp://" + spec.bind_host + ":" + (spec.bind_port > 0 ? std::to_string(spec.bind_port) : "*");
   try {
     impl->router.bind(listen);

@@ -17,7 +17,8 @@ WorkerGroup::WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& r
   if (pool_->size() > 1 && (worker_config.is_object() || worker_config.is_null())) {
     HF_CHECK(!worker_config.contains(kProcessGroupKey), "worker group '", role, "': config key '",
              kProcessGroupKey, "' is reserved for the group's own rendezvous");
-    store_ = StoreServer::start();
+    // The store listens where the pool does: loopback on one machine, the launch's address on several.
+    store_ = StoreServer::start(0, std::chrono::seconds(60), pool_->spec().bind_host);
     worker_config[kProcessGroupKey] = {{"store_port", store_->port()}, {"world_size", pool_->size()}};
   }
   methods_ = pool_->create_role(role, worker_type, coords_, worker_config);

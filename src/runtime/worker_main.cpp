@@ -13,6 +13,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/core/printable.h"
 #include "hybridflow/runtime/worker.h"
 #include "launcher_detail.h"
 #include "message.h"
@@ -116,22 +117,27 @@ int run_worker_main(int, char**) {
   const std::string token = env_or_fail(runtime_detail::kTokenEnv);
   const int rank = std::stoi(env_or_fail(runtime_detail::kRankEnv));
   // The thread name (top, /proc/PID/comm; 15 characters at most) says which pool and rank this is.
-  const char* pool = std::getenv(runtime_detail::kPoolEnv);
-  const std::string comm = "hf " + std::string(pool != nullptr ? pool : "?") + " " + std::to_string(rank);
+  const std::string pool = env_or_fail(runtime_detail::kPoolEnv);
+  const std::string comm = "hf " + pool + " " + std::to_string(rank);
   ::prctl(PR_SET_NAME, comm.substr(0, 15).c_str());
+  // Every message is authenticated with a key derived from the job secret, which never travels.
+  runtime_detail::Link link(token, "pool:" + pool, rank);
 
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::routing_id, "rank" + std::to_string(rank));
+  // A random identity: kept across reconnects, and no stranger can take it before this worker connects.
+  socket.set(zmq::sockopt::routing_id, "rank" + std::to_string(rank) + "-" + runtime_detail::random_secret().substr(0, 16));
+  runtime_detail::Link::limit(socket);
   socket.connect(endpoint);
 
   Message hello;
   hello.kind = "hello";
   hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", runtime_detail::host_name()}};
-  runtime_detail::send_message(socket, "", token, hello);
+  link.send(socket, "", runtime_detail::kControllerEnd, hello);
 
   runtime_detail::WakePipe wake;
+  runtime_detail::RejectLog rejects("worker rank " + std::to_string(rank) + " of pool '" + printable(pool) + "'");
   int exit_code = 0;
   {
     Executor executor(wake);
@@ -148,9 +154,10 @@ int run_worker_main(int, char**) {
     while (running) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
-      while (auto received = runtime_detail::try_receive(socket, false, token)) {
+      while (auto received = link.receive(socket, false)) {
         if (!received->message) {
-          log_warn("worker rank ", rank, ": rejected a message from ", endpoint, ": ", received->rejected_reason);
+          rejects.note(received->peer_address, received->reject_code,
+                       "rejected a message from " + received->who() + ": " + received->rejected_reason);
           continue;
         }
         last_from_controller = std::chrono::steady_clock::now();
@@ -168,7 +175,7 @@ int run_worker_main(int, char**) {
         executor.submit(std::move(*received->message));
       }
       wake.drain();
-      for (auto& reply : executor.take_replies()) runtime_detail::send_message(socket, "", token, reply);
+      for (auto& reply : executor.take_replies()) link.send(socket, "", runtime_detail::kControllerEnd, reply);
       auto now = std::chrono::steady_clock::now();
       if (!welcomed && now - started > std::chrono::duration<double>(connect_timeout_s)) {
         std::fprintf(stderr, "hybridflow worker rank %d: no controller answered at %s within %.0f s "
@@ -184,7 +191,7 @@ int run_worker_main(int, char**) {
         running = false;
       }
       if (now - last_beat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
-        runtime_detail::send_message(socket, "", token, Message{"heartbeat", {{"rank", rank}}, std::nullopt});
+        link.send(socket, "", runtime_detail::kControllerEnd, Message{"heartbeat", {{"rank", rank}}, std::nullopt});
         last_beat = now;
       }
     }

@@ -71,6 +71,8 @@ void run_launch_job(const std::string& mode, nlohmann::json& result) {
   for (std::string n; std::getline(sizes, n, ',');) {
     specs.push_back(pool_spec("p" + std::to_string(specs.size()), std::stoi(n)));
     specs.back().start_timeout_s = std::stod(env_or("HF_TEST_START_TIMEOUT_S", "30"));
+    // An allowed key reaches the pool's ranks; any other key is not applied by a launched worker.
+    specs.back().env["MKL_NUM_THREADS"] = std::to_string(10 + specs.size());
     specs.back().env["HF_TEST_POOL_MARK"] = specs.back().name;
   }
   Controller ctl;
@@ -87,9 +89,12 @@ void run_launch_job(const std::string& mode, nlohmann::json& result) {
   for (const auto& spec : specs) where.push_back(ctl.create_group(spec.name, "where", "where"));
   for (size_t i = 0; i < specs.size(); ++i) {
     result["where"][specs[i].name] = where[i].call("where").get().field("where");
+    WorkerGroup echo = ctl.create_group(specs[i].name, "echo", "echo");
     DataProto ask;
+    ask.meta()["name"] = "MKL_NUM_THREADS";
+    result["mark"][specs[i].name] = echo.call("getenv", ask).get().field("value");
     ask.meta()["name"] = "HF_TEST_POOL_MARK";
-    result["mark"][specs[i].name] = ctl.create_group(specs[i].name, "echo", "echo").call("getenv", ask).get().field("value");
+    result["not_allowed"][specs[i].name] = echo.call("getenv", ask).get().field("value");
   }
   // Data flows through both pools: doubled on p0 (split across its ranks), plus one on p1.
   WorkerGroup actor = ctl.create_group("p0", "actor", "echo");

@@ -10,11 +10,13 @@ using hybridflow::testing::error_of;
 
 namespace {
 
+const std::string kSecret = "7d3f9a61c2e84b05a9d6e1f37c28b4a0";
+
 std::map<std::string, std::string> torchrun_env(int rank, int world, int port) {
   return {{"RANK", std::to_string(rank)},   {"WORLD_SIZE", std::to_string(world)},
           {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
           {"MASTER_ADDR", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)},
-          {"HF_JOB_TOKEN", "launch-test-token"}, {"OMP_NUM_THREADS", "1"}};
+          {"HF_JOB_TOKEN", kSecret}, {"OMP_NUM_THREADS", "1"}};
 }
 
 // Starts world_size ranks of this binary; rank 0 runs the job `mode` and writes `result`.
@@ -46,12 +48,11 @@ std::vector<int64_t> expected_z() {
 
 TEST(LaunchSettings, TokenPortsAndControllerComeFromTheLauncherEnvironment) {
   auto base = torchrun_env(1, 4, 29400);
-  base.erase("HF_JOB_TOKEN");
-  base["TORCHELASTIC_RUN_ID"] = "run-7";
   auto s = launch_settings_from(base);
   EXPECT_TRUE(s.multi_rank());
   EXPECT_FALSE(s.is_controller());
-  EXPECT_EQ(s.token, "torchrun-run-7");
+  EXPECT_EQ(s.token, kSecret);
+  EXPECT_EQ(s.token_source, "HF_JOB_TOKEN");
   EXPECT_EQ(s.rendezvous_port, 29400);
   EXPECT_EQ(s.endpoint(5), "tcp://127.0.0.1:5");
 
@@ -73,13 +74,16 @@ TEST(LaunchSettings, TokenPortsAndControllerComeFromTheLauncherEnvironment) {
   EXPECT_EQ(s.bind_addr, "127.0.0.1") << "MASTER_ADDR is resolved for binding";
   EXPECT_EQ(s.rendezvous_port, 31000);
 
+  // Launcher job ids are guessable: they are never the secret.
   std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}, {"SLURM_JOB_ID", "812"},
                                               {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "node[01-02]"}};
-  EXPECT_EQ(launch_settings_from(slurm).token, "slurm-812.0");
+  EXPECT_NE(error_of([&] { launch_settings_from(slurm); }).find("HF_JOB_TOKEN_FILE"), std::string::npos);
   std::map<std::string, std::string> mpi = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                                             {"MASTER_ADDR", "10.1.2.3"}, {"OMPI_MCA_ess_base_jobid", "99"},
                                             {"OMPI_MCA_orte_precondition_transports", "ab-cd"}};
-  EXPECT_EQ(launch_settings_from(mpi).token, "mpirun-ab-cd");
+  EXPECT_NE(error_of([&] { launch_settings_from(mpi); }).find("no job secret"), std::string::npos);
+  mpi["HF_JOB_TOKEN"] = kSecret;
+  EXPECT_EQ(launch_settings_from(mpi).token, kSecret);
   EXPECT_EQ(launch_settings_from(mpi).rendezvous_port, 29500);
 }
 
@@ -87,9 +91,9 @@ TEST(LaunchSettings, MissingTokenAndBadValuesAreErrorsNamingTheVariable) {
   auto env = torchrun_env(0, 2, 29400);
   env.erase("HF_JOB_TOKEN");
   EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("HF_JOB_TOKEN"), std::string::npos);
-  env["TORCHELASTIC_RUN_ID"] = "none";  // torchrun's default run id is shared by every job
+  env["TORCHELASTIC_RUN_ID"] = "run-7";  // guessable: not a secret
   EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("HF_JOB_TOKEN"), std::string::npos);
-  env["HF_JOB_TOKEN"] = "t";
+  env["HF_JOB_TOKEN"] = kSecret;
   env["HF_CONTROLLER_RANK"] = "2";
   std::string msg = error_of([&] { launch_settings_from(env); });
   EXPECT_NE(msg.find("HF_CONTROLLER_RANK=2"), std::string::npos) << msg;
@@ -128,12 +132,14 @@ TEST(Launch, TorchrunRanksServeTwoPoolsInRankOrder) {
   EXPECT_EQ(p0[1]["pid"].get<int>(), rank_pids[2]);
   EXPECT_EQ(p1[0]["pid"].get<int>(), rank_pids[3]);
   EXPECT_EQ(p0[0]["controller_addr"], "127.0.0.1");
-  // Each pool's worker environment reached the ranks it claimed.
-  EXPECT_EQ(result["mark"]["p0"], (nlohmann::json{"p0", "p0"}));
-  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"p1"}));
+  // Each pool's worker environment reached the ranks it claimed, allowed keys only.
+  EXPECT_EQ(result["mark"]["p0"], (nlohmann::json{"11", "11"}));
+  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"12"}));
+  EXPECT_EQ(result["not_allowed"]["p0"], (nlohmann::json{nullptr, nullptr}));
+  EXPECT_EQ(result["not_allowed"]["p1"], (nlohmann::json{nullptr}));
 }
 
-TEST(Launch, SrunEnvironmentWithTokenFromTheJobId) {
+TEST(Launch, SrunEnvironmentWithTheJobSecret) {
   hybridflow::testing::TempDir dir;
   const int port = free_tcp_port();
   Job job;
@@ -142,6 +148,7 @@ TEST(Launch, SrunEnvironmentWithTokenFromTheJobId) {
                                                  {"SLURM_NTASKS", "3"},
                                                  {"SLURM_LOCALID", std::to_string(rank)},
                                                  {"SLURM_JOB_ID", "4242"},
+                                                 {"HF_JOB_TOKEN", kSecret},
                                                  {"SLURM_STEP_ID", "0"},
                                                  {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"},
                                                  {"HF_MASTER_PORT", std::to_string(port)},
@@ -163,7 +170,7 @@ TEST(Launch, RankWithAnotherTokenIsIgnoredAndTheJobFailsNamingIt) {
   hybridflow::testing::TempDir dir;
   Job job = start_torchrun_job(3, "pools", "1,1", dir.file("result.json"),
                                {{"HF_TEST_START_TIMEOUT_S", "3"}, {"HF_WORKER_CONNECT_TIMEOUT_S", "4"}},
-                               {{2, {{"HF_JOB_TOKEN", "some-other-job"}}}});
+                               {{2, {{"HF_JOB_TOKEN", "b81e4c07f2a95d36e0c4a7b19f5d2e83"}}}});
   job.wait_all(20);
   auto result = read_result(dir.file("result.json"));
   EXPECT_EQ(job.code(0), 1) << result.dump();

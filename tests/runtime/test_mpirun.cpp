@@ -1,5 +1,5 @@
 // The job of launch_test_job.h under a real `mpirun -np 3`: rank 0 controls, ranks 1 and 2 serve one
-// pool each; the job token comes from OpenMPI's per-job key, no HF_JOB_TOKEN is set.
+// pool each; the job secret is forwarded with -x HF_JOB_TOKEN, as a user would.
 #include "runtime/launch_test_job.h"
 
 namespace {
@@ -18,7 +18,8 @@ Job start_mpirun_job(const std::string& mpirun, const std::string& mode, const s
   std::vector<std::string> args = {mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"};
   for (std::string kv : {"HF_TEST_LAUNCH_JOB=" + mode, "HF_TEST_POOL_SIZES=" + sizes, "HF_TEST_RESULT=" + result,
                          std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(free_tcp_port()),
-                         std::string("OMP_NUM_THREADS=1"), std::string("OMP_WAIT_POLICY=passive")}) {
+                         std::string("OMP_NUM_THREADS=1"), std::string("OMP_WAIT_POLICY=passive"),
+                         std::string("HF_JOB_TOKEN=mpirun-test-9c4e1a7f3b20d6e58f1a")}) {
     args.push_back("-x");
     args.push_back(kv);
   }
@@ -47,7 +48,8 @@ TEST(Mpirun, ThreeRanksRunAJobOnTwoPools) {
   EXPECT_EQ(p0[0]["launch_rank"], "1");
   EXPECT_EQ(p1[0]["launch_rank"], "2");
   EXPECT_NE(p0[0]["pid"], p1[0]["pid"]);
-  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"p1"}));
+  EXPECT_EQ(result["mark"]["p1"], (nlohmann::json{"12"}));
+  EXPECT_EQ(result["not_allowed"]["p1"], (nlohmann::json{nullptr})) << "only allowed keys are applied";
 }
 
 TEST(Mpirun, ControllerErrorFailsTheWholeLaunch) {

@@ -31,7 +31,7 @@ TEST(MultiHost, PoolsSpanNetworkNamespacesReachedThroughMasterAddr) {
                                    {"LOCAL_WORLD_SIZE", h == 2 ? "1" : "2"},
                                    {"MASTER_ADDR", addr[0]},
                                    {"MASTER_PORT", "29500"},  // a fresh namespace has every port free
-                                   {"HF_JOB_TOKEN", tag + "-token"},
+                                   {"HF_JOB_TOKEN", tag + "-secret-4f1c9e27b6a0d385e71c"},
                                    {"HF_TEST_LAUNCH_JOB", "pools"},
                                    {"HF_TEST_POOL_SIZES", "2,2"},
                                    {"HF_TEST_RESULT", dir.file("result.json")},

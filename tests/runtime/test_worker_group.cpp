@@ -95,7 +95,7 @@ TEST_F(SharedJob, WorkerErrorFailsTheCallButNotThePool) {
 TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
   auto spec = pool_spec("external", 2);
   spec.spawn_workers = false;
-  spec.token = "job-token-for-test";
+  spec.token = "job-secret-for-test-3a9f6c1e8b2d4075";
   std::vector<pid_t> launched;
   struct KillOnFailure {  // a failed assertion must not leave the launched workers behind
     std::vector<pid_t>& pids;
@@ -123,6 +123,7 @@ TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
     env.push_back("HF_WORKER_ENDPOINT=tcp://127.0.0.1:" + std::to_string(spec.bind_port));
     env.push_back("HF_WORKER_TOKEN=" + spec.token);
     env.push_back("HF_WORKER_RANK=" + std::to_string(rank));
+    env.push_back("HF_WORKER_POOL=" + spec.name);
     env.push_back("HF_WORKER_CONNECT_TIMEOUT_S=30");
     std::vector<char*> envp;
     for (auto& s : env) envp.push_back(s.data());

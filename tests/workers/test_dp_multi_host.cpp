@@ -90,7 +90,7 @@ TEST(DataParallelMultiHost, RanksOnTwoHostsTrainAsOneProcess) {
                                    {"LOCAL_WORLD_SIZE", "1"},
                                    {"MASTER_ADDR", addr[0]},
                                    {"MASTER_PORT", "29500"},
-                                   {"HF_JOB_TOKEN", tag + "-token"},
+                                   {"HF_JOB_TOKEN", tag + "-secret-4f1c9e27b6a0d385e71c"},
                                    {"HF_TEST_DP_JOB", "1"},
                                    {"HF_TEST_RESULT", dir.file("result.json")},
                                    {"HF_WORKER_CONNECT_TIMEOUT_S", "20"},

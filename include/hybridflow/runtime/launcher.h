@@ -12,7 +12,8 @@
 //      them; pool sizes must add up to at most world_size - 1 (more is an Error naming the numbers;
 //      ranks no pool claimed are released, exit code 0, when the controller process exits).
 //   4. A claimed rank is told its pool, its rank in the pool and the pool's endpoint, and serves it as a
-//      normal worker. Every message carries the job token; others are dropped.
+//      normal worker. Every message is authenticated with a key derived from the job secret
+//      (HF_JOB_TOKEN or HF_JOB_TOKEN_FILE); others are dropped (docs/security.md).
 #pragma once
 
 #include <map>
@@ -25,8 +26,8 @@ namespace hybridflow {
 struct LaunchSettings {
   LaunchEnv env;
   int controller_rank = 0;   // HF_CONTROLLER_RANK
-  std::string token;         // HF_JOB_TOKEN, else derived from an id every rank of the job shares
-  std::string token_source;  // the variable the token came from, for messages
+  std::string token;         // the job secret: HF_JOB_TOKEN, or the contents of the file HF_JOB_TOKEN_FILE
+  std::string token_source;  // the variable the secret came from, for messages
   // Where the controller listens: HF_BIND_ADDR, else MASTER_ADDR resolved to an IPv4 address (so a
   // single-host launch with MASTER_ADDR=127.0.0.1 never leaves loopback). "0.0.0.0" = every interface.
   std::string bind_addr;
@@ -43,8 +44,17 @@ struct LaunchSettings {
 };
 
 // Reads the settings from a map of environment variables. Error naming the variable when one is
-// malformed, when a multi-rank launch has no token (set HF_JOB_TOKEN) or MASTER_ADDR does not resolve.
+// malformed, when a multi-rank launch has no usable secret (check_job_secret; a token file others can
+// read) or MASTER_ADDR does not resolve.
 LaunchSettings launch_settings_from(const std::map<std::string, std::string>& env);
+
+// Refuses (Error naming `source`) a job secret that is short, a documented example or barely random.
+inline constexpr size_t kMinJobSecretChars = 32;
+void check_job_secret(const std::string& secret, const std::string& source);
+
+// The keys of a pool's worker environment (ResourcePool::env) a launched worker applies; the others are
+// ignored with a warning, so a forged assignment cannot set PATH or LD_PRELOAD.
+bool pool_env_key_allowed(const std::string& key);
 
 // The settings of this process (read once, on first use).
 const LaunchSettings& launch_settings();

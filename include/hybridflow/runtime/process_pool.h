@@ -35,7 +35,7 @@ struct ResourcePool {
   // torchrun variable a worker picks its CUDA device by; pools on one node take disjoint offsets.
   std::map<std::string, std::string> env;
   int local_rank_offset = 0;
-  std::string token;                   // job token; empty = a random one (required to share for external workers)
+  std::string token;                   // job secret (>= 32 characters); empty = a random one (required to share for external workers)
 };
 
 class ProcessPool {
@@ -50,8 +50,8 @@ class ProcessPool {
   int size() const;
   std::vector<int> pids() const;
   std::string endpoint() const;     // where the controller listens, e.g. tcp://127.0.0.1:40123
-  std::string token() const;        // the job token every message must carry
-  size_t rejected_messages() const;  // wrong token or malformed, dropped and logged
+  std::string token() const;        // the job secret the message key is derived from (never sent)
+  size_t rejected_messages() const;  // forged, replayed, oversized, malformed or from a wrong peer: dropped and logged
   // True once a failure was detected AND handled: every worker killed and reaped, pending calls failed.
   bool failed() const;
   std::string failure() const;       // empty unless failed()

@@ -1,0 +1,303 @@
+// Strangers on the controller's ports: the message layer's authentication (forged, tampered, replayed,
+// reflected, oversized messages), then real worker pools and a launch under attack while genuine work
+// runs: every bad message is rejected, counted and logged once, and the run's results still arrive.
+#include <cstdlib>
+
+// Small enough that a test can exceed it cheaply; set before anything reads it, inherited by workers.
+static const bool kSmallMessageLimit = (::setenv("HF_MAX_MESSAGE_BYTES", "262144", 1), true);
+
+#include "runtime/launch_test_job.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+
+#include "hybridflow/core/printable.h"
+#include "hybridflow/runtime/launcher.h"
+#include "runtime/message.h"
+#include "support/error_of.h"
+
+using hybridflow::testing::error_of;
+using runtime_detail::kControllerEnd;
+using runtime_detail::Link;
+using runtime_detail::Received;
+
+namespace {
+
+const std::string kSecret = "5c8e1f0a7b3d4e6f9a2c1b8d7e0f3a4c";
+
+// A controller-side ROUTER and a worker-side DEALER joined in-process.
+struct SocketPair {
+  zmq::context_t context{1};
+  zmq::socket_t router{context, zmq::socket_type::router};
+  zmq::socket_t dealer{context, zmq::socket_type::dealer};
+  std::string identity;
+  SocketPair() {
+    router.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::linger, 0);
+    Link::limit(router);
+    router.bind("inproc://pair");
+    dealer.connect("inproc://pair");
+  }
+};
+
+// Receives whatever arrives next (blocking up to 5 s).
+std::optional<Received> next(Link& link, zmq::socket_t& socket, bool router) {
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, 1, std::chrono::seconds(5));
+  return link.receive(socket, router);
+}
+
+// The raw frames of the next message on `socket` (what an eavesdropper records).
+std::vector<std::string> record(zmq::socket_t& socket) {
+  std::vector<std::string> frames;
+  zmq::message_t frame;
+  do {
+    EXPECT_TRUE(socket.recv(frame));
+    frames.push_back(frame.to_string());
+  } while (frame.more());
+  return frames;
+}
+
+void send_raw(zmq::socket_t& socket, const std::vector<std::string>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i)
+    socket.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+runtime_detail::Message hello(int rank) { return {"hello", {{"rank", rank}, {"host", "evil\nERROR forged"}}, std::nullopt}; }
+
+// An intruder DEALER on `endpoint`.
+zmq::socket_t intruder(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  return s;
+}
+
+void wait_for_rejections(const ProcessPool& pool, size_t n) {
+  auto t0 = std::chrono::steady_clock::now();
+  while (pool.rejected_messages() < n && seconds_since(t0) < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+}  // namespace
+
+TEST(Printable, EscapesControlCharactersAndCutsLongText) {
+  EXPECT_EQ(printable("node-1.example"), "node-1.example");
+  EXPECT_EQ(printable("a\nERROR x\r\t\x1b[31m\\"), "a\\nERROR x\\r\\t\\x1b[31m\\\\");
+  EXPECT_EQ(printable("\xff\x7f"), "\\xff\\x7f");
+  EXPECT_EQ(printable(std::string(300, 'a'), 4), "aaaa...(300 bytes)");
+}
+
+TEST(MessageLink, RoundTripAuthenticatesTheSenderAndKeepsThePayload) {
+  SocketPair p;
+  Link controller(kSecret, "pool:a", kControllerEnd), worker(kSecret, "pool:a", 3);
+  DataProto data;
+  data.set_tensor("x", torch::arange(5));
+  worker.send(p.dealer, "", kControllerEnd, {"result", {{"call_id", 1}}, data});
+  auto got = next(controller, p.router, true);
+  ASSERT_TRUE(got && got->message) << (got ? got->rejected_reason : "nothing");
+  EXPECT_EQ(got->sender, 3);
+  EXPECT_EQ(got->message->kind, "result");
+  EXPECT_TRUE(torch::equal(got->message->data->tensor("x"), torch::arange(5)));
+  // And back, to the identity the message came from.
+  controller.send(p.router, got->identity, 3, {"welcome", {}, std::nullopt});
+  auto back = next(worker, p.dealer, false);
+  ASSERT_TRUE(back && back->message) << (back ? back->rejected_reason : "nothing");
+  EXPECT_EQ(back->message->kind, "welcome");
+}
+
+TEST(MessageLink, ForgedTamperedReplayedReflectedAndOtherScopeMessagesAreRejected) {
+  SocketPair p;
+  Link controller(kSecret, "pool:a", kControllerEnd), worker(kSecret, "pool:a", 0);
+  Link stranger("another-jobs-secret-0a1b2c3d4e5f6789", "pool:a", 0), other_pool(kSecret, "pool:b", 0);
+
+  stranger.send(p.dealer, "", kControllerEnd, hello(0));
+  auto got = next(controller, p.router, true);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->reject_code, "forged") << got->rejected_reason;
+
+  other_pool.send(p.dealer, "", kControllerEnd, hello(0));
+  EXPECT_EQ(next(controller, p.router, true)->reject_code, "forged") << "a message of pool b is not one of pool a";
+
+  // Tampering: the eavesdropper changes the meta of a genuine message.
+  worker.send(p.dealer, "", kControllerEnd, hello(0));
+  auto frames = record(p.router);
+  ASSERT_EQ(frames.size(), 4u);  // identity, auth, kind, meta
+  frames[3] = R"({"rank":0,"host":"x"})";
+  zmq::socket_t replayer = intruder(p.context, "inproc://pair");
+  send_raw(replayer, {frames.begin() + 1, frames.end()});
+  EXPECT_EQ(next(controller, p.router, true)->reject_code, "forged");
+
+  // Replay: a genuine message accepted once is refused the second time.
+  worker.send(p.dealer, "", kControllerEnd, hello(0));
+  frames = record(p.router);
+  send_raw(replayer, {frames.begin() + 1, frames.end()});
+  auto first = next(controller, p.router, true);
+  ASSERT_TRUE(first && first->message) << first->rejected_reason;
+  controller.commit(*first);  // what a pool does once the sender's connection checks out
+  send_raw(replayer, {frames.begin() + 1, frames.end()});
+  auto again = next(controller, p.router, true);
+  EXPECT_EQ(again->reject_code, "replayed") << again->rejected_reason;
+
+  // Reflection: the controller's own message sent back to it is not from a rank.
+  controller.send(p.router, first->identity, 0, {"call", {{"call_id", 9}}, std::nullopt});
+  auto to_worker = record(replayer);
+  send_raw(replayer, to_worker);
+  EXPECT_EQ(next(controller, p.router, true)->reject_code, "forged");
+  // Without the hybridflow frame at all (an old or foreign client).
+  send_raw(replayer, {"token", "result", "{}"});
+  EXPECT_EQ(next(controller, p.router, true)->reject_code, "malformed");
+}
+
+TEST(MessageLink, OversizedMessageIsDroppedBeforeDecoding) {
+  ASSERT_EQ(runtime_detail::max_message_bytes(), 262144u);
+  SocketPair p;
+  Link controller(kSecret, "pool:a", kControllerEnd), worker(kSecret, "pool:a", 0);
+  // Many frames below the per-frame limit, together above the message limit.
+  zmq::socket_t flood = intruder(p.context, "inproc://pair");
+  const std::string chunk(100000, 'x');
+  send_raw(flood, {chunk, chunk, chunk});
+  auto got = next(controller, p.router, true);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->reject_code, "oversized") << got->rejected_reason;
+  EXPECT_NE(got->rejected_reason.find("HF_MAX_MESSAGE_BYTES"), std::string::npos);
+  // The socket is still usable: the next genuine message arrives.
+  worker.send(p.dealer, "", kControllerEnd, hello(0));
+  got = next(controller, p.router, true);
+  EXPECT_TRUE(got && got->message);
+}
+
+TEST(Security, StrangersAreRejectedAndLoggedOnceWhileTheGenuineCallCompletes) {
+  Controller ctl;
+  auto pool = ctl.add_pool(pool_spec("guarded", 1));
+  auto group = ctl.create_group("guarded", "actor", "echo");
+  ::testing::internal::CaptureStderr();
+  DataProto sleep;
+  sleep.meta()["sleep_ms"] = 200;
+  Future genuine = group.call("sleep", sleep);
+
+  zmq::context_t context(1);
+  // Wrong secret, forging results for every plausible call id, twice (the second is not logged again).
+  zmq::socket_t a = intruder(context, pool->endpoint());
+  Link stranger("an-attackers-guess-0123456789abcdefgh", "pool:guarded", 0);
+  for (int id = 0; id < 4; ++id) stranger.send(a, "", kControllerEnd, {"result", {{"call_id", id}}, std::nullopt});
+  // Oversized: three frames of 100 kB against the 256 KiB limit; and one frame over it, which ZeroMQ drops.
+  zmq::socket_t b = intruder(context, pool->endpoint());
+  const std::string chunk(100000, 'x');
+  send_raw(b, {chunk, chunk, chunk});
+  zmq::socket_t c = intruder(context, pool->endpoint());
+  send_raw(c, {std::string(300000, 'y')});
+  // The job's key (a leaked secret, or a confused process of the same job): a rank this pool does not
+  // have, a replay of rank 0's first message, and a second joiner for the taken rank 0.
+  zmq::socket_t d = intruder(context, pool->endpoint());
+  Link unknown(pool->token(), "pool:guarded", 7);
+  unknown.send(d, "", kControllerEnd, hello(7));
+  Link replayed(pool->token(), "pool:guarded", 0);
+  replayed.send(d, "", kControllerEnd, hello(0));  // sequence number 1: rank 0 is far past it
+  // The second joiner speaks from an identity crafted to forge a log line: it must come out escaped.
+  zmq::socket_t e(context, zmq::socket_type::dealer);
+  e.set(zmq::sockopt::linger, 0);
+  e.set(zmq::sockopt::routing_id, "evil\nERROR forged");
+  e.connect(pool->endpoint());
+  Link second(pool->token(), "pool:guarded", 0);
+  zmq::socket_t sink(context, zmq::socket_type::pub);  // moves its sequence number past rank 0's
+  sink.set(zmq::sockopt::linger, 0);
+  sink.bind("inproc://sink");
+  for (int i = 0; i < 10000; ++i) second.send(sink, "", kControllerEnd, {"heartbeat", {}, std::nullopt});
+  second.send(e, "", kControllerEnd, hello(0));
+
+  wait_for_rejections(*pool, 4 + 1 + 3);
+  EXPECT_EQ(longs(genuine.get().tensor("pid")), (std::vector<int64_t>{pool->pids()[0]}));
+  EXPECT_EQ(longs(group.call("pid").get().tensor("pid")), (std::vector<int64_t>{pool->pids()[0]}))
+      << "the run goes on after the attack";
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(pool->rejected_messages(), 8u) << log;
+  EXPECT_FALSE(pool->failed());
+  for (const char* what : {"not authenticated", "oversized message", "rank 7 is not a rank of this pool",
+                           "replayed message", "a second joiner is refused"})
+    EXPECT_NE(log.find(what), std::string::npos) << what << " in:\n" << log;
+  size_t forged_lines = 0;
+  for (size_t at = log.find("not authenticated"); at != std::string::npos; at = log.find("not authenticated", at + 1))
+    ++forged_lines;
+  EXPECT_EQ(forged_lines, 1u) << "one line per peer and kind of rejection:\n" << log;
+  EXPECT_EQ(log.find("\nERROR forged"), std::string::npos) << "peer text is escaped:\n" << log;
+  EXPECT_NE(log.find("evil\\nERROR forged"), std::string::npos) << log;
+}
+
+TEST(Security, LaunchSecretIsRequiredAndWeakOnesAreRefused) {
+  std::map<std::string, std::string> env = {{"RANK", "1"},           {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                                            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"},
+                                            {"TORCHELASTIC_RUN_ID", "run-7"}, {"SLURM_JOB_ID", "812"}};
+  EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("HF_JOB_TOKEN_FILE"), std::string::npos)
+      << "guessable launcher ids are not a secret";
+  env["HF_JOB_TOKEN"] = "short";
+  EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("at least 32"), std::string::npos);
+  env["HF_JOB_TOKEN"] = "2f6c0e3d9a7b41c82f6c0e3d9a7b41c8";  // the example once printed in docs/cluster.md
+  EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("well-known example"), std::string::npos);
+  env["HF_JOB_TOKEN"] = std::string(40, 'a');
+  EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("distinct characters"), std::string::npos);
+
+  hybridflow::testing::TempDir dir;
+  const std::string file = dir.file("secret");
+  write_file_atomic(file, kSecret + "\n");
+  env.erase("HF_JOB_TOKEN");
+  env["HF_JOB_TOKEN_FILE"] = file;
+  ::chmod(file.c_str(), 0644);
+  EXPECT_NE(error_of([&] { launch_settings_from(env); }).find("chmod 600"), std::string::npos);
+  ::chmod(file.c_str(), 0600);
+  const auto s = launch_settings_from(env);
+  EXPECT_EQ(s.token, kSecret) << "read from the file, trailing newline dropped";
+  EXPECT_EQ(s.token_source, "HF_JOB_TOKEN_FILE=" + file);
+  // A pool's own token for external workers is held to the same rule.
+  auto spec = pool_spec("weak", 1);
+  spec.spawn_workers = false;
+  spec.token = "guessable";
+  EXPECT_NE(error_of([&] { ProcessPool::start(spec); }).find("at least 32"), std::string::npos);
+}
+
+TEST(Security, PoolEnvironmentOfALaunchIsLimitedToKnownKeys) {
+  for (const char* key : {"OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "OPENBLAS_NUM_THREADS"})
+    EXPECT_TRUE(pool_env_key_allowed(key)) << key;
+  for (const char* key : {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NET_PLUGIN", "HF_WORKER_ENDPOINT"})
+    EXPECT_FALSE(pool_env_key_allowed(key)) << key;
+}
+
+TEST(Security, LaunchCompletesWhileStrangersAndUnknownRanksKnock) {
+  hybridflow::testing::TempDir dir;
+  const int port = free_tcp_port();
+  Job job;
+  for (int rank = 0; rank < 3; ++rank)
+    job.pids.push_back(spawn_with({self_exe()}, {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "3"},
+                                                 {"LOCAL_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"},
+                                                 {"MASTER_PORT", std::to_string(port)}, {"HF_JOB_TOKEN", kSecret},
+                                                 {"HF_TEST_LAUNCH_JOB", "pools"}, {"HF_TEST_POOL_SIZES", "1,1"},
+                                                 {"HF_TEST_RESULT", dir.file("result.json")},
+                                                 {"OMP_NUM_THREADS", "1"}}));
+  // Knocks until the job is over: another job's secret, and rank 5 of a world of 3 with the right one.
+  std::atomic<bool> done{false};
+  std::thread knocker([&] {
+    zmq::context_t context(1);
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::sndtimeo, 100);  // never blocks past the job's end while not connected
+    s.connect("tcp://127.0.0.1:" + std::to_string(port));
+    Link stranger("another-jobs-secret-0a1b2c3d4e5f6789", "launch", 1), unknown(kSecret, "launch", 5);
+    const runtime_detail::Message join{"join", {{"world_size", 3}, {"host", "x"}}, std::nullopt};
+    while (!done) {
+      stranger.send(s, "", kControllerEnd, join);
+      unknown.send(s, "", kControllerEnd, join);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  job.wait_all(30);
+  done = true;
+  knocker.join();
+  auto result = read_result(dir.file("result.json"));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(job.code(r), 0) << "rank " << r << "; result " << result.dump();
+  ASSERT_FALSE(result.contains("error")) << result.dump();
+  std::vector<int64_t> z;
+  for (int i = 0; i < 6; ++i) z.push_back(2 * i + 1);
+  EXPECT_EQ(result["z"].get<std::vector<int64_t>>(), z);
+  EXPECT_GT(result.value("rejected", 0), 0) << "the knocks were counted as rejected";
+}
