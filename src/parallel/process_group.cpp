@@ -16,6 +16,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/parallel/store_server.h"
 
 namespace hybridflow {
 namespace {
@@ -48,6 +49,7 @@ std::string join(const std::vector<int>& ranks) {
 }  // namespace
 
 struct ProcessGroup::State {
+  std::shared_ptr<StoreServer> hosted_store;  // rank 0's, when it hosts the rendezvous
   c10::intrusive_ptr<c10d::Store> world_store;
   c10::intrusive_ptr<c10d::Backend> backend;
   std::string backend_name;
@@ -121,11 +123,15 @@ ProcessGroup ProcessGroup::create_world(const LaunchEnv& env, const ProcessGroup
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0 && options.rank0_hosts_store;
+  // Rank 0 hosts the store through StoreServer, which listens on master_addr only: c10d's own server
+  // listens on every interface, and the store has no authentication (docs/security.md).
+  store_options.isServer = false;
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = false;  // the group's own rendezvous waits for everyone
   store_options.timeout = options.timeout;
   try {
+    if (env.rank == 0 && options.rank0_hosts_store)
+      state->hosted_store = StoreServer::start(env.master_port, options.timeout, env.master_addr);
     state->world_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     state->backend = make_backend(state->backend_name, c10::make_intrusive<c10d::PrefixStore>("hf_world", state->world_store),
                                   env.rank, env.world_size, options);
@@ -162,6 +168,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) const {
     index = parent.counters->made[ranks]++;
   }
   auto state = std::make_shared<State>();
+  state->hosted_store = parent.hosted_store;  // the server lives as long as any group that uses it
   state->world_store = parent.world_store;
   state->options = parent.options;
   state->backend_name = parent.backend_name;
