@@ -2,6 +2,7 @@
 // groups of each role, with the settings each worker type reads.
 #include "rl_batch_sizes.h"
 #include "rl_trainer_state.h"
+#include "score_guard.h"
 
 #include <torch/cuda.h>
 
@@ -78,6 +79,7 @@ void check_numbers(const Config& config) {
     HF_CHECK(len > 0 && len <= response_length, "reward_model.overlong_buffer.len must be in (0, ", response_length,
              "] (the response budget) when the overlong buffer is enabled, got ", len);
   }
+  reward_clip_from_config(config);
   for (const char* key : {"actor_rollout_ref.actor.ppo_epochs", "critic.ppo_epochs"}) {
     const int64_t v = config.get<int64_t>(key);
     HF_CHECK(v > 0, key, " must be > 0, got ", v);
