@@ -5,11 +5,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/checkpoint.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
@@ -87,4 +89,48 @@ TEST(RlFaults, ABadRewardClipNamesTheKey) {
         error_of([&] { RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {bad}))); });
     EXPECT_NE(message.find("reward_model.reward_clip"), std::string::npos) << message;
   }
+}
+
+namespace {
+
+// A GRPO run of `steps` steps on `run_dir`, checkpointing after each (resumes from the newest intact one).
+Config checkpointed_run(const std::string& run_dir, int steps) {
+  return load_rl_config("", tiny_rl_overrides("grpo", {"trainer.run_dir=" + run_dir, "trainer.save_freq=1",
+                                                       "trainer.total_steps=" + std::to_string(steps)}));
+}
+
+}  // namespace
+
+TEST(RlFaults, ResumeFallsBackPastADamagedNewestCheckpointAndSaysWhatIsWrong) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer(checkpointed_run(dir.path(), 2)).fit();
+  const std::string root = dir.path() + "/checkpoints";
+  // The newest checkpoint is complete (it has its marker) but its actor weights lost their second half.
+  const std::string weights = root + "/step_2/actor/model.safetensors";
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) / 2);
+  ASSERT_TRUE(is_complete_checkpoint(root + "/step_2"));
+  EXPECT_EQ(checkpoint_problem(root + "/step_1"), "");
+  const std::string problem = checkpoint_problem(root + "/step_2");
+  EXPECT_NE(problem.find(weights), std::string::npos) << problem;
+
+  RLTrainer resumed(checkpointed_run(dir.path(), 3));
+  EXPECT_EQ(resumed.resumed_from(), root + "/step_1");
+  EXPECT_EQ(resumed.steps_done(), 1);
+  // Naming the damaged checkpoint itself is an error that says what is wrong.
+  const std::string message = error_of([&] { resolve_checkpoint(root + "/step_2"); });
+  EXPECT_NE(message.find("damaged"), std::string::npos) << message;
+  EXPECT_NE(message.find(weights), std::string::npos) << message;
+}
+
+TEST(RlFaults, EveryCheckpointDamagedIsAnErrorNotASilentFreshStart) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer(checkpointed_run(dir.path(), 1)).fit();
+  const std::string root = dir.path() + "/checkpoints";
+  write_file_atomic(root + "/step_1/" + kTrainerStateFile, "{\"step\": 1, ");  // cut off mid-write
+  EXPECT_NE(checkpoint_problem(root + "/step_1").find(kTrainerStateFile), std::string::npos);
+  std::remove((root + "/step_1/rng/controller.safetensors").c_str());
+  const std::string message = error_of([&] { RLTrainer again(checkpointed_run(dir.path(), 2)); });
+  EXPECT_NE(message.find("every checkpoint under " + root + " is damaged"), std::string::npos) << message;
+  EXPECT_NE(message.find(kTrainerStateFile), std::string::npos) << message;  // what is wrong, too
+  EXPECT_NE(message.find("trainer.resume_mode=disable"), std::string::npos) << message;
 }
