@@ -134,3 +134,16 @@ TEST(RlFaults, EveryCheckpointDamagedIsAnErrorNotASilentFreshStart) {
   EXPECT_NE(message.find(kTrainerStateFile), std::string::npos) << message;  // what is wrong, too
   EXPECT_NE(message.find("trainer.resume_mode=disable"), std::string::npos) << message;
 }
+
+TEST(RlFaults, PromptPlusResponseMustFitTheModelsPositionsNamingBothKeys) {
+  // The tiny preset has 256 positions; the addition prompts are a few tokens long.
+  std::string message = error_of(
+      [&] { RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.response_length=254"}))); });
+  for (const char* part : {"data.task 'addition'", "max_position_embeddings = 256", "model.preset 'tiny'",
+                           "actor_rollout_ref.rollout.response_length = 254", "data.max_prompt_length"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " missing in: " << message;
+  message = error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.response_length=256"})));
+  });
+  EXPECT_NE(message.find("leaves no room for a prompt"), std::string::npos) << message;
+}
