@@ -41,12 +41,26 @@ void kill_pools_and_reraise(int sig) {
   ::raise(sig);
 }
 
+std::atomic<bool> g_graceful_stop{false};
+std::atomic<int> g_stop_signal{0};
+
+void on_signal(int sig) {
+  int none = 0;
+  if (g_graceful_stop.load() && (sig == SIGINT || sig == SIGTERM) && g_stop_signal.compare_exchange_strong(none, sig)) {
+    static const char kMessage[] = "\n[hybridflow] stopping after the current step; signal again to stop at once\n";
+    ssize_t ignored = ::write(2, kMessage, sizeof(kMessage) - 1);
+    (void)ignored;
+    return;
+  }
+  kill_pools_and_reraise(sig);
+}
+
 void install_signal_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = kill_pools_and_reraise;
+    sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
   });
@@ -356,6 +370,12 @@ struct ProcessPool::Impl {
   }
 
   void loop() {
+    // Signals go to the other threads: this one's poll must not fail with EINTR when a graceful stop
+    // (enable_graceful_stop_on_signals) lets the process live on after a signal.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_signals, sig);
+    ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     try {
       if (spec.spawn_workers) spawn();
     } catch (const std::exception& e) {
@@ -632,5 +652,12 @@ void ProcessPool::shutdown() {
     if (impl_->pgid > 0) unregister_pgid(impl_->pgid);
   });
 }
+
+void enable_graceful_stop_on_signals() {
+  g_graceful_stop = true;
+  install_signal_handlers();  // also before any pool starts: a signal while loading data is graceful too
+}
+
+int stop_requested_signal() { return g_stop_signal.load(); }
 
 }  // namespace hybridflow

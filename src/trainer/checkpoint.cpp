@@ -120,15 +120,42 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
   return ckpts.back().second;
 }
 
+std::vector<std::string> complete_checkpoints_newest_first(const std::string& root) {
+  std::vector<std::string> out;
+  for (const auto& [step, dir] : complete_checkpoints(root)) out.insert(out.begin(), dir);
+  return out;
+}
+
+namespace {
+
+// The newest intact checkpoint under `root`, nullopt when it holds no complete one; an error when it holds
+// complete ones but every one is damaged (naming what is wrong with each).
+std::optional<std::string> intact_checkpoint_under(const std::string& root, const std::string& how_to_start_fresh) {
+  if (!find_latest_checkpoint(root)) return std::nullopt;
+  std::vector<std::string> problems;
+  auto found = find_intact_checkpoint(root, &problems);
+  if (found) return found;
+  std::string list;
+  for (const auto& p : problems) list += "\n  " + p;
+  HF_FAIL("every checkpoint under ", root, " is damaged; remove them", how_to_start_fresh, ":", list);
+}
+
+}  // namespace
+
 std::string resolve_checkpoint(const std::string& path) {
   std::error_code ec;
   HF_CHECK(fs::is_directory(path, ec), "checkpoint directory ", path, " does not exist");
-  if (is_complete_checkpoint(path)) return path;
+  if (is_complete_checkpoint(path)) {
+    const std::string problem = checkpoint_problem(path);
+    HF_CHECK(problem.empty(), "checkpoint ", path, " is damaged: ", problem,
+             "; resume from an earlier checkpoint (its checkpoints directory picks the newest intact one)");
+    return path;
+  }
   HF_CHECK(!file_exists(path + "/" + kTrainerStateFile) && step_of(fs::path(path).filename().string()) < 0,
            "checkpoint ", path, " is incomplete: ", path, "/", kCheckpointCompleteFile,
            " is missing (the save was interrupted); resume from an earlier checkpoint");
   for (const std::string& root : {path, checkpoints_root(path)})
-    if (auto found = find_latest_checkpoint(root)) return *found;
+    if (auto found = intact_checkpoint_under(root, "")) return *found;
   HF_FAIL("no complete checkpoint in ", path, " (looked for step_<N>/", kCheckpointCompleteFile, " there and in ",
           checkpoints_root(path), ")");
 }
@@ -147,7 +174,8 @@ std::string checkpoint_to_resume(const Config& trainer) {
   }
   const std::string run_dir = trainer.get<std::string>("run_dir");
   if (mode == "disable" || run_dir.empty()) return "";
-  return find_latest_checkpoint(checkpoints_root(run_dir)).value_or("");
+  return intact_checkpoint_under(checkpoints_root(run_dir), " or set trainer.resume_mode=disable to start afresh")
+      .value_or("");
 }
 
 void write_trainer_state(const std::string& dir, const nlohmann::json& state) {

@@ -148,6 +148,7 @@ reward_model:
     len: 0
     penalty_factor: 1.0
     log: false
+  reward_clip: null
   dtype: fp32
   num_processes: 1
   micro_batch_size: null

@@ -5,6 +5,7 @@
 
 #include "hybridflow/algo/dapo.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "score_guard.h"
 
 namespace hybridflow {
 
@@ -33,9 +34,16 @@ torch::Tensor to_float_tensor(const std::vector<double>& values) {
   return torch::tensor(values, torch::kDouble).to(torch::kFloat);
 }
 
-void add_metrics(MetricsLog& m, const Future& f, const std::string& rename_prefix = "") {
-  for (const auto& [k, v] : f.get().meta().at("metrics").items())
-    m.set(!rename_prefix.empty() && k.rfind("critic/", 0) == 0 ? rename_prefix + k : k, v.get<double>());
+// Returns whether the update skipped an optimizer step (a non-finite gradient norm: no weight was touched).
+bool add_metrics(MetricsLog& m, const Future& f, const std::string& rename_prefix = "") {
+  bool skipped = false;
+  for (const auto& [k, v] : f.get().meta().at("metrics").items()) {
+    // JSON has no NaN or inf: a worker's non-finite loss or gradient norm arrives as null.
+    m.set(!rename_prefix.empty() && k.rfind("critic/", 0) == 0 ? rename_prefix + k : k,
+          v.is_number() ? v.get<double>() : std::nan(""));
+    skipped = skipped || (k.size() >= 13 && k.compare(k.size() - 13, 13, "skipped_steps") == 0);
+  }
+  return skipped;
 }
 
 }  // namespace
@@ -89,13 +97,17 @@ const DataProto& TrainerStages::wait_generation(const Future& batch) {
 
 torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future& rm_score, bool log) {
   auto t = timer_.scope("reward");
+  const auto clip = reward_clip_from_config(s_.cfg);
+  int64_t clipped = 0;
   torch::Tensor scores;
   {
     ControllerSpan span(*s_.timeline, "rule_score");
-    scores = to_float_tensor(s_.rule_scores(gen));
+    scores = guard_scores(to_float_tensor(s_.rule_scores(gen)), "the rule reward (reward.type " +
+                          s_.cfg.get<std::string>("reward.type") + ")", s_.step + 1, clip, &clipped);
   }
   if (log) s_.metrics->set("score/rule_mean", mean_of(scores));
-  if (rm_score.valid()) scores = scores + rm_score.get().tensor("rm_scores");
+  if (rm_score.valid())
+    scores = scores + guard_scores(rm_score.get().tensor("rm_scores"), "the reward model", s_.step + 1, clip, &clipped);
   const Config overlong = s_.cfg.subtree("reward_model.overlong_buffer");
   if (overlong.get<bool>("enable")) {
     // DAPO's soft overlong punishment: responses that run into the last `len` tokens lose up to penalty_factor.
@@ -105,13 +117,19 @@ torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future&
     if (log && overlong.get<bool>("log")) s_.metrics->set("score/overlong_penalty_mean", mean_of(penalty));
     scores = scores + penalty;
   }
+  if (clip) {
+    scores = guard_scores(scores, "the summed score", s_.step + 1, clip, &clipped);
+    if (log) s_.metrics->set("score/clipped", static_cast<double>(clipped));
+  }
   return scores;
 }
 
 torch::Tensor TrainerStages::sequence_costs(const DataProto& gen, const Future& cost_score) {
   auto t = timer_.scope("cost");
-  torch::Tensor costs = to_float_tensor(s_.rule_costs(gen));
-  if (cost_score.valid()) costs = costs + cost_score.get().tensor("rm_scores");
+  torch::Tensor costs = guard_scores(to_float_tensor(s_.rule_costs(gen)),
+                                     "the cost (cost.type " + s_.cfg.get<std::string>("cost.type") + ")", s_.step + 1, {});
+  if (cost_score.valid())
+    costs = costs + guard_scores(cost_score.get().tensor("rm_scores"), "the cost model", s_.step + 1, {});
   return costs;
 }
 
@@ -273,16 +291,21 @@ void TrainerStages::update(Rollout& r) {
   if (batch.has_tensor("ref_log_prob")) actor_keys.push_back("ref_log_prob");
   Future actor_f = s_.actor->call("update_actor", at_this_step(batch.select(actor_keys)));
   MetricsLog& m = *s_.metrics;
+  int nonfinite = 0;  // roles whose update met a non-finite gradient norm and skipped that optimizer step
   if (critic_f.valid()) {
     auto t = timer_.scope("update_critic");
-    add_metrics(m, critic_f);
+    nonfinite += add_metrics(m, critic_f);
   }
   if (cost_critic_f.valid()) {  // the critic worker names its metrics critic/*; these are the cost critic's
     auto t = timer_.scope("update_cost_critic");
-    add_metrics(m, cost_critic_f, "cost_");
+    nonfinite += add_metrics(m, cost_critic_f, "cost_");
   }
   auto t = timer_.scope("update_actor");
-  add_metrics(m, actor_f);
+  nonfinite += add_metrics(m, actor_f);
+  m.set("train/nonfinite_updates", nonfinite);
+  if (nonfinite > 0)
+    log_warn("step ", s_.step + 1, ": ", nonfinite, " role update(s) had a non-finite gradient norm and skipped ",
+             "their optimizer step (see <role>/skipped_steps and the losses in the metrics)");
 }
 
 nlohmann::json TrainerStages::finish(Rollout& r) {

@@ -1,11 +1,50 @@
 #include "hybridflow/trainer/rl_trainer.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstring>
 
 #include "hybridflow/core/progress.h"
+#include "hybridflow/runtime/process_pool.h"
 #include "rl_stages.h"
 
 namespace hybridflow {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shell_quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") ==
+                          std::string::npos)
+    return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// This process's own command line, with what makes it continue from `checkpoint`: the same command already
+// does under resume_mode auto (the run directory's newest checkpoint); otherwise resume_path is appended
+// (later overrides win).
+std::string resume_command(const Config& cfg, const std::string& checkpoint) {
+  std::string cmdline;
+  if (file_exists("/proc/self/cmdline")) cmdline = read_file("/proc/self/cmdline");
+  std::string out;
+  for (size_t begin = 0; begin < cmdline.size();) {
+    const size_t end = cmdline.find('\0', begin);
+    out += (out.empty() ? "" : " ") + shell_quote(cmdline.substr(begin, end - begin));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  if (out.empty()) out = "hybridflow train <the same config and overrides>";
+  if (cfg.get<std::string>("trainer.resume_mode") != "auto")
+    out += " trainer.resume_mode=resume_path " + shell_quote("trainer.resume_from_path=" + checkpoint);
+  return out;
+}
+
+}  // namespace
 
 RLTrainer::~RLTrainer() = default;
 
@@ -26,7 +65,9 @@ nlohmann::json RLTrainer::fit() {
   // The ETA is paced by this process's steps only: a resumed run's earlier steps took no time here.
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = s.step;
-  while (s.step < total) {
+  // A stop signal (enable_graceful_stop_on_signals) ends the run between steps; the checkpoint below still
+  // follows, so the run can continue from exactly here.
+  while (s.step < total && stop_requested_signal() == 0) {
     last = step();
     if (s.console_log && (s.step % every == 0 || s.step == total)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -40,7 +81,7 @@ nlohmann::json RLTrainer::fit() {
     }
   }
   const bool save_at_end = s.cfg.get<bool>("trainer.save_checkpoint") || s.cfg.get<int64_t>("trainer.save_freq") > 0;
-  if (save_at_end && s.last_saved_step != s.step) s.save_checkpoint();
+  if (save_at_end && s.step > 0 && s.last_saved_step != s.step) s.save_checkpoint();
   return last;
 }
 
@@ -90,10 +131,28 @@ double RLTrainer::parameter_sq_norm(const std::string& role) {
 }
 
 int run_rl_training(const Config& config) {
+  // The first Ctrl-C / SIGTERM stops after the current step (and checkpoints); a second one kills at once.
+  enable_graceful_stop_on_signals();
   RLTrainer trainer(config);
   const int64_t test_size = config.get<int64_t>("data.test_size");
-  const double before = test_size > 0 ? trainer.evaluate(test_size) : 0.0;
+  const double before = test_size > 0 && stop_requested_signal() == 0 ? trainer.evaluate(test_size) : 0.0;
   trainer.fit();
+  if (const int sig = stop_requested_signal()) {
+    const int64_t total = config.get<int64_t>("trainer.total_steps");
+    std::cerr << "stopped by " << (sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig))
+              << " after step " << trainer.steps_done() << " of " << total << "\n";
+    const std::string& ckpt = trainer.last_checkpoint();
+    if (ckpt.empty())
+      std::cerr << "no checkpoint was written, so this run cannot be resumed (trainer.save_freq or "
+                   "trainer.save_checkpoint, with trainer.run_dir, make a stopped run resumable)\n";
+    else
+      std::cerr << "checkpoint: " << ckpt
+                << (ends_with(ckpt, "/" + checkpoint_name(trainer.steps_done()))
+                        ? ""
+                        : " (older than this step: saving is off, so resuming repeats the steps after it)")
+                << "\nresume with: " << resume_command(config, ckpt) << "\n";
+    return 128 + sig;  // what a shell reports for a process the signal ended: 130 for SIGINT, 143 for SIGTERM
+  }
   if (test_size > 0) {
     const double after = trainer.evaluate(test_size);
     std::cerr << "held-out score (greedy): " << (trainer.resumed_from().empty() ? "before " : "at resume ") << before

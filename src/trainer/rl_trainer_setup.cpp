@@ -2,6 +2,7 @@
 // groups of each role, with the settings each worker type reads.
 #include "rl_batch_sizes.h"
 #include "rl_trainer_state.h"
+#include "score_guard.h"
 
 #include <torch/cuda.h>
 
@@ -78,6 +79,7 @@ void check_numbers(const Config& config) {
     HF_CHECK(len > 0 && len <= response_length, "reward_model.overlong_buffer.len must be in (0, ", response_length,
              "] (the response budget) when the overlong buffer is enabled, got ", len);
   }
+  reward_clip_from_config(config);
   for (const char* key : {"actor_rollout_ref.actor.ppo_epochs", "critic.ppo_epochs"}) {
     const int64_t v = config.get<int64_t>(key);
     HF_CHECK(v > 0, key, " must be > 0, got ", v);
@@ -184,6 +186,38 @@ std::vector<PromptRow> task_rows(const Task& task, const std::vector<Example>& e
   return rows;
 }
 
+// Every prompt plus the response budget must fit the model's positions: past max_position_embeddings the
+// rotary embedding is extrapolated and the output is noise, and memory grows with the length. Checked on
+// the prompts as loaded (after data.max_prompt_length), before any worker starts.
+void check_context_fits(const Config& config, const std::string& model_path, int64_t vocab_size,
+                        const std::vector<std::pair<std::string, const std::vector<EncodedPrompt>*>>& sets) {
+  const ModelConfig model = model_path.empty()
+                                ? preset_model_config(config.get<std::string>("model.preset"), vocab_size)
+                                : load_model_config(model_path + "/config.json");
+  const std::string model_source =
+      model_path.empty() ? "model.preset '" + config.get<std::string>("model.preset") + "'" : model_path + "/config.json";
+  const int64_t limit = model.max_position_embeddings;
+  const int64_t response = rl_response_length(config);
+  const std::string response_key = config.is_null("actor_rollout_ref.rollout.response_length")
+                                       ? "data.max_response_length"
+                                       : "actor_rollout_ref.rollout.response_length";
+  HF_CHECK(response < limit, response_key, " = ", response, " leaves no room for a prompt in the model's ",
+           "max_position_embeddings = ", limit, " (", model_source, ")");
+  for (const auto& [source, prompts] : sets) {
+    size_t longest = 0;
+    for (size_t i = 1; i < prompts->size(); ++i)
+      if ((*prompts)[i].ids.size() > (*prompts)[longest].ids.size()) longest = i;
+    if (prompts->empty()) continue;
+    const auto length = static_cast<int64_t>((*prompts)[longest].ids.size());
+    HF_CHECK(length + response <= limit, source, ": the longest prompt (no. ", longest + 1, " as loaded) is ", length, " tokens and ", response_key,
+             " = ", response, ", so its sequence needs ", length + response,
+             " positions, more than the model's max_position_embeddings = ", limit, " (", model_source,
+             "); lower data.max_prompt_length to at most ", limit - response,
+             " (longer prompts are then cut by data.truncation or dropped by data.filter_overlong_prompts) or ",
+             response_key);
+  }
+}
+
 nlohmann::json nullable(const Config& c, const std::string& key) {
   return c.is_null(key) ? nlohmann::json() : nlohmann::json(c.get<double>(key));
 }
@@ -244,6 +278,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   if (!train_file.empty()) train_rows = read_prompt_rows(train_file);
   s.train = encoder.encode(train_rows, train_file.empty() ? "data.task '" + s.task->name() + "'" : train_file);
   s.test = encoder.encode(test_rows, test_file.empty() ? "data.task '" + s.task->name() + "'" : test_file);
+  check_context_fits(config, model_path, s.tokenizer.vocab_size(),
+                     {{train_file.empty() ? "data.task '" + s.task->name() + "'" : train_file, &s.train},
+                      {test_file.empty() ? "data.task '" + s.task->name() + "'" : test_file, &s.test}});
   const int64_t batch_prompts = config.get<int64_t>("data.train_batch_size");
   HF_CHECK(batch_prompts > 0 && static_cast<int64_t>(s.train.size()) >= batch_prompts, "data.train_batch_size: ",
            batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());

@@ -82,4 +82,11 @@ class ProcessPool {
   std::shared_ptr<Impl> impl_;
 };
 
+// SIGINT / SIGTERM / SIGHUP / SIGQUIT kill every pool's workers (their own process groups: a terminal's
+// Ctrl-C reaches only the controller) and then the process. After enable_graceful_stop_on_signals() the
+// first SIGINT or SIGTERM only records itself, so a training loop can end cleanly between steps
+// (stop_requested_signal() returns it); a second one kills as before.
+void enable_graceful_stop_on_signals();
+int stop_requested_signal();  // 0 while no stop was requested
+
 }  // namespace hybridflow

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hybridflow/core/config.h"
 
@@ -36,13 +37,25 @@ bool is_complete_checkpoint(const std::string& dir);
 // The newest complete checkpoint under `root`: the one `latest` names when it is complete, else the
 // highest complete step_<N>; nullopt when there is none (or no root).
 std::optional<std::string> find_latest_checkpoint(const std::string& root);
+// Complete checkpoints under `root`, highest step first.
+std::vector<std::string> complete_checkpoints_newest_first(const std::string& root);
+
+// What is wrong with checkpoint `dir` ("" when it looks intact): the marker, trainer_state.json, the
+// controller's files and each trained role's files must be there, every safetensors header must fit its
+// file's size and every JSON file must parse. Reads headers only, not the tensors (checkpoint_check.cpp).
+std::string checkpoint_problem(const std::string& dir);
+// The newest intact checkpoint under `root` (`latest` first, then by step), warning for each damaged one
+// it passes over and what is wrong with it (also appended to `problems`); nullopt when there is none.
+std::optional<std::string> find_intact_checkpoint(const std::string& root, std::vector<std::string>* problems = nullptr);
+
 // A checkpoint to resume from, given a checkpoint directory, a checkpoints root (with `latest`) or a
-// run directory. Error naming the missing marker / directory when it holds no complete checkpoint.
+// run directory: for a root, the newest intact one (falling back past damaged ones with a warning); a
+// named checkpoint directory must be intact itself. Errors name the missing marker / directory / damage.
 std::string resolve_checkpoint(const std::string& path);
 
 // The checkpoint a run starts from, from the `trainer` section: resume_mode disable -> ""; auto -> the
-// newest complete checkpoint of run_dir ("" when there is none); resume_path -> resolve_checkpoint of
-// resume_from_path. Errors name the key.
+// newest intact checkpoint of run_dir ("" when there is none; an error when all are damaged); resume_path
+// -> resolve_checkpoint of resume_from_path. Errors name the key.
 std::string checkpoint_to_resume(const Config& trainer);
 
 // trainer_state.json: written atomically; reading checks that it is a JSON object with the keys the
