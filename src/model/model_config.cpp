@@ -1,6 +1,7 @@
 #include "hybridflow/model/model_config.h"
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/model_size.h"
 
 namespace hybridflow {
 namespace {
@@ -83,6 +84,12 @@ void ModelConfig::validate() const {
            "model config: rope_scaling high_freq_factor must differ from low_freq_factor (both ", r.low_freq_factor, ")");
   HF_CHECK(r.original_max_position_embeddings >= 0, "model config: rope_scaling original_max_position_embeddings ",
            "must be > 0, got ", r.original_max_position_embeddings);
+  // num_parameters() and every tensor shape are int64: sizes whose product overflows it are no model (whether
+  // one that fits does fit in memory is checked where it is built: model_size.h).
+  const double parameters = model_size(*this).parameters();
+  HF_CHECK(parameters < 4e18, "model config: vocab_size (", vocab_size, "), hidden_size (", hidden_size,
+           "), intermediate_size (", intermediate_size, "), num_hidden_layers (", num_hidden_layers,
+           ") and the head counts imply ", parameters, " parameters, which no machine holds");
 }
 
 int64_t ModelConfig::num_parameters() const {

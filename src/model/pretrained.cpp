@@ -4,12 +4,14 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -81,6 +83,64 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
+
+std::string count_text(double count) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, count < 1e18 ? "%.0f" : "%.3g", count);
+  return buffer;
+}
+
+// What config.json implies against what the files hold (their headers: mapped, not read), before any
+// module is built, so a config that does not match its weights fails naming them and allocates nothing.
+// Lists stay short: a config with a million layers names millions of missing weights. "" when they match.
+std::string weight_mismatches(const std::map<std::string, torch::Tensor>& weights, const ModelConfig& config,
+                              HeadKind head, const PipelineStage& stage) {
+  constexpr size_t kListed = 20;
+  const bool value_head = head == HeadKind::kValue;
+  std::vector<std::string> missing, wrong_shape;
+  size_t missing_count = 0, wrong_count = 0;
+  bool stopped = false;
+  std::set<std::string> matched;
+  for_each_expected_weight(config, value_head, [&](const std::string& name, const std::vector<int64_t>& shape) {
+    if (stage.enabled() && !stage_holds(name, config, head, stage)) return true;
+    auto it = weights.find(name);
+    if (it == weights.end()) {
+      if (value_head && name == "score.weight") return true;  // a fresh value head: the caller initialises it
+      if (++missing_count <= kListed) missing.push_back(name);
+      stopped = missing_count >= 1000;
+      return !stopped;
+    }
+    matched.insert(name);
+    if (it->second.sizes().vec() != shape && ++wrong_count <= kListed)
+      wrong_shape.push_back(name + " (file " + c10::str(it->second.sizes()) + ", model " + shape_text(shape) + ")");
+    return true;
+  });
+  std::vector<std::string> unexpected;
+  if (!stopped)
+    for (const auto& [name, tensor] : weights)
+      if (!matched.count(name) && unexpected.size() < kListed) unexpected.push_back(name);
+  if (missing.empty() && wrong_shape.empty() && unexpected.empty()) return "";
+  auto more = [](size_t count) { return count > kListed ? ", ... " + std::to_string(count - kListed) + " more" : ""; };
+  std::string out;
+  if (!missing.empty())
+    out += " missing [" + join(missing) +
+           (stopped ? ", ... config.json implies " + count_text(expected_weight_count(config, value_head)) +
+                          " weights (num_hidden_layers " + std::to_string(config.num_hidden_layers) + "), the files hold " +
+                          std::to_string(weights.size())
+                    : more(missing_count)) +
+           "]";
+  if (!wrong_shape.empty()) out += " wrong shape [" + join(wrong_shape) + more(wrong_count) + "]";
+  if (!unexpected.empty()) out += " unexpected [" + join(unexpected) + "]";
+  return out;
+}
+
+// The files' tensors less those a load ignores: saved rotary buffers, a tied or value model's lm_head.
+void drop_ignored_weights(std::map<std::string, torch::Tensor>& weights, const ModelConfig& config, HeadKind head) {
+  for (auto it = weights.begin(); it != weights.end();) it = is_rotary_buffer(it->first) ? weights.erase(it) : ++it;
+  if (config.tie_word_embeddings || head == HeadKind::kValue) weights.erase("lm_head.weight");
+}
+
 }  // namespace
 
 torch::Dtype parse_dtype(const std::string& name, const std::string& key) {
@@ -97,14 +157,13 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
   out.tokenizer = Tokenizer::load(dir + "/tokenizer.json");
   HF_CHECK(out.tokenizer.vocab_size() <= out.config.vocab_size, dir, ": tokenizer.json has ",
            out.tokenizer.vocab_size(), " tokens but config.json vocab_size is ", out.config.vocab_size);
-  out.model = CausalLM(out.config, head, tp, stage);
 
+  // The files' headers first (mapped, nothing read yet), the model after: a mismatch allocates nothing.
   std::map<std::string, torch::Tensor> weights = read_weights(dir);
-  for (auto it = weights.begin(); it != weights.end();) it = is_rotary_buffer(it->first) ? weights.erase(it) : ++it;
   // Checkpoints of tied models may still carry lm_head.weight (a copy of the embedding); a value
   // model initialised from a language model drops the LM head and starts a fresh value head.
   const bool value_head = head == HeadKind::kValue;
-  if (out.config.tie_word_embeddings || value_head) weights.erase("lm_head.weight");
+  drop_ignored_weights(weights, out.config, head);
   // A pipeline stage reads only its own layers; the names of the others' are checked, so that a stray
   // tensor is still reported.
   if (stage.enabled())
@@ -118,7 +177,12 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
       it = other_stage ? weights.erase(it) : ++it;
     }
 
+  const std::string mismatches = weight_mismatches(weights, out.config, head, stage);
+  HF_CHECK(mismatches.empty(), dir, ": weights do not match config.json:", mismatches);
+  out.model = CausalLM(out.config, head, tp, stage);
+
   // Under tensor parallelism each rank copies its slice out of the mapped file: only those pages are read.
+  // (The whole shapes were checked above; this compares each rank's slice.)
   std::vector<std::string> missing, wrong_shape;
   auto params = out.model->named_parameters(/*recurse=*/true);
   for (const auto& item : params) {
@@ -151,6 +215,40 @@ Pretrained load_pretrained(const std::string& dir, HeadKind head, torch::Dtype d
     if (it != weights.end()) item.value().copy_(checkpoint_shard(item.key(), it->second, out.config, tp).to(dtype));
   }
   return out;
+}
+
+std::vector<std::string> check_model_directory(const std::string& dir) {
+  ModelConfig config;
+  try {
+    config = load_model_config(dir + "/config.json");
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  std::vector<std::string> problems;
+  std::map<std::string, torch::Tensor> weights;
+  try {
+    weights = read_weights(dir);  // every header is checked against its file's size: truncation shows here
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  }
+  if (problems.empty()) {
+    // A value model (critic, reward model) carries score.weight instead of lm_head.weight.
+    const HeadKind head = weights.count("score.weight") ? HeadKind::kValue : HeadKind::kLanguageModel;
+    drop_ignored_weights(weights, config, head);
+    const std::string mismatches = weight_mismatches(weights, config, head, PipelineStage{});
+    if (!mismatches.empty()) problems.push_back(dir + ": weights do not match config.json:" + mismatches);
+  }
+  if (file_exists(dir + "/tokenizer.json")) {
+    try {
+      const Tokenizer tokenizer = Tokenizer::load(dir + "/tokenizer.json");
+      if (tokenizer.vocab_size() > config.vocab_size)
+        problems.push_back(dir + ": tokenizer.json has " + std::to_string(tokenizer.vocab_size()) +
+                           " tokens but config.json vocab_size is " + std::to_string(config.vocab_size));
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+  }
+  return problems;
 }
 
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer) {

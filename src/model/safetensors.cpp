@@ -147,8 +147,10 @@ Layout parse_layout(const char* bytes, uint64_t size, const std::string& file) {
   HF_CHECK(size >= 8, file, ": not a safetensors file: ", size, " bytes, shorter than the 8-byte header length");
   const uint64_t header_len = read_u64_le(bytes);
   const uint64_t available = size - 8;
-  HF_CHECK(header_len <= available && header_len <= kMaxHeaderBytes, file, ": safetensors header length ",
-           header_len, " runs past the end of the file (", available, " bytes after the length)");
+  HF_CHECK(header_len <= available, file, ": safetensors header length ", header_len,
+           " runs past the end of the file (", available, " bytes after the length; truncated or not safetensors)");
+  HF_CHECK(header_len <= kMaxHeaderBytes, file, ": safetensors header length ", header_len, " exceeds the ",
+           kMaxHeaderBytes, "-byte limit (real headers are kilobytes; not a safetensors file?)");
   json header = parse_header(std::string(bytes + 8, static_cast<size_t>(header_len)), file);
   Layout layout;
   layout.data_start = 8 + header_len;
@@ -176,7 +178,7 @@ Layout parse_layout(const char* bytes, uint64_t size, const std::string& file) {
   std::string previous = "start of the data buffer";
   for (const Entry& e : entries) {
     HF_CHECK(e.end <= data_len, file, ": tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
-             "] out of range: data buffer has ", data_len, " bytes");
+             "] out of range: data buffer has ", data_len, " bytes (file truncated?)");
     HF_CHECK(e.begin >= cursor, file, ": tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
              "] overlap the previous tensor (", previous, " ends at ", cursor, ")");
     HF_CHECK(e.begin == cursor, file, ": tensor '", e.name, "' starts at ", e.begin, " but ", previous,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -247,6 +248,10 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParal
     : config_(config), head_(head), tp_(tp), pp_(pp), layers_(std::make_shared<Layers>()) {
   config_.validate();
   check_tensor_parallel(config_, tp_.size());
+  // Before any module is built: an absurd config (num_hidden_layers: 1000000) must fail here, naming its keys,
+  // not in the allocator after taking the machine's memory. This rank holds about 1/(tp x pp) of the model.
+  check_model_fits_memory(config_, head_ == HeadKind::kValue, static_cast<double>(torch::get_default_dtype().itemsize()),
+                          1.0 / (static_cast<double>(tp_.size()) * pp_.stages), "model config");
   layer_range_ = hybridflow::stage_layers(config_.num_hidden_layers, pp_);
   const bool tied_head = head_ == HeadKind::kLanguageModel && config_.tie_word_embeddings;
   layers_->model = register_module(

@@ -174,6 +174,7 @@ cost:
   url: null
   allowed_hosts: []
   timeout_s: 60.0
+  max_output_bytes: 16777216
 )";
 }  // namespace
 

@@ -42,15 +42,16 @@ double parse_score_line(const std::string& line, const std::string& where) {
   return value.get<double>();
 }
 
-CommandReward::CommandReward(std::vector<std::string> argv, double timeout_s)
-    : argv_(std::move(argv)), timeout_s_(timeout_s) {
+CommandReward::CommandReward(std::vector<std::string> argv, double timeout_s, int64_t max_output_bytes)
+    : argv_(std::move(argv)), timeout_s_(timeout_s), max_output_bytes_(max_output_bytes) {
   HF_CHECK(!argv_.empty() && !argv_[0].empty(), "reward.command: expected a non-empty argv list");
   HF_CHECK(timeout_s_ > 0, "reward.timeout_s: expected > 0, got ", timeout_s_);
+  HF_CHECK(max_output_bytes_ > 0, "reward.max_output_bytes: expected > 0, got ", max_output_bytes_);
 }
 
-CommandReward CommandReward::shell(const std::string& command_line, double timeout_s) {
+CommandReward CommandReward::shell(const std::string& command_line, double timeout_s, int64_t max_output_bytes) {
   HF_CHECK(!is_blank(command_line), "reward.shell: expected a command line, got an empty string");
-  return CommandReward({"/bin/sh", "-c", command_line}, timeout_s);
+  return CommandReward({"/bin/sh", "-c", command_line}, timeout_s, max_output_bytes);
 }
 
 std::string CommandReward::describe() const {
@@ -65,8 +66,12 @@ std::vector<double> CommandReward::score(const std::vector<RewardRequest>& batch
   if (batch.empty()) return {};
   std::string input;
   for (const auto& request : batch) input += reward_request_to_json(request).dump() + "\n";
-  SubprocessResult run = run_subprocess(argv_, input, timeout_s_);
+  SubprocessResult run = run_subprocess(argv_, input, timeout_s_, static_cast<size_t>(max_output_bytes_));
   const std::string name = describe();
+  // Checked before the stderr is logged: that much of it would flood the log.
+  HF_CHECK(!run.output_exceeded, name, " wrote more than ", max_output_bytes_, " bytes to ",
+           run.output_exceeded_stream, " on a batch of ", batch.size(),
+           " (killed with its process group; reward.max_output_bytes bounds it)");
   for (const auto& line : split_lines(run.err))
     if (!is_blank(line)) log_info("[reward ", name, "] ", line);
   std::string stderr_tail = run.err.empty() ? "" : "; stderr: " + clip(run.err, 500);

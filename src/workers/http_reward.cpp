@@ -28,6 +28,11 @@ std::string host_port(const HttpUrl& url) {
   return (v6 ? "[" + url.host + "]" : url.host) + ":" + std::to_string(url.port);
 }
 
+std::string url_text(const HttpUrl& url) { return "http://" + host_port(url) + url.path; }
+
+// A reply head (status line and headers) longer than this is not a scoring server's.
+constexpr size_t kMaxHeadBytes = 64u << 10;
+
 class Socket {
  public:
   explicit Socket(int fd) : fd_(fd) {}
@@ -85,10 +90,11 @@ int connect_with_deadline(const HttpUrl& url, Clock::time_point deadline) {
 void send_all(int fd, const std::string& data, const HttpUrl& url, Clock::time_point deadline) {
   size_t sent = 0;
   while (sent < data.size()) {
+    HF_CHECK(Clock::now() < deadline, "http reward: timed out sending the request to ", url_text(url), " (",
+             sent, " of ", data.size(), " bytes sent)");
     pollfd p{fd, POLLOUT, 0};
     int ready = ::poll(&p, 1, ms_left(deadline));
-    HF_CHECK(ready != 0, "http reward: timed out sending the request to ", host_port(url));
-    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;  // the deadline check above reports it
     ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     HF_CHECK(n > 0, "http reward: sending to ", host_port(url), " failed: ", std::strerror(errno));
@@ -157,7 +163,7 @@ HttpUrl parse_http_url(const std::string& url) {
 }
 
 HttpResponse http_post(const HttpUrl& url, const std::string& content_type, const std::string& body,
-                       double timeout_s) {
+                       double timeout_s, size_t max_body_bytes) {
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   Socket socket(connect_with_deadline(url, deadline));
   std::string request = "POST " + url.path + " HTTP/1.1\r\nHost: " + host_port(url) +
@@ -174,10 +180,20 @@ HttpResponse http_post(const HttpUrl& url, const std::string& content_type, cons
     if (header_end != std::string::npos && content_length >= 0 &&
         raw.size() >= header_end + 4 + static_cast<size_t>(content_length))
       break;
+    // poll() below returns at once while bytes are waiting, so a server that streams faster than we read
+    // would never hit its timeout: the deadline is checked here, over the whole reply.
+    HF_CHECK(Clock::now() < deadline, "http reward: no complete reply from ", url_text(url), " within ", timeout_s,
+             " s (", raw.size(), " bytes read so far; reward.timeout_s bounds the whole request)");
+    if (header_end == std::string::npos) {
+      HF_CHECK(raw.size() <= kMaxHeadBytes, "http reward: the reply head from ", url_text(url), " exceeds ",
+               kMaxHeadBytes, " bytes without ending (no blank line after the headers)");
+    } else {
+      HF_CHECK(raw.size() - header_end - 4 <= max_body_bytes, "http reward: the reply body from ", url_text(url),
+               " exceeds ", max_body_bytes, " bytes (reward.max_output_bytes); stopped reading");
+    }
     pollfd p{socket.fd(), POLLIN, 0};
     int ready = ::poll(&p, 1, ms_left(deadline));
-    HF_CHECK(ready != 0, "http reward: no complete reply from ", host_port(url), " within ", timeout_s, " s");
-    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;  // the deadline check above reports it
     ssize_t n = ::recv(socket.fd(), buffer, sizeof buffer, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     HF_CHECK(n >= 0, "http reward: reading the reply from ", host_port(url), " failed: ", std::strerror(errno));
@@ -189,6 +205,10 @@ HttpResponse http_post(const HttpUrl& url, const std::string& content_type, cons
         std::string headers = lower(raw.substr(0, header_end));
         size_t at = headers.find("\r\ncontent-length:");
         if (at != std::string::npos) content_length = std::atoll(headers.c_str() + at + 17);
+        // Refused before a byte of it is read.
+        HF_CHECK(content_length < 0 || static_cast<unsigned long long>(content_length) <= max_body_bytes,
+                 "http reward: ", url_text(url), " announced a reply body of ", content_length,
+                 " bytes (Content-Length), more than reward.max_output_bytes (", max_body_bytes, ")");
       }
     }
   }
@@ -211,9 +231,11 @@ HttpResponse http_post(const HttpUrl& url, const std::string& content_type, cons
   return response;
 }
 
-HttpReward::HttpReward(const std::string& url, double timeout_s, const std::vector<std::string>& allowed_hosts)
-    : url_text_(url), url_(parse_http_url(url)), timeout_s_(timeout_s) {
+HttpReward::HttpReward(const std::string& url, double timeout_s, const std::vector<std::string>& allowed_hosts,
+                       int64_t max_output_bytes)
+    : url_text_(url), url_(parse_http_url(url)), timeout_s_(timeout_s), max_output_bytes_(max_output_bytes) {
   HF_CHECK(timeout_s_ > 0, "reward.timeout_s: expected > 0, got ", timeout_s_);
+  HF_CHECK(max_output_bytes_ > 0, "reward.max_output_bytes: expected > 0, got ", max_output_bytes_);
   const std::vector<std::string> loopback = {"127.0.0.1", "localhost", "::1"};
   bool allowed = std::find(loopback.begin(), loopback.end(), url_.host) != loopback.end() ||
                  std::find(allowed_hosts.begin(), allowed_hosts.end(), url_.host) != allowed_hosts.end();
@@ -228,7 +250,8 @@ std::vector<double> HttpReward::score(const std::vector<RewardRequest>& batch) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& request : batch) rows.push_back(reward_request_to_json(request));
   nlohmann::json payload = {{"batch", std::move(rows)}};
-  HttpResponse reply = http_post(url_, "application/json", payload.dump(), timeout_s_);
+  HttpResponse reply =
+      http_post(url_, "application/json", payload.dump(), timeout_s_, static_cast<size_t>(max_output_bytes_));
   auto snippet = [&] { return reply.body.size() <= 300 ? reply.body : reply.body.substr(0, 300) + "..."; };
   HF_CHECK(reply.status == 200, describe(), " answered HTTP ", reply.status, ": ", snippet());
   nlohmann::json parsed;

@@ -15,6 +15,7 @@ const char* const kRewardConfigDefaults = R"(reward:
   url: null
   allowed_hosts: []
   timeout_s: 60.0
+  max_output_bytes: 16777216
   task: null
 )";
 
@@ -40,19 +41,25 @@ std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
   const std::string prefix = reward.prefix().empty() ? "" : reward.prefix() + ".";
   const std::string type = reward.get_or<std::string>("type", "task");
   const double timeout_s = reward.get_or<double>("timeout_s", 60.0);
+  const int64_t max_output_bytes = reward.get_or<int64_t>("max_output_bytes", kDefaultRewardMaxOutputBytes);
+  HF_CHECK(max_output_bytes > 0, prefix, "max_output_bytes: expected > 0 (bytes), got ", max_output_bytes);
   if (type == "command") {
     bool has_argv = reward.has("command") && !reward.is_null("command");
     bool has_shell = reward.has("shell") && !reward.is_null("shell");
     HF_CHECK(has_argv != has_shell, prefix, "type is 'command': set exactly one of ", prefix, "command (argv list) or ",
              prefix, "shell (command line)");
-    if (has_shell) return std::make_unique<CommandReward>(CommandReward::shell(reward.get<std::string>("shell"), timeout_s));
-    return std::make_unique<CommandReward>(reward.get<std::vector<std::string>>("command"), timeout_s);
+    if (has_shell)
+      return std::make_unique<CommandReward>(
+          CommandReward::shell(reward.get<std::string>("shell"), timeout_s, max_output_bytes));
+    return std::make_unique<CommandReward>(reward.get<std::vector<std::string>>("command"), timeout_s,
+                                           max_output_bytes);
   }
   if (type == "http") {
     HF_CHECK(reward.has("url") && !reward.is_null("url"), prefix, "type is 'http': set ", prefix,
              "url (http://127.0.0.1:PORT/PATH)");
     return std::make_unique<HttpReward>(reward.get<std::string>("url"), timeout_s,
-                                        reward.get_or<std::vector<std::string>>("allowed_hosts", {}));
+                                        reward.get_or<std::vector<std::string>>("allowed_hosts", {}),
+                                        max_output_bytes);
   }
   if (type == "task") {
     HF_CHECK(reward.has("task") && !reward.is_null("task"), prefix, "type is 'task': set ", prefix,

@@ -80,7 +80,8 @@ class SigpipeGuard {
 
 }  // namespace
 
-SubprocessResult run_subprocess(const std::vector<std::string>& argv, const std::string& input, double timeout_s) {
+SubprocessResult run_subprocess(const std::vector<std::string>& argv, const std::string& input, double timeout_s,
+                                size_t max_output_bytes) {
   HF_CHECK(!argv.empty() && !argv[0].empty(), "run_subprocess: empty command");
   SigpipeGuard sigpipe_guard;
   Pipe in = make_pipe(), out = make_pipe(), err = make_pipe(), exec_error = make_pipe();
@@ -92,6 +93,9 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const std:
     HF_FAIL("cannot fork to run '", argv[0], "': ", std::strerror(errno));
   }
   if (pid == 0) exec_child(argv, in, out, err, exec_error);
+  // Also from this side, so that the group exists before any kill(-pid) below (whichever runs first wins;
+  // the other's EACCES/ESRCH is harmless).
+  ::setpgid(pid, pid);
   close_fd(in.read);
   close_fd(out.write);
   close_fd(err.write);
@@ -141,32 +145,43 @@ SubprocessResult run_subprocess(const std::vector<std::string>& argv, const std:
       ssize_t r = ::read(*fd, buffer, sizeof buffer);
       if (r > 0) {
         sink->append(buffer, static_cast<size_t>(r));
+        if (sink->size() > max_output_bytes) {
+          result.output_exceeded = true;
+          result.output_exceeded_stream = sink == &result.out ? "stdout" : "stderr";
+        }
       } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
         close_fd(*fd);
       }
     }
+    if (result.output_exceeded) break;
   }
   close_fd(in.write);
   close_fd(out.read);
   close_fd(err.read);
-  if (result.timed_out) {
+  auto kill_group = [pid] {
     ::kill(-pid, SIGKILL);
     ::kill(pid, SIGKILL);
-  }
+  };
+  if (result.timed_out || result.output_exceeded) kill_group();
   // Output closed: the child is exiting; still bound the wait in case it closed its pipes and hung.
-  int status = 0;
+  // WNOWAIT leaves it a zombie, so its pid (the group's id) cannot be reused while we kill the group.
   while (true) {
-    pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() > deadline && !result.timed_out) {
+    siginfo_t info{};
+    int rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (rc == 0 && info.si_pid == pid) break;
+    if (rc < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() > deadline && !result.timed_out && !result.output_exceeded) {
       result.timed_out = true;
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
+      kill_group();
     }
     ::usleep(2000);
   }
-  if (result.timed_out) return result;
+  // Whatever the program left running in its group (`sleep 100 &` with its output redirected) dies with it.
+  ::kill(-pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (result.timed_out || result.output_exceeded) return result;
   if (WIFEXITED(status)) {
     result.exit_code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {

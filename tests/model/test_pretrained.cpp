@@ -166,6 +166,38 @@ TEST_F(PretrainedTest, WeightMismatchesNameEveryTensor) {
   EXPECT_THAT(err, HasSubstr("unexpected [model.layers.9.extra]"));
 }
 
+TEST_F(PretrainedTest, ConfigThatDoesNotMatchItsWeightsFailsBeforeBuildingTheModel) {
+  save(tiny_config(tok));
+  // A million layers over a two-layer file: without the header check first, the model (and its memory) would
+  // be built before a weight was compared. The list of missing weights stays short.
+  edit_config([](json& c) { c["num_hidden_layers"] = 1000000; });
+  std::string err = error_of([&] { load_pretrained(dir.path()); });
+  EXPECT_THAT(err, HasSubstr(dir.path() + ": weights do not match config.json: missing [model.layers.2."));
+  EXPECT_THAT(err, HasSubstr("config.json implies 9000003 weights (num_hidden_layers 1000000), the files hold"));
+  EXPECT_LT(err.size(), 4000u);
+  EXPECT_EQ(check_model_directory(dir.path()), std::vector<std::string>{err});
+
+  edit_config([](json& c) {
+    c["num_hidden_layers"] = 2;
+    c["hidden_size"] = 32;
+  });
+  err = error_of([&] { load_pretrained(dir.path()); });
+  EXPECT_THAT(err, HasSubstr("wrong shape [model.embed_tokens.weight (file [" + std::to_string(tok.vocab_size()) +
+                             ", 16], model [" + std::to_string(tok.vocab_size()) + ", 32])"));
+}
+
+TEST_F(PretrainedTest, CheckModelDirectoryReportsTruncatedWeights) {
+  save(tiny_config(tok));
+  EXPECT_EQ(check_model_directory(dir.path()), std::vector<std::string>{});
+  const std::string weights = dir.file("model.safetensors");
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 100);
+  std::vector<std::string> problems = check_model_directory(dir.path());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr(weights + ": tensor '"));
+  EXPECT_THAT(problems[0], HasSubstr("(file truncated?)"));
+  EXPECT_THAT(error_of([&] { load_pretrained(dir.path()); }), HasSubstr("(file truncated?)"));
+}
+
 TEST_F(PretrainedTest, TiedQwen2AllowsAbsentOrExtraLmHeadAndIgnoresRotaryBuffers) {
   ModelConfig c = tiny_config(tok);
   c.architecture = "Qwen2ForCausalLM";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
@@ -119,6 +120,39 @@ TEST(Safetensors, RejectsTruncatedFiles) {
   expect_error(bytes, "runs past the end of the file");
   std::string huge(8, '\xff');
   expect_error(huge + "{}", "runs past the end of the file");
+}
+
+TEST(Safetensors, RejectsAbsurdHeaderLengthBeforeReadingIt) {
+  // A sparse 200 MB file claiming a 150 MB header: within the file, but no real header is that large, and
+  // parsing it would cost its size in memory. Mapped, so nothing is read.
+  testing::TempDir dir;
+  const std::string path = dir.file("huge_header.safetensors");
+  std::string prefix(8, '\0');
+  const uint64_t claimed = 150ull << 20;
+  for (int i = 0; i < 8; ++i) prefix[static_cast<size_t>(i)] = static_cast<char>((claimed >> (8 * i)) & 0xff);
+  write_file_atomic(path, prefix + "{");
+  std::filesystem::resize_file(path, 200ull << 20);
+  try {
+    map_safetensors(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("huge_header.safetensors: safetensors header length 157286400 exceeds the "
+                                    "104857600-byte limit"));
+  }
+}
+
+TEST(Safetensors, TruncatedRealFileNamesTheTensorCutOff) {
+  testing::TempDir dir;
+  const std::string path = dir.file("cut.safetensors");
+  write_safetensors(path, {{"a", torch::ones({4})}, {"b", torch::ones({8})}});
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 5);
+  try {
+    map_safetensors(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cut.safetensors: tensor 'b' data_offsets [16, 48] out of range: data buffer "
+                                    "has 43 bytes (file truncated?)"));
+  }
 }
 
 TEST(Safetensors, RejectsBadJson) {

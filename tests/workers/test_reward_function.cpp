@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -132,6 +134,68 @@ TEST(CommandReward, TimeoutKillsTheChildQuickly) {
   EXPECT_LT(elapsed, 5.0);  // the `sleep` grandchild was killed with its process group, not waited for
 }
 
+// True once `pid` has exited: no /proc entry, or a zombie waiting for its new parent to reap it.
+bool process_gone(long pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] == 'Z' || text[paren + 2] == 'X';
+}
+
+// Waits (bounded) for every pid listed in `pid_file` to be gone; returns those still running.
+std::vector<long> still_running(const std::string& pid_file) {
+  std::vector<long> pids;
+  std::ifstream in(pid_file);
+  for (long pid; in >> pid;) pids.push_back(pid);
+  EXPECT_FALSE(pids.empty()) << pid_file << " lists no pids";
+  // SIGKILL is delivered asynchronously: give the kernel a moment, not a timing assertion.
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::vector<long> left = pids;
+  while (!left.empty() && Clock::now() < deadline) {
+    left.erase(std::remove_if(left.begin(), left.end(), process_gone), left.end());
+    if (!left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (long pid : left) ::kill(static_cast<pid_t>(pid), SIGKILL);  // leave nothing behind either way
+  return left;
+}
+
+TEST(CommandReward, TimeoutKillsEveryProcessOfTheCommand) {
+  TempDir dir;
+  const std::string pids = dir.file("pids");
+  CommandReward reward = CommandReward::shell(
+      "sleep 100 & echo $! > " + pids + "; sleep 100 & echo $! >> " + pids + "; echo $$ >> " + pids + "; wait", 0.3);
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("timed out after 0.3 s"), std::string::npos) << msg;
+  EXPECT_EQ(still_running(pids), std::vector<long>{});
+}
+
+TEST(CommandReward, BackgroundChildrenAreKilledWhenTheCommandExits) {
+  // The child's output goes elsewhere, so the pipes close and the command "succeeds" with it still running.
+  TempDir dir;
+  const std::string pids = dir.file("pids");
+  CommandReward reward =
+      CommandReward::shell("sleep 100 >/dev/null 2>&1 & echo $! > " + pids + "; cat > /dev/null; echo 1", 10.0);
+  EXPECT_EQ(reward.score(make_batch({"x"})), (std::vector<double>{1.0}));
+  EXPECT_EQ(still_running(pids), std::vector<long>{});
+}
+
+TEST(CommandReward, EndlessOutputIsCutOffAtTheByteLimit) {
+  // Without a bound, `cat /dev/zero` grows the trainer's buffer until bad_alloc.
+  CommandReward reward = CommandReward::shell("cat /dev/zero", 30.0, 1 << 20);
+  std::string msg = error_of([&] { reward.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("command 'cat /dev/zero' wrote more than 1048576 bytes to stdout"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reward.max_output_bytes"), std::string::npos) << msg;
+
+  CommandReward to_stderr = CommandReward::shell("cat /dev/zero >&2", 30.0, 1 << 20);
+  msg = error_of([&] { to_stderr.score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("wrote more than 1048576 bytes to stderr"), std::string::npos) << msg;
+
+  // Output at the limit is fine.
+  CommandReward at_limit = CommandReward::shell("cat > /dev/null; printf '1\\n'", 30.0, 2);
+  EXPECT_EQ(at_limit.score(make_batch({"x"})), (std::vector<double>{1.0}));
+}
+
 TEST(CommandReward, WrongLineCountIsAnError) {
   CommandReward reward = CommandReward::shell("cat > /dev/null; echo 1", 10.0);
   std::string msg = error_of([&] { reward.score(make_batch({"x", "y", "z"})); });
@@ -179,7 +243,11 @@ TEST(CommandReward, PythonScorerWhenAvailable) {
 class TinyServer {
  public:
   using Handler = std::function<std::string(const std::string& head, const std::string& body)>;
-  explicit TinyServer(Handler handler) : handler_(std::move(handler)) {
+  // Runs after the reply was sent, on the connection, until it returns (e.g. to drip more bytes); it should
+  // return once `stop` is set or a send fails.
+  using Streamer = std::function<void(int fd, const std::atomic<bool>& stop)>;
+  explicit TinyServer(Handler handler, Streamer streamer = nullptr)
+      : handler_(std::move(handler)), streamer_(std::move(streamer)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -234,12 +302,14 @@ class TinyServer {
         while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       } else {
         ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+        if (streamer_) streamer_(fd, stop_);
       }
       ::close(fd);
     }
   }
 
   Handler handler_;
+  Streamer streamer_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -335,7 +405,46 @@ TEST(HttpReward, SilentServerTimesOut) {
   auto start = Clock::now();
   std::string msg = error_of([&] { HttpReward(silent.url(), 0.3).score(make_batch({"x"})); });
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
-  EXPECT_NE(msg.find("no complete reply from 127.0.0.1:" + std::to_string(silent.port())), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no complete reply from " + silent.url() + " within 0.3 s"), std::string::npos) << msg;
+}
+
+TEST(HttpReward, SlowDripBodyHitsTheWholeRequestDeadline) {
+  // Each byte arrives well within the timeout; the request as a whole does not.
+  TinyServer drip([](const std::string&, const std::string&) { return std::string("HTTP/1.1 200 OK\r\n\r\n"); },
+                  [](int fd, const std::atomic<bool>& stop) {
+                    while (!stop && ::send(fd, " ", 1, MSG_NOSIGNAL) == 1)
+                      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                  });
+  auto start = Clock::now();
+  std::string msg = error_of([&] { HttpReward(drip.url(), 0.3).score(make_batch({"x"})); });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  EXPECT_NE(msg.find("no complete reply from " + drip.url() + " within 0.3 s"), std::string::npos) << msg;
+}
+
+TEST(HttpReward, BodyOverTheByteLimitIsRefused) {
+  // Announced: refused from the header alone.
+  TinyServer announced([](const std::string&, const std::string&) {
+    return std::string("HTTP/1.1 200 OK\r\nContent-Length: 2000000000\r\n\r\n{");
+  });
+  std::string msg = error_of([&] { HttpReward(announced.url(), 5.0, {}, 1 << 16).score(make_batch({"x"})); });
+  EXPECT_NE(msg.find(announced.url() + " announced a reply body of 2000000000 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("reward.max_output_bytes (65536)"), std::string::npos) << msg;
+
+  // Unannounced (read to EOF): cut off once the limit is passed, not read to the end.
+  TinyServer endless([](const std::string&, const std::string&) { return std::string("HTTP/1.1 200 OK\r\n\r\n"); },
+                     [](int fd, const std::atomic<bool>& stop) {
+                       const std::string chunk(1 << 16, ' ');
+                       while (!stop && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+                       }
+                     });
+  msg = error_of([&] { HttpReward(endless.url(), 30.0, {}, 1 << 20).score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("the reply body from " + endless.url() + " exceeds 1048576 bytes"), std::string::npos) << msg;
+
+  // A body exactly at the limit is read.
+  const std::string body = "{\"scores\": [1]}";
+  TinyServer exact([&](const std::string&, const std::string&) { return http_reply(200, body); });
+  EXPECT_EQ(HttpReward(exact.url(), 5.0, {}, static_cast<int64_t>(body.size())).score(make_batch({"x"})),
+            (std::vector<double>{1.0}));
 }
 
 TEST(HttpReward, UrlParsingAndHostPolicy) {
@@ -393,6 +502,17 @@ TEST(MakeRewardFunction, ConfigErrorsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: http\n")); }).find("reward.url"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              make_reward_function(reward_config("reward:\n  type: command\n  shell: cat\n  max_output_bytes: 0\n"));
+            }).find("reward.max_output_bytes: expected > 0"),
+            std::string::npos);
+}
+
+TEST(MakeRewardFunction, MaxOutputBytesComesFromTheConfig) {
+  auto reward = make_reward_function(
+      reward_config("reward:\n  type: command\n  shell: 'cat > /dev/null; seq 1000'\n  max_output_bytes: 100\n"));
+  std::string msg = error_of([&] { reward->score(make_batch({"x"})); });
+  EXPECT_NE(msg.find("wrote more than 100 bytes to stdout"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -38,6 +38,12 @@ std::vector<int64_t> generation_stop_ids(const std::string& dir, int64_t tokeniz
 // The same from a generation_config.json's eos ids already read.
 std::vector<int64_t> generation_stop_ids(std::vector<int64_t> generation_config_eos, int64_t tokenizer_eos);
 
+// Everything wrong with a model directory, without building the model or reading the weights' data: a
+// config.json that does not load, weight files that are truncated or malformed (their headers are checked
+// against the files' sizes), weights whose names or shapes do not match config.json, a tokenizer larger than
+// vocab_size. Empty when the directory loads. Used by `hybridflow info`.
+std::vector<std::string> check_model_directory(const std::string& dir);
+
 void save_pretrained(const std::string& dir, const CausalLM& model, const Tokenizer& tokenizer);
 // The same directory from whole tensors the caller collected (e.g. from every pipeline stage), written in
 // config.torch_dtype.

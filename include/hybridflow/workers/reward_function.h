@@ -9,7 +9,10 @@
 //   shell:         a command string run with /bin/sh -c, instead of `command` (user-trusted text)
 //   url:           http://HOST:PORT/PATH of the scoring server. type=http
 //   allowed_hosts: hosts besides loopback (127.0.0.1, localhost, ::1) that `url` may name
-//   timeout_s:     seconds one batch may take before the command is killed / the request fails
+//   timeout_s:     seconds one batch may take before the command is killed / the request fails (a
+//                  wall-clock deadline over the whole call, not per read)
+//   max_output_bytes: the most a command may print (stdout, and stderr, each) / an HTTP reply body may
+//                  hold; more is an error (the command is killed), so a runaway scorer cannot exhaust memory
 //   task:          name of the built-in task whose score() to use. type=task
 // Wire formats (see docs/rewards.md):
 //   command: stdin gets one JSON object per line {"prompt","response","answer","ground_truth","data_source",
@@ -19,6 +22,7 @@
 //            the reply must be 200 with {"scores": [x, ...]} (one per request).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -53,6 +57,10 @@ class RewardFunction {
   // Short description for logs and errors ("command 'python3 score.py'").
   virtual std::string describe() const = 0;
 };
+
+// reward.max_output_bytes' default: 16 MiB, far above a score line per response, far below the memory of
+// a trainer.
+constexpr int64_t kDefaultRewardMaxOutputBytes = int64_t{16} << 20;
 
 // Schema with defaults of the `reward` section, as YAML for Config::load.
 extern const char* const kRewardConfigDefaults;
