@@ -1,0 +1,275 @@
+// `hybridflow bench machine | generate | train`: throughput of this build on this machine, each figure next to
+// the bound that limits it, measured in the same run (docs/performance.md). Random weights of any shape, so
+// nothing needs downloading; --model DIR measures a real model directory instead.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_output.h"
+#include "commands.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/platform.h"
+#include "hybridflow/engine/roofline.h"
+#include "hybridflow/engine/speed_bench.h"
+#include "hybridflow/model/model_config.h"
+#include "hybridflow/model/pretrained.h"
+
+namespace hybridflow::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model_dir;
+  int64_t hidden = 512, layers = 8, heads = 8, kv_heads = 0, ffn = 0, vocab = 4096;
+  std::string dtype = "fp32";
+  int threads = 0;
+  std::vector<int64_t> batches;  // empty: each subcommand's default
+  int64_t prompt_length = 32, response_length = 64;
+  int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
+  int64_t steps = 3;
+  int64_t stream_mb = 64;
+  bool json = false;
+};
+
+void add_common_options(CLI::App* cmd, BenchOptions& o) {
+  cmd->add_option("--model", o.model_dir, "a model directory instead of random weights of the shape below");
+  cmd->add_option("--hidden-size", o.hidden)->capture_default_str();
+  cmd->add_option("--layers", o.layers)->capture_default_str();
+  cmd->add_option("--heads", o.heads)->capture_default_str();
+  cmd->add_option("--kv-heads", o.kv_heads, "0 = --heads")->capture_default_str();
+  cmd->add_option("--ffn", o.ffn, "MLP width; 0 = 3 x --hidden-size")->capture_default_str();
+  cmd->add_option("--vocab", o.vocab)->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "fp32 | bf16 | fp16")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "0 = one per core")->capture_default_str();
+  cmd->add_option("--batch", o.batches, "rows per step (repeatable or comma-separated)")->delimiter(',');
+  cmd->add_option("--prompt-length", o.prompt_length)->capture_default_str();
+  cmd->add_option("--response-length", o.response_length, "new tokens per decode run; the rollout's maximum")
+      ->capture_default_str();
+  cmd->add_flag("--json", o.json, "one JSON object per measurement");
+}
+
+struct Setup {
+  ModelConfig config;
+  torch::Dtype dtype = torch::kFloat32;
+  std::shared_ptr<CausalLM> model;  // only for generate and train
+};
+
+ModelConfig config_from(const BenchOptions& o) {
+  ModelConfig c;
+  c.vocab_size = o.vocab;
+  c.hidden_size = o.hidden;
+  c.num_hidden_layers = o.layers;
+  c.num_attention_heads = o.heads;
+  c.num_key_value_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  // 3 x hidden: with hidden 512, 8 layers and vocab 4096 this is the 31.5M-parameter shape of issue 14.
+  c.intermediate_size = o.ffn > 0 ? o.ffn : 3 * o.hidden;
+  c.max_position_embeddings = std::max<int64_t>(2048, o.prompt_length + o.response_length);
+  c.validate();
+  return c;
+}
+
+Setup setup(const BenchOptions& o, bool with_model) {
+  HF_CHECK(o.prompt_length > 0, "bench: --prompt-length must be positive, got ", o.prompt_length);
+  HF_CHECK(o.response_length >= 2, "bench: --response-length must be at least 2, got ", o.response_length);
+  for (int64_t b : o.batches) HF_CHECK(b > 0, "bench: --batch must be positive, got ", b);
+  init_threads(o.threads);
+  warn_if_slow_blas();
+  Setup s;
+  s.dtype = parse_dtype(o.dtype, "--dtype");
+  if (!o.model_dir.empty()) {
+    Pretrained pre = load_pretrained(o.model_dir, HeadKind::kLanguageModel, s.dtype);
+    s.config = pre.config;
+    if (with_model) s.model = std::make_shared<CausalLM>(pre.model);
+  } else {
+    s.config = config_from(o);
+    if (with_model) {
+      torch::manual_seed(0);
+      s.model = std::make_shared<CausalLM>(s.config);
+      (*s.model)->to(s.dtype);
+    }
+  }
+  HF_CHECK(s.config.max_position_embeddings >= o.prompt_length + o.response_length, "bench: --prompt-length + ",
+           "--response-length (", o.prompt_length + o.response_length, ") exceed the model's max_position_embeddings (",
+           s.config.max_position_embeddings, ")");
+  if (!o.json) {
+    const ModelConfig& c = s.config;
+    std::printf("model: %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn %lld, vocab %lld), %s, "
+                "%d threads, BLAS %s\n",
+                static_cast<double>(c.num_parameters()) / 1e6, static_cast<long long>(c.hidden_size),
+                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
+                static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.intermediate_size),
+                static_cast<long long>(c.vocab_size), o.dtype.c_str(), at::get_num_threads(), detect_blas().library.c_str());
+  }
+  print_header(o.json);
+  return s;
+}
+
+std::vector<int64_t> batches_or(const BenchOptions& o, std::vector<int64_t> fallback) {
+  return o.batches.empty() ? fallback : o.batches;
+}
+
+// The triad: the bound of batch-1 decode, which must read every weight once per token.
+Measurement measure_bandwidth(const BenchOptions& o, const Setup& s) {
+  Measurement m;
+  m.what = "stream triad";
+  m.units = "GB/s";
+  m.bound_kind = "bandwidth";
+  m.achieved = m.bound = stream_triad_gb_per_s(o.stream_mb * 1024 * 1024 / 4);
+  m.tokens_per_s = m.bound * 1e9 / decode_weight_bytes(s.config, s.dtype);
+  m.extra["array_mb"] = o.stream_mb;
+  return m;
+}
+
+// The model's matmuls alone at `rows` rows: the bound of every compute-limited figure at that row count.
+Measurement measure_matmul_pass(const Setup& s, int64_t rows, const std::string& what = "matmul pass") {
+  const MatmulTiming t = time_matmuls(model_matmul_shapes(s.config), rows, s.dtype);
+  Measurement m;
+  m.what = what;
+  m.batch = rows;
+  m.units = "GFLOP/s";
+  m.bound_kind = "matmul";
+  m.achieved = m.bound = t.gflops();
+  m.tokens_per_s = static_cast<double>(rows) / t.seconds;
+  return m;
+}
+
+int run_machine(const BenchOptions& o) {
+  Setup s = setup(o, false);
+  print_measurement(measure_bandwidth(o, s), o.json);
+  // Each shape's speed against the best the model's matmuls reach (the largest row count).
+  const int64_t big = std::max<int64_t>(512, 8 * (o.prompt_length + o.response_length));
+  Measurement peak = measure_matmul_pass(s, big);
+  std::vector<int64_t> rows = batches_or(o, {1, 8, 32});
+  rows.push_back(32 * o.prompt_length);
+  for (int64_t r : rows) {
+    Measurement m = measure_matmul_pass(s, r);
+    m.bound = peak.bound;
+    print_measurement(m, o.json);
+  }
+  print_measurement(peak, o.json);
+  for (const MatmulShape& shape : model_matmul_shapes(s.config)) {
+    if (shape.name == "k_proj" || shape.name == "v_proj" || shape.name == "up_proj") continue;  // same as q / gate
+    const MatmulTiming t = time_matmuls({shape}, big, s.dtype, 0.2);
+    Measurement m;
+    m.what = "matmul " + shape.name;
+    m.batch = big;
+    m.units = "GFLOP/s";
+    m.bound_kind = "matmul";
+    m.achieved = t.gflops();
+    m.bound = peak.bound;
+    m.tokens_per_s = static_cast<double>(big) / t.seconds;
+    m.extra["shape"] = std::to_string(big) + "x" + std::to_string(shape.in_features) + "x" +
+                       std::to_string(shape.out_features);
+    print_measurement(m, o.json);
+  }
+  return 0;
+}
+
+int run_generate(const BenchOptions& o) {
+  Setup s = setup(o, true);
+  CausalLM& model = *s.model;
+  const Measurement bandwidth = measure_bandwidth(o, s);
+  print_measurement(bandwidth, o.json);
+  const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
+  // Decode attends to the prompt and, on average, half the response.
+  const double decode_context = static_cast<double>(o.prompt_length) + static_cast<double>(o.response_length) / 2.0;
+  DecodeSpeed last;
+  for (int64_t b : batches) {
+    const DecodeSpeed speed = measure_decode(model, b, o.prompt_length, o.response_length);
+    last = speed;
+    Measurement m;
+    m.what = "decode";
+    m.batch = b;
+    m.tokens_per_s = speed.decode_tokens_per_s;
+    if (b == 1) {  // one row: every weight is read per token, memory bound
+      m.units = "GB/s";
+      m.bound_kind = "bandwidth";
+      m.achieved = decode_weight_bytes(s.config, s.dtype) * m.tokens_per_s / 1e9;
+      m.bound = bandwidth.bound;
+    } else {  // several rows: the matmuls share each weight read, compute bound
+      const Measurement pass = measure_matmul_pass(s, b);
+      m.units = pass.units;
+      m.bound_kind = pass.bound_kind;
+      m.bound = pass.bound;
+      m.achieved = forward_flops_per_token(s.config, decode_context) * m.tokens_per_s / 1e9;
+    }
+    m.extra["seconds"] = speed.seconds;
+    print_measurement(m, o.json);
+  }
+  // Prefill at the largest batch: the most rows, the most stable figure.
+  const int64_t top = *std::max_element(batches.begin(), batches.end());
+  Measurement prefill = measure_matmul_pass(s, top * o.prompt_length);
+  prefill.what = "prefill";
+  prefill.batch = top;
+  prefill.tokens_per_s = last.prefill_tokens_per_s;
+  if (batches.back() != top) prefill.tokens_per_s = measure_decode(model, top, o.prompt_length, 2, 1).prefill_tokens_per_s;
+  prefill.achieved =
+      forward_flops_per_token(s.config, static_cast<double>(o.prompt_length)) * prefill.tokens_per_s / 1e9;
+  prefill.extra["prompt_length"] = o.prompt_length;
+  print_measurement(prefill, o.json);
+
+  // The rollout: useful work only (every sample's prompt and its tokens up to its stop) per second, against
+  // the model's matmuls with every row of the batch busy.
+  const RolloutSpeed r =
+      measure_rollout(model, o.rollout_prompts, o.samples, o.prompt_length, o.response_length, o.stop_every);
+  Measurement rollout = measure_matmul_pass(s, r.rows);
+  rollout.what = "rollout";
+  rollout.tokens_per_s = r.tokens_per_s();
+  // As in prefill and training, a prompt's score matrix counts whole; answers attend to the prompt and,
+  // on average, half the answer.
+  const double prompt_context = r.prompt_tokens / static_cast<double>(r.rows);
+  const double answer_context = prompt_context + r.mean_length / 2.0;
+  rollout.achieved = (forward_flops_per_token(s.config, prompt_context) * r.prompt_tokens +
+                      forward_flops_per_token(s.config, answer_context) * r.tokens) /
+                     r.seconds / 1e9;
+  rollout.extra = {{"prompts", o.rollout_prompts}, {"samples", o.samples}, {"seconds", r.seconds},
+                   {"mean_length", r.mean_length}, {"max_length", r.max_length}, {"max_new_tokens", o.response_length},
+                   {"stop_ids", r.stop_ids}};
+  print_measurement(rollout, o.json);
+  return 0;
+}
+
+int run_train(const BenchOptions& o) {
+  Setup s = setup(o, true);
+  const int64_t seq = o.prompt_length + o.response_length;
+  for (int64_t b : batches_or(o, {8})) {
+    const double seconds = measure_train_step(*s.model, b, seq, o.steps);
+    Measurement m = measure_matmul_pass(s, b * seq);
+    m.what = "train";
+    m.batch = b;
+    m.tokens_per_s = static_cast<double>(b * seq) / seconds;
+    m.achieved = train_flops_per_token(s.config, seq) * m.tokens_per_s / 1e9;
+    m.extra = {{"seq", seq}, {"step_seconds", seconds}};
+    print_measurement(m, o.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  auto opts = std::make_shared<BenchOptions>();
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure throughput on this machine against its measured bandwidth and matmul speed");
+  bench->require_subcommand(1);
+  CLI::App* machine = bench->add_subcommand("machine", "memory bandwidth (STREAM triad) and the model's matmul GFLOP/s");
+  CLI::App* gen = bench->add_subcommand("generate", "decode, prefill and rollout tokens/s through generate()");
+  CLI::App* train = bench->add_subcommand("train", "training tokens/s of forward + backward + AdamW");
+  for (CLI::App* cmd : {machine, gen, train}) add_common_options(cmd, *opts);
+  machine->add_option("--stream-mb", opts->stream_mb, "MB per triad array (well beyond the caches)")
+      ->capture_default_str();
+  gen->add_option("--rollout-prompts", opts->rollout_prompts)->capture_default_str();
+  gen->add_option("--samples", opts->samples, "samples per rollout prompt")->capture_default_str();
+  gen->add_option("--stop-every", opts->stop_every, "every k-th token id stops a rollout sample (p ~ 1/k per step)")
+      ->capture_default_str();
+  train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();
+  machine->callback([opts, &action] { action = [opts] { return run_machine(*opts); }; });
+  gen->callback([opts, &action] { action = [opts] { return run_generate(*opts); }; });
+  train->callback([opts, &action] { action = [opts] { return run_train(*opts); }; });
+}
+
+}  // namespace hybridflow::cli

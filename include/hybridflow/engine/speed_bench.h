@@ -1,0 +1,46 @@
+// Throughput of the engine's own code paths on a given model, for `hybridflow bench`: decode and prefill
+// through generate(), a rollout whose answers stop at different lengths, and a full training step
+// (forward + backward + AdamW through TrainEngine). Timings only; roofline.h says what they are measured against.
+#pragma once
+
+#include <cstdint>
+
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+struct DecodeSpeed {
+  double decode_tokens_per_s = 0;   // batch x (response_length - 1) / (time(response_length) - time(1))
+  double prefill_tokens_per_s = 0;  // batch x prompt_length / time(1 new token)
+  double seconds = 0;               // one whole generate() call of response_length tokens
+};
+
+// generate() on `batch` random prompts of `prompt_length` tokens with no stop token, once for
+// `response_length` new tokens and once for 1: the difference is the decode steps alone, the latter is
+// (almost all) prefill. Best of `reps` each. response_length >= 2.
+DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length,
+                           int reps = 2);
+
+struct RolloutSpeed {
+  double seconds = 0;            // the whole generate() call (prefill included), best of `reps`
+  double tokens = 0;             // generated tokens (stop tokens included)
+  double prompt_tokens = 0;      // every sample's prompt tokens (padding excluded)
+  double mean_length = 0;        // per sample
+  int64_t max_length = 0;
+  int64_t rows = 0;              // prompts x samples
+  int64_t stop_ids = 0;          // how many token ids end a sequence
+  double tokens_per_s() const { return tokens / seconds; }
+};
+
+// An RL rollout: `prompts` random prompts of prompt_length/2 .. prompt_length tokens, `samples` each, sampled
+// at temperature 1 for at most `max_length` tokens. Every `stop_every`-th token id is a stop token, so with a
+// fresh model's near-uniform next-token distribution each step ends a sequence with probability about
+// 1/stop_every: most answers stop early, a few run long, as in real rollouts. Deterministic for a seed.
+RolloutSpeed measure_rollout(CausalLM& model, int64_t prompts, int64_t samples, int64_t prompt_length,
+                             int64_t max_length, int64_t stop_every, int reps = 1);
+
+// Seconds of one TrainEngine step (forward, backward, clip, AdamW) on [batch, seq] random tokens with a
+// next-token loss; the mean of `steps` after one warm-up step.
+double measure_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps);
+
+}  // namespace hybridflow

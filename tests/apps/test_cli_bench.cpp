@@ -1,0 +1,96 @@
+// `hybridflow bench` on a tiny shape: every JSON line parses and carries positive, finite figures with
+// ratios in a sane range. No timing thresholds: the machine running the tests may be loaded.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/run_command.h"
+
+namespace {
+
+using hybridflow::testing::CommandResult;
+using hybridflow::testing::run_hybridflow;
+
+const std::string kTiny = " --hidden-size 64 --layers 2 --heads 4 --vocab 128 --prompt-length 8 --json";
+
+// The JSON lines of the output (a warning line on stderr, if any, is skipped).
+std::vector<nlohmann::json> json_lines(const std::string& output) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+void expect_sane(const nlohmann::json& m) {
+  SCOPED_TRACE(m.dump());
+  for (const char* key : {"what", "batch", "tokens_per_s", "roofline_ratio", "achieved", "bound", "units"})
+    ASSERT_TRUE(m.contains(key)) << key;
+  for (const char* key : {"tokens_per_s", "achieved", "bound", "roofline_ratio"}) {
+    const double v = m[key].get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " = " << v;
+  }
+  EXPECT_LT(m["roofline_ratio"].get<double>(), 10.0);
+}
+
+TEST(CliBench, MachineMeasuresBandwidthAndMatmuls) {
+  CommandResult r = run_hybridflow("bench machine --stream-mb 16 --batch 1" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  std::set<std::string> what;
+  for (const auto& m : lines) {
+    expect_sane(m);
+    what.insert(m["what"].get<std::string>());
+  }
+  EXPECT_TRUE(what.count("stream triad")) << r.output;
+  EXPECT_TRUE(what.count("matmul pass")) << r.output;
+  EXPECT_TRUE(what.count("matmul lm_head")) << r.output;
+}
+
+TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
+  CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 4 --rollout-prompts 4 --samples 2 "
+                                   "--stop-every 4" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> what;
+  for (const auto& m : json_lines(r.output)) {
+    expect_sane(m);
+    what.insert(m["what"].get<std::string>() + (m["what"] == "decode" ? std::to_string(m["batch"].get<int>()) : ""));
+    if (m["what"] == "decode") {
+      EXPECT_EQ(m["bound_kind"], m["batch"] == 1 ? "bandwidth" : "matmul");
+    }
+    if (m["what"] == "rollout") {
+      EXPECT_EQ(m["batch"], 8);  // 4 prompts x 2 samples
+      EXPECT_LE(m["max_length"].get<int>(), 4);
+      EXPECT_GT(m["mean_length"].get<double>(), 0.0);
+    }
+  }
+  for (const char* w : {"stream triad", "decode1", "decode2", "prefill", "rollout"})
+    EXPECT_TRUE(what.count(w)) << w << "\n" << r.output;
+}
+
+TEST(CliBench, TrainReportsTokensPerSecondAgainstMatmuls) {
+  CommandResult r = run_hybridflow("bench train --batch 2 --response-length 8 --steps 1" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  expect_sane(lines[0]);
+  EXPECT_EQ(lines[0]["what"], "train");
+  EXPECT_EQ(lines[0]["seq"], 16);
+}
+
+TEST(CliBench, ErrorsNameTheFlag) {
+  CommandResult r = run_hybridflow("bench generate --response-length 1" + kTiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--response-length"), std::string::npos) << r.output;
+  r = run_hybridflow("bench machine --dtype fp8" + kTiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--dtype"), std::string::npos) << r.output;
+}
+
+}  // namespace
