@@ -121,25 +121,52 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   auto seq_ids = prompt_ids;
   auto seq_mask = prompt_mask;
   KVCache cache;
-  torch::Tensor step_input = prompt_ids;
+  cache.capacity = prompt_len + cfg.max_new_tokens;  // one slab per layer, written in place
+  // With the cache, the mask of every step is a prefix of one built here (the prompt's, then ones), and a
+  // new token's position is the previous one's plus one: nothing is rebuilt from the growing mask.
+  torch::Tensor full_mask, next_position;
+  if (cfg.use_kv_cache) {
+    full_mask = torch::cat({prompt_mask, torch::ones({batch, cfg.max_new_tokens}, prompt_mask.options())}, 1);
+    next_position = prompt_mask.sum(1, /*keepdim=*/true);  // [B, 1]: the count of real prompt tokens
+  }
+  // The n samples of a prompt share its prefill: the prompt runs once (rows i*n of the batch) and its cache
+  // and last hidden state are copied to its n rows before the first token is drawn.
+  const bool shared_prefill = cfg.use_kv_cache && cfg.n > 1;
+  const auto first_rows = torch::arange(0, batch, cfg.n, i64.device(device));
+  torch::Tensor step_input = shared_prefill ? prompt_ids.index_select(0, first_rows) : prompt_ids;
   int64_t longest = 0;
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
+    const bool prefill_shared_now = shared_prefill && step == 0;
+    const int64_t rows_now = prefill_shared_now ? step_input.size(0) : seq_mask.size(0);
     // A later stage starts from the hidden states of the stage before; every stage keeps the cache of its
     // own layers.
     if (stage.enabled() && !stage.first()) {
-      torch::Tensor input = model->stage_activation_like(seq_mask.size(0), cfg.use_kv_cache ? step_input.size(1)
-                                                                                             : seq_ids.size(1));
+      torch::Tensor input =
+          model->stage_activation_like(rows_now, cfg.use_kv_cache ? step_input.size(1) : seq_ids.size(1));
       stages->recv(input, stage.stage - 1);
       model->set_stage_input(input);
     }
     torch::Tensor hidden;
     if (cfg.use_kv_cache) {
-      auto positions = position_ids_from_mask(seq_mask).slice(1, seq_mask.size(1) - step_input.size(1));
-      hidden = model->hidden_states(step_input, seq_mask, positions, &cache);
+      const int64_t total = prompt_len + step;
+      if (step == 0) {
+        auto mask = prefill_shared_now ? prompt_mask.index_select(0, first_rows) : prompt_mask;
+        hidden = model->hidden_states(step_input, mask, position_ids_from_mask(mask), &cache);
+      } else {
+        hidden = model->hidden_states(step_input, full_mask.narrow(1, 0, total), next_position, &cache);
+        next_position = next_position + 1;
+      }
     } else {
       hidden = model->hidden_states(seq_ids, seq_mask);
     }
     if (stage.enabled() && !stage.last()) stages->send(hidden.contiguous(), stage.stage + 1);
+    if (prefill_shared_now) {
+      // Row i of the prefill is prompt i (batch row i*n): repeat it for the prompt's n samples.
+      const auto per_prompt = torch::arange(static_cast<int64_t>(prompts.size()), i64.device(device))
+                                  .repeat_interleave(cfg.n);
+      cache.select_rows(per_prompt);
+      if (!stage.enabled() || stage.last()) hidden = hidden.select(1, -1).index_select(0, per_prompt).unsqueeze(1);
+    }
     torch::Tensor tokens, token_log_probs;
     if (!stage.enabled() || stage.last()) {
       // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
@@ -162,9 +189,11 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     log_probs.index_put_({active, step}, token_log_probs);
     longest = step + 1;
 
-    auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
-    seq_ids = torch::cat({seq_ids, tokens.unsqueeze(1)}, 1);
-    seq_mask = torch::cat({seq_mask, ones}, 1);
+    if (!cfg.use_kv_cache) {
+      auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
+      seq_ids = torch::cat({seq_ids, tokens.unsqueeze(1)}, 1);
+      seq_mask = torch::cat({seq_mask, ones}, 1);
+    }
     step_input = tokens.unsqueeze(1);
     if (!cfg.eos_token_ids.empty()) {
       auto keep = torch::ones_like(tokens, torch::kBool);
@@ -173,10 +202,15 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
         auto rows = keep.nonzero().squeeze(1);
         if (rows.numel() == 0) break;
         active = active.index_select(0, rows);
-        seq_ids = seq_ids.index_select(0, rows);
+        if (cfg.use_kv_cache) {
+          full_mask = full_mask.index_select(0, rows);
+          next_position = next_position.index_select(0, rows);
+          cache.select_rows(rows);
+        } else {
+          seq_ids = seq_ids.index_select(0, rows);
+        }
         seq_mask = seq_mask.index_select(0, rows);
         step_input = step_input.index_select(0, rows);
-        cache.select_rows(rows);
       }
     }
   }

@@ -4,6 +4,7 @@
 // and values returned in float32 whatever the parameters' dtype.
 #include "hybridflow/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -98,8 +99,10 @@ class AttentionImpl : public torch::nn::Module {
   }
 
   // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
+  // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v) {
+                        const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
+                        int64_t past = 0, int64_t capacity = 0) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
     auto q = q_proj(x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
@@ -121,12 +124,8 @@ class AttentionImpl : public torch::nn::Module {
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
     if (cached_k != nullptr) {
-      if (cached_k->defined()) {
-        k = torch::cat({*cached_k, k}, 2);
-        v = torch::cat({*cached_v, v}, 2);
-      }
-      *cached_k = k;
-      *cached_v = v;
+      k = append_to_slab(*cached_k, k, past, capacity);
+      v = append_to_slab(*cached_v, v, past, capacity);
     }
     return row_parallel(attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_}), o_proj, tp_);
   }
@@ -149,6 +148,19 @@ class AttentionImpl : public torch::nn::Module {
     auto folded_mask = mask_bias.unsqueeze(2).expand({b, 1, group, t, s}).reshape({b, 1, group * t, s});
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
         .view({b, heads_, t, head_dim_});
+  }
+  // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
+  // room, and returns the filled part [B, kv, past + t, d] as a view (no copy of the past).
+  static torch::Tensor append_to_slab(torch::Tensor& slab, const torch::Tensor& x, int64_t past, int64_t capacity) {
+    const int64_t total = past + x.size(2);
+    if (!slab.defined() || slab.size(2) < total) {
+      const int64_t room = std::max({capacity, total, slab.defined() ? 2 * slab.size(2) : int64_t{0}});
+      auto grown = torch::empty({x.size(0), x.size(1), room, x.size(3)}, x.options());
+      if (past > 0) grown.narrow(2, 0, past).copy_(slab.narrow(2, 0, past));
+      slab = grown;
+    }
+    slab.narrow(2, past, x.size(2)).copy_(x);
+    return slab.narrow(2, 0, total);
   }
   TensorParallelGroup tp_;
   int64_t heads_, head_dim_;
@@ -336,9 +348,11 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
     auto& layer = *m.decoder_layers[i];
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
-    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv);
+    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv, past,
+                                     cache != nullptr ? cache->capacity : 0);
     h = h + layer.mlp(layer.post_attention_layernorm(h));
   }
+  if (cache != nullptr) cache->filled = total;
   return pp_.last() ? m.norm(h) : h;
 }
 

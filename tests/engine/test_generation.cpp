@@ -237,6 +237,108 @@ TEST_F(GenerationTest, KvCacheAndRecomputeAgree) {
   EXPECT_TRUE(torch::allclose(cached.log_probs, recomputed.log_probs, 1e-4, 1e-4));
 }
 
+// Each prompt repeated n times, in the output's row order (row i*n+j = sample j of prompt i).
+std::vector<std::vector<int64_t>> repeated(const std::vector<std::vector<int64_t>>& prompts, int64_t n) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& p : prompts)
+    for (int64_t j = 0; j < n; ++j) out.push_back(p);
+  return out;
+}
+
+// n > 1 prefills each prompt once and copies its cache to the n rows: the result must equal prefilling
+// every row, i.e. the prompts repeated n times with n = 1 (greedy and, with one seed, sampling).
+TEST_F(GenerationTest, SharedPrefillEqualsRepeatedPrompts) {
+  for (bool greedy : {true, false}) {
+    GenerationConfig cfg;
+    cfg.greedy = greedy;
+    cfg.temperature = 0.8;
+    cfg.max_new_tokens = 9;
+    cfg.seed = 5;
+    cfg.n = 3;
+    auto shared = generate(model, prompts, cfg);
+    cfg.n = 1;
+    auto each = generate(model, repeated(prompts, 3), cfg);
+    EXPECT_TRUE(torch::equal(shared.prompts, each.prompts));
+    EXPECT_TRUE(torch::equal(shared.responses, each.responses)) << "greedy=" << greedy;
+    EXPECT_TRUE(torch::equal(shared.response_mask, each.response_mask));
+    EXPECT_TRUE(torch::allclose(shared.log_probs, each.log_probs, 1e-5, 1e-5))
+        << "greedy=" << greedy << " max diff " << (shared.log_probs - each.log_probs).abs().max().item<float>();
+  }
+}
+
+// The cache (preallocated slab, shared prefill, rows leaving at eos) against recomputing the whole
+// sequence every step, which uses none of it: sampled with one seed, the draws must match.
+TEST_F(GenerationTest, CachedSamplingWithEosEqualsRecompute) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 12;
+  cfg.temperature = 1.3;
+  cfg.seed = 21;
+  cfg.n = 3;
+  auto probe = generate(model, prompts, cfg);
+  cfg.eos_token_ids = {row(probe.responses, 0)[3], row(probe.responses, 4)[2]};
+  auto cached = generate(model, prompts, cfg);
+  cfg.use_kv_cache = false;
+  auto recomputed = generate(model, prompts, cfg);
+  ASSERT_EQ(cached.responses.sizes(), recomputed.responses.sizes());
+  EXPECT_TRUE(torch::equal(cached.responses, recomputed.responses));
+  EXPECT_TRUE(torch::equal(cached.response_mask, recomputed.response_mask));
+  EXPECT_LT(cached.response_mask.sum().item<int64_t>(), cached.response_mask.numel()) << "no row stopped early";
+  EXPECT_TRUE(torch::allclose(cached.log_probs, recomputed.log_probs, 1e-4, 1e-4));
+}
+
+// Grouped-query attention folds the query heads that share a KV head instead of copying K/V per head;
+// one KV head (MQA), a group of 2 (the fixture) and none (kv_heads = heads) must decode as recomputation.
+TEST_F(GenerationTest, GroupedQueryAttentionCachedEqualsRecompute) {
+  for (int64_t kv_heads : {1, 2, 4}) {
+    ModelConfig c = test_config();
+    c.num_key_value_heads = kv_heads;
+    torch::manual_seed(3);
+    CausalLM gqa(c);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : gqa->parameters())
+        if (p.dim() == 2) p.mul_(10.0);
+    }
+    GenerationConfig cfg;
+    cfg.greedy = true;
+    cfg.max_new_tokens = 8;
+    cfg.n = 2;
+    auto cached = generate(gqa, prompts, cfg);
+    cfg.use_kv_cache = false;
+    auto recomputed = generate(gqa, prompts, cfg);
+    EXPECT_TRUE(torch::equal(cached.responses, recomputed.responses)) << "kv_heads " << kv_heads;
+    EXPECT_TRUE(torch::allclose(cached.log_probs, recomputed.log_probs, 1e-4, 1e-4)) << "kv_heads " << kv_heads;
+  }
+}
+
+// Rows that reach eos leave the batch (their cache rows are dropped); the others must go on exactly as if
+// nobody had stopped: each row equals the run without eos up to and including its first eos.
+TEST_F(GenerationTest, EarlyExitLeavesOtherRowsUnchanged) {
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 10;
+  cfg.n = 2;
+  auto free_run = generate(model, prompts, cfg);
+  const int64_t eos = row(free_run.responses, 2)[2];
+  cfg.eos_token_ids = {eos};
+  auto stopped = generate(model, prompts, cfg);
+  int64_t early = 0;
+  for (int64_t i = 0; i < free_run.responses.size(0); ++i) {
+    auto full = row(free_run.responses, i);
+    const int64_t len = std::find(full.begin(), full.end(), eos) - full.begin();
+    const int64_t kept = std::min<int64_t>(len + 1, cfg.max_new_tokens);
+    early += kept < cfg.max_new_tokens;
+    ASSERT_EQ(stopped.response_mask[i].sum().item<int64_t>(), kept) << "row " << i;
+    auto got = row(stopped.responses, i);
+    EXPECT_EQ(std::vector<int64_t>(got.begin(), got.begin() + kept), std::vector<int64_t>(full.begin(), full.begin() + kept))
+        << "row " << i;
+    EXPECT_TRUE(torch::allclose(stopped.log_probs[i].slice(0, 0, kept), free_run.log_probs[i].slice(0, 0, kept), 1e-5, 1e-5))
+        << "row " << i;
+  }
+  EXPECT_GT(early, 0);
+  EXPECT_LT(early, free_run.responses.size(0));
+}
+
 TEST_F(GenerationTest, SamplesPerPromptLayout) {
   GenerationConfig cfg;
   cfg.n = 4;

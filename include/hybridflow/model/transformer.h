@@ -26,11 +26,17 @@
 
 namespace hybridflow {
 
-// Keys and values of every layer for a batch being decoded. Tensors are [batch, kv_heads, len, head_dim].
+// Keys and values of every layer for a batch being decoded. Each layer's tensors are slabs
+// [batch, kv_heads, room, head_dim] whose first length() positions are filled: a step writes its keys in
+// place instead of concatenating (which copied the whole cache every token).
 struct KVCache {
   std::vector<torch::Tensor> keys;
   std::vector<torch::Tensor> values;
-  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  // Positions to allocate when a slab is first made (generation sets prompt + new tokens); a forward that
+  // needs more grows the slab by doubling, so 0 still works.
+  int64_t capacity = 0;
+  int64_t filled = 0;
+  int64_t length() const { return filled; }
   // Keeps only the given batch rows (used when finished sequences leave the batch).
   void select_rows(const torch::Tensor& rows);
 };
