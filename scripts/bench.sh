@@ -19,3 +19,8 @@ for b in "$build_dir"/bench_*; do
   echo "== $(basename "$b")"
   "$b" "$@"
 done
+# The product's own benchmark (docs/performance.md): every figure with its roofline ratio.
+for what in machine generate train; do
+  echo "== hybridflow bench $what"
+  "$build_dir/hybridflow" bench "$what"
+done
