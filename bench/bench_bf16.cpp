@@ -9,10 +9,9 @@
 #include <random>
 
 #include "bench_common.h"
-#include "hybridflow/core/data_proto.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/engine/speed_bench.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/transformer.h"
 
@@ -29,23 +28,7 @@ CausalLM model_in(const ModelConfig& config, torch::Dtype dtype) {
 
 double train_step_seconds(const ModelConfig& config, torch::Dtype dtype, int64_t batch, int64_t seq, int64_t steps) {
   CausalLM model = model_in(config, dtype);
-  model->train();
-  OptimizerOptions opt;
-  opt.schedule.lr = 1e-4;
-  TrainEngine engine(model.ptr(), opt);
-  DataProto data;
-  torch::manual_seed(1);
-  data.set_tensor("input_ids", torch::randint(3, config.vocab_size, {batch, seq}, torch::kLong));
-  auto loss_fn = [&](const DataProto& mb) {
-    const auto& ids = mb.tensor("input_ids");
-    auto logits = model->forward(ids, torch::ones_like(ids)).logits;  // fp32 logits in both cases
-    auto lp = torch::log_softmax(logits.slice(1, 0, seq - 1), -1);
-    return -lp.gather(-1, ids.slice(1, 1).unsqueeze(-1)).mean();
-  };
-  engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean);  // warm-up
-  const double start = bench::now_seconds();
-  for (int64_t i = 0; i < steps; ++i) engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean);
-  return (bench::now_seconds() - start) / static_cast<double>(steps);
+  return measure_train_step(model, batch, seq, steps);  // fp32 logits in both cases
 }
 
 double generation_tokens_per_s(const ModelConfig& config, torch::Dtype dtype, int64_t batch, int64_t new_tokens) {

@@ -3,16 +3,11 @@
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
-namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
-}  // namespace
 
 int owning_stage(const std::string& name, const ModelConfig& config, int stages) {
   if (stages == 1) return 0;
   const std::string layers = "model.layers.";
-  if (starts_with(name, layers)) {
+  if (name.starts_with(layers)) {
     const size_t end = name.find('.', layers.size());
     int64_t index = -1;
     try {
@@ -28,7 +23,7 @@ int owning_stage(const std::string& name, const ModelConfig& config, int stages)
     }
   }
   if (name == "model.embed_tokens.weight") return 0;
-  if (starts_with(name, "model.norm.") || starts_with(name, "lm_head.") || starts_with(name, "score."))
+  if (name.starts_with("model.norm.") || name.starts_with("lm_head.") || name.starts_with("score."))
     return stages - 1;
   HF_FAIL("pipeline layout: '", name, "' is not a weight of a causal language model");
 }

@@ -6,9 +6,6 @@
 namespace hybridflow {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
@@ -31,9 +28,9 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
 bool kv_heads_replicated(const ModelConfig& c, int tp) { return tp > 1 && c.num_key_value_heads < tp; }
 
 ShardDim shard_dim(const std::string& name, const ModelConfig& c, int tp) {
-  if (tp == 1 || contains(name, "norm") || ends_with(name, "score.weight")) return ShardDim::kReplicated;
+  if (tp == 1 || contains(name, "norm") || name.ends_with("score.weight")) return ShardDim::kReplicated;
   if (contains(name, "o_proj") || contains(name, "down_proj"))
-    return ends_with(name, ".weight") ? ShardDim::kColumns : ShardDim::kReplicated;
+    return name.ends_with(".weight") ? ShardDim::kColumns : ShardDim::kReplicated;
   if ((contains(name, "k_proj") || contains(name, "v_proj")) && kv_heads_replicated(c, tp)) return ShardDim::kReplicated;
   return ShardDim::kRows;  // embeddings, lm_head, q/k/v, gate/up
 }

@@ -12,10 +12,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The row's text-valued field, "" when absent or null.
 std::string optional_string(const Json& row, const std::string& key, const std::string& where, const std::string& noun) {
   const auto it = row.find(key);
@@ -101,7 +97,7 @@ PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string&
 }
 
 std::vector<PromptRow> read_prompt_rows(const std::string& path) {
-  if (ends_with(path, ".parquet")) {
+  if (path.ends_with(".parquet")) {
     const auto table = read_parquet_rows(path);
     std::vector<PromptRow> rows;
     rows.reserve(table.size());
@@ -109,7 +105,7 @@ std::vector<PromptRow> read_prompt_rows(const std::string& path) {
       rows.push_back(parse_prompt_row(table[i], path + ": row " + std::to_string(i), "column"));
     return rows;
   }
-  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return read_jsonl_rows(path);
+  if (path.ends_with(".jsonl") || path.ends_with(".json")) return read_jsonl_rows(path);
   HF_FAIL(path, ": unknown data file type; expected .parquet (verl's format) or .jsonl / .json (one JSON object ",
           "per line)");
 }

@@ -16,17 +16,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The role's optimizer state: the whole-tensor file, or the per-layout .pt files of older checkpoints.
 bool has_optimizer_state(const std::string& dir, const std::string& role) {
   if (file_exists(dir + "/" + role + "_optim.safetensors")) return true;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(role + "_optim", 0) == 0 && has_suffix(name, ".pt")) return true;
+    if (name.starts_with(role + "_optim") && name.ends_with(".pt")) return true;
   }
   return false;
 }
@@ -59,8 +55,8 @@ std::string checkpoint_problem(const std::string& dir) {
     if (!it->is_regular_file()) continue;
     const std::string path = it->path().string();
     try {
-      if (has_suffix(path, ".safetensors")) map_safetensors(path);
-      if (has_suffix(path, ".json") && !nlohmann::json::accept(read_file(path))) return path + ": not valid JSON";
+      if (path.ends_with(".safetensors")) map_safetensors(path);
+      if (path.ends_with(".json") && !nlohmann::json::accept(read_file(path))) return path + ": not valid JSON";
     } catch (const Error& e) {
       return e.what();
     }

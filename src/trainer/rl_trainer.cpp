@@ -12,10 +12,6 @@ namespace hybridflow {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string shell_quote(const std::string& arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@%") ==
                           std::string::npos)
@@ -147,7 +143,7 @@ int run_rl_training(const Config& config) {
                    "trainer.save_checkpoint, with trainer.run_dir, make a stopped run resumable)\n";
     else
       std::cerr << "checkpoint: " << ckpt
-                << (ends_with(ckpt, "/" + checkpoint_name(trainer.steps_done()))
+                << (ckpt.ends_with("/" + checkpoint_name(trainer.steps_done()))
                         ? ""
                         : " (older than this step: saving is off, so resuming repeats the steps after it)")
                 << "\nresume with: " << resume_command(config, ckpt) << "\n";
