@@ -329,8 +329,7 @@ struct ProcessPool::Impl {
   void reject(const runtime_detail::Received& received, const std::string& code, const std::string& why) {
     ++rejected;
     // Per connection: a stranger opening many connections is capped by RejectLog::kMaxKeys.
-  const std::string& peer = received.identity;
-    reject_log->note(peer, code, "rejected a message from " + received.who() + ": " + why);
+    reject_log->note(received.identity, code, "rejected a message from " + received.who() + ": " + why);
   }
 
   // Dead children, overdue calls, silent workers. Returns the failure to raise, empty if healthy.
