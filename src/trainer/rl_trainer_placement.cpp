@@ -55,7 +55,7 @@ nlohmann::json RLTrainer::State::finish_weight_sync(const WeightSyncCalls& calls
   for (const Future* f : {&calls.send, &calls.receive})
     for (const DataProto& rank : f->per_rank())
       seconds = std::max(seconds, rank.meta().at("weight_sync").at("seconds").get<double>());
-  return {{"weight_sync/bytes", bytes}, {"weight_sync/buckets", buckets}, {"weight_sync/s", seconds}};
+  return {{"weight_sync/bytes", bytes}, {"weight_sync/buckets", buckets}, {"weight_sync/transfer_s", seconds}};
 }
 
 void RLTrainer::State::log_memory(MetricsLog& metrics) {

@@ -463,7 +463,10 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const int critic_dp = s.use_critic ? dp_of("critic", critic_mesh) : 1;
   HF_CHECK(!s.use_critic || (batch_prompts * n) % critic_dp == 0, "data.train_batch_size x rollout.n = ",
            batch_prompts * n, " samples must divide across the critic's ", critic_dp, " data-parallel groups");
-  if (s.use_critic && s.lagrange) layout_of("cost_critic");  // the cost critic takes the critic's sizes on its pool
+  if (s.use_critic && s.lagrange) {  // the cost critic takes the critic's sizes, on its own pool
+    const PoolSpec& pool = s.placement.pool_of("cost_critic");
+    role_layout(config, "critic", pool.processes, pool.processes_key);
+  }
   const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};
   const ParallelLayout cm_mesh = use_cost_model ? layout_of("cost_model") : ParallelLayout{};
   const int rm_dp = use_rm ? dp_of("reward_model", rm_mesh) : 1;
