@@ -10,6 +10,7 @@
 #include <set>
 
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/report/html_report.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
@@ -28,6 +29,7 @@ struct RunResult {
   std::vector<nlohmann::json> metrics;
   std::vector<nlohmann::json> timeline;
   std::map<std::string, double> norms;  // per role
+  std::string report;                   // the run's HTML report
 };
 
 // PPO on addition prompts, scored by the share of digits in the response: a random policy earns some of it,
@@ -54,6 +56,7 @@ RunResult train(const std::vector<std::string>& placement) {
   trainer.fit();
   run.metrics = read_jsonl(dir.path() + "/metrics.jsonl");
   run.timeline = read_jsonl(dir.path() + "/timeline.jsonl");
+  run.report = report::render_html_report(dir.path());
   for (const std::string& role : trainer.roles())
     if (role == "actor" || role == "critic" || role == "rollout") run.norms[role] = trainer.parameter_sq_norm(role);
   return run;
@@ -162,6 +165,9 @@ TEST(Placements, StandaloneOnPolicyIsColocateBitForBitWithTheWeightsSynced) {
   expect_memory_of_pools(run, {"train", "rollout"});
   // Generation waits for the new weights and training for the rollout: never at the same time.
   EXPECT_EQ(overlapping_steps(run, "rollout", {"rollout.generate_sequences"}, "train", kTraining), 0);
+  // The report's timeline draws the rollout pool's row and the sync's calls.
+  for (const char* text : {">rollout</text>", "rollout.receive_weights", "actor.send_weights", "rollout.generate_sequences"})
+    EXPECT_NE(run.report.find(text), std::string::npos) << text;
   for (const auto& [step, spans] : spans_per_step(run)) {
     std::set<std::string> calls;
     for (const Span& s : spans) calls.insert(s.pool + " " + s.call);
@@ -186,6 +192,26 @@ TEST(Placements, SplitAndAPoolsSectionGiveColocatesNumbersAndOverlapTheirPools) 
   expect_same_numbers_as_colocate(pools, "pools: learner, gen, values");
   expect_memory_of_pools(pools, {"learner", "gen", "values"});
   EXPECT_GE(overlapping_steps(pools, "learner", kActorTraining, "values", kCriticTraining), kSteps / 2);
+}
+
+// Two actor replicas send to two rollout replicas (each reads its own actor replica): the weights and the
+// split of the prompts over the replicas are the colocated two-process run's, and so is every number.
+TEST(Placements, TwoRolloutReplicasFedByTwoActorReplicasMatchTwoColocatedProcesses) {
+  const std::vector<std::string> two = {"actor_rollout_ref.num_processes=2", "trainer.total_steps=2",
+                                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                                        "critic.ppo_micro_batch_size_per_gpu=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), two.begin(), two.end());
+    return train(extra);
+  };
+  const RunResult colocated = with({"trainer.placement=colocate"});
+  const RunResult standalone = with({"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2"});
+  ASSERT_EQ(standalone.metrics.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    for (const auto& [key, value] : colocated.metrics[i].items())
+      if (placement_independent(key)) EXPECT_EQ(standalone.metrics[i].at(key), value) << "step " << i + 1 << ": " << key;
+  EXPECT_EQ(standalone.norms.at("rollout"), standalone.norms.at("actor"));
+  EXPECT_EQ(standalone.norms.at("actor"), colocated.norms.at("actor"));
 }
 
 TEST(Placements, OneStepOffPolicyOverlapsGenerationWithTrainingAndLearnsAsWell) {
