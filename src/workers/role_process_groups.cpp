@@ -63,6 +63,30 @@ std::string local_address_towards(const std::string& host) {
   return out;
 }
 
+ProcessGroup join_controller_store_group(const nlohmann::json& rendezvous, int rank, int world, torch::Device device) {
+  // The store runs in the controller: reach it where this worker reached the controller.
+  const char* controller = std::getenv(kControllerAddrEnv);
+  const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
+  LaunchEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
+    env.master_addr = controller;
+  else if (endpoint != nullptr && *endpoint != '\0')
+    env.master_addr = endpoint_host(endpoint);
+  else
+    env.master_addr = rendezvous.value("store_host", std::string("127.0.0.1"));
+  env.master_port = rendezvous.at("store_port").get<int>();
+  // Collectives move tensors where the model lives: Gloo on the CPU, NCCL on CUDA devices.
+  ProcessGroupOptions options;
+  options.device = device.is_cuda() ? "cuda" : "cpu";
+  options.rank0_hosts_store = false;
+  options.gloo_hostname = local_address_towards(env.master_addr);
+  // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
+  options.timeout = std::chrono::seconds(rendezvous.value("timeout_s", 300));
+  return ProcessGroup::create_world(env, options);
+}
+
 std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContext& context, torch::Device device) {
   const MeshCoord& coord = context.coord;
   const int world = coord.world_size;
@@ -73,28 +97,8 @@ std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContex
   const auto& pg = context.config.at(kProcessGroupKey);
   HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
            "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
-  // The store runs in the controller: reach it where this worker reached the controller.
-  const char* controller = std::getenv(kControllerAddrEnv);
-  const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
-  LaunchEnv env;
-  env.rank = coord.rank;
-  env.world_size = world;
-  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
-    env.master_addr = controller;
-  else if (endpoint != nullptr && *endpoint != '\0')
-    env.master_addr = endpoint_host(endpoint);
-  else
-    env.master_addr = pg.value("store_host", std::string("127.0.0.1"));
-  env.master_port = pg.at("store_port").get<int>();
-  // Collectives move tensors where the model lives: Gloo on the CPU, NCCL on CUDA devices.
-  ProcessGroupOptions options;
-  options.device = device.is_cuda() ? "cuda" : "cpu";
-  options.rank0_hosts_store = false;
-  options.gloo_hostname = local_address_towards(env.master_addr);
-  // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
-  options.timeout = std::chrono::seconds(pg.value("timeout_s", 300));
   std::unique_ptr<RoleProcessGroups> groups(new RoleProcessGroups());
-  groups->world_ = ProcessGroup::create_world(env, options);
+  groups->world_ = join_controller_store_group(pg, coord.rank, world, device);
   const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
   groups->dp_ = coord.dp_size == world ? groups->world_ : groups->world_.split(mesh.dp_groups());
   if (coord.tp_size > 1) groups->tp_ = std::make_unique<Communicator>(groups->world_.split(mesh.tp_groups()));
