@@ -68,10 +68,4 @@ const char* batch_protocol(const MeshCoord& coord);
 // pipeline parallelism, where replica r is rank r.
 const char* rollout_protocol(const MeshCoord& coord);
 
-// "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
-std::string endpoint_host(const std::string& endpoint);
-
-// This host's address on the route to `host` (a connected UDP socket; nothing is sent).
-std::string local_address_towards(const std::string& host);
-
 }  // namespace hybridflow
