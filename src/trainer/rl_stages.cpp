@@ -54,6 +54,7 @@ TrainerStages::TrainerStages(RLTrainer::State& s)
       step_start_(CallSpan::Clock::now()),
       step_start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {
   s_.timeline->take();  // calls made between steps (evaluation, checkpoints) are not this step's
+  s_.controller.take_traffic();  // nor their bytes
 }
 
 const Config& TrainerStages::config() const { return s_.cfg; }
@@ -408,6 +409,9 @@ nlohmann::json TrainerStages::finish(Rollout& r) {
   m.set("prompt_length/mean", mean_of(prompt_lengths));
   const double tokens = batch.tensor("attention_mask").sum().item<double>();
   m.set("perf/total_tokens", tokens);
+  const Traffic traffic = s_.controller.take_traffic();  // tensor bytes: what the data plane keeps off the controller
+  m.set("perf/controller_bytes", static_cast<double>(traffic.controller_bytes()));
+  m.set("perf/worker_to_worker_bytes", static_cast<double>(traffic.worker_to_worker_bytes));
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer_.total_seconds()));
   m.add_timings(timer_);
   // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.

@@ -74,10 +74,4 @@ const char* rollout_protocol(const MeshCoord& coord);
 // standalone rollout's weight sync one spanning the actor's and the rollout's processes.
 ProcessGroup join_controller_store_group(const nlohmann::json& rendezvous, int rank, int world, torch::Device device);
 
-// "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
-std::string endpoint_host(const std::string& endpoint);
-
-// This host's address on the route to `host` (a connected UDP socket; nothing is sent).
-std::string local_address_towards(const std::string& host);
-
 }  // namespace hybridflow
