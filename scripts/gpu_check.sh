@@ -4,7 +4,7 @@
 # training steps, NCCL), and the main job (SFT, then PPO) trains on the GPU as it does on the CPU. With
 # --suite it also runs every CTest test of the build (RL tests then run on the GPU: trainer.device is auto).
 #
-#   HF_CUDA=1 bash scripts/build.sh && bash scripts/gpu_check.sh [--build DIR] [--out DIR] [--suite] [--bench]
+#   HF_CUDA=1 bash scripts/build.sh && bash scripts/gpu_check.sh [--build DIR] [--out DIR] [--suite]
 #
 # Prints one summary table at the end (and writes it to OUT/gpu_check.md); exits non-zero if any check failed.
 set -uo pipefail
@@ -12,13 +12,11 @@ cd "$(dirname "$0")/.."
 build=build-cuda
 out=runs/gpu_check
 suite=0
-bench=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --suite) suite=1; shift ;;
-    --bench) bench=1; shift ;;
     *) echo "gpu_check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -85,11 +83,6 @@ step ppo_cpu "$hf" train "${ppo_args[@]}" trainer.device=cpu trainer.run_dir="$r
   done
 } >> "$summary"
 
-if [ "$bench" = 1 ]; then
-  step bench_machine_cuda "$hf" bench machine --device cuda
-  step bench_generate_cuda "$hf" bench generate --device cuda
-  step bench_train_cuda "$hf" bench train --device cuda
-fi
 if [ "$suite" = 1 ]; then
   step ctest ctest --test-dir "$build" --output-on-failure -j "$(( $(nproc) / 2 ))" --timeout 600
 fi
