@@ -4,8 +4,7 @@
 #include "rl_trainer_state.h"
 #include "score_guard.h"
 
-#include <torch/cuda.h>
-
+#include "hybridflow/core/platform.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/placement/placement_spec.h"
@@ -49,21 +48,6 @@ nlohmann::json optim_json(const Config& optim, const std::string& section, int64
           {"lr_schedule", kind},
           {"min_lr_ratio", min_lr_ratio},
           {"total_steps", total}};
-}
-
-// trainer.device, checked in the controller before any worker starts.
-std::string resolve_device(const std::string& device) {
-  HF_CHECK(device == "auto" || device == "cpu" || device == "cuda", "trainer.device: expected cpu | cuda | auto, got '",
-           device, "'");
-  const bool have_cuda = torch::cuda::is_available();
-  if (device == "auto") return have_cuda ? "cuda" : "cpu";
-#ifdef HF_WITH_CUDA
-  const char* why = "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)";
-#else
-  const char* why = "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU";
-#endif
-  HF_CHECK(device == "cpu" || have_cuda, "trainer.device=cuda, but ", why, "; or set trainer.device=cpu");
-  return device;
 }
 
 // Numbers that would run silently wrong (or exit 0 having done nothing) fail here, before any worker starts.
@@ -341,7 +325,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
   const int threads = config.get<int>("trainer.threads_per_worker");
   nlohmann::json model_spec = {{"path", model_path},
-                               {"device", resolve_device(config.get<std::string>("trainer.device"))},
+                               {"device", resolve_device_name(config.get<std::string>("trainer.device"), "trainer.device")},
                                {"preset", config.get<std::string>("model.preset")},
                                {"vocab_size", s.tokenizer.vocab_size()},
                                {"init_seed", config.get<int64_t>("model.init_seed")},
