@@ -1,7 +1,9 @@
 // The controller's cost per call: an empty call's round trip (microseconds) and the throughput of
 // dispatching a DataProto split across a worker group (DP_PROTO), for 2, 4 and 8 workers. Baseline,
 // measured in the same run: the same payload serialized and deserialized inside one process (what a
-// transport with zero overhead beyond one copy could reach). Workers are this binary, re-executed.
+// transport with zero overhead beyond one copy could reach). Then a result handed from one pool to
+// another (a rollout to its readers): through the controller (HF_DATA_PLANE=0's path) vs the data plane,
+// time and bytes. Workers are this binary, re-executed.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -27,6 +29,13 @@ class BenchWorker : public Worker {
     table.add("consume", protocols::kDataParallel, [](const DataProto& in) {
       DataProto out;
       out.set_tensor("sum", in.tensor("x").sum({1}).sum().reshape({1}));
+      return out;
+    });
+    // This rank's share of a rows x cols batch, made here (nothing comes from the controller).
+    table.add("produce", protocols::kDataParallel, [this](const DataProto& in) {
+      DataProto out;
+      const int64_t rows = in.meta().at("rows").get<int64_t>() / world_size(), cols = in.meta().at("cols");
+      out.set_tensor("x", torch::full({rows, cols}, static_cast<float>(rank() + 1)));
       return out;
     });
   }
@@ -94,6 +103,50 @@ int main(int argc, char** argv) {
     }
     const double mbps = payload_mb / best;
     std::printf("%8d %18.1f %18.1f %16.0f %13.2fx\n", workers, median, p90, mbps, mbps / base_mbps);
+    ctl.shutdown();
+  }
+
+  // Pool "producer" (2 processes) makes the batch, pool "consumer" (2 processes) reads it.
+  std::printf("\nhand-over of a %.1f MB result between two pools of 2 processes (best of %d):\n", payload_mb, reps);
+  std::printf("%22s %10s %10s %16s %16s\n", "path", "seconds", "MB/s", "controller MB", "worker->worker MB");
+  double through_controller_s = 0;
+  for (const bool data_plane : {false, true}) {
+    Controller ctl;
+    std::vector<ResourcePool> specs;
+    for (const char* name : {"producer", "consumer"}) {
+      ResourcePool spec;
+      spec.name = name;
+      spec.num_processes = 2;
+      spec.env["OMP_NUM_THREADS"] = "1";
+      spec.data_plane = data_plane;
+      specs.push_back(spec);
+    }
+    ctl.add_pools(specs);
+    WorkerGroup producer = ctl.create_group("producer", "producer", "bench_runtime_worker");
+    WorkerGroup consumer = ctl.create_group("consumer", "consumer", "bench_runtime_worker");
+    DataProto request;
+    request.meta()["rows"] = rows;
+    request.meta()["cols"] = cols;
+    const double expected = static_cast<double>(rows / 2) * cols * (1 + 2);
+    double best = 1e30;
+    Traffic traffic;
+    for (int r = 0; r < reps + 1; ++r) {  // the first round warms the sockets
+      ctl.take_traffic();
+      const double t = bench::now_seconds();
+      const double got = consumer.call("consume", producer.call("produce", request)).get().tensor("sum").sum().item<double>();
+      const double seconds = bench::now_seconds() - t;
+      traffic = ctl.take_traffic();
+      if (r > 0) best = std::min(best, seconds);
+      if (std::abs(got - expected) > 1e-3 * expected) {
+        std::fprintf(stderr, "consumers returned %f, expected %f\n", got, expected);
+        return 1;
+      }
+    }
+    if (!data_plane) through_controller_s = best;
+    std::printf("%22s %10.3f %10.0f %16.1f %16.1f%s\n", data_plane ? "data plane" : "through the controller", best,
+                payload_mb / best, static_cast<double>(traffic.controller_bytes()) / (1 << 20),
+                static_cast<double>(traffic.worker_to_worker_bytes) / (1 << 20),
+                data_plane ? (" (" + std::to_string(through_controller_s / best).substr(0, 4) + "x faster)").c_str() : "");
     ctl.shutdown();
   }
   return 0;

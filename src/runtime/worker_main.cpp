@@ -302,9 +302,11 @@ int run_worker_main(int, char**) {
       }
     }
     // A method still running would block the executor's join; the controller asked us to go, so go.
+    // The context is not terminated: that waits for every socket, and the executor's data sockets may be
+    // in a fetch; _exit reclaims them all.
     std::fflush(nullptr);
+    data_server.reset();
     socket.close();
-    context.close();
     ::_exit(exit_code);
   }
 }
