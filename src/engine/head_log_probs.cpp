@@ -17,7 +17,7 @@ using torch::autograd::variable_list;
 torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, int64_t begin, int64_t n,
                            double temperature) {
   torch::Tensor z = torch::linear(hidden.narrow(0, begin, n), weight).to(torch::kFloat32);
-  return temperature != 1.0 ? z / temperature : z;
+  return temperature != 1.0 ? z.div_(temperature) : z;
 }
 
 // Where a target falls in this rank's vocabulary slice: its local index (clamped, so gathers stay in range)
@@ -45,14 +45,15 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
     torch::Tensor weighted = torch::zeros({n}, f32), picked = torch::empty({n}, f32);
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t len = std::min(chunk, n - begin);
+      // Two [chunk, V] buffers at a time: the logits (shifted in place) and their exponentials.
       torch::Tensor z = chunk_logits(hidden, weight, begin, len, temperature);
+      picked.narrow(0, begin, len).copy_(z.gather(-1, t.index.narrow(0, begin, len).unsqueeze(-1)).squeeze(-1));
       torch::Tensor m = std::get<0>(z.max(-1, /*keepdim=*/true));
-      torch::Tensor shifted = z - m;
+      torch::Tensor& shifted = z.sub_(m);
       torch::Tensor e = shifted.exp();
       local_max.narrow(0, begin, len).copy_(m.squeeze(-1));
       sum_exp.narrow(0, begin, len).copy_(e.sum(-1));
-      if (with_entropy) weighted.narrow(0, begin, len).copy_((e * shifted).sum(-1));
-      picked.narrow(0, begin, len).copy_(z.gather(-1, t.index.narrow(0, begin, len).unsqueeze(-1)).squeeze(-1));
+      if (with_entropy) weighted.narrow(0, begin, len).copy_(e.mul_(shifted).sum(-1));
     }
     picked = torch::where(t.mine, picked, torch::zeros_like(picked));
     // The ranks' sums rescaled to the global max M: sum exp(z - M) = exp(m - M) s, and
@@ -104,26 +105,31 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
                                             : torch::Tensor();
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t len = std::min(chunk, n - begin);
-      torch::Tensor log_p = chunk_logits(hidden, weight, begin, len, temperature) - lse.narrow(0, begin, len).unsqueeze(-1);
-      torch::Tensor p = log_p.exp();
-      torch::Tensor gz = torch::zeros_like(p);
+      // gz = -p (g_lp + g_H (log p + H)) + onehot(target) g_lp, built in place in two [chunk, V] buffers.
+      torch::Tensor log_p = chunk_logits(hidden, weight, begin, len, temperature).sub_(lse.narrow(0, begin, len).unsqueeze(-1));
+      torch::Tensor gz = log_p.exp();
+      torch::Tensor coef;  // [chunk, V] or [chunk, 1]
+      if (g_h.defined()) {
+        coef = log_p.add_(entropy.narrow(0, begin, len).unsqueeze(-1)).mul_(g_h.narrow(0, begin, len).unsqueeze(-1));
+        if (g_lp.defined()) coef.add_(g_lp.narrow(0, begin, len).unsqueeze(-1));
+      } else {
+        coef = g_lp.narrow(0, begin, len).unsqueeze(-1);
+      }
+      gz.mul_(coef).neg_();
       if (g_lp.defined()) {
         torch::Tensor g = g_lp.narrow(0, begin, len);
-        gz.sub_(p * g.unsqueeze(-1));
         torch::Tensor at_target = torch::where(t.mine.narrow(0, begin, len), g, torch::zeros_like(g));
         gz.scatter_add_(-1, t.index.narrow(0, begin, len).unsqueeze(-1), at_target.unsqueeze(-1));
       }
-      if (g_h.defined())
-        gz.sub_(p * (log_p + entropy.narrow(0, begin, len).unsqueeze(-1)) * g_h.narrow(0, begin, len).unsqueeze(-1));
       if (temperature != 1.0) gz.div_(temperature);
       torch::Tensor g_logits = gz.to(weight.scalar_type());
+      const torch::Tensor h = hidden.narrow(0, begin, len);
       if (want_hidden) grad_hidden.narrow(0, begin, len).copy_(g_logits.mm(weight));
       if (want_weight) {
-        torch::Tensor part = g_logits.t().mm(hidden.narrow(0, begin, len));
-        if (part.scalar_type() == torch::kFloat32)
-          grad_weight.add_(part);
+        if (g_logits.scalar_type() == torch::kFloat32)
+          grad_weight.addmm_(g_logits.t(), h);  // no [V, H] temporary
         else
-          grad_weight.add_(part.to(torch::kFloat32));
+          grad_weight.add_(g_logits.t().mm(h).to(torch::kFloat32));
       }
     }
     out[0] = grad_hidden;
