@@ -74,6 +74,8 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
     enable: false
     metric: null
     max_num_gen_batches: 0
+  rollout_correction:
+    bypass_mode: false
 )";
 
 const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(actor:

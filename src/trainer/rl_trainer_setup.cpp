@@ -248,6 +248,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const bool use_kl_loss = config.get<bool>("actor_rollout_ref.actor.use_kl_loss");
   const bool kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
   s.need_ref = use_kl_loss || kl_in_reward;
+  // verl's bypass mode replaces the policy loss with its PPO clip (rollout_correction.loss_type ppo_clip), which
+  // is hybridflow's vanilla loss with the rollout as the old policy.
+  HF_CHECK(!config.get<bool>("algorithm.rollout_correction.bypass_mode") ||
+               config.get<std::string>("actor_rollout_ref.actor.policy_loss.loss_mode") == "vanilla",
+           "algorithm.rollout_correction.bypass_mode: true trains with PPO's clipped loss (verl's ppo_clip); ",
+           "actor_rollout_ref.actor.policy_loss.loss_mode must be vanilla, got ",
+           config.get<std::string>("actor_rollout_ref.actor.policy_loss.loss_mode"));
   s.kl_ctrl = algo::kl_controller(algorithm);
 
   // Data and tokenizer.

@@ -104,7 +104,7 @@ const IgnoredKey kIgnored[] = {
     {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
     {"algorithm.rollout_correction.rollout_is", "null", kNotYet},
     {"algorithm.rollout_correction.rollout_rs", "null", kNotYet},
-    {"algorithm.rollout_correction.bypass_mode", "false", kNotYet},
+    {"algorithm.rollout_correction.loss_type", "ppo_clip", "bypass_mode's REINFORCE loss is not supported by hybridflow"},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
     {"trainer.critic_warmup", "0", kNotYet},
     {"trainer.val_only", "false", kNotYet},

@@ -1,6 +1,7 @@
-// A whole RL step (PPO with a critic, KL loss and KL in the reward) with verl's dynamic batch size and
-// activation checkpointing on every role equals the step with padded micro-batches of rows and no
-// checkpointing: same rollout, same batch-level figures, same actor and critic after the update.
+// The training and inference passes of a whole RL step, switched between their forms that must not change
+// the result: verl's dynamic batch size and activation checkpointing on every role (a PPO step with a critic,
+// KL loss and KL in the reward) against padded micro-batches of rows without checkpointing; and verl's bypass
+// mode (the rollout's log-probs as the old ones, no old-log-prob pass) against the recomputed old log-probs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,6 +51,28 @@ TEST(RlDynamicBatchSize, AStepByTokenCountWithCheckpointingEqualsThePaddedStep) 
     const double a = padded.parameter_sq_norm(role), b = dynamic.parameter_sq_norm(role);
     EXPECT_LT(std::abs(a - b), 1e-6 * a) << role << ": " << a << " vs " << b;
   }
+}
+
+TEST(RlBypassMode, TheRolloutsLogProbsServeAsTheOldOnesForTheSameStep) {
+  const std::vector<std::string> grpo = tiny_rl_overrides("grpo", {"trainer.total_steps=1", "data.train_batch_size=4",
+                                                                   "actor_rollout_ref.rollout.response_length=8"});
+  RLTrainer recomputed(load_rl_config("", grpo));
+  const nlohmann::json want = recomputed.step();
+  std::vector<std::string> bypass = grpo;
+  bypass.push_back("algorithm.rollout_correction.bypass_mode=true");
+  RLTrainer bypassed(load_rl_config("", bypass));
+  const nlohmann::json got = bypassed.step();
+  EXPECT_TRUE(want.contains("timing/old_log_prob_s")) << want.dump();
+  EXPECT_FALSE(got.contains("timing/old_log_prob_s")) << "the old-log-prob pass must not run: " << got.dump();
+  EXPECT_NEAR(got.at("score/mean").get<double>(), want.at("score/mean").get<double>(), 1e-12);
+  // The rollout's log-probs are the actor's own, up to float rounding: the ratio stays 1.
+  EXPECT_NEAR(got.at("actor/ppo_kl").get<double>(), 0.0, 1e-5);
+  const double a = recomputed.parameter_sq_norm("actor"), b = bypassed.parameter_sq_norm("actor");
+  EXPECT_LT(std::abs(a - b), 1e-6 * a) << a << " vs " << b;
+  // verl's bypass mode trains with PPO's clipped loss only.
+  bypass.push_back("actor_rollout_ref.actor.policy_loss.loss_mode=gspo");
+  const std::string message = hybridflow::testing::error_of([&] { RLTrainer t(load_rl_config("", bypass)); });
+  EXPECT_NE(message.find("bypass_mode"), std::string::npos) << message;
 }
 
 TEST(RlDynamicBatchSize, AnEnabledBudgetMustBePositive) {
