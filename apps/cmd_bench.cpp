@@ -11,6 +11,7 @@
 
 #include "bench_output.h"
 #include "commands.h"
+#include "hybridflow/core/cpu_memory.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/roofline.h"
@@ -31,6 +32,9 @@ struct BenchOptions {
   int64_t prompt_length = 32, response_length = 64;
   int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
   int64_t steps = 3;
+  int64_t rl_rows = 32, micro_rows = 8;
+  std::vector<int64_t> logits_vocab = {32768, 151936};
+  int64_t logits_tokens = 1024;
   int64_t stream_mb = 64;
   bool json = false;
 };
@@ -233,17 +237,86 @@ int run_generate(const BenchOptions& o) {
   return 0;
 }
 
+constexpr double kMB = 1e6;
+
+// The RL passes on answers of varying length: micro-batches of rows padded to the batch's width, then by
+// token count (verl's use_dynamic_bsz) with the budget of one padded micro-batch, so both hold the same
+// memory at most. tokens/s counts real tokens (prompts and answers, no padding) in both.
+void print_rl_passes(const BenchOptions& o, const Setup& s, CausalLM& model) {
+  const RlBatchShape shape{o.rl_rows, o.prompt_length, o.response_length, o.stop_every};
+  const int64_t width = o.prompt_length + o.response_length;
+  const int64_t budget = o.micro_rows * width;
+  const Measurement pass = measure_matmul_pass(s, o.micro_rows * width);
+  for (bool train : {false, true}) {
+    const int reps = train ? static_cast<int>(o.steps) : 2;
+    const RlPassSpeed padded = measure_rl_pass(model, shape, train, o.micro_rows, 0, reps);
+    const RlPassSpeed dynamic = measure_rl_pass(model, shape, train, o.micro_rows, budget, reps);
+    for (const RlPassSpeed* speed : {&padded, &dynamic}) {
+      Measurement m = pass;
+      m.what = std::string(train ? "update " : "log-probs ") + (speed == &padded ? "padded" : "dynamic bsz");
+      m.batch = o.rl_rows;
+      m.tokens_per_s = speed->tokens_per_s();
+      const double context = speed->tokens / static_cast<double>(o.rl_rows);
+      const double flops = train ? train_flops_per_token(s.config, static_cast<int64_t>(context))
+                                 : forward_flops_per_token(s.config, context);
+      m.achieved = flops * m.tokens_per_s / 1e9;  // useful work only: padding is not counted
+      m.extra = {{"seconds", speed->seconds},
+                 {"micro_batches", speed->micro_batches},
+                 {"computed_tokens", speed->computed_tokens},
+                 {"real_tokens", speed->tokens},
+                 {"mean_response", speed->mean_response}};
+      if (speed == &dynamic) {
+        m.extra["max_token_len"] = budget;
+        m.extra["speedup"] = padded.seconds / dynamic.seconds;
+      }
+      print_measurement(m, o.json);
+    }
+  }
+}
+
 int run_train(const BenchOptions& o) {
   Setup s = setup(o, true);
+  CausalLM& model = *s.model;
+  // Peak memory comes from libtorch's CPU allocator; tracking is on for every line, so all pay its cost.
+  install_cpu_memory_tracking();
   const int64_t seq = o.prompt_length + o.response_length;
   for (int64_t b : batches_or(o, {8})) {
-    const double seconds = measure_train_step(*s.model, b, seq, o.steps);
-    Measurement m = measure_matmul_pass(s, b * seq);
-    m.what = "train";
-    m.batch = b;
-    m.tokens_per_s = static_cast<double>(b * seq) / seconds;
-    m.achieved = train_flops_per_token(s.config, seq) * m.tokens_per_s / 1e9;
-    m.extra = {{"seq", seq}, {"step_seconds", seconds}};
+    const TrainStepSpeed plain = measure_train_step_and_peak(model, b, seq, o.steps);
+    model->set_gradient_checkpointing(true);
+    const TrainStepSpeed recomputed = measure_train_step_and_peak(model, b, seq, o.steps);
+    model->set_gradient_checkpointing(false);
+    for (const TrainStepSpeed* speed : {&plain, &recomputed}) {
+      Measurement m = measure_matmul_pass(s, b * seq);
+      m.what = speed == &plain ? "train" : "train checkpointed";
+      m.batch = b;
+      m.tokens_per_s = static_cast<double>(b * seq) / speed->seconds;
+      // The model's work only: a checkpointed step's recomputed forward pass is not counted.
+      m.achieved = train_flops_per_token(s.config, seq) * m.tokens_per_s / 1e9;
+      m.extra = {{"seq", seq}, {"step_seconds", speed->seconds}, {"peak_mb", static_cast<double>(speed->peak_bytes) / kMB}};
+      if (speed == &recomputed) {
+        m.extra["time_ratio"] = recomputed.seconds / plain.seconds;
+        m.extra["memory_ratio"] = static_cast<double>(recomputed.peak_bytes) / static_cast<double>(plain.peak_bytes);
+      }
+      print_measurement(m, o.json);
+    }
+  }
+  print_rl_passes(o, s, model);
+  // The head's log-probs and entropy (forward + backward) a chunk of tokens at a time against whole
+  // [tokens, vocab] logits: memory is the figure, the unchunked path its baseline.
+  for (int64_t vocab : o.logits_vocab) {
+    const HeadLogProbsMemory h = measure_head_log_probs(o.logits_tokens, s.config.hidden_size, vocab, s.dtype);
+    Measurement m;
+    m.what = "log-probs head memory";
+    m.batch = o.logits_tokens;
+    m.tokens_per_s = static_cast<double>(o.logits_tokens) / h.chunked_seconds;
+    m.units = "MB";
+    m.bound_kind = "unchunked";
+    m.achieved = static_cast<double>(h.chunked_peak) / kMB;
+    m.bound = static_cast<double>(h.full_peak) / kMB;
+    m.extra = {{"vocab", vocab},
+               {"logits_mb", static_cast<double>(o.logits_tokens * vocab * 4) / kMB},
+               {"unchunked_tokens_per_s", static_cast<double>(o.logits_tokens) / h.full_seconds},
+               {"time_ratio", h.chunked_seconds / h.full_seconds}};
     print_measurement(m, o.json);
   }
   return 0;
@@ -267,6 +340,13 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--stop-every", opts->stop_every, "every k-th token id stops a rollout sample (p ~ 1/k per step)")
       ->capture_default_str();
   train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();
+  train->add_option("--rl-rows", opts->rl_rows, "rows of the RL batch (answers of varying length)")->capture_default_str();
+  train->add_option("--micro-rows", opts->micro_rows, "rows per padded RL micro-batch; the token budget is that x width")
+      ->capture_default_str();
+  train->add_option("--stop-every", opts->stop_every, "RL answers stop with probability 1/k after each token")
+      ->capture_default_str();
+  train->add_option("--logits-vocab", opts->logits_vocab, "vocabularies of the head memory lines")->delimiter(',');
+  train->add_option("--logits-tokens", opts->logits_tokens, "tokens of the head memory lines")->capture_default_str();
   machine->callback([opts, &action] { action = [opts] { return run_machine(*opts); }; });
   gen->callback([opts, &action] { action = [opts] { return run_generate(*opts); }; });
   train->callback([opts, &action] { action = [opts] { return run_train(*opts); }; });

@@ -2,8 +2,17 @@
 # Installs everything hybridflow needs to build and test: Debian packages, then a project-local virtual
 # environment (.venv) with PyTorch 2.x (the libtorch we compile against) and the Python test oracles from
 # scripts/requirements.txt. Idempotent: safe to run again; a second run with nothing missing takes seconds.
+#   --bench   also the peer benchmark's packages (TRL, scripts/requirements-bench.txt); never needed to build
+#             or test
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --bench) with_bench=1 ;;
+    *) echo "setup: unknown option $arg (expected --bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
@@ -40,5 +49,14 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s scripts/requirements.txt "$stamp"; th
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -r scripts/requirements.txt
   cp scripts/requirements.txt "$stamp"
+fi
+if [ "$with_bench" = 1 ]; then
+  bench_stamp="$venv/.hybridflow-bench-requirements"
+  if ! cmp -s scripts/requirements-bench.txt "$bench_stamp"; then
+    echo "setup: installing the peer benchmark's Python packages (TRL) into $venv"
+    # The main requirements as constraints: TRL must not move torch or transformers under the build.
+    "$venv/bin/python" -m pip install -q -r scripts/requirements-bench.txt -c scripts/requirements.txt
+    cp scripts/requirements-bench.txt "$bench_stamp"
+  fi
 fi
 echo "setup: ready; $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"

@@ -77,6 +77,7 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
   rollout_correction:
     rollout_is: null
     rollout_is_threshold: 2.0
+    bypass_mode: false
 )";
 
 const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(actor:

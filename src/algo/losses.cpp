@@ -128,7 +128,8 @@ PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& l
 }
 
 ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,
-                                   const at::Tensor& response_mask, double cliprange_value, LossAggMode agg_mode) {
+                                   const at::Tensor& response_mask, double cliprange_value, LossAggMode agg_mode,
+                                   std::optional<double> loss_scale_factor) {
   constexpr const char* kWhere = "algo: clipped_value_loss";
   detail::check_response_tensor(vpreds, "vpreds", kWhere);
   detail::check_same_shape(old_values, vpreds, "old values", kWhere);
@@ -142,7 +143,7 @@ ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& o
   auto loss1 = (vpreds - target).pow(2);
   auto loss2 = (vclipped - target).pow(2);
   ValueLossOutput out;
-  out.loss = 0.5 * agg_loss(torch::max(loss1, loss2), mask, agg_mode);
+  out.loss = 0.5 * agg_loss(torch::max(loss1, loss2), mask, agg_mode, loss_scale_factor);
   torch::NoGradGuard no_grad;
   out.clip_frac = masked_mean((loss2 > loss1).to(mask.scalar_type()), mask);
   return out;

@@ -92,15 +92,23 @@ bool PipelineStageRunner::is_tied(const std::string& name) const {
 torch::Tensor pipeline_forward(PipelineStageRunner& runner, const DataProto& batch, int64_t micro_batch_size,
                                const std::function<torch::Tensor(const DataProto&)>& last_stage) {
   HF_CHECK(micro_batch_size > 0, "pipeline_forward: micro_batch_size must be > 0, got ", micro_batch_size);
-  std::vector<torch::Tensor> outputs;
+  std::vector<DataProto> micro_batches;
   const int64_t rows = batch.batch_size();
-  for (int64_t begin = 0; begin < rows; begin += micro_batch_size) {
-    StagePass pass = runner.forward(batch.slice(begin, std::min(rows, begin + micro_batch_size)),
-                                    /*training=*/false, last_stage);
-    if (runner.stage().last()) outputs.push_back(pass.output);
+  for (int64_t begin = 0; begin < rows; begin += micro_batch_size)
+    micro_batches.push_back(batch.slice(begin, std::min(rows, begin + micro_batch_size)));
+  std::vector<torch::Tensor> outputs = pipeline_forward(runner, micro_batches, last_stage);
+  return runner.stage().last() ? torch::cat(outputs, 0) : torch::Tensor();
+}
+
+std::vector<torch::Tensor> pipeline_forward(PipelineStageRunner& runner, const std::vector<DataProto>& micro_batches,
+                                            const std::function<torch::Tensor(const DataProto&)>& last_stage) {
+  std::vector<torch::Tensor> outputs;
+  for (const DataProto& micro : micro_batches) {
+    StagePass pass = runner.forward(micro, /*training=*/false, last_stage);
+    outputs.push_back(runner.stage().last() ? pass.output : torch::Tensor());
   }
   runner.wait_sends();
-  return outputs.empty() ? torch::Tensor() : torch::cat(outputs, 0);
+  return outputs;
 }
 
 }  // namespace hybridflow

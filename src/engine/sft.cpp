@@ -12,7 +12,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/fine_tune_options.h"
-#include "hybridflow/engine/log_probs.h"
+#include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
@@ -177,13 +177,14 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
     auto ids = micro.tensor("input_ids").narrow(1, 0, len);
     auto mask = micro.tensor("attention_mask").narrow(1, 0, len);
     auto loss_mask = micro.tensor("loss_mask").narrow(1, 0, len).to(torch::kFloat);
-    // The head only at the target positions: a real vocabulary (150k rows) over every prompt token
-    // would dominate time and memory.
+    // The head only at the target positions, a chunk of them at a time (head_log_probs.h): a real
+    // vocabulary (150k rows) over every prompt token would dominate time and memory.
     auto at_targets = loss_mask.to(torch::kBool);
     auto hidden = model->hidden_states(ids, mask).index({at_targets});
-    auto logits = model->apply_head(hidden).logits;
     auto targets = micro.tensor("targets").narrow(1, 0, len).index({at_targets});
-    auto lp = token_log_probs(logits.unsqueeze(0), targets.unsqueeze(0), /*with_entropy=*/false).log_probs;
+    auto lp = head_log_probs(hidden, model->lm_head_weight(), targets, 1.0, /*with_entropy=*/false,
+                             model->tensor_parallel())
+                  .log_probs;
     return -lp.mean();
   };
 

@@ -5,9 +5,13 @@
 #include <chrono>
 #include <random>
 
+#include "hybridflow/core/cpu_memory.h"
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/engine/head_log_probs.h"
+#include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/engine/token_micro_batches.h"
 #include "hybridflow/engine/train_engine.h"
 
 namespace hybridflow {
@@ -90,7 +94,9 @@ RolloutSpeed measure_rollout(CausalLM& model, int64_t prompts, int64_t samples, 
   return speed;
 }
 
-double measure_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps) {
+namespace {
+
+TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps, bool with_peak) {
   HF_CHECK(batch > 0 && seq >= 2 && steps > 0, "bench: training needs --batch > 0, a sequence of at least 2 tokens ",
            "(--prompt-length + --response-length) and --steps > 0");
   model->train();
@@ -106,10 +112,132 @@ double measure_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t s
     auto lp = torch::log_softmax(logits.slice(1, 0, seq - 1), -1);
     return -lp.gather(-1, input.slice(1, 1).unsqueeze(-1)).mean();
   };
-  engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean);  // warm-up: optimizer state, allocations
+  auto step = [&] { engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean); };
+  step();  // warm-up: optimizer state, allocations
+  TrainStepSpeed speed;
   const double start = now_seconds();
-  for (int64_t i = 0; i < steps; ++i) engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean);
-  return (now_seconds() - start) / static_cast<double>(steps);
+  for (int64_t i = 0; i < steps; ++i) step();
+  speed.seconds = (now_seconds() - start) / static_cast<double>(steps);
+  if (with_peak) speed.peak_bytes = peak_cpu_bytes_during(step);
+  return speed;
+}
+
+// The bench's RL batch (see RlBatchShape), with old log-probs of the model as it is and random advantages.
+DataProto rl_batch(CausalLM& model, const RlBatchShape& shape) {
+  HF_CHECK(shape.rows > 0 && shape.prompt_length > 0 && shape.response_length > 0 && shape.stop_every >= 1,
+           "bench: the RL batch needs rows, --prompt-length, --response-length and --stop-every > 0");
+  const int64_t vocab = model->config().vocab_size, p = shape.prompt_length, r = shape.response_length;
+  const auto prompts = random_prompts(shape.rows, std::max<int64_t>(1, p / 2), p, vocab, 4);
+  std::mt19937_64 rng(5);
+  auto prompt_ids = torch::zeros({shape.rows, p}, torch::kLong), prompt_mask = torch::zeros({shape.rows, p}, torch::kLong);
+  auto responses = torch::randint(3, vocab, {shape.rows, r}, torch::kLong);
+  auto response_mask = torch::zeros({shape.rows, r}, torch::kLong);
+  for (int64_t i = 0; i < shape.rows; ++i) {
+    const auto& row = prompts[static_cast<size_t>(i)];
+    const auto n = static_cast<int64_t>(row.size());
+    prompt_ids[i].narrow(0, p - n, n).copy_(torch::tensor(row, torch::kLong));
+    prompt_mask[i].narrow(0, p - n, n).fill_(1);
+    int64_t length = 1;  // each token after the first continues with probability 1 - 1/stop_every
+    while (length < r && rng() % static_cast<uint64_t>(shape.stop_every) != 0) ++length;
+    response_mask[i].narrow(0, 0, length).fill_(1);
+  }
+  responses.masked_fill_(response_mask == 0, 0);
+  DataProto b;
+  b.set_tensor("prompts", prompt_ids);
+  b.set_tensor("responses", responses);
+  b.set_tensor("response_mask", response_mask);
+  b.set_tensor("input_ids", torch::cat({prompt_ids, responses}, 1));
+  b.set_tensor("attention_mask", torch::cat({prompt_mask, response_mask}, 1));
+  torch::manual_seed(6);
+  b.set_tensor("advantages", torch::randn({shape.rows, r}) * response_mask.to(torch::kFloat));
+  torch::NoGradGuard no_grad;
+  b.set_tensor("old_log_probs",
+               response_log_probs(model, b.tensor("input_ids"), b.tensor("attention_mask"), r, 1.0, false).log_probs.detach());
+  return b;
+}
+
+}  // namespace
+
+double measure_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps) {
+  return time_train_step(model, batch, seq, steps, false).seconds;
+}
+
+TrainStepSpeed measure_train_step_and_peak(CausalLM& model, int64_t batch, int64_t seq, int64_t steps) {
+  return time_train_step(model, batch, seq, steps, true);
+}
+
+RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool train, int64_t micro_rows,
+                            int64_t max_tokens, int reps) {
+  HF_CHECK(reps > 0 && (micro_rows > 0 || max_tokens > 0), "bench: an RL pass needs reps and a micro-batch size");
+  const DataProto batch = rl_batch(model, shape);
+  const std::vector<MicroBatch> split = split_micro_batches(batch, {micro_rows, max_tokens, "bench token budget"});
+  RlPassSpeed speed;
+  speed.tokens = batch.tensor("attention_mask").sum().item<double>();
+  speed.mean_response = batch.tensor("response_mask").sum().item<double>() / static_cast<double>(shape.rows);
+  speed.micro_batches = static_cast<int64_t>(split.size());
+  std::vector<DataProto> micro;
+  for (const MicroBatch& m : split) {
+    speed.computed_tokens += static_cast<double>(m.data.tensor("input_ids").numel());
+    micro.push_back(m.data);
+  }
+  auto log_probs = [&](const DataProto& m, bool entropy) {
+    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
+                              1.0, entropy);
+  };
+  if (!train) {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    speed.seconds = 1e300;
+    for (int rep = 0; rep <= reps; ++rep) {  // the first is a warm-up
+      const double start = now_seconds();
+      for (const DataProto& m : micro) log_probs(m, false);
+      if (rep > 0) speed.seconds = std::min(speed.seconds, now_seconds() - start);
+    }
+    return speed;
+  }
+  model->train();
+  OptimizerOptions opt;
+  opt.schedule.lr = 1e-6;
+  TrainEngine engine(model.ptr(), opt);
+  // PPO's clipped surrogate (token-mean) with an entropy bonus, as the actor's loss computes it.
+  auto loss_fn = [&](const DataProto& m) {
+    const auto mask = m.tensor("response_mask").to(torch::kFloat);
+    const TokenLogProbs lp = log_probs(m, true);
+    const auto ratio = (lp.log_probs - m.tensor("old_log_probs")).exp();
+    const auto& adv = m.tensor("advantages");
+    const auto surrogate = torch::max(-adv * ratio, -adv * ratio.clamp(0.8, 1.2));
+    return ((surrogate - 0.001 * lp.entropy) * mask).sum() / mask.sum();
+  };
+  auto step = [&] { engine.train_step(micro, loss_fn, "response_mask", LossWeighting::kTokenMean); };
+  step();  // warm-up: optimizer state, allocations
+  const double start = now_seconds();
+  for (int rep = 0; rep < reps; ++rep) step();
+  speed.seconds = (now_seconds() - start) / reps;
+  return speed;
+}
+
+HeadLogProbsMemory measure_head_log_probs(int64_t tokens, int64_t hidden, int64_t vocab, torch::Dtype dtype) {
+  HF_CHECK(tokens > 0 && hidden > 0 && vocab > 0, "bench: head log-probs need tokens, hidden size and vocabulary > 0");
+  torch::manual_seed(7);
+  auto h = torch::randn({tokens, hidden}).to(dtype).set_requires_grad(true);
+  auto w = (torch::randn({vocab, hidden}) * 0.02).to(dtype).set_requires_grad(true);
+  auto targets = torch::randint(0, vocab, {tokens}, torch::kLong);
+  auto run = [&](bool chunked, double& seconds) {
+    h.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    return peak_cpu_bytes_during([&] {
+      const double start = now_seconds();
+      const TokenLogProbs out =
+          chunked ? head_log_probs(h, w, targets)
+                  : token_log_probs(torch::linear(h, w).to(torch::kFloat32).unsqueeze(0), targets.unsqueeze(0));
+      (out.log_probs.sum() + out.entropy.sum()).backward();
+      seconds = now_seconds() - start;
+    });
+  };
+  HeadLogProbsMemory m;
+  m.chunked_peak = run(true, m.chunked_seconds);
+  m.full_peak = run(false, m.full_seconds);
+  return m;
 }
 
 }  // namespace hybridflow

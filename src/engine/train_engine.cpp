@@ -281,7 +281,16 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   const int64_t rows = mini_batch.batch_size();
   HF_CHECK(rows > 0, "train_step: empty mini-batch");
   HF_CHECK(micro_batch_size > 0, "train_step: micro_batch_size must be > 0, got ", micro_batch_size);
-  const bool has_mask = mini_batch.has_tensor(token_mask_key);
+  std::vector<DataProto> micro_batches;
+  for (int64_t begin = 0; begin < rows; begin += micro_batch_size)
+    micro_batches.push_back(mini_batch.slice(begin, std::min(rows, begin + micro_batch_size)));
+  return train_step(micro_batches, loss_fn, token_mask_key, weighting);
+}
+
+StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, const MicroLossFn& loss_fn,
+                                  const std::string& token_mask_key, LossWeighting weighting) {
+  HF_CHECK(!micro_batches.empty() && micro_batches.front().batch_size() > 0, "train_step: empty mini-batch");
+  const bool has_mask = micro_batches.front().has_tensor(token_mask_key);
   if (weighting == LossWeighting::kAuto) weighting = has_mask ? LossWeighting::kTokenMean : LossWeighting::kRowMean;
   HF_CHECK(weighting != LossWeighting::kTokenMean || has_mask, "train_step: token-mean weighting needs tensor '",
            token_mask_key, "' in the mini-batch");
@@ -298,7 +307,14 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   };
   const bool mean = weighting != LossWeighting::kSum;
   StepStats stats;
-  stats.tokens = units(mini_batch);
+  // The mini-batch's units are its micro-batches' (they partition its rows).
+  std::vector<int64_t> micro_units;
+  for (const DataProto& micro : micro_batches) {
+    HF_CHECK(micro.has_tensor(token_mask_key) == has_mask, "train_step: micro-batches disagree on tensor '",
+             token_mask_key, "'");
+    micro_units.push_back(units(micro));
+    stats.tokens += micro_units.back();
+  }
   // A data-parallel rank may hold no tokens of this mini-batch; the global count is checked after the reduce.
   HF_CHECK(stats.tokens > 0 || data_parallel(), "train_step: the mini-batch's '", token_mask_key,
            "' selects no tokens");
@@ -306,20 +322,19 @@ StepStats TrainEngine::train_step(const DataProto& mini_batch, int64_t micro_bat
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
   zero_grad();
-  std::vector<DataProto> micro_batches;
+  std::vector<DataProto> with_tokens;
   std::vector<double> weights;  // of each micro-batch's loss in the mini-batch's
-  for (int64_t begin = 0; begin < rows; begin += micro_batch_size) {
-    DataProto micro = mini_batch.slice(begin, std::min(rows, begin + micro_batch_size));
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
     ++stats.micro_batches;
-    if (tokens(micro) == 0) continue;  // its mean loss would be NaN; it contributes nothing anyway
-    weights.push_back(mean ? static_cast<double>(units(micro)) / local_norm : 1.0);
-    micro_batches.push_back(std::move(micro));
+    if (tokens(micro_batches[i]) == 0) continue;  // its mean loss would be NaN; it contributes nothing anyway
+    weights.push_back(mean ? static_cast<double>(micro_units[i]) / local_norm : 1.0);
+    with_tokens.push_back(micro_batches[i]);
   }
   if (pipeline_) {
-    pipelined_backward(micro_batches, weights, loss_fn, stats);
+    pipelined_backward(with_tokens, weights, loss_fn, stats);
   } else {
-    for (size_t i = 0; i < micro_batches.size(); ++i) {
-      torch::Tensor loss = scalar_loss(loss_fn, micro_batches[i]);
+    for (size_t i = 0; i < with_tokens.size(); ++i) {
+      torch::Tensor loss = scalar_loss(loss_fn, with_tokens[i]);
       (loss * weights[i]).backward();
       accumulate_into_masters();
       stats.loss += loss.item<double>() * weights[i];

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/activation_checkpoint.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -344,7 +345,19 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
   auto [cos, sin] = rotary_cos_sin(positions, config_, h.scalar_type());
+  // Activation checkpointing (training passes only: a cache means generation) keeps each layer's input alone.
+  const bool recompute = gradient_checkpointing_ && cache == nullptr;
   for (int64_t i = 0; i < local_layers; ++i) {
+    if (recompute) {
+      // Captures by value: the layer runs again in the backward pass, after this call returned.
+      h = checkpointed(
+          [layer = m.decoder_layers[i], cos, sin, mask_bias](const torch::Tensor& x) mutable {
+            torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr, nullptr);
+            return y + layer->mlp(layer->post_attention_layernorm(y));
+          },
+          h);
+      continue;
+    }
     auto& layer = *m.decoder_layers[i];
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
@@ -369,10 +382,15 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
     out.values = layers_->score(hidden).squeeze(-1).to(torch::kFloat32);
   } else {
     // Column-parallel over the vocabulary: each rank's logits for its slice.
-    const auto& weight = layers_->lm_head ? layers_->lm_head->weight : layers_->model->embed_tokens->weight;
-    out.logits = torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
+    out.logits = torch::linear(copy_to_tensor_parallel(hidden, tp_), lm_head_weight()).to(torch::kFloat32);
   }
   return out;
+}
+
+torch::Tensor CausalLMImpl::lm_head_weight() const {
+  HF_CHECK(head_ == HeadKind::kLanguageModel && pp_.last(), "CausalLM: only the last pipeline stage of a language model ",
+           "has an lm_head");
+  return layers_->lm_head ? layers_->lm_head->weight : layers_->model->embed_tokens->weight;
 }
 
 torch::Tensor CausalLMImpl::full_vocab_logits(const torch::Tensor& hidden) {

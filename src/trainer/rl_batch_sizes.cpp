@@ -36,6 +36,16 @@ int64_t micro_batch_rows_per_process(const Config& config, const std::string& ke
   return rows / dp;
 }
 
+DynamicBsz dynamic_bsz(const Config& config, const std::string& flag_key, bool inherited_flag,
+                       const std::string& len_key, int64_t inherited_len) {
+  DynamicBsz d;
+  d.on = config.is_null(flag_key) ? inherited_flag : config.get<bool>(flag_key);
+  d.max_tokens = config.is_null(len_key) ? inherited_len : config.get<int64_t>(len_key);
+  HF_CHECK(!d.on || d.max_tokens > 0, len_key, " must be > 0 tokens per micro-batch when ", flag_key,
+           " is on, got ", d.max_tokens);
+  return d;
+}
+
 void check_micro_divides_mini(int64_t mini_rows, int64_t micro_rows, const std::string& mini_key,
                               const std::string& micro_key) {
   // A micro-batch larger than the mini-batch runs the whole mini-batch at once.

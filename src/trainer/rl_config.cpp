@@ -62,10 +62,14 @@ model:
   init_seed: 0
 actor_rollout_ref:
   num_processes: 1
+  model:
+    enable_gradient_checkpointing: false
   actor:
     ppo_mini_batch_size: 8
     ppo_micro_batch_size: null
     ppo_micro_batch_size_per_gpu: null
+    use_dynamic_bsz: false
+    ppo_max_token_len_per_gpu: 16384
     ppo_epochs: 1
     shuffle: true
     clip_ratio: 0.2
@@ -107,6 +111,8 @@ actor_rollout_ref:
     response_length: null
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null
+    log_prob_use_dynamic_bsz: null
+    log_prob_max_token_len_per_gpu: null
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
     reshard_mode: hybridflow
@@ -118,6 +124,8 @@ actor_rollout_ref:
     dtype: null
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null
+    log_prob_use_dynamic_bsz: null
+    log_prob_max_token_len_per_gpu: null
     megatron:
       tensor_model_parallel_size: null
       pipeline_model_parallel_size: null
@@ -132,12 +140,16 @@ critic:
     fsdp_config:
       param_offload: false
       optimizer_offload: false
+    enable_gradient_checkpointing: false
   dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: null
   ppo_micro_batch_size_per_gpu: null
   forward_micro_batch_size: null
   forward_micro_batch_size_per_gpu: null
+  use_dynamic_bsz: null
+  ppo_max_token_len_per_gpu: 32768
+  forward_max_token_len_per_gpu: null
   ppo_epochs: 1
   shuffle: true
   cliprange_value: 0.5
@@ -165,6 +177,8 @@ reward_model:
   num_processes: 1
   micro_batch_size: null
   micro_batch_size_per_gpu: null
+  use_dynamic_bsz: null
+  forward_max_token_len_per_gpu: null
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1

@@ -193,7 +193,8 @@ torch::Tensor TrainerStages::cost(const Generation& generation) {
 Rollout TrainerStages::dispatch_readers(const Future& gen, int64_t n) {
   Rollout r;
   r.n = n;
-  r.old_log_prob = s_.actor->call("compute_log_prob", gen);
+  // verl's bypass mode: the rollout's own log-probs are the old policy's, so the actor's pass is skipped.
+  if (!s_.cfg.get<bool>("algorithm.rollout_correction.bypass_mode")) r.old_log_prob = s_.actor->call("compute_log_prob", gen);
   if (s_.need_ref) r.ref_log_prob = s_.actor->call("compute_ref_log_prob", gen);
   if (s_.critic) r.values = s_.critic->call("compute_values", gen);
   if (s_.cost_critic) r.cost_values = s_.cost_critic->call("compute_values", gen);
@@ -254,9 +255,14 @@ void TrainerStages::cost(Rollout& r) {
 }
 
 void TrainerStages::collect(Rollout& r) {
-  {
+  if (r.old_log_prob.valid()) {
     auto t = timer_.scope("old_log_prob");
     r.batch.update(r.old_log_prob.get());
+  } else {
+    HF_CHECK(r.batch.has_tensor("rollout_log_probs"), "collect: algorithm.rollout_correction.bypass_mode takes the ",
+             "old log-probs from the rollout, but the batch has no rollout_log_probs");
+    r.batch.set_tensor("old_log_probs", r.batch.tensor("rollout_log_probs") *
+                                            r.batch.tensor("response_mask").to(torch::kFloat));
   }
   // The generating policy against the one about to train (another dtype, or one update behind): logged,
   // and with algorithm.rollout_correction.rollout_is the actor's loss is weighted by the truncated ratio.

@@ -265,6 +265,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const bool use_kl_loss = config.get<bool>("actor_rollout_ref.actor.use_kl_loss");
   const bool kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
   s.need_ref = use_kl_loss || kl_in_reward;
+  // verl's bypass mode replaces the policy loss with its PPO clip (rollout_correction.loss_type ppo_clip), which
+  // is hybridflow's vanilla loss with the rollout as the old policy.
+  HF_CHECK(!config.get<bool>("algorithm.rollout_correction.bypass_mode") ||
+               config.get<std::string>("actor_rollout_ref.actor.policy_loss.loss_mode") == "vanilla",
+           "algorithm.rollout_correction.bypass_mode: true trains with PPO's clipped loss (verl's ppo_clip); ",
+           "actor_rollout_ref.actor.policy_loss.loss_mode must be vanilla, got ",
+           config.get<std::string>("actor_rollout_ref.actor.policy_loss.loss_mode"));
   s.kl_ctrl = algo::kl_controller(algorithm);
 
   // Data and tokenizer.
@@ -380,8 +387,26 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
       micro_batch_rows_per_process(config, "actor_rollout_ref.rollout.log_prob_micro_batch_size", actor_dp, 16);
   const int64_t ref_log_prob_micro =
       micro_batch_rows_per_process(config, "actor_rollout_ref.ref.log_prob_micro_batch_size", actor_dp, log_prob_micro);
+  // Dynamic batch size (verl's keys): micro-batches by token count. The rollout's and the reference's
+  // log-prob passes, and the critic's (and through it the reward model's), inherit the actor's switch.
+  const DynamicBsz actor_bsz = dynamic_bsz(config, "actor_rollout_ref.actor.use_dynamic_bsz", false,
+                                           "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", 0);
+  const DynamicBsz log_prob_bsz =
+      dynamic_bsz(config, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", actor_bsz.on,
+                  "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", actor_bsz.max_tokens);
+  const DynamicBsz ref_log_prob_bsz =
+      dynamic_bsz(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", actor_bsz.on,
+                  "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", actor_bsz.max_tokens);
+  const DynamicBsz critic_bsz =
+      dynamic_bsz(config, "critic.use_dynamic_bsz", actor_bsz.on, "critic.ppo_max_token_len_per_gpu", 0);
+  const DynamicBsz critic_forward_bsz =
+      dynamic_bsz(config, "critic.use_dynamic_bsz", actor_bsz.on, "critic.forward_max_token_len_per_gpu",
+                  critic_bsz.max_tokens);
+  const DynamicBsz rm_bsz = dynamic_bsz(config, "reward_model.use_dynamic_bsz", critic_bsz.on,
+                                        "reward_model.forward_max_token_len_per_gpu", critic_forward_bsz.max_tokens);
   actor_json.update({{"mini_batch_rows", actor_mini},
                      {"micro_batch_rows", actor_micro},
+                     {"max_token_len", actor_bsz.budget()},
                      {"epochs", actor.get<int64_t>("ppo_epochs")},
                      {"shuffle", actor.get<bool>("shuffle")},
                      {"seed", seed},
@@ -416,6 +441,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"response_length", rl_response_length(config)},
                                  {"log_prob_micro_batch_size", log_prob_micro},
                                  {"ref_log_prob_micro_batch_size", ref_log_prob_micro},
+                                 {"log_prob_max_token_len", log_prob_bsz.budget()},
+                                 {"ref_log_prob_max_token_len", ref_log_prob_bsz.budget()},
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
                                  {"pipeline_model_parallel_size", actor_mesh.gen_pp},
@@ -470,9 +497,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   for (const PoolSpec& pool : s.placement.pools) pools.push_back(pool_spec(pool.name, pool.processes));
   s.controller.add_pools(pools);
 
+  // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
+  // where a model trains.
+  nlohmann::json actor_spec = model_spec;
+  actor_spec["enable_gradient_checkpointing"] = config.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
       actor_pool.name, "actor", kActorRolloutRefWorkerType, actor_mesh,
-      {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json},
+      {{"model", actor_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json},
        {"ref_dtype", ref_dtype}}));
   if (s.use_critic) {
     const Config critic = config.subtree("critic");
@@ -480,6 +511,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     nlohmann::json critic_spec = model_spec;
     if (!critic_path.empty()) critic_spec["path"] = critic_path;
     critic_spec["dtype"] = critic_dtype;
+    critic_spec["enable_gradient_checkpointing"] = critic.get<bool>("model.enable_gradient_checkpointing");
     nlohmann::json critic_json = optim_json(critic.subtree("optim"), "critic.optim", total_steps);
     const int64_t critic_mini = mini_batch_rows_per_process(config, "critic.ppo_mini_batch_size", n, critic_dp);
     const int64_t critic_micro = micro_batch_rows_per_process(config, "critic.ppo_micro_batch_size", critic_dp, 8);
@@ -491,6 +523,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                               {"optimizer_offload", critic.get<bool>("model.fsdp_config.optimizer_offload")}};
     critic_json.update({{"mini_batch_rows", critic_mini},
                         {"micro_batch_rows", critic_micro},
+                        {"max_token_len", critic_bsz.budget()},
                         {"epochs", critic.get<int64_t>("ppo_epochs")},
                         {"shuffle", critic.get<bool>("shuffle")},
                         {"seed", seed + 1},
@@ -500,13 +533,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
         s.placement.pool_of("critic").name, "critic", kCriticWorkerType, critic_mesh,
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
-         {"log_prob_micro_batch_size", critic_forward_micro}}));
+         {"log_prob_micro_batch_size", critic_forward_micro}, {"forward_max_token_len", critic_forward_bsz.budget()}}));
     if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
       critic_json["seed"] = seed + 2;
       s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
           s.placement.pool_of("cost_critic").name, "cost_critic", kCriticWorkerType, critic_mesh,
           {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
-           {"log_prob_micro_batch_size", critic_forward_micro}}));
+           {"log_prob_micro_batch_size", critic_forward_micro}, {"forward_max_token_len", critic_forward_bsz.budget()}}));
     }
   }
   if (use_rm) {
@@ -516,7 +549,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         s.placement.pool_of("reward_model").name, "reward_model", kRewardModelWorkerType,
         rm_mesh,
-        {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "reward_model.micro_batch_size", rm_dp, 16)}}));
+        {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "reward_model.micro_batch_size", rm_dp, 16)},
+         {"max_token_len", rm_bsz.budget()}}));
   }
   if (use_cost_model) {  // a value-head model like the reward model, under its own role
     nlohmann::json cm_spec = model_spec;
@@ -525,7 +559,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
         s.placement.pool_of("cost_model").name, "cost_model", kRewardModelWorkerType,
         cm_mesh,
-        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "cost_model.micro_batch_size", cm_dp, 16)}}));
+        {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "cost_model.micro_batch_size", cm_dp, 16)},
+         {"max_token_len", rm_bsz.budget()}}));  // the reward model's dynamic batch size
   }
   if (standalone) {  // generation on its own pool, from a shadow copy of the actor's weights
     nlohmann::json rollout_spec = model_spec;

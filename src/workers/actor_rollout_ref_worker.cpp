@@ -150,14 +150,14 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 }
 
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
-                                                  const DataProto& in, int64_t micro) const {
+                                                  const DataProto& in, const MicroBatching& how) const {
   torch::NoGradGuard no_grad;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   const double temperature = rollout.value("temperature", 1.0);
-  const int64_t response_len = in.tensor("responses").size(1);
-  torch::Tensor log_probs = forward_micro_batches(pipeline, in, micro, [&](const DataProto& m) {
-    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
-                              /*with_entropy=*/false)
+  // Each micro-batch's own response width: one formed by token count is cut to its longest response.
+  torch::Tensor log_probs = forward_micro_batches(pipeline, in, how, [&](const DataProto& m) {
+    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
+                              temperature, /*with_entropy=*/false)
         .log_probs;
   });
   if (!log_probs.defined()) return log_probs;  // a stage before the last
@@ -168,8 +168,10 @@ DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   ParamsOnDevice on(offload_, *actor_);
   DataProto out;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
-  torch::Tensor log_probs =
-      log_probs_of(actor_, actor_pipeline_.get(), in, rollout.value("log_prob_micro_batch_size", int64_t{16}));
+  const MicroBatching how{rollout.value("log_prob_micro_batch_size", int64_t{16}),
+                          rollout.value("log_prob_max_token_len", int64_t{0}),
+                          "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
+  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in, how);
   if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
   return out;
 }
@@ -179,9 +181,11 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
            "' was created without a reference model (config has_ref: false)");
   DataProto out;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
-  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in,
-                                         rollout.value("ref_log_prob_micro_batch_size",
-                                                       rollout.value("log_prob_micro_batch_size", int64_t{16})));
+  const MicroBatching how{
+      rollout.value("ref_log_prob_micro_batch_size", rollout.value("log_prob_micro_batch_size", int64_t{16})),
+      rollout.value("ref_log_prob_max_token_len", rollout.value("log_prob_max_token_len", int64_t{0})),
+      "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"};
+  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, how);
   if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
   return out;
 }
@@ -190,7 +194,11 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   ParamsOnDevice on(offload_, *actor_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
   const auto actor = config_.value("actor", nlohmann::json::object());
-  const algo::PolicyLossConfig loss_cfg = algo::policy_loss_config(actor);
+  algo::PolicyLossConfig loss_cfg = algo::policy_loss_config(actor);
+  // seq-mean-token-sum-norm divides by the batch's response width, not by a micro-batch's: one formed by
+  // token count is cut to its own longest response.
+  if (!loss_cfg.loss_scale_factor && in.has_tensor("response_mask"))
+    loss_cfg.loss_scale_factor = static_cast<double>(in.tensor("response_mask").size(1));
   const double entropy_coeff = actor.value("entropy_coeff", 0.0);
   const bool use_kl_loss = actor.value("use_kl_loss", false);
   const double kl_coef = actor.value("kl_loss_coef", 0.001);
@@ -228,6 +236,7 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(actor, in.meta());
   // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
   plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
+  plan.max_token_len_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
   offload_.load_optimizer(*engine_);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
   offload_.offload_optimizer(*engine_);

@@ -56,9 +56,10 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
   ParamsOnDevice on(offload_, *critic_);
   torch::NoGradGuard no_grad;
   critic_->eval();
-  const int64_t micro = config_.value("log_prob_micro_batch_size", int64_t{16});
+  const MicroBatching how{config_.value("log_prob_micro_batch_size", int64_t{16}),
+                          config_.value("forward_max_token_len", int64_t{0}), "critic.forward_max_token_len_per_gpu"};
   torch::Tensor values =
-      forward_micro_batches(pipeline_.get(), in, micro, [&](const DataProto& m) { return response_values(m); });
+      forward_micro_batches(pipeline_.get(), in, how, [&](const DataProto& m) { return response_values(m); });
   DataProto out;
   if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
   return out;
@@ -70,11 +71,14 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
   const auto critic = config_.value("critic", nlohmann::json::object());
   const double cliprange = critic.value("cliprange_value", 0.5);
   const auto agg = algo::parse_loss_agg_mode(critic.value("loss_agg_mode", std::string("token-mean")));
+  // seq-mean-token-sum-norm divides by the batch's response width, also in a micro-batch cut to its own.
+  const double response_width = static_cast<double>(in.tensor("response_mask").size(1));
   MetricAverager metrics;
   auto loss_fn = [&](const DataProto& m) {
     const auto mask = m.tensor("response_mask").to(torch::kFloat);
     auto vpreds = response_values(m);
-    auto vl = algo::clipped_value_loss(vpreds, m.tensor("values"), m.tensor("returns"), mask, cliprange, agg);
+    auto vl = algo::clipped_value_loss(vpreds, m.tensor("values"), m.tensor("returns"), mask, cliprange, agg,
+                                       response_width);
     metrics.add("critic/vf_loss", vl.loss.item<double>());
     metrics.add("critic/vf_clipfrac", vl.clip_frac.item<double>());
     metrics.add("critic/vpred_mean", algo::masked_mean(vpreds.detach(), mask).item<double>());
@@ -83,6 +87,7 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
   critic_->train();
   MiniBatchPlan plan = mini_batch_plan_from_json(critic, in.meta());
   plan.weighting = loss_weighting_for(agg);
+  plan.max_token_len_key = "critic.ppo_max_token_len_per_gpu";
   offload_.load_optimizer(*engine_);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
   offload_.offload_optimizer(*engine_);
@@ -144,8 +149,9 @@ DataProto RewardModelWorker::memory_stats(const DataProto&) { return memory_stat
 
 DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {
   torch::NoGradGuard no_grad;
-  const int64_t micro = config_.value("micro_batch_size", int64_t{16});
-  torch::Tensor scores = forward_micro_batches(pipeline_.get(), in, micro, [&](const DataProto& m) {
+  const MicroBatching how{config_.value("micro_batch_size", int64_t{16}), config_.value("max_token_len", int64_t{0}),
+                          "reward_model.forward_max_token_len_per_gpu"};
+  torch::Tensor scores = forward_micro_batches(pipeline_.get(), in, how, [&](const DataProto& m) {
     const auto& mask = m.tensor("attention_mask");
     auto values = model_->forward(m.tensor("input_ids"), mask).values;
     return values.gather(1, last_valid_index(mask).unsqueeze(1)).squeeze(1);

@@ -43,6 +43,7 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
     Pretrained loaded = load_pretrained(path, head, torch::kFloat32, tp, stage);
     if (loaded.fresh_value_head && stage.last()) init_value_head(loaded.model, spec.value("init_seed", uint64_t{0}));
     loaded.model->to(device, dtype);
+    loaded.model->set_gradient_checkpointing(spec.value("enable_gradient_checkpointing", false));
     return loaded.model;
   }
   HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
@@ -68,6 +69,7 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
   }
   // Initialised in fp32 on the CPU, then moved and cast: the same weights whatever the device and dtype.
   model->to(device, dtype);
+  model->set_gradient_checkpointing(spec.value("enable_gradient_checkpointing", false));
   return model;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/token_micro_batches.h"
 
 namespace hybridflow {
 
@@ -38,8 +39,16 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
       order = batch.index_select(torch::randperm(rows, gen, torch::kLong));
     }
     for (int64_t begin = 0; begin < rows; begin += mini) {
-      StepStats stats = engine.train_step(order.slice(begin, std::min(rows, begin + mini)), micro, loss_fn,
-                                          token_mask_key, plan.weighting);
+      const DataProto mini_batch = order.slice(begin, std::min(rows, begin + mini));
+      StepStats stats;
+      if (plan.max_token_len > 0) {
+        std::vector<DataProto> micro_batches;
+        for (MicroBatch& m : split_micro_batches(mini_batch, {micro, plan.max_token_len, plan.max_token_len_key}))
+          micro_batches.push_back(std::move(m.data));
+        stats = engine.train_step(micro_batches, loss_fn, token_mask_key, plan.weighting);
+      } else {
+        stats = engine.train_step(mini_batch, micro, loss_fn, token_mask_key, plan.weighting);
+      }
       metrics.add(prefix + "grad_norm", stats.grad_norm);
       metrics.add(prefix + "lr", stats.lr);
       metrics.add(prefix + "loss", stats.loss);
@@ -65,6 +74,7 @@ MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j, const nlohmann:
   MiniBatchPlan plan;
   plan.mini_batch_rows = j.value("mini_batch_rows", plan.mini_batch_rows);
   plan.micro_batch_rows = j.value("micro_batch_rows", plan.micro_batch_rows);
+  plan.max_token_len = j.value("max_token_len", plan.max_token_len);
   plan.epochs = j.value("epochs", plan.epochs);
   plan.shuffle = j.value("shuffle", plan.shuffle);
   plan.seed = j.value("seed", plan.seed);

@@ -62,14 +62,19 @@ std::shared_ptr<PipelineStageRunner> RoleProcessGroups::pipeline_runner(const Ca
   return std::make_shared<PipelineStageRunner>(model, *pp_);
 }
 
-torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, int64_t micro_batch_size,
+torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, const MicroBatching& how,
                                     const std::function<torch::Tensor(const DataProto&)>& last_stage) {
-  HF_CHECK(micro_batch_size > 0, "micro-batch size must be > 0, got ", micro_batch_size);
-  if (pipeline != nullptr) return pipeline_forward(*pipeline, batch, micro_batch_size, last_stage);
+  const std::vector<MicroBatch> micro_batches = split_micro_batches(batch, how);
   std::vector<torch::Tensor> parts;
-  for (int64_t begin = 0; begin < batch.batch_size(); begin += micro_batch_size)
-    parts.push_back(last_stage(batch.slice(begin, std::min(batch.batch_size(), begin + micro_batch_size))));
-  return torch::cat(parts, 0);
+  if (pipeline != nullptr) {
+    std::vector<DataProto> data;
+    for (const MicroBatch& m : micro_batches) data.push_back(m.data);
+    parts = pipeline_forward(*pipeline, data, last_stage);
+  } else {
+    for (const MicroBatch& m : micro_batches) parts.push_back(last_stage(m.data));
+  }
+  // Rows back in batch order, trimmed results padded back to the batch's width.
+  return merge_micro_results(micro_batches, parts, result_width(batch));
 }
 
 void use_model_split(TrainEngine& engine, const CausalLM& model) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -75,13 +76,30 @@ TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
 }
 
 TEST(CliBench, TrainReportsTokensPerSecondAgainstMatmuls) {
-  CommandResult r = run_hybridflow("bench train --batch 2 --response-length 8 --steps 1" + kTiny);
+  CommandResult r = run_hybridflow("bench train --batch 2 --response-length 8 --steps 1 --rl-rows 6 --micro-rows 2 "
+                                   "--logits-vocab 256 --logits-tokens 32" + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto lines = json_lines(r.output);
-  ASSERT_EQ(lines.size(), 1u) << r.output;
-  expect_sane(lines[0]);
-  EXPECT_EQ(lines[0]["what"], "train");
-  EXPECT_EQ(lines[0]["seq"], 16);
+  std::map<std::string, nlohmann::json> by_what;
+  for (const auto& m : json_lines(r.output)) {
+    expect_sane(m);
+    by_what[m["what"].get<std::string>()] = m;
+  }
+  for (const char* w : {"train", "train checkpointed", "log-probs padded", "log-probs dynamic bsz", "update padded",
+                        "update dynamic bsz", "log-probs head memory"})
+    ASSERT_TRUE(by_what.count(w)) << w << "\n" << r.output;
+  EXPECT_EQ(by_what["train"]["seq"], 16);
+  EXPECT_GT(by_what["train"]["peak_mb"].get<double>(), 0.0);
+  EXPECT_GT(by_what["train checkpointed"]["time_ratio"].get<double>(), 0.0);
+  // The same rows and real tokens both ways; by token count computes no more than the padded width.
+  const auto& padded = by_what["update padded"];
+  const auto& dynamic = by_what["update dynamic bsz"];
+  EXPECT_EQ(padded["batch"], 6);
+  EXPECT_EQ(padded["real_tokens"], dynamic["real_tokens"]);
+  EXPECT_EQ(padded["computed_tokens"].get<double>(), 6.0 * 16);
+  EXPECT_LE(dynamic["computed_tokens"].get<double>(), padded["computed_tokens"].get<double>());
+  EXPECT_GT(dynamic["speedup"].get<double>(), 0.0);
+  EXPECT_EQ(by_what["log-probs head memory"]["vocab"], 256);
+  EXPECT_EQ(by_what["log-probs head memory"]["units"], "MB");
 }
 
 TEST(CliBench, ErrorsNameTheFlag) {

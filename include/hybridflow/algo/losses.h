@@ -72,9 +72,11 @@ struct ValueLossOutput {
   at::Tensor clip_frac;  // fraction of valid tokens where the clipped term was larger
 };
 
+// loss_scale_factor: seq-mean-token-sum-norm's constant length (unset: the width of response_mask).
 ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,
                                    const at::Tensor& response_mask, double cliprange_value,
-                                   LossAggMode agg_mode = LossAggMode::kTokenMean);
+                                   LossAggMode agg_mode = LossAggMode::kTokenMean,
+                                   std::optional<double> loss_scale_factor = std::nullopt);
 
 // Entropy of the categorical distribution of logits [..., V] over its last dim: logsumexp(z) - sum softmax(z) z.
 at::Tensor entropy_from_logits(const at::Tensor& logits);

@@ -77,5 +77,9 @@ class PipelineStageRunner {
 // stage, the rows of last_stage(micro) concatenated along dim 0; undefined on the other stages.
 torch::Tensor pipeline_forward(PipelineStageRunner& runner, const DataProto& batch, int64_t micro_batch_size,
                                const std::function<torch::Tensor(const DataProto&)>& last_stage);
+// The same over micro-batches the caller formed (of any shapes: every stage sees the same list): one output
+// per micro-batch on the last stage, undefined ones elsewhere.
+std::vector<torch::Tensor> pipeline_forward(PipelineStageRunner& runner, const std::vector<DataProto>& micro_batches,
+                                            const std::function<torch::Tensor(const DataProto&)>& last_stage);
 
 }  // namespace hybridflow

@@ -43,4 +43,43 @@ RolloutSpeed measure_rollout(CausalLM& model, int64_t prompts, int64_t samples, 
 // next-token loss; the mean of `steps` after one warm-up step.
 double measure_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps);
 
+struct TrainStepSpeed {
+  double seconds = 0;      // as measure_train_step
+  int64_t peak_bytes = 0;  // the CPU allocator's peak over one more step, above what was allocated before it
+};
+// measure_train_step and the memory peak of a step (core/cpu_memory.h: tracking is installed if it is not).
+TrainStepSpeed measure_train_step_and_peak(CausalLM& model, int64_t batch, int64_t seq, int64_t steps);
+
+// The shape of an RL batch whose answers stop at different lengths, as in measure_rollout: `rows` samples of
+// prompt_length/2 .. prompt_length prompt tokens (left padded to prompt_length) and responses that stop
+// with probability 1/stop_every after each token, at most response_length (right padded to it).
+struct RlBatchShape {
+  int64_t rows = 32, prompt_length = 32, response_length = 64, stop_every = 8;
+};
+
+struct RlPassSpeed {
+  double seconds = 0;         // one pass over the batch (best of `reps`, or mean of the timed update steps)
+  double tokens = 0;          // real tokens: every row's prompt and response
+  double computed_tokens = 0;  // what the micro-batches ran: rows x width, summed
+  double mean_response = 0;
+  int64_t micro_batches = 0;
+  double tokens_per_s() const { return tokens / seconds; }
+};
+
+// verl's actor passes on such a batch: with `train` an update (log-probs and entropy of the responses
+// through the chunked head, the clipped ratio x advantage minus an entropy bonus, one optimizer step per
+// pass, the mean of `reps` after a warm-up), else the old-log-prob pass (no gradients, best of `reps`). Micro-
+// batches of micro_rows rows padded to the batch's width, or with max_tokens > 0 by token count and trimmed
+// (engine/token_micro_batches.h). The batch is the same for every call with the same shape.
+RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool train, int64_t micro_rows,
+                            int64_t max_tokens, int reps);
+
+struct HeadLogProbsMemory {
+  double chunked_seconds = 0, full_seconds = 0;    // forward + backward of log-probs and entropy
+  int64_t chunked_peak = 0, full_peak = 0;         // the CPU allocator's peak above the inputs, bytes
+};
+// Log-probs and entropy of `tokens` random hidden states through a [vocab, hidden] head, forward and backward:
+// head_log_probs (chunks of tokens) against full [tokens, vocab] logits through token_log_probs.
+HeadLogProbsMemory measure_head_log_probs(int64_t tokens, int64_t hidden, int64_t vocab, torch::Dtype dtype);
+
 }  // namespace hybridflow

@@ -81,6 +81,13 @@ class TrainEngine {
   StepStats train_step(const DataProto& mini_batch, int64_t micro_batch_size, const MicroLossFn& loss_fn,
                        const std::string& token_mask_key = "loss_mask",
                        LossWeighting weighting = LossWeighting::kAuto);
+  // The same step over micro-batches the caller formed, e.g. by token count and trimmed of padding
+  // (token_micro_batches.h): together they must hold the mini-batch's rows, each once. Each loss is still
+  // weighted by its micro-batch's share of the mini-batch's units, so how the rows are grouped changes
+  // the step only by float rounding.
+  StepStats train_step(const std::vector<DataProto>& micro_batches, const MicroLossFn& loss_fn,
+                       const std::string& token_mask_key = "loss_mask",
+                       LossWeighting weighting = LossWeighting::kAuto);
 
   // Data-parallel training: set on every rank of the group (an empty function = one process).
   void set_gradient_reducer(GradientReducer reducer) { reducer_ = std::move(reducer); }

@@ -70,6 +70,16 @@ class CausalLMImpl : public torch::nn::Module {
   // Logits over the whole vocabulary (gathered over the tensor-parallel group): for sampling the next token
   // from [rows, hidden], never for every position.
   torch::Tensor full_vocab_logits(const torch::Tensor& hidden);
+  // The language-model head's weight [V / t, hidden] (the embedding's when tied), for callers that apply
+  // the head themselves a chunk at a time (engine/head_log_probs.h).
+  torch::Tensor lm_head_weight() const;
+
+  // Activation checkpointing (verl's enable_gradient_checkpointing): while training with gradients, each
+  // decoder layer keeps only its input and recomputes its activations in the backward pass
+  // (activation_checkpoint.h). Gradients are unchanged; memory falls from every layer's activations to
+  // one layer's, for about one more forward pass of time.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
   // used by (and cleared by) the next forward.
@@ -91,6 +101,7 @@ class CausalLMImpl : public torch::nn::Module {
   PipelineStage pp_;
   Partition layer_range_;
   torch::Tensor stage_input_;
+  bool gradient_checkpointing_ = false;
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;

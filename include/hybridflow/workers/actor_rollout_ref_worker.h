@@ -24,11 +24,13 @@
 // update_actor also reads tensor rollout_is_weights [B, R] when present: each token's policy loss is
 // weighted by it (truncated importance sampling against the rollout policy, algo/rollout_correction.h).
 // Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
-// mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
+// mini_batch_rows, micro_batch_rows, max_token_len, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
 // clip_ratio_c, loss_agg_mode, loss_scale_factor, policy_loss {loss_mode}, entropy_coeff, use_kl_loss,
 // kl_loss_coef, kl_loss_type},
 // rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
-// tensor_model_parallel_size, reshard_mode, free_cache_engine}; actor.offload {param_offload,
+// tensor_model_parallel_size, reshard_mode, free_cache_engine, log_prob_max_token_len,
+// ref_log_prob_micro_batch_size, ref_log_prob_max_token_len (a max_token_len > 0: micro-batches of at most
+// that many padded tokens, trimmed of padding, engine/token_micro_batches.h)}; actor.offload {param_offload,
 // optimizer_offload} (workers/role_memory.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference
 // default to the actor's.
 // Layout: the worker group's ParallelLayout (tp, pp, gen_tp). Actor and reference are split over the tp
@@ -71,9 +73,10 @@ class ActorRolloutRefWorker : public Worker {
   DataProto memory_stats(const DataProto& in);
 
  private:
-  // Log-probs of the responses of `in` under `model`, `micro` samples per forward; undefined on pipeline
+  // Log-probs of the responses of `in` under `model`, in micro-batches as `how` says; undefined on pipeline
   // stages before the last.
-  torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in, int64_t micro) const;
+  torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in,
+                             const MicroBatching& how) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself,
   // or when the copy is released between rollouts).
   void sync_rollout_weights();

@@ -15,7 +15,8 @@ namespace hybridflow {
 // vocab_size, hidden_size / num_hidden_layers / intermediate_size / num_attention_heads /
 // num_key_value_heads (0 = the preset's), init_seed, eos_token_id, pad_token_id, device ("cpu" | "cuda":
 // this process's CUDA device, see worker_device), dtype ("fp32" | "bf16": the parameters' and activations'
-// dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine). Error naming the key when the spec is incomplete.
+// dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine), enable_gradient_checkpointing
+// (activation checkpointing of every decoder layer while training, transformer.h). Error naming the key when the spec is incomplete.
 // With a tensor-parallel group the model holds this rank's shards of exactly the weights one process would
 // build: a directory is read slice by slice, a preset is made whole from init_seed and then split, and a
 // value head that the directory lacks starts from init_seed whatever the split. With a pipeline stage it

@@ -17,6 +17,10 @@ struct MiniBatchPlan {
   // of the global mini-batch, and every rank must hold as many rows as the others.
   int64_t mini_batch_rows = 0;
   int64_t micro_batch_rows = 0;  // rows per forward/backward (0 = the whole mini-batch)
+  // > 0: micro-batches by token count instead (verl's use_dynamic_bsz): at most this many padded tokens
+  // each, trimmed of padding (engine/token_micro_batches.h); micro_batch_rows is then unused.
+  int64_t max_token_len = 0;
+  std::string max_token_len_key = "max_token_len";  // the config key named in errors
   int64_t epochs = 1;
   bool shuffle = true;
   uint64_t seed = 0;             // permutation seed; combined with the engine's step so each call differs
@@ -46,7 +50,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
                     const MicroLossFn& loss_fn, const std::string& token_mask_key, const std::string& prefix,
                     MetricAverager& metrics);
 
-// Reads {mini_batch_rows, micro_batch_rows, epochs, shuffle, seed} of a worker's JSON config, and the
+// Reads {mini_batch_rows, micro_batch_rows, max_token_len, epochs, shuffle, seed} of a worker's JSON config, and the
 // update call's schedule_step (the RL step the trainer names in the call's meta: the LR schedule advances
 // once per update call, as in verl).
 MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j, const nlohmann::json& call_meta);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "hybridflow/engine/pipeline.h"
+#include "hybridflow/engine/token_micro_batches.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
@@ -47,11 +48,12 @@ class RoleProcessGroups {
   PipelineStage stage_;
 };
 
-// Runs the role's model over `batch` in micro-batches of `micro_batch_size` rows and returns the rows of
-// `last_stage(micro)` concatenated (last_stage runs the model's forward); with pipeline stages they pass
-// through every stage and only the last returns rows (undefined elsewhere: the batch protocol collects the
-// last stage's).
-torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, int64_t micro_batch_size,
+// Runs the role's model over `batch` in micro-batches (of rows, or by token count and trimmed of padding:
+// engine/token_micro_batches.h) and returns the rows of `last_stage(micro)` in batch order, a trimmed
+// micro-batch's [b, r, ...] results zero-padded back to the batch's response width (last_stage runs the
+// model's forward); with pipeline stages they pass through every stage and only the last returns rows
+// (undefined elsewhere: the batch protocol collects the last stage's).
+torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataProto& batch, const MicroBatching& how,
                                     const std::function<torch::Tensor(const DataProto&)>& last_stage);
 
 // Tells `engine` which of `model`'s parameters its tensor-parallel group splits, so gradient norms sum over

@@ -1,0 +1,169 @@
+#include "hybridflow/engine/head_log_probs.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows [begin, begin + n) of the logits, as model_log_probs computed them: the head in the weight's dtype,
+// then float32, then divided by the temperature.
+torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, int64_t begin, int64_t n,
+                           double temperature) {
+  torch::Tensor z = torch::linear(hidden.narrow(0, begin, n), weight).to(torch::kFloat32);
+  return temperature != 1.0 ? z.div_(temperature) : z;
+}
+
+// Where a target falls in this rank's vocabulary slice: its local index (clamped, so gathers stay in range)
+// and whether it is this rank's at all.
+struct LocalTargets {
+  torch::Tensor index;  // [N]
+  torch::Tensor mine;   // [N] bool
+};
+LocalTargets local_targets(const torch::Tensor& targets, int64_t width, int rank) {
+  torch::Tensor local = targets - static_cast<int64_t>(rank) * width;
+  return {local.clamp(0, width - 1), local.ge(0).logical_and(local.lt(width))};
+}
+
+struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
+  // hidden [N, H], weight [V / t, H], targets [N] int64. Returns {log_probs [N], entropy [N]} (entropy zeros
+  // and not differentiable without with_entropy). comm: the tensor-parallel group, or null for one process.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, double temperature, bool with_entropy, int64_t chunk,
+                               Communicator* comm) {
+    const int64_t n = hidden.size(0), width = weight.size(0);
+    const auto f32 = hidden.options().dtype(torch::kFloat32);
+    const LocalTargets t = local_targets(targets, width, comm != nullptr ? comm->rank() : 0);
+    // Per token, over this rank's slice: the max logit m, sum exp(z - m), sum exp(z - m) (z - m), z[target].
+    torch::Tensor local_max = torch::empty({n}, f32), sum_exp = torch::empty({n}, f32);
+    torch::Tensor weighted = torch::zeros({n}, f32), picked = torch::empty({n}, f32);
+    for (int64_t begin = 0; begin < n; begin += chunk) {
+      const int64_t len = std::min(chunk, n - begin);
+      // Two [chunk, V] buffers at a time: the logits (shifted in place) and their exponentials.
+      torch::Tensor z = chunk_logits(hidden, weight, begin, len, temperature);
+      picked.narrow(0, begin, len).copy_(z.gather(-1, t.index.narrow(0, begin, len).unsqueeze(-1)).squeeze(-1));
+      torch::Tensor m = std::get<0>(z.max(-1, /*keepdim=*/true));
+      torch::Tensor& shifted = z.sub_(m);
+      torch::Tensor e = shifted.exp();
+      local_max.narrow(0, begin, len).copy_(m.squeeze(-1));
+      sum_exp.narrow(0, begin, len).copy_(e.sum(-1));
+      if (with_entropy) weighted.narrow(0, begin, len).copy_(e.mul_(shifted).sum(-1));
+    }
+    picked = torch::where(t.mine, picked, torch::zeros_like(picked));
+    // The ranks' sums rescaled to the global max M: sum exp(z - M) = exp(m - M) s, and
+    // sum exp(z - M) (z - M) = exp(m - M) (w + (m - M) s). Two all-reduces for all chunks together.
+    torch::Tensor global_max = local_max;
+    if (comm != nullptr) {
+      global_max = local_max.clone();
+      comm->all_reduce(global_max, ReduceOp::kMax);
+      torch::Tensor gap = local_max - global_max;
+      torch::Tensor scale = gap.exp();
+      torch::Tensor stacked = torch::stack({sum_exp * scale, scale * (weighted + gap * sum_exp), picked}).contiguous();
+      comm->all_reduce(stacked, ReduceOp::kSum);
+      sum_exp = stacked[0];
+      weighted = stacked[1];
+      picked = stacked[2];
+    }
+    // log p(target) = (z_t - M) - log S, as log_softmax computes it; H = log S - sum p (z - M).
+    torch::Tensor log_s = sum_exp.log();
+    torch::Tensor log_probs = (picked - global_max) - log_s;
+    torch::Tensor entropy = with_entropy ? log_s - weighted / sum_exp : torch::zeros({n}, f32);
+    torch::Tensor lse = global_max + log_s;
+    ctx->save_for_backward({hidden, weight, targets, lse, entropy});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["rank"] = static_cast<int64_t>(comm != nullptr ? comm->rank() : 0);
+    if (!with_entropy) ctx->mark_non_differentiable({entropy});
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined: no work for it
+    return {log_probs, entropy};
+  }
+
+  // d log p(y) / dz = onehot(y) - p; d H / dz = -p (log p + H). Each chunk's logits are recomputed.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3], &entropy = saved[4];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const torch::Tensor& g_lp = grads[0];
+    const torch::Tensor g_h = with_entropy ? grads[1] : torch::Tensor();
+    const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    variable_list out(7);
+    if ((!g_lp.defined() && !g_h.defined()) || (!want_hidden && !want_weight)) return out;
+    const int64_t n = hidden.size(0), width = weight.size(0);
+    const LocalTargets t = local_targets(targets, width, static_cast<int>(ctx->saved_data["rank"].toInt()));
+    torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
+    // The weight's gradient sums over chunks in float32 (one matmul over all tokens would accumulate so).
+    torch::Tensor grad_weight = want_weight ? torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32))
+                                            : torch::Tensor();
+    for (int64_t begin = 0; begin < n; begin += chunk) {
+      const int64_t len = std::min(chunk, n - begin);
+      // gz = -p (g_lp + g_H (log p + H)) + onehot(target) g_lp, built in place in two [chunk, V] buffers.
+      torch::Tensor log_p = chunk_logits(hidden, weight, begin, len, temperature).sub_(lse.narrow(0, begin, len).unsqueeze(-1));
+      torch::Tensor gz = log_p.exp();
+      torch::Tensor coef;  // [chunk, V] or [chunk, 1]
+      if (g_h.defined()) {
+        coef = log_p.add_(entropy.narrow(0, begin, len).unsqueeze(-1)).mul_(g_h.narrow(0, begin, len).unsqueeze(-1));
+        if (g_lp.defined()) coef.add_(g_lp.narrow(0, begin, len).unsqueeze(-1));
+      } else {
+        coef = g_lp.narrow(0, begin, len).unsqueeze(-1);
+      }
+      gz.mul_(coef).neg_();
+      if (g_lp.defined()) {
+        torch::Tensor g = g_lp.narrow(0, begin, len);
+        torch::Tensor at_target = torch::where(t.mine.narrow(0, begin, len), g, torch::zeros_like(g));
+        gz.scatter_add_(-1, t.index.narrow(0, begin, len).unsqueeze(-1), at_target.unsqueeze(-1));
+      }
+      if (temperature != 1.0) gz.div_(temperature);
+      torch::Tensor g_logits = gz.to(weight.scalar_type());
+      const torch::Tensor h = hidden.narrow(0, begin, len);
+      if (want_hidden) grad_hidden.narrow(0, begin, len).copy_(g_logits.mm(weight));
+      if (want_weight) {
+        if (g_logits.scalar_type() == torch::kFloat32)
+          grad_weight.addmm_(g_logits.t(), h);  // no [V, H] temporary
+        else
+          grad_weight.add_(g_logits.t().mm(h).to(torch::kFloat32));
+      }
+    }
+    out[0] = grad_hidden;
+    if (want_weight) out[1] = grad_weight.to(weight.scalar_type());
+    return out;
+  }
+};
+
+}  // namespace
+
+int64_t head_chunk_tokens(int64_t local_vocab) {
+  HF_CHECK(local_vocab > 0, "head_chunk_tokens: vocabulary must be > 0, got ", local_vocab);
+  return std::max<int64_t>(1, kHeadChunkBytes / (4 * local_vocab));
+}
+
+TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                             double temperature, bool with_entropy, const TensorParallelGroup& tp,
+                             int64_t chunk_tokens) {
+  HF_CHECK(weight.dim() == 2 && hidden.dim() >= 1 && hidden.size(-1) == weight.size(1),
+           "head_log_probs: hidden ", hidden.sizes(), " does not match the head's weight ", weight.sizes());
+  HF_CHECK(targets.sizes() == hidden.sizes().slice(0, hidden.dim() - 1), "head_log_probs: targets ",
+           targets.sizes(), " do not match hidden states ", hidden.sizes());
+  HF_CHECK(temperature > 0, "head_log_probs: temperature must be > 0, got ", temperature);
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0));
+  // Enters the vocabulary-parallel region like the model's head: the hidden states' gradient is the sum of
+  // every rank's part.
+  torch::Tensor flat = copy_to_tensor_parallel(hidden, tp).reshape({-1, hidden.size(-1)}).contiguous();
+  variable_list out = ChunkedHeadLogProbs::apply(flat, weight, targets.reshape({-1}).to(torch::kLong).contiguous(),
+                                                 temperature, with_entropy, chunk,
+                                                 tp.enabled() ? tp.comm() : static_cast<Communicator*>(nullptr));
+  TokenLogProbs result;
+  result.log_probs = out[0].view(targets.sizes());
+  if (with_entropy) result.entropy = out[1].view(targets.sizes());
+  return result;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,188 @@
+// head_log_probs against the unchunked computation (full logits through token_log_probs): values and
+// gradients for several chunk sizes, temperatures, one output unused, bf16, vocabulary-parallel ranks, and the
+// model-level response_log_probs; and that its peak memory does not grow with tokens x vocabulary.
+#include "hybridflow/engine/head_log_probs.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "hybridflow/core/cpu_memory.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/engine/model_log_probs.h"
+#include "parallel/rank_processes.h"
+
+namespace hybridflow {
+namespace {
+
+struct Case {
+  torch::Tensor hidden, weight, targets, w_lp, w_h;  // w_*: weights of a scalar loss over both outputs
+};
+
+Case random_case(int64_t b, int64_t t, int64_t h, int64_t v, uint64_t seed) {
+  torch::manual_seed(seed);
+  Case c;
+  c.hidden = torch::randn({b, t, h});
+  c.weight = torch::randn({v, h}) * 0.5;
+  c.targets = torch::randint(0, v, {b, t}, torch::kLong);
+  c.w_lp = torch::randn({b, t});
+  c.w_h = torch::randn({b, t});
+  return c;
+}
+
+struct Result {
+  torch::Tensor log_probs, entropy, grad_hidden, grad_weight;
+};
+
+// loss = sum(w_lp * log p) + 0.3 sum(w_h * H), differentiated w.r.t. hidden and weight.
+Result run(const Case& c, double temperature, bool chunked, int64_t chunk, bool use_lp = true, bool use_h = true) {
+  auto hidden = c.hidden.clone().set_requires_grad(true);
+  auto weight = c.weight.clone().set_requires_grad(true);
+  TokenLogProbs out;
+  if (chunked) {
+    out = head_log_probs(hidden, weight, c.targets, temperature, /*with_entropy=*/true, {}, chunk);
+  } else {
+    auto logits = torch::linear(hidden, weight).to(torch::kFloat32) / temperature;
+    out = token_log_probs(logits, c.targets);
+  }
+  auto loss = torch::zeros({});
+  if (use_lp) loss = loss + (out.log_probs * c.w_lp).sum();
+  if (use_h) loss = loss + 0.3 * (out.entropy * c.w_h).sum();
+  loss.backward();
+  return {out.log_probs.detach(), out.entropy.detach(), hidden.grad(), weight.grad()};
+}
+
+void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  EXPECT_TRUE(torch::allclose(a, b, tol, tol)) << what << ": max difference " << (a - b).abs().max().item<double>();
+}
+
+TEST(HeadLogProbs, ChunksGiveTheFullLogitsValuesAndGradients) {
+  const Case c = random_case(3, 5, 8, 11, 1);
+  for (double temperature : {1.0, 0.7}) {
+    const Result full = run(c, temperature, false, 0);
+    for (int64_t chunk : {1, 4, 15, 1000}) {  // 15 tokens: one chunk, several, a ragged last one
+      const std::string what = "T=" + std::to_string(temperature) + " chunk " + std::to_string(chunk);
+      const Result got = run(c, temperature, true, chunk);
+      expect_close(got.log_probs, full.log_probs, 1e-5, what + " log-probs");
+      expect_close(got.entropy, full.entropy, 1e-5, what + " entropy");
+      expect_close(got.grad_hidden, full.grad_hidden, 1e-5, what + " d/dhidden");
+      expect_close(got.grad_weight, full.grad_weight, 1e-5, what + " d/dweight");
+    }
+  }
+}
+
+TEST(HeadLogProbs, OneOutputAloneGetsItsOwnGradient) {
+  const Case c = random_case(2, 4, 6, 9, 2);
+  for (bool use_lp : {true, false}) {
+    const Result full = run(c, 1.0, false, 0, use_lp, !use_lp);
+    const Result got = run(c, 1.0, true, 3, use_lp, !use_lp);
+    expect_close(got.grad_hidden, full.grad_hidden, 1e-5, use_lp ? "log-probs only" : "entropy only");
+    expect_close(got.grad_weight, full.grad_weight, 1e-5, use_lp ? "log-probs only" : "entropy only");
+  }
+  // Without entropy it is not computed (and the log-probs still are).
+  auto out = head_log_probs(c.hidden, c.weight, c.targets, 1.0, /*with_entropy=*/false, {}, 3);
+  EXPECT_FALSE(out.entropy.defined());
+  EXPECT_EQ(out.log_probs.sizes(), c.targets.sizes());
+}
+
+TEST(HeadLogProbs, Bf16MatchesTheUnchunkedBf16Path) {
+  Case c = random_case(2, 6, 16, 32, 3);
+  c.hidden = c.hidden.to(torch::kBFloat16);
+  c.weight = c.weight.to(torch::kBFloat16);
+  const Result full = run(c, 1.0, false, 0);
+  const Result got = run(c, 1.0, true, 5);
+  expect_close(got.log_probs, full.log_probs, 1e-4, "bf16 log-probs");  // both from the same bf16 logits
+  expect_close(got.entropy, full.entropy, 1e-4, "bf16 entropy");
+  EXPECT_EQ(got.grad_weight.scalar_type(), torch::kBFloat16);
+  expect_close(got.grad_hidden.to(torch::kFloat), full.grad_hidden.to(torch::kFloat), 5e-2, "bf16 d/dhidden");
+  expect_close(got.grad_weight.to(torch::kFloat), full.grad_weight.to(torch::kFloat), 5e-2, "bf16 d/dweight");
+}
+
+TEST(HeadLogProbs, RejectsShapesThatDoNotFit) {
+  const Case c = random_case(1, 2, 4, 5, 4);
+  EXPECT_THROW(head_log_probs(c.hidden, c.weight.narrow(1, 0, 3), c.targets), Error);
+  EXPECT_THROW(head_log_probs(c.hidden, c.weight, c.targets.narrow(1, 0, 1)), Error);
+  EXPECT_THROW(head_log_probs(c.hidden, c.weight, c.targets, 0.0), Error);
+}
+
+// The backward never holds [tokens, vocabulary] logits: chunks of 16 tokens over a 4096-word vocabulary
+// peak far below the full logits' 512 x 4096 x 4 bytes (8 MB), which the unchunked path holds several of.
+TEST(HeadLogProbs, PeakMemoryFollowsTheChunkNotTheTokens) {
+  const int64_t tokens = 512, hidden = 32, vocab = 4096;
+  torch::manual_seed(5);
+  auto h = torch::randn({tokens, hidden}).set_requires_grad(true);
+  auto w = (torch::randn({vocab, hidden}) * 0.1).set_requires_grad(true);
+  auto targets = torch::randint(0, vocab, {tokens}, torch::kLong);
+  const int64_t full_logits = tokens * vocab * 4;
+  const int64_t chunked = peak_cpu_bytes_during([&] {
+    auto out = head_log_probs(h, w, targets, 1.0, true, {}, 16);
+    (out.log_probs.sum() + out.entropy.sum()).backward();
+  });
+  h.mutable_grad() = torch::Tensor();
+  w.mutable_grad() = torch::Tensor();
+  const int64_t unchunked = peak_cpu_bytes_during([&] {
+    auto out = token_log_probs(torch::linear(h, w).unsqueeze(0), targets.unsqueeze(0));
+    (out.log_probs.sum() + out.entropy.sum()).backward();
+  });
+  EXPECT_GT(unchunked, 3 * full_logits);  // the tracker sees what autograd keeps
+  // The weight's gradient (and its float32 accumulator) is inherent: 2 x 512 KB. The rest is a few chunks.
+  EXPECT_LT(chunked, 2 * w.numel() * 4 + 16 * vocab * 4 * 8) << "unchunked peak " << unchunked;
+}
+
+// Under tensor parallelism each of 3 ranks holds a third of the vocabulary rows; the chunked log-probs,
+// entropy and gradients equal one process's over the whole vocabulary.
+TEST(HeadLogProbs, VocabularyParallelRanksMatchOneProcess) {
+  testing::run_ranks(3, [](int rank, int port) {
+    Communicator comm(testing::gloo_world(rank, 3, port));
+    TensorParallelGroup tp(&comm);
+    const Case c = random_case(2, 5, 8, 12, 6);  // identical on every rank
+    const Result full = run(c, 0.8, false, 0);
+    auto hidden = c.hidden.clone().set_requires_grad(true);
+    auto local_weight = c.weight.narrow(0, 4 * rank, 4).clone().set_requires_grad(true);
+    auto out = head_log_probs(hidden, local_weight, c.targets, 0.8, true, tp, /*chunk_tokens=*/3);
+    expect_close(out.log_probs.detach(), full.log_probs, 1e-5, "tp log-probs");
+    expect_close(out.entropy.detach(), full.entropy, 1e-5, "tp entropy");
+    ((out.log_probs * c.w_lp).sum() + 0.3 * (out.entropy * c.w_h).sum()).backward();
+    // The hidden states' gradient is summed over the ranks by the region's copy (replicated input).
+    expect_close(hidden.grad(), full.grad_hidden, 1e-5, "tp d/dhidden");
+    expect_close(local_weight.grad(), full.grad_weight.narrow(0, 4 * rank, 4), 1e-5, "tp d/dweight slice");
+  });
+}
+
+// response_log_probs(model, ...) (the actor's log-prob and loss path) against the full logits of forward().
+TEST(HeadLogProbs, ModelResponseLogProbsMatchTheFullForward) {
+  ModelConfig config;
+  config.vocab_size = 40;
+  config.hidden_size = 16;
+  config.intermediate_size = 32;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 1;
+  config.max_position_embeddings = 64;
+  for (bool tied : {false, true}) {
+    config.tie_word_embeddings = tied;
+    torch::manual_seed(7);
+    CausalLM model(config);
+    auto ids = torch::randint(3, 40, {3, 9}, torch::kLong);
+    auto mask = torch::ones({3, 9}, torch::kLong);
+    mask[0].narrow(0, 0, 2).zero_();  // left padding
+    mask[2].narrow(0, 7, 2).zero_();  // right padding
+    const int64_t response = 4;
+    auto chunked = response_log_probs(model, ids, mask, response, 0.9, true);
+    (chunked.log_probs.sum() + chunked.entropy.sum()).backward();
+    std::vector<torch::Tensor> chunked_grads;
+    for (auto& p : model->parameters()) chunked_grads.push_back(p.grad().clone());
+    model->zero_grad();
+    auto logits = model->forward(ids, mask).logits.narrow(1, 9 - response - 1, response) / 0.9;
+    auto full = token_log_probs(logits, ids.narrow(1, 9 - response, response));
+    (full.log_probs.sum() + full.entropy.sum()).backward();
+    expect_close(chunked.log_probs.detach(), full.log_probs.detach(), 1e-5, "log-probs");
+    expect_close(chunked.entropy.detach(), full.entropy.detach(), 1e-5, "entropy");
+    auto params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      expect_close(chunked_grads[i], params[i].grad(), 1e-5, "parameter " + std::to_string(i));
+  }
+}
+
+}  // namespace
+}  // namespace hybridflow
