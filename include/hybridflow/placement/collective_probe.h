@@ -1,0 +1,18 @@
+// The collective bandwidth between processes on this machine, for `hybridflow plan --calibrate`: ranks forked
+// from the caller join one Gloo group (parallel/process_group.h) through a store on loopback and all-reduce.
+#pragma once
+
+#include <cstdint>
+
+namespace hybridflow::placement {
+
+struct CollectiveProbe {
+  double bus_bandwidth = 0;  // bytes/s: 2 (n - 1) / n x the message over the best all-reduce's seconds
+  double latency_s = 0;      // a 4-byte all-reduce's best time per ring step (2 (n - 1) of them)
+};
+
+// Forks `ranks` processes. Call it before this process runs any multi-threaded OpenMP work (a forked child
+// that uses OpenMP after its parent did can hang; docs/performance.md). Error when a rank fails.
+CollectiveProbe measure_local_allreduce(int ranks = 2, int64_t bytes = 32 << 20, int reps = 5);
+
+}  // namespace hybridflow::placement
