@@ -25,7 +25,14 @@ Calibration sample() {
   c.allreduce_latency_s = 20e-6;
   c.compute_efficiency = 0.8;
   c.overheads = {0.01, 2e-4, 5e-4, 0.05};
-  c.checks.push_back({"colocate", "{actor}x2", "check", 0.5, 0.55});
+  CalibrationCheck check;
+  check.placement = "colocate";
+  check.layout = "{actor}x2";
+  check.use = "check";
+  check.measured_s = 0.5;
+  check.predicted_s = 0.55;
+  check.calls["actor.update_actor"] = {0.2, 0.25};
+  c.checks.push_back(check);
   return c;
 }
 
