@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -45,7 +46,7 @@ struct RunSpec {
 };
 
 struct Measured {
-  std::map<std::string, double> call_s;  // best seconds per step of each timeline call
+  std::map<int64_t, std::map<std::string, double>> per_step;  // measured step -> timeline call -> seconds
   double step_s = 0;                     // best wall seconds of RLTrainer::step()
   double prompt_length = 0;              // mean prompt tokens the trainer reported
 };
@@ -69,14 +70,14 @@ ModelShape calibration_shape(int64_t layers) {
   return m;
 }
 
-Workload calibration_workload(int64_t prompts, int64_t response) {
+Workload calibration_workload(int64_t prompts, int64_t response, int64_t micro) {
   Workload w;
   w.algorithm = Algorithm::kPPO;
   w.reward_model = false;  // the task's rule reward
   w.prompts = prompts;
   w.prompt_length = 7;     // "12+34=" and BOS; replaced by what the run reports
   w.response_length = response;
-  w.train_micro_rows = 4;
+  w.train_micro_rows = micro;
   w.infer_micro_rows = 16;
   w.param_bytes = 4;
   w.distributed_optimizer = false;
@@ -99,12 +100,15 @@ Plan split() {
 }
 
 std::vector<RunSpec> runs(bool quick) {
+  // The fit runs vary layers, batch, response length and micro-batches, so that each fixed cost has its
+  // own lever; the checks are a bigger batch on two processes, colocated and split.
   const int64_t big = quick ? 8 : 32;
-  return {{"fit", colocated(1), calibration_workload(8, 8), 2},
-          {"fit", colocated(1), calibration_workload(big, 16), 4},
-          {"fit", colocated(1), calibration_workload(quick ? 8 : 16, quick ? 16 : 32), 4},
-          {"check", colocated(2), calibration_workload(big, 16), 4},
-          {"check", split(), calibration_workload(big, 16), 4}};
+  return {{"fit", colocated(1), calibration_workload(8, 8, 4), 2},
+          {"fit", colocated(1), calibration_workload(quick ? 8 : 16, 16, 2), 4},
+          {"fit", colocated(1), calibration_workload(quick ? 8 : 16, quick ? 16 : 32, quick ? 8 : 16), 4},
+          {"fit", colocated(1), calibration_workload(quick ? 8 : 24, 8, quick ? 8 : 24), 2},
+          {"check", colocated(2), calibration_workload(big, 16, 4), 4},
+          {"check", split(), calibration_workload(big, 16, 4), 4}};
 }
 
 Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
@@ -134,22 +138,58 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
       if (record.contains("prompt_length/mean")) m.prompt_length = record.at("prompt_length/mean").get<double>();
     }
   }
-  std::map<int64_t, std::map<std::string, double>> per_step;
   std::ifstream timeline(dir + "/run/timeline.jsonl");
   for (std::string line; std::getline(timeline, line);) {
     if (line.empty()) continue;
     const nlohmann::json row = nlohmann::json::parse(line);
     const int64_t step = row.at("step").get<int64_t>();
     if (step < 2) continue;
-    per_step[step][row.at("call").get<std::string>()] += row.at("end_s").get<double>() - row.at("start_s").get<double>();
+    m.per_step[step][row.at("call").get<std::string>()] += row.at("end_s").get<double>() - row.at("start_s").get<double>();
   }
-  for (const auto& [step, calls] : per_step)
-    for (const auto& [name, seconds] : calls)
-      m.call_s[name] = m.call_s.count(name) ? std::min(m.call_s[name], seconds) : seconds;
+  HF_CHECK(!m.per_step.empty(), "calibration: the run wrote no timeline for its measured steps");
   return m;
 }
 
-// The simulator's cost of each call of a run, split into what the fit scales (compute at efficiency 1),
+// The calls a run's timeline can time apart: those a pool runs back to back in one stage are summed, since
+// the controller records queued calls' ends as their results arrive, which splits a pool's busy time between
+// its queued calls only approximately.
+struct CallGroup {
+  std::string label;               // "pool 0 preparation"
+  std::vector<size_t> calls;       // indices into iteration_calls(workload)
+};
+
+std::vector<CallGroup> call_groups(const RunSpec& spec) {
+  std::vector<CallGroup> groups;
+  std::map<std::pair<int, Stage>, size_t> index;
+  const std::vector<Call> calls = iteration_calls(spec.workload);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto key = std::make_pair(spec.plan.set_of(calls[i].role), calls[i].stage);
+    if (!index.count(key)) {
+      index[key] = groups.size();
+      groups.push_back({"pool " + std::to_string(key.first) + " " + stage_name(key.second), {}});
+    }
+    groups[index[key]].calls.push_back(i);
+  }
+  return groups;
+}
+
+// The best over the measured steps of a group's summed seconds.
+double measured_seconds(const Measured& m, const RunSpec& spec, const CallGroup& g) {
+  const std::vector<Call> calls = iteration_calls(spec.workload);
+  double best = 1e30;
+  for (const auto& [step, seconds] : m.per_step) {
+    double sum = 0;
+    for (size_t i : g.calls) {
+      const auto it = seconds.find(timeline_name(calls[i]));
+      HF_CHECK(it != seconds.end(), "calibration: step ", step, " of the trainer's timeline has no ", timeline_name(calls[i]));
+      sum += it->second;
+    }
+    best = std::min(best, sum);
+  }
+  return best;
+}
+
+// The simulator's cost of each call group of a run, split into what the fit scales (compute at efficiency 1),
 // what it takes as costed (memory, communication) and the overheads' counts.
 std::vector<FitRow> fit_rows(const RunSpec& spec, const Measured& m, const ClusterSpec& device) {
   const ModelShape model = calibration_shape(spec.layers);
@@ -162,24 +202,27 @@ std::vector<FitRow> fit_rows(const RunSpec& spec, const Measured& m, const Clust
   const int rollout_set = spec.plan.set_of(Role::kRollout);
   const bool together = rollout_set == spec.plan.set_of(Role::kActor);
   const double kv = e.memory[static_cast<size_t>(rollout_set)].kv_capacity;
+  const std::vector<Call> calls = iteration_calls(w);
   std::vector<FitRow> rows;
-  for (const Call& call : iteration_calls(w)) {
-    const auto it = m.call_s.find(timeline_name(call));
-    HF_CHECK(it != m.call_s.end(), "calibration: the trainer's timeline has no ", timeline_name(call));
-    auto cost = [&](const Overheads& o) {
-      ClusterSpec c = bare;
-      c.overheads = o;
-      const CostInputs in{c, model, w};
-      return call_cost(in, call, spec.plan.layout(call.role), kv, together ? &spec.plan.layout(Role::kActor) : nullptr);
-    };
-    const Breakdown base = cost({});
+  for (const CallGroup& g : call_groups(spec)) {
     FitRow row;
-    row.measured_s = it->second;
-    row.compute_s = base.compute_s;
-    row.fixed_s = base.memory_s + base.comm_s;
-    row.counts[0] = cost({1, 0, 0, 0}).overhead_s;
-    row.counts[1] = cost({0, 1, 0, 0}).overhead_s;
-    row.counts[2] = cost({0, 0, 1, 0}).overhead_s;
+    row.measured_s = measured_seconds(m, spec, g);
+    for (size_t i : g.calls) {
+      auto cost = [&](const Overheads& o) {
+        ClusterSpec c = bare;
+        c.overheads = o;
+        const CostInputs in{c, model, w};
+        return call_cost(in, calls[i], spec.plan.layout(calls[i].role), kv,
+                         together ? &spec.plan.layout(Role::kActor) : nullptr);
+      };
+      const Breakdown base = cost({});
+      row.compute_s += base.compute_s;
+      row.fixed_s += base.memory_s + base.comm_s;
+      row.counts[0] += cost({1, 0, 0, 0, 0}).overhead_s;
+      row.counts[1] += cost({0, 1, 0, 0, 0}).overhead_s;
+      row.counts[2] += cost({0, 0, 1, 0, 0}).overhead_s;
+      row.counts[3] += cost({0, 0, 0, 1, 0}).overhead_s;
+    }
     rows.push_back(row);
   }
   return rows;
@@ -261,6 +304,7 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
   const FitResult fit = fit_overheads(rows);
   cal.compute_efficiency = 1.0 / fit.compute_scale;
   cal.overheads.call_s = fit.call_s;
+  cal.overheads.micro_batch_s = fit.micro_batch_s;
   cal.overheads.layer_pass_s = fit.layer_pass_s;
   cal.overheads.decode_step_s = fit.decode_step_s;
   // The controller's own work per step: what the fit runs' steps took beyond their simulated calls.
@@ -271,18 +315,33 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
     return e;
   };
   auto predict = [&](const RunSpec& s) { return simulated(s).iteration_s; };
+  // The controller's own work per step: what a one-process step took beyond its calls (they run one after
+  // another there).
   double beyond = 0;
   int fits = 0;
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].use == "fit") beyond += measured[i].step_s - predict(specs[i]), ++fits;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].use != "fit") continue;
+    double calls = 0;
+    for (const CallGroup& g : call_groups(specs[i])) calls += measured_seconds(measured[i], specs[i], g);
+    beyond += measured[i].step_s - calls;
+    ++fits;
+  }
   cal.overheads.iteration_s = std::max(0.0, beyond / fits);
   for (size_t i = 0; i < specs.size(); ++i) {
     const Estimate e = simulated(specs[i]);
     CalibrationCheck check{specs[i].plan.placement_name(), specs[i].plan.describe(), specs[i].use, measured[i].step_s,
                            e.iteration_s, {}};
-    for (const CallEstimate& c : e.calls) {
-      const auto it = measured[i].call_s.find(c.name);
-      if (it != measured[i].call_s.end()) check.calls[c.name] = {it->second, c.cost.total()};
+    for (const CallGroup& g : call_groups(specs[i])) {
+      double predicted = 0;
+      std::string names;
+      for (size_t k : g.calls) {
+        const CallEstimate& c = *std::find_if(e.calls.begin(), e.calls.end(), [&](const CallEstimate& x) {
+          return x.name == timeline_name(iteration_calls(specs[i].workload)[k]);
+        });
+        predicted += c.cost.total();
+        names += (names.empty() ? "" : "+") + c.name.substr(c.name.find('.') + 1);
+      }
+      check.calls[g.label + " (" + names + ")"] = {measured_seconds(measured[i], specs[i], g), predicted};
     }
     cal.checks.push_back(check);
   }
@@ -290,7 +349,8 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   say("fitted: compute efficiency " + std::to_string(cal.compute_efficiency) + ", per call " +
-      std::to_string(cal.overheads.call_s * 1e3) + " ms, per layer pass " + std::to_string(cal.overheads.layer_pass_s * 1e6) +
+      std::to_string(cal.overheads.call_s * 1e3) + " ms, per micro-batch pass " +
+      std::to_string(cal.overheads.micro_batch_s * 1e3) + " ms, per layer pass " + std::to_string(cal.overheads.layer_pass_s * 1e6) +
       " us, per decode step " + std::to_string(cal.overheads.decode_step_s * 1e6) + " us, controller per step " +
       std::to_string(cal.overheads.iteration_s * 1e3) + " ms (calls fitted within " +
       std::to_string(fit.rms_relative_error * 100) + "% rms)");

@@ -45,6 +45,7 @@ nlohmann::json Calibration::to_json() const {
           {"compute_efficiency", compute_efficiency},
           {"overheads",
            {{"call_s", overheads.call_s},
+            {"micro_batch_s", overheads.micro_batch_s},
             {"layer_pass_s", overheads.layer_pass_s},
             {"decode_step_s", overheads.decode_step_s},
             {"iteration_s", overheads.iteration_s}}},
@@ -66,6 +67,7 @@ Calibration Calibration::from_json(const nlohmann::json& j, const std::string& w
   const auto o = field<nlohmann::json>(j, "overheads", where);
   const std::string ow = where + ": overheads";
   c.overheads.call_s = field<double>(o, "call_s", ow);
+  c.overheads.micro_batch_s = field<double>(o, "micro_batch_s", ow);
   c.overheads.layer_pass_s = field<double>(o, "layer_pass_s", ow);
   c.overheads.decode_step_s = field<double>(o, "decode_step_s", ow);
   c.overheads.iteration_s = field<double>(o, "iteration_s", ow);
@@ -136,24 +138,25 @@ void save_calibration(const std::string& path, const Calibration& c) {
 FitResult fit_overheads(const std::vector<FitRow>& rows) {
   HF_CHECK(!rows.empty(), "fit_overheads: no measured calls");
   // Columns of the weighted problem: compute, then the three counts; x >= 0 by projected coordinate descent
-  // (a convex quadratic in four variables, so this converges to the constrained optimum).
+  // (a convex quadratic in five variables, so this converges to the constrained optimum).
   const size_t n = rows.size();
-  std::vector<std::array<double, 4>> col(n);
+  std::vector<std::array<double, 5>> col(n);
   std::vector<double> target(n);
   for (size_t i = 0; i < n; ++i) {
     HF_CHECK(rows[i].measured_s > 0, "fit_overheads: a measured call took ", rows[i].measured_s, " s");
     const double w = 1.0 / rows[i].measured_s;
-    col[i] = {rows[i].compute_s * w, rows[i].counts[0] * w, rows[i].counts[1] * w, rows[i].counts[2] * w};
+    col[i] = {rows[i].compute_s * w, rows[i].counts[0] * w, rows[i].counts[1] * w, rows[i].counts[2] * w,
+              rows[i].counts[3] * w};
     target[i] = (rows[i].measured_s - rows[i].fixed_s) * w;
   }
-  std::array<double, 4> x = {1.0, 0.0, 0.0, 0.0};
+  std::array<double, 5> x = {1.0, 0.0, 0.0, 0.0, 0.0};
   std::vector<double> residual(n);
   for (int iter = 0; iter < 5000; ++iter) {
-    for (size_t k = 0; k < 4; ++k) {
+    for (size_t k = 0; k < 5; ++k) {
       double num = 0, den = 0;
       for (size_t i = 0; i < n; ++i) {
         double r = -target[i];
-        for (size_t m = 0; m < 4; ++m) r += col[i][m] * x[m];
+        for (size_t m = 0; m < 5; ++m) r += col[i][m] * x[m];
         num += r * col[i][k];
         den += col[i][k] * col[i][k];
       }
@@ -164,12 +167,13 @@ FitResult fit_overheads(const std::vector<FitRow>& rows) {
   FitResult f;
   f.compute_scale = x[0];
   f.call_s = x[1];
-  f.layer_pass_s = x[2];
-  f.decode_step_s = x[3];
+  f.micro_batch_s = x[2];
+  f.layer_pass_s = x[3];
+  f.decode_step_s = x[4];
   double sq = 0;
   for (size_t i = 0; i < n; ++i) {
     double r = -target[i];
-    for (size_t m = 0; m < 4; ++m) r += col[i][m] * x[m];
+    for (size_t m = 0; m < 5; ++m) r += col[i][m] * x[m];
     sq += r * r;
   }
   f.rms_relative_error = std::sqrt(sq / n);

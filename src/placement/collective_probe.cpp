@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,12 @@ void run_rank(int rank, int ranks, int port, int64_t bytes, int reps, int result
   options.backend = "gloo";
   options.rank0_hosts_store = false;
   const ProcessGroup group = ProcessGroup::create_world(env, options);
-  const double big = best_allreduce_seconds(group, std::max<int64_t>(1, bytes / 4), reps);
-  const double small = best_allreduce_seconds(group, 1, reps * 4);
-  if (rank == 0) {
-    const std::string line = std::to_string(big) + " " + std::to_string(small) + "\n";
-    if (::write(result_fd, line.data(), line.size()) < 0) ::_exit(2);
-  }
+  // Best times at four sizes: 4 bytes, bytes / 64, bytes / 8, bytes.
+  std::string line;
+  for (int64_t size : {int64_t{4}, bytes / 64, bytes / 8, bytes})
+    line += std::to_string(size) + " " + std::to_string(best_allreduce_seconds(group, std::max<int64_t>(1, size / 4), reps)) + " ";
+  line += "\n";
+  if (rank == 0 && ::write(result_fd, line.data(), line.size()) < 0) ::_exit(2);
 }
 
 }  // namespace
@@ -88,13 +89,25 @@ CollectiveProbe measure_local_allreduce(int ranks, int64_t bytes, int reps) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
   }
   HF_CHECK(failed == 0, "measure_local_allreduce: ", failed, " of ", ranks, " ranks failed");
-  double big = 0, small = 0;
-  HF_CHECK(std::sscanf(out.c_str(), "%lf %lf", &big, &small) == 2 && big > 0 && small > 0,
-           "measure_local_allreduce: no timing from rank 0 (got '", out, "')");
-  CollectiveProbe p;
+  // The ring model t = 2 (n - 1) alpha + 2 (n - 1) / n x size / bandwidth, fitted by least squares.
+  std::vector<double> sizes, times;
+  std::istringstream in(out);
+  for (double s, t; in >> s >> t;) sizes.push_back(s), times.push_back(t);
+  HF_CHECK(sizes.size() == 4, "measure_local_allreduce: no timing from rank 0 (got '", out, "')");
   const double steps = 2.0 * (ranks - 1);
-  p.bus_bandwidth = steps / ranks * static_cast<double>(bytes) / big;
-  p.latency_s = small / steps;
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < 4; ++i) mx += steps / ranks * sizes[i] / 4, my += times[i] / 4;
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double x = steps / ranks * sizes[i] - mx;
+    sxy += x * (times[i] - my);
+    sxx += x * x;
+  }
+  const double per_byte = sxx > 0 ? sxy / sxx : 0;
+  CollectiveProbe p;
+  p.bus_bandwidth = per_byte > 0 ? 1.0 / per_byte : steps / ranks * sizes[3] / times[3];
+  p.latency_s = std::max(0.0, my - per_byte * mx) / steps;
+  if (p.latency_s == 0) p.latency_s = times[0] / steps;
   return p;
 }
 

@@ -17,6 +17,7 @@ ClusterSpec preset(const std::string& name) {
   ClusterSpec c;
   c.name = name;
   c.overheads.call_s = 0.02;
+  c.overheads.micro_batch_s = 1e-3;
   c.overheads.layer_pass_s = 20e-6;
   c.overheads.decode_step_s = 1e-3;
   c.overheads.iteration_s = 0.2;

@@ -82,7 +82,7 @@ Breakdown forward_seconds(const CostInputs& in, Role role, const Layout& l, int6
   const double act = activation_bytes(in, micro_rows, seq);
   b.comm_s = slots * stage_layers * 2 * allreduce_seconds(c, act, l.tp, tp_crosses(c, l));
   if (l.pp > 1) b.comm_s += slots * send_seconds(c, act, pp_crosses(c, l));
-  b.overhead_s = c.overheads.call_s + c.overheads.layer_pass_s * stage_layers * slots;
+  b.overhead_s = c.overheads.call_s + (c.overheads.layer_pass_s * stage_layers + c.overheads.micro_batch_s) * slots;
   return b;
 }
 
@@ -111,7 +111,8 @@ Breakdown training_seconds(const CostInputs& in, Role role, const Layout& l, int
   // AdamW reads and writes master weights and both moments, reads the gradient, writes the weight.
   const double optimizer_shard = w.distributed_optimizer ? shard / l.dp : shard;
   b.memory_s = steps * optimizer_shard * 32.0 / (c.memory_bandwidth * compute_share(c) * c.decode_efficiency);
-  b.overhead_s = c.overheads.call_s + c.overheads.layer_pass_s * stage_layers * 3 * slots * steps;
+  // A backward pass counts as two forward ones, in layers and in per-micro-batch work.
+  b.overhead_s = c.overheads.call_s + (c.overheads.layer_pass_s * stage_layers + c.overheads.micro_batch_s) * 3 * slots * steps;
   return b;
 }
 
@@ -144,7 +145,7 @@ GenerationCost generation_seconds(const CostInputs& in, const Layout& g, int64_t
   wave.compute_s += m.forward_flops(b * prompt, prompt, false) / g.tp / flops_rate;
   wave.comm_s += 2.0 * m.layers * allreduce_seconds(c, activation_bytes(in, b, prompt), g.tp, tp_x);
   if (g.pp > 1) wave.comm_s += (g.pp - 1) * send_seconds(c, activation_bytes(in, b, prompt), pp_x);
-  wave.overhead_s += m.layers * c.overheads.layer_pass_s;
+  wave.overhead_s += m.layers * c.overheads.layer_pass_s + c.overheads.micro_batch_s;
   const double context = prompt + (response + 1.0) / 2.0;  // the mean over the steps; KV reads are linear in it
   const double step_compute = b * m.decode_flops(context) / g.tp / flops_rate;
   const double step_bytes = m.matmul_parameters(false) * w.param_bytes / g.tp + b * context * kv_token_all_layers;

@@ -34,7 +34,7 @@ std::string write_calibration(const hybridflow::testing::TempDir& dir) {
   c.allreduce_bandwidth = 2e9;
   c.allreduce_latency_s = 50e-6;
   c.compute_efficiency = 0.5;
-  c.overheads = {0.005, 1e-4, 3e-4, 0.02};
+  c.overheads = {0.005, 1e-3, 1e-4, 3e-4, 0.02};
   hybridflow::placement::CalibrationCheck check;
   check.placement = "split";
   check.layout = "{actor,rollout,ref}x1 {critic}x1";

@@ -24,7 +24,7 @@ Calibration sample() {
   c.allreduce_bandwidth = 2e9;
   c.allreduce_latency_s = 20e-6;
   c.compute_efficiency = 0.8;
-  c.overheads = {0.01, 2e-4, 5e-4, 0.05};
+  c.overheads = {0.01, 1e-3, 2e-4, 5e-4, 0.05};
   CalibrationCheck check;
   check.placement = "colocate";
   check.layout = "{actor}x2";
@@ -89,21 +89,24 @@ TEST(Calibration, DefaultPathFollowsTheEnvironment) {
 }
 
 TEST(Calibration, FitRecoversKnownConstants) {
-  // Rows made from a = 1.25, 10 ms a call, 200 us a layer pass, 500 us a decode step.
+  // Rows made from a = 1.25, 10 ms a call, 2 ms a micro-batch pass, 200 us a layer pass, 500 us a decode step.
   std::vector<FitRow> rows;
-  const double counts[][3] = {{1, 8, 0}, {1, 24, 0}, {1, 72, 16}, {1, 40, 32}, {1, 8, 8}, {1, 100, 4}};
-  const double compute[] = {0.02, 0.05, 0.01, 0.2, 0.001, 0.03};
-  for (int i = 0; i < 6; ++i) {
+  const double counts[][4] = {{1, 2, 8, 0}, {1, 6, 24, 0}, {1, 2, 72, 16}, {1, 12, 40, 32}, {1, 1, 8, 8}, {1, 24, 100, 4},
+                              {1, 3, 12, 12}};
+  const double compute[] = {0.02, 0.05, 0.01, 0.2, 0.001, 0.03, 0.07};
+  for (int i = 0; i < 7; ++i) {
     FitRow r;
     r.compute_s = compute[i];
     r.fixed_s = 0.001 * i;
-    for (int k = 0; k < 3; ++k) r.counts[k] = counts[i][k];
-    r.measured_s = 1.25 * r.compute_s + r.fixed_s + 0.01 * counts[i][0] + 2e-4 * counts[i][1] + 5e-4 * counts[i][2];
+    for (int k = 0; k < 4; ++k) r.counts[k] = counts[i][k];
+    r.measured_s = 1.25 * r.compute_s + r.fixed_s + 0.01 * counts[i][0] + 2e-3 * counts[i][1] + 2e-4 * counts[i][2] +
+                   5e-4 * counts[i][3];
     rows.push_back(r);
   }
   const FitResult f = fit_overheads(rows);
-  EXPECT_NEAR(f.compute_scale, 1.25, 1e-6);
-  EXPECT_NEAR(f.call_s, 0.01, 1e-8);
+  EXPECT_NEAR(f.compute_scale, 1.25, 1e-5);
+  EXPECT_NEAR(f.call_s, 0.01, 1e-7);
+  EXPECT_NEAR(f.micro_batch_s, 2e-3, 1e-8);
   EXPECT_NEAR(f.layer_pass_s, 2e-4, 1e-9);
   EXPECT_NEAR(f.decode_step_s, 5e-4, 1e-9);
   EXPECT_LT(f.rms_relative_error, 1e-6);

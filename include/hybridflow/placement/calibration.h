@@ -22,7 +22,7 @@ struct CalibrationCheck {
   std::string use;        // "fit" (its calls fitted the overheads) or "check" (predicted with the fitted constants)
   double measured_s = 0;  // seconds per RL step, the best of the measured steps
   double predicted_s = 0;
-  // Each worker-group call of the step ("actor.generate_sequences"): measured and predicted seconds.
+  // Each pool's calls of one stage ("pool 0 preparation (compute_log_prob+...)"): measured and predicted seconds.
   std::map<std::string, std::pair<double, double>> calls;
   double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0.0; }
 };
@@ -56,17 +56,17 @@ Calibration load_calibration(const std::string& path);
 void save_calibration(const std::string& path, const Calibration& c);
 
 // A least-squares fit of measured call seconds: measured ~ a * compute + fixed + sum_i x_i * count_i with
-// a >= 1 (no pass beats the matmul peak) and every x_i >= 0, each row weighted by 1 / measured (relative errors). `counts` rows are
-// {calls, layer passes, decode steps}: the overheads' coefficients.
+// a >= 1 (no pass beats the matmul peak) and every x_i >= 0, each row weighted by 1 / measured (relative
+// errors). `counts` are {calls, micro-batch passes, layer passes, decode steps}: the overheads' coefficients.
 struct FitRow {
   double measured_s = 0;
   double compute_s = 0;  // at efficiency 1
   double fixed_s = 0;    // memory and communication time, taken as costed
-  double counts[3] = {0, 0, 0};
+  double counts[4] = {0, 0, 0, 0};
 };
 struct FitResult {
   double compute_scale = 1;  // a: 1 / compute efficiency
-  double call_s = 0, layer_pass_s = 0, decode_step_s = 0;
+  double call_s = 0, micro_batch_s = 0, layer_pass_s = 0, decode_step_s = 0;
   double rms_relative_error = 0;
 };
 FitResult fit_overheads(const std::vector<FitRow>& rows);

@@ -16,6 +16,7 @@ namespace hybridflow::placement {
 // are small assumptions; on this machine `hybridflow plan --calibrate` fits them to a measured run.
 struct Overheads {
   double call_s = 0;            // one worker-group call: the controller's dispatch, messaging and collection
+  double micro_batch_s = 0;     // one micro-batch through the model beyond its layers (loss, log-probs, bookkeeping)
   double layer_pass_s = 0;      // one decoder layer run once over one micro-batch (kernel launches, per-op cost)
   double decode_step_s = 0;     // one generation step beyond its layers (sampling, masks, stop checks)
   double iteration_s = 0;       // the controller's own work per RL step (scores, advantages, metrics)
