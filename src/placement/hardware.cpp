@@ -34,7 +34,7 @@ ClusterSpec preset(const std::string& name) {
     c.intra_node_bandwidth = 450e9;
     c.inter_node_bandwidth = 50e9;
   } else if (name == "h200") {
-    c.memory_bytes = 141e9;
+    c.memory_bytes = 140 * kGiB;  // 143,771 MiB as nvidia-smi and cudaMemGetInfo report it
     c.peak_flops = 989e12;
     c.memory_bandwidth = 4.8e12;
     c.intra_node_bandwidth = 450e9;
