@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/placement/auto_mapping.h"
 #include "hybridflow/placement/calibration.h"
@@ -87,9 +88,11 @@ Workload workload_from(const PlanOptions& o, bool this_machine) {
   return w;
 }
 
-std::string gb(double bytes) {
+// A parameter count as people write it (6.74B, 0.82M).
+std::string count(double n) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
   return buf;
 }
 
@@ -150,11 +153,11 @@ void print_plan(const RankedPlan& r, const ClusterSpec& cluster) {
     std::printf("\n");
     if (i < e.memory.size()) {
       const SetMemory& m = e.memory[i];
-      std::printf("    memory per device: %s persistent, %s at peak of %s usable", gb(m.persistent).c_str(),
-                  gb(m.peak).c_str(), gb(m.usable).c_str());
+      std::printf("    memory per device: %s persistent, %s at peak of %s usable", human_bytes(m.persistent).c_str(),
+                  human_bytes(m.peak).c_str(), human_bytes(m.usable).c_str());
       if (m.kv_capacity > 0)
         std::printf("; KV cache %s (%" PRId64 " sequences per replica at once, %" PRId64 " wave%s)",
-                    gb(m.kv_capacity).c_str(), e.generation_batch, e.generation_waves, e.generation_waves == 1 ? "" : "s");
+                    human_bytes(m.kv_capacity).c_str(), e.generation_batch, e.generation_waves, e.generation_waves == 1 ? "" : "s");
       std::printf("\n");
     }
   }
@@ -253,8 +256,8 @@ int run_plan(const PlanOptions& o) {
     if (cal) j["calibration"] = cal->to_json();
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("plan: %s with %s (%.2fB parameters) on %d x %s (%d node%s of %d)\n", algorithm_name(workload.algorithm).c_str(),
-                model.name.c_str(), model.parameters(false) / 1e9, cluster.devices(), cluster.name.c_str(), cluster.nodes,
+    std::printf("plan: %s with %s (%s parameters) on %d x %s (%d node%s of %d)\n", algorithm_name(workload.algorithm).c_str(),
+                model.name.c_str(), count(model.parameters(false)).c_str(), cluster.devices(), cluster.name.c_str(), cluster.nodes,
                 cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node);
     std::printf("  %" PRId64 " prompts x %" PRId64 ", %" PRId64 " prompt + %" PRId64 " response tokens, %" PRId64
                 " epoch(s) x %" PRId64 " mini-batch(es), %s%s\n",
@@ -267,7 +270,7 @@ int run_plan(const PlanOptions& o) {
       print_calibration();
       std::printf("no plan fits: every placement needs more memory than %d devices of %s have for this model and "
                   "batch (try more devices, shorter sequences or a smaller batch)\n",
-                  cluster.devices(), gb(cluster.usable_memory()).c_str());
+                  cluster.devices(), human_bytes(cluster.usable_memory()).c_str());
       return 1;
     }
     std::printf("\nbest, %s\n", runnable_text(result.best.plan).c_str());
