@@ -73,10 +73,11 @@ class Searcher {
     return c;
   }
 
-  // Algorithm 2 for every role of the set at once: start from each role's least-memory layout, then, twice
-  // over the roles, move each to the layout with the least total time of the set's calls that still fits.
-  // The actor and its colocated rollout move together (t_g | t, p_g | p); without independent layouts the
-  // reference follows the actor and the cost critic the critic (they share worker processes).
+  // Algorithm 2 for every role of the set at once, since they share the devices' memory: from several starts,
+  // twice over the roles, move each to the layout with the least total time of the set's calls that still
+  // fits, and keep the best. The actor and its colocated rollout move together (t_g | t, p_g | p); without
+  // independent layouts the reference follows the actor and the cost critic the critic (they share worker
+  // processes).
   SetChoice auto_parallel(uint32_t mask, int devices) {
     SetChoice out;
     const bool together = in(mask, Role::kActor) && in(mask, Role::kRollout);
@@ -205,19 +206,18 @@ class Searcher {
     if (!(best_time < kInfeasible)) return out;
     pick = best_picks;
     rollout = best_rollout;
-    return finish(mask, free_roles, options, pick, rollout, leader_of);
+    return finish(mask, options, pick, rollout, leader_of);
   }
 
   template <typename LeaderOf>
-  SetChoice finish(uint32_t mask, const std::vector<Role>& free_roles, std::map<Role, std::vector<Candidate>>& options,
-                   std::map<Role, size_t>& pick, const Layout& rollout, const LeaderOf& leader_of) {
+  SetChoice finish(uint32_t mask, std::map<Role, std::vector<Candidate>>& options, std::map<Role, size_t>& pick,
+                   const Layout& rollout, const LeaderOf& leader_of) {
     SetChoice out;
     for (Role r : roles_) {
       if (!in(mask, r)) continue;
       if (r == Role::kRollout) out.layouts[role_index(r)] = rollout;
       else out.layouts[role_index(r)] = options[leader_of(r)][pick[leader_of(r)]].layout;
     }
-    (void)free_roles;
     // The calls' seconds exactly as simulate() costs them.
     const bool together = in(mask, Role::kActor) && in(mask, Role::kRollout);
     double persistent = 0, transient = 0, extra = 0;
