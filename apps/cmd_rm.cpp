@@ -94,6 +94,7 @@ int run_rm_command(const std::string& config_file, const std::vector<std::string
   opts.add_bos = cfg.get<bool>("data.add_bos");
 
   Pretrained pre = value_model(cfg, *task);
+  pre.model->to(torch::Device(resolve_device_name(cfg.get<std::string>("trainer.device"), "trainer.device")));
   ProgressLine progress("rm", opts.steps > 0 ? opts.steps : 0, 25);
   RewardModelResult result = train_reward_model(opts, pre.model, pre.tokenizer, [&](const RewardModelMetrics& m) {
     std::vector<std::pair<std::string, double>> figures = {

@@ -62,6 +62,7 @@ int run_sft_command(const std::string& config_file, const std::vector<std::strin
   };
 
   Pretrained pre = load_pretrained(cfg.get<std::string>("model.path"));
+  pre.model->to(torch::Device(resolve_device_name(cfg.get<std::string>("trainer.device"), "trainer.device")));
   ProgressLine progress("sft", opts.steps > 0 ? opts.steps : 0, 25);
   double first_accuracy = -1, last_accuracy = -1;
   SftResult result = run_sft(opts, pre.model, pre.tokenizer, [&](const SftMetrics& m) {

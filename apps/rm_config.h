@@ -42,6 +42,7 @@ trainer:
   out_dir: runs/rm       # final model in out_dir/final, metrics in out_dir/rm_metrics.jsonl
   seed: 0
   threads: 0             # 0 = one per core
+  device: auto           # cpu | cuda | auto (cuda when a GPU is visible)
 )YAML";
 
 }  // namespace hybridflow::cli

@@ -35,6 +35,7 @@ trainer:
   out_dir: runs/sft
   seed: 0
   threads: 0             # 0 = one per core
+  device: auto           # cpu | cuda | auto (cuda when a GPU is visible)
   max_new_tokens: 8
 )YAML";
 

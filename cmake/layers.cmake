@@ -1,4 +1,5 @@
-# hf_layer(<name> [NO_TORCH] DEPS ...): a static library hf_<name> from src/<name>/*.cpp.
+# hf_layer(<name> [NO_TORCH] DEPS ...): a library hf_<name> from src/<name>/*.cpp, static unless
+# HF_SHARED_LAYERS is on (then shared: ~100 test executables stay small enough to copy to a GPU machine).
 # A layer with no sources yet is an INTERFACE library, so the layer graph is declared up front
 # and a new file needs no CMake edit. A NO_TORCH layer (plain C++, e.g. text processing) skips the
 # libtorch precompiled header, and so do its tests: its files compile in a second instead of ten.
@@ -9,7 +10,11 @@ function(hf_layer name)
   endif()
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${name}/*.cpp)
   if(srcs)
-    add_library(hf_${name} STATIC ${srcs})
+    if(HF_SHARED_LAYERS)
+      add_library(hf_${name} SHARED ${srcs})
+    else()
+      add_library(hf_${name} STATIC ${srcs})
+    endif()
     target_include_directories(hf_${name} PUBLIC ${CMAKE_SOURCE_DIR}/include PRIVATE ${CMAKE_SOURCE_DIR}/src)
     target_link_libraries(hf_${name} PUBLIC ${ARG_DEPS})
     target_compile_options(hf_${name} PRIVATE ${HF_WARNINGS})

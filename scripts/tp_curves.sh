@@ -24,7 +24,7 @@ for t in 2 1; do
   "$hf" train --config examples/ppo_addition.yaml model.path="$run/sft/final" trainer.run_dir="$out/t$t" \
       data.train_file="$run/sft/data/train.jsonl" data.test_file="$run/sft/data/test.jsonl" \
       trainer.total_steps="$steps" trainer.test_freq=50 trainer.log_every=50 trainer.save_checkpoint=false \
-      actor_rollout_ref.num_processes=4 trainer.colocate=true actor_rollout_ref.actor.use_kl_loss=true \
+      actor_rollout_ref.num_processes=4 trainer.placement=colocate actor_rollout_ref.actor.use_kl_loss=true \
       reward_model.enable=true reward_model.path="$rm_dir" \
       actor_rollout_ref.actor.megatron.tensor_model_parallel_size=$t \
       actor_rollout_ref.rollout.tensor_model_parallel_size=1 \

@@ -74,6 +74,9 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
     enable: false
     metric: null
     max_num_gen_batches: 0
+  rollout_correction:
+    rollout_is: null
+    rollout_is_threshold: 2.0
 )";
 
 const std::string kAlgoDefaultsYaml = std::string(kAlgorithmSectionYaml) + R"(actor:

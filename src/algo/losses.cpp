@@ -34,6 +34,14 @@ at::Tensor valid_only(const at::Tensor& t, const at::Tensor& valid) {
   return torch::where(valid, t, torch::zeros_like(t));
 }
 
+// Each token's loss times its rollout importance weight (none: unchanged, so runs without the correction
+// keep their exact numbers).
+at::Tensor weighted(const at::Tensor& token_loss, const at::Tensor& weights, const at::Tensor& valid, const char* where) {
+  if (!weights.defined()) return token_loss;
+  detail::check_same_shape(weights, token_loss, "rollout_is_weights", where);
+  return token_loss * valid_only(weights.to(token_loss.scalar_type()).detach(), valid);
+}
+
 }  // namespace
 
 PolicyLossMode parse_policy_loss_mode(const std::string& name) {
@@ -48,7 +56,7 @@ std::string to_string(PolicyLossMode mode) {
 
 PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                  const at::Tensor& advantages, const at::Tensor& response_mask,
-                                 const PolicyLossConfig& config) {
+                                 const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
   constexpr const char* kWhere = "algo: ppo_policy_loss";
   check_policy_inputs(old_log_prob, log_prob, advantages, response_mask, kWhere);
   const auto [low, high] = clip_range(config, kWhere);
@@ -67,7 +75,8 @@ PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tenso
   // Dual clip: with A < 0 a huge ratio would make the loss unbounded; cap it at -A * c.
   auto dual_bound = -adv * config.clip_ratio_c;
   auto negative = adv < 0;
-  auto token_loss = torch::where(negative, torch::min(clip_loss, dual_bound), clip_loss);
+  auto token_loss =
+      weighted(torch::where(negative, torch::min(clip_loss, dual_bound), clip_loss), rollout_is_weights, valid, kWhere);
 
   PolicyLossOutput out;
   out.loss = agg_loss(token_loss, mask, config.agg_mode, config.loss_scale_factor);
@@ -80,7 +89,7 @@ PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tenso
 
 PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                   const at::Tensor& advantages, const at::Tensor& response_mask,
-                                  const PolicyLossConfig& config) {
+                                  const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
   constexpr const char* kWhere = "algo: gspo_policy_loss";
   check_policy_inputs(old_log_prob, log_prob, advantages, response_mask, kWhere);
   const auto [low, high] = clip_range(config, kWhere);
@@ -99,7 +108,7 @@ PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tens
 
   auto loss_unclipped = -adv * ratio;
   auto loss_clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high);
-  auto token_loss = torch::max(loss_unclipped, loss_clipped);
+  auto token_loss = weighted(torch::max(loss_unclipped, loss_clipped), rollout_is_weights, valid, kWhere);
 
   PolicyLossOutput out;
   out.loss = agg_loss(token_loss, mask, LossAggMode::kSeqMeanTokenMean);
@@ -112,10 +121,10 @@ PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tens
 
 PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                              const at::Tensor& advantages, const at::Tensor& response_mask,
-                             const PolicyLossConfig& config) {
+                             const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
   if (config.loss_mode == PolicyLossMode::kGspo)
-    return gspo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config);
-  return ppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config);
+    return gspo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, rollout_is_weights);
+  return ppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, rollout_is_weights);
 }
 
 ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
 
 namespace hybridflow {
@@ -25,6 +26,19 @@ void init_threads(int num_threads) {
   }
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(num_threads);
+}
+
+std::string resolve_device_name(const std::string& value, const std::string& key) {
+  HF_CHECK(value == "auto" || value == "cpu" || value == "cuda", key, ": expected cpu | cuda | auto, got '", value, "'");
+  const bool have_cuda = torch::cuda::is_available();
+  if (value == "auto") return have_cuda ? "cuda" : "cpu";
+#ifdef HF_WITH_CUDA
+  const char* why = "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)";
+#else
+  const char* why = "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU";
+#endif
+  HF_CHECK(value == "cpu" || have_cuda, key, "=cuda, but ", why, "; or set ", key, "=cpu");
+  return value;
 }
 
 BlasInfo detect_blas() {

@@ -118,7 +118,8 @@ torch::Tensor sequence_scores(CausalLM& model, const std::vector<std::vector<int
   std::vector<const std::vector<int64_t>*> ptrs;
   for (const auto& s : sequences) ptrs.push_back(&s);
   auto [ids, mask] = pad_right(ptrs, pad_id);
-  return last_token_scores(model, ids, mask);
+  const torch::Device device = model->parameters().front().device();
+  return last_token_scores(model, ids.to(device), mask.to(device));
 }
 
 double pairwise_accuracy(CausalLM& model, const Tokenizer& tok, const std::vector<PreferencePair>& pairs, bool add_bos) {
@@ -140,6 +141,7 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
   const int64_t total_steps = fine_tune_total_steps(o, n);
 
   TrainEngine engine(model.ptr(), fine_tune_optimizer(o, total_steps));
+  const torch::Device device = model->parameters().front().device();  // batches are made on the CPU
 
   int64_t correct = 0;
   double margin_sum = 0;
@@ -163,7 +165,7 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
     correct = 0;
     margin_sum = 0;
     // No "loss_mask" tensor: the engine weights micro-batches by pairs, so the step loss is the batch mean.
-    const DataProto batch = pair_batch(train, rows, tok.pad_id());
+    const DataProto batch = pair_batch(train, rows, tok.pad_id()).to(device);
     StepStats stats = engine.train_step(batch, o.micro_batch_size, loss_fn);
     RewardModelMetrics m;
     m.step = step;

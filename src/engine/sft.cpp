@@ -169,6 +169,7 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   const int64_t total_steps = fine_tune_total_steps(o, n);
 
   TrainEngine engine(model.ptr(), fine_tune_optimizer(o, total_steps));
+  const torch::Device device = model->parameters().front().device();  // batches are made on the CPU
 
   MicroLossFn loss_fn = [&model](const DataProto& micro) {
     // Trim the micro-batch to its longest row: right padding only costs compute.
@@ -193,7 +194,7 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   model->train();
   for (int64_t step = 1; step <= total_steps; ++step) {
     const std::vector<int64_t> rows = batches.next();
-    StepStats stats = engine.train_step(make_batch(train, rows, tok.pad_id()), o.micro_batch_size, loss_fn);
+    StepStats stats = engine.train_step(make_batch(train, rows, tok.pad_id()).to(device), o.micro_batch_size, loss_fn);
     SftMetrics m;
     m.step = step;
     m.loss = stats.loss;

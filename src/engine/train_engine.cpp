@@ -114,6 +114,27 @@ void TrainEngine::sharded_step(double local_norm, bool mean, StepStats& stats) {
   stats.step = step_;
 }
 
+void TrainEngine::move_optimizer_state(const torch::Device& device) {
+  HF_CHECK(!zero_, "optimizer offload: the ZeRO optimizer (use_distributed_optimizer) keeps its own partitions; ",
+           "offloading them is not supported");
+  torch::NoGradGuard no_grad;
+  auto move = [&](torch::Tensor& t) {
+    if (t.defined() && t.device() != device) t.set_data(t.to(device));
+  };
+  for (auto& master : masters_) {
+    move(master);
+    if (master.grad().defined()) master.mutable_grad() = master.grad().to(device);
+  }
+  for (auto& entry : optimizer_->state()) {
+    auto& adam = static_cast<torch::optim::AdamWParamState&>(*entry.second);
+    torch::Tensor avg = adam.exp_avg(), avg_sq = adam.exp_avg_sq();
+    if (avg.defined() && avg.device() != device) adam.exp_avg(avg.to(device));
+    if (avg_sq.defined() && avg_sq.device() != device) adam.exp_avg_sq(avg_sq.to(device));
+    torch::Tensor max_sq = adam.max_exp_avg_sq();
+    if (max_sq.defined() && max_sq.device() != device) adam.max_exp_avg_sq(max_sq.to(device));
+  }
+}
+
 void TrainEngine::zero_grad() {
   for (auto* group : {&params_, &masters_}) {
     for (auto& p : *group) {

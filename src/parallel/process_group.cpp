@@ -227,7 +227,9 @@ void ProcessGroup::allgather_into(at::Tensor& output, const at::Tensor& input) c
            "all_gather_into_tensor: output must be contiguous with ", size(), " x ", input.numel(), " elements of ",
            input.scalar_type(), ", got ", output.numel(), " of ", output.scalar_type());
   at::Tensor in = input.contiguous();
-  state().backend->all_gather_single(output, in)->wait();
+  // _allgather_base: the name every libtorch 2.x has (newer releases call it all_gather_single and keep this
+  // one as a forwarding alias).
+  state().backend->_allgather_base(output, in)->wait();
 }
 
 void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& input, ReduceOp op) const {
@@ -240,7 +242,7 @@ void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& inp
   at::Tensor in = input.contiguous();
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
-  state().backend->reduce_scatter_single(output, in, options)->wait();
+  state().backend->_reduce_scatter_base(output, in, options)->wait();  // reduce_scatter_single in newer releases
   if (op == ReduceOp::kAvg) output.div_(size());
 }
 

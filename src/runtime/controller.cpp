@@ -5,14 +5,24 @@
 
 #include "hybridflow/core/error.h"
 #include "launcher_detail.h"
+#include "message.h"
 
 namespace hybridflow {
 
 Controller::~Controller() { shutdown(); }
 
+ResourcePool Controller::with_data_token(ResourcePool spec) {
+  // Workers started elsewhere know only the secret they were given: they keep the pool's own.
+  if (spec.data_token.empty() && spec.spawn_workers) {
+    if (data_secret_.empty()) data_secret_ = runtime_detail::random_secret();
+    spec.data_token = data_secret_;
+  }
+  return spec;
+}
+
 std::shared_ptr<ProcessPool> Controller::add_pool(const ResourcePool& spec) {
   HF_CHECK(!pools_.count(spec.name), "resource pool '", spec.name, "' already exists");
-  auto pool = ProcessPool::start(spec);
+  auto pool = ProcessPool::start(with_data_token(spec));
   pools_[spec.name] = pool;
   return pool;
 }
@@ -30,7 +40,8 @@ std::vector<std::shared_ptr<ProcessPool>> Controller::add_pools(const std::vecto
     launch->reserve(sizes);
   }
   std::vector<std::future<std::shared_ptr<ProcessPool>>> starting;
-  for (const auto& spec : specs) starting.push_back(std::async(std::launch::async, ProcessPool::start, spec));
+  for (const auto& spec : specs)
+    starting.push_back(std::async(std::launch::async, ProcessPool::start, with_data_token(spec)));
   std::vector<std::shared_ptr<ProcessPool>> started;
   std::exception_ptr first;
   for (auto& f : starting) {
@@ -69,7 +80,21 @@ void Controller::shutdown() {
   // before any pool joins its helper threads.
   for (auto& kv : pools_) kv.second->stop();
   for (auto& kv : pools_) kv.second->shutdown();
+  for (auto& kv : pools_) retired_ += kv.second->traffic();
   pools_.clear();
+}
+
+Traffic Controller::total_traffic() const {
+  Traffic total = retired_;
+  for (const auto& kv : pools_) total += kv.second->traffic();
+  return total;
+}
+
+Traffic Controller::take_traffic() {
+  const Traffic now = total_traffic();
+  const Traffic delta = now - taken_;
+  taken_ = now;
+  return delta;
 }
 
 }  // namespace hybridflow

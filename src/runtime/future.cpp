@@ -3,13 +3,64 @@
 #include <chrono>
 #include <exception>
 
+#include "data_plane.h"
+#include "hybridflow/core/error.h"
+
 namespace hybridflow {
+
+CallResult::CallResult(DataProto merged, std::vector<DataProto> per_rank)
+    : merged_(std::move(merged)), per_rank_(std::move(per_rank)) {}
+
+CallResult::CallResult(std::shared_ptr<const RemoteResult> remote) : remote_(std::move(remote)) {}
+
+const DataProto& CallResult::merged() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!merged_) {
+    std::vector<std::string> missing;
+    for (const auto& kv : remote_->kept)
+      if (!fetched_.count(kv.first)) missing.push_back(kv.first);
+    for (auto& [key, t] : runtime_detail::materialize(*remote_, missing)) fetched_[key] = std::move(t);
+    DataProto out = runtime_detail::visible_skeleton(*remote_);
+    for (const auto& [key, t] : fetched_) out.set_tensor(key, t);
+    merged_ = std::move(out);
+    fetched_.clear();
+  }
+  return *merged_;
+}
+
+DataProto CallResult::merged(const std::vector<std::string>& tensor_keys) const {
+  std::vector<std::string> fields;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!merged_) {
+      DataProto out = runtime_detail::visible_skeleton(*remote_);
+      std::vector<std::string> missing;
+      for (const auto& key : tensor_keys)
+        if (remote_->kept.count(key) && !fetched_.count(key)) missing.push_back(key);
+      for (auto& [key, t] : runtime_detail::materialize(*remote_, missing)) fetched_[key] = std::move(t);
+      for (const auto& key : tensor_keys)
+        if (fetched_.count(key)) out.set_tensor(key, fetched_.at(key));
+      for (const auto& kv : out.fields()) fields.push_back(kv.first);
+      // An unknown key is an Error naming the available ones, kept ones included.
+      for (const auto& key : tensor_keys)
+        HF_CHECK(out.has_tensor(key), "the result has no tensor '", key, "'; it has: ",
+                 runtime_detail::tensor_names(*remote_));
+      return out.select(tensor_keys, fields);
+    }
+  }
+  for (const auto& kv : merged_->fields()) fields.push_back(kv.first);
+  return merged_->select(tensor_keys, fields);
+}
+
+const std::vector<DataProto>& CallResult::per_rank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!per_rank_) per_rank_ = runtime_detail::materialize_per_rank(*remote_);
+  return *per_rank_;
+}
 
 Future Future::ready(DataProto value) {
   std::promise<std::shared_ptr<const CallResult>> p;
-  auto result = std::make_shared<CallResult>();
-  result->merged = std::move(value);
-  p.set_value(std::move(result));
+  p.set_value(std::make_shared<CallResult>(std::move(value), std::vector<DataProto>{}));
   return Future(p.get_future().share());
 }
 
@@ -23,7 +74,7 @@ void wait_all(const std::vector<Future>& futures) {
   std::exception_ptr first;
   for (const auto& f : futures) {
     try {
-      f.get();
+      f.result();  // resolved or failed; kept tensors stay where they are
     } catch (...) {
       if (!first) first = std::current_exception();
     }

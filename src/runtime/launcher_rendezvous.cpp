@@ -94,6 +94,7 @@ Rendezvous::Claim Rendezvous::claim(const ResourcePool& spec) {
            out.ranks.size(), " launcher ranks but starts with num_processes = ", spec.num_processes);
   out.spec.spawn_workers = false;
   out.spec.token = settings_.token;
+  out.spec.data_token = settings_.token;  // launched workers know only the job secret
   out.spec.bind_host = settings_.bind_addr;
   if (settings_.pool_port_base > 0 && spec.bind_port == 0) out.spec.bind_port = settings_.pool_port_base + pools_listening_;
   ++pools_listening_;

@@ -118,7 +118,8 @@ std::string Received::who() const {
   return out;
 }
 
-Link::Link(const std::string& secret, std::string scope, int self) : scope_(std::move(scope)), self_(self) {
+Link::Link(const std::string& secret, std::string scope, int self, Ends ends)
+    : scope_(std::move(scope)), self_(self), ends_(ends), max_bytes_(max_message_bytes()) {
   ensure_sodium();
   HF_CHECK(!secret.empty(), "message link '", scope_, "': empty job secret");
   // The key is a hash of the secret, so the secret itself is never on the wire nor usable from a key.
@@ -133,7 +134,7 @@ void Link::limit(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_message_bytes()));
 }
 
-void Link::send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message) {
+MessageBytes Link::send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message) {
   std::vector<std::unique_ptr<zmq::message_t>> frames;
   if (!identity.empty()) frames.push_back(std::make_unique<zmq::message_t>(string_frame(identity)));
   const size_t auth_index = frames.size();
@@ -151,10 +152,15 @@ void Link::send(zmq::socket_t& socket, const std::string& identity, int to, cons
   put_i32(auth + 4, self_);
   put_u64(auth + 8, seq);
   compute_mac(key_, scope_, self_, to, seq, frames, auth_index + 1, auth + 16);
+  MessageBytes bytes;
+  const size_t first_payload = auth_index + 4;  // after auth, kind, meta and the DataProto header
   for (size_t i = 0; i < frames.size(); ++i) {
+    bytes.total += frames[i]->size();
+    if (message.data && i >= first_payload) bytes.tensors += frames[i]->size();
     auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
     socket.send(*frames[i], flags);
   }
+  return bytes;
 }
 
 std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
@@ -175,16 +181,17 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
     total += frame->size();
     const bool more = frame->more();
     // Past the limit the rest is read and dropped at once, never kept: the size is known before decoding.
-    if (total > max_message_bytes() || count > kMaxFrames) oversized = true;
+    if (total > max_bytes_ || count > kMaxFrames) oversized = true;
     if (!oversized || (router && count == 1)) frames.push_back(std::move(frame));
     if (!more) break;
   }
   size_t i = 0;
+  out.bytes = total;
   if (router && !frames.empty()) out.identity = frames[i++]->to_string();
   if (oversized) {
     out.reject_code = "oversized";
     out.rejected_reason = detail::concat("oversized message (", count, " frames, at least ", total,
-                                         " bytes; the limit is ", max_message_bytes(), " bytes in at most ",
+                                         " bytes; the limit is ", max_bytes_, " bytes in at most ",
                                          kMaxFrames, " frames, HF_MAX_MESSAGE_BYTES)");
     return out;
   }
@@ -200,8 +207,10 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
   const uint64_t seq = get_u64(auth + 8);
   unsigned char mac[crypto_auth_hmacsha256_BYTES];
   compute_mac(key_, scope_, sender, self_, seq, frames, i + 1, mac);
-  // A controller hears only from ranks, a rank only from the controller.
-  const bool sender_ok = self_ == kControllerEnd ? sender >= 0 : sender == kControllerEnd;
+  // A controller hears only from ranks, a rank only from the controller; a peer from any other node.
+  const bool sender_ok = ends_ == Ends::kPeers         ? sender >= 0 && sender != self_
+                         : self_ == kControllerEnd ? sender >= 0
+                                                   : sender == kControllerEnd;
   if (!sender_ok || crypto_verify_32(mac, auth + 16) != 0) {
     out.reject_code = "forged";
     out.rejected_reason = "message not authenticated for '" + printable(scope_) +
@@ -228,7 +237,10 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
     if (i < frames.size()) {
       std::string header = frames[i++]->to_string();
       std::vector<Buffer> payloads;
-      for (; i < frames.size(); ++i) payloads.push_back(Buffer{frames[i]->data(), frames[i]->size(), frames[i]});
+      for (; i < frames.size(); ++i) {
+        out.tensor_bytes += frames[i]->size();
+        payloads.push_back(Buffer{frames[i]->data(), frames[i]->size(), frames[i]});
+      }
       m.data = DataProto::from_frames(header, payloads);
     }
   } catch (const std::exception& e) {

@@ -39,6 +39,8 @@ std::string random_secret();
 
 struct Received {
   std::string identity;         // ROUTER identity frame (empty on a DEALER)
+  size_t bytes = 0;             // every frame, as read
+  size_t tensor_bytes = 0;      // the DataProto's tensor payloads among them
   std::string peer_address;     // the TCP peer's IP, when ZeroMQ knows it
   int sender = kControllerEnd;  // authenticated sender, valid when message is set
   uint64_t seq = 0;             // its sequence number
@@ -50,16 +52,28 @@ struct Received {
   std::string who() const;
 };
 
+// Bytes a message took on the wire: all frames, and the DataProto's tensor payloads among them.
+struct MessageBytes {
+  size_t total = 0;
+  size_t tensors = 0;
+};
+
 // One end of authenticated conversations on one socket: the controller end (many senders) or a worker
-// rank's end. scope separates conversations sharing a secret ("pool:actor", "launch"), so a message of
-// one pool cannot be replayed into another.
+// rank's end. scope separates conversations sharing a secret ("pool:actor", "launch", "data"), so a
+// message of one pool cannot be replayed into another.
 class Link {
  public:
-  Link(const std::string& secret, std::string scope, int self);
+  // Who may talk to whom: a controller hears only from ranks (>= 0) and a rank only from the controller;
+  // between peers (the data plane: workers of any pool, numbered by node) any other node may talk.
+  enum class Ends { kControllerAndRanks, kPeers };
+  Link(const std::string& secret, std::string scope, int self, Ends ends = Ends::kControllerAndRanks);
   // Sets ZMQ_MAXMSGSIZE: call before bind/connect.
   static void limit(zmq::socket_t& socket);
+  // A lower limit than max_message_bytes() for what this end accepts (a data server takes only small
+  // requests); also set as the socket's ZMQ_MAXMSGSIZE by the caller.
+  void set_max_bytes(size_t bytes) { max_bytes_ = bytes; }
   // identity: the ROUTER frame naming the peer, empty for a DEALER socket; to: the receiver's rank.
-  void send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message);
+  MessageBytes send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message);
   // Receives one multipart message if one is ready (non-blocking); nullopt when none. A DEALER end
   // records the sequence number at once; a ROUTER end only on commit(), after it checked that the
   // message comes from the peer bound to that rank: a stranger holding the key (a second process
@@ -72,6 +86,8 @@ class Link {
   std::array<unsigned char, 32> key_{};
   std::string scope_;
   int self_;
+  Ends ends_;
+  size_t max_bytes_;
   uint64_t next_seq_ = 1;
   std::map<int, uint64_t> last_seq_;  // per authenticated sender
 };
@@ -104,6 +120,8 @@ inline constexpr const char* kEndpointEnv = "HF_WORKER_ENDPOINT";
 inline constexpr const char* kTokenEnv = "HF_WORKER_TOKEN";
 inline constexpr const char* kRankEnv = "HF_WORKER_RANK";
 inline constexpr const char* kPoolEnv = "HF_WORKER_POOL";
+// The data plane's secret (data_server.h): HF_WORKER_DATA_TOKEN, else the pool's (launched workers: the job's).
+inline constexpr const char* kDataTokenEnv = "HF_WORKER_DATA_TOKEN";
 inline constexpr double kHeartbeatPeriodS = 0.25;
 }  // namespace hybridflow::runtime_detail
 

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -88,10 +89,17 @@ std::string describe_exit(int status) {
   return "stopped with status " + std::to_string(status);
 }
 
+// Pools of this process, numbered: a worker's node on the data plane is pool index << 16 | rank.
+std::atomic<int> g_next_pool_index{1};
+constexpr int kMaxPoolRanks = 1 << 16;
+
 struct RankState {
   int pid = -1;
   std::string host = "?";
   std::string identity;
+  std::string data_endpoint;  // its data socket, from its hello (empty: none)
+  int64_t objects = 0, object_bytes = 0;  // what it keeps, from its last heartbeat
+  size_t data_rejected = 0;
   bool connected = false;
   bool alive = true;  // not reaped yet
   Clock::time_point last_seen;
@@ -99,6 +107,7 @@ struct RankState {
 
 struct Pending {
   std::string role, method;
+  std::vector<bool> addressed;  // the ranks asked (a fetch asks one)
   std::vector<std::optional<Message>> replies;
   int remaining = 0;
   Clock::time_point deadline;
@@ -134,6 +143,11 @@ struct ProcessPool::Impl {
   bool exiting = false;
   Clock::time_point exit_deadline;
   std::atomic<size_t> rejected{0};
+  int pool_index = 0;
+  std::string data_token;  // the data plane's secret (never sent): ResourcePool::data_token or token
+  std::atomic<uint64_t> sent_tensor_bytes{0}, received_tensor_bytes{0}, message_bytes{0}, worker_bytes{0};
+  std::mutex release_mutex;       // taken after `mutex`, never before it
+  std::vector<int64_t> releases;  // objects to release on every rank (sent by the I/O thread)
 
   // Helper threads of chained calls; finished ones are joined on the next when_ready so a long run
   // does not accumulate threads.
@@ -157,7 +171,8 @@ struct ProcessPool::Impl {
   std::string running_on(int rank) const {
     std::string out;
     for (const auto& kv : pending)
-      if (!kv.second.replies[rank]) out += (out.empty() ? "" : ", ") + kv.second.role + "." + kv.second.method;
+      if (kv.second.addressed[rank] && !kv.second.replies[rank])
+        out += (out.empty() ? "" : ", ") + kv.second.role + "." + kv.second.method;
     return out.empty() ? "while idle" : "while running method " + out;
   }
 
@@ -183,6 +198,7 @@ struct ProcessPool::Impl {
       std::vector<std::string> env = base_env;
       env.push_back(std::string(runtime_detail::kEndpointEnv) + "=" + endpoint);
       env.push_back(std::string(runtime_detail::kTokenEnv) + "=" + token);
+      env.push_back(std::string(runtime_detail::kDataTokenEnv) + "=" + data_token);
       env.push_back(std::string(runtime_detail::kRankEnv) + "=" + std::to_string(rank));
       env.push_back(std::string(runtime_detail::kPoolEnv) + "=" + spec.name);
       env.push_back(std::string(kControllerAddrEnv) + "=" + spec.bind_host);
@@ -259,6 +275,10 @@ struct ProcessPool::Impl {
   void handle(runtime_detail::Received& received, std::vector<std::function<void()>>& callbacks) {
     if (!received.message) return reject(received, received.reject_code, received.rejected_reason);
     Message& m = *received.message;
+    if (m.kind != "heartbeat") {
+      message_bytes += received.bytes;
+      received_tensor_bytes += received.tensor_bytes;
+    }
     std::lock_guard<std::mutex> lock(mutex);
     // The sender's rank is authenticated; the ZeroMQ identity it speaks from is bound at its hello.
     const int rank = received.sender;
@@ -276,8 +296,10 @@ struct ProcessPool::Impl {
       ranks[r].connected = true;
       ranks[r].identity = received.identity;
       ranks[r].host = printable(m.meta.value("host", "?"), 64);
+      ranks[r].data_endpoint = m.meta.value("data_endpoint", std::string());
       if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
-      Message welcome{"welcome", {{"pool", spec.name}}, std::nullopt};
+      Message welcome{"welcome", {{"pool", spec.name}, {"node", node_of(r)}, {"object_table_bytes", spec.object_table_bytes}},
+                      std::nullopt};
       // Workers we did not spawn do not die with us; they leave when our heartbeats stop.
       if (!spec.spawn_workers) welcome.meta["heartbeat_timeout_s"] = spec.heartbeat_timeout_s;
       outbox.emplace_back(r, std::move(welcome));
@@ -291,10 +313,16 @@ struct ProcessPool::Impl {
                     detail::concat("'", printable(m.kind, 32), "' for rank ", rank, " from a peer that is not its connection"));
     link->commit(received);
     ranks[rank].last_seen = Clock::now();
-    if (m.kind == "heartbeat") return;
+    if (m.kind == "heartbeat") {
+      ranks[rank].objects = m.meta.value("objects", int64_t{0});
+      ranks[rank].object_bytes = m.meta.value("object_bytes", int64_t{0});
+      ranks[rank].data_rejected = m.meta.value("data_rejected", size_t{0});
+      return;
+    }
+    worker_bytes += m.meta.value("fetched_bytes", uint64_t{0});
     const int64_t id = m.meta.value("call_id", int64_t(-1));
     auto it = pending.find(id);
-    if (it == pending.end()) {
+    if (it == pending.end() || !it->second.addressed[rank]) {
       log_debug("resource pool '", spec.name, "': reply for finished call ", id, " from rank ", rank);
       return;
     }
@@ -311,7 +339,7 @@ struct ProcessPool::Impl {
     p.replies[rank] = std::move(m);
     if (--p.remaining > 0) return;
     std::vector<Message> replies;
-    for (auto& r : p.replies) replies.push_back(std::move(*r));
+    for (auto& r : p.replies) replies.push_back(r ? std::move(*r) : Message{});
     auto on_done = std::move(p.on_done);
     auto on_error = std::move(p.on_error);
     pending.erase(it);
@@ -352,7 +380,8 @@ struct ProcessPool::Impl {
       if (now < kv.second.deadline) continue;
       std::string ranks_left;
       for (size_t r = 0; r < ranks.size(); ++r)
-        if (!kv.second.replies[r]) ranks_left += (ranks_left.empty() ? "" : ", ") + where(static_cast<int>(r));
+        if (kv.second.addressed[r] && !kv.second.replies[r])
+          ranks_left += (ranks_left.empty() ? "" : ", ") + where(static_cast<int>(r));
       return detail::concat("resource pool '", spec.name, "': call '", kv.second.role, ".", kv.second.method,
                             "' timed out after ", spec.call_timeout_s, " s (call_timeout_s); still running on ",
                             ranks_left);
@@ -397,6 +426,15 @@ struct ProcessPool::Impl {
       {
         std::lock_guard<std::mutex> lock(mutex);
         to_send.swap(outbox);
+        std::vector<int64_t> released;
+        {
+          std::lock_guard<std::mutex> release_lock(release_mutex);
+          released.swap(releases);
+        }
+        if (!released.empty() && !stopping)
+          for (size_t r = 0; r < ranks.size(); ++r)
+            if (ranks[r].connected && ranks[r].alive)
+              to_send.emplace_back(static_cast<int>(r), Message{"release", {{"objects", released}}, std::nullopt});
         const auto now = Clock::now();
         if (!spec.spawn_workers && now - last_heartbeat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
           last_heartbeat = now;
@@ -411,7 +449,11 @@ struct ProcessPool::Impl {
           if (!ranks[rank].alive) continue;
           identity = ranks[rank].identity;
         }
-        link->send(router, identity, rank, message);
+        const auto bytes = link->send(router, identity, rank, message);
+        if (message.kind != "heartbeat") {
+          message_bytes += bytes.total;
+          sent_tensor_bytes += bytes.tensors;
+        }
       }
 
       std::string problem = check_health();
@@ -427,9 +469,12 @@ struct ProcessPool::Impl {
     kill_and_reap_all();
   }
 
-  // Registers a request to every rank; messages[i] goes to rank i.
+  int node_of(int rank) const { return (pool_index << 16) | rank; }
+
+  // Registers a request to the ranks that have a message (messages[i] goes to rank i); on_done gets the
+  // replies indexed by rank, empty for ranks not asked.
   void request(const std::string& kind, const std::string& role, const std::string& method,
-               std::vector<Message> messages, std::function<void(std::vector<Message>&&)> on_done,
+               std::vector<std::optional<Message>> messages, std::function<void(std::vector<Message>&&)> on_done,
                std::function<void(std::exception_ptr)> on_error) {
     std::string why;
     {
@@ -441,16 +486,19 @@ struct ProcessPool::Impl {
         p.role = role;
         p.method = method;
         p.replies.resize(ranks.size());
-        p.remaining = static_cast<int>(ranks.size());
+        p.addressed.assign(ranks.size(), false);
+        for (size_t r = 0; r < messages.size(); ++r) p.addressed[r] = messages[r].has_value();
+        p.remaining = static_cast<int>(std::count(p.addressed.begin(), p.addressed.end(), true));
         p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(spec.call_timeout_s));
         p.on_done = std::move(on_done);
         p.on_error = std::move(on_error);
         pending.emplace(id, std::move(p));
         for (size_t r = 0; r < messages.size(); ++r) {
-          messages[r].kind = kind;
-          messages[r].meta["call_id"] = id;
-          outbox.emplace_back(static_cast<int>(r), std::move(messages[r]));
+          if (!messages[r]) continue;
+          messages[r]->kind = kind;
+          messages[r]->meta["call_id"] = id;
+          outbox.emplace_back(static_cast<int>(r), std::move(*messages[r]));
         }
         wake.notify();
         return;
@@ -474,10 +522,19 @@ std::shared_ptr<ProcessPool> ProcessPool::start(const ResourcePool& requested) {
   HF_CHECK(spec.call_timeout_s > 0 && spec.heartbeat_timeout_s > 0 && spec.start_timeout_s > 0,
            "resource pool '", spec.name, "': timeouts must be positive");
   install_signal_handlers();
+  HF_CHECK(spec.num_processes < kMaxPoolRanks, "resource pool '", spec.name, "': at most ", kMaxPoolRanks - 1,
+           " processes, got ", spec.num_processes);
+  HF_CHECK(spec.inline_row_bytes >= 0 && spec.object_table_bytes >= 0 && spec.data_fetch_timeout_s > 0,
+           "resource pool '", spec.name, "': inline_row_bytes and object_table_bytes must be >= 0 and ",
+           "data_fetch_timeout_s positive");
   auto impl = std::make_shared<Impl>();
   impl->spec = spec;
   if (!spec.token.empty()) check_job_secret(spec.token, "resource pool '" + spec.name + "': token");
+  if (!spec.data_token.empty()) check_job_secret(spec.data_token, "resource pool '" + spec.name + "': data_token");
   impl->token = spec.token.empty() ? runtime_detail::random_secret() : spec.token;
+  impl->data_token = spec.data_token.empty() ? impl->token : spec.data_token;
+  impl->pool_index = g_next_pool_index++;
+  HF_CHECK(impl->pool_index < (1 << 15), "more than 32767 resource pools in one controller process");
   impl->link = std::make_unique<runtime_detail::Link>(impl->token, "pool:" + spec.name, runtime_detail::kControllerEnd);
   impl->reject_log = std::make_unique<runtime_detail::RejectLog>("resource pool '" + spec.name + "'");
   impl->ranks.resize(spec.num_processes);
@@ -558,10 +615,11 @@ std::map<std::string, std::string> ProcessPool::create_role(const std::string& r
                                                             const nlohmann::json& config) {
   HF_CHECK(static_cast<int>(coords.size()) == size(), "worker group '", role, "': ", coords.size(),
            " mesh coordinates for resource pool '", spec().name, "' of ", size(), " processes");
-  std::vector<Message> messages(coords.size());
+  std::vector<std::optional<Message>> messages(coords.size());
   for (size_t r = 0; r < coords.size(); ++r)
-    messages[r].meta = {{"role", role}, {"type", worker_type}, {"pool", spec().name},
-                        {"coord", runtime_detail::coord_to_json(coords[r])}, {"config", config}};
+    messages[r] = Message{"", {{"role", role}, {"type", worker_type}, {"pool", spec().name},
+                               {"coord", runtime_detail::coord_to_json(coords[r])}, {"config", config}},
+                          std::nullopt};
   auto done = std::make_shared<std::promise<std::map<std::string, std::string>>>();
   auto result = done->get_future();
   impl_->request(
@@ -576,21 +634,128 @@ std::map<std::string, std::string> ProcessPool::create_role(const std::string& r
 void ProcessPool::submit(const std::string& role, const std::string& method, std::vector<DataProto> inputs,
                          std::function<void(std::vector<DataProto>&&)> on_done,
                          std::function<void(std::exception_ptr)> on_error) {
+  std::vector<RankInput> planless;
+  for (auto& input : inputs) planless.push_back({std::move(input), nullptr});
+  submit(
+      role, method, std::move(planless), /*keep_outputs=*/false,
+      [on_done](std::vector<RankOutput>&& outputs) {
+        std::vector<DataProto> data;
+        for (auto& o : outputs) data.push_back(std::move(o.data));
+        on_done(std::move(data));
+      },
+      std::move(on_error));
+}
+
+void ProcessPool::submit(const std::string& role, const std::string& method, std::vector<RankInput> inputs,
+                         bool keep_outputs, std::function<void(std::vector<RankOutput>&&)> on_done,
+                         std::function<void(std::exception_ptr)> on_error) {
   HF_CHECK(static_cast<int>(inputs.size()) == size(), "submit '", role, ".", method, "': ", inputs.size(),
            " inputs for ", size(), " ranks");
-  std::vector<Message> messages(inputs.size());
+  std::vector<std::optional<Message>> messages(inputs.size());
   for (size_t r = 0; r < inputs.size(); ++r) {
-    messages[r].meta = {{"role", role}, {"method", method}};
-    messages[r].data = std::move(inputs[r]);
+    Message m{"", {{"role", role}, {"method", method}}, std::move(inputs[r].data)};
+    if (!inputs[r].plan.is_null()) m.meta["plan"] = std::move(inputs[r].plan);
+    if (keep_outputs) m.meta["keep"] = {{"inline_row_bytes", impl_->spec.inline_row_bytes}};
+    messages[r] = std::move(m);
   }
   impl_->request(
       "call", role, method, std::move(messages),
       [on_done](std::vector<Message>&& replies) {
-        std::vector<DataProto> outputs;
-        for (auto& m : replies) outputs.push_back(m.data ? std::move(*m.data) : DataProto());
+        std::vector<RankOutput> outputs;
+        for (auto& m : replies)
+          outputs.push_back({m.data ? std::move(*m.data) : DataProto(), m.meta.value("kept", nlohmann::json())});
         on_done(std::move(outputs));
       },
       std::move(on_error));
+}
+
+void ProcessPool::fetch(int rank, int64_t object, const std::vector<std::string>& keys,
+                        const std::vector<std::pair<int64_t, int64_t>>& runs, const std::string& role,
+                        const std::string& method, std::function<void(DataProto&&)> on_done,
+                        std::function<void(std::exception_ptr)> on_error) {
+  HF_CHECK(rank >= 0 && rank < size(), "fetch from rank ", rank, " of resource pool '", spec().name, "' of ", size());
+  nlohmann::json run_list = nlohmann::json::array();
+  for (const auto& [start, count] : runs) run_list.push_back({start, count});
+  std::vector<std::optional<Message>> messages(static_cast<size_t>(size()));
+  messages[static_cast<size_t>(rank)] =
+      Message{"", {{"object", object}, {"keys", keys}, {"runs", run_list}}, std::nullopt};
+  impl_->request(
+      "fetch", role, method + " (fetching its kept output)", std::move(messages),
+      [on_done, rank](std::vector<Message>&& replies) {
+        on_done(replies[static_cast<size_t>(rank)].data ? std::move(*replies[static_cast<size_t>(rank)].data)
+                                                       : DataProto());
+      },
+      std::move(on_error));
+}
+
+void ProcessPool::release(int64_t object) {
+  // Its own lock: a handle may go while the pool's mutex is held (a failed call's callbacks dropped).
+  {
+    std::lock_guard<std::mutex> lock(impl_->release_mutex);
+    impl_->releases.push_back(object);
+  }
+  impl_->wake.notify();
+}
+
+ProcessPool::RankInfo ProcessPool::rank_info(int rank) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const RankState& r = impl_->ranks.at(static_cast<size_t>(rank));
+  return {r.pid, r.host, r.data_endpoint, impl_->node_of(rank)};
+}
+
+bool ProcessPool::keeps_outputs() const {
+  if (!impl_->spec.data_plane) return false;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (const auto& r : impl_->ranks)
+    if (r.data_endpoint.empty()) return false;
+  return true;
+}
+
+bool ProcessPool::shares_data_key(const ProcessPool& other) const { return impl_->data_token == other.impl_->data_token; }
+
+ProcessPool::HeldObjects ProcessPool::held_objects() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  HeldObjects out;
+  for (const auto& r : impl_->ranks) {
+    out.objects += r.objects;
+    out.bytes += r.object_bytes;
+    out.rejected_requests += r.data_rejected;
+  }
+  return out;
+}
+
+Traffic ProcessPool::traffic() const {
+  Traffic t;
+  t.controller_sent_bytes = impl_->sent_tensor_bytes.load();
+  t.controller_received_bytes = impl_->received_tensor_bytes.load();
+  t.controller_message_bytes = impl_->message_bytes.load();
+  t.worker_to_worker_bytes = impl_->worker_bytes.load();
+  return t;
+}
+
+Traffic& Traffic::operator+=(const Traffic& o) {
+  controller_sent_bytes += o.controller_sent_bytes;
+  controller_received_bytes += o.controller_received_bytes;
+  controller_message_bytes += o.controller_message_bytes;
+  worker_to_worker_bytes += o.worker_to_worker_bytes;
+  return *this;
+}
+
+Traffic Traffic::operator-(const Traffic& o) const {
+  Traffic t = *this;
+  t.controller_sent_bytes -= o.controller_sent_bytes;
+  t.controller_received_bytes -= o.controller_received_bytes;
+  t.controller_message_bytes -= o.controller_message_bytes;
+  t.worker_to_worker_bytes -= o.worker_to_worker_bytes;
+  return t;
+}
+
+bool data_plane_default() {
+  const char* v = std::getenv("HF_DATA_PLANE");
+  if (v == nullptr || *v == '\0') return true;
+  const std::string s = v;
+  HF_CHECK(s == "0" || s == "1", "HF_DATA_PLANE=", s, " must be 0 (off) or 1 (on)");
+  return s == "1";
 }
 
 void ProcessPool::when_ready(const Future& input, std::function<void()> fn) {

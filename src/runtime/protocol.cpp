@@ -61,9 +61,9 @@ void check_coords(const std::vector<MeshCoord>& coords) {
 }
 
 TransferProtocol one_to_all() {
-  return {replicate, [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>&) {
-            return concat_non_empty(outputs);
-          }};
+  return {replicate,
+          [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>&) { return concat_non_empty(outputs); },
+          /*moves_rows=*/true};
 }
 
 TransferProtocol data_parallel() {
@@ -74,7 +74,8 @@ TransferProtocol data_parallel() {
           },
           [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>&) {
             return concat_non_empty(outputs);
-          }};
+          },
+          /*moves_rows=*/true};
 }
 
 TransferProtocol three_d() {
@@ -88,7 +89,8 @@ TransferProtocol three_d() {
             return collect_from(
                 outputs, coords, coords[0].dp_size, protocols::k3D, [](const MeshCoord& c) { return c.dp; },
                 [](const MeshCoord& c) { return c.pp == c.pp_size - 1 && c.tp == 0; });
-          }};
+          },
+          /*moves_rows=*/true};
 }
 
 TransferProtocol three_d_all_micro_dp() {
@@ -102,7 +104,8 @@ TransferProtocol three_d_all_micro_dp() {
             return collect_from(
                 outputs, coords, coords[0].micro_dp_size, protocols::k3DAllMicroDP,
                 [](const MeshCoord& c) { return c.micro_dp; }, [](const MeshCoord& c) { return c.micro_dp_local == 0; });
-          }};
+          },
+          /*moves_rows=*/true};
 }
 
 // The controller neither splits nor merges: every rank sees the whole input and the caller reads

@@ -3,6 +3,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/store_server.h"
 #include "hybridflow/runtime/protocol.h"
+#include "data_plane.h"
 
 namespace hybridflow {
 
@@ -24,7 +25,7 @@ WorkerGroup::WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& r
   methods_ = pool_->create_role(role, worker_type, coords_, worker_config);
 }
 
-void WorkerGroup::start_call(const std::string& method, const DataProto& input,
+void WorkerGroup::start_call(const std::string& method, const DataProto* value, std::shared_ptr<const CallResult> from,
                              std::shared_ptr<ResultPromise> promise) const {
   try {
     auto it = methods_.find(method);
@@ -34,20 +35,22 @@ void WorkerGroup::start_call(const std::string& method, const DataProto& input,
       HF_FAIL("worker group '", role_, "' has no method '", method, "'; registered: ", known);
     }
     const std::string protocol = it->second;
-    auto inputs = dispatch_input(protocol, input, coords_);
-    auto coords = coords_;
+    auto routed = runtime_detail::route_inputs(value, from, protocol, coords_, *pool_);
+    const bool keep = pool_->keeps_outputs() && ProtocolRegistry::instance().get(protocol).moves_rows;
     const auto submitted = CallTimeline::Clock::now();
+    // The pool is held weakly: these run on its own I/O thread, which must not end up owning it.
+    std::weak_ptr<ProcessPool> pool = pool_;
     pool_->submit(
-        role_, method, std::move(inputs),
-        [promise, protocol, coords, timeline = timeline_, pool = pool_->spec().name, role = role_, method,
-         submitted](std::vector<DataProto>&& outputs) {
-          if (timeline) timeline->call_finished(pool, role, method, submitted);
-          auto result = std::make_shared<CallResult>();
-          result->merged = collect_outputs(protocol, outputs, coords);  // a throw goes to the error path
-          result->per_rank = std::move(outputs);
-          promise->set_value(std::move(result));
+        role_, method, std::move(routed.inputs), keep,
+        [promise, protocol, coords = coords_, timeline = timeline_, pool, pool_name = pool_->spec().name, role = role_,
+         method, submitted, holds = routed.holds](std::vector<ProcessPool::RankOutput>&& outputs) {
+          if (timeline) timeline->call_finished(pool_name, role, method, submitted);
+          auto owner = pool.lock();
+          HF_CHECK(owner, "resource pool '", pool_name, "' is gone");
+          // A throw (collect's checks) goes to the error path.
+          promise->set_value(runtime_detail::call_result(owner, role, method, protocol, coords, std::move(outputs)));
         },
-        [promise](std::exception_ptr e) { promise->set_exception(e); });
+        [promise, holds = routed.holds](std::exception_ptr e) { promise->set_exception(e); });
   } catch (...) {
     promise->set_exception(std::current_exception());
   }
@@ -56,7 +59,7 @@ void WorkerGroup::start_call(const std::string& method, const DataProto& input,
 Future WorkerGroup::call(const std::string& method, const DataProto& input) {
   auto promise = std::make_shared<ResultPromise>();
   Future out(promise->get_future().share());
-  start_call(method, input, promise);
+  start_call(method, &input, nullptr, promise);
   return out;
 }
 
@@ -66,8 +69,7 @@ Future WorkerGroup::call(const std::string& method, const Future& input) {
   Future out(promise->get_future().share());
   auto launch = [self = *this, method, input, promise] {
     try {
-      const DataProto& value = input.get();
-      self.start_call(method, value, promise);
+      self.start_call(method, nullptr, input.result(), promise);  // kept rows are not fetched here
     } catch (...) {
       promise->set_exception(std::current_exception());
     }

@@ -14,9 +14,14 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/core/printable.h"
+#include "hybridflow/runtime/launcher.h"
+#include "hybridflow/runtime/net_address.h"
 #include "hybridflow/runtime/worker.h"
+#include "data_fetch.h"
+#include "data_server.h"
 #include "launcher_detail.h"
 #include "message.h"
+#include "object_table.h"
 
 namespace hybridflow {
 namespace {
@@ -30,11 +35,24 @@ std::string env_or_fail(const char* name) {
   return v;
 }
 
+// Where this worker's data socket listens: its address on the route to the controller (loopback for a
+// local run), so that every other worker of the job that reaches the controller reaches it too.
+std::string data_socket_host(const std::string& endpoint) {
+  const char* controller = std::getenv(kControllerAddrEnv);
+  const std::string host = controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0"
+                               ? std::string(controller)
+                               : endpoint_host(endpoint);
+  return local_address_towards(host);
+}
+
 // Runs create/call requests one at a time on its own thread, so the I/O thread keeps answering and
-// sending heartbeats while a long method runs.
+// sending heartbeats while a long method runs. Before a call it assembles the input its plan names (rows
+// kept by workers, data_fetch.h); after it, it keeps the output's bulk tensors in the object table when the
+// controller asked for that, answering with their description instead.
 class Executor {
  public:
-  explicit Executor(runtime_detail::WakePipe& wake) : wake_(wake), thread_([this] { loop(); }) {}
+  Executor(runtime_detail::WakePipe& wake, runtime_detail::ObjectTable& table, runtime_detail::InputFetcher& fetcher)
+      : wake_(wake), table_(table), fetcher_(fetcher), thread_([this] { loop(); }) {}
   ~Executor() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -89,7 +107,15 @@ class Executor {
         reply.kind = "created";
       } else if (request.kind == "call") {
         DataProto input = request.data ? *request.data : DataProto();
-        reply.data = host_.call(request.meta.at("role"), request.meta.at("method"), input);
+        runtime_detail::InputFetcher::Result fetched;
+        if (request.meta.contains("plan")) input = fetcher_.assemble(std::move(input), request.meta.at("plan"), &fetched);
+        DataProto output = host_.call(request.meta.at("role"), request.meta.at("method"), input);
+        // Inputs handed over without a copy are shared with every other reader of those rows.
+        for (const auto& [object, key] : fetched.shared) table_.get(object, key);
+        if (request.meta.contains("keep"))
+          keep(request.meta.at("call_id").get<int64_t>(), request.meta.at("keep"), output, reply.meta);
+        if (fetched.fetched_bytes > 0) reply.meta["fetched_bytes"] = fetched.fetched_bytes;
+        reply.data = std::move(output);
         reply.kind = "result";
       } else {
         HF_FAIL("worker process: unknown request kind '", request.kind, "'");
@@ -101,7 +127,38 @@ class Executor {
     return reply;
   }
 
+  // Keeps the tensors of `output` with more than inline_row_bytes per row as object `id`, leaving the rest
+  // (small per-row tensors, fields, meta) to travel with the answer; `kept` in the answer describes them.
+  // An output that does not fit the table travels whole, as without the data plane.
+  void keep(int64_t id, const nlohmann::json& options, DataProto& output, nlohmann::json& reply_meta) {
+    if (output.batch_size() == 0) return;
+    const int64_t inline_row_bytes = options.value("inline_row_bytes", int64_t{0});
+    std::map<std::string, torch::Tensor> kept;
+    nlohmann::json described = nlohmann::json::array();
+    for (const auto& [key, t] : output.tensors()) {
+      const int64_t row_bytes = t.numel() / output.batch_size() * static_cast<int64_t>(t.element_size());
+      if (row_bytes <= inline_row_bytes) continue;
+      kept[key] = t.detach().to(torch::kCPU).contiguous();  // the bytes the answer would have carried
+      described.push_back({{"key", key}, {"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()}});
+    }
+    if (kept.empty()) return;
+    std::vector<std::string> keys;
+    for (const auto& kv : kept) keys.push_back(kv.first);
+    if (!table_.put(id, std::move(kept))) {
+      if (!warned_full_)
+        log_warn("data plane: the object table of this worker is full (", table_.bytes(), " bytes held; ",
+                 "ResourcePool::object_table_bytes); outputs travel to the controller until objects are released");
+      warned_full_ = true;
+      return;
+    }
+    for (const auto& key : keys) output.erase_tensor(key);
+    reply_meta["kept"] = {{"object", id}, {"tensors", described}};
+  }
+
   runtime_detail::WakePipe& wake_;
+  runtime_detail::ObjectTable& table_;
+  runtime_detail::InputFetcher& fetcher_;
+  bool warned_full_ = false;
   WorkerHost host_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -131,16 +188,32 @@ int run_worker_main(int, char**) {
   runtime_detail::Link::limit(socket);
   socket.connect(endpoint);
 
+  // The data plane: outputs kept here, served from a socket of their own (data_server.h). Without one
+  // (no route to bind on) the worker still runs; its pool then sends outputs to the controller.
+  const std::string where = "worker rank " + std::to_string(rank) + " of pool '" + printable(pool) + "'";
+  const char* data_token = std::getenv(runtime_detail::kDataTokenEnv);
+  const std::string data_secret = data_token != nullptr && *data_token != '\0' ? data_token : token;
+  runtime_detail::ObjectTable table;
+  runtime_detail::InputFetcher fetcher(context, table);
+  std::unique_ptr<runtime_detail::DataServer> data_server;
+  try {
+    data_server = std::make_unique<runtime_detail::DataServer>(context, data_socket_host(endpoint), table,
+                                                               where + ", data socket");
+  } catch (const std::exception& e) {
+    log_warn(where, ": no data socket (", e.what(), "); its outputs will travel through the controller");
+  }
+
   Message hello;
   hello.kind = "hello";
   hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", runtime_detail::host_name()}};
+  if (data_server) hello.meta["data_endpoint"] = data_server->endpoint();
   link.send(socket, "", runtime_detail::kControllerEnd, hello);
 
   runtime_detail::WakePipe wake;
-  runtime_detail::RejectLog rejects("worker rank " + std::to_string(rank) + " of pool '" + printable(pool) + "'");
+  runtime_detail::RejectLog rejects(where);
   int exit_code = 0;
   {
-    Executor executor(wake);
+    Executor executor(wake, table, fetcher);
     auto last_beat = std::chrono::steady_clock::now();
     // A worker nobody welcomes (controller gone or wrong endpoint) must not linger forever.
     const char* connect_env = std::getenv("HF_WORKER_CONNECT_TIMEOUT_S");
@@ -152,8 +225,12 @@ int run_worker_main(int, char**) {
     double controller_silence_limit_s = 0;
     auto last_from_controller = started;
     while (running) {
-      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake.fd(), ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, wake.fd(), ZMQ_POLLIN, 0},
+                                 {data_server ? data_server->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, data_server ? 3 : 2,
+                std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
+      if (data_server) data_server->serve();
       while (auto received = link.receive(socket, false)) {
         if (!received->message) {
           rejects.note(received->peer_address, received->reject_code,
@@ -168,8 +245,34 @@ int run_worker_main(int, char**) {
         }
         if (received->message->kind == "heartbeat") continue;
         if (received->message->kind == "welcome") {
+          const auto& meta = received->message->meta;
           welcomed = true;
-          controller_silence_limit_s = received->message->meta.value("heartbeat_timeout_s", 0.0);
+          controller_silence_limit_s = meta.value("heartbeat_timeout_s", 0.0);
+          if (meta.contains("node")) {
+            table.set_capacity(meta.value("object_table_bytes", int64_t{0}));
+            fetcher.start(data_secret, meta.at("node").get<int>());
+            if (data_server) data_server->start(data_secret, meta.at("node").get<int>());
+          }
+          continue;
+        }
+        // Rows of kept outputs for the controller, and releases: answered here, even while a method runs.
+        if (received->message->kind == "fetch") {
+          const auto& meta = received->message->meta;
+          Message reply{"rows", {{"call_id", meta.value("call_id", int64_t(-1))}}, std::nullopt};
+          try {
+            runtime_detail::RowRuns runs;
+            for (const auto& r : meta.at("runs")) runs.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
+            reply.data = table.rows(meta.at("object").get<int64_t>(), meta.at("keys").get<std::vector<std::string>>(), runs);
+          } catch (const std::exception& e) {
+            reply.kind = "error";
+            reply.meta["message"] = e.what();
+          }
+          link.send(socket, "", runtime_detail::kControllerEnd, reply);
+          continue;
+        }
+        if (received->message->kind == "release") {
+          for (const auto& id : received->message->meta.value("objects", nlohmann::json::array()))
+            table.release(id.get<int64_t>());
           continue;
         }
         executor.submit(std::move(*received->message));
@@ -191,7 +294,10 @@ int run_worker_main(int, char**) {
         running = false;
       }
       if (now - last_beat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
-        link.send(socket, "", runtime_detail::kControllerEnd, Message{"heartbeat", {{"rank", rank}}, std::nullopt});
+        // With what the data plane holds here, for ProcessPool::held_objects().
+        Message beat{"heartbeat", {{"rank", rank}, {"objects", table.objects()}, {"object_bytes", table.bytes()},
+                                   {"data_rejected", data_server ? data_server->rejected() : size_t{0}}}, std::nullopt};
+        link.send(socket, "", runtime_detail::kControllerEnd, beat);
         last_beat = now;
       }
     }

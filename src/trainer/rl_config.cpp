@@ -17,7 +17,8 @@ const char* const kRLSchema = R"(trainer:
   run_dir: ""
   threads_per_worker: 1
   device: auto
-  colocate: true
+  placement: null
+  colocate: null
   save_checkpoint: false
   save_freq: -1
   max_ckpt_to_keep: 0
@@ -84,6 +85,9 @@ actor_rollout_ref:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
       use_distributed_optimizer: false
+    fsdp_config:
+      param_offload: false
+      optimizer_offload: false
     optim:
       lr: 1.0e-5
       weight_decay: 0.01
@@ -106,6 +110,10 @@ actor_rollout_ref:
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
     reshard_mode: hybridflow
+    num_processes: 1
+    staleness: 0
+    update_weights_bucket_megabytes: 512
+    free_cache_engine: true
   ref:
     dtype: null
     log_prob_micro_batch_size: null
@@ -120,6 +128,10 @@ critic:
     pipeline_model_parallel_size: 1
     use_distributed_optimizer: false
   model_path: ""
+  model:
+    fsdp_config:
+      param_offload: false
+      optimizer_offload: false
   dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: null
@@ -175,6 +187,7 @@ cost:
   allowed_hosts: []
   timeout_s: 60.0
   max_output_bytes: 16777216
+pools: {}
 )";
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include "rl_stages.h"
 
 #include "hybridflow/algo/dapo.h"
+#include "hybridflow/algo/rollout_correction.h"
 #include "hybridflow/workers/data_parallel.h"
 #include "score_guard.h"
 
@@ -53,6 +54,7 @@ TrainerStages::TrainerStages(RLTrainer::State& s)
       step_start_(CallSpan::Clock::now()),
       step_start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {
   s_.timeline->take();  // calls made between steps (evaluation, checkpoints) are not this step's
+  s_.controller.take_traffic();  // nor their bytes
 }
 
 const Config& TrainerStages::config() const { return s_.cfg; }
@@ -69,22 +71,69 @@ algo::LagrangeMultiplier& TrainerStages::lagrange() {
 
 DataProto TrainerStages::next_prompts(int64_t count) {
   if (count <= 0) count = s_.cfg.get<int64_t>("data.train_batch_size");
+  const bool first = !drew_prompts_;
+  drew_prompts_ = true;
+  // One-step off-policy: the previous step drew this step's prompts and is generating them already.
+  if (first && s_.prefetch && s_.prefetch->for_step == s_.step) {
+    HF_CHECK(count == s_.prefetch->prompts.batch_size(), "algorithm program '", s_.program, "': its first ",
+             "next_prompts(", count, ") differs from the ", s_.prefetch->prompts.batch_size(),
+             " prompts the previous step generated for it (actor_rollout_ref.rollout.staleness 1)");
+    return s_.prefetch->prompts;
+  }
   return s_.next_prompts(count, s_.train, &s_.data_pos, s_.cfg.get<bool>("data.shuffle"));
 }
 
-Generation TrainerStages::generate(const DataProto& prompts, bool greedy) {
+DataProto TrainerStages::generation_request(const DataProto& prompts, int64_t step, uint64_t round) const {
   DataProto request = prompts;
+  // The first sampled generation of a step keeps the seed of the one-generation programs; a program that
+  // samples again in the same step (DAPO) draws fresh samples.
+  const uint64_t seed = static_cast<uint64_t>(s_.cfg.get<int64_t>("trainer.seed"));
+  request.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(step) + 7777777ULL * round;
+  return request;
+}
+
+Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t round) {
+  WorkerGroup& generator = s_.generator();
+  if (s_.placement.staleness == 0 || round > 0)
+    return generator.call("generate_sequences", generation_request(prompts, s_.step, round));
+  Future batch;
+  if (s_.prefetch && s_.prefetch->for_step == s_.step) {
+    HF_CHECK(prompts.serialize() == s_.prefetch->prompts.serialize(), "algorithm program '", s_.program,
+             "': with actor_rollout_ref.rollout.staleness 1 its first sampled generation must be of the prompts its ",
+             "first next_prompts() returned (the previous step generated those)");
+    batch = s_.prefetch->batch;
+  } else {
+    batch = generator.call("generate_sequences", generation_request(prompts, s_.step, round));
+  }
+  s_.prefetch.reset();
+  // The next step's rollout, generated on the rollout pool with the weights it holds now (one update
+  // behind the ones the next step trains) while this step's log-probs, values and updates run.
+  if (s_.step + 1 < s_.cfg.get<int64_t>("trainer.total_steps")) {
+    RLTrainer::State::Prefetch next;
+    next.for_step = s_.step + 1;
+    next.prompts = s_.next_prompts(s_.cfg.get<int64_t>("data.train_batch_size"), s_.train, &s_.data_pos,
+                                   s_.cfg.get<bool>("data.shuffle"));
+    next.batch = generator.call("generate_sequences", generation_request(next.prompts, next.for_step, 0));
+    s_.prefetch = std::move(next);
+  }
+  return batch;
+}
+
+void TrainerStages::stamp_policy_version(DataProto& batch) const {
+  if (!batch.has_tensor("policy_version"))
+    batch.set_tensor("policy_version", torch::full({batch.batch_size()}, s_.step, torch::kLong));
+}
+
+Generation TrainerStages::generate(const DataProto& prompts, bool greedy) {
+  Generation g;
   if (greedy) {
+    DataProto request = prompts;
     request.meta()["greedy"] = true;
     request.meta()["n"] = 1;
+    g.batch = s_.generator().call("generate_sequences", request);
   } else {
-    // The first sampled generation of a step keeps the seed of the one-generation programs; a program that
-    // samples again in the same step (DAPO) draws fresh samples.
-    const uint64_t seed = static_cast<uint64_t>(s_.cfg.get<int64_t>("trainer.seed"));
-    request.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(s_.step) + 7777777ULL * sampled_generations_++;
+    g.batch = sampled_generation(prompts, sampled_generations_++);
   }
-  Generation g;
-  g.batch = s_.actor->call("generate_sequences", request);
   if (s_.reward_model) g.rm_score = s_.reward_model->call("compute_rm_score", g.batch);
   if (s_.cost_model) g.cost_score = s_.cost_model->call("compute_rm_score", g.batch);
   return g;
@@ -159,6 +208,7 @@ Rollout TrainerStages::rollout(const DataProto& prompts) {
   r.rm_score = g.rm_score;
   r.cost_score = g.cost_score;
   r.batch = wait_generation(g.batch);
+  stamp_policy_version(r.batch);
   log_reshard(r.batch, *s_.metrics);
   return r;
 }
@@ -169,6 +219,7 @@ Rollout TrainerStages::rollout_of(const DataProto& generated, int64_t n, const t
   HF_CHECK(!scores.defined() || scores.numel() == generated.batch_size(), "rollout_of: ", scores.numel(),
            " scores for ", generated.batch_size(), " rows");
   DataProto batch = generated;
+  stamp_policy_version(batch);
   log_reshard(batch, *s_.metrics);
   Rollout r = dispatch_readers(Future::ready(batch), n);
   r.scores = scores;
@@ -206,6 +257,15 @@ void TrainerStages::collect(Rollout& r) {
   {
     auto t = timer_.scope("old_log_prob");
     r.batch.update(r.old_log_prob.get());
+  }
+  // The generating policy against the one about to train (another dtype, or one update behind): logged,
+  // and with algorithm.rollout_correction.rollout_is the actor's loss is weighted by the truncated ratio.
+  if (r.batch.has_tensor("rollout_log_probs") && r.batch.has_tensor("old_log_probs")) {
+    const auto correction = algo::rollout_correction(
+        r.batch.tensor("old_log_probs"), r.batch.tensor("rollout_log_probs"), r.batch.tensor("response_mask"),
+        algo::rollout_correction_config(s_.cfg.subtree("algorithm")));
+    for (const auto& [key, value] : correction.metrics) s_.metrics->set(key, value);
+    if (correction.weights.defined()) r.batch.set_tensor("rollout_is_weights", correction.weights);
   }
   if (r.ref_log_prob.valid()) {
     auto t = timer_.scope("ref");
@@ -289,6 +349,7 @@ void TrainerStages::update(Rollout& r) {
   std::vector<std::string> actor_keys = {"input_ids", "attention_mask", "responses", "response_mask",
                                          "old_log_probs", "advantages"};
   if (batch.has_tensor("ref_log_prob")) actor_keys.push_back("ref_log_prob");
+  if (batch.has_tensor("rollout_is_weights")) actor_keys.push_back("rollout_is_weights");
   Future actor_f = s_.actor->call("update_actor", at_this_step(batch.select(actor_keys)));
   MetricsLog& m = *s_.metrics;
   int nonfinite = 0;  // roles whose update met a non-finite gradient norm and skipped that optimizer step
@@ -300,8 +361,12 @@ void TrainerStages::update(Rollout& r) {
     auto t = timer_.scope("update_cost_critic");
     nonfinite += add_metrics(m, cost_critic_f, "cost_");
   }
-  auto t = timer_.scope("update_actor");
-  nonfinite += add_metrics(m, actor_f);
+  {
+    auto t = timer_.scope("update_actor");
+    nonfinite += add_metrics(m, actor_f);
+  }
+  // The new weights to the standalone rollout pool, straight from the actor's processes; finish() waits.
+  if (s_.rollout) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);
   m.set("train/nonfinite_updates", nonfinite);
   if (nonfinite > 0)
     log_warn("step ", s_.step + 1, ": ", nonfinite, " role update(s) had a non-finite gradient norm and skipped ",
@@ -311,6 +376,18 @@ void TrainerStages::update(Rollout& r) {
 nlohmann::json TrainerStages::finish(Rollout& r) {
   MetricsLog& m = *s_.metrics;
   const DataProto& batch = r.batch;
+  if (weight_sync_) {  // with staleness 1 this also waits for the next step's generation, queued before it
+    auto t = timer_.scope("weight_sync");
+    const nlohmann::json figures = s_.finish_weight_sync(*weight_sync_);
+    for (const auto& [key, value] : figures.items()) m.set(key, value.get<double>());
+    m.set("weight_sync/policy_version", static_cast<double>(s_.step + 1));
+    weight_sync_.reset();
+  }
+  if (batch.has_tensor("policy_version")) {
+    const auto staleness = (s_.step - batch.tensor("policy_version")).to(torch::kDouble);
+    m.set("rollout/staleness_mean", staleness.mean().item<double>());
+    m.set("rollout/staleness_max", staleness.max().item<double>());
+  }
   const auto response_mask = batch.tensor("response_mask").to(torch::kFloat);
   const auto lengths = response_mask.sum(1);
   if (batch.has_tensor("token_level_rewards")) m.set("reward/mean", mean_of(batch.tensor("token_level_rewards").sum(1)));
@@ -332,12 +409,16 @@ nlohmann::json TrainerStages::finish(Rollout& r) {
   m.set("prompt_length/mean", mean_of(prompt_lengths));
   const double tokens = batch.tensor("attention_mask").sum().item<double>();
   m.set("perf/total_tokens", tokens);
+  const Traffic traffic = s_.controller.take_traffic();  // tensor bytes: what the data plane keeps off the controller
+  m.set("perf/controller_bytes", static_cast<double>(traffic.controller_bytes()));
+  m.set("perf/worker_to_worker_bytes", static_cast<double>(traffic.worker_to_worker_bytes));
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer_.total_seconds()));
   m.add_timings(timer_);
   // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.
   const int64_t test_freq = s_.cfg.get<int64_t>("trainer.test_freq");
   if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.cfg.get<int64_t>("data.test_size") > 0)
     m.set("val/score", s_.evaluate(s_.cfg.get<int64_t>("data.test_size")));
+  s_.log_memory(m);
   log_samples(r, s_.step + 1);
   log_timeline(s_.step + 1);
   nlohmann::json record = m.end_step(++s_.step);

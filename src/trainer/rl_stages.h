@@ -52,6 +52,13 @@ class TrainerStages final : public RLStages {
 
  private:
   const DataProto& wait_generation(const Future& batch);
+  // A generate_sequences request for `prompts`, sampled with the seed of round `round` of step `step`.
+  DataProto generation_request(const DataProto& prompts, int64_t step, uint64_t round) const;
+  // The step's first sampled generation: with rollout.staleness 1 the one the previous step dispatched (and
+  // the next step's is dispatched here); otherwise dispatched now.
+  Future sampled_generation(const DataProto& prompts, uint64_t round);
+  // Every sample carries the policy version that generated it; the actor's own rollouts are this step's.
+  void stamp_policy_version(DataProto& batch) const;
   // Rule score + reward model + overlong penalty; `log` records the parts as this step's metrics.
   at::Tensor sequence_scores(const DataProto& gen, const Future& rm_score, bool log);
   at::Tensor sequence_costs(const DataProto& gen, const Future& cost_score);
@@ -66,6 +73,8 @@ class TrainerStages final : public RLStages {
   CallSpan::Clock::time_point step_start_;
   double step_start_unix_s_ = 0;
   uint64_t sampled_generations_ = 0;
+  bool drew_prompts_ = false;  // next_prompts ran this step (the prefetched prompts go to the first call)
+  std::optional<RLTrainer::State::WeightSyncCalls> weight_sync_;  // dispatched after the actor's update
   bool finished_ = false;
 };
 

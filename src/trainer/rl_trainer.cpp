@@ -90,10 +90,10 @@ double RLTrainer::State::evaluate(int64_t count) {
   DataProto prompts = next_prompts(count, test, &pos, /*shuffle=*/false);
   prompts.meta()["greedy"] = true;
   prompts.meta()["n"] = 1;
-  const int procs = actor->world_size();
+  const int procs = generator().world_size();
   int64_t pad = 0;
   if (count % procs != 0) prompts = prompts.padded_to_multiple(procs, &pad);
-  DataProto gen = actor->call("generate_sequences", prompts).get().slice(0, count);
+  DataProto gen = generator().call("generate_sequences", prompts).get().slice(0, count);
   const auto scores = rule_scores(gen);
   double total = 0;
   for (double v : scores) total += v;
@@ -103,7 +103,7 @@ double RLTrainer::State::evaluate(int64_t count) {
 std::vector<std::string> RLTrainer::roles() const {
   std::vector<std::string> out;
   for (const auto* g : {s_->actor.get(), s_->critic.get(), s_->reward_model.get(), s_->cost_model.get(),
-                        s_->cost_critic.get()})
+                        s_->cost_critic.get(), s_->rollout.get()})
     if (g) out.push_back(g->role());
   return out;
 }
@@ -120,6 +120,7 @@ double RLTrainer::parameter_sq_norm(const std::string& role) {
   WorkerGroup* g = role == "actor"         ? s_->actor.get()
                   : role == "critic"      ? s_->critic.get()
                   : role == "cost_critic" ? s_->cost_critic.get()
+                  : role == "rollout"     ? s_->rollout.get()
                                           : nullptr;
   HF_CHECK(g, "parameter_sq_norm: no worker group '", role, "' (started: actor",
            s_->critic ? ", critic" : "", ")");

@@ -67,6 +67,7 @@ std::string RLTrainer::State::save_checkpoint() {
   std::vector<Future> saves;
   for (WorkerGroup* g : trainable_groups()) saves.push_back(g->call("save_checkpoint", req));
   for (const Future& f : saves) f.get();
+  save_prefetch(tmp);
   save_cpu_rng_state(tmp + "/rng/controller.safetensors");
   write_file_atomic(tmp + "/config.yaml", cfg.to_yaml());
   write_trainer_state(tmp, controller_state());
@@ -85,6 +86,7 @@ void RLTrainer::State::resume(const std::string& dir) {
   std::vector<Future> loads;
   for (WorkerGroup* g : trainable_groups()) loads.push_back(g->call("load_checkpoint", req));
   for (const Future& f : loads) f.get();
+  load_prefetch(dir);
   load_cpu_rng_state(dir + "/rng/controller.safetensors");
   resumed_from = last_checkpoint = dir;
   last_saved_step = step;

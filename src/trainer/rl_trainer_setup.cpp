@@ -4,9 +4,10 @@
 #include "rl_trainer_state.h"
 #include "score_guard.h"
 
-#include <torch/cuda.h>
-
+#include "hybridflow/core/platform.h"
+#include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rollout_sampling.h"
 #include "hybridflow/parallel/resharding.h"
@@ -47,21 +48,6 @@ nlohmann::json optim_json(const Config& optim, const std::string& section, int64
           {"lr_schedule", kind},
           {"min_lr_ratio", min_lr_ratio},
           {"total_steps", total}};
-}
-
-// trainer.device, checked in the controller before any worker starts.
-std::string resolve_device(const std::string& device) {
-  HF_CHECK(device == "auto" || device == "cpu" || device == "cuda", "trainer.device: expected cpu | cuda | auto, got '",
-           device, "'");
-  const bool have_cuda = torch::cuda::is_available();
-  if (device == "auto") return have_cuda ? "cuda" : "cpu";
-#ifdef HF_WITH_CUDA
-  const char* why = "no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)";
-#else
-  const char* why = "this is a CPU build of hybridflow: rebuild with HF_CUDA=1 (scripts/build.sh) on a machine with a GPU";
-#endif
-  HF_CHECK(device == "cpu" || have_cuda, "trainer.device=cuda, but ", why, "; or set trainer.device=cpu");
-  return device;
 }
 
 // Numbers that would run silently wrong (or exit 0 having done nothing) fail here, before any worker starts.
@@ -138,8 +124,20 @@ ParallelLayout role_layout(const Config& config, const std::string& section, int
 }
 
 // The actor's layout adds generation's: a smaller tensor-parallel size switches through the 3D-HybridEngine.
-ParallelLayout actor_layout(const Config& config, int procs) {
-  ParallelLayout layout = role_layout(config, "actor_rollout_ref.actor", procs, "actor_rollout_ref.num_processes");
+// With a standalone rollout pool the rollout keys describe that pool, and the actor keeps its training layout.
+ParallelLayout actor_layout(const Config& config, int procs, const std::string& procs_key, bool standalone_rollout) {
+  ParallelLayout layout = role_layout(config, "actor_rollout_ref.actor", procs, procs_key);
+  for (const auto& [ref_key, actor_value] :
+       {std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.tensor_model_parallel_size", layout.tp},
+        std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", layout.pp}})
+    HF_CHECK(config.is_null(ref_key) || config.get<int>(ref_key) == actor_value, ref_key, " = ",
+             config.get<int>(ref_key), ": the reference model lives in the actor's processes and is split like the ",
+             "actor (", actor_value, "); leave it null");
+  if (standalone_rollout) {
+    layout.gen_tp = layout.tp;
+    layout.gen_pp = layout.pp;
+    return layout;
+  }
   const std::string gen_key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
   layout.gen_tp = config.is_null(gen_key) ? layout.tp : config.get<int>(gen_key);
   HF_CHECK(layout.gen_tp >= 1 && layout.tp % layout.gen_tp == 0, gen_key, " = ", layout.gen_tp,
@@ -161,12 +159,20 @@ ParallelLayout actor_layout(const Config& config, int procs) {
   HF_CHECK(layout.gen_pp == 1 || mode == ReshardMode::kHybridFlow || (layout.gen_pp == layout.pp && layout.gen_tp == layout.tp),
            gen_pp_key, " = ", layout.gen_pp, ": generation in pipeline stages switches layouts in ", mode_key,
            " = hybridflow only, got ", config.get<std::string>(mode_key));
-  for (const auto& [ref_key, actor_value] :
-       {std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.tensor_model_parallel_size", layout.tp},
-        std::pair<std::string, int>{"actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", layout.pp}})
-    HF_CHECK(config.is_null(ref_key) || config.get<int>(ref_key) == actor_value, ref_key, " = ",
-             config.get<int>(ref_key), ": the reference model lives in the actor's processes and is split like the ",
-             "actor (", actor_value, "); leave it null");
+  return layout;
+}
+
+// A standalone rollout pool's layout: rollout.tensor_model_parallel_size ranks per replica (null: 1), unstaged.
+ParallelLayout standalone_rollout_layout(const Config& config, int procs, const std::string& procs_key) {
+  const std::string tp_key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+  const std::string pp_key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
+  ParallelLayout layout;
+  layout.tp = config.is_null(tp_key) ? 1 : config.get<int>(tp_key);
+  HF_CHECK(layout.tp >= 1, tp_key, " must be >= 1, got ", layout.tp);
+  HF_CHECK(config.get<int>(pp_key) == 1, pp_key, " = ", config.get<int>(pp_key),
+           ": a standalone rollout pool generates unstaged; leave it 1");
+  HF_CHECK(procs % layout.tp == 0, procs_key, " = ", procs, " processes do not divide into generation replicas of ",
+           tp_key, " = ", layout.tp);
   return layout;
 }
 
@@ -216,6 +222,17 @@ void check_context_fits(const Config& config, const std::string& model_path, int
              " (longer prompts are then cut by data.truncation or dropped by data.filter_overlong_prompts) or ",
              response_key);
   }
+}
+
+// One-step off-policy prefetches a step's one sampled generation while the previous step trains; programs
+// that generate again inside a step (DAPO's rounds, ReMax's greedy baseline) would mix policies in one step.
+void check_staleness_fits_program(const RolePlacement& placement, const std::string& program,
+                                  const std::string& estimator) {
+  if (placement.staleness == 0) return;
+  HF_CHECK(program != "dapo" && estimator != "remax", "actor_rollout_ref.rollout.staleness: 1 generates each step's ",
+           "rollout during the previous step, but ", program == "dapo" ? "program dapo generates several rounds per step"
+                                                                       : "adv_estimator remax generates a greedy baseline",
+           " with the current weights; use staleness 0 with it");
 }
 
 nlohmann::json nullable(const Config& c, const std::string& key) {
@@ -308,7 +325,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const int64_t total_steps = config.get<int64_t>("trainer.total_steps");
   const int threads = config.get<int>("trainer.threads_per_worker");
   nlohmann::json model_spec = {{"path", model_path},
-                               {"device", resolve_device(config.get<std::string>("trainer.device"))},
+                               {"device", resolve_device_name(config.get<std::string>("trainer.device"), "trainer.device")},
                                {"preset", config.get<std::string>("model.preset")},
                                {"vocab_size", s.tokenizer.vocab_size()},
                                {"init_seed", config.get<int64_t>("model.init_seed")},
@@ -321,23 +338,34 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
 
   const Config actor = config.subtree("actor_rollout_ref.actor");
   const Config rollout = config.subtree("actor_rollout_ref.rollout");
-  const int actor_procs = config.get<int>("actor_rollout_ref.num_processes");
+  // Which pool each role runs in (placement/placement_spec.h): checked here, before any process starts.
+  const bool use_rm = config.get<bool>("reward_model.enable");
+  std::vector<std::string> run_roles = {"actor"};
+  if (s.use_critic) run_roles.push_back("critic");
+  if (s.use_critic && s.lagrange) run_roles.push_back("cost_critic");
+  if (use_rm) run_roles.push_back("reward_model");
+  if (use_cost_model) run_roles.push_back("cost_model");
+  s.placement = resolve_placement(config, run_roles);
+  check_staleness_fits_program(s.placement, s.program, s.adv_estimator);
+  const bool standalone = s.placement.standalone_rollout();
+  const PoolSpec& actor_pool = s.placement.pool_of("actor");
+  const int actor_procs = actor_pool.processes;
   const int64_t n = rollout.get<int64_t>("n");
   HF_CHECK(n >= 1, "actor_rollout_ref.rollout.n must be >= 1, got ", n);
   // Group baselines need a group: with one sample per prompt every GRPO/RLOO advantage is 0.
   HF_CHECK(n >= 2 || (s.adv_estimator != "grpo" && s.adv_estimator != "rloo"), "algorithm.adv_estimator=",
            s.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
            " (with n = 1 every advantage is 0 and nothing is learned)");
-  const ParallelLayout actor_mesh = actor_layout(config, actor_procs);
+  const ParallelLayout actor_mesh = actor_layout(config, actor_procs, actor_pool.processes_key, standalone);
   const int actor_dp = actor_procs / (actor_mesh.tp * actor_mesh.pp);
   // Each generation replica is gen_pp stages of gen_tp ranks.
   const int gen_replicas = actor_procs / (actor_mesh.gen_tp * actor_mesh.gen_pp);
   HF_CHECK((batch_prompts * n) % actor_dp == 0, "data.train_batch_size x rollout.n = ", batch_prompts * n,
-           " samples must divide across the actor's ", actor_dp, " data-parallel groups (actor_rollout_ref.num_processes = ",
+           " samples must divide across the actor's ", actor_dp, " data-parallel groups (", actor_pool.processes_key, " = ",
            actor_procs, " / (tensor_model_parallel_size = ", actor_mesh.tp, " x pipeline_model_parallel_size = ",
            actor_mesh.pp, "))");
-  HF_CHECK(batch_prompts % gen_replicas == 0, "data.train_batch_size = ", batch_prompts,
-           " prompts must divide across the actor's ", gen_replicas, " generation replicas (actor_rollout_ref.num_processes = ",
+  HF_CHECK(standalone || batch_prompts % gen_replicas == 0, "data.train_batch_size = ", batch_prompts,
+           " prompts must divide across the actor's ", gen_replicas, " generation replicas (", actor_pool.processes_key, " = ",
            actor_procs, " / (rollout.tensor_model_parallel_size = ", actor_mesh.gen_tp,
            " x rollout.pipeline_model_parallel_size = ", actor_mesh.gen_pp, "))");
   nlohmann::json actor_json = optim_json(actor.subtree("optim"), "actor_rollout_ref.actor.optim", total_steps);
@@ -379,7 +407,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const std::string cm_dtype = checked_dtype(config.subtree("cost_model"), "dtype", "cost_model.dtype", "fp32");
   actor_json["dtype"] = actor_dtype;
   model_spec["dtype"] = actor_dtype;
-  nlohmann::json rollout_json = {{"dtype", checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype)},
+  const std::string rollout_dtype = checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype);
+  nlohmann::json rollout_json = {{"dtype", standalone ? actor_dtype : rollout_dtype},
                                  {"n", n},
                                  {"temperature", sampling.temperature},
                                  {"top_k", sampling.top_k},
@@ -390,10 +419,11 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
                                  {"pipeline_model_parallel_size", actor_mesh.gen_pp},
-                                 {"reshard_mode", rollout.get<std::string>("reshard_mode")}};
+                                 {"reshard_mode", rollout.get<std::string>("reshard_mode")},
+                                 {"free_cache_engine", rollout.get<bool>("free_cache_engine")}};
+  actor_json["offload"] = {{"param_offload", actor.get<bool>("fsdp_config.param_offload")},
+                           {"optimizer_offload", actor.get<bool>("fsdp_config.optimizer_offload")}};
 
-  const bool colocate = config.get<bool>("trainer.colocate");
-  const bool use_rm = config.get<bool>("reward_model.enable");
   int local_ranks_taken = 0;  // pools on this node take disjoint LOCAL_RANKs, so disjoint GPUs
   auto pool_spec = [&](const std::string& name, int procs) {
     ResourcePool spec;
@@ -405,31 +435,43 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     spec.env["OMP_WAIT_POLICY"] = "passive";
     return spec;
   };
-  // Every role's layout is checked before any process starts.
+  // Every role's layout is checked against its pool before any process starts.
   auto layout_of = [&](const std::string& role) {
-    const int procs = colocate ? actor_procs : config.get<int>(role + ".num_processes");
-    return role_layout(config, role, procs, colocate ? "actor_rollout_ref.num_processes (trainer.colocate: true)" : role + ".num_processes");
+    const PoolSpec& pool = s.placement.pool_of(role);
+    return role_layout(config, role, pool.processes, pool.processes_key);
+  };
+  auto dp_of = [&](const std::string& role, const ParallelLayout& mesh) {
+    return s.placement.pool_of(role).processes / (mesh.tp * mesh.pp);
   };
   const ParallelLayout critic_mesh = s.use_critic ? layout_of("critic") : ParallelLayout{};
-  const int critic_dp =
-      (colocate ? actor_procs : config.get<int>("critic.num_processes")) / (critic_mesh.tp * critic_mesh.pp);
+  const int critic_dp = s.use_critic ? dp_of("critic", critic_mesh) : 1;
   HF_CHECK(!s.use_critic || (batch_prompts * n) % critic_dp == 0, "data.train_batch_size x rollout.n = ",
            batch_prompts * n, " samples must divide across the critic's ", critic_dp, " data-parallel groups");
+  if (s.use_critic && s.lagrange) {  // the cost critic takes the critic's sizes, on its own pool
+    const PoolSpec& pool = s.placement.pool_of("cost_critic");
+    role_layout(config, "critic", pool.processes, pool.processes_key);
+  }
   const ParallelLayout rm_mesh = use_rm ? layout_of("reward_model") : ParallelLayout{};
   const ParallelLayout cm_mesh = use_cost_model ? layout_of("cost_model") : ParallelLayout{};
-  auto dp_of = [&](const std::string& role, const ParallelLayout& mesh) {
-    return (colocate ? actor_procs : config.get<int>(role + ".num_processes")) / (mesh.tp * mesh.pp);
-  };
   const int rm_dp = use_rm ? dp_of("reward_model", rm_mesh) : 1;
   const int cm_dp = use_cost_model ? dp_of("cost_model", cm_mesh) : 1;
-  std::vector<ResourcePool> pools = {pool_spec(colocate ? "global" : "actor", actor_procs)};
-  if (!colocate && s.use_critic) pools.push_back(pool_spec("critic", config.get<int>("critic.num_processes")));
-  if (!colocate && use_rm) pools.push_back(pool_spec("reward_model", config.get<int>("reward_model.num_processes")));
-  if (!colocate && use_cost_model) pools.push_back(pool_spec("cost_model", config.get<int>("cost_model.num_processes")));
+  ParallelLayout rollout_mesh;
+  if (standalone) {
+    const PoolSpec& pool = s.placement.pool_of("rollout");
+    rollout_mesh = standalone_rollout_layout(config, pool.processes, pool.processes_key);
+    const int replicas = pool.processes / rollout_mesh.tp;
+    HF_CHECK(batch_prompts % replicas == 0, "data.train_batch_size = ", batch_prompts,
+             " prompts must divide across the rollout pool's ", replicas, " generation replicas (", pool.processes_key,
+             " = ", pool.processes, " / rollout.tensor_model_parallel_size = ", rollout_mesh.tp, ")");
+  }
+  log_info("placement ", s.placement.kind, (standalone ? ", staleness " + std::to_string(s.placement.staleness) : ""),
+           ":\n", describe_placement(s.placement));
+  std::vector<ResourcePool> pools;
+  for (const PoolSpec& pool : s.placement.pools) pools.push_back(pool_spec(pool.name, pool.processes));
   s.controller.add_pools(pools);
 
   s.actor = std::make_unique<WorkerGroup>(s.controller.create_group(
-      colocate ? "global" : "actor", "actor", kActorRolloutRefWorkerType, actor_mesh,
+      actor_pool.name, "actor", kActorRolloutRefWorkerType, actor_mesh,
       {{"model", model_spec}, {"has_ref", s.need_ref}, {"threads", threads}, {"actor", actor_json}, {"rollout", rollout_json},
        {"ref_dtype", ref_dtype}}));
   if (s.use_critic) {
@@ -445,6 +487,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.
     const int64_t critic_forward_micro =
         micro_batch_rows_per_process(config, "critic.forward_micro_batch_size", critic_dp, critic_micro);
+    critic_json["offload"] = {{"param_offload", critic.get<bool>("model.fsdp_config.param_offload")},
+                              {"optimizer_offload", critic.get<bool>("model.fsdp_config.optimizer_offload")}};
     critic_json.update({{"mini_batch_rows", critic_mini},
                         {"micro_batch_rows", critic_micro},
                         {"epochs", critic.get<int64_t>("ppo_epochs")},
@@ -454,13 +498,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                         {"loss_agg_mode", critic.get<std::string>("loss_agg_mode")},
                         {"use_distributed_optimizer", critic.get<bool>("megatron.use_distributed_optimizer")}});
     s.critic = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "critic", "critic", kCriticWorkerType, critic_mesh,
+        s.placement.pool_of("critic").name, "critic", kCriticWorkerType, critic_mesh,
         {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
          {"log_prob_micro_batch_size", critic_forward_micro}}));
     if (s.lagrange) {  // Safe-RLHF's cost critic: the critic's settings, its own weights and data order
       critic_json["seed"] = seed + 2;
       s.cost_critic = std::make_unique<WorkerGroup>(s.controller.create_group(
-          colocate ? "global" : "critic", "cost_critic", kCriticWorkerType, critic_mesh,
+          s.placement.pool_of("cost_critic").name, "cost_critic", kCriticWorkerType, critic_mesh,
           {{"model", critic_spec}, {"threads", threads}, {"critic", critic_json},
            {"log_prob_micro_batch_size", critic_forward_micro}}));
     }
@@ -470,7 +514,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     rm_spec["path"] = config.get<std::string>("reward_model.path");
     rm_spec["dtype"] = rm_dtype;
     s.reward_model = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "reward_model", "reward_model", kRewardModelWorkerType,
+        s.placement.pool_of("reward_model").name, "reward_model", kRewardModelWorkerType,
         rm_mesh,
         {{"model", rm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "reward_model.micro_batch_size", rm_dp, 16)}}));
   }
@@ -479,14 +523,37 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
     cm_spec["path"] = config.get<std::string>("cost_model.path");
     cm_spec["dtype"] = cm_dtype;
     s.cost_model = std::make_unique<WorkerGroup>(s.controller.create_group(
-        colocate ? "global" : "cost_model", "cost_model", kRewardModelWorkerType,
+        s.placement.pool_of("cost_model").name, "cost_model", kRewardModelWorkerType,
         cm_mesh,
         {{"model", cm_spec}, {"threads", threads}, {"micro_batch_size", micro_batch_rows_per_process(config, "cost_model.micro_batch_size", cm_dp, 16)}}));
   }
-  for (WorkerGroup* g : {s.actor.get(), s.critic.get(), s.cost_critic.get(), s.reward_model.get(), s.cost_model.get()})
+  if (standalone) {  // generation on its own pool, from a shadow copy of the actor's weights
+    nlohmann::json rollout_spec = model_spec;
+    rollout_spec["dtype"] = rollout_dtype;
+    nlohmann::json standalone_json = rollout_json;
+    standalone_json["dtype"] = rollout_dtype;
+    standalone_json["tensor_model_parallel_size"] = rollout_mesh.tp;
+    standalone_json["pipeline_model_parallel_size"] = 1;
+    s.rollout = std::make_unique<WorkerGroup>(s.controller.create_group(
+        s.placement.pool_of("rollout").name, "rollout", kRolloutWorkerType, rollout_mesh,
+        {{"model", rollout_spec}, {"threads", threads}, {"rollout", standalone_json}}));
+  }
+  for (WorkerGroup* g : {s.actor.get(), s.rollout.get(), s.critic.get(), s.cost_critic.get(), s.reward_model.get(),
+                         s.cost_model.get()})
     if (g) g->record_calls(s.timeline);
   s.metrics = std::make_unique<MetricsLog>(config.get<std::string>("trainer.run_dir"), s.sinks);
+  if (standalone) {
+    WeightSyncLayout link;
+    link.actor_tp = actor_mesh.tp;
+    link.actor_pp = actor_mesh.pp;
+    link.actor_dp = actor_dp;
+    link.rollout_tp = rollout_mesh.tp;
+    link.rollout_replicas = s.placement.pool_of("rollout").processes / rollout_mesh.tp;
+    s.connect_weight_sync(link, rollout.get<int64_t>("update_weights_bucket_megabytes"), rollout_dtype);
+  }
   if (!resume_dir.empty()) s.resume(resume_dir);
+  // The rollout pool starts from the actor's weights (fresh or resumed), whatever it built itself.
+  if (standalone) s.sync_rollout_weights();
 }
 
 }  // namespace hybridflow

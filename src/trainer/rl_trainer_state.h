@@ -18,7 +18,9 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/tokenizer.h"
+#include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/runtime/call_timeline.h"
 #include "hybridflow/runtime/controller.h"
 #include "hybridflow/tasks/dataset.h"
@@ -32,6 +34,8 @@
 #include "hybridflow/workers/rl_workers.h"
 
 namespace hybridflow {
+
+class StoreServer;
 
 struct RLTrainer::State {
   // Held for the whole run (and released last): a second run on the same run_dir fails at start.
@@ -57,10 +61,22 @@ struct RLTrainer::State {
   std::shared_ptr<CallTimeline> timeline = std::make_shared<CallTimeline>();
   MetricsSinks sinks;        // trainer.logger
   bool console_log = true;   // trainer.logger has console: the progress line
+  RolePlacement placement;   // which pool each role runs in (placement/placement_spec.h)
+  // The c10d store of the group spanning the actor's and a standalone rollout's processes (weight sync);
+  // declared before the controller so that it outlives every worker that joined it.
+  std::shared_ptr<StoreServer> weight_sync_store;
   // Declared before the groups so that the groups go first on destruction.
   Controller controller;
   std::unique_ptr<WorkerGroup> actor, critic, reward_model;
   std::unique_ptr<WorkerGroup> cost_model, cost_critic;  // Safe-RLHF
+  std::unique_ptr<WorkerGroup> rollout;  // standalone generation (placement standalone); null: the actor generates
+  // rollout.staleness 1: the next step's rollout, dispatched while this step trains (rl_trainer_placement.cpp).
+  struct Prefetch {
+    int64_t for_step = -1;  // the 0-based step it is for
+    DataProto prompts;
+    Future batch;
+  };
+  std::optional<Prefetch> prefetch;
   std::string resumed_from;      // "" for a fresh start
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
@@ -78,6 +94,25 @@ struct RLTrainer::State {
   std::vector<std::string> decode_responses(const DataProto& gen) const;
   // What the command / HTTP scorers get for each decoded response of `gen`.
   std::vector<RewardRequest> reward_requests(const DataProto& gen, const std::vector<std::string>& texts) const;
+
+  // Placement (rl_trainer_placement.cpp). The group that generates rollouts: the standalone rollout pool's,
+  // else the actor's.
+  WorkerGroup& generator() const { return rollout ? *rollout : *actor; }
+  // Joins the actor's and the rollout's processes in one c10d group whose store this process hosts.
+  void connect_weight_sync(const WeightSyncLayout& layout, int64_t bucket_megabytes, const std::string& dtype);
+  // The actor's weights to the rollout pool, as policy version `version` (the updates behind them):
+  // dispatched (both sides' calls), then waited for, returning the figures to log.
+  struct WeightSyncCalls {
+    Future send, receive;
+  };
+  WeightSyncCalls dispatch_weight_sync(int64_t version);
+  nlohmann::json finish_weight_sync(const WeightSyncCalls& calls);
+  void sync_rollout_weights() { finish_weight_sync(dispatch_weight_sync(step)); }
+  // memory/<pool>/... for every pool and the controller (the largest figure over a pool's processes).
+  void log_memory(MetricsLog& metrics);
+  // The in-flight rollout of a checkpoint (staleness 1): written beside the workers' files, read on resume.
+  void save_prefetch(const std::string& dir) const;
+  void load_prefetch(const std::string& dir);
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
   std::vector<WorkerGroup*> trainable_groups() const;

@@ -6,6 +6,8 @@
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/model/pretrained.h"
@@ -14,6 +16,8 @@
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
+#include "hybridflow/workers/rollout_generation.h"
+#include "hybridflow/workers/weight_sync_link.h"
 
 namespace hybridflow {
 namespace {
@@ -27,6 +31,12 @@ nlohmann::json reshard_json(const ReshardStats& s) {
           {"peak_extra_weight_bytes", s.peak_extra_weight_bytes},
           {"redundant_bytes", s.redundant_bytes},
           {"seconds", s.seconds}};
+}
+
+// Points a parameter at other storage in place (the optimizer and the module keep the same tensor).
+void point_at(torch::Tensor& param, const torch::Tensor& source) {
+  torch::NoGradGuard no_grad;
+  param.set_(source);
 }
 
 }  // namespace
@@ -59,6 +69,9 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel, tp);
     rollout_->eval();
     for (auto& p : rollout_->parameters()) p.set_requires_grad(false);
+    // verl's free_cache_engine: the cast copy exists only during a rollout, made from the actor's weights.
+    free_rollout_copy_ = rollout.value("free_cache_engine", true);
+    if (free_rollout_copy_) release_rollout_copy();
   }
   if (config_.value("has_ref", false)) {
     nlohmann::json ref_spec = actor_spec;
@@ -69,6 +82,8 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
   engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
+  offload_ = RoleOffload(config_.value("actor", nlohmann::json::object()).value("offload", nlohmann::json::object()),
+                         device(), context().role);
   use_model_layout(*engine_, actor_, actor_pipeline_);
   if (groups_)
     dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_,
@@ -87,6 +102,11 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("load_checkpoint", protocols::kOneToAll, this, &W::load_checkpoint);
   table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
   table.add("flat_parameters", protocols::kOneToAll, this, &W::flat_parameters);
+  table.add("join_weight_sync", protocols::kOneToAll, this, &W::join_weight_sync);
+  table.add("send_weights", protocols::kOneToAll, this, &W::send_weights);
+  table.add("memory_stats", protocols::kOneToAll, this, &W::memory_stats);
+  // Weights live in host memory between calls from the start (param_offload).
+  offload_.offload_params(*actor_);
 }
 
 void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode) {
@@ -105,27 +125,10 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 }
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
+  ParamsOnDevice on(offload_, *actor_);
   const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const ModelConfig& mc = actor_->config();
-  GenerationConfig g;
-  g.max_new_tokens = rollout.value("response_length", int64_t{32});
-  g.temperature = rollout.value("temperature", 1.0);
-  g.top_k = rollout.value("top_k", int64_t{0});
-  g.top_p = rollout.value("top_p", 1.0);
-  g.n = in.meta().value("n", rollout.value("n", int64_t{1}));
-  g.greedy = in.meta().value("greedy", false);
-  // Each generation replica draws from its own stream, so replicas do not repeat each other's samples, and
-  // the tensor-parallel ranks of a replica draw the same tokens.
-  g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(coord().micro_dp);
-  const auto& spec = config_.at("model");
-  if (spec.contains("eos_token_ids"))
-    g.eos_token_ids = spec.at("eos_token_ids").get<std::vector<int64_t>>();
-  else if (mc.eos_token_id >= 0)
-    g.eos_token_ids = {mc.eos_token_id};
-  g.pad_token_id = mc.pad_token_id >= 0 ? mc.pad_token_id : 0;
-  // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
-  g.sampleable_vocab_size = std::min<int64_t>(spec.value("vocab_size", int64_t{0}), mc.vocab_size);
-
+  const GenerationConfig g =
+      rollout_generation_config(rollout, config_.at("model"), actor_->config(), in, coord().micro_dp);
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out;
   nlohmann::json reshard;
@@ -135,17 +138,14 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     reshard["to_training"] = reshard_json(hybrid_->to_training());
   } else {
     // Without the engine the training stages (if any) generate together; a cast rollout copy has none.
+    if (rollout_ && free_rollout_copy_) make_rollout_copy();
     out = generate(rollout_ ? rollout_ : actor_, prompts, g, groups_ ? groups_->pipeline() : nullptr);
+    if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
-  DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
+  // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
+  if (rollout.value("free_cache_engine", true)) release_cached_device_memory();
+  DataProto result = rollout_result(out, g, in);
   if (hybrid_) result.meta()["reshard"] = reshard;
-  if (in.has_tensor("input_ids")) result = left_pad_prompts(result, in.tensor("input_ids").size(1), g.pad_token_id);
-  // Per-prompt fields follow their samples (prompt text and answer stay with each response).
-  if (!in.fields().empty()) {
-    DataProto fields;
-    for (const auto& [key, values] : in.fields()) fields.set_field(key, values);
-    result.update(fields.repeat(g.n, /*interleave=*/true));
-  }
   return result;
 }
 
@@ -165,6 +165,7 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 }
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
+  ParamsOnDevice on(offload_, *actor_);
   DataProto out;
   const auto rollout = config_.value("rollout", nlohmann::json::object());
   torch::Tensor log_probs =
@@ -186,6 +187,7 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
+  ParamsOnDevice on(offload_, *actor_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
   const auto actor = config_.value("actor", nlohmann::json::object());
   const algo::PolicyLossConfig loss_cfg = algo::policy_loss_config(actor);
@@ -202,7 +204,9 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     const int64_t response_len = mask.size(1);
     auto lp = response_log_probs(actor_, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
                                  /*with_entropy=*/true);
-    auto pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg);
+    // Truncated importance weights against the rollout policy (algo/rollout_correction.h), when sent.
+    auto pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg,
+                                m.has_tensor("rollout_is_weights") ? m.tensor("rollout_is_weights") : torch::Tensor());
     torch::Tensor loss = pg.loss;
     // Entropy and KL keep loss_agg_mode even under GSPO, as verl's actor does.
     const auto entropy = algo::agg_loss(lp.entropy, mask, loss_cfg.agg_mode, loss_cfg.loss_scale_factor);
@@ -224,7 +228,9 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   MiniBatchPlan plan = mini_batch_plan_from_json(actor, in.meta());
   // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
   plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
+  offload_.load_optimizer(*engine_);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
+  offload_.offload_optimizer(*engine_);
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
   metrics.add("actor/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
   sync_rollout_weights();
@@ -236,9 +242,29 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   return out;
 }
 
-DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) { return hybridflow::flat_parameters(*actor_); }
+DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) {
+  ParamsOnDevice on(offload_, *actor_);
+  return hybridflow::flat_parameters(*actor_);
+}
+
+DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
+  HF_CHECK(in.meta().contains("weight_sync"), "join_weight_sync: meta 'weight_sync' is required");
+  HF_CHECK(!hybrid_, "role '", context().role, "': a standalone rollout pool takes the actor's training layout; ",
+           "the actor itself must not switch layouts (leave actor_rollout_ref.rollout's parallel sizes to the rollout)");
+  weight_sync_ = hybridflow::join_weight_sync(in.meta().at("weight_sync"), rank(), device());
+  return DataProto();
+}
+
+DataProto ActorRolloutRefWorker::send_weights(const DataProto&) {
+  HF_CHECK(weight_sync_, "send_weights: call join_weight_sync first");
+  ParamsOnDevice on(offload_, *actor_);
+  return weight_sync_reply(weight_sync_->send(actor_), rank());
+}
+
+DataProto ActorRolloutRefWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
 
 DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
+  ParamsOnDevice on(offload_, *actor_);
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
   save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_,
@@ -249,13 +275,25 @@ DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
 DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
   // The reference model stays as built: it is the initial policy, not a trained one.
+  ParamsOnDevice on(offload_, *actor_);
   load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_);
   sync_rollout_weights();
   return DataProto();
 }
 
+void ActorRolloutRefWorker::make_rollout_copy() {
+  torch::NoGradGuard no_grad;
+  auto source = actor_->parameters();
+  auto target = rollout_->parameters();
+  for (size_t i = 0; i < target.size(); ++i) point_at(target[i], source[i].detach().to(target[i].scalar_type()));
+}
+
+void ActorRolloutRefWorker::release_rollout_copy() {
+  for (auto& p : rollout_->parameters()) point_at(p, torch::empty({0}, p.options()));
+}
+
 void ActorRolloutRefWorker::sync_rollout_weights() {
-  if (!rollout_) return;
+  if (!rollout_ || free_rollout_copy_) return;  // a released copy is made afresh at each rollout
   torch::NoGradGuard no_grad;
   auto source = actor_->parameters();
   auto target = rollout_->parameters();
@@ -263,6 +301,7 @@ void ActorRolloutRefWorker::sync_rollout_weights() {
 }
 
 DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {
+  ParamsOnDevice on(offload_, *actor_);
   DataProto out;
   out.set_tensor("param_sq_norm",
                  torch::full({1}, parameter_sq_norm(actor_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));

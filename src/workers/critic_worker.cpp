@@ -33,7 +33,13 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("flat_parameters", protocols::kOneToAll, this, &CriticWorker::flat_parameters);
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
+  table.add("memory_stats", protocols::kOneToAll, this, &CriticWorker::memory_stats);
+  offload_ = RoleOffload(config_.value("critic", nlohmann::json::object()).value("offload", nlohmann::json::object()),
+                         device(), context().role);
+  offload_.offload_params(*critic_);
 }
+
+DataProto CriticWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
 
 torch::Tensor CriticWorker::response_values(const DataProto& m) {
   const auto& ids = m.tensor("input_ids");
@@ -47,6 +53,7 @@ torch::Tensor CriticWorker::response_values(const DataProto& m) {
 }
 
 DataProto CriticWorker::compute_values(const DataProto& in) {
+  ParamsOnDevice on(offload_, *critic_);
   torch::NoGradGuard no_grad;
   critic_->eval();
   const int64_t micro = config_.value("log_prob_micro_batch_size", int64_t{16});
@@ -58,6 +65,7 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
 }
 
 DataProto CriticWorker::update_critic(const DataProto& in) {
+  ParamsOnDevice on(offload_, *critic_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_critic");
   const auto critic = config_.value("critic", nlohmann::json::object());
   const double cliprange = critic.value("cliprange_value", 0.5);
@@ -75,7 +83,9 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
   critic_->train();
   MiniBatchPlan plan = mini_batch_plan_from_json(critic, in.meta());
   plan.weighting = loss_weighting_for(agg);
+  offload_.load_optimizer(*engine_);
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
+  offload_.offload_optimizer(*engine_);
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
   metrics.add("critic/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
   // One row per rank: the runtime's collect drops the meta of row-less outputs.
@@ -87,17 +97,22 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
 }
 
 DataProto CriticWorker::parameter_norm(const DataProto&) {
+  ParamsOnDevice on(offload_, *critic_);
   DataProto out;
   out.set_tensor("param_sq_norm",
                  torch::full({1}, parameter_sq_norm(critic_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));
   return out;
 }
 
-DataProto CriticWorker::flat_parameters(const DataProto&) { return hybridflow::flat_parameters(*critic_); }
+DataProto CriticWorker::flat_parameters(const DataProto&) {
+  ParamsOnDevice on(offload_, *critic_);
+  return hybridflow::flat_parameters(*critic_);
+}
 
 DataProto CriticWorker::save_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
            "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
+  ParamsOnDevice on(offload_, *critic_);
   save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_,
                        in.meta().at("tokenizer").get<std::string>(), groups_ ? groups_->pipeline() : nullptr);
   return DataProto();
@@ -105,6 +120,7 @@ DataProto CriticWorker::save_checkpoint(const DataProto& in) {
 
 DataProto CriticWorker::load_checkpoint(const DataProto& in) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
+  ParamsOnDevice on(offload_, *critic_);
   load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_);
   return DataProto();
 }
@@ -121,7 +137,10 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   model_->eval();
   table.add("compute_rm_score", batch_protocol(coord()), this, &RewardModelWorker::compute_rm_score);
+  table.add("memory_stats", protocols::kOneToAll, this, &RewardModelWorker::memory_stats);
 }
+
+DataProto RewardModelWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
 
 DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {
   torch::NoGradGuard no_grad;

@@ -1,11 +1,5 @@
 #include "hybridflow/workers/role_process_groups.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 
 #include "hybridflow/core/error.h"
@@ -13,54 +7,34 @@
 #include "hybridflow/parallel/device_mesh.h"
 #include "hybridflow/parallel/launch_env.h"
 #include "hybridflow/runtime/launcher.h"
+#include "hybridflow/runtime/net_address.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/runtime/worker_group.h"
 
 namespace hybridflow {
 
-std::string endpoint_host(const std::string& endpoint) {
-  std::string rest = endpoint;
-  const size_t scheme = rest.find("://");
-  if (scheme != std::string::npos) rest = rest.substr(scheme + 3);
-  std::string host;
-  if (!rest.empty() && rest.front() == '[') {
-    const size_t close = rest.find(']');
-    HF_CHECK(close != std::string::npos, "endpoint '", endpoint, "': unbalanced '[' around an IPv6 address");
-    host = rest.substr(1, close - 1);
-  } else {
-    host = rest.substr(0, rest.rfind(':'));
-  }
-  HF_CHECK(!host.empty(), "endpoint '", endpoint, "' names no host (expected tcp://HOST:PORT)");
-  return host;
-}
-
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);
-  HF_CHECK(rc == 0, "data parallel: cannot resolve the controller host '", host, "': ", ::gai_strerror(rc));
-  std::string out;
-  for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    // Connecting a UDP socket only asks the kernel for a route; the local end is the address peers use.
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* addr = local.ss_family == AF_INET6
-                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-      if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) != nullptr) out = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  HF_CHECK(!out.empty(), "data parallel: no local address has a route to the controller host '", host, "'");
-  return out;
+ProcessGroup join_controller_store_group(const nlohmann::json& rendezvous, int rank, int world, torch::Device device) {
+  // The store runs in the controller: reach it where this worker reached the controller.
+  const char* controller = std::getenv(kControllerAddrEnv);
+  const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
+  LaunchEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
+    env.master_addr = controller;
+  else if (endpoint != nullptr && *endpoint != '\0')
+    env.master_addr = endpoint_host(endpoint);
+  else
+    env.master_addr = rendezvous.value("store_host", std::string("127.0.0.1"));
+  env.master_port = rendezvous.at("store_port").get<int>();
+  // Collectives move tensors where the model lives: Gloo on the CPU, NCCL on CUDA devices.
+  ProcessGroupOptions options;
+  options.device = device.is_cuda() ? "cuda" : "cpu";
+  options.rank0_hosts_store = false;
+  options.gloo_hostname = local_address_towards(env.master_addr);
+  // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
+  options.timeout = std::chrono::seconds(rendezvous.value("timeout_s", 300));
+  return ProcessGroup::create_world(env, options);
 }
 
 std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContext& context, torch::Device device) {
@@ -73,28 +47,8 @@ std::unique_ptr<RoleProcessGroups> RoleProcessGroups::connect(const WorkerContex
   const auto& pg = context.config.at(kProcessGroupKey);
   HF_CHECK(pg.value("world_size", world) == world, "role '", context.role, "': '", kProcessGroupKey,
            "' says world_size ", pg.value("world_size", world), " but the rank's coordinates say ", world);
-  // The store runs in the controller: reach it where this worker reached the controller.
-  const char* controller = std::getenv(kControllerAddrEnv);
-  const char* endpoint = std::getenv("HF_WORKER_ENDPOINT");
-  LaunchEnv env;
-  env.rank = coord.rank;
-  env.world_size = world;
-  if (controller != nullptr && *controller != '\0' && std::string(controller) != "0.0.0.0")
-    env.master_addr = controller;
-  else if (endpoint != nullptr && *endpoint != '\0')
-    env.master_addr = endpoint_host(endpoint);
-  else
-    env.master_addr = pg.value("store_host", std::string("127.0.0.1"));
-  env.master_port = pg.at("store_port").get<int>();
-  // Collectives move tensors where the model lives: Gloo on the CPU, NCCL on CUDA devices.
-  ProcessGroupOptions options;
-  options.device = device.is_cuda() ? "cuda" : "cpu";
-  options.rank0_hosts_store = false;
-  options.gloo_hostname = local_address_towards(env.master_addr);
-  // Ranks reach a collective within one call of each other; a dead peer fails the pool through heartbeats.
-  options.timeout = std::chrono::seconds(pg.value("timeout_s", 300));
   std::unique_ptr<RoleProcessGroups> groups(new RoleProcessGroups());
-  groups->world_ = ProcessGroup::create_world(env, options);
+  groups->world_ = join_controller_store_group(pg, coord.rank, world, device);
   const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
   groups->dp_ = coord.dp_size == world ? groups->world_ : groups->world_.split(mesh.dp_groups());
   if (coord.tp_size > 1) groups->tp_ = std::make_unique<Communicator>(groups->world_.split(mesh.tp_groups()));

@@ -25,7 +25,7 @@ bool on_path(const std::string& program) {
 // A tiny PPO run with the actor and the critic in pools of their own: two worker ranks.
 std::string train_args(const std::string& run_dir) {
   return std::string(HF_BINARY) +
-         " train trainer.colocate=false algorithm.adv_estimator=gae trainer.total_steps=2 data.train_size=32 "
+         " train trainer.placement=split algorithm.adv_estimator=gae trainer.total_steps=2 data.train_size=32 "
          "data.test_size=8 data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 "
          "critic.ppo_mini_batch_size=4 trainer.run_dir=" + run_dir;
 }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 
 namespace hybridflow {
@@ -40,6 +41,30 @@ TEST(Platform, RuntimeInfoNamesVersionDevicesAndBackends) {
   const std::string text = format_runtime_info(info);
   for (const char* key : {"libtorch", "devices", "cpu isa", "blas", "dtypes", "collectives"})
     EXPECT_NE(text.find(key), std::string::npos) << key << " missing from:\n" << text;
+}
+
+TEST(Platform, DeviceKeysResolveToCpuOrCudaAndNameTheKeyWhenWrong) {
+  const bool gpu = torch::cuda::is_available();
+  EXPECT_EQ(resolve_device_name("auto", "trainer.device"), gpu ? "cuda" : "cpu");
+  EXPECT_EQ(resolve_device_name("cpu", "trainer.device"), "cpu");
+  try {
+    resolve_device_name("tpu", "sft.trainer.device");
+    ADD_FAILURE() << "tpu must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sft.trainer.device: expected cpu | cuda | auto, got 'tpu'"), std::string::npos)
+        << e.what();
+  }
+  if (gpu) {
+    EXPECT_EQ(resolve_device_name("cuda", "trainer.device"), "cuda");
+  } else {
+    try {
+      resolve_device_name("cuda", "trainer.device");
+      ADD_FAILURE() << "cuda without a GPU must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("trainer.device=cuda, but"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("or set trainer.device=cpu"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace hybridflow

@@ -36,7 +36,7 @@ inline std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, i
                                             std::vector<std::string> extra = {}) {
   const std::string t = std::to_string(tp);
   std::vector<std::string> o = {"actor_rollout_ref.num_processes=4",
-                                "trainer.colocate=true",
+                                "trainer.placement=colocate",
                                 "data.train_batch_size=4",
                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",

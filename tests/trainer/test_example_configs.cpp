@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hybridflow/algo/algo_config.h"
+#include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "support/error_of.h"
@@ -30,6 +31,18 @@ const std::map<std::string, std::pair<std::string, std::string>> kExpectedEstima
     {"dr_grpo", {"grpo", "grpo"}},
     {"dapo", {"grpo", "dapo"}},
     {"gspo", {"grpo", "grpo"}},
+    {"ppo_colocate", {"gae", "ppo"}},
+    {"ppo_split", {"gae", "ppo"}},
+    {"ppo_standalone", {"gae", "ppo"}},
+    {"ppo_pools", {"gae", "ppo"}},
+};
+
+// The placement examples: the pools each one starts (name:processes) and its staleness.
+const std::map<std::string, std::pair<std::vector<std::string>, int>> kExpectedPlacement = {
+    {"ppo_colocate", {{"global:1"}, 0}},
+    {"ppo_split", {{"actor:1", "critic:1"}, 0}},
+    {"ppo_standalone", {{"train:1", "rollout:1"}, 1}},
+    {"ppo_pools", {{"learner:1", "gen:1", "values:1"}, 0}},
 };
 
 TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
@@ -48,6 +61,18 @@ TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
       EXPECT_GE(n, 2);
     }
     EXPECT_FALSE(config.get<std::string>("model.path").empty());
+  }
+}
+
+TEST(ExampleConfigs, EveryPlacementExampleResolvesToItsPools) {
+  for (const auto& [prefix, expected] : kExpectedPlacement) {
+    const fs::path file = kExamples / (prefix + "_addition.yaml");
+    SCOPED_TRACE(file.string());
+    const RolePlacement placement = resolve_placement(load_rl_config(file.string(), {}), {"actor", "critic"});
+    std::vector<std::string> pools;
+    for (const auto& pool : placement.pools) pools.push_back(pool.name + ":" + std::to_string(pool.processes));
+    EXPECT_EQ(pools, expected.first);
+    EXPECT_EQ(placement.staleness, expected.second);
   }
 }
 

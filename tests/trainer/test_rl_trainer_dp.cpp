@@ -18,7 +18,7 @@ namespace {
 // The tiny run with the actor (and the critic, where started) in pools of 2 processes of their own.
 std::vector<std::string> tiny_dp_run(const std::string& estimator, std::vector<std::string> extra) {
   std::vector<std::string> o = {"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-                                "critic.ppo_micro_batch_size_per_gpu=1", "trainer.colocate=false"};
+                                "critic.ppo_micro_batch_size_per_gpu=1", "trainer.placement=split"};
   o.insert(o.end(), extra.begin(), extra.end());
   return hybridflow::testing::tiny_rl_overrides(estimator, o);
 }
@@ -60,7 +60,7 @@ TEST(RlTrainerDataParallel, PpoWithATwoProcessCritic) {
 
 // Colocated: actor and critic share the same 2 processes, each role with its own process group.
 TEST(RlTrainerDataParallel, PpoWithActorAndCriticColocatedOnTwoProcesses) {
-  RLTrainer trainer(load_rl_config("", tiny_dp_run("gae", {"trainer.colocate=true"})));
+  RLTrainer trainer(load_rl_config("", tiny_dp_run("gae", {"trainer.placement=colocate"})));
   const double actor_before = trainer.parameter_sq_norm("actor");
   const double critic_before = trainer.parameter_sq_norm("critic");
   nlohmann::json record = trainer.step();

@@ -118,7 +118,7 @@ TEST(RlTrainerTensorParallel, LayoutsThatDoNotFitAreRefusedNamingTheKey) {
   e = error_for({"actor_rollout_ref.num_processes=4", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                  "actor_rollout_ref.rollout.tensor_model_parallel_size=1"});
   EXPECT_NE(e.find("4 generation replicas"), std::string::npos) << e;
-  e = error_for({"algorithm.adv_estimator=gae", "critic.num_processes=2", "trainer.colocate=false",
+  e = error_for({"algorithm.adv_estimator=gae", "critic.num_processes=2", "trainer.placement=split",
                  "critic.megatron.tensor_model_parallel_size=4"});
   EXPECT_NE(e.find("critic.num_processes = 2 processes do not divide"), std::string::npos) << e;
 }

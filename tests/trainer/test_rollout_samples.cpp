@@ -189,7 +189,7 @@ TEST(RolloutSamples, GrpoWritesKSamplesEveryFreqStepsAndATimelinePerStep) {
 TEST(RolloutSamples, SeparatePoolsEachGetTheirCallsInTheTimeline) {
   hybridflow::testing::TempDir dir;
   RLTrainer trainer(load_rl_config(
-      "", tiny_rl_overrides("gae", {"trainer.run_dir=" + dir.path(), "trainer.total_steps=1", "trainer.colocate=false",
+      "", tiny_rl_overrides("gae", {"trainer.run_dir=" + dir.path(), "trainer.total_steps=1", "trainer.placement=split",
                                     "trainer.log_samples_freq=1", "trainer.log_samples_count=2",
                                     "algorithm.use_kl_in_reward=true"})));
   trainer.fit();

@@ -47,10 +47,11 @@ struct PolicyLossOutput {
 // L = max(-A r, -A clip(r, 1 - low, 1 + high)); for A < 0 additionally min(L, -A clip_ratio_c).
 // r = exp(log_prob - old_log_prob), the log-ratio clamped to [-20, 20] against overflow.
 // Masked-out positions are zeroed in the inputs first, so a NaN/inf stored there reaches neither the loss
-// nor its gradient. verl's compute_policy_loss_vanilla.
+// nor its gradient. verl's compute_policy_loss_vanilla. `rollout_is_weights` [B, R] (optional, detached:
+// algo/rollout_correction.h) multiplies each token's loss before aggregation, as verl's rollout correction.
 PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                  const at::Tensor& advantages, const at::Tensor& response_mask,
-                                 const PolicyLossConfig& config = {});
+                                 const PolicyLossConfig& config = {}, const at::Tensor& rollout_is_weights = {});
 
 // GSPO (arXiv 2507.18071), verl's compute_policy_loss_gspo: row i's log-ratio is the mean over its valid
 // tokens, k_i = sum_t m_it (log_prob - old_log_prob)_it / max(n_i, 1); every token of the row uses
@@ -59,12 +60,12 @@ PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tenso
 // (config.agg_mode is not used). No dual clip: clip_frac_lower is 0.
 PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                   const at::Tensor& advantages, const at::Tensor& response_mask,
-                                  const PolicyLossConfig& config = {});
+                                  const PolicyLossConfig& config = {}, const at::Tensor& rollout_is_weights = {});
 
 // ppo_policy_loss or gspo_policy_loss, as config.loss_mode says.
 PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                              const at::Tensor& advantages, const at::Tensor& response_mask,
-                             const PolicyLossConfig& config = {});
+                             const PolicyLossConfig& config = {}, const at::Tensor& rollout_is_weights = {});
 
 struct ValueLossOutput {
   at::Tensor loss;       // scalar 0.5 * agg(max((v - R)^2, (clip(v, V_old +- c) - R)^2))

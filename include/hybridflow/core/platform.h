@@ -45,6 +45,10 @@ struct RuntimeInfo {
   std::vector<std::string> collective_backends;  // "gloo", and "nccl" in a CUDA build
 };
 
+// A device config value ("cpu", "cuda" or "auto": cuda when this build sees a GPU) as "cpu" or "cuda". An
+// Error names `key` when the value is none of those, or cuda is asked for where this build or machine has none.
+std::string resolve_device_name(const std::string& value, const std::string& key);
+
 RuntimeInfo runtime_info();
 // Human-readable, one "key   value" line each.
 std::string format_runtime_info(const RuntimeInfo& info);

@@ -93,6 +93,10 @@ class TrainEngine {
   bool sharded_optimizer() const { return zero_ != nullptr; }
   // Elements of optimizer state this rank holds: Adam's moments (once they exist) and fp32 masters.
   int64_t optimizer_state_numel() const;
+  // Moves Adam's moments, the fp32 master weights and their gradients to `device` (host memory between
+  // updates, the parameters' device before the next: verl's optimizer_offload). The tensors keep their
+  // identity, so the optimizer's references stay valid. Not with the ZeRO optimizer (Error).
+  void move_optimizer_state(const torch::Device& device);
   // Tensor parallelism (set on every rank of the group): the parameters `is_split` names hold 1/t of a
   // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
   // count once. Clipping then scales every rank's gradients by the same factor one process would use.

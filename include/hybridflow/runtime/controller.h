@@ -30,8 +30,20 @@ class Controller {
                            const nlohmann::json& config = nlohmann::json::object());
   void shutdown();  // all pools; idempotent
 
+  // Bytes through the controller's sockets and between workers (all pools) since the previous call; the
+  // trainer logs them per step (perf/controller_bytes, perf/worker_to_worker_bytes).
+  Traffic take_traffic();
+
  private:
+  ResourcePool with_data_token(ResourcePool spec);
+  Traffic total_traffic() const;
+
   std::map<std::string, std::shared_ptr<ProcessPool>> pools_;
+  // The data plane's secret, shared by the pools this controller spawns, so that their workers fetch
+  // from each other (ResourcePool::data_token). Never sent: spawned workers get it in their environment.
+  std::string data_secret_;
+  Traffic retired_;  // of pools already shut down
+  Traffic taken_;    // totals at the last take_traffic()
 };
 
 }  // namespace hybridflow

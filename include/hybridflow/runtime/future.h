@@ -1,19 +1,43 @@
 // The result of an asynchronous worker-group call. Copyable; every copy sees the same result. A
 // Future can be passed as the input of another call, which is then dispatched when it resolves,
 // without the controller waiting.
+//
+// With the data plane (ResourcePool::data_plane, docs/ARCHITECTURE.md) a result's bulk tensors may stay
+// on the workers that made them: the controller holds a handle and the metadata, another group's call
+// given the Future fetches its rows from those workers directly, and get() fetches them to the
+// controller only when (and the first time) it is called. get(keys) fetches only those tensors.
 #pragma once
 
 #include <future>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "hybridflow/core/data_proto.h"
 
 namespace hybridflow {
 
-struct CallResult {
-  DataProto merged;                 // the protocol's collect() of the outputs
-  std::vector<DataProto> per_rank;  // every rank's raw output, indexed by rank
+struct RemoteResult;  // a result whose bulk tensors stayed on the workers (runtime-internal: data_plane.h)
+
+class CallResult {
+ public:
+  CallResult(DataProto merged, std::vector<DataProto> per_rank);  // held by the controller
+  explicit CallResult(std::shared_ptr<const RemoteResult> remote);  // held by the workers
+  const DataProto& merged() const;  // the protocol's collect() of the outputs; fetches kept tensors once
+  // Only these tensors (every field and the meta too); kept tensors fetched once each.
+  DataProto merged(const std::vector<std::string>& tensor_keys) const;
+  const std::vector<DataProto>& per_rank() const;  // every rank's raw output, indexed by rank
+  const std::shared_ptr<const RemoteResult>& remote() const { return remote_; }  // null: held by the controller
+
+ private:
+  std::shared_ptr<const RemoteResult> remote_;
+  mutable std::mutex mutex_;
+  mutable std::optional<DataProto> merged_;
+  mutable std::optional<std::vector<DataProto>> per_rank_;
+  mutable std::map<std::string, torch::Tensor> fetched_;  // kept tensors fetched by merged(keys)
 };
 
 class Future {
@@ -26,8 +50,12 @@ class Future {
   bool is_ready() const;
   void wait() const { f_.wait(); }
   bool wait_for(double seconds) const;
-  const DataProto& get() const { return f_.get()->merged; }  // waits; rethrows the call's Error
-  const std::vector<DataProto>& per_rank() const { return f_.get()->per_rank; }
+  const DataProto& get() const { return f_.get()->merged(); }  // waits; rethrows the call's Error
+  DataProto get(const std::vector<std::string>& tensor_keys) const { return f_.get()->merged(tensor_keys); }
+  const std::vector<DataProto>& per_rank() const { return f_.get()->per_rank(); }
+  // Waits; whether tensors of the result stay on the workers (fetched to the controller only by get()).
+  bool held_on_workers() const { return f_.get()->remote() != nullptr; }
+  const std::shared_ptr<const CallResult>& result() const { return f_.get(); }  // waits; rethrows
 
  private:
   std::shared_future<std::shared_ptr<const CallResult>> f_;

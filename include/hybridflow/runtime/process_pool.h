@@ -3,6 +3,7 @@
 // processes and their calls run one after another; different pools run concurrently.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,22 @@
 #include "hybridflow/runtime/mesh_coord.h"
 
 namespace hybridflow {
+
+// HF_DATA_PLANE: "0" turns the data plane off for pools created from then on (ResourcePool::data_plane).
+bool data_plane_default();
+
+// Bytes that crossed the controller's sockets, and bytes that went from worker to worker instead.
+// Tensor bytes count the DataProto payloads (what the data plane avoids moving); message bytes count every
+// frame of every message but heartbeats (the control traffic and JSON headers too).
+struct Traffic {
+  uint64_t controller_sent_bytes = 0;       // tensor bytes the controller sent to workers
+  uint64_t controller_received_bytes = 0;   // tensor bytes it received from them
+  uint64_t controller_message_bytes = 0;    // all frames, both ways
+  uint64_t worker_to_worker_bytes = 0;      // tensor bytes workers fetched from other worker processes
+  uint64_t controller_bytes() const { return controller_sent_bytes + controller_received_bytes; }
+  Traffic& operator+=(const Traffic& other);
+  Traffic operator-(const Traffic& other) const;
+};
 
 struct ResourcePool {
   std::string name = "default";
@@ -36,6 +53,17 @@ struct ResourcePool {
   std::map<std::string, std::string> env;
   int local_rank_offset = 0;
   std::string token;                   // job secret (>= 32 characters); empty = a random one (required to share for external workers)
+  // The data plane (docs/ARCHITECTURE.md): calls of row-wise protocols leave their outputs' bulk tensors
+  // (more than inline_row_bytes per row) on the workers, and a call given such a result fetches its rows
+  // from the producing workers directly; the controller moves only handles, metadata and small tensors.
+  bool data_plane = data_plane_default();
+  int64_t inline_row_bytes = 16;                  // per-row tensors this small travel with the answer
+  int64_t object_table_bytes = int64_t(4) << 30;  // the most each worker keeps; beyond, outputs travel as before
+  double data_fetch_timeout_s = 60;               // a producer silent this long fails the consumer's call
+  // Key of worker-to-worker messages (>= 32 characters): workers of pools with the same data token fetch
+  // from each other. Empty: the pool's token. Controller::add_pools gives its pools one shared secret;
+  // external workers read it from HF_WORKER_DATA_TOKEN (else use HF_WORKER_TOKEN).
+  std::string data_token;
 };
 
 class ProcessPool {
@@ -69,6 +97,44 @@ class ProcessPool {
 
   // Runs fn on a helper thread once `input` resolved (joined at shutdown).
   void when_ready(const Future& input, std::function<void()> fn);
+
+  // ---- The data plane (runtime/data_plane.cpp drives these; algorithm code needs none of them) ----
+  struct RankInput {
+    DataProto data;
+    nlohmann::json plan;  // rows the rank fetches from workers before the method runs (null: none)
+  };
+  struct RankOutput {
+    DataProto data;
+    nlohmann::json kept;  // {object, tensors: [{key, dtype, shape}]} left on the worker (null: none)
+  };
+  // submit() with plans; keep_outputs asks the ranks to keep their outputs' bulk tensors.
+  void submit(const std::string& role, const std::string& method, std::vector<RankInput> inputs, bool keep_outputs,
+              std::function<void(std::vector<RankOutput>&&)> on_done,
+              std::function<void(std::exception_ptr)> on_error);
+  // Rows `runs` ([start, count] each) of `keys` of object `object` kept by `rank`, the output of
+  // role.method (named in errors).
+  void fetch(int rank, int64_t object, const std::vector<std::string>& keys,
+             const std::vector<std::pair<int64_t, int64_t>>& runs, const std::string& role, const std::string& method,
+             std::function<void(DataProto&&)> on_done, std::function<void(std::exception_ptr)> on_error);
+  // Tells every rank to drop the object (no answer; nothing once the pool stopped).
+  void release(int64_t object);
+  struct RankInfo {
+    int pid = -1;
+    std::string host;
+    std::string data_endpoint;  // empty: the rank has no data socket
+    int node = -1;              // its number among the job's workers (pool index << 16 | rank)
+  };
+  RankInfo rank_info(int rank) const;
+  bool keeps_outputs() const;  // spec().data_plane and every rank serves a data socket
+  // Workers of the two pools can fetch from each other (the same data key).
+  bool shares_data_key(const ProcessPool& other) const;
+  struct HeldObjects {
+    int64_t objects = 0;   // kept outputs, summed over ranks, as of their last heartbeats
+    int64_t bytes = 0;
+    size_t rejected_requests = 0;  // data-socket messages the workers dropped (forged, replayed, oversized)
+  };
+  HeldObjects held_objects() const;
+  Traffic traffic() const;  // since the pool started
 
   // Asks workers to exit, kills any that do not within a second, reaps all. Idempotent.
   void shutdown();

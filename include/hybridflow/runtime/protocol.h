@@ -25,6 +25,11 @@ struct TransferProtocol {
   std::function<std::vector<DataProto>(const DataProto& input, const std::vector<MeshCoord>& coords)> dispatch;
   // outputs indexed by rank.
   std::function<DataProto(const std::vector<DataProto>& outputs, const std::vector<MeshCoord>& coords)> collect;
+  // dispatch and collect only pick, repeat and concatenate whole rows (DataProto::chunk, slice, concat; meta
+  // copied): the data plane may then leave outputs on the workers and route rows between groups without
+  // the controller holding them (runtime/data_plane.h). Otherwise every input and output goes through the
+  // controller.
+  bool moves_rows = false;
 };
 
 class ProtocolRegistry {

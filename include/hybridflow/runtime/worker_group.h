@@ -43,7 +43,8 @@ class WorkerGroup {
   void record_calls(std::shared_ptr<CallTimeline> timeline) { timeline_ = std::move(timeline); }
 
  private:
-  void start_call(const std::string& method, const DataProto& input,
+  // The input is `value`, or the result `from` (whose kept rows the ranks may fetch themselves).
+  void start_call(const std::string& method, const DataProto* value, std::shared_ptr<const CallResult> from,
                   std::shared_ptr<std::promise<std::shared_ptr<const CallResult>>> promise) const;
 
   std::shared_ptr<ProcessPool> pool_;

@@ -52,15 +52,15 @@ class RLTrainer {
   // Mean task score of greedy responses to `count` held-out prompts (the policy's accuracy).
   double evaluate(int64_t count);
 
-  // Names of the worker groups started, e.g. {"actor", "critic"}.
+  // Names of the worker groups started, e.g. {"actor", "critic"} ("rollout" last, when standalone).
   std::vector<std::string> roles() const;
   int64_t steps_done() const;
   // The checkpoint this run continued from (trainer.resume_mode / resume_from_path); "" for a fresh start.
   const std::string& resumed_from() const;
   // The newest checkpoint written (or resumed from); "" when none.
   const std::string& last_checkpoint() const;
-  // Sum of squared parameters of a role's model ("actor", "critic" or "cost_critic"): tells whether an
-  // update changed it.
+  // Sum of squared parameters of a role's model ("actor", "critic", "cost_critic" or a standalone
+  // "rollout"'s shadow copy): tells whether an update changed it, or a weight sync delivered it.
   double parameter_sq_norm(const std::string& role);
 
  private:

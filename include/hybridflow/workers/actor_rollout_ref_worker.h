@@ -16,12 +16,20 @@
 //   load_checkpoint     meta dir: restores the actor's weights, optimizer and RNG state (not the reference)
 //   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
 //   flat_parameters     out: tensor parameters [1, P] fp32 (tests compare data-parallel replicas)
+//   join_weight_sync    meta weight_sync (workers/weight_sync_link.h): joins the c10d group spanning this
+//                       role's and a standalone rollout pool's processes
+//   send_weights        sends the training shards to the rollout ranks' layout (engine/weight_sync.h);
+//                       out: meta weight_sync {bytes_sent, ...} per rank
+//   memory_stats        this process's memory (workers/role_memory.h), one row per rank
+// update_actor also reads tensor rollout_is_weights [B, R] when present: each token's policy loss is
+// weighted by it (truncated importance sampling against the rollout policy, algo/rollout_correction.h).
 // Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
 // mini_batch_rows, micro_batch_rows, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
 // clip_ratio_c, loss_agg_mode, loss_scale_factor, policy_loss {loss_mode}, entropy_coeff, use_kl_loss,
 // kl_loss_coef, kl_loss_type},
 // rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
-// tensor_model_parallel_size, reshard_mode}. dtypes are fp32 | bf16 (model_spec.h); rollout and reference
+// tensor_model_parallel_size, reshard_mode, free_cache_engine}; actor.offload {param_offload,
+// optimizer_offload} (workers/role_memory.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference
 // default to the actor's.
 // Layout: the worker group's ParallelLayout (tp, pp, gen_tp). Actor and reference are split over the tp
 // groups and their layers over the pp stages (log-probs pass through the stages in micro-batches, updates
@@ -40,7 +48,9 @@
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/engine/hybrid_engine.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
+#include "hybridflow/engine/weight_sync.h"
 
 namespace hybridflow {
 
@@ -56,13 +66,20 @@ class ActorRolloutRefWorker : public Worker {
   DataProto load_checkpoint(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
   DataProto flat_parameters(const DataProto& in);
+  DataProto join_weight_sync(const DataProto& in);
+  DataProto send_weights(const DataProto& in);
+  DataProto memory_stats(const DataProto& in);
 
  private:
   // Log-probs of the responses of `in` under `model`, `micro` samples per forward; undefined on pipeline
   // stages before the last.
   torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in, int64_t micro) const;
-  // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself).
+  // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself,
+  // or when the copy is released between rollouts).
   void sync_rollout_weights();
+  // free_cache_engine: the cast copy made from the actor's weights before a rollout, released after it.
+  void make_rollout_copy();
+  void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
 
   nlohmann::json config_;
@@ -74,6 +91,9 @@ class ActorRolloutRefWorker : public Worker {
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
   std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
+  bool free_rollout_copy_ = false;             // the cast copy is released between rollouts
+  RoleOffload offload_;                        // param_offload / optimizer_offload
+  std::unique_ptr<WeightSync> weight_sync_;    // to a standalone rollout pool, once joined
 };
 
 }  // namespace hybridflow

@@ -9,7 +9,8 @@
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
 // Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, epochs,
-// shuffle, seed, cliprange_value, loss_agg_mode}, log_prob_micro_batch_size.
+// shuffle, seed, cliprange_value, loss_agg_mode, offload {param_offload, optimizer_offload}},
+// log_prob_micro_batch_size. Both types also have memory_stats (workers/role_memory.h).
 // RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
 // Config JSON: model, threads, micro_batch_size. Either model is split over the tensor-parallel groups of
@@ -26,6 +27,7 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
 
 namespace hybridflow {
@@ -39,6 +41,7 @@ class CriticWorker : public Worker {
   DataProto flat_parameters(const DataProto& in);
   DataProto save_checkpoint(const DataProto& in);
   DataProto load_checkpoint(const DataProto& in);
+  DataProto memory_stats(const DataProto& in);  // this process's memory (workers/role_memory.h)
 
  private:
   torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled
@@ -49,12 +52,14 @@ class CriticWorker : public Worker {
   std::shared_ptr<PipelineStageRunner> pipeline_;  // when the role has pipeline stages
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
+  RoleOffload offload_;                        // critic.offload {param_offload, optimizer_offload}
 };
 
 class RewardModelWorker : public Worker {
  public:
   void register_methods(MethodTable& table) override;
   DataProto compute_rm_score(const DataProto& in);
+  DataProto memory_stats(const DataProto& in);
 
  private:
   nlohmann::json config_;

@@ -9,6 +9,7 @@ namespace hybridflow {
 inline constexpr const char* kActorRolloutRefWorkerType = "actor_rollout_ref";
 inline constexpr const char* kCriticWorkerType = "critic";
 inline constexpr const char* kRewardModelWorkerType = "reward_model";
+inline constexpr const char* kRolloutWorkerType = "rollout";
 
 // Idempotent.
 void register_rl_workers();

@@ -68,10 +68,10 @@ const char* batch_protocol(const MeshCoord& coord);
 // pipeline parallelism, where replica r is rank r.
 const char* rollout_protocol(const MeshCoord& coord);
 
-// "tcp://10.0.0.5:4000" -> "10.0.0.5" ("[::1]:4000" -> "::1"); Error when there is no host.
-std::string endpoint_host(const std::string& endpoint);
-
-// This host's address on the route to `host` (a connected UDP socket; nothing is sent).
-std::string local_address_towards(const std::string& host);
+// A process group of `world` ranks over a TCPStore the controller hosts (`rendezvous`: store_port,
+// optional store_host and timeout_s), reached where this worker reaches the controller; Gloo on the CPU,
+// NCCL for CUDA devices. Collective over the `world` ranks. Roles join their own group this way, and a
+// standalone rollout's weight sync one spanning the actor's and the rollout's processes.
+ProcessGroup join_controller_store_group(const nlohmann::json& rendezvous, int rank, int world, torch::Device device);
 
 }  // namespace hybridflow

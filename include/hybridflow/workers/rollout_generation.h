@@ -1,0 +1,24 @@
+// What a generate_sequences call does around the generation engine, shared by the actor (which generates
+// itself when colocated) and the standalone rollout worker, so that both sample the same tokens from the
+// same weights and seed: the sampling settings of a request and the rollout batch made of its output.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/engine/generation.h"
+#include "hybridflow/model/model_config.h"
+
+namespace hybridflow {
+
+// From the worker's `rollout` config (response_length, temperature, top_k, top_p, n, seed), its model spec
+// (eos_token_ids, vocab_size) and the request's meta (n, greedy, seed). Each generation replica draws from
+// its own stream (`replica`), so replicas do not repeat each other's samples.
+GenerationConfig rollout_generation_config(const nlohmann::json& rollout, const nlohmann::json& model_spec,
+                                           const ModelConfig& model, const DataProto& request, int replica);
+
+// The rollout batch of `out` (rl_batch.h's rollout_batch) with its prompts left-padded to the request's
+// width, and the request's per-prompt fields repeated for each of its samples.
+DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g, const DataProto& request);
+
+}  // namespace hybridflow

@@ -1,0 +1,44 @@
+// The standalone rollout (the adaptive placement paper's Separation): generation on a pool of its own,
+// from a shadow copy of the actor's weights that the actor sends after each update (engine/weight_sync.h).
+// It samples exactly as a colocated actor does (workers/rollout_generation.h), so with the same weights and
+// seed it returns the same tokens. Methods:
+//   generate_sequences  as the actor's (rollout_protocol: prompts split over its replicas); every row also
+//                       gets policy_version [rows] int64: the version of the weights that generated it
+//   join_weight_sync    meta weight_sync (workers/weight_sync_link.h)
+//   receive_weights     meta policy_version: receives the actor's weights into this rank's shard
+//                       (collective with the actor's send_weights); out: meta weight_sync per rank
+//   parameter_norm      out: param_sq_norm [1] (tests compare the shadow copy with the actor)
+//   memory_stats        this process's memory (workers/role_memory.h)
+// Config JSON: model (model_spec.h; dtype is the rollout's), threads, rollout (as the actor's: response
+// length, sampling, n, seed, free_cache_engine). Layout: tp = the rollout's tensor-parallel size, no stages.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "hybridflow/engine/weight_sync.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/runtime/worker.h"
+#include "hybridflow/workers/role_process_groups.h"
+
+namespace hybridflow {
+
+class RolloutWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override;
+
+  DataProto generate_sequences(const DataProto& in);
+  DataProto join_weight_sync(const DataProto& in);
+  DataProto receive_weights(const DataProto& in);
+  DataProto parameter_norm(const DataProto& in);
+  DataProto memory_stats(const DataProto& in);
+
+ private:
+  nlohmann::json config_;
+  std::unique_ptr<RoleProcessGroups> groups_;  // with a tensor-parallel split; outlives the model
+  CausalLM model_{nullptr};
+  std::unique_ptr<WeightSync> weight_sync_;
+  int64_t policy_version_ = 0;  // the actor updates behind the weights held
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,113 @@
+// The parts of the trainer that depend on where roles run (placement/placement_spec.h): the weight sync to
+// a standalone rollout pool, the per-pool memory figures, and the in-flight rollout of one-step
+// off-policy training that a checkpoint carries.
+#include <algorithm>
+
+#include "hybridflow/core/process_memory.h"
+#include "hybridflow/parallel/store_server.h"
+#include "hybridflow/workers/weight_sync_link.h"
+#include "rl_trainer_state.h"
+
+namespace hybridflow {
+
+namespace {
+
+constexpr const char* kInFlightFile = "rollout_in_flight.bin";
+constexpr const char* kInFlightPromptsFile = "rollout_in_flight_prompts.bin";
+
+}  // namespace
+
+void RLTrainer::State::connect_weight_sync(const WeightSyncLayout& layout, int64_t bucket_megabytes,
+                                           const std::string& dtype) {
+  HF_CHECK(rollout, "connect_weight_sync: no standalone rollout pool");
+  HF_CHECK(bucket_megabytes >= 1, "actor_rollout_ref.rollout.update_weights_bucket_megabytes must be >= 1, got ",
+           bucket_megabytes);
+  // Like a worker group's own store: in this process, on the address the pools listen on.
+  weight_sync_store = StoreServer::start(0, std::chrono::seconds(60), actor->pool().spec().bind_host);
+  nlohmann::json link = {{"store_port", weight_sync_store->port()},
+                         {"world_size", layout.world()},
+                         {"layout", weight_sync_layout_json(layout)},
+                         {"bucket_bytes", bucket_megabytes << 20},
+                         {"dtype", dtype}};
+  DataProto to_actor, to_rollout;
+  link["rank_offset"] = 0;
+  to_actor.meta()["weight_sync"] = link;
+  link["rank_offset"] = layout.actor_world();
+  to_rollout.meta()["weight_sync"] = link;
+  // Both sides join at once: the rendezvous waits for every rank of both pools.
+  wait_all({actor->call("join_weight_sync", to_actor), rollout->call("join_weight_sync", to_rollout)});
+}
+
+RLTrainer::State::WeightSyncCalls RLTrainer::State::dispatch_weight_sync(int64_t version) {
+  DataProto version_meta;
+  version_meta.meta()["policy_version"] = version;
+  return {actor->call("send_weights"), rollout->call("receive_weights", version_meta)};
+}
+
+nlohmann::json RLTrainer::State::finish_weight_sync(const WeightSyncCalls& calls) {
+  wait_all({calls.send, calls.receive});
+  double bytes = 0, buckets = 0, seconds = 0;
+  for (const DataProto& rank : calls.receive.per_rank()) {
+    const auto& s = rank.meta().at("weight_sync");
+    bytes += s.at("bytes_received").get<double>();
+    buckets += s.at("buckets").get<double>();
+  }
+  for (const Future* f : {&calls.send, &calls.receive})
+    for (const DataProto& rank : f->per_rank())
+      seconds = std::max(seconds, rank.meta().at("weight_sync").at("seconds").get<double>());
+  return {{"weight_sync/bytes", bytes}, {"weight_sync/buckets", buckets}, {"weight_sync/transfer_s", seconds}};
+}
+
+void RLTrainer::State::log_memory(MetricsLog& metrics) {
+  // One call per pool to any role it hosts (they share the processes), all pools at once; not recorded in
+  // the timeline, which shows the algorithm's calls.
+  std::vector<std::pair<std::string, Future>> asked;
+  for (const PoolSpec& pool : placement.pools) {
+    const std::string& role = pool.roles.front();
+    WorkerGroup* group = role == "actor" ? actor.get() : role == "rollout" ? rollout.get() : role == "critic" ? critic.get()
+                       : role == "cost_critic" ? cost_critic.get() : role == "reward_model" ? reward_model.get()
+                                                                        : cost_model.get();
+    if (!group) continue;
+    WorkerGroup quiet = *group;
+    quiet.record_calls(nullptr);
+    asked.emplace_back(pool.name, quiet.call("memory_stats"));
+  }
+  for (const auto& [pool, reply] : asked) {
+    int64_t peak = 0, rss = 0, cuda_peak = -1;
+    for (const DataProto& rank : reply.per_rank()) {
+      peak = std::max(peak, rank.tensor("peak_rss_bytes")[0].item<int64_t>());
+      rss = std::max(rss, rank.tensor("rss_bytes")[0].item<int64_t>());
+      cuda_peak = std::max(cuda_peak, rank.tensor("cuda_peak_bytes")[0].item<int64_t>());
+    }
+    metrics.set("memory/" + pool + "/peak_rss_bytes", static_cast<double>(peak));
+    metrics.set("memory/" + pool + "/rss_bytes", static_cast<double>(rss));
+    if (cuda_peak >= 0) metrics.set("memory/" + pool + "/cuda_peak_bytes", static_cast<double>(cuda_peak));
+  }
+  metrics.set("memory/controller/peak_rss_bytes", static_cast<double>(process_memory().peak_rss_bytes));
+}
+
+void RLTrainer::State::save_prefetch(const std::string& dir) const {
+  if (!prefetch) return;
+  // The generation of the next step is complete by now (the step's weight sync queued behind it), so the
+  // checkpoint holds it rather than regenerating it from weights it no longer has.
+  write_file_atomic(dir + "/" + kInFlightFile, prefetch->batch.get().serialize());
+  write_file_atomic(dir + "/" + kInFlightPromptsFile, prefetch->prompts.serialize());
+}
+
+void RLTrainer::State::load_prefetch(const std::string& dir) {
+  prefetch.reset();
+  const std::string batch_file = dir + "/" + kInFlightFile;
+  if (!file_exists(batch_file)) return;
+  if (placement.staleness == 0) {
+    log_warn(dir, " holds the in-flight rollout of one-step off-policy training (", kInFlightFile,
+             "); this run is on-policy (actor_rollout_ref.rollout.staleness 0), so its prompts are skipped");
+    return;
+  }
+  Prefetch p;
+  p.for_step = step;
+  p.batch = Future::ready(DataProto::deserialize(read_file(batch_file)));
+  p.prompts = DataProto::deserialize(read_file(dir + "/" + kInFlightPromptsFile));
+  prefetch = std::move(p);
+}
+
+}  // namespace hybridflow

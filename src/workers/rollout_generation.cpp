@@ -1,0 +1,44 @@
+#include "hybridflow/workers/rollout_generation.h"
+
+#include <algorithm>
+
+#include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/rl_batch.h"
+
+namespace hybridflow {
+
+GenerationConfig rollout_generation_config(const nlohmann::json& rollout, const nlohmann::json& model_spec,
+                                           const ModelConfig& model, const DataProto& request, int replica) {
+  GenerationConfig g;
+  g.max_new_tokens = rollout.value("response_length", int64_t{32});
+  g.temperature = rollout.value("temperature", 1.0);
+  g.top_k = rollout.value("top_k", int64_t{0});
+  g.top_p = rollout.value("top_p", 1.0);
+  g.n = request.meta().value("n", rollout.value("n", int64_t{1}));
+  g.greedy = request.meta().value("greedy", false);
+  // The tensor-parallel ranks of a replica draw the same tokens.
+  g.seed = request.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(replica);
+  if (model_spec.contains("eos_token_ids"))
+    g.eos_token_ids = model_spec.at("eos_token_ids").get<std::vector<int64_t>>();
+  else if (model.eos_token_id >= 0)
+    g.eos_token_ids = {model.eos_token_id};
+  g.pad_token_id = model.pad_token_id >= 0 ? model.pad_token_id : 0;
+  // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
+  g.sampleable_vocab_size = std::min<int64_t>(model_spec.value("vocab_size", int64_t{0}), model.vocab_size);
+  return g;
+}
+
+DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g, const DataProto& request) {
+  DataProto result = rollout_batch(out, g.max_new_tokens, g.pad_token_id);
+  if (request.has_tensor("input_ids"))
+    result = left_pad_prompts(result, request.tensor("input_ids").size(1), g.pad_token_id);
+  // Per-prompt fields follow their samples (prompt text and answer stay with each response).
+  if (!request.fields().empty()) {
+    DataProto fields;
+    for (const auto& [key, values] : request.fields()) fields.set_field(key, values);
+    result.update(fields.repeat(g.n, /*interleave=*/true));
+  }
+  return result;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,67 @@
+#include "hybridflow/workers/rollout_worker.h"
+
+#include <ATen/Parallel.h>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/process_memory.h"
+#include "hybridflow/engine/generation.h"
+#include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/rl_batch.h"
+#include "hybridflow/workers/role_memory.h"
+#include "hybridflow/workers/rollout_generation.h"
+#include "hybridflow/workers/weight_sync_link.h"
+
+namespace hybridflow {
+
+void RolloutWorker::register_methods(MethodTable& table) {
+  config_ = context().config;
+  at::set_num_threads(config_.value("threads", 1));
+  const auto& spec = config_.at("model");
+  set_device(model_device(spec));
+  HF_CHECK(coord().pp_size == 1, "role '", context().role, "': a standalone rollout generates unstaged (pipeline size 1, got ",
+           coord().pp_size, ")");
+  if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
+  model_ = build_model(spec, HeadKind::kLanguageModel, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
+  model_->eval();
+  for (auto& p : model_->parameters()) p.set_requires_grad(false);
+  using W = RolloutWorker;
+  table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
+  table.add("join_weight_sync", protocols::kOneToAll, this, &W::join_weight_sync);
+  table.add("receive_weights", protocols::kOneToAll, this, &W::receive_weights);
+  table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
+  table.add("memory_stats", protocols::kOneToAll, this, &W::memory_stats);
+}
+
+DataProto RolloutWorker::generate_sequences(const DataProto& in) {
+  const auto rollout = config_.value("rollout", nlohmann::json::object());
+  const GenerationConfig g = rollout_generation_config(rollout, config_.at("model"), model_->config(), in, coord().micro_dp);
+  const GenerationOutput out = generate(model_, prompt_token_lists(in), g, nullptr);
+  if (rollout.value("free_cache_engine", true)) release_cached_device_memory();
+  DataProto result = rollout_result(out, g, in);
+  result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
+  return result;
+}
+
+DataProto RolloutWorker::join_weight_sync(const DataProto& in) {
+  HF_CHECK(in.meta().contains("weight_sync"), "join_weight_sync: meta 'weight_sync' is required");
+  weight_sync_ = hybridflow::join_weight_sync(in.meta().at("weight_sync"), rank(), device());
+  return DataProto();
+}
+
+DataProto RolloutWorker::receive_weights(const DataProto& in) {
+  HF_CHECK(weight_sync_, "receive_weights: call join_weight_sync first");
+  const WeightSyncStats stats = weight_sync_->receive(model_);
+  policy_version_ = in.meta().value("policy_version", policy_version_ + 1);
+  return weight_sync_reply(stats, rank());
+}
+
+DataProto RolloutWorker::parameter_norm(const DataProto&) {
+  DataProto out;
+  out.set_tensor("param_sq_norm", torch::full({1}, hybridflow::parameter_sq_norm(model_), torch::kDouble));
+  return out;
+}
+
+DataProto RolloutWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
+
+}  // namespace hybridflow
