@@ -1,0 +1,47 @@
+// The dimensions of a Llama / Qwen2-family decoder that its costs follow from: parameter count, FLOPs
+// per token, KV-cache bytes per token. Presets carry the published config.json dimensions of the models the
+// HybridFlow paper and its users train; `hybridflow plan --model DIR` reads a config.json into the same
+// struct (apps/cmd_plan.cpp, through the model layer's parser).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hybridflow::placement {
+
+struct ModelShape {
+  std::string name;
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;  // hidden / heads unless the config says otherwise
+  int64_t vocab = 0;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+
+  // Parameters of one decoder layer: attention projections (and biases), the gated MLP, two norms.
+  double layer_parameters() const;
+  // The whole model. A value head (critic, reward and cost models) replaces lm_head by a 1-output score.
+  double parameters(bool value_head) const;
+  // Parameters that take part in matmuls per token (everything but the embedding lookup and the norms).
+  double matmul_parameters(bool value_head) const;
+  // Forward FLOPs for `tokens` tokens of sequences of `seq` tokens, causal attention computed only below
+  // the diagonal (FlashAttention): 2 x matmul parameters per token + 2 x 2 x heads x head_dim x context
+  // per layer, the average context of a causal sequence being seq / 2.
+  double forward_flops(double tokens, double seq, bool value_head) const;
+  // One decoding step of one sequence whose context is `context` tokens.
+  double decode_flops(double context) const;
+  // K and V of one token in every layer.
+  double kv_bytes_per_token(double dtype_bytes) const;
+  void validate() const;  // Error naming the first field that is not positive or not consistent
+};
+
+// "llama-7b", "llama-13b", "llama-34b", "llama-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b".
+std::vector<std::string> model_preset_names();
+// Error naming the known presets for an unknown name.
+ModelShape model_preset(const std::string& name);
+
+}  // namespace hybridflow::placement

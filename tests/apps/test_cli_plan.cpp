@@ -1,0 +1,175 @@
+// `hybridflow plan`: the printed plan and its JSON, the config fragment it writes (loaded by the trainer's
+// config loader, and run by `hybridflow train` on this machine), calibration, and clear errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "hybridflow/placement/calibration.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace {
+
+using hybridflow::testing::CommandResult;
+using hybridflow::testing::run_hybridflow;
+
+nlohmann::json last_json_line(const std::string& output) {
+  const auto start = output.rfind("\n{");
+  return nlohmann::json::parse(start == std::string::npos ? output : output.substr(start + 1));
+}
+
+// A calibration with round figures, so that planning for this machine needs no measuring.
+std::string write_calibration(const hybridflow::testing::TempDir& dir) {
+  hybridflow::placement::Calibration c;
+  c.created = "2025-01-01T00:00:00Z";
+  c.host = "test";
+  c.cores = 2;
+  c.memory_bytes = 8e9;
+  c.matmul_flops = 50e9;
+  c.memory_bandwidth = 10e9;
+  c.allreduce_bandwidth = 2e9;
+  c.allreduce_latency_s = 50e-6;
+  c.compute_efficiency = 0.5;
+  c.overheads = {0.005, 1e-3, 1e-4, 3e-4, 0.02};
+  hybridflow::placement::CalibrationCheck check;
+  check.placement = "split";
+  check.layout = "{actor,rollout,ref}x1 {critic}x1";
+  check.use = "check";
+  check.measured_s = 0.4;
+  check.predicted_s = 0.42;
+  c.checks.push_back(check);
+  const std::string path = dir.file("calibration.json");
+  hybridflow::placement::save_calibration(path, c);
+  return path;
+}
+
+}  // namespace
+
+TEST(CliPlan, PrintsThePlanItsStagesAndTheRunnersUp) {
+  CommandResult r = run_hybridflow("plan --gpus 16 --model llama-7b");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"searched 52 placements", "placement: ", "pool 0", "iteration ", "tokens/s",
+                           "busy seconds by stage", "actor.update_actor", "actor.generate_sequences", "runners-up",
+                           "memory per device"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+}
+
+TEST(CliPlan, JsonDescribesACompletePlan) {
+  CommandResult r = run_hybridflow("plan --gpus 32 --model llama-13b --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = last_json_line(r.output);
+  ASSERT_TRUE(j.at("found").get<bool>());
+  EXPECT_GT(j.at("search").at("seconds").get<double>(), 0.0);
+  EXPECT_EQ(j.at("search").at("placements").get<int>(), 52);
+  const nlohmann::json& best = j.at("best");
+  int devices = 0;
+  std::multiset<std::string> roles;
+  for (const auto& set : best.at("sets")) {
+    devices += set.at("devices").get<int>();
+    for (const auto& role : set.at("roles")) {
+      roles.insert(role.at("role").get<std::string>());
+      EXPECT_EQ(role.at("pp").get<int>() * role.at("tp").get<int>() * role.at("dp").get<int>(), set.at("devices").get<int>());
+    }
+    EXPECT_LE(set.at("memory").at("peak_bytes").get<double>(), set.at("memory").at("usable_bytes").get<double>());
+  }
+  EXPECT_EQ(devices, 32);
+  EXPECT_EQ(roles, (std::multiset<std::string>{"actor", "rollout", "ref", "critic", "reward_model"}));
+  const double t = best.at("iteration_s").get<double>();
+  EXPECT_GT(t, 0.0);
+  EXPECT_NEAR(best.at("tokens_per_s").get<double>(), 1024.0 * 2048 / t, 1e-6 * 1024 * 2048 / t);
+  EXPECT_FALSE(best.at("calls").empty());
+  for (const auto& other : j.at("runners_up")) EXPECT_GE(other.at("iteration_s").get<double>(), t);
+}
+
+TEST(CliPlan, TheWrittenFragmentLoadsThroughTheTrainersConfig) {
+  hybridflow::testing::TempDir dir;
+  const std::string fragment = dir.file("plan.yaml");
+  CommandResult r = run_hybridflow("plan --gpus 16 --model llama-7b --json --write-config " + fragment);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = last_json_line(r.output);
+  const nlohmann::json& plan = j.contains("best_runnable_today") ? j.at("best_runnable_today") : j.at("best");
+  ASSERT_TRUE(plan.at("trainer").at("runnable_today").get<bool>());
+  const hybridflow::Config config = hybridflow::load_rl_config(fragment, {});
+  EXPECT_EQ(config.get<bool>("trainer.colocate"), plan.at("sets").size() == 1);
+  for (const auto& set : plan.at("sets"))
+    for (const auto& role : set.at("roles")) {
+      const std::string name = role.at("role").get<std::string>();
+      if (name == "actor") {
+        EXPECT_EQ(config.get<int>("actor_rollout_ref.num_processes"), set.at("devices").get<int>());
+        EXPECT_EQ(config.get<int>("actor_rollout_ref.actor.megatron.tensor_model_parallel_size"), role.at("tp").get<int>());
+        EXPECT_EQ(config.get<int>("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"), role.at("pp").get<int>());
+      } else if (name == "rollout") {
+        EXPECT_EQ(config.get<int>("actor_rollout_ref.rollout.tensor_model_parallel_size"), role.at("tp").get<int>());
+      } else if (name == "critic") {
+        EXPECT_EQ(config.get<int>("critic.megatron.tensor_model_parallel_size"), role.at("tp").get<int>());
+        if (plan.at("sets").size() > 1) {
+          EXPECT_EQ(config.get<int>("critic.num_processes"), set.at("devices").get<int>());
+        }
+      }
+    }
+  EXPECT_EQ(config.get<int64_t>("data.train_batch_size"), 1024);
+  EXPECT_EQ(config.get<std::string>("actor_rollout_ref.actor.dtype"), "bf16");
+}
+
+TEST(CliPlan, APlanForThisMachineRunsInHybridflowTrain) {
+  hybridflow::testing::TempDir dir;
+  const std::string calibration = write_calibration(dir);
+  CommandResult init = run_hybridflow("init --preset tiny --task addition --out " + dir.file("m"));
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const std::string fragment = dir.file("plan.yaml");
+  CommandResult r = run_hybridflow("plan --gpu this-machine --gpus 2 --calibration " + calibration + " --model " +
+                                   dir.file("m") + " --batch 4 --prompt-length 16 --response-length 4 --reward-model off "
+                                   "--micro-batch 2 --forward-micro-batch 2 --write-config " + fragment);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("last measured prediction error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("measured 0.400 s/step, predicted 0.420 s (+5.0%)"), std::string::npos) << r.output;
+  CommandResult train = run_hybridflow("train --config " + fragment + " model.path=" + dir.file("m") +
+                                       " data.task=addition data.train_size=16 data.test_size=4 trainer.total_steps=1"
+                                       " algorithm.adv_estimator=gae trainer.run_dir=" + dir.file("run"));
+  EXPECT_EQ(train.exit_code, 0) << train.output;
+}
+
+TEST(CliPlan, CalibrateWritesConstantsAndChecks) {
+  hybridflow::testing::TempDir dir;
+  const std::string path = dir.file("cal.json");
+  CommandResult r = run_hybridflow("plan --calibrate --calibrate-quick --calibrate-steps 2 --calibration " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const hybridflow::placement::Calibration c = hybridflow::placement::load_calibration(path);
+  EXPECT_GT(c.matmul_flops, 0.0);
+  EXPECT_GT(c.memory_bandwidth, 0.0);
+  EXPECT_GT(c.allreduce_bandwidth, 0.0);
+  EXPECT_GT(c.compute_efficiency, 0.0);
+  EXPECT_LE(c.compute_efficiency, 1.0);
+  int checks = 0;
+  for (const auto& k : c.checks) {
+    EXPECT_GT(k.measured_s, 0.0);
+    EXPECT_GT(k.predicted_s, 0.0);
+    checks += k.use == "check";
+  }
+  EXPECT_EQ(checks, 2);  // colocated on two processes, and split
+  CommandResult init = run_hybridflow("init --preset tiny --task addition --out " + dir.file("m"));
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  CommandResult plan = run_hybridflow("plan --gpu this-machine --gpus 2 --model " + dir.file("m") +
+                                      " --batch 8 --prompt-length 8 --response-length 8 --calibration " + path);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("last measured prediction error"), std::string::npos) << plan.output;
+}
+
+TEST(CliPlan, BadInputIsNamed) {
+  CommandResult gpu = run_hybridflow("plan --gpus 16 --gpu v100");
+  EXPECT_EQ(gpu.exit_code, 1);
+  EXPECT_NE(gpu.output.find("a100-80g"), std::string::npos) << gpu.output;
+  CommandResult missing = run_hybridflow("plan --gpus 2 --gpu this-machine --calibration /nonexistent/cal.json");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("--calibrate"), std::string::npos) << missing.output;
+  CommandResult model = run_hybridflow("plan --gpus 16 --model gpt-5");
+  EXPECT_EQ(model.exit_code, 1);
+  EXPECT_NE(model.output.find("llama-7b"), std::string::npos) << model.output;
+  CommandResult too_big = run_hybridflow("plan --gpus 2 --model llama-70b");
+  EXPECT_EQ(too_big.exit_code, 1);
+  EXPECT_NE(too_big.output.find("no plan fits"), std::string::npos) << too_big.output;
+}
