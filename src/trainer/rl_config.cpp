@@ -106,6 +106,7 @@ actor_rollout_ref:
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
     reshard_mode: hybridflow
+    max_num_seqs: 1024
   ref:
     dtype: null
     log_prob_micro_batch_size: null

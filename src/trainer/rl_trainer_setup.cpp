@@ -379,6 +379,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const std::string cm_dtype = checked_dtype(config.subtree("cost_model"), "dtype", "cost_model.dtype", "fp32");
   actor_json["dtype"] = actor_dtype;
   model_spec["dtype"] = actor_dtype;
+  const int64_t max_num_seqs = rollout.get<int64_t>("max_num_seqs");
+  HF_CHECK(max_num_seqs >= 0, "actor_rollout_ref.rollout.max_num_seqs must be >= 0 (0 = every sequence at once), got ",
+           max_num_seqs);
   nlohmann::json rollout_json = {{"dtype", checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype)},
                                  {"n", n},
                                  {"temperature", sampling.temperature},
@@ -390,7 +393,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"seed", seed},
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
                                  {"pipeline_model_parallel_size", actor_mesh.gen_pp},
-                                 {"reshard_mode", rollout.get<std::string>("reshard_mode")}};
+                                 {"reshard_mode", rollout.get<std::string>("reshard_mode")},
+                                 {"max_num_seqs", max_num_seqs}};
 
   const bool colocate = config.get<bool>("trainer.colocate");
   const bool use_rm = config.get<bool>("reward_model.enable");

@@ -114,6 +114,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   g.top_p = rollout.value("top_p", 1.0);
   g.n = in.meta().value("n", rollout.value("n", int64_t{1}));
   g.greedy = in.meta().value("greedy", false);
+  g.max_num_seqs = rollout.value("max_num_seqs", int64_t{0});
   // Each generation replica draws from its own stream, so replicas do not repeat each other's samples, and
   // the tensor-parallel ranks of a replica draw the same tokens.
   g.seed = in.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(coord().micro_dp);
