@@ -31,6 +31,7 @@ struct BenchOptions {
   int64_t prompt_length = 32, response_length = 64;
   int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
   int64_t max_num_seqs = 1024;  // the trainer's default (actor_rollout_ref.rollout.max_num_seqs)
+  bool static_baseline = true;
   int64_t steps = 3;
   int64_t stream_mb = 64;
   bool json = false;
@@ -224,7 +225,7 @@ int run_generate(const BenchOptions& o) {
   ro.stop_every = o.stop_every;
   ro.max_num_seqs = o.max_num_seqs;
   ro.continuous = false;
-  const RolloutSpeed baseline = measure_rollout(model, ro);
+  const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
   const RolloutSpeed r = measure_rollout(model, ro);
   auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
@@ -243,10 +244,10 @@ int run_generate(const BenchOptions& o) {
                {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids}};
     return m;
   };
-  print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
+  if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
-  rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
+  if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
   print_measurement(rollout, o.json);
   return 0;
 }
@@ -287,6 +288,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--max-num-seqs", opts->max_num_seqs,
                   "continuous batching's slots for the rollout (0 = every sequence at once)")
       ->capture_default_str();
+  gen->add_flag("!--no-static-baseline", opts->static_baseline,
+                "skip the rollout on the static batch (the in-run baseline of the rollout's speed-up)");
   train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();
   machine->callback([opts, &action] { action = [opts] { return run_machine(*opts); }; });
   gen->callback([opts, &action] { action = [opts] { return run_generate(*opts); }; });

@@ -6,6 +6,8 @@
 //
 // Every pipeline stage runs this same schedule: the last stage's tokens reach all stages (StageLink), and
 // the schedule depends on nothing else.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <set>
 
@@ -15,12 +17,27 @@
 namespace hybridflow::generation {
 namespace {
 
+// A slab of zeros. On the CPU from fresh anonymous pages, which the kernel zeroes when first touched: most
+// slots never fill their capacity (answers stop early), and writing zeros to all of it cost as much as a
+// tenth of a short rollout.
+torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOptions& options) {
+  if (!options.device().is_cpu()) return torch::zeros(sizes, options);
+  int64_t count = 1;
+  for (int64_t size : sizes) count *= size;
+  const size_t bytes = static_cast<size_t>(count) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  void* memory = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  HF_CHECK(memory != MAP_FAILED, "generation: cannot map ", bytes,
+           " bytes for the KV cache (max_num_seqs sets its rows)");
+  return torch::from_blob(
+      memory, sizes, [bytes](void* p) { munmap(p, std::max<size_t>(bytes, 1)); }, options);
+}
+
 // A running sequence.
 struct Row {
   int64_t sequence = 0;  // output row: prompt i's sample j is i * n + j
   int64_t slot = 0;
-  int64_t length = 0;    // positions in its slot's cache
-  int64_t token = 0;     // the last token drawn: the next step's input
+  int64_t length = 0;  // positions in its slot's cache
+  int64_t token = 0;   // the last token drawn: the next step's input
 };
 
 class Scheduler {
@@ -86,8 +103,7 @@ class Scheduler {
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
     // Right-padded: every prompt starts at position 0, as in its slot.
     int64_t width = 0;
-    for (int64_t i = 0; i < count; ++i)
-      width = std::max<int64_t>(width, static_cast<int64_t>(prompt(i).size()));
+    for (int64_t i = 0; i < count; ++i) width = std::max<int64_t>(width, static_cast<int64_t>(prompt(i).size()));
     auto ids = torch::full({count, width}, cfg_.pad_token_id, i64);
     auto mask = torch::zeros({count, width}, i64);
     std::vector<int64_t> last_position(static_cast<size_t>(count));
@@ -205,13 +221,17 @@ class Scheduler {
     if (cache_.keys.empty()) {
       for (size_t l = 0; l < prefill.keys.size(); ++l) {
         const auto& k = prefill.keys[l];
-        cache_.keys.push_back(torch::zeros({slot_count_, k.size(1), capacity_, k.size(3)}, k.options()));
-        cache_.values.push_back(torch::zeros({slot_count_, k.size(1), capacity_, k.size(3)}, k.options()));
+        cache_.keys.push_back(zero_slab({slot_count_, k.size(1), capacity_, k.size(3)}, k.options()));
+        cache_.values.push_back(zero_slab({slot_count_, k.size(1), capacity_, k.size(3)}, k.options()));
       }
     }
     for (size_t l = 0; l < prefill.keys.size(); ++l) {
-      cache_.keys[l].narrow(2, 0, width).index_copy_(0, slot_t, prefill.keys[l].narrow(2, 0, width).index_select(0, source_t));
-      cache_.values[l].narrow(2, 0, width).index_copy_(0, slot_t, prefill.values[l].narrow(2, 0, width).index_select(0, source_t));
+      cache_.keys[l]
+          .narrow(2, 0, width)
+          .index_copy_(0, slot_t, prefill.keys[l].narrow(2, 0, width).index_select(0, source_t));
+      cache_.values[l]
+          .narrow(2, 0, width)
+          .index_copy_(0, slot_t, prefill.values[l].narrow(2, 0, width).index_select(0, source_t));
     }
   }
 

@@ -152,8 +152,9 @@ void StageLink::share(torch::Tensor& tokens, torch::Tensor& log_probs, int64_t r
   if (!stage_->enabled()) return;
   // Each stage needs the tokens for its next input and to keep its bookkeeping in step with the others.
   const torch::Device device = model_->parameters().front().device();
-  torch::Tensor chosen = stage_->last() ? torch::stack({tokens.to(torch::kFloat64), log_probs.to(torch::kFloat64)})
-                                        : torch::empty({2, rows}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  torch::Tensor chosen = stage_->last()
+                             ? torch::stack({tokens.to(torch::kFloat64), log_probs.to(torch::kFloat64)})
+                             : torch::empty({2, rows}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   stages_->broadcast(chosen, stage_->stages - 1);
   tokens = chosen[0].to(torch::kInt64);
   log_probs = chosen[1].to(torch::kFloat32);
@@ -169,7 +170,8 @@ std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const tor
   std::vector<double> uniforms;
   if (!cfg.greedy) {
     uniforms.reserve(sequences.size());
-    for (size_t r = 0; r < sequences.size(); ++r) uniforms.push_back(sampling_uniform(cfg.seed, sequences[r], steps[r]));
+    for (size_t r = 0; r < sequences.size(); ++r)
+      uniforms.push_back(sampling_uniform(cfg.seed, sequences[r], steps[r]));
   }
   return sample_next_tokens(logits, cfg, uniforms);
 }
@@ -184,7 +186,8 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
                           const GenerationConfig& cfg, Communicator* stages) {
   const ModelConfig& mc = model->config();
   check_config(cfg, mc.vocab_size);
-  HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "generation: the model has a value head, not a language-model head");
+  HF_CHECK(model->head_kind() == HeadKind::kLanguageModel,
+           "generation: the model has a value head, not a language-model head");
   const PipelineStage& stage = model->pipeline_stage();
   HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage),
            "generation: the model is pipeline stage ", stage.stage, " of ", stage.stages,

@@ -22,7 +22,8 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
 
   auto responses = torch::full({batch, cfg.max_new_tokens}, cfg.pad_token_id, i64.device(device));
   auto response_mask = torch::zeros({batch, cfg.max_new_tokens}, i64.device(device));
-  auto log_probs = torch::zeros({batch, cfg.max_new_tokens}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  auto log_probs =
+      torch::zeros({batch, cfg.max_new_tokens}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 
   // Only unfinished rows stay in the batch: `active` maps them to output rows (also kept on the CPU for the
   // sampling draws), and the cache, ids and mask shrink with them.
@@ -68,16 +69,16 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
     link.send(hidden);
     if (prefill_shared_now) {
       // Row i of the prefill is prompt i (batch row i*n): repeat it for the prompt's n samples.
-      const auto per_prompt = torch::arange(static_cast<int64_t>(prompts.size()), i64.device(device))
-                                  .repeat_interleave(cfg.n);
+      const auto per_prompt =
+          torch::arange(static_cast<int64_t>(prompts.size()), i64.device(device)).repeat_interleave(cfg.n);
       cache.select_rows(per_prompt);
       if (link.samples()) hidden = hidden.select(1, -1).index_select(0, per_prompt).unsqueeze(1);
     }
     torch::Tensor tokens, token_log_probs;
     if (link.samples()) {
       // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
-      std::tie(tokens, token_log_probs) = choose_tokens(model, hidden.select(1, -1), cfg, active_rows,
-                                                        std::vector<int64_t>(active_rows.size(), step));
+      std::tie(tokens, token_log_probs) =
+          choose_tokens(model, hidden.select(1, -1), cfg, active_rows, std::vector<int64_t>(active_rows.size(), step));
     }
     link.share(tokens, token_log_probs, static_cast<int64_t>(active_rows.size()));
     responses.index_put_({active, step}, tokens);

@@ -14,8 +14,8 @@ namespace hybridflow::generation {
 
 // The output's prompt tensors: row q = i * n + j holds prompt i left-padded to the longest prompt.
 struct PromptBatch {
-  torch::Tensor ids;   // [B*n, P] int64 on the model's device, pad_token_id on the left
-  torch::Tensor mask;  // [B*n, P] int64 (1 real, 0 pad)
+  torch::Tensor ids;    // [B*n, P] int64 on the model's device, pad_token_id on the left
+  torch::Tensor mask;   // [B*n, P] int64 (1 real, 0 pad)
   int64_t longest = 0;  // P
 };
 PromptBatch pad_prompts(const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,

@@ -8,11 +8,16 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 namespace hybridflow::fused_decode {
@@ -67,7 +72,7 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* 
 }
 
 __attribute__((target("avx2,fma"))) void rows_dot_avx2(const float* w, int64_t in, const float* x, int64_t ldx,
-                                                        int64_t rows, int64_t o0, int64_t o1, float* y, int64_t ldy) {
+                                                       int64_t rows, int64_t o0, int64_t o1, float* y, int64_t ldy) {
   for (int64_t o = o0; o < o1; ++o) {
     const float* wr = w + o * in;
     if (rows == 1) {
@@ -134,7 +139,8 @@ __attribute__((target("avx2,fma"))) void rows_dot_avx2(const float* w, int64_t i
 __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float a, const float* x, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
 }
 #endif
@@ -148,7 +154,8 @@ struct Kernels {
 const Kernels& kernels() {
   static const Kernels chosen = [] {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Kernels{dot_avx2, rows_dot_avx2, axpy_avx2};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return Kernels{dot_avx2, rows_dot_avx2, axpy_avx2};
 #endif
     return Kernels{dot_portable, rows_dot_portable, axpy_portable};
   }();
@@ -170,46 +177,6 @@ void rms_norm_rows(const float* x, int64_t rows, int64_t n, const float* weight,
   }
 }
 
-// A weight matrix whose output features land at column `column` of a [rows, ldy] output.
-struct Projection {
-  const at::Tensor* weight;
-  int64_t column;
-};
-
-// y[:, column + o] = x . weight[o]^T for each projection (stacked: one parallel loop over all their rows),
-// x [rows, in] with row stride ldx. Few rows: the weight rows split over the cores; more: at::mm.
-void project(const std::vector<Projection>& projections, const float* x, int64_t ldx, int64_t in, int64_t rows,
-             float* y, int64_t ldy) {
-  if (rows > kMaxVectorRows) {
-    auto xt = at::from_blob(const_cast<float*>(x), {rows, in}, {ldx, 1}, at::kFloat);
-    for (const Projection& p : projections) {
-      const int64_t out = p.weight->size(0);
-      at::from_blob(y + p.column, {rows, out}, {ldy, 1}, at::kFloat).copy_(at::mm(xt, p.weight->t()));
-    }
-    return;
-  }
-  int64_t total = 0;
-  for (const Projection& p : projections) total += p.weight->size(0);
-  const Kernels& k = kernels();
-  at::parallel_for(0, total, std::max<int64_t>(1, kParallelWeights / in), [&](int64_t begin, int64_t end) {
-    int64_t base = 0;
-    for (const Projection& p : projections) {
-      const int64_t out = p.weight->size(0);
-      const int64_t lo = std::max(begin, base), hi = std::min(end, base + out);
-      if (lo < hi) k.rows_dot(p.weight->data_ptr<float>(), in, x, ldx, rows, lo - base, hi - base, y + p.column, ldy);
-      base += out;
-    }
-  });
-}
-
-void add_bias(float* y, int64_t rows, int64_t ldy, const at::Tensor& bias) {
-  if (!bias.defined()) return;
-  const float* b = bias.data_ptr<float>();
-  const int64_t n = bias.numel();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) y[r * ldy + i] += b[i];
-}
-
 // x[i] cos[i] + rotate_half(x)[i] sin[i], rotate_half(x) = (-x[half:], x[:half]).
 void rotate(const float* x, const float* cos, const float* sin, int64_t d, float* out) {
   const int64_t half = d / 2;
@@ -221,8 +188,11 @@ void rotate(const float* x, const float* cos, const float* sin, int64_t d, float
 
 struct AttentionArgs {
   const Shape* shape;
-  const float* qkv;  // [rows, (heads + 2 kv_heads) head_dim]: q, then k, then v
-  int64_t qkv_dim;
+  // Row r's query heads at q + r * q_stride, its new key and value heads at k / v + r * kv_stride.
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t q_stride, kv_stride;
   const float* q_norm;
   const float* k_norm;
   float* keys;  // slabs [slots, kv_heads, capacity, head_dim]
@@ -240,7 +210,7 @@ struct AttentionArgs {
 void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float>& scratch) {
   const Shape& s = *a.shape;
   const Kernels& k = kernels();
-  const int64_t d = s.head_dim, q_dim = s.heads * d, kv_dim = s.kv_heads * d, group = s.heads / s.kv_heads;
+  const int64_t d = s.head_dim, q_dim = s.heads * d, group = s.heads / s.kv_heads;
   const int64_t pos = a.lengths[r];
   const int64_t first = s.sliding_window > 0 ? std::max<int64_t>(0, pos - s.sliding_window + 1) : 0;
   const int64_t span = pos - first + 1;
@@ -253,20 +223,18 @@ void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float
   const int64_t slab_offset = (a.slots[r] * s.kv_heads + g) * a.capacity * d;
   float* keys = a.keys + slab_offset;
   float* values = a.values + slab_offset;
-  const float* row = a.qkv + r * a.qkv_dim;
-
-  const float* key = row + q_dim + g * d;
+  const float* key = a.k + r * a.kv_stride + g * d;
   if (a.k_norm != nullptr) {
     rms_norm_rows(key, 1, d, a.k_norm, s.eps, head);
     key = head;
   }
   rotate(key, cos, sin, d, keys + pos * d);
-  std::copy_n(row + q_dim + kv_dim + g * d, d, values + pos * d);
+  std::copy_n(a.v + r * a.kv_stride + g * d, d, values + pos * d);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t j = 0; j < group; ++j) {
     const int64_t h = g * group + j;
-    const float* query = row + h * d;
+    const float* query = a.q + r * a.q_stride + h * d;
     if (a.q_norm != nullptr) {
       rms_norm_rows(query, 1, d, a.q_norm, s.eps, head);
       query = head;
@@ -294,40 +262,143 @@ void attend(const AttentionArgs& a, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) longest = std::max(longest, a.lengths[r] + 1);
   // One unit reads about span x head_dim keys and values per query head of its group.
   const int64_t unit_work = std::max<int64_t>(1, (s.heads / s.kv_heads) * longest * s.head_dim * 2);
-  at::parallel_for(0, rows * s.kv_heads, std::max<int64_t>(1, kParallelWeights / unit_work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    for (int64_t u = begin; u < end; ++u) attend_unit(a, u / s.kv_heads, u % s.kv_heads, scratch);
-  });
+  at::parallel_for(0, rows * s.kv_heads, std::max<int64_t>(1, kParallelWeights / unit_work),
+                   [&](int64_t begin, int64_t end) {
+                     std::vector<float> scratch;
+                     for (int64_t u = begin; u < end; ++u) attend_unit(a, u / s.kv_heads, u % s.kv_heads, scratch);
+                   });
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// act = silu(x . gate^T) * (x . up^T), the two products and the activation in one parallel loop.
-void gated_mlp_input(const LayerWeights& w, const float* x, int64_t in, int64_t rows, int64_t ffn, float* gate,
-                     float* up) {
-  if (rows > kMaxVectorRows) {
-    auto xt = at::from_blob(const_cast<float*>(x), {rows, in}, at::kFloat);
-    auto g = at::from_blob(gate, {rows, ffn}, at::kFloat);
-    g.copy_(at::mm(xt, w.gate.t()));
-    at::silu_(g);
-    g.mul_(at::mm(xt, w.up.t()));
-    return;
-  }
-  const Kernels& k = kernels();
-  at::parallel_for(0, ffn, std::max<int64_t>(1, kParallelWeights / (2 * in)), [&](int64_t begin, int64_t end) {
-    k.rows_dot(w.gate.data_ptr<float>(), in, x, in, rows, begin, end, gate, ffn);
-    k.rows_dot(w.up.data_ptr<float>(), in, x, in, rows, begin, end, up, ffn);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t f = begin; f < end; ++f) gate[r * ffn + f] = silu(gate[r * ffn + f]) * up[r * ffn + f];
-  });
-}
-
-void add_rows(float* h, const float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) h[i] += x[i];
-}
-
 bool float_cpu(const at::Tensor& t) {
   return !t.defined() || (t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous());
+}
+
+// A barrier for the threads of one OpenMP team, spinning briefly before yielding: a decode step at a few
+// rows crosses five per layer, microseconds apart, and OpenMP's own barrier or a new parallel region costs
+// a futex wake each under OMP_WAIT_POLICY=passive (what the trainer's workers and scripts/bench.sh set).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int threads) : threads_(threads) {}
+  void wait() {
+    if (threads_ == 1) return;
+    const int generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.store(generation + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; generation_.load(std::memory_order_acquire) == generation; ++spins) {
+      // A loaded machine may have descheduled the thread we wait for: stop burning its core.
+      if (spins > 4096) std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int threads_;
+  std::atomic<int> arrived_{0};
+  std::atomic<int> generation_{0};
+};
+
+// [begin, end) of n items for thread `tid` of `threads`.
+std::pair<int64_t, int64_t> share(int64_t n, int tid, int threads) {
+  return {n * tid / threads, n * (tid + 1) / threads};
+}
+
+// Few rows: one parallel region for the whole step. Every thread computes the (cheap) norms itself and its
+// share of each matrix's output features, of the attention units and of the residual update, with a
+// SpinBarrier between the phases that need the others' results.
+void decode_layers_few_rows(float* x, int64_t rows, const Shape& s, const std::vector<LayerWeights>& layers,
+                            std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const int64_t* slots,
+                            const int64_t* lengths, const float* cos, const float* sin) {
+  const int64_t hidden = s.hidden, d = s.head_dim, ffn = s.ffn;
+  const int64_t q_dim = s.heads * d, kv_dim = s.kv_heads * d, qkv_dim = q_dim + 2 * kv_dim;
+  std::vector<float> qkv(static_cast<size_t>(rows * qkv_dim)), attention(static_cast<size_t>(rows * q_dim));
+  std::vector<float> delta(static_cast<size_t>(rows * hidden));
+  std::vector<float> gate(static_cast<size_t>(rows * ffn)), up(static_cast<size_t>(rows * ffn));
+  // Small layers are not worth a second thread: each needs a few hundred KB of weights per thread.
+  const int64_t layer_weights = (qkv_dim + q_dim) * hidden + 3 * hidden * ffn;
+  int threads = static_cast<int>(
+      std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(1, layer_weights / (4 * kParallelWeights))));
+#ifdef _OPENMP
+  if (omp_in_parallel()) threads = 1;
+#else
+  threads = 1;
+#endif
+  const Kernels& k = kernels();
+  SpinBarrier barrier(threads);
+  auto team = [&](int tid) {
+    std::vector<float> normed(static_cast<size_t>(rows * hidden)), scratch;
+    const auto [qkv_lo, qkv_hi] = share(qkv_dim, tid, threads);
+    const auto [hid_lo, hid_hi] = share(hidden, tid, threads);
+    const auto [ffn_lo, ffn_hi] = share(ffn, tid, threads);
+    const auto [unit_lo, unit_hi] = share(rows * s.kv_heads, tid, threads);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerWeights& w = layers[l];
+      rms_norm_rows(x, rows, hidden, w.input_norm.data_ptr<float>(), s.eps, normed.data());
+      // This thread's rows of [q; k; v] (each row of the stack belongs to one of the three).
+      const at::Tensor* stack[3] = {&w.q, &w.k, &w.v};
+      const at::Tensor* biases[3] = {&w.q_bias, &w.k_bias, &w.v_bias};
+      for (int64_t part = 0, base = 0; part < 3; base += stack[part]->size(0), ++part) {
+        const int64_t lo = std::max(qkv_lo, base), hi = std::min(qkv_hi, base + stack[part]->size(0));
+        if (lo >= hi) continue;
+        k.rows_dot(stack[part]->data_ptr<float>(), hidden, normed.data(), hidden, rows, lo - base, hi - base,
+                   qkv.data() + base, qkv_dim);
+        if (biases[part]->defined()) {
+          const float* b = biases[part]->data_ptr<float>();
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = lo; o < hi; ++o) qkv[static_cast<size_t>(r * qkv_dim + o)] += b[o - base];
+        }
+      }
+      barrier.wait();
+      AttentionArgs args{&s,
+                         qkv.data(),
+                         qkv.data() + q_dim,
+                         qkv.data() + q_dim + kv_dim,
+                         qkv_dim,
+                         qkv_dim,
+                         data(w.q_norm),
+                         data(w.k_norm),
+                         keys[l].data_ptr<float>(),
+                         values[l].data_ptr<float>(),
+                         keys[l].size(2),
+                         slots,
+                         lengths,
+                         cos,
+                         sin,
+                         attention.data()};
+      for (int64_t u = unit_lo; u < unit_hi; ++u) attend_unit(args, u / s.kv_heads, u % s.kv_heads, scratch);
+      barrier.wait();
+      k.rows_dot(w.o.data_ptr<float>(), q_dim, attention.data(), q_dim, rows, hid_lo, hid_hi, delta.data(), hidden);
+      const float* o_bias = data(w.o_bias);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = hid_lo; o < hid_hi; ++o)
+          x[r * hidden + o] += delta[static_cast<size_t>(r * hidden + o)] + (o_bias != nullptr ? o_bias[o] : 0.0f);
+      barrier.wait();
+      rms_norm_rows(x, rows, hidden, w.post_norm.data_ptr<float>(), s.eps, normed.data());
+      k.rows_dot(w.gate.data_ptr<float>(), hidden, normed.data(), hidden, rows, ffn_lo, ffn_hi, gate.data(), ffn);
+      k.rows_dot(w.up.data_ptr<float>(), hidden, normed.data(), hidden, rows, ffn_lo, ffn_hi, up.data(), ffn);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t f = ffn_lo; f < ffn_hi; ++f) {
+          const size_t i = static_cast<size_t>(r * ffn + f);
+          gate[i] = silu(gate[i]) * up[i];
+        }
+      barrier.wait();
+      k.rows_dot(w.down.data_ptr<float>(), ffn, gate.data(), ffn, rows, hid_lo, hid_hi, delta.data(), hidden);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = hid_lo; o < hid_hi; ++o) x[r * hidden + o] += delta[static_cast<size_t>(r * hidden + o)];
+      barrier.wait();
+    }
+  };
+  if (threads == 1) {
+    team(0);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+  team(omp_get_thread_num());
+#endif
 }
 
 }  // namespace
@@ -341,25 +412,41 @@ bool supports(const at::Tensor& h, const std::vector<LayerWeights>& layers) {
   return true;
 }
 
-void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights>& layers, std::vector<at::Tensor>& keys,
-                   std::vector<at::Tensor>& values, const std::vector<int64_t>& slots, const std::vector<int64_t>& lengths,
-                   const at::Tensor& cos, const at::Tensor& sin) {
+void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights>& layers,
+                   std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const std::vector<int64_t>& slots,
+                   const std::vector<int64_t>& lengths, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t rows = h.size(0), hidden = s.hidden, d = s.head_dim;
-  const int64_t q_dim = s.heads * d, kv_dim = s.kv_heads * d, qkv_dim = q_dim + 2 * kv_dim;
-  std::vector<float> normed(static_cast<size_t>(rows * hidden)), qkv(static_cast<size_t>(rows * qkv_dim));
-  std::vector<float> attention(static_cast<size_t>(rows * q_dim)), delta(static_cast<size_t>(rows * hidden));
-  std::vector<float> gate(static_cast<size_t>(rows * s.ffn)), up(static_cast<size_t>(rows * s.ffn));
-  float* x = h.data_ptr<float>();
+  if (rows <= kMaxVectorRows) {
+    decode_layers_few_rows(h.data_ptr<float>(), rows, s, layers, keys, values, slots.data(), lengths.data(),
+                           cos.data_ptr<float>(), sin.data_ptr<float>());
+    return;
+  }
+  // Many rows: the projections are matrix multiplies (at::mm / addmm, into contiguous tensors); norms,
+  // rotary, the cache and attention stay fused.
+  const int64_t q_dim = s.heads * d;
+  auto normed = at::empty({rows, hidden}, h.options());
+  auto attention = at::empty({rows, q_dim}, h.options());
+  auto project = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+    return bias.defined() ? at::addmm(bias, x, w.t()) : at::mm(x, w.t());
+  };
+  auto norm = [&](const at::Tensor& weight) {
+    const float* src = h.data_ptr<float>();
+    float* dst = normed.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, kParallelWeights / hidden), [&](int64_t begin, int64_t end) {
+      rms_norm_rows(src + begin * hidden, end - begin, hidden, weight.data_ptr<float>(), s.eps, dst + begin * hidden);
+    });
+  };
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerWeights& w = layers[l];
-    rms_norm_rows(x, rows, hidden, w.input_norm.data_ptr<float>(), s.eps, normed.data());
-    project({{&w.q, 0}, {&w.k, q_dim}, {&w.v, q_dim + kv_dim}}, normed.data(), hidden, hidden, rows, qkv.data(), qkv_dim);
-    add_bias(qkv.data(), rows, qkv_dim, w.q_bias);
-    add_bias(qkv.data() + q_dim, rows, qkv_dim, w.k_bias);
-    add_bias(qkv.data() + q_dim + kv_dim, rows, qkv_dim, w.v_bias);
+    norm(w.input_norm);
+    const auto q = project(normed, w.q, w.q_bias), k = project(normed, w.k, w.k_bias),
+               v = project(normed, w.v, w.v_bias);
     AttentionArgs args{&s,
-                       qkv.data(),
-                       qkv_dim,
+                       q.data_ptr<float>(),
+                       k.data_ptr<float>(),
+                       v.data_ptr<float>(),
+                       q_dim,
+                       k.size(1),
                        data(w.q_norm),
                        data(w.k_norm),
                        keys[l].data_ptr<float>(),
@@ -369,22 +456,28 @@ void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights
                        lengths.data(),
                        cos.data_ptr<float>(),
                        sin.data_ptr<float>(),
-                       attention.data()};
+                       attention.data_ptr<float>()};
     attend(args, rows);
-    project({{&w.o, 0}}, attention.data(), q_dim, q_dim, rows, delta.data(), hidden);
-    add_bias(delta.data(), rows, hidden, w.o_bias);
-    add_rows(x, delta.data(), rows * hidden);
-    rms_norm_rows(x, rows, hidden, w.post_norm.data_ptr<float>(), s.eps, normed.data());
-    gated_mlp_input(w, normed.data(), hidden, rows, s.ffn, gate.data(), up.data());
-    project({{&w.down, 0}}, gate.data(), s.ffn, s.ffn, rows, delta.data(), hidden);
-    add_rows(x, delta.data(), rows * hidden);
+    h.addmm_(attention, w.o.t());
+    if (w.o_bias.defined()) h.add_(w.o_bias);
+    norm(w.post_norm);
+    auto gate = at::mm(normed, w.gate.t());
+    at::silu_(gate);
+    gate.mul_(at::mm(normed, w.up.t()));
+    h.addmm_(gate, w.down.t());
   }
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  if (rows > kMaxVectorRows) return at::mm(x, w.t());
   auto y = at::empty({rows, out}, x.options());
-  project({{&w, 0}}, x.data_ptr<float>(), in, in, rows, y.data_ptr<float>(), out);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const Kernels& k = kernels();
+  at::parallel_for(0, out, std::max<int64_t>(1, kParallelWeights / in),
+                   [&](int64_t begin, int64_t end) { k.rows_dot(wp, in, xp, in, rows, begin, end, yp, out); });
   return y;
 }
 

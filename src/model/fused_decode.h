@@ -4,10 +4,11 @@
 //
 // At one to a few rows decoding reads every weight once per token, so it is bound by memory bandwidth:
 // libtorch's matrix multiply at one row streams the weights at a quarter of what the machine reads, on one
-// core, and each small operator costs about as much as its arithmetic. Here the matrix-vector products
-// split the weight rows over the cores (at::parallel_for; this file is compiled with OpenMP) and read each
-// weight row once for all rows of the batch. Past kMaxVectorRows rows the projections go to libtorch's
-// matrix multiply, which is faster there; norms, rotary and attention stay fused at any row count.
+// core, and each small operator costs about as much as its arithmetic. Up to kMaxVectorRows rows the whole
+// step is one OpenMP team (this file is compiled with OpenMP): each thread reads its share of every weight
+// matrix once for all rows, and the threads meet at spin barriers between the phases of a layer, not at a
+// new parallel region per operator. Past kMaxVectorRows rows the projections go to libtorch's matrix
+// multiply, which is faster there; norms, rotary, the cache and attention stay fused at any row count.
 //
 // Rows read and write their own KV-cache slot (continuous batching, engine/generation.h): row r appends its
 // key and value at position lengths[r] of slot slots[r] and attends to that slot's positions
@@ -26,10 +27,10 @@ namespace hybridflow::fused_decode {
 constexpr int64_t kMaxVectorRows = 8;
 
 struct LayerWeights {
-  at::Tensor input_norm, post_norm;                 // [hidden]
-  at::Tensor q, k, v, o;                            // [out, in], as nn::Linear stores them
-  at::Tensor q_bias, k_bias, v_bias, o_bias;        // undefined when the model has none
-  at::Tensor q_norm, k_norm;                        // [head_dim], Qwen3 only
+  at::Tensor input_norm, post_norm;           // [hidden]
+  at::Tensor q, k, v, o;                      // [out, in], as nn::Linear stores them
+  at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the model has none
+  at::Tensor q_norm, k_norm;                  // [head_dim], Qwen3 only
   at::Tensor gate, up, down;
 };
 

@@ -454,8 +454,11 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const s
   access.span = longest;
   auto slot_t = torch::tensor(slots, i64).to(device);
   const int64_t kv = local_layers > 0 ? cache.keys[0].size(1) : 0;
-  access.write_index =
-      ((slot_t * kv).unsqueeze(1) + torch::arange(kv, i64.device(device))).mul(capacity).add(length_t.unsqueeze(1)).view(-1);
+  // Row r's key of head h goes to row (slot * kv + h) * capacity + length of the slab viewed as [-1, head_dim].
+  access.write_index = ((slot_t * kv).unsqueeze(1) + torch::arange(kv, i64.device(device)))
+                           .mul(capacity)
+                           .add(length_t.unsqueeze(1))
+                           .view(-1);
   bool in_order = true;
   for (int64_t r = 0; r < b; ++r) in_order = in_order && slots[r] == r;
   if (!in_order) access.slots = slot_t;

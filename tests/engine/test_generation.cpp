@@ -419,7 +419,8 @@ TEST_F(GenerationTest, FewSlotsEqualOnePromptAtATime) {
         const int64_t len = batch.response_mask[q].sum().item<int64_t>();
         auto a = row(single.responses, 0), b = row(batch.responses, q);
         EXPECT_EQ(std::vector<int64_t>(a.begin(), a.begin() + len), std::vector<int64_t>(b.begin(), b.begin() + len));
-        EXPECT_TRUE(torch::allclose(single.log_probs[0].slice(0, 0, len), batch.log_probs[q].slice(0, 0, len), 1e-4, 1e-4));
+        EXPECT_TRUE(
+            torch::allclose(single.log_probs[0].slice(0, 0, len), batch.log_probs[q].slice(0, 0, len), 1e-4, 1e-4));
       }
       cfg.max_num_seqs = 5;
     }

@@ -336,11 +336,14 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
 // (gradients off) and the tensor operators (gradients on), at few rows (matrix-vector kernel) and many
 // (matrix multiply), for Llama-style GQA, Qwen2 (biases, tied head), Qwen3 (q/k norms, wide heads) and
 // Mistral with a sliding window shorter than the sequences.
+// The last case is wide enough that the fused step splits its layers over two threads.
 TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
-  for (const std::string preset : {"tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny"}) {
-    ModelConfig config = preset_model_config(preset, 37);
-    config.hidden_size = 32;
-    config.intermediate_size = 48;
+  for (const std::string preset : {"tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "tiny two threads"}) {
+    const bool wide = preset == "tiny two threads";
+    ModelConfig config = preset_model_config(wide ? "tiny" : preset, 37);
+    config.hidden_size = wide ? 128 : 32;
+    config.intermediate_size = wide ? 2048 : 48;
+    at::set_num_threads(wide ? 2 : 1);
     config.num_hidden_layers = 2;
     config.num_attention_heads = 4;
     config.num_key_value_heads = 2;
