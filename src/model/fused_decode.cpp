@@ -403,12 +403,22 @@ void decode_layers_few_rows(float* x, int64_t rows, const Shape& s, const std::v
 
 }  // namespace
 
-bool supports(const at::Tensor& h, const std::vector<LayerWeights>& layers) {
-  if (!h.defined() || !float_cpu(h)) return false;
-  for (const LayerWeights& w : layers)
-    for (const at::Tensor* t : {&w.input_norm, &w.post_norm, &w.q, &w.k, &w.v, &w.o, &w.q_bias, &w.k_bias, &w.v_bias,
-                                &w.o_bias, &w.q_norm, &w.k_norm, &w.gate, &w.up, &w.down})
-      if (!float_cpu(*t)) return false;
+bool supports(const at::Tensor& h, const Shape& s, const std::vector<LayerWeights>& layers) {
+  if (!h.defined() || !float_cpu(h) || h.dim() != 2 || h.size(1) != s.hidden) return false;
+  const int64_t q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
+  auto has = [](const at::Tensor& t, std::initializer_list<int64_t> sizes) {
+    return float_cpu(t) && (!t.defined() || t.sizes().equals(sizes));
+  };
+  for (const LayerWeights& w : layers) {
+    const bool fits = w.input_norm.defined() && w.post_norm.defined() && w.q.defined() && w.k.defined() &&
+                      w.v.defined() && w.o.defined() && w.gate.defined() && w.up.defined() && w.down.defined() &&
+                      has(w.input_norm, {s.hidden}) && has(w.post_norm, {s.hidden}) && has(w.q, {q_dim, s.hidden}) &&
+                      has(w.k, {kv_dim, s.hidden}) && has(w.v, {kv_dim, s.hidden}) && has(w.o, {s.hidden, q_dim}) &&
+                      has(w.q_bias, {q_dim}) && has(w.k_bias, {kv_dim}) && has(w.v_bias, {kv_dim}) &&
+                      has(w.o_bias, {s.hidden}) && has(w.q_norm, {s.head_dim}) && has(w.k_norm, {s.head_dim}) &&
+                      has(w.gate, {s.ffn, s.hidden}) && has(w.up, {s.ffn, s.hidden}) && has(w.down, {s.hidden, s.ffn});
+    if (!fits) return false;
+  }
   return true;
 }
 

@@ -40,8 +40,11 @@ struct Shape {
   int64_t sliding_window = 0;  // 0 = none
 };
 
-// True when h and every weight are contiguous float32 CPU tensors (the caller checks tensor parallelism).
-bool supports(const at::Tensor& h, const std::vector<LayerWeights>& layers);
+// True when h and every weight are contiguous float32 CPU tensors of the shapes nn::Linear and the norms
+// give them for `shape` (the caller checks tensor parallelism). A 3D-HybridEngine generation weight
+// gathered as [k, out, in / k] (transformer.cpp's row_parallel) is not one: the kernels would read it as
+// [out, in] and compute something else.
+bool supports(const at::Tensor& h, const Shape& shape, const std::vector<LayerWeights>& layers);
 
 // h [rows, hidden] float32, updated in place through `layers`. keys/values: one slab per layer,
 // [slots, kv_heads, capacity, head_dim] float32 contiguous. cos/sin [rows, head_dim] float32: the rotary

@@ -430,10 +430,10 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const s
       slabs_fit = slabs_fit && cache.keys[i].is_contiguous() && cache.values[i].is_contiguous() &&
                   cache.keys[i].scalar_type() == torch::kFloat32 && cache.values[i].scalar_type() == torch::kFloat32;
     auto flat = h.reshape({b, config_.hidden_size}).contiguous();
-    if (slabs_fit && fused_decode::supports(flat, weights)) {
-      fused_decode::Shape shape{config_.hidden_size,        config_.num_attention_heads, config_.num_key_value_heads,
-                                config_.head_dim(),         config_.intermediate_size,   config_.rms_norm_eps,
-                                config_.sliding_window};
+    const fused_decode::Shape shape{config_.hidden_size, config_.num_attention_heads, config_.num_key_value_heads,
+                                    config_.head_dim(),  config_.intermediate_size,   config_.rms_norm_eps,
+                                    config_.sliding_window};
+    if (slabs_fit && fused_decode::supports(flat, shape, weights)) {
       const int64_t d = config_.head_dim();
       fused_decode::decode_layers(flat, shape, weights, cache.keys, cache.values, slots, lengths,
                                   cos.reshape({b, d}).contiguous(), sin.reshape({b, d}).contiguous());
@@ -490,7 +490,7 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
     const bool few_rows = hidden.dim() == 2 && hidden.size(0) <= fused_decode::kMaxVectorRows &&
                           !torch::GradMode::is_enabled() && hidden.device().is_cpu() &&
                           hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
-                          weight.is_contiguous();
+                          weight.dim() == 2 && weight.is_contiguous();
     out.logits = few_rows ? fused_decode::linear(hidden.contiguous(), weight)
                           : torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
   }
