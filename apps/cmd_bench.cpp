@@ -31,6 +31,8 @@ struct BenchOptions {
   std::vector<int64_t> batches;  // empty: each subcommand's default
   int64_t prompt_length = 32, response_length = 64;
   int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
+  int64_t max_num_seqs = 1024;  // the trainer's default (actor_rollout_ref.rollout.max_num_seqs)
+  bool static_baseline = true;
   int64_t steps = 3;
   int64_t rl_rows = 32, micro_rows = 8;
   std::vector<int64_t> logits_vocab = {32768, 151936};
@@ -217,22 +219,39 @@ int run_generate(const BenchOptions& o) {
   print_measurement(prefill, o.json);
 
   // The rollout: useful work only (every sample's prompt and its tokens up to its stop) per second, against
-  // the model's matmuls with every row of the batch busy.
-  const RolloutSpeed r =
-      measure_rollout(model, o.rollout_prompts, o.samples, o.prompt_length, o.response_length, o.stop_every);
-  Measurement rollout = measure_matmul_pass(s, r.rows);
-  rollout.what = "rollout";
-  rollout.tokens_per_s = r.tokens_per_s();
-  // As in prefill and training, a prompt's score matrix counts whole; answers attend to the prompt and,
-  // on average, half the answer.
-  const double prompt_context = r.prompt_tokens / static_cast<double>(r.rows);
-  const double answer_context = prompt_context + r.mean_length / 2.0;
-  rollout.achieved = (forward_flops_per_token(s.config, prompt_context) * r.prompt_tokens +
-                      forward_flops_per_token(s.config, answer_context) * r.tokens) /
-                     r.seconds / 1e9;
-  rollout.extra = {{"prompts", o.rollout_prompts}, {"samples", o.samples}, {"seconds", r.seconds},
-                   {"mean_length", r.mean_length}, {"max_length", r.max_length}, {"max_new_tokens", o.response_length},
-                   {"stop_ids", r.stop_ids}};
+  // the model's matmuls with every row of the batch busy. First the static batch (the generator before
+  // continuous batching, same tokens), then continuous batching, and the ratio of their times.
+  RolloutOptions ro;
+  ro.prompts = o.rollout_prompts;
+  ro.samples = o.samples;
+  ro.prompt_length = o.prompt_length;
+  ro.max_length = o.response_length;
+  ro.stop_every = o.stop_every;
+  ro.max_num_seqs = o.max_num_seqs;
+  ro.continuous = false;
+  const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
+  ro.continuous = true;
+  const RolloutSpeed r = measure_rollout(model, ro);
+  auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
+    Measurement m = measure_matmul_pass(s, speed.rows);
+    m.what = what;
+    m.tokens_per_s = speed.tokens_per_s();
+    // As in prefill and training, a prompt's score matrix counts whole; answers attend to the prompt and,
+    // on average, half the answer.
+    const double prompt_context = speed.prompt_tokens / static_cast<double>(speed.rows);
+    const double answer_context = prompt_context + speed.mean_length / 2.0;
+    m.achieved = (forward_flops_per_token(s.config, prompt_context) * speed.prompt_tokens +
+                  forward_flops_per_token(s.config, answer_context) * speed.tokens) /
+                 speed.seconds / 1e9;
+    m.extra = {{"prompts", o.rollout_prompts}, {"samples", o.samples}, {"seconds", speed.seconds},
+               {"mean_length", speed.mean_length}, {"max_length", speed.max_length},
+               {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids}};
+    return m;
+  };
+  if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
+  Measurement rollout = rollout_line(r, "rollout");
+  rollout.extra["max_num_seqs"] = o.max_num_seqs;
+  if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
   print_measurement(rollout, o.json);
   return 0;
 }
@@ -339,6 +358,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--samples", opts->samples, "samples per rollout prompt")->capture_default_str();
   gen->add_option("--stop-every", opts->stop_every, "every k-th token id stops a rollout sample (p ~ 1/k per step)")
       ->capture_default_str();
+  gen->add_option("--max-num-seqs", opts->max_num_seqs,
+                  "continuous batching's slots for the rollout (0 = every sequence at once)")
+      ->capture_default_str();
+  gen->add_flag("!--no-static-baseline", opts->static_baseline,
+                "skip the rollout on the static batch (the in-run baseline of the rollout's speed-up)");
   train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();
   train->add_option("--rl-rows", opts->rl_rows, "rows of the RL batch (answers of varying length)")->capture_default_str();
   train->add_option("--micro-rows", opts->micro_rows, "rows per padded RL micro-batch; the token budget is that x width")

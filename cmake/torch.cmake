@@ -65,5 +65,14 @@ else()
   target_link_libraries(hf_torch INTERFACE "-Wl,--no-as-needed" ${HF_LIB_torch_cpu} ${HF_LIB_c10} "-Wl,--as-needed"
                                            Threads::Threads)
 endif()
+# libtorch's OpenMP runtime, for our own files compiled with -fopenmp (src/model/fused_decode.cpp): linking
+# this copy, not the compiler's, keeps one OpenMP thread pool in the process (the wheel ships it as
+# libgomp.so.1; a libtorch without one falls back to the compiler's).
+find_library(HF_LIB_gomp NAMES libgomp.so.1 gomp PATHS "${HF_TORCH_ROOT}/lib" NO_DEFAULT_PATH)
+if(HF_LIB_gomp)
+  target_link_libraries(hf_torch INTERFACE ${HF_LIB_gomp})
+else()
+  target_link_options(hf_torch INTERFACE -fopenmp)  # the runtime only: no other file is compiled with OpenMP
+endif()
 # Binaries find libtorch (and the CUDA libraries the wheel ships beside it) without LD_LIBRARY_PATH.
 set(CMAKE_BUILD_RPATH "${HF_TORCH_ROOT}/lib" ${HF_WHEEL_CUDA_LIB_DIRS})

@@ -1,11 +1,12 @@
+// generate()'s entry: input checks, the choice of path, token sampling, and what both paths share
+// (generation_steps.h).
 #include "hybridflow/engine/generation.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
+#include <cmath>
 #include <limits>
-#include <tuple>
 
+#include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
@@ -23,6 +24,8 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
   HF_CHECK(cfg.sampleable_vocab_size >= 0 && cfg.sampleable_vocab_size <= vocab_size,
            "generation: sampleable_vocab_size ", cfg.sampleable_vocab_size, " must be in [0, vocab_size = ", vocab_size,
            "] (0 = all)");
+  HF_CHECK(cfg.max_num_seqs >= 0, "generation: max_num_seqs must be >= 0 (0 = every sequence at once), got ",
+           cfg.max_num_seqs);
 }
 
 // Restores train/eval mode on scope exit, also when generation throws.
@@ -38,190 +41,168 @@ class EvalModeGuard {
   bool was_training_;
 };
 
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
+double sampling_uniform(uint64_t seed, int64_t sequence, int64_t step) {
+  const uint64_t stream = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(sequence)));
+  // 32 bits: u <= 1 - 2^-32, so u x total stays below total in double and the draw never falls off the end.
+  return static_cast<double>(splitmix64(stream + static_cast<uint64_t>(step)) >> 32) * 0x1p-32;
+}
+
 std::pair<torch::Tensor, torch::Tensor> sample_next_tokens(const torch::Tensor& logits, const GenerationConfig& cfg,
-                                                           at::Generator& generator) {
+                                                           const std::vector<double>& uniforms) {
   if (cfg.greedy) {
     auto tokens = logits.argmax(-1);
     auto log_probs = torch::log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
     return {tokens, log_probs};
   }
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  HF_CHECK(static_cast<int64_t>(uniforms.size()) == rows, "sample_next_tokens: ", uniforms.size(),
+           " uniform numbers for ", rows, " rows");
   auto scaled = logits / cfg.temperature;
   auto log_probs = torch::log_softmax(scaled, -1);
-  auto filtered = scaled.clone();
+  auto filtered = scaled;
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (cfg.top_k > 0 && cfg.top_k < filtered.size(-1)) {
+  if (cfg.top_k > 0 && cfg.top_k < vocab) {
     auto kth = std::get<0>(filtered.topk(cfg.top_k, -1)).slice(-1, cfg.top_k - 1);
-    filtered.masked_fill_(filtered < kth, neg_inf);
+    filtered = filtered.masked_fill(filtered < kth, neg_inf);
   }
   if (cfg.top_p < 1.0) {
     auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
     auto probs = torch::softmax(sorted, -1);
     // Drop a token when the tokens ranked above it already hold top_p of the mass; the first always stays.
     auto drop = (probs.cumsum(-1) - probs) > cfg.top_p;
-    filtered.scatter_(-1, order, sorted.masked_fill(drop, neg_inf));
+    filtered = filtered.scatter(-1, order, sorted.masked_fill(drop, neg_inf));
   }
-  // Draw on the CPU so the seeded CPU generator serves models on any device.
-  auto probs = torch::softmax(filtered, -1).to(torch::kCPU);
-  auto tokens = torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1).to(logits.device());
+  // Inverse transform on the CPU, accumulated in double: a row's token depends on its own uniform only.
+  auto probs = torch::softmax(filtered, -1).to(torch::kCPU, torch::kFloat32).contiguous();
+  auto tokens = torch::empty({rows}, torch::TensorOptions().dtype(torch::kInt64));
+  auto* chosen = tokens.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = probs.data_ptr<float>() + r * vocab;
+    double total = 0;
+    for (int64_t i = 0; i < vocab; ++i) total += p[i];
+    HF_CHECK(std::isfinite(total) && total > 0, "generation: row ", r,
+             " has no finite sampling distribution (NaN or infinite logits)");
+    const double target = uniforms[static_cast<size_t>(r)] * total;
+    double cumulative = 0;
+    int64_t pick = -1, last_possible = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (p[i] <= 0) continue;
+      last_possible = i;
+      cumulative += p[i];
+      if (cumulative > target) {
+        pick = i;
+        break;
+      }
+    }
+    chosen[r] = pick >= 0 ? pick : last_possible;
+  }
+  tokens = tokens.to(logits.device());
   return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
 }
+
+namespace generation {
+
+PromptBatch pad_prompts(const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& cfg,
+                        torch::Device device) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t rows = static_cast<int64_t>(prompts.size()) * cfg.n;
+  PromptBatch batch;
+  for (const auto& p : prompts) batch.longest = std::max<int64_t>(batch.longest, static_cast<int64_t>(p.size()));
+  batch.ids = torch::full({rows, batch.longest}, cfg.pad_token_id, i64);
+  batch.mask = torch::zeros({rows, batch.longest}, i64);
+  auto ids = batch.ids.accessor<int64_t, 2>();
+  auto mask = batch.mask.accessor<int64_t, 2>();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t offset = batch.longest - static_cast<int64_t>(prompts[i].size());
+    for (int64_t j = 0; j < cfg.n; ++j)
+      for (size_t t = 0; t < prompts[i].size(); ++t) {
+        ids[static_cast<int64_t>(i) * cfg.n + j][offset + static_cast<int64_t>(t)] = prompts[i][t];
+        mask[static_cast<int64_t>(i) * cfg.n + j][offset + static_cast<int64_t>(t)] = 1;
+      }
+  }
+  batch.ids = batch.ids.to(device);
+  batch.mask = batch.mask.to(device);
+  return batch;
+}
+
+StageLink::StageLink(CausalLM& model, Communicator* stages)
+    : model_(model), stages_(stages), stage_(&model->pipeline_stage()) {}
+
+void StageLink::receive(int64_t rows, int64_t seq) {
+  if (!stage_->enabled() || stage_->first()) return;
+  torch::Tensor input = model_->stage_activation_like(rows, seq);
+  stages_->recv(input, stage_->stage - 1);
+  model_->set_stage_input(input);
+}
+
+void StageLink::send(const torch::Tensor& hidden) {
+  if (stage_->enabled() && !stage_->last()) stages_->send(hidden.contiguous(), stage_->stage + 1);
+}
+
+void StageLink::share(torch::Tensor& tokens, torch::Tensor& log_probs, int64_t rows) {
+  if (!stage_->enabled()) return;
+  // Each stage needs the tokens for its next input and to keep its bookkeeping in step with the others.
+  const torch::Device device = model_->parameters().front().device();
+  torch::Tensor chosen = stage_->last()
+                             ? torch::stack({tokens.to(torch::kFloat64), log_probs.to(torch::kFloat64)})
+                             : torch::empty({2, rows}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  stages_->broadcast(chosen, stage_->stages - 1);
+  tokens = chosen[0].to(torch::kInt64);
+  log_probs = chosen[1].to(torch::kFloat32);
+}
+
+std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const torch::Tensor& hidden,
+                                                      const GenerationConfig& cfg,
+                                                      const std::vector<int64_t>& sequences,
+                                                      const std::vector<int64_t>& steps) {
+  auto logits = model->full_vocab_logits(hidden);
+  if (cfg.sampleable_vocab_size > 0 && cfg.sampleable_vocab_size < logits.size(-1))
+    logits.slice(-1, cfg.sampleable_vocab_size).fill_(-std::numeric_limits<float>::infinity());
+  std::vector<double> uniforms;
+  if (!cfg.greedy) {
+    uniforms.reserve(sequences.size());
+    for (size_t r = 0; r < sequences.size(); ++r)
+      uniforms.push_back(sampling_uniform(cfg.seed, sequences[r], steps[r]));
+  }
+  return sample_next_tokens(logits, cfg, uniforms);
+}
+
+bool is_eos(const GenerationConfig& cfg, int64_t token) {
+  return std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), token) != cfg.eos_token_ids.end();
+}
+
+}  // namespace generation
 
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationConfig& cfg, Communicator* stages) {
   const ModelConfig& mc = model->config();
   check_config(cfg, mc.vocab_size);
-  HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "generation: the model has a value head, not a language-model head");
+  HF_CHECK(model->head_kind() == HeadKind::kLanguageModel,
+           "generation: the model has a value head, not a language-model head");
   const PipelineStage& stage = model->pipeline_stage();
   HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage),
            "generation: the model is pipeline stage ", stage.stage, " of ", stage.stages,
            " and needs the communicator over its stages (one rank per stage, in stage order) to generate with them");
   HF_CHECK(!prompts.empty(), "generation: no prompts given");
-  torch::NoGradGuard no_grad;
-  EvalModeGuard eval_mode(model);
-
-  const torch::Device device = model->parameters().front().device();
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const int64_t batch = static_cast<int64_t>(prompts.size()) * cfg.n;
-  int64_t prompt_len = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     HF_CHECK(!prompts[i].empty(), "generation: prompt ", i, " is empty; every prompt needs at least one token");
     for (int64_t token : prompts[i])
       HF_CHECK(token >= 0 && token < mc.vocab_size, "generation: prompt ", i, " has token id ", token,
                " outside the vocabulary [0, ", mc.vocab_size, ")");
-    prompt_len = std::max<int64_t>(prompt_len, prompts[i].size());
   }
-
-  auto prompt_ids = torch::full({batch, prompt_len}, cfg.pad_token_id, i64);
-  auto prompt_mask = torch::zeros({batch, prompt_len}, i64);
-  {
-    auto ids = prompt_ids.accessor<int64_t, 2>();
-    auto mask = prompt_mask.accessor<int64_t, 2>();
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const int64_t offset = prompt_len - static_cast<int64_t>(prompts[i].size());
-      for (int64_t j = 0; j < cfg.n; ++j)
-        for (size_t t = 0; t < prompts[i].size(); ++t) {
-          ids[i * cfg.n + j][offset + t] = prompts[i][t];
-          mask[i * cfg.n + j][offset + t] = 1;
-        }
-    }
-  }
-  prompt_ids = prompt_ids.to(device);
-  prompt_mask = prompt_mask.to(device);
-
-  auto responses = torch::full({batch, cfg.max_new_tokens}, cfg.pad_token_id, i64.device(device));
-  auto response_mask = torch::zeros({batch, cfg.max_new_tokens}, i64.device(device));
-  auto log_probs = torch::zeros({batch, cfg.max_new_tokens}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
-  // Only unfinished rows stay in the batch: `active` maps them to output rows, and the cache, ids and
-  // mask shrink with them.
-  auto active = torch::arange(batch, i64.device(device));
-  auto seq_ids = prompt_ids;
-  auto seq_mask = prompt_mask;
-  KVCache cache;
-  cache.capacity = prompt_len + cfg.max_new_tokens;  // one slab per layer, written in place
-  // With the cache, the mask of every step is a prefix of one built here (the prompt's, then ones), and a
-  // new token's position is the previous one's plus one: nothing is rebuilt from the growing mask.
-  torch::Tensor full_mask, next_position;
-  if (cfg.use_kv_cache) {
-    full_mask = torch::cat({prompt_mask, torch::ones({batch, cfg.max_new_tokens}, prompt_mask.options())}, 1);
-    next_position = prompt_mask.sum(1, /*keepdim=*/true);  // [B, 1]: the count of real prompt tokens
-  }
-  // The n samples of a prompt share its prefill: the prompt runs once (rows i*n of the batch) and its cache
-  // and last hidden state are copied to its n rows before the first token is drawn.
-  const bool shared_prefill = cfg.use_kv_cache && cfg.n > 1;
-  const auto first_rows = torch::arange(0, batch, cfg.n, i64.device(device));
-  torch::Tensor step_input = shared_prefill ? prompt_ids.index_select(0, first_rows) : prompt_ids;
-  int64_t longest = 0;
-  for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
-    const bool prefill_shared_now = shared_prefill && step == 0;
-    const int64_t rows_now = prefill_shared_now ? step_input.size(0) : seq_mask.size(0);
-    // A later stage starts from the hidden states of the stage before; every stage keeps the cache of its
-    // own layers.
-    if (stage.enabled() && !stage.first()) {
-      torch::Tensor input =
-          model->stage_activation_like(rows_now, cfg.use_kv_cache ? step_input.size(1) : seq_ids.size(1));
-      stages->recv(input, stage.stage - 1);
-      model->set_stage_input(input);
-    }
-    torch::Tensor hidden;
-    if (cfg.use_kv_cache) {
-      const int64_t total = prompt_len + step;
-      if (step == 0) {
-        auto mask = prefill_shared_now ? prompt_mask.index_select(0, first_rows) : prompt_mask;
-        hidden = model->hidden_states(step_input, mask, position_ids_from_mask(mask), &cache);
-      } else {
-        hidden = model->hidden_states(step_input, full_mask.narrow(1, 0, total), next_position, &cache);
-        next_position = next_position + 1;
-      }
-    } else {
-      hidden = model->hidden_states(seq_ids, seq_mask);
-    }
-    if (stage.enabled() && !stage.last()) stages->send(hidden.contiguous(), stage.stage + 1);
-    if (prefill_shared_now) {
-      // Row i of the prefill is prompt i (batch row i*n): repeat it for the prompt's n samples.
-      const auto per_prompt = torch::arange(static_cast<int64_t>(prompts.size()), i64.device(device))
-                                  .repeat_interleave(cfg.n);
-      cache.select_rows(per_prompt);
-      if (!stage.enabled() || stage.last()) hidden = hidden.select(1, -1).index_select(0, per_prompt).unsqueeze(1);
-    }
-    torch::Tensor tokens, token_log_probs;
-    if (!stage.enabled() || stage.last()) {
-      // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
-      auto logits = model->full_vocab_logits(hidden.select(1, -1));
-      if (cfg.sampleable_vocab_size > 0 && cfg.sampleable_vocab_size < logits.size(-1))
-        logits.slice(-1, cfg.sampleable_vocab_size).fill_(-std::numeric_limits<float>::infinity());
-      std::tie(tokens, token_log_probs) = sample_next_tokens(logits, cfg, generator);
-    }
-    if (stage.enabled()) {
-      // The last stage's choice reaches every stage: each needs the tokens for its next input and its rows.
-      const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
-      torch::Tensor chosen = stage.last() ? torch::stack({tokens.to(torch::kFloat64), token_log_probs.to(torch::kFloat64)})
-                                          : torch::empty({2, seq_mask.size(0)}, f64);
-      stages->broadcast(chosen, stage.stages - 1);
-      tokens = chosen[0].to(torch::kInt64);
-      token_log_probs = chosen[1].to(torch::kFloat32);
-    }
-    responses.index_put_({active, step}, tokens);
-    response_mask.index_put_({active, step}, 1);
-    log_probs.index_put_({active, step}, token_log_probs);
-    longest = step + 1;
-
-    if (!cfg.use_kv_cache) {
-      auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
-      seq_ids = torch::cat({seq_ids, tokens.unsqueeze(1)}, 1);
-      seq_mask = torch::cat({seq_mask, ones}, 1);
-    }
-    step_input = tokens.unsqueeze(1);
-    if (!cfg.eos_token_ids.empty()) {
-      auto keep = torch::ones_like(tokens, torch::kBool);
-      for (int64_t eos : cfg.eos_token_ids) keep &= tokens.ne(eos);
-      if (!keep.all().item<bool>()) {
-        auto rows = keep.nonzero().squeeze(1);
-        if (rows.numel() == 0) break;
-        active = active.index_select(0, rows);
-        if (cfg.use_kv_cache) {
-          full_mask = full_mask.index_select(0, rows);
-          next_position = next_position.index_select(0, rows);
-          cache.select_rows(rows);
-        } else {
-          seq_ids = seq_ids.index_select(0, rows);
-        }
-        seq_mask = seq_mask.index_select(0, rows);
-        step_input = step_input.index_select(0, rows);
-      }
-    }
-  }
-
-  GenerationOutput out;
-  out.prompts = prompt_ids;
-  out.prompt_mask = prompt_mask;
-  out.responses = responses.slice(1, 0, longest).contiguous();
-  out.response_mask = response_mask.slice(1, 0, longest).contiguous();
-  out.log_probs = log_probs.slice(1, 0, longest).contiguous();
-  return out;
+  torch::NoGradGuard no_grad;
+  EvalModeGuard eval_mode(model);
+  if (cfg.use_kv_cache && cfg.continuous_batching) return generation::generate_continuous(model, prompts, cfg, stages);
+  return generation::generate_static(model, prompts, cfg, stages);
 }
 
 }  // namespace hybridflow

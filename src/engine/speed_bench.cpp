@@ -70,20 +70,22 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   return speed;
 }
 
-RolloutSpeed measure_rollout(CausalLM& model, int64_t prompts, int64_t samples, int64_t prompt_length,
-                             int64_t max_length, int64_t stop_every, int reps) {
-  HF_CHECK(prompts > 0 && samples > 0, "bench: rollout prompts and --samples must be positive");
-  HF_CHECK(stop_every >= 1, "bench: --stop-every must be at least 1, got ", stop_every);
+RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
+  HF_CHECK(o.prompts > 0 && o.samples > 0, "bench: rollout prompts and --samples must be positive");
+  HF_CHECK(o.stop_every >= 1, "bench: --stop-every must be at least 1, got ", o.stop_every);
+  HF_CHECK(o.max_num_seqs >= 0, "bench: --max-num-seqs must be >= 0 (0 = every sequence), got ", o.max_num_seqs);
   const int64_t vocab = model->config().vocab_size;
-  const auto ids = random_prompts(prompts, std::max<int64_t>(1, prompt_length / 2), prompt_length, vocab, 2);
+  const auto ids = random_prompts(o.prompts, std::max<int64_t>(1, o.prompt_length / 2), o.prompt_length, vocab, 2);
   GenerationConfig gen;
   gen.seed = 3;
-  gen.n = samples;
-  gen.max_new_tokens = max_length;
-  for (int64_t id = 3; id < vocab; id += stop_every) gen.eos_token_ids.push_back(id);
+  gen.n = o.samples;
+  gen.max_new_tokens = o.max_length;
+  gen.continuous_batching = o.continuous;
+  gen.max_num_seqs = o.max_num_seqs;
+  for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;
-  speed.seconds = time_generate(model, ids, gen, reps, &out);
+  speed.seconds = time_generate(model, ids, gen, o.reps, &out);
   const torch::Tensor lengths = out.response_mask.sum(1);
   speed.rows = lengths.size(0);
   speed.tokens = lengths.sum().item<double>();

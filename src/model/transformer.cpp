@@ -13,6 +13,7 @@
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "model/fused_decode.h"
 
 namespace hybridflow {
 namespace {
@@ -67,6 +68,20 @@ torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj
   return proj->bias.defined() ? out + proj->bias : out;
 }
 
+// Continuous batching's cache access in one decode step (CausalLMImpl::decode_slots): row r writes its key and
+// value at position lengths[r] of slot slots[r] and attends to positions [0, span) of that slot (its mask
+// hides whatever lies past its own length).
+struct SlotAccess {
+  torch::Tensor write_index;  // [rows * kv_heads]: rows of the slab viewed as [slots * kv_heads * capacity, head_dim]
+  torch::Tensor slots;        // [rows]; undefined when row r is slot r (a view then, no gather)
+  int64_t rows = 0, span = 0;
+};
+
+torch::Tensor slot_rows(const torch::Tensor& slab, const SlotAccess& access) {
+  auto filled = slab.narrow(2, 0, access.span);
+  return access.slots.defined() ? filled.index_select(0, access.slots) : filled.narrow(0, 0, access.rows);
+}
+
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -100,10 +115,11 @@ class AttentionImpl : public torch::nn::Module {
   }
 
   // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
-  // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them.
+  // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them, or with
+  // `slots` each row's at its own slot and position.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
-                        int64_t past = 0, int64_t capacity = 0) {
+                        int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
     auto q = q_proj(x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
@@ -124,7 +140,12 @@ class AttentionImpl : public torch::nn::Module {
     v = v.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
-    if (cached_k != nullptr) {
+    if (slots != nullptr) {
+      cached_k->view({-1, head_dim_}).index_copy_(0, slots->write_index, k.reshape({-1, head_dim_}));
+      cached_v->view({-1, head_dim_}).index_copy_(0, slots->write_index, v.reshape({-1, head_dim_}));
+      k = slot_rows(*cached_k, *slots);
+      v = slot_rows(*cached_v, *slots);
+    } else if (cached_k != nullptr) {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
@@ -369,6 +390,100 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   return pp_.last() ? m.norm(h) : h;
 }
 
+torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                                         const std::vector<int64_t>& lengths, KVCache& cache) {
+  const int64_t b = input_ids.size(0);
+  HF_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && static_cast<int64_t>(slots.size()) == b &&
+               static_cast<int64_t>(lengths.size()) == b,
+           "CausalLM::decode_slots: input_ids must be [rows, 1] with a slot and a length per row, got ",
+           input_ids.sizes(), ", ", slots.size(), " slots and ", lengths.size(), " lengths");
+  const int64_t local_layers = layer_range_.length;
+  HF_CHECK(static_cast<int64_t>(cache.keys.size()) == local_layers && (local_layers == 0 || cache.keys[0].defined()),
+           "CausalLM::decode_slots: the slot cache holds no slabs for this stage's ", local_layers,
+           " layers (a prefill writes them first)");
+  const int64_t capacity = local_layers > 0 ? cache.keys[0].size(2) : 0;
+  int64_t longest = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    HF_CHECK(lengths[r] >= 0 && lengths[r] < capacity, "CausalLM::decode_slots: row ", r, " has ", lengths[r],
+             " cached positions; its slot holds ", capacity);
+    longest = std::max(longest, lengths[r] + 1);
+  }
+  const auto device = input_ids.device();
+  auto& m = *layers_->model;
+  torch::Tensor h;
+  if (pp_.first()) {
+    h = m.embed(input_ids);
+  } else {
+    HF_CHECK(stage_input_.defined(), "CausalLM::decode_slots: pipeline stage ", pp_.stage,
+             " needs the previous stage's hidden states (set_stage_input) first");
+    h = std::exchange(stage_input_, torch::Tensor());
+    HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == 1 && h.size(2) == config_.hidden_size,
+             "CausalLM::decode_slots: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
+             " for ", b, " rows");
+  }
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  auto length_t = torch::tensor(lengths, i64).to(device);
+  auto [cos, sin] = rotary_cos_sin(length_t.view({b, 1}), config_, h.scalar_type());  // [b, 1, 1, d]
+
+  // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
+  std::vector<fused_decode::LayerWeights> weights;
+  if (!tp_.enabled() && !torch::GradMode::is_enabled() && h.device().is_cpu() && h.scalar_type() == torch::kFloat32) {
+    for (int64_t i = 0; i < local_layers; ++i) {
+      auto& layer = *m.decoder_layers[i];
+      auto& attn = *layer.self_attn;
+      weights.push_back({layer.input_layernorm->weight, layer.post_attention_layernorm->weight, attn.q_proj->weight,
+                         attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight, attn.q_proj->bias,
+                         attn.k_proj->bias, attn.v_proj->bias, attn.o_proj->bias,
+                         attn.q_norm ? attn.q_norm->weight : torch::Tensor(),
+                         attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
+                         layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
+    }
+    bool slabs_fit = true;
+    for (int64_t i = 0; i < local_layers; ++i)
+      slabs_fit = slabs_fit && cache.keys[i].is_contiguous() && cache.values[i].is_contiguous() &&
+                  cache.keys[i].scalar_type() == torch::kFloat32 && cache.values[i].scalar_type() == torch::kFloat32;
+    auto flat = h.reshape({b, config_.hidden_size}).contiguous();
+    const fused_decode::Shape shape{config_.hidden_size, config_.num_attention_heads, config_.num_key_value_heads,
+                                    config_.head_dim(),  config_.intermediate_size,   config_.rms_norm_eps,
+                                    config_.sliding_window};
+    if (slabs_fit && fused_decode::supports(flat, shape, weights)) {
+      const int64_t d = config_.head_dim();
+      fused_decode::decode_layers(flat, shape, weights, cache.keys, cache.values, slots, lengths,
+                                  cos.reshape({b, d}).contiguous(), sin.reshape({b, d}).contiguous());
+      h = flat.view({b, 1, config_.hidden_size});
+      return pp_.last() ? m.norm(h) : h;
+    }
+  }
+
+  // Key j of row r is visible when j <= lengths[r] (and inside Mistral's window).
+  auto key_pos = torch::arange(longest, i64.device(device)).unsqueeze(0);
+  auto query_pos = length_t.unsqueeze(1);
+  auto visible = key_pos.le(query_pos);
+  if (config_.sliding_window > 0) visible = visible & key_pos.gt(query_pos - config_.sliding_window);
+  auto mask_bias = torch::zeros({b, 1, 1, longest}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
+                       .masked_fill(visible.logical_not().view({b, 1, 1, longest}), masked_score(h.scalar_type()));
+  SlotAccess access;
+  access.rows = b;
+  access.span = longest;
+  auto slot_t = torch::tensor(slots, i64).to(device);
+  const int64_t kv = local_layers > 0 ? cache.keys[0].size(1) : 0;
+  // Row r's key of head h goes to row (slot * kv + h) * capacity + length of the slab viewed as [-1, head_dim].
+  access.write_index = ((slot_t * kv).unsqueeze(1) + torch::arange(kv, i64.device(device)))
+                           .mul(capacity)
+                           .add(length_t.unsqueeze(1))
+                           .view(-1);
+  bool in_order = true;
+  for (int64_t r = 0; r < b; ++r) in_order = in_order && slots[r] == r;
+  if (!in_order) access.slots = slot_t;
+  for (int64_t i = 0; i < local_layers; ++i) {
+    auto& layer = *m.decoder_layers[i];
+    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &cache.keys[i], &cache.values[i],
+                                     0, 0, &access);
+    h = h + layer.mlp(layer.post_attention_layernorm(h));
+  }
+  return pp_.last() ? m.norm(h) : h;
+}
+
 torch::Tensor CausalLMImpl::stage_activation_like(int64_t batch, int64_t seq) const {
   const torch::Tensor any = parameters().front();  // a copy: parameters() returns a temporary
   return torch::empty({batch, seq, config_.hidden_size}, any.options().requires_grad(false));
@@ -382,7 +497,15 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
     out.values = layers_->score(hidden).squeeze(-1).to(torch::kFloat32);
   } else {
     // Column-parallel over the vocabulary: each rank's logits for its slice.
-    out.logits = torch::linear(copy_to_tensor_parallel(hidden, tp_), lm_head_weight()).to(torch::kFloat32);
+    const torch::Tensor weight = lm_head_weight();
+    // A decode step's few rows: libtorch's matrix multiply streams the weight on one core at a fraction of
+    // the bandwidth (fused_decode.h); the result is the same product.
+    const bool few_rows = hidden.dim() == 2 && hidden.size(0) <= fused_decode::kMaxVectorRows &&
+                          !torch::GradMode::is_enabled() && hidden.device().is_cpu() &&
+                          hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+                          weight.dim() == 2 && weight.is_contiguous();
+    out.logits = few_rows ? fused_decode::linear(hidden.contiguous(), weight)
+                          : torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
   }
   return out;
 }

@@ -120,6 +120,7 @@ actor_rollout_ref:
     staleness: 0
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
+    max_num_seqs: 1024
   ref:
     dtype: null
     log_prob_micro_batch_size: null

@@ -432,6 +432,9 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const std::string cm_dtype = checked_dtype(config.subtree("cost_model"), "dtype", "cost_model.dtype", "fp32");
   actor_json["dtype"] = actor_dtype;
   model_spec["dtype"] = actor_dtype;
+  const int64_t max_num_seqs = rollout.get<int64_t>("max_num_seqs");
+  HF_CHECK(max_num_seqs >= 0, "actor_rollout_ref.rollout.max_num_seqs must be >= 0 (0 = every sequence at once), got ",
+           max_num_seqs);
   const std::string rollout_dtype = checked_dtype(rollout, "dtype", "actor_rollout_ref.rollout.dtype", actor_dtype);
   nlohmann::json rollout_json = {{"dtype", standalone ? actor_dtype : rollout_dtype},
                                  {"n", n},
@@ -447,7 +450,8 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
                                  {"tensor_model_parallel_size", actor_mesh.gen_tp},
                                  {"pipeline_model_parallel_size", actor_mesh.gen_pp},
                                  {"reshard_mode", rollout.get<std::string>("reshard_mode")},
-                                 {"free_cache_engine", rollout.get<bool>("free_cache_engine")}};
+                                 {"free_cache_engine", rollout.get<bool>("free_cache_engine")},
+                                 {"max_num_seqs", max_num_seqs}};
   actor_json["offload"] = {{"param_offload", actor.get<bool>("fsdp_config.param_offload")},
                            {"optimizer_offload", actor.get<bool>("fsdp_config.optimizer_offload")}};
 

@@ -155,7 +155,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.rollout.expert_parallel_size", "1", "hybridflow's models have no experts"},
     {"actor_rollout_ref.rollout.max_num_batched_tokens", "", kRollout},
     {"actor_rollout_ref.rollout.max_model_len", "", kRollout},
-    {"actor_rollout_ref.rollout.max_num_seqs", "", kRollout},
     {"actor_rollout_ref.rollout.enable_chunked_prefill", "", kRollout},
     {"actor_rollout_ref.rollout.enable_prefix_caching", "", kRollout},
     {"actor_rollout_ref.rollout.logprobs_mode", "", kRollout},

@@ -16,6 +16,7 @@ GenerationConfig rollout_generation_config(const nlohmann::json& rollout, const 
   g.top_p = rollout.value("top_p", 1.0);
   g.n = request.meta().value("n", rollout.value("n", int64_t{1}));
   g.greedy = request.meta().value("greedy", false);
+  g.max_num_seqs = rollout.value("max_num_seqs", int64_t{0});
   // The tensor-parallel ranks of a replica draw the same tokens.
   g.seed = request.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(replica);
   if (model_spec.contains("eos_token_ids"))

@@ -56,22 +56,31 @@ TEST(CliBench, MachineMeasuresBandwidthAndMatmuls) {
 
 TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
   CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 4 --rollout-prompts 4 --samples 2 "
-                                   "--stop-every 4" + kTiny);
+                                   "--stop-every 4 --max-num-seqs 4" + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::set<std::string> what;
+  double rollout_length = -1, static_length = -2;
   for (const auto& m : json_lines(r.output)) {
     expect_sane(m);
     what.insert(m["what"].get<std::string>() + (m["what"] == "decode" ? std::to_string(m["batch"].get<int>()) : ""));
     if (m["what"] == "decode") {
       EXPECT_EQ(m["bound_kind"], m["batch"] == 1 ? "bandwidth" : "matmul");
     }
-    if (m["what"] == "rollout") {
+    if (m["what"] == "rollout" || m["what"] == "rollout static batch") {
       EXPECT_EQ(m["batch"], 8);  // 4 prompts x 2 samples
       EXPECT_LE(m["max_length"].get<int>(), 4);
       EXPECT_GT(m["mean_length"].get<double>(), 0.0);
     }
+    if (m["what"] == "rollout") {
+      EXPECT_EQ(m["max_num_seqs"], 4);
+      EXPECT_GT(m["speedup_vs_static"].get<double>(), 0.0);
+      rollout_length = m["mean_length"].get<double>();
+    }
+    if (m["what"] == "rollout static batch") static_length = m["mean_length"].get<double>();
   }
-  for (const char* w : {"stream triad", "decode1", "decode2", "prefill", "rollout"})
+  // Both paths draw the same tokens: the same work is timed.
+  EXPECT_EQ(rollout_length, static_length);
+  for (const char* w : {"stream triad", "decode1", "decode2", "prefill", "rollout", "rollout static batch"})
     EXPECT_TRUE(what.count(w)) << w << "\n" << r.output;
 }
 

@@ -339,6 +339,130 @@ TEST_F(GenerationTest, EarlyExitLeavesOtherRowsUnchanged) {
   EXPECT_LT(early, free_run.responses.size(0));
 }
 
+// Continuous batching against the static batch (left-padded, rows dropping out) and against recomputing
+// every sequence from scratch each step, which share none of its slots, per-row positions or admissions:
+// greedy and sampled, one and several samples, prompts of different lengths, eos stops, and from one
+// slot per prompt's samples (every prompt waits for the one before) to a slot per sequence.
+TEST_F(GenerationTest, ContinuousBatchingEqualsStaticBatchAndRecompute) {
+  const std::vector<std::vector<int64_t>> ragged = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8}, {22, 6, 17, 2}};
+  for (bool greedy : {true, false}) {
+    for (int64_t n : {1, 3}) {
+      GenerationConfig cfg;
+      cfg.greedy = greedy;
+      cfg.temperature = 1.3;
+      cfg.top_k = 20;
+      cfg.max_new_tokens = 10;
+      cfg.seed = 17;
+      cfg.n = n;
+      auto probe = generate(model, ragged, cfg);
+      // Two ids the free run draws early, so that several rows stop at different steps.
+      cfg.eos_token_ids = {row(probe.responses, 0)[2], row(probe.responses, n)[1]};
+      cfg.continuous_batching = false;
+      auto fixed = generate(model, ragged, cfg);
+      cfg.use_kv_cache = false;
+      auto recomputed = generate(model, ragged, cfg);
+      EXPECT_TRUE(torch::equal(fixed.responses, recomputed.responses));
+      ASSERT_LT(fixed.response_mask.sum().item<int64_t>(), fixed.response_mask.numel()) << "no row stopped early";
+      cfg.use_kv_cache = true;
+      cfg.continuous_batching = true;
+      for (int64_t slots : {int64_t{0}, n, 2 * n + 1, int64_t{4}}) {
+        cfg.max_num_seqs = slots;
+        auto got = generate(model, ragged, cfg);
+        const std::string what = "greedy=" + std::to_string(greedy) + " n=" + std::to_string(n) +
+                                 " max_num_seqs=" + std::to_string(slots);
+        EXPECT_TRUE(torch::equal(got.prompts, fixed.prompts)) << what;
+        EXPECT_TRUE(torch::equal(got.prompt_mask, fixed.prompt_mask)) << what;
+        ASSERT_EQ(got.responses.sizes(), fixed.responses.sizes()) << what;
+        EXPECT_TRUE(torch::equal(got.responses, fixed.responses)) << what;
+        EXPECT_TRUE(torch::equal(got.response_mask, fixed.response_mask)) << what;
+        EXPECT_TRUE(torch::allclose(got.log_probs, fixed.log_probs, 1e-4, 1e-4))
+            << what << " max diff " << (got.log_probs - fixed.log_probs).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(got.log_probs, recomputed.log_probs, 1e-4, 1e-4)) << what;
+      }
+    }
+  }
+}
+
+// With fewer slots than sequences a prompt's answer must not depend on who else was decoding: each row
+// equals the prompt generated alone (greedy, and sampled: draws belong to the sequence, not the batch).
+TEST_F(GenerationTest, FewSlotsEqualOnePromptAtATime) {
+  const std::vector<std::vector<int64_t>> ragged = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8}};
+  for (bool greedy : {true, false}) {
+    GenerationConfig cfg;
+    cfg.greedy = greedy;
+    cfg.temperature = 0.9;
+    cfg.max_new_tokens = 9;
+    cfg.n = 2;
+    cfg.seed = 3;
+    cfg.max_num_seqs = 5;  // two prompts' samples and a spare: admissions interleave with running rows
+    auto batch = generate(model, ragged, cfg);
+    for (size_t i = 0; i < ragged.size(); ++i) {
+      // Alone, prompt i's samples are sequences 0 and 1: give them prompt i's sequence numbers' draws by
+      // running the prompts before it too, with one slot pair (the answers of those are not compared).
+      std::vector<std::vector<int64_t>> upto(ragged.begin(), ragged.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      cfg.max_num_seqs = 2;
+      auto alone = generate(model, upto, cfg);
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t q = static_cast<int64_t>(i) * 2 + j;
+        auto a = row(alone.responses, q), b = row(batch.responses, q);
+        const int64_t len = batch.response_mask[q].sum().item<int64_t>();
+        ASSERT_EQ(alone.response_mask[q].sum().item<int64_t>(), len) << "greedy=" << greedy << " row " << q;
+        EXPECT_EQ(std::vector<int64_t>(a.begin(), a.begin() + len), std::vector<int64_t>(b.begin(), b.begin() + len))
+            << "greedy=" << greedy << " row " << q;
+      }
+      if (greedy) {
+        // Greedy needs no draws: the prompt alone, as sequence 0.
+        GenerationConfig one = cfg;
+        one.n = 1;
+        auto single = generate(model, {ragged[i]}, one);
+        const int64_t q = static_cast<int64_t>(i) * 2;
+        const int64_t len = batch.response_mask[q].sum().item<int64_t>();
+        auto a = row(single.responses, 0), b = row(batch.responses, q);
+        EXPECT_EQ(std::vector<int64_t>(a.begin(), a.begin() + len), std::vector<int64_t>(b.begin(), b.begin() + len));
+        EXPECT_TRUE(
+            torch::allclose(single.log_probs[0].slice(0, 0, len), batch.log_probs[q].slice(0, 0, len), 1e-4, 1e-4));
+      }
+      cfg.max_num_seqs = 5;
+    }
+  }
+}
+
+// Sampling draws token t of sequence q with sampling_uniform(seed, q, t) by inverse transform: the chosen
+// id is where that number falls in the cumulative distribution, computed here independently in float64.
+TEST(SampleNextTokens, InverseTransformOfEachRowsOwnUniform) {
+  torch::manual_seed(4);
+  GenerationConfig cfg;
+  cfg.temperature = 0.7;
+  auto logits = torch::randn({5, 37}) * 3;
+  std::vector<double> uniforms = {0.0, 0.25, 0.5, 0.999, 0.731};
+  auto [tokens, log_probs] = sample_next_tokens(logits, cfg, uniforms);
+  auto cdf = torch::softmax(logits / cfg.temperature, -1).to(torch::kFloat64).cumsum(-1);
+  for (int64_t r = 0; r < 5; ++r) {
+    const int64_t expected =
+        (cdf[r] <= uniforms[static_cast<size_t>(r)] * cdf[r][-1].item<double>()).sum().item<int64_t>();
+    EXPECT_EQ(tokens[r].item<int64_t>(), expected) << "row " << r;
+    EXPECT_NEAR(log_probs[r].item<float>(),
+                torch::log_softmax(logits[r] / cfg.temperature, -1)[expected].item<float>(), 1e-6);
+  }
+  // The draws are a function of (seed, sequence, step) alone, in [0, 1), and not constant.
+  EXPECT_EQ(sampling_uniform(7, 3, 2), sampling_uniform(7, 3, 2));
+  EXPECT_NE(sampling_uniform(7, 3, 2), sampling_uniform(7, 3, 3));
+  EXPECT_NE(sampling_uniform(7, 3, 2), sampling_uniform(7, 4, 2));
+  EXPECT_NE(sampling_uniform(7, 3, 2), sampling_uniform(8, 3, 2));
+  double mean = 0;
+  for (int64_t i = 0; i < 4000; ++i) {
+    const double u = sampling_uniform(1, i % 40, i / 40);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    mean += u / 4000;
+  }
+  EXPECT_NEAR(mean, 0.5, 0.02);
+  // A row filtered to one token (top_k 1) takes it whatever the uniform.
+  cfg.top_k = 1;
+  auto [top, unused] = sample_next_tokens(logits, cfg, {0.999, 0.999, 0.999, 0.999, 0.999});
+  EXPECT_TRUE(torch::equal(top, logits.argmax(-1)));
+}
+
 TEST_F(GenerationTest, SamplesPerPromptLayout) {
   GenerationConfig cfg;
   cfg.n = 4;

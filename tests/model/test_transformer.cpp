@@ -331,6 +331,86 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
   }
 }
 
+// Continuous batching's decode step (decode_slots): rows of different lengths in slots out of order, each
+// token's logits equal to a full forward over its own sequence. Both implementations: the fused CPU kernels
+// (gradients off) and the tensor operators (gradients on), at few rows (matrix-vector kernel) and many
+// (matrix multiply), for Llama-style GQA, Qwen2 (biases, tied head), Qwen3 (q/k norms, wide heads) and
+// Mistral with a sliding window shorter than the sequences.
+// The last case is wide enough that the fused step splits its layers over two threads.
+TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
+  for (const std::string preset : {"tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "tiny two threads"}) {
+    const bool wide = preset == "tiny two threads";
+    ModelConfig config = preset_model_config(wide ? "tiny" : preset, 37);
+    config.hidden_size = wide ? 128 : 32;
+    config.intermediate_size = wide ? 2048 : 48;
+    at::set_num_threads(wide ? 2 : 1);
+    config.num_hidden_layers = 2;
+    config.num_attention_heads = 4;
+    config.num_key_value_heads = 2;
+    config.max_position_embeddings = 64;
+    if (config.sliding_window > 0) config.sliding_window = 4;
+    torch::manual_seed(5);
+    CausalLM model(config);
+    model->eval();
+    for (int64_t rows : {int64_t{3}, int64_t{11}}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // Fused kernels with slots out of order; operators with slots out of order (gathered) and in order
+        // (the cache read as a view).
+        const bool fused = variant == 0, in_order = variant == 2;
+        const std::string what = preset + " rows " + std::to_string(rows) + (fused ? " fused" : " operators") +
+                                 (in_order ? " in slot order" : "");
+        const int64_t steps = 3, slots = rows + 2;
+        std::vector<torch::Tensor> sequences;
+        std::vector<int64_t> slot_of, lengths;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t prompt = 1 + (r * 5) % 6;
+          sequences.push_back(torch::randint(0, config.vocab_size, {1, prompt + steps}, torch::kInt64));
+          slot_of.push_back(in_order ? r : (r * 3 + 1) % slots);
+          lengths.push_back(prompt);
+        }
+        KVCache cache;
+        {
+          torch::NoGradGuard no_grad;
+          for (int64_t r = 0; r < rows; ++r) {
+            KVCache prefill;
+            model->hidden_states(sequences[r].narrow(1, 0, lengths[r]), torch::ones({1, lengths[r]}, torch::kInt64), {},
+                                 &prefill);
+            for (size_t l = 0; l < prefill.keys.size(); ++l) {
+              if (cache.keys.size() <= l) {
+                const auto& k = prefill.keys[l];
+                cache.keys.push_back(torch::zeros({slots, k.size(1), 16, k.size(3)}));
+                cache.values.push_back(torch::zeros({slots, k.size(1), 16, k.size(3)}));
+              }
+              cache.keys[l][slot_of[r]].narrow(1, 0, lengths[r]).copy_(prefill.keys[l][0].narrow(1, 0, lengths[r]));
+              cache.values[l][slot_of[r]].narrow(1, 0, lengths[r]).copy_(prefill.values[l][0].narrow(1, 0, lengths[r]));
+            }
+          }
+        }
+        for (int64_t step = 0; step < steps; ++step) {
+          auto ids = torch::empty({rows, 1}, torch::kInt64);
+          for (int64_t r = 0; r < rows; ++r) ids[r][0] = sequences[r][0][lengths[r]];
+          torch::Tensor logits;
+          if (fused) {
+            torch::NoGradGuard no_grad;
+            logits = model->apply_head(model->decode_slots(ids, slot_of, lengths, cache)).logits;
+          } else {
+            torch::AutoGradMode grad(true);
+            logits = model->apply_head(model->decode_slots(ids, slot_of, lengths, cache)).logits.detach();
+          }
+          ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{rows, 1, config.vocab_size})) << what;
+          torch::NoGradGuard no_grad;
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t len = lengths[r] + 1;
+            auto full = model->forward(sequences[r].narrow(1, 0, len), torch::ones({1, len}, torch::kInt64)).logits;
+            EXPECT_LT(max_diff(logits[r][0], full[0][len - 1]), 1e-4) << what << " step " << step << " row " << r;
+            lengths[r] = len;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(TransformerTest, BFloat16ParametersRun) {
   auto config = small_config(true);
   CausalLM model(config);

@@ -1,6 +1,17 @@
-// Batched autoregressive generation for rollouts: left-padded prompts of different lengths, a KV
-// cache, temperature / top-k / top-p / greedy sampling, per-sequence eos stopping, n samples per prompt,
-// reproducible from a seed without touching the global RNG.
+// Batched autoregressive generation for rollouts: prompts of different lengths, a KV cache, temperature /
+// top-k / top-p / greedy sampling, per-sequence eos stopping, n samples per prompt, reproducible from a seed
+// without touching the global RNG.
+//
+// Continuous batching (the default): at most max_num_seqs sequences decode at once, each in its own
+// KV-cache slot; when one ends, its slot goes to the samples of a waiting prompt, whose prompt is prefilled
+// once for its n samples. Nothing is padded to a batch's longest member: a row attends to its own length.
+// The static path (continuous_batching = false, and recomputation without a cache) runs every sequence in
+// one left-padded batch from which finished rows drop out: the generator before continuous batching,
+// kept as the benchmark's baseline.
+//
+// Sampling draws token t of sequence q (row q of the output) with its own uniform number, a function of
+// (seed, q, t) only (sampling_uniform), so a sequence's tokens do not depend on which other sequences share
+// its batch, on max_num_seqs, or on the path: both paths return the same tokens.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,6 +39,10 @@ struct GenerationConfig {
   // its tokenizer (Qwen pads 151,669 tokens to 151,936), and those rows decode to nothing.
   int64_t sampleable_vocab_size = 0;
   bool use_kv_cache = true;   // false recomputes the whole sequence each step (benchmark baseline)
+  bool continuous_batching = true;  // false: the static batch (see above); ignored without the KV cache
+  // Continuous batching's slots: sequences decoding at once (verl's rollout.max_num_seqs). 0 = every
+  // sequence of the call; raised to n when smaller (a prompt's samples are admitted together).
+  int64_t max_num_seqs = 0;
 };
 
 struct GenerationOutput {
@@ -51,8 +66,13 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
 
 // Next-token choice from last-position logits [rows, vocab] (float32): returns the tokens [rows] and their
 // log-probs under softmax(logits / temperature) (greedy: temperature 1). top-k / top-p only restrict
-// which tokens may be drawn.
+// which tokens may be drawn. Row r draws by inverse transform with uniforms[r] in [0, 1): the first token
+// whose cumulative probability exceeds it (ignored when greedy).
 std::pair<torch::Tensor, torch::Tensor> sample_next_tokens(const torch::Tensor& logits, const GenerationConfig& cfg,
-                                                           at::Generator& generator);
+                                                           const std::vector<double>& uniforms);
+
+// The uniform number in [0, 1) with which sequence `sequence` draws its token number `step` under `seed`:
+// a counter-based hash (splitmix64), so any sequence's draws are known without generating the others'.
+double sampling_uniform(uint64_t seed, int64_t sequence, int64_t step);
 
 }  // namespace hybridflow

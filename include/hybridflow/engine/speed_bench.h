@@ -35,9 +35,16 @@ struct RolloutSpeed {
 // An RL rollout: `prompts` random prompts of prompt_length/2 .. prompt_length tokens, `samples` each, sampled
 // at temperature 1 for at most `max_length` tokens. Every `stop_every`-th token id is a stop token, so with a
 // fresh model's near-uniform next-token distribution each step ends a sequence with probability about
-// 1/stop_every: most answers stop early, a few run long, as in real rollouts. Deterministic for a seed.
-RolloutSpeed measure_rollout(CausalLM& model, int64_t prompts, int64_t samples, int64_t prompt_length,
-                             int64_t max_length, int64_t stop_every, int reps = 1);
+// 1/stop_every: most answers stop early, a few run long, as in real rollouts. Deterministic for a seed, and
+// the same tokens on either path. `continuous`: continuous batching with max_num_seqs slots (0 = one per
+// sequence); false: the static batch, the generator before continuous batching (generation.h).
+struct RolloutOptions {
+  int64_t prompts = 64, samples = 8, prompt_length = 32, max_length = 64, stop_every = 8;
+  bool continuous = true;
+  int64_t max_num_seqs = 0;
+  int reps = 1;
+};
+RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);
 
 // Seconds of one TrainEngine step (forward, backward, clip, AdamW) on [batch, seq] random tokens with a
 // next-token loss; the mean of `steps` after one warm-up step.

@@ -29,6 +29,9 @@ namespace hybridflow {
 // Keys and values of every layer for a batch being decoded. Each layer's tensors are slabs
 // [batch, kv_heads, room, head_dim] whose first length() positions are filled: a step writes its keys in
 // place instead of concatenating (which copied the whole cache every token).
+//
+// Continuous batching (decode_slots) uses the slabs as slots instead: each row of a slab holds one
+// sequence from position 0, without padding, and its own length is kept by the caller; `filled` is unused.
 struct KVCache {
   std::vector<torch::Tensor> keys;
   std::vector<torch::Tensor> values;
@@ -80,6 +83,15 @@ class CausalLMImpl : public torch::nn::Module {
   // one layer's, for about one more forward pass of time.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
+  // Continuous batching's decode step: one token per row (input_ids [rows, 1]), row r at position lengths[r]
+  // of its own slot slots[r] of `cache` (slabs [slots, kv_heads, capacity, head_dim], allocated and
+  // prefilled by the caller): it writes its key and value there and attends to that slot's positions
+  // [0, lengths[r]]. Rows need not be in slot order and slots may sit idle. Returns hidden_states()'s
+  // output, [rows, 1, hidden]. On the CPU in float32 without tensor parallelism the layers run as fused
+  // kernels (model/fused_decode.h) when gradients are off.
+  torch::Tensor decode_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                             const std::vector<int64_t>& lengths, KVCache& cache);
 
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
   // used by (and cleared by) the next forward.

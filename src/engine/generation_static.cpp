@@ -1,0 +1,129 @@
+// The static batch: every sequence of the call in one left-padded batch, the KV cache a slab per layer
+// ([rows, kv_heads, prompt + new tokens, head_dim]) written in place, each prompt prefilled once for its n
+// samples, and rows that reach eos dropped from the batch (their cache rows with them). Without the cache
+// it recomputes the whole sequence every step. This was the generator before continuous batching; it
+// stays as the benchmark's in-run baseline and the recomputation path the tests check against.
+#include <algorithm>
+
+#include "engine/generation_steps.h"
+
+namespace hybridflow::generation {
+
+GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const GenerationConfig& cfg, Communicator* stages) {
+  const torch::Device device = model->parameters().front().device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t batch = static_cast<int64_t>(prompts.size()) * cfg.n;
+  const PromptBatch padded = pad_prompts(prompts, cfg, device);
+  const torch::Tensor& prompt_ids = padded.ids;
+  const torch::Tensor& prompt_mask = padded.mask;
+  const int64_t prompt_len = padded.longest;
+  StageLink link(model, stages);
+
+  auto responses = torch::full({batch, cfg.max_new_tokens}, cfg.pad_token_id, i64.device(device));
+  auto response_mask = torch::zeros({batch, cfg.max_new_tokens}, i64.device(device));
+  auto log_probs =
+      torch::zeros({batch, cfg.max_new_tokens}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+
+  // Only unfinished rows stay in the batch: `active` maps them to output rows (also kept on the CPU for the
+  // sampling draws), and the cache, ids and mask shrink with them.
+  auto active = torch::arange(batch, i64.device(device));
+  std::vector<int64_t> active_rows(static_cast<size_t>(batch));
+  for (int64_t r = 0; r < batch; ++r) active_rows[static_cast<size_t>(r)] = r;
+  auto seq_ids = prompt_ids;
+  auto seq_mask = prompt_mask;
+  KVCache cache;
+  cache.capacity = prompt_len + cfg.max_new_tokens;  // one slab per layer, written in place
+  // With the cache, the mask of every step is a prefix of one built here (the prompt's, then ones), and a
+  // new token's position is the previous one's plus one: nothing is rebuilt from the growing mask.
+  torch::Tensor full_mask, next_position;
+  if (cfg.use_kv_cache) {
+    full_mask = torch::cat({prompt_mask, torch::ones({batch, cfg.max_new_tokens}, prompt_mask.options())}, 1);
+    next_position = prompt_mask.sum(1, /*keepdim=*/true);  // [B, 1]: the count of real prompt tokens
+  }
+  // The n samples of a prompt share its prefill: the prompt runs once (rows i*n of the batch) and its cache
+  // and last hidden state are copied to its n rows before the first token is drawn.
+  const bool shared_prefill = cfg.use_kv_cache && cfg.n > 1;
+  const auto first_rows = torch::arange(0, batch, cfg.n, i64.device(device));
+  torch::Tensor step_input = shared_prefill ? prompt_ids.index_select(0, first_rows) : prompt_ids;
+  int64_t longest = 0;
+  for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
+    const bool prefill_shared_now = shared_prefill && step == 0;
+    const int64_t rows_now = prefill_shared_now ? step_input.size(0) : seq_mask.size(0);
+    // A later stage starts from the hidden states of the stage before; every stage keeps the cache of its
+    // own layers.
+    link.receive(rows_now, cfg.use_kv_cache ? step_input.size(1) : seq_ids.size(1));
+    torch::Tensor hidden;
+    if (cfg.use_kv_cache) {
+      const int64_t total = prompt_len + step;
+      if (step == 0) {
+        auto mask = prefill_shared_now ? prompt_mask.index_select(0, first_rows) : prompt_mask;
+        hidden = model->hidden_states(step_input, mask, position_ids_from_mask(mask), &cache);
+      } else {
+        hidden = model->hidden_states(step_input, full_mask.narrow(1, 0, total), next_position, &cache);
+        next_position = next_position + 1;
+      }
+    } else {
+      hidden = model->hidden_states(seq_ids, seq_mask);
+    }
+    link.send(hidden);
+    if (prefill_shared_now) {
+      // Row i of the prefill is prompt i (batch row i*n): repeat it for the prompt's n samples.
+      const auto per_prompt =
+          torch::arange(static_cast<int64_t>(prompts.size()), i64.device(device)).repeat_interleave(cfg.n);
+      cache.select_rows(per_prompt);
+      if (link.samples()) hidden = hidden.select(1, -1).index_select(0, per_prompt).unsqueeze(1);
+    }
+    torch::Tensor tokens, token_log_probs;
+    if (link.samples()) {
+      // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
+      std::tie(tokens, token_log_probs) =
+          choose_tokens(model, hidden.select(1, -1), cfg, active_rows, std::vector<int64_t>(active_rows.size(), step));
+    }
+    link.share(tokens, token_log_probs, static_cast<int64_t>(active_rows.size()));
+    responses.index_put_({active, step}, tokens);
+    response_mask.index_put_({active, step}, 1);
+    log_probs.index_put_({active, step}, token_log_probs);
+    longest = step + 1;
+
+    if (!cfg.use_kv_cache) {
+      auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
+      seq_ids = torch::cat({seq_ids, tokens.unsqueeze(1)}, 1);
+      seq_mask = torch::cat({seq_mask, ones}, 1);
+    }
+    step_input = tokens.unsqueeze(1);
+    if (!cfg.eos_token_ids.empty()) {
+      auto keep = torch::ones_like(tokens, torch::kBool);
+      for (int64_t eos : cfg.eos_token_ids) keep &= tokens.ne(eos);
+      if (!keep.all().item<bool>()) {
+        auto rows = keep.nonzero().squeeze(1);
+        if (rows.numel() == 0) break;
+        active = active.index_select(0, rows);
+        const auto kept_cpu = rows.to(torch::kCPU);
+        const auto kept = kept_cpu.accessor<int64_t, 1>();
+        std::vector<int64_t> still_active;
+        for (int64_t i = 0; i < kept.size(0); ++i) still_active.push_back(active_rows[static_cast<size_t>(kept[i])]);
+        active_rows = std::move(still_active);
+        if (cfg.use_kv_cache) {
+          full_mask = full_mask.index_select(0, rows);
+          next_position = next_position.index_select(0, rows);
+          cache.select_rows(rows);
+        } else {
+          seq_ids = seq_ids.index_select(0, rows);
+        }
+        seq_mask = seq_mask.index_select(0, rows);
+        step_input = step_input.index_select(0, rows);
+      }
+    }
+  }
+
+  GenerationOutput out;
+  out.prompts = prompt_ids;
+  out.prompt_mask = prompt_mask;
+  out.responses = responses.slice(1, 0, longest).contiguous();
+  out.response_mask = response_mask.slice(1, 0, longest).contiguous();
+  out.log_probs = log_probs.slice(1, 0, longest).contiguous();
+  return out;
+}
+
+}  // namespace hybridflow::generation
