@@ -4,7 +4,7 @@
 # training steps, NCCL), and the main job (SFT, then PPO) trains on the GPU as it does on the CPU. With
 # --suite it also runs every CTest test of the build (RL tests then run on the GPU: trainer.device is auto).
 #
-#   HF_CUDA=1 bash scripts/build.sh && bash scripts/gpu_check.sh [--build DIR] [--out DIR] [--suite]
+#   HF_CUDA=1 bash scripts/build.sh && [PPO_STEPS=100] bash scripts/gpu_check.sh [--build DIR] [--out DIR] [--suite]
 #
 # Prints one summary table at the end (and writes it to OUT/gpu_check.md); exits non-zero if any check failed.
 set -uo pipefail
@@ -67,7 +67,7 @@ step init "$hf" init --preset tiny --task addition --seed 0 --out "$run/init"
 step sft_cuda "$hf" sft --config examples/sft_addition.yaml model.path="$run/init" trainer.out_dir="$run/sft" trainer.device=cuda
 ppo_args=(--config examples/ppo_addition.yaml model.path="$run/sft/final" data.train_file="$run/sft/data/train.jsonl"
           data.test_file="$run/sft/data/test.jsonl" trainer.save_checkpoint=false trainer.logger=[console,jsonl])
-step ppo_cuda "$hf" train "${ppo_args[@]}" trainer.device=cuda trainer.run_dir="$run/ppo_cuda" trainer.total_steps=100
+step ppo_cuda "$hf" train "${ppo_args[@]}" trainer.device=cuda trainer.run_dir="$run/ppo_cuda" trainer.total_steps=${PPO_STEPS:-100}
 step ppo_cuda_bf16 "$hf" train "${ppo_args[@]}" trainer.device=cuda trainer.run_dir="$run/ppo_cuda_bf16" \
     trainer.total_steps=30 actor_rollout_ref.actor.dtype=bf16 critic.dtype=bf16
 step ppo_cpu "$hf" train "${ppo_args[@]}" trainer.device=cpu trainer.run_dir="$run/ppo_cpu" trainer.total_steps=30

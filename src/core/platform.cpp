@@ -1,5 +1,6 @@
 #include "hybridflow/core/platform.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
@@ -11,6 +12,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -127,6 +129,12 @@ std::string format_runtime_info(const RuntimeInfo& info) {
       << "\n";
   out << "collectives      " << join(info.collective_backends, "none") << "\n";
   return out.str();
+}
+
+void seed_cpu_generator(uint64_t seed) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(seed);
 }
 
 }  // namespace hybridflow

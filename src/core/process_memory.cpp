@@ -39,7 +39,9 @@ ProcessMemory process_memory() {
     if (::getrusage(RUSAGE_SELF, &usage) == 0) m.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   }
 #ifdef HF_WITH_CUDA
-  if (c10::cuda::device_count() > 0) {
+  // Only once this process has allocated on a GPU: before that the caching allocator has no per-device
+  // state and getDeviceStats throws "Invalid device argument" (a CPU run of a CUDA build on a GPU machine).
+  if (c10::cuda::device_count() > 0 && c10::cuda::CUDACachingAllocator::get()->initialized()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
     const auto& bytes = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
     m.cuda_peak_bytes = bytes.peak;
@@ -51,7 +53,8 @@ ProcessMemory process_memory() {
 
 void release_cached_device_memory() {
 #ifdef HF_WITH_CUDA
-  if (c10::cuda::device_count() > 0) c10::cuda::CUDACachingAllocator::emptyCache();
+  if (c10::cuda::device_count() > 0 && c10::cuda::CUDACachingAllocator::get()->initialized())
+    c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
 

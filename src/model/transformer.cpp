@@ -168,8 +168,10 @@ class AttentionImpl : public torch::nn::Module {
     const int64_t b = q.size(0), t = q.size(2), s = k.size(2);
     auto folded_q = q.reshape({b, kv_heads_, group * t, head_dim_});
     auto folded_mask = mask_bias.unsqueeze(2).expand({b, 1, group, t, s}).reshape({b, 1, group * t, s});
+    // reshape, not view: CUDA's attention kernels return [B, T, H, d]-major outputs, whose folded axis
+    // does not split in place.
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
-        .view({b, heads_, t, head_dim_});
+        .reshape({b, heads_, t, head_dim_});
   }
   // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
   // room, and returns the filled part [B, kv, past + t, d] as a view (no copy of the past).

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/platform.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
@@ -35,7 +36,7 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
                      const PipelineStage& stage) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
-  torch::manual_seed(spec.value("init_seed", uint64_t{0}));
+  seed_cpu_generator(spec.value("init_seed", uint64_t{0}));
   const torch::Device device = model_device(spec);
   const torch::Dtype dtype = parse_dtype(spec.value("dtype", std::string("fp32")), "model dtype");
   const std::string path = spec.value("path", std::string());

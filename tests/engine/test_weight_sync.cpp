@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/tensor_parallel_fixture.h"
+#include "hybridflow/core/platform.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "parallel/rank_processes.h"
@@ -23,7 +24,7 @@ namespace {
 using namespace hybridflow::testing;
 
 std::map<std::string, std::vector<int64_t>> full_shapes_of(const ModelConfig& config) {
-  torch::manual_seed(0);
+  seed_cpu_generator(0);
   CausalLM model(config, HeadKind::kLanguageModel);
   return full_weight_shapes(model, 1);
 }
@@ -108,7 +109,7 @@ void sync_and_check(int rank, ProcessGroup world, const WeightSyncLayout& l, at:
     EXPECT_GT(stats.buckets, 1) << "3000-byte buckets split the model";
     return;
   }
-  torch::manual_seed(99);  // other weights than the actor's
+  seed_cpu_generator(99);  // other weights than the actor's
   CausalLM model(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp));
   model->to(rollout_dtype);
   const WeightSyncStats stats = sync.receive(model);

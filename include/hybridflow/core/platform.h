@@ -2,6 +2,7 @@
 // libtorch version, BLAS, CPU bf16 support, CUDA devices and collective backends (`hybridflow info`).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct RuntimeInfo {
 // A device config value ("cpu", "cuda" or "auto": cuda when this build sees a GPU) as "cpu" or "cuda". An
 // Error names `key` when the value is none of those, or cuda is asked for where this build or machine has none.
 std::string resolve_device_name(const std::string& value, const std::string& key);
+
+// Seeds the CPU's default generator only. torch::manual_seed also seeds every CUDA device, which starts
+// CUDA in the calling process: a process that then forks (the multi-rank tests) leaves its children unable
+// to use CUDA at all, and a CPU-only role would hold a CUDA context for nothing. Weights are initialised on
+// the CPU, so this seed alone fixes them.
+void seed_cpu_generator(uint64_t seed);
 
 RuntimeInfo runtime_info();
 // Human-readable, one "key   value" line each.
