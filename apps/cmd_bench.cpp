@@ -218,9 +218,10 @@ int run_generate(const BenchOptions& o) {
   prefill.extra["prompt_length"] = o.prompt_length;
   print_measurement(prefill, o.json);
 
-  // The rollout: useful work only (every sample's prompt and its tokens up to its stop) per second, against
-  // the model's matmuls with every row of the batch busy. First the static batch (the generator before
-  // continuous batching, same tokens), then continuous batching, and the ratio of their times.
+  // The rollout: useful work only (each prompt once, as its samples share its prefill, and every sample's
+  // tokens up to its stop) per second, against the model's matmuls with every row of the batch busy. First
+  // the static batch (the generator before continuous batching, same tokens), then continuous batching, and
+  // the ratio of their times.
   RolloutOptions ro;
   ro.prompts = o.rollout_prompts;
   ro.samples = o.samples;
@@ -240,7 +241,9 @@ int run_generate(const BenchOptions& o) {
     // on average, half the answer.
     const double prompt_context = speed.prompt_tokens / static_cast<double>(speed.rows);
     const double answer_context = prompt_context + speed.mean_length / 2.0;
-    m.achieved = (forward_flops_per_token(s.config, prompt_context) * speed.prompt_tokens +
+    // Counting each sample's copy of its prompt would credit work a generator need not do (ratios above 1).
+    const double distinct_prompt_tokens = speed.prompt_tokens / static_cast<double>(o.samples);
+    m.achieved = (forward_flops_per_token(s.config, prompt_context) * distinct_prompt_tokens +
                   forward_flops_per_token(s.config, answer_context) * speed.tokens) /
                  speed.seconds / 1e9;
     m.extra = {{"prompts", o.rollout_prompts}, {"samples", o.samples}, {"seconds", speed.seconds},
