@@ -155,7 +155,7 @@ TEST(CliPlan, CalibrateWritesConstantsAndChecks) {
     EXPECT_GT(k.predicted_s, 0.0);
     checks += k.use == "check";
   }
-  EXPECT_EQ(checks, 2);  // colocated on two processes, and split
+  EXPECT_EQ(checks, 3);  // on two processes: colocated, split and a standalone rollout
   CommandResult init = run_hybridflow("init --preset tiny --task addition --out " + dir.file("m"));
   ASSERT_EQ(init.exit_code, 0) << init.output;
   CommandResult plan = run_hybridflow("plan --gpu this-machine --gpus 2 --model " + dir.file("m") +
