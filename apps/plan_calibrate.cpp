@@ -99,20 +99,36 @@ Plan split() {
   return p;
 }
 
+// The rollout on a process of its own, one step off-policy (trainer.placement: standalone, staleness 1).
+Plan standalone_rollout() {
+  Plan p;
+  p.sets.push_back({{Role::kActor, Role::kRef, Role::kCritic}, 1});
+  p.sets.push_back({{Role::kRollout}, 1});
+  for (Role r : {Role::kActor, Role::kRollout, Role::kRef, Role::kCritic}) p.layout(r) = {1, 1, 1};
+  p.staleness = 1;
+  return p;
+}
+
+bool standalone(const Plan& p) { return p.set_of(Role::kRollout) != p.set_of(Role::kActor); }
+
 std::vector<RunSpec> runs(bool quick) {
   // The fit runs vary layers, batch, response length and micro-batches, so that each fixed cost has its
-  // own lever; the checks are a bigger batch on two processes, colocated and split.
+  // own lever; the checks are a bigger batch on two processes: colocated, split and a standalone rollout.
   const int64_t big = quick ? 8 : 32;
   return {{"fit", colocated(1), calibration_workload(8, 8, 4), 2},
           {"fit", colocated(1), calibration_workload(quick ? 8 : 16, 16, 2), 4},
           {"fit", colocated(1), calibration_workload(quick ? 8 : 16, quick ? 16 : 32, quick ? 8 : 16), 4},
           {"fit", colocated(1), calibration_workload(quick ? 8 : 24, 8, quick ? 8 : 24), 2},
           {"check", colocated(2), calibration_workload(big, 16, 4), 4},
-          {"check", split(), calibration_workload(big, 16, 4), 4}};
+          {"check", split(), calibration_workload(big, 16, 4), 4},
+          {"check", standalone_rollout(), calibration_workload(big, 16, 4), 4}};
 }
 
 Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
   make_dirs(dir);
+  // One step ahead, the last step has no next rollout to generate: it is not the steady state, so a
+  // staleness-1 run takes one more step and measures none of the last.
+  const int total = steps + (spec.plan.staleness > 0 ? 1 : 0);
   const std::string fragment = dir + "/plan.yaml";
   write_file_atomic(fragment, trainer_config_fragment(spec.plan, spec.workload, TrainerCapabilities::today()));
   const std::vector<std::string> overrides = {
@@ -120,7 +136,7 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
       "model.hidden_size=" + std::to_string(kHidden), "model.num_hidden_layers=" + std::to_string(spec.layers),
       "model.num_attention_heads=" + std::to_string(kHeads), "model.num_key_value_heads=" + std::to_string(kKvHeads),
       "model.intermediate_size=" + std::to_string(kIntermediate), "algorithm.adv_estimator=gae",
-      "actor_rollout_ref.actor.use_kl_loss=true", "trainer.total_steps=" + std::to_string(steps),
+      "actor_rollout_ref.actor.use_kl_loss=true", "trainer.total_steps=" + std::to_string(total),
       "trainer.run_dir=" + dir + "/run", "trainer.logger=[jsonl]", "trainer.log_samples_freq=1000"};
   const Config config = load_rl_config(fragment, overrides);
   // Best of the measured steps, per call and per step, as the rooflines take best-of times: on a shared
@@ -129,11 +145,11 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
   m.step_s = 1e30;
   {
     RLTrainer trainer(config);
-    for (int s = 0; s < steps; ++s) {
+    for (int s = 0; s < total; ++s) {
       const auto start = std::chrono::steady_clock::now();
       const nlohmann::json record = trainer.step();
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (s == 0) continue;  // warm-up: first allocations, lazy initialisation
+      if (s == 0 || s >= steps) continue;  // warm-up (first allocations, lazy initialisation); the extra step
       m.step_s = std::min(m.step_s, seconds);
       if (record.contains("prompt_length/mean")) m.prompt_length = record.at("prompt_length/mean").get<double>();
     }
@@ -143,7 +159,7 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
     if (line.empty()) continue;
     const nlohmann::json row = nlohmann::json::parse(line);
     const int64_t step = row.at("step").get<int64_t>();
-    if (step < 2) continue;
+    if (step < 2 || step > steps) continue;
     m.per_step[step][row.at("call").get<std::string>()] += row.at("end_s").get<double>() - row.at("start_s").get<double>();
   }
   HF_CHECK(!m.per_step.empty(), "calibration: the run wrote no timeline for its measured steps");
@@ -173,19 +189,28 @@ std::vector<CallGroup> call_groups(const RunSpec& spec) {
   return groups;
 }
 
-// The best over the measured steps of a group's summed seconds.
+// The best over the measured steps of a group's summed seconds. A call is recorded in the step during which
+// its result arrived: a standalone rollout one step ahead (staleness 1) may finish its generation inside the
+// step before, so a step lacking a call of the group is skipped, not an error.
 double measured_seconds(const Measured& m, const RunSpec& spec, const CallGroup& g) {
   const std::vector<Call> calls = iteration_calls(spec.workload);
   double best = 1e30;
+  std::string missing;
   for (const auto& [step, seconds] : m.per_step) {
     double sum = 0;
+    bool complete = true;
     for (size_t i : g.calls) {
-      const auto it = seconds.find(timeline_name(calls[i]));
-      HF_CHECK(it != seconds.end(), "calibration: step ", step, " of the trainer's timeline has no ", timeline_name(calls[i]));
+      const std::string name = timeline_name(calls[i], standalone(spec.plan));
+      const auto it = seconds.find(name);
+      if (it == seconds.end()) {
+        complete = false, missing = name;
+        break;
+      }
       sum += it->second;
     }
-    best = std::min(best, sum);
+    if (complete) best = std::min(best, sum);
   }
+  HF_CHECK(best < 1e30, "calibration: no measured step of the trainer's timeline has ", missing);
   return best;
 }
 
@@ -314,7 +339,6 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
     HF_CHECK(e.feasible, "calibration plan ", s.plan.describe(), " is infeasible: ", e.why_not);
     return e;
   };
-  auto predict = [&](const RunSpec& s) { return simulated(s).iteration_s; };
   // The controller's own work per step: what a one-process step took beyond its calls (they run one after
   // another there).
   double beyond = 0;
@@ -336,7 +360,7 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
       std::string names;
       for (size_t k : g.calls) {
         const CallEstimate& c = *std::find_if(e.calls.begin(), e.calls.end(), [&](const CallEstimate& x) {
-          return x.name == timeline_name(iteration_calls(specs[i].workload)[k]);
+          return x.name == timeline_name(iteration_calls(specs[i].workload)[k], standalone(specs[i].plan));
         });
         predicted += c.cost.total();
         names += (names.empty() ? "" : "+") + c.name.substr(c.name.find('.') + 1);

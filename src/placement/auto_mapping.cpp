@@ -108,6 +108,8 @@ class Searcher {
     std::vector<Layout> rollout_layouts;
     if (in(mask, Role::kRollout)) {
       rollout_layouts = layouts_of(Role::kRollout, devices);
+      if (!together && !options_.capabilities.staged_standalone_rollout)
+        std::erase_if(rollout_layouts, [](const Layout& l) { return l.pp != 1; });
       if (rollout_layouts.empty()) return out;
     }
     const double usable = in_.cluster.usable_memory();

@@ -234,7 +234,7 @@ Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape
     c.end_s = s.end_s;
     if (s.call >= 0) {
       const Call& call = calls[static_cast<size_t>(s.call)];
-      c.name = timeline_name(call);
+      c.name = timeline_name(call, !together);
       c.stage = call.stage;
       c.set = set_of_call[static_cast<size_t>(s.call)];
       c.cost = cost[static_cast<size_t>(s.call)];

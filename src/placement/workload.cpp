@@ -83,8 +83,8 @@ std::string call_name(CallKind k) {
   return "?";
 }
 
-std::string timeline_name(const Call& call) {
-  const Role worker = call.role == Role::kRollout || call.role == Role::kRef ? Role::kActor : call.role;
+std::string timeline_name(const Call& call, bool standalone_rollout) {
+  const Role worker = (call.role == Role::kRollout && !standalone_rollout) || call.role == Role::kRef ? Role::kActor : call.role;
   std::string method = call.kind == CallKind::kGenerateGreedy ? "generate_sequences" : call_name(call.kind);
   if (call.kind == CallKind::kUpdate) method = worker == Role::kActor ? "update_actor" : "update_critic";
   return role_name(worker) + "." + method;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hybridflow/placement/calibration.h"
+#include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
@@ -94,21 +95,25 @@ TEST(CliPlan, TheWrittenFragmentLoadsThroughTheTrainersConfig) {
   const nlohmann::json& plan = j.contains("best_runnable_today") ? j.at("best_runnable_today") : j.at("best");
   ASSERT_TRUE(plan.at("trainer").at("runnable_today").get<bool>());
   const hybridflow::Config config = hybridflow::load_rl_config(fragment, {});
-  EXPECT_EQ(config.get<bool>("trainer.colocate"), plan.at("sets").size() == 1);
+  // The trainer's own reading of the placement (a preset or a pools: section) gives the plan's pools.
+  const hybridflow::RolePlacement placement = hybridflow::resolve_placement(config, {"actor", "critic", "reward_model"});
+  EXPECT_EQ(placement.pools.size(), plan.at("sets").size());
+  if (plan.at("sets").size() == 1) {
+    EXPECT_EQ(placement.kind, "colocate");
+  }
   for (const auto& set : plan.at("sets"))
     for (const auto& role : set.at("roles")) {
       const std::string name = role.at("role").get<std::string>();
+      if (name != "ref" && (name != "rollout" || placement.standalone_rollout())) {
+        EXPECT_EQ(placement.pool_of(name).processes, set.at("devices").get<int>()) << name;
+      }
       if (name == "actor") {
-        EXPECT_EQ(config.get<int>("actor_rollout_ref.num_processes"), set.at("devices").get<int>());
         EXPECT_EQ(config.get<int>("actor_rollout_ref.actor.megatron.tensor_model_parallel_size"), role.at("tp").get<int>());
         EXPECT_EQ(config.get<int>("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"), role.at("pp").get<int>());
       } else if (name == "rollout") {
         EXPECT_EQ(config.get<int>("actor_rollout_ref.rollout.tensor_model_parallel_size"), role.at("tp").get<int>());
       } else if (name == "critic") {
         EXPECT_EQ(config.get<int>("critic.megatron.tensor_model_parallel_size"), role.at("tp").get<int>());
-        if (plan.at("sets").size() > 1) {
-          EXPECT_EQ(config.get<int>("critic.num_processes"), set.at("devices").get<int>());
-        }
       }
     }
   EXPECT_EQ(config.get<int64_t>("data.train_batch_size"), 1024);
@@ -150,7 +155,7 @@ TEST(CliPlan, CalibrateWritesConstantsAndChecks) {
     EXPECT_GT(k.predicted_s, 0.0);
     checks += k.use == "check";
   }
-  EXPECT_EQ(checks, 2);  // colocated on two processes, and split
+  EXPECT_EQ(checks, 3);  // on two processes: colocated, split and a standalone rollout
   CommandResult init = run_hybridflow("init --preset tiny --task addition --out " + dir.file("m"));
   ASSERT_EQ(init.exit_code, 0) << init.output;
   CommandResult plan = run_hybridflow("plan --gpu this-machine --gpus 2 --model " + dir.file("m") +

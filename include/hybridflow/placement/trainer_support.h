@@ -1,6 +1,6 @@
-// Which plans `hybridflow train` can run, and the config fragment that makes it run one. Kept in one place
-// so that when the trainer learns a placement (branch `place`: standalone rollout, a `pools:` section for
-// any grouping) only the capabilities below and the writer change.
+// Which plans `hybridflow train` can run, and the config fragment that makes it run one (trainer.placement,
+// pools:, rollout.staleness and every role's sizes). Kept in one place so that when the trainer learns more
+// (a reference split unlike the actor, a staged standalone rollout) only the capabilities below change.
 #pragma once
 
 #include <string>
@@ -10,17 +10,19 @@
 namespace hybridflow::placement {
 
 struct TrainerCapabilities {
-  // Any grouping of roles into pools (`pools:`); without it: everything colocated (trainer.colocate: true)
-  // or the actor, rollout and reference in one pool and every other model in a pool of its own (the cost
-  // critic beside the critic), trainer.colocate: false.
+  // Any grouping of roles into pools (`pools:`); without it only trainer.placement's presets: everything
+  // colocated, split (the actor with rollout and reference, every other model in a second pool) and
+  // standalone (the rollout alone, every other model in a second pool).
   bool any_pools = false;
   // The rollout on devices of its own with a shadow copy of the actor's weights (trainer.placement: standalone).
   bool standalone_rollout = false;
   // The reference split differently from the actor, the cost critic differently from the critic; without
   // it they live in the same worker processes and share the layout.
   bool independent_layouts = false;
+  // A standalone rollout with pipeline stages (p_g > 1); the trainer's is unstaged.
+  bool staged_standalone_rollout = false;
 
-  static TrainerCapabilities today();     // what main's trainer runs
+  static TrainerCapabilities today();     // what the trainer runs: any pools, a standalone rollout, shared layouts
   static TrainerCapabilities anything();  // every plan the simulator can cost
 };
 
@@ -32,7 +34,8 @@ struct FragmentWorkload {
 };
 
 // A YAML fragment for `hybridflow train --config` (merged into a user's config, or given as it is): the
-// placement keys (trainer.colocate and each pool's num_processes), every role's
+// placement (trainer.placement with its presets' num_processes keys, or a pools: section for any other
+// grouping; rollout.staleness for a standalone rollout), every role's
 // megatron.tensor_model_parallel_size / pipeline_model_parallel_size, the rollout's sizes, the ZeRO switch,
 // dtypes and the batch keys the plan assumed (data.train_batch_size, rollout.n, response_length, ppo epochs
 // and mini-batch, micro-batches). Error (with trainer_cannot_run's reason) when the trainer cannot run it.

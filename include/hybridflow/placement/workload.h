@@ -59,8 +59,9 @@ struct Call {
 };
 
 // The call as the trainer's timeline names it (worker group "." method): the rollout and the reference
-// live in the actor's worker, so "actor.generate_sequences", "actor.compute_ref_log_prob", "critic.update_critic".
-std::string timeline_name(const Call& call);
+// live in the actor's worker, so "actor.generate_sequences", "actor.compute_ref_log_prob", "critic.update_critic";
+// a standalone rollout is a worker group of its own, "rollout.generate_sequences".
+std::string timeline_name(const Call& call, bool standalone_rollout = false);
 
 // One iteration's calls in program order. Generation calls need the actor's previous update, which the
 // simulator adds across iterations.
