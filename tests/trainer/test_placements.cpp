@@ -210,8 +210,11 @@ TEST(Placements, TwoRolloutReplicasFedByTwoActorReplicasMatchTwoColocatedProcess
   const RunResult standalone = with({"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2"});
   ASSERT_EQ(standalone.metrics.size(), 2u);
   for (size_t i = 0; i < 2; ++i)
-    for (const auto& [key, value] : colocated.metrics[i].items())
-      if (placement_independent(key)) EXPECT_EQ(standalone.metrics[i].at(key), value) << "step " << i + 1 << ": " << key;
+    for (const auto& [key, value] : colocated.metrics[i].items()) {
+      if (placement_independent(key)) {
+        EXPECT_EQ(standalone.metrics[i].at(key), value) << "step " << i + 1 << ": " << key;
+      }
+    }
   EXPECT_EQ(standalone.norms.at("rollout"), standalone.norms.at("actor"));
   EXPECT_EQ(standalone.norms.at("actor"), colocated.norms.at("actor"));
 }
