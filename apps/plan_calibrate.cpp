@@ -20,6 +20,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/core/remove_tree.h"
 #include "hybridflow/engine/roofline.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/placement/collective_probe.h"
@@ -370,8 +371,7 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
     cal.checks.push_back(check);
   }
   cal.load_average = load_average();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
+  remove_tree(dir);  // the calibration's scratch runs; a leftover is harmless
   say("fitted: compute efficiency " + std::to_string(cal.compute_efficiency) + ", per call " +
       std::to_string(cal.overheads.call_s * 1e3) + " ms, per micro-batch pass " +
       std::to_string(cal.overheads.micro_batch_s * 1e3) + " ms, per layer pass " + std::to_string(cal.overheads.layer_pass_s * 1e6) +

@@ -8,6 +8,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/core/remove_tree.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
@@ -95,12 +96,14 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Caus
   namespace fs = std::filesystem;
   const std::string final_dir = checkpoint_dir(out_dir, step);
   const std::string tmp_dir = final_dir + ".tmp";
-  std::error_code ec;
-  fs::remove_all(tmp_dir, ec);
+  std::string failure = remove_tree(tmp_dir);
+  HF_CHECK(failure.empty(), "could not remove the unfinished checkpoint ", failure);
   make_dirs(tmp_dir);
   save_pretrained(tmp_dir, model, tok);
   engine.save_state(tmp_dir + "/optimizer.pt");
-  fs::remove_all(final_dir, ec);
+  failure = remove_tree(final_dir);
+  HF_CHECK(failure.empty(), "could not replace the checkpoint ", failure);
+  std::error_code ec;
   fs::rename(tmp_dir, final_dir, ec);
   HF_CHECK(!ec, "could not rename checkpoint '", tmp_dir, "' to '", final_dir, "': ", ec.message());
   return final_dir;

@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/core/remove_tree.h"
 
 namespace hybridflow {
 
@@ -46,9 +47,8 @@ std::string trim(std::string s) {
 }
 
 void remove_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  HF_CHECK(!ec, "could not remove ", dir, ": ", ec.message());
+  const std::string failure = remove_tree(dir);
+  HF_CHECK(failure.empty(), "could not remove ", dir, ": ", failure);
 }
 
 }  // namespace
