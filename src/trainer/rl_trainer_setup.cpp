@@ -354,6 +354,20 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   if (use_cost_model) run_roles.push_back("cost_model");
   s.placement = resolve_placement(config, run_roles);
   check_staleness_fits_program(s.placement, s.program, s.adv_estimator);
+  {
+    int processes = 0;
+    std::string pools;
+    for (const PoolSpec& pool : s.placement.pools) {
+      processes += pool.processes;
+      pools += (pools.empty() ? "" : ", ") + pool.name + ": " + std::to_string(pool.processes);
+    }
+    const int64_t nodes = config.is_null("trainer.nnodes") ? 1 : std::max<int64_t>(1, config.get<int64_t>("trainer.nnodes"));
+    const int per_host = static_cast<int>((processes + nodes - 1) / nodes);
+    model_spec["device"] = device_for_processes(model_spec["device"].get<std::string>(),
+                                                config.get<std::string>("trainer.device"), per_host,
+                                                static_cast<int64_t>(torch::cuda::device_count()), "trainer.device",
+                                                "pools " + pools);
+  }
   const bool standalone = s.placement.standalone_rollout();
   const PoolSpec& actor_pool = s.placement.pool_of("actor");
   const int actor_procs = actor_pool.processes;

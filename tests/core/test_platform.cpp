@@ -3,6 +3,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 
@@ -65,6 +66,21 @@ TEST(Platform, DeviceKeysResolveToCpuOrCudaAndNameTheKeyWhenWrong) {
       EXPECT_NE(std::string(e.what()).find("or set trainer.device=cpu"), std::string::npos) << e.what();
     }
   }
+}
+
+// Seen on a one-GPU machine: a split or standalone placement gave two processes the same GPU, and NCCL failed
+// mid-run ("Duplicate GPU detected"). The count of processes per host against the GPUs decides up front.
+TEST(Platform, MoreProcessesThanGpusFallBackToTheCpuOrAreRefusedNamingThePools) {
+  const std::string pools = "pools train: 1, rollout: 1";
+  EXPECT_EQ(device_for_processes("cuda", "auto", 2, 2, "trainer.device", pools), "cuda");
+  EXPECT_EQ(device_for_processes("cuda", "cuda", 1, 1, "trainer.device", pools), "cuda");
+  EXPECT_EQ(device_for_processes("cpu", "cpu", 8, 0, "trainer.device", pools), "cpu");
+  EXPECT_EQ(device_for_processes("cpu", "auto", 8, 0, "trainer.device", pools), "cpu");
+  EXPECT_EQ(device_for_processes("cuda", "auto", 2, 1, "trainer.device", pools), "cpu") << "auto falls back";
+  const std::string e = testing::error_of([&] { device_for_processes("cuda", "cuda", 2, 1, "trainer.device", pools); });
+  for (const char* part : {"trainer.device=cuda", "2 worker processes per host", "train: 1, rollout: 1",
+                           "1 CUDA device(s)", "trainer.device=cpu"})
+    EXPECT_NE(e.find(part), std::string::npos) << part << " missing from: " << e;
 }
 
 }  // namespace hybridflow

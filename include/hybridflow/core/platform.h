@@ -50,6 +50,13 @@ struct RuntimeInfo {
 // Error names `key` when the value is none of those, or cuda is asked for where this build or machine has none.
 std::string resolve_device_name(const std::string& value, const std::string& key);
 
+// The device for a run that starts `processes` worker processes on each host that sees `cuda_devices` GPUs.
+// Each process takes its own GPU (LOCAL_RANK modulo the count), and NCCL refuses a group in which two ranks
+// share one, so a run with more processes per host than GPUs cannot use them: `auto` then falls back to
+// the CPU with a warning, and an explicit cuda is an Error naming `key`, the process count and `pools`.
+std::string device_for_processes(const std::string& resolved, const std::string& requested, int processes,
+                                 int64_t cuda_devices, const std::string& key, const std::string& pools);
+
 // Seeds the CPU's default generator only. torch::manual_seed also seeds every CUDA device, which starts
 // CUDA in the calling process: a process that then forks (the multi-rank tests) leaves its children unable
 // to use CUDA at all, and a CPU-only role would hold a CUDA context for nothing. Weights are initialised on
