@@ -24,6 +24,21 @@ int64_t source_of(size_t rank, int64_t row) { return (static_cast<int64_t>(rank)
 int rank_of(int64_t source) { return static_cast<int>(source >> 32); }
 int64_t row_of(int64_t source) { return source & 0xffffffffLL; }
 
+// The first `n` rows' sources grouped by the rank that holds them, each rank's rows merged into runs of
+// consecutive producer rows that land on consecutive destination rows: one copy (or one fetch) per run.
+std::map<int, std::vector<Run>> runs_by_rank(const std::vector<int64_t>& sources, int64_t n) {
+  std::map<int, std::vector<Run>> runs;
+  for (int64_t i = 0; i < n; ++i) {
+    auto& list = runs[rank_of(sources[static_cast<size_t>(i)])];
+    const int64_t row = row_of(sources[static_cast<size_t>(i)]);
+    if (!list.empty() && list.back()[0] + list.back()[1] == row && list.back()[2] + list.back()[1] == i)
+      ++list.back()[1];
+    else
+      list.push_back({row, 1, i});
+  }
+  return runs;
+}
+
 std::vector<int64_t> shape_of(int64_t rows, const std::vector<int64_t>& tail, bool marker = false) {
   std::vector<int64_t> shape = {rows};
   if (marker) shape.push_back(0);
@@ -136,16 +151,7 @@ class PlanBuilder {
   void add(const std::string& key, const std::shared_ptr<const HeldObject>& object, const std::string& object_key,
            const TensorSpec& spec, const std::vector<int64_t>& sources) {
     tensors_[key] = {{"dtype", dtype_name(spec.dtype)}, {"shape", spec.tail}};
-    std::map<int, std::vector<Run>> runs;  // by producer rank
-    for (int64_t i = 0; i < rows_; ++i) {
-      auto& list = runs[rank_of(sources[static_cast<size_t>(i)])];
-      const int64_t row = row_of(sources[static_cast<size_t>(i)]);
-      if (!list.empty() && list.back()[0] + list.back()[1] == row && list.back()[2] + list.back()[1] == i)
-        ++list.back()[1];
-      else
-        list.push_back({row, 1, i});
-    }
-    for (auto& [rank, list] : runs) {
+    for (auto& [rank, list] : runs_by_rank(sources, rows_)) {
       auto it = std::find_if(pieces_.begin(), pieces_.end(), [&, r = rank](const Piece& p) {
         return p.object == object && p.rank == r && p.runs == list;
       });
@@ -421,15 +427,7 @@ std::map<std::string, torch::Tensor> materialize(const RemoteResult& result, con
     bytes_per_row += row_bytes(spec);
   }
   // Runs of merged rows by the rank holding them; rows of ranks that kept nothing are in their answers.
-  std::map<int, std::vector<Run>> runs;
-  for (int64_t i = 0; i < n; ++i) {
-    auto& list = runs[rank_of(sources[static_cast<size_t>(i)])];
-    const int64_t row = row_of(sources[static_cast<size_t>(i)]);
-    if (!list.empty() && list.back()[0] + list.back()[1] == row && list.back()[2] + list.back()[1] == i)
-      ++list.back()[1];
-    else
-      list.push_back({row, 1, i});
-  }
+  const std::map<int, std::vector<Run>> runs = runs_by_rank(sources, n);
   std::vector<Fetch> fetches;
   std::shared_ptr<ProcessPool> pool;
   for (const auto& [rank, list] : runs) {
