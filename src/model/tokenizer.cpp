@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <filesystem>
+#include <string_view>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
@@ -53,7 +54,7 @@ json added_token(int64_t id, const std::string& content) {
           {"rstrip", false},   {"normalized", false}, {"special", true}};
 }
 
-const json& field(const json& obj, const char* key, const std::string& where, const std::string& path) {
+const json& field(const json& obj, const char* key, std::string_view where, const std::string& path) {
   HF_CHECK(obj.is_object() && obj.contains(key), path, ": missing field '", where, key, "'");
   return obj[key];
 }
