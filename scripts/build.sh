@@ -23,7 +23,7 @@ if command -v ccache >/dev/null; then
   # Precompiled headers are cacheable only with these; a second build tree then reuses the first's objects.
   export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
   export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR="$PWD"
-  ccache --max-size=10G >/dev/null 2>&1 || true
+  ccache --max-size=16G >/dev/null 2>&1 || true
 fi
 cuda_args=()
 if [ "$cuda" = 1 ]; then
