@@ -8,6 +8,7 @@
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/placement/placement_spec.h"
+#include "hybridflow/placement/workers_per_host.h"
 #include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rollout_sampling.h"
 #include "hybridflow/parallel/resharding.h"
@@ -355,18 +356,16 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.placement = resolve_placement(config, run_roles);
   check_staleness_fits_program(s.placement, s.program, s.adv_estimator);
   {
-    int processes = 0;
     std::string pools;
-    for (const PoolSpec& pool : s.placement.pools) {
-      processes += pool.processes;
+    for (const PoolSpec& pool : s.placement.pools)
       pools += (pools.empty() ? "" : ", ") + pool.name + ": " + std::to_string(pool.processes);
-    }
-    const int64_t nodes = config.is_null("trainer.nnodes") ? 1 : std::max<int64_t>(1, config.get<int64_t>("trainer.nnodes"));
-    const int per_host = static_cast<int>((processes + nodes - 1) / nodes);
-    model_spec["device"] = device_for_processes(model_spec["device"].get<std::string>(),
-                                                config.get<std::string>("trainer.device"), per_host,
-                                                static_cast<int64_t>(torch::cuda::device_count()), "trainer.device",
-                                                "pools " + pools);
+    const int64_t nnodes = config.is_null("trainer.nnodes") ? 1 : config.get<int64_t>("trainer.nnodes");
+    const int per_host = workers_per_host(s.placement, nnodes, launch_env_from_environment());
+    if (per_host > 0)
+      model_spec["device"] = device_for_processes(model_spec["device"].get<std::string>(),
+                                                  config.get<std::string>("trainer.device"), per_host,
+                                                  static_cast<int64_t>(torch::cuda::device_count()), "trainer.device",
+                                                  "pools " + pools);
   }
   const bool standalone = s.placement.standalone_rollout();
   const PoolSpec& actor_pool = s.placement.pool_of("actor");
