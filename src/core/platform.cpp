@@ -46,13 +46,13 @@ std::string resolve_device_name(const std::string& value, const std::string& key
 std::string device_for_processes(const std::string& resolved, const std::string& requested, int processes,
                                  int64_t cuda_devices, const std::string& key, const std::string& pools) {
   if (resolved != "cuda" || processes <= cuda_devices) return resolved;
-  const std::string why = "this run starts " + std::to_string(processes) + " worker processes per host (" + pools +
-                          ") but " + std::to_string(cuda_devices) +
+  const std::string why = "this run starts " + std::to_string(processes) + " worker processes per host but " +
+                          std::to_string(cuda_devices) +
                           " CUDA device(s) are visible; each process needs a GPU of its own (NCCL refuses two ranks "
                           "on one device)";
   HF_CHECK(requested == "auto", key, "=cuda: ", why,
-           ". Use fewer processes (colocate the roles in one pool), more GPUs, or ", key, "=cpu");
-  log_warn(key, "=auto: ", why, "; running on the CPU");
+           ". Use fewer processes (colocate the roles in one pool), more GPUs, or ", key, "=cpu. The pools:\n", pools);
+  log_warn(key, "=auto: ", why, "; running on the CPU. The pools:\n", pools);
   return "cpu";
 }
 

@@ -356,16 +356,13 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.placement = resolve_placement(config, run_roles);
   check_staleness_fits_program(s.placement, s.program, s.adv_estimator);
   {
-    std::string pools;
-    for (const PoolSpec& pool : s.placement.pools)
-      pools += (pools.empty() ? "" : ", ") + pool.name + ": " + std::to_string(pool.processes);
     const int64_t nnodes = config.is_null("trainer.nnodes") ? 1 : config.get<int64_t>("trainer.nnodes");
     const int per_host = workers_per_host(s.placement, nnodes, launch_env_from_environment());
     if (per_host > 0)
       model_spec["device"] = device_for_processes(model_spec["device"].get<std::string>(),
                                                   config.get<std::string>("trainer.device"), per_host,
                                                   static_cast<int64_t>(torch::cuda::device_count()), "trainer.device",
-                                                  "pools " + pools);
+                                                  describe_placement(s.placement));
   }
   const bool standalone = s.placement.standalone_rollout();
   const PoolSpec& actor_pool = s.placement.pool_of("actor");

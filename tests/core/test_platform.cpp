@@ -71,14 +71,14 @@ TEST(Platform, DeviceKeysResolveToCpuOrCudaAndNameTheKeyWhenWrong) {
 // Seen on a one-GPU machine: a split or standalone placement gave two processes the same GPU, and NCCL failed
 // mid-run ("Duplicate GPU detected"). The count of processes per host against the GPUs decides up front.
 TEST(Platform, MoreProcessesThanGpusFallBackToTheCpuOrAreRefusedNamingThePools) {
-  const std::string pools = "pools train: 1, rollout: 1";
+  const std::string pools = "pool 'train' (1 process, actor_rollout_ref.num_processes): actor";
   EXPECT_EQ(device_for_processes("cuda", "auto", 2, 2, "trainer.device", pools), "cuda");
   EXPECT_EQ(device_for_processes("cuda", "cuda", 1, 1, "trainer.device", pools), "cuda");
   EXPECT_EQ(device_for_processes("cpu", "cpu", 8, 0, "trainer.device", pools), "cpu");
   EXPECT_EQ(device_for_processes("cpu", "auto", 8, 0, "trainer.device", pools), "cpu");
   EXPECT_EQ(device_for_processes("cuda", "auto", 2, 1, "trainer.device", pools), "cpu") << "auto falls back";
   const std::string e = testing::error_of([&] { device_for_processes("cuda", "cuda", 2, 1, "trainer.device", pools); });
-  for (const char* part : {"trainer.device=cuda", "2 worker processes per host", "train: 1, rollout: 1",
+  for (const char* part : {"trainer.device=cuda", "2 worker processes per host", "actor_rollout_ref.num_processes",
                            "1 CUDA device(s)", "trainer.device=cpu"})
     EXPECT_NE(e.find(part), std::string::npos) << part << " missing from: " << e;
 }

@@ -53,7 +53,8 @@ std::string resolve_device_name(const std::string& value, const std::string& key
 // The device for a run that starts `processes` worker processes on each host that sees `cuda_devices` GPUs.
 // Each process takes its own GPU (LOCAL_RANK modulo the count), and NCCL refuses a group in which two ranks
 // share one, so a run with more processes per host than GPUs cannot use them: `auto` then falls back to
-// the CPU with a warning, and an explicit cuda is an Error naming `key`, the process count and `pools`.
+// the CPU with a warning, and an explicit cuda is an Error naming `key`, the process count and `pools`
+// (describe_placement's lines: each pool's processes and the key that sets them).
 std::string device_for_processes(const std::string& resolved, const std::string& requested, int processes,
                                  int64_t cuda_devices, const std::string& key, const std::string& pools);
 
