@@ -18,6 +18,12 @@ function(hf_layer name)
     target_include_directories(hf_${name} PUBLIC ${CMAKE_SOURCE_DIR}/include PRIVATE ${CMAKE_SOURCE_DIR}/src)
     target_link_libraries(hf_${name} PUBLIC ${ARG_DEPS})
     target_compile_options(hf_${name} PRIVATE ${HF_WARNINGS})
+    if(HF_UNITY)
+      # Each libtorch translation unit costs seconds of template instantiation even with the precompiled
+      # header; batching a layer's files divides that (a cold build is the first thing a new user waits for).
+      # Files of one layer therefore must not define the same name in an anonymous namespace.
+      set_target_properties(hf_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${HF_UNITY_BATCH})
+    endif()
     if(NOT ARG_NO_TORCH)
       target_precompile_headers(hf_${name} REUSE_FROM hf_pch)
     endif()
