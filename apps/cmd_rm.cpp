@@ -12,7 +12,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/core/progress.h"
-#include "hybridflow/engine/reward_model_training.h"
+#include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"

@@ -11,7 +11,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/core/progress.h"
-#include "hybridflow/engine/sft.h"
+#include "hybridflow/finetune/sft.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "hybridflow/core/config.h"
-#include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/finetune/fine_tune_options.h"
 
 namespace hybridflow::cli {
 

@@ -7,7 +7,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
-#include "hybridflow/engine/sft.h"
+#include "hybridflow/finetune/sft.h"
 #include "hybridflow/model/pretrained.h"
 #include "support/temp_dir.h"
 

@@ -10,7 +10,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/jsonl.h"
-#include "hybridflow/engine/reward_model_training.h"
+#include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
