@@ -15,7 +15,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/roofline.h"
-#include "hybridflow/engine/speed_bench.h"
+#include "hybridflow/perf/speed_bench.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pretrained.h"
 

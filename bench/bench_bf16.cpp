@@ -11,7 +11,7 @@
 #include "bench_common.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/engine/speed_bench.h"
+#include "hybridflow/perf/speed_bench.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/transformer.h"
 

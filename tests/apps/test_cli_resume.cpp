@@ -7,6 +7,7 @@
 #include "hybridflow/core/jsonl.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
 
 namespace {
 
@@ -14,8 +15,7 @@ using hybridflow::testing::CommandResult;
 using hybridflow::testing::run_hybridflow;
 
 std::string tiny_grpo(const std::string& run_dir) {
-  return "train algorithm.adv_estimator=grpo model.hidden_size=32 model.num_hidden_layers=1 "
-         "model.num_attention_heads=2 model.num_key_value_heads=1 model.intermediate_size=64 data.task=addition "
+  return "train algorithm.adv_estimator=grpo " + hybridflow::testing::tiny_rl_model_args() + " data.task=addition "
          "data.train_size=16 data.test_size=2 data.train_batch_size=2 actor_rollout_ref.rollout.n=2 "
          "actor_rollout_ref.rollout.response_length=4 actor_rollout_ref.actor.ppo_mini_batch_size=2 "
          "trainer.save_freq=2 trainer.run_dir=" +

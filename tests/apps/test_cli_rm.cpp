@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "hybridflow/engine/reward_model_training.h"
+#include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "support/run_command.h"

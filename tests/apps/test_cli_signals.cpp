@@ -17,6 +17,7 @@
 #include "hybridflow/core/jsonl.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
 
 namespace {
 
@@ -25,8 +26,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // Many steps, so that the signal always arrives mid-run; a checkpoint is configured (save_freq) but only
 // the stop writes one (the first periodic save would be at step 1000).
 std::string tiny_run(const std::string& run_dir) {
-  return "train algorithm.adv_estimator=grpo model.hidden_size=32 model.num_hidden_layers=1 "
-         "model.num_attention_heads=2 model.num_key_value_heads=1 model.intermediate_size=64 data.task=addition "
+  return "train algorithm.adv_estimator=grpo " + hybridflow::testing::tiny_rl_model_args() + " data.task=addition "
          "data.train_size=16 data.test_size=0 data.train_batch_size=2 actor_rollout_ref.rollout.n=2 "
          "actor_rollout_ref.rollout.response_length=4 actor_rollout_ref.actor.ppo_mini_batch_size=2 "
          "trainer.total_steps=100000 trainer.save_freq=100000 trainer.run_dir=" +

@@ -15,18 +15,12 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/transformer.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow::testing {
 
 inline ModelConfig tensor_parallel_test_config() {
-  ModelConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 128;
+  ModelConfig c = tiny_model_config({.vocab_size = 64, .max_position_embeddings = 128});
   c.attention_bias = true;  // q/k/v biases are split, Llama's o_proj bias is replicated
   return c;
 }

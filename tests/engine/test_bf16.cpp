@@ -8,19 +8,13 @@
 #include "hybridflow/model/transformer.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
 
 ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 48;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::tiny_model_config({.vocab_size = 48, .hidden_size = 64, .intermediate_size = 128});
 }
 
 // The same weights, the second copy cast to bf16.

@@ -10,6 +10,7 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/process_group.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -18,13 +19,7 @@ namespace {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (CPU build or no GPU)"
 
 ModelConfig small_config() {
-  ModelConfig c = preset_model_config("qwen2-tiny", 97);
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::tiny_model_config({.vocab_size = 97, .hidden_size = 64, .intermediate_size = 128}, "qwen2-tiny");
 }
 
 // The same weights on the CPU and on the GPU: the GPU model is loaded from the CPU one's state.

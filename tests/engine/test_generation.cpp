@@ -6,18 +6,13 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
 
 ModelConfig test_config() {
-  ModelConfig c = preset_model_config("qwen2-tiny", 41);
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::tiny_model_config({.vocab_size = 41, .hidden_size = 32, .intermediate_size = 48}, "qwen2-tiny");
 }
 
 class GenerationTest : public ::testing::Test {

@@ -10,6 +10,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "parallel/rank_processes.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -151,14 +152,12 @@ TEST(HeadLogProbs, VocabularyParallelRanksMatchOneProcess) {
 
 // response_log_probs(model, ...) (the actor's log-prob and loss path) against the full logits of forward().
 TEST(HeadLogProbs, ModelResponseLogProbsMatchTheFullForward) {
-  ModelConfig config;
-  config.vocab_size = 40;
-  config.hidden_size = 16;
-  config.intermediate_size = 32;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 1;
-  config.max_position_embeddings = 64;
+  ModelConfig config = testing::tiny_model_config({.vocab_size = 40,
+                                                    .hidden_size = 16,
+                                                    .intermediate_size = 32,
+                                                    .num_attention_heads = 2,
+                                                    .num_key_value_heads = 1,
+                                                    .max_position_embeddings = 64});
   for (bool tied : {false, true}) {
     config.tie_word_embeddings = tied;
     torch::manual_seed(7);

@@ -21,6 +21,7 @@
 #include "support/python.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -63,16 +64,13 @@ void randomize(CausalLM& model, uint64_t seed) {
 // The reverse direction's models: the other combinations of tying, bias, head grouping and head width than
 // the transformers-written ones, other RoPE scaling settings, and again a non-default rope_theta.
 ModelConfig hybridflow_config(const std::string& name, const Tokenizer& tok) {
-  ModelConfig c;
-  c.vocab_size = tok.vocab_size();
-  c.hidden_size = 48;
-  c.intermediate_size = 56;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 3;
+  ModelConfig c = testing::tiny_model_config(tok, {.hidden_size = 48,
+                                                   .intermediate_size = 56,
+                                                   .num_attention_heads = 6,
+                                                   .num_key_value_heads = 3,
+                                                   .max_position_embeddings = 64});
   c.rope_theta = 5000.0;
   c.rms_norm_eps = 1e-5;
-  c.max_position_embeddings = 64;
   if (name == "qwen2") {
     c.architecture = "Qwen2ForCausalLM";
     c.model_type = "qwen2";
@@ -120,9 +118,6 @@ ModelConfig hybridflow_config(const std::string& name, const Tokenizer& tok) {
     c.rope_scaling.mscale = 1.0;
     c.rope_scaling.mscale_all_dim = 0.5;
   }
-  c.bos_token_id = tok.bos_id();
-  c.eos_token_id = tok.eos_id();
-  c.pad_token_id = tok.pad_id();
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -112,16 +113,13 @@ TEST(TokenMicroBatches, MergeRestoresBatchOrderAndWidth) {
 }
 
 CausalLM tiny_model() {
-  ModelConfig c;
-  c.vocab_size = kVocab;
-  c.hidden_size = 16;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.max_position_embeddings = 64;
-  torch::manual_seed(11);
-  return CausalLM(c);
+  return testing::seeded_model(testing::tiny_model_config({.vocab_size = kVocab,
+                                                           .hidden_size = 16,
+                                                           .intermediate_size = 32,
+                                                           .num_attention_heads = 2,
+                                                           .num_key_value_heads = 1,
+                                                           .max_position_embeddings = 64}),
+                               11);
 }
 
 torch::Tensor micro_log_probs(CausalLM& model, const DataProto& m) {

@@ -8,6 +8,7 @@
 
 #include "hybridflow/core/cpu_memory.h"
 #include "hybridflow/model/transformer.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -47,15 +48,11 @@ TEST(ActivationCheckpoint, RecomputesAndGivesThePlainGradients) {
 }
 
 ModelConfig config(int64_t layers) {
-  ModelConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 32;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 256;
-  return c;
+  return testing::tiny_model_config({.vocab_size = 50,
+                                     .hidden_size = 32,
+                                     .intermediate_size = 96,
+                                     .num_hidden_layers = layers,
+                                     .max_position_embeddings = 256});
 }
 
 std::vector<torch::Tensor> grads_after_loss(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {

@@ -11,18 +11,14 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/transformer.h"
 #include "support/error_of.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
 
 ModelConfig four_layer_config(bool tied) {
-  ModelConfig c;
-  c.vocab_size = 48;
-  c.hidden_size = 16;
-  c.intermediate_size = 32;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  ModelConfig c = testing::tiny_model_config(
+      {.vocab_size = 48, .hidden_size = 16, .intermediate_size = 32, .num_hidden_layers = 4});
   c.tie_word_embeddings = tied;
   return c;
 }

@@ -12,6 +12,7 @@
 #include "hybridflow/model/safetensors.h"
 #include "support/temp_dir.h"
 #include "support/testdata_dir.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -29,18 +30,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 ModelConfig tiny_config(const Tokenizer& tok) {
-  ModelConfig c;
-  c.vocab_size = tok.vocab_size();
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  c.bos_token_id = tok.bos_id();
-  c.eos_token_id = tok.eos_id();
-  c.pad_token_id = tok.pad_id();
-  return c;
+  return testing::tiny_model_config(tok, {.hidden_size = 16, .intermediate_size = 24, .max_position_embeddings = 64});
 }
 
 class PretrainedTest : public ::testing::Test {

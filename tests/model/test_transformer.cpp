@@ -7,19 +7,15 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
 
 ModelConfig small_config(bool qwen2 = false) {
-  ModelConfig c = preset_model_config(qwen2 ? "qwen2-tiny" : "tiny", 37);
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  return c;
+  return testing::tiny_model_config(
+      {.vocab_size = 37, .hidden_size = 32, .intermediate_size = 48, .max_position_embeddings = 64},
+      qwen2 ? "qwen2-tiny" : "tiny");
 }
 
 std::set<std::string> param_names(const CausalLM& model) {

@@ -8,14 +8,22 @@
 
 namespace hybridflow::testing {
 
+// The 1-layer model of these runs, as the trainer's model.* overrides.
+inline std::vector<std::string> tiny_rl_model_overrides() {
+  return {"model.hidden_size=32", "model.num_hidden_layers=1", "model.num_attention_heads=2",
+          "model.num_key_value_heads=1", "model.intermediate_size=64"};
+}
+
+// The same model on a command line: the overrides separated by spaces.
+inline std::string tiny_rl_model_args() {
+  std::string args;
+  for (const std::string& o : tiny_rl_model_overrides()) args += (args.empty() ? "" : " ") + o;
+  return args;
+}
+
 inline std::vector<std::string> tiny_rl_overrides(const std::string& estimator,
                                                   const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"algorithm.adv_estimator=" + estimator,
-                                "model.hidden_size=32",
-                                "model.num_hidden_layers=1",
-                                "model.num_attention_heads=2",
-                                "model.num_key_value_heads=1",
-                                "model.intermediate_size=64",
                                 "data.task=addition",
                                 "data.train_size=16",
                                 "data.test_size=4",
@@ -28,6 +36,8 @@ inline std::vector<std::string> tiny_rl_overrides(const std::string& estimator,
                                 "critic.ppo_mini_batch_size=2",
                                 "critic.optim.lr=1e-3",
                                 "trainer.total_steps=2"};
+  const std::vector<std::string> model = tiny_rl_model_overrides();
+  o.insert(o.begin() + 1, model.begin(), model.end());
   o.insert(o.end(), extra.begin(), extra.end());
   return o;
 }

@@ -7,9 +7,10 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
-#include "hybridflow/engine/sft.h"
+#include "hybridflow/finetune/sft.h"
 #include "hybridflow/model/pretrained.h"
 #include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
@@ -29,18 +30,8 @@ void write_addition(const std::string& path, int rows, uint64_t seed) {
 
 struct TinySetup {
   Tokenizer tok = Tokenizer::from_alphabet("0123456789+=");
-  CausalLM model{nullptr};
-  TinySetup() {
-    ModelConfig c = preset_model_config("tiny", tok.vocab_size());
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.bos_token_id = tok.bos_id();
-    c.eos_token_id = tok.eos_id();
-    c.pad_token_id = tok.pad_id();
-    torch::manual_seed(0);
-    model = CausalLM(c);
-  }
+  CausalLM model =
+      testing::seeded_model(testing::tiny_model_config(tok, {.hidden_size = 64, .intermediate_size = 128}, "tiny"), 0);
 };
 
 TEST(Sft, LossDropsAndCheckpointsLoad) {

@@ -10,26 +10,20 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/jsonl.h"
-#include "hybridflow/engine/reward_model_training.h"
+#include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "support/tiny_model.h"
 
 namespace hybridflow {
 namespace {
 
 CausalLM tiny_value_model(const Tokenizer& tok) {
-  ModelConfig c = preset_model_config("tiny", tok.vocab_size());
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.bos_token_id = tok.bos_id();
-  c.eos_token_id = tok.eos_id();
-  c.pad_token_id = tok.pad_id();
-  torch::manual_seed(0);
-  return CausalLM(c, HeadKind::kValue);
+  return testing::seeded_model(testing::tiny_model_config(tok, {.hidden_size = 64, .intermediate_size = 128}, "tiny"),
+                               0, HeadKind::kValue);
 }
 
 TEST(RewardModelTraining, BradleyTerryLossMatchesTheFormula) {

@@ -1,4 +1,4 @@
-#include "hybridflow/engine/reward_model_training.h"
+#include "hybridflow/finetune/reward_model_training.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
-#include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 

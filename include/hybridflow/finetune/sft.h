@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/model/transformer.h"

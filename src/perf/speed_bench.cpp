@@ -1,5 +1,5 @@
 // Measures generate() and TrainEngine as the rest of the system calls them; see speed_bench.h.
-#include "hybridflow/engine/speed_bench.h"
+#include "hybridflow/perf/speed_bench.h"
 
 #include <algorithm>
 #include <chrono>

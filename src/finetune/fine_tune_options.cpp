@@ -1,4 +1,4 @@
-#include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/finetune/fine_tune_options.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "hybridflow/engine/sft.h"
+#include "hybridflow/finetune/sft.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/engine/fine_tune_options.h"
+#include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
