@@ -10,7 +10,7 @@ namespace hybridflow {
 
 namespace {
 
-double now_seconds() {
+double roofline_now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -56,9 +56,9 @@ double best_seconds(const std::function<void()>& fn, int min_reps, double min_se
   fn();  // warm-up: allocations, first-touch pages, oneDNN primitive caches
   double best = 1e300, total = 0;
   for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
-    const double start = now_seconds();
+    const double start = roofline_now_seconds();
     fn();
-    const double took = now_seconds() - start;
+    const double took = roofline_now_seconds() - start;
     best = std::min(best, took);
     total += took;
   }
