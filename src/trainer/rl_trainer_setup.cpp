@@ -58,13 +58,12 @@ std::vector<PromptRow> task_rows(const Task& task, const std::vector<Example>& e
 // Every prompt plus the response budget must fit the model's positions: past max_position_embeddings the
 // rotary embedding is extrapolated and the output is noise, and memory grows with the length. Checked on
 // the prompts as loaded (after data.max_prompt_length), before any worker starts.
-void check_context_fits(const nlohmann::json& model_spec, int64_t response, const std::string& response_key,
+void check_context_fits(const ModelSpec& model_spec, int64_t response, const std::string& response_key,
                         const std::vector<std::pair<std::string, const std::vector<EncodedPrompt>*>>& sets) {
-  const std::string model_path = model_spec.at("path").get<std::string>();
-  const std::string preset = model_spec.at("preset").get<std::string>();
-  const ModelConfig model = model_path.empty()
-                                ? preset_model_config(preset, model_spec.at("vocab_size").get<int64_t>())
-                                : load_model_config(model_path + "/config.json");
+  const std::string& model_path = model_spec.path;
+  const std::string& preset = model_spec.preset;
+  const ModelConfig model = model_path.empty() ? preset_model_config(preset, model_spec.vocab_size)
+                                               : load_model_config(model_path + "/config.json");
   const std::string model_source = model_path.empty() ? "model.preset '" + preset + "'" : model_path + "/config.json";
   const int64_t limit = model.max_position_embeddings;
   HF_CHECK(response < limit, response_key, " = ", response, " leaves no room for a prompt in the model's ",
@@ -136,12 +135,12 @@ void RLTrainer::State::load_data() {
   task_options.max_digits = config.get<int>("data.max_digits");
   s.task = make_task(config.get<std::string>("data.task"), task_options);
   s.model = model_spec_from_config(config);
-  const std::string model_path = s.model.at("path").get<std::string>();
+  const std::string model_path = s.model.path;
   s.tokenizer = model_path.empty() ? Tokenizer::from_alphabet(s.task->alphabet())
                                    : Tokenizer::load(model_path + "/tokenizer.json");
-  s.model["vocab_size"] = s.tokenizer.vocab_size();
-  s.model["eos_token_id"] = s.tokenizer.eos_id();
-  s.model["pad_token_id"] = s.tokenizer.pad_id();
+  s.model.vocab_size = s.tokenizer.vocab_size();
+  s.model.eos_token_id = s.tokenizer.eos_id();
+  s.model.pad_token_id = s.tokenizer.pad_id();
   const uint64_t seed = static_cast<uint64_t>(config.get<int64_t>("trainer.seed"));
   const std::string train_file = config.get<std::string>("data.train_file");
   const std::string test_file = config.get<std::string>("data.test_file");
@@ -217,7 +216,7 @@ void RLTrainer::State::place_roles() {
   if (per_host > 0)
     device = device_for_processes(device, device_key, per_host, static_cast<int64_t>(torch::cuda::device_count()),
                                   "trainer.device", describe_placement(s.placement));
-  s.model["device"] = device;
+  s.model.device = device;
 }
 
 // Each role's spec and layout (trainer/role_spec_builders.h), and the checks that relate them to the
@@ -290,7 +289,7 @@ void RLTrainer::State::create_groups() {
   }
   s.controller.add_pools(pools);
   auto group = [&](const std::string& role, const std::string& type, const ParallelLayout& layout,
-                   const nlohmann::json& model, nlohmann::json config) {
+                   const ModelSpec& model, nlohmann::json config) {
     config["model"] = model;
     config["threads"] = threads;
     return std::make_unique<WorkerGroup>(

@@ -66,8 +66,8 @@ struct RLTrainer::State {
   bool need_ref = false;
   bool use_reward_model = false;  // reward_model.enable
   bool use_cost_model = false;    // cost_model.enable
-  // The model spec every role starts from (workers/model_spec.h), and each role's spec and layout.
-  nlohmann::json model;
+  // The model every role starts from, and each role's spec and layout.
+  ModelSpec model;
   RoleSpecs specs;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
   // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the

@@ -153,7 +153,7 @@ ParallelLayout standalone_rollout_layout(const ConfigReader& rollout, const Role
 
 // The actor (actor_rollout_ref.actor and actor_rollout_ref.model): its layout over its pool, optimizer,
 // batch split and loss.
-RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const nlohmann::json& model, int64_t n,
+RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const ModelSpec& model, int64_t n,
                                DynamicBsz* bsz) {
   const std::string section = "actor_rollout_ref.actor";
   const ConfigReader actor = c.subtree(section);
@@ -185,10 +185,10 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   spec.policy_loss = algo::policy_loss_config(actor.config());
   spec.loss_terms = algo::actor_loss_terms(actor.config());
   plan.model = model;
-  plan.model["dtype"] = spec.dtype;
+  plan.model.dtype = spec.dtype;
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
-  plan.model["enable_gradient_checkpointing"] = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
+  plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   return plan;
 }
 
@@ -264,7 +264,7 @@ CriticBsz critic_bsz(const ConfigReader& c, const DynamicBsz& actor_bsz) {
 
 // The critic (critic): its layout over its pool, optimizer, batch split and value loss. The cost critic
 // of Safe-RLHF takes the same settings on its own pool, with its own data order.
-RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, const nlohmann::json& model, int64_t n,
+RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, const ModelSpec& model, int64_t n,
                                  const CriticBsz& bsz, const std::string& dtype) {
   const ConfigReader critic = c.subtree("critic");
   RolePlan<CriticSpec> plan;
@@ -275,9 +275,9 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   if (f.need_cost_critic) role_layout(c, "critic", f.cost_critic);  // the cost critic's pool, checked alike
   plan.model = model;
   const std::string path = critic.get<std::string>("model_path");
-  if (!path.empty()) plan.model["path"] = path;
-  plan.model["dtype"] = dtype;
-  plan.model["enable_gradient_checkpointing"] = critic.get<bool>("model.enable_gradient_checkpointing");
+  if (!path.empty()) plan.model.path = path;
+  plan.model.dtype = dtype;
+  plan.model.enable_gradient_checkpointing = critic.get<bool>("model.enable_gradient_checkpointing");
   CriticSpec& spec = plan.spec;
   TrainSpec& t = spec.train;
   t.optim = optim_spec(critic, "critic", f.total_steps);
@@ -298,13 +298,13 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
 
 // A scoring model (reward_model, cost_model): a value-head model from `section`.path on its own pool.
 RolePlan<ScoringModelSpec> scoring_plan(const ConfigReader& c, const std::string& section, const RoleFacts::Pool& pool,
-                                        const nlohmann::json& model, const std::string& dtype, int64_t max_tokens) {
+                                        const ModelSpec& model, const std::string& dtype, int64_t max_tokens) {
   RolePlan<ScoringModelSpec> plan;
   plan.layout = role_layout(c, section, pool);
   plan.dp = dp_of(plan.layout, pool);
   plan.model = model;
-  plan.model["path"] = c.get<std::string>(section + ".path");
-  plan.model["dtype"] = dtype;
+  plan.model.path = c.get<std::string>(section + ".path");
+  plan.model.dtype = dtype;
   plan.spec.forward.rows = micro_batch_rows_per_process(c, section + ".micro_batch_size", plan.dp, 16);
   plan.spec.forward.max_tokens = max_tokens;
   return plan;
@@ -312,17 +312,20 @@ RolePlan<ScoringModelSpec> scoring_plan(const ConfigReader& c, const std::string
 
 }  // namespace
 
-nlohmann::json model_spec_from_config(const ConfigReader& c) {
-  nlohmann::json spec = {{"path", c.get<std::string>("model.path")},
-                         {"preset", c.get<std::string>("model.preset")},
-                         {"init_seed", c.get<int64_t>("model.init_seed")}};
-  for (const char* dim : {"hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-                          "num_key_value_heads"})
-    spec[dim] = c.get<int64_t>(std::string("model.") + dim);
+ModelSpec model_spec_from_config(const ConfigReader& c) {
+  ModelSpec spec;
+  spec.path = c.get<std::string>("model.path");
+  spec.preset = c.get<std::string>("model.preset");
+  spec.init_seed = static_cast<uint64_t>(c.get<int64_t>("model.init_seed"));
+  spec.hidden_size = c.get<int64_t>("model.hidden_size");
+  spec.num_hidden_layers = c.get<int64_t>("model.num_hidden_layers");
+  spec.intermediate_size = c.get<int64_t>("model.intermediate_size");
+  spec.num_attention_heads = c.get<int64_t>("model.num_attention_heads");
+  spec.num_key_value_heads = c.get<int64_t>("model.num_key_value_heads");
   return spec;
 }
 
-RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const nlohmann::json& base_model,
+RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const ModelSpec& base_model,
                            RoleSpecKeys* keys) {
   auto reader = [&](const std::string& spec) { return ConfigReader(config, keys ? &(*keys)[spec] : nullptr); };
   const ConfigReader rollout_keys = reader("rollout");
@@ -335,13 +338,13 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const nlohm
 
   const ConfigReader sampling_keys = rollout_keys.subtree("actor_rollout_ref.rollout");
   for (const char* key : {"temperature", "top_k", "top_p"}) sampling_keys.note(key);
-  specs.sampling = resolve_rollout_sampling(sampling_keys.config(), base_model.value("path", std::string()),
-                                            base_model.value("eos_token_id", int64_t{-1}));
+  specs.sampling =
+      resolve_rollout_sampling(sampling_keys.config(), base_model.path, base_model.eos_token_id.value_or(-1));
   if (specs.sampling.source != "config")
     log_info("rollout sampling from ", specs.sampling.source, ": temperature ", specs.sampling.temperature, ", top_k ",
              specs.sampling.top_k, ", top_p ", specs.sampling.top_p);
-  nlohmann::json model = base_model;
-  model["eos_token_ids"] = specs.sampling.eos_token_ids;
+  ModelSpec model = base_model;
+  model.eos_token_ids = specs.sampling.eos_token_ids;
 
   const int64_t n = samples_per_prompt(rollout_keys, f);
   DynamicBsz actor_bsz;
@@ -366,7 +369,7 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const nlohm
     standalone.spec.tensor_model_parallel_size = standalone.layout.tp;
     standalone.spec.pipeline_model_parallel_size = 1;
     standalone.model = model;
-    standalone.model["dtype"] = specs.rollout.dtype;
+    standalone.model.dtype = specs.rollout.dtype;
     specs.standalone_rollout = standalone;
     // The actor's processes never generate: they keep their training layout and dtype.
     specs.rollout.dtype = specs.actor.spec.dtype;

@@ -46,7 +46,7 @@ struct RoleFacts {
 template <typename Spec>
 struct RolePlan {
   Spec spec;
-  nlohmann::json model;  // the model spec (workers/model_spec.h) with the role's dtype and path
+  ModelSpec model;  // the role's model: the trainer's with the role's dtype and path
   ParallelLayout layout;
   int dp = 1;  // data-parallel groups
 };
@@ -65,12 +65,12 @@ struct RoleSpecs {
 
 // The model every role starts from (model.*): path or preset and its dimensions, and the init seed. The
 // trainer adds the tokenizer's ids and the device.
-nlohmann::json model_spec_from_config(const ConfigReader& c);
+ModelSpec model_spec_from_config(const ConfigReader& c);
 
 // Every role's spec. `model` is the model spec every role starts from, with the tokenizer's ids
 // (eos_token_id, pad_token_id, vocab_size); the rollout's sampling (trainer/rollout_sampling.h) adds the
 // ids a rollout stops at. `keys` (may be null) gets the keys each spec read.
-RoleSpecs build_role_specs(const Config& config, const RoleFacts& facts, const nlohmann::json& model,
+RoleSpecs build_role_specs(const Config& config, const RoleFacts& facts, const ModelSpec& model,
                            RoleSpecKeys* keys = nullptr);
 
 }  // namespace hybridflow

@@ -45,7 +45,7 @@ void point_at(torch::Tensor& param, const torch::Tensor& source) {
 void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;
   at::set_num_threads(config.value("threads", 1));
-  model_spec_ = config.at("model");
+  model_spec_ = config.at("model").get<ModelSpec>();
   actor_spec_ = decode_spec<ActorSpec>(config, "actor");
   rollout_spec_ = decode_spec<RolloutSpec>(config, "rollout");
   if (config.contains("ref")) ref_spec_ = config.at("ref").get<RefSpec>();
@@ -55,9 +55,9 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   const TensorParallelGroup tp = groups_ ? groups_->tensor_parallel() : TensorParallelGroup();
   const PipelineStage stage = groups_ ? groups_->pipeline_stage() : PipelineStage();
   // Unset dtypes: the actor's is the model spec's, generation's and the reference's the actor's.
-  nlohmann::json actor_model = model_spec_;
-  if (!actor_spec_.dtype.empty()) actor_model["dtype"] = actor_spec_.dtype;
-  const std::string actor_dtype = actor_model.value("dtype", std::string("fp32"));
+  ModelSpec actor_model = model_spec_;
+  if (!actor_spec_.dtype.empty()) actor_model.dtype = actor_spec_.dtype;
+  const std::string actor_dtype = actor_model.dtype;
   const std::string rollout_dtype = rollout_spec_.dtype.empty() ? actor_dtype : rollout_spec_.dtype;
   actor_ = build_model(actor_model, HeadKind::kLanguageModel, tp, stage);
   if (groups_) actor_pipeline_ = groups_->pipeline_runner(actor_);
@@ -69,8 +69,8 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     HF_CHECK(gen_tp == coord().tp_size && !stage.enabled(), "role '", context().role, "': a rollout dtype (",
              rollout_dtype, ") other than the actor's needs the actor's tensor-parallel size for generation (",
              coord().tp_size, ", got ", gen_tp, ") and no pipeline stages (pp ", coord().pp_size, ")");
-    nlohmann::json rollout_model = actor_model;
-    rollout_model["dtype"] = rollout_dtype;
+    ModelSpec rollout_model = actor_model;
+    rollout_model.dtype = rollout_dtype;
     rollout_ = build_model(rollout_model, HeadKind::kLanguageModel, tp);
     rollout_->eval();
     for (auto& p : rollout_->parameters()) p.set_requires_grad(false);
@@ -79,8 +79,8 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     if (free_rollout_copy_) release_rollout_copy();
   }
   if (ref_spec_) {
-    nlohmann::json ref_model = actor_model;
-    if (!ref_spec_->dtype.empty()) ref_model["dtype"] = ref_spec_->dtype;
+    ModelSpec ref_model = actor_model;
+    if (!ref_spec_->dtype.empty()) ref_model.dtype = ref_spec_->dtype;
     ref_ = build_model(ref_model, HeadKind::kLanguageModel, tp, stage);
     if (groups_) ref_pipeline_ = groups_->pipeline_runner(ref_);
     ref_->eval();

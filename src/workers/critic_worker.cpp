@@ -16,7 +16,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;
   at::set_num_threads(config.value("threads", 1));
   spec_ = decode_spec<CriticSpec>(config, "critic");
-  const nlohmann::json& spec = config.at("model");
+  const ModelSpec spec = config.at("model").get<ModelSpec>();
   set_device(model_device(spec));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
   critic_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
@@ -130,10 +130,10 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;
   at::set_num_threads(config.value("threads", 1));
   spec_ = decode_spec<ScoringModelSpec>(config, "scoring");
-  set_device(model_device(config.at("model")));
+  const ModelSpec spec = config.at("model").get<ModelSpec>();
+  set_device(model_device(spec));
   // Only a split model needs process groups: scoring data-parallel ranks never talk to each other.
   if (coord().tp_size > 1 || coord().pp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  const nlohmann::json& spec = config.at("model");
   model_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
                    : build_model(spec, HeadKind::kValue);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);

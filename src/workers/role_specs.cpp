@@ -35,6 +35,43 @@ nlohmann::json optional_json(const std::optional<T>& v) {
 
 }  // namespace
 
+void to_json(nlohmann::json& j, const ModelSpec& s) {
+  j = {{"path", s.path},
+       {"preset", s.preset},
+       {"vocab_size", s.vocab_size},
+       {"hidden_size", s.hidden_size},
+       {"num_hidden_layers", s.num_hidden_layers},
+       {"intermediate_size", s.intermediate_size},
+       {"num_attention_heads", s.num_attention_heads},
+       {"num_key_value_heads", s.num_key_value_heads},
+       {"init_seed", s.init_seed},
+       {"eos_token_id", optional_json(s.eos_token_id)},
+       {"pad_token_id", optional_json(s.pad_token_id)},
+       {"eos_token_ids", optional_json(s.eos_token_ids)},
+       {"device", s.device},
+       {"dtype", s.dtype},
+       {"enable_gradient_checkpointing", s.enable_gradient_checkpointing}};
+}
+
+void from_json(const nlohmann::json& j, ModelSpec& s) {
+  constexpr const char* k = "model";
+  take_spec_field(j, k, "path", s.path);
+  take_spec_field(j, k, "preset", s.preset);
+  take_spec_field(j, k, "vocab_size", s.vocab_size);
+  take_spec_field(j, k, "hidden_size", s.hidden_size);
+  take_spec_field(j, k, "num_hidden_layers", s.num_hidden_layers);
+  take_spec_field(j, k, "intermediate_size", s.intermediate_size);
+  take_spec_field(j, k, "num_attention_heads", s.num_attention_heads);
+  take_spec_field(j, k, "num_key_value_heads", s.num_key_value_heads);
+  take_spec_field(j, k, "init_seed", s.init_seed);
+  take_spec_field(j, k, "eos_token_id", s.eos_token_id);
+  take_spec_field(j, k, "pad_token_id", s.pad_token_id);
+  take_spec_field(j, k, "eos_token_ids", s.eos_token_ids);
+  take_spec_field(j, k, "device", s.device);
+  take_spec_field(j, k, "dtype", s.dtype);
+  take_spec_field(j, k, "enable_gradient_checkpointing", s.enable_gradient_checkpointing);
+}
+
 void to_json(nlohmann::json& j, const RolloutSpec& s) {
   j = {{"dtype", s.dtype},
        {"n", s.n},

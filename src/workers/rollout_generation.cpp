@@ -7,7 +7,7 @@
 
 namespace hybridflow {
 
-GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const nlohmann::json& model_spec,
+GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica) {
   GenerationConfig g;
   g.max_new_tokens = rollout.response_length;
@@ -22,13 +22,13 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const nlo
   // The tensor-parallel ranks of a replica draw the same tokens.
   const uint64_t seed = call.contains("seed") ? call.at("seed").get<uint64_t>() : rollout.seed;
   g.seed = seed * 1000003ULL + static_cast<uint64_t>(replica);
-  if (model_spec.contains("eos_token_ids"))
-    g.eos_token_ids = model_spec.at("eos_token_ids").get<std::vector<int64_t>>();
+  if (model_spec.eos_token_ids)
+    g.eos_token_ids = *model_spec.eos_token_ids;
   else if (model.eos_token_id >= 0)
     g.eos_token_ids = {model.eos_token_id};
   g.pad_token_id = model.pad_token_id >= 0 ? model.pad_token_id : 0;
   // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
-  g.sampleable_vocab_size = std::min<int64_t>(model_spec.value("vocab_size", int64_t{0}), model.vocab_size);
+  g.sampleable_vocab_size = std::min<int64_t>(model_spec.vocab_size, model.vocab_size);
   return g;
 }
 

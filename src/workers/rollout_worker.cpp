@@ -18,8 +18,8 @@ void RolloutWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;
   at::set_num_threads(config.value("threads", 1));
   rollout_spec_ = decode_spec<RolloutSpec>(config, "rollout");
-  nlohmann::json spec = config.at("model");
-  if (!rollout_spec_.dtype.empty()) spec["dtype"] = rollout_spec_.dtype;
+  ModelSpec spec = config.at("model").get<ModelSpec>();
+  if (!rollout_spec_.dtype.empty()) spec.dtype = rollout_spec_.dtype;
   model_spec_ = spec;
   set_device(model_device(spec));
   HF_CHECK(coord().pp_size == 1, "role '", context().role, "': a standalone rollout generates unstaged (pipeline size 1, got ",

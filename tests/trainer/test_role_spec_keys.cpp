@@ -85,8 +85,10 @@ RoleSpecs all_roles(const Config& config, RoleSpecKeys* keys) {
            {&f.critic, "critic.num_processes"}, {&f.cost_critic, "critic.num_processes"},
            {&f.reward_model, "reward_model.num_processes"}, {&f.cost_model, "cost_model.num_processes"}})
     pool->key = key;
-  nlohmann::json model = model_spec_from_config(ConfigReader(config, &(*keys)["model"]));
-  model.update({{"vocab_size", 16}, {"eos_token_id", 2}, {"pad_token_id", 0}, {"device", "cpu"}});
+  ModelSpec model = model_spec_from_config(ConfigReader(config, &(*keys)["model"]));
+  model.vocab_size = 16;
+  model.eos_token_id = 2;
+  model.pad_token_id = 0;
   return build_role_specs(config, f, model, keys);
 }
 
@@ -149,6 +151,8 @@ TEST(RoleSpecKeys, SpecsSurviveTheTripToTheWorkers) {
   expect_round_trip(*specs.ref, "ref");
   expect_round_trip(specs.critic->spec, "critic");
   expect_round_trip(specs.reward_model->spec, "reward_model");
+  expect_round_trip(specs.actor.model, "actor's model");
+  expect_round_trip(specs.critic->model, "critic's model");
   // The settings arrive typed: what the worker decodes is what the configuration said.
   const ActorSpec actor = nlohmann::json(specs.actor.spec).get<ActorSpec>();
   EXPECT_EQ(actor.dtype, "bf16");

@@ -23,7 +23,7 @@
 //   memory_stats        this process's memory (workers/role_memory.h), one row per rank
 // update_actor also reads tensor rollout_is_weights [B, R] when present: each token's policy loss is
 // weighted by it (truncated importance sampling against the rollout policy, algo/rollout_correction.h).
-// Config JSON: model (see model_spec.h), threads, and the role specs (workers/role_specs.h): actor
+// Config JSON: model (ModelSpec), threads, and the role specs (workers/role_specs.h): actor
 // (ActorSpec), rollout (RolloutSpec) and, when the role holds a reference model, ref (RefSpec). A
 // max_token_len > 0 forms micro-batches of at most that many padded tokens, trimmed of padding
 // (engine/token_micro_batches.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference default to
@@ -82,7 +82,7 @@ class ActorRolloutRefWorker : public Worker {
   void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
 
-  nlohmann::json model_spec_;  // model_spec.h
+  ModelSpec model_spec_;
   ActorSpec actor_spec_;
   RolloutSpec rollout_spec_;
   std::optional<RefSpec> ref_spec_;  // the role holds a reference model

@@ -8,7 +8,7 @@
 //   flat_parameters out: parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
-// Config JSON: model (model_spec.h), threads, critic (CriticSpec, workers/role_specs.h). Both types also have memory_stats (workers/role_memory.h).
+// Config JSON: model (ModelSpec), threads, critic (CriticSpec, workers/role_specs.h). Both types also have memory_stats (workers/role_memory.h).
 // RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
 // Config JSON: model, threads, scoring (ScoringModelSpec). A max_token_len > 0 forms micro-batches by

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/algo/losses.h"
@@ -19,6 +20,26 @@
 #include "hybridflow/engine/train_engine.h"
 
 namespace hybridflow {
+
+// The model a role builds (workers/model_spec.h): a Hugging Face directory, or a preset made whole from
+// init_seed, with the tokenizer's ids, where it computes and in which dtype. Every role starts from the
+// trainer's model (model.*) and sets its own dtype, path and activation checkpointing.
+struct ModelSpec {
+  std::string path;  // a model directory; when set, preset and the dimensions are not used
+  std::string preset = "tiny";
+  int64_t vocab_size = 0;  // the tokenizer's: required without a path (and rows past it are never sampled)
+  // 0: the preset's.
+  int64_t hidden_size = 0, num_hidden_layers = 0, intermediate_size = 0, num_attention_heads = 0,
+          num_key_value_heads = 0;
+  uint64_t init_seed = 0;
+  std::optional<int64_t> eos_token_id, pad_token_id;  // unset: the preset's
+  std::optional<std::vector<int64_t>> eos_token_ids;  // the ids a rollout stops at (unset: eos_token_id)
+  std::string device = "cpu";  // cpu | cuda (this process's device, runtime worker_device)
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  bool enable_gradient_checkpointing = false;
+};
+void to_json(nlohmann::json& j, const ModelSpec& spec);
+void from_json(const nlohmann::json& j, ModelSpec& spec);
 
 // Generation (actor_rollout_ref.rollout): sampling, the generation layout and its memory settings, and the
 // old-log-prob pass that runs on the generated batch.

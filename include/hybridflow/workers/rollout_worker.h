@@ -9,7 +9,7 @@
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank
 //   parameter_norm      out: param_sq_norm [1] (tests compare the shadow copy with the actor)
 //   memory_stats        this process's memory (workers/role_memory.h)
-// Config JSON: model (model_spec.h), threads, rollout (RolloutSpec, workers/role_specs.h: its dtype, when
+// Config JSON: model (ModelSpec), threads, rollout (RolloutSpec, workers/role_specs.h: its dtype, when
 // set, is the model's). Layout: tp = the rollout's tensor-parallel size, no stages.
 #pragma once
 
@@ -35,7 +35,7 @@ class RolloutWorker : public Worker {
   DataProto memory_stats(const DataProto& in);
 
  private:
-  nlohmann::json model_spec_;  // model_spec.h, with the rollout's dtype
+  ModelSpec model_spec_;  // with the rollout's dtype
   RolloutSpec rollout_spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // with a tensor-parallel split; outlives the model
   CausalLM model_{nullptr};
