@@ -26,14 +26,15 @@ using RoleSpecKeys = std::map<std::string, std::set<std::string>>;
 
 // What the specs depend on besides their own keys: what the trainer decided before them.
 struct RoleFacts {
-  uint64_t seed = 0;          // trainer.seed: the actor's, the critic's (+1) and the cost critic's (+2) order
+  uint64_t seed = 0;          // trainer.seed: sampling's and the actor's data order (critic +1, cost critic +2)
   int64_t total_steps = 1;    // trainer.total_steps: an LR schedule's length unless its own is set
   int64_t batch_prompts = 1;  // data.train_batch_size
   std::string adv_estimator;  // algorithm.adv_estimator
   bool need_critic = false, need_cost_critic = false, need_reward_model = false, need_cost_model = false;
   // Whether the algorithm puts the KL into the reward (algorithm.use_kl_in_reward): then the reference runs.
   bool kl_in_reward = false;
-  // Processes of a role's pool and the key that sets them, from the placement (0: the role has no pool).
+  // Processes of a role's pool and the key that sets them, from the placement (unused for a role that
+  // does not run).
   struct Pool {
     int processes = 1;
     std::string key;
