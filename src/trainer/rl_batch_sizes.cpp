@@ -5,7 +5,7 @@
 
 namespace hybridflow {
 
-int64_t mini_batch_rows_per_process(const Config& config, const std::string& key, int64_t n, int dp) {
+int64_t mini_batch_rows_per_process(const ConfigReader& config, const std::string& key, int64_t n, int dp) {
   const int64_t prompts = config.get<int64_t>(key);
   HF_CHECK(prompts > 0, key, " must be > 0 prompts, got ", prompts);
   HF_CHECK((prompts * n) % dp == 0, key, " = ", prompts, " prompts x rollout.n = ", n, " = ", prompts * n,
@@ -13,7 +13,7 @@ int64_t mini_batch_rows_per_process(const Config& config, const std::string& key
   return prompts * n / dp;
 }
 
-int64_t micro_batch_rows_per_process(const Config& config, const std::string& key, int dp, int64_t fallback) {
+int64_t micro_batch_rows_per_process(const ConfigReader& config, const std::string& key, int dp, int64_t fallback) {
   const std::string per_gpu = key + "_per_gpu";
   const bool global_set = !config.is_null(key);
   const bool local_set = !config.is_null(per_gpu);
@@ -36,7 +36,7 @@ int64_t micro_batch_rows_per_process(const Config& config, const std::string& ke
   return rows / dp;
 }
 
-DynamicBsz dynamic_bsz(const Config& config, const std::string& flag_key, bool inherited_flag,
+DynamicBsz dynamic_bsz(const ConfigReader& config, const std::string& flag_key, bool inherited_flag,
                        const std::string& len_key, int64_t inherited_len) {
   DynamicBsz d;
   d.on = config.is_null(flag_key) ? inherited_flag : config.get<bool>(flag_key);

@@ -6,16 +6,16 @@
 #include <cstdint>
 #include <string>
 
-#include "hybridflow/core/config.h"
+#include "config_reader.h"
 
 namespace hybridflow {
 
 // Samples per process per optimizer step of the role whose ppo_mini_batch_size is `key`, over `dp` ranks.
-int64_t mini_batch_rows_per_process(const Config& config, const std::string& key, int64_t n, int dp);
+int64_t mini_batch_rows_per_process(const ConfigReader& config, const std::string& key, int64_t n, int dp);
 
 // Samples per process per forward (and backward) from `key` (global) or `key`_per_gpu; `fallback` when
 // both are null. Errors name both keys and numbers.
-int64_t micro_batch_rows_per_process(const Config& config, const std::string& key, int dp, int64_t fallback);
+int64_t micro_batch_rows_per_process(const ConfigReader& config, const std::string& key, int dp, int64_t fallback);
 
 // verl's dynamic batch size: a pass's token budget per micro-batch (its *_max_token_len_per_gpu) when its
 // use_dynamic_bsz switch is on, else 0 (micro-batches of rows). A null switch or length inherits
@@ -26,7 +26,7 @@ struct DynamicBsz {
   int64_t max_tokens = 0;  // the length key's value, even when off (passes that inherit it read it)
   int64_t budget() const { return on ? max_tokens : 0; }
 };
-DynamicBsz dynamic_bsz(const Config& config, const std::string& flag_key, bool inherited_flag,
+DynamicBsz dynamic_bsz(const ConfigReader& config, const std::string& flag_key, bool inherited_flag,
                        const std::string& len_key, int64_t inherited_len);
 
 // A micro-batch must split the mini-batch evenly (verl asserts the same); the error names both keys.

@@ -72,19 +72,9 @@ actor_rollout_ref:
     ppo_max_token_len_per_gpu: 16384
     ppo_epochs: 1
     shuffle: true
-    clip_ratio: 0.2
-    clip_ratio_low: null
-    clip_ratio_high: null
-    clip_ratio_c: 3.0
-    loss_agg_mode: token-mean
-    loss_scale_factor: null
-    policy_loss:
-      loss_mode: vanilla
-    entropy_coeff: 0.0
-    use_kl_loss: false
-    kl_loss_coef: 0.001
-    kl_loss_type: low_var_kl
-    dtype: fp32
+)";
+// The actor's loss keys come from algo/algo_config.h (kActorLossYaml), placed here under actor.
+const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
@@ -193,21 +183,15 @@ cost_model:
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
-cost:
-  type: none
-  contains: []
-  command: null
-  shell: null
-  url: null
-  allowed_hosts: []
-  timeout_s: 60.0
-  max_output_bytes: 16777216
-pools: {}
 )";
 }  // namespace
 
 std::string rl_trainer_defaults_yaml() {
-  return std::string(kRLSchema) + algo::kAlgorithmSectionYaml + kRewardConfigDefaults;
+  // The actor's loss keys are algo's (algo/algo_config.h) and the cost's scorer keys the reward's
+  // (workers/reward_function.h), defaults included: each default is written once.
+  return std::string(kRLSchema) + algo::indent_yaml(algo::kActorLossYaml, 4) + kRLSchemaAfterActorLoss +
+         "cost:\n  type: none\n  contains: []\n" + kScorerKeysYaml + "pools: {}\n" + algo::kAlgorithmSectionYaml +
+         kRewardConfigDefaults;
 }
 
 int64_t rl_response_length(const Config& config) {

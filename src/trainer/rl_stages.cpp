@@ -161,7 +161,7 @@ torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future&
   if (overlong.get<bool>("enable")) {
     // DAPO's soft overlong punishment: responses that run into the last `len` tokens lose up to penalty_factor.
     const auto lengths = gen.tensor("response_mask").to(torch::kFloat).sum(1);
-    const auto penalty = algo::overlong_penalty(lengths, rl_response_length(s_.cfg), overlong.get<int64_t>("len"),
+    const auto penalty = algo::overlong_penalty(lengths, s_.specs.rollout.response_length, overlong.get<int64_t>("len"),
                                                 overlong.get<double>("penalty_factor"));
     if (log && overlong.get<bool>("log")) s_.metrics->set("score/overlong_penalty_mean", mean_of(penalty));
     scores = scores + penalty;
@@ -204,7 +204,7 @@ Rollout TrainerStages::dispatch_readers(const Future& gen, int64_t n) {
 Rollout TrainerStages::rollout(const DataProto& prompts) {
   Generation g = generate(prompts);
   // Everything that only reads the rollout is dispatched at once; the pools run it concurrently.
-  Rollout r = dispatch_readers(g.batch, s_.cfg.get<int64_t>("actor_rollout_ref.rollout.n"));
+  Rollout r = dispatch_readers(g.batch, s_.specs.rollout.n);
   r.prompts = prompts;
   r.rm_score = g.rm_score;
   r.cost_score = g.cost_score;

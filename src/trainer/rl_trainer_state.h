@@ -5,6 +5,8 @@
 
 #include "hybridflow/trainer/rl_trainer.h"
 
+#include "role_spec_builders.h"
+
 #include <algorithm>
 #include <iostream>
 #include <optional>
@@ -38,18 +40,35 @@ namespace hybridflow {
 class StoreServer;
 
 struct RLTrainer::State {
+  // The constructor's steps, in order (rl_trainer_setup.cpp). open_run returns the checkpoint to resume
+  // from ("" for a fresh start), resolved before any worker starts.
+  std::string open_run();
+  void load_data();
+  void make_scorers();
+  void choose_roles();
+  void place_roles();
+  void specify_roles();
+  void create_groups();
+  void start(const std::string& resume_dir);
+
   // Held for the whole run (and released last): a second run on the same run_dir fails at start.
   std::unique_ptr<DirectoryLock> run_dir_lock;
   Config cfg;
   std::unique_ptr<Task> task;
   Tokenizer tokenizer;
   std::vector<EncodedPrompt> train, test;  // encoded and held to data.max_prompt_length at load
+  std::string train_source, test_source;  // where they came from (a file, or the task), for errors
   int64_t data_pos = 0;
   int64_t step = 0;
   std::string adv_estimator;
   std::string program;  // the algorithm program run each step (trainer/rl_program.h)
   bool use_critic = false;
   bool need_ref = false;
+  bool use_reward_model = false;  // reward_model.enable
+  bool use_cost_model = false;    // cost_model.enable
+  // The model every role starts from, and each role's spec and layout.
+  ModelSpec model;
+  RoleSpecs specs;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
   // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the
   // external cost scorer of cost.type command/http (null for contains/none).

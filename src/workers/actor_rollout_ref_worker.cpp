@@ -16,6 +16,7 @@
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
+#include "hybridflow/workers/role_specs.h"
 #include "hybridflow/workers/rollout_generation.h"
 #include "hybridflow/workers/weight_sync_link.h"
 
@@ -42,56 +43,58 @@ void point_at(torch::Tensor& param, const torch::Tensor& source) {
 }  // namespace
 
 void ActorRolloutRefWorker::register_methods(MethodTable& table) {
-  config_ = context().config;
-  at::set_num_threads(config_.value("threads", 1));
-  const auto& spec = config_.at("model");
-  set_device(model_device(spec));
+  const nlohmann::json& config = context().config;
+  at::set_num_threads(config.value("threads", 1));
+  model_spec_ = config.at("model").get<ModelSpec>();
+  actor_spec_ = decode_spec<ActorSpec>(config, "actor");
+  rollout_spec_ = decode_spec<RolloutSpec>(config, "rollout");
+  if (config.contains("ref")) ref_spec_ = config.at("ref").get<RefSpec>();
+  set_device(model_device(model_spec_));
   // Several processes train as one: tensor-parallel groups split the model, data-parallel groups the batch.
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
   const TensorParallelGroup tp = groups_ ? groups_->tensor_parallel() : TensorParallelGroup();
   const PipelineStage stage = groups_ ? groups_->pipeline_stage() : PipelineStage();
-  nlohmann::json actor_spec = spec;
-  actor_spec["dtype"] = config_.value("actor", nlohmann::json::object()).value("dtype", spec.value("dtype", "fp32"));
-  actor_ = build_model(actor_spec, HeadKind::kLanguageModel, tp, stage);
+  // Unset dtypes: the actor's is the model spec's, generation's and the reference's the actor's.
+  ModelSpec actor_model = model_spec_;
+  if (!actor_spec_.dtype.empty()) actor_model.dtype = actor_spec_.dtype;
+  const std::string actor_dtype = actor_model.dtype;
+  const std::string rollout_dtype = rollout_spec_.dtype.empty() ? actor_dtype : rollout_spec_.dtype;
+  actor_ = build_model(actor_model, HeadKind::kLanguageModel, tp, stage);
   if (groups_) actor_pipeline_ = groups_->pipeline_runner(actor_);
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const int gen_tp = rollout.value("tensor_model_parallel_size", coord().tp_size);
-  const int gen_pp = rollout.value("pipeline_model_parallel_size", 1);
+  const int gen_tp = rollout_spec_.tensor_model_parallel_size > 0 ? rollout_spec_.tensor_model_parallel_size : coord().tp_size;
+  const int gen_pp = rollout_spec_.pipeline_model_parallel_size;
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
-  const std::string rollout_dtype = rollout.value("dtype", actor_spec.at("dtype").get<std::string>());
-  if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_spec.at("dtype").get<std::string>(), "actor dtype")) {
+  if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_dtype, "actor dtype")) {
     HF_CHECK(gen_tp == coord().tp_size && !stage.enabled(), "role '", context().role, "': a rollout dtype (",
              rollout_dtype, ") other than the actor's needs the actor's tensor-parallel size for generation (",
              coord().tp_size, ", got ", gen_tp, ") and no pipeline stages (pp ", coord().pp_size, ")");
-    nlohmann::json rollout_spec = actor_spec;
-    rollout_spec["dtype"] = rollout_dtype;
-    rollout_ = build_model(rollout_spec, HeadKind::kLanguageModel, tp);
+    ModelSpec rollout_model = actor_model;
+    rollout_model.dtype = rollout_dtype;
+    rollout_ = build_model(rollout_model, HeadKind::kLanguageModel, tp);
     rollout_->eval();
     for (auto& p : rollout_->parameters()) p.set_requires_grad(false);
     // verl's free_cache_engine: the cast copy exists only during a rollout, made from the actor's weights.
-    free_rollout_copy_ = rollout.value("free_cache_engine", true);
+    free_rollout_copy_ = rollout_spec_.free_cache_engine;
     if (free_rollout_copy_) release_rollout_copy();
   }
-  if (config_.value("has_ref", false)) {
-    nlohmann::json ref_spec = actor_spec;
-    ref_spec["dtype"] = config_.value("ref_dtype", actor_spec.at("dtype").get<std::string>());
-    ref_ = build_model(ref_spec, HeadKind::kLanguageModel, tp, stage);
+  if (ref_spec_) {
+    ModelSpec ref_model = actor_model;
+    if (!ref_spec_->dtype.empty()) ref_model.dtype = ref_spec_->dtype;
+    ref_ = build_model(ref_model, HeadKind::kLanguageModel, tp, stage);
     if (groups_) ref_pipeline_ = groups_->pipeline_runner(ref_);
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
-  engine_ = std::make_unique<TrainEngine>(actor_.ptr(), optimizer_options_from_json(config_.value("actor", nlohmann::json::object())));
-  offload_ = RoleOffload(config_.value("actor", nlohmann::json::object()).value("offload", nlohmann::json::object()),
-                         device(), context().role);
+  const TrainSpec& train = actor_spec_.train;
+  engine_ = std::make_unique<TrainEngine>(actor_.ptr(), train.optim);
+  offload_ = RoleOffload(train.param_offload, train.optimizer_offload, device(), context().role);
   use_model_layout(*engine_, actor_, actor_pipeline_);
   if (groups_)
-    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_,
-                             config_.value("actor", nlohmann::json::object()).value("use_distributed_optimizer", false));
+    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_, train.use_distributed_optimizer);
   // The training layout generates as it is when t_g = t and p_g = p; any other generation layout switches
   // through the engine (unstaged generation, p_g = 1, gathers the stages even at t_g = t).
-  if (gen_tp != coord().tp_size || gen_pp != coord().pp_size)
-    start_hybrid_engine(gen_tp, gen_pp, rollout.value("reshard_mode", std::string("hybridflow")));
+  if (gen_tp != coord().tp_size || gen_pp != coord().pp_size) start_hybrid_engine(gen_tp, gen_pp, rollout_spec_.reshard_mode);
 
   using W = ActorRolloutRefWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
@@ -126,9 +129,7 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   ParamsOnDevice on(offload_, *actor_);
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const GenerationConfig g =
-      rollout_generation_config(rollout, config_.at("model"), actor_->config(), in, coord().micro_dp);
+  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor_->config(), in, coord().micro_dp);
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out;
   nlohmann::json reshard;
@@ -143,7 +144,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
   // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
-  if (rollout.value("free_cache_engine", true)) release_cached_device_memory();
+  if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   DataProto result = rollout_result(out, g, in);
   if (hybrid_) result.meta()["reshard"] = reshard;
   return result;
@@ -152,8 +153,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
                                                   const DataProto& in, const MicroBatching& how) const {
   torch::NoGradGuard no_grad;
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const double temperature = rollout.value("temperature", 1.0);
+  const double temperature = rollout_spec_.temperature;
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
   torch::Tensor log_probs = forward_micro_batches(pipeline, in, how, [&](const DataProto& m) {
     return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
@@ -167,25 +167,16 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   ParamsOnDevice on(offload_, *actor_);
   DataProto out;
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const MicroBatching how{rollout.value("log_prob_micro_batch_size", int64_t{16}),
-                          rollout.value("log_prob_max_token_len", int64_t{0}),
-                          "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
-  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in, how);
+  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in, rollout_spec_.log_prob);
   if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
   return out;
 }
 
 DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
-  HF_CHECK(!ref_.is_empty(), "compute_ref_log_prob: role '", context().role,
-           "' was created without a reference model (config has_ref: false)");
+  HF_CHECK(ref_spec_, "compute_ref_log_prob: role '", context().role,
+           "' was created without a reference model (has_ref: false, no `ref` spec)");
   DataProto out;
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const MicroBatching how{
-      rollout.value("ref_log_prob_micro_batch_size", rollout.value("log_prob_micro_batch_size", int64_t{16})),
-      rollout.value("ref_log_prob_max_token_len", rollout.value("log_prob_max_token_len", int64_t{0})),
-      "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"};
-  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, how);
+  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, ref_spec_->log_prob);
   if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
   return out;
 }
@@ -193,17 +184,16 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   ParamsOnDevice on(offload_, *actor_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
-  const auto actor = config_.value("actor", nlohmann::json::object());
-  algo::PolicyLossConfig loss_cfg = algo::policy_loss_config(actor);
+  algo::PolicyLossConfig loss_cfg = actor_spec_.policy_loss;
   // seq-mean-token-sum-norm divides by the batch's response width, not by a micro-batch's: one formed by
   // token count is cut to its own longest response.
   if (!loss_cfg.loss_scale_factor && in.has_tensor("response_mask"))
     loss_cfg.loss_scale_factor = static_cast<double>(in.tensor("response_mask").size(1));
-  const double entropy_coeff = actor.value("entropy_coeff", 0.0);
-  const bool use_kl_loss = actor.value("use_kl_loss", false);
-  const double kl_coef = actor.value("kl_loss_coef", 0.001);
-  const algo::KlType kl_type = algo::parse_kl_type(actor.value("kl_loss_type", std::string("low_var_kl")));
-  const double temperature = config_.value("rollout", nlohmann::json::object()).value("temperature", 1.0);
+  const double entropy_coeff = actor_spec_.loss_terms.entropy_coeff;
+  const bool use_kl_loss = actor_spec_.loss_terms.use_kl_loss;
+  const double kl_coef = actor_spec_.loss_terms.kl_loss_coef;
+  const algo::KlType kl_type = actor_spec_.loss_terms.kl_loss_type;
+  const double temperature = rollout_spec_.temperature;
   HF_CHECK(!use_kl_loss || in.has_tensor("ref_log_prob"), "update_actor: use_kl_loss needs tensor ref_log_prob in the batch");
 
   MetricAverager metrics;
@@ -233,7 +223,7 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     return loss;
   };
   actor_->train();
-  MiniBatchPlan plan = mini_batch_plan_from_json(actor, in.meta());
+  MiniBatchPlan plan = mini_batch_plan(actor_spec_.train, in.meta());
   // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
   plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
   plan.max_token_len_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";

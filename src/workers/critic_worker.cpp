@@ -13,20 +13,20 @@
 namespace hybridflow {
 
 void CriticWorker::register_methods(MethodTable& table) {
-  config_ = context().config;
-  at::set_num_threads(config_.value("threads", 1));
-  set_device(model_device(config_.at("model")));
+  const nlohmann::json& config = context().config;
+  at::set_num_threads(config.value("threads", 1));
+  spec_ = decode_spec<CriticSpec>(config, "critic");
+  const ModelSpec spec = config.at("model").get<ModelSpec>();
+  set_device(model_device(spec));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  const auto& spec = config_.at("model");
   critic_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
                     : build_model(spec, HeadKind::kValue);
   if (groups_) pipeline_ = groups_->pipeline_runner(critic_);
-  engine_ = std::make_unique<TrainEngine>(critic_.ptr(),
-                                          optimizer_options_from_json(config_.value("critic", nlohmann::json::object())));
+  const TrainSpec& train = spec_.train;
+  engine_ = std::make_unique<TrainEngine>(critic_.ptr(), train.optim);
   use_model_layout(*engine_, critic_, pipeline_);
   if (groups_)
-    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_,
-                             config_.value("critic", nlohmann::json::object()).value("use_distributed_optimizer", false));
+    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_, train.use_distributed_optimizer);
   table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
   table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
@@ -34,8 +34,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
   table.add("memory_stats", protocols::kOneToAll, this, &CriticWorker::memory_stats);
-  offload_ = RoleOffload(config_.value("critic", nlohmann::json::object()).value("offload", nlohmann::json::object()),
-                         device(), context().role);
+  offload_ = RoleOffload(train.param_offload, train.optimizer_offload, device(), context().role);
   offload_.offload_params(*critic_);
 }
 
@@ -56,10 +55,8 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
   ParamsOnDevice on(offload_, *critic_);
   torch::NoGradGuard no_grad;
   critic_->eval();
-  const MicroBatching how{config_.value("log_prob_micro_batch_size", int64_t{16}),
-                          config_.value("forward_max_token_len", int64_t{0}), "critic.forward_max_token_len_per_gpu"};
   torch::Tensor values =
-      forward_micro_batches(pipeline_.get(), in, how, [&](const DataProto& m) { return response_values(m); });
+      forward_micro_batches(pipeline_.get(), in, spec_.values, [&](const DataProto& m) { return response_values(m); });
   DataProto out;
   if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
   return out;
@@ -68,9 +65,8 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
 DataProto CriticWorker::update_critic(const DataProto& in) {
   ParamsOnDevice on(offload_, *critic_);
   if (dp_) dp_->check_same_rows(in.batch_size(), "update_critic");
-  const auto critic = config_.value("critic", nlohmann::json::object());
-  const double cliprange = critic.value("cliprange_value", 0.5);
-  const auto agg = algo::parse_loss_agg_mode(critic.value("loss_agg_mode", std::string("token-mean")));
+  const double cliprange = spec_.cliprange_value;
+  const algo::LossAggMode agg = spec_.loss_agg_mode;
   // seq-mean-token-sum-norm divides by the batch's response width, also in a micro-batch cut to its own.
   const double response_width = static_cast<double>(in.tensor("response_mask").size(1));
   MetricAverager metrics;
@@ -85,7 +81,7 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
     return vl.loss;
   };
   critic_->train();
-  MiniBatchPlan plan = mini_batch_plan_from_json(critic, in.meta());
+  MiniBatchPlan plan = mini_batch_plan(spec_.train, in.meta());
   plan.weighting = loss_weighting_for(agg);
   plan.max_token_len_key = "critic.ppo_max_token_len_per_gpu";
   offload_.load_optimizer(*engine_);
@@ -131,12 +127,13 @@ DataProto CriticWorker::load_checkpoint(const DataProto& in) {
 }
 
 void RewardModelWorker::register_methods(MethodTable& table) {
-  config_ = context().config;
-  at::set_num_threads(config_.value("threads", 1));
-  set_device(model_device(config_.at("model")));
+  const nlohmann::json& config = context().config;
+  at::set_num_threads(config.value("threads", 1));
+  spec_ = decode_spec<ScoringModelSpec>(config, "scoring");
+  const ModelSpec spec = config.at("model").get<ModelSpec>();
+  set_device(model_device(spec));
   // Only a split model needs process groups: scoring data-parallel ranks never talk to each other.
   if (coord().tp_size > 1 || coord().pp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  const auto& spec = config_.at("model");
   model_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
                    : build_model(spec, HeadKind::kValue);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
@@ -149,9 +146,7 @@ DataProto RewardModelWorker::memory_stats(const DataProto&) { return memory_stat
 
 DataProto RewardModelWorker::compute_rm_score(const DataProto& in) {
   torch::NoGradGuard no_grad;
-  const MicroBatching how{config_.value("micro_batch_size", int64_t{16}), config_.value("max_token_len", int64_t{0}),
-                          "reward_model.forward_max_token_len_per_gpu"};
-  torch::Tensor scores = forward_micro_batches(pipeline_.get(), in, how, [&](const DataProto& m) {
+  torch::Tensor scores = forward_micro_batches(pipeline_.get(), in, spec_.forward, [&](const DataProto& m) {
     const auto& mask = m.tensor("attention_mask");
     auto values = model_->forward(m.tensor("input_ids"), mask).values;
     return values.gather(1, last_valid_index(mask).unsqueeze(1)).squeeze(1);

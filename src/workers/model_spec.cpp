@@ -16,9 +16,8 @@
 namespace hybridflow {
 
 namespace {
-void override_dim(const nlohmann::json& spec, const char* key, int64_t& field) {
-  const int64_t v = spec.value(key, int64_t{0});
-  if (v > 0) field = v;
+void override_dim(int64_t spec_value, int64_t& field) {
+  if (spec_value > 0) field = spec_value;
 }
 
 // A value head the checkpoint did not have, drawn from its own generator: the constructor's draw depends on
@@ -32,30 +31,28 @@ void init_value_head(CausalLM& model, uint64_t seed) {
 }
 }  // namespace
 
-CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp,
-                     const PipelineStage& stage) {
+CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelGroup& tp, const PipelineStage& stage) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
-  seed_cpu_generator(spec.value("init_seed", uint64_t{0}));
+  seed_cpu_generator(spec.init_seed);
   const torch::Device device = model_device(spec);
-  const torch::Dtype dtype = parse_dtype(spec.value("dtype", std::string("fp32")), "model dtype");
-  const std::string path = spec.value("path", std::string());
-  if (!path.empty()) {
-    Pretrained loaded = load_pretrained(path, head, torch::kFloat32, tp, stage);
-    if (loaded.fresh_value_head && stage.last()) init_value_head(loaded.model, spec.value("init_seed", uint64_t{0}));
+  const torch::Dtype dtype = parse_dtype(spec.dtype, "model dtype");
+  if (!spec.path.empty()) {
+    Pretrained loaded = load_pretrained(spec.path, head, torch::kFloat32, tp, stage);
+    if (loaded.fresh_value_head && stage.last()) init_value_head(loaded.model, spec.init_seed);
     loaded.model->to(device, dtype);
-    loaded.model->set_gradient_checkpointing(spec.value("enable_gradient_checkpointing", false));
+    loaded.model->set_gradient_checkpointing(spec.enable_gradient_checkpointing);
     return loaded.model;
   }
-  HF_CHECK(spec.contains("vocab_size"), "model spec: 'vocab_size' is required without 'path', got ", spec.dump());
-  ModelConfig config = preset_model_config(spec.value("preset", std::string("tiny")), spec.at("vocab_size").get<int64_t>());
-  override_dim(spec, "hidden_size", config.hidden_size);
-  override_dim(spec, "num_hidden_layers", config.num_hidden_layers);
-  override_dim(spec, "intermediate_size", config.intermediate_size);
-  override_dim(spec, "num_attention_heads", config.num_attention_heads);
-  override_dim(spec, "num_key_value_heads", config.num_key_value_heads);
-  config.eos_token_id = spec.value("eos_token_id", config.eos_token_id);
-  config.pad_token_id = spec.value("pad_token_id", config.pad_token_id);
+  HF_CHECK(spec.vocab_size > 0, "model spec: 'vocab_size' is required without 'path', got ", nlohmann::json(spec).dump());
+  ModelConfig config = preset_model_config(spec.preset, spec.vocab_size);
+  override_dim(spec.hidden_size, config.hidden_size);
+  override_dim(spec.num_hidden_layers, config.num_hidden_layers);
+  override_dim(spec.intermediate_size, config.intermediate_size);
+  override_dim(spec.num_attention_heads, config.num_attention_heads);
+  override_dim(spec.num_key_value_heads, config.num_key_value_heads);
+  config.eos_token_id = spec.eos_token_id.value_or(config.eos_token_id);
+  config.pad_token_id = spec.pad_token_id.value_or(config.pad_token_id);
   config.validate();
   CausalLM model(config, head);
   if (tp.enabled() || stage.enabled()) {
@@ -70,11 +67,11 @@ CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorPara
   }
   // Initialised in fp32 on the CPU, then moved and cast: the same weights whatever the device and dtype.
   model->to(device, dtype);
-  model->set_gradient_checkpointing(spec.value("enable_gradient_checkpointing", false));
+  model->set_gradient_checkpointing(spec.enable_gradient_checkpointing);
   return model;
 }
 
-torch::Device model_device(const nlohmann::json& spec) { return worker_device(spec.value("device", std::string("cpu"))); }
+torch::Device model_device(const ModelSpec& spec) { return worker_device(spec.device); }
 
 double parameter_sq_norm(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;

@@ -70,29 +70,16 @@ LossWeighting loss_weighting_for(algo::LossAggMode mode) {
   HF_FAIL("ppo update: unhandled loss aggregation mode ", static_cast<int>(mode));
 }
 
-MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j, const nlohmann::json& call_meta) {
+MiniBatchPlan mini_batch_plan(const TrainSpec& train, const nlohmann::json& call_meta) {
   MiniBatchPlan plan;
-  plan.mini_batch_rows = j.value("mini_batch_rows", plan.mini_batch_rows);
-  plan.micro_batch_rows = j.value("micro_batch_rows", plan.micro_batch_rows);
-  plan.max_token_len = j.value("max_token_len", plan.max_token_len);
-  plan.epochs = j.value("epochs", plan.epochs);
-  plan.shuffle = j.value("shuffle", plan.shuffle);
-  plan.seed = j.value("seed", plan.seed);
+  plan.mini_batch_rows = train.mini_batch_rows;
+  plan.micro_batch_rows = train.micro_batch_rows;
+  plan.max_token_len = train.max_token_len;
+  plan.epochs = train.epochs;
+  plan.shuffle = train.shuffle;
+  plan.seed = train.seed;
   plan.schedule_step = call_meta.value("schedule_step", plan.schedule_step);
   return plan;
-}
-
-OptimizerOptions optimizer_options_from_json(const nlohmann::json& j) {
-  OptimizerOptions o;
-  o.schedule.lr = j.value("lr", o.schedule.lr);
-  o.schedule.warmup_steps = j.value("warmup_steps", o.schedule.warmup_steps);
-  o.schedule.kind = j.value("lr_schedule", o.schedule.kind);
-  o.schedule.total_steps = j.value("total_steps", o.schedule.total_steps);
-  o.schedule.min_lr_ratio = j.value("min_lr_ratio", o.schedule.min_lr_ratio);
-  o.schedule.warmup_from_zero = j.value("warmup_from_zero", o.schedule.warmup_from_zero);
-  o.weight_decay = j.value("weight_decay", o.weight_decay);
-  o.grad_clip = j.value("grad_clip", o.grad_clip);
-  return o;
 }
 
 }  // namespace hybridflow

@@ -8,16 +8,14 @@
 
 namespace hybridflow {
 
-const char* const kRewardConfigDefaults = R"(reward:
-  type: task
-  command: null
+const std::string kScorerKeysYaml = R"(  command: null
   shell: null
   url: null
   allowed_hosts: []
   timeout_s: 60.0
-  max_output_bytes: 16777216
-  task: null
-)";
+  max_output_bytes: )" + std::to_string(kDefaultRewardMaxOutputBytes) + "\n";
+
+const std::string kRewardConfigDefaults = "reward:\n  type: task\n" + kScorerKeysYaml + "  task: null\n";
 
 nlohmann::json reward_request_to_json(const RewardRequest& request) {
   nlohmann::json row = nlohmann::json::object();
@@ -39,13 +37,13 @@ nlohmann::json reward_request_to_json(const RewardRequest& request) {
 
 std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
   const std::string prefix = reward.prefix().empty() ? "" : reward.prefix() + ".";
-  const std::string type = reward.get_or<std::string>("type", "task");
-  const double timeout_s = reward.get_or<double>("timeout_s", 60.0);
-  const int64_t max_output_bytes = reward.get_or<int64_t>("max_output_bytes", kDefaultRewardMaxOutputBytes);
+  const std::string type = reward.get<std::string>("type");
+  const double timeout_s = reward.get<double>("timeout_s");
+  const int64_t max_output_bytes = reward.get<int64_t>("max_output_bytes");
   HF_CHECK(max_output_bytes > 0, prefix, "max_output_bytes: expected > 0 (bytes), got ", max_output_bytes);
   if (type == "command") {
-    bool has_argv = reward.has("command") && !reward.is_null("command");
-    bool has_shell = reward.has("shell") && !reward.is_null("shell");
+    const bool has_argv = !reward.is_null("command");
+    const bool has_shell = !reward.is_null("shell");
     HF_CHECK(has_argv != has_shell, prefix, "type is 'command': set exactly one of ", prefix, "command (argv list) or ",
              prefix, "shell (command line)");
     if (has_shell)
@@ -55,10 +53,10 @@ std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
                                            max_output_bytes);
   }
   if (type == "http") {
-    HF_CHECK(reward.has("url") && !reward.is_null("url"), prefix, "type is 'http': set ", prefix,
+    HF_CHECK(!reward.is_null("url"), prefix, "type is 'http': set ", prefix,
              "url (http://127.0.0.1:PORT/PATH)");
     return std::make_unique<HttpReward>(reward.get<std::string>("url"), timeout_s,
-                                        reward.get_or<std::vector<std::string>>("allowed_hosts", {}),
+                                        reward.get<std::vector<std::string>>("allowed_hosts"),
                                         max_output_bytes);
   }
   if (type == "task") {

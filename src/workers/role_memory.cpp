@@ -28,10 +28,8 @@ DataProto memory_stats_row() {
   return out;
 }
 
-RoleOffload::RoleOffload(const nlohmann::json& settings, torch::Device device, std::string role)
-    : params_(settings.value("param_offload", false)),
-      optimizer_(settings.value("optimizer_offload", false)),
-      device_(device) {
+RoleOffload::RoleOffload(bool params, bool optimizer, torch::Device device, const std::string& role)
+    : params_(params), optimizer_(optimizer), device_(device) {
   if ((params_ || optimizer_) && !device.is_cuda())
     log_info("role '", role, "': ", params_ ? "param_offload" : "", params_ && optimizer_ ? " and " : "",
              optimizer_ ? "optimizer_offload" : "",

@@ -7,25 +7,28 @@
 
 namespace hybridflow {
 
-GenerationConfig rollout_generation_config(const nlohmann::json& rollout, const nlohmann::json& model_spec,
+GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica) {
   GenerationConfig g;
-  g.max_new_tokens = rollout.value("response_length", int64_t{32});
-  g.temperature = rollout.value("temperature", 1.0);
-  g.top_k = rollout.value("top_k", int64_t{0});
-  g.top_p = rollout.value("top_p", 1.0);
-  g.n = request.meta().value("n", rollout.value("n", int64_t{1}));
-  g.greedy = request.meta().value("greedy", false);
-  g.max_num_seqs = rollout.value("max_num_seqs", int64_t{0});
+  g.max_new_tokens = rollout.response_length;
+  g.temperature = rollout.temperature;
+  g.top_k = rollout.top_k;
+  g.top_p = rollout.top_p;
+  // A call may ask for other samples than the spec's (a greedy evaluation, a baseline): its meta overrides.
+  const nlohmann::json& call = request.meta();
+  g.n = call.contains("n") ? call.at("n").get<int64_t>() : rollout.n;
+  g.greedy = call.contains("greedy") && call.at("greedy").get<bool>();
+  g.max_num_seqs = rollout.max_num_seqs;
   // The tensor-parallel ranks of a replica draw the same tokens.
-  g.seed = request.meta().value("seed", rollout.value("seed", uint64_t{0})) * 1000003ULL + static_cast<uint64_t>(replica);
-  if (model_spec.contains("eos_token_ids"))
-    g.eos_token_ids = model_spec.at("eos_token_ids").get<std::vector<int64_t>>();
+  const uint64_t seed = call.contains("seed") ? call.at("seed").get<uint64_t>() : rollout.seed;
+  g.seed = seed * 1000003ULL + static_cast<uint64_t>(replica);
+  if (model_spec.eos_token_ids)
+    g.eos_token_ids = *model_spec.eos_token_ids;
   else if (model.eos_token_id >= 0)
     g.eos_token_ids = {model.eos_token_id};
   g.pad_token_id = model.pad_token_id >= 0 ? model.pad_token_id : 0;
   // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
-  g.sampleable_vocab_size = std::min<int64_t>(model_spec.value("vocab_size", int64_t{0}), model.vocab_size);
+  g.sampleable_vocab_size = std::min<int64_t>(model_spec.vocab_size, model.vocab_size);
   return g;
 }
 

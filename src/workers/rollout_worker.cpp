@@ -15,9 +15,12 @@
 namespace hybridflow {
 
 void RolloutWorker::register_methods(MethodTable& table) {
-  config_ = context().config;
-  at::set_num_threads(config_.value("threads", 1));
-  const auto& spec = config_.at("model");
+  const nlohmann::json& config = context().config;
+  at::set_num_threads(config.value("threads", 1));
+  rollout_spec_ = decode_spec<RolloutSpec>(config, "rollout");
+  ModelSpec spec = config.at("model").get<ModelSpec>();
+  if (!rollout_spec_.dtype.empty()) spec.dtype = rollout_spec_.dtype;
+  model_spec_ = spec;
   set_device(model_device(spec));
   HF_CHECK(coord().pp_size == 1, "role '", context().role, "': a standalone rollout generates unstaged (pipeline size 1, got ",
            coord().pp_size, ")");
@@ -34,10 +37,9 @@ void RolloutWorker::register_methods(MethodTable& table) {
 }
 
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
-  const auto rollout = config_.value("rollout", nlohmann::json::object());
-  const GenerationConfig g = rollout_generation_config(rollout, config_.at("model"), model_->config(), in, coord().micro_dp);
+  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp);
   const GenerationOutput out = generate(model_, prompt_token_lists(in), g, nullptr);
-  if (rollout.value("free_cache_engine", true)) release_cached_device_memory();
+  if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   DataProto result = rollout_result(out, g, in);
   result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
   return result;

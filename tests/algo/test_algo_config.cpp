@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
@@ -53,36 +54,40 @@ TEST(AlgoConfig, LossScaleFactorAndPolicyLossMode) {
   EXPECT_EQ(loss.loss_mode, PolicyLossMode::kGspo);
   EXPECT_EQ(loss.agg_mode, LossAggMode::kTokenSum);
   EXPECT_EQ(loss.policy_agg_mode(), LossAggMode::kSeqMeanTokenMean);
-  // The worker's JSON form reads the same keys, nested policy_loss included.
-  auto from_json = policy_loss_config(nlohmann::json{{"loss_scale_factor", 512},
-                                                     {"policy_loss", {{"loss_mode", "gspo"}}},
-                                                     {"clip_ratio_low", nullptr}});
-  EXPECT_DOUBLE_EQ(from_json.loss_scale_factor.value(), 512.0);
-  EXPECT_EQ(from_json.loss_mode, PolicyLossMode::kGspo);
-  EXPECT_FALSE(from_json.clip_ratio_low.has_value());
-  EXPECT_THROW(policy_loss_config(nlohmann::json{{"policy_loss", {{"loss_mode", "clip_cov"}}}}), Error);
-  EXPECT_THROW(policy_loss_config(nlohmann::json{{"loss_scale_factor", 0}}), Error);
+  auto bad = [](const std::string& override_) {
+    return Config::load_from_string(kAlgoDefaultsYaml, "", "test", {override_}).subtree("actor");
+  };
+  EXPECT_THROW(policy_loss_config(bad("actor.policy_loss.loss_mode=clip_cov")), Error);
+  EXPECT_THROW(policy_loss_config(bad("actor.loss_scale_factor=0")), Error);
 }
 
 TEST(AlgoConfig, WarnsWhenClipRatioDiffersFromVerlsDefaultSides) {
   // clip_ratio 0.3 with both sides null: hybridflow clips at [0.7, 1.3], verl at [0.8, 1.2].
   ::testing::internal::CaptureStderr();
-  auto loss = policy_loss_config(nlohmann::json{{"clip_ratio", 0.3}});
+  auto actor = [](const std::vector<std::string>& overrides) {
+    return Config::load_from_string(kAlgoDefaultsYaml, "", "test", overrides).subtree("actor");
+  };
+  auto loss = policy_loss_config(actor({"actor.clip_ratio=0.3"}));
   const std::string warned = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(warned.find("clip_ratio_low and clip_ratio_high are null"), std::string::npos) << warned;
   EXPECT_NE(warned.find("0.2"), std::string::npos) << warned;
   EXPECT_DOUBLE_EQ(loss.clip_ratio, 0.3);  // the behaviour stays hybridflow's
   // Both sides set, or clip_ratio at verl's 0.2: nothing to warn about.
   ::testing::internal::CaptureStderr();
-  policy_loss_config(nlohmann::json{{"clip_ratio", 0.35}, {"clip_ratio_low", 0.2}, {"clip_ratio_high", 0.28}});
-  policy_loss_config(nlohmann::json{{"clip_ratio", 0.2}});
+  policy_loss_config(actor({"actor.clip_ratio=0.35", "actor.clip_ratio_low=0.2", "actor.clip_ratio_high=0.28"}));
+  policy_loss_config(actor({"actor.clip_ratio=0.2"}));
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
-TEST(AlgoConfig, MissingKeysFallBackAndBadNamesFail) {
+TEST(AlgoConfig, MissingKeysAndBadNamesFailNamingThem) {
+  // The defaults are the schema fragments' only: a schema without a key is an error naming it.
   auto bare = Config::load_from_string("algorithm:\n  gamma: 0.9\n", "", "test", {});
-  EXPECT_DOUBLE_EQ(advantage_params(bare.subtree("algorithm")).gamma, 0.9);
-  EXPECT_DOUBLE_EQ(advantage_params(bare.subtree("algorithm")).lam, 1.0);
+  try {
+    advantage_params(bare.subtree("algorithm"));
+    ADD_FAILURE() << "expected an error for the missing algorithm.lam";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lam"), std::string::npos) << e.what();
+  }
   auto bad = Config::load_from_string(kAlgoDefaultsYaml, "", "test", {"algorithm.adv_estimator=ppo2"});
   EXPECT_THROW(advantage_estimator_name(bad.subtree("algorithm")), Error);
 }

@@ -26,7 +26,7 @@ inline std::string write_reward_model(const std::string& dir, int layers = 1) {
                          {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                          {"intermediate_size", 64},  {"init_seed", 77},
                          {"eos_token_id", tokenizer.eos_id()}, {"pad_token_id", tokenizer.pad_id()}};
-  save_pretrained(dir, build_model(spec, HeadKind::kValue), tokenizer);
+  save_pretrained(dir, build_model(spec.get<ModelSpec>(), HeadKind::kValue), tokenizer);
   return dir;
 }
 

@@ -33,7 +33,7 @@ CausalLM tiny_model(const std::string& dtype, int seed) {
                                {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                                {"intermediate_size", 64},  {"init_seed", seed},
                                {"dtype", dtype}};
-  return build_model(spec, HeadKind::kLanguageModel);
+  return build_model(spec.get<ModelSpec>(), HeadKind::kLanguageModel);
 }
 
 OptimizerOptions options() {

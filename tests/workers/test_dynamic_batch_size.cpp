@@ -39,26 +39,25 @@ nlohmann::json optim(int64_t mini_batch_rows, const std::string& agg, int64_t ma
 // dynamic: every pass by token count.
 nlohmann::json actor_config(int64_t mini, const std::string& agg, bool dynamic) {
   return {{"model", tiny_model()},
-          {"has_ref", true},
+          {"ref", {{"log_prob_micro_batch_size", 3}, {"log_prob_max_token_len", dynamic ? kForwardBudget : 0}}},
           {"actor", optim(mini, agg, dynamic ? kUpdateBudget : 0)},
           {"rollout",
            {{"response_length", kResponse},
             {"n", 2},
             {"seed", 11},
             {"log_prob_micro_batch_size", 3},
-            {"log_prob_max_token_len", dynamic ? kForwardBudget : 0},
-            {"ref_log_prob_max_token_len", dynamic ? kForwardBudget : 0}}}};
+            {"log_prob_max_token_len", dynamic ? kForwardBudget : 0}}}};
 }
 
 nlohmann::json critic_config(int64_t mini, const std::string& agg, bool dynamic) {
+  nlohmann::json critic = optim(mini, agg, dynamic ? kUpdateBudget : 0);
+  critic.update({{"forward_micro_batch_size", 3}, {"forward_max_token_len", dynamic ? kForwardBudget : 0}});
   return {{"model", tiny_model()},
-          {"critic", optim(mini, agg, dynamic ? kUpdateBudget : 0)},
-          {"log_prob_micro_batch_size", 3},
-          {"forward_max_token_len", dynamic ? kForwardBudget : 0}};
+          {"critic", critic}};
 }
 
 nlohmann::json rm_config(bool dynamic) {
-  return {{"model", tiny_model()}, {"micro_batch_size", 3}, {"max_token_len", dynamic ? kForwardBudget : 0}};
+  return {{"model", tiny_model()}, {"scoring", {{"micro_batch_size", 3}, {"max_token_len", dynamic ? kForwardBudget : 0}}}};
 }
 
 WorkerContext context(const std::string& role, nlohmann::json config) {

@@ -14,7 +14,7 @@ using namespace hybridflow;
 namespace {
 
 torch::Tensor value_head(const nlohmann::json& spec) {
-  return build_model(spec, HeadKind::kValue)->named_parameters()["score.weight"].clone();
+  return build_model(spec.get<ModelSpec>(), HeadKind::kValue)->named_parameters()["score.weight"].clone();
 }
 
 TEST(ModelSpec, FreshValueHeadOnALanguageModelDirIsSeededByInitSeed) {
@@ -23,7 +23,7 @@ TEST(ModelSpec, FreshValueHeadOnALanguageModelDirIsSeededByInitSeed) {
   nlohmann::json preset = {{"preset", "tiny"}, {"vocab_size", tok.vocab_size()}, {"hidden_size", 32},
                            {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
                            {"intermediate_size", 64}};
-  save_pretrained(dir.path(), build_model(preset, HeadKind::kLanguageModel), tok);
+  save_pretrained(dir.path(), build_model(preset.get<ModelSpec>(), HeadKind::kLanguageModel), tok);
 
   const nlohmann::json spec = {{"path", dir.path()}, {"init_seed", 3}};
   torch::manual_seed(1);  // whatever the process drew before must not matter

@@ -8,6 +8,7 @@
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/rl_workers.h"
+#include "hybridflow/workers/role_specs.h"
 
 using namespace hybridflow;
 
@@ -28,7 +29,7 @@ WorkerContext context(const std::string& role, nlohmann::json config) {
 
 nlohmann::json actor_config(double lr) {
   return {{"model", tiny_model()},
-          {"has_ref", true},
+          {"ref", nlohmann::json(RefSpec{})},
           {"actor", {{"lr", lr}, {"mini_batch_rows", 4}, {"micro_batch_rows", 2}, {"epochs", 2}, {"grad_clip", 1.0}}},
           {"rollout", {{"response_length", 5}, {"n", 2}, {"temperature", 1.0}, {"seed", 7}}}};
 }
@@ -119,7 +120,7 @@ TEST_F(RlWorkers, UpdateActorRaisesLogProbsOfPositivelyRewardedSamplesAndKeepsTh
 TEST_F(RlWorkers, ActorWithoutReferenceSaysSoAndKlLossNeedsTheReference) {
   WorkerHost host;
   auto cfg = actor_config(1e-3);
-  cfg["has_ref"] = false;
+  cfg.erase("ref");
   cfg["actor"]["use_kl_loss"] = true;
   host.create(kActorRolloutRefWorkerType, context("actor", cfg));
   DataProto batch = host.call("actor", "generate_sequences", two_prompts());

@@ -1,10 +1,7 @@
-// Reading the algo settings from a Config with verl's key names. Every key is optional: a key the schema
-// lacks, or one set to null, takes verl's default (except clip_ratio_low/high: see policy_loss_config), so a
-// trainer may declare only the keys it exposes.
-// kAlgoDefaultsYaml / kAlgorithmSectionYaml hold those defaults as schema fragments.
+// Reading the algo settings from a Config with verl's key names. The defaults (verl's) are in the schema
+// fragments below and nowhere else: a trainer composes its schema from them, and a key it lacks is an
+// error naming the key.
 #pragma once
-
-#include <nlohmann/json_fwd.hpp>
 
 #include <string>
 
@@ -19,8 +16,13 @@ namespace hybridflow::algo {
 // The `algorithm:` section alone, for trainers that nest the actor/critic keys elsewhere (verl's
 // actor_rollout_ref.actor) and compose their schema from this fragment.
 extern const char* const kAlgorithmSectionYaml;
-// Top-level sections `algorithm:`, `actor:` (loss keys only) and `critic:` (cliprange_value only).
+// The actor's loss keys (read by policy_loss_config and actor_loss_terms), unindented: a trainer places
+// them in its actor section (indent_yaml).
+extern const char* const kActorLossYaml;
+// Top-level sections `algorithm:` and `actor:` (the loss keys only).
 extern const std::string kAlgoDefaultsYaml;
+// `yaml`'s lines indented by `spaces`, to place a fragment under a section.
+std::string indent_yaml(const std::string& yaml, int spaces);
 
 // From the `algorithm` section: gamma, lam, norm_adv_by_std_in_grpo (tensors left unset).
 AdvantageInput advantage_params(const Config& algorithm);
@@ -38,8 +40,6 @@ LagrangeConfig lagrange_config(const Config& algorithm);
 // clip_ratio is not 0.2 and clip_ratio_low or clip_ratio_high is null: hybridflow then clips that side at
 // clip_ratio, where verl would clip it at its own default 0.2.
 PolicyLossConfig policy_loss_config(const Config& actor);
-// The same keys from the actor's JSON as the trainer hands it to its workers (absent or null = default).
-PolicyLossConfig policy_loss_config(const nlohmann::json& actor);
 // actor.{use_kl_loss, kl_loss_coef, kl_loss_type, entropy_coeff}.
 struct ActorLossTerms {
   bool use_kl_loss = false;

@@ -8,7 +8,7 @@
 //                       rollout_log_probs; the input's fields repeated per sample. With a generation tp below
 //                       the training tp, meta "reshard" holds this rank's two 3D-HybridEngine switches.
 //   compute_log_prob    in: input_ids, attention_mask, responses -> old_log_probs [B, R]
-//   compute_ref_log_prob  same -> ref_log_prob (needs has_ref)
+//   compute_ref_log_prob  same -> ref_log_prob (needs a ref spec)
 //   update_actor        in: + response_mask, old_log_probs, advantages (+ ref_log_prob with use_kl_loss);
 //                       PPO epochs x mini-batches; out: meta "metrics" (actor/pg_loss, clipfrac, ...)
 //   save_checkpoint     meta dir, tokenizer: HF model directory <dir>/<role> + optimizer and RNG state
@@ -23,16 +23,11 @@
 //   memory_stats        this process's memory (workers/role_memory.h), one row per rank
 // update_actor also reads tensor rollout_is_weights [B, R] when present: each token's policy loss is
 // weighted by it (truncated importance sampling against the rollout policy, algo/rollout_correction.h).
-// Config JSON: model (see model_spec.h), has_ref, ref_dtype, threads, actor {dtype, lr, weight_decay, grad_clip, warmup_steps,
-// mini_batch_rows, micro_batch_rows, max_token_len, epochs, shuffle, seed, clip_ratio, clip_ratio_low, clip_ratio_high,
-// clip_ratio_c, loss_agg_mode, loss_scale_factor, policy_loss {loss_mode}, entropy_coeff, use_kl_loss,
-// kl_loss_coef, kl_loss_type},
-// rollout {dtype, response_length, temperature, top_k, top_p, n, seed, log_prob_micro_batch_size,
-// tensor_model_parallel_size, reshard_mode, free_cache_engine, log_prob_max_token_len,
-// ref_log_prob_micro_batch_size, ref_log_prob_max_token_len (a max_token_len > 0: micro-batches of at most
-// that many padded tokens, trimmed of padding, engine/token_micro_batches.h)}; actor.offload {param_offload,
-// optimizer_offload} (workers/role_memory.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference
-// default to the actor's.
+// Config JSON: model (ModelSpec), threads, and the role specs (workers/role_specs.h): actor
+// (ActorSpec), rollout (RolloutSpec) and, when the role holds a reference model, ref (RefSpec). A
+// max_token_len > 0 forms micro-batches of at most that many padded tokens, trimmed of padding
+// (engine/token_micro_batches.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference default to
+// the actor's.
 // Layout: the worker group's ParallelLayout (tp, pp, gen_tp). Actor and reference are split over the tp
 // groups and their layers over the pp stages (log-probs pass through the stages in micro-batches, updates
 // run 1F1B, engine/pipeline.h), and trained data-parallel over the dp groups (workers/data_parallel.h;
@@ -44,6 +39,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
@@ -52,6 +48,7 @@
 #include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
+#include "hybridflow/workers/role_specs.h"
 #include "hybridflow/engine/weight_sync.h"
 
 namespace hybridflow {
@@ -85,7 +82,10 @@ class ActorRolloutRefWorker : public Worker {
   void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
 
-  nlohmann::json config_;
+  ModelSpec model_spec_;
+  ActorSpec actor_spec_;
+  RolloutSpec rollout_spec_;
+  std::optional<RefSpec> ref_spec_;  // the role holds a reference model
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the models
   CausalLM actor_{nullptr};
   CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype

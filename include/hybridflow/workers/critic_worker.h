@@ -8,12 +8,10 @@
 //   flat_parameters out: parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
-// Config JSON: model (model_spec.h), threads, critic {lr, ..., mini_batch_rows, micro_batch_rows, max_token_len,
-// epochs, shuffle, seed, cliprange_value, loss_agg_mode, offload {param_offload, optimizer_offload}},
-// log_prob_micro_batch_size, forward_max_token_len. Both types also have memory_stats (workers/role_memory.h).
+// Config JSON: model (ModelSpec), threads, critic (CriticSpec, workers/role_specs.h). Both types also have memory_stats (workers/role_memory.h).
 // RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
-// Config JSON: model, threads, micro_batch_size, max_token_len. A max_token_len > 0 forms micro-batches by
+// Config JSON: model, threads, scoring (ScoringModelSpec). A max_token_len > 0 forms micro-batches by
 // token count instead of rows, each trimmed of padding (engine/token_micro_batches.h). Either model is split over the tensor-parallel groups of
 // the worker group's layout and its layers over the pipeline stages (the batch passes through the stages in
 // micro-batches; a critic's update runs them in 1F1B order, engine/pipeline.h); a critic trains
@@ -30,6 +28,7 @@
 #include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
+#include "hybridflow/workers/role_specs.h"
 
 namespace hybridflow {
 
@@ -47,7 +46,7 @@ class CriticWorker : public Worker {
  private:
   torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled
 
-  nlohmann::json config_;
+  CriticSpec spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
   CausalLM critic_{nullptr};
   std::shared_ptr<PipelineStageRunner> pipeline_;  // when the role has pipeline stages
@@ -63,7 +62,7 @@ class RewardModelWorker : public Worker {
   DataProto memory_stats(const DataProto& in);
 
  private:
-  nlohmann::json config_;
+  ScoringModelSpec spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the model is split
   CausalLM model_{nullptr};
   std::shared_ptr<PipelineStageRunner> pipeline_;

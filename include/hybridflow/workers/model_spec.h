@@ -1,6 +1,6 @@
-// How an RL worker builds its model from the JSON its worker group was created with. The controller
-// describes the model ({"path": dir} or a preset with a vocabulary and an init seed); every rank of a
-// group builds the same weights, so data-parallel ranks start identical.
+// How an RL worker builds its model from the ModelSpec its worker group was created with (a directory, or
+// a preset with a vocabulary and an init seed); every rank of a group builds the same weights, so
+// data-parallel ranks start identical.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -8,24 +8,25 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/tensor_parallel.h"
+#include "hybridflow/workers/role_specs.h"
 
 namespace hybridflow {
 
-// spec keys: path (HF directory; when set, the others are ignored), preset ("tiny", "small", ...),
-// vocab_size, hidden_size / num_hidden_layers / intermediate_size / num_attention_heads /
-// num_key_value_heads (0 = the preset's), init_seed, eos_token_id, pad_token_id, device ("cpu" | "cuda":
-// this process's CUDA device, see worker_device), dtype ("fp32" | "bf16": the parameters' and activations'
-// dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine), enable_gradient_checkpointing
-// (activation checkpointing of every decoder layer while training, transformer.h). Error naming the key when the spec is incomplete.
+// The spec (workers/role_specs.h): a directory (path; then the preset and dimensions are not used) or a
+// preset with the tokenizer's vocab_size, dimensions (0 = the preset's), init_seed and ids; device ("cpu" |
+// "cuda": this process's CUDA device, see worker_device); dtype ("fp32" | "bf16": the parameters' and
+// activations' dtype; a trained bf16 model keeps fp32 master weights in its TrainEngine);
+// enable_gradient_checkpointing (activation checkpointing of every decoder layer while training,
+// transformer.h). An error names what is missing when the spec is incomplete.
 // With a tensor-parallel group the model holds this rank's shards of exactly the weights one process would
 // build: a directory is read slice by slice, a preset is made whole from init_seed and then split, and a
 // value head that the directory lacks starts from init_seed whatever the split. With a pipeline stage it
 // holds only that stage's part of those weights.
-CausalLM build_model(const nlohmann::json& spec, HeadKind head, const TensorParallelGroup& tp = {},
+CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelGroup& tp = {},
                      const PipelineStage& stage = {});
 
 // The device the spec's model goes to in this process.
-torch::Device model_device(const nlohmann::json& spec);
+torch::Device model_device(const ModelSpec& spec);
 
 // Sum of squares of all parameters: a cheap fingerprint to tell whether weights changed.
 double parameter_sq_norm(torch::nn::Module& module);

@@ -9,6 +9,7 @@
 
 #include "hybridflow/algo/masked.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/workers/role_specs.h"
 
 namespace hybridflow {
 
@@ -50,12 +51,8 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
                     const MicroLossFn& loss_fn, const std::string& token_mask_key, const std::string& prefix,
                     MetricAverager& metrics);
 
-// Reads {mini_batch_rows, micro_batch_rows, max_token_len, epochs, shuffle, seed} of a worker's JSON config, and the
-// update call's schedule_step (the RL step the trainer names in the call's meta: the LR schedule advances
-// once per update call, as in verl).
-MiniBatchPlan mini_batch_plan_from_json(const nlohmann::json& j, const nlohmann::json& call_meta);
-// {lr, weight_decay, grad_clip, warmup_steps, total_steps, lr_schedule, min_lr_ratio, warmup_from_zero}
-// -> OptimizerOptions.
-OptimizerOptions optimizer_options_from_json(const nlohmann::json& j);
+// A role's batch split and epochs (its TrainSpec), and the update call's schedule_step (the RL step the
+// trainer names in the call's meta: the LR schedule advances once per update call, as in verl).
+MiniBatchPlan mini_batch_plan(const TrainSpec& train, const nlohmann::json& call_meta);
 
 }  // namespace hybridflow

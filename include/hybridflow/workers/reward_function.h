@@ -63,10 +63,13 @@ class RewardFunction {
 constexpr int64_t kDefaultRewardMaxOutputBytes = int64_t{16} << 20;
 
 // Schema with defaults of the `reward` section, as YAML for Config::load.
-extern const char* const kRewardConfigDefaults;
+extern const std::string kRewardConfigDefaults;
+// The keys of an external scorer (command, shell, url, allowed_hosts, timeout_s, max_output_bytes) with
+// their defaults, as YAML lines indented under a section: the reward's, and the cost's of the RL trainer.
+extern const std::string kScorerKeysYaml;
 
-// `reward` is the reward section (e.g. config.subtree("reward")). Unknown type or missing
-// command/url -> Error naming the key.
+// `reward` is a scorer's section (e.g. config.subtree("reward")) with the keys of kScorerKeysYaml; a
+// `task` key too for type task. Unknown type or missing command/url -> Error naming the key.
 std::unique_ptr<RewardFunction> make_reward_function(const Config& reward);
 
 }  // namespace hybridflow

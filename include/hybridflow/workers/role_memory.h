@@ -21,8 +21,8 @@ DataProto memory_stats_row();
 class RoleOffload {
  public:
   RoleOffload() = default;
-  // `settings`: the role's {"param_offload": bool, "optimizer_offload": bool}; `device`: where it computes.
-  RoleOffload(const nlohmann::json& settings, torch::Device device, std::string role);
+  // The role's param_offload and optimizer_offload (its TrainSpec); `device`: where it computes.
+  RoleOffload(bool params, bool optimizer, torch::Device device, const std::string& role);
 
   bool params() const { return params_; }
   bool optimizer() const { return optimizer_; }

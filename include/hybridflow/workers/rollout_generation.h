@@ -8,13 +8,14 @@
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/workers/role_specs.h"
 
 namespace hybridflow {
 
-// From the worker's `rollout` config (response_length, temperature, top_k, top_p, n, seed), its model spec
-// (eos_token_ids, vocab_size) and the request's meta (n, greedy, seed). Each generation replica draws from
+// From the worker's rollout spec (response_length, temperature, top_k, top_p, n, seed, max_num_seqs), its
+// model spec (eos_token_ids, vocab_size) and the request's meta (n, greedy, seed: the call's overrides). Each generation replica draws from
 // its own stream (`replica`), so replicas do not repeat each other's samples.
-GenerationConfig rollout_generation_config(const nlohmann::json& rollout, const nlohmann::json& model_spec,
+GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica);
 
 // The rollout batch of `out` (rl_batch.h's rollout_batch) with its prompts left-padded to the request's

@@ -9,8 +9,8 @@
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank
 //   parameter_norm      out: param_sq_norm [1] (tests compare the shadow copy with the actor)
 //   memory_stats        this process's memory (workers/role_memory.h)
-// Config JSON: model (model_spec.h; dtype is the rollout's), threads, rollout (as the actor's: response
-// length, sampling, n, seed, free_cache_engine). Layout: tp = the rollout's tensor-parallel size, no stages.
+// Config JSON: model (ModelSpec), threads, rollout (RolloutSpec, workers/role_specs.h: its dtype, when
+// set, is the model's). Layout: tp = the rollout's tensor-parallel size, no stages.
 #pragma once
 
 #include <memory>
@@ -20,6 +20,7 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/role_process_groups.h"
+#include "hybridflow/workers/role_specs.h"
 
 namespace hybridflow {
 
@@ -34,7 +35,8 @@ class RolloutWorker : public Worker {
   DataProto memory_stats(const DataProto& in);
 
  private:
-  nlohmann::json config_;
+  ModelSpec model_spec_;  // with the rollout's dtype
+  RolloutSpec rollout_spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // with a tensor-parallel split; outlives the model
   CausalLM model_{nullptr};
   std::unique_ptr<WeightSync> weight_sync_;

@@ -1,0 +1,128 @@
+// What each role's workers are told when their group is created: one typed specification per role. The
+// trainer builds each once from the configuration, with every check and every default there
+// (trainer/role_spec_builders.h); it travels to the workers as a whole (to_json) and each worker decodes it
+// once (from_json) when it starts. No worker reads a configuration key of its own.
+//
+// A field left out of the JSON keeps the value written here: specs built in code (tests, benchmarks) name
+// only what they change. These are not the configuration's defaults (the trainer always sends every field):
+// they are the neutral settings of a worker used on its own.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hybridflow/algo/algo_config.h"
+#include "hybridflow/algo/losses.h"
+#include "hybridflow/engine/token_micro_batches.h"
+#include "hybridflow/engine/train_engine.h"
+
+namespace hybridflow {
+
+// The model a role builds (workers/model_spec.h): a Hugging Face directory, or a preset made whole from
+// init_seed, with the tokenizer's ids, where it computes and in which dtype. Every role starts from the
+// trainer's model (model.*) and sets its own dtype, path and activation checkpointing.
+struct ModelSpec {
+  std::string path;  // a model directory; when set, preset and the dimensions are not used
+  std::string preset = "tiny";
+  int64_t vocab_size = 0;  // the tokenizer's: required without a path (and rows past it are never sampled)
+  // 0: the preset's.
+  int64_t hidden_size = 0, num_hidden_layers = 0, intermediate_size = 0, num_attention_heads = 0,
+          num_key_value_heads = 0;
+  uint64_t init_seed = 0;
+  std::optional<int64_t> eos_token_id, pad_token_id;  // unset: the preset's
+  std::optional<std::vector<int64_t>> eos_token_ids;  // the ids a rollout stops at (unset: eos_token_id)
+  std::string device = "cpu";  // cpu | cuda (this process's device, runtime worker_device)
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  bool enable_gradient_checkpointing = false;
+};
+void to_json(nlohmann::json& j, const ModelSpec& spec);
+void from_json(const nlohmann::json& j, ModelSpec& spec);
+
+// Generation (actor_rollout_ref.rollout): sampling, the generation layout and its memory settings, and the
+// old-log-prob pass that runs on the generated batch.
+struct RolloutSpec {
+  std::string dtype;           // the generating model's ("": the actor's)
+  int64_t n = 1;               // samples per prompt
+  int64_t response_length = 32;
+  double temperature = 1.0;    // also the temperature of every log-prob of the responses
+  int64_t top_k = 0;           // 0: off
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int64_t max_num_seqs = 0;  // sequences decoded at once (0: all)
+  // Generation's layout: 0 = the training tensor-parallel size; a smaller one (or pipeline stages) switches
+  // through the 3D-HybridEngine in reshard_mode.
+  int tensor_model_parallel_size = 0;
+  int pipeline_model_parallel_size = 1;
+  std::string reshard_mode = "hybridflow";
+  bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
+  // The old-log-prob pass (compute_log_prob) in micro-batches of rows, or of tokens when max_tokens > 0.
+  MicroBatching log_prob{16, 0, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
+  // The controller's: the bucket size of weight updates sent to a standalone rollout pool.
+  int64_t update_weights_bucket_megabytes = 512;
+};
+void to_json(nlohmann::json& j, const RolloutSpec& spec);
+void from_json(const nlohmann::json& j, RolloutSpec& spec);
+
+// How a role trains, shared by the actor and the critic: its optimizer (verl's <role>.optim block), its
+// PPO epochs and batch split per process, and where its state lives between calls.
+struct TrainSpec {
+  OptimizerOptions optim;
+  int64_t mini_batch_rows = 0;   // rows per optimizer step on this process (0: the whole batch)
+  int64_t micro_batch_rows = 0;  // rows per forward/backward (0: the whole mini-batch)
+  int64_t max_token_len = 0;     // > 0: micro-batches of at most this many tokens instead (use_dynamic_bsz)
+  int64_t epochs = 1;
+  bool shuffle = true;
+  uint64_t seed = 0;  // the mini-batch order's
+  bool use_distributed_optimizer = false;
+  bool param_offload = false;
+  bool optimizer_offload = false;
+};
+void to_json(nlohmann::json& j, const TrainSpec& spec);
+void from_json(const nlohmann::json& j, TrainSpec& spec);
+
+// The actor (actor_rollout_ref.actor): how it trains and its loss.
+struct ActorSpec {
+  std::string dtype;  // "": the model spec's
+  TrainSpec train;
+  algo::PolicyLossConfig policy_loss;
+  algo::ActorLossTerms loss_terms;  // entropy bonus and KL loss
+};
+void to_json(nlohmann::json& j, const ActorSpec& spec);
+void from_json(const nlohmann::json& j, ActorSpec& spec);
+
+// The frozen reference policy in the actor's processes (actor_rollout_ref.ref).
+struct RefSpec {
+  std::string dtype;  // "": the actor's
+  MicroBatching log_prob{16, 0, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"};
+};
+void to_json(nlohmann::json& j, const RefSpec& spec);
+void from_json(const nlohmann::json& j, RefSpec& spec);
+
+// The critic (critic): how it trains, its value loss, and its values pass.
+struct CriticSpec {
+  TrainSpec train;
+  double cliprange_value = 0.5;
+  algo::LossAggMode loss_agg_mode = algo::LossAggMode::kTokenMean;
+  MicroBatching values{16, 0, "critic.forward_max_token_len_per_gpu"};
+};
+void to_json(nlohmann::json& j, const CriticSpec& spec);
+void from_json(const nlohmann::json& j, CriticSpec& spec);
+
+// A scoring model (reward_model, cost_model): a value-head model's forward pass in micro-batches (the
+// cost model takes the reward model's token budget, so the error names the reward model's key).
+struct ScoringModelSpec {
+  MicroBatching forward{16, 0, "reward_model.forward_max_token_len_per_gpu"};
+};
+void to_json(nlohmann::json& j, const ScoringModelSpec& spec);
+void from_json(const nlohmann::json& j, ScoringModelSpec& spec);
+
+// The spec under `key` of a worker group's config JSON; the spec's own values where the key is absent.
+template <typename Spec>
+Spec decode_spec(const nlohmann::json& config, const char* key) {
+  return config.contains(key) ? config.at(key).get<Spec>() : Spec{};
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,403 @@
+#include "role_spec_builders.h"
+
+#include "hybridflow/algo/algo_config.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/parallel/resharding.h"
+#include "hybridflow/trainer/rl_trainer.h"
+
+namespace hybridflow {
+namespace {
+
+// A role's verl optim block (`section`.optim) as its optimizer: one reader for the actor's and the
+// critic's. The schedule advances once per RL step, as verl's: warm-up from 0 over lr_warmup_steps (or
+// lr_warmup_steps_ratio x the total steps when negative), then constant or a cosine decay to min_lr_ratio x
+// lr at total_training_steps.
+OptimizerOptions optim_spec(const ConfigReader& role, const std::string& section, int64_t total_steps) {
+  const ConfigReader optim = role.subtree("optim");
+  const std::string key = section + ".optim";
+  const int64_t total = optim.is_null("total_training_steps") ? total_steps : optim.get<int64_t>("total_training_steps");
+  HF_CHECK(total > 0, key, ".total_training_steps must be > 0 (or null: trainer.total_steps), got ", total);
+  std::string kind = optim.get<std::string>("lr_scheduler_type");
+  if (!optim.is_null("warmup_style")) {  // verl's older name; a config that sets both means the old one
+    const std::string style = optim.get<std::string>("warmup_style");
+    if (style != kind)
+      log_warn(key, ".warmup_style = ", style, " (verl's deprecated name) overrides lr_scheduler_type = ", kind);
+    kind = style;
+  }
+  HF_CHECK(kind == "constant" || kind == "cosine", key, ".lr_scheduler_type: expected constant | cosine (verl's), got '",
+           kind, "'");
+  const double ratio = optim.get<double>("lr_warmup_steps_ratio");
+  HF_CHECK(ratio >= 0 && ratio <= 1, key, ".lr_warmup_steps_ratio must be in [0, 1], got ", ratio);
+  const int64_t steps = optim.get<int64_t>("lr_warmup_steps");
+  const int64_t warmup = steps >= 0 ? steps : static_cast<int64_t>(ratio * static_cast<double>(total));
+  HF_CHECK(kind == "constant" || warmup < total, key, ": a cosine decay needs lr_warmup_steps (", warmup,
+           ") < total_training_steps (", total, ")");
+  const double min_lr_ratio = optim.get<double>("min_lr_ratio");
+  HF_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, key, ".min_lr_ratio must be in [0, 1], got ", min_lr_ratio);
+  OptimizerOptions o;
+  o.schedule.lr = optim.get<double>("lr");
+  o.schedule.warmup_steps = warmup;
+  o.schedule.warmup_from_zero = true;
+  o.schedule.kind = kind;
+  o.schedule.min_lr_ratio = min_lr_ratio;
+  o.schedule.total_steps = total;
+  o.weight_decay = optim.get<double>("weight_decay");
+  o.grad_clip = optim.get<double>("grad_clip");
+  return o;
+}
+
+// A role's dtype key (null = `fallback`), normalised to fp32 | bf16 | fp16; the error names the full key.
+std::string role_dtype(const ConfigReader& role, const std::string& full_key, const std::string& fallback) {
+  if (role.is_null("dtype")) return fallback;
+  switch (parse_dtype(role.get<std::string>("dtype"), full_key)) {
+    case torch::kBFloat16: return "bf16";
+    case torch::kFloat16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+// A role's training layout from verl's megatron keys under `section`, checked against its pool.
+ParallelLayout role_layout(const ConfigReader& c, const std::string& section, const RoleFacts::Pool& pool) {
+  const std::string tp_key = section + ".megatron.tensor_model_parallel_size";
+  const std::string pp_key = section + ".megatron.pipeline_model_parallel_size";
+  const int tp = c.get<int>(tp_key);
+  const int pp = c.get<int>(pp_key);
+  HF_CHECK(tp >= 1, tp_key, " must be >= 1, got ", tp);
+  HF_CHECK(pp >= 1, pp_key, " must be >= 1, got ", pp);
+  HF_CHECK(pool.processes % (tp * pp) == 0, pool.key, " = ", pool.processes,
+           " processes do not divide into model-parallel groups of ", tp_key, " = ", tp, " x ", pp_key, " = ", pp);
+  ParallelLayout layout;
+  layout.tp = tp;
+  layout.pp = pp;
+  return layout;
+}
+
+int dp_of(const ParallelLayout& layout, const RoleFacts::Pool& pool) { return pool.processes / (layout.tp * layout.pp); }
+
+// How a role trains besides its optimizer and batch sizes: epochs, order, sharding and offload.
+void train_settings(const ConfigReader& role, const std::string& section, const std::string& fsdp, TrainSpec* t) {
+  t->epochs = role.get<int64_t>("ppo_epochs");
+  HF_CHECK(t->epochs > 0, section, ".ppo_epochs must be > 0, got ", t->epochs);
+  t->shuffle = role.get<bool>("shuffle");
+  t->use_distributed_optimizer = role.get<bool>("megatron.use_distributed_optimizer");
+  t->param_offload = role.get<bool>(fsdp + ".param_offload");
+  t->optimizer_offload = role.get<bool>(fsdp + ".optimizer_offload");
+}
+
+// actor_rollout_ref.rollout.n, checked against the advantage estimator.
+int64_t samples_per_prompt(const ConfigReader& c, const RoleFacts& f) {
+  const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
+  HF_CHECK(n >= 1, "actor_rollout_ref.rollout.n must be >= 1, got ", n);
+  // Group baselines need a group: with one sample per prompt every GRPO/RLOO advantage is 0.
+  HF_CHECK(n >= 2 || (f.adv_estimator != "grpo" && f.adv_estimator != "rloo"), "algorithm.adv_estimator=",
+           f.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
+           " (with n = 1 every advantage is 0 and nothing is learned)");
+  return n;
+}
+
+// Generation's layout in the actor's processes: a smaller tensor-parallel size switches through the
+// 3D-HybridEngine. With a standalone rollout pool the rollout keys describe that pool, and the actor
+// generates (never, in fact) in its training layout.
+void generation_layout(const ConfigReader& rollout, const RoleFacts& f, ParallelLayout* layout) {
+  const std::string gen_key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+  const std::string gen_pp_key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
+  const std::string mode_key = "actor_rollout_ref.rollout.reshard_mode";
+  const bool tp_unset = rollout.is_null("tensor_model_parallel_size");
+  const int gen_pp = rollout.get<int>("pipeline_model_parallel_size");
+  const std::string mode_name = rollout.get<std::string>("reshard_mode");
+  if (f.standalone_rollout) {
+    layout->gen_tp = layout->tp;
+    layout->gen_pp = layout->pp;
+    return;
+  }
+  layout->gen_tp = tp_unset ? layout->tp : rollout.get<int>("tensor_model_parallel_size");
+  HF_CHECK(layout->gen_tp >= 1 && layout->tp % layout->gen_tp == 0, gen_key, " = ", layout->gen_tp,
+           " must divide actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", layout->tp,
+           " (generation groups are made of parts of the training groups)");
+  layout->gen_pp = gen_pp;
+  HF_CHECK(layout->gen_pp >= 1 && layout->pp % layout->gen_pp == 0, gen_pp_key, " = ", layout->gen_pp,
+           " must divide actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", layout->pp,
+           " (a generation stage is made of consecutive training stages; 1 generates unstaged)");
+  ReshardMode mode;
+  try {
+    mode = parse_reshard_mode(mode_name);
+  } catch (const Error& e) {
+    HF_FAIL(mode_key, ": ", e.what());
+  }
+  layout->consecutive_generation_groups = mode == ReshardMode::kHybridFlowV;
+  HF_CHECK(layout->gen_pp == 1 || mode == ReshardMode::kHybridFlow ||
+               (layout->gen_pp == layout->pp && layout->gen_tp == layout->tp),
+           gen_pp_key, " = ", layout->gen_pp, ": generation in pipeline stages switches layouts in ", mode_key,
+           " = hybridflow only, got ", mode_name);
+}
+
+// A standalone rollout pool's layout: rollout.tensor_model_parallel_size ranks per replica (null: 1), unstaged.
+ParallelLayout standalone_rollout_layout(const ConfigReader& rollout, const RoleFacts& f) {
+  const std::string tp_key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+  const std::string pp_key = "actor_rollout_ref.rollout.pipeline_model_parallel_size";
+  ParallelLayout layout;
+  layout.tp = rollout.is_null("tensor_model_parallel_size") ? 1 : rollout.get<int>("tensor_model_parallel_size");
+  HF_CHECK(layout.tp >= 1, tp_key, " must be >= 1, got ", layout.tp);
+  const int pp = rollout.get<int>("pipeline_model_parallel_size");
+  HF_CHECK(pp == 1, pp_key, " = ", pp, ": a standalone rollout pool generates unstaged; leave it 1");
+  HF_CHECK(f.rollout.processes % layout.tp == 0, f.rollout.key, " = ", f.rollout.processes,
+           " processes do not divide into generation replicas of ", tp_key, " = ", layout.tp);
+  const int replicas = f.rollout.processes / layout.tp;
+  HF_CHECK(f.batch_prompts % replicas == 0, "data.train_batch_size = ", f.batch_prompts,
+           " prompts must divide across the rollout pool's ", replicas, " generation replicas (", f.rollout.key,
+           " = ", f.rollout.processes, " / rollout.tensor_model_parallel_size = ", layout.tp, ")");
+  return layout;
+}
+
+// The actor (actor_rollout_ref.actor and actor_rollout_ref.model): its layout over its pool, optimizer,
+// batch split and loss.
+RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const ModelSpec& model, int64_t n,
+                               DynamicBsz* bsz) {
+  const std::string section = "actor_rollout_ref.actor";
+  const ConfigReader actor = c.subtree(section);
+  RolePlan<ActorSpec> plan;
+  plan.layout = role_layout(c, section, f.actor);
+  plan.dp = dp_of(plan.layout, f.actor);
+  HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
+           " samples must divide across the actor's ", plan.dp, " data-parallel groups (", f.actor.key, " = ",
+           f.actor.processes, " / (tensor_model_parallel_size = ", plan.layout.tp,
+           " x pipeline_model_parallel_size = ", plan.layout.pp, "))");
+  ActorSpec& spec = plan.spec;
+  spec.dtype = role_dtype(actor, section + ".dtype", "fp32");
+  TrainSpec& t = spec.train;
+  t.optim = optim_spec(actor, section, f.total_steps);
+  // verl's batch semantics (rl_batch_sizes.h); 8 samples per process per micro-batch when neither key is set.
+  t.mini_batch_rows = mini_batch_rows_per_process(c, section + ".ppo_mini_batch_size", n, plan.dp);
+  t.micro_batch_rows = micro_batch_rows_per_process(c, section + ".ppo_micro_batch_size", plan.dp, 8);
+  check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, section + ".ppo_mini_batch_size",
+                           section + ".ppo_micro_batch_size(_per_gpu)");
+  *bsz = dynamic_bsz(c, section + ".use_dynamic_bsz", false, section + ".ppo_max_token_len_per_gpu", 0);
+  t.max_token_len = bsz->budget();
+  t.seed = f.seed;
+  train_settings(actor, section, "fsdp_config", &t);
+  // The loss keys (algo/algo_config.h reads them, with their checks).
+  for (const char* key : {"clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
+                          "loss_scale_factor", "policy_loss.loss_mode", "use_kl_loss", "kl_loss_coef", "kl_loss_type",
+                          "entropy_coeff"})
+    actor.note(key);
+  spec.policy_loss = algo::policy_loss_config(actor.config());
+  spec.loss_terms = algo::actor_loss_terms(actor.config());
+  plan.model = model;
+  plan.model.dtype = spec.dtype;
+  // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
+  // where a model trains.
+  plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
+  return plan;
+}
+
+// Generation (actor_rollout_ref.rollout) in the actor's processes, and on a standalone pool when there is one.
+RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePlan<ActorSpec>& actor, int64_t n,
+                         const DynamicBsz& actor_bsz, const RolloutSampling& sampling) {
+  const std::string section = "actor_rollout_ref.rollout";
+  const ConfigReader rollout = c.subtree(section);
+  RolloutSpec spec;
+  spec.n = n;
+  spec.dtype = role_dtype(rollout, section + ".dtype", actor.spec.dtype);
+  c.note("data.max_response_length");
+  rollout.note("response_length");
+  spec.response_length = rl_response_length(c.config());
+  HF_CHECK(spec.response_length > 0, rollout.is_null("response_length") ? "data.max_response_length" : section + ".response_length",
+           " must be > 0, got ", spec.response_length);
+  spec.temperature = sampling.temperature;
+  spec.top_k = sampling.top_k;
+  spec.top_p = sampling.top_p;
+  spec.seed = f.seed;
+  spec.max_num_seqs = rollout.get<int64_t>("max_num_seqs");
+  HF_CHECK(spec.max_num_seqs >= 0, section, ".max_num_seqs must be >= 0 (0 = every sequence at once), got ",
+           spec.max_num_seqs);
+  spec.tensor_model_parallel_size = actor.layout.gen_tp;
+  spec.pipeline_model_parallel_size = actor.layout.gen_pp;
+  spec.reshard_mode = rollout.get<std::string>("reshard_mode");
+  spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
+  // Old log-probs: 16 samples per process when unset; by tokens as the actor's switch says unless set.
+  spec.log_prob.rows = micro_batch_rows_per_process(c, section + ".log_prob_micro_batch_size", actor.dp, 16);
+  spec.log_prob.max_tokens = dynamic_bsz(c, section + ".log_prob_use_dynamic_bsz", actor_bsz.on,
+                                         section + ".log_prob_max_token_len_per_gpu", actor_bsz.max_tokens)
+                                 .budget();
+  spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
+  return spec;
+}
+
+// The reference policy (actor_rollout_ref.ref): it lives in the actor's processes, split like the actor.
+// Checked whether or not it runs; returned when it does.
+std::optional<RefSpec> ref_spec(const ConfigReader& c, const RoleFacts& f, const RolePlan<ActorSpec>& actor,
+                                const RolloutSpec& rollout, const DynamicBsz& actor_bsz) {
+  const std::string section = "actor_rollout_ref.ref";
+  const ConfigReader ref = c.subtree(section);
+  for (const auto& [key, actor_value] : {std::pair<std::string, int>{"tensor_model_parallel_size", actor.layout.tp},
+                                         std::pair<std::string, int>{"pipeline_model_parallel_size", actor.layout.pp}}) {
+    const std::string full = section + ".megatron." + key;
+    HF_CHECK(ref.is_null("megatron." + key) || ref.get<int>("megatron." + key) == actor_value, full, " = ",
+             ref.get<int>("megatron." + key), ": the reference model lives in the actor's processes and is split like ",
+             "the actor (", actor_value, "); leave it null");
+  }
+  RefSpec spec;
+  spec.dtype = role_dtype(ref, section + ".dtype", actor.spec.dtype);
+  // The reference's log-prob pass defaults to the rollout's micro-batch and to the actor's token budget.
+  spec.log_prob.rows = micro_batch_rows_per_process(c, section + ".log_prob_micro_batch_size", actor.dp, rollout.log_prob.rows);
+  spec.log_prob.max_tokens = dynamic_bsz(c, section + ".log_prob_use_dynamic_bsz", actor_bsz.on,
+                                         section + ".log_prob_max_token_len_per_gpu", actor_bsz.max_tokens)
+                                 .budget();
+  if (!actor.spec.loss_terms.use_kl_loss && !f.kl_in_reward) return std::nullopt;
+  return spec;
+}
+
+// The critic's dynamic batch size for its update and its values pass (they inherit the actor's switch),
+// read whether or not a critic runs: the reward model's values pass inherits them.
+struct CriticBsz {
+  DynamicBsz update, forward;
+};
+CriticBsz critic_bsz(const ConfigReader& c, const DynamicBsz& actor_bsz) {
+  CriticBsz b;
+  b.update = dynamic_bsz(c, "critic.use_dynamic_bsz", actor_bsz.on, "critic.ppo_max_token_len_per_gpu", 0);
+  b.forward = dynamic_bsz(c, "critic.use_dynamic_bsz", actor_bsz.on, "critic.forward_max_token_len_per_gpu",
+                          b.update.max_tokens);
+  return b;
+}
+
+// The critic (critic): its layout over its pool, optimizer, batch split and value loss. The cost critic
+// of Safe-RLHF takes the same settings on its own pool, with its own data order.
+RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, const ModelSpec& model, int64_t n,
+                                 const CriticBsz& bsz, const std::string& dtype) {
+  const ConfigReader critic = c.subtree("critic");
+  RolePlan<CriticSpec> plan;
+  plan.layout = role_layout(c, "critic", f.critic);
+  plan.dp = dp_of(plan.layout, f.critic);
+  HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
+           " samples must divide across the critic's ", plan.dp, " data-parallel groups");
+  if (f.need_cost_critic) role_layout(c, "critic", f.cost_critic);  // the cost critic's pool, checked alike
+  plan.model = model;
+  const std::string path = critic.get<std::string>("model_path");
+  if (!path.empty()) plan.model.path = path;
+  plan.model.dtype = dtype;
+  plan.model.enable_gradient_checkpointing = critic.get<bool>("model.enable_gradient_checkpointing");
+  CriticSpec& spec = plan.spec;
+  TrainSpec& t = spec.train;
+  t.optim = optim_spec(critic, "critic", f.total_steps);
+  t.mini_batch_rows = mini_batch_rows_per_process(c, "critic.ppo_mini_batch_size", n, plan.dp);
+  t.micro_batch_rows = micro_batch_rows_per_process(c, "critic.ppo_micro_batch_size", plan.dp, 8);
+  check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, "critic.ppo_mini_batch_size",
+                           "critic.ppo_micro_batch_size(_per_gpu)");
+  t.max_token_len = bsz.update.budget();
+  t.seed = f.seed + 1;
+  train_settings(critic, "critic", "model.fsdp_config", &t);
+  spec.cliprange_value = critic.get<double>("cliprange_value");
+  spec.loss_agg_mode = algo::parse_loss_agg_mode(critic.get<std::string>("loss_agg_mode"));
+  // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.
+  spec.values.rows = micro_batch_rows_per_process(c, "critic.forward_micro_batch_size", plan.dp, t.micro_batch_rows);
+  spec.values.max_tokens = bsz.forward.budget();
+  return plan;
+}
+
+// A scoring model (reward_model, cost_model): a value-head model from `section`.path on its own pool.
+RolePlan<ScoringModelSpec> scoring_plan(const ConfigReader& c, const std::string& section, const RoleFacts::Pool& pool,
+                                        const ModelSpec& model, const std::string& dtype, int64_t max_tokens) {
+  RolePlan<ScoringModelSpec> plan;
+  plan.layout = role_layout(c, section, pool);
+  plan.dp = dp_of(plan.layout, pool);
+  plan.model = model;
+  plan.model.path = c.get<std::string>(section + ".path");
+  plan.model.dtype = dtype;
+  plan.spec.forward.rows = micro_batch_rows_per_process(c, section + ".micro_batch_size", plan.dp, 16);
+  plan.spec.forward.max_tokens = max_tokens;
+  return plan;
+}
+
+}  // namespace
+
+ModelSpec model_spec_from_config(const ConfigReader& c) {
+  ModelSpec spec;
+  spec.path = c.get<std::string>("model.path");
+  spec.preset = c.get<std::string>("model.preset");
+  spec.init_seed = static_cast<uint64_t>(c.get<int64_t>("model.init_seed"));
+  spec.hidden_size = c.get<int64_t>("model.hidden_size");
+  spec.num_hidden_layers = c.get<int64_t>("model.num_hidden_layers");
+  spec.intermediate_size = c.get<int64_t>("model.intermediate_size");
+  spec.num_attention_heads = c.get<int64_t>("model.num_attention_heads");
+  spec.num_key_value_heads = c.get<int64_t>("model.num_key_value_heads");
+  return spec;
+}
+
+RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const ModelSpec& base_model,
+                           RoleSpecKeys* keys) {
+  auto reader = [&](const std::string& spec) { return ConfigReader(config, keys ? &(*keys)[spec] : nullptr); };
+  const ConfigReader rollout_keys = reader("rollout");
+  const ConfigReader actor_keys = reader("actor");
+  const ConfigReader ref_keys = reader("ref");
+  const ConfigReader critic_keys = reader("critic");
+  const ConfigReader rm_keys = reader("reward_model");
+  const ConfigReader cm_keys = reader("cost_model");
+  RoleSpecs specs;
+
+  const ConfigReader sampling_keys = rollout_keys.subtree("actor_rollout_ref.rollout");
+  for (const char* key : {"temperature", "top_k", "top_p"}) sampling_keys.note(key);
+  specs.sampling =
+      resolve_rollout_sampling(sampling_keys.config(), base_model.path, base_model.eos_token_id.value_or(-1));
+  if (specs.sampling.source != "config")
+    log_info("rollout sampling from ", specs.sampling.source, ": temperature ", specs.sampling.temperature, ", top_k ",
+             specs.sampling.top_k, ", top_p ", specs.sampling.top_p);
+  ModelSpec model = base_model;
+  model.eos_token_ids = specs.sampling.eos_token_ids;
+
+  const int64_t n = samples_per_prompt(rollout_keys, f);
+  DynamicBsz actor_bsz;
+  specs.actor = actor_plan(actor_keys, f, model, n, &actor_bsz);
+  generation_layout(sampling_keys, f, &specs.actor.layout);
+  // Each generation replica is gen_pp stages of gen_tp ranks.
+  const ParallelLayout& actor_layout = specs.actor.layout;
+  const int gen_replicas = f.actor.processes / (actor_layout.gen_tp * actor_layout.gen_pp);
+  HF_CHECK(f.standalone_rollout || f.batch_prompts % gen_replicas == 0, "data.train_batch_size = ", f.batch_prompts,
+           " prompts must divide across the actor's ", gen_replicas, " generation replicas (", f.actor.key, " = ",
+           f.actor.processes, " / (rollout.tensor_model_parallel_size = ", actor_layout.gen_tp,
+           " x rollout.pipeline_model_parallel_size = ", actor_layout.gen_pp, "))");
+  specs.rollout = rollout_spec(rollout_keys, f, specs.actor, n, actor_bsz, specs.sampling);
+  specs.response_length_key = config.is_null("actor_rollout_ref.rollout.response_length")
+                                  ? "data.max_response_length"
+                                  : "actor_rollout_ref.rollout.response_length";
+  if (f.standalone_rollout) {  // generation on its own pool, from a shadow copy of the actor's weights
+    RolePlan<RolloutSpec> standalone;
+    standalone.layout = standalone_rollout_layout(sampling_keys, f);
+    standalone.dp = f.rollout.processes / standalone.layout.tp;
+    standalone.spec = specs.rollout;
+    standalone.spec.tensor_model_parallel_size = standalone.layout.tp;
+    standalone.spec.pipeline_model_parallel_size = 1;
+    standalone.model = model;
+    standalone.model.dtype = specs.rollout.dtype;
+    specs.standalone_rollout = standalone;
+    // The actor's processes never generate: they keep their training layout and dtype.
+    specs.rollout.dtype = specs.actor.spec.dtype;
+  }
+  specs.ref = ref_spec(ref_keys, f, specs.actor, specs.rollout, actor_bsz);
+
+  // Every role's dtype is checked, whether or not the role runs: a typo fails before any process starts.
+  const std::string critic_dtype = role_dtype(critic_keys.subtree("critic"), "critic.dtype", "fp32");
+  const std::string rm_dtype = role_dtype(rm_keys.subtree("reward_model"), "reward_model.dtype", "fp32");
+  const std::string cm_dtype = role_dtype(cm_keys.subtree("cost_model"), "cost_model.dtype", "fp32");
+  const CriticBsz critic_batches = critic_bsz(critic_keys, actor_bsz);
+  if (f.need_critic) {
+    specs.critic = critic_plan(critic_keys, f, model, n, critic_batches, critic_dtype);
+    if (f.need_cost_critic) {
+      specs.cost_critic = specs.critic;
+      specs.cost_critic->spec.train.seed = f.seed + 2;
+      specs.cost_critic->dp = dp_of(specs.critic->layout, f.cost_critic);
+    }
+  }
+  // The reward model's values pass inherits the critic's dynamic batch size; the cost model takes the
+  // reward model's.
+  const DynamicBsz rm_bsz = dynamic_bsz(rm_keys, "reward_model.use_dynamic_bsz", critic_batches.update.on,
+                                        "reward_model.forward_max_token_len_per_gpu", critic_batches.forward.max_tokens);
+  if (f.need_reward_model)
+    specs.reward_model = scoring_plan(rm_keys, "reward_model", f.reward_model, model, rm_dtype, rm_bsz.budget());
+  if (f.need_cost_model)
+    specs.cost_model = scoring_plan(cm_keys, "cost_model", f.cost_model, model, cm_dtype, rm_bsz.budget());
+  return specs;
+}
+
+}  // namespace hybridflow
