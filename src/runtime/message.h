@@ -1,8 +1,9 @@
 // Controller <-> worker messages over ZeroMQ. Multipart layout (after the ROUTER's identity frame):
 //   auth | kind | meta JSON | [DataProto header | payload 0 | payload 1 ...]
-// auth = "HFm1" | sender (int32 LE) | sequence number (uint64 LE) | HMAC-SHA256 (32 bytes) over the scope,
-// sender, receiver, sequence number and every later frame. The key is derived from the job secret, which
-// itself never travels; a receiver accepts from each sender only increasing sequence numbers (no replays).
+// auth = "HFm2" | sender (int32 LE) | sequence number (uint64 LE) | the sending link's random nonce (16 bytes)
+// | tag (16 bytes): the MAC of frame_mac.h over the scope, sender, receiver, sequence number, nonce and every
+// later frame. The keys are derived from the job secret, which itself never travels; a receiver accepts from
+// each sender only increasing sequence numbers (no replays).
 // Sizes are checked while the frames arrive, before anything is verified or decoded.
 // Tensor payloads are sent without copying: the zmq message keeps a reference to the tensor.
 #pragma once
@@ -10,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -18,6 +20,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "frame_mac.h"
 #include "hybridflow/core/data_proto.h"
 
 namespace hybridflow::runtime_detail {
@@ -28,7 +31,8 @@ struct Message {
   std::optional<DataProto> data;
 };
 
-inline constexpr int kControllerEnd = -1;  // the controller's end of a link; workers are ranks >= 0
+inline constexpr int kControllerEnd = -1;
+inline constexpr size_t kLinkNonceBytes = 16;  // the controller's end of a link; workers are ranks >= 0
 
 // The most bytes one message may have, all frames together (HF_MAX_MESSAGE_BYTES, default 1 GiB; read
 // once). Also ZMQ_MAXMSGSIZE on every socket, so ZeroMQ drops a peer sending a bigger frame unread.
@@ -83,7 +87,8 @@ class Link {
   const std::string& scope() const { return scope_; }
 
  private:
-  std::array<unsigned char, 32> key_{};
+  std::unique_ptr<FrameMacKey> key_;
+  std::array<unsigned char, kLinkNonceBytes> nonce_{};
   std::string scope_;
   int self_;
   Ends ends_;

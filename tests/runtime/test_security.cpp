@@ -150,6 +150,32 @@ TEST(MessageLink, ForgedTamperedReplayedReflectedAndOtherScopeMessagesAreRejecte
   EXPECT_EQ(next(controller, p.router, true)->reject_code, "malformed");
 }
 
+TEST(MessageLink, TamperedTensorPayloadNonceOrTagIsRejected) {
+  SocketPair p;
+  Link controller(kSecret, "pool:a", kControllerEnd), worker(kSecret, "pool:a", 0);
+  zmq::socket_t replayer = intruder(p.context, "inproc://pair");
+  DataProto data;
+  data.set_tensor("x", torch::arange(20000, torch::kFloat32));  // 80 KB: many MAC chunks
+  // Each variant changes one byte of a genuine message that has not been delivered: the last byte of the
+  // tensor, its first byte, the link nonce (auth bytes 16..31) and the tag (the last 16 auth bytes).
+  for (const auto& [frame, byte] : std::vector<std::pair<int, int>>{{5, -1}, {5, 0}, {1, 16}, {1, 40}}) {
+    worker.send(p.dealer, "", kControllerEnd, {"result", {{"call_id", 1}}, data});
+    auto frames = record(p.router);
+    ASSERT_EQ(frames.size(), 6u);  // identity, auth, kind, meta, DataProto header, the tensor
+    auto& f = frames[frame];
+    f[byte < 0 ? f.size() - 1 : static_cast<size_t>(byte)] ^= 0x40;
+    send_raw(replayer, {frames.begin() + 1, frames.end()});
+    auto got = next(controller, p.router, true);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->reject_code, "forged") << "frame " << frame << " byte " << byte;
+  }
+  // Untouched, the same message passes.
+  worker.send(p.dealer, "", kControllerEnd, {"result", {{"call_id", 2}}, data});
+  auto got = next(controller, p.router, true);
+  ASSERT_TRUE(got && got->message) << (got ? got->rejected_reason : "nothing");
+  EXPECT_TRUE(torch::equal(got->message->data->tensor("x"), torch::arange(20000, torch::kFloat32)));
+}
+
 TEST(MessageLink, OversizedMessageIsDroppedBeforeDecoding) {
   ASSERT_EQ(runtime_detail::max_message_bytes(), 262144u);
   SocketPair p;
