@@ -1,16 +1,15 @@
 // Small helpers shared by the benchmarks: wall-clock timing and argument parsing.
 #pragma once
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "hybridflow/core/steady_seconds.h"
+
 namespace hybridflow::bench {
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+inline double now_seconds() { return steady_seconds(); }
 
 // "--name=value" from argv, else the fallback.
 inline std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {

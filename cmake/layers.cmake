@@ -23,6 +23,9 @@ function(hf_layer name)
       # header; batching a layer's files divides that (a cold build is the first thing a new user waits for).
       # Files of one layer therefore must not define the same name in an anonymous namespace.
       set_target_properties(hf_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${HF_UNITY_BATCH})
+      # GCC warns about a class whose members use an anonymous-namespace type when the class is defined in an
+      # included file, taking it for a header; in a unity build every source file is an included file.
+      target_compile_options(hf_${name} PRIVATE -Wno-subobject-linkage)
     endif()
     if(NOT ARG_NO_TORCH)
       target_precompile_headers(hf_${name} REUSE_FROM hf_pch)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/build.sh hybridflow   # only what the main job runs: no tests, benchmarks or examples
 export OMP_WAIT_POLICY=passive
 hf=${HF_BUILD_DIR:-build}/hybridflow
 run=${HF_RUN_DIR:-runs/quickstart}

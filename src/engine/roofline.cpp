@@ -5,16 +5,9 @@
 #include <chrono>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/steady_seconds.h"
 
 namespace hybridflow {
-
-namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 std::vector<MatmulShape> model_matmul_shapes(const ModelConfig& c) {
   const int64_t q_dim = c.num_attention_heads * c.head_dim();
@@ -56,9 +49,9 @@ double best_seconds(const std::function<void()>& fn, int min_reps, double min_se
   fn();  // warm-up: allocations, first-touch pages, oneDNN primitive caches
   double best = 1e300, total = 0;
   for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
-    const double start = now_seconds();
+    const double start = steady_seconds();
     fn();
-    const double took = now_seconds() - start;
+    const double took = steady_seconds() - start;
     best = std::min(best, took);
     total += took;
   }

@@ -8,6 +8,7 @@
 #include "hybridflow/core/cpu_memory.h"
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/steady_seconds.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/model_log_probs.h"
@@ -17,10 +18,6 @@
 namespace hybridflow {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Token ids 3.. (0-2 are often pad/bos/eos in real vocabularies) from a fixed seed, so runs compare.
 std::vector<std::vector<int64_t>> random_prompts(int64_t count, int64_t min_len, int64_t max_len, int64_t vocab,
@@ -38,9 +35,9 @@ double time_generate(CausalLM& model, const std::vector<std::vector<int64_t>>& p
                      int reps, GenerationOutput* last = nullptr) {
   double best = 1e300;
   for (int rep = 0; rep < reps; ++rep) {
-    const double start = now_seconds();
+    const double start = steady_seconds();
     GenerationOutput out = generate(model, prompts, gen);
-    best = std::min(best, now_seconds() - start);
+    best = std::min(best, steady_seconds() - start);
     if (last != nullptr) *last = std::move(out);
   }
   return best;
@@ -117,9 +114,9 @@ TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int6
   auto step = [&] { engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean); };
   step();  // warm-up: optimizer state, allocations
   TrainStepSpeed speed;
-  const double start = now_seconds();
+  const double start = steady_seconds();
   for (int64_t i = 0; i < steps; ++i) step();
-  speed.seconds = (now_seconds() - start) / static_cast<double>(steps);
+  speed.seconds = (steady_seconds() - start) / static_cast<double>(steps);
   if (with_peak) speed.peak_bytes = peak_cpu_bytes_during(step);
   return speed;
 }
@@ -191,9 +188,9 @@ RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool tra
     model->eval();
     speed.seconds = 1e300;
     for (int rep = 0; rep <= reps; ++rep) {  // the first is a warm-up
-      const double start = now_seconds();
+      const double start = steady_seconds();
       for (const DataProto& m : micro) log_probs(m, false);
-      if (rep > 0) speed.seconds = std::min(speed.seconds, now_seconds() - start);
+      if (rep > 0) speed.seconds = std::min(speed.seconds, steady_seconds() - start);
     }
     return speed;
   }
@@ -212,9 +209,9 @@ RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool tra
   };
   auto step = [&] { engine.train_step(micro, loss_fn, "response_mask", LossWeighting::kTokenMean); };
   step();  // warm-up: optimizer state, allocations
-  const double start = now_seconds();
+  const double start = steady_seconds();
   for (int rep = 0; rep < reps; ++rep) step();
-  speed.seconds = (now_seconds() - start) / reps;
+  speed.seconds = (steady_seconds() - start) / reps;
   return speed;
 }
 
@@ -228,12 +225,12 @@ HeadLogProbsMemory measure_head_log_probs(int64_t tokens, int64_t hidden, int64_
     h.mutable_grad() = torch::Tensor();
     w.mutable_grad() = torch::Tensor();
     return peak_cpu_bytes_during([&] {
-      const double start = now_seconds();
+      const double start = steady_seconds();
       const TokenLogProbs out =
           chunked ? head_log_probs(h, w, targets)
                   : token_log_probs(torch::linear(h, w).to(torch::kFloat32).unsqueeze(0), targets.unsqueeze(0));
       (out.log_probs.sum() + out.entropy.sum()).backward();
-      seconds = now_seconds() - start;
+      seconds = steady_seconds() - start;
     });
   };
   HeadLogProbsMemory m;
