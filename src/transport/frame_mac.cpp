@@ -9,7 +9,7 @@
 
 #include "hybridflow/core/error.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 static_assert(std::endian::native == std::endian::little, "NH reads the frames' words little-endian");
 
@@ -161,4 +161,4 @@ void FrameMac::finish(unsigned char tag[kFrameTagBytes]) {
   crypto_onetimeauth_final(&state_, tag);
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -12,7 +12,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/core/printable.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 namespace {
 
 constexpr char kMagic[4] = {'H', 'F', 'm', '2'};
@@ -263,33 +263,11 @@ void RejectLog::note(const std::string& peer, const std::string& code, const std
   log_warn(where_, ": ", what, " (further '", code, "' rejections from this peer are counted, not logged)");
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
 #include <unistd.h>
 
-namespace hybridflow::runtime_detail {
-
-nlohmann::json coord_to_json(const MeshCoord& c) {
-  return {{"rank", c.rank}, {"world_size", c.world_size}, {"dp", c.dp}, {"dp_size", c.dp_size},
-          {"tp", c.tp}, {"tp_size", c.tp_size}, {"pp", c.pp}, {"pp_size", c.pp_size},
-          {"micro_dp", c.micro_dp}, {"micro_dp_size", c.micro_dp_size}, {"micro_dp_local", c.micro_dp_local}};
-}
-
-MeshCoord coord_from_json(const nlohmann::json& j) {
-  MeshCoord c;
-  c.rank = j.at("rank");
-  c.world_size = j.at("world_size");
-  c.dp = j.at("dp");
-  c.dp_size = j.at("dp_size");
-  c.tp = j.at("tp");
-  c.tp_size = j.at("tp_size");
-  c.pp = j.at("pp");
-  c.pp_size = j.at("pp_size");
-  c.micro_dp = j.at("micro_dp");
-  c.micro_dp_size = j.at("micro_dp_size");
-  c.micro_dp_local = j.at("micro_dp_local");
-  return c;
-}
+namespace hybridflow::transport_detail {
 
 std::string host_name() {
   char buf[256] = {0};
@@ -297,11 +275,11 @@ std::string host_name() {
   return buf;
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
 #include <fcntl.h>
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 WakePipe::WakePipe() {
   HF_CHECK(::pipe(fds_) == 0, "cannot create a pipe for the runtime I/O thread");
@@ -325,4 +303,4 @@ void WakePipe::drain() {
   }
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -4,9 +4,9 @@
 
 #include <random>
 
-#include "runtime/frame_mac.h"
+#include "transport/frame_mac.h"
 
-using namespace hybridflow::runtime_detail;
+using namespace hybridflow::transport_detail;
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "frame_mac.h"
 #include "hybridflow/core/data_proto.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 struct Message {
   std::string kind;
@@ -112,12 +112,9 @@ class RejectLog {
   bool full_ = false;
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
-#include "hybridflow/runtime/mesh_coord.h"
-namespace hybridflow::runtime_detail {
-nlohmann::json coord_to_json(const MeshCoord& c);
-MeshCoord coord_from_json(const nlohmann::json& j);
+namespace hybridflow::transport_detail {
 std::string host_name();
 
 // Environment contract between a controller and the worker processes it spawns.
@@ -128,9 +125,9 @@ inline constexpr const char* kPoolEnv = "HF_WORKER_POOL";
 // The data plane's secret (data_server.h): HF_WORKER_DATA_TOKEN, else the pool's (launched workers: the job's).
 inline constexpr const char* kDataTokenEnv = "HF_WORKER_DATA_TOKEN";
 inline constexpr double kHeartbeatPeriodS = 0.25;
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 // Lets other threads wake a thread blocked in zmq::poll (zmq sockets are single-threaded, so only
 // the I/O thread touches them; others queue work and write one byte here).
 class WakePipe {
@@ -146,4 +143,4 @@ class WakePipe {
  private:
   int fds_[2] = {-1, -1};
 };
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 inline constexpr size_t kNhChunkBytes = 1024;
 inline constexpr size_t kNhKeyWords = kNhChunkBytes / 4 + 4;  // one chunk, plus the second iteration's shift
@@ -59,4 +59,4 @@ class FrameMac {
   std::vector<unsigned char> digests_;  // NH digests waiting for Poly1305, fed in batches
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
