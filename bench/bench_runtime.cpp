@@ -4,10 +4,15 @@
 // transport with zero overhead beyond one copy could reach). Then a result handed from one pool to
 // another (a rollout to its readers): through the controller (HF_DATA_PLANE=0's path) vs the data plane,
 // time and bytes. Workers are this binary, re-executed.
+// --fanout N: only the fan-out curve instead: an empty call's round trip with 1, 2, 4 ... N workers (light
+// ones: no model), and the memory they take (their resident anonymous memory, summed), so that a curve
+// stops before the machine runs out of memory.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -41,6 +46,63 @@ class BenchWorker : public Worker {
   }
 };
 
+// A line of /proc/PATH ("VmRSS:   1234 kB" style), in kB; 0 when absent.
+int64_t proc_kb(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
+  return 0;
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The controller's cost of reaching every worker: an empty call's median round trip per group size.
+int fanout_curve(int max_workers, int calls) {
+  std::printf("%8s %16s %16s %14s %18s %16s\n", "workers", "empty call (us)", "p90 (us)", "us per worker",
+              "controller CPU us", "worker RSS (MB)");
+  for (int workers = 1; workers <= max_workers; workers *= 2) {
+    const int64_t available_kb = proc_kb("/proc/meminfo", "MemAvailable");
+    Controller ctl;
+    ResourcePool spec;
+    spec.name = "fanout";
+    spec.num_processes = workers;
+    spec.start_timeout_s = 900;  // hundreds of processes loading libtorch on a few cores
+    spec.env["OMP_NUM_THREADS"] = "1";
+    ctl.add_pool(spec);
+    WorkerGroup group = ctl.create_group("fanout", "fanout", "bench_runtime_worker");
+    for (int i = 0; i < 10; ++i) group.call("noop").get();
+    std::vector<double> us;
+    const double cpu_start = process_cpu_seconds();
+    for (int i = 0; i < calls; ++i) {
+      const double t = bench::now_seconds();
+      group.call("noop").get();
+      us.push_back((bench::now_seconds() - t) * 1e6);
+    }
+    // The controller's own work per call (all its threads): what a tree of forwarders would divide.
+    const double controller_cpu_us = (process_cpu_seconds() - cpu_start) / calls * 1e6;
+    std::sort(us.begin(), us.end());
+    int64_t rss_kb = 0;
+    for (int pid : ctl.pool("fanout")->pids()) rss_kb += proc_kb("/proc/" + std::to_string(pid) + "/status", "RssAnon");
+    const double median = us[us.size() / 2];
+    std::printf("%8d %16.0f %16.0f %14.1f %18.0f %16.0f\n", workers, median, us[us.size() * 9 / 10], median / workers,
+                controller_cpu_us, static_cast<double>(rss_kb) / 1024);
+    std::fflush(stdout);
+    ctl.shutdown();
+    // The next size doubles the workers: stop while it would leave less than 4 GiB of this machine.
+    if (2 * rss_kb + (int64_t(4) << 20) > available_kb && workers * 2 <= max_workers) {
+      std::printf("stopping: %d workers would need about %.0f MB, %.0f MB available\n", workers * 2,
+                  2.0 * static_cast<double>(rss_kb) / 1024, static_cast<double>(available_kb) / 1024);
+      break;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 HF_REGISTER_WORKER(BenchWorker, "bench_runtime_worker");
@@ -51,6 +113,8 @@ int main(int argc, char** argv) {
   const int calls = static_cast<int>(bench::arg_int(argc, argv, "calls", 300));
   const int64_t mb = bench::arg_int(argc, argv, "mb", 64);
   const int reps = static_cast<int>(bench::arg_int(argc, argv, "reps", 5));
+  if (const int fanout = static_cast<int>(bench::arg_int(argc, argv, "fanout", 0)); fanout > 0)
+    return fanout_curve(fanout, std::min(calls, 100));
 
   // 8 workers x rows must divide the batch; float32 rows of 1024 values = 4 KiB each.
   const int64_t cols = 1024;

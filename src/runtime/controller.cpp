@@ -4,8 +4,8 @@
 #include <set>
 
 #include "hybridflow/core/error.h"
-#include "launcher_detail.h"
-#include "message.h"
+#include "transport/launcher_detail.h"
+#include "transport/message.h"
 
 namespace hybridflow {
 
@@ -14,7 +14,7 @@ Controller::~Controller() { shutdown(); }
 ResourcePool Controller::with_data_token(ResourcePool spec) {
   // Workers started elsewhere know only the secret they were given: they keep the pool's own.
   if (spec.data_token.empty() && spec.spawn_workers) {
-    if (data_secret_.empty()) data_secret_ = runtime_detail::random_secret();
+    if (data_secret_.empty()) data_secret_ = transport_detail::random_secret();
     spec.data_token = data_secret_;
   }
   return spec;
@@ -33,7 +33,7 @@ std::vector<std::shared_ptr<ProcessPool>> Controller::add_pools(const std::vecto
     HF_CHECK(!pools_.count(spec.name) && names.insert(spec.name).second, "resource pool '", spec.name,
              "' already exists");
   // Launcher ranks go to pools in the order given, not in the order their concurrent starts get there.
-  if (auto* launch = runtime_detail::launch_rendezvous()) {
+  if (auto* launch = transport_detail::launch_rendezvous()) {
     std::vector<std::pair<std::string, int>> sizes;
     for (const auto& spec : specs)
       if (spec.spawn_workers) sizes.emplace_back(spec.name, spec.num_processes);

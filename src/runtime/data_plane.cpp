@@ -12,7 +12,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/protocol.h"
-#include "message.h"
+#include "transport/message.h"
 
 namespace hybridflow::runtime_detail {
 namespace {
@@ -212,7 +212,7 @@ struct Fetch {
 // Asks `rank` for rows `runs` of `keys`, in requests whose answers fit a message.
 void start_fetches(ProcessPool& pool, const HeldObject& object, int rank, const std::vector<std::string>& keys,
                    size_t bytes_per_row, const std::vector<Run>& runs, std::vector<Fetch>* fetches) {
-  const size_t limit = max_message_bytes() / 2;
+  const size_t limit = transport_detail::max_message_bytes() / 2;
   HF_CHECK(bytes_per_row <= limit, object.what(), ": one row is ", bytes_per_row,
            " bytes, more than half of HF_MAX_MESSAGE_BYTES");
   const int64_t max_rows = bytes_per_row == 0 ? std::numeric_limits<int64_t>::max()

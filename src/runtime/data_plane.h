@@ -26,7 +26,7 @@
 
 #include "hybridflow/runtime/future.h"
 #include "hybridflow/runtime/mesh_coord.h"
-#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/transport/process_pool.h"
 
 namespace hybridflow::runtime_detail {
 

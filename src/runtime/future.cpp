@@ -5,6 +5,7 @@
 
 #include "data_plane.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
 
 namespace hybridflow {
 
@@ -58,16 +59,70 @@ const std::vector<DataProto>& CallResult::per_rank() const {
   return *per_rank_;
 }
 
+struct Future::State {
+  std::promise<std::shared_ptr<const CallResult>> promise;
+  std::shared_future<std::shared_ptr<const CallResult>> future = promise.get_future().share();
+  std::mutex mutex;
+  bool resolved = false;
+  std::vector<std::function<void()>> callbacks;
+
+  void run_callbacks() {
+    std::vector<std::function<void()>> ready;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      resolved = true;
+      ready.swap(callbacks);
+    }
+    // A callback's failure must not reach the resolver, which may not resolve twice.
+    for (auto& fn : ready) {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        log_error("a callback of a resolved call failed: ", e.what());
+      }
+    }
+  }
+};
+
+Promise::Promise() : state_(std::make_shared<Future::State>()) {}
+
+void Promise::set_value(std::shared_ptr<const CallResult> result) {
+  state_->promise.set_value(std::move(result));
+  state_->run_callbacks();
+}
+
+void Promise::set_exception(std::exception_ptr error) {
+  state_->promise.set_exception(std::move(error));
+  state_->run_callbacks();
+}
+
+const std::shared_future<std::shared_ptr<const CallResult>>& Future::shared() const {
+  HF_CHECK(state_ != nullptr, "an empty Future (default-constructed) has no result");
+  return state_->future;
+}
+
+void Future::on_ready(std::function<void()> fn) const {
+  shared();  // an empty Future is an Error
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (!state_->resolved) {
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 Future Future::ready(DataProto value) {
-  std::promise<std::shared_ptr<const CallResult>> p;
+  Promise p;
   p.set_value(std::make_shared<CallResult>(std::move(value), std::vector<DataProto>{}));
-  return Future(p.get_future().share());
+  return p.future();
 }
 
 bool Future::is_ready() const { return wait_for(0); }
 
 bool Future::wait_for(double seconds) const {
-  return f_.wait_for(std::chrono::duration<double>(seconds)) == std::future_status::ready;
+  return shared().wait_for(std::chrono::duration<double>(seconds)) == std::future_status::ready;
 }
 
 void wait_all(const std::vector<Future>& futures) {

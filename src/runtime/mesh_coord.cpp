@@ -1,5 +1,7 @@
 #include "hybridflow/runtime/mesh_coord.h"
 
+#include "coord_json.h"
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/device_mesh.h"
 #include "hybridflow/parallel/resharding.h"
@@ -54,3 +56,29 @@ std::vector<MeshCoord> mesh_coords(int world_size, const ParallelLayout& layout)
 }
 
 }  // namespace hybridflow
+
+namespace hybridflow::runtime_detail {
+
+nlohmann::json coord_to_json(const MeshCoord& c) {
+  return {{"rank", c.rank}, {"world_size", c.world_size}, {"dp", c.dp}, {"dp_size", c.dp_size},
+          {"tp", c.tp}, {"tp_size", c.tp_size}, {"pp", c.pp}, {"pp_size", c.pp_size},
+          {"micro_dp", c.micro_dp}, {"micro_dp_size", c.micro_dp_size}, {"micro_dp_local", c.micro_dp_local}};
+}
+
+MeshCoord coord_from_json(const nlohmann::json& j) {
+  MeshCoord c;
+  c.rank = j.at("rank");
+  c.world_size = j.at("world_size");
+  c.dp = j.at("dp");
+  c.dp_size = j.at("dp_size");
+  c.tp = j.at("tp");
+  c.tp_size = j.at("tp_size");
+  c.pp = j.at("pp");
+  c.pp_size = j.at("pp_size");
+  c.micro_dp = j.at("micro_dp");
+  c.micro_dp_size = j.at("micro_dp_size");
+  c.micro_dp_local = j.at("micro_dp_local");
+  return c;
+}
+
+}  // namespace hybridflow::runtime_detail

@@ -3,11 +3,10 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/store_server.h"
 #include "hybridflow/runtime/protocol.h"
+#include "coord_json.h"
 #include "data_plane.h"
 
 namespace hybridflow {
-
-using ResultPromise = std::promise<std::shared_ptr<const CallResult>>;
 
 WorkerGroup::WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& role, const std::string& worker_type,
                          const ParallelLayout& layout, const nlohmann::json& config)
@@ -22,11 +21,13 @@ WorkerGroup::WorkerGroup(std::shared_ptr<ProcessPool> pool, const std::string& r
     store_ = StoreServer::start(0, std::chrono::seconds(60), pool_->spec().bind_host);
     worker_config[kProcessGroupKey] = {{"store_port", store_->port()}, {"world_size", pool_->size()}};
   }
-  methods_ = pool_->create_role(role, worker_type, coords_, worker_config);
+  std::vector<nlohmann::json> coords;
+  for (const auto& c : coords_) coords.push_back(runtime_detail::coord_to_json(c));
+  methods_ = pool_->create_role(role, worker_type, coords, worker_config);
 }
 
 void WorkerGroup::start_call(const std::string& method, const DataProto* value, std::shared_ptr<const CallResult> from,
-                             std::shared_ptr<ResultPromise> promise) const {
+                             std::shared_ptr<Promise> promise) const {
   try {
     auto it = methods_.find(method);
     if (it == methods_.end()) {
@@ -57,16 +58,16 @@ void WorkerGroup::start_call(const std::string& method, const DataProto* value, 
 }
 
 Future WorkerGroup::call(const std::string& method, const DataProto& input) {
-  auto promise = std::make_shared<ResultPromise>();
-  Future out(promise->get_future().share());
+  auto promise = std::make_shared<Promise>();
+  Future out = promise->future();
   start_call(method, &input, nullptr, promise);
   return out;
 }
 
 Future WorkerGroup::call(const std::string& method, const Future& input) {
   HF_CHECK(input.valid(), "worker group '", role_, "': call '", method, "' got an empty Future as input");
-  auto promise = std::make_shared<ResultPromise>();
-  Future out(promise->get_future().share());
+  auto promise = std::make_shared<Promise>();
+  Future out = promise->future();
   auto launch = [self = *this, method, input, promise] {
     try {
       self.start_call(method, nullptr, input.result(), promise);  // kept rows are not fetched here
@@ -74,10 +75,17 @@ Future WorkerGroup::call(const std::string& method, const Future& input) {
       promise->set_exception(std::current_exception());
     }
   };
-  if (input.is_ready())
+  if (input.is_ready()) {
     launch();
-  else
-    pool_->when_ready(input, launch);
+  } else {
+    // Resolved on another pool's I/O thread: the call starts on a helper thread of this pool, since
+    // routing its input may wait for that very pool (rows the controller passes through).
+    input.on_ready([pool = pool_, launch, promise, role = role_, method] {
+      if (!pool->run_on_helper(launch))
+        promise->set_exception(std::make_exception_ptr(Error(detail::concat(
+            "resource pool '", pool->spec().name, "' cannot run '", role, ".", method, "': it was shut down"))));
+    });
+  }
   return out;
 }
 

@@ -14,19 +14,20 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/core/printable.h"
-#include "hybridflow/runtime/launcher.h"
-#include "hybridflow/runtime/net_address.h"
+#include "hybridflow/transport/launcher.h"
+#include "hybridflow/transport/net_address.h"
 #include "hybridflow/runtime/worker.h"
-#include "data_fetch.h"
-#include "data_server.h"
-#include "launcher_detail.h"
-#include "message.h"
-#include "object_table.h"
+#include "coord_json.h"
+#include "transport/data_fetch.h"
+#include "transport/data_server.h"
+#include "transport/launcher_detail.h"
+#include "transport/message.h"
+#include "transport/object_table.h"
 
 namespace hybridflow {
 namespace {
 
-using runtime_detail::Message;
+using transport_detail::Message;
 
 std::string env_or_fail(const char* name) {
   const char* v = std::getenv(name);
@@ -51,7 +52,7 @@ std::string data_socket_host(const std::string& endpoint) {
 // controller asked for that, answering with their description instead.
 class Executor {
  public:
-  Executor(runtime_detail::WakePipe& wake, runtime_detail::ObjectTable& table, runtime_detail::InputFetcher& fetcher)
+  Executor(transport_detail::WakePipe& wake, transport_detail::ObjectTable& table, transport_detail::InputFetcher& fetcher)
       : wake_(wake), table_(table), fetcher_(fetcher), thread_([this] { loop(); }) {}
   ~Executor() {
     {
@@ -107,7 +108,7 @@ class Executor {
         reply.kind = "created";
       } else if (request.kind == "call") {
         DataProto input = request.data ? *request.data : DataProto();
-        runtime_detail::InputFetcher::Result fetched;
+        transport_detail::InputFetcher::Result fetched;
         if (request.meta.contains("plan")) input = fetcher_.assemble(std::move(input), request.meta.at("plan"), &fetched);
         DataProto output = host_.call(request.meta.at("role"), request.meta.at("method"), input);
         // Inputs handed over without a copy are shared with every other reader of those rows.
@@ -155,9 +156,9 @@ class Executor {
     reply_meta["kept"] = {{"object", id}, {"tensors", described}};
   }
 
-  runtime_detail::WakePipe& wake_;
-  runtime_detail::ObjectTable& table_;
-  runtime_detail::InputFetcher& fetcher_;
+  transport_detail::WakePipe& wake_;
+  transport_detail::ObjectTable& table_;
+  transport_detail::InputFetcher& fetcher_;
   bool warned_full_ = false;
   WorkerHost host_;
   std::mutex mutex_;
@@ -170,34 +171,34 @@ class Executor {
 }  // namespace
 
 int run_worker_main(int, char**) {
-  const std::string endpoint = env_or_fail(runtime_detail::kEndpointEnv);
-  const std::string token = env_or_fail(runtime_detail::kTokenEnv);
-  const int rank = std::stoi(env_or_fail(runtime_detail::kRankEnv));
+  const std::string endpoint = env_or_fail(transport_detail::kEndpointEnv);
+  const std::string token = env_or_fail(transport_detail::kTokenEnv);
+  const int rank = std::stoi(env_or_fail(transport_detail::kRankEnv));
   // The thread name (top, /proc/PID/comm; 15 characters at most) says which pool and rank this is.
-  const std::string pool = env_or_fail(runtime_detail::kPoolEnv);
+  const std::string pool = env_or_fail(transport_detail::kPoolEnv);
   const std::string comm = "hf " + pool + " " + std::to_string(rank);
   ::prctl(PR_SET_NAME, comm.substr(0, 15).c_str());
   // Every message is authenticated with a key derived from the job secret, which never travels.
-  runtime_detail::Link link(token, "pool:" + pool, rank);
+  transport_detail::Link link(token, "pool:" + pool, rank);
 
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   // A random identity: kept across reconnects, and no stranger can take it before this worker connects.
-  socket.set(zmq::sockopt::routing_id, "rank" + std::to_string(rank) + "-" + runtime_detail::random_secret().substr(0, 16));
-  runtime_detail::Link::limit(socket);
+  socket.set(zmq::sockopt::routing_id, "rank" + std::to_string(rank) + "-" + transport_detail::random_secret().substr(0, 16));
+  transport_detail::Link::limit(socket);
   socket.connect(endpoint);
 
   // The data plane: outputs kept here, served from a socket of their own (data_server.h). Without one
   // (no route to bind on) the worker still runs; its pool then sends outputs to the controller.
   const std::string where = "worker rank " + std::to_string(rank) + " of pool '" + printable(pool) + "'";
-  const char* data_token = std::getenv(runtime_detail::kDataTokenEnv);
+  const char* data_token = std::getenv(transport_detail::kDataTokenEnv);
   const std::string data_secret = data_token != nullptr && *data_token != '\0' ? data_token : token;
-  runtime_detail::ObjectTable table;
-  runtime_detail::InputFetcher fetcher(context, table);
-  std::unique_ptr<runtime_detail::DataServer> data_server;
+  transport_detail::ObjectTable table;
+  transport_detail::InputFetcher fetcher(context, table);
+  std::unique_ptr<transport_detail::DataServer> data_server;
   try {
-    data_server = std::make_unique<runtime_detail::DataServer>(context, data_socket_host(endpoint), table,
+    data_server = std::make_unique<transport_detail::DataServer>(context, data_socket_host(endpoint), table,
                                                                where + ", data socket");
   } catch (const std::exception& e) {
     log_warn(where, ": no data socket (", e.what(), "); its outputs will travel through the controller");
@@ -205,12 +206,12 @@ int run_worker_main(int, char**) {
 
   Message hello;
   hello.kind = "hello";
-  hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", runtime_detail::host_name()}};
+  hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", transport_detail::host_name()}};
   if (data_server) hello.meta["data_endpoint"] = data_server->endpoint();
-  link.send(socket, "", runtime_detail::kControllerEnd, hello);
+  link.send(socket, "", transport_detail::kControllerEnd, hello);
 
-  runtime_detail::WakePipe wake;
-  runtime_detail::RejectLog rejects(where);
+  transport_detail::WakePipe wake;
+  transport_detail::RejectLog rejects(where);
   int exit_code = 0;
   {
     Executor executor(wake, table, fetcher);
@@ -229,7 +230,7 @@ int run_worker_main(int, char**) {
                                  {nullptr, wake.fd(), ZMQ_POLLIN, 0},
                                  {data_server ? data_server->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, data_server ? 3 : 2,
-                std::chrono::milliseconds(static_cast<int>(runtime_detail::kHeartbeatPeriodS * 1000)));
+                std::chrono::milliseconds(static_cast<int>(transport_detail::kHeartbeatPeriodS * 1000)));
       if (data_server) data_server->serve();
       while (auto received = link.receive(socket, false)) {
         if (!received->message) {
@@ -260,14 +261,14 @@ int run_worker_main(int, char**) {
           const auto& meta = received->message->meta;
           Message reply{"rows", {{"call_id", meta.value("call_id", int64_t(-1))}}, std::nullopt};
           try {
-            runtime_detail::RowRuns runs;
+            transport_detail::RowRuns runs;
             for (const auto& r : meta.at("runs")) runs.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
             reply.data = table.rows(meta.at("object").get<int64_t>(), meta.at("keys").get<std::vector<std::string>>(), runs);
           } catch (const std::exception& e) {
             reply.kind = "error";
             reply.meta["message"] = e.what();
           }
-          link.send(socket, "", runtime_detail::kControllerEnd, reply);
+          link.send(socket, "", transport_detail::kControllerEnd, reply);
           continue;
         }
         if (received->message->kind == "release") {
@@ -278,7 +279,7 @@ int run_worker_main(int, char**) {
         executor.submit(std::move(*received->message));
       }
       wake.drain();
-      for (auto& reply : executor.take_replies()) link.send(socket, "", runtime_detail::kControllerEnd, reply);
+      for (auto& reply : executor.take_replies()) link.send(socket, "", transport_detail::kControllerEnd, reply);
       auto now = std::chrono::steady_clock::now();
       if (!welcomed && now - started > std::chrono::duration<double>(connect_timeout_s)) {
         std::fprintf(stderr, "hybridflow worker rank %d: no controller answered at %s within %.0f s "
@@ -293,11 +294,11 @@ int run_worker_main(int, char**) {
         exit_code = 1;
         running = false;
       }
-      if (now - last_beat >= std::chrono::duration<double>(runtime_detail::kHeartbeatPeriodS)) {
+      if (now - last_beat >= std::chrono::duration<double>(transport_detail::kHeartbeatPeriodS)) {
         // With what the data plane holds here, for ProcessPool::held_objects().
         Message beat{"heartbeat", {{"rank", rank}, {"objects", table.objects()}, {"object_bytes", table.bytes()},
                                    {"data_rejected", data_server ? data_server->rejected() : size_t{0}}}, std::nullopt};
-        link.send(socket, "", runtime_detail::kControllerEnd, beat);
+        link.send(socket, "", transport_detail::kControllerEnd, beat);
         last_beat = now;
       }
     }
@@ -314,7 +315,7 @@ int run_worker_main(int, char**) {
 bool run_worker_if_requested() {
   int code = 1;
   try {
-    if (std::getenv(runtime_detail::kEndpointEnv)) {
+    if (std::getenv(transport_detail::kEndpointEnv)) {
       code = run_worker_main(0, nullptr);
     } else {
       const LaunchSettings& launch = launch_settings();
@@ -322,10 +323,11 @@ bool run_worker_if_requested() {
       if (launch.is_controller()) {
         // Listen at once, so worker ranks are answered (and released at exit) even by a command that
         // never starts a pool.
-        runtime_detail::launch_rendezvous();
+        transport_detail::launch_rendezvous();
         return false;
       }
-      code = runtime_detail::run_launched_worker(launch);
+      const auto released = transport_detail::run_launched_worker(launch);
+      code = released ? *released : run_worker_main(0, nullptr);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybridflow worker: %s\n", e.what());

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "hybridflow/core/progress.h"
-#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/transport/process_pool.h"
 #include "rl_stages.h"
 
 namespace hybridflow {

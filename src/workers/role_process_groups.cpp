@@ -6,8 +6,8 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/parallel/device_mesh.h"
 #include "hybridflow/parallel/launch_env.h"
-#include "hybridflow/runtime/launcher.h"
-#include "hybridflow/runtime/net_address.h"
+#include "hybridflow/transport/launcher.h"
+#include "hybridflow/transport/net_address.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/runtime/worker_group.h"
 

@@ -12,7 +12,7 @@
 
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/runtime/worker.h"
-#include "runtime/launcher_detail.h"
+#include "transport/launcher_detail.h"
 
 namespace {
 
@@ -115,7 +115,7 @@ bool run_launch_job_if_requested() {
     result["error"] = e.what();
     code = 1;
   }
-  if (auto* rendezvous = runtime_detail::launch_rendezvous()) result["rejected"] = rendezvous->rejected_messages();
+  if (auto* rendezvous = transport_detail::launch_rendezvous()) result["rejected"] = rendezvous->rejected_messages();
   write_file_atomic(env_or("HF_TEST_RESULT", ""), result.dump());
   std::exit(code);  // not _Exit: the launch's exit hook releases the ranks no pool used
 }

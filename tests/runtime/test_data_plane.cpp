@@ -68,7 +68,7 @@ class ReaderWorker : public hybridflow::Worker {
 HF_REGISTER_WORKER(MakerWorker, "maker");
 HF_REGISTER_WORKER(ReaderWorker, "reader");
 
-#include "runtime/message.h"
+#include "transport/message.h"
 #include "runtime/runtime_test_workers.h"
 
 namespace {
@@ -285,9 +285,9 @@ TEST(DataPlane, AStrangersFetchIsDroppedAndTheRunGoesOn) {
   stranger.set(zmq::sockopt::linger, 0);
   stranger.connect(holder.data_endpoint);
   // A well-formed fetch under another secret (the object id is the pool's first call: 2 after the create).
-  runtime_detail::Link wrong("an-entirely-different-secret-of-32+chars", "data", 777,
-                             runtime_detail::Link::Ends::kPeers);
-  runtime_detail::Message fetch{"fetch",
+  transport_detail::Link wrong("an-entirely-different-secret-of-32+chars", "data", 777,
+                             transport_detail::Link::Ends::kPeers);
+  transport_detail::Message fetch{"fetch",
                                 {{"req", 1}, {"object", 2}, {"keys", {"seq"}}, {"runs", {{0, 2}}}},
                                 std::nullopt};
   wrong.send(stranger, "", holder.node, fetch);

@@ -3,7 +3,7 @@
 // including a wrong token, too few ranks, a worker that dies and a controller that dies.
 #include "runtime/launch_test_job.h"
 
-#include "hybridflow/runtime/launcher.h"
+#include "hybridflow/transport/launcher.h"
 #include "support/error_of.h"
 
 using hybridflow::testing::error_of;

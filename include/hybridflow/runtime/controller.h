@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/transport/process_pool.h"
 #include "hybridflow/runtime/worker_group.h"
 
 namespace hybridflow {

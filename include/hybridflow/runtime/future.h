@@ -8,6 +8,7 @@
 // controller only when (and the first time) it is called. get(keys) fetches only those tensors.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -40,25 +41,48 @@ class CallResult {
   mutable std::map<std::string, torch::Tensor> fetched_;  // kept tensors fetched by merged(keys)
 };
 
+class Promise;
+
 class Future {
  public:
   Future() = default;
-  explicit Future(std::shared_future<std::shared_ptr<const CallResult>> f) : f_(std::move(f)) {}
   static Future ready(DataProto value);  // an already resolved Future
 
-  bool valid() const { return f_.valid(); }
+  bool valid() const { return state_ != nullptr; }
   bool is_ready() const;
-  void wait() const { f_.wait(); }
+  void wait() const { shared().wait(); }
   bool wait_for(double seconds) const;
-  const DataProto& get() const { return f_.get()->merged(); }  // waits; rethrows the call's Error
-  DataProto get(const std::vector<std::string>& tensor_keys) const { return f_.get()->merged(tensor_keys); }
-  const std::vector<DataProto>& per_rank() const { return f_.get()->per_rank(); }
+  const DataProto& get() const { return shared().get()->merged(); }  // waits; rethrows the call's Error
+  DataProto get(const std::vector<std::string>& tensor_keys) const { return shared().get()->merged(tensor_keys); }
+  const std::vector<DataProto>& per_rank() const { return shared().get()->per_rank(); }
   // Waits; whether tensors of the result stay on the workers (fetched to the controller only by get()).
-  bool held_on_workers() const { return f_.get()->remote() != nullptr; }
-  const std::shared_ptr<const CallResult>& result() const { return f_.get(); }  // waits; rethrows
+  bool held_on_workers() const { return shared().get()->remote() != nullptr; }
+  const std::shared_ptr<const CallResult>& result() const { return shared().get(); }  // waits; rethrows
+
+  // Runs fn once the call resolved or failed: at once on this thread if it already has, else on the
+  // thread that resolves it (a pool's I/O thread), so fn must be quick and must not wait for a call.
+  void on_ready(std::function<void()> fn) const;
+
+  struct State;
 
  private:
-  std::shared_future<std::shared_ptr<const CallResult>> f_;
+  friend class Promise;
+  explicit Future(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  const std::shared_future<std::shared_ptr<const CallResult>>& shared() const;
+  std::shared_ptr<State> state_;
+};
+
+// The producing end of a Future (a worker group's call): resolved once, then the Future's on_ready
+// callbacks run on the resolving thread.
+class Promise {
+ public:
+  Promise();
+  Future future() const { return Future(state_); }
+  void set_value(std::shared_ptr<const CallResult> result);
+  void set_exception(std::exception_ptr error);
+
+ private:
+  std::shared_ptr<Future::State> state_;
 };
 
 // Waits for all; rethrows the first failure (in argument order) after all have resolved.

@@ -11,7 +11,7 @@
 #include "hybridflow/runtime/call_timeline.h"
 #include "hybridflow/runtime/future.h"
 #include "hybridflow/runtime/mesh_coord.h"
-#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/transport/process_pool.h"
 
 namespace hybridflow {
 
@@ -45,7 +45,7 @@ class WorkerGroup {
  private:
   // The input is `value`, or the result `from` (whose kept rows the ranks may fetch themselves).
   void start_call(const std::string& method, const DataProto* value, std::shared_ptr<const CallResult> from,
-                  std::shared_ptr<std::promise<std::shared_ptr<const CallResult>>> promise) const;
+                  std::shared_ptr<Promise> promise) const;
 
   std::shared_ptr<ProcessPool> pool_;
   std::string role_;

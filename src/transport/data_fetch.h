@@ -22,7 +22,7 @@
 #include "message.h"
 #include "object_table.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 class InputFetcher {
  public:
@@ -52,4 +52,4 @@ class InputFetcher {
   int64_t next_request_ = 1;
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -18,7 +18,7 @@
 #include "message.h"
 #include "object_table.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 inline constexpr size_t kMaxRequestBytes = size_t(1) << 20;
 inline constexpr const char* kDataScope = "data";
@@ -44,4 +44,4 @@ class DataServer {
   size_t rejected_ = 0;
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

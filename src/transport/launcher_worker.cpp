@@ -1,4 +1,5 @@
-// Worker side of a launch: ask the controller rank which pool to serve, then become that pool's worker.
+// Worker side of a launch: ask the controller rank which pool to serve, and set up the environment of
+// that pool's worker.
 #include <unistd.h>
 
 #include <chrono>
@@ -6,12 +7,11 @@
 #include <cstdlib>
 
 #include "hybridflow/core/printable.h"
-#include "hybridflow/runtime/worker_main.h"
 #include "launcher_detail.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
-int run_launched_worker(const LaunchSettings& settings) {
+std::optional<int> run_launched_worker(const LaunchSettings& settings) {
   using Clock = std::chrono::steady_clock;
   const int rank = settings.env.rank;
   const std::string where = settings.endpoint(settings.rendezvous_port);
@@ -78,7 +78,7 @@ int run_launched_worker(const LaunchSettings& settings) {
         }
         socket.close();
         context.close();
-        return run_worker_main(0, nullptr);
+        return std::nullopt;  // the caller serves the pool
       }
       if (m.kind == "release") return m.meta.value("exit_code", 0);
       if (m.kind == "refuse") {
@@ -102,4 +102,4 @@ int run_launched_worker(const LaunchSettings& settings) {
   }
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

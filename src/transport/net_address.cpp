@@ -1,4 +1,4 @@
-#include "hybridflow/runtime/net_address.h"
+#include "hybridflow/transport/net_address.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

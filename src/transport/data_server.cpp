@@ -3,7 +3,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/printable.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 DataServer::DataServer(zmq::context_t& context, const std::string& host, const ObjectTable& table, std::string where)
     : table_(table), socket_(context, zmq::socket_type::router), rejects_(std::move(where)) {
@@ -63,4 +63,4 @@ void DataServer::serve() {
   }
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -15,7 +15,7 @@
 
 #include "hybridflow/core/data_proto.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 // [start, count] row ranges of an object, in the order they are wanted.
 using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
@@ -48,4 +48,4 @@ class ObjectTable {
   int64_t capacity_ = 0;
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

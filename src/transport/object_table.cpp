@@ -4,7 +4,7 @@
 
 #include "hybridflow/core/error.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 void ObjectTable::set_capacity(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -92,4 +92,4 @@ int64_t ObjectTable::bytes() const {
   return bytes_;
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

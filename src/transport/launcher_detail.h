@@ -1,21 +1,22 @@
-// The two sides of a launcher rendezvous (see hybridflow/runtime/launcher.h): the controller rank's
+// The two sides of a launcher rendezvous (see hybridflow/transport/launcher.h): the controller rank's
 // server, which hands launcher ranks to resource pools, and the worker ranks' join loop.
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
 
-#include "hybridflow/runtime/launcher.h"
-#include "hybridflow/runtime/process_pool.h"
+#include "hybridflow/transport/launcher.h"
+#include "hybridflow/transport/process_pool.h"
 #include "message.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 class Rendezvous {
  public:
@@ -74,8 +75,9 @@ class Rendezvous {
 // nullptr in every other process. Releases unclaimed ranks at exit.
 Rendezvous* launch_rendezvous();
 
-// A worker rank: joins the controller's rendezvous and serves the pool it is given (never returns
-// then); returns the exit code when released or when the controller is gone.
-int run_launched_worker(const LaunchSettings& settings);
+// A worker rank: joins the controller's rendezvous. Given a pool, it sets the worker environment
+// (HF_WORKER_ENDPOINT, ...) and returns nullopt: the caller then serves that pool (run_worker_main).
+// Returns the exit code when released or when the controller is gone.
+std::optional<int> run_launched_worker(const LaunchSettings& settings);
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

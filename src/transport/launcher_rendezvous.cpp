@@ -10,7 +10,7 @@
 #include "hybridflow/core/printable.h"
 #include "launcher_detail.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -252,4 +252,4 @@ Rendezvous* launch_rendezvous() {
   return instance;
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

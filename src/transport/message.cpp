@@ -12,11 +12,13 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/core/printable.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 namespace {
 
-constexpr char kMagic[4] = {'H', 'F', 'm', '1'};
-constexpr size_t kAuthBytes = 4 + 4 + 8 + crypto_auth_hmacsha256_BYTES;
+constexpr char kMagic[4] = {'H', 'F', 'm', '2'};
+// magic | sender | sequence number | the sending link's nonce | tag
+constexpr size_t kAuthBytes = 4 + 4 + 8 + kLinkNonceBytes + kFrameTagBytes;
+constexpr size_t kTagOffset = 4 + 4 + 8 + kLinkNonceBytes;
 // DataProto tensors are few (a dozen fields); far more frames is a peer trying to exhaust memory.
 constexpr size_t kMaxFrames = 4096;
 
@@ -53,30 +55,24 @@ void ensure_sodium() {
   HF_CHECK(ok, "libsodium failed to initialise (sodium_init); messages cannot be authenticated");
 }
 
-// MAC over who talks to whom in which conversation, the sequence number and every content frame (each
-// prefixed by its length, so frame boundaries cannot be shifted).
+// The tag over who talks to whom in which conversation, the sequence number, the sending link's nonce and
+// every content frame (frame_mac.h: each frame's length goes in with it, so boundaries cannot shift).
 template <typename Frames>
-void compute_mac(const std::array<unsigned char, 32>& key, const std::string& scope, int sender, int receiver,
-                 uint64_t seq, const Frames& frames, size_t first, unsigned char* mac) {
-  crypto_auth_hmacsha256_state state;
-  crypto_auth_hmacsha256_init(&state, key.data(), key.size());
-  unsigned char head[4 + 8 + 4 + 4 + 8];
-  std::memcpy(head, kMagic, 4);
-  put_u64(head + 4, scope.size());
-  put_i32(head + 12, sender);
-  put_i32(head + 16, receiver);
-  put_u64(head + 20, seq);
-  crypto_auth_hmacsha256_update(&state, head, 4 + 8);
-  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(scope.data()), scope.size());
-  crypto_auth_hmacsha256_update(&state, head + 12, sizeof(head) - 12);
-  for (size_t i = first; i < frames.size(); ++i) {
-    const zmq::message_t& f = *frames[i];
-    unsigned char len[8];
-    put_u64(len, f.size());
-    crypto_auth_hmacsha256_update(&state, len, 8);
-    crypto_auth_hmacsha256_update(&state, static_cast<const unsigned char*>(f.data()), f.size());
-  }
-  crypto_auth_hmacsha256_final(&state, mac);
+void compute_mac(const FrameMacKey& key, const std::string& scope, int sender, int receiver, uint64_t seq,
+                 const unsigned char* nonce, const Frames& frames, size_t first, unsigned char* tag) {
+  std::vector<unsigned char> header(4 + 8 + scope.size() + 4 + 4 + 8 + kLinkNonceBytes);
+  unsigned char* at = header.data();
+  std::memcpy(at, kMagic, 4);
+  put_u64(at + 4, scope.size());
+  std::memcpy(at + 12, scope.data(), scope.size());
+  at += 12 + scope.size();
+  put_i32(at, sender);
+  put_i32(at + 4, receiver);
+  put_u64(at + 8, seq);
+  std::memcpy(at + 16, nonce, kLinkNonceBytes);
+  FrameMac mac(key, header.data(), header.size());
+  for (size_t i = first; i < frames.size(); ++i) mac.add_frame(frames[i]->data(), frames[i]->size());
+  mac.finish(tag);
 }
 
 std::string peer_address_of(zmq::message_t& frame) {
@@ -122,12 +118,10 @@ Link::Link(const std::string& secret, std::string scope, int self, Ends ends)
     : scope_(std::move(scope)), self_(self), ends_(ends), max_bytes_(max_message_bytes()) {
   ensure_sodium();
   HF_CHECK(!secret.empty(), "message link '", scope_, "': empty job secret");
-  // The key is a hash of the secret, so the secret itself is never on the wire nor usable from a key.
-  static const char kLabel[] = "hybridflow message key v1";
-  unsigned char digest[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(secret.data()), secret.size());
-  crypto_auth_hmacsha256(key_.data(), reinterpret_cast<const unsigned char*>(kLabel), sizeof(kLabel) - 1, digest);
-  sodium_memzero(digest, sizeof(digest));
+  key_ = std::make_unique<FrameMacKey>(secret);
+  // Fresh for every link: a sender's (scope, sequence number) pairs never repeat under one one-time key,
+  // not even across jobs that share a secret or a rank whose link is made again.
+  randombytes_buf(nonce_.data(), nonce_.size());
 }
 
 void Link::limit(zmq::socket_t& socket) {
@@ -151,7 +145,8 @@ MessageBytes Link::send(zmq::socket_t& socket, const std::string& identity, int 
   std::memcpy(auth, kMagic, 4);
   put_i32(auth + 4, self_);
   put_u64(auth + 8, seq);
-  compute_mac(key_, scope_, self_, to, seq, frames, auth_index + 1, auth + 16);
+  std::memcpy(auth + 16, nonce_.data(), nonce_.size());
+  compute_mac(*key_, scope_, self_, to, seq, nonce_.data(), frames, auth_index + 1, auth + kTagOffset);
   MessageBytes bytes;
   const size_t first_payload = auth_index + 4;  // after auth, kind, meta and the DataProto header
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -205,13 +200,13 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
   const auto* auth = static_cast<const unsigned char*>(frames[i]->data());
   const int sender = get_i32(auth + 4);
   const uint64_t seq = get_u64(auth + 8);
-  unsigned char mac[crypto_auth_hmacsha256_BYTES];
-  compute_mac(key_, scope_, sender, self_, seq, frames, i + 1, mac);
+  unsigned char tag[kFrameTagBytes];
+  compute_mac(*key_, scope_, sender, self_, seq, auth + 16, frames, i + 1, tag);
   // A controller hears only from ranks, a rank only from the controller; a peer from any other node.
   const bool sender_ok = ends_ == Ends::kPeers         ? sender >= 0 && sender != self_
                          : self_ == kControllerEnd ? sender >= 0
                                                    : sender == kControllerEnd;
-  if (!sender_ok || crypto_verify_32(mac, auth + 16) != 0) {
+  if (!sender_ok || crypto_verify_16(tag, auth + kTagOffset) != 0) {
     out.reject_code = "forged";
     out.rejected_reason = "message not authenticated for '" + printable(scope_) +
                           "' (another job's secret, or forged)";
@@ -268,33 +263,11 @@ void RejectLog::note(const std::string& peer, const std::string& code, const std
   log_warn(where_, ": ", what, " (further '", code, "' rejections from this peer are counted, not logged)");
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
 #include <unistd.h>
 
-namespace hybridflow::runtime_detail {
-
-nlohmann::json coord_to_json(const MeshCoord& c) {
-  return {{"rank", c.rank}, {"world_size", c.world_size}, {"dp", c.dp}, {"dp_size", c.dp_size},
-          {"tp", c.tp}, {"tp_size", c.tp_size}, {"pp", c.pp}, {"pp_size", c.pp_size},
-          {"micro_dp", c.micro_dp}, {"micro_dp_size", c.micro_dp_size}, {"micro_dp_local", c.micro_dp_local}};
-}
-
-MeshCoord coord_from_json(const nlohmann::json& j) {
-  MeshCoord c;
-  c.rank = j.at("rank");
-  c.world_size = j.at("world_size");
-  c.dp = j.at("dp");
-  c.dp_size = j.at("dp_size");
-  c.tp = j.at("tp");
-  c.tp_size = j.at("tp_size");
-  c.pp = j.at("pp");
-  c.pp_size = j.at("pp_size");
-  c.micro_dp = j.at("micro_dp");
-  c.micro_dp_size = j.at("micro_dp_size");
-  c.micro_dp_local = j.at("micro_dp_local");
-  return c;
-}
+namespace hybridflow::transport_detail {
 
 std::string host_name() {
   char buf[256] = {0};
@@ -302,11 +275,11 @@ std::string host_name() {
   return buf;
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
 #include <fcntl.h>
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 WakePipe::WakePipe() {
   HF_CHECK(::pipe(fds_) == 0, "cannot create a pipe for the runtime I/O thread");
@@ -330,4 +303,4 @@ void WakePipe::drain() {
   }
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "hybridflow/core/data_proto.h"
-#include "hybridflow/runtime/future.h"
-#include "hybridflow/runtime/mesh_coord.h"
 
 namespace hybridflow {
 
@@ -84,10 +82,10 @@ class ProcessPool {
   bool failed() const;
   std::string failure() const;       // empty unless failed()
 
-  // Instantiates `worker_type` as `role` in every process (coords[i] for rank i); returns the
-  // role's methods and their protocols. Blocking.
+  // Instantiates `worker_type` as `role` in every process (coords[i], the rank's place in the role's
+  // layout, passed on unread to rank i); returns the role's methods and their protocols. Blocking.
   std::map<std::string, std::string> create_role(const std::string& role, const std::string& worker_type,
-                                                 const std::vector<MeshCoord>& coords, const nlohmann::json& config);
+                                                 const std::vector<nlohmann::json>& coords, const nlohmann::json& config);
 
   // Sends inputs[i] to rank i; on_done gets the outputs indexed by rank, on_error the failure.
   // Both run on the pool's I/O thread.
@@ -95,8 +93,9 @@ class ProcessPool {
               std::function<void(std::vector<DataProto>&&)> on_done,
               std::function<void(std::exception_ptr)> on_error);
 
-  // Runs fn on a helper thread once `input` resolved (joined at shutdown).
-  void when_ready(const Future& input, std::function<void()> fn);
+  // Runs fn on a helper thread, joined at shutdown (a call whose input resolved: it may wait on other
+  // pools, which the I/O thread that resolved the input must not). False, fn not run, once shutdown began.
+  bool run_on_helper(std::function<void()> fn);
 
   // ---- The data plane (runtime/data_plane.cpp drives these; algorithm code needs none of them) ----
   struct RankInput {

@@ -1,8 +1,9 @@
 // Controller <-> worker messages over ZeroMQ. Multipart layout (after the ROUTER's identity frame):
 //   auth | kind | meta JSON | [DataProto header | payload 0 | payload 1 ...]
-// auth = "HFm1" | sender (int32 LE) | sequence number (uint64 LE) | HMAC-SHA256 (32 bytes) over the scope,
-// sender, receiver, sequence number and every later frame. The key is derived from the job secret, which
-// itself never travels; a receiver accepts from each sender only increasing sequence numbers (no replays).
+// auth = "HFm2" | sender (int32 LE) | sequence number (uint64 LE) | the sending link's random nonce (16 bytes)
+// | tag (16 bytes): the MAC of frame_mac.h over the scope, sender, receiver, sequence number, nonce and every
+// later frame. The keys are derived from the job secret, which itself never travels; a receiver accepts from
+// each sender only increasing sequence numbers (no replays).
 // Sizes are checked while the frames arrive, before anything is verified or decoded.
 // Tensor payloads are sent without copying: the zmq message keeps a reference to the tensor.
 #pragma once
@@ -10,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -18,9 +20,10 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "frame_mac.h"
 #include "hybridflow/core/data_proto.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 
 struct Message {
   std::string kind;
@@ -28,7 +31,8 @@ struct Message {
   std::optional<DataProto> data;
 };
 
-inline constexpr int kControllerEnd = -1;  // the controller's end of a link; workers are ranks >= 0
+inline constexpr int kControllerEnd = -1;
+inline constexpr size_t kLinkNonceBytes = 16;  // the controller's end of a link; workers are ranks >= 0
 
 // The most bytes one message may have, all frames together (HF_MAX_MESSAGE_BYTES, default 1 GiB; read
 // once). Also ZMQ_MAXMSGSIZE on every socket, so ZeroMQ drops a peer sending a bigger frame unread.
@@ -83,7 +87,8 @@ class Link {
   const std::string& scope() const { return scope_; }
 
  private:
-  std::array<unsigned char, 32> key_{};
+  std::unique_ptr<FrameMacKey> key_;
+  std::array<unsigned char, kLinkNonceBytes> nonce_{};
   std::string scope_;
   int self_;
   Ends ends_;
@@ -107,12 +112,9 @@ class RejectLog {
   bool full_ = false;
 };
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
-#include "hybridflow/runtime/mesh_coord.h"
-namespace hybridflow::runtime_detail {
-nlohmann::json coord_to_json(const MeshCoord& c);
-MeshCoord coord_from_json(const nlohmann::json& j);
+namespace hybridflow::transport_detail {
 std::string host_name();
 
 // Environment contract between a controller and the worker processes it spawns.
@@ -123,9 +125,9 @@ inline constexpr const char* kPoolEnv = "HF_WORKER_POOL";
 // The data plane's secret (data_server.h): HF_WORKER_DATA_TOKEN, else the pool's (launched workers: the job's).
 inline constexpr const char* kDataTokenEnv = "HF_WORKER_DATA_TOKEN";
 inline constexpr double kHeartbeatPeriodS = 0.25;
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 // Lets other threads wake a thread blocked in zmq::poll (zmq sockets are single-threaded, so only
 // the I/O thread touches them; others queue work and write one byte here).
 class WakePipe {
@@ -141,4 +143,4 @@ class WakePipe {
  private:
   int fds_[2] = {-1, -1};
 };
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

@@ -10,7 +10,7 @@
 #include "data_server.h"
 #include "hybridflow/core/error.h"
 
-namespace hybridflow::runtime_detail {
+namespace hybridflow::transport_detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -297,4 +297,4 @@ DataProto InputFetcher::assemble(DataProto out, const json& plan, Result* result
   return out;
 }
 
-}  // namespace hybridflow::runtime_detail
+}  // namespace hybridflow::transport_detail

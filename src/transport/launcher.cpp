@@ -1,5 +1,5 @@
 // Launch settings: which rank controls, the job token, where the controller listens.
-#include "hybridflow/runtime/launcher.h"
+#include "hybridflow/transport/launcher.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
