@@ -21,7 +21,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libzmq3-dev cppzmq-dev   # controller <-> worker messages
-  libsodium-dev            # HMAC-SHA256 authenticating those messages
+  libsodium-dev            # key derivation and Poly1305 authenticating those messages
   libonig-dev libutf8proc-dev  # text layer: the tokenizers library's regex engine; Unicode normalisation
   openmpi-bin libopenmpi-dev
   iproute2                 # network namespaces for the multi-host test
