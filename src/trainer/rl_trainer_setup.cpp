@@ -262,6 +262,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   const Config algorithm = config.subtree("algorithm");
   s.adv_estimator = algo::advantage_estimator_name(algorithm);
   s.program = rl_program_name(config);
+  check_rl_program(s.program, config);  // what the program needs of the configuration, before any worker starts
   s.use_critic = s.adv_estimator == "gae";  // grpo / rloo / reinforce++ / remax need no value function
   const bool use_kl_loss = config.get<bool>("actor_rollout_ref.actor.use_kl_loss");
   const bool kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
