@@ -5,6 +5,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/worker_main.h"
@@ -131,6 +134,20 @@ TEST(RlPrograms, AProgramsConfigurationIsCheckedAtSetup) {
   EXPECT_NO_THROW(check_rl_program("test_checked", load_rl_config("", {"actor_rollout_ref.rollout.n=2"})));
   const std::string one = error_of([] { check_rl_program("test_checked", load_rl_config("", {})); });
   EXPECT_NE(one.find("test_checked: rollout.n"), std::string::npos) << one;
+}
+
+// A program talks to worker groups only through the role handles: none of the built-ins may reach into a
+// worker's header (what it would need there belongs in a handle or in the step).
+TEST(RlPrograms, NoBuiltInProgramIncludesAWorkerHeader) {
+  int programs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HF_SOURCE_DIR) + "/src/trainer/programs")) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(text.str().find("hybridflow/workers/"), std::string::npos) << entry.path();
+    ++programs;
+  }
+  EXPECT_GE(programs, 4);
 }
 
 // With top_k = 1 a sampled response is the greedy one, so a baseline scored like the samples cancels them
