@@ -1,5 +1,7 @@
 // A new RL algorithm in your own binary: one advantage function plus one registration, then the
-// stock trainer runs it (docs/new_algorithm.md walks through it). The estimator here, "grpo_max",
+// stock trainer runs it in the estimator program (generate, score, old log-probs, advantages by the
+// estimator, update the actor: src/trainer/programs/policy_gradient.cpp), with no program of its own
+// (docs/new_algorithm.md walks through it). The estimator here, "grpo_max",
 // scores each response against the best response to the same prompt: A = score - max(group score),
 // so only the group's best answers are not pushed down.
 //   build/example_custom_estimator examples/grpo_addition.yaml algorithm.adv_estimator=grpo_max

@@ -1,5 +1,8 @@
-// Internal to trainer/: the RLStages the trainer hands to an algorithm program for one step.
+// Internal to trainer/: the RLStep the trainer hands to an algorithm program for one step, and the role
+// handles' work behind it.
 #pragma once
+
+#include <map>
 
 #include "hybridflow/trainer/rl_program.h"
 #include "rl_trainer_state.h"
@@ -22,36 +25,54 @@ class ControllerSpan {
   CallSpan::Clock::time_point start_;
 };
 
-class TrainerStages final : public RLStages {
+// A generation and what has joined it (trainer/rl_roles.h's RolloutBatch is a handle to one).
+struct RolloutBatchState {
+  TrainerStages* step = nullptr;
+  Future generation;      // the generate_sequences call (a ready one for a batch_of batch)
+  bool greedy = false;    // a baseline: not trained on, so neither stamped nor its reshard logged
+  bool waited = false;    // `data` holds the generation
+  DataProto data;         // gains tensors as results join
+  DataProto prompts;      // empty for a batch_of batch
+  int64_t n = 1;
+  at::Tensor scores, costs;
+  std::map<std::string, double> score_metrics;  // score/* of the parts, logged if the step trains on it
+};
+
+class TrainerStages final : public RLStep {
  public:
   explicit TrainerStages(RLTrainer::State& s);
 
+  // RLStep
+  RLRoles& roles() override { return roles_; }
   const Config& config() const override;
   MetricsLog& metrics() override;
   int64_t step() const override;
+  const std::string& adv_estimator() const override;
   algo::LagrangeMultiplier& lagrange() override;
   DataProto next_prompts(int64_t count = 0) override;
-  Generation generate(const DataProto& prompts, bool greedy = false) override;
-  at::Tensor score(const Generation& generation) override;
-  at::Tensor cost(const Generation& generation) override;
-  Rollout rollout(const DataProto& prompts) override;
-  Rollout rollout_of(const DataProto& generated, int64_t n, const at::Tensor& scores = {}) override;
+  RolloutBatch batch_of(const DataProto& generated, int64_t n, const at::Tensor& scores = {}) override;
   DataProto concat(const std::vector<DataProto>& generated) override;
-  void score(Rollout& r) override;
-  void cost(Rollout& r) override;
-  void collect(Rollout& r) override;
-  at::Tensor token_rewards(Rollout& r) override;
-  algo::AdvantageInput advantage_input(const Rollout& r, const at::Tensor& token_rewards) override;
+  algo::AdvantageInput advantage_input(RolloutBatch& batch) override;
+  algo::AdvantageInput cost_advantage_input(RolloutBatch& batch) override;
   algo::AdvantageOutput advantage(const std::string& estimator, const algo::AdvantageInput& in) override;
-  void set_advantages(Rollout& r, const algo::AdvantageOutput& adv) override;
-  void set_cost_advantages(Rollout& r, const algo::AdvantageOutput& cost_adv) override;
-  void update(Rollout& r) override;
-  nlohmann::json finish(Rollout& r) override;
+  nlohmann::json finish(RolloutBatch& batch) override;
 
   bool finished() const { return finished_; }  // the program ended its step with finish()
 
+  // What the role handles (rl_roles.cpp) dispatch: each returns at once.
+  RolloutBatch generate(const DataProto& prompts, Decoding decoding);
+  Pending old_log_prob(const RolloutBatch& batch);
+  Pending ref_log_prob(const RolloutBatch& batch);
+  Pending values(const RolloutBatch& batch, bool of_cost);
+  Pending reward(const RolloutBatch& batch);
+  Pending cost(const RolloutBatch& batch);
+  Pending update_critic(const RolloutBatch& batch, bool of_cost);
+  Pending update_actor(const RolloutBatch& batch);
+  // The generated rows (waits for the generation the first time, timed as the step's generate stage).
+  DataProto& wait_generation(RolloutBatchState& batch);
+  static RolloutBatchState& state_of(const RolloutBatch& batch);
+
  private:
-  const DataProto& wait_generation(const Future& batch);
   // A generate_sequences request for `prompts`, sampled with the seed of round `round` of step `step`.
   DataProto generation_request(const DataProto& prompts, int64_t step, uint64_t round) const;
   // The step's first sampled generation: with rollout.staleness 1 the one the previous step dispatched (and
@@ -59,22 +80,29 @@ class TrainerStages final : public RLStages {
   Future sampled_generation(const DataProto& prompts, uint64_t round);
   // Every sample carries the policy version that generated it; the actor's own rollouts are this step's.
   void stamp_policy_version(DataProto& batch) const;
-  // Rule score + reward model + overlong penalty; `log` records the parts as this step's metrics.
-  at::Tensor sequence_scores(const DataProto& gen, const Future& rm_score, bool log);
+  // Rule score + reward model + overlong penalty; the parts' metrics into `parts`.
+  at::Tensor sequence_scores(const DataProto& gen, const Future& rm_score, std::map<std::string, double>& parts);
   at::Tensor sequence_costs(const DataProto& gen, const Future& cost_score);
-  Rollout dispatch_readers(const Future& gen, int64_t n);
+  // Token-level rewards [rows, R]: each score at its sequence's last token, minus the KL penalty when
+  // algorithm.use_kl_in_reward (the adaptive controller steps on this batch's KL).
+  at::Tensor token_rewards(RolloutBatchState& b);
+  // An update's metrics into the step's; counts the roles whose update skipped a non-finite step.
+  void add_update_metrics(const Future& update, const std::string& rename_prefix = "");
   // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, and
   // the step's calls per pool; `step` is the number the step's metrics record gets.
-  void log_samples(const Rollout& r, int64_t step);
+  void log_samples(const RolloutBatchState& b, int64_t step);
   void log_timeline(int64_t step);
 
   RLTrainer::State& s_;
+  RLRoles roles_;
   StageTimer timer_;
   CallSpan::Clock::time_point step_start_;
   double step_start_unix_s_ = 0;
   uint64_t sampled_generations_ = 0;
   bool drew_prompts_ = false;  // next_prompts ran this step (the prefetched prompts go to the first call)
   std::optional<RLTrainer::State::WeightSyncCalls> weight_sync_;  // dispatched after the actor's update
+  int updates_ = 0;            // role updates joined this step
+  int nonfinite_updates_ = 0;  // of them, those that met a non-finite gradient norm and skipped the step
   bool finished_ = false;
 };
 

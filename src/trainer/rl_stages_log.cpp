@@ -1,5 +1,5 @@
 // What a step writes for watching the run beside its metrics (trainer/step_records.h): a few decoded
-// rollout samples and the timeline of its calls. In the stages, so that every algorithm program gets both.
+// rollout samples and the timeline of its calls. In the step, so that every algorithm program gets both.
 #include <cmath>
 
 #include "hybridflow/trainer/step_records.h"
@@ -7,9 +7,9 @@
 
 namespace hybridflow {
 
-void TrainerStages::log_samples(const Rollout& r, int64_t step) {
+void TrainerStages::log_samples(const RolloutBatchState& r, int64_t step) {
   if (!logs_samples_at(step, s_.cfg.get<int64_t>("trainer.log_samples_freq"))) return;
-  const DataProto& batch = r.batch;
+  const DataProto& batch = r.data;
   const auto rows = sample_rows(batch.batch_size(), s_.cfg.get<int64_t>("trainer.log_samples_count"));
   if (rows.empty()) return;
   const auto mask = batch.tensor("response_mask").to(torch::kDouble);

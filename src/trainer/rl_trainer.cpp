@@ -49,7 +49,7 @@ nlohmann::json RLTrainer::step() {
   TrainerStages stages(s);
   nlohmann::json record = get_rl_program(s.program)(stages);
   HF_CHECK(stages.finished(), "algorithm program '", s.program,
-           "' returned without ending its step: its last line must be `return rl.finish(r);`");
+           "' returned without ending its step: its last line must be `return step.finish(batch);`");
   return record;
 }
 

@@ -193,6 +193,7 @@ void RLTrainer::State::choose_roles() {
   const Config algorithm = config.subtree("algorithm");
   s.adv_estimator = algo::advantage_estimator_name(algorithm);
   s.program = rl_program_name(config);
+  check_rl_program(s.program, config);  // what the program needs of the configuration, before any worker starts
   s.kl_ctrl = algo::kl_controller(algorithm);
   s.use_critic = s.adv_estimator == "gae";
   s.use_reward_model = config.get<bool>("reward_model.enable");

@@ -1,10 +1,13 @@
 // Algorithms as programs (trainer/rl_program.h): which program a config runs, a program registered from
-// outside the library, and the baselines of ReMax and Safe-RLHF scored like the samples they are
+// outside the library, the role handles it gets, the checks at setup, and the baselines of ReMax and Safe-RLHF scored like the samples they are
 // compared with.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/worker_main.h"
@@ -51,16 +54,20 @@ TEST(RlPrograms, AnUnknownProgramIsAnErrorListingTheKnownOnes) {
 // caught instead of silently not counting it.
 TEST(RlPrograms, ARegisteredProgramRunsAndMustFinishItsStep) {
   int calls = 0;
-  register_rl_program("test_all_zero", [&calls](RLStages& rl) {
+  register_rl_program("test_all_zero", [&calls](RLStep& step) {
     ++calls;
-    Rollout r = rl.rollout(rl.next_prompts());
-    rl.score(r);
-    rl.collect(r);
-    algo::AdvantageInput in = rl.advantage_input(r, rl.token_rewards(r));
+    auto& [actor, ref, critic, reward, cost, cost_critic] = step.roles();
+    EXPECT_FALSE(critic.has_value());  // grpo: no critic, and no cost
+    EXPECT_FALSE(cost.has_value());
+    RolloutBatch batch = actor.generate_sequences(step.next_prompts());
+    Pending scores = reward.compute_reward(batch);
+    Pending old_log_prob = actor.compute_log_prob(batch);
+    join(scores, old_log_prob);
+    const algo::AdvantageInput in = step.advantage_input(batch);
     const auto zero = torch::zeros_like(in.response_mask);
-    rl.set_advantages(r, {zero, zero});
-    rl.update(r);
-    return rl.finish(r);
+    batch.set_advantages({zero, zero});
+    actor.update_actor(batch).join();
+    return step.finish(batch);
   });
   RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"algorithm.program=test_all_zero"})));
   const nlohmann::json record = trainer.step();
@@ -69,15 +76,78 @@ TEST(RlPrograms, ARegisteredProgramRunsAndMustFinishItsStep) {
   EXPECT_EQ(record.at("advantages/mean").get<double>(), 0.0) << record.dump();
   // Zero advantages and no KL or entropy term: the policy loss and its gradient are 0.
   EXPECT_EQ(record.at("actor/pg_loss").get<double>(), 0.0) << record.dump();
+  EXPECT_TRUE(record.contains("score/mean")) << record.dump();
 
-  register_rl_program("test_unfinished", [](RLStages& rl) {
-    rl.rollout(rl.next_prompts());
+  register_rl_program("test_unfinished", [](RLStep& step) {
+    step.roles().actor.generate_sequences(step.next_prompts()).data();
     return nlohmann::json::object();
   });
   RLTrainer unfinished(load_rl_config("", tiny_rl_overrides("grpo", {"algorithm.program=test_unfinished"})));
   const std::string bad = error_of([&] { unfinished.step(); });
   EXPECT_NE(bad.find("returned without ending its step"), std::string::npos) << bad;
   EXPECT_EQ(unfinished.steps_done(), 0);
+}
+
+// The handles are the roles the configuration runs: a critic with gae, a reference with a KL term, a cost
+// and cost critic with a cost under gae. The program sees the same set the trainer started.
+TEST(RlPrograms, TheHandlesAreTheConfiguredRoles) {
+  struct Seen {
+    bool ref = false, critic = false, cost = false, cost_critic = false;
+  };
+  Seen seen;
+  register_rl_program("test_roles", [&seen](RLStep& step) {
+    const RLRoles& roles = step.roles();
+    seen = {roles.ref.has_value(), roles.critic.has_value(), roles.cost.has_value(), roles.cost_critic.has_value()};
+    return get_rl_program("ppo")(step);
+  });
+  RLTrainer plain(load_rl_config("", tiny_rl_overrides("gae", {"algorithm.program=test_roles"})));
+  plain.step();
+  EXPECT_TRUE(seen.critic);
+  EXPECT_FALSE(seen.cost);
+  EXPECT_FALSE(seen.cost_critic);
+  RLTrainer with_kl(load_rl_config("", tiny_rl_overrides("gae", {"algorithm.program=test_roles",
+                                                                 "actor_rollout_ref.actor.use_kl_loss=true"})));
+  with_kl.step();
+  EXPECT_TRUE(seen.ref);
+}
+
+// What a program needs of the configuration fails when the trainer is built, naming the key, not at the
+// first step after every worker started.
+TEST(RlPrograms, AProgramsConfigurationIsCheckedAtSetup) {
+  const std::string remax_in_dapo = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("remax", {"algorithm.filter_groups.enable=true"})));
+  });
+  EXPECT_NE(remax_in_dapo.find("algorithm.adv_estimator: remax"), std::string::npos) << remax_in_dapo;
+  const std::string metric = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"algorithm.filter_groups.enable=true",
+                                                              "algorithm.filter_groups.metric=seq_final_reward"})));
+  });
+  EXPECT_NE(metric.find("algorithm.filter_groups.metric"), std::string::npos) << metric;
+  const std::string no_cost = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"algorithm.program=safe_rlhf"})));
+  });
+  EXPECT_NE(no_cost.find("safe_rlhf needs a cost"), std::string::npos) << no_cost;
+  // A user's program registers its own check.
+  register_rl_program(
+      "test_checked", get_rl_program("grpo"),
+      [](const Config& c) { HF_CHECK(c.get<int64_t>("actor_rollout_ref.rollout.n") > 1, "test_checked: rollout.n"); });
+  EXPECT_NO_THROW(check_rl_program("test_checked", load_rl_config("", {"actor_rollout_ref.rollout.n=2"})));
+  const std::string one = error_of([] { check_rl_program("test_checked", load_rl_config("", {})); });
+  EXPECT_NE(one.find("test_checked: rollout.n"), std::string::npos) << one;
+}
+
+// A program talks to worker groups only through the role handles: none of the built-ins may reach into a
+// worker's header (what it would need there belongs in a handle or in the step).
+TEST(RlPrograms, NoBuiltInProgramIncludesAWorkerHeader) {
+  int programs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HF_SOURCE_DIR) + "/src/trainer/programs")) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(text.str().find("hybridflow/workers/"), std::string::npos) << entry.path();
+    ++programs;
+  }
+  EXPECT_GE(programs, 4);
 }
 
 // With top_k = 1 a sampled response is the greedy one, so a baseline scored like the samples cancels them

@@ -2,7 +2,8 @@
 // advantage everywhere and teaches nothing, so such groups are dropped and more prompts are generated
 // (data.gen_batch_size at a time) until data.train_batch_size prompts with varied scores are gathered
 // (verl's algorithm.filter_groups). Clip-higher (actor.clip_ratio_high), token-mean aggregation and the
-// overlong penalty (reward_model.overlong_buffer) are settings of the shared stages.
+// overlong penalty (reward_model.overlong_buffer) are settings of the roles. Its settings are checked when
+// the trainer is built (rl_program.cpp).
 #include "programs.h"
 
 #include "hybridflow/algo/dapo.h"
@@ -11,52 +12,45 @@
 
 namespace hybridflow::programs {
 
-nlohmann::json dapo(RLStages& rl) {
-  const Config& c = rl.config();
+nlohmann::json dapo(RLStep& step) {
+  auto& [actor, ref, critic, reward, cost, cost_critic] = step.roles();
+  const Config& c = step.config();
   const int64_t want = c.get<int64_t>("data.train_batch_size");
   const int64_t per_round = c.is_null("data.gen_batch_size") ? want : c.get<int64_t>("data.gen_batch_size");
   const int64_t max_rounds = c.get<int64_t>("algorithm.filter_groups.max_num_gen_batches");
-  const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
-  const std::string estimator = c.get<std::string>("algorithm.adv_estimator");
-  HF_CHECK(estimator != "remax", "dapo (algorithm.filter_groups.enable): adv_estimator remax needs greedy baselines ",
-           "that dynamic sampling does not generate; use grpo, rloo or reinforce_plus_plus");
-  if (!c.is_null("algorithm.filter_groups.metric")) {
-    // Every score here is one number per sequence (rule + reward model + overlong penalty): verl's acc,
-    // score and seq_reward name it; seq_final_reward (after the KL penalty) is not computed before filtering.
-    const std::string metric = c.get<std::string>("algorithm.filter_groups.metric");
-    HF_CHECK(metric == "acc" || metric == "score" || metric == "seq_reward",
-             "algorithm.filter_groups.metric: expected acc, score or seq_reward (all the sequence score), got '",
-             metric, "'");
-  }
   std::vector<DataProto> kept;
   std::vector<at::Tensor> kept_scores;
-  int64_t groups = 0, rounds = 0, seen = 0;
+  int64_t n = 1, groups = 0, rounds = 0, seen = 0;
   while (groups < want) {
     HF_CHECK(max_rounds <= 0 || rounds < max_rounds, "dapo: after algorithm.filter_groups.max_num_gen_batches = ",
              max_rounds, " generations only ", groups, " of data.train_batch_size = ", want,
              " prompts had samples that scored differently; raise max_num_gen_batches (0 = no limit) or make the ",
              "task less uniform for this policy");
-    Generation g = rl.generate(rl.next_prompts(per_round));
-    const at::Tensor scores = rl.score(g);
-    const at::Tensor group = at::arange(scores.size(0) / n, at::kLong).repeat_interleave(n);
-    const at::Tensor rows = algo::dynamic_sampling_keep(scores, group).nonzero().view(-1);  // rows of kept groups
+    RolloutBatch round = actor.generate_sequences(step.next_prompts(per_round));
+    reward.compute_reward(round).join();
+    n = round.n();
+    const at::Tensor group = at::arange(round.scores().size(0) / n, at::kLong).repeat_interleave(n);
+    const at::Tensor rows = algo::dynamic_sampling_keep(round.scores(), group).nonzero().view(-1);  // of kept groups
     ++rounds;
     seen += per_round;
     if (rows.numel() == 0) continue;
-    kept.push_back(g.batch.get().index_select(rows));
-    kept_scores.push_back(scores.index_select(0, rows));
+    kept.push_back(round.data().index_select(rows));
+    kept_scores.push_back(round.scores().index_select(0, rows));
     groups += rows.numel() / n;
   }
-  rl.metrics().set("dapo/num_gen_batches", static_cast<double>(rounds));
-  rl.metrics().set("dapo/kept_group_fraction", static_cast<double>(groups) / static_cast<double>(seen));
-  const DataProto batch = rl.concat(kept).slice(0, want * n);
-  Rollout r = rl.rollout_of(batch, n, at::cat(kept_scores).slice(0, 0, want * n));
-  rl.score(r);  // scored already: logs the kept samples' scores
-  rl.collect(r);
-  algo::AdvantageInput in = rl.advantage_input(r, rl.token_rewards(r));
-  rl.set_advantages(r, rl.advantage(estimator, in));
-  rl.update(r);
-  return rl.finish(r);
+  step.metrics().set("dapo/num_gen_batches", static_cast<double>(rounds));
+  step.metrics().set("dapo/kept_group_fraction", static_cast<double>(groups) / static_cast<double>(seen));
+  RolloutBatch batch =
+      step.batch_of(step.concat(kept).slice(0, want * n), n, at::cat(kept_scores).slice(0, 0, want * n));
+  Pending old_log_prob = actor.compute_log_prob(batch);
+  Pending ref_log_prob = ref ? ref->compute_log_prob(batch) : Pending();
+  Pending values = critic ? critic->compute_values(batch) : Pending();
+  join(old_log_prob, ref_log_prob, values);
+  step.compute_advantage(batch, step.adv_estimator());
+  Pending critic_updated = critic ? critic->update_critic(batch) : Pending();
+  Pending actor_updated = actor.update_actor(batch);
+  join(critic_updated, actor_updated);
+  return step.finish(batch);
 }
 
 }  // namespace hybridflow::programs

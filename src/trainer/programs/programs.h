@@ -2,19 +2,19 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "hybridflow/trainer/rl_program.h"
 
 namespace hybridflow::programs {
 
-nlohmann::json ppo(RLStages& rl);
-nlohmann::json grpo(RLStages& rl);
-nlohmann::json rloo(RLStages& rl);
-nlohmann::json remax(RLStages& rl);
-nlohmann::json reinforce_plus_plus(RLStages& rl);
-nlohmann::json safe_rlhf(RLStages& rl);
-nlohmann::json dapo(RLStages& rl);
-// Any other registered advantage estimator (algo/advantage.h) as a critic-free policy-gradient step.
-nlohmann::json policy_gradient(RLStages& rl);
+// PPO (estimator gae), GRPO, RLOO, REINFORCE++ or any registered estimator: one step, the estimator its
+// parameter. with_estimator binds one; with_configured_estimator takes algorithm.adv_estimator.
+nlohmann::json policy_gradient(RLStep& step, const std::string& estimator);
+RLProgram with_estimator(const std::string& estimator);
+RLProgram with_configured_estimator();
+nlohmann::json remax(RLStep& step);
+nlohmann::json safe_rlhf(RLStep& step);
+nlohmann::json dapo(RLStep& step);
 
 }  // namespace hybridflow::programs

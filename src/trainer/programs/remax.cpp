@@ -7,19 +7,23 @@
 
 namespace hybridflow::programs {
 
-nlohmann::json remax(RLStages& rl) {
-  DataProto prompts = rl.next_prompts();
-  Generation greedy = rl.generate(prompts, /*greedy=*/true);  // and the reward model on it
-  Rollout r = rl.rollout(prompts);
-  rl.score(r);
-  rl.collect(r);
-  algo::AdvantageInput in = rl.advantage_input(r, rl.token_rewards(r));
-  const at::Tensor baseline = rl.score(greedy);
-  rl.metrics().set("score/greedy_baseline_mean", baseline.to(at::kDouble).mean().item<double>());
-  in.reward_baselines = baseline.repeat_interleave(r.n);
-  rl.set_advantages(r, rl.advantage("remax", in));  // reward-to-go - greedy score
-  rl.update(r);
-  return rl.finish(r);
+nlohmann::json remax(RLStep& step) {
+  auto& [actor, ref, critic, reward, cost, cost_critic] = step.roles();
+  const DataProto prompts = step.next_prompts();
+  RolloutBatch greedy = actor.generate_sequences(prompts, Decoding::kGreedy);
+  Pending baseline = reward.compute_reward(greedy);
+  RolloutBatch batch = actor.generate_sequences(prompts);
+  Pending scores = reward.compute_reward(batch);
+  Pending old_log_prob = actor.compute_log_prob(batch);
+  Pending ref_log_prob = ref ? ref->compute_log_prob(batch) : Pending();
+  join(scores, old_log_prob, ref_log_prob);
+  algo::AdvantageInput in = step.advantage_input(batch);
+  join(baseline);
+  step.metrics().set("score/greedy_baseline_mean", greedy.scores().to(at::kDouble).mean().item<double>());
+  in.reward_baselines = greedy.scores().repeat_interleave(batch.n());
+  batch.set_advantages(step.advantage("remax", in));  // reward-to-go - greedy score
+  actor.update_actor(batch).join();
+  return step.finish(batch);
 }
 
 }  // namespace hybridflow::programs

@@ -1,0 +1,247 @@
+// The role handles of trainer/rl_roles.h: each names the call a program makes; the step's side here
+// dispatches it on the worker group at once and, when the program joins it, waits (timed under the stage's
+// name) and puts the result into its batch or the step's metrics.
+#include "hybridflow/trainer/rl_roles.h"
+
+#include "hybridflow/algo/dapo.h"
+#include "hybridflow/algo/rollout_correction.h"
+#include "rl_stages.h"
+#include "score_guard.h"
+
+namespace hybridflow {
+
+namespace {
+
+torch::Tensor to_float_tensor(const std::vector<double>& values) {
+  return torch::tensor(values, torch::kDouble).to(torch::kFloat);
+}
+
+// Each role's LR schedule sits at this RL step, however many optimizer steps the update takes.
+DataProto at_schedule_step(DataProto batch, int64_t step) {
+  batch.meta()["schedule_step"] = step;
+  return batch;
+}
+
+}  // namespace
+
+int64_t RolloutBatch::n() const { return TrainerStages::state_of(*this).n; }
+
+DataProto& RolloutBatch::data() {
+  RolloutBatchState& b = TrainerStages::state_of(*this);
+  return b.step->wait_generation(b);
+}
+
+const at::Tensor& RolloutBatch::scores() const {
+  const RolloutBatchState& b = TrainerStages::state_of(*this);
+  HF_CHECK(b.scores.defined(), "RolloutBatch::scores: join the batch's reward.compute_reward first");
+  return b.scores;
+}
+
+const at::Tensor& RolloutBatch::costs() const {
+  const RolloutBatchState& b = TrainerStages::state_of(*this);
+  HF_CHECK(b.costs.defined(), "RolloutBatch::costs: join the batch's cost->compute_cost first");
+  return b.costs;
+}
+
+void RolloutBatch::set_advantages(const algo::AdvantageOutput& adv) {
+  DataProto& batch = data();
+  batch.set_tensor("advantages", adv.advantages.to(torch::kFloat));
+  batch.set_tensor("returns", adv.returns.to(torch::kFloat));
+}
+
+void RolloutBatch::set_cost_advantages(const algo::AdvantageOutput& cost_adv) {
+  DataProto& batch = data();
+  batch.set_tensor("cost_returns", cost_adv.returns.to(torch::kFloat));
+  state_->step->metrics().set(
+      "cost_advantages/mean",
+      algo::masked_mean(cost_adv.advantages, batch.tensor("response_mask").to(torch::kFloat)).item<double>());
+}
+
+RolloutBatch ActorRollout::generate_sequences(const DataProto& prompts, Decoding decoding) {
+  return step_->generate(prompts, decoding);
+}
+
+Pending ActorRollout::compute_log_prob(const RolloutBatch& batch) { return step_->old_log_prob(batch); }
+
+Pending ActorRollout::update_actor(const RolloutBatch& batch) { return step_->update_actor(batch); }
+
+Pending Reference::compute_log_prob(const RolloutBatch& batch) { return step_->ref_log_prob(batch); }
+
+Pending Critic::compute_values(const RolloutBatch& batch) { return step_->values(batch, of_cost_); }
+
+Pending Critic::update_critic(const RolloutBatch& batch) { return step_->update_critic(batch, of_cost_); }
+
+Pending Reward::compute_reward(const RolloutBatch& batch) { return step_->reward(batch); }
+
+Pending Cost::compute_cost(const RolloutBatch& batch) { return step_->cost(batch); }
+
+// The rule reward and the reward model; the rule cost and the cost model.
+torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future& rm_score,
+                                             std::map<std::string, double>& parts) {
+  auto t = timer_.scope("reward");
+  const auto clip = reward_clip_from_config(s_.cfg);
+  int64_t clipped = 0;
+  torch::Tensor scores;
+  {
+    ControllerSpan span(*s_.timeline, "rule_score");
+    scores = guard_scores(to_float_tensor(s_.rule_scores(gen)), "the rule reward (reward.type " +
+                          s_.cfg.get<std::string>("reward.type") + ")", s_.step + 1, clip, &clipped);
+  }
+  parts["score/rule_mean"] = mean_of(scores);
+  if (rm_score.valid()) {
+    parts["score/rm_mean"] = mean_of(rm_score.get().tensor("rm_scores"));
+    scores = scores + guard_scores(rm_score.get().tensor("rm_scores"), "the reward model", s_.step + 1, clip, &clipped);
+  }
+  const Config overlong = s_.cfg.subtree("reward_model.overlong_buffer");
+  if (overlong.get<bool>("enable")) {
+    // DAPO's soft overlong punishment: responses that run into the last `len` tokens lose up to penalty_factor.
+    const auto lengths = gen.tensor("response_mask").to(torch::kFloat).sum(1);
+    const auto penalty = algo::overlong_penalty(lengths, s_.specs.rollout.response_length, overlong.get<int64_t>("len"),
+                                                overlong.get<double>("penalty_factor"));
+    if (overlong.get<bool>("log")) parts["score/overlong_penalty_mean"] = mean_of(penalty);
+    scores = scores + penalty;
+  }
+  if (clip) {
+    scores = guard_scores(scores, "the summed score", s_.step + 1, clip, &clipped);
+    parts["score/clipped"] = static_cast<double>(clipped);
+  }
+  return scores;
+}
+
+torch::Tensor TrainerStages::sequence_costs(const DataProto& gen, const Future& cost_score) {
+  auto t = timer_.scope("cost");
+  torch::Tensor costs = guard_scores(to_float_tensor(s_.rule_costs(gen)),
+                                     "the cost (cost.type " + s_.cfg.get<std::string>("cost.type") + ")", s_.step + 1, {});
+  if (cost_score.valid())
+    costs = costs + guard_scores(cost_score.get().tensor("rm_scores"), "the cost model", s_.step + 1, {});
+  return costs;
+}
+
+Pending TrainerStages::reward(const RolloutBatch& batch) {
+  auto b = batch.state_;
+  state_of(batch);
+  if (b->scores.defined()) return Pending();  // scored when it was made (batch_of)
+  Future rm_score;
+  if (s_.reward_model) rm_score = s_.reward_model->call("compute_rm_score", b->generation);
+  return Pending([this, b, rm_score] { b->scores = sequence_scores(wait_generation(*b), rm_score, b->score_metrics); });
+}
+
+Pending TrainerStages::cost(const RolloutBatch& batch) {
+  auto b = batch.state_;
+  state_of(batch);
+  Future cost_score;
+  if (s_.cost_model) cost_score = s_.cost_model->call("compute_rm_score", b->generation);
+  return Pending([this, b, cost_score] { b->costs = sequence_costs(wait_generation(*b), cost_score); });
+}
+
+// Old and reference log-probs and values, joined into their batch.
+Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
+  auto b = batch.state_;
+  state_of(batch);
+  // verl's bypass mode: the rollout's own log-probs are the old policy's, so the actor's pass is skipped.
+  Future log_prob;
+  if (!s_.cfg.get<bool>("algorithm.rollout_correction.bypass_mode"))
+    log_prob = s_.actor->call("compute_log_prob", b->generation);
+  return Pending([this, b, log_prob] {
+    DataProto& data = wait_generation(*b);
+    if (log_prob.valid()) {
+      auto t = timer_.scope("old_log_prob");
+      data.update(log_prob.get());
+    } else {
+      HF_CHECK(data.has_tensor("rollout_log_probs"), "compute_log_prob: algorithm.rollout_correction.bypass_mode ",
+               "takes the old log-probs from the rollout, but the batch has no rollout_log_probs");
+      data.set_tensor("old_log_probs", data.tensor("rollout_log_probs") * data.tensor("response_mask").to(torch::kFloat));
+    }
+    // The generating policy against the one about to train (another dtype, or one update behind): logged,
+    // and with algorithm.rollout_correction.rollout_is the actor's loss is weighted by the truncated ratio.
+    if (data.has_tensor("rollout_log_probs") && data.has_tensor("old_log_probs")) {
+      const auto correction = algo::rollout_correction(
+          data.tensor("old_log_probs"), data.tensor("rollout_log_probs"), data.tensor("response_mask"),
+          algo::rollout_correction_config(s_.cfg.subtree("algorithm")));
+      for (const auto& [key, value] : correction.metrics) s_.metrics->set(key, value);
+      if (correction.weights.defined()) data.set_tensor("rollout_is_weights", correction.weights);
+    }
+  });
+}
+
+Pending TrainerStages::ref_log_prob(const RolloutBatch& batch) {
+  auto b = batch.state_;
+  state_of(batch);
+  Future log_prob = s_.actor->call("compute_ref_log_prob", b->generation);
+  return Pending([this, b, log_prob] {
+    DataProto& data = wait_generation(*b);
+    auto t = timer_.scope("ref");
+    data.update(log_prob.get());
+  });
+}
+
+Pending TrainerStages::values(const RolloutBatch& batch, bool of_cost) {
+  auto b = batch.state_;
+  state_of(batch);
+  Future result = (of_cost ? s_.cost_critic : s_.critic)->call("compute_values", b->generation);
+  return Pending([this, b, result, of_cost] {
+    DataProto& data = wait_generation(*b);
+    auto t = timer_.scope(of_cost ? "cost_values" : "values");
+    if (of_cost)
+      data.set_tensor("cost_values", result.get().tensor("values"));
+    else
+      data.update(result.get());
+  });
+}
+// The updates: dispatched on the batch, joined into the step's metrics.
+void TrainerStages::add_update_metrics(const Future& update, const std::string& rename_prefix) {
+  bool skipped = false;
+  for (const auto& [k, v] : update.get().meta().at("metrics").items()) {
+    // JSON has no NaN or inf: a worker's non-finite loss or gradient norm arrives as null.
+    s_.metrics->set(!rename_prefix.empty() && k.rfind("critic/", 0) == 0 ? rename_prefix + k : k,
+                    v.is_number() ? v.get<double>() : std::nan(""));
+    skipped = skipped || (k.size() >= 13 && k.compare(k.size() - 13, 13, "skipped_steps") == 0);
+  }
+  ++updates_;
+  nonfinite_updates_ += skipped;
+}
+
+Pending TrainerStages::update_critic(const RolloutBatch& batch, bool of_cost) {
+  RolloutBatchState& b = state_of(batch);
+  const DataProto& data = wait_generation(b);
+  Future update;
+  if (of_cost) {
+    HF_CHECK(data.has_tensor("cost_returns"), "update_critic: the cost critic needs cost returns ",
+             "(batch.set_cost_advantages)");
+    DataProto cost_batch = data.select({"input_ids", "attention_mask", "responses", "response_mask"});
+    cost_batch.set_tensor("values", data.tensor("cost_values"));
+    cost_batch.set_tensor("returns", data.tensor("cost_returns"));
+    update = s_.cost_critic->call("update_critic", at_schedule_step(cost_batch, s_.step));
+  } else {
+    HF_CHECK(data.has_tensor("returns"), "update_critic: set the batch's advantages first (batch.set_advantages)");
+    update = s_.critic->call("update_critic", at_schedule_step(data.select({"input_ids", "attention_mask", "responses",
+                                                                           "response_mask", "values", "returns"}),
+                                                               s_.step));
+  }
+  return Pending([this, update, of_cost] {
+    auto t = timer_.scope(of_cost ? "update_cost_critic" : "update_critic");
+    // The critic worker names its metrics critic/*; the cost critic's become cost_critic/*.
+    add_update_metrics(update, of_cost ? "cost_" : "");
+  });
+}
+
+Pending TrainerStages::update_actor(const RolloutBatch& batch) {
+  RolloutBatchState& b = state_of(batch);
+  const DataProto& data = wait_generation(b);
+  HF_CHECK(data.has_tensor("advantages"), "update_actor: set the batch's advantages first (batch.set_advantages)");
+  std::vector<std::string> keys = {"input_ids", "attention_mask", "responses", "response_mask",
+                                   "old_log_probs", "advantages"};
+  if (data.has_tensor("ref_log_prob")) keys.push_back("ref_log_prob");
+  if (data.has_tensor("rollout_is_weights")) keys.push_back("rollout_is_weights");
+  Future update = s_.actor->call("update_actor", at_schedule_step(data.select(keys), s_.step));
+  return Pending([this, update] {
+    {
+      auto t = timer_.scope("update_actor");
+      add_update_metrics(update);
+    }
+    // The new weights to the standalone rollout pool, straight from the actor's processes; finish() waits.
+    if (s_.rollout) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);
+  });
+}
+
+}  // namespace hybridflow
