@@ -16,13 +16,15 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
   }
   merges_.reserve(merges.size());
   const size_t prefix_len = options_.continuing_subword_prefix.size();
+  std::string merged;  // one buffer for every merge's result
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
     auto a = token_to_id(left), b = token_to_id(right);
     HF_CHECK(a && b, "merge ", rank, " ('", left, "' '", right, "') names a token that is not in the vocabulary");
     // The right part loses its continuation prefix inside the merged token.
     const bool strip = prefix_len > 0 && right.compare(0, prefix_len, options_.continuing_subword_prefix) == 0;
-    const std::string merged = left + (strip ? right.substr(prefix_len) : right);
+    merged.assign(left);
+    merged.append(right, strip ? prefix_len : 0);
     auto id = token_to_id(merged);
     HF_CHECK(id, "merge ", rank, " ('", left, "' '", right, "') gives '", merged, "', which is not in the vocabulary");
     // The first listing of a pair wins, as in the reference.

@@ -8,12 +8,8 @@ namespace hybridflow::text {
 Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
   size_t size = 0;
   for (const auto& [token, id] : vocab_) size = std::max(size, static_cast<size_t>(id) + 1);
-  id_to_token_.resize(size);
-  has_id_.assign(size, false);
-  for (const auto& [token, id] : vocab_) {
-    id_to_token_[static_cast<size_t>(id)] = token;
-    has_id_[static_cast<size_t>(id)] = true;
-  }
+  id_to_token_.assign(size, nullptr);
+  for (const auto& [token, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = &token;
 }
 
 void WordLevelModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
