@@ -6,10 +6,12 @@
 namespace hybridflow::text {
 
 Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
-  size_t size = 0;
-  for (const auto& [token, id] : vocab_) size = std::max(size, static_cast<size_t>(id) + 1);
-  id_to_token_.assign(size, nullptr);
-  for (const auto& [token, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = &token;
+  // One pass over the vocab's nodes: the largest ids come early in hash order, so it grows a few times only.
+  for (const auto& [token, id] : vocab_) {
+    const auto i = static_cast<size_t>(id);
+    if (i >= id_to_token_.size()) id_to_token_.resize(i + 1, nullptr);
+    id_to_token_[i] = &token;
+  }
 }
 
 void WordLevelModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {

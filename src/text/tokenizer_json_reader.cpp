@@ -159,6 +159,7 @@ class TokenizerPartsHandler {
   bool vocab_entry(json::number_unsigned_t id) {
     if (id > static_cast<json::number_unsigned_t>(INT32_MAX)) return false;
     if (!out_.vocab->emplace(std::move(vocab_key_), static_cast<int32_t>(id)).second) return false;
+    vocab_ids_.push_back(static_cast<int32_t>(id));
     max_id_ = std::max(max_id_, static_cast<int64_t>(id));
     return true;
   }
@@ -170,10 +171,9 @@ class TokenizerPartsHandler {
     const auto size = static_cast<int64_t>(out_.vocab->size());
     if (max_id_ >= size + (int64_t{1} << 20)) return false;
     std::vector<bool> seen(static_cast<size_t>(max_id_ + 1), false);
-    for (const auto& entry : *out_.vocab) {
-      const auto id = static_cast<size_t>(entry.second);
-      if (seen[id]) return false;
-      seen[id] = true;
+    for (const int32_t id : vocab_ids_) {
+      if (seen[static_cast<size_t>(id)]) return false;
+      seen[static_cast<size_t>(id)] = true;
     }
     return true;
   }
@@ -187,6 +187,7 @@ class TokenizerPartsHandler {
   bool next_is_model_ = false, in_model_ = false;
   bool seen_model_ = false, seen_vocab_ = false, seen_merges_ = false;
   std::string vocab_key_;
+  std::vector<int32_t> vocab_ids_;  // in the file's order (a flat copy to check, cheaper than the map's nodes)
   int64_t max_id_ = -1;
   std::string pair_[2];
   size_t pair_size_ = 0;
