@@ -3,7 +3,9 @@
 // document at a time on one thread (the reference with RAYON_NUM_THREADS=1), without special tokens.
 // The corpus: this repository's docs and sources (English prose and code) and multilingual text.
 // The first pass fills each side's word cache ("cold"); the best of the following passes is "warm".
-//   bench_tokenizer [--data=DIR] [--passes=3] [--python=PATH]
+// Before encoding, each tokenizer.json is loaded `loads` times (read, parse, build the model): the
+// best and the median load time are printed; with --load-only=1 nothing else is run.
+//   bench_tokenizer [--data=DIR] [--passes=3] [--loads=5] [--load-only=0] [--python=PATH]
 // DIR holds <name>/tokenizer.json (default: where the text tests find them, see tests/support/testdata_dir.h).
 #include <algorithm>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
@@ -52,6 +55,18 @@ std::vector<std::string> bench_corpus() {
   return docs;
 }
 
+// Best and median seconds of Tokenizer::from_file(path) over `loads` loads.
+std::pair<double, double> load_seconds(const std::string& path, int loads) {
+  std::vector<double> times;
+  for (int i = 0; i < loads; ++i) {
+    const double start = bench::now_seconds();
+    const text::Tokenizer tok = text::Tokenizer::from_file(path);
+    times.push_back(bench::now_seconds() - start);
+  }
+  std::sort(times.begin(), times.end());
+  return {times.front(), times[times.size() / 2]};
+}
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -64,6 +79,17 @@ int main(int argc, char** argv) {
   const std::string data = bench::arg(argc, argv, "data", testing::tokenizer_data_dir());
   const int passes = static_cast<int>(std::max(2LL, bench::arg_int(argc, argv, "passes", 3)));
   const std::string python = bench::arg(argc, argv, "python", HF_SOURCE_DIR "/.venv/bin/python");
+  const int loads = static_cast<int>(std::max(1LL, bench::arg_int(argc, argv, "loads", 5)));
+  const bool load_only = bench::arg_int(argc, argv, "load-only", 0) != 0;
+
+  for (const char* name : {"gpt2", "llama3", "qwen3", "spm-bpe-32k"}) {
+    const std::string path = data + "/" + name + "/tokenizer.json";
+    if (!fs::exists(path)) continue;
+    const auto [best, median] = load_seconds(path, loads);
+    std::printf("load %-12s %6.1f MB  best %7.1f ms  median %7.1f ms  (%d loads)\n", name,
+                static_cast<double>(fs::file_size(path)) / 1e6, best * 1e3, median * 1e3, loads);
+  }
+  if (load_only) return 0;
 
   const std::vector<std::string> docs = bench_corpus();
   size_t bytes = 0;

@@ -16,13 +16,15 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
   }
   merges_.reserve(merges.size());
   const size_t prefix_len = options_.continuing_subword_prefix.size();
+  std::string merged;  // one buffer for every merge's result
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
     auto a = token_to_id(left), b = token_to_id(right);
     HF_CHECK(a && b, "merge ", rank, " ('", left, "' '", right, "') names a token that is not in the vocabulary");
     // The right part loses its continuation prefix inside the merged token.
     const bool strip = prefix_len > 0 && right.compare(0, prefix_len, options_.continuing_subword_prefix) == 0;
-    const std::string merged = left + (strip ? right.substr(prefix_len) : right);
+    merged.assign(left);
+    merged.append(right, strip ? prefix_len : 0);
     auto id = token_to_id(merged);
     HF_CHECK(id, "merge ", rank, " ('", left, "' '", right, "') gives '", merged, "', which is not in the vocabulary");
     // The first listing of a pair wins, as in the reference.
@@ -36,25 +38,24 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
       if (auto id = token_to_id(name)) byte_token_ids_[static_cast<size_t>(b)] = *id;
     }
   }
+  // One pass over the vocabulary for both: where "▁" occurs, and the single-character tokens.
   const std::string meta = "\xe2\x96\x81";  // ▁
   bool has_meta = false, meta_inside = false;
+  char_ids_.assign(0x10000, -1);
   for (const auto& [token, id] : vocab_) {
     for (size_t pos = token.find(meta); pos != std::string::npos; pos = token.find(meta, pos + meta.size())) {
       has_meta = true;
       if (pos > 0 && token.compare(pos - meta.size(), meta.size(), meta) != 0) meta_inside = true;
     }
-  }
-  const bool edges_matter = !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty() ||
-                            options_.ignore_merges;
-  // "▁" itself must be a token, or unknown characters on both sides of a cut could fuse into one unk.
-  if (has_meta && !meta_inside && !edges_matter && token_to_id(meta)) cut_before_ = meta;
-  char_ids_.assign(0x10000, -1);
-  for (const auto& [token, id] : vocab_) {
     if (token.empty()) continue;
     size_t len;
     const char32_t c = decode_utf8(token, 0, &len);
     if (len == token.size() && c < 0x10000) char_ids_[c] = id;
   }
+  const bool edges_matter = !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty() ||
+                            options_.ignore_merges;
+  // "▁" itself must be a token, or unknown characters on both sides of a cut could fuse into one unk.
+  if (has_meta && !meta_inside && !edges_matter && token_to_id(meta)) cut_before_ = meta;
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {

@@ -6,13 +6,11 @@
 namespace hybridflow::text {
 
 Model::Model(Vocab vocab) : vocab_(std::move(vocab)) {
-  size_t size = 0;
-  for (const auto& [token, id] : vocab_) size = std::max(size, static_cast<size_t>(id) + 1);
-  id_to_token_.resize(size);
-  has_id_.assign(size, false);
+  // One pass over the vocab's nodes: the largest ids come early in hash order, so it grows a few times only.
   for (const auto& [token, id] : vocab_) {
-    id_to_token_[static_cast<size_t>(id)] = token;
-    has_id_[static_cast<size_t>(id)] = true;
+    const auto i = static_cast<size_t>(id);
+    if (i >= id_to_token_.size()) id_to_token_.resize(i + 1, nullptr);
+    id_to_token_[i] = &token;
   }
 }
 

@@ -30,8 +30,8 @@ class Model {
   }
   // Null when the model has no token with that id.
   const std::string* id_to_token(int32_t id) const {
-    if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || !has_id_[static_cast<size_t>(id)]) return nullptr;
-    return &id_to_token_[static_cast<size_t>(id)];
+    if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) return nullptr;
+    return id_to_token_[static_cast<size_t>(id)];
   }
   size_t vocab_size() const { return vocab_.size(); }
   size_t id_limit() const { return id_to_token_.size(); }  // one more than the largest id
@@ -39,9 +39,11 @@ class Model {
  protected:
   // Takes the vocabulary and builds the reverse map (ids may have gaps).
   explicit Model(Vocab vocab);
+  // The reverse map points into vocab_'s nodes, so a model is never copied.
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
   Vocab vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<bool> has_id_;
+  std::vector<const std::string*> id_to_token_;  // null where no token has the id
 };
 
 // Whole words looked up in the vocabulary; others become unk_token (an error when there is none).

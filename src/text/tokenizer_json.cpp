@@ -1,15 +1,17 @@
 // Reads tokenizer.json into the pipeline's components. Every component type and option is checked:
 // what is not implemented is an error naming the file, the JSON path and the value.
 #include <algorithm>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/text/tokenizer.h"
 #include "text/bpe_model.h"
 #include "text/json_node.h"
 #include "text/tokenizer_impl.h"
+#include "text/tokenizer_json_reader.h"
 
 namespace hybridflow::text {
 namespace {
@@ -185,8 +187,8 @@ Vocab read_vocab(const JsonNode& node) {
 }
 
 // "a b" (older files) or ["a", "b"].
-std::vector<std::pair<std::string, std::string>> read_merges(const JsonNode& node) {
-  std::vector<std::pair<std::string, std::string>> merges;
+Merges read_merges(const JsonNode& node) {
+  Merges merges;
   const size_t n = node.size();
   merges.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -211,7 +213,14 @@ std::optional<std::string> optional_string(const JsonNode& node, const std::stri
   return node.at(key).str();
 }
 
-std::unique_ptr<Model> read_model(const JsonNode& node) {
+// model.vocab: read apart by read_tokenizer_json_parts, or from the tree.
+Vocab model_vocab(const JsonNode& node, TokenizerJsonParts& parts) {
+  const JsonNode vocab_node = node.at("vocab");
+  if (parts.vocab) return std::move(*parts.vocab);
+  return read_vocab(vocab_node);
+}
+
+std::unique_ptr<Model> read_model(const JsonNode& node, TokenizerJsonParts& parts) {
   const JsonNode type_node = node.at("type");
   const std::string type = type_node.str();
   if (type == "BPE") {
@@ -229,9 +238,9 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
     options.fuse_unk = node.bool_or("fuse_unk", false);
     options.byte_fallback = node.bool_or("byte_fallback", false);
     options.ignore_merges = node.bool_or("ignore_merges", false);
-    Vocab vocab = read_vocab(node.at("vocab"));
+    Vocab vocab = model_vocab(node, parts);
     const JsonNode merges_node = node.at("merges");
-    auto merges = read_merges(merges_node);
+    const Merges merges = parts.merges ? std::move(*parts.merges) : read_merges(merges_node);
     try {
       return std::make_unique<BpeModel>(std::move(vocab), merges, std::move(options));
     } catch (const Error& e) {
@@ -240,7 +249,7 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
   }
   if (type == "WordLevel") {
     node.expect_only({"type", "vocab", "unk_token"});
-    Vocab vocab = read_vocab(node.at("vocab"));
+    Vocab vocab = model_vocab(node, parts);
     std::optional<int32_t> unk_id;
     if (auto unk = optional_string(node, "unk_token")) {
       auto it = vocab.find(*unk);
@@ -250,7 +259,7 @@ std::unique_ptr<Model> read_model(const JsonNode& node) {
   }
   if (type == "WordPiece") {
     node.expect_only({"type", "unk_token", "continuing_subword_prefix", "max_input_chars_per_word", "vocab"});
-    Vocab vocab = read_vocab(node.at("vocab"));
+    Vocab vocab = model_vocab(node, parts);
     const JsonNode unk = node.at("unk_token");
     auto it = vocab.find(unk.str());
     if (it == vocab.end()) unk.fail("unk_token " + unk.shown() + " is not in the vocabulary");
@@ -414,12 +423,17 @@ void read_added_tokens(const JsonNode& list, Tokenizer::Impl& impl) {
 }  // namespace
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& source) {
-  json doc;
+  std::optional<TokenizerJsonParts> parts;
   try {
-    doc = json::parse(json_text);
+    parts = read_tokenizer_json_parts(json_text);
+    if (!parts) {  // large parts in an irregular form: the tree's readers say what is wrong, if anything
+      parts.emplace();
+      parts->rest = json::parse(json_text);
+    }
   } catch (const json::exception& e) {
     HF_FAIL(source, ": not valid JSON: ", e.what());
   }
+  const json& doc = parts->rest;
   const JsonNode root(doc, "", source);
   if (!doc.is_object()) root.fail("tokenizer.json must be a JSON object");
   root.expect_only({"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "post_processor",
@@ -432,7 +446,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   auto impl = std::make_unique<Impl>();
   if (root.has("normalizer")) impl->normalizer = read_normalizer(root.at("normalizer"));
   if (root.has("pre_tokenizer")) impl->pre_tokenizer = read_pre_tokenizer(root.at("pre_tokenizer"));
-  impl->model = read_model(root.at("model"));
+  impl->model = read_model(root.at("model"), *parts);
   if (root.has("post_processor")) impl->post_processor = read_post_processor(root.at("post_processor"));
   if (root.has("decoder")) impl->decoder = read_decoder(root.at("decoder"));
   if (root.has("added_tokens")) {
@@ -447,10 +461,14 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   HF_CHECK(in.good(), path, ": cannot open tokenizer file");
-  std::ostringstream buf;
-  buf << in.rdbuf();
+  // Straight into one string of the file's size: a string stream copied 10 MB files twice more.
+  std::string text;
+  std::error_code size_error;
+  if (const auto size = std::filesystem::file_size(path, size_error); !size_error) text.reserve(size);
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, static_cast<size_t>(in.gcount()));
   HF_CHECK(!in.bad(), path, ": cannot read tokenizer file");
-  return from_json(buf.str(), path);
+  return from_json(text, path);
 }
 
 }  // namespace hybridflow::text

@@ -12,6 +12,7 @@
 #include "hybridflow/text/tokenizer.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "text/tokenizer_json_reader.h"
 
 namespace hybridflow::text {
 namespace {
@@ -111,6 +112,92 @@ TEST_F(TokenizerJson, BadInputAndIdsAreErrors) {
   // The reference drops ids it has no token for; here that is an error, like the rest of hybridflow.
   EXPECT_THAT(testing::error_of([&] { tok.decode({2, 99}); }), HasSubstr("token id 99 out of range [0, 5)"));
   EXPECT_THAT(testing::error_of([&] { tok.decode({-1}); }), HasSubstr("token id -1"));
+}
+
+// The large parts (model.vocab, model.merges) are read without a JSON tree; the rest is the tree
+// json::parse gives, with the large parts as placeholders.
+TEST(TokenizerJsonReader, ReadsTheLargePartsApartAndKeepsTheRest) {
+  json doc = valid_doc();
+  doc["model"]["merges"] = {"a b", {"<s>", "a"}};
+  auto parts = read_tokenizer_json_parts(doc.dump());
+  ASSERT_TRUE(parts.has_value());
+  ASSERT_TRUE(parts->vocab && parts->merges);
+  EXPECT_EQ(*parts->vocab, (Vocab{{"<s>", 0}, {"<unk>", 1}, {"a", 2}, {"b", 3}, {"ab", 4}}));
+  EXPECT_EQ(*parts->merges, (Merges{{"a", "b"}, {"<s>", "a"}}));
+  json rest = doc;
+  rest["model"]["vocab"] = json::object();
+  rest["model"]["merges"] = json::array();
+  EXPECT_EQ(parts->rest, rest);
+  // A vocab or merges elsewhere is part of the tree.
+  auto other = read_tokenizer_json_parts(R"({"x": {"vocab": {"a": 1}}, "model": [{"merges": ["a b"]}]})");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_FALSE(other->vocab || other->merges);
+  EXPECT_EQ(other->rest, json::parse(R"({"x": {"vocab": {"a": 1}}, "model": [{"merges": ["a b"]}]})"));
+}
+
+// Anything but the regular form is left to the tree's readers, which name the entry at fault.
+TEST(TokenizerJsonReader, GivesUpOnIrregularLargeParts) {
+  auto with_model = [](const std::string& model) {
+    return R"({"version": "1.0", "model": )" + model + "}";
+  };
+  for (const char* model : {
+           R"({"vocab": {"a": 0, "a": 1}})",         // a repeated token
+           R"({"vocab": {"a": 0, "b": 0}})",         // a repeated id
+           R"({"vocab": {"a": -1}})",                 // negative
+           R"({"vocab": {"a": 1.0}})",                // not an integer
+           R"({"vocab": {"a": "1"}})",
+           R"({"vocab": {"a": 2147483648}})",         // beyond int32
+           R"({"vocab": {"a": 0, "b": 2000000}})",    // far beyond the vocabulary's size
+           R"({"vocab": {"a": {}}})",
+           R"({"merges": ["a b c"]})",
+           R"({"merges": ["ab"]})",
+           R"({"merges": [["a"]]})",
+           R"({"merges": [["a", "b", "c"]]})",
+           R"({"merges": [["a", 1]]})",
+           R"({"merges": [1]})",
+           R"({"vocab": {}, "vocab": {}})",           // a repeated large part
+       }) {
+    EXPECT_FALSE(read_tokenizer_json_parts(with_model(model)).has_value()) << model;
+  }
+  EXPECT_FALSE(read_tokenizer_json_parts(R"({"model": {}, "model": {"vocab": {}}})").has_value());
+}
+
+TEST(TokenizerJsonReader, TextThatIsNotJsonGivesJsonParseError) {
+  for (const std::string& text : {std::string("{\"version\": \"1.0\", oops"), std::string("{\"model\": {\"vocab\": {\"a\": 1,}}}"),
+                                  std::string("{} trailing"), std::string("")}) {
+    std::string expected;
+    try {
+      const json parsed = json::parse(text);
+    } catch (const json::exception& e) {
+      expected = e.what();
+    }
+    ASSERT_FALSE(expected.empty()) << text;
+    try {
+      (void)read_tokenizer_json_parts(text);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const json::parse_error& e) {
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+  }
+}
+
+// Irregular files load as before: a repeated key keeps its last value, merges may be pairs.
+TEST_F(TokenizerJson, IrregularLargePartsLoadAsTheTreeReadsThem) {
+  std::string text = valid_doc().dump();
+  const std::string vocab = R"("vocab":{"<s>":0,"<unk>":1,"a":2,"ab":4,"b":3})";
+  ASSERT_NE(text.find(vocab), std::string::npos);
+  text.replace(text.find(vocab), vocab.size(), R"("vocab":{"<s>":0,"<unk>":1,"a":9,"ab":4,"b":3,"a":2})");
+  std::ofstream(path()) << text;
+  Tokenizer tok = Tokenizer::from_file(path());
+  EXPECT_EQ(tok.token_to_id("a"), 2);
+  EXPECT_EQ(tok.encode("ab b"), (std::vector<int32_t>{4, 3}));
+
+  json pairs = valid_doc();
+  pairs["model"]["merges"] = json::array({json::array({"a", "b"})});
+  std::ofstream(path()) << pairs.dump();
+  EXPECT_EQ(Tokenizer::from_file(path()).encode("ab b"), (std::vector<int32_t>{4, 3}));
+  EXPECT_THAT(load_error([](json& d) { d["model"]["vocab"]["a"] = -1; }), AllOf(HasSubstr("model.vocab"), HasSubstr("entry 'a' must be a non-negative integer id, got -1")));
+  EXPECT_THAT(load_error([](json& d) { d["model"]["merges"] = json::array({json::array({"a"})}); }), HasSubstr("model.merges[0]: must be \"a b\" or [\"a\", \"b\"], got [\"a\"]"));
 }
 
 }  // namespace
