@@ -12,7 +12,6 @@
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
-#include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -59,8 +58,8 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   if (!actor_spec_.dtype.empty()) actor_model.dtype = actor_spec_.dtype;
   const std::string actor_dtype = actor_model.dtype;
   const std::string rollout_dtype = rollout_spec_.dtype.empty() ? actor_dtype : rollout_spec_.dtype;
-  actor_ = build_model(actor_model, HeadKind::kLanguageModel, tp, stage);
-  if (groups_) actor_pipeline_ = groups_->pipeline_runner(actor_);
+  trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), actor_model,
+                                                HeadKind::kLanguageModel, actor_spec_.train);
   const int gen_tp = rollout_spec_.tensor_model_parallel_size > 0 ? rollout_spec_.tensor_model_parallel_size : coord().tp_size;
   const int gen_pp = rollout_spec_.pipeline_model_parallel_size;
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
@@ -86,12 +85,6 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
   }
-  const TrainSpec& train = actor_spec_.train;
-  engine_ = std::make_unique<TrainEngine>(actor_.ptr(), train.optim);
-  offload_ = RoleOffload(train.param_offload, train.optimizer_offload, device(), context().role);
-  use_model_layout(*engine_, actor_, actor_pipeline_);
-  if (groups_)
-    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *actor_, *engine_, train.use_distributed_optimizer);
   // The training layout generates as it is when t_g = t and p_g = p; any other generation layout switches
   // through the engine (unstaged generation, p_g = 1, gathers the stages even at t_g = t).
   if (gen_tp != coord().tp_size || gen_pp != coord().pp_size) start_hybrid_engine(gen_tp, gen_pp, rollout_spec_.reshard_mode);
@@ -109,7 +102,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("send_weights", protocols::kOneToAll, this, &W::send_weights);
   table.add("memory_stats", protocols::kOneToAll, this, &W::memory_stats);
   // Weights live in host memory between calls from the start (param_offload).
-  offload_.offload_params(*actor_);
+  trainable_->offload_params();
 }
 
 void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode) {
@@ -117,7 +110,7 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
   HF_CHECK(groups_, "role '", context().role, "': generation tensor/pipeline-parallel size ", gen_tp, "/", gen_pp,
            " differs from training's 1/1 on a single process");
   const GenerationLayout layout(DeviceMesh(c.pp_size, c.dp_size, c.tp_size), gen_tp, gen_pp);
-  hybrid_ = std::make_unique<HybridEngine>(actor_, layout, groups_->world(), parse_reshard_mode(mode));
+  hybrid_ = std::make_unique<HybridEngine>(actor(), layout, groups_->world(), parse_reshard_mode(mode));
   // The controller splits prompts by the coordinates it computed (mesh_coord.h); they must name the replica
   // the engine generates with, or two replicas would generate the same prompts.
   HF_CHECK(hybrid_->generation_replicas() == c.micro_dp_size && hybrid_->generation_replica() == c.micro_dp,
@@ -128,8 +121,8 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 }
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
-  ParamsOnDevice on(offload_, *actor_);
-  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor_->config(), in, coord().micro_dp);
+  auto on = trainable_->params_on_device();
+  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp);
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out;
   nlohmann::json reshard;
@@ -140,7 +133,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   } else {
     // Without the engine the training stages (if any) generate together; a cast rollout copy has none.
     if (rollout_ && free_rollout_copy_) make_rollout_copy();
-    out = generate(rollout_ ? rollout_ : actor_, prompts, g, groups_ ? groups_->pipeline() : nullptr);
+    out = generate(rollout_ ? rollout_ : actor(), prompts, g, groups_ ? groups_->pipeline() : nullptr);
     if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
   // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
@@ -165,9 +158,9 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 }
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
-  ParamsOnDevice on(offload_, *actor_);
+  auto on = trainable_->params_on_device();
   DataProto out;
-  torch::Tensor log_probs = log_probs_of(actor_, actor_pipeline_.get(), in, rollout_spec_.log_prob);
+  torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), in, rollout_spec_.log_prob);
   if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
   return out;
 }
@@ -182,8 +175,7 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
-  ParamsOnDevice on(offload_, *actor_);
-  if (dp_) dp_->check_same_rows(in.batch_size(), "update_actor");
+  auto on = trainable_->params_on_device();
   algo::PolicyLossConfig loss_cfg = actor_spec_.policy_loss;
   // seq-mean-token-sum-norm divides by the batch's response width, not by a micro-batch's: one formed by
   // token count is cut to its own longest response.
@@ -200,7 +192,7 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   auto loss_fn = [&](const DataProto& m) {
     const auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
-    auto lp = response_log_probs(actor_, m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
+    auto lp = response_log_probs(actor(), m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
                                  /*with_entropy=*/true);
     // Truncated importance weights against the rollout policy (algo/rollout_correction.h), when sent.
     auto pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg,
@@ -222,29 +214,16 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     metrics.add("actor/entropy", entropy.item<double>());
     return loss;
   };
-  actor_->train();
   MiniBatchPlan plan = mini_batch_plan(actor_spec_.train, in.meta());
   // The policy loss decides how micro-batches combine (GSPO's is per sequence whatever loss_agg_mode says).
   plan.weighting = loss_weighting_for(loss_cfg.policy_agg_mode());
   plan.max_token_len_key = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
-  offload_.load_optimizer(*engine_);
-  run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "actor/", metrics);
-  offload_.offload_optimizer(*engine_);
-  // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
-  metrics.add("actor/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
+  DataProto out = trainable_->update(in, plan, loss_fn, "actor/", metrics, "update_actor");
   sync_rollout_weights();
-  // One row per rank: the runtime's collect drops the meta of row-less outputs.
-  DataProto out;
-  out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
-  out.meta()["metrics"] = dp_ ? dp_->metrics(metrics, "actor/") : metrics.to_json();
-  if (dp_) out.meta()["comm"] = dp_->comm_stats();
   return out;
 }
 
-DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) {
-  ParamsOnDevice on(offload_, *actor_);
-  return hybridflow::flat_parameters(*actor_);
-}
+DataProto ActorRolloutRefWorker::flat_parameters(const DataProto&) { return trainable_->flat_parameters(); }
 
 DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
   HF_CHECK(in.meta().contains("weight_sync"), "join_weight_sync: meta 'weight_sync' is required");
@@ -256,33 +235,25 @@ DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
 
 DataProto ActorRolloutRefWorker::send_weights(const DataProto&) {
   HF_CHECK(weight_sync_, "send_weights: call join_weight_sync first");
-  ParamsOnDevice on(offload_, *actor_);
-  return weight_sync_reply(weight_sync_->send(actor_), rank());
+  auto on = trainable_->params_on_device();
+  return weight_sync_reply(weight_sync_->send(actor()), rank());
 }
 
 DataProto ActorRolloutRefWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
 
-DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) {
-  ParamsOnDevice on(offload_, *actor_);
-  HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
-           "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
-  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_,
-                       in.meta().at("tokenizer").get<std::string>(), groups_ ? groups_->pipeline() : nullptr);
-  return DataProto();
-}
+DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) { return trainable_->save_checkpoint(in); }
 
 DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
-  HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
   // The reference model stays as built: it is the initial policy, not a trained one.
-  ParamsOnDevice on(offload_, *actor_);
-  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), actor_, *engine_);
+  DataProto out = trainable_->load_checkpoint(in);
+  auto on = trainable_->params_on_device();
   sync_rollout_weights();
-  return DataProto();
+  return out;
 }
 
 void ActorRolloutRefWorker::make_rollout_copy() {
   torch::NoGradGuard no_grad;
-  auto source = actor_->parameters();
+  auto source = actor()->parameters();
   auto target = rollout_->parameters();
   for (size_t i = 0; i < target.size(); ++i) point_at(target[i], source[i].detach().to(target[i].scalar_type()));
 }
@@ -294,17 +265,11 @@ void ActorRolloutRefWorker::release_rollout_copy() {
 void ActorRolloutRefWorker::sync_rollout_weights() {
   if (!rollout_ || free_rollout_copy_) return;  // a released copy is made afresh at each rollout
   torch::NoGradGuard no_grad;
-  auto source = actor_->parameters();
+  auto source = actor()->parameters();
   auto target = rollout_->parameters();
   for (size_t i = 0; i < target.size(); ++i) target[i].copy_(source[i]);
 }
 
-DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) {
-  ParamsOnDevice on(offload_, *actor_);
-  DataProto out;
-  out.set_tensor("param_sq_norm",
-                 torch::full({1}, parameter_sq_norm(actor_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));
-  return out;
-}
+DataProto ActorRolloutRefWorker::parameter_norm(const DataProto&) { return trainable_->parameter_norm(); }
 
 }  // namespace hybridflow

@@ -5,7 +5,6 @@
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/protocol.h"
-#include "hybridflow/workers/checkpoint_io.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -19,14 +18,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   const ModelSpec spec = config.at("model").get<ModelSpec>();
   set_device(model_device(spec));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
-  critic_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
-                    : build_model(spec, HeadKind::kValue);
-  if (groups_) pipeline_ = groups_->pipeline_runner(critic_);
-  const TrainSpec& train = spec_.train;
-  engine_ = std::make_unique<TrainEngine>(critic_.ptr(), train.optim);
-  use_model_layout(*engine_, critic_, pipeline_);
-  if (groups_)
-    dp_ = DataParallel::join(groups_->data_parallel(), context().role, *critic_, *engine_, train.use_distributed_optimizer);
+  trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), spec, HeadKind::kValue, spec_.train);
   table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
   table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
@@ -34,8 +26,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
   table.add("memory_stats", protocols::kOneToAll, this, &CriticWorker::memory_stats);
-  offload_ = RoleOffload(train.param_offload, train.optimizer_offload, device(), context().role);
-  offload_.offload_params(*critic_);
+  trainable_->offload_params();
 }
 
 DataProto CriticWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
@@ -46,25 +37,24 @@ torch::Tensor CriticWorker::response_values(const DataProto& m) {
   const int64_t prompt_len = ids.size(1) - response_len;
   HF_CHECK(prompt_len > 0, "critic: input_ids ", ids.sizes(), " hold no prompt before ", response_len,
            " response tokens");
-  auto values = critic_->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
+  auto values = trainable_->model()->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
   // The value of the state that emits response token r sits at position P + r - 1.
   return values.slice(1, prompt_len - 1, prompt_len - 1 + response_len) * m.tensor("response_mask").to(torch::kFloat);
 }
 
 DataProto CriticWorker::compute_values(const DataProto& in) {
-  ParamsOnDevice on(offload_, *critic_);
+  auto on = trainable_->params_on_device();
   torch::NoGradGuard no_grad;
-  critic_->eval();
+  trainable_->model()->eval();
   torch::Tensor values =
-      forward_micro_batches(pipeline_.get(), in, spec_.values, [&](const DataProto& m) { return response_values(m); });
+      forward_micro_batches(trainable_->pipeline(), in, spec_.values, [&](const DataProto& m) { return response_values(m); });
   DataProto out;
   if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
   return out;
 }
 
 DataProto CriticWorker::update_critic(const DataProto& in) {
-  ParamsOnDevice on(offload_, *critic_);
-  if (dp_) dp_->check_same_rows(in.batch_size(), "update_critic");
+  auto on = trainable_->params_on_device();
   const double cliprange = spec_.cliprange_value;
   const algo::LossAggMode agg = spec_.loss_agg_mode;
   // seq-mean-token-sum-norm divides by the batch's response width, also in a micro-batch cut to its own.
@@ -80,51 +70,19 @@ DataProto CriticWorker::update_critic(const DataProto& in) {
     metrics.add("critic/vpred_mean", algo::masked_mean(vpreds.detach(), mask).item<double>());
     return vl.loss;
   };
-  critic_->train();
   MiniBatchPlan plan = mini_batch_plan(spec_.train, in.meta());
   plan.weighting = loss_weighting_for(agg);
   plan.max_token_len_key = "critic.ppo_max_token_len_per_gpu";
-  offload_.load_optimizer(*engine_);
-  run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", "critic/", metrics);
-  offload_.offload_optimizer(*engine_);
-  // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
-  metrics.add("critic/optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
-  // One row per rank: the runtime's collect drops the meta of row-less outputs.
-  DataProto out;
-  out.set_tensor("update_rank", torch::full({1}, static_cast<int64_t>(rank()), torch::kLong));
-  out.meta()["metrics"] = dp_ ? dp_->metrics(metrics, "critic/") : metrics.to_json();
-  if (dp_) out.meta()["comm"] = dp_->comm_stats();
-  return out;
+  return trainable_->update(in, plan, loss_fn, "critic/", metrics, "update_critic");
 }
 
-DataProto CriticWorker::parameter_norm(const DataProto&) {
-  ParamsOnDevice on(offload_, *critic_);
-  DataProto out;
-  out.set_tensor("param_sq_norm",
-                 torch::full({1}, parameter_sq_norm(critic_, groups_ ? groups_->pipeline() : nullptr), torch::kDouble));
-  return out;
-}
+DataProto CriticWorker::parameter_norm(const DataProto&) { return trainable_->parameter_norm(); }
 
-DataProto CriticWorker::flat_parameters(const DataProto&) {
-  ParamsOnDevice on(offload_, *critic_);
-  return hybridflow::flat_parameters(*critic_);
-}
+DataProto CriticWorker::flat_parameters(const DataProto&) { return trainable_->flat_parameters(); }
 
-DataProto CriticWorker::save_checkpoint(const DataProto& in) {
-  HF_CHECK(in.meta().contains("dir") && in.meta().contains("tokenizer"),
-           "save_checkpoint: meta 'dir' and 'tokenizer' (path of tokenizer.json) are required");
-  ParamsOnDevice on(offload_, *critic_);
-  save_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_,
-                       in.meta().at("tokenizer").get<std::string>(), groups_ ? groups_->pipeline() : nullptr);
-  return DataProto();
-}
+DataProto CriticWorker::save_checkpoint(const DataProto& in) { return trainable_->save_checkpoint(in); }
 
-DataProto CriticWorker::load_checkpoint(const DataProto& in) {
-  HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
-  ParamsOnDevice on(offload_, *critic_);
-  load_role_checkpoint(in.meta().at("dir").get<std::string>(), context().role, coord(), critic_, *engine_);
-  return DataProto();
-}
+DataProto CriticWorker::load_checkpoint(const DataProto& in) { return trainable_->load_checkpoint(in); }
 
 void RewardModelWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;

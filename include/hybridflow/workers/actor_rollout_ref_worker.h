@@ -28,6 +28,9 @@
 // max_token_len > 0 forms micro-batches of at most that many padded tokens, trimmed of padding
 // (engine/token_micro_batches.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference default to
 // the actor's.
+// The policy's model, engine (bf16 weights with fp32 masters), offload, data parallelism and checkpoints
+// are a TrainableModel (workers/trainable_model.h); this file holds the policy loss, generation and the
+// rollout and reference models.
 // Layout: the worker group's ParallelLayout (tp, pp, gen_tp). Actor and reference are split over the tp
 // groups and their layers over the pp stages (log-probs pass through the stages in micro-batches, updates
 // run 1F1B, engine/pipeline.h), and trained data-parallel over the dp groups (workers/data_parallel.h;
@@ -41,15 +44,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "hybridflow/engine/train_engine.h"
+#include "hybridflow/engine/hybrid_engine.h"
+#include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
-#include "hybridflow/engine/hybrid_engine.h"
-#include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
 #include "hybridflow/workers/role_specs.h"
-#include "hybridflow/engine/weight_sync.h"
+#include "hybridflow/workers/trainable_model.h"
 
 namespace hybridflow {
 
@@ -81,21 +83,19 @@ class ActorRolloutRefWorker : public Worker {
   void make_rollout_copy();
   void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
+  CausalLM& actor() { return trainable_->model(); }  // the policy being trained
 
   ModelSpec model_spec_;
   ActorSpec actor_spec_;
   RolloutSpec rollout_spec_;
   std::optional<RefSpec> ref_spec_;  // the role holds a reference model
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the models
-  CausalLM actor_{nullptr};
+  std::unique_ptr<TrainableModel> trainable_;  // the policy with its engine, offload and checkpoints
   CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype
   CausalLM ref_{nullptr};
-  std::shared_ptr<PipelineStageRunner> actor_pipeline_, ref_pipeline_;  // when the role has pipeline stages
-  std::unique_ptr<TrainEngine> engine_;
-  std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
+  std::shared_ptr<PipelineStageRunner> ref_pipeline_;  // when the role has pipeline stages
   std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
   bool free_rollout_copy_ = false;             // the cast copy is released between rollouts
-  RoleOffload offload_;                        // param_offload / optimizer_offload
   std::unique_ptr<WeightSync> weight_sync_;    // to a standalone rollout pool, once joined
 };
 

@@ -8,6 +8,8 @@
 //   flat_parameters out: parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
+// The value model, its engine, offload, data parallelism and checkpoints are a TrainableModel
+// (workers/trainable_model.h); this file holds the value loss and the value read-out.
 // Config JSON: model (ModelSpec), threads, critic (CriticSpec, workers/role_specs.h). Both types also have memory_stats (workers/role_memory.h).
 // RewardModelWorker methods (batch_protocol):
 //   compute_rm_score  in: input_ids, attention_mask -> rm_scores [B]: the value head at the last real token
@@ -22,13 +24,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "hybridflow/engine/train_engine.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
-#include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
 #include "hybridflow/workers/role_specs.h"
+#include "hybridflow/workers/trainable_model.h"
 
 namespace hybridflow {
 
@@ -48,11 +49,7 @@ class CriticWorker : public Worker {
 
   CriticSpec spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
-  CausalLM critic_{nullptr};
-  std::shared_ptr<PipelineStageRunner> pipeline_;  // when the role has pipeline stages
-  std::unique_ptr<TrainEngine> engine_;
-  std::unique_ptr<DataParallel> dp_;           // when a data-parallel group has several ranks
-  RoleOffload offload_;                        // critic.offload {param_offload, optimizer_offload}
+  std::unique_ptr<TrainableModel> trainable_;  // the value model with its engine, offload and checkpoints
 };
 
 class RewardModelWorker : public Worker {
