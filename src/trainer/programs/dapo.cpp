@@ -3,7 +3,7 @@
 // (data.gen_batch_size at a time) until data.train_batch_size prompts with varied scores are gathered
 // (verl's algorithm.filter_groups). Clip-higher (actor.clip_ratio_high), token-mean aggregation and the
 // overlong penalty (reward_model.overlong_buffer) are settings of the roles. Its settings are checked when
-// the trainer is built (rl_program.cpp).
+// the trainer is built (the algorithm spec, run_spec_builders.cpp), and it reads them from step.spec().
 #include "programs.h"
 
 #include "hybridflow/algo/dapo.h"
