@@ -160,19 +160,15 @@ std::string resolve_checkpoint(const std::string& path) {
           checkpoints_root(path), ")");
 }
 
-std::string checkpoint_to_resume(const Config& trainer) {
-  const std::string mode = trainer.get<std::string>("resume_mode");
-  const std::string path = trainer.get<std::string>("resume_from_path");
-  HF_CHECK(mode == "disable" || mode == "auto" || mode == "resume_path", "trainer.resume_mode must be disable, ",
-           "auto or resume_path, got '", mode, "'");
-  HF_CHECK(path.empty() || mode == "resume_path", "trainer.resume_from_path is set (", path,
-           ") but trainer.resume_mode is '", mode, "'; set trainer.resume_mode=resume_path to resume from it");
+std::string checkpoint_to_resume(const TrainerRunSpec& trainer) {
+  const std::string& mode = trainer.resume_mode;
+  const std::string& path = trainer.resume_from_path;
   if (mode == "resume_path") {
     HF_CHECK(!path.empty(), "trainer.resume_mode=resume_path needs trainer.resume_from_path (a checkpoint, ",
              "checkpoints or run directory)");
     return resolve_checkpoint(path);
   }
-  const std::string run_dir = trainer.get<std::string>("run_dir");
+  const std::string& run_dir = trainer.run_dir;
   if (mode == "disable" || run_dir.empty()) return "";
   return intact_checkpoint_under(checkpoints_root(run_dir), " or set trainer.resume_mode=disable to start afresh")
       .value_or("");

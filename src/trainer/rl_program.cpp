@@ -5,9 +5,9 @@
 #include <mutex>
 #include <sstream>
 
-#include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
 #include "programs/programs.h"
+#include "run_spec_builders.h"
 
 namespace hybridflow {
 
@@ -23,27 +23,6 @@ struct Registry {
   std::map<std::string, RegisteredProgram> programs;
 };
 
-// DAPO filters on the sequence score before the rollout's log-probs are computed, and generates only
-// sampled rounds.
-void check_dapo_program_config(const Config& c) {
-  HF_CHECK(c.get<std::string>("algorithm.adv_estimator") != "remax",
-           "algorithm.adv_estimator: remax needs greedy baselines that dapo's dynamic sampling ",
-           "(algorithm.filter_groups.enable) does not generate; use grpo, rloo or reinforce_plus_plus");
-  if (!c.is_null("algorithm.filter_groups.metric")) {
-    // Every score here is one number per sequence (rule + reward model + overlong penalty): verl's acc,
-    // score and seq_reward name it; seq_final_reward (after the KL penalty) is not computed before filtering.
-    const std::string metric = c.get<std::string>("algorithm.filter_groups.metric");
-    HF_CHECK(metric == "acc" || metric == "score" || metric == "seq_reward",
-             "algorithm.filter_groups.metric: expected acc, score or seq_reward (all the sequence score), got '",
-             metric, "'");
-  }
-}
-
-void check_safe_rlhf_program_config(const Config& c) {
-  HF_CHECK(c.get<bool>("cost_model.enable") || c.get<std::string>("cost.type") != "none",
-           "algorithm.program: safe_rlhf needs a cost: set cost_model.enable or cost.type");
-}
-
 // Built-ins are listed here rather than registered by static objects: a static library drops objects
 // that nothing references, and their registrations with them.
 Registry& registry() {
@@ -56,8 +35,8 @@ Registry& registry() {
                      {"reinforce_plus_plus", {programs::with_estimator("reinforce_plus_plus"), {}}},
                      {"policy_gradient", {programs::with_configured_estimator(), {}}},
                      {"remax", {programs::remax, {}}},
-                     {"safe_rlhf", {programs::safe_rlhf, check_safe_rlhf_program_config}},
-                     {"dapo", {programs::dapo, check_dapo_program_config}}};
+                     {"safe_rlhf", {programs::safe_rlhf, {}}},
+                     {"dapo", {programs::dapo, {}}}};  // their checks: run_spec_builders.cpp
     return reg;
   }();
   return *r;
@@ -105,18 +84,7 @@ std::vector<std::string> rl_program_names() {
   return names;
 }
 
-std::string rl_program_name(const Config& config) {
-  const std::string name = config.get<std::string>("algorithm.program");
-  if (name != "auto") {
-    get_rl_program(name);  // throws with the known names
-    return name;
-  }
-  if (config.get<bool>("cost_model.enable") || config.get<std::string>("cost.type") != "none") return "safe_rlhf";
-  if (config.get<bool>("algorithm.filter_groups.enable")) return "dapo";
-  const std::string estimator = algo::advantage_estimator_name(config.subtree("algorithm"));
-  if (estimator == "gae") return "ppo";
-  const auto names = rl_program_names();
-  return std::find(names.begin(), names.end(), estimator) != names.end() ? estimator : "policy_gradient";
-}
+// The run spec resolves it, where every algorithm key is read (run_spec_builders.cpp).
+std::string rl_program_name(const Config& config) { return build_run_spec(config).algorithm.program; }
 
 }  // namespace hybridflow

@@ -79,26 +79,27 @@ Pending Cost::compute_cost(const RolloutBatch& batch) { return step_->cost(batch
 torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future& rm_score,
                                              std::map<std::string, double>& parts) {
   auto t = timer_.scope("reward");
-  const auto clip = reward_clip_from_config(s_.cfg);
+  const ScoringSpec& scoring = s_.run.scoring;
+  const auto& clip = scoring.reward_clip;
   int64_t clipped = 0;
   torch::Tensor scores;
   {
     ControllerSpan span(*s_.timeline, "rule_score");
     scores = guard_scores(to_float_tensor(s_.rule_scores(gen)), "the rule reward (reward.type " +
-                          s_.cfg.get<std::string>("reward.type") + ")", s_.step + 1, clip, &clipped);
+                          scoring.reward_type + ")", s_.step + 1, clip, &clipped);
   }
   parts["score/rule_mean"] = mean_of(scores);
   if (rm_score.valid()) {
     parts["score/rm_mean"] = mean_of(rm_score.get().tensor("rm_scores"));
     scores = scores + guard_scores(rm_score.get().tensor("rm_scores"), "the reward model", s_.step + 1, clip, &clipped);
   }
-  const Config overlong = s_.cfg.subtree("reward_model.overlong_buffer");
-  if (overlong.get<bool>("enable")) {
+  const ScoringSpec::OverlongBuffer& overlong = scoring.overlong_buffer;
+  if (overlong.enable) {
     // DAPO's soft overlong punishment: responses that run into the last `len` tokens lose up to penalty_factor.
     const auto lengths = gen.tensor("response_mask").to(torch::kFloat).sum(1);
-    const auto penalty = algo::overlong_penalty(lengths, s_.specs.rollout.response_length, overlong.get<int64_t>("len"),
-                                                overlong.get<double>("penalty_factor"));
-    if (overlong.get<bool>("log")) parts["score/overlong_penalty_mean"] = mean_of(penalty);
+    const auto penalty = algo::overlong_penalty(lengths, s_.specs.rollout.response_length, overlong.len,
+                                                overlong.penalty_factor);
+    if (overlong.log) parts["score/overlong_penalty_mean"] = mean_of(penalty);
     scores = scores + penalty;
   }
   if (clip) {
@@ -111,7 +112,7 @@ torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future&
 torch::Tensor TrainerStages::sequence_costs(const DataProto& gen, const Future& cost_score) {
   auto t = timer_.scope("cost");
   torch::Tensor costs = guard_scores(to_float_tensor(s_.rule_costs(gen)),
-                                     "the cost (cost.type " + s_.cfg.get<std::string>("cost.type") + ")", s_.step + 1, {});
+                                     "the cost (cost.type " + s_.run.scoring.cost_type + ")", s_.step + 1, {});
   if (cost_score.valid())
     costs = costs + guard_scores(cost_score.get().tensor("rm_scores"), "the cost model", s_.step + 1, {});
   return costs;
@@ -140,7 +141,7 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
   state_of(batch);
   // verl's bypass mode: the rollout's own log-probs are the old policy's, so the actor's pass is skipped.
   Future log_prob;
-  if (!s_.cfg.get<bool>("algorithm.rollout_correction.bypass_mode"))
+  if (!s_.run.algorithm.bypass_mode)
     log_prob = s_.actor->call("compute_log_prob", b->generation);
   return Pending([this, b, log_prob] {
     DataProto& data = wait_generation(*b);
@@ -157,7 +158,7 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
     if (data.has_tensor("rollout_log_probs") && data.has_tensor("old_log_probs")) {
       const auto correction = algo::rollout_correction(
           data.tensor("old_log_probs"), data.tensor("rollout_log_probs"), data.tensor("response_mask"),
-          algo::rollout_correction_config(s_.cfg.subtree("algorithm")));
+          s_.run.algorithm.rollout_correction);
       for (const auto& [key, value] : correction.metrics) s_.metrics->set(key, value);
       if (correction.weights.defined()) data.set_tensor("rollout_is_weights", correction.weights);
     }

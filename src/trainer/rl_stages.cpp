@@ -44,12 +44,13 @@ TrainerStages::TrainerStages(RLTrainer::State& s)
 }
 
 const Config& TrainerStages::config() const { return s_.cfg; }
+const RunSpec& TrainerStages::spec() const { return s_.run; }
 
 MetricsLog& TrainerStages::metrics() { return *s_.metrics; }
 
 int64_t TrainerStages::step() const { return s_.step; }
 
-const std::string& TrainerStages::adv_estimator() const { return s_.adv_estimator; }
+const std::string& TrainerStages::adv_estimator() const { return s_.run.algorithm.adv_estimator; }
 
 RolloutBatchState& TrainerStages::state_of(const RolloutBatch& batch) {
   HF_CHECK(batch.valid(), "algorithm program: a RolloutBatch that no generation made (default-constructed)");
@@ -57,30 +58,30 @@ RolloutBatchState& TrainerStages::state_of(const RolloutBatch& batch) {
 }
 
 algo::LagrangeMultiplier& TrainerStages::lagrange() {
-  HF_CHECK(s_.lagrange.has_value(), "algorithm program '", s_.program,
+  HF_CHECK(s_.lagrange.has_value(), "algorithm program '", s_.run.algorithm.program,
            "' uses the Safe-RLHF multiplier, but no cost is configured (cost_model.enable or cost.type)");
   return *s_.lagrange;
 }
 
 DataProto TrainerStages::next_prompts(int64_t count) {
-  if (count <= 0) count = s_.cfg.get<int64_t>("data.train_batch_size");
+  if (count <= 0) count = s_.run.data.train_batch_size;
   const bool first = !drew_prompts_;
   drew_prompts_ = true;
   // One-step off-policy: the previous step drew this step's prompts and is generating them already.
   if (first && s_.prefetch && s_.prefetch->for_step == s_.step) {
-    HF_CHECK(count == s_.prefetch->prompts.batch_size(), "algorithm program '", s_.program, "': its first ",
+    HF_CHECK(count == s_.prefetch->prompts.batch_size(), "algorithm program '", s_.run.algorithm.program, "': its first ",
              "next_prompts(", count, ") differs from the ", s_.prefetch->prompts.batch_size(),
              " prompts the previous step generated for it (actor_rollout_ref.rollout.staleness 1)");
     return s_.prefetch->prompts;
   }
-  return s_.next_prompts(count, s_.train, &s_.data_pos, s_.cfg.get<bool>("data.shuffle"));
+  return s_.next_prompts(count, s_.train, &s_.data_pos, s_.run.data.shuffle);
 }
 
 DataProto TrainerStages::generation_request(const DataProto& prompts, int64_t step, uint64_t round) const {
   DataProto request = prompts;
   // The first sampled generation of a step keeps the seed of the one-generation programs; a program that
   // samples again in the same step (DAPO) draws fresh samples.
-  const uint64_t seed = static_cast<uint64_t>(s_.cfg.get<int64_t>("trainer.seed"));
+  const uint64_t seed = s_.run.trainer.seed;
   request.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(step) + 7777777ULL * round;
   return request;
 }
@@ -91,7 +92,7 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
     return generator.call("generate_sequences", generation_request(prompts, s_.step, round));
   Future batch;
   if (s_.prefetch && s_.prefetch->for_step == s_.step) {
-    HF_CHECK(prompts.serialize() == s_.prefetch->prompts.serialize(), "algorithm program '", s_.program,
+    HF_CHECK(prompts.serialize() == s_.prefetch->prompts.serialize(), "algorithm program '", s_.run.algorithm.program,
              "': with actor_rollout_ref.rollout.staleness 1 its first sampled generation must be of the prompts its ",
              "first next_prompts() returned (the previous step generated those)");
     batch = s_.prefetch->batch;
@@ -101,11 +102,10 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
   s_.prefetch.reset();
   // The next step's rollout, generated on the rollout pool with the weights it holds now (one update
   // behind the ones the next step trains) while this step's log-probs, values and updates run.
-  if (s_.step + 1 < s_.cfg.get<int64_t>("trainer.total_steps")) {
+  if (s_.step + 1 < s_.run.trainer.total_steps) {
     RLTrainer::State::Prefetch next;
     next.for_step = s_.step + 1;
-    next.prompts = s_.next_prompts(s_.cfg.get<int64_t>("data.train_batch_size"), s_.train, &s_.data_pos,
-                                   s_.cfg.get<bool>("data.shuffle"));
+    next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
     next.batch = generator.call("generate_sequences", generation_request(next.prompts, next.for_step, 0));
     s_.prefetch = std::move(next);
   }
@@ -181,12 +181,12 @@ torch::Tensor TrainerStages::token_rewards(RolloutBatchState& b) {
   DataProto& data = wait_generation(b);
   const auto mask = data.tensor("response_mask").to(torch::kFloat);
   torch::Tensor rewards = scores_at_last_token(b.scores, mask);
-  if (s_.cfg.get<bool>("algorithm.use_kl_in_reward")) {
+  if (s_.run.algorithm.use_kl_in_reward) {
     HF_CHECK(data.has_tensor("ref_log_prob"), "advantage_input: algorithm.use_kl_in_reward needs the reference ",
              "log-probs; join ref->compute_log_prob first");
     MetricsLog& m = *s_.metrics;
     auto kl = algo::apply_kl_penalty(rewards, data.tensor("old_log_probs"), data.tensor("ref_log_prob"), mask,
-                                     s_.kl_ctrl.value(), algo::reward_kl_type(s_.cfg.subtree("algorithm")));
+                                     s_.kl_ctrl.value(), s_.run.algorithm.reward_kl_type);
     rewards = kl.token_level_rewards;
     m.set("actor/reward_kl_penalty", kl.mean_kl.item<double>());
     m.set("actor/reward_kl_coef", s_.kl_ctrl.value());
@@ -198,9 +198,9 @@ torch::Tensor TrainerStages::token_rewards(RolloutBatchState& b) {
 
 namespace {
 
-algo::AdvantageInput advantage_input_of(const Config& cfg, const DataProto& data, int64_t n,
+algo::AdvantageInput advantage_input_of(const AlgorithmSpec& algorithm, const DataProto& data, int64_t n,
                                         const torch::Tensor& token_rewards) {
-  algo::AdvantageInput in = algo::advantage_params(cfg.subtree("algorithm"));
+  algo::AdvantageInput in = algorithm.advantage;
   in.token_level_rewards = token_rewards;
   in.response_mask = data.tensor("response_mask").to(torch::kFloat);
   in.index = torch::arange(data.batch_size() / n, torch::kLong).repeat_interleave(n);
@@ -213,7 +213,7 @@ algo::AdvantageInput advantage_input_of(const Config& cfg, const DataProto& data
 algo::AdvantageInput TrainerStages::advantage_input(RolloutBatch& batch) {
   RolloutBatchState& b = state_of(batch);
   const torch::Tensor rewards = token_rewards(b);
-  return advantage_input_of(s_.cfg, b.data, b.n, rewards);
+  return advantage_input_of(s_.run.algorithm, b.data, b.n, rewards);
 }
 
 algo::AdvantageInput TrainerStages::cost_advantage_input(RolloutBatch& batch) {
@@ -221,7 +221,7 @@ algo::AdvantageInput TrainerStages::cost_advantage_input(RolloutBatch& batch) {
   HF_CHECK(b.costs.defined(), "cost_advantage_input: join the batch's cost first (cost->compute_cost)");
   const DataProto& data = wait_generation(b);
   algo::AdvantageInput in =
-      advantage_input_of(s_.cfg, data, b.n, scores_at_last_token(b.costs, data.tensor("response_mask").to(torch::kFloat)));
+      advantage_input_of(s_.run.algorithm, data, b.n, scores_at_last_token(b.costs, data.tensor("response_mask").to(torch::kFloat)));
   in.values = data.has_tensor("cost_values") ? data.tensor("cost_values") : torch::Tensor();
   return in;
 }
@@ -291,15 +291,15 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer_.total_seconds()));
   m.add_timings(timer_);
   // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.
-  const int64_t test_freq = s_.cfg.get<int64_t>("trainer.test_freq");
-  if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.cfg.get<int64_t>("data.test_size") > 0)
-    m.set("val/score", s_.evaluate(s_.cfg.get<int64_t>("data.test_size")));
+  const int64_t test_freq = s_.run.trainer.test_freq;
+  if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.run.data.test_size > 0)
+    m.set("val/score", s_.evaluate(s_.run.data.test_size));
   s_.log_memory(m);
   log_samples(r, s_.step + 1);
   log_timeline(s_.step + 1);
   nlohmann::json record = m.end_step(++s_.step);
   // After the metrics line: a checkpoint of step N always has step N's metrics on disk before it.
-  const int64_t save_freq = s_.cfg.get<int64_t>("trainer.save_freq");
+  const int64_t save_freq = s_.run.trainer.save_freq;
   if (save_freq > 0 && s_.step % save_freq == 0) s_.save_checkpoint();
   finished_ = true;
   return record;

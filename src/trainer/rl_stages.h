@@ -45,6 +45,7 @@ class TrainerStages final : public RLStep {
   // RLStep
   RLRoles& roles() override { return roles_; }
   const Config& config() const override;
+  const RunSpec& spec() const override;
   MetricsLog& metrics() override;
   int64_t step() const override;
   const std::string& adv_estimator() const override;

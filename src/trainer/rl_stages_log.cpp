@@ -8,9 +8,9 @@
 namespace hybridflow {
 
 void TrainerStages::log_samples(const RolloutBatchState& r, int64_t step) {
-  if (!logs_samples_at(step, s_.cfg.get<int64_t>("trainer.log_samples_freq"))) return;
+  if (!logs_samples_at(step, s_.run.trainer.log_samples_freq)) return;
   const DataProto& batch = r.data;
-  const auto rows = sample_rows(batch.batch_size(), s_.cfg.get<int64_t>("trainer.log_samples_count"));
+  const auto rows = sample_rows(batch.batch_size(), s_.run.trainer.log_samples_count);
   if (rows.empty()) return;
   const auto mask = batch.tensor("response_mask").to(torch::kDouble);
   std::vector<RolloutSample> samples;

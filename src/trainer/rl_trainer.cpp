@@ -24,7 +24,7 @@ std::string shell_quote(const std::string& arg) {
 // This process's own command line, with what makes it continue from `checkpoint`: the same command already
 // does under resume_mode auto (the run directory's newest checkpoint); otherwise resume_path is appended
 // (later overrides win).
-std::string resume_command(const Config& cfg, const std::string& checkpoint) {
+std::string resume_command(const TrainerRunSpec& trainer, const std::string& checkpoint) {
   std::string cmdline;
   if (file_exists("/proc/self/cmdline")) cmdline = read_file("/proc/self/cmdline");
   std::string out;
@@ -35,7 +35,7 @@ std::string resume_command(const Config& cfg, const std::string& checkpoint) {
     begin = end + 1;
   }
   if (out.empty()) out = "hybridflow train <the same config and overrides>";
-  if (cfg.get<std::string>("trainer.resume_mode") != "auto")
+  if (trainer.resume_mode != "auto")
     out += " trainer.resume_mode=resume_path " + shell_quote("trainer.resume_from_path=" + checkpoint);
   return out;
 }
@@ -47,16 +47,16 @@ RLTrainer::~RLTrainer() = default;
 nlohmann::json RLTrainer::step() {
   State& s = *s_;
   TrainerStages stages(s);
-  nlohmann::json record = get_rl_program(s.program)(stages);
-  HF_CHECK(stages.finished(), "algorithm program '", s.program,
+  nlohmann::json record = get_rl_program(s.run.algorithm.program)(stages);
+  HF_CHECK(stages.finished(), "algorithm program '", s.run.algorithm.program,
            "' returned without ending its step: its last line must be `return step.finish(batch);`");
   return record;
 }
 
 nlohmann::json RLTrainer::fit() {
   State& s = *s_;
-  const int64_t total = s.cfg.get<int64_t>("trainer.total_steps");
-  const int64_t every = std::max<int64_t>(1, s.cfg.get<int64_t>("trainer.log_every"));
+  const int64_t total = s.run.trainer.total_steps;
+  const int64_t every = s.run.trainer.log_every;
   nlohmann::json last;
   // The ETA is paced by this process's steps only: a resumed run's earlier steps took no time here.
   const auto start = std::chrono::steady_clock::now();
@@ -76,7 +76,7 @@ nlohmann::json RLTrainer::fit() {
                 << "\n";
     }
   }
-  const bool save_at_end = s.cfg.get<bool>("trainer.save_checkpoint") || s.cfg.get<int64_t>("trainer.save_freq") > 0;
+  const bool save_at_end = s.run.trainer.saves();
   if (save_at_end && s.step > 0 && s.last_saved_step != s.step) s.save_checkpoint();
   return last;
 }
@@ -109,6 +109,7 @@ std::vector<std::string> RLTrainer::roles() const {
 }
 
 int64_t RLTrainer::steps_done() const { return s_->step; }
+const RunSpec& RLTrainer::spec() const { return s_->run; }
 
 std::string RLTrainer::save_checkpoint() { return s_->save_checkpoint(); }
 
@@ -131,11 +132,11 @@ int run_rl_training(const Config& config) {
   // The first Ctrl-C / SIGTERM stops after the current step (and checkpoints); a second one kills at once.
   enable_graceful_stop_on_signals();
   RLTrainer trainer(config);
-  const int64_t test_size = config.get<int64_t>("data.test_size");
+  const int64_t test_size = trainer.spec().data.test_size;
   const double before = test_size > 0 && stop_requested_signal() == 0 ? trainer.evaluate(test_size) : 0.0;
   trainer.fit();
   if (const int sig = stop_requested_signal()) {
-    const int64_t total = config.get<int64_t>("trainer.total_steps");
+    const int64_t total = trainer.spec().trainer.total_steps;
     std::cerr << "stopped by " << (sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig))
               << " after step " << trainer.steps_done() << " of " << total << "\n";
     const std::string& ckpt = trainer.last_checkpoint();
@@ -147,7 +148,7 @@ int run_rl_training(const Config& config) {
                 << (ckpt.ends_with("/" + checkpoint_name(trainer.steps_done()))
                         ? ""
                         : " (older than this step: saving is off, so resuming repeats the steps after it)")
-                << "\nresume with: " << resume_command(config, ckpt) << "\n";
+                << "\nresume with: " << resume_command(trainer.spec().trainer, ckpt) << "\n";
     return 128 + sig;  // what a shell reports for a process the signal ended: 130 for SIGINT, 143 for SIGTERM
   }
   if (test_size > 0) {

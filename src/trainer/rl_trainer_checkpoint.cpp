@@ -20,8 +20,8 @@ nlohmann::json RLTrainer::State::controller_state() const {
                           {"data_pos", data_pos},
                           {"kl_coef", kl_ctrl.value()},
                           {"roles", roles},
-                          {"seed", cfg.get<int64_t>("trainer.seed")},
-                          {"adv_estimator", adv_estimator}};
+                          {"seed", static_cast<int64_t>(run.trainer.seed)},
+                          {"adv_estimator", run.algorithm.adv_estimator}};
   if (lagrange) state["lagrange_lambda"] = lagrange->value();
   return state;
 }
@@ -30,11 +30,11 @@ void RLTrainer::State::restore_controller_state(const nlohmann::json& state, con
   nlohmann::json roles = nlohmann::json::array();
   for (const WorkerGroup* g : trainable_groups()) roles.push_back(g->role());
   HF_CHECK(state.at("roles") == roles, file, ": the checkpoint holds roles ", state.at("roles").dump(),
-           " but this run trains ", roles.dump(), " (algorithm.adv_estimator ", adv_estimator, ")");
+           " but this run trains ", roles.dump(), " (algorithm.adv_estimator ", run.algorithm.adv_estimator, ")");
   HF_CHECK(state.contains("kl_coef") && state["kl_coef"].is_number(), file, ": 'kl_coef' must be a number");
-  if (state.contains("seed") && state["seed"] != cfg.get<int64_t>("trainer.seed"))
+  if (state.contains("seed") && state["seed"] != static_cast<int64_t>(run.trainer.seed))
     log_warn(file, ": saved with trainer.seed ", state["seed"].dump(), ", resuming with ",
-             cfg.get<int64_t>("trainer.seed"), "; the resumed run will not match an uninterrupted one");
+             run.trainer.seed, "; the resumed run will not match an uninterrupted one");
   step = state.at("step").get<int64_t>();
   data_pos = state.at("data_pos").get<int64_t>();
   HF_CHECK(!lagrange == !state.contains("lagrange_lambda"), file, ": the checkpoint ",
@@ -43,18 +43,17 @@ void RLTrainer::State::restore_controller_state(const nlohmann::json& state, con
   if (lagrange) {
     // The multiplier steps once per training step: continuing from the saved lambda, with the delay
     // shortened by the steps already taken, is exactly where the interrupted run was.
-    algo::LagrangeConfig lc = algo::lagrange_config(cfg.subtree("algorithm"));
+    algo::LagrangeConfig lc = *run.algorithm.safe_rlhf;
     lc.lambda_init = state.at("lagrange_lambda").get<double>();
     lc.update_delay_steps = static_cast<int>(std::max<int64_t>(0, lc.update_delay_steps - step));
     lagrange.emplace(lc);
   }
-  kl_ctrl = algo::KlController::from_config(cfg.get<std::string>("algorithm.kl_ctrl.type"), state["kl_coef"].get<double>(),
-                                            cfg.get<double>("algorithm.kl_ctrl.target_kl"),
-                                            cfg.get<double>("algorithm.kl_ctrl.horizon"));
+  const AlgorithmSpec::KlCtrl& kl = run.algorithm.kl_ctrl;
+  kl_ctrl = algo::KlController::from_config(kl.type, state["kl_coef"].get<double>(), kl.target_kl, kl.horizon);
 }
 
 std::string RLTrainer::State::save_checkpoint() {
-  const std::string run_dir = cfg.get<std::string>("trainer.run_dir");
+  const std::string& run_dir = run.trainer.run_dir;
   HF_CHECK(!run_dir.empty(), "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir");
   const std::string root = checkpoints_root(run_dir);
   const std::string tmp = begin_checkpoint(root, step);
@@ -73,7 +72,7 @@ std::string RLTrainer::State::save_checkpoint() {
   write_trainer_state(tmp, controller_state());
   last_checkpoint = commit_checkpoint(root, step, tmp);
   last_saved_step = step;
-  const int removed = remove_old_checkpoints(root, cfg.get<int64_t>("trainer.max_ckpt_to_keep"));
+  const int removed = remove_old_checkpoints(root, run.trainer.max_ckpt_to_keep);
   log_info("saved checkpoint ", last_checkpoint, removed ? " (removed " + std::to_string(removed) + " older)" : "");
   return last_checkpoint;
 }

@@ -12,7 +12,7 @@ const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t
     // libraries): the order is a function of seed and epoch alone, so a resumed run draws the same.
     order.resize(static_cast<size_t>(size));
     for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;
-    std::mt19937_64 rng(static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed")) * 1000003ULL + static_cast<uint64_t>(epoch));
+    std::mt19937_64 rng(run.trainer.seed * 1000003ULL + static_cast<uint64_t>(epoch));
     for (int64_t i = size - 1; i > 0; --i)
       std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(i + 1))]);
     order_epoch = epoch;
@@ -81,7 +81,7 @@ std::vector<double> RLTrainer::State::rule_scores(const DataProto& gen) const {
   const auto texts = decode_responses(gen);
   const auto& prompts = gen.field("prompt");
   const auto& answers = gen.field("answer");
-  if (cfg.get<std::string>("reward.type") == "none") return std::vector<double>(texts.size(), 0.0);
+  if (run.scoring.reward_type == "none") return std::vector<double>(texts.size(), 0.0);
   if (reward_fn) return reward_fn->score(reward_requests(gen, texts));
   std::vector<double> scores;
   for (size_t i = 0; i < texts.size(); ++i)
@@ -91,10 +91,10 @@ std::vector<double> RLTrainer::State::rule_scores(const DataProto& gen) const {
 
 std::vector<double> RLTrainer::State::rule_costs(const DataProto& gen) const {
   const auto texts = decode_responses(gen);
-  const std::string type = cfg.get<std::string>("cost.type");
+  const std::string& type = run.scoring.cost_type;
   if (type == "none") return std::vector<double>(texts.size(), 0.0);
   if (cost_fn) return cost_fn->score(reward_requests(gen, texts));
-  const auto needles = cfg.get<std::vector<std::string>>("cost.contains");
+  const auto& needles = run.scoring.cost_contains;
   std::vector<double> costs;
   for (const auto& text : texts)
     costs.push_back(std::any_of(needles.begin(), needles.end(),

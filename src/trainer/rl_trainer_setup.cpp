@@ -1,4 +1,5 @@
-// RLTrainer's constructor: a sequence of named steps. The run directory and its settings; the data and
+// RLTrainer's constructor: a sequence of named steps. The run's spec (trainer/run_spec_builders.h: every
+// trainer, data, algorithm and scoring key is read there), the run directory and its settings; the data and
 // tokenizer; the reward and cost scorers; which roles run; the placement of their pools; each role's spec
 // (trainer/role_spec_builders.h: every role key is read there); the worker groups; and the resume.
 #include "role_spec_builders.h"
@@ -101,15 +102,14 @@ std::string prompts_source(const Task& task, const std::string& file) {
 
 }  // namespace
 
-// The run directory (locked, with the resolved config), the trainer's own checks and its metrics sinks;
+// The run's spec, the run directory (locked, with the resolved config) and the metrics sinks;
 // returns the checkpoint to resume from ("" for a fresh start), resolved before any worker starts so that a
 // bad resume path fails at once.
 std::string RLTrainer::State::open_run() {
   State& s = *this;
   const Config& config = s.cfg;
-  const int64_t steps = config.get<int64_t>("trainer.total_steps");
-  HF_CHECK(steps > 0, "trainer.total_steps must be > 0, got ", steps);
-  const std::string run_dir = config.get<std::string>("trainer.run_dir");
+  s.run = build_run_spec(config);
+  const std::string& run_dir = s.run.trainer.run_dir;
   if (!run_dir.empty()) {
     s.run_dir_lock = std::make_unique<DirectoryLock>(run_dir);
     // The resolved config (defaults, file and overrides) beside the metrics from the start, not only in
@@ -117,11 +117,8 @@ std::string RLTrainer::State::open_run() {
     write_file_atomic(run_dir + "/config.yaml", config.to_yaml());
   }
   register_rl_workers();
-  const std::string resume_dir = checkpoint_to_resume(config.subtree("trainer"));
-  HF_CHECK(!(config.get<bool>("trainer.save_checkpoint") || config.get<int64_t>("trainer.save_freq") > 0) ||
-               !run_dir.empty(),
-           "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir (checkpoints go to <run_dir>/checkpoints)");
-  s.sinks = metrics_sinks(config.get<std::vector<std::string>>("trainer.logger"), &s.console_log);
+  const std::string resume_dir = checkpoint_to_resume(s.run.trainer);
+  s.sinks = metrics_sinks(s.run.trainer.logger, &s.console_log);
   return resume_dir;
 }
 
@@ -131,9 +128,10 @@ void RLTrainer::State::load_data() {
   State& s = *this;
   const Config& config = s.cfg;
   TaskOptions task_options;
-  task_options.min_digits = config.get<int>("data.min_digits");
-  task_options.max_digits = config.get<int>("data.max_digits");
-  s.task = make_task(config.get<std::string>("data.task"), task_options);
+  const DataSpec& data = s.run.data;
+  task_options.min_digits = data.min_digits;
+  task_options.max_digits = data.max_digits;
+  s.task = make_task(data.task, task_options);
   s.model = model_spec_from_config(config);
   const std::string model_path = s.model.path;
   s.tokenizer = model_path.empty() ? Tokenizer::from_alphabet(s.task->alphabet())
@@ -141,14 +139,14 @@ void RLTrainer::State::load_data() {
   s.model.vocab_size = s.tokenizer.vocab_size();
   s.model.eos_token_id = s.tokenizer.eos_id();
   s.model.pad_token_id = s.tokenizer.pad_id();
-  const uint64_t seed = static_cast<uint64_t>(config.get<int64_t>("trainer.seed"));
-  const std::string train_file = config.get<std::string>("data.train_file");
-  const std::string test_file = config.get<std::string>("data.test_file");
+  const uint64_t seed = s.run.trainer.seed;
+  const std::string& train_file = data.train_file;
+  const std::string& test_file = data.test_file;
   PromptEncoder encoder(s.tokenizer, model_path, PromptOptions::from_config(config));
   std::vector<PromptRow> train_rows, test_rows;
   if (!test_file.empty()) test_rows = read_prompt_rows(test_file);
   if (train_file.empty() || test_file.empty()) {
-    auto splits = make_splits(*s.task, config.get<int64_t>("data.train_size"), config.get<int64_t>("data.test_size"), seed);
+    auto splits = make_splits(*s.task, data.train_size, data.test_size, seed);
     if (!test_file.empty()) {  // no held-out leak: generated training prompts that the test file holds go
       std::vector<Example> held_out;
       for (const auto& row : test_rows)
@@ -163,40 +161,28 @@ void RLTrainer::State::load_data() {
   s.test_source = prompts_source(*s.task, test_file);
   s.train = encoder.encode(train_rows, s.train_source);
   s.test = encoder.encode(test_rows, s.test_source);
-  const int64_t batch_prompts = config.get<int64_t>("data.train_batch_size");
+  const int64_t batch_prompts = s.run.data.train_batch_size;
   HF_CHECK(batch_prompts > 0 && static_cast<int64_t>(s.train.size()) >= batch_prompts, "data.train_batch_size: ",
            batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());
 }
 
-// The external reward and cost scorers (command / HTTP), and Safe-RLHF's multiplier when a cost is configured.
+// The external reward and cost scorers (command / HTTP: their own keys are read by make_reward_function),
+// and Safe-RLHF's multiplier when a cost is configured.
 void RLTrainer::State::make_scorers() {
   State& s = *this;
-  const Config& config = s.cfg;
-  reward_clip_from_config(config);  // checked before any worker starts
-  const std::string reward_type = config.get<std::string>("reward.type");
-  if (reward_type != "task" && reward_type != "none") s.reward_fn = make_reward_function(config.subtree("reward"));
-  const std::string cost_type = config.get<std::string>("cost.type");
-  HF_CHECK(cost_type == "none" || cost_type == "contains" || cost_type == "command" || cost_type == "http",
-           "cost.type: expected none | contains | command | http, got '", cost_type, "'");
-  if (cost_type == "command" || cost_type == "http") s.cost_fn = make_reward_function(config.subtree("cost"));
-  HF_CHECK(cost_type != "contains" || !config.get<std::vector<std::string>>("cost.contains").empty(),
-           "cost.type contains needs a non-empty cost.contains list of strings");
-  s.use_cost_model = config.get<bool>("cost_model.enable");
-  if (s.use_cost_model || cost_type != "none") s.lagrange.emplace(algo::lagrange_config(config.subtree("algorithm")));
+  const ScoringSpec& scoring = s.run.scoring;
+  if (scoring.reward_type != "task" && scoring.reward_type != "none") s.reward_fn = make_reward_function(s.cfg.subtree("reward"));
+  if (scoring.cost_type == "command" || scoring.cost_type == "http") s.cost_fn = make_reward_function(s.cfg.subtree("cost"));
+  if (s.run.algorithm.safe_rlhf) s.lagrange.emplace(*s.run.algorithm.safe_rlhf);
 }
 
 // The algorithm and the roles it runs: a critic for GAE (grpo / rloo / reinforce++ / remax need no value
 // function), a cost critic beside it for Safe-RLHF, and the reward and cost models when enabled.
 void RLTrainer::State::choose_roles() {
   State& s = *this;
-  const Config& config = s.cfg;
-  const Config algorithm = config.subtree("algorithm");
-  s.adv_estimator = algo::advantage_estimator_name(algorithm);
-  s.program = rl_program_name(config);
-  check_rl_program(s.program, config);  // what the program needs of the configuration, before any worker starts
-  s.kl_ctrl = algo::kl_controller(algorithm);
-  s.use_critic = s.adv_estimator == "gae";
-  s.use_reward_model = config.get<bool>("reward_model.enable");
+  s.kl_ctrl = s.run.algorithm.kl_ctrl.controller();
+  s.use_critic = s.run.algorithm.adv_estimator == "gae";
+  s.use_reward_model = s.run.scoring.reward_model;
 }
 
 // Which pool each role runs in (placement/placement_spec.h), and the device its processes take.
@@ -207,12 +193,12 @@ void RLTrainer::State::place_roles() {
   if (s.use_critic) run_roles.push_back("critic");
   if (s.use_critic && s.lagrange) run_roles.push_back("cost_critic");
   if (s.use_reward_model) run_roles.push_back("reward_model");
-  if (s.use_cost_model) run_roles.push_back("cost_model");
+  if (s.run.scoring.cost_model) run_roles.push_back("cost_model");
   s.placement = resolve_placement(config, run_roles);
-  check_staleness_fits_program(s.placement, s.program, s.adv_estimator);
-  const std::string device_key = config.get<std::string>("trainer.device");
+  check_staleness_fits_program(s.placement, s.run.algorithm.program, s.run.algorithm.adv_estimator);
+  const std::string& device_key = s.run.trainer.device;
   std::string device = resolve_device_name(device_key, "trainer.device");
-  const int64_t nnodes = config.is_null("trainer.nnodes") ? 1 : config.get<int64_t>("trainer.nnodes");
+  const int64_t nnodes = s.run.trainer.nnodes;
   const int per_host = workers_per_host(s.placement, nnodes, launch_env_from_environment());
   if (per_host > 0)
     device = device_for_processes(device, device_key, per_host, static_cast<int64_t>(torch::cuda::device_count()),
@@ -226,15 +212,15 @@ void RLTrainer::State::specify_roles() {
   State& s = *this;
   const Config& config = s.cfg;
   RoleFacts f;
-  f.seed = static_cast<uint64_t>(config.get<int64_t>("trainer.seed"));
-  f.total_steps = config.get<int64_t>("trainer.total_steps");
-  f.batch_prompts = config.get<int64_t>("data.train_batch_size");
-  f.adv_estimator = s.adv_estimator;
-  f.kl_in_reward = config.get<bool>("algorithm.use_kl_in_reward");
+  f.seed = s.run.trainer.seed;
+  f.total_steps = s.run.trainer.total_steps;
+  f.batch_prompts = s.run.data.train_batch_size;
+  f.adv_estimator = s.run.algorithm.adv_estimator;
+  f.kl_in_reward = s.run.algorithm.use_kl_in_reward;
   f.need_critic = s.use_critic;
   f.need_cost_critic = s.use_critic && s.lagrange.has_value();
   f.need_reward_model = s.use_reward_model;
-  f.need_cost_model = s.use_cost_model;
+  f.need_cost_model = s.run.scoring.cost_model;
   f.standalone_rollout = s.placement.standalone_rollout();
   auto pool = [&](const std::string& role, bool runs) {
     RoleFacts::Pool p;
@@ -255,15 +241,16 @@ void RLTrainer::State::specify_roles() {
   s.need_ref = s.specs.ref.has_value();
   check_context_fits(s.model, rollout.response_length, s.specs.response_length_key,
                      {{s.train_source, &s.train}, {s.test_source, &s.test}});
-  if (config.get<bool>("reward_model.overlong_buffer.enable")) {
-    const int64_t len = config.get<int64_t>("reward_model.overlong_buffer.len");
+  const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;
+  if (overlong.enable) {
+    const int64_t len = overlong.len;
     HF_CHECK(len > 0 && len <= rollout.response_length, "reward_model.overlong_buffer.len must be in (0, ",
              rollout.response_length, "] (the response budget) when the overlong buffer is enabled, got ", len);
   }
   // verl's bypass mode replaces the policy loss with its PPO clip (rollout_correction.loss_type ppo_clip),
   // which is hybridflow's vanilla loss with the rollout as the old policy.
   const algo::PolicyLossMode loss_mode = s.specs.actor.spec.policy_loss.loss_mode;
-  HF_CHECK(!config.get<bool>("algorithm.rollout_correction.bypass_mode") || loss_mode == algo::PolicyLossMode::kVanilla,
+  HF_CHECK(!s.run.algorithm.bypass_mode || loss_mode == algo::PolicyLossMode::kVanilla,
            "algorithm.rollout_correction.bypass_mode: true trains with PPO's clipped loss (verl's ppo_clip); ",
            "actor_rollout_ref.actor.policy_loss.loss_mode must be vanilla, got ", algo::to_string(loss_mode));
 }
@@ -272,7 +259,7 @@ void RLTrainer::State::specify_roles() {
 void RLTrainer::State::create_groups() {
   State& s = *this;
   const RoleSpecs& specs = s.specs;
-  const int threads = s.cfg.get<int>("trainer.threads_per_worker");
+  const int threads = s.run.trainer.threads_per_worker;
   log_info("placement ", s.placement.kind,
            (specs.standalone_rollout ? ", staleness " + std::to_string(s.placement.staleness) : ""), ":\n",
            describe_placement(s.placement));
@@ -321,7 +308,7 @@ void RLTrainer::State::create_groups() {
 // The metrics log, the weight link to a standalone rollout pool, and the checkpoint to resume from.
 void RLTrainer::State::start(const std::string& resume_dir) {
   State& s = *this;
-  s.metrics = std::make_unique<MetricsLog>(s.cfg.get<std::string>("trainer.run_dir"), s.sinks);
+  s.metrics = std::make_unique<MetricsLog>(s.run.trainer.run_dir, s.sinks);
   const RoleSpecs& specs = s.specs;
   if (specs.standalone_rollout) {
     WeightSyncLayout link;

@@ -6,6 +6,7 @@
 #include "hybridflow/trainer/rl_trainer.h"
 
 #include "role_spec_builders.h"
+#include "run_spec_builders.h"
 
 #include <algorithm>
 #include <iostream>
@@ -54,18 +55,19 @@ struct RLTrainer::State {
   // Held for the whole run (and released last): a second run on the same run_dir fails at start.
   std::unique_ptr<DirectoryLock> run_dir_lock;
   Config cfg;
+  // The run's settings besides the roles' (trainer/run_spec.h), built first: every trainer, data, algorithm
+  // and scoring key is read there; the rest of the trainer reads the fields. `cfg` stays for the role
+  // specs' builders, the data loading, the placement and a program's own keys (RLStep::config()).
+  RunSpec run;
   std::unique_ptr<Task> task;
   Tokenizer tokenizer;
   std::vector<EncodedPrompt> train, test;  // encoded and held to data.max_prompt_length at load
   std::string train_source, test_source;  // where they came from (a file, or the task), for errors
   int64_t data_pos = 0;
   int64_t step = 0;
-  std::string adv_estimator;
-  std::string program;  // the algorithm program run each step (trainer/rl_program.h)
   bool use_critic = false;
   bool need_ref = false;
   bool use_reward_model = false;  // reward_model.enable
-  bool use_cost_model = false;    // cost_model.enable
   // The model every role starts from, and each role's spec and layout.
   ModelSpec model;
   RoleSpecs specs;

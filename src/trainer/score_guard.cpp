@@ -8,16 +8,6 @@
 
 namespace hybridflow {
 
-std::optional<std::pair<double, double>> reward_clip_from_config(const Config& config) {
-  const std::string key = "reward_model.reward_clip";
-  if (config.is_null(key)) return std::nullopt;
-  const auto range = config.get<std::vector<double>>(key);
-  HF_CHECK(range.size() == 2 && std::isfinite(range[0]) && std::isfinite(range[1]) && range[0] < range[1], key,
-           ": expected null or [lo, hi] with finite lo < hi, got ", range.size(), " value(s)",
-           range.size() == 2 ? " [" + std::to_string(range[0]) + ", " + std::to_string(range[1]) + "]" : "");
-  return std::make_pair(range[0], range[1]);
-}
-
 at::Tensor guard_scores(const at::Tensor& scores, const std::string& source, int64_t step,
                         const std::optional<std::pair<double, double>>& clip, int64_t* clipped) {
   const at::Tensor values = scores.to(torch::kDouble).contiguous();

@@ -2,7 +2,7 @@
 // code the run does not control (a reward command, an HTTP service, a reward model): one NaN or inf
 // poisons every advantage of its group and, through the losses, every weight. So a NaN always stops
 // the run naming the step, the scorer, the row and the value; an inf stops it too unless
-// reward_model.reward_clip is set, which then clamps every part of the score and the sum into [lo, hi].
+// reward_model.reward_clip is set (checked in the run spec, trainer/run_spec.h), which then clamps every part of the score and the sum into [lo, hi].
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,12 +11,9 @@
 #include <string>
 #include <utility>
 
-#include "hybridflow/core/config.h"
+#include <cstdint>
 
 namespace hybridflow {
-
-// reward_model.reward_clip: null (no clipping) or [lo, hi] with lo < hi, both finite; errors name the key.
-std::optional<std::pair<double, double>> reward_clip_from_config(const Config& config);
 
 // `scores` (one per row) from `source` at 1-based `step`, checked and, with `clip`, clamped. `clipped`
 // (optional) is increased by the number of finite values that were outside the range and by every inf.

@@ -1,6 +1,7 @@
-// Every configuration key of a role has one reader. The role specs (trainer/role_spec_builders.h) note the
-// keys they read; held against the `hybridflow train` reference in docs/configuration.md, a documented role
-// key that nothing reads, a key that two specs read, or a key read but not documented fails here, naming it.
+// Every configuration key has one reader. The role specs (trainer/role_spec_builders.h) and the run's spec
+// (trainer/run_spec_builders.h) note the keys they read; held against the `hybridflow train` reference in
+// docs/configuration.md, a documented key that nothing reads, a key that two specs read, or a key read but
+// not documented fails here, naming it.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -13,14 +14,14 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "trainer/role_spec_builders.h"
+#include "trainer/run_spec_builders.h"
 
 namespace hybridflow {
 namespace {
 
-// The sections whose keys configure a role's workers.
-const char* const kRoleSections[] = {"model.", "actor_rollout_ref.", "critic.", "reward_model.", "cost_model."};
-
-// Role-section keys that no role spec reads, and who reads them instead.
+// Documented keys that no spec reads, and who reads them instead. Everything else of the `hybridflow train`
+// reference is read by exactly one spec: a role's (role_spec_builders.h) or a part of the run's
+// (run_spec_builders.h: trainer, data, algorithm, scoring).
 const std::map<std::string, std::string> kReadElsewhere = {
     {"actor_rollout_ref.num_processes", "placement (placement_spec.cpp)"},
     {"actor_rollout_ref.rollout.num_processes", "placement (placement_spec.cpp)"},
@@ -28,19 +29,26 @@ const std::map<std::string, std::string> kReadElsewhere = {
     {"critic.num_processes", "placement (placement_spec.cpp)"},
     {"reward_model.num_processes", "placement (placement_spec.cpp)"},
     {"cost_model.num_processes", "placement (placement_spec.cpp)"},
-    {"reward_model.enable", "the trainer's choice of roles"},
-    {"cost_model.enable", "the trainer's choice of roles"},
-    {"reward_model.overlong_buffer.enable", "the sequence score (rl_stages.cpp)"},
-    {"reward_model.overlong_buffer.len", "the sequence score (rl_stages.cpp)"},
-    {"reward_model.overlong_buffer.penalty_factor", "the sequence score (rl_stages.cpp)"},
-    {"reward_model.overlong_buffer.log", "the sequence score (rl_stages.cpp)"},
-    {"reward_model.reward_clip", "the sequence score (score_guard.cpp)"},
+    {"trainer.placement", "placement (placement_spec.cpp)"},
+    {"trainer.colocate", "placement (placement_spec.cpp)"},
+    {"pools", "placement (placement_spec.cpp)"},
+    {"data.max_prompt_length", "the prompt encoder (PromptOptions::from_config)"},
+    {"data.truncation", "the prompt encoder (PromptOptions::from_config)"},
+    {"data.filter_overlong_prompts", "the prompt encoder (PromptOptions::from_config)"},
+    {"data.apply_chat_template", "the prompt encoder (PromptOptions::from_config)"},
+    {"data.add_bos", "the prompt encoder (PromptOptions::from_config)"},
+    // verl's keys that load_rl_config turns into hybridflow's (verl_derived.cpp) before any spec is built.
+    {"trainer.project_name", "load_rl_config (verl_derived.cpp: the run directory)"},
+    {"trainer.experiment_name", "load_rl_config (verl_derived.cpp: the run directory)"},
+    {"trainer.total_epochs", "load_rl_config (verl_derived.cpp: trainer.total_steps)"},
+    {"trainer.n_gpus_per_node", "load_rl_config (verl_derived.cpp: the processes)"},
 };
 
-bool in_role_section(const std::string& key) {
-  for (const char* section : kRoleSections)
-    if (key.rfind(section, 0) == 0) return true;
-  return false;
+// An external scorer's section (reward.*, cost.*) is handed whole to make_reward_function
+// (workers/reward_function.cpp), which reads its command / HTTP keys; the scoring spec reads the type.
+bool read_by_scorer(const std::string& key) {
+  return (key.rfind("reward.", 0) == 0 && key != "reward.type") ||
+         (key.rfind("cost.", 0) == 0 && key != "cost.type" && key != "cost.contains");
 }
 
 void flatten(const YAML::Node& node, const std::string& prefix, std::set<std::string>* out) {
@@ -92,10 +100,12 @@ RoleSpecs all_roles(const Config& config, RoleSpecKeys* keys) {
   return build_role_specs(config, f, model, keys);
 }
 
-TEST(RoleSpecKeys, EveryDocumentedRoleKeyHasExactlyOneReader) {
-  const Config config = load_rl_config("", {});
+TEST(RoleSpecKeys, EveryDocumentedKeyHasExactlyOneReader) {
+  // A cost configured, so that Safe-RLHF's keys are read too.
+  const Config config = load_rl_config("", {"cost.type=contains", "cost.contains=[x]"});
   RoleSpecKeys keys;
   all_roles(config, &keys);
+  build_run_spec(config, &keys);
   std::map<std::string, std::vector<std::string>> readers;  // key -> the specs that read it
   for (const auto& [spec, read] : keys)
     for (const std::string& key : read) readers[key].push_back(spec);
@@ -106,10 +116,14 @@ TEST(RoleSpecKeys, EveryDocumentedRoleKeyHasExactlyOneReader) {
   }
   const std::set<std::string> documented = documented_train_keys();
   for (const std::string& key : documented) {
-    if (!in_role_section(key)) continue;
+    if (read_by_scorer(key)) {
+      EXPECT_FALSE(readers.count(key)) << key << " is read by make_reward_function and by the "
+                                       << readers[key].front() << " spec";
+      continue;
+    }
     const auto it = readers.find(key);
     if (it == readers.end()) {
-      ADD_FAILURE() << "docs/configuration.md documents " << key << ", which no role spec (nor any reader listed "
+      ADD_FAILURE() << "docs/configuration.md documents " << key << ", which no spec (nor any reader listed "
                     << "here) reads";
       continue;
     }
@@ -126,6 +140,49 @@ TEST(RoleSpecKeys, EveryDocumentedRoleKeyHasExactlyOneReader) {
   EXPECT_TRUE(keys["actor"].count("actor_rollout_ref.actor.optim.lr"));
   EXPECT_TRUE(keys["critic"].count("critic.optim.lr"));
   EXPECT_TRUE(keys["cost_model"].count("cost_model.micro_batch_size_per_gpu"));
+  EXPECT_TRUE(keys["trainer"].count("trainer.seed"));
+  EXPECT_TRUE(keys["data"].count("data.gen_batch_size"));
+  EXPECT_TRUE(keys["algorithm"].count("algorithm.safe_rlhf.lambda_max"));
+  EXPECT_TRUE(keys["scoring"].count("reward_model.overlong_buffer.len"));
+}
+
+// The run spec holds what the configuration says, with its checks and defaults in one place.
+TEST(RunSpecKeys, TheRunSpecHoldsTheConfiguredValues) {
+  const RunSpec spec = build_run_spec(load_rl_config(
+      "", {"trainer.seed=7", "data.train_batch_size=6", "algorithm.adv_estimator=grpo",
+           "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=3",
+           "reward_model.reward_clip=[-2,3]", "reward_model.overlong_buffer.enable=true",
+           "reward_model.overlong_buffer.len=4", "algorithm.kl_ctrl.kl_coef=0.05"}));
+  EXPECT_EQ(spec.trainer.seed, 7u);
+  EXPECT_EQ(spec.data.train_batch_size, 6);
+  EXPECT_EQ(spec.data.gen_batch_size, 6);  // null: the training batch
+  EXPECT_EQ(spec.algorithm.program, "dapo");
+  EXPECT_EQ(spec.algorithm.filter_groups.max_num_gen_batches, 3);
+  EXPECT_FALSE(spec.algorithm.safe_rlhf.has_value());  // no cost configured
+  EXPECT_DOUBLE_EQ(spec.algorithm.kl_ctrl.controller().value(), 0.05);
+  ASSERT_TRUE(spec.scoring.reward_clip.has_value());
+  EXPECT_EQ(*spec.scoring.reward_clip, std::make_pair(-2.0, 3.0));
+  EXPECT_TRUE(spec.scoring.overlong_buffer.enable);
+  EXPECT_EQ(spec.scoring.overlong_buffer.len, 4);
+}
+
+TEST(RunSpecKeys, ABadValueNamesItsKey) {
+  auto error_of = [](std::vector<std::string> overrides) {
+    try {
+      build_run_spec(load_rl_config("", overrides));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({"trainer.total_steps=0"}).find("trainer.total_steps"), std::string::npos);
+  EXPECT_NE(error_of({"reward_model.reward_clip=[3,1]"}).find("reward_model.reward_clip"), std::string::npos);
+  EXPECT_NE(error_of({"cost.type=contains"}).find("cost.contains"), std::string::npos);
+  EXPECT_NE(error_of({"trainer.resume_from_path=/x"}).find("trainer.resume_mode"), std::string::npos);
+  EXPECT_NE(error_of({"algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"})
+                .find("algorithm.adv_estimator: remax"),
+            std::string::npos);
+  EXPECT_NE(error_of({"algorithm.program=safe_rlhf"}).find("safe_rlhf needs a cost"), std::string::npos);
 }
 
 // Each spec travels as JSON (to_json) and is decoded once (from_json): every field survives the trip.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hybridflow/core/config.h"
+#include "hybridflow/trainer/run_spec.h"
 
 namespace hybridflow {
 
@@ -53,10 +54,10 @@ std::optional<std::string> find_intact_checkpoint(const std::string& root, std::
 // named checkpoint directory must be intact itself. Errors name the missing marker / directory / damage.
 std::string resolve_checkpoint(const std::string& path);
 
-// The checkpoint a run starts from, from the `trainer` section: resume_mode disable -> ""; auto -> the
-// newest intact checkpoint of run_dir ("" when there is none; an error when all are damaged); resume_path
-// -> resolve_checkpoint of resume_from_path. Errors name the key.
-std::string checkpoint_to_resume(const Config& trainer);
+// The checkpoint a run starts from (the keys checked in the run spec): resume_mode disable -> ""; auto ->
+// the newest intact checkpoint of run_dir ("" when there is none; an error when all are damaged);
+// resume_path -> resolve_checkpoint of resume_from_path. Errors name the key.
+std::string checkpoint_to_resume(const TrainerRunSpec& trainer);
 
 // trainer_state.json: written atomically; reading checks that it is a JSON object with the keys the
 // resume needs, naming the file and key on error.

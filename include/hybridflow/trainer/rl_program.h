@@ -33,6 +33,7 @@
 #include "hybridflow/core/config.h"
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/trainer/rl_roles.h"
+#include "hybridflow/trainer/run_spec.h"
 
 namespace hybridflow {
 
@@ -44,6 +45,10 @@ class RLStep {
   virtual ~RLStep() = default;
 
   virtual RLRoles& roles() = 0;
+  // The run's settings, typed and checked (trainer/run_spec.h): what the built-in programs read.
+  virtual const RunSpec& spec() const = 0;
+  // The whole configuration: for a program's own extra keys only (declare them in the schema with `+key=`
+  // or an open map, check them in the program's RLProgramCheck). Keys a spec holds are read from spec().
   virtual const Config& config() const = 0;
   virtual MetricsLog& metrics() = 0;  // for a program's own metrics; the step logs the usual ones itself
   virtual int64_t step() const = 0;   // 0-based index of the step being run

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hybridflow/core/config.h"
+#include "hybridflow/trainer/run_spec.h"
 
 namespace hybridflow {
 
@@ -55,6 +56,8 @@ class RLTrainer {
   // Names of the worker groups started, e.g. {"actor", "critic"} ("rollout" last, when standalone).
   std::vector<std::string> roles() const;
   int64_t steps_done() const;
+  // The run's settings as the trainer read them (trainer/run_spec.h).
+  const RunSpec& spec() const;
   // The checkpoint this run continued from (trainer.resume_mode / resume_from_path); "" for a fresh start.
   const std::string& resumed_from() const;
   // The newest checkpoint written (or resumed from); "" when none.

@@ -3,7 +3,7 @@
 // (data.gen_batch_size at a time) until data.train_batch_size prompts with varied scores are gathered
 // (verl's algorithm.filter_groups). Clip-higher (actor.clip_ratio_high), token-mean aggregation and the
 // overlong penalty (reward_model.overlong_buffer) are settings of the roles. Its settings are checked when
-// the trainer is built (rl_program.cpp).
+// the trainer is built (the algorithm spec, run_spec_builders.cpp), and it reads them from step.spec().
 #include "programs.h"
 
 #include "hybridflow/algo/dapo.h"
@@ -14,10 +14,10 @@ namespace hybridflow::programs {
 
 nlohmann::json dapo(RLStep& step) {
   auto& [actor, ref, critic, reward, cost, cost_critic] = step.roles();
-  const Config& c = step.config();
-  const int64_t want = c.get<int64_t>("data.train_batch_size");
-  const int64_t per_round = c.is_null("data.gen_batch_size") ? want : c.get<int64_t>("data.gen_batch_size");
-  const int64_t max_rounds = c.get<int64_t>("algorithm.filter_groups.max_num_gen_batches");
+  const RunSpec& spec = step.spec();
+  const int64_t want = spec.data.train_batch_size;
+  const int64_t per_round = spec.data.gen_batch_size;
+  const int64_t max_rounds = spec.algorithm.filter_groups.max_num_gen_batches;
   std::vector<DataProto> kept;
   std::vector<at::Tensor> kept_scores;
   int64_t n = 1, groups = 0, rounds = 0, seen = 0;

@@ -1,0 +1,101 @@
+// The run's settings besides the roles' (workers/role_specs.h), typed: the trainer's loop and checkpoints
+// (trainer.*), the data order and batch sizes (data.*), the algorithm (algorithm.*) and how sequences are
+// scored (reward.*, cost.*, reward_model.reward_clip and .overlong_buffer). Built once when the trainer is
+// built, with every check and default of these keys in one place (src/trainer/run_spec_builders.cpp); the
+// step, the stages, the built-in programs and the checkpoint code read the fields, never the keys. A
+// program of one's own reads its own extra keys through RLStep::config() (docs/new_algorithm.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hybridflow/algo/advantage.h"
+#include "hybridflow/algo/kl.h"
+#include "hybridflow/algo/rollout_correction.h"
+#include "hybridflow/algo/safe_rlhf.h"
+
+namespace hybridflow {
+
+// trainer.*: the loop, logging and checkpoints.
+struct TrainerRunSpec {
+  uint64_t seed = 0;         // trainer.seed: data order, sampling seeds and every role's init
+  int64_t total_steps = 1;   // trainer.total_steps (> 0)
+  std::string run_dir;       // trainer.run_dir ("" = no run directory)
+  int64_t log_every = 1;     // trainer.log_every: the progress line every this many steps (>= 1)
+  int64_t test_freq = 0;     // trainer.test_freq: held-out score every this many steps (0 = never)
+  int64_t log_samples_freq = 0, log_samples_count = 0;  // trainer.log_samples_*
+  bool save_checkpoint = false;  // trainer.save_checkpoint: a checkpoint at the end
+  int64_t save_freq = 0;         // trainer.save_freq: a checkpoint every this many steps (0 = never)
+  int64_t max_ckpt_to_keep = 0;  // trainer.max_ckpt_to_keep
+  std::string resume_mode;       // trainer.resume_mode: disable | auto | resume_path (trainer/checkpoint.h)
+  std::string resume_from_path;  // trainer.resume_from_path: set only with resume_mode resume_path
+  int threads_per_worker = 1;    // trainer.threads_per_worker
+  std::vector<std::string> logger;  // trainer.logger (checked by the trainer as it makes the sinks)
+  std::string device;               // trainer.device, as written (resolved with the placement)
+  int64_t nnodes = 1;               // trainer.nnodes (null: 1)
+  bool saves() const { return save_checkpoint || save_freq > 0; }
+};
+
+// data.*: what the step draws.
+struct DataSpec {
+  std::string task;  // data.task, with data.min_digits and data.max_digits
+  int min_digits = 1, max_digits = 1;
+  std::string train_file, test_file;  // "" = the task's generated examples
+  int64_t train_size = 0;             // generated training examples (without data.train_file)
+  int64_t train_batch_size = 1;  // prompts per step
+  int64_t gen_batch_size = 1;    // prompts per DAPO generation round (null: train_batch_size)
+  int64_t test_size = 0;         // held-out prompts scored every trainer.test_freq steps
+  bool shuffle = true;           // each epoch in its own seeded order
+};
+
+// algorithm.*: the estimator, the KL, the rollout correction, Safe-RLHF's multiplier and DAPO's filter.
+struct AlgorithmSpec {
+  std::string program;        // algorithm.program resolved (trainer/rl_program.h: rl_program_name)
+  std::string adv_estimator;  // algorithm.adv_estimator, a registered estimator
+  algo::AdvantageInput advantage;  // gamma, lam, norm_adv_by_std_in_grpo (tensors unset)
+  bool use_kl_in_reward = false;
+  algo::KlType reward_kl_type = algo::KlType::kK1;  // algorithm.kl_penalty
+  struct KlCtrl {
+    std::string type = "fixed";
+    double kl_coef = 0.0, target_kl = 0.0, horizon = 0.0;
+    algo::KlController controller() const { return algo::KlController::from_config(type, kl_coef, target_kl, horizon); }
+  } kl_ctrl;
+  algo::RolloutCorrectionConfig rollout_correction;
+  bool bypass_mode = false;  // algorithm.rollout_correction.bypass_mode: the rollout's log-probs are the old policy's
+  // algorithm.safe_rlhf.*: set when a cost is configured (cost_model.enable or cost.type other than none).
+  std::optional<algo::LagrangeConfig> safe_rlhf;
+  struct FilterGroups {
+    bool enable = false;
+    std::optional<std::string> metric;  // acc | score | seq_reward (all the sequence score)
+    int64_t max_num_gen_batches = 0;    // 0 = no limit
+  } filter_groups;
+};
+
+// How each sequence is scored: the rule reward and cost, the clip, DAPO's overlong penalty.
+struct ScoringSpec {
+  std::string reward_type;  // reward.type: task | none | command | http
+  std::string cost_type;    // cost.type: none | contains | command | http
+  std::vector<std::string> cost_contains;  // cost.contains (cost.type contains)
+  bool reward_model = false;  // reward_model.enable
+  bool cost_model = false;    // cost_model.enable
+  std::optional<std::pair<double, double>> reward_clip;  // reward_model.reward_clip: [lo, hi] or none
+  struct OverlongBuffer {
+    bool enable = false;
+    int64_t len = 0;  // in (0, the response budget] when enabled
+    double penalty_factor = 1.0;
+    bool log = false;
+  } overlong_buffer;
+  bool has_cost() const { return cost_model || cost_type != "none"; }
+};
+
+struct RunSpec {
+  TrainerRunSpec trainer;
+  DataSpec data;
+  AlgorithmSpec algorithm;
+  ScoringSpec scoring;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,164 @@
+#include "run_spec_builders.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hybridflow/algo/algo_config.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/trainer/rl_program.h"
+
+namespace hybridflow {
+namespace {
+
+TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
+  TrainerRunSpec t;
+  t.total_steps = c.get<int64_t>("trainer.total_steps");
+  HF_CHECK(t.total_steps > 0, "trainer.total_steps must be > 0, got ", t.total_steps);
+  t.seed = static_cast<uint64_t>(c.get<int64_t>("trainer.seed"));
+  t.run_dir = c.get<std::string>("trainer.run_dir");
+  t.save_checkpoint = c.get<bool>("trainer.save_checkpoint");
+  t.save_freq = c.get<int64_t>("trainer.save_freq");
+  HF_CHECK(!t.saves() || !t.run_dir.empty(),
+           "trainer.save_checkpoint / trainer.save_freq need trainer.run_dir (checkpoints go to <run_dir>/checkpoints)");
+  t.max_ckpt_to_keep = c.get<int64_t>("trainer.max_ckpt_to_keep");
+  t.resume_mode = c.get<std::string>("trainer.resume_mode");
+  t.resume_from_path = c.get<std::string>("trainer.resume_from_path");
+  const std::string& mode = t.resume_mode;
+  const std::string& path = t.resume_from_path;
+  HF_CHECK(mode == "disable" || mode == "auto" || mode == "resume_path", "trainer.resume_mode must be disable, ",
+           "auto or resume_path, got '", mode, "'");
+  HF_CHECK(path.empty() || mode == "resume_path", "trainer.resume_from_path is set (", path,
+           ") but trainer.resume_mode is '", mode, "'; set trainer.resume_mode=resume_path to resume from it");
+  t.log_every = std::max<int64_t>(1, c.get<int64_t>("trainer.log_every"));
+  t.test_freq = c.get<int64_t>("trainer.test_freq");
+  t.log_samples_freq = c.get<int64_t>("trainer.log_samples_freq");
+  t.log_samples_count = c.get<int64_t>("trainer.log_samples_count");
+  t.threads_per_worker = c.get<int>("trainer.threads_per_worker");
+  t.logger = c.get<std::vector<std::string>>("trainer.logger");
+  t.device = c.get<std::string>("trainer.device");
+  t.nnodes = c.is_null("trainer.nnodes") ? 1 : c.get<int64_t>("trainer.nnodes");
+  return t;
+}
+
+DataSpec data_spec(const ConfigReader& c) {
+  DataSpec d;
+  d.task = c.get<std::string>("data.task");
+  d.min_digits = c.get<int>("data.min_digits");
+  d.max_digits = c.get<int>("data.max_digits");
+  d.train_file = c.get<std::string>("data.train_file");
+  d.test_file = c.get<std::string>("data.test_file");
+  d.train_size = c.get<int64_t>("data.train_size");
+  d.train_batch_size = c.get<int64_t>("data.train_batch_size");
+  d.gen_batch_size = c.is_null("data.gen_batch_size") ? d.train_batch_size : c.get<int64_t>("data.gen_batch_size");
+  d.test_size = c.get<int64_t>("data.test_size");
+  d.shuffle = c.get<bool>("data.shuffle");
+  return d;
+}
+
+// The Config-taking readers of algo/ (algo_config.h, rollout_correction.h) read these keys of `algorithm`;
+// noted here so that the key test sees them under the algorithm spec.
+void note_algo_reads(const ConfigReader& algorithm, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) algorithm.note(key);
+}
+
+ScoringSpec scoring_spec(const ConfigReader& c) {
+  ScoringSpec s;
+  s.reward_type = c.get<std::string>("reward.type");
+  s.cost_type = c.get<std::string>("cost.type");
+  HF_CHECK(s.cost_type == "none" || s.cost_type == "contains" || s.cost_type == "command" || s.cost_type == "http",
+           "cost.type: expected none | contains | command | http, got '", s.cost_type, "'");
+  s.cost_contains = c.get<std::vector<std::string>>("cost.contains");
+  HF_CHECK(s.cost_type != "contains" || !s.cost_contains.empty(),
+           "cost.type contains needs a non-empty cost.contains list of strings");
+  s.reward_model = c.get<bool>("reward_model.enable");
+  s.cost_model = c.get<bool>("cost_model.enable");
+  const std::string clip_key = "reward_model.reward_clip";
+  if (!c.is_null(clip_key)) {
+    const auto range = c.get<std::vector<double>>(clip_key);
+    HF_CHECK(range.size() == 2 && std::isfinite(range[0]) && std::isfinite(range[1]) && range[0] < range[1], clip_key,
+             ": expected null or [lo, hi] with finite lo < hi, got ", range.size(), " value(s)",
+             range.size() == 2 ? " [" + std::to_string(range[0]) + ", " + std::to_string(range[1]) + "]" : "");
+    s.reward_clip = std::make_pair(range[0], range[1]);
+  }
+  const ConfigReader overlong = c.subtree("reward_model.overlong_buffer");
+  ScoringSpec::OverlongBuffer& o = s.overlong_buffer;
+  o.enable = overlong.get<bool>("enable");
+  o.len = overlong.get<int64_t>("len");
+  o.penalty_factor = overlong.get<double>("penalty_factor");
+  o.log = overlong.get<bool>("log");
+  return s;
+}
+
+// DAPO filters on the sequence score before the rollout's log-probs are computed, and generates only
+// sampled rounds.
+void check_dapo_settings(const AlgorithmSpec& a) {
+  HF_CHECK(a.adv_estimator != "remax", "algorithm.adv_estimator: remax needs greedy baselines that dapo's dynamic ",
+           "sampling (algorithm.filter_groups.enable) does not generate; use grpo, rloo or reinforce_plus_plus");
+  // Every score here is one number per sequence (rule + reward model + overlong penalty): verl's acc, score
+  // and seq_reward name it; seq_final_reward (after the KL penalty) is not computed before filtering.
+  const std::string metric = a.filter_groups.metric.value_or("acc");
+  HF_CHECK(metric == "acc" || metric == "score" || metric == "seq_reward",
+           "algorithm.filter_groups.metric: expected acc, score or seq_reward (all the sequence score), got '",
+           metric, "'");
+}
+
+AlgorithmSpec algorithm_spec(const ConfigReader& c, const ScoringSpec& scoring) {
+  AlgorithmSpec a;
+  const ConfigReader algorithm = c.subtree("algorithm");
+  const Config& section = algorithm.config();
+  a.adv_estimator = algo::advantage_estimator_name(section);
+  a.advantage = algo::advantage_params(section);
+  a.reward_kl_type = algo::reward_kl_type(section);
+  note_algo_reads(algorithm, {"adv_estimator", "gamma", "lam", "norm_adv_by_std_in_grpo", "kl_penalty"});
+  a.use_kl_in_reward = algorithm.get<bool>("use_kl_in_reward");
+  a.kl_ctrl.type = algorithm.get<std::string>("kl_ctrl.type");
+  a.kl_ctrl.kl_coef = algorithm.get<double>("kl_ctrl.kl_coef");
+  a.kl_ctrl.target_kl = algorithm.get<double>("kl_ctrl.target_kl");
+  a.kl_ctrl.horizon = algorithm.get<double>("kl_ctrl.horizon");
+  a.kl_ctrl.controller();  // checked here, before any worker starts
+  a.rollout_correction = algo::rollout_correction_config(section);
+  note_algo_reads(algorithm, {"rollout_correction.rollout_is", "rollout_correction.rollout_is_threshold"});
+  a.bypass_mode = algorithm.get<bool>("rollout_correction.bypass_mode");
+  if (scoring.has_cost()) {
+    a.safe_rlhf = algo::lagrange_config(section);
+    note_algo_reads(algorithm, {"safe_rlhf.lambda_init", "safe_rlhf.lambda_lr", "safe_rlhf.cost_limit",
+                                "safe_rlhf.use_log_lambda", "safe_rlhf.lambda_max", "safe_rlhf.lambda_update_delay_steps"});
+  }
+  a.filter_groups.enable = algorithm.get<bool>("filter_groups.enable");
+  if (!algorithm.is_null("filter_groups.metric")) a.filter_groups.metric = algorithm.get<std::string>("filter_groups.metric");
+  a.filter_groups.max_num_gen_batches = algorithm.get<int64_t>("filter_groups.max_num_gen_batches");
+  a.program = resolve_rl_program(c, a.adv_estimator, scoring.has_cost());
+  if (a.program == "dapo") check_dapo_settings(a);
+  HF_CHECK(a.program != "safe_rlhf" || scoring.has_cost(),
+           "algorithm.program: safe_rlhf needs a cost: set cost_model.enable or cost.type");
+  check_rl_program(a.program, c.config());  // a registered program's own check, on its own keys
+  return a;
+}
+
+}  // namespace
+
+std::string resolve_rl_program(const ConfigReader& c, const std::string& adv_estimator, bool has_cost) {
+  const std::string name = c.get<std::string>("algorithm.program");
+  if (name != "auto") {
+    get_rl_program(name);  // throws with the known names
+    return name;
+  }
+  const bool filter_groups = c.get<bool>("algorithm.filter_groups.enable");
+  if (has_cost) return "safe_rlhf";
+  if (filter_groups) return "dapo";
+  if (adv_estimator == "gae") return "ppo";
+  const auto names = rl_program_names();
+  return std::find(names.begin(), names.end(), adv_estimator) != names.end() ? adv_estimator : "policy_gradient";
+}
+
+RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
+  auto reader = [&](const char* part) { return ConfigReader(config, keys ? &(*keys)[part] : nullptr); };
+  RunSpec spec;
+  spec.trainer = trainer_run_spec(reader("trainer"));
+  spec.data = data_spec(reader("data"));
+  spec.scoring = scoring_spec(reader("scoring"));
+  spec.algorithm = algorithm_spec(reader("algorithm"), spec.scoring);
+  return spec;
+}
+
+}  // namespace hybridflow

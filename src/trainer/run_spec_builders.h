@@ -1,0 +1,23 @@
+// Internal to trainer/: the run's spec (trainer/run_spec.h), built once from the configuration. Every
+// check and every default of the trainer, data, algorithm and scoring keys is here, and nowhere else: the
+// step, the stages, the programs and the checkpoint code use the spec's fields.
+//
+// Like the role specs (role_spec_builders.h), each part reads through a ConfigReader and notes its keys
+// under its name ("trainer", "data", "algorithm", "scoring") in `keys`; tests/trainer/test_role_spec_keys.cpp
+// holds them, with the roles', against docs/configuration.md.
+#pragma once
+
+#include "config_reader.h"
+#include "role_spec_builders.h"
+#include "hybridflow/trainer/run_spec.h"
+
+namespace hybridflow {
+
+// `keys` (may be null) gets the keys each part read.
+RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys = nullptr);
+
+// The program a configuration runs (algorithm.program, or chosen from the other keys for `auto`), read
+// through `c`; trainer/rl_program.h's rl_program_name is this on a Config.
+std::string resolve_rl_program(const ConfigReader& c, const std::string& adv_estimator, bool has_cost);
+
+}  // namespace hybridflow
