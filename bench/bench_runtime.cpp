@@ -7,12 +7,23 @@
 // --fanout N: only the fan-out curve instead: an empty call's round trip with 1, 2, 4 ... N workers (light
 // ones: no model), and the memory they take (their resident anonymous memory, summed), so that a curve
 // stops before the machine runs out of memory.
+// --ranks_per_process=R (with --fanout): simulated workers, R ranks served by each worker process (threads
+// with their own connection and key state, worker_main.h), so the curve reaches 1,024 ranks on a machine
+// that has memory for a few dozen worker processes; the controller's side is unchanged.
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -61,10 +72,85 @@ double process_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+extern "C" char** environ;
+
+// 32 random bytes, hex, from /dev/urandom: the secret of a pool whose workers this benchmark starts itself.
+std::string transport_secret_for_bench() {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  std::string out;
+  for (int i = 0; i < 32; ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned char>(random.get()));
+    out += hex;
+  }
+  return out;
+}
+
+// A loopback TCP port free right now (the simulated workers must know it before the pool listens).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("bench_runtime: no free port");
+    std::exit(1);
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Worker processes serving ranks [first, first + count) of an external pool (spawn_workers = false).
+std::vector<pid_t> start_simulated_workers(const ResourcePool& spec, int ranks_per_process) {
+  std::vector<pid_t> pids;
+  for (int first = 0; first < spec.num_processes; first += ranks_per_process) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e)
+      if (std::string(*e).rfind("HF_WORKER_", 0) != 0) env.push_back(*e);
+    env.push_back("HF_WORKER_ENDPOINT=tcp://127.0.0.1:" + std::to_string(spec.bind_port));
+    env.push_back("HF_WORKER_TOKEN=" + spec.token);
+    env.push_back("HF_WORKER_POOL=" + spec.name);
+    env.push_back("HF_WORKER_RANK=" + std::to_string(first));
+    env.push_back(std::string(kWorkerRankCountEnv) + "=" + std::to_string(std::min(ranks_per_process, spec.num_processes - first)));
+    env.push_back("OMP_NUM_THREADS=1");
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char exe[] = "/proc/self/exe";
+    char* argv[] = {exe, nullptr};
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, exe, nullptr, nullptr, argv, envp.data()) != 0) {
+      std::perror("bench_runtime: cannot start simulated workers");
+      std::exit(1);
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Simulated workers leave when the pool says shutdown; any still there after 10 s are killed.
+void reap_simulated_workers(const std::vector<pid_t>& pids) {
+  const double deadline = bench::now_seconds() + 10;
+  std::set<pid_t> left(pids.begin(), pids.end());
+  while (!left.empty()) {
+    for (auto it = left.begin(); it != left.end();) it = ::waitpid(*it, nullptr, WNOHANG) == *it ? left.erase(it) : std::next(it);
+    if (left.empty()) break;
+    if (bench::now_seconds() > deadline) {
+      for (pid_t pid : left) ::kill(pid, SIGKILL);
+      for (pid_t pid : left) ::waitpid(pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // The controller's cost of reaching every worker: an empty call's median round trip per group size.
-int fanout_curve(int max_workers, int calls) {
-  std::printf("%8s %16s %16s %14s %18s %16s\n", "workers", "empty call (us)", "p90 (us)", "us per worker",
-              "controller CPU us", "worker RSS (MB)");
+// ranks_per_process > 0: simulated workers, that many ranks per worker process.
+int fanout_curve(int max_workers, int calls, int ranks_per_process) {
+  std::printf("%8s %16s %16s %14s %18s %16s %18s\n", "workers", "empty call (us)", "p90 (us)", "us per worker",
+              "controller CPU us", "worker RSS (MB)", "RSS/worker (MB)");
   for (int workers = 1; workers <= max_workers; workers *= 2) {
     const int64_t available_kb = proc_kb("/proc/meminfo", "MemAvailable");
     Controller ctl;
@@ -73,6 +159,13 @@ int fanout_curve(int max_workers, int calls) {
     spec.num_processes = workers;
     spec.start_timeout_s = 900;  // hundreds of processes loading libtorch on a few cores
     spec.env["OMP_NUM_THREADS"] = "1";
+    std::vector<pid_t> simulated;
+    if (ranks_per_process > 0) {
+      spec.spawn_workers = false;
+      spec.token = transport_secret_for_bench();
+      spec.bind_port = free_port();
+      simulated = start_simulated_workers(spec, ranks_per_process);
+    }
     ctl.add_pool(spec);
     WorkerGroup group = ctl.create_group("fanout", "fanout", "bench_runtime_worker");
     for (int i = 0; i < 10; ++i) group.call("noop").get();
@@ -87,12 +180,16 @@ int fanout_curve(int max_workers, int calls) {
     const double controller_cpu_us = (process_cpu_seconds() - cpu_start) / calls * 1e6;
     std::sort(us.begin(), us.end());
     int64_t rss_kb = 0;
-    for (int pid : ctl.pool("fanout")->pids()) rss_kb += proc_kb("/proc/" + std::to_string(pid) + "/status", "RssAnon");
+    std::vector<int> pids = ctl.pool("fanout")->pids();
+    if (!simulated.empty()) pids.assign(simulated.begin(), simulated.end());
+    for (int pid : pids) rss_kb += proc_kb("/proc/" + std::to_string(pid) + "/status", "RssAnon");
     const double median = us[us.size() / 2];
-    std::printf("%8d %16.0f %16.0f %14.1f %18.0f %16.0f\n", workers, median, us[us.size() * 9 / 10], median / workers,
-                controller_cpu_us, static_cast<double>(rss_kb) / 1024);
+    std::printf("%8d %16.0f %16.0f %14.1f %18.0f %16.0f %18.1f\n", workers, median, us[us.size() * 9 / 10],
+                median / workers, controller_cpu_us, static_cast<double>(rss_kb) / 1024,
+                static_cast<double>(rss_kb) / 1024 / workers);
     std::fflush(stdout);
     ctl.shutdown();
+    reap_simulated_workers(simulated);
     // The next size doubles the workers: stop while it would leave less than 4 GiB of this machine.
     if (2 * rss_kb + (int64_t(4) << 20) > available_kb && workers * 2 <= max_workers) {
       std::printf("stopping: %d workers would need about %.0f MB, %.0f MB available\n", workers * 2,
@@ -114,7 +211,8 @@ int main(int argc, char** argv) {
   const int64_t mb = bench::arg_int(argc, argv, "mb", 64);
   const int reps = static_cast<int>(bench::arg_int(argc, argv, "reps", 5));
   if (const int fanout = static_cast<int>(bench::arg_int(argc, argv, "fanout", 0)); fanout > 0)
-    return fanout_curve(fanout, std::min(calls, 100));
+    return fanout_curve(fanout, std::min(calls, 100),
+                        static_cast<int>(bench::arg_int(argc, argv, "ranks_per_process", 0)));
 
   // 8 workers x rows must divide the batch; float32 rows of 1024 values = 4 KiB each.
   const int64_t cols = 1024;

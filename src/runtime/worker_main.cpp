@@ -7,9 +7,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
@@ -168,20 +170,16 @@ class Executor {
   std::thread thread_;
 };
 
-}  // namespace
-
-int run_worker_main(int, char**) {
-  const std::string endpoint = env_or_fail(transport_detail::kEndpointEnv);
-  const std::string token = env_or_fail(transport_detail::kTokenEnv);
-  const int rank = std::stoi(env_or_fail(transport_detail::kRankEnv));
+// One worker rank: its connection, its key state, its executor and data socket. In a process of its own
+// (own_process) it ends the process when told to shut down; a simulated rank returns the exit code instead.
+int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, const std::string& token, int rank,
+                      const std::string& pool, bool own_process) {
   // The thread name (top, /proc/PID/comm; 15 characters at most) says which pool and rank this is.
-  const std::string pool = env_or_fail(transport_detail::kPoolEnv);
   const std::string comm = "hf " + pool + " " + std::to_string(rank);
   ::prctl(PR_SET_NAME, comm.substr(0, 15).c_str());
   // Every message is authenticated with a key derived from the job secret, which never travels.
   transport_detail::Link link(token, "pool:" + pool, rank);
 
-  zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   // A random identity: kept across reconnects, and no stranger can take it before this worker connects.
@@ -308,8 +306,44 @@ int run_worker_main(int, char**) {
     std::fflush(nullptr);
     data_server.reset();
     socket.close();
-    ::_exit(exit_code);
+    if (own_process) ::_exit(exit_code);
   }
+  return exit_code;
+}
+
+}  // namespace
+
+int run_worker_main(int, char**) {
+  const std::string endpoint = env_or_fail(transport_detail::kEndpointEnv);
+  const std::string token = env_or_fail(transport_detail::kTokenEnv);
+  const int rank = std::stoi(env_or_fail(transport_detail::kRankEnv));
+  const std::string pool = env_or_fail(transport_detail::kPoolEnv);
+  const char* count_text = std::getenv(kWorkerRankCountEnv);
+  if (count_text == nullptr || *count_text == '\0') {
+    zmq::context_t context(1);
+    return serve_worker_rank(context, endpoint, token, rank, pool, /*own_process=*/true);
+  }
+  char* end = nullptr;
+  const long count = std::strtol(count_text, &end, 10);
+  HF_CHECK(end != count_text && *end == '\0' && count >= 1 && count <= 65535, "worker process: ",
+           kWorkerRankCountEnv, "=", count_text, " must be a number of ranks from 1 to 65535");
+  // Never destroyed: terminating it waits for every socket, and the process ends right after its ranks.
+  auto* context = new zmq::context_t(2);
+  context->set(zmq::ctxopt::max_sockets, 4 * static_cast<int>(count) + 64);  // a rank holds up to 4 sockets
+  std::vector<int> codes(static_cast<size_t>(count), 0);
+  std::vector<std::thread> ranks;
+  for (long i = 0; i < count; ++i)
+    ranks.emplace_back([&, i] {
+      try {
+        codes[static_cast<size_t>(i)] =
+            serve_worker_rank(*context, endpoint, token, rank + static_cast<int>(i), pool, /*own_process=*/false);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hybridflow worker rank %ld: %s\n", rank + i, e.what());
+        codes[static_cast<size_t>(i)] = 1;
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return *std::max_element(codes.begin(), codes.end());
 }
 
 bool run_worker_if_requested() {

@@ -136,19 +136,46 @@ FrameMac::FrameMac(const FrameMacKey& key, const unsigned char* header, size_t h
 
 FrameMac::~FrameMac() { sodium_memzero(&state_, sizeof(state_)); }
 
-void FrameMac::add_frame(const void* data, size_t size) {
-  // The length first, so frame boundaries cannot shift and a zero-padded chunk is not its unpadded self.
-  unsigned char entry[16];
+namespace {
+
+// The length first, so frame boundaries cannot shift and a zero-padded chunk is not its unpadded self.
+void append_frame_length(std::vector<unsigned char>& out, size_t size) {
+  unsigned char entry[8];
   put_le64(entry, size);
-  digests_.insert(digests_.end(), entry, entry + 8);
+  out.insert(out.end(), entry, entry + 8);
+}
+
+void append_chunk_digest(const uint32_t* nh_key, const unsigned char* chunk, size_t size,
+                         std::vector<unsigned char>& out) {
+  const auto digest = nh_chunk(nh_key, chunk, size);
+  unsigned char entry[16];
+  put_le64(entry, digest[0]);
+  put_le64(entry + 8, digest[1]);
+  out.insert(out.end(), entry, entry + 16);
+}
+
+}  // namespace
+
+void FrameMac::add_frame(const void* data, size_t size) {
+  append_frame_length(digests_, size);
   const auto* bytes = static_cast<const unsigned char*>(data);
   for (size_t at = 0; at < size; at += kNhChunkBytes) {
-    const auto digest = nh_chunk(key_.nh_key_.data(), bytes + at, std::min(kNhChunkBytes, size - at));
-    put_le64(entry, digest[0]);
-    put_le64(entry + 8, digest[1]);
-    digests_.insert(digests_.end(), entry, entry + 16);
+    append_chunk_digest(key_.nh_key_.data(), bytes + at, std::min(kNhChunkBytes, size - at), digests_);
     if (digests_.size() >= kDigestBatchBytes) flush_digests();
   }
+}
+
+void FrameMac::digest_frame(const FrameMacKey& key, const void* data, size_t size, std::vector<unsigned char>& out) {
+  append_frame_length(out, size);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t at = 0; at < size; at += kNhChunkBytes)
+    append_chunk_digest(key.nh_key_.data(), bytes + at, std::min(kNhChunkBytes, size - at), out);
+}
+
+void FrameMac::add_digests(const unsigned char* digests, size_t size) {
+  // Poly1305 streams: how its input is split between updates does not change the tag.
+  flush_digests();
+  crypto_onetimeauth_update(&state_, digests, size);
 }
 
 void FrameMac::flush_digests() {

@@ -50,6 +50,11 @@ class FrameMac {
   FrameMac(const FrameMac&) = delete;
   FrameMac& operator=(const FrameMac&) = delete;
   void add_frame(const void* data, size_t size);
+  // What add_frame feeds the MAC for one frame (its length, then the NH digests of its chunks). It depends
+  // on the key alone, not on the message's header: a frame sent to many receivers is digested once, and
+  // add_digests then gives each receiver's MAC the same bytes, for the same tag add_frame would give.
+  static void digest_frame(const FrameMacKey& key, const void* data, size_t size, std::vector<unsigned char>& out);
+  void add_digests(const unsigned char* digests, size_t size);
   void finish(unsigned char tag[kFrameTagBytes]);
 
  private:

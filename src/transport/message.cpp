@@ -55,11 +55,10 @@ void ensure_sodium() {
   HF_CHECK(ok, "libsodium failed to initialise (sodium_init); messages cannot be authenticated");
 }
 
-// The tag over who talks to whom in which conversation, the sequence number, the sending link's nonce and
-// every content frame (frame_mac.h: each frame's length goes in with it, so boundaries cannot shift).
-template <typename Frames>
-void compute_mac(const FrameMacKey& key, const std::string& scope, int sender, int receiver, uint64_t seq,
-                 const unsigned char* nonce, const Frames& frames, size_t first, unsigned char* tag) {
+// What names a message's place in its conversation: who talks to whom in which scope, the sequence number
+// and the sending link's nonce. The one-time key of its MAC is derived from these.
+std::vector<unsigned char> mac_header(const std::string& scope, int sender, int receiver, uint64_t seq,
+                                      const unsigned char* nonce) {
   std::vector<unsigned char> header(4 + 8 + scope.size() + 4 + 4 + 8 + kLinkNonceBytes);
   unsigned char* at = header.data();
   std::memcpy(at, kMagic, 4);
@@ -70,6 +69,15 @@ void compute_mac(const FrameMacKey& key, const std::string& scope, int sender, i
   put_i32(at + 4, receiver);
   put_u64(at + 8, seq);
   std::memcpy(at + 16, nonce, kLinkNonceBytes);
+  return header;
+}
+
+// The tag over the header above and every content frame (frame_mac.h: each frame's length goes in with
+// it, so boundaries cannot shift).
+template <typename Frames>
+void compute_mac(const FrameMacKey& key, const std::string& scope, int sender, int receiver, uint64_t seq,
+                 const unsigned char* nonce, const Frames& frames, size_t first, unsigned char* tag) {
+  const auto header = mac_header(scope, sender, receiver, seq, nonce);
   FrameMac mac(key, header.data(), header.size());
   for (size_t i = first; i < frames.size(); ++i) mac.add_frame(frames[i]->data(), frames[i]->size());
   mac.finish(tag);
@@ -129,16 +137,38 @@ void Link::limit(zmq::socket_t& socket) {
 }
 
 MessageBytes Link::send(zmq::socket_t& socket, const std::string& identity, int to, const Message& message) {
+  if (message.shared) return send_shared(socket, identity, to, *message.shared);
+  // A message of its own is content shared with one receiver: one way to encode and authenticate.
+  SharedContent alone(Message{message.kind, message.meta, message.data, nullptr});
+  return send_shared(socket, identity, to, alone);
+}
+
+MessageBytes Link::send_shared(zmq::socket_t& socket, const std::string& identity, int to, SharedContent& content) {
+  if (content.digested_with != key_.get()) {  // the first receiver: encode and digest for all
+    const Message& m = content.message;
+    content.meta = m.meta.dump();
+    content.data.reset();
+    content.digests.clear();
+    FrameMac::digest_frame(*key_, m.kind.data(), m.kind.size(), content.digests);
+    FrameMac::digest_frame(*key_, content.meta.data(), content.meta.size(), content.digests);
+    if (m.data) {
+      content.data = m.data->to_frames();
+      FrameMac::digest_frame(*key_, content.data->header.data(), content.data->header.size(), content.digests);
+      for (const auto& t : content.data->payloads)
+        FrameMac::digest_frame(*key_, t.numel() == 0 ? nullptr : t.data_ptr(), t.numel() * t.element_size(),
+                               content.digests);
+    }
+    content.digested_with = key_.get();
+  }
   std::vector<std::unique_ptr<zmq::message_t>> frames;
   if (!identity.empty()) frames.push_back(std::make_unique<zmq::message_t>(string_frame(identity)));
   const size_t auth_index = frames.size();
   frames.push_back(std::make_unique<zmq::message_t>(kAuthBytes));
-  frames.push_back(std::make_unique<zmq::message_t>(string_frame(message.kind)));
-  frames.push_back(std::make_unique<zmq::message_t>(string_frame(message.meta.dump())));
-  if (message.data) {
-    auto encoded = message.data->to_frames();
-    frames.push_back(std::make_unique<zmq::message_t>(string_frame(encoded.header)));
-    for (const auto& t : encoded.payloads) frames.push_back(std::make_unique<zmq::message_t>(tensor_frame(t)));
+  frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.message.kind)));
+  frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.meta)));
+  if (content.data) {
+    frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.data->header)));
+    for (const auto& t : content.data->payloads) frames.push_back(std::make_unique<zmq::message_t>(tensor_frame(t)));
   }
   const uint64_t seq = next_seq_++;
   auto* auth = static_cast<unsigned char*>(frames[auth_index]->data());
@@ -146,14 +176,16 @@ MessageBytes Link::send(zmq::socket_t& socket, const std::string& identity, int 
   put_i32(auth + 4, self_);
   put_u64(auth + 8, seq);
   std::memcpy(auth + 16, nonce_.data(), nonce_.size());
-  compute_mac(*key_, scope_, self_, to, seq, nonce_.data(), frames, auth_index + 1, auth + kTagOffset);
+  const auto header = mac_header(scope_, self_, to, seq, nonce_.data());
+  FrameMac mac(*key_, header.data(), header.size());
+  mac.add_digests(content.digests.data(), content.digests.size());
+  mac.finish(auth + kTagOffset);
   MessageBytes bytes;
   const size_t first_payload = auth_index + 4;  // after auth, kind, meta and the DataProto header
   for (size_t i = 0; i < frames.size(); ++i) {
     bytes.total += frames[i]->size();
-    if (message.data && i >= first_payload) bytes.tensors += frames[i]->size();
-    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    socket.send(*frames[i], flags);
+    if (content.data && i >= first_payload) bytes.tensors += frames[i]->size();
+    socket.send(*frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
   return bytes;
 }

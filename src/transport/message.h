@@ -25,10 +25,34 @@
 
 namespace hybridflow::transport_detail {
 
+struct SharedContent;
+
 struct Message {
+  Message() = default;
+  Message(std::string kind_, nlohmann::json meta_, std::optional<DataProto> data_,
+          std::shared_ptr<SharedContent> shared_ = nullptr)
+      : kind(std::move(kind_)), meta(std::move(meta_)), data(std::move(data_)), shared(std::move(shared_)) {}
   std::string kind;
   nlohmann::json meta = nlohmann::json::object();
   std::optional<DataProto> data;
+  // Set: send this content instead of kind, meta and data (the same request to many ranks).
+  std::shared_ptr<SharedContent> shared;
+};
+
+// One message's content for many receivers (a one-to-all call): its frames are encoded, and their MAC
+// digests computed (FrameMac::digest_frame), once, on the first send; every receiver still gets its own
+// authentication frame, with its own sequence number and a tag under its own one-time key, equal to the
+// tag of the same message sent alone. Fill `message` before the first send; it is not read again after.
+struct SharedContent {
+  explicit SharedContent(Message m) : message(std::move(m)) {}
+  Message message;
+
+ private:
+  friend class Link;
+  const FrameMacKey* digested_with = nullptr;  // the key the digests are for (a link's; null: not encoded)
+  std::string meta;                            // message.meta, dumped
+  std::optional<DataProto::Frames> data;
+  std::vector<unsigned char> digests;          // of kind, meta, the DataProto header and each payload
 };
 
 inline constexpr int kControllerEnd = -1;
@@ -87,6 +111,7 @@ class Link {
   const std::string& scope() const { return scope_; }
 
  private:
+  MessageBytes send_shared(zmq::socket_t& socket, const std::string& identity, int to, SharedContent& content);
   std::unique_ptr<FrameMacKey> key_;
   std::array<unsigned char, kLinkNonceBytes> nonce_{};
   std::string scope_;

@@ -193,8 +193,9 @@ void ProcessPool::Impl::request(const std::string& kind, const std::string& role
       pending.emplace(id, std::move(p));
       for (size_t r = 0; r < messages.size(); ++r) {
         if (!messages[r]) continue;
-        messages[r]->kind = kind;
-        messages[r]->meta["call_id"] = id;
+        Message& content = messages[r]->shared ? messages[r]->shared->message : *messages[r];
+        content.kind = kind;
+        content.meta["call_id"] = id;
         outbox.emplace_back(static_cast<int>(r), std::move(*messages[r]));
       }
       wake.notify();

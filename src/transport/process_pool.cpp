@@ -14,6 +14,18 @@ namespace {
 // Pools of this process, numbered: a worker's node on the data plane is pool index << 16 | rank.
 std::atomic<int> g_next_pool_index{1};
 
+// Whether two ranks' inputs are one and the same (a one-to-all call's copies share their tensors): then
+// the request is encoded and its frames digested once for every rank (transport_detail::SharedContent).
+bool same_rank_input(const ProcessPool::RankInput& a, const ProcessPool::RankInput& b) {
+  if (a.plan != b.plan || a.data.meta() != b.data.meta() || a.data.fields() != b.data.fields()) return false;
+  const auto& x = a.data.tensors();
+  const auto& y = b.data.tensors();
+  if (x.size() != y.size()) return false;
+  for (auto i = x.begin(), j = y.begin(); i != x.end(); ++i, ++j)
+    if (i->first != j->first || !i->second.is_same(j->second)) return false;
+  return true;
+}
+
 }  // namespace
 
 using transport_detail::kMaxPoolRanks;
@@ -166,12 +178,22 @@ void ProcessPool::submit(const std::string& role, const std::string& method, std
                          std::function<void(std::exception_ptr)> on_error) {
   HF_CHECK(static_cast<int>(inputs.size()) == size(), "submit '", role, ".", method, "': ", inputs.size(),
            " inputs for ", size(), " ranks");
-  std::vector<std::optional<Message>> messages(inputs.size());
-  for (size_t r = 0; r < inputs.size(); ++r) {
-    Message m{"", {{"role", role}, {"method", method}}, std::move(inputs[r].data)};
+  bool all_same = inputs.size() > 1;
+  for (size_t r = 1; r < inputs.size() && all_same; ++r) all_same = same_rank_input(inputs[0], inputs[r]);
+  const size_t distinct = all_same ? 1 : inputs.size();
+  std::vector<Message> contents;
+  for (size_t r = 0; r < distinct; ++r) {
+    Message m{"", {{"role", role}, {"method", method}}, std::move(inputs[r].data), nullptr};
     if (!inputs[r].plan.is_null()) m.meta["plan"] = std::move(inputs[r].plan);
     if (keep_outputs) m.meta["keep"] = {{"inline_row_bytes", impl_->spec.inline_row_bytes}};
-    messages[r] = std::move(m);
+    contents.push_back(std::move(m));
+  }
+  std::vector<std::optional<Message>> messages(inputs.size());
+  if (all_same) {
+    auto shared = std::make_shared<transport_detail::SharedContent>(std::move(contents[0]));
+    for (auto& m : messages) m = Message{"", nlohmann::json::object(), std::nullopt, shared};
+  } else {
+    for (size_t r = 0; r < inputs.size(); ++r) messages[r] = std::move(contents[r]);
   }
   impl_->request(
       "call", role, method, std::move(messages),

@@ -92,22 +92,24 @@ TEST_F(SharedJob, WorkerErrorFailsTheCallButNotThePool) {
   EXPECT_NE(unknown.find("registered: crash, double"), std::string::npos) << unknown;
 }
 
-TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
-  auto spec = pool_spec("external", 2);
-  spec.spawn_workers = false;
-  spec.token = "job-secret-for-test-3a9f6c1e8b2d4075";
-  std::vector<pid_t> launched;
-  struct KillOnFailure {  // a failed assertion must not leave the launched workers behind
-    std::vector<pid_t>& pids;
-    ~KillOnFailure() {
-      for (pid_t pid : pids)
-        if (::waitpid(pid, nullptr, WNOHANG) == 0) {
-          ::kill(pid, SIGKILL);
-          ::waitpid(pid, nullptr, 0);
-        }
-    }
-  } guard{launched};
-  // Workers started elsewhere need the endpoint up front: take a free port from the OS.
+namespace {
+
+// Kills the launched workers a failed assertion left behind (they are not the pool's to kill).
+struct KillLaunchedOnFailure {
+  std::vector<pid_t>& pids;
+  ~KillLaunchedOnFailure() {
+    for (pid_t pid : pids)
+      if (::waitpid(pid, nullptr, WNOHANG) == 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+  }
+};
+
+// What srun/mpirun would do on each host: start this binary with the worker environment, each process
+// serving ranks_per_process ranks (more than one: simulated workers, worker_main.h). ZeroMQ retries the
+// connection until the controller binds. Sets the spec's port (workers need the endpoint up front).
+std::vector<pid_t> launch_external_workers(ResourcePool& spec, int ranks_per_process) {
   zmq::context_t probe_context(1);
   zmq::socket_t probe(probe_context, zmq::socket_type::router);
   probe.bind("tcp://127.0.0.1:*");
@@ -115,36 +117,84 @@ TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
   probe.close();  // closing the context waits until the port is really released
   probe_context.close();
   spec.bind_port = std::stoi(probe_endpoint.substr(probe_endpoint.rfind(':') + 1));
-  // What srun/mpirun would do on each host: start the binary with the worker environment. ZeroMQ
-  // retries the connection until the controller binds.
-  for (int rank = 0; rank < 2; ++rank) {
+  std::vector<pid_t> launched;
+  for (int first = 0; first < spec.num_processes; first += ranks_per_process) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.push_back(*e);
     env.push_back("HF_WORKER_ENDPOINT=tcp://127.0.0.1:" + std::to_string(spec.bind_port));
     env.push_back("HF_WORKER_TOKEN=" + spec.token);
-    env.push_back("HF_WORKER_RANK=" + std::to_string(rank));
+    env.push_back("HF_WORKER_RANK=" + std::to_string(first));
     env.push_back("HF_WORKER_POOL=" + spec.name);
     env.push_back("HF_WORKER_CONNECT_TIMEOUT_S=30");
+    if (ranks_per_process > 1) env.push_back(std::string(kWorkerRankCountEnv) + "=" + std::to_string(ranks_per_process));
     std::vector<char*> envp;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
     std::string exe = "/proc/self/exe";
     char* argv[] = {exe.data(), nullptr};
     pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-    launched.push_back(pid);
+    EXPECT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+    if (pid > 0) launched.push_back(pid);
   }
-  auto pool = ProcessPool::start(spec);
-  EXPECT_EQ(pool->pids(), (std::vector<int>{launched[0], launched[1]}));
-  WorkerGroup group(pool, "actor", "echo");
-  EXPECT_TRUE(torch::equal(group.call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
-  pool->shutdown();  // asks them to exit; they are not ours to kill
+  return launched;
+}
+
+void expect_clean_exits(std::vector<pid_t>& launched) {
   for (pid_t pid : launched) {
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   }
   launched.clear();
+}
+
+}  // namespace
+
+TEST(WorkerGroup, ExternallyLaunchedWorkersJoinByEndpointAndToken) {
+  auto spec = pool_spec("external", 2);
+  spec.spawn_workers = false;
+  spec.token = "job-secret-for-test-3a9f6c1e8b2d4075";
+  std::vector<pid_t> launched;
+  KillLaunchedOnFailure guard{launched};
+  launched = launch_external_workers(spec, 1);
+  ASSERT_EQ(launched.size(), 2u);
+  auto pool = ProcessPool::start(spec);
+  EXPECT_EQ(pool->pids(), (std::vector<int>{launched[0], launched[1]}));
+  WorkerGroup group(pool, "actor", "echo");
+  EXPECT_TRUE(torch::equal(group.call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
+  pool->shutdown();  // asks them to exit; they are not ours to kill
+  expect_clean_exits(launched);
+}
+
+// Simulated workers: 96 ranks served by 3 processes, each rank with its own connection and key state.
+// A one-to-all call reaches every rank and returns every rank's answer, in rank order.
+TEST(WorkerGroup, OneToAllCallReachesEverySimulatedWorker) {
+  constexpr int kRanks = 96, kPerProcess = 32;
+  auto spec = pool_spec("simulated", kRanks);
+  spec.spawn_workers = false;
+  spec.token = "job-secret-for-test-5c0e7a9d1f3b8264";
+  std::vector<pid_t> launched;
+  KillLaunchedOnFailure guard{launched};
+  launched = launch_external_workers(spec, kPerProcess);
+  ASSERT_EQ(launched.size(), 3u);
+  auto pool = ProcessPool::start(spec);
+  WorkerGroup group(pool, "actor", "echo");
+  for (int round = 0; round < 3; ++round) {
+    const DataProto out = group.call("pid").get();
+    std::vector<int64_t> ranks(kRanks), pids(kRanks);
+    for (int r = 0; r < kRanks; ++r) {
+      ranks[r] = r;
+      pids[r] = launched[r / kPerProcess];
+    }
+    EXPECT_EQ(longs(out.tensor("rank")), ranks);
+    EXPECT_EQ(longs(out.tensor("pid")), pids);
+  }
+  // A data-parallel call splits its rows over all of them.
+  const DataProto doubled = group.call("double", batch(2 * kRanks)).get();
+  EXPECT_TRUE(torch::equal(doubled.tensor("y"), torch::arange(2 * kRanks, torch::kFloat) * 2));
+  EXPECT_EQ(pool->rejected_messages(), 0u);
+  pool->shutdown();
+  expect_clean_exits(launched);
 }
 
 TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {

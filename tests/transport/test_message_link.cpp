@@ -118,3 +118,60 @@ TEST(MessageLink, OversizedMessageIsDroppedBeforeDecoding) {
   EXPECT_TRUE(got && got->message);
 }
 
+
+// A one-to-all request: its content is encoded and digested once, yet each receiver's message carries its
+// own sequence number and tag. Every copy is accepted by its receiver; a copy for rank 0 is forged for
+// rank 1, and a changed byte of the shared payload is caught.
+TEST(MessageLink, SharedContentIsAuthenticatedPerReceiver) {
+  SocketPair p;
+  Link controller(kSecret, "pool:a", kControllerEnd), worker0(kSecret, "pool:a", 0);
+  worker0.send(p.dealer, "", kControllerEnd, hello(0));  // so that the ROUTER knows the worker's identity
+  auto got_hello = next(controller, p.router, true);
+  ASSERT_TRUE(got_hello && got_hello->message);
+  DataProto data;
+  data.set_tensor("x", torch::arange(20000, torch::kFloat32));  // 80 KB: many MAC chunks
+  auto shared = std::make_shared<transport_detail::SharedContent>(
+      transport_detail::Message{"call", {{"call_id", 7}}, data});
+  const transport_detail::Message to_all{"", nlohmann::json::object(), std::nullopt, shared};
+
+  // Two copies to rank 0, as two calls would: each accepted, the payload intact.
+  std::vector<std::vector<std::string>> copies;
+  for (int i = 0; i < 2; ++i) {
+    controller.send(p.router, got_hello->identity, 0, to_all);
+    copies.push_back(record(p.dealer));
+  }
+  ASSERT_EQ(copies[0].size(), 5u);  // auth, kind, meta, DataProto header, the tensor
+  EXPECT_NE(copies[0][0], copies[1][0]) << "each copy has its own sequence number and tag";
+  EXPECT_EQ(copies[0][4], copies[1][4]);
+  zmq::socket_t in(p.context, zmq::socket_type::pair), out(p.context, zmq::socket_type::pair);
+  in.bind("inproc://copies");
+  out.connect("inproc://copies");
+  for (const auto& copy : copies) {
+    send_raw(out, copy);
+    auto got = next(worker0, in, false);
+    ASSERT_TRUE(got && got->message) << (got ? got->rejected_reason : "nothing");
+    EXPECT_EQ(got->message->kind, "call");
+    EXPECT_EQ(got->message->meta.at("call_id"), 7);
+    EXPECT_TRUE(torch::equal(got->message->data->tensor("x"), torch::arange(20000, torch::kFloat32)));
+  }
+
+  // The same copy handed to rank 1 (whose own copy it is not): forged.
+  Link worker1(kSecret, "pool:a", 1);
+  controller.send(p.router, got_hello->identity, 0, to_all);
+  auto for_rank0 = record(p.dealer);
+  send_raw(out, for_rank0);
+  auto stolen = next(worker1, in, false);
+  ASSERT_TRUE(stolen);
+  EXPECT_EQ(stolen->reject_code, "forged") << "a copy for rank 0 must not pass as one for rank 1";
+
+  // A byte of the shared payload changed on the way to rank 0: forged; the copy untouched passes.
+  auto tampered = for_rank0;
+  tampered[4][100] ^= 0x40;
+  send_raw(out, tampered);
+  auto bad = next(worker0, in, false);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->reject_code, "forged");
+  send_raw(out, for_rank0);
+  auto good = next(worker0, in, false);
+  ASSERT_TRUE(good && good->message) << (good ? good->rejected_reason : "nothing");
+}

@@ -6,6 +6,12 @@
 
 namespace hybridflow {
 
+// HF_WORKER_RANK_COUNT=n (optional): this one process serves ranks HF_WORKER_RANK .. HF_WORKER_RANK + n - 1,
+// each on threads of its own with its own connection, key state and executor: simulated workers, so that
+// the controller's cost of reaching many ranks (the real messages, each authenticated) can be measured
+// with more ranks than this machine has memory for processes. Such ranks share a crash and a process.
+inline constexpr const char* kWorkerRankCountEnv = "HF_WORKER_RANK_COUNT";
+
 // Connects to the controller and serves create/call requests until told to shut down.
 // Returns the process exit code. Error when the environment contract is missing.
 int run_worker_main(int argc, char** argv);
