@@ -245,10 +245,7 @@ DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) { return t
 
 DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
   // The reference model stays as built: it is the initial policy, not a trained one.
-  DataProto out = trainable_->load_checkpoint(in);
-  auto on = trainable_->params_on_device();
-  sync_rollout_weights();
-  return out;
+  return trainable_->load_checkpoint(in, [this] { sync_rollout_weights(); });
 }
 
 void ActorRolloutRefWorker::make_rollout_copy() {

@@ -58,10 +58,11 @@ DataProto TrainableModel::save_checkpoint(const DataProto& in) {
   return DataProto();
 }
 
-DataProto TrainableModel::load_checkpoint(const DataProto& in) {
+DataProto TrainableModel::load_checkpoint(const DataProto& in, const std::function<void()>& refresh) {
   HF_CHECK(in.meta().contains("dir"), "load_checkpoint: meta 'dir' is required");
   ParamsOnDevice on(offload_, *model_);
   load_role_checkpoint(in.meta().at("dir").get<std::string>(), role_, coord_, model_, *engine_);
+  if (refresh) refresh();
   return DataProto();
 }
 

@@ -6,6 +6,7 @@
 // its own: its loss, its inference methods and, for the actor, the rollout and reference models.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,7 +54,9 @@ class TrainableModel {
   DataProto parameter_norm();                      // param_sq_norm [1], summed over shards and stages
   DataProto flat_parameters();                     // parameters [1, P] fp32
   DataProto save_checkpoint(const DataProto& in);  // meta dir, tokenizer (workers/checkpoint_io.h)
-  DataProto load_checkpoint(const DataProto& in);  // meta dir
+  // meta dir; `refresh` runs after the restore while the weights are still on the device (the actor's rollout
+  // copy follows the restored weights there without a second host <-> device move under param_offload).
+  DataProto load_checkpoint(const DataProto& in, const std::function<void()>& refresh = {});
 
  private:
   std::string role_;
