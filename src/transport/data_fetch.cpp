@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "data_server.h"
+#include "shared_rows.h"
 #include "hybridflow/core/error.h"
 
 namespace hybridflow::transport_detail {
@@ -46,6 +47,7 @@ struct InputFetcher::Peer {
   zmq::socket_t dealer;
   zmq::socket_t monitor;
   int node = -1;
+  bool shm_unreachable = false;  // its shared-memory files cannot be opened from here: rows come over the socket
   bool broken = false;
   std::string broken_why;
   Clock::time_point broken_since;
@@ -191,12 +193,30 @@ DataProto InputFetcher::assemble(DataProto out, const json& plan, Result* result
     if (!d.tensor.defined()) d.tensor = torch::empty(d.shape, torch::TensorOptions().dtype(d.dtype));
 
   // The other rows, from the producers' data sockets: requests bounded so that each reply fits a message.
+  // A producer on this machine answers with a shared-memory file instead (shared_rows.h), when it can.
   struct Request {
     size_t piece;
     std::vector<std::array<int64_t, 3>> runs;
     Peer* peer;
+    std::vector<std::string> object_keys;
   };
   std::map<int64_t, Request> outstanding;
+  const bool may_share = shared_rows_enabled() && !shared_rows_machine().empty();
+  auto issue = [&](Request request) {
+    const int64_t id = next_request_++;
+    const json& piece = pieces[request.piece];
+    json runs = json::array();
+    for (const auto& r : request.runs) runs.push_back({r[0], r[1]});
+    Message m{"fetch",
+              {{"req", id}, {"object", piece.at("object")}, {"keys", request.object_keys}, {"runs", runs}},
+              std::nullopt};
+    if (may_share && !request.peer->shm_unreachable) {
+      m.meta["shm"] = shared_rows_machine();
+      m.meta["keep_s"] = timeout_s;
+    }
+    link_->send(request.peer->dealer, "", request.peer->node, m);
+    outstanding.emplace(id, std::move(request));
+  };
   const size_t limit = max_message_bytes() / 2;
   for (size_t i : remote) {
     const json& piece = pieces[i];
@@ -214,17 +234,12 @@ DataProto InputFetcher::assemble(DataProto out, const json& plan, Result* result
       fail_from(source, "one row is " + std::to_string(row_bytes) + " bytes, more than half of HF_MAX_MESSAGE_BYTES");
     const int64_t max_rows = row_bytes == 0 ? rows + 1 : static_cast<int64_t>(limit / row_bytes);
     Peer& p = peer(source);
-    Request current{i, {}, &p};
+    Request current{i, {}, &p, object_keys};
     int64_t in_current = 0;
     auto send = [&] {
       if (current.runs.empty()) return;
-      const int64_t id = next_request_++;
-      json runs = json::array();
-      for (const auto& r : current.runs) runs.push_back({r[0], r[1]});
-      Message m{"fetch", {{"req", id}, {"object", piece.at("object")}, {"keys", object_keys}, {"runs", runs}}, std::nullopt};
-      link_->send(p.dealer, "", p.node, m);
-      outstanding.emplace(id, std::move(current));
-      current = Request{i, {}, &p};
+      issue(std::move(current));
+      current = Request{i, {}, &p, object_keys};
       in_current = 0;
     };
     for (const auto& run : piece.at("runs")) {
@@ -241,6 +256,20 @@ DataProto InputFetcher::assemble(DataProto out, const json& plan, Result* result
     }
     send();
   }
+  // An answer's rows of one key where they go: the answer's tensor itself when it is the whole input.
+  auto place = [&](const std::string& key, const Request& request, const torch::Tensor& got) {
+    Dest& d = dests.at(key);
+    if (pieces_of[key].size() == 1 && request.runs.size() == 1 && request.runs[0][2] == 0 &&
+        request.runs[0][1] == rows && got.is_contiguous()) {
+      d.tensor = got;
+      return;
+    }
+    int64_t offset = 0;
+    for (const auto& r : request.runs) {
+      d.tensor.narrow(0, r[2], r[1]).copy_(got.narrow(0, offset, r[1]));
+      offset += r[1];
+    }
+  };
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   while (!outstanding.empty()) {
     std::vector<Peer*> waiting;
@@ -253,26 +282,57 @@ DataProto InputFetcher::assemble(DataProto out, const json& plan, Result* result
       while (auto received = link_->receive(p->dealer, false)) {
         if (!received->message || received->sender != p->node) continue;  // not this producer's answer
         const Message& m = *received->message;
-        auto it = outstanding.find(m.meta.value("req", int64_t(-1)));
-        if (it == outstanding.end()) continue;  // an answer to a request given up earlier
+        const int64_t req = m.meta.value("req", int64_t(-1));
+        auto it = outstanding.find(req);
+        if (it == outstanding.end()) {
+          // An answer to a request given up earlier; a file it offers is of no use any more.
+          if (m.kind == "rows_shm") link_->send(p->dealer, "", p->node, Message{"release", {{"req", req}}, std::nullopt});
+          continue;
+        }
         const json& piece = pieces[it->second.piece];
         if (m.kind == "fetch_error") fail_from(piece.at("source"), m.meta.value("message", std::string("?")));
-        if (m.kind != "rows" || !m.data) fail_from(piece.at("source"), "an unexpected '" + m.kind + "' answer");
+        const bool shared = m.kind == "rows_shm";
+        if (!shared && (m.kind != "rows" || !m.data)) fail_from(piece.at("source"), "an unexpected '" + m.kind + "' answer");
         int64_t got = 0;
         for (const auto& r : it->second.runs) got += r[1];
-        for (const auto& [key, object_key] : piece.at("keys").items()) {
-          Dest& d = dests.at(key);
-          const std::string name = object_key;
-          if (!m.data->has_tensor(name)) fail_from(piece.at("source"), "the answer has no tensor '" + name + "'");
-          const torch::Tensor& rows_got = m.data->tensor(name);
-          check_like(rows_got, d, name, got, piece.at("source"));
-          int64_t offset = 0;
-          for (const auto& r : it->second.runs) {
-            d.tensor.narrow(0, r[2], r[1]).copy_(rows_got.narrow(0, offset, r[1]));
-            offset += r[1];
+        std::optional<SharedRowsMapping> mapped;
+        if (shared) {
+          try {
+            mapped = SharedRowsMapping::open(m.meta.at("shm"));
+          } catch (const std::exception& e) {
+            link_->send(p->dealer, "", p->node, Message{"release", {{"req", req}}, std::nullopt});
+            fail_from(piece.at("source"), e.what());
+          }
+          link_->send(p->dealer, "", p->node, Message{"release", {{"req", req}}, std::nullopt});
+          if (!mapped) {  // the file cannot be reached from here: this producer answers over its socket from now on
+            p->shm_unreachable = true;
+            Request again = std::move(it->second);
+            outstanding.erase(it);
+            issue(std::move(again));
+            continue;
           }
         }
-        result->fetched_bytes += received->tensor_bytes;
+        for (const auto& [key, object_key] : piece.at("keys").items()) {
+          const Dest& d = dests.at(key);
+          const std::string name = object_key;
+          torch::Tensor rows_got;
+          if (mapped) {
+            std::vector<int64_t> shape = d.shape;
+            shape[0] = got;
+            try {
+              rows_got = mapped->tensor(name, d.dtype, shape);
+            } catch (const std::exception& e) {
+              fail_from(piece.at("source"), e.what());
+            }
+          } else {
+            if (!m.data->has_tensor(name)) fail_from(piece.at("source"), "the answer has no tensor '" + name + "'");
+            rows_got = m.data->tensor(name);
+          }
+          check_like(rows_got, d, name, got, piece.at("source"));
+          if (mapped) result->fetched_bytes += rows_got.numel() * rows_got.element_size();
+          place(key, it->second, rows_got);
+        }
+        if (!mapped) result->fetched_bytes += received->tensor_bytes;
         outstanding.erase(it);
       }
     }

@@ -1,7 +1,10 @@
 // The consumer end of the data plane (runtime/data_plane.h): before a method runs, a worker turns the
 // call's plan into the input tensors the plan names, reading rows of objects this process keeps directly
 // (without copying where one object's rows are the whole tensor) and fetching the others from the
-// producers' data sockets (data_server.h), each reply bounded below HF_MAX_MESSAGE_BYTES. A producer that
+// producers' data sockets (data_server.h), each reply bounded below HF_MAX_MESSAGE_BYTES; a producer on the
+// same machine answers with a sealed shared-memory file that this process maps (shared_rows.h; falling back
+// to the socket when the file cannot be reached, HF_DATA_PLANE_SHM=0 always uses the socket). Where one
+// answer holds all of an input's rows it becomes the input tensor, uncopied. A producer that
 // does not answer within the plan's timeout, refuses or drops the connection, or answers with an error
 // becomes an Error naming its pool, role, rank, pid, host and socket. Runs on the worker's executor thread.
 //

@@ -1,5 +1,7 @@
 #include "data_server.h"
 
+#include <algorithm>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/printable.h"
 
@@ -26,6 +28,7 @@ void DataServer::start(const std::string& secret, int node) {
 }
 
 void DataServer::serve() {
+  shared_.expire();
   if (!link_) {  // not started: nobody may fetch yet
     zmq::message_t frame;
     while (socket_.recv(frame, zmq::recv_flags::dontwait)) {
@@ -43,18 +46,37 @@ void DataServer::serve() {
     }
     link_->commit(*received);
     const Message& m = *received->message;
+    if (m.kind == "release") {  // a consumer mapped the file of a shared-memory answer
+      shared_.release(received->sender, m.meta.value("req", int64_t(-1)));
+      continue;
+    }
     if (m.kind != "fetch") {
       ++rejected_;
       rejects_.note(received->identity, "unexpected", "rejected a '" + printable(m.kind, 32) + "' message from " +
                                                           received->who() + " on the data socket");
       continue;
     }
-    Message reply{"rows", {{"req", m.meta.value("req", int64_t(-1))}}, std::nullopt};
+    const int64_t req = m.meta.value("req", int64_t(-1));
+    Message reply{"rows", {{"req", req}}, std::nullopt};
     try {
       RowRuns runs;
       for (const auto& r : m.meta.at("runs")) runs.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
-      reply.data = table_.rows(m.meta.at("object").get<int64_t>(), m.meta.at("keys").get<std::vector<std::string>>(),
-                               runs);
+      const int64_t object = m.meta.at("object").get<int64_t>();
+      const auto keys = m.meta.at("keys").get<std::vector<std::string>>();
+      // A consumer on this machine (same boot and pid namespace) maps the rows instead of receiving them.
+      std::optional<nlohmann::json> offered;
+      if (m.meta.value("shm", std::string()) == shared_rows_machine() && !shared_rows_machine().empty()) {
+        std::vector<SharedRowsPart> parts;
+        for (auto& [key, views] : table_.row_views(object, keys, runs))
+          for (auto& v : views) parts.push_back({key, std::move(v)});
+        offered = shared_.offer(received->sender, req, parts, std::clamp(m.meta.value("keep_s", 60.0), 1.0, 3600.0));
+      }
+      if (offered) {
+        reply.kind = "rows_shm";
+        reply.meta["shm"] = std::move(*offered);
+      } else {
+        reply.data = table_.rows(object, keys, runs);
+      }
     } catch (const std::exception& e) {
       reply.kind = "fetch_error";
       reply.meta["message"] = e.what();

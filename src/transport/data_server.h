@@ -7,8 +7,13 @@
 // served while a method runs.
 //
 // Request  "fetch": meta {req, object, keys: [..], runs: [[start, count], ..]}
+// (+ shm: the consumer's shared_rows_machine(), keep_s: how long a shared-memory answer is kept for it)
 // Reply    "rows":  meta {req}, data: one tensor per key, the runs' rows concatenated
+//          "rows_shm": meta {req, shm: SharedRowsOffers::offer's}, the same rows in a sealed memory file
+//          (shared_rows.h), when the request named this machine
 //          "fetch_error": meta {req, message}
+// Request  "release": meta {req}, after a "rows_shm": the consumer mapped the file (or gave up); its
+//          descriptor closes here (else when keep_s has passed). No reply.
 #pragma once
 
 #include <atomic>
@@ -17,6 +22,7 @@
 
 #include "message.h"
 #include "object_table.h"
+#include "shared_rows.h"
 
 namespace hybridflow::transport_detail {
 
@@ -35,8 +41,12 @@ class DataServer {
   void serve();
   size_t rejected() const { return rejected_; }
 
+  // Files of shared-memory answers not yet mapped by their consumers.
+  size_t shared_open() const { return shared_.open(); }
+
  private:
   const ObjectTable& table_;
+  SharedRowsOffers shared_;
   zmq::socket_t socket_;
   std::string endpoint_;
   std::unique_ptr<Link> link_;

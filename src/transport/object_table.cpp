@@ -53,24 +53,31 @@ torch::Tensor ObjectTable::get(int64_t id, const std::string& key) const {
   return checked(id, entry(id), key);
 }
 
-DataProto ObjectTable::rows(int64_t id, const std::vector<std::string>& keys, const RowRuns& runs) const {
-  std::map<std::string, torch::Tensor> held;
+std::vector<std::pair<std::string, std::vector<torch::Tensor>>> ObjectTable::row_views(
+    int64_t id, const std::vector<std::string>& keys, const RowRuns& runs) const {
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const Entry& e = entry(id);
-    for (const auto& key : keys) held[key] = checked(id, e, key);
+    for (const auto& key : keys) out.emplace_back(key, std::vector<torch::Tensor>{checked(id, e, key)});
   }
-  DataProto out;
-  for (const auto& [key, t] : held) {
-    std::vector<torch::Tensor> pieces;
+  for (auto& [key, views] : out) {
+    HF_CHECK(!runs.empty(), "object ", id, ": no rows asked for");
+    const torch::Tensor t = views.front();
+    views.clear();
     for (const auto& [start, count] : runs) {
       HF_CHECK(start >= 0 && count >= 0 && start + count <= t.size(0), "object ", id, ": rows [", start, ", ",
                start + count, ") of tensor '", key, "' are outside its ", t.size(0), " rows");
-      pieces.push_back(t.narrow(0, start, count));
+      views.push_back(t.narrow(0, start, count));
     }
-    HF_CHECK(!pieces.empty(), "object ", id, ": no rows asked for");
-    out.set_tensor(key, pieces.size() == 1 ? pieces.front() : torch::cat(pieces, 0));
   }
+  return out;
+}
+
+DataProto ObjectTable::rows(int64_t id, const std::vector<std::string>& keys, const RowRuns& runs) const {
+  DataProto out;
+  for (auto& [key, views] : row_views(id, keys, runs))
+    out.set_tensor(key, views.size() == 1 ? views.front() : torch::cat(views, 0));
   return out;
 }
 

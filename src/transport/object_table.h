@@ -30,6 +30,9 @@ class ObjectTable {
   torch::Tensor get(int64_t id, const std::string& key) const;
   // Rows `runs` of each of `keys`, concatenated in run order (a single run is a view, not a copy).
   DataProto rows(int64_t id, const std::vector<std::string>& keys, const RowRuns& runs) const;
+  // The same rows uncopied: for each key (in `keys` order), one view per run.
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> row_views(int64_t id, const std::vector<std::string>& keys,
+                                                                            const RowRuns& runs) const;
   void release(int64_t id);
   int64_t objects() const;
   int64_t bytes() const;

@@ -5,6 +5,11 @@
 // stranger's fetch is dropped.
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/runtime/worker.h"
 
@@ -41,6 +46,29 @@ class MakerWorker : public hybridflow::Worker {
   }
 };
 
+// Whether `address` lies in a mapping of a shared-rows file (/proc/self/maps names it "/memfd:hf-rows").
+bool in_shared_file(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/memfd:hf-rows") == std::string::npos) continue;
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) return true;
+  }
+  return false;
+}
+
+// Descriptors of process `pid` that are shared-rows files.
+int open_row_files(int pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(e.path(), link_ec).string().find("memfd:hf-rows") != std::string::npos) ++n;
+  }
+  return n;
+}
+
 class ReaderWorker : public hybridflow::Worker {
  public:
   void register_methods(MethodTable& table) override {
@@ -54,6 +82,15 @@ class ReaderWorker : public hybridflow::Worker {
       out.set_tensor("keys", torch::full({seq.size(0)}, static_cast<int64_t>(in.tensors().size()), torch::kLong));
       if (in.has_tensor("wide")) out.set_tensor("wide_sum", in.tensor("wide").sum(1));
       if (in.has_field("tag")) out.set_field("tag", in.field("tag"));
+      return out;
+    });
+    // Its inputs back, and whether each lies in a file a producer on this machine shared (shared_rows.h).
+    table.add("echo", protocols::kDataParallel, [](const DataProto& in) {
+      DataProto out;
+      out.set_tensor("seq", in.tensor("seq").clone());
+      out.set_tensor("wide", in.tensor("wide").clone());
+      const bool mapped = in_shared_file(in.tensor("seq").data_ptr()) && in_shared_file(in.tensor("wide").data_ptr());
+      out.set_tensor("mapped", torch::full({in.batch_size()}, static_cast<int64_t>(mapped), torch::kLong));
       return out;
     });
     table.add("scribble", protocols::kDataParallel, [](const DataProto& in) {
@@ -239,6 +276,52 @@ TEST(DataPlane, OffTheSameTensorsReachTheSameMethods) {
   EXPECT_EQ(made_on.fields(), made_off.fields());
   for (const auto& [key, t] : read_off.tensors()) EXPECT_TRUE(torch::equal(read_on.tensor(key), t)) << key;
   EXPECT_EQ(read_on.fields(), read_off.fields());
+}
+
+TEST(DataPlane, OnOneMachineRowsAreMappedAndTheBytesEqualThoseSentOverTheSocket) {
+  // Readers of 2 ranks take each producer rank's rows whole (the answer becomes the input, uncopied);
+  // readers of 3 re-split them. "tcp" pools' consumers always ask over the data socket. All get the
+  // producer's bytes exactly.
+  Controller ctl;
+  std::vector<ResourcePool> specs = {pool_spec("makers", 2)};
+  for (const auto& [name, ranks] : std::vector<std::pair<std::string, int>>{{"shm2", 2}, {"shm3", 3}, {"tcp2", 2}, {"tcp3", 3}}) {
+    specs.push_back(pool_spec(name, ranks));
+    if (name.rfind("tcp", 0) == 0) specs.back().env["HF_DATA_PLANE_SHM"] = "0";
+  }
+  ctl.add_pools(specs);
+  WorkerGroup maker = ctl.create_group("makers", "maker", "maker");
+  std::vector<std::pair<std::string, WorkerGroup>> readers;
+  for (const char* name : {"shm2", "shm3", "tcp2", "tcp3"}) readers.emplace_back(name, ctl.create_group(name, "reader", "reader"));
+  std::set<std::string> shm_before;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) shm_before.insert(e.path().filename());
+  for (const int64_t n : {int64_t{3000}, int64_t{6}}) {
+    DataProto input;
+    input.set_tensor("x", torch::rand({n}) * 1000);  // "wide" then has random float bits
+    Future made = maker.call("make", input);
+    const DataProto& expected = made.get();
+    for (auto& [name, reader] : readers) {
+      const DataProto got = reader.call("echo", made).get();
+      for (const std::string key : {"seq", "wide"})
+        EXPECT_TRUE(torch::equal(got.tensor(key), expected.tensor(key))) << key << " via " << name << ", " << n << " rows";
+      // Mapped: every rank of shm2; the outer ranks of shm3 (the middle one's rows come from both producer
+      // ranks and are copied into one tensor); none over the socket.
+      std::vector<int64_t> mapped(static_cast<size_t>(n), name.rfind("shm", 0) == 0 ? 1 : 0);
+      if (name == "shm3") std::fill(mapped.begin() + n / 3, mapped.begin() + 2 * n / 3, 0);
+      EXPECT_EQ(longs(got.tensor("mapped")), mapped) << name << ", " << n << " rows";
+    }
+  }
+  // The producers closed every file once its consumer mapped it; nothing was left in /dev/shm.
+  auto files_open = [&] {
+    int n = 0;
+    for (int pid : maker.pool().pids()) n += open_row_files(pid);
+    return n;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (files_open() > 0 && seconds_since(t0) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(files_open(), 0);
+  std::set<std::string> shm_after;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) shm_after.insert(e.path().filename());
+  EXPECT_EQ(shm_after, shm_before);
 }
 
 TEST(DataPlane, ADeadProducerIsAnErrorNamingItNotAHang) {
