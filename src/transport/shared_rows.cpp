@@ -97,7 +97,7 @@ std::optional<nlohmann::json> SharedRowsOffers::offer(int consumer, int64_t req,
     slots[key] = {total, bytes};
     total = aligned_up(total + bytes);
   }
-  if (total == 0) return std::nullopt;
+  if (total == 0 || open_bytes_ + total > max_open_bytes_) return std::nullopt;
   const int fd = make_memfd();
   if (fd < 0) return std::nullopt;
   ShmFd guard{fd};
@@ -116,7 +116,8 @@ std::optional<nlohmann::json> SharedRowsOffers::offer(int consumer, int64_t req,
   nlohmann::json out_slots = nlohmann::json::array();
   for (const auto& key : order) out_slots.push_back({{"key", key}, {"offset", slots[key].first}, {"bytes", slots[key].second}});
   const auto keep = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(keep_s));
-  offers_.push_back({fd, consumer, req, Clock::now() + keep});
+  offers_.push_back({fd, total, consumer, req, Clock::now() + keep});
+  open_bytes_ += total;
   guard.fd = -1;
   return nlohmann::json{{"pid", static_cast<int64_t>(::getpid())},
                         {"fd", fd},
@@ -127,24 +128,20 @@ std::optional<nlohmann::json> SharedRowsOffers::offer(int consumer, int64_t req,
                         {"slots", out_slots}};
 }
 
+void SharedRowsOffers::close_offer(std::vector<Offer>::iterator it) {
+  ::close(it->fd);
+  open_bytes_ -= it->bytes;
+  offers_.erase(it);
+}
+
 void SharedRowsOffers::release(int consumer, int64_t req) {
   for (auto it = offers_.begin(); it != offers_.end(); ++it)
-    if (it->consumer == consumer && it->req == req) {
-      ::close(it->fd);
-      offers_.erase(it);
-      return;
-    }
+    if (it->consumer == consumer && it->req == req) return close_offer(it);
 }
 
 void SharedRowsOffers::expire(Clock::time_point now) {
-  for (auto it = offers_.begin(); it != offers_.end();) {
-    if (it->deadline <= now) {
-      ::close(it->fd);
-      it = offers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (size_t i = offers_.size(); i-- > 0;)
+    if (offers_[i].deadline <= now) close_offer(offers_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 std::optional<SharedRowsMapping> SharedRowsMapping::open(const nlohmann::json& reply) {

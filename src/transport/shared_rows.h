@@ -44,9 +44,11 @@ struct SharedRowsPart {
 class SharedRowsOffers {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kMaxOpen = 256;  // beyond that, rows go over the socket
+  // Beyond these (consumers that died before mapping their files), rows go over the socket.
+  static constexpr size_t kMaxOpen = 256;
+  static constexpr size_t kMaxOpenBytes = size_t(4) << 30;
 
-  SharedRowsOffers() = default;
+  explicit SharedRowsOffers(size_t max_open_bytes = kMaxOpenBytes) : max_open_bytes_(max_open_bytes) {}
   ~SharedRowsOffers();
   SharedRowsOffers(const SharedRowsOffers&) = delete;
   SharedRowsOffers& operator=(const SharedRowsOffers&) = delete;
@@ -54,7 +56,7 @@ class SharedRowsOffers {
   // Writes the parts (each key's parts one after the other, in order) into a new sealed file kept for
   // `consumer`'s request `req` until released or `keep_s` has passed. Returns the reply's meta
   // {pid, fd, dev, ino, bytes, machine, slots: [{key, offset, bytes}]}, or nullopt when no file can be
-  // made here (too many open, nothing to write, no memfd): the caller answers over the socket instead.
+  // made here (too many open files or bytes, nothing to write, no memfd): the caller answers over the socket.
   std::optional<nlohmann::json> offer(int consumer, int64_t req, const std::vector<SharedRowsPart>& parts,
                                        double keep_s);
   // The consumer mapped it (or gave up): the descriptor closes; unknown pairs are ignored.
@@ -66,11 +68,15 @@ class SharedRowsOffers {
  private:
   struct Offer {
     int fd;
+    size_t bytes;
     int consumer;
     int64_t req;
     Clock::time_point deadline;
   };
   std::vector<Offer> offers_;
+  size_t max_open_bytes_;
+  size_t open_bytes_ = 0;
+  void close_offer(std::vector<Offer>::iterator it);
 };
 
 // A producer's file, mapped by the consumer: tensors are views into one private mapping, which lives as

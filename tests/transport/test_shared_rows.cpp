@@ -1,8 +1,9 @@
 // Rows handed over through shared memory on one machine (shared_rows.h): the consumer maps exactly the
 // producer's bytes, its writes stay its own, the producer's descriptor closes on release or expiry, a file
 // that is not what the reply names (another inode, resized, unsealed, writable, a slot of other size) is
-// refused with an error saying so, and a producer that is gone, or on another machine, means "ask over the
-// socket", with nothing left behind (memfds have no name: /dev/shm stays as it was).
+// refused with an error saying so, files nobody released are bounded in bytes, and a producer that is
+// gone, or on another machine, means "ask over the socket", with nothing left behind (memfds have no
+// name: /dev/shm stays as it was).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -120,6 +121,16 @@ TEST(SharedRows, OffersExpireWhenNoConsumerReleasesThem) {
   EXPECT_EQ(open_row_files(::getpid()), 0);
   // Nothing to write: no file, the rows go over the socket.
   EXPECT_FALSE(offers.offer(1, 3, {{"seq", torch::empty({0, 8}, torch::kLong)}}, 30.0));
+}
+
+TEST(SharedRows, FilesNobodyReleasedAreBoundedInBytes) {
+  Rows rows;  // 320 + 60 bytes, slots on 64-byte boundaries: 384 bytes a file
+  SharedRowsOffers offers(/*max_open_bytes=*/1000);
+  ASSERT_TRUE(offers.offer(1, 1, rows.parts(), 60));
+  ASSERT_TRUE(offers.offer(1, 2, rows.parts(), 60));
+  EXPECT_FALSE(offers.offer(1, 3, rows.parts(), 60)) << "a third file would pass the bound";
+  offers.release(1, 1);
+  EXPECT_TRUE(offers.offer(1, 3, rows.parts(), 60));
 }
 
 TEST(SharedRows, AFileThatIsNotWhatTheReplyNamesIsRefused) {
