@@ -21,26 +21,26 @@ namespace hybridflow::transport_detail {
 namespace {
 
 constexpr size_t kSlotAlignment = 64;
-constexpr unsigned kRequiredSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+constexpr unsigned kSharedRowsSeals = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
-size_t aligned_up(size_t n) { return (n + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; }
+size_t slot_aligned(size_t n) { return (n + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; }
 
 // A descriptor closed with its owner (the consumer's end, until mapped).
-struct ShmFd {
+struct SharedRowsFd {
   int fd = -1;
-  ~ShmFd() {
+  ~SharedRowsFd() {
     if (fd >= 0) ::close(fd);
   }
 };
 
-int make_memfd() {
+int make_rows_memfd() {
   // Not executable, sealable; older kernels do not know MFD_NOEXEC_SEAL.
   int fd = ::memfd_create("hf-rows", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
   if (fd < 0 && errno == EINVAL) fd = ::memfd_create("hf-rows", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   return fd;
 }
 
-bool write_all(int fd, const void* data, size_t size, size_t offset) {
+bool write_rows_at(int fd, const void* data, size_t size, size_t offset) {
   const auto* at = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::pwrite(fd, at, size, static_cast<off_t>(offset));
@@ -95,22 +95,22 @@ std::optional<nlohmann::json> SharedRowsOffers::offer(int consumer, int64_t req,
     for (const auto& p : parts)
       if (p.key == key) bytes += p.rows.numel() * p.rows.element_size();
     slots[key] = {total, bytes};
-    total = aligned_up(total + bytes);
+    total = slot_aligned(total + bytes);
   }
   if (total == 0 || open_bytes_ + total > max_open_bytes_) return std::nullopt;
-  const int fd = make_memfd();
+  const int fd = make_rows_memfd();
   if (fd < 0) return std::nullopt;
-  ShmFd guard{fd};
+  SharedRowsFd guard{fd};
   if (::fchmod(fd, 0400) != 0 || ::ftruncate(fd, static_cast<off_t>(total)) != 0) return std::nullopt;
   std::map<std::string, size_t> written;
   for (const auto& p : parts) {
     HF_CHECK(p.rows.device().is_cpu() && p.rows.is_contiguous(), "shared rows: tensor '", p.key,
              "' must be CPU and contiguous");
     const size_t bytes = p.rows.numel() * p.rows.element_size();
-    if (bytes > 0 && !write_all(fd, p.rows.data_ptr(), bytes, slots[p.key].first + written[p.key])) return std::nullopt;
+    if (bytes > 0 && !write_rows_at(fd, p.rows.data_ptr(), bytes, slots[p.key].first + written[p.key])) return std::nullopt;
     written[p.key] += bytes;
   }
-  if (::fcntl(fd, F_ADD_SEALS, kRequiredSeals) != 0) return std::nullopt;
+  if (::fcntl(fd, F_ADD_SEALS, kSharedRowsSeals) != 0) return std::nullopt;
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::nullopt;
   nlohmann::json out_slots = nlohmann::json::array();
@@ -151,7 +151,7 @@ std::optional<SharedRowsMapping> SharedRowsMapping::open(const nlohmann::json& r
   const uint64_t dev = reply.at("dev").get<uint64_t>(), ino = reply.at("ino").get<uint64_t>();
   const size_t bytes = reply.at("bytes").get<size_t>();
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd_number);
-  ShmFd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  SharedRowsFd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) return std::nullopt;  // /proc hidden or the descriptor not ours to open: the socket will do
   struct stat st {};
   HF_CHECK(::fstat(file.fd, &st) == 0, "shared rows: cannot stat ", path, ": ", std::strerror(errno));
@@ -161,7 +161,7 @@ std::optional<SharedRowsMapping> SharedRowsMapping::open(const nlohmann::json& r
   HF_CHECK(static_cast<uint64_t>(st.st_size) == bytes, "shared rows: refused ", path, ": it has ", st.st_size,
            " bytes, the producer's reply says ", bytes, " (truncated or grown)");
   const int seals = ::fcntl(file.fd, F_GET_SEALS);
-  HF_CHECK(seals >= 0 && (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals, "shared rows: refused ",
+  HF_CHECK(seals >= 0 && (static_cast<unsigned>(seals) & kSharedRowsSeals) == kSharedRowsSeals, "shared rows: refused ",
            path, ": it is not sealed against writes and resizing (seals ", seals, ")");
   HF_CHECK((st.st_mode & 0222) == 0, "shared rows: refused ", path, ": it is writable (mode ", std::oct,
            (st.st_mode & 0777), ")");
