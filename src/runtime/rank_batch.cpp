@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "hybridflow/core/error.h"
@@ -39,18 +40,23 @@ int64_t rank_batch_tensor_bytes(const DataProto& data) {
 void RankBatch::finish(int rank, Message reply, RankMailbox& own) {
   nlohmann::json part = {{"rank", rank}, {"kind", reply.kind}};
   std::string carried;
-  if (reply.kind == "result" && reply.data && rank_batch_tensor_bytes(*reply.data) > kMergedResultBytes) {
+  // The merged reply must stay far below the largest message a receiver takes (HF_MAX_MESSAGE_BYTES).
+  const size_t limit = std::min<size_t>(kMergedResultBytes, transport_detail::max_message_bytes() / (2 * ranks_.size()));
+  bool separate = false;
+  if (reply.kind == "result" && reply.data && !(reply.data->empty() && reply.data->meta().empty())) {
+    // Tensor bytes first: a big result is not copied only to learn its size.
+    separate = rank_batch_tensor_bytes(*reply.data) > static_cast<int64_t>(limit);
+    if (!separate) carried = reply.data->serialize();  // bit for bit what the controller decodes again
+    separate = separate || carried.size() > limit;
+  }
+  if (separate) {
     own.post(std::move(reply));  // whole, on its own connection, as an unbatched call's
     part["separate"] = true;
+    carried.clear();
   } else {
     reply.meta.erase("call_id");  // the merged reply's
     part["meta"] = std::move(reply.meta);
-    if (reply.data) {
-      if (reply.data->empty() && reply.data->meta().empty())
-        part["data"] = "empty";
-      else
-        carried = reply.data->serialize();  // bit for bit what the controller decodes again
-    }
+    if (reply.data && carried.empty()) part["data"] = "empty";
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!carried.empty()) carried_[rank] = std::move(carried);

@@ -41,7 +41,8 @@ class RankBatch {
   // Rank `rank`'s reply ("result" or "error"); `own` is that rank's mailbox, for a result sent separately.
   void finish(int rank, transport_detail::Message reply, RankMailbox& own);
 
-  // Results larger than this (tensor bytes) travel on their rank's own connection, without a copy.
+  // Results larger than this (tensor bytes; less when HF_MAX_MESSAGE_BYTES is small) travel on their rank's
+  // own connection, without a copy.
   static constexpr int64_t kMergedResultBytes = 64 << 10;
 
  private:
