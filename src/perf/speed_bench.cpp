@@ -154,15 +154,15 @@ DataProto rl_batch(CausalLM& model, const RlBatchShape& shape) {
     response_mask[i].narrow(0, 0, length).fill_(1);
   }
   responses.masked_fill_(response_mask == 0, 0);
-  DataProto cpu;
-  cpu.set_tensor("prompts", prompt_ids);
-  cpu.set_tensor("responses", responses);
-  cpu.set_tensor("response_mask", response_mask);
-  cpu.set_tensor("input_ids", torch::cat({prompt_ids, responses}, 1));
-  cpu.set_tensor("attention_mask", torch::cat({prompt_mask, response_mask}, 1));
+  DataProto b;
+  b.set_tensor("prompts", prompt_ids);
+  b.set_tensor("responses", responses);
+  b.set_tensor("response_mask", response_mask);
+  b.set_tensor("input_ids", torch::cat({prompt_ids, responses}, 1));
+  b.set_tensor("attention_mask", torch::cat({prompt_mask, response_mask}, 1));
   torch::manual_seed(6);
-  cpu.set_tensor("advantages", torch::randn({shape.rows, r}) * response_mask.to(torch::kFloat));
-  DataProto b = cpu.to(bench_model_device(model));  // drawn on the CPU: the same batch on every device
+  b.set_tensor("advantages", torch::randn({shape.rows, r}) * response_mask.to(torch::kFloat));
+  b = b.to(bench_model_device(model));  // drawn on the CPU: the same batch on every device
   torch::NoGradGuard no_grad;
   b.set_tensor("old_log_probs",
                response_log_probs(model, b.tensor("input_ids"), b.tensor("attention_mask"), r, 1.0, false).log_probs.detach());
