@@ -138,7 +138,8 @@ def main():
                 ">= 0.40 MFU" if first else "", verdict(mfu, 0.40) if first else "")
 
     for name in sorted({n.split()[1] for n in by_cell if n.startswith("grpo ")}):
-        sides = {r["side"]: r for r in by_cell[f"grpo {name}"] if "side" in r}
+        sides = {r["side"]: r for r in by_cell.get(f"grpo {name}", []) + by_cell.get(f"grpo {name} peer", [])
+                 if "side" in r}
         ours, trl = sides.get("dynamic"), sides.get("trl")
         speedup = ratio(trl["step_s"], ours["step_s"]) if ours and trl else None
         stages = ", ".join(f"{k} {v:.2f}" for k, v in ours["stages"].items()) if ours else ""

@@ -34,9 +34,10 @@ runlib=$prefix/runlib
 mkdir -p "$runlib"
 have=$(ldconfig -p 2>/dev/null | awk '{print $1}' | sort -u)
 for lib in "$prefix"/usr/$multiarch/*.so.* "$prefix"/$multiarch/*.so.*; do
-  [ -e "$lib" ] || continue
-  name=$(basename "$lib")
-  if [ "${HF_DEPS_ALL_LIBS:-0}" = 1 ] || ! grep -qxF "$name" <<<"$have"; then ln -sf "$lib" "$runlib/$name"; fi
+  [ -f "$lib" ] && [ ! -L "$lib" ] || continue
+  soname=$(readelf -d "$lib" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  [ -n "$soname" ] || continue
+  if [ "${HF_DEPS_ALL_LIBS:-0}" = 1 ] || ! grep -qxF "$soname" <<<"$have"; then ln -sf "$lib" "$runlib/$soname"; fi
 done
 export LD_LIBRARY_PATH=$runlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_LIBDIR=$prefix/usr/$multiarch/pkgconfig:$prefix/usr/share/pkgconfig
@@ -73,6 +74,9 @@ EOF
 build_targets=()
 for t in "${targets[@]}"; do build_targets+=(--target "$t"); done
 cmake --build "$build" -j "${HF_BUILD_JOBS:-$(nproc)}" "${build_targets[@]}"
-missing=$(ldd "$build/hybridflow" 2>/dev/null | grep "not found" || true)
-[ -z "$missing" ] || { echo "gpu_build: $build/hybridflow misses libraries:"; echo "$missing"; exit 1; }
+for t in "${targets[@]}"; do
+  [ -x "$build/$t" ] || continue
+  missing=$(ldd "$build/$t" | grep "not found" || true)
+  [ -z "$missing" ] || { echo "gpu_build: $build/$t misses libraries:"; echo "$missing"; exit 1; }
+done
 echo "gpu_build: ${targets[*]} built in $((SECONDS - start)) s ($build; source $build/hf-env.sh before running)"
