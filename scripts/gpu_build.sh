@@ -60,8 +60,9 @@ if [ "$cuda" = 1 ]; then
 fi
 [ "${HF_DEPS_ISOLATE:-0}" = 1 ] && args+=(-DCMAKE_IGNORE_PREFIX_PATH=/usr)
 rm -rf "$build"
-cmake "${args[@]}" > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-grep -E "hybridflow:|Found|Checking for module" "$build.configure.log" || true
+mkdir -p "$build"
+cmake "${args[@]}" > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+grep -E "hybridflow:|Found|Checking for module" "$build/configure.log" || true
 # Where every dependency was found: each must be in the prefix (or the torch / pyarrow wheels).
 grep -E "^(yaml-cpp|nlohmann_json|CLI11|cppzmq|GTest)_DIR|^(ONIG|UTF8PROC|SODIUM)_(INCLUDEDIR|LIBDIR):|^PKG_CONFIG_EXECUTABLE" \
   "$build/CMakeCache.txt" || true
