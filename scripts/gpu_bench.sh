@@ -4,14 +4,15 @@
 # the device's bounds (HBM bandwidth by a device copy, the bf16 matmul peak by a large GEMM), then the cells:
 #   decode      batch 1, 64, 256 at ~1024-token contexts (960 prompt + 64 new), Qwen3-1.7B and Qwen3-0.6B shapes,
 #               against the step's roofline and transformers' generate (static KV cache, SDPA, bf16)
-#   train       forward + backward + AdamW at 1.7B, 8192 tokens a step (and verl's update on 8k-token packed
-#               micro-batches), as a fraction of the measured bf16 matmul peak
+#   train       forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and verl's
+#               update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 512), colocated, against TRL's GRPOTrainer
 #   rollout     64 prompts x 8 samples up to 1024 tokens at 0.6B, against transformers' generate
 # Models are random-weight directories of the published Qwen3 shapes with the published tokenizer, written by
 # transformers (bench/gpu_peers.py make-model), so every side loads the same weights. Every cell has a time
-# budget (one slow cell cannot eat the call); the table is printed after each cell, and at the end as markdown
-# into OUT/table.md, with every measurement as JSON lines in OUT/results.jsonl (OUT: $OUT when set).
+# budget (one slow cell cannot eat the call); the table so far is printed after each group of cells, and at the
+# end as markdown into OUT/table.md, with every measurement as JSON lines in OUT/results.jsonl and the whole
+# output in OUT/bench.log (OUT: $OUT when set). The GRPO cells run hybridflow and TRL as separate cells.
 #
 #   bash scripts/gpu_bench.sh                  # on the GPU machine (the device call: docs/toolchain.md)
 #   bash scripts/gpu_bench.sh --cpu-smoke      # the same script end to end on the CPU at tiny shapes, against an
