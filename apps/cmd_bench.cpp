@@ -1,6 +1,7 @@
 // `hybridflow bench machine | generate | train`: throughput of this build on this machine, each figure next to
 // the bound that limits it, measured in the same run (docs/performance.md). Random weights of any shape, so
-// nothing needs downloading; --model DIR measures a real model directory instead.
+// nothing needs downloading: --preset NAME builds a published architecture's shape (model/model_presets.h);
+// --model DIR measures a real model directory instead.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "hybridflow/engine/roofline.h"
 #include "hybridflow/perf/speed_bench.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/model/model_presets.h"
 #include "hybridflow/model/pretrained.h"
 
 namespace hybridflow::cli {
@@ -25,6 +27,7 @@ namespace {
 
 struct BenchOptions {
   std::string model_dir;
+  std::string preset;
   int64_t hidden = 512, layers = 8, heads = 8, kv_heads = 0, ffn = 0, vocab = 4096;
   std::string dtype = "fp32";
   std::string device = "cpu";  // generate and train: cpu | cuda
@@ -45,6 +48,9 @@ struct BenchOptions {
 
 void add_common_options(CLI::App* cmd, BenchOptions& o) {
   cmd->add_option("--model", o.model_dir, "a model directory instead of random weights of the shape below");
+  cmd->add_option("--preset", o.preset,
+                  "random weights of a named shape instead of the one below (published ones keep their "
+                  "vocabulary; test shapes take --vocab): " + model_preset_list());
   cmd->add_option("--hidden-size", o.hidden)->capture_default_str();
   cmd->add_option("--layers", o.layers)->capture_default_str();
   cmd->add_option("--heads", o.heads)->capture_default_str();
@@ -72,6 +78,7 @@ struct Setup {
 };
 
 ModelConfig config_from(const BenchOptions& o) {
+  if (!o.preset.empty()) return preset_model_config(o.preset, o.vocab);
   ModelConfig c;
   c.vocab_size = o.vocab;
   c.hidden_size = o.hidden;
@@ -94,6 +101,7 @@ Setup setup(const BenchOptions& o, bool with_model) {
   Setup s;
   s.dtype = parse_dtype(o.dtype, "--dtype");
   s.device = torch::Device(resolve_device_name(o.device, "--device"));
+  HF_CHECK(o.model_dir.empty() || o.preset.empty(), "bench: give --preset or --model, not both");
   if (!o.model_dir.empty()) {
     Pretrained pre = load_pretrained(o.model_dir, HeadKind::kLanguageModel, s.dtype);
     s.config = pre.config;
