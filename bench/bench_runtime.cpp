@@ -9,7 +9,8 @@
 // stops before the machine runs out of memory.
 // --ranks_per_process=R (with --fanout): simulated workers, R ranks served by each worker process (threads
 // with their own connection and key state, worker_main.h), so the curve reaches 1,024 ranks on a machine
-// that has memory for a few dozen worker processes; the controller's side is unchanged.
+// that has memory for a few dozen worker processes. The ranks of one process get a one-to-all call as one
+// batch (ResourcePool::batch_calls); --batch=0 sends one message per rank instead, for comparison.
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -22,7 +23,9 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <string>
 #include <vector>
@@ -70,6 +73,20 @@ double process_cpu_seconds() {
   timespec t{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// CPU seconds (user + system, all threads) a process used so far; 0 once it is gone.
+double child_cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t end_of_name = stat.rfind(')');
+  if (end_of_name == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(end_of_name + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::atof(field.c_str());  // utime, stime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 extern "C" char** environ;
@@ -148,9 +165,9 @@ void reap_simulated_workers(const std::vector<pid_t>& pids) {
 
 // The controller's cost of reaching every worker: an empty call's median round trip per group size.
 // ranks_per_process > 0: simulated workers, that many ranks per worker process.
-int fanout_curve(int max_workers, int calls, int ranks_per_process) {
-  std::printf("%8s %16s %16s %14s %18s %16s %18s\n", "workers", "empty call (us)", "p90 (us)", "us per worker",
-              "controller CPU us", "worker RSS (MB)", "RSS/worker (MB)");
+int fanout_curve(int max_workers, int calls, int ranks_per_process, bool batch_calls) {
+  std::printf("%8s %16s %16s %14s %18s %16s %16s %18s\n", "workers", "empty call (us)", "p90 (us)", "us per worker",
+              "controller CPU us", "workers' CPU us", "worker RSS (MB)", "RSS/worker (MB)");
   for (int workers = 1; workers <= max_workers; workers *= 2) {
     const int64_t available_kb = proc_kb("/proc/meminfo", "MemAvailable");
     Controller ctl;
@@ -159,6 +176,7 @@ int fanout_curve(int max_workers, int calls, int ranks_per_process) {
     spec.num_processes = workers;
     spec.start_timeout_s = 900;  // hundreds of processes loading libtorch on a few cores
     spec.env["OMP_NUM_THREADS"] = "1";
+    spec.batch_calls = batch_calls;
     std::vector<pid_t> simulated;
     if (ranks_per_process > 0) {
       spec.spawn_workers = false;
@@ -170,6 +188,14 @@ int fanout_curve(int max_workers, int calls, int ranks_per_process) {
     WorkerGroup group = ctl.create_group("fanout", "fanout", "bench_runtime_worker");
     for (int i = 0; i < 10; ++i) group.call("noop").get();
     std::vector<double> us;
+    std::vector<int> pids = ctl.pool("fanout")->pids();
+    if (!simulated.empty()) pids.assign(simulated.begin(), simulated.end());
+    auto workers_cpu = [&pids] {
+      double sum = 0;
+      for (int pid : pids) sum += child_cpu_seconds(pid);
+      return sum;
+    };
+    const double workers_cpu_start = workers_cpu();
     const double cpu_start = process_cpu_seconds();
     for (int i = 0; i < calls; ++i) {
       const double t = bench::now_seconds();
@@ -178,14 +204,14 @@ int fanout_curve(int max_workers, int calls, int ranks_per_process) {
     }
     // The controller's own work per call (all its threads): what a tree of forwarders would divide.
     const double controller_cpu_us = (process_cpu_seconds() - cpu_start) / calls * 1e6;
+    // The workers' side (all processes, 10 ms clock ticks: summed over the calls).
+    const double workers_cpu_us = (workers_cpu() - workers_cpu_start) / calls * 1e6;
     std::sort(us.begin(), us.end());
     int64_t rss_kb = 0;
-    std::vector<int> pids = ctl.pool("fanout")->pids();
-    if (!simulated.empty()) pids.assign(simulated.begin(), simulated.end());
     for (int pid : pids) rss_kb += proc_kb("/proc/" + std::to_string(pid) + "/status", "RssAnon");
     const double median = us[us.size() / 2];
-    std::printf("%8d %16.0f %16.0f %14.1f %18.0f %16.0f %18.1f\n", workers, median, us[us.size() * 9 / 10],
-                median / workers, controller_cpu_us, static_cast<double>(rss_kb) / 1024,
+    std::printf("%8d %16.0f %16.0f %14.1f %18.0f %16.0f %16.0f %18.1f\n", workers, median, us[us.size() * 9 / 10],
+                median / workers, controller_cpu_us, workers_cpu_us, static_cast<double>(rss_kb) / 1024,
                 static_cast<double>(rss_kb) / 1024 / workers);
     std::fflush(stdout);
     ctl.shutdown();
@@ -212,7 +238,8 @@ int main(int argc, char** argv) {
   const int reps = static_cast<int>(bench::arg_int(argc, argv, "reps", 5));
   if (const int fanout = static_cast<int>(bench::arg_int(argc, argv, "fanout", 0)); fanout > 0)
     return fanout_curve(fanout, std::min(calls, 100),
-                        static_cast<int>(bench::arg_int(argc, argv, "ranks_per_process", 0)));
+                        static_cast<int>(bench::arg_int(argc, argv, "ranks_per_process", 0)),
+                        bench::arg_int(argc, argv, "batch", 1) != 0);
 
   // 8 workers x rows must divide the batch; float32 rows of 1024 values = 4 KiB each.
   const int64_t cols = 1024;

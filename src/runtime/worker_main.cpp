@@ -20,6 +20,7 @@
 #include "hybridflow/transport/net_address.h"
 #include "hybridflow/runtime/worker.h"
 #include "coord_json.h"
+#include "rank_batch.h"
 #include "transport/data_fetch.h"
 #include "transport/data_server.h"
 #include "transport/launcher_detail.h"
@@ -51,11 +52,13 @@ std::string data_socket_host(const std::string& endpoint) {
 // Runs create/call requests one at a time on its own thread, so the I/O thread keeps answering and
 // sending heartbeats while a long method runs. Before a call it assembles the input its plan names (rows
 // kept by workers, data_fetch.h); after it, it keeps the output's bulk tensors in the object table when the
-// controller asked for that, answering with their description instead.
+// controller asked for that, answering with their description instead. Replies go to the rank's mailbox, or
+// into the batch (rank_batch.h) the request came in.
 class Executor {
  public:
-  Executor(transport_detail::WakePipe& wake, transport_detail::ObjectTable& table, transport_detail::InputFetcher& fetcher)
-      : wake_(wake), table_(table), fetcher_(fetcher), thread_([this] { loop(); }) {}
+  Executor(int rank, std::shared_ptr<runtime_detail::RankMailbox> mailbox, transport_detail::ObjectTable& table,
+           transport_detail::InputFetcher& fetcher)
+      : rank_(rank), mailbox_(std::move(mailbox)), table_(table), fetcher_(fetcher), thread_([this] { loop(); }) {}
   ~Executor() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -64,22 +67,19 @@ class Executor {
     cv_.notify_all();
     thread_.join();
   }
-  void submit(Message m) {
+  // From the rank's I/O thread, or from the thread of the rank leading a batch.
+  void submit(Message m, std::shared_ptr<runtime_detail::RankBatch> batch = nullptr) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      inbox_.push_back(std::move(m));
+      for (auto& ready : order_.arrive({std::move(m), std::move(batch)})) inbox_.push_back(std::move(ready));
     }
-    cv_.notify_all();
-  }
-  std::deque<Message> take_replies() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return std::exchange(outbox_, {});
+    cv_.notify_one();  // the executor's thread is the only one waiting
   }
 
  private:
   void loop() {
     while (true) {
-      Message request;
+      runtime_detail::RankRequest request;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         cv_.wait(lock, [&] { return stop_ || !inbox_.empty(); });
@@ -87,12 +87,11 @@ class Executor {
         request = std::move(inbox_.front());
         inbox_.pop_front();
       }
-      Message reply = handle(request);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        outbox_.push_back(std::move(reply));
-      }
-      wake_.notify();
+      Message reply = handle(request.message);
+      if (request.batch)
+        request.batch->finish(rank_, std::move(reply), *mailbox_);
+      else
+        mailbox_->post(std::move(reply));
     }
   }
 
@@ -158,14 +157,16 @@ class Executor {
     reply_meta["kept"] = {{"object", id}, {"tensors", described}};
   }
 
-  transport_detail::WakePipe& wake_;
+  int rank_;
+  std::shared_ptr<runtime_detail::RankMailbox> mailbox_;
   transport_detail::ObjectTable& table_;
   transport_detail::InputFetcher& fetcher_;
   bool warned_full_ = false;
   WorkerHost host_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Message> inbox_, outbox_;
+  runtime_detail::CallOrder order_;
+  std::deque<runtime_detail::RankRequest> inbox_;
   bool stop_ = false;
   std::thread thread_;
 };
@@ -206,13 +207,23 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
   hello.kind = "hello";
   hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", transport_detail::host_name()}};
   if (data_server) hello.meta["data_endpoint"] = data_server->endpoint();
-  link.send(socket, "", transport_detail::kControllerEnd, hello);
+  hello.meta["batches"] = true;  // takes batched requests for the ranks of its process (rank_batch.h)
 
-  transport_detail::WakePipe wake;
+  auto mailbox = std::make_shared<runtime_detail::RankMailbox>();
   transport_detail::RejectLog rejects(where);
   int exit_code = 0;
   {
-    Executor executor(wake, table, fetcher);
+    Executor executor(rank, mailbox, table, fetcher);
+    // Reachable by the process's other ranks (batches they lead) from before the controller hears of it.
+    struct Listed {
+      int rank;
+      ~Listed() { runtime_detail::RankDirectory::process().remove(rank); }
+    } listed{rank};
+    runtime_detail::RankDirectory::process().add(
+        rank, [&executor](Message m, std::shared_ptr<runtime_detail::RankBatch> batch) {
+          executor.submit(std::move(m), std::move(batch));
+        });
+    link.send(socket, "", transport_detail::kControllerEnd, hello);
     auto last_beat = std::chrono::steady_clock::now();
     // A worker nobody welcomes (controller gone or wrong endpoint) must not linger forever.
     const char* connect_env = std::getenv("HF_WORKER_CONNECT_TIMEOUT_S");
@@ -225,7 +236,7 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
     auto last_from_controller = started;
     while (running) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, wake.fd(), ZMQ_POLLIN, 0},
+                                 {nullptr, mailbox->wake_fd(), ZMQ_POLLIN, 0},
                                  {data_server ? data_server->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, data_server ? 3 : 2,
                 std::chrono::milliseconds(static_cast<int>(transport_detail::kHeartbeatPeriodS * 1000)));
@@ -274,10 +285,13 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
             table.release(id.get<int64_t>());
           continue;
         }
-        executor.submit(std::move(*received->message));
+        if (received->message->meta.contains("ranks"))
+          runtime_detail::dispatch_rank_batch(std::move(*received->message), mailbox);
+        else
+          executor.submit(std::move(*received->message));
       }
-      wake.drain();
-      for (auto& reply : executor.take_replies()) link.send(socket, "", transport_detail::kControllerEnd, reply);
+      mailbox->drain_wake();
+      for (auto& reply : mailbox->take()) link.send(socket, "", transport_detail::kControllerEnd, reply);
       auto now = std::chrono::steady_clock::now();
       if (!welcomed && now - started > std::chrono::duration<double>(connect_timeout_s)) {
         std::fprintf(stderr, "hybridflow worker rank %d: no controller answered at %s within %.0f s "

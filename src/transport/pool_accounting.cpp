@@ -20,6 +20,7 @@ Traffic ProcessPool::traffic() const {
   t.controller_sent_bytes = impl_->sent_tensor_bytes.load();
   t.controller_received_bytes = impl_->received_tensor_bytes.load();
   t.controller_message_bytes = impl_->message_bytes.load();
+  t.controller_messages = impl_->messages.load();
   t.worker_to_worker_bytes = impl_->worker_bytes.load();
   return t;
 }
@@ -28,6 +29,7 @@ Traffic& Traffic::operator+=(const Traffic& o) {
   controller_sent_bytes += o.controller_sent_bytes;
   controller_received_bytes += o.controller_received_bytes;
   controller_message_bytes += o.controller_message_bytes;
+  controller_messages += o.controller_messages;
   worker_to_worker_bytes += o.worker_to_worker_bytes;
   return *this;
 }
@@ -37,6 +39,7 @@ Traffic Traffic::operator-(const Traffic& o) const {
   t.controller_sent_bytes -= o.controller_sent_bytes;
   t.controller_received_bytes -= o.controller_received_bytes;
   t.controller_message_bytes -= o.controller_message_bytes;
+  t.controller_messages -= o.controller_messages;
   t.worker_to_worker_bytes -= o.worker_to_worker_bytes;
   return t;
 }

@@ -37,12 +37,21 @@ struct RankState {
   bool connected = false;
   bool alive = true;  // not reaped yet
   PoolClock::time_point last_seen;
+  // Ranks sharing a worker process (simulated workers) get a request every rank gets alike as one batch,
+  // through the process's lowest rank (runtime/rank_batch.h). From its hello: its process and whether it
+  // takes batches; once all ranks connected: the rank leading its process's batches (-1: alone in its process,
+  // never batched).
+  int64_t process_pid = -1;
+  bool takes_batches = false;
+  int batch_leader = -1;
+  int64_t last_call = 0;  // of a batched rank: the create or call sent to it last (its requests' "after")
 };
 
 struct Pending {
   std::string role, method;
   std::vector<bool> addressed;  // the ranks asked (a fetch asks one)
   std::vector<std::optional<Message>> replies;
+  std::vector<int> via;  // the rank whose merged reply answers for each rank (-1: its own reply)
   int remaining = 0;
   PoolClock::time_point deadline;
   std::function<void(std::vector<Message>&&)> on_done;
@@ -95,6 +104,7 @@ struct ProcessPool::Impl {
   int pool_index = 0;
   std::string data_token;  // the data plane's secret (never sent): ResourcePool::data_token or token
   std::atomic<uint64_t> sent_tensor_bytes{0}, received_tensor_bytes{0}, message_bytes{0}, worker_bytes{0};
+  std::atomic<uint64_t> messages{0};  // sent and received, heartbeats not counted
   std::mutex release_mutex;       // taken after `mutex`, never before it
   std::vector<int64_t> releases;  // objects to release on every rank (sent by the I/O thread)
 
@@ -114,6 +124,8 @@ struct ProcessPool::Impl {
   // What `rank` was busy with, for failure messages.
   std::string running_on(int rank) const;
   int node_of(int rank) const { return (pool_index << 16) | rank; }
+  // Once every rank connected: which ranks share a process, and who leads each process's batches.
+  void group_ranks_by_process();
 
   // pool_processes.cpp
   void spawn();
@@ -126,6 +138,12 @@ struct ProcessPool::Impl {
   // pool_message_loop.cpp
   void loop();
   void handle(transport_detail::Received& received, std::vector<std::function<void()>>& callbacks);
+  // Records rank's reply to pending call `it`: completes the call with its last reply, fails it with an
+  // error. True when the call is over (`it` erased).
+  bool answer(std::map<int64_t, Pending>::iterator it, int rank, Message m, std::vector<std::function<void()>>& callbacks);
+  // A merged reply of a batch (runtime/rank_batch.h): every part as if its rank had answered alone.
+  void handle_batch_results(transport_detail::Received& received, Message& m, int leader,
+                            std::vector<std::function<void()>>& callbacks);
   // Drops a message that must not reach the run: counted, logged once per peer and kind of rejection.
   void reject(const transport_detail::Received& received, const std::string& code, const std::string& why);
   // Registers a request to the ranks that have a message (messages[i] goes to rank i); on_done gets the

@@ -16,6 +16,7 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
   Message& m = *received.message;
   if (m.kind != "heartbeat") {
     message_bytes += received.bytes;
+    ++messages;
     received_tensor_bytes += received.tensor_bytes;
   }
   std::lock_guard<std::mutex> lock(mutex);
@@ -37,6 +38,8 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     ranks[r].host = printable(m.meta.value("host", "?"), 64);
     ranks[r].data_endpoint = m.meta.value("data_endpoint", std::string());
     if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
+    if (m.meta.contains("pid") && m.meta["pid"].is_number_integer()) ranks[r].process_pid = m.meta["pid"].get<int64_t>();
+    ranks[r].takes_batches = m.meta.contains("batches") && m.meta["batches"].is_boolean() && m.meta["batches"].get<bool>();
     Message welcome{"welcome", {{"pool", spec.name}, {"node", node_of(r)}, {"object_table_bytes", spec.object_table_bytes}},
                     std::nullopt};
     // Workers we did not spawn do not die with us; they leave when our heartbeats stop.
@@ -44,6 +47,7 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     outbox.emplace_back(r, std::move(welcome));
     wake.notify();
     ranks[r].last_seen = Clock::now();
+    if (std::all_of(ranks.begin(), ranks.end(), [](const RankState& s) { return s.connected; })) group_ranks_by_process();
     cv.notify_all();
     return;
   }
@@ -58,6 +62,7 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     ranks[rank].data_rejected = m.meta.value("data_rejected", size_t{0});
     return;
   }
+  if (m.kind == "results") return handle_batch_results(received, m, rank, callbacks);
   worker_bytes += m.meta.value("fetched_bytes", uint64_t{0});
   const int64_t id = m.meta.value("call_id", int64_t(-1));
   auto it = pending.find(id);
@@ -65,6 +70,11 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     log_debug("resource pool '", spec.name, "': reply for finished call ", id, " from rank ", rank);
     return;
   }
+  answer(it, rank, std::move(m), callbacks);
+}
+
+bool ProcessPool::Impl::answer(std::map<int64_t, Pending>::iterator it, int rank, Message m,
+                               std::vector<std::function<void()>>& callbacks) {
   Pending& p = it->second;
   if (m.kind == "error") {
     std::string message = detail::concat("worker group '", p.role, "' ", where(rank), " failed in method '",
@@ -72,11 +82,11 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     auto on_error = std::move(p.on_error);
     pending.erase(it);
     callbacks.push_back([on_error, message] { on_error(std::make_exception_ptr(Error(message))); });
-    return;
+    return true;
   }
-  if (p.replies[rank]) return;
+  if (p.replies[rank]) return false;
   p.replies[rank] = std::move(m);
-  if (--p.remaining > 0) return;
+  if (--p.remaining > 0) return false;
   std::vector<Message> replies;
   for (auto& r : p.replies) replies.push_back(r ? std::move(*r) : Message{});
   auto on_done = std::move(p.on_done);
@@ -90,6 +100,62 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
       on_error(std::current_exception());
     }
   });
+  return true;
+}
+
+void ProcessPool::Impl::handle_batch_results(transport_detail::Received& received, Message& m, int leader,
+                                             std::vector<std::function<void()>>& callbacks) {
+  const int64_t id = m.meta.value("call_id", int64_t(-1));
+  auto it = pending.find(id);
+  if (it == pending.end()) {
+    log_debug("resource pool '", spec.name, "': merged reply for finished call ", id, " from rank ", leader);
+    return;
+  }
+  const Pending& p = it->second;
+  // Every part must be of a rank this call reached through `leader`: a rank answers only for its batch.
+  std::vector<std::pair<int, Message>> replies;
+  try {
+    for (const auto& part : m.meta.at("parts")) {
+      const int rank = part.at("rank").get<int>();
+      if (rank < 0 || rank >= static_cast<int>(ranks.size()) || !p.addressed[rank] || p.via[rank] != leader)
+        return reject(received, "foreign-rank",
+                      detail::concat("merged reply of rank ", leader, " answers for rank ", rank,
+                                     ", which the call did not reach through it"));
+      if (part.value("separate", false)) continue;  // a big result: on the rank's own connection
+      Message reply{part.at("kind").get<std::string>(), part.value("meta", nlohmann::json::object()), std::nullopt};
+      if (reply.kind != "result" && reply.kind != "error")
+        return reject(received, "malformed", "merged reply with a part of kind '" + printable(reply.kind, 32) + "'");
+      if (part.contains("data")) {
+        const std::string key = part.at("data").get<std::string>();
+        if (key == "empty") {
+          reply.data = DataProto();
+        } else {
+          HF_CHECK(m.data && m.data->has_tensor(key), "no carried result '", key, "'");
+          const torch::Tensor& bytes = m.data->tensor(key);
+          reply.data = DataProto::deserialize(
+              std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
+        }
+      }
+      replies.emplace_back(rank, std::move(reply));
+    }
+  } catch (const std::exception& e) {
+    return reject(received, "malformed", "undecodable merged reply: " + printable(e.what()));
+  }
+  for (auto& [rank, reply] : replies) {
+    worker_bytes += reply.meta.value("fetched_bytes", uint64_t{0});
+    if (answer(it, rank, std::move(reply), callbacks)) return;  // the call is over (done, or failed)
+  }
+}
+
+void ProcessPool::Impl::group_ranks_by_process() {
+  if (!spec.batch_calls) return;
+  std::map<std::pair<std::string, int64_t>, std::vector<int>> processes;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].takes_batches && ranks[r].process_pid > 0)
+      processes[{ranks[r].host, ranks[r].process_pid}].push_back(static_cast<int>(r));
+  for (const auto& [process, members] : processes)
+    if (members.size() > 1)
+      for (int r : members) ranks[r].batch_leader = members.front();
 }
 
 void ProcessPool::Impl::reject(const transport_detail::Received& received, const std::string& code, const std::string& why) {
@@ -153,6 +219,7 @@ void ProcessPool::Impl::loop() {
       const auto bytes = link->send(router, identity, rank, message);
       if (message.kind != "heartbeat") {
         message_bytes += bytes.total;
+        ++messages;
         sent_tensor_bytes += bytes.tensors;
       }
     }
@@ -179,10 +246,12 @@ void ProcessPool::Impl::request(const std::string& kind, const std::string& role
     why = failure.empty() ? "it was shut down" : "it failed earlier: " + failure;
     if (failure.empty() && !stopping) {
       const int64_t id = next_id++;
-      Pending p;
+      Pending fresh;
+      Pending& p = pending.emplace(id, std::move(fresh)).first->second;
       p.role = role;
       p.method = method;
       p.replies.resize(ranks.size());
+      p.via.assign(ranks.size(), -1);
       p.addressed.assign(ranks.size(), false);
       for (size_t r = 0; r < messages.size(); ++r) p.addressed[r] = messages[r].has_value();
       p.remaining = static_cast<int>(std::count(p.addressed.begin(), p.addressed.end(), true));
@@ -190,13 +259,36 @@ void ProcessPool::Impl::request(const std::string& kind, const std::string& role
                                       std::chrono::duration<double>(spec.call_timeout_s));
       p.on_done = std::move(on_done);
       p.on_error = std::move(on_error);
-      pending.emplace(id, std::move(p));
       for (size_t r = 0; r < messages.size(); ++r) {
         if (!messages[r]) continue;
         Message& content = messages[r]->shared ? messages[r]->shared->message : *messages[r];
         content.kind = kind;
         content.meta["call_id"] = id;
+      }
+      // Ranks sharing a process: a request they all get alike goes once per process, as a batch through the
+      // leading rank ([rank, after] each); their other requests name the call before them too ("after").
+      std::map<std::pair<int, transport_detail::SharedContent*>, nlohmann::json> batches;
+      for (size_t r = 0; r < messages.size(); ++r) {
+        if (!messages[r]) continue;
+        RankState& rank = ranks[r];
+        const bool ordered = rank.batch_leader >= 0 && kind != "fetch";  // a fetch is not a call: no order
+        if (ordered && messages[r]->shared) {
+          batches[{rank.batch_leader, messages[r]->shared.get()}].push_back({static_cast<int>(r), rank.last_call});
+          rank.last_call = id;
+          p.via[r] = rank.batch_leader;
+          continue;
+        }
+        if (ordered) {
+          messages[r]->meta["after"] = rank.last_call;
+          rank.last_call = id;
+        }
         outbox.emplace_back(static_cast<int>(r), std::move(*messages[r]));
+      }
+      for (auto& [to, list] : batches) {
+        const Message& content = to.second->message;
+        Message batch{content.kind, content.meta, content.data};
+        batch.meta["ranks"] = std::move(list);
+        outbox.emplace_back(to.first, std::move(batch));
       }
       wake.notify();
       return;

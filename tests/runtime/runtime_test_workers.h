@@ -85,9 +85,62 @@ class PlusOneWorker : public Worker {
   }
 };
 
+// Per-rank answers of every shape a reply can take, for comparing calls batched per worker process with calls
+// sent to each rank alone (ResourcePool::batch_calls): tensors, fields and meta that differ by rank, a result
+// too big to merge, errors on chosen ranks, and a count of the calls each rank ran, in the order it ran them.
+class RankProbeWorker : public Worker {
+ public:
+  void register_methods(MethodTable& table) override {
+    table.add("describe", protocols::kOneToAll, [this](const DataProto& in) {
+      // Asked for: 4,096 rows on even ranks (160 KiB: travels on its own connection), else one.
+      const int64_t rows = in.meta().value("big_on_even", false) && rank() % 2 == 0 ? 4096 : 1;
+      DataProto out;
+      out.set_tensor("rank", torch::full({rows}, static_cast<int64_t>(rank()), torch::kLong));
+      out.set_tensor("wide", torch::full({rows, 8}, static_cast<float>(rank())));
+      if (in.has_tensor("x")) out.set_tensor("x_plus_rank", (in.tensor("x") + rank()).reshape({1, -1}).expand({rows, -1}).contiguous());
+      out.set_field("name", std::vector<nlohmann::json>(static_cast<size_t>(rows), "rank " + std::to_string(rank())));
+      out.meta()["rank"] = rank();
+      out.meta()["world"] = world_size();
+      out.meta()["asked"] = in.meta();
+      return out;
+    });
+    // Writes to its input: another rank's input must not change with it.
+    table.add("scribble", protocols::kOneToAll, [](const DataProto& in) {
+      in.tensor("x").add_(1);
+      DataProto out;
+      out.set_tensor("x", in.tensor("x").clone().reshape({1, -1}));
+      return out;
+    });
+    table.add("empty", protocols::kOneToAll, [](const DataProto&) { return DataProto(); });
+    table.add("fail_on", protocols::kOneToAll, [this](const DataProto& in) {
+      if (rank() == in.meta().at("rank").get<int>()) HF_FAIL("rank ", rank(), " fails on purpose");
+      return DataProto();
+    });
+    table.add("sleep", protocols::kOneToAll, [](const DataProto& in) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(in.meta().value("sleep_ms", 0)));
+      return DataProto();
+    });
+    // The how-manieth call of this rank: one-to-all (one row) and data-parallel (one per row of its shard).
+    table.add("ordinal", protocols::kOneToAll, [this](const DataProto&) {
+      DataProto out;
+      out.set_tensor("ordinal", torch::full({1}, ++calls_, torch::kLong));
+      return out;
+    });
+    table.add("ordinal_rows", protocols::kDataParallel, [this](const DataProto& in) {
+      DataProto out;
+      out.set_tensor("ordinal", torch::full({in.batch_size()}, ++calls_, torch::kLong));
+      return out;
+    });
+  }
+
+ private:
+  int64_t calls_ = 0;
+};
+
 }  // namespace
 
 HF_REGISTER_WORKER(EchoWorker, "echo");
+HF_REGISTER_WORKER(RankProbeWorker, "rank_probe");
 HF_REGISTER_WORKER(PlusOneWorker, "plus_one");
 // In a spawned worker process this serves the controller and exits; in the test process it is a no-op.
 static const bool kRanAsWorker = run_worker_if_requested();

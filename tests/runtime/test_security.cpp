@@ -11,6 +11,7 @@ static const bool kSmallMessageLimit = (::setenv("HF_MAX_MESSAGE_BYTES", "262144
 #include <sys/stat.h>
 
 #include <atomic>
+#include <future>
 
 #include "hybridflow/core/printable.h"
 #include "hybridflow/transport/launcher.h"
@@ -174,4 +175,55 @@ TEST(Security, LaunchCompletesWhileStrangersAndUnknownRanksKnock) {
   for (int i = 0; i < 6; ++i) z.push_back(2 * i + 1);
   EXPECT_EQ(result["z"].get<std::vector<int64_t>>(), z);
   EXPECT_GT(result.value("rejected", 0), 0) << "the knocks were counted as rejected";
+}
+
+// Ranks of one process answer a batched call with one merged reply; a rank holding the job's key may answer
+// only for the ranks the call reached through it. Four ranks played by this test, two "processes" of two.
+TEST(Security, MergedReplyAnswersOnlyForItsOwnBatch) {
+  auto spec = pool_spec("merged", 4);
+  spec.spawn_workers = false;
+  spec.token = kSecret;
+  spec.bind_port = free_tcp_port();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(spec.bind_port);
+  zmq::context_t context(1);
+  std::vector<zmq::socket_t> sockets;
+  std::vector<std::unique_ptr<Link>> links;
+  for (int rank = 0; rank < 4; ++rank) {
+    sockets.push_back(intruder(context, endpoint));
+    links.push_back(std::make_unique<Link>(kSecret, "pool:merged", rank));
+    links.back()->send(sockets.back(), "", kControllerEnd,
+                       {"hello", {{"rank", rank}, {"pid", rank < 2 ? 424242 : 434343}, {"host", "h"}, {"batches", true}},
+                        std::nullopt});
+  }
+  auto pool = ProcessPool::start(spec);
+  std::promise<std::vector<DataProto>> done;
+  auto result = done.get_future();
+  pool->submit("actor", "noop", std::vector<DataProto>(4), [&](std::vector<DataProto>&& out) { done.set_value(out); },
+               [&](std::exception_ptr e) { done.set_exception(e); });
+  // The call reaches each process once, through its lowest rank, with the ranks it is for.
+  auto batch_for = [&](int rank) {
+    while (true) {
+      auto received = hybridflow::transport_testing::next(*links[rank], sockets[rank], false);
+      if (!received) return nlohmann::json();
+      if (received->message && received->message->kind == "call") return received->message->meta;
+    }
+  };
+  const nlohmann::json first = batch_for(0), second = batch_for(2);
+  ASSERT_EQ(first.at("ranks"), nlohmann::json::parse("[[0, 0], [1, 0]]")) << first.dump();
+  ASSERT_EQ(second.at("ranks"), nlohmann::json::parse("[[2, 0], [3, 0]]")) << second.dump();
+  auto merged = [&](int a, int b) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (int r : {a, b}) parts.push_back({{"rank", r}, {"kind", "result"}, {"meta", nlohmann::json::object()}, {"data", "empty"}});
+    return transport_detail::Message{"results", {{"call_id", first.at("call_id")}, {"parts", parts}}, std::nullopt};
+  };
+  links[2]->send(sockets[2], "", kControllerEnd, merged(0, 1));  // answers for the other process's ranks
+  wait_for_rejections(*pool, 1);
+  EXPECT_EQ(pool->rejected_messages(), 1u);
+  EXPECT_EQ(result.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  links[0]->send(sockets[0], "", kControllerEnd, merged(0, 1));
+  links[2]->send(sockets[2], "", kControllerEnd, merged(2, 3));
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(result.get().size(), 4u);
+  EXPECT_EQ(pool->rejected_messages(), 1u);
+  pool->shutdown();
 }

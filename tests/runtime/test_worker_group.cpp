@@ -197,6 +197,135 @@ TEST(WorkerGroup, OneToAllCallReachesEverySimulatedWorker) {
   expect_clean_exits(launched);
 }
 
+namespace {
+
+// A pool of `ranks` simulated workers, `per_process` to a process, started and with a "rank_probe" group.
+struct SimulatedPool {
+  SimulatedPool(const std::string& name, int ranks, int per_process, bool batch_calls, double heartbeat_timeout_s = 30) {
+    auto spec = pool_spec(name, ranks);
+    spec.spawn_workers = false;
+    spec.token = "job-secret-for-test-" + name + "-7d2c9e4a1b3f5608";
+    spec.batch_calls = batch_calls;
+    spec.heartbeat_timeout_s = heartbeat_timeout_s;
+    launched = launch_external_workers(spec, per_process);
+    pool = ProcessPool::start(spec);
+    group = std::make_unique<WorkerGroup>(pool, "probe", "rank_probe");
+  }
+  std::vector<pid_t> launched;
+  KillLaunchedOnFailure guard{launched};
+  std::shared_ptr<ProcessPool> pool;
+  std::unique_ptr<WorkerGroup> group;
+};
+
+void expect_same_per_rank(const Future& batched, const Future& alone) {
+  const auto& a = batched.per_rank();
+  const auto& b = alone.per_rank();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(a[r].meta(), b[r].meta());
+    EXPECT_EQ(a[r].fields(), b[r].fields());
+    ASSERT_EQ(a[r].tensors().size(), b[r].tensors().size());
+    for (const auto& [key, t] : a[r].tensors()) {
+      ASSERT_TRUE(b[r].has_tensor(key)) << key;
+      EXPECT_EQ(t.scalar_type(), b[r].tensor(key).scalar_type()) << key;
+      EXPECT_TRUE(torch::equal(t, b[r].tensor(key))) << key;
+    }
+  }
+}
+
+}  // namespace
+
+// Ranks sharing a process get a one-to-all call as one message per process and answer with one merged
+// reply; every rank's answer is the one it gives when called alone: tensors, fields, meta, a result too big
+// to merge, and an input the method writes to (each rank has its own).
+TEST(WorkerGroup, BatchedCallsGiveEachRankTheAnswerItGivesAlone) {
+  constexpr int kRanks = 8, kPerProcess = 4;
+  SimulatedPool batched("batched", kRanks, kPerProcess, true);
+  SimulatedPool alone("alone", kRanks, kPerProcess, false);
+  DataProto ask = batch(3);
+  ask.meta()["big_on_even"] = true;
+  Future a = batched.group->call("describe", ask), b = alone.group->call("describe", ask);
+  expect_same_per_rank(a, b);
+  ASSERT_EQ(a.per_rank().size(), size_t(kRanks));
+  for (int r = 0; r < kRanks; ++r) {
+    const DataProto& out = a.per_rank()[r];
+    EXPECT_EQ(out.meta().at("rank"), r);
+    EXPECT_EQ(out.meta().at("world"), kRanks);
+    const int64_t rows = r % 2 == 0 ? 4096 : 1;
+    ASSERT_EQ(out.batch_size(), rows);
+    EXPECT_EQ(out.field("name"), std::vector<nlohmann::json>(rows, "rank " + std::to_string(r)));
+    EXPECT_TRUE(torch::equal(out.tensor("x_plus_rank")[rows - 1], torch::arange(3, torch::kFloat) + r));
+    EXPECT_TRUE(torch::equal(out.tensor("wide"), torch::full({rows, 8}, static_cast<float>(r))));
+  }
+  Future sa = batched.group->call("scribble", batch(3)), sb = alone.group->call("scribble", batch(3));
+  expect_same_per_rank(sa, sb);
+  for (const auto& out : sa.per_rank())
+    EXPECT_TRUE(torch::equal(out.tensor("x"), (torch::arange(3, torch::kFloat) + 1).reshape({1, 3})));
+
+  // One message each way per process instead of one per rank.
+  const Traffic before_a = batched.pool->traffic(), before_b = alone.pool->traffic();
+  batched.group->call("empty").get();
+  alone.group->call("empty").get();
+  EXPECT_EQ((batched.pool->traffic() - before_a).controller_messages, uint64_t(2 * kRanks / kPerProcess));
+  EXPECT_EQ((alone.pool->traffic() - before_b).controller_messages, uint64_t(2 * kRanks));
+  EXPECT_EQ(batched.pool->rejected_messages(), 0u);
+  for (SimulatedPool* p : {&batched, &alone}) {
+    p->pool->shutdown();
+    expect_clean_exits(p->launched);
+  }
+}
+
+// A rank's error in a batch fails the call naming that rank, as when it answers alone; the pool goes on.
+TEST(WorkerGroup, BatchedCallReportsTheFailingRank) {
+  SimulatedPool sim("batch_errors", 6, 3, true);
+  for (int failing : {1, 4}) {
+    DataProto ask;
+    ask.meta()["rank"] = failing;
+    const std::string msg = message_of(sim.group->call("fail_on", ask));
+    EXPECT_NE(msg.find("rank " + std::to_string(failing) + " ("), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank " + std::to_string(failing) + " fails on purpose"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'fail_on'"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(sim.pool->failed());
+  EXPECT_EQ(sim.group->call("describe").get().tensor("rank").numel(), 6);
+  sim.pool->shutdown();
+  expect_clean_exits(sim.launched);
+}
+
+// Calls issued without waiting run on every rank in the order issued, whether they reach it in a batch (one-to-all)
+// or alone (data-parallel shards), though the two travel on different connections.
+TEST(WorkerGroup, BatchedAndSingleCallsRunInTheOrderIssued) {
+  constexpr int kRanks = 4;
+  SimulatedPool sim("batch_order", kRanks, 2, true);
+  std::vector<Future> calls;
+  for (int i = 0; i < 12; ++i)
+    calls.push_back(i % 3 == 1 ? sim.group->call("ordinal_rows", batch(kRanks)) : sim.group->call("ordinal"));
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(longs(calls[i].get().tensor("ordinal")), std::vector<int64_t>(kRanks, i + 1)) << "call " << i;
+  sim.pool->shutdown();
+  expect_clean_exits(sim.launched);
+}
+
+// A worker process that dies in a batched call fails the call (it does not hang), naming one of its ranks.
+TEST(WorkerGroup, KilledProcessFailsItsRanksBatchedCall) {
+  SimulatedPool sim("batch_killed", 4, 2, true, /*heartbeat_timeout_s=*/2);
+  DataProto ask;
+  ask.meta()["sleep_ms"] = 20000;
+  Future sleeping = sim.group->call("sleep", ask);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(::kill(sim.launched[1], SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = message_of(sleeping);
+  EXPECT_LT(seconds_since(t0), 15.0);
+  EXPECT_TRUE(msg.find("worker rank 2 ") != std::string::npos || msg.find("worker rank 3 ") != std::string::npos) << msg;
+  EXPECT_NE(msg.find("probe.sleep"), std::string::npos) << msg;
+  EXPECT_TRUE(sim.pool->failed());
+  ::waitpid(sim.launched[1], nullptr, 0);
+  sim.launched.erase(sim.launched.begin() + 1);
+  sim.pool->shutdown();  // the surviving process is asked to leave
+}
+
 TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {
   auto spec = pool_spec("env", 2);
   spec.env["HF_TEST_MARK"] = "forty-two";

@@ -9,7 +9,8 @@ namespace hybridflow {
 // HF_WORKER_RANK_COUNT=n (optional): this one process serves ranks HF_WORKER_RANK .. HF_WORKER_RANK + n - 1,
 // each on threads of its own with its own connection, key state and executor: simulated workers, so that
 // the controller's cost of reaching many ranks (the real messages, each authenticated) can be measured
-// with more ranks than this machine has memory for processes. Such ranks share a crash and a process.
+// with more ranks than this machine has memory for processes. Such ranks share a crash and a process, and a
+// one-to-all call reaches them as one message per process (ResourcePool::batch_calls, runtime/rank_batch.h).
 inline constexpr const char* kWorkerRankCountEnv = "HF_WORKER_RANK_COUNT";
 
 // Connects to the controller and serves create/call requests until told to shut down.

@@ -25,6 +25,7 @@ struct Traffic {
   uint64_t controller_sent_bytes = 0;       // tensor bytes the controller sent to workers
   uint64_t controller_received_bytes = 0;   // tensor bytes it received from them
   uint64_t controller_message_bytes = 0;    // all frames, both ways
+  uint64_t controller_messages = 0;         // the messages themselves, both ways (a batch is one each way)
   uint64_t worker_to_worker_bytes = 0;      // tensor bytes workers fetched from other worker processes
   uint64_t controller_bytes() const { return controller_sent_bytes + controller_received_bytes; }
   Traffic& operator+=(const Traffic& other);
@@ -62,6 +63,10 @@ struct ResourcePool {
   // from each other. Empty: the pool's token. Controller::add_pools gives its pools one shared secret;
   // external workers read it from HF_WORKER_DATA_TOKEN (else use HF_WORKER_TOKEN).
   std::string data_token;
+  // Ranks that share a worker process (simulated workers, HF_WORKER_RANK_COUNT in worker_main.h) get a
+  // request they all get alike (a one-to-all call) as one message per process, answered by one merged reply
+  // that keeps each rank's result or error apart. false: one message per rank, as for ranks alone in a process.
+  bool batch_calls = true;
 };
 
 class ProcessPool {
