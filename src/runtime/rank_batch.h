@@ -6,10 +6,12 @@
 // before, while it sends and reads one message per process instead of one per rank.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "transport/message.h"
@@ -32,14 +34,17 @@ class RankMailbox {
 };
 
 // Results of one call on the ranks of one batch, merged into one "results" message for the leading rank:
-// meta {call_id, parts: [{rank, kind, meta, data}]} in the order of the request's rank list. A part's data is
+// meta {call_id, done: [rank, ...], parts: [{rank, kind, meta, data}]}, each in the order of the request's
+// rank list. "done" lists the ranks whose result is an empty DataProto with nothing else to say (an empty
+// call's usual answer: one number each instead of an object); every other rank has a part. A part's data is
 // "empty" (an empty DataProto), the index of a carrier tensor (a small DataProto, serialized) or absent (an
 // error, or a result too big to copy: that rank sent it on its own connection, and the part says "separate").
 class RankBatch {
  public:
   RankBatch(int64_t call_id, std::vector<int> ranks, std::shared_ptr<RankMailbox> leader);
-  // Rank `rank`'s reply ("result" or "error"); `own` is that rank's mailbox, for a result sent separately.
-  void finish(int rank, transport_detail::Message reply, RankMailbox& own);
+  // The reply ("result" or "error") of the rank at `slot` of the rank list; `own` is that rank's mailbox, for
+  // a result sent separately.
+  void finish(size_t slot, transport_detail::Message reply, RankMailbox& own);
 
   // Results larger than this (tensor bytes; less when HF_MAX_MESSAGE_BYTES is small) travel on their rank's
   // own connection, without a copy.
@@ -50,35 +55,68 @@ class RankBatch {
   int64_t call_id_;
   std::vector<int> ranks_;
   std::shared_ptr<RankMailbox> leader_;
-  std::map<int, nlohmann::json> parts_;     // by rank
-  std::map<int, std::string> carried_;      // serialized small results, by rank
+  struct Part {
+    bool answered = false;
+    bool done = false;       // an empty result: listed in "done", no part
+    nlohmann::json json;     // the part otherwise
+    std::string carried;     // a small result, serialized
+  };
+  std::vector<Part> parts_;  // by slot
+  size_t answered_ = 0;
+};
+
+// A request queued on a rank's executor. A batch's ranks share one decoded request (`message`, immutable,
+// without its data); each has its own "after", its own copy of the input (`data`) and its slot in `batch`.
+// A rank's own request (batch null) carries its "after" (-1: none) and data the same way.
+struct RankRequest {
+  std::shared_ptr<const transport_detail::Message> message;
+  int64_t after = -1;
+  std::optional<DataProto> data;
+  std::shared_ptr<RankBatch> batch;
+  size_t slot = 0;
+  // A request that came on the rank's own connection.
+  static RankRequest alone(transport_detail::Message message);
 };
 
 // The ranks this process serves, for the leading rank of a batch to reach the others' executors.
-// submit(rank, request, batch): queues a call on that rank's executor (thread-safe).
+// submit(rank, request): queues a call on that rank's executor (thread-safe).
+//
+// Heartbeats, per process: each rank's I/O thread still notes every period that it is alive, with its
+// data-plane figures (beat), but only one rank (the lowest whose I/O thread noted itself lately) sends a
+// heartbeat, naming the others that did; a rank whose thread is gone or stuck drops out of it, and the
+// controller fails it as before. The controller's heartbeats likewise reach one rank of a process (the one it
+// sends batches to): every rank counts what any rank of the process heard from the controller.
 class RankDirectory {
  public:
-  using Submit = std::function<void(transport_detail::Message, std::shared_ptr<RankBatch>)>;
+  using Submit = std::function<void(RankRequest)>;
+  using Clock = std::chrono::steady_clock;
   static RankDirectory& process();
   void add(int rank, Submit submit);
   void remove(int rank);  // before the rank's executor goes
   // False when this process does not serve `rank` (any more).
-  bool submit(int rank, transport_detail::Message request, std::shared_ptr<RankBatch> batch);
+  bool submit(int rank, RankRequest request);
+
+  // Rank `rank` is alive at `now`, with these figures for its heartbeat ({rank, objects, ...}). Returns the
+  // figures of the other ranks alive lately when `rank` is the one to send the process's heartbeat.
+  std::optional<nlohmann::json> beat(int rank, nlohmann::json figures, Clock::time_point now);
+  void heard_from_controller(Clock::time_point now);
+  Clock::time_point last_heard_from_controller() const;
 
  private:
-  std::mutex mutex_;
+  struct Beat {
+    nlohmann::json figures;
+    Clock::time_point at;
+  };
+  mutable std::mutex mutex_;
   std::map<int, Submit> ranks_;
+  std::map<int, Beat> beats_;
+  Clock::time_point heard_{};
 };
 
 // Runs a batched request (meta "ranks": [[rank, after], ...]) on every listed rank of this process: each
-// gets the request without the list, with its own "after", and its own copy of the input's tensors.
+// gets the request without the list (one decoded copy shared by all), with its own "after", and its own copy
+// of the input's tensors.
 void dispatch_rank_batch(transport_detail::Message request, const std::shared_ptr<RankMailbox>& leader);
-
-// A request queued on a rank's executor; batch: the batch its reply belongs to (null: the rank answers alone).
-struct RankRequest {
-  transport_detail::Message message;
-  std::shared_ptr<RankBatch> batch;
-};
 
 // Executor-side ordering: a rank that shares its process hears of calls on two paths (its own connection,
 // and batches through the leading rank), so each of its requests names the call the controller sent it before

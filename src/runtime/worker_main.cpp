@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -68,10 +69,10 @@ class Executor {
     thread_.join();
   }
   // From the rank's I/O thread, or from the thread of the rank leading a batch.
-  void submit(Message m, std::shared_ptr<runtime_detail::RankBatch> batch = nullptr) {
+  void submit(runtime_detail::RankRequest request) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& ready : order_.arrive({std::move(m), std::move(batch)})) inbox_.push_back(std::move(ready));
+      for (auto& ready : order_.arrive(std::move(request))) inbox_.push_back(std::move(ready));
     }
     cv_.notify_one();  // the executor's thread is the only one waiting
   }
@@ -87,15 +88,17 @@ class Executor {
         request = std::move(inbox_.front());
         inbox_.pop_front();
       }
-      Message reply = handle(request.message);
+      Message reply = handle(request);
       if (request.batch)
-        request.batch->finish(rank_, std::move(reply), *mailbox_);
+        request.batch->finish(request.slot, std::move(reply), *mailbox_);
       else
         mailbox_->post(std::move(reply));
     }
   }
 
-  Message handle(const Message& request) {
+  // The request's message may be shared with the other ranks of a batch: read, never written.
+  Message handle(runtime_detail::RankRequest& queued) {
+    const Message& request = *queued.message;
     Message reply;
     reply.meta["call_id"] = request.meta.value("call_id", int64_t(-1));
     try {
@@ -108,7 +111,7 @@ class Executor {
         reply.meta["methods"] = host_.create(request.meta.at("type"), ctx);
         reply.kind = "created";
       } else if (request.kind == "call") {
-        DataProto input = request.data ? *request.data : DataProto();
+        DataProto input = queued.data ? std::move(*queued.data) : DataProto();
         transport_detail::InputFetcher::Result fetched;
         if (request.meta.contains("plan")) input = fetcher_.assemble(std::move(input), request.meta.at("plan"), &fetched);
         DataProto output = host_.call(request.meta.at("role"), request.meta.at("method"), input);
@@ -220,9 +223,7 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
       ~Listed() { runtime_detail::RankDirectory::process().remove(rank); }
     } listed{rank};
     runtime_detail::RankDirectory::process().add(
-        rank, [&executor](Message m, std::shared_ptr<runtime_detail::RankBatch> batch) {
-          executor.submit(std::move(m), std::move(batch));
-        });
+        rank, [&executor](runtime_detail::RankRequest request) { executor.submit(std::move(request)); });
     link.send(socket, "", transport_detail::kControllerEnd, hello);
     auto last_beat = std::chrono::steady_clock::now();
     // A worker nobody welcomes (controller gone or wrong endpoint) must not linger forever.
@@ -248,6 +249,7 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
           continue;
         }
         last_from_controller = std::chrono::steady_clock::now();
+        runtime_detail::RankDirectory::process().heard_from_controller(last_from_controller);
         if (received->message->kind == "shutdown") {
           exit_code = received->message->meta.value("exit_code", 0);
           running = false;
@@ -288,7 +290,7 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
         if (received->message->meta.contains("ranks"))
           runtime_detail::dispatch_rank_batch(std::move(*received->message), mailbox);
         else
-          executor.submit(std::move(*received->message));
+          executor.submit(runtime_detail::RankRequest::alone(std::move(*received->message)));
       }
       mailbox->drain_wake();
       for (auto& reply : mailbox->take()) link.send(socket, "", transport_detail::kControllerEnd, reply);
@@ -299,7 +301,9 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
         exit_code = 1;
         running = false;
       }
-      const double silent = std::chrono::duration<double>(now - last_from_controller).count();
+      // The controller's heartbeats reach one rank of a process that shares it (rank_batch.h).
+      const auto heard = std::max(last_from_controller, runtime_detail::RankDirectory::process().last_heard_from_controller());
+      const double silent = std::chrono::duration<double>(now - heard).count();
       if (welcomed && controller_silence_limit_s > 0 && silent > controller_silence_limit_s) {
         std::fprintf(stderr, "hybridflow worker rank %d: no heartbeat from the controller at %s for %.1f s; "
                      "exiting\n", rank, endpoint.c_str(), silent);
@@ -307,10 +311,18 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
         running = false;
       }
       if (now - last_beat >= std::chrono::duration<double>(transport_detail::kHeartbeatPeriodS)) {
-        // With what the data plane holds here, for ProcessPool::held_objects().
-        Message beat{"heartbeat", {{"rank", rank}, {"objects", table.objects()}, {"object_bytes", table.bytes()},
-                                   {"data_rejected", data_server ? data_server->rejected() : size_t{0}}}, std::nullopt};
-        link.send(socket, "", transport_detail::kControllerEnd, beat);
+        // With what the data plane holds here, for ProcessPool::held_objects(). One rank of the process
+        // sends it, for all of its ranks alive (rank_batch.h).
+        nlohmann::json figures = {{"rank", rank}, {"objects", table.objects()}, {"object_bytes", table.bytes()},
+                                  {"data_rejected", data_server ? data_server->rejected() : size_t{0}}};
+        // A rank joins its process's heartbeat once welcomed: the controller knows it by then.
+        std::optional<nlohmann::json> others = nlohmann::json::array();
+        if (welcomed) others = runtime_detail::RankDirectory::process().beat(rank, figures, now);
+        if (others) {
+          Message beat{"heartbeat", std::move(figures), std::nullopt};
+          if (!others->empty()) beat.meta["also"] = std::move(*others);
+          link.send(socket, "", transport_detail::kControllerEnd, beat);
+        }
         last_beat = now;
       }
     }

@@ -57,9 +57,30 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
   link->commit(received);
   ranks[rank].last_seen = Clock::now();
   if (m.kind == "heartbeat") {
-    ranks[rank].objects = m.meta.value("objects", int64_t{0});
-    ranks[rank].object_bytes = m.meta.value("object_bytes", int64_t{0});
-    ranks[rank].data_rejected = m.meta.value("data_rejected", size_t{0});
+    // A worker process of several ranks beats once for all of them: "also" has the other ranks' figures, each
+    // of a rank that shares the sender's process (its hello said so), else the message is refused.
+    try {
+      const auto also = m.meta.value("also", nlohmann::json::array());
+      for (const auto& other : also) {
+        const int r = other.at("rank").get<int>();
+        if (r < 0 || r >= static_cast<int>(ranks.size()) || r == rank || !ranks[r].connected ||
+            ranks[rank].process_pid < 0 || ranks[r].process_pid != ranks[rank].process_pid ||
+            ranks[r].host != ranks[rank].host)
+          return reject(received, "foreign-rank",
+                        detail::concat("heartbeat of rank ", rank, " names rank ", r,
+                                       ", which is not a connected rank of its process"));
+      }
+      auto note = [&](RankState& state, const nlohmann::json& figures) {
+        state.last_seen = ranks[rank].last_seen;
+        state.objects = figures.value("objects", int64_t{0});
+        state.object_bytes = figures.value("object_bytes", int64_t{0});
+        state.data_rejected = figures.value("data_rejected", size_t{0});
+      };
+      note(ranks[rank], m.meta);
+      for (const auto& other : also) note(ranks[other.at("rank").get<int>()], other);
+    } catch (const std::exception& e) {
+      return reject(received, "malformed", "undecodable heartbeat: " + printable(e.what()));
+    }
     return;
   }
   if (m.kind == "results") return handle_batch_results(received, m, rank, callbacks);
@@ -114,13 +135,24 @@ void ProcessPool::Impl::handle_batch_results(transport_detail::Received& receive
   const Pending& p = it->second;
   // Every part must be of a rank this call reached through `leader`: a rank answers only for its batch.
   std::vector<std::pair<int, Message>> replies;
+  auto foreign = [&](int rank) {
+    return rank < 0 || rank >= static_cast<int>(ranks.size()) || !p.addressed[rank] || p.via[rank] != leader;
+  };
+  auto reject_foreign = [&](int rank) {
+    reject(received, "foreign-rank",
+           detail::concat("merged reply of rank ", leader, " answers for rank ", rank,
+                          ", which the call did not reach through it"));
+  };
   try {
+    // Ranks whose result is an empty DataProto and nothing else.
+    for (const auto& entry : m.meta.value("done", nlohmann::json::array())) {
+      const int rank = entry.get<int>();
+      if (foreign(rank)) return reject_foreign(rank);
+      replies.emplace_back(rank, Message{"result", nlohmann::json::object(), DataProto()});
+    }
     for (const auto& part : m.meta.at("parts")) {
       const int rank = part.at("rank").get<int>();
-      if (rank < 0 || rank >= static_cast<int>(ranks.size()) || !p.addressed[rank] || p.via[rank] != leader)
-        return reject(received, "foreign-rank",
-                      detail::concat("merged reply of rank ", leader, " answers for rank ", rank,
-                                     ", which the call did not reach through it"));
+      if (foreign(rank)) return reject_foreign(rank);
       if (part.value("separate", false)) continue;  // a big result: on the rank's own connection
       Message reply{part.at("kind").get<std::string>(), part.value("meta", nlohmann::json::object()), std::nullopt};
       if (reply.kind != "result" && reply.kind != "error")
@@ -206,7 +238,9 @@ void ProcessPool::Impl::loop() {
       if (!spec.spawn_workers && now - last_heartbeat >= std::chrono::duration<double>(transport_detail::kHeartbeatPeriodS)) {
         last_heartbeat = now;
         for (size_t r = 0; r < ranks.size(); ++r)
-          if (ranks[r].connected) to_send.emplace_back(static_cast<int>(r), Message{"heartbeat", {}, std::nullopt});
+          // One per worker process: its ranks count what any of them hears (worker_main.cpp).
+          if (ranks[r].connected && (ranks[r].batch_leader < 0 || ranks[r].batch_leader == static_cast<int>(r)))
+            to_send.emplace_back(static_cast<int>(r), Message{"heartbeat", {}, std::nullopt});
       }
     }
     for (auto& [rank, message] : to_send) {

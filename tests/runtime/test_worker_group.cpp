@@ -326,6 +326,19 @@ TEST(WorkerGroup, KilledProcessFailsItsRanksBatchedCall) {
   sim.pool->shutdown();  // the surviving process is asked to leave
 }
 
+// Ranks sharing a process beat once per process (one rank names the others alive) and hear the controller's
+// heartbeats through one of them: past several heartbeat timeouts, no rank is taken for silent, none leaves.
+TEST(WorkerGroup, RanksSharingAProcessStayAliveOnOneHeartbeatPerProcess) {
+  SimulatedPool sim("batch_beats", 6, 3, true, /*heartbeat_timeout_s=*/1.0);
+  sim.group->call("empty").get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_FALSE(sim.pool->failed()) << sim.pool->failure();
+  EXPECT_EQ(sim.group->call("describe").get().tensor("rank").numel(), 6);
+  EXPECT_EQ(sim.pool->rejected_messages(), 0u);
+  sim.pool->shutdown();
+  expect_clean_exits(sim.launched);
+}
+
 TEST(WorkerGroup, SpawnedWorkersGetTheConfiguredEnvironment) {
   auto spec = pool_spec("env", 2);
   spec.env["HF_TEST_MARK"] = "forty-two";

@@ -10,7 +10,8 @@ namespace hybridflow {
 // each on threads of its own with its own connection, key state and executor: simulated workers, so that
 // the controller's cost of reaching many ranks (the real messages, each authenticated) can be measured
 // with more ranks than this machine has memory for processes. Such ranks share a crash and a process, and a
-// one-to-all call reaches them as one message per process (ResourcePool::batch_calls, runtime/rank_batch.h).
+// one-to-all call reaches them as one message per process (ResourcePool::batch_calls, runtime/rank_batch.h),
+// and they send one heartbeat per process, naming the ranks whose threads are alive (RankDirectory::beat).
 inline constexpr const char* kWorkerRankCountEnv = "HF_WORKER_RANK_COUNT";
 
 // Connects to the controller and serves create/call requests until told to shut down.
