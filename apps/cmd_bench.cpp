@@ -36,6 +36,8 @@ struct BenchOptions {
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
   bool slots_baseline = true;      // also decode and roll out on the slots (same run) when kv_cache is paged
+  double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
+  double gpu_memory_utilization = 0.5;
   int64_t steps = 3;
   int64_t rl_rows = 32, micro_rows = 8;
   std::vector<int64_t> logits_vocab = {32768, 151936};
@@ -190,13 +192,15 @@ int run_generate(const BenchOptions& o) {
            o.kv_cache, "'");
   const bool paged = o.kv_cache == "paged";
   const bool compare_slots = paged && o.slots_baseline;
-  // The KV cache's figures: the peak it held, and with --kv-cache paged the same run on the slots.
-  auto add_cache_extras = [&](Measurement& m, int64_t peak_bytes, double seconds, double slots_seconds,
+  // The KV cache's figures: the peak it held, and on a paged line beside the slots the slots' peak and the
+  // ratio of their times.
+  auto add_cache_extras = [&](Measurement& m, bool on_paged, int64_t peak_bytes, double seconds, double slots_seconds,
                               int64_t slots_peak_bytes) {
-    m.extra["kv_cache"] = o.kv_cache;
+    m.extra["kv_cache"] = on_paged ? "paged" : "slots";
     m.extra["kv_peak_MB"] = static_cast<double>(peak_bytes) / 1e6;
-    if (!compare_slots) return;
+    if (!on_paged) return;
     m.extra["kv_block_size"] = o.kv_block_size;
+    if (!compare_slots) return;
     m.extra["slots_kv_peak_MB"] = static_cast<double>(slots_peak_bytes) / 1e6;
     m.extra["speed_vs_slots"] = slots_seconds / seconds;
   };
@@ -224,7 +228,7 @@ int run_generate(const BenchOptions& o) {
     }
     m.extra["seconds"] = speed.seconds;
     // Decode alone: the time past the prefill, as decode_tokens_per_s.
-    add_cache_extras(m, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
+    add_cache_extras(m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
                      compare_slots ? 1.0 / slots.decode_tokens_per_s : 0.0, slots.kv_peak_bytes);
     print_measurement(m, o.json);
   }
@@ -253,6 +257,8 @@ int run_generate(const BenchOptions& o) {
   ro.max_num_seqs = o.max_num_seqs;
   ro.paged_kv_cache = paged;
   ro.kv_block_size = o.kv_block_size;
+  ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.continuous = false;
   const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
@@ -280,16 +286,17 @@ int run_generate(const BenchOptions& o) {
   if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
   if (compare_slots) {
     Measurement m = rollout_line(on_slots, "rollout slots");
-    add_cache_extras(m, on_slots.kv_cache.peak_bytes, 0, 0, 0);
+    add_cache_extras(m, false, on_slots.kv_cache.peak_bytes, 0, 0, 0);
     print_measurement(m, o.json);
   }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
   if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
-  add_cache_extras(rollout, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
+  add_cache_extras(rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
   if (paged) {
     rollout.extra["kv_pool_blocks"] = r.kv_cache.pool_blocks;
     rollout.extra["kv_peak_blocks"] = r.kv_cache.peak_blocks;
+    rollout.extra["kv_sequences_fit"] = r.kv_cache.sequences_fit;
   }
   print_measurement(rollout, o.json);
   return 0;
@@ -402,6 +409,13 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   gen->add_option("--kv-cache", opts->kv_cache, "continuous batching's KV cache: paged | slots")->capture_default_str();
   gen->add_option("--kv-block-size", opts->kv_block_size, "positions per block of the paged KV cache")
+      ->capture_default_str();
+  gen->add_option("--memory-budget-mb", opts->memory_budget_mb,
+                  "the rollout's paged KV pool: --gpu-memory-utilization of this many MB less the weights "
+                  "(0 = room for every sequence)")
+      ->capture_default_str();
+  gen->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
+                  "fraction of --memory-budget-mb the rollout may use (verl's rollout.gpu_memory_utilization)")
       ->capture_default_str();
   gen->add_flag("!--no-slots-baseline", opts->slots_baseline,
                 "with --kv-cache paged, skip the same decode and rollout on the slots (the in-run baseline)");

@@ -64,7 +64,7 @@ int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t
     const auto element = static_cast<double>(model->parameters().front().element_size());
     const double block_bytes =
         2.0 * static_cast<double>(c.num_hidden_layers * kv_heads * cfg.kv_block_size * c.head_dim()) * element;
-    const double weight_bytes = expected_weight_count(c) / tp * element;
+    const double weight_bytes = model_size(c).parameters() / tp * element;
     return kv_blocks_in_budget(static_cast<double>(cfg.memory_budget_bytes), cfg.gpu_memory_utilization, weight_bytes,
                                block_bytes);
   }

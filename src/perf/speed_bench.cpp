@@ -86,6 +86,8 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.max_num_seqs = o.max_num_seqs;
   gen.paged_kv_cache = o.paged_kv_cache;
   gen.kv_block_size = o.kv_block_size;
+  gen.memory_budget_bytes = o.memory_budget_bytes;
+  gen.gpu_memory_utilization = o.gpu_memory_utilization;
   for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;

@@ -583,6 +583,32 @@ TEST_F(GenerationTest, SmallPagedPoolMakesPromptsWaitWithTheSameAnswers) {
   }
 }
 
+// The pool from a memory budget (verl's gpu_memory_utilization): the fraction of the budget less the
+// weights, in blocks spanning every layer; the run reports the pool and how many sequences fit.
+TEST_F(GenerationTest, PagedPoolFromAMemoryFraction) {
+  int64_t weight_bytes = 0;
+  for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  const int64_t block_bytes = 2 * 2 * 2 * 4 * 8 * 4;  // layers x keys, values x KV heads x 4 positions x 8 x fp32
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 6;
+  cfg.n = 2;
+  cfg.kv_block_size = 4;
+  cfg.gpu_memory_utilization = 0.5;
+  cfg.memory_budget_bytes = 2 * (weight_bytes + 12 * block_bytes + block_bytes / 2);
+  auto out = generate(model, prompts, cfg);
+  EXPECT_EQ(out.kv_cache.pool_blocks, 12);
+  EXPECT_EQ(out.kv_cache.block_bytes, block_bytes);
+  EXPECT_EQ(out.kv_cache.sequences_fit, 12 / 3);  // the longest prompt (5) + 6 - 1 positions: 3 blocks
+  EXPECT_LE(out.kv_cache.peak_blocks, 12);
+  cfg.gpu_memory_utilization = 0.25;  // less than the weights
+  try {
+    generate(model, prompts, cfg);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_memory_utilization 0.25"), std::string::npos) << e.what();
+  }
+}
+
 // Shared prompts are stored once: n samples of long prompts hold far fewer bytes than the slabs.
 TEST_F(GenerationTest, PagedCacheStoresEachPromptOnce) {
   std::vector<std::vector<int64_t>> long_prompts;

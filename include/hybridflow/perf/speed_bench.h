@@ -48,6 +48,9 @@ struct RolloutOptions {
   int64_t max_num_seqs = 0;
   bool paged_kv_cache = true;  // continuous batching on the paged cache, else on slots
   int64_t kv_block_size = 16;
+  // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).
+  int64_t memory_budget_bytes = 0;
+  double gpu_memory_utilization = 0.5;
   int reps = 1;
 };
 RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);
