@@ -327,6 +327,20 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
   }
 }
 
+// The decode tests' models: a preset at this width, 2 layers, 4 query heads sharing 2 KV heads, and a
+// sliding window (where the preset has one) shorter than the sequences.
+ModelConfig decode_test_config(const std::string& preset, int64_t hidden, int64_t ffn, int64_t window) {
+  ModelConfig config = preset_model_config(preset, 37);
+  config.hidden_size = hidden;
+  config.intermediate_size = ffn;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.max_position_embeddings = 64;
+  if (config.sliding_window > 0) config.sliding_window = window;
+  return config;
+}
+
 // Continuous batching's decode step (decode_slots): rows of different lengths in slots out of order, each
 // token's logits equal to a full forward over its own sequence. Both implementations: the fused CPU kernels
 // (gradients off) and the tensor operators (gradients on), at few rows (matrix-vector kernel) and many
@@ -336,15 +350,8 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
 TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
   for (const std::string preset : {"tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "tiny two threads"}) {
     const bool wide = preset == "tiny two threads";
-    ModelConfig config = preset_model_config(wide ? "tiny" : preset, 37);
-    config.hidden_size = wide ? 128 : 32;
-    config.intermediate_size = wide ? 2048 : 48;
+    const ModelConfig config = decode_test_config(wide ? "tiny" : preset, wide ? 128 : 32, wide ? 2048 : 48, 4);
     at::set_num_threads(wide ? 2 : 1);
-    config.num_hidden_layers = 2;
-    config.num_attention_heads = 4;
-    config.num_key_value_heads = 2;
-    config.max_position_embeddings = 64;
-    if (config.sliding_window > 0) config.sliding_window = 4;
     torch::manual_seed(5);
     CausalLM model(config);
     model->eval();
@@ -413,15 +420,8 @@ TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
 // fused kernels and the operators (which gather the blocks), with Mistral's window spanning several blocks.
 TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
   for (const std::string preset : {"tiny", "qwen3-tiny", "mistral-tiny"}) {
-    ModelConfig config = preset_model_config(preset, 37);
-    config.hidden_size = 32;
-    config.intermediate_size = 48;
+    const ModelConfig config = decode_test_config(preset, 32, 48, 5);
     at::set_num_threads(1);
-    config.num_hidden_layers = 2;
-    config.num_attention_heads = 4;
-    config.num_key_value_heads = 2;
-    config.max_position_embeddings = 64;
-    if (config.sliding_window > 0) config.sliding_window = 5;
     torch::manual_seed(6);
     CausalLM model(config);
     model->eval();
