@@ -1,6 +1,7 @@
 // `hybridflow bench machine | generate | train`: throughput of this build on this machine, each figure next to
 // the bound that limits it, measured in the same run (docs/performance.md). Random weights of any shape, so
-// nothing needs downloading; --model DIR measures a real model directory instead.
+// nothing needs downloading: --preset NAME builds a published architecture's shape (model/model_presets.h);
+// --model DIR measures a real model directory instead.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "hybridflow/engine/roofline.h"
 #include "hybridflow/perf/speed_bench.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/model/model_presets.h"
 #include "hybridflow/model/pretrained.h"
 
 namespace hybridflow::cli {
@@ -25,8 +27,11 @@ namespace {
 
 struct BenchOptions {
   std::string model_dir;
+  std::string preset;
   int64_t hidden = 512, layers = 8, heads = 8, kv_heads = 0, ffn = 0, vocab = 4096;
   std::string dtype = "fp32";
+  std::string device = "cpu";  // generate and train: cpu | cuda
+  bool rollout_only = false;   // generate: the rollout lines alone (no decode and prefill runs before them)
   int threads = 0;
   std::vector<int64_t> batches;  // empty: each subcommand's default
   int64_t prompt_length = 32, response_length = 64;
@@ -48,6 +53,9 @@ struct BenchOptions {
 
 void add_common_options(CLI::App* cmd, BenchOptions& o) {
   cmd->add_option("--model", o.model_dir, "a model directory instead of random weights of the shape below");
+  cmd->add_option("--preset", o.preset,
+                  "random weights of a named shape instead of the one below (published ones keep their "
+                  "vocabulary; test shapes take --vocab): " + model_preset_list());
   cmd->add_option("--hidden-size", o.hidden)->capture_default_str();
   cmd->add_option("--layers", o.layers)->capture_default_str();
   cmd->add_option("--heads", o.heads)->capture_default_str();
@@ -66,10 +74,16 @@ void add_common_options(CLI::App* cmd, BenchOptions& o) {
 struct Setup {
   ModelConfig config;
   torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
   std::shared_ptr<CausalLM> model;  // only for generate and train
+  // On a GPU the CPU's triad and matmuls bound nothing, and timing the device's own would need CUDA code
+  // here: lines carry their units and kind with bound 0, and scripts/gpu_bench.sh divides by the device's
+  // bandwidth and bf16 matmul peak, measured in the same run.
+  bool measures_bounds() const { return !device.is_cuda(); }
 };
 
 ModelConfig config_from(const BenchOptions& o) {
+  if (!o.preset.empty()) return preset_model_config(o.preset, o.vocab);
   ModelConfig c;
   c.vocab_size = o.vocab;
   c.hidden_size = o.hidden;
@@ -91,6 +105,8 @@ Setup setup(const BenchOptions& o, bool with_model) {
   warn_if_slow_blas();
   Setup s;
   s.dtype = parse_dtype(o.dtype, "--dtype");
+  s.device = torch::Device(resolve_device_name(o.device, "--device"));
+  HF_CHECK(o.model_dir.empty() || o.preset.empty(), "bench: give --preset or --model, not both");
   if (!o.model_dir.empty()) {
     Pretrained pre = load_pretrained(o.model_dir, HeadKind::kLanguageModel, s.dtype);
     s.config = pre.config;
@@ -103,17 +119,19 @@ Setup setup(const BenchOptions& o, bool with_model) {
       (*s.model)->to(s.dtype);
     }
   }
+  if (s.model) (*s.model)->to(s.device);
   HF_CHECK(s.config.max_position_embeddings >= o.prompt_length + o.response_length, "bench: --prompt-length + ",
            "--response-length (", o.prompt_length + o.response_length, ") exceed the model's max_position_embeddings (",
            s.config.max_position_embeddings, ")");
   if (!o.json) {
     const ModelConfig& c = s.config;
     std::printf("model: %.1fM parameters (hidden %lld, %lld layers, %lld/%lld heads, ffn %lld, vocab %lld), %s, "
-                "%d threads, BLAS %s\n",
+                "%d threads, BLAS %s, %s\n",
                 static_cast<double>(c.num_parameters()) / 1e6, static_cast<long long>(c.hidden_size),
                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
                 static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.intermediate_size),
-                static_cast<long long>(c.vocab_size), o.dtype.c_str(), at::get_num_threads(), detect_blas().library.c_str());
+                static_cast<long long>(c.vocab_size), o.dtype.c_str(), at::get_num_threads(), detect_blas().library.c_str(),
+                s.device.str().c_str());
   }
   print_header(o.json);
   return s;
@@ -145,6 +163,18 @@ Measurement measure_matmul_pass(const Setup& s, int64_t rows, const std::string&
   m.bound_kind = "matmul";
   m.achieved = m.bound = t.gflops();
   m.tokens_per_s = static_cast<double>(rows) / t.seconds;
+  return m;
+}
+
+// The model's matmul bound at `rows` rows where this run measures bounds (the CPU), else the line's units and
+// kind with bound 0 (see Setup::measures_bounds).
+Measurement matmul_bound(const Setup& s, int64_t rows) {
+  if (s.measures_bounds()) return measure_matmul_pass(s, rows);
+  Measurement m;
+  m.what = "matmul pass";
+  m.batch = rows;
+  m.units = "GFLOP/s";
+  m.bound_kind = "matmul";
   return m;
 }
 
@@ -180,11 +210,13 @@ int run_machine(const BenchOptions& o) {
   return 0;
 }
 
-int run_generate(const BenchOptions& o) {
-  Setup s = setup(o, true);
+void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   CausalLM& model = *s.model;
-  const Measurement bandwidth = measure_bandwidth(o, s);
-  print_measurement(bandwidth, o.json);
+  Measurement bandwidth;
+  if (s.measures_bounds()) {
+    bandwidth = measure_bandwidth(o, s);
+    print_measurement(bandwidth, o.json);
+  }
   const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
   // Decode attends to the prompt and, on average, half the response.
   const double decode_context = static_cast<double>(o.prompt_length) + static_cast<double>(o.response_length) / 2.0;
@@ -220,7 +252,7 @@ int run_generate(const BenchOptions& o) {
       m.achieved = decode_weight_bytes(s.config, s.dtype) * m.tokens_per_s / 1e9;
       m.bound = bandwidth.bound;
     } else {  // several rows: the matmuls share each weight read, compute bound
-      const Measurement pass = measure_matmul_pass(s, b);
+      const Measurement pass = matmul_bound(s, b);
       m.units = pass.units;
       m.bound_kind = pass.bound_kind;
       m.bound = pass.bound;
@@ -234,7 +266,7 @@ int run_generate(const BenchOptions& o) {
   }
   // Prefill at the largest batch: the most rows, the most stable figure.
   const int64_t top = *std::max_element(batches.begin(), batches.end());
-  Measurement prefill = measure_matmul_pass(s, top * o.prompt_length);
+  Measurement prefill = matmul_bound(s, top * o.prompt_length);
   prefill.what = "prefill";
   prefill.batch = top;
   prefill.tokens_per_s = last.prefill_tokens_per_s;
@@ -243,7 +275,10 @@ int run_generate(const BenchOptions& o) {
       forward_flops_per_token(s.config, static_cast<double>(o.prompt_length)) * prefill.tokens_per_s / 1e9;
   prefill.extra["prompt_length"] = o.prompt_length;
   print_measurement(prefill, o.json);
+}
 
+void run_rollout(const BenchOptions& o, const Setup& s) {
+  CausalLM& model = *s.model;
   // The rollout: useful work only (each prompt once, as its samples share its prefill, and every sample's
   // tokens up to its stop) per second, against the model's matmuls with every row of the batch busy. First
   // the static batch (the generator before continuous batching, same tokens), then continuous batching, and
@@ -266,7 +301,7 @@ int run_generate(const BenchOptions& o) {
   ro.paged_kv_cache = false;
   const RolloutSpeed on_slots = compare_slots ? measure_rollout(model, ro) : RolloutSpeed{};
   auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
-    Measurement m = measure_matmul_pass(s, speed.rows);
+    Measurement m = matmul_bound(s, speed.rows);
     m.what = what;
     m.tokens_per_s = speed.tokens_per_s();
     // As in prefill and training, a prompt's score matrix counts whole; answers attend to the prompt and,
@@ -299,6 +334,12 @@ int run_generate(const BenchOptions& o) {
     rollout.extra["kv_sequences_fit"] = r.kv_cache.sequences_fit;
   }
   print_measurement(rollout, o.json);
+}
+
+int run_generate(const BenchOptions& o) {
+  const Setup s = setup(o, true);
+  if (!o.rollout_only) run_decode_and_prefill(o, s);
+  run_rollout(o, s);
   return 0;
 }
 
@@ -311,7 +352,7 @@ void print_rl_passes(const BenchOptions& o, const Setup& s, CausalLM& model) {
   const RlBatchShape shape{o.rl_rows, o.prompt_length, o.response_length, o.stop_every};
   const int64_t width = o.prompt_length + o.response_length;
   const int64_t budget = o.micro_rows * width;
-  const Measurement pass = measure_matmul_pass(s, o.micro_rows * width);
+  const Measurement pass = matmul_bound(s, o.micro_rows * width);
   for (bool train : {false, true}) {
     const int reps = train ? static_cast<int>(o.steps) : 2;
     const RlPassSpeed padded = measure_rl_pass(model, shape, train, o.micro_rows, 0, reps);
@@ -342,33 +383,42 @@ void print_rl_passes(const BenchOptions& o, const Setup& s, CausalLM& model) {
 int run_train(const BenchOptions& o) {
   Setup s = setup(o, true);
   CausalLM& model = *s.model;
-  // Peak memory comes from libtorch's CPU allocator; tracking is on for every line, so all pay its cost.
-  install_cpu_memory_tracking();
+  // Peak memory comes from libtorch's CPU allocator; tracking is on for every line, so all pay its cost. On a
+  // GPU the host's peak says nothing about the step: no peak there.
+  const bool host_peak = !s.device.is_cuda();
+  if (host_peak) install_cpu_memory_tracking();
+  auto measure = [&](int64_t b, int64_t seq) {
+    return host_peak ? measure_train_step_and_peak(model, b, seq, o.steps)
+                     : TrainStepSpeed{measure_train_step(model, b, seq, o.steps), 0};
+  };
   const int64_t seq = o.prompt_length + o.response_length;
   for (int64_t b : batches_or(o, {8})) {
-    const TrainStepSpeed plain = measure_train_step_and_peak(model, b, seq, o.steps);
+    const TrainStepSpeed plain = measure(b, seq);
     model->set_gradient_checkpointing(true);
-    const TrainStepSpeed recomputed = measure_train_step_and_peak(model, b, seq, o.steps);
+    const TrainStepSpeed recomputed = measure(b, seq);
     model->set_gradient_checkpointing(false);
     for (const TrainStepSpeed* speed : {&plain, &recomputed}) {
-      Measurement m = measure_matmul_pass(s, b * seq);
+      Measurement m = matmul_bound(s, b * seq);
       m.what = speed == &plain ? "train" : "train checkpointed";
       m.batch = b;
       m.tokens_per_s = static_cast<double>(b * seq) / speed->seconds;
       // The model's work only: a checkpointed step's recomputed forward pass is not counted.
       m.achieved = train_flops_per_token(s.config, seq) * m.tokens_per_s / 1e9;
-      m.extra = {{"seq", seq}, {"step_seconds", speed->seconds}, {"peak_mb", static_cast<double>(speed->peak_bytes) / kMB}};
+      m.extra = {{"seq", seq}, {"step_seconds", speed->seconds}};
+      if (host_peak) m.extra["peak_mb"] = static_cast<double>(speed->peak_bytes) / kMB;
       if (speed == &recomputed) {
         m.extra["time_ratio"] = recomputed.seconds / plain.seconds;
-        m.extra["memory_ratio"] = static_cast<double>(recomputed.peak_bytes) / static_cast<double>(plain.peak_bytes);
+        if (host_peak)
+          m.extra["memory_ratio"] = static_cast<double>(recomputed.peak_bytes) / static_cast<double>(plain.peak_bytes);
       }
       print_measurement(m, o.json);
     }
   }
   print_rl_passes(o, s, model);
   // The head's log-probs and entropy (forward + backward) a chunk of tokens at a time against whole
-  // [tokens, vocab] logits: memory is the figure, the unchunked path its baseline.
-  for (int64_t vocab : o.logits_vocab) {
+  // [tokens, vocab] logits: memory is the figure (the host's allocator: not on a GPU), the unchunked path its
+  // baseline.
+  for (int64_t vocab : host_peak ? o.logits_vocab : std::vector<int64_t>{}) {
     const HeadLogProbsMemory h = measure_head_log_probs(o.logits_tokens, s.config.hidden_size, vocab, s.dtype);
     Measurement m;
     m.what = "log-probs head memory";
@@ -398,6 +448,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   CLI::App* gen = bench->add_subcommand("generate", "decode, prefill and rollout tokens/s through generate()");
   CLI::App* train = bench->add_subcommand("train", "training tokens/s of forward + backward + AdamW");
   for (CLI::App* cmd : {machine, gen, train}) add_common_options(cmd, *opts);
+  for (CLI::App* cmd : {gen, train})
+    cmd->add_option("--device", opts->device, "cpu | cuda (a CUDA build; the bounds are then left to the caller, bound 0)")
+        ->capture_default_str();
+  gen->add_flag("--rollout-only", opts->rollout_only, "only the rollout lines (no decode and prefill runs first)");
   machine->add_option("--stream-mb", opts->stream_mb, "MB per triad array (well beyond the caches)")
       ->capture_default_str();
   gen->add_option("--rollout-prompts", opts->rollout_prompts)->capture_default_str();

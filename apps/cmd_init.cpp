@@ -1,5 +1,6 @@
 // `hybridflow init`: a randomly initialised model directory (config.json, model.safetensors,
-// tokenizer.json) from a named preset, with the tokenizer alphabet of a built-in task.
+// tokenizer.json) from a named preset (model/model_presets.h): a test shape with the tokenizer alphabet of a
+// built-in task, or a published architecture's shape with a published tokenizer (--tokenizer).
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/model/model_presets.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/model/transformer.h"
@@ -30,7 +32,9 @@ void add_init_command(CLI::App& app, Action& action) {
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("init", "Create a randomly initialised model directory from a preset");
-  cmd->add_option("--preset", opts->preset, "tiny | small | base | qwen2-tiny | qwen3-tiny | mistral-tiny")
+  cmd->add_option("--preset", opts->preset,
+                  "a test shape or a published architecture (random weights; give it --tokenizer of its family): " +
+                      model_preset_list())
       ->capture_default_str();
   cmd->add_option("--task", opts->task, "built-in task whose characters the tokenizer covers")->capture_default_str();
   cmd->add_option("--alphabet", opts->alphabet, "explicit tokenizer characters (overrides --task)");
@@ -40,7 +44,10 @@ void add_init_command(CLI::App& app, Action& action) {
                   "pad the embedding to a multiple of this many rows, as Qwen pads its vocabulary")
       ->capture_default_str();
   cmd->add_option("--out", opts->out, "output directory")->required();
-  cmd->add_option("--dtype", opts->dtype, "storage dtype: float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--dtype", opts->dtype,
+                  "storage dtype: float32 | bfloat16 | float16 (or fp32 | bf16 | fp16); bf16 halves the files of "
+                  "the published shapes")
+      ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "initialisation seed")->capture_default_str();
   cmd->add_flag("--value-head", opts->value_head, "scalar value head (critic / reward model) instead of an LM head");
   cmd->callback([cmd, opts, &action] {
@@ -58,7 +65,8 @@ void add_init_command(CLI::App& app, Action& action) {
       config.bos_token_id = tokenizer.bos_id();
       config.eos_token_id = tokenizer.eos_id();
       config.pad_token_id = tokenizer.pad_id();
-      config.torch_dtype = opts->dtype;
+      const torch::Dtype dtype = parse_dtype(opts->dtype, "init: --dtype");
+      config.torch_dtype = dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kFloat16 ? "float16" : "float32";
       config.validate();
       torch::manual_seed(opts->seed);
       CausalLM model(config, opts->value_head ? HeadKind::kValue : HeadKind::kLanguageModel);

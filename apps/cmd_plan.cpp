@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/model/model_presets.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/placement/auto_mapping.h"
@@ -46,22 +47,8 @@ struct PlanOptions {
 };
 
 ModelShape model_from(const std::string& name_or_dir) {
-  if (file_exists(name_or_dir + "/config.json")) {
-    const ModelConfig c = load_model_config(name_or_dir + "/config.json");
-    ModelShape m;
-    m.name = name_or_dir;
-    m.layers = c.num_hidden_layers;
-    m.hidden = c.hidden_size;
-    m.intermediate = c.intermediate_size;
-    m.heads = c.num_attention_heads;
-    m.kv_heads = c.num_key_value_heads;
-    m.head_dim = c.head_dim();
-    m.vocab = c.vocab_size;
-    m.tied_embeddings = c.tie_word_embeddings;
-    m.qkv_bias = c.attention_bias;
-    m.validate();
-    return m;
-  }
+  if (file_exists(name_or_dir + "/config.json"))
+    return model_shape_of(load_model_config(name_or_dir + "/config.json"), name_or_dir);
   return model_preset(name_or_dir);
 }
 
@@ -314,7 +301,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--gpus", o->gpus, "devices to plan for");
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "devices per node (default 8; this-machine: its cores)");
   cmd->add_option("--gpu", o->gpu, "a100-80g | h100 | h200 | this-machine (after --calibrate)")->capture_default_str();
-  cmd->add_option("--model", o->model, "a model directory (config.json) or llama-7b/13b/34b/70b, qwen2.5-7b/32b/72b")
+  cmd->add_option("--model", o->model, "a model directory (config.json) or a published preset: " + model_preset_list(true))
       ->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm, "ppo | grpo | remax | safe-rlhf")->capture_default_str();
   cmd->add_option("--batch", o->batch, "prompts per batch (data.train_batch_size)")->capture_default_str();

@@ -35,7 +35,7 @@ void add_train_command(CLI::App& app, Action& action) {
       const Config config = load_rl_config(*config_file, *overrides);
       std::unique_ptr<report::DashboardServer> server;
       if (*dashboard) {
-        const std::string run_dir = config.get<std::string>("trainer.run_dir");
+        const std::string run_dir = rl_run_spec(config).trainer.run_dir;
         HF_CHECK(!run_dir.empty(), "--dashboard shows trainer.run_dir, which is not set");
         server = std::make_unique<report::DashboardServer>(run_dir, *dashboard_port);
         std::cerr << "dashboard: " << server->url() << " (the report of " << run_dir << ", reloading every 10 s)\n";

@@ -62,6 +62,20 @@ def parse_args():
                         "with dynamic batch size the token budget is that many rows at the batch's full width")
     p.add_argument("--skip-padded", action="store_true",
                    help="run hybridflow only with dynamic batch size (not also with padded micro-batches)")
+    p.add_argument("--model", help="train this model directory (a transformers one: config.json, safetensors, "
+                                   "tokenizer.json) instead of a fresh `hybridflow init --preset`")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both sides train")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: hybridflow's bf16 actor with fp32 master weights; TRL loads the model in bf16 with "
+                        "bf16=True")
+    p.add_argument("--trl-micro", type=int, default=0,
+                   help="TRL's per-device batch (its micro-batch; the step's samples are generated at once and "
+                        "accumulated over step samples / this); 0 = the step's samples")
+    p.add_argument("--sides", default="trl,padded,dynamic,bypass",
+                   help="which runs, comma-separated: trl, padded, dynamic, bypass (hybridflow by token count "
+                        "without recomputed old log-probs)")
+    p.add_argument("--no-cpu-time", action="store_true",
+                   help="skip the run of the warm-up steps alone that hybridflow's CPU seconds per step need")
     p.add_argument("--trl-worker", help=argparse.SUPPRESS)  # internal: run the TRL side in this process
     return p.parse_args()
 
@@ -144,7 +158,10 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
         "trainer.logger=[jsonl]",
         f"trainer.run_dir={run_dir}",
         "trainer.resume_mode=disable",
+        f"trainer.device={args.device}",
     ]
+    if args.dtype == "bf16":
+        overrides.append("actor_rollout_ref.actor.dtype=bf16")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="passive")
 
     def train(steps):
@@ -161,7 +178,7 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
 
     # CPU time per step by difference: a run of the warm-up steps only and the full run share start-up and the
     # held-out scoring, so the difference is the timed steps' own work, whatever else loads the machine.
-    cpu_warmup, _, _ = train(args.warmup)
+    cpu_warmup, _, _ = (0.0, 0.0, []) if args.no_cpu_time else train(args.warmup)
     cpu, wall, steps = train(args.steps)
     timed = steps[args.warmup:]
     seconds = [s["timing/step_s"] for s in timed]
@@ -172,7 +189,7 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
         "name": f"hybridflow ({label})",
         "stages": stages,
         **timed_figures(seconds, tokens),
-        "cpu_step_s": (cpu - cpu_warmup) / len(timed),
+        "cpu_step_s": float("nan") if args.no_cpu_time else (cpu - cpu_warmup) / len(timed),
         "mean_response": mean([s["response_length/mean"] for s in timed]),
         "score": mean([s["score/mean"] for s in steps]),
         "wall_s": wall,
@@ -203,7 +220,8 @@ def trl_worker(config_path):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
+    bf16 = cfg["dtype"] == "bf16"
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.bfloat16 if bf16 else torch.float32)
     rows = [json.loads(line) for line in open(cfg["prompts"])]
     dataset = Dataset.from_list(rows)
 
@@ -227,16 +245,20 @@ def trl_worker(config_path):
                 self.logs.append(dict(logs))
 
     samples = cfg["prompts_per_step"] * cfg["group"]
+    micro = cfg["micro"] or samples
+    if samples % micro:
+        raise SystemExit(f"--trl-micro ({micro}) must divide the step's samples ({samples})")
     config = GRPOConfig(
         output_dir=os.path.join(cfg["out"], "trl_run"),
-        use_cpu=True,
-        bf16=False,
+        use_cpu=cfg["device"] == "cpu",
+        bf16=bf16,
         fp16=False,
         seed=cfg["seed"],
-        per_device_train_batch_size=samples,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=samples // micro,
         num_generations=cfg["group"],
-        steps_per_generation=1,  # one generation, one optimizer step per RL step
+        # One generation of the step's samples, one optimizer step over them per RL step.
+        steps_per_generation=samples // micro,
         num_iterations=1,
         max_completion_length=cfg["response_length"],
         temperature=1.0,
@@ -271,7 +293,8 @@ def trl_worker(config_path):
 def run_trl(args, model_dir, prompt_file):
     cfg = {"model": model_dir, "prompts": prompt_file, "out": args.out, "threads": args.threads, "seed": args.seed,
            "prompts_per_step": args.prompts, "group": args.group, "response_length": args.response_length,
-           "lr": args.lr, "steps": args.steps, "result": os.path.join(args.out, "trl_result.json")}
+           "lr": args.lr, "steps": args.steps, "result": os.path.join(args.out, "trl_result.json"),
+           "device": args.device, "dtype": args.dtype, "micro": args.trl_micro}
     config_path = os.path.join(args.out, "trl_config.json")
     json.dump(cfg, open(config_path, "w"))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="passive", TOKENIZERS_PARALLELISM="false")
@@ -302,50 +325,68 @@ def main():
     args = parse_args()
     if args.trl_worker:
         trl_worker(args.trl_worker)
-        return
+        return 0
     if args.steps <= args.warmup:
         raise SystemExit(f"--steps ({args.steps}) must exceed --warmup ({args.warmup})")
     os.makedirs(args.out, exist_ok=True)
-    model_dir = os.path.join(args.out, "model")
-    subprocess.run([args.hybridflow, "init", "--preset", args.preset, "--task", "addition", "--seed", str(args.seed),
-                    "--out", model_dir], check=True, stdout=subprocess.DEVNULL)
+    model_dir = args.model or os.path.join(args.out, "model")
+    if not args.model:
+        subprocess.run([args.hybridflow, "init", "--preset", args.preset, "--task", "addition", "--seed", str(args.seed),
+                        "--out", model_dir], check=True, stdout=subprocess.DEVNULL)
     prompt_file = os.path.join(args.out, "prompts.jsonl")
     rows = addition_prompts(args.prompts * args.steps, args.max_digits, args.seed)
     with open(prompt_file, "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    longest_prompt = max(len(row["prompt"]) for row in rows)  # one token per character (the task's tokenizer)
-    print(f"GRPO, {args.preset} preset, fp32, {args.threads} threads: {args.steps} steps ({args.warmup} warm-up, "
-          f"not timed) of {args.prompts} prompts x {args.group} samples, at most {args.response_length} tokens",
-          flush=True)
-    sides = [lambda: run_trl(args, model_dir, prompt_file)]
-    if not args.skip_padded:
-        sides.append(lambda: run_hybridflow(args, model_dir, prompt_file, False, longest_prompt))
-    sides.append(lambda: run_hybridflow(args, model_dir, prompt_file, True, longest_prompt))
-    sides.append(lambda: run_hybridflow(args, model_dir, prompt_file, True, longest_prompt, bypass=True))
-    runs = [[] for _ in sides]
+    # One token per character with the task's tokenizer, at most that with a subword one: a bound either way.
+    longest_prompt = max(len(row["prompt"]) for row in rows)
+    print(f"GRPO, {args.model or args.preset + ' preset'}, {args.dtype} on {args.device}, {args.threads} threads: "
+          f"{args.steps} steps ({args.warmup} warm-up, not timed) of {args.prompts} prompts x {args.group} samples, "
+          f"at most {args.response_length} tokens", flush=True)
+    chosen = args.sides.split(",")
+    if args.skip_padded and "padded" in chosen:
+        chosen.remove("padded")
+    runners = {"trl": lambda: run_trl(args, model_dir, prompt_file),
+               "padded": lambda: run_hybridflow(args, model_dir, prompt_file, False, longest_prompt),
+               "dynamic": lambda: run_hybridflow(args, model_dir, prompt_file, True, longest_prompt),
+               "bypass": lambda: run_hybridflow(args, model_dir, prompt_file, True, longest_prompt, bypass=True)}
+    unknown = [c for c in chosen if c not in runners]
+    if unknown or not chosen:
+        raise SystemExit(f"--sides: expected any of trl, padded, dynamic, bypass; got {args.sides}")
+    runs = {c: [] for c in chosen}
+    failed = []
     for _ in range(args.repeat):
-        for i, side in enumerate(sides):
-            runs[i].append(side())
-    results = [max(side_runs, key=lambda r: r["tokens_per_s"]) for side_runs in runs]
-    for r, side_runs in zip(results, runs):
+        for c in chosen:  # in the order given: a run cut short by the caller keeps the sides done before
+            try:
+                r = runners[c]()
+            except (subprocess.CalledProcessError, OSError, json.JSONDecodeError) as e:
+                print(f"{c}: failed ({e}); the other sides go on", flush=True)
+                failed.append(c)
+                continue
+            runs[c].append(r)
+            print(json.dumps({"side": c, **r}), flush=True)
+    results = [max(side_runs, key=lambda r: r["tokens_per_s"]) for side_runs in runs.values() if side_runs]
+    for r, side_runs in zip(results, [v for v in runs.values() if v]):
         r["runs_tokens_per_s"] = [round(x["tokens_per_s"], 1) for x in side_runs]
         r["tokens_per_cpu_s"] = r["mean_response"] * args.prompts * args.group / r["cpu_step_s"]
-    trl = results[0]
+    trl = next((r for r in results if r["name"].startswith("TRL")), None)
+    nan = float("nan")
     print(f"{'run':<36} {'s/step':>7} {'tokens/s':>9} {'CPU s/step':>10} {'tokens/CPU-s':>12} {'mean len':>8} "
           f"{'score':>6} {'x TRL tokens/s':>14} {'x TRL s/step':>12} {'x TRL tokens/CPU-s':>18}")
     for r in results:
         print(f"{r['name']:<36} {r['step_s']:7.3f} {r['tokens_per_s']:9.1f} {r['cpu_step_s']:10.3f} "
               f"{r['tokens_per_cpu_s']:12.1f} {r['mean_response']:8.2f} {r['score']:6.3f} "
-              f"{r['tokens_per_s'] / trl['tokens_per_s']:14.2f} {trl['step_s'] / r['step_s']:12.2f} "
-              f"{r['tokens_per_cpu_s'] / trl['tokens_per_cpu_s']:18.2f}")
+              f"{r['tokens_per_s'] / trl['tokens_per_s'] if trl else nan:14.2f} "
+              f"{trl['step_s'] / r['step_s'] if trl else nan:12.2f} "
+              f"{r['tokens_per_cpu_s'] / trl['tokens_per_cpu_s'] if trl else nan:18.2f}")
     for r in results:
         if "stages" in r:
             print(f"{r['name']}: per step (medians) " + ", ".join(f"{k} {v:.3f} s" for k, v in r["stages"].items()))
         if args.repeat > 1:
             print(f"{r['name']}: tokens/s of each run {r['runs_tokens_per_s']}")
     print(json.dumps({"results": results}))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

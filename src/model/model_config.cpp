@@ -107,49 +107,4 @@ int64_t ModelConfig::num_parameters() const {
   return total;
 }
 
-ModelConfig preset_model_config(const std::string& name, int64_t vocab_size) {
-  ModelConfig config;
-  config.vocab_size = vocab_size;
-  if (name == "tiny" || name == "qwen2-tiny" || name == "qwen3-tiny" || name == "mistral-tiny") {
-    config.hidden_size = 128;
-    config.num_hidden_layers = 4;
-    config.num_attention_heads = 4;
-    config.num_key_value_heads = 2;
-    config.intermediate_size = 344;
-    config.max_position_embeddings = 256;
-  } else if (name == "small") {
-    config.hidden_size = 256;
-    config.num_hidden_layers = 4;
-    config.num_attention_heads = 8;
-    config.num_key_value_heads = 4;
-    config.intermediate_size = 688;
-    config.max_position_embeddings = 1024;
-  } else if (name == "base") {
-    config.hidden_size = 512;
-    config.num_hidden_layers = 8;
-    config.num_attention_heads = 8;
-    config.num_key_value_heads = 4;
-    config.intermediate_size = 1376;
-    config.max_position_embeddings = 2048;
-  } else {
-    HF_FAIL("unknown model preset '", name, "'; expected one of: tiny, qwen2-tiny, qwen3-tiny, mistral-tiny, small, ",
-            "base");
-  }
-  if (name == "qwen2-tiny") {
-    config.model_type = "qwen2";
-    config.attention_bias = true;
-    config.tie_word_embeddings = true;
-  } else if (name == "qwen3-tiny") {
-    // Heads wider than hidden_size / heads, as Qwen3's fixed head_dim of 128 makes them in the small models.
-    config.model_type = "qwen3";
-    config.explicit_head_dim = 48;
-  } else if (name == "mistral-tiny") {
-    config.model_type = "mistral";
-    config.sliding_window = 64;
-  }
-  config.architecture = causal_lm_architecture(config.model_type);
-  config.validate();
-  return config;
-}
-
 }  // namespace hybridflow

@@ -81,6 +81,34 @@ ModelSize model_size(const ModelConfig& c, bool value_head) {
   return out;
 }
 
+TrainingMemory training_memory(const ModelConfig& c, const TrainingMemoryOptions& o) {
+  HF_CHECK(o.weight_bytes == 2 || o.weight_bytes == 4, "training memory: weight bytes must be 2 (bf16 / fp16) or 4 ",
+           "(fp32), got ", o.weight_bytes);
+  HF_CHECK(o.tp >= 1 && o.pp >= 1 && o.zero >= 1 && o.micro_rows >= 1 && o.sequence >= 1,
+           "training memory: tp, pp, zero, micro-batch rows and sequence length must be >= 1");
+  const double pb = o.weight_bytes;
+  const bool mixed = pb == 2;
+  const double shard = model_size(c, o.value_head).parameters() / (d(o.tp) * d(o.pp));
+  TrainingMemory out;
+  out.weights = shard * pb;
+  out.grads = shard * pb + (o.fp32_gradients && mixed ? shard * 4.0 : 0.0);
+  if (o.masters_partitioned) {
+    out.optimizer = shard * (mixed ? 12.0 : 8.0) / d(o.zero);
+    out.masters = mixed ? shard * 4.0 / d(o.zero) : 0.0;
+    out.adam = out.optimizer - out.masters;
+  } else {
+    out.masters = mixed ? shard * 4.0 : 0.0;
+    out.adam = shard * 8.0 / d(o.zero);
+    out.optimizer = out.masters + out.adam;
+  }
+  const double rows = d(o.micro_rows), seq = d(o.sequence), tp = d(o.tp);
+  out.activations = d(c.num_hidden_layers) * rows * seq * d(c.hidden_size) * 17.0 * pb / tp;
+  out.checkpointed_activations =
+      d(c.num_hidden_layers) * rows * seq * d(c.hidden_size) * pb / tp + rows * seq * d(c.hidden_size) * 17.0 * pb / tp;
+  if (!o.value_head) out.logits = rows * seq * d(c.vocab_size) / tp * 8.0;
+  return out;
+}
+
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;

@@ -1,6 +1,8 @@
 // Measures generate() and TrainEngine as the rest of the system calls them; see speed_bench.h.
 #include "hybridflow/perf/speed_bench.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -31,12 +33,20 @@ std::vector<std::vector<int64_t>> random_prompts(int64_t count, int64_t min_len,
   return prompts;
 }
 
+torch::Device bench_model_device(CausalLM& model) { return model->parameters().front().device(); }
+
+// A GPU runs asynchronously: wait for its queued work before a host clock is read.
+void bench_wait_for_device(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
 double time_generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, const GenerationConfig& gen,
                      int reps, GenerationOutput* last = nullptr) {
   double best = 1e300;
   for (int rep = 0; rep < reps; ++rep) {
     const double start = steady_seconds();
     GenerationOutput out = generate(model, prompts, gen);
+    bench_wait_for_device(bench_model_device(model));
     best = std::min(best, steady_seconds() - start);
     if (last != nullptr) *last = std::move(out);
   }
@@ -114,7 +124,8 @@ TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int6
   TrainEngine engine(model.ptr(), opt);
   DataProto data;
   torch::manual_seed(1);
-  data.set_tensor("input_ids", torch::randint(3, model->config().vocab_size, {batch, seq}, torch::kLong));
+  const torch::Device device = bench_model_device(model);
+  data.set_tensor("input_ids", torch::randint(3, model->config().vocab_size, {batch, seq}, torch::kLong).to(device));
   auto loss_fn = [&](const DataProto& mb) {
     const auto& input = mb.tensor("input_ids");
     auto logits = model->forward(input, torch::ones_like(input)).logits;
@@ -123,9 +134,11 @@ TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int6
   };
   auto step = [&] { engine.train_step(data, batch, loss_fn, "", LossWeighting::kRowMean); };
   step();  // warm-up: optimizer state, allocations
+  bench_wait_for_device(device);
   TrainStepSpeed speed;
   const double start = steady_seconds();
   for (int64_t i = 0; i < steps; ++i) step();
+  bench_wait_for_device(device);
   speed.seconds = (steady_seconds() - start) / static_cast<double>(steps);
   if (with_peak) speed.peak_bytes = peak_cpu_bytes_during(step);
   return speed;
@@ -159,6 +172,7 @@ DataProto rl_batch(CausalLM& model, const RlBatchShape& shape) {
   b.set_tensor("attention_mask", torch::cat({prompt_mask, response_mask}, 1));
   torch::manual_seed(6);
   b.set_tensor("advantages", torch::randn({shape.rows, r}) * response_mask.to(torch::kFloat));
+  b = b.to(bench_model_device(model));  // drawn on the CPU: the same batch on every device
   torch::NoGradGuard no_grad;
   b.set_tensor("old_log_probs",
                response_log_probs(model, b.tensor("input_ids"), b.tensor("attention_mask"), r, 1.0, false).log_probs.detach());
@@ -193,6 +207,7 @@ RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool tra
     return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
                               1.0, entropy);
   };
+  const torch::Device device = bench_model_device(model);
   if (!train) {
     torch::NoGradGuard no_grad;
     model->eval();
@@ -200,6 +215,7 @@ RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool tra
     for (int rep = 0; rep <= reps; ++rep) {  // the first is a warm-up
       const double start = steady_seconds();
       for (const DataProto& m : micro) log_probs(m, false);
+      bench_wait_for_device(device);
       if (rep > 0) speed.seconds = std::min(speed.seconds, steady_seconds() - start);
     }
     return speed;
@@ -219,8 +235,10 @@ RlPassSpeed measure_rl_pass(CausalLM& model, const RlBatchShape& shape, bool tra
   };
   auto step = [&] { engine.train_step(micro, loss_fn, "response_mask", LossWeighting::kTokenMean); };
   step();  // warm-up: optimizer state, allocations
+  bench_wait_for_device(device);
   const double start = steady_seconds();
   for (int rep = 0; rep < reps; ++rep) step();
+  bench_wait_for_device(device);
   speed.seconds = (steady_seconds() - start) / reps;
   return speed;
 }

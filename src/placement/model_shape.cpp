@@ -1,42 +1,51 @@
 #include "hybridflow/placement/model_shape.h"
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/model_presets.h"
+#include "hybridflow/model/model_size.h"
 
 namespace hybridflow::placement {
 
-namespace {
+ModelConfig ModelShape::model_config() const {
+  ModelConfig c;
+  c.model_type = !model_type.empty() ? model_type : qk_norm ? "qwen3" : qkv_bias ? "qwen2" : "llama";
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.explicit_head_dim = head_dim;
+  c.tie_word_embeddings = tied_embeddings;
+  c.attention_bias = qkv_bias;
+  return c;
+}
 
-ModelShape shape(const std::string& name, int64_t layers, int64_t hidden, int64_t intermediate, int64_t heads,
-                 int64_t kv_heads, int64_t vocab, bool tied, bool qkv_bias) {
+ModelShape model_shape_of(const ModelConfig& c, const std::string& name) {
   ModelShape m;
   m.name = name;
-  m.layers = layers;
-  m.hidden = hidden;
-  m.intermediate = intermediate;
-  m.heads = heads;
-  m.kv_heads = kv_heads;
-  m.head_dim = hidden / heads;
-  m.vocab = vocab;
-  m.tied_embeddings = tied;
-  m.qkv_bias = qkv_bias;
+  m.layers = c.num_hidden_layers;
+  m.hidden = c.hidden_size;
+  m.intermediate = c.intermediate_size;
+  m.heads = c.num_attention_heads;
+  m.kv_heads = c.num_key_value_heads;
+  m.head_dim = c.head_dim();
+  m.vocab = c.vocab_size;
+  m.tied_embeddings = c.tie_word_embeddings;
+  m.qkv_bias = c.attention_bias;
+  m.qk_norm = c.qk_norm();
+  m.model_type = c.model_type;
+  m.validate();
   return m;
 }
 
-}  // namespace
-
 double ModelShape::layer_parameters() const {
-  const double q = static_cast<double>(heads) * head_dim, kv = static_cast<double>(kv_heads) * head_dim;
-  double attention = hidden * q + 2.0 * hidden * kv + q * hidden;
-  if (qkv_bias) attention += q + 2.0 * kv;
-  const double mlp = 3.0 * hidden * intermediate;
-  return attention + mlp + 2.0 * hidden;
+  // The model layer's count of the decoder layers (attention, MLP), per layer, plus its two norms.
+  const ModelSize size = model_size(model_config());
+  return (size.attention + size.mlp) / static_cast<double>(layers) + 2.0 * hidden;
 }
 
-double ModelShape::parameters(bool value_head) const {
-  const double embed = static_cast<double>(vocab) * hidden;
-  const double head = value_head ? hidden : (tied_embeddings ? 0.0 : embed);
-  return embed + head + layers * layer_parameters() + hidden;
-}
+double ModelShape::parameters(bool value_head) const { return model_size(model_config(), value_head).parameters(); }
 
 double ModelShape::matmul_parameters(bool value_head) const {
   const double per_layer = layer_parameters() - 2.0 * hidden;
@@ -69,22 +78,17 @@ void ModelShape::validate() const {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"llama-7b", "llama-13b", "llama-34b", "llama-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b"};
+  std::vector<std::string> names;
+  for (const ModelPreset& p : model_presets())
+    if (p.published) names.push_back(p.name);
+  return names;
 }
 
-// The published config.json dimensions: Llama 2 7B, 13B, 70B; Code Llama 34B (the Llama-2 family's 34B);
-// Qwen2.5 7B, 32B and 72B (q/k/v biases; the 7B and larger untied).
 ModelShape model_preset(const std::string& name) {
-  if (name == "llama-7b") return shape(name, 32, 4096, 11008, 32, 32, 32000, false, false);
-  if (name == "llama-13b") return shape(name, 40, 5120, 13824, 40, 40, 32000, false, false);
-  if (name == "llama-34b") return shape(name, 48, 8192, 22016, 64, 8, 32000, false, false);
-  if (name == "llama-70b") return shape(name, 80, 8192, 28672, 64, 8, 32000, false, false);
-  if (name == "qwen2.5-7b") return shape(name, 28, 3584, 18944, 28, 4, 152064, false, true);
-  if (name == "qwen2.5-32b") return shape(name, 64, 5120, 27648, 40, 8, 152064, false, true);
-  if (name == "qwen2.5-72b") return shape(name, 80, 8192, 29568, 64, 8, 152064, false, true);
-  std::string names;
-  for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
-  HF_FAIL("unknown model '", name, "'; expected a model directory (with config.json) or one of ", names);
+  const std::optional<ModelPreset> preset = find_model_preset(name);
+  HF_CHECK(preset && preset->published, "unknown model '", name,
+           "'; expected a model directory (with config.json) or one of ", model_preset_list(true));
+  return model_shape_of(preset->config, name);
 }
 
 }  // namespace hybridflow::placement

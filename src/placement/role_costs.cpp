@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/parallel/weight_sync_volume.h"
 
@@ -216,16 +217,22 @@ RoleMemory role_memory(const CostInputs& in, Role role, const Layout& l, bool wi
   if (!value_head) forward += infer_rows * seq * static_cast<double>(m.vocab) / l.tp * 4.0;
   out.transient = forward;
   if (trains(role)) {
-    // Gradients in the weights' dtype; fp32 Adam moments (and fp32 master weights under bf16), partitioned
-    // over the data-parallel ranks by ZeRO-1.
-    const double optimizer = shard * (pb == 2 ? 12.0 : 8.0);
-    out.persistent += shard * pb + (w.distributed_optimizer ? optimizer / l.dp : optimizer);
-    // Megatron's activation estimate (34 s b h bytes per layer in 16-bit, FlashAttention, sequence
-    // parallelism over t); 1F1B keeps p micro-batches of L/p layers on the first stage, i.e. L layers' worth.
-    const double train_rows = static_cast<double>(w.train_micro_rows);
-    double activations = m.layers * train_rows * seq * m.hidden * 17.0 * pb / l.tp;
-    if (!value_head) activations += train_rows * seq * static_cast<double>(m.vocab) / l.tp * 8.0;  // logits + grad
-    out.transient = std::max(out.transient, activations);
+    // The model layer's formula (model/model_size.h) with Megatron's distributed optimizer: gradients in the
+    // weights' dtype; fp32 Adam moments and (under bf16) fp32 masters, partitioned over the data-parallel
+    // ranks by ZeRO-1; activations by Megatron's estimate, plus the vocabulary's logits and their gradient.
+    TrainingMemoryOptions o;
+    o.weight_bytes = pb;
+    o.tp = l.tp;
+    o.pp = l.pp;
+    o.zero = w.distributed_optimizer ? l.dp : 1;
+    o.micro_rows = w.train_micro_rows;
+    o.sequence = w.sequence_length();
+    o.value_head = value_head;
+    o.fp32_gradients = false;
+    o.masters_partitioned = true;
+    const TrainingMemory t = training_memory(m.model_config(), o);
+    out.persistent += t.grads + t.optimizer;
+    out.transient = std::max(out.transient, t.activations + t.logits);
   }
   return out;
 }

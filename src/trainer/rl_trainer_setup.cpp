@@ -166,13 +166,13 @@ void RLTrainer::State::load_data() {
            batch_prompts, " prompts per step need at least that many training examples, have ", s.train.size());
 }
 
-// The external reward and cost scorers (command / HTTP: their own keys are read by make_reward_function),
-// and Safe-RLHF's multiplier when a cost is configured.
+// The reward and cost scorers the scoring spec describes (command / HTTP, or a named task's rule), and
+// Safe-RLHF's multiplier when a cost is configured.
 void RLTrainer::State::make_scorers() {
   State& s = *this;
   const ScoringSpec& scoring = s.run.scoring;
-  if (scoring.reward_type != "task" && scoring.reward_type != "none") s.reward_fn = make_reward_function(s.cfg.subtree("reward"));
-  if (scoring.cost_type == "command" || scoring.cost_type == "http") s.cost_fn = make_reward_function(s.cfg.subtree("cost"));
+  if (scoring.reward_function) s.reward_fn = make_reward_function(*scoring.reward_function);
+  if (scoring.cost_function) s.cost_fn = make_reward_function(*scoring.cost_function);
   if (s.run.algorithm.safe_rlhf) s.lagrange.emplace(*s.run.algorithm.safe_rlhf);
 }
 

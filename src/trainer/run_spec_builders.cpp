@@ -36,11 +36,11 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
   t.threads_per_worker = c.get<int>("trainer.threads_per_worker");
   t.logger = c.get<std::vector<std::string>>("trainer.logger");
   t.device = c.get<std::string>("trainer.device");
-  t.nnodes = c.is_null("trainer.nnodes") ? 1 : c.get<int64_t>("trainer.nnodes");
+  t.nnodes = run_spec_nnodes(c).value_or(1);
   return t;
 }
 
-DataSpec data_spec(const ConfigReader& c) {
+DataSpec run_spec_data(const ConfigReader& c) {
   DataSpec d;
   d.task = c.get<std::string>("data.task");
   d.min_digits = c.get<int>("data.min_digits");
@@ -61,12 +61,39 @@ void note_algo_reads(const ConfigReader& algorithm, std::initializer_list<const 
   for (const char* key : keys) algorithm.note(key);
 }
 
+// A scorer's section (reward or cost) as its typed spec: every key is read, whatever the type, so that each
+// has this one reader; the spec is checked only where a scorer is made of it.
+RewardFunctionSpec reward_function_spec(const ConfigReader& c, const std::string& section, const std::string& type) {
+  const ConfigReader keys = c.subtree(section);
+  RewardFunctionSpec f;
+  f.section = section;
+  f.type = type;
+  if (!keys.is_null("command")) f.command = keys.get<std::vector<std::string>>("command");
+  if (!keys.is_null("shell")) f.shell = keys.get<std::string>("shell");
+  if (!keys.is_null("url")) f.url = keys.get<std::string>("url");
+  f.allowed_hosts = keys.get<std::vector<std::string>>("allowed_hosts");
+  f.timeout_s = keys.get<double>("timeout_s");
+  f.max_output_bytes = keys.get<int64_t>("max_output_bytes");
+  if (section == "reward" && !keys.is_null("task")) f.task = keys.get<std::string>("task");
+  return f;
+}
+
 ScoringSpec scoring_spec(const ConfigReader& c) {
   ScoringSpec s;
   s.reward_type = c.get<std::string>("reward.type");
+  HF_CHECK(s.reward_type == "task" || s.reward_type == "none" || s.reward_type == "command" || s.reward_type == "http",
+           "reward.type: expected task, none, command or http, got '", s.reward_type, "'");
   s.cost_type = c.get<std::string>("cost.type");
   HF_CHECK(s.cost_type == "none" || s.cost_type == "contains" || s.cost_type == "command" || s.cost_type == "http",
            "cost.type: expected none | contains | command | http, got '", s.cost_type, "'");
+  RewardFunctionSpec reward = reward_function_spec(c, "reward", s.reward_type);
+  RewardFunctionSpec cost = reward_function_spec(c, "cost", s.cost_type);
+  // reward.type task without reward.task scores with data.task's own rule (no scorer made).
+  if (s.reward_type == "command" || s.reward_type == "http" || (s.reward_type == "task" && reward.task))
+    s.reward_function = std::move(reward);
+  if (s.cost_type == "command" || s.cost_type == "http") s.cost_function = std::move(cost);
+  for (const auto* scorer : {&s.reward_function, &s.cost_function})
+    if (*scorer) check_reward_function_spec(**scorer);
   s.cost_contains = c.get<std::vector<std::string>>("cost.contains");
   HF_CHECK(s.cost_type != "contains" || !s.cost_contains.empty(),
            "cost.type contains needs a non-empty cost.contains list of strings");
@@ -151,11 +178,22 @@ std::string resolve_rl_program(const ConfigReader& c, const std::string& adv_est
   return std::find(names.begin(), names.end(), adv_estimator) != names.end() ? adv_estimator : "policy_gradient";
 }
 
+std::optional<int64_t> run_spec_nnodes(const ConfigReader& c) {
+  if (c.is_null("trainer.nnodes")) return std::nullopt;
+  return c.get<int64_t>("trainer.nnodes");
+}
+
+DataSpec build_data_spec(const Config& config, RoleSpecKeys* keys) {
+  return run_spec_data(ConfigReader(config, keys ? &(*keys)["data"] : nullptr));
+}
+
+RunSpec rl_run_spec(const Config& config) { return build_run_spec(config); }
+
 RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
   auto reader = [&](const char* part) { return ConfigReader(config, keys ? &(*keys)[part] : nullptr); };
   RunSpec spec;
   spec.trainer = trainer_run_spec(reader("trainer"));
-  spec.data = data_spec(reader("data"));
+  spec.data = run_spec_data(reader("data"));
   spec.scoring = scoring_spec(reader("scoring"));
   spec.algorithm = algorithm_spec(reader("algorithm"), spec.scoring);
   return spec;

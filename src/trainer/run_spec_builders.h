@@ -7,6 +7,10 @@
 // holds them, with the roles', against docs/configuration.md.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "config_reader.h"
 #include "role_spec_builders.h"
 #include "hybridflow/trainer/run_spec.h"
@@ -15,6 +19,16 @@ namespace hybridflow {
 
 // `keys` (may be null) gets the keys each part read.
 RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys = nullptr);
+
+// The run spec's readers of keys that load_rl_config's verl derivations (trainer/verl_keys.h) need before
+// any spec is built, so that those keys keep this one reader: the data part (noted under "data") and
+// trainer.nnodes (null: unset; read through the trainer part's reader).
+DataSpec build_data_spec(const Config& config, RoleSpecKeys* keys = nullptr);
+std::optional<int64_t> run_spec_nnodes(const ConfigReader& trainer);
+
+// verl_derived_overrides (trainer/verl_keys.h), noting the verl keys it reads under "verl" in `keys` (and
+// the data and trainer keys it takes through the readers above under theirs).
+std::vector<std::string> verl_derived_overrides(const Config& config, RoleSpecKeys* keys);
 
 // The program a configuration runs (algorithm.program, or chosen from the other keys for `auto`), read
 // through `c`; trainer/rl_program.h's rl_program_name is this on a Config.

@@ -1,6 +1,5 @@
 #include "hybridflow/workers/reward_function.h"
 
-#include "hybridflow/core/config.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/workers/command_reward.h"
 #include "hybridflow/workers/http_reward.h"
@@ -35,36 +34,31 @@ nlohmann::json reward_request_to_json(const RewardRequest& request) {
   return row;
 }
 
-std::unique_ptr<RewardFunction> make_reward_function(const Config& reward) {
-  const std::string prefix = reward.prefix().empty() ? "" : reward.prefix() + ".";
-  const std::string type = reward.get<std::string>("type");
-  const double timeout_s = reward.get<double>("timeout_s");
-  const int64_t max_output_bytes = reward.get<int64_t>("max_output_bytes");
-  HF_CHECK(max_output_bytes > 0, prefix, "max_output_bytes: expected > 0 (bytes), got ", max_output_bytes);
-  if (type == "command") {
-    const bool has_argv = !reward.is_null("command");
-    const bool has_shell = !reward.is_null("shell");
-    HF_CHECK(has_argv != has_shell, prefix, "type is 'command': set exactly one of ", prefix, "command (argv list) or ",
-             prefix, "shell (command line)");
-    if (has_shell)
-      return std::make_unique<CommandReward>(
-          CommandReward::shell(reward.get<std::string>("shell"), timeout_s, max_output_bytes));
-    return std::make_unique<CommandReward>(reward.get<std::vector<std::string>>("command"), timeout_s,
-                                           max_output_bytes);
-  }
-  if (type == "http") {
-    HF_CHECK(!reward.is_null("url"), prefix, "type is 'http': set ", prefix,
-             "url (http://127.0.0.1:PORT/PATH)");
-    return std::make_unique<HttpReward>(reward.get<std::string>("url"), timeout_s,
-                                        reward.get<std::vector<std::string>>("allowed_hosts"),
-                                        max_output_bytes);
-  }
-  if (type == "task") {
-    HF_CHECK(reward.has("task") && !reward.is_null("task"), prefix, "type is 'task': set ", prefix,
+void check_reward_function_spec(const RewardFunctionSpec& spec) {
+  const std::string prefix = spec.section.empty() ? "" : spec.section + ".";
+  HF_CHECK(spec.max_output_bytes > 0, prefix, "max_output_bytes: expected > 0 (bytes), got ", spec.max_output_bytes);
+  if (spec.type == "command") {
+    HF_CHECK(spec.command.has_value() != spec.shell.has_value(), prefix, "type is 'command': set exactly one of ",
+             prefix, "command (argv list) or ", prefix, "shell (command line)");
+  } else if (spec.type == "http") {
+    HF_CHECK(spec.url.has_value(), prefix, "type is 'http': set ", prefix, "url (http://127.0.0.1:PORT/PATH)");
+  } else if (spec.type == "task") {
+    HF_CHECK(spec.task.has_value(), prefix, "type is 'task': set ", prefix,
              "task (the built-in task's name, e.g. addition)");
-    return std::make_unique<TaskReward>(reward.get<std::string>("task"));
+  } else {
+    HF_FAIL(prefix, "type: expected task, command or http, got '", spec.type, "'");
   }
-  HF_FAIL(prefix, "type: expected task, command or http, got '", type, "'");
+}
+
+std::unique_ptr<RewardFunction> make_reward_function(const RewardFunctionSpec& spec) {
+  check_reward_function_spec(spec);
+  if (spec.type == "command") {
+    if (spec.shell) return std::make_unique<CommandReward>(CommandReward::shell(*spec.shell, spec.timeout_s, spec.max_output_bytes));
+    return std::make_unique<CommandReward>(*spec.command, spec.timeout_s, spec.max_output_bytes);
+  }
+  if (spec.type == "http")
+    return std::make_unique<HttpReward>(*spec.url, spec.timeout_s, spec.allowed_hosts, spec.max_output_bytes);
+  return std::make_unique<TaskReward>(*spec.task);
 }
 
 }  // namespace hybridflow

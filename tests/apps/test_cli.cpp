@@ -39,6 +39,61 @@ TEST(Cli, InfoShowsWhatDistinguishesQwen3AndMistral) {
   EXPECT_NE(mistral.output.find("sliding window   64"), std::string::npos) << mistral.output;
 }
 
+// The byte figure of a row ("  fp32 masters    2.2 GiB  note") of info's training-memory table.
+std::string table_row(const std::string& output, const std::string& label) {
+  const size_t at = output.find("\n  " + label + "  ");
+  if (at == std::string::npos) return "no row " + label;
+  const size_t start = output.find_first_not_of(' ', at + 3 + label.size());
+  return output.substr(start, output.find("  ", start) - start);
+}
+
+TEST(Cli, InfoOfAPublishedPresetPrintsParametersWeightBytesAndTrainingMemory) {
+  CommandResult info = run_hybridflow("info --preset qwen3-0.6b --batch 2 --seq 512");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  for (const char* line :
+       {"Qwen3ForCausalLM (qwen3)", "(head_dim 128)", "q/k head norms   yes",
+        "parameters       596049920 (0.596 B): embedding 155582464 (embed_tokens), non-embedding 440467456",
+        "weight bytes     fp32 2.2 GiB, bf16 1.1 GiB", "KV cache         112 KiB per token in bf16",
+        "actor, bf16 weights, fp32 masters, micro-batch 2 x 512 tokens, tp 1, pp 1, ZeRO-1 over 1",
+        "activations, checkpointed", "without activation checkpointing"})
+    EXPECT_NE(info.output.find(line), std::string::npos) << line << "\n" << info.output;
+  // bf16 weights 2 bytes a parameter, fp32 masters 4, Adam's two moments 8; logits 2 x 512 x 151936 x 8 bytes.
+  EXPECT_EQ(table_row(info.output, "weights"), "1.1 GiB") << info.output;
+  EXPECT_EQ(table_row(info.output, "fp32 masters"), "2.2 GiB") << info.output;
+  EXPECT_EQ(table_row(info.output, "Adam moments"), "4.4 GiB") << info.output;
+  EXPECT_EQ(table_row(info.output, "logits + gradient"), "1.2 GiB") << info.output;
+  // ZeRO partitions Adam's moments; a critic has no logits and a value head instead of the tied lm_head.
+  CommandResult sharded = run_hybridflow("info --preset qwen3-0.6b --zero 4 --role critic");
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_EQ(table_row(sharded.output, "Adam moments"), "1.1 GiB") << sharded.output;
+  EXPECT_NE(sharded.output.find("none: a value head"), std::string::npos) << sharded.output;
+  CommandResult unknown = run_hybridflow("info --preset qwen9-1b");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("qwen3-1.7b"), std::string::npos) << unknown.output;
+}
+
+TEST(Cli, InitAndBenchTakeThePresetTable) {
+  hybridflow::testing::TempDir dir;
+  CommandResult bench = run_hybridflow("bench machine --preset qwen2-tiny --vocab 96 --stream-mb 4 --batch 1 "
+                                       "--prompt-length 4 --response-length 4");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("(hidden 128, 4 layers, 4/2 heads, ffn 344, vocab 96)"), std::string::npos)
+      << bench.output;
+  CommandResult both = run_hybridflow("bench machine --preset qwen3-0.6b --model " + dir.file("none"));
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("give --preset or --model, not both"), std::string::npos) << both.output;
+  CommandResult unknown = run_hybridflow("init --preset qwen3-7b --task addition --out " + dir.file("m"));
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("qwen3-0.6b, llama3.2-1b"), std::string::npos) << unknown.output;
+  // `init --dtype bf16` writes a bfloat16 model that info reads back with its training memory.
+  ASSERT_EQ(run_hybridflow("init --preset qwen3-tiny --task addition --dtype bf16 --out " + dir.file("q")).exit_code, 0);
+  CommandResult info = run_hybridflow("info " + dir.file("q") + " --dtype fp32");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("dtype            bfloat16"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("actor, fp32 weights"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("weights          ok"), std::string::npos) << info.output;
+}
+
 TEST(Cli, InfoWithoutAModelDescribesTheBuildAndMachine) {
   CommandResult info = run_hybridflow("info");
   ASSERT_EQ(info.exit_code, 0) << info.output;

@@ -96,6 +96,17 @@ TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
     EXPECT_TRUE(what.count(w)) << w << "\n" << r.output;
 }
 
+TEST(CliBench, RolloutOnlySkipsDecodeAndPrefill) {
+  CommandResult r = run_hybridflow("bench generate --device cpu --rollout-only --no-static-baseline --response-length 4 "
+                                   "--rollout-prompts 3 --samples 2 --stop-every 4" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  expect_sane(lines[0]);
+  EXPECT_EQ(lines[0]["what"], "rollout");
+  EXPECT_EQ(lines[0]["batch"], 6);  // 3 prompts x 2 samples
+}
+
 TEST(CliBench, TrainReportsTokensPerSecondAgainstMatmuls) {
   CommandResult r = run_hybridflow("bench train --batch 2 --response-length 8 --steps 1 --rl-rows 6 --micro-rows 2 "
                                    "--logits-vocab 256 --logits-tokens 32" + kTiny);
@@ -127,6 +138,9 @@ TEST(CliBench, ErrorsNameTheFlag) {
   CommandResult r = run_hybridflow("bench generate --response-length 1" + kTiny);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--response-length"), std::string::npos) << r.output;
+  r = run_hybridflow("bench train --device gpu" + kTiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--device"), std::string::npos) << r.output;
   r = run_hybridflow("bench machine --dtype fp8" + kTiny);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--dtype"), std::string::npos) << r.output;

@@ -5,6 +5,8 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/placement/model_shape.h"
 
+#include "hybridflow/model/model_config.h"
+
 using namespace hybridflow::placement;
 
 TEST(ModelShape, PresetsHaveThePublishedParameterCounts) {
@@ -20,6 +22,25 @@ TEST(ModelShape, PresetsHaveThePublishedParameterCounts) {
   EXPECT_NEAR(model_preset("qwen2.5-72b").parameters(false) / 1e9, 72.7, 0.1);
   EXPECT_NEAR(model_preset("qwen2.5-32b").parameters(false) / 1e9, 32.8, 0.1);
   for (const auto& name : model_preset_names()) EXPECT_NO_THROW(model_preset(name).validate()) << name;
+}
+
+TEST(ModelShape, PresetsAreTheModelLayersPublishedShapes) {
+  // One table: the planner's presets are the model layer's published architectures, the small ones included.
+  for (const auto& name : {"qwen2.5-0.5b", "qwen3-0.6b", "llama3.2-1b", "qwen3-1.7b", "qwen3-4b", "qwen2.5-7b"}) {
+    const ModelShape m = model_preset(name);
+    const hybridflow::ModelConfig c = hybridflow::preset_model_config(name, 1);
+    EXPECT_DOUBLE_EQ(m.parameters(false), static_cast<double>(c.num_parameters())) << name;
+    EXPECT_EQ(m.head_dim, c.head_dim()) << name;
+    EXPECT_EQ(m.qk_norm, c.qk_norm()) << name;
+  }
+  // Qwen3's q/k norms count (2 x head_dim per layer) and its heads are 128 wide whatever the hidden size.
+  EXPECT_DOUBLE_EQ(model_preset("qwen3-0.6b").parameters(false), 596049920.0);
+  EXPECT_EQ(model_preset("qwen3-0.6b").head_dim, 128);
+  EXPECT_DOUBLE_EQ(model_preset("llama3.2-1b").parameters(false), 1235814400.0);
+  // A hand-built shape keeps the layout it had: q/k/v biases mean Qwen2's (no o_proj bias).
+  ModelShape m = model_preset("qwen2.5-7b");
+  m.model_type.clear();
+  EXPECT_DOUBLE_EQ(m.parameters(false), 7615616512.0);
 }
 
 TEST(ModelShape, AValueHeadReplacesTheLanguageModelHead) {

@@ -20,8 +20,9 @@ namespace hybridflow {
 namespace {
 
 // Documented keys that no spec reads, and who reads them instead. Everything else of the `hybridflow train`
-// reference is read by exactly one spec: a role's (role_spec_builders.h) or a part of the run's
-// (run_spec_builders.h: trainer, data, algorithm, scoring).
+// reference is read by exactly one spec: a role's (role_spec_builders.h), a part of the run's
+// (run_spec_builders.h: trainer, data, algorithm, scoring, the scorers' sections included) or verl's
+// derivations in load_rl_config (verl_derived.cpp: verl's own keys only).
 const std::map<std::string, std::string> kReadElsewhere = {
     {"actor_rollout_ref.num_processes", "placement (placement_spec.cpp)"},
     {"actor_rollout_ref.rollout.num_processes", "placement (placement_spec.cpp)"},
@@ -37,19 +38,7 @@ const std::map<std::string, std::string> kReadElsewhere = {
     {"data.filter_overlong_prompts", "the prompt encoder (PromptOptions::from_config)"},
     {"data.apply_chat_template", "the prompt encoder (PromptOptions::from_config)"},
     {"data.add_bos", "the prompt encoder (PromptOptions::from_config)"},
-    // verl's keys that load_rl_config turns into hybridflow's (verl_derived.cpp) before any spec is built.
-    {"trainer.project_name", "load_rl_config (verl_derived.cpp: the run directory)"},
-    {"trainer.experiment_name", "load_rl_config (verl_derived.cpp: the run directory)"},
-    {"trainer.total_epochs", "load_rl_config (verl_derived.cpp: trainer.total_steps)"},
-    {"trainer.n_gpus_per_node", "load_rl_config (verl_derived.cpp: the processes)"},
 };
-
-// An external scorer's section (reward.*, cost.*) is handed whole to make_reward_function
-// (workers/reward_function.cpp), which reads its command / HTTP keys; the scoring spec reads the type.
-bool read_by_scorer(const std::string& key) {
-  return (key.rfind("reward.", 0) == 0 && key != "reward.type") ||
-         (key.rfind("cost.", 0) == 0 && key != "cost.type" && key != "cost.contains");
-}
 
 void flatten(const YAML::Node& node, const std::string& prefix, std::set<std::string>* out) {
   if (node.IsMap() && node.size() > 0) {
@@ -106,6 +95,9 @@ TEST(RoleSpecKeys, EveryDocumentedKeyHasExactlyOneReader) {
   RoleSpecKeys keys;
   all_roles(config, &keys);
   build_run_spec(config, &keys);
+  // verl's derivations, each taken: total_epochs (with the data keys it needs) and n_gpus_per_node x nnodes.
+  verl_derived_overrides(
+      load_rl_config("", {"trainer.total_epochs=1", "trainer.n_gpus_per_node=1", "trainer.nnodes=1"}), &keys);
   std::map<std::string, std::vector<std::string>> readers;  // key -> the specs that read it
   for (const auto& [spec, read] : keys)
     for (const std::string& key : read) readers[key].push_back(spec);
@@ -116,11 +108,6 @@ TEST(RoleSpecKeys, EveryDocumentedKeyHasExactlyOneReader) {
   }
   const std::set<std::string> documented = documented_train_keys();
   for (const std::string& key : documented) {
-    if (read_by_scorer(key)) {
-      EXPECT_FALSE(readers.count(key)) << key << " is read by make_reward_function and by the "
-                                       << readers[key].front() << " spec";
-      continue;
-    }
     const auto it = readers.find(key);
     if (it == readers.end()) {
       ADD_FAILURE() << "docs/configuration.md documents " << key << ", which no spec (nor any reader listed "
@@ -144,6 +131,9 @@ TEST(RoleSpecKeys, EveryDocumentedKeyHasExactlyOneReader) {
   EXPECT_TRUE(keys["data"].count("data.gen_batch_size"));
   EXPECT_TRUE(keys["algorithm"].count("algorithm.safe_rlhf.lambda_max"));
   EXPECT_TRUE(keys["scoring"].count("reward_model.overlong_buffer.len"));
+  EXPECT_TRUE(keys["scoring"].count("reward.url"));
+  EXPECT_TRUE(keys["scoring"].count("cost.max_output_bytes"));
+  EXPECT_TRUE(keys["verl"].count("trainer.total_epochs"));
 }
 
 // The run spec holds what the configuration says, with its checks and defaults in one place.
@@ -166,6 +156,36 @@ TEST(RunSpecKeys, TheRunSpecHoldsTheConfiguredValues) {
   EXPECT_EQ(spec.scoring.overlong_buffer.len, 4);
 }
 
+// The command / HTTP scorers' keys arrive typed in the scoring spec, which make_reward_function takes.
+TEST(RunSpecKeys, TheScorersSectionsAreTypedInTheScoringSpec) {
+  const ScoringSpec scoring =
+      build_run_spec(load_rl_config("", {"reward.type=command", "reward.shell=cat", "reward.timeout_s=5",
+                                         "reward.max_output_bytes=100", "cost.type=http",
+                                         "cost.url=http://127.0.0.1:9/cost", "cost.allowed_hosts=[scores.lan]"}))
+          .scoring;
+  ASSERT_TRUE(scoring.reward_function.has_value());
+  const RewardFunctionSpec& reward = *scoring.reward_function;
+  EXPECT_EQ(reward.section, "reward");
+  EXPECT_EQ(reward.type, "command");
+  EXPECT_EQ(reward.shell.value_or(""), "cat");
+  EXPECT_FALSE(reward.command.has_value());
+  EXPECT_DOUBLE_EQ(reward.timeout_s, 5.0);
+  EXPECT_EQ(reward.max_output_bytes, 100);
+  ASSERT_TRUE(scoring.cost_function.has_value());
+  const RewardFunctionSpec& cost = *scoring.cost_function;
+  EXPECT_EQ(cost.section, "cost");
+  EXPECT_EQ(cost.url.value_or(""), "http://127.0.0.1:9/cost");
+  EXPECT_EQ(cost.allowed_hosts, std::vector<std::string>{"scores.lan"});
+  EXPECT_DOUBLE_EQ(cost.timeout_s, 60.0);  // the schema's default
+  EXPECT_EQ(cost.max_output_bytes, kDefaultRewardMaxOutputBytes);
+  // reward.type task scores with data.task's own rule unless reward.task names another task.
+  EXPECT_FALSE(build_run_spec(load_rl_config("", {})).scoring.reward_function.has_value());
+  EXPECT_FALSE(build_run_spec(load_rl_config("", {})).scoring.cost_function.has_value());
+  const auto named = build_run_spec(load_rl_config("", {"reward.task=addition"})).scoring.reward_function;
+  ASSERT_TRUE(named.has_value());
+  EXPECT_EQ(named->task.value_or(""), "addition");
+}
+
 TEST(RunSpecKeys, ABadValueNamesItsKey) {
   auto error_of = [](std::vector<std::string> overrides) {
     try {
@@ -178,6 +198,12 @@ TEST(RunSpecKeys, ABadValueNamesItsKey) {
   EXPECT_NE(error_of({"trainer.total_steps=0"}).find("trainer.total_steps"), std::string::npos);
   EXPECT_NE(error_of({"reward_model.reward_clip=[3,1]"}).find("reward_model.reward_clip"), std::string::npos);
   EXPECT_NE(error_of({"cost.type=contains"}).find("cost.contains"), std::string::npos);
+  EXPECT_NE(error_of({"reward.type=magic"}).find("reward.type"), std::string::npos);
+  EXPECT_NE(error_of({"reward.type=command"}).find("reward.command"), std::string::npos);
+  EXPECT_NE(error_of({"cost.type=http"}).find("cost.url"), std::string::npos);
+  EXPECT_NE(error_of({"reward.type=command", "reward.shell=cat", "reward.max_output_bytes=0"})
+                .find("reward.max_output_bytes: expected > 0"),
+            std::string::npos);
   EXPECT_NE(error_of({"trainer.resume_from_path=/x"}).find("trainer.resume_mode"), std::string::npos);
   EXPECT_NE(error_of({"algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"})
                 .find("algorithm.adv_estimator: remax"),

@@ -16,7 +16,6 @@
 #include <functional>
 #include <thread>
 
-#include "hybridflow/core/config.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
@@ -463,18 +462,28 @@ TEST(HttpReward, UrlParsingAndHostPolicy) {
   EXPECT_NO_THROW(HttpReward("http://scores.example.com:80/", 1.0, {"scores.example.com"}));
 }
 
-Config reward_config(const std::string& user_yaml) {
-  return Config::load_from_string(kRewardConfigDefaults, user_yaml, "test.yaml", {}).subtree("reward");
+RewardFunctionSpec command_spec(const std::string& shell) {
+  RewardFunctionSpec spec;
+  spec.type = "command";
+  spec.shell = shell;
+  return spec;
 }
 
-TEST(MakeRewardFunction, BuildsCommandAndHttpRewardsFromConfig) {
-  auto shell = make_reward_function(reward_config("reward:\n  type: command\n  shell: awk '{ print 0.5 }'\n"));
+TEST(MakeRewardFunction, BuildsCommandAndHttpRewardsFromTheirSpec) {
+  auto shell = make_reward_function(command_spec("awk '{ print 0.5 }'"));
   EXPECT_EQ(shell->score(make_batch({"x", "y"})), (std::vector<double>{0.5, 0.5}));
-  auto argv = make_reward_function(reward_config("reward:\n  type: command\n  command: [/bin/sh, -c, 'awk \"{ print 2 }\"']\n"));
+  RewardFunctionSpec argv_spec;
+  argv_spec.type = "command";
+  argv_spec.command = std::vector<std::string>{"/bin/sh", "-c", "awk \"{ print 2 }\""};
+  auto argv = make_reward_function(argv_spec);
   EXPECT_EQ(argv->score(make_batch({"x"})), (std::vector<double>{2}));
 
   TinyServer server(length_scores);
-  auto http = make_reward_function(reward_config("reward:\n  type: http\n  url: " + server.url() + "\n  timeout_s: 5\n"));
+  RewardFunctionSpec http_spec;
+  http_spec.type = "http";
+  http_spec.url = server.url();
+  http_spec.timeout_s = 5;
+  auto http = make_reward_function(http_spec);
   EXPECT_EQ(http->score(make_batch({"abc"})), (std::vector<double>{3}));
 }
 
@@ -488,29 +497,39 @@ TEST(TaskReward, UsesTheTaskRuleWithTheRequestAnswerAsReference) {
   EXPECT_EQ(reward.score(batch), (std::vector<double>{1.0, 0.0}));
   EXPECT_EQ(reward.describe(), "task 'addition'");
 
-  auto from_config = make_reward_function(reward_config("reward:\n  type: task\n  task: addition\n"));
-  EXPECT_EQ(from_config->score(batch), (std::vector<double>{1.0, 0.0}));
-  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: task\n")); }).find("reward.task"),
-            std::string::npos);
-  EXPECT_THROW(make_reward_function(reward_config("reward:\n  type: task\n  task: no_such_task\n")), Error);
+  RewardFunctionSpec spec;  // type task
+  spec.task = "addition";
+  auto from_spec = make_reward_function(spec);
+  EXPECT_EQ(from_spec->score(batch), (std::vector<double>{1.0, 0.0}));
+  EXPECT_NE(error_of([] { make_reward_function(RewardFunctionSpec{}); }).find("reward.task"), std::string::npos);
+  spec.task = "no_such_task";
+  EXPECT_THROW(make_reward_function(spec), Error);
 }
 
-TEST(MakeRewardFunction, ConfigErrorsNameTheKey) {
-  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: magic\n")); }).find("reward.type"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: command\n")); }).find("reward.command"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { make_reward_function(reward_config("reward:\n  type: http\n")); }).find("reward.url"),
-            std::string::npos);
-  EXPECT_NE(error_of([] {
-              make_reward_function(reward_config("reward:\n  type: command\n  shell: cat\n  max_output_bytes: 0\n"));
-            }).find("reward.max_output_bytes: expected > 0"),
+TEST(MakeRewardFunction, SpecErrorsNameTheSectionAndKey) {
+  RewardFunctionSpec magic;
+  magic.type = "magic";
+  EXPECT_NE(error_of([&] { make_reward_function(magic); }).find("reward.type"), std::string::npos);
+  RewardFunctionSpec command;
+  command.type = "command";
+  EXPECT_NE(error_of([&] { make_reward_function(command); }).find("reward.command"), std::string::npos);
+  command.command = std::vector<std::string>{"cat"};
+  command.shell = "cat";
+  EXPECT_NE(error_of([&] { make_reward_function(command); }).find("exactly one of"), std::string::npos);
+  RewardFunctionSpec http;
+  http.section = "cost";
+  http.type = "http";
+  EXPECT_NE(error_of([&] { make_reward_function(http); }).find("cost.url"), std::string::npos);
+  RewardFunctionSpec no_output = command_spec("cat");
+  no_output.max_output_bytes = 0;
+  EXPECT_NE(error_of([&] { make_reward_function(no_output); }).find("reward.max_output_bytes: expected > 0"),
             std::string::npos);
 }
 
-TEST(MakeRewardFunction, MaxOutputBytesComesFromTheConfig) {
-  auto reward = make_reward_function(
-      reward_config("reward:\n  type: command\n  shell: 'cat > /dev/null; seq 1000'\n  max_output_bytes: 100\n"));
+TEST(MakeRewardFunction, MaxOutputBytesComesFromTheSpec) {
+  RewardFunctionSpec spec = command_spec("cat > /dev/null; seq 1000");
+  spec.max_output_bytes = 100;
+  auto reward = make_reward_function(spec);
   std::string msg = error_of([&] { reward->score(make_batch({"x"})); });
   EXPECT_NE(msg.find("wrote more than 100 bytes to stdout"), std::string::npos) << msg;
 }

@@ -71,7 +71,9 @@ std::string supported_rope_types();
 // transformers' causal-LM class of a supported model type ("qwen3" -> "Qwen3ForCausalLM").
 std::string causal_lm_architecture(const std::string& model_type);
 
-// Named sizes for `hybridflow init --preset`: tiny (tests, seconds on a laptop), small, base.
+// A named shape of model/model_presets.h: a test shape (tiny, small, base, ...) with `vocab_size` rows, or a
+// published architecture (qwen3-0.6b, llama3.2-1b, ...) with its own vocabulary, which must hold `vocab_size`
+// tokens. Error naming the presets for an unknown name.
 ModelConfig preset_model_config(const std::string& name, int64_t vocab_size);
 
 }  // namespace hybridflow

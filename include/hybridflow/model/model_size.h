@@ -46,6 +46,43 @@ double expected_weight_count(const ModelConfig& config, bool value_head = false)
 // All of them in a map, for configs known to be small (tests, `hybridflow info` after the count is checked).
 std::map<std::string, std::vector<int64_t>> expected_weight_shapes(const ModelConfig& config, bool value_head = false);
 
+// The bytes one rank holds to train a model: what `hybridflow info` prints and what the placement planner
+// (placement/role_costs.h) budgets. Parameters are split over tp x pp ranks; the optimizer state over `zero`.
+struct TrainingMemoryOptions {
+  double weight_bytes = 2;  // 2: bf16 / fp16 weights against fp32 masters; 4: fp32 weights, no masters
+  int64_t tp = 1, pp = 1;
+  int64_t zero = 1;  // data-parallel ranks the optimizer state is partitioned over (ZeRO-1); 1 = none
+  int64_t micro_rows = 1, sequence = 1;  // a micro-batch of micro_rows sequences of `sequence` tokens
+  bool value_head = false;               // a critic: a 1-output score instead of the vocabulary's logits
+  // How gradients and masters are held. TrainEngine (engine/train_engine.h) adds each micro-batch's
+  // low-precision gradients into fp32 gradients of the masters, and keeps the whole fp32 masters on every
+  // ZeRO rank (only Adam's moments are partitioned). Megatron's distributed optimizer, which the planner
+  // models, holds gradients in the weights' dtype and partitions the masters with the moments.
+  bool fp32_gradients = true;
+  bool masters_partitioned = false;
+};
+struct TrainingMemory {
+  double weights = 0;    // the module's parameters, in their dtype
+  double grads = 0;      // their gradients (and, with fp32_gradients under bf16, the masters' fp32 ones)
+  double masters = 0;    // fp32 master weights (bf16 / fp16 training only)
+  double adam = 0;       // Adam's two fp32 moments
+  double optimizer = 0;  // masters + adam, summed as the planner has always summed them
+  // Activations a micro-batch keeps for its backward pass, by Megatron's estimate of 17 x hidden values of
+  // the weights' dtype per token per layer (FlashAttention: no [seq x seq] scores; sequence parallelism
+  // splits them over tp). 1F1B keeps the first stage's p micro-batches of L/p layers: L layers' worth.
+  double activations = 0;
+  // The same with activation checkpointing: each layer's input is kept and one layer's set is recomputed.
+  double checkpointed_activations = 0;
+  // The vocabulary's logits and their gradient in fp32 over the micro-batch's tokens, split over tp (a
+  // critic has none). Chunked log-probs hold a fraction of this at a time.
+  double logits = 0;
+  double state() const { return weights + grads + optimizer; }  // held from step to step
+  double peak(bool checkpointing) const {
+    return state() + (checkpointing ? checkpointed_activations : activations) + logits;
+  }
+};
+TrainingMemory training_memory(const ModelConfig& config, const TrainingMemoryOptions& options);
+
 // "1.5 GiB", "12 PiB": a byte count for messages.
 std::string human_bytes(double bytes);
 

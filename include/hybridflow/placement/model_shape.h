@@ -1,12 +1,14 @@
-// The dimensions of a Llama / Qwen2-family decoder that its costs follow from: parameter count, FLOPs
-// per token, KV-cache bytes per token. Presets carry the published config.json dimensions of the models the
-// HybridFlow paper and its users train; `hybridflow plan --model DIR` reads a config.json into the same
-// struct (apps/cmd_plan.cpp, through the model layer's parser).
+// The dimensions of a Llama / Qwen-family decoder that its costs follow from: parameter count, FLOPs
+// per token, KV-cache bytes per token. Presets are the published architectures of the model layer's table
+// (model/model_presets.h); `hybridflow plan --model DIR` reads a config.json into the same struct. The
+// parameter count is the model layer's (model/model_size.h), so the planner and the engines agree on it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "hybridflow/model/model_config.h"
 
 namespace hybridflow::placement {
 
@@ -21,6 +23,12 @@ struct ModelShape {
   int64_t vocab = 0;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  bool qk_norm = false;  // Qwen3's per-head q/k RMSNorm
+  // config.json's model_type; empty: qwen2 with qkv_bias (no o_proj bias), else llama (o_proj bias with it).
+  std::string model_type;
+
+  // The config these dimensions describe (the fields config.json has beyond them keep their defaults).
+  ModelConfig model_config() const;
 
   // Parameters of one decoder layer: attention projections (and biases), the gated MLP, two norms.
   double layer_parameters() const;
@@ -39,7 +47,11 @@ struct ModelShape {
   void validate() const;  // Error naming the first field that is not positive or not consistent
 };
 
-// "llama-7b", "llama-13b", "llama-34b", "llama-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b".
+// The dimensions of a model config; `name` names it in messages.
+ModelShape model_shape_of(const ModelConfig& config, const std::string& name);
+
+// The published presets of model/model_presets.h: "qwen2.5-0.5b", "qwen3-0.6b", ..., "llama-7b", ...,
+// "qwen2.5-72b".
 std::vector<std::string> model_preset_names();
 // Error naming the known presets for an unknown name.
 ModelShape model_preset(const std::string& name);

@@ -27,6 +27,10 @@ std::string rl_trainer_defaults_yaml();
 // Loads a user's YAML over the defaults, then applies key=value overrides.
 Config load_rl_config(const std::string& user_file, const std::vector<std::string>& overrides);
 
+// The run's settings (trainer/run_spec.h) that RLTrainer builds from `config`, with their checks: for a
+// caller that needs one before the trainer starts (`hybridflow train --dashboard`: the run directory).
+RunSpec rl_run_spec(const Config& config);
+
 // Tokens generated per response: actor_rollout_ref.rollout.response_length when set, else verl's
 // data.max_response_length (verl's rollout.response_length defaults to it the same way).
 int64_t rl_response_length(const Config& config);

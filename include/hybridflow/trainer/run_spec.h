@@ -1,6 +1,7 @@
 // The run's settings besides the roles' (workers/role_specs.h), typed: the trainer's loop and checkpoints
 // (trainer.*), the data order and batch sizes (data.*), the algorithm (algorithm.*) and how sequences are
-// scored (reward.*, cost.*, reward_model.reward_clip and .overlong_buffer). Built once when the trainer is
+// scored (reward.*, cost.*, reward_model.reward_clip and .overlong_buffer; the command / HTTP scorers'
+// keys too, as workers/reward_function.h's RewardFunctionSpec). Built once when the trainer is
 // built, with every check and default of these keys in one place (src/trainer/run_spec_builders.cpp); the
 // step, the stages, the built-in programs and the checkpoint code read the fields, never the keys. A
 // program of one's own reads its own extra keys through RLStep::config() (docs/new_algorithm.md).
@@ -16,6 +17,7 @@
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/rollout_correction.h"
 #include "hybridflow/algo/safe_rlhf.h"
+#include "hybridflow/workers/reward_function.h"
 
 namespace hybridflow {
 
@@ -79,6 +81,10 @@ struct ScoringSpec {
   std::string reward_type;  // reward.type: task | none | command | http
   std::string cost_type;    // cost.type: none | contains | command | http
   std::vector<std::string> cost_contains;  // cost.contains (cost.type contains)
+  // The scorers a section describes (workers/reward_function.h), checked: the reward's for reward.type
+  // command or http, or task with reward.task set (unset: data.task's own rule, or 0 for none); the
+  // cost's for cost.type command or http.
+  std::optional<RewardFunctionSpec> reward_function, cost_function;
   bool reward_model = false;  // reward_model.enable
   bool cost_model = false;    // cost_model.enable
   std::optional<std::pair<double, double>> reward_clip;  // reward_model.reward_clip: [lo, hi] or none

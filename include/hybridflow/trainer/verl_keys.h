@@ -20,6 +20,7 @@ const KeyCompat& verl_key_compat();
 // data.train_batch_size, verl's dataloader dropping the last partial batch); trainer.n_gpus_per_node x
 // trainer.nnodes -> actor_rollout_ref.num_processes and critic.num_processes; trainer.project_name and
 // experiment_name -> trainer.run_dir checkpoints/<project>/<experiment> (verl's default_local_dir).
+// Only verl's own keys are read here; the data keys and trainer.nnodes come through the run spec's readers.
 std::vector<std::string> verl_derived_overrides(const Config& config);
 
 }  // namespace hybridflow

@@ -2,8 +2,9 @@
 // endpoint, or a built-in task's scorer. All score a whole batch per call, so a slow scorer pays its
 // start-up cost once per batch, not once per response.
 //
-// Config section `reward` (schema in kRewardConfigDefaults; load it with Config::load and pass
-// config.subtree("reward") to make_reward_function):
+// Configured by the `reward` section (schema in kRewardConfigDefaults), or the `cost` section's command /
+// http scorer; the trainer reads the section once into a RewardFunctionSpec (its scoring spec,
+// trainer/run_spec.h) and make_reward_function builds the scorer from that spec, reading no key itself:
 //   type:          task | command | http
 //   command:       argv list, e.g. [python3, score.py]; run without a shell (no injection). type=command
 //   shell:         a command string run with /bin/sh -c, instead of `command` (user-trusted text)
@@ -25,12 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace hybridflow {
-
-class Config;
 
 struct RewardRequest {
   std::string prompt;
@@ -68,8 +68,25 @@ extern const std::string kRewardConfigDefaults;
 // their defaults, as YAML lines indented under a section: the reward's, and the cost's of the RL trainer.
 extern const std::string kScorerKeysYaml;
 
-// `reward` is a scorer's section (e.g. config.subtree("reward")) with the keys of kScorerKeysYaml; a
-// `task` key too for type task. Unknown type or missing command/url -> Error naming the key.
-std::unique_ptr<RewardFunction> make_reward_function(const Config& reward);
+// A scorer, typed: the keys of a scorer's section (kScorerKeysYaml, and `task` in the reward's). The
+// member defaults are the schema's, for a spec built in code; the trainer sets every field.
+struct RewardFunctionSpec {
+  std::string section = "reward";  // the configuration section it came from: errors name <section>.<key>
+  std::string type = "task";       // task | command | http
+  std::optional<std::vector<std::string>> command;  // argv, run without a shell (type command) ...
+  std::optional<std::string> shell;                 // ... or a command line for /bin/sh -c: exactly one of the two
+  std::optional<std::string> url;                   // http://HOST:PORT/PATH (type http)
+  std::vector<std::string> allowed_hosts;           // hosts besides loopback that url may name
+  double timeout_s = 60.0;
+  int64_t max_output_bytes = kDefaultRewardMaxOutputBytes;
+  std::optional<std::string> task;  // the built-in task whose rule scores (type task)
+};
+
+// Whether `spec` makes a scorer: a known type with what it needs set (exactly one of command and shell, a
+// url, a task) and max_output_bytes > 0. Otherwise an Error naming <section>.<key>.
+void check_reward_function_spec(const RewardFunctionSpec& spec);
+
+// The scorer `spec` describes (checked as check_reward_function_spec does).
+std::unique_ptr<RewardFunction> make_reward_function(const RewardFunctionSpec& spec);
 
 }  // namespace hybridflow
