@@ -40,7 +40,7 @@ struct BenchOptions {
   bool static_baseline = true;
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
-  bool slots_baseline = true;      // also decode and roll out on the slots (same run) when kv_cache is paged
+  bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
   double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
   double gpu_memory_utilization = 0.5;
   int64_t steps = 3;
@@ -210,6 +210,28 @@ int run_machine(const BenchOptions& o) {
   return 0;
 }
 
+// --kv-cache: continuous batching on the paged cache (with --slots-baseline also on the slots, in the same
+// run) or on the slots. Off by default: at a real size the slots' slabs may not fit where the blocks do.
+bool paged_kv_cache(const BenchOptions& o) {
+  HF_CHECK(o.kv_cache == "paged" || o.kv_cache == "slots", "bench: --kv-cache must be paged or slots, got '",
+           o.kv_cache, "'");
+  return o.kv_cache == "paged";
+}
+bool compares_slots(const BenchOptions& o) { return paged_kv_cache(o) && o.slots_baseline; }
+
+// The KV cache's figures: the peak it held, and on a paged line beside the slots the slots' peak and the
+// ratio of their times.
+void add_cache_extras(const BenchOptions& o, Measurement& m, bool on_paged, int64_t peak_bytes, double seconds,
+                      double slots_seconds, int64_t slots_peak_bytes) {
+  m.extra["kv_cache"] = on_paged ? "paged" : "slots";
+  m.extra["kv_peak_MB"] = static_cast<double>(peak_bytes) / 1e6;
+  if (!on_paged) return;
+  m.extra["kv_block_size"] = o.kv_block_size;
+  if (!compares_slots(o)) return;
+  m.extra["slots_kv_peak_MB"] = static_cast<double>(slots_peak_bytes) / 1e6;
+  m.extra["speed_vs_slots"] = slots_seconds / seconds;
+}
+
 void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   CausalLM& model = *s.model;
   Measurement bandwidth;
@@ -220,22 +242,7 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
   // Decode attends to the prompt and, on average, half the response.
   const double decode_context = static_cast<double>(o.prompt_length) + static_cast<double>(o.response_length) / 2.0;
-  HF_CHECK(o.kv_cache == "paged" || o.kv_cache == "slots", "bench: --kv-cache must be paged or slots, got '",
-           o.kv_cache, "'");
-  const bool paged = o.kv_cache == "paged";
-  const bool compare_slots = paged && o.slots_baseline;
-  // The KV cache's figures: the peak it held, and on a paged line beside the slots the slots' peak and the
-  // ratio of their times.
-  auto add_cache_extras = [&](Measurement& m, bool on_paged, int64_t peak_bytes, double seconds, double slots_seconds,
-                              int64_t slots_peak_bytes) {
-    m.extra["kv_cache"] = on_paged ? "paged" : "slots";
-    m.extra["kv_peak_MB"] = static_cast<double>(peak_bytes) / 1e6;
-    if (!on_paged) return;
-    m.extra["kv_block_size"] = o.kv_block_size;
-    if (!compare_slots) return;
-    m.extra["slots_kv_peak_MB"] = static_cast<double>(slots_peak_bytes) / 1e6;
-    m.extra["speed_vs_slots"] = slots_seconds / seconds;
-  };
+  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o);
   DecodeSpeed last;
   for (int64_t b : batches) {
     const DecodeSpeed speed = measure_decode(model, b, o.prompt_length, o.response_length, 2, paged, o.kv_block_size);
@@ -260,7 +267,7 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
     }
     m.extra["seconds"] = speed.seconds;
     // Decode alone: the time past the prefill, as decode_tokens_per_s.
-    add_cache_extras(m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
+    add_cache_extras(o, m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
                      compare_slots ? 1.0 / slots.decode_tokens_per_s : 0.0, slots.kv_peak_bytes);
     print_measurement(m, o.json);
   }
@@ -283,6 +290,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   // tokens up to its stop) per second, against the model's matmuls with every row of the batch busy. First
   // the static batch (the generator before continuous batching, same tokens), then continuous batching, and
   // the ratio of their times.
+  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o);
   RolloutOptions ro;
   ro.prompts = o.rollout_prompts;
   ro.samples = o.samples;
@@ -321,13 +329,13 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
   if (compare_slots) {
     Measurement m = rollout_line(on_slots, "rollout slots");
-    add_cache_extras(m, false, on_slots.kv_cache.peak_bytes, 0, 0, 0);
+    add_cache_extras(o, m, false, on_slots.kv_cache.peak_bytes, 0, 0, 0);
     print_measurement(m, o.json);
   }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
   if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
-  add_cache_extras(rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
+  add_cache_extras(o, rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
   if (paged) {
     rollout.extra["kv_pool_blocks"] = r.kv_cache.pool_blocks;
     rollout.extra["kv_peak_blocks"] = r.kv_cache.peak_blocks;
@@ -471,8 +479,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
                   "fraction of --memory-budget-mb the rollout may use (verl's rollout.gpu_memory_utilization)")
       ->capture_default_str();
-  gen->add_flag("!--no-slots-baseline", opts->slots_baseline,
-                "with --kv-cache paged, skip the same decode and rollout on the slots (the in-run baseline)");
+  gen->add_flag("--slots-baseline", opts->slots_baseline,
+                "with --kv-cache paged, also decode and roll out on the slots (the in-run baseline)");
   gen->add_flag("!--no-static-baseline", opts->static_baseline,
                 "skip the rollout on the static batch (the in-run baseline of the rollout's speed-up)");
   train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();

@@ -56,7 +56,7 @@ TEST(CliBench, MachineMeasuresBandwidthAndMatmuls) {
 
 TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
   CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 4 --rollout-prompts 4 --samples 2 "
-                                   "--stop-every 4 --max-num-seqs 4" + kTiny);
+                                   "--stop-every 4 --max-num-seqs 4 --slots-baseline" + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::set<std::string> what;
   double rollout_length = -1, static_length = -2, slots_length = -3;
