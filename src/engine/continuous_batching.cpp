@@ -52,10 +52,12 @@ struct Row {
   int64_t paged = -1;  // its sequence in the block manager (paged cache)
 };
 
-// The paged pool's size in blocks for cfg (see GenerationConfig): given, from the memory budget, or what
-// every prompt's samples can hold at their longest (then nothing waits for blocks).
+// The paged pool's size in blocks for cfg (see GenerationConfig): given, from the memory budget, or by default
+// what the running sequences can hold at their longest, so that nothing waits for blocks: every prompt's
+// samples at once, or, when fewer sequences run at once (slots), that many each with a whole table and a
+// copied block (a prompt's shared blocks are held by at most its running samples) - the slabs' size, about.
 int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationConfig& cfg, const BlockManager& sizing) {
+                          const GenerationConfig& cfg, int64_t slots, const BlockManager& sizing) {
   if (cfg.kv_cache_blocks > 0) return cfg.kv_cache_blocks;
   const ModelConfig& c = model->config();
   if (cfg.memory_budget_bytes > 0) {
@@ -68,12 +70,14 @@ int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t
     return kv_blocks_in_budget(static_cast<double>(cfg.memory_budget_bytes), cfg.gpu_memory_utilization, weight_bytes,
                                block_bytes);
   }
-  int64_t blocks = 0;
+  int64_t every_prompt = 0, longest_sequence = 0;
   for (const auto& p : prompts) {
     const auto length = static_cast<int64_t>(p.size());
-    blocks += sizing.worst_case_blocks(length, cfg.n, length + std::max<int64_t>(cfg.max_new_tokens - 1, 0));
+    const int64_t most = length + std::max<int64_t>(cfg.max_new_tokens - 1, 0);
+    every_prompt += sizing.worst_case_blocks(length, cfg.n, most);
+    longest_sequence = std::max(longest_sequence, sizing.blocks_for(most) + 1);
   }
-  return std::max<int64_t>(blocks, 1);
+  return std::max<int64_t>(std::min(every_prompt, slots * longest_sequence), 1);
 }
 
 class Scheduler {
@@ -96,7 +100,7 @@ class Scheduler {
     for (int64_t s = 0; s < slots; ++s) free_slots_.insert(s);
     if (cfg.paged_kv_cache) {
       const BlockManager sizing(1, cfg.kv_block_size);
-      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, sizing), cfg.kv_block_size);
+      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing), cfg.kv_block_size);
     }
   }
 

@@ -52,7 +52,8 @@ struct GenerationConfig {
   int64_t kv_block_size = 16;
   // The pool: kv_cache_blocks blocks when > 0; else, when memory_budget_bytes > 0, gpu_memory_utilization of
   // it less the weights (verl's rollout.gpu_memory_utilization; the budget is one device's memory, the
-  // blocks span every layer of the model); else enough for every sequence at its longest at once.
+  // blocks span every layer of the model); else enough for the sequences that run at once (max_num_seqs) at
+  // their longest, so that the blocks never hold a prompt back.
   int64_t kv_cache_blocks = 0;
   double gpu_memory_utilization = 0.5;
   int64_t memory_budget_bytes = 0;
