@@ -38,6 +38,11 @@ struct BenchOptions {
   int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
   int64_t max_num_seqs = 1024;  // the trainer's default (actor_rollout_ref.rollout.max_num_seqs)
   bool static_baseline = true;
+  std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
+  int64_t kv_block_size = 16;
+  bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
+  double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
+  double gpu_memory_utilization = 0.5;
   int64_t steps = 3;
   int64_t rl_rows = 32, micro_rows = 8;
   std::vector<int64_t> logits_vocab = {32768, 151936};
@@ -205,6 +210,28 @@ int run_machine(const BenchOptions& o) {
   return 0;
 }
 
+// --kv-cache: continuous batching on the paged cache (with --slots-baseline also on the slots, in the same
+// run) or on the slots. Off by default: at a real size the slots' slabs may not fit where the blocks do.
+bool paged_kv_cache(const BenchOptions& o) {
+  HF_CHECK(o.kv_cache == "paged" || o.kv_cache == "slots", "bench: --kv-cache must be paged or slots, got '",
+           o.kv_cache, "'");
+  return o.kv_cache == "paged";
+}
+bool compares_slots(const BenchOptions& o) { return paged_kv_cache(o) && o.slots_baseline; }
+
+// The KV cache's figures: the peak it held, and on a paged line beside the slots the slots' peak and the
+// ratio of their times.
+void add_cache_extras(const BenchOptions& o, Measurement& m, bool on_paged, int64_t peak_bytes, double seconds,
+                      double slots_seconds, int64_t slots_peak_bytes) {
+  m.extra["kv_cache"] = on_paged ? "paged" : "slots";
+  m.extra["kv_peak_MB"] = static_cast<double>(peak_bytes) / 1e6;
+  if (!on_paged) return;
+  m.extra["kv_block_size"] = o.kv_block_size;
+  if (!compares_slots(o)) return;
+  m.extra["slots_kv_peak_MB"] = static_cast<double>(slots_peak_bytes) / 1e6;
+  m.extra["speed_vs_slots"] = slots_seconds / seconds;
+}
+
 void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   CausalLM& model = *s.model;
   Measurement bandwidth;
@@ -215,9 +242,12 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
   // Decode attends to the prompt and, on average, half the response.
   const double decode_context = static_cast<double>(o.prompt_length) + static_cast<double>(o.response_length) / 2.0;
+  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o);
   DecodeSpeed last;
   for (int64_t b : batches) {
-    const DecodeSpeed speed = measure_decode(model, b, o.prompt_length, o.response_length);
+    const DecodeSpeed speed = measure_decode(model, b, o.prompt_length, o.response_length, 2, paged, o.kv_block_size);
+    const DecodeSpeed slots =
+        compare_slots ? measure_decode(model, b, o.prompt_length, o.response_length, 2, false) : DecodeSpeed{};
     last = speed;
     Measurement m;
     m.what = "decode";
@@ -236,6 +266,9 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
       m.achieved = forward_flops_per_token(s.config, decode_context) * m.tokens_per_s / 1e9;
     }
     m.extra["seconds"] = speed.seconds;
+    // Decode alone: the time past the prefill, as decode_tokens_per_s.
+    add_cache_extras(o, m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
+                     compare_slots ? 1.0 / slots.decode_tokens_per_s : 0.0, slots.kv_peak_bytes);
     print_measurement(m, o.json);
   }
   // Prefill at the largest batch: the most rows, the most stable figure.
@@ -257,6 +290,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   // tokens up to its stop) per second, against the model's matmuls with every row of the batch busy. First
   // the static batch (the generator before continuous batching, same tokens), then continuous batching, and
   // the ratio of their times.
+  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o);
   RolloutOptions ro;
   ro.prompts = o.rollout_prompts;
   ro.samples = o.samples;
@@ -264,10 +298,16 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.max_length = o.response_length;
   ro.stop_every = o.stop_every;
   ro.max_num_seqs = o.max_num_seqs;
+  ro.paged_kv_cache = paged;
+  ro.kv_block_size = o.kv_block_size;
+  ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.continuous = false;
   const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
   const RolloutSpeed r = measure_rollout(model, ro);
+  ro.paged_kv_cache = false;
+  const RolloutSpeed on_slots = compare_slots ? measure_rollout(model, ro) : RolloutSpeed{};
   auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
     Measurement m = matmul_bound(s, speed.rows);
     m.what = what;
@@ -287,9 +327,20 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
     return m;
   };
   if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
+  if (compare_slots) {
+    Measurement m = rollout_line(on_slots, "rollout slots");
+    add_cache_extras(o, m, false, on_slots.kv_cache.peak_bytes, 0, 0, 0);
+    print_measurement(m, o.json);
+  }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
   if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
+  add_cache_extras(o, rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
+  if (paged) {
+    rollout.extra["kv_pool_blocks"] = r.kv_cache.pool_blocks;
+    rollout.extra["kv_peak_blocks"] = r.kv_cache.peak_blocks;
+    rollout.extra["kv_sequences_fit"] = r.kv_cache.sequences_fit;
+  }
   print_measurement(rollout, o.json);
 }
 
@@ -418,6 +469,18 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--max-num-seqs", opts->max_num_seqs,
                   "continuous batching's slots for the rollout (0 = every sequence at once)")
       ->capture_default_str();
+  gen->add_option("--kv-cache", opts->kv_cache, "continuous batching's KV cache: paged | slots")->capture_default_str();
+  gen->add_option("--kv-block-size", opts->kv_block_size, "positions per block of the paged KV cache")
+      ->capture_default_str();
+  gen->add_option("--memory-budget-mb", opts->memory_budget_mb,
+                  "the rollout's paged KV pool: --gpu-memory-utilization of this many MB less the weights "
+                  "(0 = room for every sequence)")
+      ->capture_default_str();
+  gen->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
+                  "fraction of --memory-budget-mb the rollout may use (verl's rollout.gpu_memory_utilization)")
+      ->capture_default_str();
+  gen->add_flag("--slots-baseline", opts->slots_baseline,
+                "with --kv-cache paged, also decode and roll out on the slots (the in-run baseline)");
   gen->add_flag("!--no-static-baseline", opts->static_baseline,
                 "skip the rollout on the static batch (the in-run baseline of the rollout's speed-up)");
   train->add_option("--steps", opts->steps, "timed optimizer steps")->capture_default_str();

@@ -4,15 +4,26 @@
 // for each running sequence at its own position (CausalLM::decode_slots), and a sequence that ends frees
 // its slot at once. Nothing is gathered or compacted when sequences end: rows just stop naming their slot.
 //
+// With the paged KV cache (cfg.paged_kv_cache) the slots are only the rows' places in the batch (the same
+// row order as the slab cache's, so the same arithmetic); keys and values live in blocks of a shared pool
+// (BlockManager): a prompt is prefilled and stored once for its n samples, which copy its partly filled last
+// block when they first write, blocks are taken as tokens arrive and freed when a sequence ends, and a
+// prompt is admitted when, besides free slots, the blocks its samples can ever hold are free and unreserved.
+//
 // Every pipeline stage runs this same schedule: the last stage's tokens reach all stages (StageLink), and
-// the schedule depends on nothing else.
+// the schedule depends on nothing else (the block pool is sized from the whole model, the same on every
+// stage).
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/block_manager.h"
+#include "hybridflow/model/model_size.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow::generation {
 namespace {
@@ -27,7 +38,7 @@ torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOp
   const size_t bytes = static_cast<size_t>(count) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   void* memory = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   HF_CHECK(memory != MAP_FAILED, "generation: cannot map ", bytes,
-           " bytes for the KV cache (max_num_seqs sets its rows)");
+           " bytes for the KV cache (max_num_seqs sets a slab's rows, kv_cache_blocks a pool's blocks)");
   return torch::from_blob(
       memory, sizes, [bytes](void* p) { munmap(p, std::max<size_t>(bytes, 1)); }, options);
 }
@@ -38,7 +49,36 @@ struct Row {
   int64_t slot = 0;
   int64_t length = 0;  // positions in its slot's cache
   int64_t token = 0;   // the last token drawn: the next step's input
+  int64_t paged = -1;  // its sequence in the block manager (paged cache)
 };
+
+// The paged pool's size in blocks for cfg (see GenerationConfig): given, from the memory budget, or by default
+// what the running sequences can hold at their longest, so that nothing waits for blocks: every prompt's
+// samples at once, or, when fewer sequences run at once (slots), that many each with a whole table and a
+// copied block (a prompt's shared blocks are held by at most its running samples) - the slabs' size, about.
+int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const GenerationConfig& cfg, int64_t slots, const BlockManager& sizing) {
+  if (cfg.kv_cache_blocks > 0) return cfg.kv_cache_blocks;
+  const ModelConfig& c = model->config();
+  if (cfg.memory_budget_bytes > 0) {
+    const int tp = model->tensor_parallel().size();
+    const int64_t kv_heads = kv_heads_replicated(c, tp) ? 1 : c.num_key_value_heads / tp;
+    const auto element = static_cast<double>(model->parameters().front().element_size());
+    const double block_bytes =
+        2.0 * static_cast<double>(c.num_hidden_layers * kv_heads * cfg.kv_block_size * c.head_dim()) * element;
+    const double weight_bytes = model_size(c).parameters() / tp * element;
+    return kv_blocks_in_budget(static_cast<double>(cfg.memory_budget_bytes), cfg.gpu_memory_utilization, weight_bytes,
+                               block_bytes);
+  }
+  int64_t every_prompt = 0, longest_sequence = 0;
+  for (const auto& p : prompts) {
+    const auto length = static_cast<int64_t>(p.size());
+    const int64_t most = length + std::max<int64_t>(cfg.max_new_tokens - 1, 0);
+    every_prompt += sizing.worst_case_blocks(length, cfg.n, most);
+    longest_sequence = std::max(longest_sequence, sizing.blocks_for(most) + 1);
+  }
+  return std::max<int64_t>(std::min(every_prompt, slots * longest_sequence), 1);
+}
 
 class Scheduler {
  public:
@@ -58,6 +98,10 @@ class Scheduler {
     const int64_t slots = std::min(total_, std::max(cfg.n, cfg.max_num_seqs > 0 ? cfg.max_num_seqs : total_));
     slot_count_ = slots;
     for (int64_t s = 0; s < slots; ++s) free_slots_.insert(s);
+    if (cfg.paged_kv_cache) {
+      const BlockManager sizing(1, cfg.kv_block_size);
+      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing), cfg.kv_block_size);
+    }
   }
 
   void run() {
@@ -91,6 +135,21 @@ class Scheduler {
     out.responses = responses.to(device_);
     out.response_mask = mask.to(device_);
     out.log_probs = log_probs.to(device_);
+    KVCacheReport& report = out.kv_cache;
+    int64_t longest_prompt = 0;
+    for (const auto& p : prompts_) longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(p.size()));
+    if (blocks_) {
+      report.block_bytes = paged_.block_bytes();
+      report.pool_blocks = blocks_->num_blocks();
+      report.peak_blocks = blocks_->peak_used_blocks();
+      report.peak_bytes = report.peak_blocks * report.block_bytes;
+      report.sequences_fit = sequences_that_fit(report.pool_blocks, blocks_->block_size(),
+                                                std::max<int64_t>(1, longest_prompt + cfg_.max_new_tokens - 1));
+    } else {
+      for (const auto* slabs : {&cache_.keys, &cache_.values})
+        for (const auto& slab : *slabs) report.peak_bytes += slab.numel() * static_cast<int64_t>(slab.element_size());
+      report.sequences_fit = slot_count_;
+    }
     return out;
   }
 
@@ -98,7 +157,27 @@ class Scheduler {
   // Prefills as many waiting prompts as have room for all their samples; false when none has.
   bool admit() {
     const int64_t waiting = static_cast<int64_t>(prompts_.size()) - next_prompt_;
-    const int64_t count = std::min<int64_t>(waiting, static_cast<int64_t>(free_slots_.size()) / cfg_.n);
+    int64_t count = std::min<int64_t>(waiting, static_cast<int64_t>(free_slots_.size()) / cfg_.n);
+    // Paged: the prompts whose samples' blocks fit too, in order; their blocks are taken now.
+    std::vector<std::vector<int64_t>> block_sequences;
+    if (blocks_) {
+      int64_t fit = 0;
+      while (fit < count) {
+        const auto length = static_cast<int64_t>(prompt(fit).size());
+        const int64_t most = length + cfg_.max_new_tokens - 1;
+        if (!blocks_->can_admit(length, cfg_.n, most)) {
+          HF_CHECK(fit > 0 || !rows_.empty(), "generation: a prompt of ", length, " tokens with n = ", cfg_.n,
+                   " samples of up to ", cfg_.max_new_tokens, " new tokens needs ",
+                   blocks_->worst_case_blocks(length, cfg_.n, most), " KV blocks of ", blocks_->block_size(),
+                   " positions; the pool has ", blocks_->num_blocks(),
+                   " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
+          break;
+        }
+        block_sequences.push_back(blocks_->admit(length, cfg_.n, most));
+        ++fit;
+      }
+      count = fit;
+    }
     if (count <= 0) return false;
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
     // Right-padded: every prompt starts at position 0, as in its slot.
@@ -137,11 +216,22 @@ class Scheduler {
         row.slot = *free_slots_.begin();
         free_slots_.erase(free_slots_.begin());
         row.length = last_position[static_cast<size_t>(i)] + 1;
+        if (blocks_) row.paged = block_sequences[static_cast<size_t>(i)][static_cast<size_t>(j)];
         admitted.push_back(row);
         slots.push_back(row.slot);
         sources.push_back(i);
       }
-    copy_to_slots(prefill, slots, sources, width);
+    if (blocks_) {
+      std::vector<std::vector<int64_t>> tables;
+      std::vector<int64_t> lengths;
+      for (int64_t i = 0; i < count; ++i) {
+        tables.push_back(blocks_->table(block_sequences[static_cast<size_t>(i)][0]));
+        lengths.push_back(last_position[static_cast<size_t>(i)] + 1);
+      }
+      write_to_blocks(prefill, tables, lengths);
+    } else {
+      copy_to_slots(prefill, slots, sources, width);
+    }
 
     torch::Tensor tokens, log_probs;
     if (link_.samples()) {
@@ -169,7 +259,19 @@ class Scheduler {
     }
     link_.receive(count, 1);
     auto ids = torch::tensor(inputs, torch::TensorOptions().dtype(torch::kInt64)).view({count, 1}).to(device_);
-    torch::Tensor hidden = model_->decode_slots(ids, slots, lengths, cache_);
+    torch::Tensor hidden;
+    if (blocks_) {
+      std::vector<std::vector<int64_t>> tables;
+      for (const Row& row : rows_) {
+        // Room for the input token's key and value; a shared block is copied before the step writes to it.
+        const BlockManager::Append where = blocks_->append(row.paged);
+        if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+        tables.push_back(blocks_->table(row.paged));
+      }
+      hidden = model_->decode_paged(ids, tables, lengths, paged_);
+    } else {
+      hidden = model_->decode_slots(ids, slots, lengths, cache_);
+    }
     link_.send(hidden);
     for (Row& row : rows_) ++row.length;  // the input token is in the cache now
     torch::Tensor tokens, log_probs;
@@ -202,6 +304,7 @@ class Scheduler {
       row.token = t[r - first];
       if (is_eos(cfg_, row.token) || static_cast<int64_t>(generated.size()) == cfg_.max_new_tokens) {
         free_slots_.insert(row.slot);
+        if (blocks_) blocks_->release(row.paged);
       } else {
         running.push_back(row);
       }
@@ -235,6 +338,20 @@ class Scheduler {
     }
   }
 
+  // Writes each admitted prompt's prefill into its blocks (once, whatever its n); makes the pools
+  // [blocks, kv_heads, block_size, head_dim] on the first call, zeros as the slabs.
+  void write_to_blocks(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
+                       const std::vector<int64_t>& lengths) {
+    if (paged_.keys.empty()) {
+      for (const auto& k : prefill.keys) {
+        const std::vector<int64_t> sizes = {blocks_->num_blocks(), k.size(1), blocks_->block_size(), k.size(3)};
+        paged_.keys.push_back(zero_slab(sizes, k.options()));
+        paged_.values.push_back(zero_slab(sizes, k.options()));
+      }
+    }
+    paged_.write_prefill(prefill, tables, lengths);
+  }
+
   const std::vector<int64_t>& prompt(int64_t offset) const {
     return prompts_[static_cast<size_t>(next_prompt_ + offset)];
   }
@@ -249,6 +366,8 @@ class Scheduler {
   std::set<int64_t> free_slots_;
   std::vector<Row> rows_;
   KVCache cache_;
+  std::optional<BlockManager> blocks_;  // paged cache only
+  PagedKVCache paged_;
   std::vector<std::vector<int64_t>> tokens_;  // per sequence
   std::vector<std::vector<float>> log_probs_;
 };

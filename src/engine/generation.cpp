@@ -26,6 +26,10 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
            "] (0 = all)");
   HF_CHECK(cfg.max_num_seqs >= 0, "generation: max_num_seqs must be >= 0 (0 = every sequence at once), got ",
            cfg.max_num_seqs);
+  HF_CHECK(cfg.kv_block_size >= 1, "generation: kv_block_size must be >= 1 token, got ", cfg.kv_block_size);
+  HF_CHECK(cfg.kv_cache_blocks >= 0 && cfg.memory_budget_bytes >= 0,
+           "generation: kv_cache_blocks and memory_budget_bytes must be >= 0 (0 = not set), got ", cfg.kv_cache_blocks,
+           " and ", cfg.memory_budget_bytes);
 }
 
 // Restores train/eval mode on scope exit, also when generation throws.

@@ -195,19 +195,26 @@ struct AttentionArgs {
   int64_t q_stride, kv_stride;
   const float* q_norm;
   const float* k_norm;
-  float* keys;  // slabs [slots, kv_heads, capacity, head_dim]
+  float* keys;  // pools [blocks, kv_heads, block_size, head_dim]
   float* values;
-  int64_t capacity;
-  const int64_t* slots;
+  BlockTables tables;
   const int64_t* lengths;
   const float* cos;  // [rows, head_dim]
   const float* sin;
   float* out;  // [rows, heads * head_dim]
 };
 
+// Row r's position p of KV head g in a pool (see BlockTables).
+float* cache_row(float* pool, const AttentionArgs& a, int64_t r, int64_t g, int64_t p) {
+  const BlockTables& t = a.tables;
+  const int64_t block = t.ids[r * t.width + p / t.block_size];
+  return pool + ((block * a.shape->kv_heads + g) * t.block_size + p % t.block_size) * a.shape->head_dim;
+}
+
 // One row and one KV head: its key and value into the cache (normed, rotated), then its query heads'
-// attention over the slot's positions.
-void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float>& scratch) {
+// attention over the sequence's positions, each found once through its block table.
+void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float>& scratch,
+                 std::vector<const float*>& rows) {
   const Shape& s = *a.shape;
   const Kernels& k = kernels();
   const int64_t d = s.head_dim, q_dim = s.heads * d, group = s.heads / s.kv_heads;
@@ -220,16 +227,26 @@ void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float
   float* scores = rotated + d;
   const float* cos = a.cos + r * d;
   const float* sin = a.sin + r * d;
-  const int64_t slab_offset = (a.slots[r] * s.kv_heads + g) * a.capacity * d;
-  float* keys = a.keys + slab_offset;
-  float* values = a.values + slab_offset;
   const float* key = a.k + r * a.kv_stride + g * d;
   if (a.k_norm != nullptr) {
     rms_norm_rows(key, 1, d, a.k_norm, s.eps, head);
     key = head;
   }
-  rotate(key, cos, sin, d, keys + pos * d);
-  std::copy_n(a.v + r * a.kv_stride + g * d, d, values + pos * d);
+  rotate(key, cos, sin, d, cache_row(a.keys, a, r, g, pos));
+  std::copy_n(a.v + r * a.kv_stride + g * d, d, cache_row(a.values, a, r, g, pos));
+  // The span's key rows, then its value rows: consecutive within a block.
+  rows.resize(static_cast<size_t>(2 * span));
+  const float** key_rows = rows.data();
+  const float** value_rows = key_rows + span;
+  for (int64_t p = 0; p < span;) {
+    const float* key_row = cache_row(a.keys, a, r, g, first + p);
+    const float* value_row = cache_row(a.values, a, r, g, first + p);
+    const int64_t run = std::min(span - p, a.tables.block_size - (first + p) % a.tables.block_size);
+    for (int64_t i = 0; i < run; ++i, ++p) {
+      key_rows[p] = key_row + i * d;
+      value_rows[p] = value_row + i * d;
+    }
+  }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t j = 0; j < group; ++j) {
@@ -242,7 +259,7 @@ void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float
     rotate(query, cos, sin, d, rotated);
     float top = -std::numeric_limits<float>::infinity();
     for (int64_t p = 0; p < span; ++p) {
-      scores[p] = k.dot(rotated, keys + (first + p) * d, d) * scale;
+      scores[p] = k.dot(rotated, key_rows[p], d) * scale;
       top = std::max(top, scores[p]);
     }
     float total = 0;
@@ -252,7 +269,7 @@ void attend_unit(const AttentionArgs& a, int64_t r, int64_t g, std::vector<float
     }
     float* out = a.out + r * q_dim + h * d;
     std::fill_n(out, d, 0.0f);
-    for (int64_t p = 0; p < span; ++p) k.axpy(out, scores[p] / total, values + (first + p) * d, d);
+    for (int64_t p = 0; p < span; ++p) k.axpy(out, scores[p] / total, value_rows[p], d);
   }
 }
 
@@ -265,7 +282,9 @@ void attend(const AttentionArgs& a, int64_t rows) {
   at::parallel_for(0, rows * s.kv_heads, std::max<int64_t>(1, kParallelWeights / unit_work),
                    [&](int64_t begin, int64_t end) {
                      std::vector<float> scratch;
-                     for (int64_t u = begin; u < end; ++u) attend_unit(a, u / s.kv_heads, u % s.kv_heads, scratch);
+                     std::vector<const float*> rows;
+                     for (int64_t u = begin; u < end; ++u)
+                       attend_unit(a, u / s.kv_heads, u % s.kv_heads, scratch, rows);
                    });
 }
 
@@ -310,7 +329,7 @@ std::pair<int64_t, int64_t> share(int64_t n, int tid, int threads) {
 // share of each matrix's output features, of the attention units and of the residual update, with a
 // SpinBarrier between the phases that need the others' results.
 void decode_layers_few_rows(float* x, int64_t rows, const Shape& s, const std::vector<LayerWeights>& layers,
-                            std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const int64_t* slots,
+                            std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const BlockTables& tables,
                             const int64_t* lengths, const float* cos, const float* sin) {
   const int64_t hidden = s.hidden, d = s.head_dim, ffn = s.ffn;
   const int64_t q_dim = s.heads * d, kv_dim = s.kv_heads * d, qkv_dim = q_dim + 2 * kv_dim;
@@ -330,6 +349,7 @@ void decode_layers_few_rows(float* x, int64_t rows, const Shape& s, const std::v
   SpinBarrier barrier(threads);
   auto team = [&](int tid) {
     std::vector<float> normed(static_cast<size_t>(rows * hidden)), scratch;
+    std::vector<const float*> cache_rows;
     const auto [qkv_lo, qkv_hi] = share(qkv_dim, tid, threads);
     const auto [hid_lo, hid_hi] = share(hidden, tid, threads);
     const auto [ffn_lo, ffn_hi] = share(ffn, tid, threads);
@@ -362,13 +382,13 @@ void decode_layers_few_rows(float* x, int64_t rows, const Shape& s, const std::v
                          data(w.k_norm),
                          keys[l].data_ptr<float>(),
                          values[l].data_ptr<float>(),
-                         keys[l].size(2),
-                         slots,
+                         tables,
                          lengths,
                          cos,
                          sin,
                          attention.data()};
-      for (int64_t u = unit_lo; u < unit_hi; ++u) attend_unit(args, u / s.kv_heads, u % s.kv_heads, scratch);
+      for (int64_t u = unit_lo; u < unit_hi; ++u)
+        attend_unit(args, u / s.kv_heads, u % s.kv_heads, scratch, cache_rows);
       barrier.wait();
       k.rows_dot(w.o.data_ptr<float>(), q_dim, attention.data(), q_dim, rows, hid_lo, hid_hi, delta.data(), hidden);
       const float* o_bias = data(w.o_bias);
@@ -423,11 +443,11 @@ bool supports(const at::Tensor& h, const Shape& s, const std::vector<LayerWeight
 }
 
 void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights>& layers,
-                   std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const std::vector<int64_t>& slots,
+                   std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const BlockTables& tables,
                    const std::vector<int64_t>& lengths, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t rows = h.size(0), hidden = s.hidden, d = s.head_dim;
   if (rows <= kMaxVectorRows) {
-    decode_layers_few_rows(h.data_ptr<float>(), rows, s, layers, keys, values, slots.data(), lengths.data(),
+    decode_layers_few_rows(h.data_ptr<float>(), rows, s, layers, keys, values, tables, lengths.data(),
                            cos.data_ptr<float>(), sin.data_ptr<float>());
     return;
   }
@@ -461,8 +481,7 @@ void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights
                        data(w.k_norm),
                        keys[l].data_ptr<float>(),
                        values[l].data_ptr<float>(),
-                       keys[l].size(2),
-                       slots.data(),
+                       tables,
                        lengths.data(),
                        cos.data_ptr<float>(),
                        sin.data_ptr<float>(),

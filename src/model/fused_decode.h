@@ -10,10 +10,11 @@
 // new parallel region per operator. Past kMaxVectorRows rows the projections go to libtorch's matrix
 // multiply, which is faster there; norms, rotary, the cache and attention stay fused at any row count.
 //
-// Rows read and write their own KV-cache slot (continuous batching, engine/generation.h): row r appends its
-// key and value at position lengths[r] of slot slots[r] and attends to that slot's positions
-// [0, lengths[r]], so rows of different lengths share a step without padding and without gathering the
-// cache. Internal to the model layer (transformer.cpp decides when it applies).
+// Rows read and write their own sequence's cache (continuous batching, engine/generation.h): row r appends its
+// key and value at position lengths[r] and attends to its positions [0, lengths[r]], in a slot of its own or
+// in the blocks of its block table (a paged cache), so rows of different lengths share a step without
+// padding and without gathering the cache. Internal to the model layer (transformer.cpp decides when it
+// applies).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,11 +47,20 @@ struct Shape {
 // [out, in] and compute something else.
 bool supports(const at::Tensor& h, const Shape& shape, const std::vector<LayerWeights>& layers);
 
-// h [rows, hidden] float32, updated in place through `layers`. keys/values: one slab per layer,
-// [slots, kv_heads, capacity, head_dim] float32 contiguous. cos/sin [rows, head_dim] float32: the rotary
-// tables at each row's position lengths[r].
+// Where the rows' positions live in the per-layer pools [blocks, kv_heads, block_size, head_dim]: position p
+// of row r in block ids[r * width + p / block_size], at offset p % block_size. A slot cache is width 1,
+// block_size = its capacity and the slots as ids.
+struct BlockTables {
+  const int64_t* ids = nullptr;
+  int64_t width = 1;
+  int64_t block_size = 0;
+};
+
+// h [rows, hidden] float32, updated in place through `layers`. keys/values: one pool per layer (float32
+// contiguous), addressed through `tables`. cos/sin [rows, head_dim] float32: the rotary tables at each row's
+// position lengths[r].
 void decode_layers(at::Tensor& h, const Shape& shape, const std::vector<LayerWeights>& layers,
-                   std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const std::vector<int64_t>& slots,
+                   std::vector<at::Tensor>& keys, std::vector<at::Tensor>& values, const BlockTables& tables,
                    const std::vector<int64_t>& lengths, const at::Tensor& cos, const at::Tensor& sin);
 
 // x [rows, in] times w [out, in] transposed: [rows, out] float32, for rows <= kMaxVectorRows (the logits

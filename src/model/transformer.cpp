@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "hybridflow/core/error.h"
@@ -68,16 +69,21 @@ torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj
   return proj->bias.defined() ? out + proj->bias : out;
 }
 
-// Continuous batching's cache access in one decode step (CausalLMImpl::decode_slots): row r writes its key and
-// value at position lengths[r] of slot slots[r] and attends to positions [0, span) of that slot (its mask
-// hides whatever lies past its own length).
+// Continuous batching's cache access in one decode step (CausalLMImpl::decode_slots / decode_paged): row r
+// writes its key and value at position lengths[r] of its slot or block and attends to positions [0, span) of
+// its sequence (its mask hides whatever lies past its own length).
 struct SlotAccess {
-  torch::Tensor write_index;  // [rows * kv_heads]: rows of the slab viewed as [slots * kv_heads * capacity, head_dim]
-  torch::Tensor slots;        // [rows]; undefined when row r is slot r (a view then, no gather)
+  torch::Tensor write_index;  // [rows * kv_heads]: rows of the slab or pool viewed as [-1, head_dim]
+  torch::Tensor slots;        // slot cache: [rows]; undefined when row r is slot r (a view then, no gather)
+  torch::Tensor gather;       // paged cache: [rows * kv_heads * span] rows of the pool viewed as [-1, head_dim]
   int64_t rows = 0, span = 0;
 };
 
 torch::Tensor slot_rows(const torch::Tensor& slab, const SlotAccess& access) {
+  if (access.gather.defined()) {
+    const int64_t kv = slab.size(1), d = slab.size(3);
+    return slab.view({-1, d}).index_select(0, access.gather).view({access.rows, kv, access.span, d});
+  }
   auto filled = slab.narrow(2, 0, access.span);
   return access.slots.defined() ? filled.index_select(0, access.slots) : filled.narrow(0, 0, access.rows);
 }
@@ -394,20 +400,50 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
 
 torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                                          const std::vector<int64_t>& lengths, KVCache& cache) {
-  const int64_t b = input_ids.size(0);
-  HF_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && static_cast<int64_t>(slots.size()) == b &&
-               static_cast<int64_t>(lengths.size()) == b,
-           "CausalLM::decode_slots: input_ids must be [rows, 1] with a slot and a length per row, got ",
-           input_ids.sizes(), ", ", slots.size(), " slots and ", lengths.size(), " lengths");
   const int64_t local_layers = layer_range_.length;
   HF_CHECK(static_cast<int64_t>(cache.keys.size()) == local_layers && (local_layers == 0 || cache.keys[0].defined()),
            "CausalLM::decode_slots: the slot cache holds no slabs for this stage's ", local_layers,
            " layers (a prefill writes them first)");
   const int64_t capacity = local_layers > 0 ? cache.keys[0].size(2) : 0;
+  return decode_blocks(input_ids, slots, 1, capacity, lengths, cache.keys, cache.values, "decode_slots");
+}
+
+torch::Tensor CausalLMImpl::decode_paged(const torch::Tensor& input_ids, const std::vector<std::vector<int64_t>>& tables,
+                                         const std::vector<int64_t>& lengths, PagedKVCache& cache) {
+  const int64_t local_layers = layer_range_.length;
+  HF_CHECK(static_cast<int64_t>(cache.keys.size()) == local_layers && (local_layers == 0 || cache.keys[0].defined()),
+           "CausalLM::decode_paged: the paged cache holds no block pools for this stage's ", local_layers, " layers");
+  size_t width = 1;
+  for (const auto& t : tables) width = std::max(width, t.size());
+  // Rows with shorter tables name block 0 past their end: read only at masked positions.
+  std::vector<int64_t> flat(tables.size() * width, 0);
+  for (size_t r = 0; r < tables.size(); ++r) std::copy(tables[r].begin(), tables[r].end(), flat.begin() + r * width);
+  return decode_blocks(input_ids, flat, static_cast<int64_t>(width), cache.block_size(), lengths, cache.keys,
+                       cache.values, "decode_paged");
+}
+
+torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables,
+                                          int64_t width, int64_t block_size, const std::vector<int64_t>& lengths,
+                                          std::vector<torch::Tensor>& keys, std::vector<torch::Tensor>& values,
+                                          const char* caller) {
+  const int64_t b = input_ids.size(0);
+  HF_CHECK(input_ids.dim() == 2 && input_ids.size(1) == 1 && static_cast<int64_t>(tables.size()) == b * width &&
+               static_cast<int64_t>(lengths.size()) == b,
+           "CausalLM::", caller, ": input_ids must be [rows, 1] with a slot or block table and a length per row, got ",
+           input_ids.sizes(), ", ", tables.size() / static_cast<size_t>(std::max<int64_t>(width, 1)), " tables and ",
+           lengths.size(), " lengths");
+  const int64_t local_layers = layer_range_.length;
+  const int64_t pool_blocks = local_layers > 0 ? keys[0].size(0) : 0;
+  const bool paged = std::string_view(caller) == "decode_paged";
   int64_t longest = 0;
   for (int64_t r = 0; r < b; ++r) {
-    HF_CHECK(lengths[r] >= 0 && lengths[r] < capacity, "CausalLM::decode_slots: row ", r, " has ", lengths[r],
-             " cached positions; its slot holds ", capacity);
+    HF_CHECK(lengths[r] >= 0 && lengths[r] < width * block_size, "CausalLM::", caller, ": row ", r, " has ",
+             lengths[r], " cached positions; its ", paged ? "block table" : "slot", " holds ", width * block_size);
+    for (int64_t j = 0; j <= lengths[r] / block_size; ++j) {
+      const int64_t block = tables[static_cast<size_t>(r * width + j)];
+      HF_CHECK(block >= 0 && block < pool_blocks, "CausalLM::", caller, ": row ", r, " names ",
+               paged ? "block " : "slot ", block, " of ", pool_blocks);
+    }
     longest = std::max(longest, lengths[r] + 1);
   }
   const auto device = input_ids.device();
@@ -416,12 +452,12 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const s
   if (pp_.first()) {
     h = m.embed(input_ids);
   } else {
-    HF_CHECK(stage_input_.defined(), "CausalLM::decode_slots: pipeline stage ", pp_.stage,
+    HF_CHECK(stage_input_.defined(), "CausalLM::", caller, ": pipeline stage ", pp_.stage,
              " needs the previous stage's hidden states (set_stage_input) first");
     h = std::exchange(stage_input_, torch::Tensor());
     HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == 1 && h.size(2) == config_.hidden_size,
-             "CausalLM::decode_slots: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
-             " for ", b, " rows");
+             "CausalLM::", caller, ": pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(), " for ",
+             b, " rows");
   }
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   auto length_t = torch::tensor(lengths, i64).to(device);
@@ -440,17 +476,17 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const s
                          attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
                          layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
     }
-    bool slabs_fit = true;
+    bool pools_fit = true;
     for (int64_t i = 0; i < local_layers; ++i)
-      slabs_fit = slabs_fit && cache.keys[i].is_contiguous() && cache.values[i].is_contiguous() &&
-                  cache.keys[i].scalar_type() == torch::kFloat32 && cache.values[i].scalar_type() == torch::kFloat32;
+      pools_fit = pools_fit && keys[i].is_contiguous() && values[i].is_contiguous() &&
+                  keys[i].scalar_type() == torch::kFloat32 && values[i].scalar_type() == torch::kFloat32;
     auto flat = h.reshape({b, config_.hidden_size}).contiguous();
     const fused_decode::Shape shape{config_.hidden_size, config_.num_attention_heads, config_.num_key_value_heads,
                                     config_.head_dim(),  config_.intermediate_size,   config_.rms_norm_eps,
                                     config_.sliding_window};
-    if (slabs_fit && fused_decode::supports(flat, shape, weights)) {
+    if (pools_fit && fused_decode::supports(flat, shape, weights)) {
       const int64_t d = config_.head_dim();
-      fused_decode::decode_layers(flat, shape, weights, cache.keys, cache.values, slots, lengths,
+      fused_decode::decode_layers(flat, shape, weights, keys, values, {tables.data(), width, block_size}, lengths,
                                   cos.reshape({b, d}).contiguous(), sin.reshape({b, d}).contiguous());
       h = flat.view({b, 1, config_.hidden_size});
       return pp_.last() ? m.norm(h) : h;
@@ -467,20 +503,32 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const s
   SlotAccess access;
   access.rows = b;
   access.span = longest;
-  auto slot_t = torch::tensor(slots, i64).to(device);
-  const int64_t kv = local_layers > 0 ? cache.keys[0].size(1) : 0;
-  // Row r's key of head h goes to row (slot * kv + h) * capacity + length of the slab viewed as [-1, head_dim].
-  access.write_index = ((slot_t * kv).unsqueeze(1) + torch::arange(kv, i64.device(device)))
-                           .mul(capacity)
-                           .add(length_t.unsqueeze(1))
-                           .view(-1);
-  bool in_order = true;
-  for (int64_t r = 0; r < b; ++r) in_order = in_order && slots[r] == r;
-  if (!in_order) access.slots = slot_t;
+  const int64_t kv = local_layers > 0 ? keys[0].size(1) : 0;
+  // Row r's position p of head h is row (block * kv + h) * block_size + p % block_size of a pool viewed as
+  // [-1, head_dim], block = tables[r][p / block_size].
+  auto pool_row = [&](int64_t r, int64_t head, int64_t p) {
+    return (tables[static_cast<size_t>(r * width + p / block_size)] * kv + head) * block_size + p % block_size;
+  };
+  std::vector<int64_t> write_rows;
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t head = 0; head < kv; ++head) write_rows.push_back(pool_row(r, head, lengths[r]));
+  access.write_index = torch::tensor(write_rows, i64).to(device);
+  if (paged) {
+    std::vector<int64_t> read_rows;
+    read_rows.reserve(static_cast<size_t>(b * kv * longest));
+    for (int64_t r = 0; r < b; ++r)
+      for (int64_t head = 0; head < kv; ++head)
+        for (int64_t p = 0; p < longest; ++p) read_rows.push_back(pool_row(r, head, p));
+    access.gather = torch::tensor(read_rows, i64).to(device);
+  } else {
+    bool in_order = true;
+    for (int64_t r = 0; r < b; ++r) in_order = in_order && tables[static_cast<size_t>(r)] == r;
+    if (!in_order) access.slots = torch::tensor(tables, i64).to(device);
+  }
   for (int64_t i = 0; i < local_layers; ++i) {
     auto& layer = *m.decoder_layers[i];
-    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &cache.keys[i], &cache.values[i],
-                                     0, 0, &access);
+    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &keys[i], &values[i], 0, 0,
+                                     &access);
     h = h + layer.mlp(layer.post_attention_layernorm(h));
   }
   return pp_.last() ? m.norm(h) : h;

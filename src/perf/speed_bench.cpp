@@ -55,7 +55,8 @@ double time_generate(CausalLM& model, const std::vector<std::vector<int64_t>>& p
 
 }  // namespace
 
-DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length, int reps) {
+DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length, int reps,
+                           bool paged_kv_cache, int64_t kv_block_size) {
   HF_CHECK(response_length >= 2, "bench: --response-length must be at least 2 to separate decode from prefill, got ",
            response_length);
   HF_CHECK(batch > 0 && prompt_length > 0, "bench: --batch and --prompt-length must be positive");
@@ -64,12 +65,16 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   gen.seed = 1;
   gen.eos_token_ids.clear();  // every row decodes every step: fixed work per step
   gen.max_new_tokens = 1;
+  gen.paged_kv_cache = paged_kv_cache;
+  gen.kv_block_size = kv_block_size;
   time_generate(model, prompts, gen, 1);  // warm-up at this batch size
   const double prefill = time_generate(model, prompts, gen, reps);
   gen.max_new_tokens = response_length;
-  const double whole = time_generate(model, prompts, gen, reps);
+  GenerationOutput out;
+  const double whole = time_generate(model, prompts, gen, reps, &out);
   DecodeSpeed speed;
   speed.seconds = whole;
+  speed.kv_peak_bytes = out.kv_cache.peak_bytes;
   speed.prefill_tokens_per_s = static_cast<double>(batch * prompt_length) / prefill;
   // A loaded machine can make the difference vanish; never report a negative or infinite rate.
   const double decode = std::max(whole - prefill, 1e-9);
@@ -89,6 +94,10 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.max_new_tokens = o.max_length;
   gen.continuous_batching = o.continuous;
   gen.max_num_seqs = o.max_num_seqs;
+  gen.paged_kv_cache = o.paged_kv_cache;
+  gen.kv_block_size = o.kv_block_size;
+  gen.memory_budget_bytes = o.memory_budget_bytes;
+  gen.gpu_memory_utilization = o.gpu_memory_utilization;
   for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;
@@ -100,6 +109,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   speed.mean_length = speed.tokens / static_cast<double>(speed.rows);
   speed.max_length = lengths.max().item<int64_t>();
   speed.stop_ids = static_cast<int64_t>(gen.eos_token_ids.size());
+  speed.kv_cache = out.kv_cache;
   return speed;
 }
 

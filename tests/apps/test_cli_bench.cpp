@@ -56,17 +56,17 @@ TEST(CliBench, MachineMeasuresBandwidthAndMatmuls) {
 
 TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
   CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 4 --rollout-prompts 4 --samples 2 "
-                                   "--stop-every 4 --max-num-seqs 4" + kTiny);
+                                   "--stop-every 4 --max-num-seqs 4 --slots-baseline" + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::set<std::string> what;
-  double rollout_length = -1, static_length = -2;
+  double rollout_length = -1, static_length = -2, slots_length = -3;
   for (const auto& m : json_lines(r.output)) {
     expect_sane(m);
     what.insert(m["what"].get<std::string>() + (m["what"] == "decode" ? std::to_string(m["batch"].get<int>()) : ""));
     if (m["what"] == "decode") {
       EXPECT_EQ(m["bound_kind"], m["batch"] == 1 ? "bandwidth" : "matmul");
     }
-    if (m["what"] == "rollout" || m["what"] == "rollout static batch") {
+    if (m["what"] == "rollout" || m["what"] == "rollout static batch" || m["what"] == "rollout slots") {
       EXPECT_EQ(m["batch"], 8);  // 4 prompts x 2 samples
       EXPECT_LE(m["max_length"].get<int>(), 4);
       EXPECT_GT(m["mean_length"].get<double>(), 0.0);
@@ -75,12 +75,24 @@ TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
       EXPECT_EQ(m["max_num_seqs"], 4);
       EXPECT_GT(m["speedup_vs_static"].get<double>(), 0.0);
       rollout_length = m["mean_length"].get<double>();
+      // The paged cache (the default) beside the slots in the same run, both peaks reported. (Neither bounds
+      // the other: 16-position blocks can hold more than short slots, the slots more when answers stop early.)
+      EXPECT_EQ(m["kv_cache"], "paged");
+      EXPECT_GT(m["kv_peak_MB"].get<double>(), 0.0);
+      EXPECT_GT(m["slots_kv_peak_MB"].get<double>(), 0.0);
+      EXPECT_GT(m["speed_vs_slots"].get<double>(), 0.0);
+    }
+    if (m["what"] == "rollout slots") {
+      EXPECT_EQ(m["kv_cache"], "slots");
+      slots_length = m["mean_length"].get<double>();
     }
     if (m["what"] == "rollout static batch") static_length = m["mean_length"].get<double>();
   }
   // Both paths draw the same tokens: the same work is timed.
   EXPECT_EQ(rollout_length, static_length);
-  for (const char* w : {"stream triad", "decode1", "decode2", "prefill", "rollout", "rollout static batch"})
+  EXPECT_EQ(rollout_length, slots_length);
+  for (const char* w :
+       {"stream triad", "decode1", "decode2", "prefill", "rollout", "rollout static batch", "rollout slots"})
     EXPECT_TRUE(what.count(w)) << w << "\n" << r.output;
 }
 

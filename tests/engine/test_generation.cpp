@@ -496,6 +496,167 @@ TEST_F(GenerationTest, RestoresTrainingModeAndLeavesNoGradient) {
   EXPECT_FALSE(model->is_training());
 }
 
+// The paged KV cache against the slabs: prompts of different lengths (some in one block, some across
+// several, some ending on a block's edge), n samples sharing each prompt's blocks, stop tokens ending rows
+// at different steps. With a pool that holds everything the two paths admit the same prompts at the same
+// steps and run the same arithmetic: tokens and log-probs are equal bit for bit.
+TEST_F(GenerationTest, PagedCacheEqualsSlotsBitForBit) {
+  const std::vector<std::vector<int64_t>> ragged = {
+      {5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3, 8}, {8}, {22, 6, 17, 2, 9, 11, 4, 4, 31}};
+  for (bool greedy : {true, false}) {
+    for (int64_t n : {1, 3}) {
+      GenerationConfig cfg;
+      cfg.greedy = greedy;
+      cfg.temperature = 1.1;
+      cfg.max_new_tokens = 11;
+      cfg.seed = 5;
+      cfg.n = n;
+      cfg.paged_kv_cache = false;
+      auto probe = generate(model, ragged, cfg);
+      cfg.eos_token_ids = {row(probe.responses, 0)[3], row(probe.responses, n)[1]};
+      for (int64_t slots : {int64_t{0}, 2 * n + 1}) {
+        cfg.max_num_seqs = slots;
+        cfg.paged_kv_cache = false;
+        auto slabs = generate(model, ragged, cfg);
+        ASSERT_LT(slabs.response_mask.sum().item<int64_t>(), slabs.response_mask.numel()) << "no row stopped early";
+        for (int64_t block_size : {1, 2, 4, 16}) {
+          cfg.paged_kv_cache = true;
+          cfg.kv_block_size = block_size;
+          auto paged = generate(model, ragged, cfg);
+          const std::string what = "greedy=" + std::to_string(greedy) + " n=" + std::to_string(n) +
+                                   " max_num_seqs=" + std::to_string(slots) + " block_size=" + std::to_string(block_size);
+          EXPECT_TRUE(torch::equal(paged.responses, slabs.responses)) << what;
+          EXPECT_TRUE(torch::equal(paged.response_mask, slabs.response_mask)) << what;
+          EXPECT_TRUE(torch::equal(paged.log_probs, slabs.log_probs))
+              << what << " max diff " << (paged.log_probs - slabs.log_probs).abs().max().item<float>();
+          EXPECT_GT(paged.kv_cache.peak_blocks, 0) << what;
+          EXPECT_LE(paged.kv_cache.peak_blocks, paged.kv_cache.pool_blocks) << what;
+        }
+      }
+    }
+  }
+}
+
+// A pool too small for every sequence at once: prompts wait for blocks that finished sequences free, and
+// the answers are still those of the slabs (tokens exactly; log-probs up to the prefill's batch, which
+// differs when admissions differ).
+TEST_F(GenerationTest, SmallPagedPoolMakesPromptsWaitWithTheSameAnswers) {
+  const std::vector<std::vector<int64_t>> ragged = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8}, {22, 6, 17, 2}, {3, 3}};
+  for (bool greedy : {true, false}) {
+    GenerationConfig cfg;
+    cfg.greedy = greedy;
+    cfg.temperature = 0.8;
+    cfg.max_new_tokens = 9;
+    cfg.seed = 21;
+    cfg.n = 2;
+    cfg.paged_kv_cache = false;
+    auto probe = generate(model, ragged, cfg);
+    cfg.eos_token_ids = {row(probe.responses, 2)[2]};
+    auto slabs = generate(model, ragged, cfg);
+    cfg.paged_kv_cache = true;
+    cfg.kv_block_size = 4;
+    auto ample = generate(model, ragged, cfg);
+    // The longest prompt's samples alone: 2 prompt blocks + 2 x (4 - 2 + 1) = 8; twice that is far below
+    // what all six prompts may hold at once.
+    cfg.kv_cache_blocks = 10;
+    auto small = generate(model, ragged, cfg);
+    EXPECT_GT(ample.kv_cache.peak_blocks, 10) << "the ample pool never needed more than the small one";
+    EXPECT_LE(small.kv_cache.peak_blocks, 10);
+    EXPECT_EQ(small.kv_cache.pool_blocks, 10);
+    EXPECT_EQ(small.kv_cache.sequences_fit, 10 / 4);  // 5 + 9 - 1 = 13 positions: 4 blocks each
+    EXPECT_TRUE(torch::equal(small.responses, slabs.responses)) << "greedy=" << greedy;
+    EXPECT_TRUE(torch::equal(small.response_mask, slabs.response_mask)) << "greedy=" << greedy;
+    EXPECT_TRUE(torch::allclose(small.log_probs, slabs.log_probs, 1e-5, 1e-5))
+        << "greedy=" << greedy << " max diff " << (small.log_probs - slabs.log_probs).abs().max().item<float>();
+  }
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 9;
+  cfg.n = 2;
+  cfg.kv_block_size = 4;
+  cfg.kv_cache_blocks = 7;  // one short of the longest prompt's 8
+  try {
+    generate(model, ragged, cfg);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 8 KV blocks of 4 positions; the pool has 7"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The pool from a memory budget (verl's gpu_memory_utilization): the fraction of the budget less the
+// weights, in blocks spanning every layer; the run reports the pool and how many sequences fit.
+TEST_F(GenerationTest, PagedPoolFromAMemoryFraction) {
+  int64_t weight_bytes = 0;
+  for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  const int64_t block_bytes = 2 * 2 * 2 * 4 * 8 * 4;  // layers x keys, values x KV heads x 4 positions x 8 x fp32
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 6;
+  cfg.n = 2;
+  cfg.kv_block_size = 4;
+  cfg.gpu_memory_utilization = 0.5;
+  cfg.memory_budget_bytes = 2 * (weight_bytes + 12 * block_bytes + block_bytes / 2);
+  auto out = generate(model, prompts, cfg);
+  EXPECT_EQ(out.kv_cache.pool_blocks, 12);
+  EXPECT_EQ(out.kv_cache.block_bytes, block_bytes);
+  EXPECT_EQ(out.kv_cache.sequences_fit, 12 / 3);  // the longest prompt (5) + 6 - 1 positions: 3 blocks
+  EXPECT_LE(out.kv_cache.peak_blocks, 12);
+  cfg.gpu_memory_utilization = 0.25;  // less than the weights
+  try {
+    generate(model, prompts, cfg);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_memory_utilization 0.25"), std::string::npos) << e.what();
+  }
+}
+
+// Shared prompts are stored once: n samples of long prompts hold far fewer bytes than the slabs.
+TEST_F(GenerationTest, PagedCacheStoresEachPromptOnce) {
+  std::vector<std::vector<int64_t>> long_prompts;
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<int64_t> p;
+    for (int64_t t = 0; t < 30; ++t) p.push_back(1 + (t * 7 + i * 5) % 39);
+    long_prompts.push_back(p);
+  }
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 4;
+  cfg.n = 4;
+  cfg.greedy = true;
+  cfg.kv_block_size = 4;
+  cfg.paged_kv_cache = false;
+  auto slabs = generate(model, long_prompts, cfg);
+  cfg.paged_kv_cache = true;
+  auto paged = generate(model, long_prompts, cfg);
+  EXPECT_TRUE(torch::equal(paged.responses, slabs.responses));
+  EXPECT_TRUE(torch::equal(paged.log_probs, slabs.log_probs));
+  // Per prompt, all running at once: its 30 positions in 8 blocks, once; three samples copy the last one
+  // (positions 28-29) to write 30 and 31 there, the fourth writes in place; each takes a block for 32.
+  EXPECT_EQ(paged.kv_cache.peak_blocks, 3 * (8 + 3 + 4));
+  // 2 layers x keys and values x 2 KV heads x 4 positions x head_dim 8 x 4 bytes.
+  EXPECT_EQ(paged.kv_cache.block_bytes, 2 * 2 * 2 * 4 * 8 * 4);
+  // The slabs: 12 slots x (30 + 4) positions.
+  EXPECT_EQ(slabs.kv_cache.peak_bytes, 12 * 34 * (2 * 2 * 2 * 8 * 4));
+  EXPECT_LT(paged.kv_cache.peak_bytes * 2, slabs.kv_cache.peak_bytes);
+}
+
+// Off the fused CPU kernels (here float64; tensor parallelism and the GPU take the same path) the paged
+// step gathers each row's blocks: the same answers as the slabs.
+TEST_F(GenerationTest, PagedCacheOnTheGatherPathEqualsSlots) {
+  model->to(torch::kFloat64);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 7;
+  cfg.n = 2;
+  cfg.seed = 4;
+  cfg.kv_block_size = 2;
+  cfg.paged_kv_cache = false;
+  auto slabs = generate(model, prompts, cfg);
+  cfg.paged_kv_cache = true;
+  auto paged = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(paged.responses, slabs.responses));
+  EXPECT_TRUE(torch::allclose(paged.log_probs, slabs.log_probs, 1e-6, 1e-6))
+      << (paged.log_probs - slabs.log_probs).abs().max().item<float>();
+  EXPECT_GT(paged.kv_cache.peak_blocks, 0);
+}
+
 TEST_F(GenerationTest, RejectsBadInput) {
   GenerationConfig cfg;
   EXPECT_THROW(generate(model, {{1, 2}, {}}, cfg), Error);

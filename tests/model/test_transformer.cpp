@@ -327,6 +327,20 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
   }
 }
 
+// The decode tests' models: a preset at this width, 2 layers, 4 query heads sharing 2 KV heads, and a
+// sliding window (where the preset has one) shorter than the sequences.
+ModelConfig decode_test_config(const std::string& preset, int64_t hidden, int64_t ffn, int64_t window) {
+  ModelConfig config = preset_model_config(preset, 37);
+  config.hidden_size = hidden;
+  config.intermediate_size = ffn;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.max_position_embeddings = 64;
+  if (config.sliding_window > 0) config.sliding_window = window;
+  return config;
+}
+
 // Continuous batching's decode step (decode_slots): rows of different lengths in slots out of order, each
 // token's logits equal to a full forward over its own sequence. Both implementations: the fused CPU kernels
 // (gradients off) and the tensor operators (gradients on), at few rows (matrix-vector kernel) and many
@@ -336,15 +350,8 @@ TEST_F(TransformerTest, MatchesNaiveReferenceLayer) {
 TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
   for (const std::string preset : {"tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "tiny two threads"}) {
     const bool wide = preset == "tiny two threads";
-    ModelConfig config = preset_model_config(wide ? "tiny" : preset, 37);
-    config.hidden_size = wide ? 128 : 32;
-    config.intermediate_size = wide ? 2048 : 48;
+    const ModelConfig config = decode_test_config(wide ? "tiny" : preset, wide ? 128 : 32, wide ? 2048 : 48, 4);
     at::set_num_threads(wide ? 2 : 1);
-    config.num_hidden_layers = 2;
-    config.num_attention_heads = 4;
-    config.num_key_value_heads = 2;
-    config.max_position_embeddings = 64;
-    if (config.sliding_window > 0) config.sliding_window = 4;
     torch::manual_seed(5);
     CausalLM model(config);
     model->eval();
@@ -404,6 +411,89 @@ TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
         }
       }
     }
+  }
+}
+
+// The same step on a paged cache (decode_paged): each row's positions in blocks of 2 taken from a shuffled
+// pool, so tables cross blocks in no order and rows of different lengths have tables of different widths;
+// prompts written by PagedKVCache::write_prefill. Every token's logits equal a full forward, through the
+// fused kernels and the operators (which gather the blocks), with Mistral's window spanning several blocks.
+TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
+  for (const std::string preset : {"tiny", "qwen3-tiny", "mistral-tiny"}) {
+    const ModelConfig config = decode_test_config(preset, 32, 48, 5);
+    at::set_num_threads(1);
+    torch::manual_seed(6);
+    CausalLM model(config);
+    model->eval();
+    for (int64_t rows : {int64_t{3}, int64_t{11}}) {
+      for (bool fused : {true, false}) {
+        const std::string what = preset + " rows " + std::to_string(rows) + (fused ? " fused" : " operators");
+        const int64_t steps = 4, block_size = 2, blocks = rows * 8;
+        std::vector<int64_t> pool(static_cast<size_t>(blocks));
+        for (int64_t b = 0; b < blocks; ++b) pool[static_cast<size_t>(b)] = (b * 7 + 3) % blocks;  // 7 is prime to 8k
+        size_t next_block = 0;
+        std::vector<torch::Tensor> sequences;
+        std::vector<std::vector<int64_t>> tables(static_cast<size_t>(rows));
+        std::vector<int64_t> lengths;
+        PagedKVCache cache;
+        torch::NoGradGuard no_grad;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t prompt = 1 + (r * 5) % 7;
+          sequences.push_back(torch::randint(0, config.vocab_size, {1, prompt + steps}, torch::kInt64));
+          lengths.push_back(prompt);
+          auto& table = tables[static_cast<size_t>(r)];
+          while (static_cast<int64_t>(table.size()) * block_size < prompt) table.push_back(pool[next_block++]);
+          KVCache prefill;
+          model->hidden_states(sequences[r].narrow(1, 0, prompt), torch::ones({1, prompt}, torch::kInt64), {}, &prefill);
+          if (cache.keys.empty())
+            for (const auto& k : prefill.keys) {
+              cache.keys.push_back(torch::zeros({blocks, k.size(1), block_size, k.size(3)}));
+              cache.values.push_back(torch::zeros({blocks, k.size(1), block_size, k.size(3)}));
+            }
+          cache.write_prefill(prefill, {table}, {prompt});
+        }
+        for (int64_t step = 0; step < steps; ++step) {
+          auto ids = torch::empty({rows, 1}, torch::kInt64);
+          for (int64_t r = 0; r < rows; ++r) {
+            ids[r][0] = sequences[r][0][lengths[r]];
+            auto& table = tables[static_cast<size_t>(r)];
+            if (lengths[r] == static_cast<int64_t>(table.size()) * block_size) table.push_back(pool[next_block++]);
+          }
+          torch::Tensor logits;
+          if (fused) {
+            logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits;
+          } else {
+            torch::AutoGradMode grad(true);
+            logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits.detach();
+          }
+          ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{rows, 1, config.vocab_size})) << what;
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t len = lengths[r] + 1;
+            auto full = model->forward(sequences[r].narrow(1, 0, len), torch::ones({1, len}, torch::kInt64)).logits;
+            EXPECT_LT(max_diff(logits[r][0], full[0][len - 1]), 1e-4) << what << " step " << step << " row " << r;
+            lengths[r] = len;
+          }
+        }
+      }
+    }
+  }
+  // A table that does not reach the row's position is refused, naming the row.
+  ModelConfig config = preset_model_config("tiny", 37);
+  config.hidden_size = 32;
+  config.intermediate_size = 48;
+  CausalLM model(config);
+  PagedKVCache cache;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    cache.keys.push_back(torch::zeros({4, config.num_key_value_heads, 2, config.head_dim()}));
+    cache.values.push_back(torch::zeros({4, config.num_key_value_heads, 2, config.head_dim()}));
+  }
+  torch::NoGradGuard no_grad;
+  try {
+    model->decode_paged(torch::zeros({1, 1}, torch::kInt64), {{0}}, {2}, cache);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 0 has 2 cached positions; its block table holds 2"), std::string::npos)
+        << e.what();
   }
 }
 

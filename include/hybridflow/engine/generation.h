@@ -5,6 +5,7 @@
 // Continuous batching (the default): at most max_num_seqs sequences decode at once, each in its own
 // KV-cache slot; when one ends, its slot goes to the samples of a waiting prompt, whose prompt is prefilled
 // once for its n samples. Nothing is padded to a batch's longest member: a row attends to its own length.
+// The keys and values live in a paged cache by default (paged_kv_cache below), else in one slab row per slot.
 // The static path (continuous_batching = false, and recomputation without a cache) runs every sequence in
 // one left-padded batch from which finished rows drop out: the generator before continuous batching,
 // kept as the benchmark's baseline.
@@ -43,6 +44,28 @@ struct GenerationConfig {
   // Continuous batching's slots: sequences decoding at once (verl's rollout.max_num_seqs). 0 = every
   // sequence of the call; raised to n when smaller (a prompt's samples are admitted together).
   int64_t max_num_seqs = 0;
+  // Continuous batching on a paged KV cache (engine/block_manager.h): blocks of kv_block_size positions
+  // taken as tokens arrive, a prompt's blocks stored once and shared by its n samples, a sequence's blocks
+  // freed when it ends; a prompt waits until its samples' most blocks are free (never preempted). The
+  // same tokens and log-probs as the slots. false: each slot a slab row of longest prompt + max_new_tokens.
+  bool paged_kv_cache = true;
+  int64_t kv_block_size = 16;
+  // The pool: kv_cache_blocks blocks when > 0; else, when memory_budget_bytes > 0, gpu_memory_utilization of
+  // it less the weights (verl's rollout.gpu_memory_utilization; the budget is one device's memory, the
+  // blocks span every layer of the model); else enough for the sequences that run at once (max_num_seqs) at
+  // their longest, so that the blocks never hold a prompt back.
+  int64_t kv_cache_blocks = 0;
+  double gpu_memory_utilization = 0.5;
+  int64_t memory_budget_bytes = 0;
+};
+
+// What continuous batching's KV cache held (both paths; zeros on the static path).
+struct KVCacheReport {
+  int64_t peak_bytes = 0;     // paged: blocks in use at the peak x block_bytes; slots: the slabs
+  int64_t block_bytes = 0;    // paged: one block over every layer, keys and values
+  int64_t pool_blocks = 0;    // paged: blocks in the pool
+  int64_t peak_blocks = 0;    // paged: the most blocks in use at once
+  int64_t sequences_fit = 0;  // sequences of the longest prompt + max_new_tokens that fit at once, unshared
 };
 
 struct GenerationOutput {
@@ -52,6 +75,7 @@ struct GenerationOutput {
   torch::Tensor response_mask;  // [B*n, R] int64, 1 for generated tokens up to and including eos
   torch::Tensor log_probs;      // [B*n, R] float32, log-prob of each sampled token under softmax(logits / temperature)
                                 // (greedy: temperature 1), 0 where masked
+  KVCacheReport kv_cache;
 };
 
 // Runs under NoGradGuard in eval mode and restores the model's train/eval mode afterwards. Output tensors

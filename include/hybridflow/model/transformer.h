@@ -44,6 +44,25 @@ struct KVCache {
   void select_rows(const torch::Tensor& rows);
 };
 
+// A paged KV cache (continuous batching with paged_kv_cache; engine/block_manager.h keeps which blocks a
+// sequence holds): per layer a pool of blocks [num_blocks, kv_heads, block_size, head_dim], where position p of
+// a sequence with block table `table` lives in block table[p / block_size] at offset p % block_size. The
+// caller makes the pools (zeros: a decode step may read blocks past a row's length, masked, and 0 x NaN would
+// still be NaN) from the shapes of a first prefill.
+struct PagedKVCache {
+  std::vector<torch::Tensor> keys;
+  std::vector<torch::Tensor> values;
+  int64_t block_size() const { return keys.empty() ? 0 : keys.front().size(2); }
+  // The bytes of one block over every layer, keys and values.
+  int64_t block_bytes() const;
+  // Copies block `from` into block `to` in every layer (copy on write of a shared block).
+  void copy_block(int64_t from, int64_t to);
+  // Writes positions [0, lengths[i]) of prefill row i (a KVCache that hidden_states() filled, this stage's
+  // layers) into the blocks of tables[i], every layer.
+  void write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
+                     const std::vector<int64_t>& lengths);
+};
+
 enum class HeadKind { kLanguageModel, kValue };
 
 struct ForwardOutput {
@@ -92,6 +111,11 @@ class CausalLMImpl : public torch::nn::Module {
   // kernels (model/fused_decode.h) when gradients are off.
   torch::Tensor decode_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
                              const std::vector<int64_t>& lengths, KVCache& cache);
+  // The same step on a paged cache: row r writes position lengths[r] and attends to [0, lengths[r]] through
+  // the blocks of tables[r] (which must cover position lengths[r]). Same kernels, same arithmetic: for
+  // equal cache contents, the same hidden states as decode_slots.
+  torch::Tensor decode_paged(const torch::Tensor& input_ids, const std::vector<std::vector<int64_t>>& tables,
+                             const std::vector<int64_t>& lengths, PagedKVCache& cache);
 
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
   // used by (and cleared by) the next forward.
@@ -114,6 +138,11 @@ class CausalLMImpl : public torch::nn::Module {
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;
+  // decode_slots and decode_paged: row r's position p is in block tables[r * width + p / block_size] of the
+  // per-layer pools (a slot cache is width 1, block_size = capacity, the slots as tables).
+  torch::Tensor decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables, int64_t width,
+                              int64_t block_size, const std::vector<int64_t>& lengths, std::vector<torch::Tensor>& keys,
+                              std::vector<torch::Tensor>& values, const char* caller);
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "hybridflow/engine/generation.h"
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {
@@ -13,13 +14,15 @@ struct DecodeSpeed {
   double decode_tokens_per_s = 0;   // batch x (response_length - 1) / (time(response_length) - time(1))
   double prefill_tokens_per_s = 0;  // batch x prompt_length / time(1 new token)
   double seconds = 0;               // one whole generate() call of response_length tokens
+  int64_t kv_peak_bytes = 0;        // the KV cache that call held at its peak (GenerationOutput::kv_cache)
 };
 
 // generate() on `batch` random prompts of `prompt_length` tokens with no stop token, once for
 // `response_length` new tokens and once for 1: the difference is the decode steps alone, the latter is
-// (almost all) prefill. Best of `reps` each. response_length >= 2.
+// (almost all) prefill. Best of `reps` each. response_length >= 2. paged_kv_cache: the paged cache with
+// blocks of kv_block_size positions, else the slots' slabs.
 DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length,
-                           int reps = 2);
+                           int reps = 2, bool paged_kv_cache = true, int64_t kv_block_size = 16);
 
 struct RolloutSpeed {
   double seconds = 0;            // the whole generate() call (prefill included), best of `reps`
@@ -29,6 +32,7 @@ struct RolloutSpeed {
   int64_t max_length = 0;
   int64_t rows = 0;              // prompts x samples
   int64_t stop_ids = 0;          // how many token ids end a sequence
+  KVCacheReport kv_cache;        // what the KV cache held (engine/generation.h)
   double tokens_per_s() const { return tokens / seconds; }
 };
 
@@ -42,6 +46,11 @@ struct RolloutOptions {
   int64_t prompts = 64, samples = 8, prompt_length = 32, max_length = 64, stop_every = 8;
   bool continuous = true;
   int64_t max_num_seqs = 0;
+  bool paged_kv_cache = true;  // continuous batching on the paged cache, else on slots
+  int64_t kv_block_size = 16;
+  // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).
+  int64_t memory_budget_bytes = 0;
+  double gpu_memory_utilization = 0.5;
   int reps = 1;
 };
 RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);

@@ -1,0 +1,51 @@
+// The paged KV cache's tensor side: block copies and a prefill's keys and values into blocks; see
+// transformer.h (PagedKVCache). Device-agnostic torch operations: one gather and one scatter per layer.
+#include <vector>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+int64_t PagedKVCache::block_bytes() const {
+  int64_t bytes = 0;
+  for (const auto* pools : {&keys, &values})
+    for (const auto& pool : *pools) bytes += pool.numel() / pool.size(0) * static_cast<int64_t>(pool.element_size());
+  return bytes;
+}
+
+void PagedKVCache::copy_block(int64_t from, int64_t to) {
+  for (auto* pools : {&keys, &values})
+    for (auto& pool : *pools) pool[to].copy_(pool[from]);
+}
+
+void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
+                                 const std::vector<int64_t>& lengths) {
+  HF_CHECK(prefill.keys.size() == keys.size() && tables.size() == lengths.size(),
+           "PagedKVCache::write_prefill: a prefill of ", prefill.keys.size(), " layers into pools of ", keys.size(),
+           ", with ", tables.size(), " block tables for ", lengths.size(), " rows");
+  if (keys.empty()) return;
+  const int64_t kv = keys[0].size(1), bs = block_size(), d = keys[0].size(3);
+  const int64_t width = prefill.keys[0].size(2);  // positions per prefill row in its slab
+  // Pool row (block * kv + h) * bs + p % bs takes slab row (i * kv + h) * width + p, both viewed as [-1, d].
+  std::vector<int64_t> to, from;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    HF_CHECK(lengths[i] <= width && static_cast<int64_t>(tables[i].size()) * bs >= lengths[i],
+             "PagedKVCache::write_prefill: row ", i, " has ", lengths[i], " positions for a prefill of ", width,
+             " and ", tables[i].size(), " blocks of ", bs);
+    for (int64_t h = 0; h < kv; ++h)
+      for (int64_t p = 0; p < lengths[i]; ++p) {
+        to.push_back((tables[i][static_cast<size_t>(p / bs)] * kv + h) * bs + p % bs);
+        from.push_back((static_cast<int64_t>(i) * kv + h) * width + p);
+      }
+  }
+  const auto device = keys[0].device();
+  const auto to_t = torch::tensor(to, torch::kInt64).to(device);
+  const auto from_t = torch::tensor(from, torch::kInt64).to(device);
+  for (size_t l = 0; l < keys.size(); ++l) {
+    keys[l].view({-1, d}).index_copy_(0, to_t, prefill.keys[l].reshape({-1, d}).index_select(0, from_t));
+    values[l].view({-1, d}).index_copy_(0, to_t, prefill.values[l].reshape({-1, d}).index_select(0, from_t));
+  }
+}
+
+}  // namespace hybridflow
