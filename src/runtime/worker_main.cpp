@@ -210,6 +210,7 @@ int serve_worker_rank(zmq::context_t& context, const std::string& endpoint, cons
   hello.kind = "hello";
   hello.meta = {{"rank", rank}, {"pid", static_cast<int64_t>(::getpid())}, {"host", transport_detail::host_name()}};
   if (data_server) hello.meta["data_endpoint"] = data_server->endpoint();
+  hello.meta["machine"] = transport_detail::shared_rows_machine();  // on the controller's: calls by shared memory
   hello.meta["batches"] = true;  // takes batched requests for the ranks of its process (rank_batch.h)
 
   auto mailbox = std::make_shared<runtime_detail::RankMailbox>();

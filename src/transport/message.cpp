@@ -3,6 +3,7 @@
 #include <sodium.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -144,43 +145,76 @@ MessageBytes Link::send(zmq::socket_t& socket, const std::string& identity, int 
 }
 
 MessageBytes Link::send_shared(zmq::socket_t& socket, const std::string& identity, int to, SharedContent& content) {
+  auto digest = [this](const void* data, size_t size) {
+    std::vector<unsigned char> d;
+    FrameMac::digest_frame(*key_, data, size, d);
+    return d;
+  };
+  auto payload_bytes = [](const torch::Tensor& t) { return t.numel() * t.element_size(); };
   if (content.digested_with != key_.get()) {  // the first receiver: encode and digest for all
     const Message& m = content.message;
     content.meta = m.meta.dump();
     content.data.reset();
     content.digests.clear();
-    FrameMac::digest_frame(*key_, m.kind.data(), m.kind.size(), content.digests);
-    FrameMac::digest_frame(*key_, content.meta.data(), content.meta.size(), content.digests);
+    content.digests.push_back(digest(m.kind.data(), m.kind.size()));
+    content.digests.push_back(digest(content.meta.data(), content.meta.size()));
     if (m.data) {
       content.data = m.data->to_frames();
-      FrameMac::digest_frame(*key_, content.data->header.data(), content.data->header.size(), content.digests);
-      for (const auto& t : content.data->payloads)
-        FrameMac::digest_frame(*key_, t.numel() == 0 ? nullptr : t.data_ptr(), t.numel() * t.element_size(),
-                               content.digests);
+      content.digests.push_back(digest(content.data->header.data(), content.data->header.size()));
+      content.digests.resize(3 + content.data->payloads.size());  // payloads: when first sent inline
     }
     content.digested_with = key_.get();
   }
+  const uint64_t seq = next_seq_++;
+  std::vector<bool> shared;  // per payload: in the shared-memory file
+  const auto file = offer_shared_frames(to, seq, content, shared);
+  const std::string meta_with_file = file ? [&] {
+    nlohmann::json meta = content.message.meta;
+    meta[kSharedFramesKey] = *file;
+    return meta.dump();
+  }() : std::string();
+
   std::vector<std::unique_ptr<zmq::message_t>> frames;
   if (!identity.empty()) frames.push_back(std::make_unique<zmq::message_t>(string_frame(identity)));
   const size_t auth_index = frames.size();
   frames.push_back(std::make_unique<zmq::message_t>(kAuthBytes));
   frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.message.kind)));
-  frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.meta)));
+  frames.push_back(std::make_unique<zmq::message_t>(string_frame(file ? meta_with_file : content.meta)));
+  size_t handed_over = 0;  // tensor bytes in the file
+  const auto header = mac_header(scope_, self_, to, seq, nonce_.data());
+  FrameMac mac(*key_, header.data(), header.size());
+  mac.add_digests(content.digests[0].data(), content.digests[0].size());
+  if (file) {
+    const auto d = digest(meta_with_file.data(), meta_with_file.size());
+    mac.add_digests(d.data(), d.size());
+  } else {
+    mac.add_digests(content.digests[1].data(), content.digests[1].size());
+  }
   if (content.data) {
     frames.push_back(std::make_unique<zmq::message_t>(string_frame(content.data->header)));
-    for (const auto& t : content.data->payloads) frames.push_back(std::make_unique<zmq::message_t>(tensor_frame(t)));
+    mac.add_digests(content.digests[2].data(), content.digests[2].size());
+    for (size_t k = 0; k < content.data->payloads.size(); ++k) {
+      const torch::Tensor& t = content.data->payloads[k];
+      if (file && shared[k]) {  // in the file: an empty frame
+        frames.push_back(std::make_unique<zmq::message_t>());
+        handed_over += payload_bytes(t);
+        const auto d = digest(nullptr, 0);
+        mac.add_digests(d.data(), d.size());
+        continue;
+      }
+      auto& d = content.digests[3 + k];
+      if (d.empty()) d = digest(t.numel() == 0 ? nullptr : t.data_ptr(), payload_bytes(t));
+      frames.push_back(std::make_unique<zmq::message_t>(tensor_frame(t)));
+      mac.add_digests(d.data(), d.size());
+    }
   }
-  const uint64_t seq = next_seq_++;
   auto* auth = static_cast<unsigned char*>(frames[auth_index]->data());
   std::memcpy(auth, kMagic, 4);
   put_i32(auth + 4, self_);
   put_u64(auth + 8, seq);
   std::memcpy(auth + 16, nonce_.data(), nonce_.size());
-  const auto header = mac_header(scope_, self_, to, seq, nonce_.data());
-  FrameMac mac(*key_, header.data(), header.size());
-  mac.add_digests(content.digests.data(), content.digests.size());
   mac.finish(auth + kTagOffset);
-  MessageBytes bytes;
+  MessageBytes bytes{0, handed_over};
   const size_t first_payload = auth_index + 4;  // after auth, kind, meta and the DataProto header
   for (size_t i = 0; i < frames.size(); ++i) {
     bytes.total += frames[i]->size();
@@ -188,6 +222,52 @@ MessageBytes Link::send_shared(zmq::socket_t& socket, const std::string& identit
     socket.send(*frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
   return bytes;
+}
+
+std::optional<nlohmann::json> Link::offer_shared_frames(int to, uint64_t seq, const SharedContent& content,
+                                                        std::vector<bool>& shared) {
+  const nlohmann::json& meta = content.message.meta;
+  if (!content.data || !same_machine_.count(to) || !shared_frames_enabled()) return std::nullopt;
+  auto call = meta.find("call_id");
+  if (call == meta.end() || !call->is_number_integer()) return std::nullopt;  // nothing would release the file
+  std::vector<SharedRowsPart> parts;
+  shared.assign(content.data->payloads.size(), false);
+  for (size_t k = 0; k < content.data->payloads.size(); ++k) {
+    const torch::Tensor& t = content.data->payloads[k];
+    if (static_cast<size_t>(t.numel()) * t.element_size() < kSharedFrameMinBytes) continue;
+    shared[k] = true;
+    parts.push_back({std::to_string(k), t});
+  }
+  if (parts.empty()) return std::nullopt;
+  if (!offers_) offers_ = std::make_unique<SharedRowsOffers>();
+  offers_->expire();
+  // A bound for a rank that neither answers nor dies (the pool's call timeout fails it much earlier).
+  constexpr double kKeepS = 24 * 3600;
+  auto file = offers_->offer(to, static_cast<int64_t>(seq), parts, kKeepS);
+  if (file) shared_sent_.push_back({to, call->get<int64_t>(), seq});
+  return file;
+}
+
+void Link::set_peer_machine(int rank, const std::string& machine) {
+  if (!machine.empty() && machine == shared_rows_machine())
+    same_machine_.insert(rank);
+  else
+    same_machine_.erase(rank);
+}
+
+void Link::forget_peers() {
+  same_machine_.clear();
+  shared_sent_.clear();
+  offers_.reset();  // closes every file
+}
+
+void Link::forget_peer(int rank) {
+  same_machine_.erase(rank);
+  for (size_t i = shared_sent_.size(); i-- > 0;) {
+    if (shared_sent_[i].rank != rank) continue;
+    offers_->release(rank, static_cast<int64_t>(shared_sent_[i].seq));
+    shared_sent_.erase(shared_sent_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
@@ -258,15 +338,39 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
   if (!router) last_seq_[sender] = seq;
   Message m;
   m.kind = frames[i + 1]->to_string();
+  std::optional<SharedRowsMapping> file;
   try {
     m.meta = nlohmann::json::parse(frames[i + 2]->to_string());
+    if (auto named = m.meta.find(kSharedFramesKey); named != m.meta.end()) {
+      try {
+        file = SharedRowsMapping::open(*named);
+      } catch (const std::exception& e) {
+        out.reject_code = "refused-file";
+        out.rejected_reason = "the shared-memory file of its tensors is refused: " + printable(e.what());
+        return out;
+      }
+      if (!file) {
+        out.reject_code = "unreachable-file";
+        out.rejected_reason = "the shared-memory file of its tensors cannot be opened from this process "
+                              "(/proc of the sender hidden, or another pid namespace; HF_DISPATCH_SHM=0 avoids it)";
+        return out;
+      }
+      m.meta.erase(named);
+    }
     i += 3;
     if (i < frames.size()) {
       std::string header = frames[i++]->to_string();
       std::vector<Buffer> payloads;
       for (; i < frames.size(); ++i) {
         out.tensor_bytes += frames[i]->size();
-        payloads.push_back(Buffer{frames[i]->data(), frames[i]->size(), frames[i]});
+        auto mapped = file ? file->slot(std::to_string(payloads.size())) : std::nullopt;
+        if (mapped) {
+          HF_CHECK(frames[i]->size() == 0, "payload ", payloads.size(), " is both in the shared-memory file and sent");
+          out.tensor_bytes += mapped->size;
+          payloads.push_back(std::move(*mapped));
+        } else {
+          payloads.push_back(Buffer{frames[i]->data(), frames[i]->size(), frames[i]});
+        }
       }
       m.data = DataProto::from_frames(header, payloads);
     }
@@ -280,7 +384,23 @@ std::optional<Received> Link::receive(zmq::socket_t& socket, bool router) {
 }
 
 void Link::commit(const Received& received) {
-  if (received.message) last_seq_[received.sender] = received.seq;
+  if (!received.message) return;
+  last_seq_[received.sender] = received.seq;
+  if (shared_sent_.empty()) return;
+  // A reply to a call means the rank has decoded that call's message, and (one socket, one thread decoding
+  // in order) every message sent to it before: their files are mapped, or no longer needed.
+  auto call = received.message->meta.find("call_id");
+  if (call == received.message->meta.end() || !call->is_number_integer()) return;
+  const int64_t id = call->get<int64_t>();
+  uint64_t upto = 0;
+  for (const auto& s : shared_sent_)
+    if (s.rank == received.sender && s.call_id == id) upto = std::max(upto, s.seq);
+  for (size_t i = shared_sent_.size(); i-- > 0;) {
+    const SharedSent& s = shared_sent_[i];
+    if (s.rank != received.sender || s.seq > upto) continue;
+    offers_->release(s.rank, static_cast<int64_t>(s.seq));
+    shared_sent_.erase(shared_sent_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 void RejectLog::note(const std::string& peer, const std::string& code, const std::string& what) {

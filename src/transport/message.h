@@ -6,6 +6,10 @@
 // each sender only increasing sequence numbers (no replays).
 // Sizes are checked while the frames arrive, before anything is verified or decoded.
 // Tensor payloads are sent without copying: the zmq message keeps a reference to the tensor.
+// To a rank on the same machine, a call's big tensor payloads (at least kSharedFrameMinBytes each) go
+// through one sealed memory file instead (shared_rows.h): their frames are sent empty and the meta JSON
+// names the file under kSharedFramesKey, which the MAC covers like any other meta. The receiver maps the
+// file, checks it exactly as the data plane does, and decodes the tensors on the mapping (copy on write).
 #pragma once
 
 #include <array>
@@ -22,6 +26,7 @@
 
 #include "frame_mac.h"
 #include "hybridflow/core/data_proto.h"
+#include "shared_rows.h"
 
 namespace hybridflow::transport_detail {
 
@@ -52,8 +57,16 @@ struct SharedContent {
   const FrameMacKey* digested_with = nullptr;  // the key the digests are for (a link's; null: not encoded)
   std::string meta;                            // message.meta, dumped
   std::optional<DataProto::Frames> data;
-  std::vector<unsigned char> digests;          // of kind, meta, the DataProto header and each payload
+  // Per frame: kind, meta, the DataProto header, each payload; a payload's only once a receiver needs it
+  // sent inline (empty until then: a digest is never empty, it holds the frame's length).
+  std::vector<std::vector<unsigned char>> digests;
 };
+
+// The meta key naming a message's shared-memory file (a reply of SharedRowsOffers::offer, whose slots are
+// named by payload index); the receiver removes it from the meta it hands on.
+inline constexpr const char* kSharedFramesKey = "hf_shared_frames";
+// Smaller payloads travel inline: a file costs a few system calls and a mapping.
+inline constexpr size_t kSharedFrameMinBytes = size_t(1) << 20;
 
 inline constexpr int kControllerEnd = -1;
 inline constexpr size_t kLinkNonceBytes = 16;  // the controller's end of a link; workers are ranks >= 0
@@ -68,7 +81,7 @@ std::string random_secret();
 struct Received {
   std::string identity;         // ROUTER identity frame (empty on a DEALER)
   size_t bytes = 0;             // every frame, as read
-  size_t tensor_bytes = 0;      // the DataProto's tensor payloads among them
+  size_t tensor_bytes = 0;      // the DataProto's tensor payloads (among them, or in a shared-memory file)
   std::string peer_address;     // the TCP peer's IP, when ZeroMQ knows it
   int sender = kControllerEnd;  // authenticated sender, valid when message is set
   uint64_t seq = 0;             // its sequence number
@@ -80,7 +93,8 @@ struct Received {
   std::string who() const;
 };
 
-// Bytes a message took on the wire: all frames, and the DataProto's tensor payloads among them.
+// Bytes a message took on the wire (all frames), and the DataProto's tensor payloads it handed over (among
+// those frames, or in a shared-memory file).
 struct MessageBytes {
   size_t total = 0;
   size_t tensors = 0;
@@ -107,11 +121,25 @@ class Link {
   // message comes from the peer bound to that rank: a stranger holding the key (a second process
   // claiming a taken rank) must not push the genuine rank's numbers out of reach.
   std::optional<Received> receive(zmq::socket_t& socket, bool router);
+  // Also closes the shared-memory files (below) of the calls up to the one this message answers.
   void commit(const Received& received);
   const std::string& scope() const { return scope_; }
 
+  // Shared-memory frames (controller end): `rank` said in its hello that it runs on `machine`; when that is
+  // this machine (shared_rows_machine) and HF_DISPATCH_SHM is not "0", the big payloads of messages with a
+  // "call_id" go to it through a sealed memory file, kept open until the rank's reply to that call (or a
+  // later one) commits, the rank is forgotten, or this link ends.
+  void set_peer_machine(int rank, const std::string& machine);
+  // The rank is gone: its files close, and it gets inline frames from now on.
+  void forget_peer(int rank);
+  void forget_peers();
+  size_t shared_files_open() const { return offers_ ? offers_->open() : 0; }
+
  private:
   MessageBytes send_shared(zmq::socket_t& socket, const std::string& identity, int to, SharedContent& content);
+  // The file for `to`'s copy of `content` (nullopt: send inline), its payloads named by index.
+  std::optional<nlohmann::json> offer_shared_frames(int to, uint64_t seq, const SharedContent& content,
+                                                    std::vector<bool>& shared);
   std::unique_ptr<FrameMacKey> key_;
   std::array<unsigned char, kLinkNonceBytes> nonce_{};
   std::string scope_;
@@ -120,6 +148,14 @@ class Link {
   size_t max_bytes_;
   uint64_t next_seq_ = 1;
   std::map<int, uint64_t> last_seq_;  // per authenticated sender
+  std::set<int> same_machine_;        // ranks that may get shared-memory frames
+  std::unique_ptr<SharedRowsOffers> offers_;  // consumer: the rank, request: the message's sequence number
+  struct SharedSent {
+    int rank;
+    int64_t call_id;
+    uint64_t seq;
+  };
+  std::vector<SharedSent> shared_sent_;  // messages whose files are open
 };
 
 // Logs a rejected message once per (peer, kind of rejection), so a stranger cannot flood the log; the

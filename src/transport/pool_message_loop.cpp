@@ -37,6 +37,7 @@ void ProcessPool::Impl::handle(transport_detail::Received& received, std::vector
     ranks[r].identity = received.identity;
     ranks[r].host = printable(m.meta.value("host", "?"), 64);
     ranks[r].data_endpoint = m.meta.value("data_endpoint", std::string());
+    link->set_peer_machine(r, m.meta.value("machine", std::string()));  // its calls' big tensors: shared memory?
     if (!spec.spawn_workers) ranks[r].pid = m.meta.value("pid", -1);
     if (m.meta.contains("pid") && m.meta["pid"].is_number_integer()) ranks[r].process_pid = m.meta["pid"].get<int64_t>();
     ranks[r].takes_batches = m.meta.contains("batches") && m.meta["batches"].is_boolean() && m.meta["batches"].get<bool>();
@@ -259,7 +260,10 @@ void ProcessPool::Impl::loop() {
     }
 
     std::string problem = check_health();
-    if (!problem.empty()) fail(problem);
+    if (!problem.empty()) {
+      fail(problem);
+      link->forget_peers();  // no call of a failed pool is answered: its shared-memory files close
+    }
 
     std::lock_guard<std::mutex> lock(mutex);
     if (exiting) {

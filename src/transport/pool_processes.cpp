@@ -150,6 +150,7 @@ std::string ProcessPool::Impl::check_health() {
     int status = 0;
     if (::waitpid(rank.pid, &status, WNOHANG) == rank.pid) {
       rank.alive = false;
+      link->forget_peer(static_cast<int>(r));  // closes the files of calls it will never answer
       if (exiting) continue;
       return detail::concat("resource pool '", spec.name, "': worker ", where(r), " ", describe_exit(status), " ",
                             running_on(static_cast<int>(r)));

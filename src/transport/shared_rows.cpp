@@ -53,13 +53,20 @@ bool write_rows_at(int fd, const void* data, size_t size, size_t offset) {
   return true;
 }
 
+bool shared_memory_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 }  // namespace
 
 bool shared_rows_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("HF_DATA_PLANE_SHM");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = shared_memory_switch_on("HF_DATA_PLANE_SHM");
+  return enabled;
+}
+
+bool shared_frames_enabled() {
+  static const bool enabled = shared_memory_switch_on("HF_DISPATCH_SHM");
   return enabled;
 }
 
@@ -180,6 +187,12 @@ std::optional<SharedRowsMapping> SharedRowsMapping::open(const nlohmann::json& r
     out.slots_[s.at("key").get<std::string>()] = {offset, size};
   }
   return out;
+}
+
+std::optional<Buffer> SharedRowsMapping::slot(const std::string& key) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return std::nullopt;
+  return Buffer{static_cast<const char*>(base_.get()) + it->second.first, it->second.second, base_};
 }
 
 torch::Tensor SharedRowsMapping::tensor(const std::string& key, c10::ScalarType dtype,

@@ -29,6 +29,9 @@ namespace hybridflow::transport_detail {
 
 // "0" (HF_DATA_PLANE_SHM) makes consumers ask for every row over the data socket, even on one machine.
 bool shared_rows_enabled();
+// "0" (HF_DISPATCH_SHM) sends every tensor of a controller's call inline, even to a rank on this machine
+// (message.h).
+bool shared_frames_enabled();
 
 // What identifies this machine and pid namespace: the kernel's boot id and the pid namespace's inode. Two
 // processes with equal ids can name each other's descriptors through /proc; empty when unknown.
@@ -89,6 +92,8 @@ class SharedRowsMapping {
   static std::optional<SharedRowsMapping> open(const nlohmann::json& reply);
   // The slot `key`, as `dtype` with `shape`: an Error when the reply has no such slot or its bytes differ.
   torch::Tensor tensor(const std::string& key, c10::ScalarType dtype, const std::vector<int64_t>& shape) const;
+  // The slot `key`'s bytes, keeping the mapping alive; nullopt when the file has no such slot.
+  std::optional<Buffer> slot(const std::string& key) const;
   size_t bytes() const { return bytes_; }
 
  private:

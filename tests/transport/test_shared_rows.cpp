@@ -18,33 +18,15 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "transport/shared_memory_test_support.h"
 #include "transport/shared_rows.h"
 
 using namespace hybridflow;
 using namespace hybridflow::transport_detail;
+using namespace hybridflow::transport_testing;
 using json = nlohmann::json;
 
 namespace {
-
-// Descriptors of process `pid` that are shared-rows files.
-int open_row_files(pid_t pid) {
-  int n = 0;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    std::error_code link_ec;
-    const auto target = std::filesystem::read_symlink(e.path(), link_ec);
-    if (!link_ec && target.string().find("memfd:hf-rows") != std::string::npos) ++n;
-  }
-  return n;
-}
-
-std::set<std::string> dev_shm() {
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) names.insert(e.path().filename());
-  return names;
-}
 
 std::string error_of(const json& reply) {
   try {
@@ -68,13 +50,13 @@ struct Rows {
 
 TEST(SharedRows, TheConsumerMapsExactlyTheProducersBytesAndReleaseClosesTheFile) {
   ASSERT_FALSE(shared_rows_machine().empty()) << "no boot id or pid namespace to name this machine by";
-  const auto shm_before = dev_shm();
+  const auto shm_before = dev_shm_names();
   Rows rows;
   SharedRowsOffers offers;
   const auto reply = offers.offer(/*consumer=*/7, /*req=*/1, rows.parts(), 60);
   ASSERT_TRUE(reply);
   EXPECT_EQ(offers.open(), 1u);
-  EXPECT_EQ(open_row_files(::getpid()), 1);
+  EXPECT_EQ(open_shared_memory_files(::getpid()), 1);
   auto mapped = SharedRowsMapping::open(*reply);
   ASSERT_TRUE(mapped);
   const torch::Tensor seq = mapped->tensor("seq", torch::kLong, {5, 8});
@@ -88,9 +70,9 @@ TEST(SharedRows, TheConsumerMapsExactlyTheProducersBytesAndReleaseClosesTheFile)
   EXPECT_EQ(offers.open(), 1u);
   offers.release(7, 1);
   EXPECT_EQ(offers.open(), 0u);
-  EXPECT_EQ(open_row_files(::getpid()), 0);
+  EXPECT_EQ(open_shared_memory_files(::getpid()), 0);
   EXPECT_TRUE(torch::equal(seq, rows.seq));
-  EXPECT_EQ(dev_shm(), shm_before);
+  EXPECT_EQ(dev_shm_names(), shm_before);
 }
 
 TEST(SharedRows, WritesIntoAMappedInputStayInTheConsumer) {
@@ -118,7 +100,7 @@ TEST(SharedRows, OffersExpireWhenNoConsumerReleasesThem) {
   EXPECT_EQ(offers.open(), 1u);
   offers.expire(SharedRowsOffers::Clock::now() + std::chrono::seconds(31));
   EXPECT_EQ(offers.open(), 0u);
-  EXPECT_EQ(open_row_files(::getpid()), 0);
+  EXPECT_EQ(open_shared_memory_files(::getpid()), 0);
   // Nothing to write: no file, the rows go over the socket.
   EXPECT_FALSE(offers.offer(1, 3, {{"seq", torch::empty({0, 8}, torch::kLong)}}, 30.0));
 }
@@ -181,7 +163,7 @@ TEST(SharedRows, AFileThatIsNotWhatTheReplyNamesIsRefused) {
 }
 
 TEST(SharedRows, AGoneProducerOrAnotherMachineMeansAskingOverTheSocket) {
-  const auto shm_before = dev_shm();
+  const auto shm_before = dev_shm_names();
   Rows rows;
   SharedRowsOffers offers;
   json elsewhere = *offers.offer(1, 1, rows.parts(), 60);
@@ -211,5 +193,5 @@ TEST(SharedRows, AGoneProducerOrAnotherMachineMeansAskingOverTheSocket) {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_FALSE(SharedRowsMapping::open(reply));  // its descriptor went with it, and the file with that
-  EXPECT_EQ(dev_shm(), shm_before);
+  EXPECT_EQ(dev_shm_names(), shm_before);
 }
