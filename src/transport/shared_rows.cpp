@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <torch/torch.h>
@@ -76,7 +77,9 @@ const std::string& shared_rows_machine() {
     std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
     struct stat ns {};
     if (boot.empty() || ::stat("/proc/self/ns/pid", &ns) != 0) return std::string();
-    return boot + "/" + std::to_string(ns.st_dev) + ":" + std::to_string(ns.st_ino);
+    if (::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1) return std::string();
+    return boot + "/" + std::to_string(ns.st_dev) + ":" + std::to_string(ns.st_ino) + "/uid" +
+           std::to_string(::geteuid());
   }();
   return id;
 }

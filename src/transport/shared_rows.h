@@ -33,8 +33,10 @@ bool shared_rows_enabled();
 // (message.h).
 bool shared_frames_enabled();
 
-// What identifies this machine and pid namespace: the kernel's boot id and the pid namespace's inode. Two
-// processes with equal ids can name each other's descriptors through /proc; empty when unknown.
+// What identifies this machine and pid namespace: the kernel's boot id, the pid namespace's inode and the
+// effective user. Two processes with equal ids can name each other's descriptors through /proc (the kernel
+// lets a process of the same user open another's /proc/<pid>/fd only while that one is dumpable, so a
+// process that is not reports an empty id); empty when unknown, which keeps every transfer on the socket.
 const std::string& shared_rows_machine();
 
 // One piece of rows to write: a contiguous CPU tensor's bytes, appended to the key's slot.
