@@ -111,6 +111,9 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
     max_num_seqs: 1024
+    kv_cache: paged
+    kv_block_size: 16
+    gpu_memory_utilization: 0.5
   ref:
     dtype: null
     log_prob_micro_batch_size: null

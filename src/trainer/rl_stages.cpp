@@ -3,6 +3,7 @@
 // so that a program holds only its dataflow. The role handles' calls are in rl_roles.cpp.
 #include "rl_stages.h"
 
+#include "hybridflow/core/logging.h"
 #include "hybridflow/workers/data_parallel.h"
 
 namespace hybridflow {
@@ -26,6 +27,24 @@ void log_reshard(DataProto& rollout, MetricsLog& m) {
   m.set("reshard/model_bytes", gen.at("model_bytes").get<double>());
   m.set("reshard/peak_extra_weight_bytes", gen.at("peak_extra_weight_bytes").get<double>());
   m.set("reshard/redundant_bytes", gen.at("redundant_bytes").get<double>());
+}
+
+// The rollout's KV cache as the first replica reported it, out of the meta like the reshard's: its peak
+// bytes every step, and once per run the pool and how many sequences of the longest length fit in it.
+void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
+  if (!rollout.meta().contains("kv_cache")) return;
+  const nlohmann::json kv = rollout.meta().at("kv_cache");
+  rollout.meta().erase("kv_cache");
+  m.set("memory/rollout_kv_cache_peak_bytes", kv.at("peak_bytes").get<double>());
+  if (*said) return;
+  *said = true;
+  const int64_t pool = kv.at("pool_blocks").get<int64_t>();
+  const std::string layout = pool > 0 ? "paged, a pool of " + std::to_string(pool) + " blocks (" +
+                                             std::to_string(kv.at("peak_blocks").get<int64_t>()) +
+                                             " in use at the first rollout's peak)"
+                                       : std::string("one slot per sequence");
+  log_info("rollout KV cache: ", layout, "; ", kv.at("sequences_fit").get<int64_t>(),
+           " sequences of prompt + response length fit at once");
 }
 
 }  // namespace
@@ -144,6 +163,7 @@ DataProto& TrainerStages::wait_generation(RolloutBatchState& b) {
   if (!b.greedy) {
     stamp_policy_version(b.data);
     log_reshard(b.data, *s_.metrics);
+    log_kv_cache(b.data, *s_.metrics, &s_.kv_cache_logged);
   }
   return b.data;
 }
@@ -160,6 +180,7 @@ RolloutBatch TrainerStages::batch_of(const DataProto& generated, int64_t n, cons
   b->data = generated;
   stamp_policy_version(b->data);
   log_reshard(b->data, *s_.metrics);
+  log_kv_cache(b->data, *s_.metrics, &s_.kv_cache_logged);
   b->generation = Future::ready(b->data);
   b->waited = true;
   b->scores = scores;

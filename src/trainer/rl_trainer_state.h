@@ -101,6 +101,7 @@ struct RLTrainer::State {
   std::string resumed_from;      // "" for a fresh start
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
+  bool kv_cache_logged = false;  // the rollout's KV-cache pool, said once per run
 
   // Prompts from[*pos ...], advancing *pos; with shuffle, each pass over `from` (epoch) in its own
   // seeded order (data.shuffle, verl's name), so a file sorted by difficulty is not trained in that order.

@@ -212,6 +212,17 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.max_num_seqs = rollout.get<int64_t>("max_num_seqs");
   HF_CHECK(spec.max_num_seqs >= 0, section, ".max_num_seqs must be >= 0 (0 = every sequence at once), got ",
            spec.max_num_seqs);
+  const std::string kv_cache = rollout.get<std::string>("kv_cache");
+  HF_CHECK(kv_cache == "paged" || kv_cache == "slots", section, ".kv_cache must be paged or slots, got '", kv_cache,
+           "'");
+  spec.paged_kv_cache = kv_cache == "paged";
+  spec.kv_block_size = rollout.get<int64_t>("kv_block_size");
+  HF_CHECK(spec.kv_block_size >= 1, section, ".kv_block_size must be >= 1 (positions per block), got ",
+           spec.kv_block_size);
+  spec.gpu_memory_utilization = rollout.get<double>("gpu_memory_utilization");
+  HF_CHECK(spec.gpu_memory_utilization > 0 && spec.gpu_memory_utilization <= 1, section,
+           ".gpu_memory_utilization must be in (0, 1] (the fraction of a GPU's memory the rollout may use), got ",
+           spec.gpu_memory_utilization);
   spec.tensor_model_parallel_size = actor.layout.gen_tp;
   spec.pipeline_model_parallel_size = actor.layout.gen_pp;
   spec.reshard_mode = rollout.get<std::string>("reshard_mode");

@@ -122,7 +122,8 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
-  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp);
+  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
+                                                       device());
   const auto prompts = prompt_token_lists(in);
   GenerationOutput out;
   nlohmann::json reshard;

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "hybridflow/core/process_memory.h"
 #include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/rl_batch.h"
 
 namespace hybridflow {
 
 GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
-                                           const ModelConfig& model, const DataProto& request, int replica) {
+                                           const ModelConfig& model, const DataProto& request, int replica,
+                                           const torch::Device& device) {
   GenerationConfig g;
   g.max_new_tokens = rollout.response_length;
   g.temperature = rollout.temperature;
@@ -19,6 +21,11 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.n = call.contains("n") ? call.at("n").get<int64_t>() : rollout.n;
   g.greedy = call.contains("greedy") && call.at("greedy").get<bool>();
   g.max_num_seqs = rollout.max_num_seqs;
+  g.paged_kv_cache = rollout.paged_kv_cache;
+  g.kv_block_size = rollout.kv_block_size;
+  g.gpu_memory_utilization = rollout.gpu_memory_utilization;
+  // The fraction applies to a GPU's memory; on the CPU the pool holds what the running sequences can hold.
+  if (device.is_cuda()) g.memory_budget_bytes = cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index());
   // The tensor-parallel ranks of a replica draw the same tokens.
   const uint64_t seed = call.contains("seed") ? call.at("seed").get<uint64_t>() : rollout.seed;
   g.seed = seed * 1000003ULL + static_cast<uint64_t>(replica);
@@ -42,6 +49,10 @@ DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g,
     for (const auto& [key, values] : request.fields()) fields.set_field(key, values);
     result.update(fields.repeat(g.n, /*interleave=*/true));
   }
+  result.meta()["kv_cache"] = {{"peak_bytes", out.kv_cache.peak_bytes},
+                               {"pool_blocks", out.kv_cache.pool_blocks},
+                               {"peak_blocks", out.kv_cache.peak_blocks},
+                               {"sequences_fit", out.kv_cache.sequences_fit}};
   return result;
 }
 

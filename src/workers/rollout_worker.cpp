@@ -37,7 +37,8 @@ void RolloutWorker::register_methods(MethodTable& table) {
 }
 
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
-  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp);
+  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
+                                                       device());
   const GenerationOutput out = generate(model_, prompt_token_lists(in), g, nullptr);
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   DataProto result = rollout_result(out, g, in);

@@ -255,3 +255,32 @@ TEST(RlTrainer, LearningRateFollowsVerlsScheduleOncePerRlStep) {
   EXPECT_NE(bad.find("actor_rollout_ref.actor.optim.lr_scheduler_type: expected constant | cosine"), std::string::npos)
       << bad;
 }
+
+// The rollout's KV cache is a memory layout, not a policy: a GRPO run on the paged cache and one on the
+// slot cache train the same numbers, and the paged run reports its cache's peak each step.
+TEST(RlTrainer, PagedAndSlotKvCachesTrainTheSameRun) {
+  auto run = [](const std::string& kv_cache) {
+    hybridflow::testing::TempDir dir;
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path(), "actor_rollout_ref.rollout.kv_cache=" + kv_cache,
+                                       "actor_rollout_ref.rollout.kv_block_size=4"})));
+    trainer.fit();
+    return read_jsonl(dir.path() + "/metrics.jsonl");
+  };
+  const auto paged = run("paged"), slots = run("slots");
+  ASSERT_EQ(paged.size(), slots.size());
+  for (size_t i = 0; i < paged.size(); ++i) {
+    for (const char* key : {"score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean", "actor/grad_norm"}) {
+      if (!paged[i].contains(key)) continue;
+      EXPECT_EQ(paged[i].at(key), slots[i].at(key)) << key << " at step " << i + 1;
+    }
+    EXPECT_GT(paged[i].at("memory/rollout_kv_cache_peak_bytes").get<double>(), 0.0);
+  }
+  EXPECT_NE(error_of([] { RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.kv_cache=pages"}))); })
+                .find("actor_rollout_ref.rollout.kv_cache"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.gpu_memory_utilization=1.5"})));
+            }).find("actor_rollout_ref.rollout.gpu_memory_utilization"),
+            std::string::npos);
+}

@@ -52,6 +52,12 @@ struct RolloutSpec {
   double top_p = 1.0;
   uint64_t seed = 0;
   int64_t max_num_seqs = 0;  // sequences decoded at once (0: all)
+  // The KV cache: paged (blocks of kv_block_size positions, a prompt stored once for its samples) or one slab
+  // row per sequence ("slots"); on a GPU the paged pool is gpu_memory_utilization of the device's memory
+  // less the weights (verl's key), on the CPU what the sequences that run at once can hold.
+  bool paged_kv_cache = true;
+  int64_t kv_block_size = 16;
+  double gpu_memory_utilization = 0.5;
   // Generation's layout: 0 = the training tensor-parallel size; a smaller one (or pipeline stages) switches
   // through the 3D-HybridEngine in reshard_mode.
   int tensor_model_parallel_size = 0;

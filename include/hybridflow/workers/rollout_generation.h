@@ -15,11 +15,14 @@ namespace hybridflow {
 // From the worker's rollout spec (response_length, temperature, top_k, top_p, n, seed, max_num_seqs), its
 // model spec (eos_token_ids, vocab_size) and the request's meta (n, greedy, seed: the call's overrides). Each generation replica draws from
 // its own stream (`replica`), so replicas do not repeat each other's samples.
+// On a CUDA `device` the paged KV cache's pool is the spec's gpu_memory_utilization of that device's memory.
 GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
-                                           const ModelConfig& model, const DataProto& request, int replica);
+                                           const ModelConfig& model, const DataProto& request, int replica,
+                                           const torch::Device& device);
 
 // The rollout batch of `out` (rl_batch.h's rollout_batch) with its prompts left-padded to the request's
-// width, and the request's per-prompt fields repeated for each of its samples.
+// width, and the request's per-prompt fields repeated for each of its samples; the KV cache's report in the
+// meta ("kv_cache": peak_bytes, pool_blocks, peak_blocks, sequences_fit).
 DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g, const DataProto& request);
 
 }  // namespace hybridflow
