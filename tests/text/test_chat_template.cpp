@@ -11,6 +11,7 @@
 
 #include "hybridflow/text/chat_template.h"
 #include "text/chat_template_oracle.h"
+#include "text/tool_template.h"
 
 namespace hybridflow::text {
 namespace {
@@ -30,84 +31,8 @@ struct ChatCase {
 };
 
 // Templates written for these tests in the styles of widely used model families, to cover idioms the
-// two real templates do not: tools placed in the first user turn with tojson(indent), re-assigning
+// two real templates do not (tools placed in the first user turn: text/tool_template.h): re-assigning
 // `messages`, role alternation enforced by raise_exception, macros over content parts, loop controls.
-const char* const kToolsInUserTurnTemplate = R"TPL({{- bos_token }}
-{%- if custom_tools is defined %}
-    {%- set tools = custom_tools %}
-{%- endif %}
-{%- if not tools_in_user_message is defined %}
-    {%- set tools_in_user_message = true %}
-{%- endif %}
-{%- if not date_string is defined %}
-    {%- set date_string = "01 Jan 2030" %}
-{%- endif %}
-{%- if tools is not defined %}
-    {%- set tools = none %}
-{%- endif %}
-
-{#- The system turn comes out of the list first #}
-{%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content'] | trim %}
-    {%- set messages = messages[1:] %}
-{%- else %}
-    {%- set system_message = "" %}
-{%- endif %}
-
-{{- "<|hdr|>system<|/hdr|>\n\n" }}
-{%- if tools is not none and not tools_in_user_message %}
-    {{- "Functions you may call are listed below.\n" }}
-{%- endif %}
-{{- "Date: " + date_string + "\n\n" }}
-{{- system_message }}
-{{- "<|eot|>" }}
-
-{%- if tools_in_user_message and tools is not none %}
-    {%- if messages | length != 0 %}
-        {%- set first_user_message = messages[0]['content'] | trim %}
-        {%- set messages = messages[1:] %}
-    {%- else %}
-        {{- raise_exception("Tools go in the first user turn, and there is none.") }}
-    {%- endif %}
-    {{- '<|hdr|>user<|/hdr|>\n\n' -}}
-    {{- "Reply with one JSON call shaped like " }}
-    {{- '{"name": <name>, "parameters": {<arg>: <value>}}.\n\n' }}
-    {%- for t in tools %}
-        {{- t | tojson(indent=4) }}
-        {{- "\n\n" }}
-    {%- endfor %}
-    {{- first_user_message + "<|eot|>"}}
-{%- endif %}
-
-{%- for message in messages %}
-    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
-        {{- '<|hdr|>' + message['role'] + '<|/hdr|>\n\n'+ message['content'] | trim + '<|eot|>' }}
-    {%- elif 'tool_calls' in message %}
-        {%- if not message.tool_calls|length == 1 %}
-            {{- raise_exception("One tool call per turn, please.") }}
-        {%- endif %}
-        {%- set tool_call = message.tool_calls[0].function %}
-        {{- '<|hdr|>assistant<|/hdr|>\n\n' -}}
-        {{- '{"name": "' + tool_call.name + '", ' }}
-        {{- '"parameters": ' }}
-        {{- tool_call.arguments | tojson }}
-        {{- "}" }}
-        {{- "<|eot|>" }}
-    {%- elif message.role == "tool" or message.role == "ipython" %}
-        {{- "<|hdr|>ipython<|/hdr|>\n\n" }}
-        {%- if message.content is mapping or message.content is iterable and message.content is not string %}
-            {{- message.content | tojson }}
-        {%- else %}
-            {{- message.content }}
-        {%- endif %}
-        {{- "<|eot|>" }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|hdr|>assistant<|/hdr|>\n\n' }}
-{%- endif %}
-)TPL";
-
 const char* const kAlternatingTemplate = R"TPL({%- if messages[0]['role'] == 'system' %}
     {%- set system_message = messages[0]['content'] %}
     {%- set loop_messages = messages[1:] %}
@@ -182,6 +107,29 @@ const json kWeatherTools = json::parse(R"([
 
 json tool_call(const std::string& name, const json& arguments) {
   return {{"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+}
+
+// A whole agentic conversation: two user questions, three assistant turns that call tools
+// (`calls_per_turn` calls each, arguments as objects and as JSON strings, one turn with reasoning),
+// one tool result per call, and a final answer.
+json agentic_conversation(int calls_per_turn) {
+  json messages = json::array({msg("system", "You may use tools."), msg("user", "Weather in Oslo and Lima, and 2+3?")});
+  const char* cities[] = {"Oslo", "Lima", "Zürich"};
+  for (int turn = 0; turn < 3; ++turn) {
+    if (turn == 2) messages.push_back(msg("user", "And in Zürich, plus 1.5+1?"));
+    json reply = msg("assistant", turn == 1 ? "Now the sum." : "");
+    if (turn == 0) reply["reasoning_content"] = "Two lookups first.";
+    reply["tool_calls"] = json::array();
+    for (int c = 0; c < calls_per_turn; ++c) {
+      reply["tool_calls"].push_back(c % 2 == 0 ? tool_call("get_weather", {{"city", cities[(turn + c) % 3]}, {"days", c + 1}})
+                                               : tool_call("add", "{\"a\": 2, \"b\": " + std::to_string(turn + c) + "}"));
+    }
+    messages.push_back(reply);
+    for (int c = 0; c < calls_per_turn; ++c)
+      messages.push_back(msg("tool", "{\"result\": \"" + std::to_string(turn) + "." + std::to_string(c) + " ✓\"}"));
+  }
+  messages.push_back(msg("assistant", "Oslo 4 °C, Lima 19 °C, Zürich 8 °C; the sums are 5 and 2.5."));
+  return messages;
 }
 
 const std::string kTricky = "Quotes \"double\" and 'single', back\\slash, tabs\tand\nnew\n\nlines; unicode: héllo 中文 ✓ 🚀 — <b>&amp;</b> {{ not a tag }} {% neither %}";
@@ -286,6 +234,15 @@ std::vector<ChatCase> make_cases() {
   templated("tools_in_user_turn_raises_on_two_calls", kToolsInUserTurnTemplate, two_calls, true, kWeatherTools);
   templated("tools_in_user_turn_raises_without_user", kToolsInUserTurnTemplate, json::array({msg("system", "s")}), true,
             kWeatherTools);
+  // Whole agentic conversations, ending on the answer and on tool results with the generation prompt.
+  const json agentic = agentic_conversation(2);
+  json agentic_open = agentic;
+  agentic_open.erase(agentic_open.size() - 1);
+  cases.push_back({"qwen3_agentic_conversation", "qwen3", agentic, false, kWeatherTools});
+  cases.push_back({"qwen3_agentic_conversation_prompt", "qwen3", agentic_open, true, kWeatherTools, {{"enable_thinking", false}}});
+  cases.push_back({"qwen3_agentic_conversation_three_calls", "qwen3", agentic_conversation(3), false, kWeatherTools});
+  cases.push_back({"llama3_agentic_conversation", "llama3", agentic, false, kWeatherTools});
+  templated("tools_in_user_turn_agentic_conversation", kToolsInUserTurnTemplate, agentic_conversation(1), false, kWeatherTools);
   templated("alternating_with_system", kAlternatingTemplate, multi, false);
   templated("alternating_without_system", kAlternatingTemplate, no_system_multi, false);
   templated("alternating_raises_on_two_users", kAlternatingTemplate,
