@@ -3,7 +3,9 @@
 // and hostile texts give errors with their byte spans, never an exception.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,67 @@ TEST(ToolCalls, LlamaJsonMalformedCallsAreErrors) {
   EXPECT_EQ(mixed.errors[0].begin, text.find("{\"name\": 1"));
   EXPECT_EQ(mixed.errors[0].end, text.size());
   EXPECT_EQ(mixed.errors[0].message.rfind("tool call 2: ", 0), 0u) << mixed.errors[0].message;
+}
+
+// Random edits of well-formed turns (bytes deleted, inserted, tag fragments spliced in): parsing never
+// throws, every span lies in the text, calls and errors do not overlap, every call has a name and
+// object arguments, and text with no tag (hermes) or not starting with a call (llama3_json) has none.
+TEST(ToolCalls, RandomlyDamagedTurnsNeverThrowAndKeepSpansConsistent) {
+  const std::string hermes = "Sure.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"[1, {2}]\", \"n\": [1, 2]}}\n</tool_call>\n"
+                             "<tool_call>\n{\"name\": \"lookup\", \"arguments\": \"{\\\"key\\\": \\\"a\\\\\\\"b\\\"}\"}\n</tool_call>";
+  const std::string llama = "<|python_tag|>{\"name\": \"calc\", \"parameters\": {\"expr\": \"{x}\"}}; {\"name\": \"lookup\", \"parameters\": {}}";
+  const std::vector<std::string> pieces = {"{", "}", "[", "]", "\"", "\\", ";", " ", "\n", "<tool_call>", "</tool_call>",
+                                           "<|python_tag|>", "\xc3", "\xff", "name", ":", ","};
+  std::mt19937 rng(20261127);
+  auto below = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  int with_calls = 0, with_errors = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const ToolCallFormat format = i % 2 == 0 ? ToolCallFormat::hermes : ToolCallFormat::llama3_json;
+    std::string text = format == ToolCallFormat::hermes ? hermes : llama;
+    const size_t edits = 1 + below(4);
+    for (size_t e = 0; e < edits && !text.empty(); ++e) {
+      const size_t at = below(text.size());
+      if (below(2) == 0) {
+        text.erase(at, 1 + below(std::min<size_t>(8, text.size() - at)));
+      } else {
+        text.insert(at, pieces[below(pieces.size())]);
+      }
+    }
+    ParsedToolCalls parsed;
+    ASSERT_NO_THROW(parsed = parse_tool_calls(text, format)) << text;
+    std::vector<std::pair<size_t, size_t>> spans;
+    for (const ToolCall& c : parsed.calls) {
+      EXPECT_FALSE(c.name.empty()) << text;
+      EXPECT_TRUE(c.arguments.is_object()) << text;
+      spans.emplace_back(c.begin, c.end);
+    }
+    for (const ToolCallError& e : parsed.errors) {
+      EXPECT_FALSE(e.message.empty()) << text;
+      spans.emplace_back(e.begin, e.end);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t k = 0; k < spans.size(); ++k) {
+      EXPECT_LT(spans[k].first, spans[k].second) << text;
+      EXPECT_LE(spans[k].second, text.size()) << text;
+      if (k > 0) {
+        EXPECT_LE(spans[k - 1].second, spans[k].first) << "overlapping spans in: " << text;
+      }
+    }
+    if (format == ToolCallFormat::hermes && text.find("tool_call>") == std::string::npos) {
+      EXPECT_TRUE(spans.empty()) << text;
+    }
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (format == ToolCallFormat::llama3_json && first != std::string::npos && text[first] != '{' &&
+        text.compare(first, 14, "<|python_tag|>") != 0) {
+      EXPECT_TRUE(spans.empty()) << text;
+      EXPECT_EQ(parsed.content, text);
+    }
+    with_calls += !parsed.calls.empty();
+    with_errors += !parsed.errors.empty();
+  }
+  // Both outcomes are exercised, so the invariants above are checked on calls and on errors.
+  EXPECT_GT(with_calls, 1000);
+  EXPECT_GT(with_errors, 1000);
 }
 
 TEST(ToolCalls, FormatNames) {
