@@ -1,5 +1,5 @@
-// The policy losses verl's registry gained after PPO and GSPO: CISPO, SAPO, GMPO (geo_mean), Clip-Cov and
-// KL-Cov. Formulas in losses.h; each masks like ppo_policy_loss (padding reaches neither loss nor gradient).
+// The policy losses verl's registry gained after PPO and GSPO: CISPO, SAPO, GMPO (geo_mean), Clip-Cov,
+// KL-Cov and DPPO (TV and KL). Formulas in losses.h; each masks like ppo_policy_loss (padding reaches neither loss nor gradient).
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -207,6 +207,49 @@ PolicyLossOutput kl_cov_policy_loss(const at::Tensor& old_log_prob, const at::Te
   out.clip_frac = zero_fraction(out.approx_kl);
   out.clip_frac_lower = zero_fraction(out.approx_kl);
   out.cov_frac = masked_mean(selected.to(in.mask.scalar_type()), in.mask);
+  return out;
+}
+
+PolicyLossOutput dppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                  const at::Tensor& advantages, const at::Tensor& response_mask,
+                                  const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
+  const bool kl = config.loss_mode == PolicyLossMode::kDppoKl;
+  const char* where = kl ? "algo: dppo_policy_loss (dppo_kl)" : "algo: dppo_policy_loss (dppo_tv)";
+  HF_CHECK(kl || config.loss_mode == PolicyLossMode::kDppoTv, where, ": loss_mode must be dppo_tv or dppo_kl, got ",
+           to_string(config.loss_mode));
+  auto in = policy_loss_inputs(old_log_prob, log_prob, advantages, response_mask, config, where);
+  const auto [low, high] = detail::clip_range(config, where);
+  HF_CHECK(config.clip_ratio_c > 1, where, ": clip_ratio_c (the ratio's truncation) must be > 1, got ",
+           config.clip_ratio_c);
+  auto log_ratio = in.log_ratio.clamp(-20.0, 20.0);
+  auto ratio = torch::exp(log_ratio).detach();
+  auto weight = ratio.clamp_max(config.clip_ratio_c);
+  auto lp = detail::valid_only(log_prob, in.valid);
+
+  at::Tensor keep;
+  {
+    // The trust region is decided on the token's probability itself, not on the ratio.
+    torch::NoGradGuard no_grad;
+    auto p = torch::exp(lp);
+    auto old_lp = detail::valid_only(old_log_prob.detach(), in.valid);
+    auto q = torch::exp(old_lp);
+    if (kl) {
+      // The KL between the Bernoulli distributions "this token or not" under the old and the new policy.
+      auto divergence = q * (old_lp - lp) + (1.0 - q) * torch::log((1.0 - q + 1e-8) / (1.0 - p + 1e-8));
+      keep = torch::where(in.adv > 0, (divergence <= high) | (p <= q), (divergence <= low) | (p >= q));
+    } else {
+      keep = torch::where(in.adv > 0, p - q <= high, p - q >= -low);
+    }
+    keep = (keep & in.valid).to(in.mask.scalar_type());
+  }
+  auto token_loss = detail::weighted(-in.adv * weight * lp * keep, rollout_is_weights, in.valid, where);
+
+  PolicyLossOutput out;
+  out.loss = agg_loss(token_loss, in.mask, config.agg_mode, config.loss_scale_factor);
+  torch::NoGradGuard no_grad;
+  out.clip_frac = masked_mean(1.0 - keep, in.mask);
+  out.clip_frac_lower = masked_mean((ratio > config.clip_ratio_c).to(in.mask.scalar_type()) * keep, in.mask);
+  out.approx_kl = masked_mean(-log_ratio, in.mask);
   return out;
 }
 

@@ -1,4 +1,4 @@
-// CISPO, SAPO, GMPO (geo_mean), Clip-Cov and KL-Cov on one small batch whose expected numbers come from the
+// CISPO, SAPO, GMPO (geo_mean), Clip-Cov, KL-Cov and DPPO (TV, KL) on one small batch whose expected numbers come from the
 // formulas in docs/algorithms.md, evaluated with plain Python loops (math module), not from this code:
 //   old = [[-1, -1, -2], [-0.5, -1.5, 0]], log_prob = [[-0.7, -1.1, -2.5], [-0.5, -1.0, 9 (padding)]],
 //   A = [[1, 1, 1], [-2, -2, 0]], mask = [[1, 1, 1], [1, 1, 0]]
@@ -196,6 +196,45 @@ TEST(AlgoKlCovLoss, PenalisesTheTopCovarianceTokensOnHandNumbers) {
   EXPECT_NEAR(scalar(seq.loss(cfg).loss), (row0 / 3.0 + row1 / 2.0) / 2.0, 1e-6);
 }
 
+TEST(AlgoDppoLoss, ProbabilityTrustRegionMasksOnHandNumbers) {
+  // p - q = e^log_prob - e^old = [[0.128706, -0.035008, -0.053250], [0, 0.144749]];
+  // binary KL D = [[0.033548, 0.002715, 0.015993], [0, 0.048620]].
+  // TV with low 0.2, high 0.1: row 0's first token (A > 0, p rose by 0.129 > 0.1) is masked; the rest kept.
+  // KL with low 0.05, high 0.02: the same token (A > 0, D 0.0335 > 0.02 and p rose) is masked; row 0's third
+  // has D 0.016 but p fell, row 1's second D 0.0486 <= 0.05. Both: weight min(r, 1.5) = [., 0.904837, 0.606531],
+  // [1, 1.5]; L = -A w log_prob on kept tokens -> token-mean -0.2976704382.
+  for (auto mode : {PolicyLossMode::kDppoTv, PolicyLossMode::kDppoKl}) {
+    SCOPED_TRACE(to_string(mode));
+    Batch b;
+    auto cfg = config(mode);
+    const bool kl = mode == PolicyLossMode::kDppoKl;
+    cfg.clip_ratio_low = kl ? 0.05 : 0.2;
+    cfg.clip_ratio_high = kl ? 0.02 : 0.1;
+    cfg.clip_ratio_c = 1.5;
+    auto out = b.loss(cfg);
+    EXPECT_NEAR(scalar(out.loss), -0.2976704381757722, 1e-9);
+    EXPECT_NEAR(scalar(out.clip_frac), 1.0 / 5.0, 1e-12);        // the masked token
+    EXPECT_NEAR(scalar(out.clip_frac_lower), 1.0 / 5.0, 1e-12);  // r = 1.65 truncated to 1.5, kept
+    out.loss.backward();
+    EXPECT_EQ(b.grad(0, 0), 0.0);  // masked: no gradient
+    EXPECT_NEAR(b.grad(0, 1), -0.1809674836071919, 1e-12);
+    EXPECT_NEAR(b.grad(0, 2), -0.12130613194252668, 1e-12);
+    EXPECT_NEAR(b.grad(1, 0), 0.4, 1e-12);
+    EXPECT_NEAR(b.grad(1, 1), 0.6, 1e-12);  // -A 1.5 / 5: the truncated weight
+    EXPECT_EQ(b.grad(1, 2), 0.0);
+  }
+  // The low side: with A = -1 on row 0, TV masks a fall of p below -low (0.05): row 0's third token (-0.053).
+  Batch b;
+  b.adv = torch::tensor({{-1.0, -1.0, -1.0}, {-2.0, -2.0, 0.0}}, torch::kDouble);
+  auto cfg = config(PolicyLossMode::kDppoTv);
+  cfg.clip_ratio_low = 0.05;
+  auto out = b.loss(cfg);
+  EXPECT_NEAR(scalar(out.clip_frac), 1.0 / 5.0, 1e-12);
+  out.loss.backward();
+  EXPECT_EQ(b.grad(0, 2), 0.0);
+  EXPECT_NEAR(b.grad(0, 1), std::exp(-0.1) / 5.0, 1e-12);
+}
+
 TEST(AlgoRecentLosses, EmptyRowsAndNanPaddingStayFinite) {
   auto old_lp = torch::zeros({2, 2}, torch::kDouble);
   const double nan = std::nan(""), inf = HUGE_VAL;
@@ -203,7 +242,7 @@ TEST(AlgoRecentLosses, EmptyRowsAndNanPaddingStayFinite) {
   auto adv = torch::tensor({{1.0, nan}, {1.0, 1.0}}, torch::kDouble);
   auto mask = torch::tensor({{1.0, 0.0}, {0.0, 0.0}}, torch::kDouble);
   for (auto mode : {PolicyLossMode::kCispo, PolicyLossMode::kSapo, PolicyLossMode::kGeoMean, PolicyLossMode::kClipCov,
-                    PolicyLossMode::kKlCov}) {
+                    PolicyLossMode::kKlCov, PolicyLossMode::kDppoTv, PolicyLossMode::kDppoKl}) {
     SCOPED_TRACE(to_string(mode));
     if (lp.grad().defined()) lp.grad().zero_();
     auto out = policy_loss(old_lp, lp, adv, mask, config(mode));
@@ -215,7 +254,7 @@ TEST(AlgoRecentLosses, EmptyRowsAndNanPaddingStayFinite) {
 }
 
 TEST(AlgoRecentLosses, NamesRoundTripAndBadParametersNameTheirKey) {
-  for (const char* name : {"vanilla", "gspo", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov"})
+  for (const char* name : {"vanilla", "gspo", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"})
     EXPECT_EQ(to_string(parse_policy_loss_mode(name)), name);
   EXPECT_THROW(parse_policy_loss_mode("gmpo"), Error);  // verl registers GMPO as geo_mean
 

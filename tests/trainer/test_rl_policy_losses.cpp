@@ -69,7 +69,9 @@ INSTANTIATE_TEST_SUITE_P(
                       LossCase{"kl_cov",
                                {"actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.01",
                                 "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=0.1"},
-                               true}),
+                               true},
+                      LossCase{"dppo_tv", {"actor_rollout_ref.actor.clip_ratio=0.2", "actor_rollout_ref.actor.clip_ratio_c=20"}, false},
+                      LossCase{"dppo_kl", {"actor_rollout_ref.actor.clip_ratio=0.05", "actor_rollout_ref.actor.clip_ratio_c=20"}, false}),
     [](const ::testing::TestParamInfo<LossCase>& info) { return std::string(info.param.mode); });
 
 }  // namespace

@@ -19,7 +19,9 @@ enum class PolicyLossMode {
   kSapo,     // "sapo": sigmoid gate of the ratio instead of a hard clip (sapo_policy_loss)
   kGeoMean,  // "geo_mean" (GMPO): geometric mean of the clipped token ratios per row (geo_mean_policy_loss)
   kClipCov,  // "clip_cov": PPO clip, plus zero loss on a few high-covariance tokens (clip_cov_policy_loss)
-  kKlCov     // "kl_cov": unclipped ratio, plus a |log r| penalty on the top-covariance tokens (kl_cov_policy_loss)
+  kKlCov,    // "kl_cov": unclipped ratio, plus a |log r| penalty on the top-covariance tokens (kl_cov_policy_loss)
+  kDppoTv,   // "dppo_tv": DPPO, tokens masked by the probability change (dppo_policy_loss)
+  kDppoKl    // "dppo_kl": DPPO, tokens masked by the binary KL of the token's probability (dppo_policy_loss)
 };
 PolicyLossMode parse_policy_loss_mode(const std::string& name);  // throws naming the accepted spellings
 std::string to_string(PolicyLossMode mode);
@@ -128,6 +130,17 @@ PolicyLossOutput clip_cov_policy_loss(const at::Tensor& old_log_prob, const at::
 PolicyLossOutput kl_cov_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                     const at::Tensor& advantages, const at::Tensor& response_mask,
                                     const PolicyLossConfig& config = {}, const at::Tensor& rollout_is_weights = {});
+
+// DPPO (arXiv 2602.04879), verl's compute_policy_loss_dppo_tv / _kl (config.loss_mode picks which):
+// L = -A sg[min(r, clip_ratio_c)] log_prob M, r as in ppo_policy_loss, aggregated by config.agg_mode.
+// clip_ratio_low/high are divergence thresholds here, not ratio clips. With p = e^log_prob, q = e^old_log_prob:
+// TV: M = (p - q <= high) where A > 0, (p - q >= -low) elsewhere.
+// KL: D = q log(q / p) + (1 - q) log((1 - q + 1e-8) / (1 - p + 1e-8)); M = (D <= high or p <= q) where A > 0,
+// (D <= low or p >= q) elsewhere. Masked tokens have no gradient; the weight never has one.
+// clip_frac: share of valid tokens masked; clip_frac_lower: share kept with r > clip_ratio_c (truncated).
+PolicyLossOutput dppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                  const at::Tensor& advantages, const at::Tensor& response_mask,
+                                  const PolicyLossConfig& config, const at::Tensor& rollout_is_weights = {});
 
 // The loss of config.loss_mode.
 PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
