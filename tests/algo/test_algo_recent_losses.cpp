@@ -235,6 +235,28 @@ TEST(AlgoDppoLoss, ProbabilityTrustRegionMasksOnHandNumbers) {
   EXPECT_NEAR(b.grad(0, 1), std::exp(-0.1) / 5.0, 1e-12);
 }
 
+TEST(AlgoRecentLosses, PerSequenceLossesRecombineFromMicroBatchesByRows) {
+  // SAPO and GMPO average per row whatever loss_agg_mode says; the trainer weighs a micro-batch by its
+  // non-empty rows, which must give back the whole batch's loss. Rows 0-1 and 2-3 of a 4-row batch (row 3 empty).
+  torch::manual_seed(3);
+  auto old_lp = -torch::rand({4, 5}, torch::kDouble);
+  auto lp = old_lp + 0.3 * torch::randn({4, 5}, torch::kDouble);
+  auto adv = torch::randn({4, 1}, torch::kDouble).expand({4, 5}).contiguous();
+  auto mask = torch::tensor({{1, 1, 1, 1, 1}, {1, 1, 0, 0, 0}, {1, 1, 1, 0, 0}, {0, 0, 0, 0, 0}}, torch::kDouble);
+  for (auto mode : {PolicyLossMode::kSapo, PolicyLossMode::kGeoMean}) {
+    SCOPED_TRACE(to_string(mode));
+    auto cfg = config(mode);
+    cfg.agg_mode = LossAggMode::kTokenMean;
+    const double whole = scalar(policy_loss(old_lp, lp, adv, mask, cfg).loss);
+    auto part = [&](int64_t a) {
+      return scalar(policy_loss(old_lp.slice(0, a, a + 2), lp.slice(0, a, a + 2), adv.slice(0, a, a + 2),
+                                mask.slice(0, a, a + 2), cfg)
+                        .loss);
+    };
+    EXPECT_NEAR((2.0 * part(0) + 1.0 * part(2)) / 3.0, whole, 1e-12);
+  }
+}
+
 TEST(AlgoRecentLosses, EmptyRowsAndNanPaddingStayFinite) {
   auto old_lp = torch::zeros({2, 2}, torch::kDouble);
   const double nan = std::nan(""), inf = HUGE_VAL;
