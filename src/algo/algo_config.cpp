@@ -67,8 +67,15 @@ clip_ratio_high: null
 clip_ratio_c: 3.0
 loss_agg_mode: token-mean
 loss_scale_factor: null
+tau_pos: 1.0
+tau_neg: 1.05
 policy_loss:
   loss_mode: vanilla
+  clip_cov_ratio: 0.0002
+  clip_cov_lb: 1.0
+  clip_cov_ub: 5.0
+  kl_cov_ratio: 0.0002
+  ppo_kl_coef: 0.1
 entropy_coeff: 0.0
 use_kl_loss: false
 kl_loss_coef: 0.001
@@ -135,6 +142,14 @@ PolicyLossConfig policy_loss_config(const Config& actor) {
   HF_CHECK(!c.loss_scale_factor || *c.loss_scale_factor > 0, "actor.loss_scale_factor must be > 0 or null, got ",
            *c.loss_scale_factor);
   c.loss_mode = parse_policy_loss_mode(actor.get<std::string>("policy_loss.loss_mode"));
+  c.tau_pos = actor.get<double>("tau_pos");
+  c.tau_neg = actor.get<double>("tau_neg");
+  c.clip_cov_ratio = actor.get<double>("policy_loss.clip_cov_ratio");
+  c.clip_cov_lb = actor.get<double>("policy_loss.clip_cov_lb");
+  c.clip_cov_ub = actor.get<double>("policy_loss.clip_cov_ub");
+  c.kl_cov_ratio = actor.get<double>("policy_loss.kl_cov_ratio");
+  c.ppo_kl_coef = actor.get<double>("policy_loss.ppo_kl_coef");
+  check_policy_loss_config(c);
   warn_clip_ratio_defaults(c);
   return c;
 }

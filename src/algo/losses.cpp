@@ -3,55 +3,41 @@
 #include <torch/torch.h>
 
 #include "checks.h"
+#include "policy_loss_parts.h"
 
 namespace hybridflow::algo {
 
+using detail::check_policy_inputs;
+using detail::clip_range;
+using detail::valid_only;
+using detail::weighted;
+
 namespace {
 
-struct ClipRange {
-  double low, high;
+struct PolicyLossModeName {
+  PolicyLossMode mode;
+  const char* name;
 };
-
-void check_policy_inputs(const at::Tensor& old_log_prob, const at::Tensor& log_prob, const at::Tensor& advantages,
-                         const at::Tensor& response_mask, const char* where) {
-  detail::check_response_tensor(log_prob, "log_prob", where);
-  detail::check_same_shape(old_log_prob, log_prob, "old_log_prob", where);
-  detail::check_same_shape(advantages, log_prob, "advantages", where);
-  detail::check_same_shape(response_mask, log_prob, "response_mask", where);
-}
-
-ClipRange clip_range(const PolicyLossConfig& config, const char* where) {
-  const ClipRange r{config.clip_ratio_low.value_or(config.clip_ratio),
-                    config.clip_ratio_high.value_or(config.clip_ratio)};
-  HF_CHECK(r.low >= 0 && r.low < 1, where, ": clip_ratio_low must be in [0, 1), got ", r.low);
-  HF_CHECK(r.high >= 0, where, ": clip_ratio_high must be >= 0, got ", r.high);
-  return r;
-}
-
-// t at the valid positions, 0 elsewhere: where() rather than t * mask, because a NaN or inf at a padded
-// position times 0 is NaN, and its gradient through exp() would be NaN too.
-at::Tensor valid_only(const at::Tensor& t, const at::Tensor& valid) {
-  return torch::where(valid, t, torch::zeros_like(t));
-}
-
-// Each token's loss times its rollout importance weight (none: unchanged, so runs without the correction
-// keep their exact numbers).
-at::Tensor weighted(const at::Tensor& token_loss, const at::Tensor& weights, const at::Tensor& valid, const char* where) {
-  if (!weights.defined()) return token_loss;
-  detail::check_same_shape(weights, token_loss, "rollout_is_weights", where);
-  return token_loss * valid_only(weights.to(token_loss.scalar_type()).detach(), valid);
-}
+constexpr PolicyLossModeName kPolicyLossModeNames[] = {
+    {PolicyLossMode::kVanilla, "vanilla"},  {PolicyLossMode::kGspo, "gspo"},
+    {PolicyLossMode::kCispo, "cispo"},      {PolicyLossMode::kSapo, "sapo"},
+    {PolicyLossMode::kGeoMean, "geo_mean"}, {PolicyLossMode::kClipCov, "clip_cov"},
+    {PolicyLossMode::kKlCov, "kl_cov"},     {PolicyLossMode::kDppoTv, "dppo_tv"},
+    {PolicyLossMode::kDppoKl, "dppo_kl"}};
 
 }  // namespace
 
 PolicyLossMode parse_policy_loss_mode(const std::string& name) {
-  if (name == "vanilla") return PolicyLossMode::kVanilla;
-  if (name == "gspo") return PolicyLossMode::kGspo;
-  HF_FAIL("algo: unknown policy_loss.loss_mode '", name, "' (expected vanilla or gspo)");
+  for (const auto& m : kPolicyLossModeNames)
+    if (name == m.name) return m.mode;
+  HF_FAIL("algo: unknown policy_loss.loss_mode '", name,
+          "' (expected vanilla, gspo, cispo, sapo, geo_mean, clip_cov, kl_cov, dppo_tv or dppo_kl)");
 }
 
 std::string to_string(PolicyLossMode mode) {
-  return mode == PolicyLossMode::kGspo ? "gspo" : "vanilla";
+  for (const auto& m : kPolicyLossModeNames)
+    if (mode == m.mode) return m.name;
+  HF_FAIL("algo: unhandled policy loss mode ", static_cast<int>(mode));
 }
 
 PolicyLossOutput ppo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
@@ -122,9 +108,21 @@ PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tens
 PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                              const at::Tensor& advantages, const at::Tensor& response_mask,
                              const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
-  if (config.loss_mode == PolicyLossMode::kGspo)
-    return gspo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, rollout_is_weights);
-  return ppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, rollout_is_weights);
+  const auto& w = rollout_is_weights;
+  switch (config.loss_mode) {
+    case PolicyLossMode::kVanilla: return ppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kGspo: return gspo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kCispo: return cispo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kSapo: return sapo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kGeoMean:
+      return geo_mean_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kClipCov:
+      return clip_cov_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kKlCov: return kl_cov_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kDppoTv:
+    case PolicyLossMode::kDppoKl: return dppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+  }
+  HF_FAIL("algo: unhandled policy loss mode ", static_cast<int>(config.loss_mode));
 }
 
 ValueLossOutput clipped_value_loss(const at::Tensor& vpreds, const at::Tensor& old_values, const at::Tensor& returns,

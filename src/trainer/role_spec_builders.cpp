@@ -179,7 +179,9 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   train_settings(actor, section, "fsdp_config", &t);
   // The loss keys (algo/algo_config.h reads them, with their checks).
   for (const char* key : {"clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
-                          "loss_scale_factor", "policy_loss.loss_mode", "use_kl_loss", "kl_loss_coef", "kl_loss_type",
+                          "loss_scale_factor", "policy_loss.loss_mode", "tau_pos", "tau_neg",
+                          "policy_loss.clip_cov_ratio", "policy_loss.clip_cov_lb", "policy_loss.clip_cov_ub",
+                          "policy_loss.kl_cov_ratio", "policy_loss.ppo_kl_coef", "use_kl_loss", "kl_loss_coef", "kl_loss_type",
                           "entropy_coeff"})
     actor.note(key);
   spec.policy_loss = algo::policy_loss_config(actor.config());

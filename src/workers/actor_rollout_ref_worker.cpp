@@ -211,6 +211,8 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     metrics.add("actor/pg_loss", pg.loss.item<double>());
     metrics.add("actor/pg_clipfrac", pg.clip_frac.item<double>());
     metrics.add("actor/pg_clipfrac_lower", pg.clip_frac_lower.item<double>());
+    // clip_cov / kl_cov: the share of tokens the covariance selected (dropped, or KL-penalised).
+    if (pg.cov_frac.defined()) metrics.add("actor/pg_cov_frac", pg.cov_frac.item<double>());
     metrics.add("actor/ppo_kl", pg.approx_kl.item<double>());
     metrics.add("actor/entropy", entropy.item<double>());
     return loss;

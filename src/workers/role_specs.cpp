@@ -173,7 +173,15 @@ void to_json(nlohmann::json& j, const ActorSpec& s) {
             {"clip_ratio_c", p.clip_ratio_c},
             {"loss_agg_mode", algo::to_string(p.agg_mode)},
             {"loss_scale_factor", optional_json(p.loss_scale_factor)},
-            {"policy_loss", {{"loss_mode", algo::to_string(p.loss_mode)}}},
+            {"tau_pos", p.tau_pos},
+            {"tau_neg", p.tau_neg},
+            {"policy_loss",
+             {{"loss_mode", algo::to_string(p.loss_mode)},
+              {"clip_cov_ratio", p.clip_cov_ratio},
+              {"clip_cov_lb", p.clip_cov_lb},
+              {"clip_cov_ub", p.clip_cov_ub},
+              {"kl_cov_ratio", p.kl_cov_ratio},
+              {"ppo_kl_coef", p.ppo_kl_coef}}},
             {"entropy_coeff", s.loss_terms.entropy_coeff},
             {"use_kl_loss", s.loss_terms.use_kl_loss},
             {"kl_loss_coef", s.loss_terms.kl_loss_coef},
@@ -195,11 +203,21 @@ void from_json(const nlohmann::json& j, ActorSpec& s) {
   take_spec_field(j, k, "loss_scale_factor", p.loss_scale_factor);
   HF_CHECK(!p.loss_scale_factor || *p.loss_scale_factor > 0, "actor spec: loss_scale_factor must be > 0 or null, got ",
            *p.loss_scale_factor);
+  take_spec_field(j, k, "tau_pos", p.tau_pos);
+  take_spec_field(j, k, "tau_neg", p.tau_neg);
   if (j.contains("policy_loss")) {
+    const nlohmann::json& pl = j.at("policy_loss");
+    constexpr const char* kp = "actor.policy_loss";
     std::string mode = algo::to_string(p.loss_mode);
-    take_spec_field(j.at("policy_loss"), "actor.policy_loss", "loss_mode", mode);
+    take_spec_field(pl, kp, "loss_mode", mode);
     p.loss_mode = algo::parse_policy_loss_mode(mode);
+    take_spec_field(pl, kp, "clip_cov_ratio", p.clip_cov_ratio);
+    take_spec_field(pl, kp, "clip_cov_lb", p.clip_cov_lb);
+    take_spec_field(pl, kp, "clip_cov_ub", p.clip_cov_ub);
+    take_spec_field(pl, kp, "kl_cov_ratio", p.kl_cov_ratio);
+    take_spec_field(pl, kp, "ppo_kl_coef", p.ppo_kl_coef);
   }
+  algo::check_policy_loss_config(p);
   take_spec_field(j, k, "entropy_coeff", s.loss_terms.entropy_coeff);
   take_spec_field(j, k, "use_kl_loss", s.loss_terms.use_kl_loss);
   take_spec_field(j, k, "kl_loss_coef", s.loss_terms.kl_loss_coef);

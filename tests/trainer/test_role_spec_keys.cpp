@@ -225,7 +225,9 @@ TEST(RoleSpecKeys, SpecsSurviveTheTripToTheWorkers) {
            "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.kl_loss_type=mse",
            "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.rollout.n=4",
            "actor_rollout_ref.rollout.temperature=0.7", "critic.loss_agg_mode=seq-mean-token-mean",
-           "critic.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.fsdp_config.param_offload=true"});
+           "critic.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+           "actor_rollout_ref.actor.tau_neg=1.5", "actor_rollout_ref.actor.policy_loss.clip_cov_ub=7.0",
+           "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=0.25"});
   RoleSpecKeys keys;
   const RoleSpecs specs = all_roles(config, &keys);
   expect_round_trip(specs.actor.spec, "actor");
@@ -242,6 +244,11 @@ TEST(RoleSpecKeys, SpecsSurviveTheTripToTheWorkers) {
   EXPECT_DOUBLE_EQ(actor.policy_loss.clip_ratio_high.value_or(0), 0.28);
   EXPECT_FALSE(actor.policy_loss.clip_ratio_low.has_value());
   EXPECT_EQ(actor.policy_loss.loss_mode, algo::PolicyLossMode::kGspo);
+  EXPECT_EQ(actor.policy_loss.tau_neg, 1.5);
+  EXPECT_EQ(actor.policy_loss.tau_pos, 1.0);
+  EXPECT_EQ(actor.policy_loss.clip_cov_ub, 7.0);
+  EXPECT_EQ(actor.policy_loss.ppo_kl_coef, 0.25);
+  EXPECT_EQ(actor.policy_loss.kl_cov_ratio, 0.0002);
   EXPECT_EQ(actor.loss_terms.kl_loss_type, algo::KlType::kK2);
   EXPECT_EQ(actor.train.max_token_len, 16384);
   EXPECT_TRUE(actor.train.param_offload);
@@ -265,8 +272,10 @@ TEST(RoleSpecKeys, AFieldOfTheWrongTypeNamesTheSpecAndTheField) {
     EXPECT_NE(std::string(e.what()).find("rollout spec: field 'n'"), std::string::npos) << e.what();
   }
   // A value no worker could use fails where it is decoded, too.
-  EXPECT_THROW(nlohmann::json({{"policy_loss", {{"loss_mode", "clip_cov"}}}}).get<ActorSpec>(), Error);
+  EXPECT_THROW(nlohmann::json({{"policy_loss", {{"loss_mode", "gpg"}}}}).get<ActorSpec>(), Error);
   EXPECT_THROW(nlohmann::json({{"loss_scale_factor", 0}}).get<ActorSpec>(), Error);
+  EXPECT_THROW(nlohmann::json({{"tau_pos", 0}}).get<ActorSpec>(), Error);
+  EXPECT_THROW(nlohmann::json({{"policy_loss", {{"clip_cov_lb", 5.0}}}}).get<ActorSpec>(), Error);
   EXPECT_THROW(nlohmann::json({{"loss_agg_mode", "mean"}}).get<CriticSpec>(), Error);
 }
 

@@ -36,7 +36,8 @@ KlType reward_kl_type(const Config& algorithm);
 LagrangeConfig lagrange_config(const Config& algorithm);
 
 // From the `actor` section: clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, loss_agg_mode,
-// loss_scale_factor, policy_loss.loss_mode. Logs a warning (once per clip_ratio value and process) when
+// loss_scale_factor, policy_loss.loss_mode, tau_pos, tau_neg, policy_loss.{clip_cov_ratio, clip_cov_lb,
+// clip_cov_ub, kl_cov_ratio, ppo_kl_coef}. Logs a warning (once per clip_ratio value and process) when
 // clip_ratio is not 0.2 and clip_ratio_low or clip_ratio_high is null: hybridflow then clips that side at
 // clip_ratio, where verl would clip it at its own default 0.2.
 PolicyLossConfig policy_loss_config(const Config& actor);
