@@ -1,4 +1,4 @@
-// Pieces every policy loss shares (losses.cpp and policy_losses_2026.cpp): input checks, the clip range, and
+// Pieces every policy loss shares (losses.cpp and policy_loss_variants.cpp): input checks, the clip range, and
 // the masking that keeps NaN/inf at padded positions out of the loss and its gradient.
 #pragma once
 
