@@ -26,10 +26,6 @@ bool lora_name_matches(const std::string& path, const std::string& name) {
           path[path.size() - name.size() - 1] == '.');
 }
 
-bool is_lora_parameter(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-}
-
 std::vector<std::string> lora_names_from_json(const json& value, const std::string& file, const std::string& key) {
   if (value.is_null()) return {};
   if (value.is_string()) {
@@ -47,6 +43,10 @@ std::vector<std::string> lora_names_from_json(const json& value, const std::stri
 }
 
 }  // namespace
+
+bool is_lora_parameter_name(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
 
 std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
                                            const std::string& key_prefix) {
@@ -92,7 +92,7 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
 NamedTensors lora_adapter_tensors(const CausalLM& model) {
   NamedTensors tensors;
   for (const auto& item : model->named_parameters())
-    if (is_lora_parameter(item.key())) tensors.emplace_back(kPeftPrefix + item.key(), item.value().detach());
+    if (is_lora_parameter_name(item.key())) tensors.emplace_back(kPeftPrefix + item.key(), item.value().detach());
   return tensors;
 }
 
@@ -195,7 +195,7 @@ void load_lora_adapter(const std::string& dir, CausalLM& model) {
   }
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {
-    if (!is_lora_parameter(item.key())) continue;
+    if (!is_lora_parameter_name(item.key())) continue;
     const std::string name = kPeftPrefix + item.key();
     auto found = by_name.find(name);
     HF_CHECK(found != by_name.end(), file, ": tensor ", name, " is missing (the adapter config targets it)");

@@ -619,11 +619,7 @@ void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
                              }
                            });
   HF_CHECK(next == targets.size(), "CausalLM::add_lora: target ", targets[next], " is not a projection of this model");
-  for (auto& item : named_parameters()) {
-    const bool adapter = item.key().find(".lora_A.") != std::string::npos ||
-                         item.key().find(".lora_B.") != std::string::npos;
-    item.value().requires_grad_(adapter);
-  }
+  for (auto& item : named_parameters()) item.value().requires_grad_(is_lora_parameter_name(item.key()));
   lora_ = lora;
   lora_added_ = true;
   lora_enabled_ = true;

@@ -282,6 +282,32 @@ TEST_F(LoraTest, SavesPeftFilesAndLoadsThemBack) {
   }
 }
 
+TEST_F(LoraTest, SavePretrainedWritesTheBaseOrTheMergedModel) {
+  // Adapter tensors never enter model.safetensors: unmerged, the directory is the base model; merged, it is a
+  // plain model computing what base + adapters compute.
+  testing::TempDir dir;
+  Tokenizer tok = Tokenizer::from_alphabet("0123456789+=abcdefghijklmnopqrstuvwxy");
+  ModelConfig config = testing::tiny_model_config(tok, {.hidden_size = 32, .intermediate_size = 48,
+                                                         .max_position_embeddings = 64});
+  CausalLM model = testing::seeded_model(config, 8);
+  const auto base = logits(model);
+  model->add_lora(lora_config(4, 8, {"v_proj", "up_proj"}));
+  randomize_adapters(model, 13);
+  const auto adapted = logits(model);
+
+  save_pretrained(dir.file("base"), model, tok);
+  Pretrained saved_base = load_pretrained(dir.file("base"));
+  EXPECT_FALSE(saved_base.model->has_lora());
+  EXPECT_TRUE(torch::equal(logits(saved_base.model), base));
+
+  model->merge_lora();
+  save_pretrained(dir.file("merged"), model, tok);
+  model->unmerge_lora();
+  Pretrained merged = load_pretrained(dir.file("merged"));
+  EXPECT_LT(max_abs_diff(logits(merged.model), adapted), 1e-5);
+  EXPECT_GT(max_abs_diff(logits(merged.model), base), 1e-3);
+}
+
 // PEFT as the oracle, both ways, on Llama and Qwen3 with all-linear adapters.
 class PeftOracleTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -27,6 +27,11 @@ namespace hybridflow {
 std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
                                            const std::string& key_prefix = "lora.");
 
+// Whether a parameter name is an adapter's ("....q_proj.lora_A.weight"). save_pretrained leaves these out and
+// writes the base weights as they are: the base model, or after merge_lora() the merged model (a plain Hugging
+// Face directory).
+bool is_lora_parameter_name(const std::string& name);
+
 // The adapter tensors under PEFT's names (with the "base_model.model." prefix), in model order, as views of
 // the live parameters.
 NamedTensors lora_adapter_tensors(const CausalLM& model);
