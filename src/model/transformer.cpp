@@ -278,22 +278,25 @@ TORCH_MODULE(Backbone);
 
 namespace {
 
-// Every decoder projection of the model with its path ("model.layers.3.self_attn.q_proj") and its LoRA slot,
-// in model order (layers, then q, k, v, o, gate, up, down as PEFT lists them).
+// Every decoder projection of the model with its ordinal (global layer x 7 + its place in the layer, the same
+// in every pipeline layout), its path ("model.layers.3.self_attn.q_proj") and its LoRA slot, in model order
+// (layers, then q, k, v, o, gate, up, down as PEFT lists them).
 template <typename Visit>
 void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visit) {
   for (int64_t i = 0; i < layers.length; ++i) {
     auto& layer = *backbone->decoder_layers[i];
-    const std::string prefix = "model.layers." + std::to_string(layers.start + i) + ".";
+    const int64_t global = layers.start + i;
+    const std::string prefix = "model.layers." + std::to_string(global) + ".";
     auto& attn = *layer.self_attn;
     auto& mlp = *layer.mlp;
-    visit(prefix + "self_attn.q_proj", attn.q_proj, attn.q_lora);
-    visit(prefix + "self_attn.k_proj", attn.k_proj, attn.k_lora);
-    visit(prefix + "self_attn.v_proj", attn.v_proj, attn.v_lora);
-    visit(prefix + "self_attn.o_proj", attn.o_proj, attn.o_lora);
-    visit(prefix + "mlp.gate_proj", mlp.gate_proj, mlp.gate_lora);
-    visit(prefix + "mlp.up_proj", mlp.up_proj, mlp.up_lora);
-    visit(prefix + "mlp.down_proj", mlp.down_proj, mlp.down_lora);
+    const int64_t first = global * 7;
+    visit(first + 0, prefix + "self_attn.q_proj", attn.q_proj, attn.q_lora);
+    visit(first + 1, prefix + "self_attn.k_proj", attn.k_proj, attn.k_lora);
+    visit(first + 2, prefix + "self_attn.v_proj", attn.v_proj, attn.v_lora);
+    visit(first + 3, prefix + "self_attn.o_proj", attn.o_proj, attn.o_lora);
+    visit(first + 4, prefix + "mlp.gate_proj", mlp.gate_proj, mlp.gate_lora);
+    visit(first + 5, prefix + "mlp.up_proj", mlp.up_proj, mlp.up_lora);
+    visit(first + 6, prefix + "mlp.down_proj", mlp.down_proj, mlp.down_lora);
   }
 }
 
@@ -609,15 +612,18 @@ void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
   HF_CHECK(!tp_.enabled(), "lora_rank: LoRA adapters under tensor parallelism are not supported yet (tensor "
            "parallel size ", tp_.size(), ")");
   const auto targets = lora_target_paths(*this, lora);
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   size_t next = 0;
-  for_each_lora_projection(layers_->model, layer_range_,
-                           [&](const std::string& path, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
-                             if (next < targets.size() && targets[next] == path) {
-                               slot = lora::attach_branch(base, lora.rank, lora.alpha, generator);
-                               ++next;
-                             }
-                           });
+  for_each_lora_projection(
+      layers_->model, layer_range_,
+      [&](int64_t ordinal, const std::string& path, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+        if (next == targets.size() || targets[next] != path) return;
+        // One generator per projection, seeded from its ordinal: a projection's A does not depend on which
+        // other projections are targeted or which pipeline stage holds it.
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(
+            seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(ordinal + 1)));
+        slot = lora::attach_branch(base, lora.rank, lora.alpha, generator);
+        ++next;
+      });
   HF_CHECK(next == targets.size(), "CausalLM::add_lora: target ", targets[next], " is not a projection of this model");
   for (auto& item : named_parameters()) item.value().requires_grad_(is_lora_parameter_name(item.key()));
   lora_ = lora;
@@ -629,7 +635,7 @@ void CausalLMImpl::set_lora_enabled(bool enabled) {
   HF_CHECK(lora_added_, "CausalLM::set_lora_enabled: the model has no LoRA adapters");
   HF_CHECK(!lora_merged_, "CausalLM::set_lora_enabled: the adapters are merged into the weights; unmerge first");
   for_each_lora_projection(layers_->model, layer_range_,
-                           [&](const std::string&, torch::nn::Linear&, std::shared_ptr<lora::Branch>& slot) {
+                           [&](int64_t, const std::string&, torch::nn::Linear&, std::shared_ptr<lora::Branch>& slot) {
                              if (slot) slot->enabled = enabled;
                            });
   lora_enabled_ = enabled;
@@ -639,7 +645,7 @@ void CausalLMImpl::merge_lora() {
   HF_CHECK(lora_added_ && lora_enabled_, "CausalLM::merge_lora: the model has no enabled LoRA adapters");
   HF_CHECK(!lora_merged_, "CausalLM::merge_lora: the adapters are already merged");
   for_each_lora_projection(layers_->model, layer_range_,
-                           [](const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+                           [](int64_t, const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
                              if (slot) slot->merge(base);
                            });
   lora_merged_ = true;
@@ -648,7 +654,7 @@ void CausalLMImpl::merge_lora() {
 void CausalLMImpl::unmerge_lora() {
   HF_CHECK(lora_merged_, "CausalLM::unmerge_lora: the adapters are not merged");
   for_each_lora_projection(layers_->model, layer_range_,
-                           [](const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+                           [](int64_t, const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
                              if (slot) slot->unmerge(base);
                            });
   lora_merged_ = false;

@@ -166,6 +166,26 @@ TEST_F(LoraTest, DisableIsTheBaseModelAndMergeUnmergeRestoresBitForBit) {
   EXPECT_THROW(model->unmerge_lora(), Error);
 }
 
+TEST_F(LoraTest, Bfloat16ModelTakesAdaptersInItsDtype) {
+  CausalLM model = testing::seeded_model(lora_test_config(), 5);
+  model->to(torch::kBFloat16);
+  const auto base = logits(model);
+  model->add_lora(lora_config(4, 8));
+  EXPECT_EQ(model->named_parameters()["model.layers.0.self_attn.q_proj.lora_A.weight"].scalar_type(),
+            torch::kBFloat16);
+  randomize_adapters(model, 14);
+  const auto adapted = logits(model);
+  EXPECT_TRUE(torch::isfinite(adapted).all().item<bool>());
+  EXPECT_GT(max_abs_diff(adapted, base), 1e-2);
+  const auto weight = model->named_parameters()["model.layers.0.mlp.up_proj.weight"].clone();
+  model->merge_lora();
+  EXPECT_FALSE(torch::equal(model->named_parameters()["model.layers.0.mlp.up_proj.weight"], weight));
+  model->unmerge_lora();
+  EXPECT_TRUE(torch::equal(model->named_parameters()["model.layers.0.mlp.up_proj.weight"], weight));
+  model->set_lora_enabled(false);
+  EXPECT_TRUE(torch::equal(logits(model), base));
+}
+
 TEST_F(LoraTest, DecodeWithAdaptersEqualsFullForward) {
   // The fused CPU decode kernels know nothing of adapters: a decode step with active branches must not use
   // them, and with merged adapters it may.
@@ -191,6 +211,33 @@ TEST_F(LoraTest, DecodeWithAdaptersEqualsFullForward) {
     EXPECT_LT(max_abs_diff(step[0][0], full[0][5]), 1e-4) << (merged ? "merged" : "branches");
   }
   model->unmerge_lora();
+}
+
+TEST_F(LoraTest, PipelineStagesDrawTheWholeModelsAdapters) {
+  ModelConfig config = lora_test_config();
+  config.num_hidden_layers = 4;
+  CausalLM whole = testing::seeded_model(config, 2);
+  whole->add_lora(lora_config(4, 8), /*seed=*/5);
+  auto whole_params = whole->named_parameters();
+  size_t covered = 0;
+  for (int s = 0; s < 2; ++s) {
+    CausalLM stage(config, HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{s, 2});
+    stage->add_lora(lora_config(4, 8), /*seed=*/5);
+    for (const auto& item : stage->named_parameters()) {
+      if (!is_lora_parameter_name(item.key())) continue;
+      EXPECT_TRUE(torch::equal(item.value(), whole_params[item.key()])) << item.key() << " on stage " << s;
+      ++covered;
+    }
+  }
+  EXPECT_EQ(covered, 2u * 7u * 4u);
+  // Another seed, other adapters; the same seed without some targets, the same A where targeted.
+  CausalLM reseeded = testing::seeded_model(config, 2);
+  reseeded->add_lora(lora_config(4, 8), /*seed=*/6);
+  const std::string a = "model.layers.2.self_attn.v_proj.lora_A.weight";
+  EXPECT_FALSE(torch::equal(reseeded->named_parameters()[a], whole_params[a]));
+  CausalLM fewer = testing::seeded_model(config, 2);
+  fewer->add_lora(lora_config(4, 8, {"v_proj"}), /*seed=*/5);
+  EXPECT_TRUE(torch::equal(fewer->named_parameters()[a], whole_params[a]));
 }
 
 TEST_F(LoraTest, TargetsAndExcludesSelectProjections) {

@@ -124,8 +124,9 @@ class CausalLMImpl : public torch::nn::Module {
   // The activation this stage receives or sends for input_ids of [batch, seq]: shape and dtype.
   torch::Tensor stage_activation_like(int64_t batch, int64_t seq) const;
 
-  // LoRA (model/lora.h): adds adapters to the projections `lora` targets, A drawn from a generator seeded
-  // with `seed` in model order, B zeros, and freezes every other parameter. Once per model; errors name
+  // LoRA (model/lora.h): adds adapters to the projections `lora` targets, each A drawn from a generator
+  // seeded by `seed` and the projection's place in the whole model (so every pipeline layout draws the same
+  // adapters), B zeros, and freezes every other parameter. Once per model; errors name
   // lora_rank / target_modules. Not under tensor parallelism yet.
   void add_lora(const LoraConfig& lora, uint64_t seed = 0);
   bool has_lora() const { return lora_added_; }
