@@ -11,6 +11,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/safetensors.h"
@@ -261,8 +262,9 @@ void save_pretrained(const std::string& dir, const CausalLM& model, const Tokeni
     weights = gather_full_state(*model);
     if (tp.rank() != 0) return;
   } else {
+    // LoRA adapters are not part of a Hugging Face model directory (save_lora_adapter writes them).
     for (const auto& item : model->named_parameters(/*recurse=*/true))
-      weights.emplace(item.key(), item.value().detach());
+      if (!is_lora_parameter_name(item.key())) weights.emplace(item.key(), item.value().detach());
   }
   save_pretrained(dir, model->config(), weights, tokenizer);
 }

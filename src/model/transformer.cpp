@@ -4,6 +4,8 @@
 // and values returned in float32 whatever the parameters' dtype.
 #include "hybridflow/model/transformer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string_view>
@@ -11,10 +13,12 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/activation_checkpoint.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "model/fused_decode.h"
+#include "model/lora_branch.h"
 
 namespace hybridflow {
 namespace {
@@ -128,15 +132,15 @@ class AttentionImpl : public torch::nn::Module {
                         int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto q = q_proj(x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    auto q = lora::project(q_proj, q_lora, x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
     torch::Tensor k, v;
     if (replicated_kv_) {
       // The gradient of the shared heads is the sum of every rank's part: copy_to after the projection.
       k = copy_to_tensor_parallel(k_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
       v = copy_to_tensor_parallel(v_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
     } else {
-      k = k_proj(x_tp).view({b, t, kv_heads_, head_dim_});
-      v = v_proj(x_tp).view({b, t, kv_heads_, head_dim_});
+      k = lora::project(k_proj, k_lora, x_tp).view({b, t, kv_heads_, head_dim_});
+      v = lora::project(v_proj, v_lora, x_tp).view({b, t, kv_heads_, head_dim_});
     }
     if (q_norm) {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
@@ -155,10 +159,12 @@ class AttentionImpl : public torch::nn::Module {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
-    return row_parallel(attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_}), o_proj, tp_);
+    auto heads = attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+    return lora::add_branch(row_parallel(heads, o_proj, tp_), o_lora, heads);
   }
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  std::shared_ptr<lora::Branch> q_lora, k_lora, v_lora, o_lora;  // LoRA adapters, when added
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
 
  private:
@@ -209,9 +215,11 @@ class MLPImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    return row_parallel(torch::silu(gate_proj(x_tp)) * up_proj(x_tp), down_proj, tp_);
+    auto features = torch::silu(lora::project(gate_proj, gate_lora, x_tp)) * lora::project(up_proj, up_lora, x_tp);
+    return lora::add_branch(row_parallel(features, down_proj, tp_), down_lora, features);
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  std::shared_ptr<lora::Branch> gate_lora, up_lora, down_lora;  // LoRA adapters, when added
 
  private:
   TensorParallelGroup tp_;
@@ -265,6 +273,32 @@ class BackboneImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};
 };
 TORCH_MODULE(Backbone);
+
+}  // namespace
+
+namespace {
+
+// Every decoder projection of the model with its ordinal (global layer x 7 + its place in the layer, the same
+// in every pipeline layout), its path ("model.layers.3.self_attn.q_proj") and its LoRA slot, in model order
+// (layers, then q, k, v, o, gate, up, down as PEFT lists them).
+template <typename Visit>
+void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visit) {
+  for (int64_t i = 0; i < layers.length; ++i) {
+    auto& layer = *backbone->decoder_layers[i];
+    const int64_t global = layers.start + i;
+    const std::string prefix = "model.layers." + std::to_string(global) + ".";
+    auto& attn = *layer.self_attn;
+    auto& mlp = *layer.mlp;
+    const int64_t first = global * 7;
+    visit(first + 0, prefix + "self_attn.q_proj", attn.q_proj, attn.q_lora);
+    visit(first + 1, prefix + "self_attn.k_proj", attn.k_proj, attn.k_lora);
+    visit(first + 2, prefix + "self_attn.v_proj", attn.v_proj, attn.v_lora);
+    visit(first + 3, prefix + "self_attn.o_proj", attn.o_proj, attn.o_lora);
+    visit(first + 4, prefix + "mlp.gate_proj", mlp.gate_proj, mlp.gate_lora);
+    visit(first + 5, prefix + "mlp.up_proj", mlp.up_proj, mlp.up_lora);
+    visit(first + 6, prefix + "mlp.down_proj", mlp.down_proj, mlp.down_lora);
+  }
+}
 
 }  // namespace
 
@@ -465,7 +499,8 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
 
   // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
   std::vector<fused_decode::LayerWeights> weights;
-  if (!tp_.enabled() && !torch::GradMode::is_enabled() && h.device().is_cpu() && h.scalar_type() == torch::kFloat32) {
+  if (!tp_.enabled() && !lora_branches_active() && !torch::GradMode::is_enabled() && h.device().is_cpu() &&
+      h.scalar_type() == torch::kFloat32) {
     for (int64_t i = 0; i < local_layers; ++i) {
       auto& layer = *m.decoder_layers[i];
       auto& attn = *layer.self_attn;
@@ -569,6 +604,60 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 torch::Tensor CausalLMImpl::full_vocab_logits(const torch::Tensor& hidden) {
   HF_CHECK(head_ == HeadKind::kLanguageModel, "full_vocab_logits: a value-head model has no logits");
   return gather_from_tensor_parallel(apply_head(hidden).logits, tp_);
+}
+
+void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
+  HF_CHECK(lora.enabled(), "lora_rank must be positive to add LoRA adapters, got ", lora.rank);
+  HF_CHECK(!lora_added_, "CausalLM::add_lora: the model already has LoRA adapters");
+  HF_CHECK(!tp_.enabled(), "lora_rank: LoRA adapters under tensor parallelism are not supported yet (tensor "
+           "parallel size ", tp_.size(), ")");
+  const auto targets = lora_target_paths(*this, lora);
+  size_t next = 0;
+  for_each_lora_projection(
+      layers_->model, layer_range_,
+      [&](int64_t ordinal, const std::string& path, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+        if (next == targets.size() || targets[next] != path) return;
+        // One generator per projection, seeded from its ordinal: a projection's A does not depend on which
+        // other projections are targeted or which pipeline stage holds it.
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(
+            seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(ordinal + 1)));
+        slot = lora::attach_branch(base, lora.rank, lora.alpha, generator);
+        ++next;
+      });
+  HF_CHECK(next == targets.size(), "CausalLM::add_lora: target ", targets[next], " is not a projection of this model");
+  for (auto& item : named_parameters()) item.value().requires_grad_(is_lora_parameter_name(item.key()));
+  lora_ = lora;
+  lora_added_ = true;
+  lora_enabled_ = true;
+}
+
+void CausalLMImpl::set_lora_enabled(bool enabled) {
+  HF_CHECK(lora_added_, "CausalLM::set_lora_enabled: the model has no LoRA adapters");
+  HF_CHECK(!lora_merged_, "CausalLM::set_lora_enabled: the adapters are merged into the weights; unmerge first");
+  for_each_lora_projection(layers_->model, layer_range_,
+                           [&](int64_t, const std::string&, torch::nn::Linear&, std::shared_ptr<lora::Branch>& slot) {
+                             if (slot) slot->enabled = enabled;
+                           });
+  lora_enabled_ = enabled;
+}
+
+void CausalLMImpl::merge_lora() {
+  HF_CHECK(lora_added_ && lora_enabled_, "CausalLM::merge_lora: the model has no enabled LoRA adapters");
+  HF_CHECK(!lora_merged_, "CausalLM::merge_lora: the adapters are already merged");
+  for_each_lora_projection(layers_->model, layer_range_,
+                           [](int64_t, const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+                             if (slot) slot->merge(base);
+                           });
+  lora_merged_ = true;
+}
+
+void CausalLMImpl::unmerge_lora() {
+  HF_CHECK(lora_merged_, "CausalLM::unmerge_lora: the adapters are not merged");
+  for_each_lora_projection(layers_->model, layer_range_,
+                           [](int64_t, const std::string&, torch::nn::Linear& base, std::shared_ptr<lora::Branch>& slot) {
+                             if (slot) slot->unmerge(base);
+                           });
+  lora_merged_ = false;
 }
 
 }  // namespace hybridflow

@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "hybridflow/model/lora_config.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
@@ -123,6 +124,22 @@ class CausalLMImpl : public torch::nn::Module {
   // The activation this stage receives or sends for input_ids of [batch, seq]: shape and dtype.
   torch::Tensor stage_activation_like(int64_t batch, int64_t seq) const;
 
+  // LoRA (model/lora.h): adds adapters to the projections `lora` targets, each A drawn from a generator
+  // seeded by `seed` and the projection's place in the whole model (so every pipeline layout draws the same
+  // adapters), B zeros, and freezes every other parameter. Once per model; errors name
+  // lora_rank / target_modules. Not under tensor parallelism yet.
+  void add_lora(const LoraConfig& lora, uint64_t seed = 0);
+  bool has_lora() const { return lora_added_; }
+  const LoraConfig& lora_config() const { return lora_; }
+  // Disabled adapters leave the base model (the reference policy without a second copy). Not while merged.
+  void set_lora_enabled(bool enabled);
+  bool lora_enabled() const { return lora_enabled_; }
+  // Adds scaling * B A into each adapted weight (generation without the branches' extra matmuls);
+  // unmerge_lora() restores the weights bit for bit from copies kept meanwhile.
+  void merge_lora();
+  void unmerge_lora();
+  bool lora_merged() const { return lora_merged_; }
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
@@ -138,6 +155,10 @@ class CausalLMImpl : public torch::nn::Module {
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;
+  LoraConfig lora_;
+  bool lora_added_ = false, lora_enabled_ = true, lora_merged_ = false;
+  // Whether forward must add the adapters' branches (the fused decode kernels do not know them).
+  bool lora_branches_active() const { return lora_added_ && lora_enabled_ && !lora_merged_; }
   // decode_slots and decode_paged: row r's position p is in block tables[r * width + p / block_size] of the
   // per-layer pools (a slot cache is width 1, block_size = capacity, the slots as tables).
   torch::Tensor decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables, int64_t width,

@@ -1,0 +1,53 @@
+// LoRA (Hu et al., arXiv 2106.09685) on the decoder's linear projections, compatible with Hugging Face PEFT:
+// each targeted projection computes W x + b + (lora_alpha / lora_rank) * B(A x), A initialised as PEFT does
+// (kaiming-uniform, a = sqrt(5)) and B zeros, so a fresh adapter leaves the model's outputs unchanged. Adding
+// adapters freezes every base parameter (requires_grad false: no gradient, and an optimizer built over the
+// trainable parameters keeps no state for them).
+//
+// Files are PEFT's: DIR/adapter_config.json and DIR/adapter_model.safetensors with tensors named
+// "base_model.model.<module>.lora_A.weight" / ".lora_B.weight", e.g.
+// base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight.
+//
+// This first step holds the whole model in one process: adapters on a tensor-parallel shard are an error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybridflow/model/lora_config.h"
+#include "hybridflow/model/safetensors.h"
+#include "hybridflow/model/transformer.h"
+
+namespace hybridflow {
+
+// The module paths of `model` the config targets ("model.layers.3.mlp.down_proj"), in model order. Throws
+// naming `key_prefix` + "target_modules" for a name that matches no projection, and + "lora_rank" for a rank
+// larger than a targeted layer's smaller dimension.
+std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
+                                           const std::string& key_prefix = "lora.");
+
+// Whether a parameter name is an adapter's ("....q_proj.lora_A.weight"). save_pretrained leaves these out and
+// writes the base weights as they are: the base model, or after merge_lora() the merged model (a plain Hugging
+// Face directory).
+bool is_lora_parameter_name(const std::string& name);
+
+// The adapter tensors under PEFT's names (with the "base_model.model." prefix), in model order, as views of
+// the live parameters.
+NamedTensors lora_adapter_tensors(const CausalLM& model);
+
+// Writes adapter_config.json and adapter_model.safetensors (atomically) into `dir`.
+// `base_model_name_or_path` goes into the config as PEFT records it.
+void save_lora_adapter(const std::string& dir, const CausalLM& model, const std::string& base_model_name_or_path);
+
+// Reads DIR/adapter_config.json: r, lora_alpha, target_modules, exclude_modules. Options hybridflow does not
+// implement (use_dora, use_rslora, bias other than "none", rank_pattern / alpha_pattern, modules_to_save,
+// layers_to_transform, fan_in_fan_out, peft_type other than LORA) are errors naming the file and key.
+LoraConfig read_lora_adapter_config(const std::string& dir);
+
+// Adds the adapter in `dir` to `model` (which must have none yet) with its tensors: every tensor of the file
+// must name a targeted projection with the projection's shapes, and every targeted projection must have
+// both tensors, else an error naming the file and tensor.
+void load_lora_adapter(const std::string& dir, CausalLM& model);
+
+}  // namespace hybridflow

@@ -1,0 +1,211 @@
+// PEFT-compatible LoRA files and target resolution (the adapters' arithmetic is in model/lora_branch.h).
+#include "hybridflow/model/lora.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+
+namespace hybridflow {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kPeftPrefix[] = "base_model.model.";
+constexpr char kAdapterConfigFile[] = "adapter_config.json";
+constexpr char kAdapterWeightsFile[] = "adapter_model.safetensors";
+
+bool lora_name_matches(const std::string& path, const std::string& name) {
+  return path == name ||
+         (path.size() > name.size() && path.compare(path.size() - name.size(), name.size(), name) == 0 &&
+          path[path.size() - name.size() - 1] == '.');
+}
+
+std::vector<std::string> lora_names_from_json(const json& value, const std::string& file, const std::string& key) {
+  if (value.is_null()) return {};
+  if (value.is_string()) {
+    HF_CHECK(value.get<std::string>() == "all-linear", file, ": ", key, " is the regular expression '",
+             value.get<std::string>(), "'; hybridflow reads \"all-linear\" or a list of module names");
+    return {"all-linear"};
+  }
+  HF_CHECK(value.is_array(), file, ": ", key, " must be a list of module names, \"all-linear\" or null");
+  std::vector<std::string> names;
+  for (const auto& item : value) {
+    HF_CHECK(item.is_string(), file, ": ", key, " must list module names (strings)");
+    names.push_back(item.get<std::string>());
+  }
+  return names;
+}
+
+}  // namespace
+
+bool is_lora_parameter_name(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
+                                           const std::string& key_prefix) {
+  static const std::regex projection(R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj))");
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> projections;
+  for (const auto& item : model.named_modules())
+    if (std::regex_match(item.key(), projection)) projections.emplace_back(item.key(), item.value());
+
+  HF_CHECK(!config.target_modules.empty(), key_prefix, "target_modules is empty: expected all-linear or module names");
+  const bool all_linear = config.target_modules.size() == 1 && config.target_modules[0] == "all-linear";
+  auto check_known = [&](const std::vector<std::string>& names, const std::string& key) {
+    for (const auto& name : names) {
+      HF_CHECK(name != "all-linear" || (key == "target_modules" && all_linear), key_prefix, key,
+               ": all-linear must stand alone in target_modules");
+      if (name == "all-linear") continue;
+      const bool found = std::any_of(projections.begin(), projections.end(),
+                                     [&](const auto& p) { return lora_name_matches(p.first, name); });
+      HF_CHECK(found, key_prefix, key, ": '", name,
+               "' matches no linear projection of the model (expected all-linear or names such as q_proj, k_proj, "
+               "v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    }
+  };
+  check_known(config.target_modules, "target_modules");
+  check_known(config.exclude_modules, "exclude_modules");
+
+  std::vector<std::string> targets;
+  for (const auto& [path, module] : projections) {
+    auto matches_any = [&, p = path](const std::vector<std::string>& names) {
+      return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lora_name_matches(p, n); });
+    };
+    if (!all_linear && !matches_any(config.target_modules)) continue;
+    if (matches_any(config.exclude_modules)) continue;
+    const auto& weight = module->named_parameters(/*recurse=*/false)["weight"];
+    const int64_t width = std::min(weight.size(0), weight.size(1));
+    HF_CHECK(config.rank <= width, key_prefix, "lora_rank ", config.rank, " is larger than ", path,
+             "'s smaller dimension ", width);
+    targets.push_back(path);
+  }
+  HF_CHECK(!targets.empty(), key_prefix, "exclude_modules removes every target of target_modules");
+  return targets;
+}
+
+NamedTensors lora_adapter_tensors(const CausalLM& model) {
+  NamedTensors tensors;
+  for (const auto& item : model->named_parameters())
+    if (is_lora_parameter_name(item.key())) tensors.emplace_back(kPeftPrefix + item.key(), item.value().detach());
+  return tensors;
+}
+
+void save_lora_adapter(const std::string& dir, const CausalLM& model, const std::string& base_model_name_or_path) {
+  HF_CHECK(model->has_lora(), "save_lora_adapter(", dir, "): the model has no LoRA adapters");
+  HF_CHECK(!model->lora_merged(), "save_lora_adapter(", dir, "): the adapters are merged; unmerge first");
+  auto tensors = lora_adapter_tensors(model);
+  // PEFT records the module names it adapted (all-linear resolved to them).
+  std::set<std::string> modules;
+  for (const auto& [name, tensor] : tensors) {
+    const auto end = name.find(".lora_A.");
+    if (end == std::string::npos) continue;
+    const std::string path = name.substr(0, end);
+    modules.insert(path.substr(path.rfind('.') + 1));
+  }
+  const LoraConfig& lora = model->lora_config();
+  json config = {{"peft_type", "LORA"},
+                 {"task_type", model->head_kind() == HeadKind::kLanguageModel ? json("CAUSAL_LM") : json(nullptr)},
+                 {"base_model_name_or_path", base_model_name_or_path},
+                 {"r", lora.rank},
+                 {"lora_alpha", lora.alpha},
+                 {"lora_dropout", 0.0},
+                 {"target_modules", std::vector<std::string>(modules.begin(), modules.end())},
+                 {"exclude_modules", lora.exclude_modules.empty() ? json(nullptr) : json(lora.exclude_modules)},
+                 {"bias", "none"},
+                 {"fan_in_fan_out", false},
+                 {"inference_mode", true},
+                 {"init_lora_weights", true},
+                 {"use_dora", false},
+                 {"use_rslora", false},
+                 {"modules_to_save", nullptr},
+                 {"layers_to_transform", nullptr},
+                 {"layers_pattern", nullptr},
+                 {"rank_pattern", json::object()},
+                 {"alpha_pattern", json::object()},
+                 {"revision", nullptr}};
+  make_dirs(dir);
+  write_safetensors(dir + "/" + kAdapterWeightsFile, tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/" + kAdapterConfigFile, config.dump(2) + "\n");
+}
+
+LoraConfig read_lora_adapter_config(const std::string& dir) {
+  const std::string file = dir + "/" + kAdapterConfigFile;
+  json j;
+  try {
+    j = json::parse(read_file(file));
+  } catch (const json::exception& e) {
+    throw Error(file + ": not valid JSON (" + e.what() + ")");
+  }
+  HF_CHECK(j.is_object(), file, ": expected a JSON object");
+  auto value_or = [&](const char* key, const json& fallback) { return j.contains(key) ? j[key] : fallback; };
+  HF_CHECK(value_or("peft_type", "LORA") == "LORA", file, ": peft_type ", j["peft_type"].dump(),
+           " (hybridflow reads LORA adapters)");
+  auto require_off = [&](const char* key, const json& off) {
+    const json v = value_or(key, off);
+    HF_CHECK(v.is_null() || v == off || (v.is_object() && v.empty()) || (v.is_array() && v.empty()), file, ": ",
+             key, " ", v.dump(), " is not supported (expected ", off.dump(), ")");
+  };
+  require_off("use_dora", false);
+  require_off("use_rslora", false);
+  require_off("fan_in_fan_out", false);
+  require_off("lora_bias", false);
+  require_off("bias", "none");
+  require_off("rank_pattern", json::object());
+  require_off("alpha_pattern", json::object());
+  require_off("modules_to_save", nullptr);
+  require_off("layers_to_transform", nullptr);
+  require_off("layer_replication", nullptr);
+  require_off("target_parameters", nullptr);
+  require_off("trainable_token_indices", nullptr);
+  require_off("use_qalora", false);
+  require_off("use_bdlora", nullptr);
+  require_off("alora_invocation_tokens", nullptr);
+  LoraConfig config;
+  try {
+    HF_CHECK(j.contains("r") && j["r"].is_number_integer() && j["r"].get<int64_t>() > 0, file,
+             ": r must be a positive integer");
+    config.rank = j["r"].get<int64_t>();
+    HF_CHECK(j.contains("lora_alpha") && j["lora_alpha"].is_number(), file, ": lora_alpha must be a number");
+    config.alpha = j["lora_alpha"].get<double>();
+  } catch (const json::exception& e) {
+    throw Error(file + ": " + e.what());
+  }
+  HF_CHECK(j.contains("target_modules"), file, ": target_modules is missing");
+  config.target_modules = lora_names_from_json(j["target_modules"], file, "target_modules");
+  config.exclude_modules = lora_names_from_json(value_or("exclude_modules", nullptr), file, "exclude_modules");
+  return config;
+}
+
+void load_lora_adapter(const std::string& dir, CausalLM& model) {
+  const LoraConfig config = read_lora_adapter_config(dir);
+  const std::string file = dir + "/" + kAdapterWeightsFile;
+  auto stored = read_safetensors(file);
+  std::map<std::string, torch::Tensor> by_name(stored.tensors.begin(), stored.tensors.end());
+  HF_CHECK(!model->has_lora(), "load_lora_adapter(", dir, "): the model already has LoRA adapters");
+  try {
+    model->add_lora(config);
+  } catch (const Error& e) {
+    throw Error(dir + "/" + kAdapterConfigFile + " does not fit the model: " + e.what());
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    if (!is_lora_parameter_name(item.key())) continue;
+    const std::string name = kPeftPrefix + item.key();
+    auto found = by_name.find(name);
+    HF_CHECK(found != by_name.end(), file, ": tensor ", name, " is missing (the adapter config targets it)");
+    HF_CHECK(found->second.sizes() == item.value().sizes(), file, ": tensor ", name, " has shape ",
+             found->second.sizes(), ", the model expects ", item.value().sizes());
+    item.value().copy_(found->second);
+    by_name.erase(found);
+  }
+  HF_CHECK(by_name.empty(), file, ": tensor ", by_name.begin()->first,
+           " names no adapted projection of the model (another base model, or a module the config does not target)");
+}
+
+}  // namespace hybridflow
