@@ -6,7 +6,6 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
-#include "hybridflow/engine/fused_adamw.h"
 #include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/zero_optimizer.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
@@ -269,7 +268,7 @@ void TrainEngine::apply_step() {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  fused_adamw_step(*optimizer_);
+  optimizer_->step();
   if (!masters_.empty()) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
