@@ -104,6 +104,15 @@ CpuBf16Support cpu_bf16_support() {
   return {};
 }
 
+int64_t cuda_device_memory_bytes([[maybe_unused]] int index) {
+#ifdef HF_WITH_CUDA
+  if (index < 0 || index >= static_cast<int>(torch::cuda::device_count())) return 0;
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index))->totalGlobalMem);
+#else
+  return 0;
+#endif
+}
+
 RuntimeInfo runtime_info() {
   RuntimeInfo info;
   info.torch_version = TORCH_VERSION;
@@ -112,7 +121,7 @@ RuntimeInfo runtime_info() {
   for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
     const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
     info.cuda_devices.push_back(std::string(props->name) + " (" +
-                                std::to_string(props->totalGlobalMem >> 20) + " MiB)");
+                                std::to_string(cuda_device_memory_bytes(static_cast<int>(i)) >> 20) + " MiB)");
   }
 #endif
   info.cpu_capability = at::get_cpu_capability();

@@ -9,7 +9,6 @@
 #ifdef HF_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <cuda_runtime_api.h>
 #endif
 
 namespace hybridflow {
@@ -56,17 +55,6 @@ void release_cached_device_memory() {
 #ifdef HF_WITH_CUDA
   if (c10::cuda::device_count() > 0 && c10::cuda::CUDACachingAllocator::get()->initialized())
     c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-}
-
-int64_t cuda_device_memory_bytes([[maybe_unused]] int index) {
-#ifdef HF_WITH_CUDA
-  if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) return 0;
-  cudaDeviceProp properties{};
-  if (cudaGetDeviceProperties(&properties, index) != cudaSuccess) return 0;
-  return static_cast<int64_t>(properties.totalGlobalMem);
-#else
-  return 0;
 #endif
 }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "hybridflow/core/process_memory.h"
+#include "hybridflow/core/platform.h"
 #include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/rl_batch.h"
 

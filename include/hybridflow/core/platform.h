@@ -48,6 +48,10 @@ struct RuntimeInfo {
 
 // A device config value ("cpu", "cuda" or "auto": cuda when this build sees a GPU) as "cpu" or "cuda". An
 // Error names `key` when the value is none of those, or cuda is asked for where this build or machine has none.
+// The memory of CUDA device `index` in bytes (what the rollout's gpu_memory_utilization is a fraction of);
+// 0 on a CPU build or when there is no such device.
+int64_t cuda_device_memory_bytes(int index);
+
 std::string resolve_device_name(const std::string& value, const std::string& key);
 
 // The device for a run that starts `processes` worker processes on each host that sees `cuda_devices` GPUs.

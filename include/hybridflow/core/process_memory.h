@@ -25,8 +25,4 @@ int64_t status_field_bytes(const std::string& status, const std::string& field);
 // next colocated role can use them; a no-op without CUDA.
 void release_cached_device_memory();
 
-// The memory of CUDA device `index` in bytes (what the rollout's gpu_memory_utilization is a fraction of);
-// 0 on a CPU build or when there is no such device.
-int64_t cuda_device_memory_bytes(int index);
-
 }  // namespace hybridflow
