@@ -25,6 +25,7 @@ packages=(
   libonig-dev libutf8proc-dev  # text layer: the tokenizers library's regex engine; Unicode normalisation
   openmpi-bin libopenmpi-dev
   iproute2                 # network namespaces for the multi-host test
+  bubblewrap               # the sandbox of the built-in python tool (agentic rollouts)
 )
 
 sudo_cmd=()
