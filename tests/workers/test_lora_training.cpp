@@ -11,70 +11,27 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/safetensors.h"
-#include "hybridflow/model/tokenizer.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/trainable_model.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "workers/value_training_fixture.h"
 
 using namespace hybridflow;
 
 namespace {
 
-const Tokenizer kAlphabet = Tokenizer::from_alphabet("0123456789+=");
+using hybridflow::testing::value_training_model;
+using hybridflow::testing::value_training_parameters;
+using hybridflow::testing::value_training_update;
 
 // A one-layer model of the tiny preset with rank-4 adapters on every projection.
 ModelSpec lora_spec(const std::string& dtype, uint64_t seed) {
-  ModelSpec s;
-  s.vocab_size = kAlphabet.vocab_size();
-  s.num_hidden_layers = 1;
-  s.init_seed = seed;
-  s.dtype = dtype;
+  ModelSpec s = hybridflow::testing::value_training_model_spec(dtype, seed);
   s.lora.rank = 4;
   s.lora.alpha = 8;
   s.lora_key = "critic.model";
   return s;
-}
-
-TrainSpec train_spec() {
-  TrainSpec t;
-  t.optim.schedule.lr = 1e-2;
-  t.mini_batch_rows = 2;
-  t.micro_batch_rows = 1;
-  t.epochs = 2;
-  return t;
-}
-
-WorkerContext critic_context() {
-  WorkerContext c;
-  c.role = "critic";
-  return c;
-}
-
-std::unique_ptr<TrainableModel> value_model(const ModelSpec& spec) {
-  return std::make_unique<TrainableModel>(critic_context(), torch::Device(torch::kCPU), nullptr, spec, HeadKind::kValue,
-                                          train_spec());
-}
-
-DataProto batch() {
-  DataProto b;
-  b.set_tensor("input_ids", torch::tensor({{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}},
-                                          torch::kLong));
-  b.set_tensor("attention_mask", torch::ones({4, 5}, torch::kLong));
-  b.set_tensor("response_mask", torch::ones({4, 2}, torch::kLong));
-  return b;
-}
-
-// Every position's value regressed toward 1.
-DataProto update(TrainableModel& m) {
-  MetricAverager metrics;
-  auto on = m.params_on_device();
-  auto loss = [&m](const DataProto& micro) {
-    auto values = m.model()->forward(micro.tensor("input_ids"), micro.tensor("attention_mask")).values;
-    return (values.to(torch::kFloat) - 1).pow(2).mean();
-  };
-  return m.update(batch(), mini_batch_plan(train_spec(), nlohmann::json::object()), loss, "critic/", metrics,
-                  "update_critic");
 }
 
 std::map<std::string, torch::Tensor> named(const CausalLM& model) {
@@ -83,16 +40,15 @@ std::map<std::string, torch::Tensor> named(const CausalLM& model) {
   return out;
 }
 
-torch::Tensor parameters(TrainableModel& m) { return m.flat_parameters().tensor("parameters"); }
 
 class LoraTraining : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LoraTraining, OnlyTheAdaptersAndTheValueHeadTrainAndHoldOptimizerState) {
   const ModelSpec spec = lora_spec(GetParam(), 1);
-  auto m = value_model(spec);
+  auto m = value_training_model(spec);
   const auto before = named(m->model());
-  update(*m);
-  const DataProto out = update(*m);
+  value_training_update(*m);
+  const DataProto out = value_training_update(*m);
   const auto after = named(m->model());
 
   int64_t trained_numel = 0;
@@ -124,18 +80,9 @@ TEST_P(LoraTraining, OnlyTheAdaptersAndTheValueHeadTrainAndHoldOptimizerState) {
 
 TEST_P(LoraTraining, CheckpointHoldsPeftAdaptersAndRepeatsTheNextUpdateBitForBit) {
   hybridflow::testing::TempDir dir;
-  const std::string tok = dir.file("tokenizer.json");
-  kAlphabet.save(tok);
-  DataProto save, load;
-  save.meta() = {{"dir", dir.file("ckpt")}, {"tokenizer", tok}};
-  load.meta() = {{"dir", dir.file("ckpt")}};
-
-  auto saved = value_model(lora_spec(GetParam(), 1));
-  update(*saved);
-  saved->save_checkpoint(save);
-  const torch::Tensor at_save = parameters(*saved);
-  update(*saved);
-
+  // Another seed for the resumed model: other base weights, adapters and head, all restored.
+  auto saved = hybridflow::testing::expect_checkpoint_repeats_next_update(lora_spec(GetParam(), 1),
+                                                                          lora_spec(GetParam(), 2), dir.path());
   // The Hugging Face directory holds the base model; the adapters are PEFT's files beside it.
   const std::string adapter = dir.file("ckpt/critic/lora_adapter");
   EXPECT_TRUE(file_exists(adapter + "/adapter_config.json"));
@@ -149,20 +96,12 @@ TEST_P(LoraTraining, CheckpointHoldsPeftAdaptersAndRepeatsTheNextUpdateBitForBit
     if (item.value().requires_grad()) trained.insert(item.key());
   EXPECT_EQ(moments, trained);
   EXPECT_EQ(read_lora_adapter_tensors(adapter).size(), 14u);  // A and B of 7 projections
-
-  // Another seed: other base weights, adapters and head, all restored.
-  auto resumed = value_model(lora_spec(GetParam(), 2));
-  ASSERT_FALSE(torch::equal(parameters(*resumed), at_save));
-  resumed->load_checkpoint(load);
-  EXPECT_TRUE(torch::equal(parameters(*resumed), at_save));
-  update(*resumed);
-  EXPECT_TRUE(torch::equal(parameters(*resumed), parameters(*saved)));
 }
 
 TEST_P(LoraTraining, AnAdapterDirectoryStartsTheAdapters) {
   hybridflow::testing::TempDir dir;
-  auto trained = value_model(lora_spec(GetParam(), 1));
-  update(*trained);
+  auto trained = value_training_model(lora_spec(GetParam(), 1));
+  value_training_update(*trained);
   DataProto save;
   save.meta() = {{"dir", dir.file("adapter")}, {"base", "tiny"}};
   trained->save_lora_adapter(save);
@@ -170,7 +109,7 @@ TEST_P(LoraTraining, AnAdapterDirectoryStartsTheAdapters) {
   ModelSpec from_dir = lora_spec(GetParam(), 1);
   from_dir.lora = LoraConfig{};  // the directory's adapter_config.json says what to add
   from_dir.lora_adapter_path = dir.file("adapter");
-  auto started = value_model(from_dir);
+  auto started = value_training_model(from_dir);
   EXPECT_EQ(started->model()->lora_config().rank, 4);
   const auto want = named(trained->model());
   for (const auto& [name, tensor] : named(started->model())) {
