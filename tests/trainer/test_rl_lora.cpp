@@ -143,6 +143,23 @@ TEST(RlLora, PipelineStagesGenerateOnMergedWeightsThroughTheHybridEngine) {
   EXPECT_NEAR(piped.parameter_sq_norm("actor"), want, 1e-5 * want);
 }
 
+TEST(RlLora, AnAdapterDirectoryStartsTheRun) {
+  hybridflow::testing::TempDir first;
+  {
+    RLTrainer trainer(load_rl_config("", lora_overrides({"trainer.run_dir=" + first.path()})));
+    // Fresh adapters (B = 0) leave the policy the base model: no KL against the reference yet (but for
+    // the rounding of other micro-batch shapes).
+    EXPECT_LT(trainer.step().at("actor/kl_loss").get<double>(), 1e-6);
+    trainer.fit();
+  }
+  const std::string adapter = first.path() + "/lora_adapter/actor";
+  ASSERT_TRUE(file_exists(adapter + "/adapter_config.json"));
+  // rank 0: the directory's adapter_config.json sets it. The trained adapters start the policy off the base.
+  RLTrainer trainer(load_rl_config("", lora_overrides({"actor_rollout_ref.model.lora_rank=0",
+                                                       "actor_rollout_ref.model.lora_adapter_path=" + adapter})));
+  EXPECT_GT(trainer.step().at("actor/kl_loss").get<double>(), 1e-5);
+}
+
 TEST(RlLora, BadSettingsFailAtStartNamingTheKey) {
   EXPECT_THAT(start_error({"actor_rollout_ref.model.target_modules=[qkv_proj]"}),
               HasSubstr("actor_rollout_ref.model.target_modules: 'qkv_proj'"));
