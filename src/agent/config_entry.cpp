@@ -86,6 +86,17 @@ void ConfigEntry::fail(const std::string& key, const std::string& message) const
   HF_FAIL(where_, line_of(at), ": ", key.empty() ? std::string() : key_name(key) + ": ", message);
 }
 
+ConfigEntry ConfigEntry::config_of_kind(const std::string& kinds) const {
+  if (!has("config")) {
+    std::string class_name = string_or("class_name", "");
+    fail("config", "missing: expected config.type (" + kinds + ")" +
+                       (class_name.empty() ? std::string()
+                                           : "; class_name '" + class_name + "' names a Python class, which hybridflow "
+                                                                             "cannot run"));
+  }
+  return map("config");
+}
+
 bool ConfigEntry::has(const std::string& key) const { return node_.IsMap() && node_[key] && !node_[key].IsNull(); }
 
 ConfigEntry ConfigEntry::map(const std::string& key) const {

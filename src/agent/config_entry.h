@@ -42,6 +42,9 @@ class ConfigEntry {
   // Errors for keys outside `allowed`, naming the closest allowed one.
   void check_keys(const std::set<std::string>& allowed) const;
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  // The entry's `config` map, whose `type` is one of `kinds` ("command, http or answer_check" in messages);
+  // a missing one is an Error that points out a verl class_name hybridflow cannot run.
+  ConfigEntry config_of_kind(const std::string& kinds) const;
 
  private:
   std::string key_name(const std::string& key) const { return prefix_ + key; }

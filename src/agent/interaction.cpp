@@ -137,14 +137,7 @@ namespace interaction_detail {
 
 std::shared_ptr<const Interaction> make_interaction(const ConfigEntry& entry, const std::string& name,
                                                     const std::string& base_dir) {
-  if (!entry.has("config")) {
-    std::string class_name = entry.string_or("class_name", "");
-    entry.fail("config", "missing: expected config.type (command, http or answer_check)" +
-                             (class_name.empty() ? std::string()
-                                                 : "; class_name '" + class_name +
-                                                       "' names a Python class, which hybridflow cannot run"));
-  }
-  ConfigEntry config = entry.map("config");
+  ConfigEntry config = entry.config_of_kind("command, http or answer_check");
   std::string type = config.string_or("type", "");
   auto bounds = [&] {
     ProcessBounds b;

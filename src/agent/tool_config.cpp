@@ -85,14 +85,7 @@ std::vector<McpServerSpec> read_mcp_servers_file(const std::string& path, const 
 
 void add_tool_entry(ToolSet& set, const ConfigEntry& entry, const std::string& base_dir) {
   entry.check_keys({"class_name", "config", "tool_schema", "mcp"});
-  if (!entry.has("config")) {
-    std::string class_name = entry.string_or("class_name", "");
-    entry.fail("config", "missing: expected config.type (command, http, mcp or python)" +
-                             (class_name.empty() ? std::string()
-                                                 : "; class_name '" + class_name +
-                                                       "' names a Python class, which hybridflow cannot run"));
-  }
-  ConfigEntry config = entry.map("config");
+  ConfigEntry config = entry.config_of_kind("command, http, mcp or python");
   std::string type = config.string_or("type", "");
   const std::string& where = entry.where();
   if (type == "command") {

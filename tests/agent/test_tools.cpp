@@ -294,6 +294,11 @@ TEST(ToolConfig, ErrorsNameTheFileTheEntryAndTheKey) {
                      "'verl.tools.gsm8k_tool.Gsm8kTool' names a Python class"),
             std::string::npos)
       << msg;
+  msg = load_error("tools:\n  - class_name: verl.tools.search_tool.SearchTool\n" + schema_yaml);
+  EXPECT_NE(msg.find("tools.yaml: tools[0] ('calc') (line 2): config: missing: expected config.type (command, http, "
+                     "mcp or python); class_name 'verl.tools.search_tool.SearchTool' names a Python class"),
+            std::string::npos)
+      << msg;
   msg = load_error("tools:\n  - config: {type: shell}\n" + schema_yaml);
   EXPECT_NE(msg.find("config.type: expected command, http, mcp or python, got 'shell'"), std::string::npos) << msg;
   msg = load_error("tools:\n  - config: {type: command, command: []}\n" + schema_yaml);
