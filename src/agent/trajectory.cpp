@@ -74,6 +74,14 @@ void TrajectoryBuilder::append_sampled(const std::vector<int32_t>& ids, const Js
 }
 
 void TrajectoryBuilder::append_messages(const Json& new_messages) {
+  last_delta_ = delta_ids(new_messages);
+  trajectory_.response_ids.insert(trajectory_.response_ids.end(), last_delta_.begin(), last_delta_.end());
+  trajectory_.response_mask.insert(trajectory_.response_mask.end(), last_delta_.size(), 0);
+  for (const auto& m : new_messages) trajectory_.messages.push_back(m);
+  ++trajectory_.appended_turns;
+}
+
+std::vector<int32_t> TrajectoryBuilder::delta_ids(const Json& new_messages) const {
   HF_CHECK(started_, "trajectory: append_messages before start");
   HF_CHECK(new_messages.is_array() && !new_messages.empty(), "trajectory: expected a non-empty list of new messages");
   // Only after a sampled turn: the previous delta already ends with the generation prompt.
@@ -95,11 +103,7 @@ void TrajectoryBuilder::append_messages(const Json& new_messages) {
            "', the token that ended the sampled turn; the conversation cannot be continued as tokens");
   std::string delta = extended.substr(cut + end_text.size());
   HF_CHECK(!delta.empty(), "trajectory: the chat template renders the new messages as nothing");
-  last_delta_ = encode(delta);
-  trajectory_.response_ids.insert(trajectory_.response_ids.end(), last_delta_.begin(), last_delta_.end());
-  trajectory_.response_mask.insert(trajectory_.response_mask.end(), last_delta_.size(), 0);
-  for (const auto& m : new_messages) trajectory_.messages.push_back(m);
-  ++trajectory_.appended_turns;
+  return encode(delta);
 }
 
 }  // namespace hybridflow::agent

@@ -56,6 +56,8 @@ class TrajectoryBuilder {
   // generation prompt. Throws when the last sampled turn did not end with a special token (it was cut
   // off; nothing may follow it) or the template renders the new messages as nothing.
   void append_messages(const Json& new_messages);
+  // The ids append_messages would append (for a caller to check a length budget first).
+  std::vector<int32_t> delta_ids(const Json& new_messages) const;
 
   const Trajectory& trajectory() const { return trajectory_; }
   // The ids appended by the last append_messages (for the engine to prefill).
