@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <thread>
 
 #include "hybridflow/core/error.h"
@@ -111,7 +112,11 @@ std::vector<ToolResult> ToolSet::run(const std::vector<ToolCallRequest>& calls, 
     } else {
       Json kwargs = row_tools_kwargs.is_object() && row_tools_kwargs.contains(call.name) ? row_tools_kwargs[call.name]
                                                                                          : Json();
-      result = tool->call(call.arguments, kwargs);
+      try {
+        result = tool->call(call.arguments, kwargs);
+      } catch (const std::exception& e) {  // e.g. out of memory: still an answer in its place, never a crash
+        result = ToolResult::error(ToolStatus::failed, "tool '" + call.name + "': " + e.what());
+      }
     }
     result.text = truncate_tool_response(result.text, options.max_tool_response_length, options.truncate_side,
                                          &result.truncated);
