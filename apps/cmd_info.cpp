@@ -46,6 +46,15 @@ void print_architecture(const ModelConfig& c) {
                 c.rope_scaling.factor, ll(c.rope_scaling.original_max_position_embeddings));
   if (c.sliding_window > 0) std::printf("sliding window   %lld\n", ll(c.sliding_window));
   if (c.qk_norm()) std::printf("q/k head norms   yes\n");
+  if (c.num_moe_layers() > 0)
+    std::printf("experts          %lld per MoE layer (%lld of %lld layers), %lld per token%s, width %lld%s, "
+                "router_aux_loss_coef %g\n",
+                ll(c.moe.num_experts), ll(c.num_moe_layers()), ll(c.num_hidden_layers), ll(c.moe.num_experts_per_tok),
+                c.moe.norm_topk_prob || c.model_type == "mixtral" ? " (renormalised)" : "",
+                ll(c.expert_intermediate_size()),
+                c.shared_expert() ? (", shared expert width " + std::to_string(c.moe.shared_expert_intermediate_size)).c_str()
+                                  : "",
+                c.moe.router_aux_loss_coef);
   std::printf("tied embeddings  %s, qkv bias %s\n", c.tie_word_embeddings ? "yes" : "no",
               c.attention_bias ? "yes" : "no");
   std::printf("dtype            %s\n", c.torch_dtype.c_str());
@@ -58,6 +67,9 @@ void print_sizes(const ModelConfig& c, const InfoOptions& o) {
   std::printf("parameters       %.0f (%.3f B%s): embedding %.0f (%s), non-embedding %.0f\n", p, p / 1e9,
               critic ? ", with a value head instead of lm_head" : "", size.embeddings,
               critic || c.tie_word_embeddings ? "embed_tokens" : "embed_tokens + lm_head", p - size.embeddings);
+  if (size.experts > 0)
+    std::printf("active           %.0f (%.3f B) per token: routed experts %.0f in all, %.0f of them per token\n",
+                size.active_parameters(), size.active_parameters() / 1e9, size.experts, size.active_experts);
   std::printf("weight bytes     fp32 %s, bf16 %s\n", human_bytes(p * 4).c_str(), human_bytes(p * 2).c_str());
   const placement::ModelShape shape = placement::model_shape_of(c, "model");
   std::printf("KV cache         %s per token in bf16 (%s in fp32): K and V of %lld layers x %lld KV heads x head_dim %lld\n",

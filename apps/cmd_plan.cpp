@@ -228,7 +228,8 @@ int run_plan(const PlanOptions& o) {
         {"cluster", {{"gpu", cluster.name}, {"devices", cluster.devices()}, {"gpus_per_node", cluster.gpus_per_node},
                      {"nodes", cluster.nodes}, {"memory_bytes", cluster.memory_bytes}, {"peak_flops", cluster.peak_flops},
                      {"memory_bandwidth", cluster.memory_bandwidth}}},
-        {"model", {{"name", model.name}, {"parameters", model.parameters(false)}}},
+        {"model", {{"name", model.name}, {"parameters", model.parameters(false)},
+                   {"active_parameters", model.active_parameters(false)}}},
         {"workload", {{"algorithm", algorithm_name(workload.algorithm)}, {"prompts", workload.prompts},
                       {"samples_per_prompt", workload.samples_per_prompt}, {"prompt_length", workload.prompt_length},
                       {"response_length", workload.response_length}, {"reward_model", workload.reward_model}}},
@@ -243,9 +244,13 @@ int run_plan(const PlanOptions& o) {
     if (cal) j["calibration"] = cal->to_json();
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("plan: %s with %s (%s parameters) on %d x %s (%d node%s of %d)\n", algorithm_name(workload.algorithm).c_str(),
-                model.name.c_str(), count(model.parameters(false)).c_str(), cluster.devices(), cluster.name.c_str(), cluster.nodes,
-                cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node);
+    // A mixture of experts: every expert is held (memory), a token's num_experts_per_tok are computed (FLOPs).
+    const std::string active = model.active_parameters(false) < model.parameters(false)
+                                   ? ", " + count(model.active_parameters(false)) + " active per token"
+                                   : "";
+    std::printf("plan: %s with %s (%s parameters%s) on %d x %s (%d node%s of %d)\n", algorithm_name(workload.algorithm).c_str(),
+                model.name.c_str(), count(model.parameters(false)).c_str(), active.c_str(), cluster.devices(),
+                cluster.name.c_str(), cluster.nodes, cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node);
     std::printf("  %" PRId64 " prompts x %" PRId64 ", %" PRId64 " prompt + %" PRId64 " response tokens, %" PRId64
                 " epoch(s) x %" PRId64 " mini-batch(es), %s%s\n",
                 workload.prompts, workload.samples_per_prompt, workload.prompt_length, workload.response_length,

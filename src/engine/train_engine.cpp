@@ -8,6 +8,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/zero_optimizer.h"
+#include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
 
 namespace hybridflow {
@@ -24,6 +25,36 @@ torch::optim::AdamWOptions adamw_options(const OptimizerOptions& o, double weigh
       .eps(o.eps)
       .weight_decay(weight_decay);
 }
+
+// Mixture of experts: while a model whose config weighs the load-balancing loss (router_aux_loss_coef > 0)
+// trains, it keeps its router logits, and each micro-batch's loss gains the coefficient times that loss of its
+// last forward, as transformers adds it to the language-model loss. Not under pipeline parallelism (a stage
+// sees only its layers' routers).
+class MoeAuxLoss {
+ public:
+  explicit MoeAuxLoss(torch::nn::Module& module) : model_(dynamic_cast<CausalLMImpl*>(&module)) {
+    if (model_ != nullptr && (model_->config().num_moe_layers() == 0 || model_->config().moe.router_aux_loss_coef <= 0 ||
+                              model_->pipeline_stage().enabled()))
+      model_ = nullptr;
+    if (model_ != nullptr) model_->set_keep_router_logits(true);
+  }
+  ~MoeAuxLoss() {
+    if (model_ != nullptr) model_->set_keep_router_logits(false);
+  }
+  MoeAuxLoss(const MoeAuxLoss&) = delete;
+  MoeAuxLoss& operator=(const MoeAuxLoss&) = delete;
+  torch::Tensor add_to(const torch::Tensor& loss, double weight, StepStats& stats) {
+    if (model_ == nullptr || !model_->has_router_logits()) return loss;
+    torch::Tensor aux = model_->load_balancing_loss();
+    model_->set_keep_router_logits(true);  // drops this forward's logits and their graph
+    stats.moe_aux_loss += aux.item<double>() * weight;
+    stats.has_moe_aux_loss = true;
+    return loss + model_->config().moe.router_aux_loss_coef * aux.to(loss.scalar_type());
+  }
+
+ private:
+  CausalLMImpl* model_;
+};
 
 torch::Tensor scalar_loss(const MicroLossFn& loss_fn, const DataProto& micro) {
   torch::Tensor loss = loss_fn(micro);
@@ -333,8 +364,9 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
   if (pipeline_) {
     pipelined_backward(with_tokens, weights, loss_fn, stats);
   } else {
+    MoeAuxLoss moe_aux(*module_);
     for (size_t i = 0; i < with_tokens.size(); ++i) {
-      torch::Tensor loss = scalar_loss(loss_fn, with_tokens[i]);
+      torch::Tensor loss = moe_aux.add_to(scalar_loss(loss_fn, with_tokens[i]), weights[i], stats);
       (loss * weights[i]).backward();
       accumulate_into_masters();
       stats.loss += loss.item<double>() * weights[i];

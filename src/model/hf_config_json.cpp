@@ -145,6 +145,42 @@ void read_rope(const json& doc, const std::string& path, ModelConfig& c) {
   }
 }
 
+// The mixture-of-experts keys of Qwen2MoeConfig, Qwen3MoeConfig and MixtralConfig. The expert count and width
+// are required (transformers' defaults, 60 or 128 experts, are no model anyone saved without them).
+void read_moe(const ConfigReader& r, const std::string& path, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  const bool mixtral = c.model_type == "mixtral";
+  // MixtralConfig maps num_experts to num_local_experts and Qwen3MoeConfig the other way; each saves either.
+  const json* experts = r.find(mixtral ? "num_local_experts" : "num_experts");
+  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  if (experts == nullptr) {
+    experts = r.find(mixtral ? "num_experts" : "num_local_experts");
+    if (experts != nullptr) experts_key = mixtral ? "num_experts" : "num_local_experts";
+  }
+  HF_CHECK(experts != nullptr, path, ": missing required key '", mixtral ? "num_local_experts" : "num_experts",
+           "' (model_type ", c.model_type, ")");
+  m.num_experts = r.integer(*experts, experts_key);
+  m.num_experts_per_tok = r.required_int("num_experts_per_tok");
+  if (!mixtral) {
+    m.moe_intermediate_size = r.required_int("moe_intermediate_size");
+    r.optional_bool("norm_topk_prob", m.norm_topk_prob);
+    r.optional_int("decoder_sparse_step", m.decoder_sparse_step);
+    if (const json* dense = r.find("mlp_only_layers"); dense && !dense->is_null()) {
+      HF_CHECK(dense->is_array(), path, ": key 'mlp_only_layers' must be a list of layer indices, got ", dense->dump());
+      for (const auto& layer : *dense) m.mlp_only_layers.push_back(r.integer(layer, "mlp_only_layers"));
+    }
+  } else {
+    m.norm_topk_prob = true;  // MixtralTopKRouter always renormalises
+    double jitter = 0;
+    r.optional_double("router_jitter_noise", jitter);
+    HF_CHECK(jitter == 0, path, ": key 'router_jitter_noise' must be 0 (training-time router noise is not "
+             "implemented), got ", jitter);
+  }
+  if (c.model_type == "qwen2_moe") m.shared_expert_intermediate_size = r.required_int("shared_expert_intermediate_size");
+  r.optional_double("router_aux_loss_coef", m.router_aux_loss_coef);
+  r.optional_bool("output_router_logits", m.output_router_logits);
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& path) {
@@ -161,7 +197,7 @@ ModelConfig load_model_config(const std::string& path) {
   HF_CHECK(is_supported_model_type(c.model_type), path, ": key 'model_type' must be one of ", supported_model_types(),
            ", got \"", c.model_type, "\"");
   const bool qwen2 = c.model_type == "qwen2";
-  const bool mistral = c.model_type == "mistral";
+  const bool mistral = c.model_type == "mistral" || c.model_type == "mixtral";  // same attention and window keys
   c.architecture = causal_lm_architecture(c.model_type);
   if (const json* arch = r.find("architectures")) {
     HF_CHECK(arch->is_array() && arch->size() == 1, path, ": key 'architectures' must be a list of one name, got ",
@@ -178,6 +214,7 @@ ModelConfig load_model_config(const std::string& path) {
   if (const json* kv = r.find("num_key_value_heads"); kv && !kv->is_null())
     c.num_key_value_heads = r.integer(*kv, "num_key_value_heads");
   r.optional_int("max_position_embeddings", c.max_position_embeddings);
+  if (c.model_type == "mixtral") c.rope_theta = 1e6;  // MixtralConfig.default_theta
   r.optional_double("rope_theta", c.rope_theta);
   read_rope(doc, path, c);
   r.optional_double("rms_norm_eps", c.rms_norm_eps);
@@ -185,7 +222,12 @@ ModelConfig load_model_config(const std::string& path) {
   // Qwen2's q/k/v always carry a bias and Mistral's never, whatever the config says (transformers builds
   // them so); Llama's and Qwen3's follow attention_bias.
   c.attention_bias = qwen2;
-  if (!qwen2 && !mistral) r.optional_bool("attention_bias", c.attention_bias);
+  if (c.model_type == "qwen2_moe") {
+    c.attention_bias = true;  // Qwen2MoeConfig.qkv_bias
+    r.optional_bool("qkv_bias", c.attention_bias);
+  } else if (!qwen2 && !mistral) {
+    r.optional_bool("attention_bias", c.attention_bias);
+  }
   r.optional_token_id("bos_token_id", c.bos_token_id);
   r.optional_token_id("eos_token_id", c.eos_token_id);
   r.optional_token_id("pad_token_id", c.pad_token_id);
@@ -199,8 +241,9 @@ ModelConfig load_model_config(const std::string& path) {
     HF_CHECK(*mlp_bias == false, path, ": key 'mlp_bias' must be false (the MLP has no biases), got ",
              mlp_bias->dump());
   if (mistral) {
-    // MistralConfig's default window is 4096: a config without the key has one; null means none.
-    c.sliding_window = 4096;
+    // MistralConfig's default window is 4096: a config without the key has one; null means none. Mixtral's
+    // default is none.
+    c.sliding_window = c.model_type == "mistral" ? 4096 : 0;
     if (const json* window = r.find("sliding_window")) c.sliding_window = window->is_null() ? 0 : r.integer(*window, "sliding_window");
     HF_CHECK(c.sliding_window >= 0, path, ": key 'sliding_window' must be >= 1 or null, got ", c.sliding_window);
   } else if (const json* types = r.find("layer_types"); types && !types->is_null()) {
@@ -209,6 +252,8 @@ ModelConfig load_model_config(const std::string& path) {
       HF_CHECK(t == "full_attention", path, ": key 'layer_types' lists ", t.dump(),
                "; only \"full_attention\" is supported (no sliding-window attention)");
   } else if (const json* sliding = r.find("use_sliding_window"); sliding && *sliding == true) {
+    HF_CHECK(c.model_type != "qwen3_moe", path, ": key 'use_sliding_window' is true, which puts every layer under ",
+             "sliding-window attention; not supported for qwen3_moe");
     // Qwen2 without layer_types: layers from max_window_layers on use the window.
     int64_t max_window_layers = 28;
     r.optional_int("max_window_layers", max_window_layers);
@@ -229,6 +274,7 @@ ModelConfig load_model_config(const std::string& path) {
     if (rope.type == "yarn" && rope.factor == 0)
       rope.factor = static_cast<double>(c.max_position_embeddings) / rope.original_max_position_embeddings;
   }
+  if (c.is_moe_type()) read_moe(r, path, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -258,12 +304,30 @@ void save_model_config(const ModelConfig& c, const std::string& path) {
       {"torch_dtype", c.torch_dtype},
       {"use_cache", true},
   };
-  if (c.model_type == "llama" || c.model_type == "qwen3") doc["attention_bias"] = c.attention_bias;
+  if (c.model_type == "llama" || c.model_type == "qwen3" || c.model_type == "qwen3_moe")
+    doc["attention_bias"] = c.attention_bias;
+  if (c.model_type == "qwen2_moe") doc["qkv_bias"] = c.attention_bias;
   HF_CHECK(c.model_type != "mistral" || !c.attention_bias, path,
            ": a mistral model has no attention biases in Hugging Face; attention_bias=true cannot be saved as mistral");
   doc["head_dim"] = c.head_dim();
-  if (c.model_type == "mistral") doc["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-  if (c.model_type == "qwen2" || c.model_type == "qwen3") doc["use_sliding_window"] = false;
+  if (c.model_type == "mistral" || c.model_type == "mixtral")
+    doc["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+  if (c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe")
+    doc["use_sliding_window"] = false;
+  if (c.is_moe_type()) {
+    const MoeConfig& m = c.moe;
+    doc[c.model_type == "mixtral" ? "num_local_experts" : "num_experts"] = m.num_experts;
+    doc["num_experts_per_tok"] = m.num_experts_per_tok;
+    doc["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    doc["output_router_logits"] = m.output_router_logits;
+    if (c.model_type != "mixtral") {
+      doc["moe_intermediate_size"] = m.moe_intermediate_size;
+      doc["norm_topk_prob"] = m.norm_topk_prob;
+      doc["decoder_sparse_step"] = m.decoder_sparse_step;
+      doc["mlp_only_layers"] = m.mlp_only_layers;
+    }
+    if (c.model_type == "qwen2_moe") doc["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
+  }
   // rope_scaling with rope_type is what both transformers 4 and 5 read (5 moves it into rope_parameters).
   const RopeScaling& rope = c.rope_scaling;
   if (rope.scaled()) {

@@ -1,5 +1,8 @@
 #include "hybridflow/model/model_config.h"
 
+#include <cmath>
+#include <set>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/model_size.h"
 
@@ -13,7 +16,10 @@ struct ModelType {
 constexpr ModelType kModelTypes[] = {{"llama", "LlamaForCausalLM"},
                                      {"mistral", "MistralForCausalLM"},
                                      {"qwen2", "Qwen2ForCausalLM"},
-                                     {"qwen3", "Qwen3ForCausalLM"}};
+                                     {"qwen3", "Qwen3ForCausalLM"},
+                                     {"qwen2_moe", "Qwen2MoeForCausalLM"},
+                                     {"qwen3_moe", "Qwen3MoeForCausalLM"},
+                                     {"mixtral", "MixtralForCausalLM"}};
 constexpr const char* kRopeTypes[] = {"default", "linear", "dynamic", "llama3", "yarn"};
 
 }  // namespace
@@ -74,8 +80,10 @@ void ModelConfig::validate() const {
            "model config: torch_dtype must be float32, float16 or bfloat16, got '", torch_dtype, "'");
   HF_CHECK(is_supported_model_type(model_type), "model config: model_type must be one of ", supported_model_types(),
            ", got '", model_type, "'");
-  HF_CHECK(sliding_window == 0 || model_type == "mistral",
-           "model config: sliding_window is implemented for mistral only, got it for ", model_type);
+  HF_CHECK(sliding_window == 0 || model_type == "mistral" || model_type == "mixtral",
+           "model config: sliding_window is implemented for mistral and mixtral only, got it for ", model_type);
+  HF_CHECK(model_type != "mixtral" || !attention_bias, "model config: a mixtral model has no attention biases");
+  if (is_moe_type()) validate_moe();
   const RopeScaling& r = rope_scaling;
   HF_CHECK(is_supported_rope_type(r.type), "model config: rope_scaling type must be one of ", supported_rope_types(),
            ", got '", r.type, "'");
@@ -92,19 +100,52 @@ void ModelConfig::validate() const {
            ") and the head counts imply ", parameters, " parameters, which no machine holds");
 }
 
+void ModelConfig::validate_moe() const {
+  const char* experts_key = model_type == "mixtral" ? "num_local_experts" : "num_experts";
+  HF_CHECK(moe.num_experts >= (model_type == "mixtral" ? 1 : 0), "model config: ", experts_key, " must be >= ",
+           model_type == "mixtral" ? "1" : "0 (0: every layer dense)", ", got ", moe.num_experts);
+  HF_CHECK(moe.decoder_sparse_step >= 1, "model config: decoder_sparse_step must be >= 1, got ", moe.decoder_sparse_step);
+  for (int64_t layer : moe.mlp_only_layers)
+    HF_CHECK(layer >= 0 && layer < num_hidden_layers, "model config: mlp_only_layers lists layer ", layer, ", not one of the ",
+             num_hidden_layers, " layers");
+  HF_CHECK(model_type == "qwen2_moe" || moe.shared_expert_intermediate_size == 0,
+           "model config: shared_expert_intermediate_size is a qwen2_moe key, got it for ", model_type);
+  HF_CHECK(model_type != "qwen2_moe" || moe.shared_expert_intermediate_size > 0,
+           "model config: shared_expert_intermediate_size must be > 0, got ", moe.shared_expert_intermediate_size);
+  HF_CHECK(moe.router_aux_loss_coef >= 0, "model config: router_aux_loss_coef must be >= 0, got ", moe.router_aux_loss_coef);
+  if (num_moe_layers() == 0) return;
+  HF_CHECK(moe.num_experts_per_tok >= 1 && moe.num_experts_per_tok <= moe.num_experts, "model config: ",
+           "num_experts_per_tok must be in [1, ", experts_key, " = ", moe.num_experts, "], got ", moe.num_experts_per_tok);
+  HF_CHECK(expert_intermediate_size() > 0, "model config: ",
+           model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size", " must be > 0, got ",
+           expert_intermediate_size());
+}
+
+bool ModelConfig::moe_layer(int64_t layer) const {
+  if (!is_moe_type() || moe.num_experts <= 0) return false;
+  if (model_type == "mixtral") return true;  // MixtralConfig has neither decoder_sparse_step nor mlp_only_layers
+  for (int64_t dense : moe.mlp_only_layers)
+    if (dense == layer) return false;
+  return moe_layer_by_step(layer);
+}
+
+bool ModelConfig::moe_layer_by_step(int64_t layer) const {
+  return moe.decoder_sparse_step >= 1 && (layer + 1) % moe.decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::num_moe_layers() const {
+  if (!is_moe_type() || moe.num_experts <= 0 || num_hidden_layers <= 0) return 0;
+  if (model_type == "mixtral") return num_hidden_layers;
+  // Counted without visiting every layer: an absurd num_hidden_layers must not hang validate().
+  int64_t n = moe.decoder_sparse_step >= 1 ? num_hidden_layers / moe.decoder_sparse_step : 0;
+  std::set<int64_t> dense(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end());
+  for (int64_t layer : dense)
+    if (layer >= 0 && layer < num_hidden_layers && moe_layer_by_step(layer)) --n;
+  return n;
+}
+
 int64_t ModelConfig::num_parameters() const {
-  const int64_t kv_dim = num_key_value_heads * head_dim();
-  const int64_t q_dim = num_attention_heads * head_dim();
-  int64_t attention = hidden_size * q_dim * 2 + hidden_size * kv_dim * 2;  // q, o, k, v
-  if (attention_bias) attention += q_dim + 2 * kv_dim;
-  if (o_proj_bias()) attention += hidden_size;
-  if (qk_norm()) attention += 2 * head_dim();
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t norms = 2 * hidden_size;
-  const int64_t per_layer = attention + mlp + norms;
-  int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
-  if (!tie_word_embeddings) total += vocab_size * hidden_size;
-  return total;
+  return static_cast<int64_t>(std::llround(model_size(*this).parameters()));
 }
 
 }  // namespace hybridflow

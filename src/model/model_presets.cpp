@@ -45,6 +45,20 @@ ModelPreset qwen3_preset(const std::string& name, const std::string& repo, const
   return {name, repo + " config.json", true, c};
 }
 
+// Qwen3-MoE: Qwen3's attention (head_dim 128, q/k norms) and every layer's MLP a router over 128 experts of
+// width 768, 8 per token with renormalised weights; untied, rope_theta 1e6, bos 151643, eos 151645.
+ModelPreset qwen3_moe_preset(const std::string& name, const std::string& repo, const PresetDims& d, int64_t experts,
+                             int64_t per_token, int64_t width) {
+  ModelPreset p = qwen3_preset(name, repo, d, /*tied=*/false);
+  p.config.model_type = "qwen3_moe";
+  p.config.architecture = causal_lm_architecture("qwen3_moe");
+  p.config.moe.num_experts = experts;
+  p.config.moe.num_experts_per_tok = per_token;
+  p.config.moe.moe_intermediate_size = width;
+  p.config.moe.norm_topk_prob = true;
+  return p;
+}
+
 // Qwen2.5: q/k/v biases (no o_proj bias), rope_theta 1e6; the base models' bos = eos = 151643.
 ModelPreset qwen25_preset(const std::string& name, const std::string& repo, const PresetDims& d, bool tied,
                           double rms_norm_eps) {
@@ -103,6 +117,17 @@ std::vector<ModelPreset> build_model_presets() {
                                        "qwen3", tiny);
   qwen3_tiny.config.explicit_head_dim = 48;
   out.push_back(qwen3_tiny);
+  // Qwen3-MoE's layout at test size: 8 experts, 2 per token, every other layer sparse.
+  ModelPreset qwen3_moe_tiny = test_preset("qwen3-moe-tiny", "tests: the Qwen3-MoE layout (experts, top-2 routing)",
+                                           "qwen3_moe", tiny);
+  qwen3_moe_tiny.config.explicit_head_dim = 48;
+  MoeConfig& tiny_moe = qwen3_moe_tiny.config.moe;
+  tiny_moe.num_experts = 8;
+  tiny_moe.num_experts_per_tok = 2;
+  tiny_moe.moe_intermediate_size = 96;
+  tiny_moe.norm_topk_prob = true;
+  tiny_moe.decoder_sparse_step = 2;
+  out.push_back(qwen3_moe_tiny);
   ModelPreset mistral_tiny = test_preset("mistral-tiny", "tests: Mistral's sliding window", "mistral", tiny);
   mistral_tiny.config.sliding_window = 64;
   out.push_back(mistral_tiny);
@@ -119,6 +144,8 @@ std::vector<ModelPreset> build_model_presets() {
   out.push_back(
       qwen25_preset("qwen2.5-7b", "Qwen/Qwen2.5-7B", {3584, 18944, 28, 28, 4, 152064, 131072}, false, 1e-6));
   out.push_back(llama2_preset("llama-13b", "meta-llama/Llama-2-13b-hf", {5120, 13824, 40, 40, 40, 32000, 4096}, 1e4));
+  out.push_back(qwen3_moe_preset("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", {2048, 6144, 48, 32, 4, 151936, 40960},
+                                 /*experts=*/128, /*per_token=*/8, /*width=*/768));
   out.push_back(
       qwen25_preset("qwen2.5-32b", "Qwen/Qwen2.5-32B", {5120, 27648, 64, 40, 8, 152064, 131072}, false, 1e-5));
   out.push_back(

@@ -76,7 +76,15 @@ ModelSize model_size(const ModelConfig& c, bool value_head) {
   const bool lm_head = !value_head && !c.tie_word_embeddings;
   out.embeddings = v * h * (lm_head ? 2 : 1);
   out.attention = layers * attention;
-  out.mlp = layers * 3 * h * d(c.intermediate_size);
+  const double sparse = d(c.num_moe_layers()), dense = layers - sparse;
+  out.mlp = dense * 3 * h * d(c.intermediate_size);
+  if (sparse > 0) {
+    const double expert = 3 * h * d(c.expert_intermediate_size());
+    out.mlp += sparse * h * d(c.moe.num_experts);  // routers
+    if (c.shared_expert()) out.mlp += sparse * (3 * h * d(c.moe.shared_expert_intermediate_size) + h);
+    out.experts = sparse * d(c.moe.num_experts) * expert;
+    out.active_experts = sparse * d(c.moe.num_experts_per_tok) * expert;
+  }
   out.other = layers * 2 * h + h + (value_head ? h : 0);
   return out;
 }
@@ -172,6 +180,8 @@ void check_model_fits_memory(const ModelConfig& c, bool value_head, double bytes
                            ") + num_key_value_heads (" + number(d(c.num_key_value_heads)) + ") x head_dim (" +
                            number(d(c.head_dim())) + ")"},
       {size.mlp, layers + " x " + hidden + " x intermediate_size (" + number(d(c.intermediate_size)) + ")"},
+      {size.experts, layers + " x " + hidden + " x num_experts (" + number(d(c.moe.num_experts)) + ") x " +
+                         "moe_intermediate_size (" + number(d(c.expert_intermediate_size())) + ")"},
       {size.other, layers + " x " + hidden}};
   const Term& largest = *std::max_element(terms.begin(), terms.end(),
                                           [](const Term& a, const Term& b) { return a.parameters < b.parameters; });
@@ -188,7 +198,9 @@ double expected_weight_count(const ModelConfig& c, bool value_head) {
   if (c.o_proj_bias()) per_layer += 1;
   if (c.qk_norm()) per_layer += 2;
   const bool lm_head = !value_head && !c.tie_word_embeddings;
-  return 2 + (lm_head || value_head ? 1 : 0) + d(c.num_hidden_layers) * per_layer;
+  // A sparse layer has a router and 3 weights per expert (and a shared expert with its gate) for the MLP's 3.
+  const double sparse_extra = 1 + 3 * d(c.moe.num_experts) + (c.shared_expert() ? 4 : 0) - 3;
+  return 2 + (lm_head || value_head ? 1 : 0) + d(c.num_hidden_layers) * per_layer + d(c.num_moe_layers()) * sparse_extra;
 }
 
 void for_each_expected_weight(const ModelConfig& c, bool value_head, const WeightVisitor& visit) {
@@ -205,10 +217,29 @@ void for_each_expected_weight(const ModelConfig& c, bool value_head, const Weigh
           {attn + "q_proj.weight", {q, h}},
           {attn + "k_proj.weight", {kv, h}},
           {attn + "v_proj.weight", {kv, h}},
-          {attn + "o_proj.weight", {h, q}},
-          {layer + "mlp.gate_proj.weight", {inter, h}},
-          {layer + "mlp.up_proj.weight", {inter, h}},
-          {layer + "mlp.down_proj.weight", {h, inter}}};
+          {attn + "o_proj.weight", {h, q}}};
+      if (c.moe_layer(i)) {
+        const std::string block = layer + c.moe_block_name() + ".";
+        const int64_t width = c.expert_intermediate_size();
+        w.push_back({block + "gate.weight", {c.moe.num_experts, h}});
+        for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+          const std::string expert = block + "experts." + std::to_string(e) + ".";
+          w.push_back({expert + c.expert_gate_name() + ".weight", {width, h}});
+          w.push_back({expert + c.expert_up_name() + ".weight", {width, h}});
+          w.push_back({expert + c.expert_down_name() + ".weight", {h, width}});
+        }
+        if (c.shared_expert()) {
+          const int64_t shared = c.moe.shared_expert_intermediate_size;
+          w.push_back({block + "shared_expert.gate_proj.weight", {shared, h}});
+          w.push_back({block + "shared_expert.up_proj.weight", {shared, h}});
+          w.push_back({block + "shared_expert.down_proj.weight", {h, shared}});
+          w.push_back({block + "shared_expert_gate.weight", {1, h}});
+        }
+      } else {
+        w.push_back({layer + "mlp.gate_proj.weight", {inter, h}});
+        w.push_back({layer + "mlp.up_proj.weight", {inter, h}});
+        w.push_back({layer + "mlp.down_proj.weight", {h, inter}});
+      }
       if (c.attention_bias) {
         w.push_back({attn + "q_proj.bias", {q}});
         w.push_back({attn + "k_proj.bias", {kv}});

@@ -19,6 +19,7 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "model/fused_decode.h"
 #include "model/lora_branch.h"
+#include "model/moe_block.h"
 
 namespace hybridflow {
 namespace {
@@ -228,15 +229,23 @@ TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& c, const TensorParallelGroup& tp) {
+  // `index`: the layer's place in the whole model, which decides whether its MLP is sparse.
+  DecoderLayerImpl(const ModelConfig& c, const TensorParallelGroup& tp, int64_t index) {
     input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
     self_attn = register_module("self_attn", Attention(c, tp));
     post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-    mlp = register_module("mlp", MLP(c, tp));
+    if (c.moe_layer(index))
+      sparse = register_module(c.moe_block_name(), moe::SparseBlock(c));
+    else
+      mlp = register_module("mlp", MLP(c, tp));
+  }
+  torch::Tensor feed_forward(const torch::Tensor& x, const moe::LayerIO& io = {}) {
+    return sparse ? sparse->forward(x, io) : mlp(x);
   }
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};              // a dense layer's
+  moe::SparseBlock sparse{nullptr};  // a mixture-of-experts layer's, instead
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -253,7 +262,7 @@ class BackboneImpl : public torch::nn::Module {
       embed_tokens = register_module("embed_tokens", torch::nn::Embedding(vocab_.length, c.hidden_size));
     layers_holder = register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = layers.start; i < layers.start + layers.length; ++i) {
-      decoder_layers.push_back(DecoderLayer(c, tp));
+      decoder_layers.push_back(DecoderLayer(c, tp, i));
       layers_holder->register_module(std::to_string(i), decoder_layers.back());
     }
     if (pp.last()) norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
@@ -288,12 +297,13 @@ void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visi
     const int64_t global = layers.start + i;
     const std::string prefix = "model.layers." + std::to_string(global) + ".";
     auto& attn = *layer.self_attn;
-    auto& mlp = *layer.mlp;
     const int64_t first = global * 7;
     visit(first + 0, prefix + "self_attn.q_proj", attn.q_proj, attn.q_lora);
     visit(first + 1, prefix + "self_attn.k_proj", attn.k_proj, attn.k_lora);
     visit(first + 2, prefix + "self_attn.v_proj", attn.v_proj, attn.v_lora);
     visit(first + 3, prefix + "self_attn.o_proj", attn.o_proj, attn.o_lora);
+    if (!layer.mlp) continue;  // add_lora refuses mixture-of-experts models
+    auto& mlp = *layer.mlp;
     visit(first + 4, prefix + "mlp.gate_proj", mlp.gate_proj, mlp.gate_lora);
     visit(first + 5, prefix + "mlp.up_proj", mlp.up_proj, mlp.up_lora);
     visit(first + 6, prefix + "mlp.down_proj", mlp.down_proj, mlp.down_lora);
@@ -324,6 +334,8 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParal
     : config_(config), head_(head), tp_(tp), pp_(pp), layers_(std::make_shared<Layers>()) {
   config_.validate();
   check_tensor_parallel(config_, tp_.size());
+  HF_CHECK(!tp_.enabled() || config_.num_moe_layers() == 0, "tensor_model_parallel_size ", tp_.size(), ": ",
+           config_.model_type, " layers route over experts, which are not split by tensor parallelism yet");
   // Before any module is built: an absurd config (num_hidden_layers: 1000000) must fail here, naming its keys,
   // not in the allocator after taking the machine's memory. This rank holds about 1/(tp x pp) of the model.
   check_model_fits_memory(config_, head_ == HeadKind::kValue, static_cast<double>(torch::get_default_dtype().itemsize()),
@@ -408,15 +420,51 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
   auto [cos, sin] = rotary_cos_sin(positions, config_, h.scalar_type());
+  // Mixture of experts: what this forward's sparse layers replay, record and keep (set_router_replay,
+  // set_keep_router_logits), one slot per sparse layer of this stage.
+  int64_t sparse_layers = 0;
+  for (const auto& layer : m.decoder_layers) sparse_layers += layer->sparse ? 1 : 0;
+  std::vector<torch::Tensor> replay(sparse_layers), experts(sparse_layers), router_logits(sparse_layers),
+      differs(sparse_layers);
+  if (router_replay_ == RouterReplayMode::kReplay) {
+    HF_CHECK(static_cast<int64_t>(replay_routing_.layers.size()) == sparse_layers, "router replay: the routing to ",
+             "replay covers ", replay_routing_.layers.size(), " MoE layers, this model (stage) has ", sparse_layers);
+    for (int64_t j = 0; j < sparse_layers; ++j) {
+      const auto& given = replay_routing_.layers[static_cast<size_t>(j)];
+      HF_CHECK(given.dim() == 3 && given.size(0) == b && given.size(1) == t, "router replay: MoE layer ", j,
+               " needs experts of shape [", b, ", ", t, ", k] for this forward, got ", given.sizes());
+      replay[static_cast<size_t>(j)] = given.reshape({b * t, given.size(2)});
+    }
+  }
   // Activation checkpointing (training passes only: a cache means generation) keeps each layer's input alone.
   const bool recompute = gradient_checkpointing_ && cache == nullptr;
+  int64_t sparse_index = 0;
   for (int64_t i = 0; i < local_layers; ++i) {
-    if (recompute) {
-      // Captures by value: the layer runs again in the backward pass, after this call returned.
+    moe::LayerIO io;
+    const bool sparse = static_cast<bool>(m.decoder_layers[i]->sparse);
+    if (sparse) {
+      const auto j = static_cast<size_t>(sparse_index++);
+      if (router_replay_ == RouterReplayMode::kReplay) {
+        io.replay = &replay[j];
+        io.differs = &differs[j];
+      }
+      if (router_replay_ == RouterReplayMode::kRecord) io.experts = &experts[j];
+      if (keep_router_logits_) io.router_logits = &router_logits[j];
+    }
+    // The load-balancing loss needs the router logits' graph, which a checkpointed first pass does not build:
+    // sparse layers then run without checkpointing.
+    if (recompute && !(sparse && keep_router_logits_)) {
+      // Captures by value: the layer runs again in the backward pass, after this call returned. Only the first
+      // pass writes the outputs (their slots are gone by then); a replay is replayed again.
+      auto first = std::make_shared<bool>(true);
+      torch::Tensor replayed = io.replay != nullptr ? *io.replay : torch::Tensor();
       h = checkpointed(
-          [layer = m.decoder_layers[i], cos, sin, mask_bias](const torch::Tensor& x) mutable {
+          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed](const torch::Tensor& x) mutable {
+            moe::LayerIO use = *first ? io : moe::LayerIO{};
+            *first = false;
+            if (replayed.defined()) use.replay = &replayed;
             torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr, nullptr);
-            return y + layer->mlp(layer->post_attention_layernorm(y));
+            return y + layer->feed_forward(layer->post_attention_layernorm(y), use);
           },
           h);
       continue;
@@ -426,10 +474,46 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv, past,
                                      cache != nullptr ? cache->capacity : 0);
-    h = h + layer.mlp(layer.post_attention_layernorm(h));
+    h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
+  }
+  if (router_replay_ == RouterReplayMode::kRecord) {
+    recorded_routing_.layers.clear();
+    for (auto& e : experts) recorded_routing_.layers.push_back(e.reshape({b, t, -1}));
+  }
+  if (router_replay_ == RouterReplayMode::kReplay) {
+    replay_differs_ = torch::zeros({b, t}, torch::TensorOptions().dtype(torch::kBool).device(device));
+    for (auto& d : differs) replay_differs_ = replay_differs_.logical_or(d.view({b, t}));
+  }
+  if (keep_router_logits_) {
+    router_logits_ = std::move(router_logits);
+    router_logits_mask_ = mask.slice(1, past);
   }
   if (cache != nullptr) cache->filled = total;
   return pp_.last() ? m.norm(h) : h;
+}
+
+void CausalLMImpl::set_router_replay(RouterReplayMode mode, ExpertRouting replay) {
+  HF_CHECK(mode != RouterReplayMode::kReplay || !replay.empty() || config_.num_moe_layers() == 0,
+           "router replay: replay mode needs the routing to replay");
+  router_replay_ = mode;
+  replay_routing_ = mode == RouterReplayMode::kReplay ? std::move(replay) : ExpertRouting{};
+  recorded_routing_ = {};
+  replay_differs_ = torch::Tensor();
+}
+
+void CausalLMImpl::set_keep_router_logits(bool keep) {
+  keep_router_logits_ = keep;
+  router_logits_.clear();
+  router_logits_mask_ = torch::Tensor();
+}
+
+torch::Tensor CausalLMImpl::load_balancing_loss() const {
+  HF_CHECK(keep_router_logits_ && !router_logits_.empty(), "CausalLM::load_balancing_loss: no router logits kept ",
+           "(set_keep_router_logits(true), then a forward of a model with MoE layers)");
+  HF_CHECK(!pp_.enabled(), "CausalLM::load_balancing_loss: the loss spans every layer; pipeline stage ", pp_.stage,
+           " holds only some");
+  return hybridflow::load_balancing_loss(router_logits_, config_.moe.num_experts, config_.moe.num_experts_per_tok,
+                                         router_logits_mask_);
 }
 
 torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
@@ -467,6 +551,8 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
            input_ids.sizes(), ", ", tables.size() / static_cast<size_t>(std::max<int64_t>(width, 1)), " tables and ",
            lengths.size(), " lengths");
   const int64_t local_layers = layer_range_.length;
+  HF_CHECK(router_replay_ == RouterReplayMode::kOff && !keep_router_logits_, "CausalLM::", caller,
+           ": router replay and kept router logits are for whole-sequence forwards, not decode steps");
   const int64_t pool_blocks = local_layers > 0 ? keys[0].size(0) : 0;
   const bool paged = std::string_view(caller) == "decode_paged";
   int64_t longest = 0;
@@ -500,7 +586,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
   std::vector<fused_decode::LayerWeights> weights;
   if (!tp_.enabled() && !lora_branches_active() && !torch::GradMode::is_enabled() && h.device().is_cpu() &&
-      h.scalar_type() == torch::kFloat32) {
+      h.scalar_type() == torch::kFloat32 && config_.num_moe_layers() == 0) {
     for (int64_t i = 0; i < local_layers; ++i) {
       auto& layer = *m.decoder_layers[i];
       auto& attn = *layer.self_attn;
@@ -564,7 +650,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     auto& layer = *m.decoder_layers[i];
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &keys[i], &values[i], 0, 0,
                                      &access);
-    h = h + layer.mlp(layer.post_attention_layernorm(h));
+    h = h + layer.feed_forward(layer.post_attention_layernorm(h));
   }
   return pp_.last() ? m.norm(h) : h;
 }
@@ -611,6 +697,8 @@ void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
   HF_CHECK(!lora_added_, "CausalLM::add_lora: the model already has LoRA adapters");
   HF_CHECK(!tp_.enabled(), "lora_rank: LoRA adapters under tensor parallelism are not supported yet (tensor "
            "parallel size ", tp_.size(), ")");
+  HF_CHECK(config_.num_moe_layers() == 0, "lora_rank: LoRA adapters on mixture-of-experts models (", config_.model_type,
+           ") are not supported yet");
   const auto targets = lora_target_paths(*this, lora);
   size_t next = 0;
   for_each_lora_projection(

@@ -18,6 +18,7 @@ ModelConfig ModelShape::model_config() const {
   c.explicit_head_dim = head_dim;
   c.tie_word_embeddings = tied_embeddings;
   c.attention_bias = qkv_bias;
+  c.moe = moe;
   return c;
 }
 
@@ -35,6 +36,7 @@ ModelShape model_shape_of(const ModelConfig& c, const std::string& name) {
   m.qkv_bias = c.attention_bias;
   m.qk_norm = c.qk_norm();
   m.model_type = c.model_type;
+  m.moe = c.moe;
   m.validate();
   return m;
 }
@@ -42,15 +44,19 @@ ModelShape model_shape_of(const ModelConfig& c, const std::string& name) {
 double ModelShape::layer_parameters() const {
   // The model layer's count of the decoder layers (attention, MLP), per layer, plus its two norms.
   const ModelSize size = model_size(model_config());
-  return (size.attention + size.mlp) / static_cast<double>(layers) + 2.0 * hidden;
+  return (size.attention + size.mlp + size.experts) / static_cast<double>(layers) + 2.0 * hidden;
 }
 
 double ModelShape::parameters(bool value_head) const { return model_size(model_config(), value_head).parameters(); }
 
+double ModelShape::active_parameters(bool value_head) const {
+  return model_size(model_config(), value_head).active_parameters();
+}
+
 double ModelShape::matmul_parameters(bool value_head) const {
-  const double per_layer = layer_parameters() - 2.0 * hidden;
+  const ModelSize size = model_size(model_config());
   const double head = value_head ? hidden : static_cast<double>(vocab) * hidden;  // a tied lm_head still multiplies
-  return layers * per_layer + head;
+  return size.attention + size.mlp + size.active_experts + head;
 }
 
 double ModelShape::forward_flops(double tokens, double seq, bool value_head) const {

@@ -185,8 +185,9 @@ def score(directory):
                "tokenizer_ids": text_ids}, os.path.join(directory, "transformers_logits.safetensors"))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(write=write_reference, score_one=score, description=__doc__):
+    """The command line of this oracle, and of tests/model/moe_oracle.py with its own two jobs."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference-dir")
     parser.add_argument("--score-dirs", nargs="*", default=[])
     args = parser.parse_args()
@@ -194,9 +195,9 @@ def main():
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     if args.reference_dir:
-        write_reference(args.reference_dir)
+        write(args.reference_dir)
     for d in args.score_dirs:
-        score(d)
+        score_one(d)
 
 
 if __name__ == "__main__":

@@ -18,48 +18,20 @@
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
-#include "support/python.h"
-#include "support/run_command.h"
-#include "support/temp_dir.h"
 #include "support/tiny_model.h"
+#include "support/transformers_oracle.h"
 
 namespace hybridflow {
 namespace {
+
+using testing::max_diff_on_real_tokens;
+using testing::read_tensors;
 
 // Must equal hf_oracle.py's ALPHABET, PAD, EOS and MAX_NEW_TOKENS.
 constexpr char kAlphabet[] = "0123456789+=abcdefghij ";
 constexpr int64_t kPad = 0, kEos = 2, kMaxNewTokens = 6;
 constexpr char kTokenizerText[] = "12+34=46 abj";  // hf_oracle.py's TOKENIZER_TEXT
 constexpr double kTolerance = 1e-4;  // fp32, as issue 9 asks
-
-std::map<std::string, torch::Tensor> read_tensors(const std::string& path) {
-  auto file = read_safetensors(path);
-  return {file.tensors.begin(), file.tensors.end()};
-}
-
-// Same scales as hf_oracle.py's randomize(): hybridflow's own init (zero biases, unit norms, std 0.02)
-// would leave bias and norm handling untested and attention nearly uniform.
-void randomize(CausalLM& model, uint64_t seed) {
-  torch::manual_seed(seed);
-  torch::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters()) {
-    const std::string& name = item.key();
-    auto& p = item.value();
-    auto ends_with = [&](const std::string& suffix) {
-      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    auto noise = torch::randn(p.sizes());
-    if (ends_with("norm.weight")) {
-      p.copy_(1.0 + 0.3 * noise);
-    } else if (ends_with(".bias")) {
-      p.copy_(0.5 * noise);
-    } else if (ends_with("embed_tokens.weight")) {
-      p.copy_(noise);
-    } else {
-      p.copy_(2.0 * noise / std::sqrt(static_cast<double>(p.size(1))));
-    }
-  }
-}
 
 // The reverse direction's models: the other combinations of tying, bias, head grouping and head width than
 // the transformers-written ones, other RoPE scaling settings, and again a non-default rope_theta.
@@ -126,65 +98,27 @@ const std::vector<std::string> kModels = {"llama",           "qwen2",           
                                           "qwen3",           "llama_rope_linear", "llama_rope_dynamic",
                                           "llama_rope_llama3", "llama_rope_yarn"};
 
-// Everything the Python side produced, made once for all tests.
-struct Oracle {
-  testing::TempDir dir;
-  std::string python = testing::python_for_tests();
-  bool python_found = false;
-  testing::CommandResult run;
-  std::map<std::string, CausalLM> hybridflow_models;  // saved under dir/from_hybridflow/<name>
-
-  std::string reference_dir(const std::string& name) const { return dir.file("transformers/" + name); }
-  std::string hybridflow_dir(const std::string& name) const { return dir.file("from_hybridflow/" + name); }
-
-  Oracle() {
-    Tokenizer tok = Tokenizer::from_alphabet(kAlphabet);
-    uint64_t seed = 21;
-    for (const auto& name : kModels) {
-      CausalLM model(hybridflow_config(name, tok));
-      randomize(model, seed++);
-      save_pretrained(hybridflow_dir(name), model, tok);
-      hybridflow_models.emplace(name, model);
-    }
-    python_found = std::filesystem::exists(python);
-    if (!python_found) return;
-    std::string cmd = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + testing::shell_quote(python) + " " +
-                      testing::shell_quote(HF_SOURCE_DIR "/tests/engine/hf_oracle.py") + " --reference-dir " +
-                      testing::shell_quote(dir.file("transformers")) + " --score-dirs";
-    for (const auto& name : kModels) cmd += " " + testing::shell_quote(hybridflow_dir(name));
-    run = testing::run_shell(cmd);
-  }
-};
-
 class HfOracleTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     at::set_num_threads(1);
-    oracle_ = new Oracle();
+    const Tokenizer tok = Tokenizer::from_alphabet(kAlphabet);
+    oracle_ = new testing::TransformersOracle(
+        HF_SOURCE_DIR "/tests/engine/hf_oracle.py", kModels, tok,
+        [&](const std::string& name) { return hybridflow_config(name, tok); }, 21);
   }
   static void TearDownTestSuite() {
     delete oracle_;
     oracle_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_TRUE(oracle_->python_found) << "no Python at " << oracle_->python
-                                       << ": run scripts/setup.sh (it makes .venv with transformers), or set "
-                                          "HF_PYTHON to a python that has torch, transformers and safetensors";
-    ASSERT_EQ(oracle_->run.exit_code, 0) << "tests/engine/hf_oracle.py failed (run scripts/setup.sh if transformers "
-                                            "is missing from the venv):\n"
-                                         << oracle_->run.output;
+    const std::string failure = oracle_->failure("tests/engine/hf_oracle.py");
+    ASSERT_TRUE(failure.empty()) << failure;
   }
-  static Oracle* oracle_;
+  static testing::TransformersOracle* oracle_;
 };
 
-Oracle* HfOracleTest::oracle_ = nullptr;
-
-// Max |a - b| over the positions of real tokens; logits of padding positions mean nothing in either.
-double max_diff_on_real_tokens(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  auto real = mask.to(torch::kBool);
-  return (a.index({real}) - b.index({real})).abs().max().item<double>();
-}
+testing::TransformersOracle* HfOracleTest::oracle_ = nullptr;
 
 TEST_P(HfOracleTest, TransformersModelLoadsWithTheSameLogits) {
   const std::string dir = oracle_->reference_dir(GetParam());

@@ -47,6 +47,9 @@ TEST(ModelPresets, PublishedShapesHaveThePublishedParameterCounts) {
   // Llama 2 7B and 70B as transformers counts them.
   EXPECT_DOUBLE_EQ(total("llama-7b"), 6738415616.0);
   EXPECT_DOUBLE_EQ(total("llama-70b"), 68976648192.0);
+  // Qwen3-30B-A3B's card: 30.5B in total, 3.3B activated (8 of 128 experts per layer).
+  EXPECT_NEAR(total("qwen3-30b-a3b") / 1e9, 30.5, 0.05);
+  EXPECT_NEAR(model_size(published("qwen3-30b-a3b")).active_parameters() / 1e9, 3.3, 0.06);
   // num_parameters() is the same count in integers.
   for (const ModelPreset& p : model_presets()) {
     if (!p.published) continue;
@@ -83,7 +86,7 @@ TEST(ModelPresets, PublishedShapesCarryTheirArchitecturesFields) {
 
 TEST(ModelPresets, PublishedConfigsSurviveAConfigJsonRoundTrip) {
   hybridflow::testing::TempDir dir;
-  for (const char* name : {"qwen3-0.6b", "llama3.2-1b", "qwen2.5-7b"}) {
+  for (const char* name : {"qwen3-0.6b", "llama3.2-1b", "qwen2.5-7b", "qwen3-30b-a3b"}) {
     const ModelConfig c = published(name);
     save_model_config(c, dir.file(std::string(name) + ".json"));
     const ModelConfig back = load_model_config(dir.file(std::string(name) + ".json"));
@@ -95,6 +98,7 @@ TEST(ModelPresets, PublishedConfigsSurviveAConfigJsonRoundTrip) {
     EXPECT_EQ(back.max_position_embeddings, c.max_position_embeddings) << name;
     EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps) << name;
     EXPECT_EQ(back.rope_theta, c.rope_theta) << name;
+    EXPECT_EQ(model_size(back).active_parameters(), model_size(c).active_parameters()) << name;
   }
 }
 
@@ -109,6 +113,17 @@ TEST(ModelPresets, OneLayerOfAPublishedShapeBuildsWithTheNamedWeightShapes) {
     for (const auto& item : model->named_parameters()) built[item.key()] = item.value().sizes().vec();
     EXPECT_EQ(built, expected_weight_shapes(c)) << name;
   }
+  // Qwen3-30B-A3B's layer with its 128 experts (narrowed, to build in a moment) under transformers' names.
+  ModelConfig moe = published("qwen3-30b-a3b");
+  moe.num_hidden_layers = 1;
+  moe.vocab_size = 512;
+  moe.moe.moe_intermediate_size = 4;
+  CausalLM model(moe);
+  std::map<std::string, std::vector<int64_t>> built;
+  for (const auto& item : model->named_parameters()) built[item.key()] = item.value().sizes().vec();
+  EXPECT_EQ(built, expected_weight_shapes(moe));
+  EXPECT_EQ(built.count("model.layers.0.mlp.experts.127.down_proj.weight"), 1u);
+  EXPECT_EQ(built.at("model.layers.0.mlp.gate.weight"), (std::vector<int64_t>{128, 2048}));
 }
 
 TEST(ModelPresets, PublishedShapesKeepTheirVocabularyAndTestShapesTakeTheTokenizers) {

@@ -77,3 +77,20 @@ TEST(ModelShape, UnknownPresetsAndBadShapesAreNamed) {
   m.kv_heads = 5;
   EXPECT_THROW(m.validate(), hybridflow::Error);
 }
+
+// A mixture of experts holds every expert (memory, weight bytes) and computes with num_experts_per_tok of them
+// per token (FLOPs): Qwen3-30B-A3B is 30.5B parameters, 3.3B active.
+TEST(ModelShape, MixtureOfExpertsCountsActiveAndTotalParametersSeparately) {
+  const ModelShape m = model_preset("qwen3-30b-a3b");
+  EXPECT_EQ(m.moe.num_experts, 128);
+  EXPECT_NEAR(m.parameters(false) / 1e9, 30.5, 0.05);
+  EXPECT_NEAR(m.active_parameters(false) / 1e9, 3.3, 0.06);
+  // Per token: every matmul weight but the 120 idle experts of each layer.
+  const double expert = 3.0 * 2048 * 768;
+  const double idle = 48.0 * (128 - 8) * expert;
+  const double all_matmuls = m.parameters(false) - 151936.0 * 2048 - 48 * 2 * 2048 - 2048;  // less embedding, norms
+  EXPECT_DOUBLE_EQ(m.matmul_parameters(false), all_matmuls - idle);
+  EXPECT_DOUBLE_EQ(m.model_config().num_parameters(), m.parameters(false));
+  const ModelShape dense = model_preset("qwen3-4b");
+  EXPECT_DOUBLE_EQ(dense.active_parameters(false), dense.parameters(false));
+}

@@ -46,6 +46,10 @@ struct StepStats {
   int64_t tokens = 0;       // tokens (mask sum) or rows that the loss averaged over
   int64_t micro_batches = 0;
   bool skipped = false;     // the gradient was not finite; parameters left unchanged
+  // Mixture of experts with router_aux_loss_coef > 0: this rank's load-balancing loss (before the
+  // coefficient; the coefficient times it is in `loss`), weighted over micro-batches as the loss is.
+  double moe_aux_loss = 0;
+  bool has_moe_aux_loss = false;
 };
 
 // Returns the mean loss over the micro-batch's tokens (those where the mask is 1), as a scalar

@@ -18,9 +18,13 @@ struct ModelSize {
   // Each term in parameters; their sum is num_parameters() (value head: no lm_head, plus score.weight).
   double embeddings = 0;  // embed_tokens (and an untied lm_head)
   double attention = 0;   // every layer's q/k/v/o projections, biases and q/k norms
-  double mlp = 0;         // every layer's gate/up/down projections
+  double mlp = 0;         // dense layers' gate/up/down projections; MoE layers' routers and shared experts
+  double experts = 0;     // every routed expert of every MoE layer
+  double active_experts = 0;  // the num_experts_per_tok experts a token goes through, every MoE layer
   double other = 0;       // norms and the value head
-  double parameters() const { return embeddings + attention + mlp + other; }
+  double parameters() const { return embeddings + attention + mlp + experts + other; }
+  // The parameters one token's forward uses: a mixture of experts' "active" count (A3B of Qwen3-30B-A3B).
+  double active_parameters() const { return embeddings + attention + mlp + active_experts + other; }
 };
 ModelSize model_size(const ModelConfig& config, bool value_head = false);
 

@@ -22,6 +22,7 @@
 
 #include "hybridflow/model/lora_config.h"
 #include "hybridflow/model/model_config.h"
+#include "hybridflow/model/moe.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
@@ -140,6 +141,24 @@ class CausalLMImpl : public torch::nn::Module {
   void unmerge_lora();
   bool lora_merged() const { return lora_merged_; }
 
+  // Mixture of experts (model/moe.h). Router replay, for whole-sequence forwards (decode steps refuse it):
+  // with kRecord each forward keeps every token's experts in every MoE layer of this stage
+  // (recorded_routing()); with kReplay each forward routes by `replay` (per MoE layer of this stage, [batch,
+  // seq, k] for that forward's input_ids), weighting the replayed experts by the current router's
+  // probabilities, and marks where the router itself would have chosen other experts (replay_differs()).
+  void set_router_replay(RouterReplayMode mode, ExpertRouting replay = {});
+  RouterReplayMode router_replay_mode() const { return router_replay_; }
+  const ExpertRouting& recorded_routing() const { return recorded_routing_; }
+  // kReplay: [batch, seq] bool of the last forward, true where some layer's own top k differs from the replay.
+  const torch::Tensor& replay_differs() const { return replay_differs_; }
+  // The load-balancing loss: while kept, each forward keeps its MoE layers' router logits (with their graph,
+  // so sparse layers are not activation-checkpointed) and load_balancing_loss() gives transformers'
+  // auxiliary loss of the last forward over its unpadded tokens, before router_aux_loss_coef. Not per stage.
+  void set_keep_router_logits(bool keep);
+  bool keeps_router_logits() const { return keep_router_logits_; }
+  bool has_router_logits() const { return !router_logits_.empty(); }
+  torch::Tensor load_balancing_loss() const;
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
@@ -157,6 +176,12 @@ class CausalLMImpl : public torch::nn::Module {
   bool gradient_checkpointing_ = false;
   LoraConfig lora_;
   bool lora_added_ = false, lora_enabled_ = true, lora_merged_ = false;
+  RouterReplayMode router_replay_ = RouterReplayMode::kOff;
+  ExpertRouting replay_routing_, recorded_routing_;
+  torch::Tensor replay_differs_;
+  bool keep_router_logits_ = false;
+  std::vector<torch::Tensor> router_logits_;
+  torch::Tensor router_logits_mask_;
   // Whether forward must add the adapters' branches (the fused decode kernels do not know them).
   bool lora_branches_active() const { return lora_added_ && lora_enabled_ && !lora_merged_; }
   // decode_slots and decode_paged: row r's position p is in block tables[r * width + p / block_size] of the

@@ -26,15 +26,21 @@ struct ModelShape {
   bool qk_norm = false;  // Qwen3's per-head q/k RMSNorm
   // config.json's model_type; empty: qwen2 with qkv_bias (no o_proj bias), else llama (o_proj bias with it).
   std::string model_type;
+  MoeConfig moe;  // mixture-of-experts types: the experts of the sparse layers
+
 
   // The config these dimensions describe (the fields config.json has beyond them keep their defaults).
   ModelConfig model_config() const;
 
-  // Parameters of one decoder layer: attention projections (and biases), the gated MLP, two norms.
+  // Parameters of one decoder layer on average: attention projections (and biases), the gated MLP or every
+  // expert and router of a sparse one, two norms.
   double layer_parameters() const;
   // The whole model. A value head (critic, reward and cost models) replaces lm_head by a 1-output score.
   double parameters(bool value_head) const;
-  // Parameters that take part in matmuls per token (everything but the embedding lookup and the norms).
+  // Those one token's forward uses: a mixture of experts' active count (parameters() for a dense model).
+  double active_parameters(bool value_head) const;
+  // Parameters that take part in matmuls per token (everything but the embedding lookup and the norms; of a
+  // mixture of experts, the num_experts_per_tok experts a token goes through).
   double matmul_parameters(bool value_head) const;
   // Forward FLOPs for `tokens` tokens of sequences of `seq` tokens, causal attention computed only below
   // the diagonal (FlashAttention): 2 x matmul parameters per token + 2 x 2 x heads x head_dim x context

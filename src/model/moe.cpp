@@ -1,0 +1,163 @@
+// Top-k routing, the load-balancing loss and the sparse MLP block, computed as transformers 5 computes them
+// (Qwen2MoeTopKRouter / Qwen3MoeTopKRouter / MixtralTopKRouter, their Experts modules and
+// load_balancing_loss_func), so that logits agree with it to rounding.
+#include "hybridflow/model/moe.h"
+
+#include <string>
+
+#include "hybridflow/core/error.h"
+#include "model/moe_block.h"
+
+namespace hybridflow {
+
+TopKRouting route_top_k(const torch::Tensor& router_logits, int64_t k, bool normalise) {
+  HF_CHECK(router_logits.dim() == 2 && k >= 1 && k <= router_logits.size(1), "route_top_k: router logits must be ",
+           "[tokens, experts] with k in [1, experts], got ", router_logits.sizes(), " and k = ", k);
+  auto probs = torch::softmax(router_logits.to(torch::kFloat32), -1);
+  auto [weights, experts] = probs.topk(k, -1);
+  if (normalise) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  return {weights, experts};
+}
+
+TopKRouting route_replayed(const torch::Tensor& router_logits, const torch::Tensor& experts, bool normalise) {
+  HF_CHECK(router_logits.dim() == 2 && experts.dim() == 2 && experts.size(0) == router_logits.size(0),
+           "router replay: the replayed experts must be [tokens, k] for router logits of ", router_logits.sizes(),
+           ", got ", experts.sizes());
+  const auto ids = experts.to(router_logits.device(), torch::kInt64);
+  HF_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < router_logits.size(1)),
+           "router replay: the replayed experts must be in [0, ", router_logits.size(1), ")");
+  auto weights = torch::softmax(router_logits.to(torch::kFloat32), -1).gather(1, ids);
+  if (normalise) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  return {weights, ids};
+}
+
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
+                                  const torch::Tensor& attention_mask) {
+  HF_CHECK(!router_logits.empty(), "load_balancing_loss: no router logits (the model has no MoE layer here)");
+  const auto device = router_logits.front().device();
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  torch::Tensor assigned = torch::zeros({num_experts}, fp32), probability = torch::zeros({num_experts}, fp32);
+  torch::Tensor rows = torch::zeros({}, fp32);
+  torch::Tensor mask;
+  if (attention_mask.defined()) {
+    mask = attention_mask.reshape({-1}).to(device, torch::kFloat32);
+    HF_CHECK(mask.size(0) == router_logits.front().size(0), "load_balancing_loss: the attention mask has ",
+             mask.size(0), " tokens, the router logits ", router_logits.front().size(0));
+  }
+  for (const auto& logits : router_logits) {
+    // In the logits' dtype, as transformers' softmax without a dtype argument.
+    auto probs = torch::softmax(logits, -1);
+    auto chosen = std::get<1>(probs.topk(top_k, -1)).reshape({-1});
+    if (mask.defined()) {
+      assigned = assigned + torch::zeros({num_experts}, fp32).scatter_add(0, chosen, mask.repeat_interleave(top_k));
+      probability = probability + (probs.to(torch::kFloat32) * mask.unsqueeze(-1)).sum(0);
+      rows = rows + mask.sum();
+    } else {
+      assigned = assigned + torch::bincount(chosen, {}, num_experts).to(torch::kFloat32);
+      probability = probability + probs.to(torch::kFloat32).sum(0);
+      rows = rows + static_cast<double>(probs.size(0));
+    }
+  }
+  return (assigned / rows * (probability / rows)).sum() * static_cast<double>(num_experts);
+}
+
+torch::Tensor routing_differs(const ExpertRouting& a, const ExpertRouting& b) {
+  HF_CHECK(!a.empty() && a.layers.size() == b.layers.size(), "routing_differs: the routings cover ", a.layers.size(),
+           " and ", b.layers.size(), " MoE layers");
+  torch::Tensor out;
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    HF_CHECK(a.layers[i].sizes() == b.layers[i].sizes(), "routing_differs: layer ", i, " has shapes ",
+             a.layers[i].sizes(), " and ", b.layers[i].sizes());
+    auto sorted_a = std::get<0>(a.layers[i].sort(-1));
+    auto sorted_b = std::get<0>(b.layers[i].to(a.layers[i].device()).sort(-1));
+    auto layer = sorted_a.ne(sorted_b).any(-1);
+    out = out.defined() ? out.logical_or(layer) : layer;
+  }
+  return out;
+}
+
+namespace moe {
+
+ExpertImpl::ExpertImpl(int64_t hidden, int64_t width, const char* gate_name, const char* up_name,
+                       const char* down_name) {
+  auto projection = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  gate = register_module(gate_name, projection(hidden, width));
+  up = register_module(up_name, projection(hidden, width));
+  down = register_module(down_name, projection(width, hidden));
+}
+
+torch::Tensor ExpertImpl::forward(const torch::Tensor& x) { return down(torch::silu(gate(x)) * up(x)); }
+
+SparseBlockImpl::SparseBlockImpl(const ModelConfig& c)
+    : top_k_(c.moe.num_experts_per_tok),
+      normalise_(c.moe.norm_topk_prob || c.model_type == "mixtral"),
+      float_weights_(c.model_type == "mixtral") {
+  gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.moe.num_experts).bias(false)));
+  auto holder = register_module("experts", std::make_shared<torch::nn::Module>());
+  for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+    experts.push_back(Expert(c.hidden_size, c.expert_intermediate_size(), c.expert_gate_name(), c.expert_up_name(),
+                             c.expert_down_name()));
+    holder->register_module(std::to_string(e), experts.back());
+  }
+  if (c.shared_expert()) {
+    shared_expert = register_module(
+        "shared_expert", Expert(c.hidden_size, c.moe.shared_expert_intermediate_size, "gate_proj", "up_proj", "down_proj"));
+    shared_expert_gate =
+        register_module("shared_expert_gate", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, 1).bias(false)));
+  }
+}
+
+torch::Tensor SparseBlockImpl::forward(const torch::Tensor& x, const LayerIO& io) {
+  const auto flat = x.reshape({-1, x.size(-1)});
+  const auto logits = gate(flat);
+  if (io.router_logits != nullptr) *io.router_logits = logits;
+  TopKRouting routing;
+  if (io.replay != nullptr) {
+    HF_CHECK(io.replay->dim() == 2 && io.replay->size(0) == flat.size(0) && io.replay->size(1) == top_k_,
+             "router replay: a MoE layer of ", flat.size(0), " tokens needs [", flat.size(0), ", ", top_k_,
+             "] replayed experts, got ", io.replay->sizes());
+    routing = route_replayed(logits, *io.replay, normalise_);
+    if (io.differs != nullptr) {
+      torch::NoGradGuard no_grad;
+      auto own = std::get<0>(route_top_k(logits, top_k_, normalise_).experts.sort(-1));
+      *io.differs = own.ne(std::get<0>(routing.experts.sort(-1))).any(-1);
+    }
+  } else {
+    routing = route_top_k(logits, top_k_, normalise_);
+  }
+  if (io.experts != nullptr) *io.experts = routing.experts;
+  auto out = run_experts(flat, routing, experts, float_weights_);
+  if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
+  return out.view(x.sizes());
+}
+
+torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                          bool float_weights) {
+  const int64_t k = routing.experts.size(1), count = static_cast<int64_t>(experts.size());
+  // Dispatch: the (token, slot) assignments sorted by expert, so each expert's tokens are one contiguous group.
+  const auto assigned = routing.experts.reshape({-1});
+  const auto order = std::get<1>(assigned.sort(/*stable=*/true, 0, /*descending=*/false));
+  const auto tokens = order.div(k, "floor");
+  auto weights = routing.weights.reshape({-1}).index_select(0, order);
+  // Qwen's routers hand their experts weights in the activations' dtype; Mixtral's stay float32.
+  if (!float_weights) weights = weights.to(x.scalar_type());
+  const auto sizes = torch::bincount(assigned, {}, count).to(torch::kCPU);
+  const auto* size = sizes.data_ptr<int64_t>();
+  // Combine: each group's outputs, weighted, added back into its tokens' rows.
+  auto out = torch::zeros_like(x);
+  int64_t offset = 0;
+  for (int64_t e = 0; e < count; ++e) {
+    const int64_t n = size[e];
+    if (n == 0) continue;
+    const auto rows = tokens.narrow(0, offset, n);
+    auto y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, rows)) * weights.narrow(0, offset, n).unsqueeze(1);
+    out.index_add_(0, rows, y.to(x.scalar_type()));
+    offset += n;
+  }
+  return out;
+}
+
+}  // namespace moe
+}  // namespace hybridflow
