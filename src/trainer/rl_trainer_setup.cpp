@@ -253,6 +253,9 @@ void RLTrainer::State::specify_roles() {
   HF_CHECK(!s.run.algorithm.bypass_mode || loss_mode == algo::PolicyLossMode::kVanilla,
            "algorithm.rollout_correction.bypass_mode: true trains with PPO's clipped loss (verl's ppo_clip); ",
            "actor_rollout_ref.actor.policy_loss.loss_mode must be vanilla, got ", algo::to_string(loss_mode));
+  HF_CHECK(s.run.algorithm.bypass_mode ||
+               s.run.algorithm.rollout_correction.loss_type == algo::RolloutLossType::kPpoClip,
+           "algorithm.rollout_correction.loss_type: reinforce is bypass mode's loss; set bypass_mode: true");
 }
 
 // The resource pools and a worker group per role, each created with its spec.

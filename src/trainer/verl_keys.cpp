@@ -103,8 +103,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},
     {"algorithm.use_pf_ppo", "false", kNotYet},
     {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
-    {"algorithm.rollout_correction.rollout_rs", "null", kNotYet},
-    {"algorithm.rollout_correction.loss_type", "ppo_clip", "bypass_mode's REINFORCE loss is not supported by hybridflow"},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
     {"trainer.critic_warmup", "0", kNotYet},
     {"trainer.val_only", "false", kNotYet},

@@ -53,6 +53,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
       metrics.add(prefix + "lr", stats.lr);
       metrics.add(prefix + "loss", stats.loss);
       if (stats.skipped) metrics.add(prefix + "skipped_steps", 1.0);
+      if (stats.empty) metrics.add(prefix + "empty_steps", 1.0);
     }
   }
 }
