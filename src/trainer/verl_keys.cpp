@@ -23,6 +23,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.optim.grad_clip"},
     {"critic.grad_clip", "critic.optim.grad_clip"},
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
+    {"async_training.trigger_parameter_sync_step", "actor_rollout_ref.rollout.trigger_parameter_sync_step"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
