@@ -6,7 +6,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
-#include "hybridflow/workers/subprocess.h"
+#include "hybridflow/core/subprocess.h"
 
 namespace hybridflow {
 namespace {
@@ -54,13 +54,7 @@ CommandReward CommandReward::shell(const std::string& command_line, double timeo
   return CommandReward({"/bin/sh", "-c", command_line}, timeout_s, max_output_bytes);
 }
 
-std::string CommandReward::describe() const {
-  bool via_shell = argv_.size() == 3 && argv_[0] == "/bin/sh" && argv_[1] == "-c";
-  if (via_shell) return "command '" + argv_[2] + "'";
-  std::string joined;
-  for (const auto& a : argv_) joined += (joined.empty() ? "" : " ") + a;
-  return "command '" + joined + "'";
-}
+std::string CommandReward::describe() const { return describe_command(argv_); }
 
 std::vector<double> CommandReward::score(const std::vector<RewardRequest>& batch) {
   if (batch.empty()) return {};

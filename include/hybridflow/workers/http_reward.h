@@ -1,5 +1,5 @@
 // Scores a batch with one HTTP POST to a scoring server (see reward_function.h for the JSON format).
-// A minimal HTTP/1.1 client over POSIX sockets: plain http only, Content-Length or chunked replies.
+// The HTTP client is core/http_client.h.
 #pragma once
 
 #include <cstddef>
@@ -7,28 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/core/http_client.h"
 #include "hybridflow/workers/reward_function.h"
 
 namespace hybridflow {
-
-struct HttpUrl {
-  std::string host;
-  int port = 80;
-  std::string path = "/";
-};
-// "http://HOST[:PORT][/PATH]" (IPv6 hosts in brackets); anything else -> Error naming the url.
-HttpUrl parse_http_url(const std::string& url);
-
-struct HttpResponse {
-  int status = 0;
-  std::string body;
-};
-// One POST, Connection: close. timeout_s is one wall-clock deadline over connect, send and the whole
-// reply (a server that keeps trickling bytes is cut off too); a body of more than max_body_bytes (or a
-// head of more than 64 KiB) is an error, raised as soon as it is announced or read. Errors (refused,
-// timeout, too large, malformed reply) name the url.
-HttpResponse http_post(const HttpUrl& url, const std::string& content_type, const std::string& body,
-                       double timeout_s, size_t max_body_bytes = size_t{16} << 20);
 
 class HttpReward : public RewardFunction {
  public:
