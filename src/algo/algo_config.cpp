@@ -57,8 +57,14 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
     max_num_gen_batches: 0
   rollout_correction:
     rollout_is: null
-    rollout_is_threshold: 2.0
+    rollout_is_threshold: "2.0"  # a string: a number truncates, "lower_upper" masks
+    rollout_is_batch_normalize: false
+    rollout_rs: null
+    rollout_rs_threshold: null
+    rollout_rs_threshold_lower: null
+    rollout_token_veto_threshold: null
     bypass_mode: false
+    loss_type: ppo_clip
 )";
 
 const char* const kActorLossYaml = R"(clip_ratio: 0.2

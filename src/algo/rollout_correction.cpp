@@ -2,25 +2,185 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "checks.h"
 #include "hybridflow/algo/masked.h"
 
 namespace hybridflow::algo {
+namespace {
+
+constexpr double kRolloutCorrSafetyBound = 20.0;  // verl's SAFETY_BOUND on every log-ratio before exp
+constexpr const char* kRolloutCorrKey = "algorithm.rollout_correction.";
+
+RolloutCorrLevel rollout_corr_level(const Config& algorithm, const std::string& key) {
+  if (algorithm.is_null("rollout_correction." + key)) return RolloutCorrLevel::kOff;
+  const std::string level = algorithm.get<std::string>("rollout_correction." + key);
+  if (level == "token") return RolloutCorrLevel::kToken;
+  if (level == "sequence") return RolloutCorrLevel::kSequence;
+  if (level == "geometric") return RolloutCorrLevel::kGeometric;
+  HF_FAIL(kRolloutCorrKey, key, ": expected null (off), token, sequence or geometric, got '", level, "'");
+}
+
+const char* rollout_corr_level_name(RolloutCorrLevel level) {
+  switch (level) {
+    case RolloutCorrLevel::kToken: return "token";
+    case RolloutCorrLevel::kSequence: return "sequence";
+    case RolloutCorrLevel::kGeometric: return "geometric";
+    default: return "off";
+  }
+}
+
+RolloutCorrLevel rollout_corr_level_named(const std::string& name) {
+  for (auto level : {RolloutCorrLevel::kToken, RolloutCorrLevel::kSequence, RolloutCorrLevel::kGeometric})
+    if (name == rollout_corr_level_name(level)) return level;
+  return RolloutCorrLevel::kOff;
+}
+
+double positive_number(const std::string& text, const std::string& key) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  HF_CHECK(used == text.size() && used > 0 && v > 0 && std::isfinite(v), kRolloutCorrKey, key,
+           ": expected a positive number or \"lower_upper\", got '", text, "'");
+  return v;
+}
+
+// The ratio of each token at `level` ([B, R], safety-bounded, 1 at padding), and its log before the bound
+// per unit it is judged at ([B, R] for tokens, [B, 1] for sequences).
+struct LevelRatio {
+  at::Tensor ratio;
+  at::Tensor log_unit;
+};
+LevelRatio level_ratio(const at::Tensor& log_ratio, const at::Tensor& mask, RolloutCorrLevel level) {
+  if (level == RolloutCorrLevel::kToken)
+    return {torch::exp(log_ratio.clamp(-kRolloutCorrSafetyBound, kRolloutCorrSafetyBound)), log_ratio};
+  at::Tensor per_row = (log_ratio * mask).sum(-1, /*keepdim=*/true);
+  if (level == RolloutCorrLevel::kGeometric) per_row = per_row / mask.sum(-1, /*keepdim=*/true).clamp_min(1.0);
+  return {torch::exp(per_row.clamp(-kRolloutCorrSafetyBound, kRolloutCorrSafetyBound)).expand_as(log_ratio), per_row};
+}
+
+// verl's compute_is_metrics / compute_rs_metrics under `prefix` (rollout_is / rollout_rs): mean over valid
+// tokens; max, min and the fractions beyond the bounds per unit (token, or sequence with a token); std and
+// the effective sample size 1 / E[(w / E w)^2] of the weights clamped to [lower, upper].
+void add_spread_metrics(std::map<std::string, double>& metrics, const std::string& prefix, const LevelRatio& r,
+                        const at::Tensor& mask, RolloutCorrLevel level, double lower, double upper) {
+  const std::string p = "rollout_corr/" + prefix + "_";
+  const auto valid = mask != 0;
+  if (!valid.any().item<bool>()) return;
+  metrics[p + "mean"] = masked_mean(r.ratio, mask).item<double>();
+  // Per unit: the tokens, or the rows holding any valid token.
+  const auto unit_valid = level == RolloutCorrLevel::kToken ? valid : valid.any(-1, /*keepdim=*/true);
+  const auto unit_log = r.log_unit.masked_select(unit_valid);
+  metrics[p + "max"] = std::exp(std::min(unit_log.max().item<double>(), kRolloutCorrSafetyBound));
+  metrics[p + "min"] = std::exp(std::max(unit_log.min().item<double>(), -kRolloutCorrSafetyBound));
+  metrics[p + "ratio_fraction_high"] = (unit_log > std::log(upper)).to(torch::kDouble).mean().item<double>();
+  metrics[p + "ratio_fraction_low"] = (unit_log < std::log(lower)).to(torch::kDouble).mean().item<double>();
+  const auto clamped = r.ratio.clamp(lower, upper);
+  const auto mean = masked_mean(clamped, mask);
+  metrics[p + "std"] =
+      std::sqrt(std::max(0.0, (masked_mean(clamped.square(), mask) - mean.square()).item<double>()));
+  metrics[p + "eff_sample_size"] = 1.0 / masked_mean((clamped / (mean + 1e-8)).square(), mask).item<double>();
+}
+
+// Importance weights at config.is_level: truncated at the upper threshold, or zeroed outside [lower, upper]
+// (masked IS), 0 at padding, then optionally scaled to mean 1 (over tokens, or over sequences).
+at::Tensor importance_weights(const at::Tensor& log_ratio, const at::Tensor& mask, const RolloutCorrectionConfig& c,
+                              std::map<std::string, double>& metrics) {
+  const LevelRatio r = level_ratio(log_ratio, mask, c.is_level);
+  const double lower = c.is_threshold_lower.value_or(1.0 / c.is_threshold);
+  add_spread_metrics(metrics, "rollout_is", r, mask, c.is_level, lower, c.is_threshold);
+  const auto valid = mask != 0;
+  at::Tensor w = c.is_threshold_lower
+                     ? torch::where((r.ratio >= lower) & (r.ratio <= c.is_threshold), r.ratio, torch::zeros_like(r.ratio))
+                     : r.ratio.clamp_max(c.is_threshold);
+  w = torch::where(valid, w, torch::zeros_like(w));
+  if (c.is_batch_normalize) {
+    at::Tensor mean;
+    if (c.is_level == RolloutCorrLevel::kToken) {
+      mean = masked_mean(w, mask);
+    } else {
+      const auto rows = valid.any(-1);
+      mean = masked_mean(w, mask, -1).masked_select(rows).mean();
+    }
+    const double factor = mean.item<double>();
+    metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor > 1e-8 ? factor : 1.0;
+    if (factor > 1e-8) w = w / factor;
+  }
+  return w;
+}
+
+}  // namespace
 
 RolloutCorrectionConfig rollout_correction_config(const Config& algorithm) {
   RolloutCorrectionConfig c;
-  const std::string level_key = "rollout_correction.rollout_is";
-  if (!algorithm.is_null(level_key)) {
-    const std::string level = algorithm.get<std::string>(level_key);
-    if (level == "token")
-      c.level = RolloutIsLevel::kToken;
-    else if (level == "sequence")
-      c.level = RolloutIsLevel::kSequence;
-    else
-      HF_FAIL("algorithm.rollout_correction.rollout_is: expected null (off), token or sequence, got '", level, "'");
+  c.is_level = rollout_corr_level(algorithm, "rollout_is");
+  // A number truncates; "lower_upper" masks.
+  const std::string threshold = algorithm.get<std::string>("rollout_correction.rollout_is_threshold");
+  const size_t split = threshold.find('_');
+  if (split == std::string::npos) {
+    c.is_threshold = positive_number(threshold, "rollout_is_threshold");
+  } else {
+    c.is_threshold_lower = positive_number(threshold.substr(0, split), "rollout_is_threshold");
+    c.is_threshold = positive_number(threshold.substr(split + 1), "rollout_is_threshold");
+    HF_CHECK(*c.is_threshold_lower <= c.is_threshold, kRolloutCorrKey,
+             "rollout_is_threshold: the lower bound must not exceed the upper, got '", threshold, "'");
   }
-  c.threshold = algorithm.get<double>("rollout_correction.rollout_is_threshold");
-  HF_CHECK(c.threshold > 0, "algorithm.rollout_correction.rollout_is_threshold must be > 0, got ", c.threshold);
+  c.is_batch_normalize = algorithm.get<bool>("rollout_correction.rollout_is_batch_normalize");
+  c.rs_level = rollout_corr_level(algorithm, "rollout_rs");
+  const bool rs_upper_set = !algorithm.is_null("rollout_correction.rollout_rs_threshold");
+  HF_CHECK(c.rs_level == RolloutCorrLevel::kOff || rs_upper_set, kRolloutCorrKey,
+           "rollout_rs_threshold must be set when rollout_rs is (the upper bound of the kept ratios)");
+  if (rs_upper_set)
+    c.rs_threshold = positive_number(algorithm.get<std::string>("rollout_correction.rollout_rs_threshold"),
+                                     "rollout_rs_threshold");
+  c.rs_threshold_lower = 1.0 / c.rs_threshold;
+  if (!algorithm.is_null("rollout_correction.rollout_rs_threshold_lower"))
+    c.rs_threshold_lower = positive_number(
+        algorithm.get<std::string>("rollout_correction.rollout_rs_threshold_lower"), "rollout_rs_threshold_lower");
+  HF_CHECK(c.rs_threshold_lower <= c.rs_threshold, kRolloutCorrKey, "rollout_rs_threshold_lower (",
+           c.rs_threshold_lower, ") must not exceed rollout_rs_threshold (", c.rs_threshold, ")");
+  if (!algorithm.is_null("rollout_correction.rollout_token_veto_threshold"))
+    c.token_veto_threshold = positive_number(
+        algorithm.get<std::string>("rollout_correction.rollout_token_veto_threshold"), "rollout_token_veto_threshold");
+  const std::string loss_type = algorithm.get<std::string>("rollout_correction.loss_type");
+  if (loss_type == "reinforce")
+    c.loss_type = RolloutLossType::kReinforce;
+  else
+    HF_CHECK(loss_type == "ppo_clip", kRolloutCorrKey, "loss_type: expected ppo_clip or reinforce, got '", loss_type, "'");
+  return c;
+}
+
+nlohmann::json to_json(const RolloutCorrectionConfig& c) {
+  nlohmann::json j = {{"rollout_is", rollout_corr_level_name(c.is_level)},
+                      {"rollout_is_threshold", c.is_threshold},
+                      {"rollout_is_batch_normalize", c.is_batch_normalize},
+                      {"rollout_rs", rollout_corr_level_name(c.rs_level)},
+                      {"rollout_rs_threshold", c.rs_threshold},
+                      {"rollout_rs_threshold_lower", c.rs_threshold_lower},
+                      {"loss_type", c.loss_type == RolloutLossType::kReinforce ? "reinforce" : "ppo_clip"}};
+  if (c.is_threshold_lower) j["rollout_is_threshold_lower"] = *c.is_threshold_lower;
+  if (c.token_veto_threshold) j["rollout_token_veto_threshold"] = *c.token_veto_threshold;
+  return j;
+}
+
+RolloutCorrectionConfig rollout_correction_config_from_json(const nlohmann::json& j) {
+  RolloutCorrectionConfig c;
+  c.is_level = rollout_corr_level_named(j.at("rollout_is").get<std::string>());
+  c.is_threshold = j.at("rollout_is_threshold").get<double>();
+  c.is_batch_normalize = j.at("rollout_is_batch_normalize").get<bool>();
+  c.rs_level = rollout_corr_level_named(j.at("rollout_rs").get<std::string>());
+  c.rs_threshold = j.at("rollout_rs_threshold").get<double>();
+  c.rs_threshold_lower = j.at("rollout_rs_threshold_lower").get<double>();
+  c.loss_type = j.at("loss_type").get<std::string>() == "reinforce" ? RolloutLossType::kReinforce
+                                                                     : RolloutLossType::kPpoClip;
+  if (j.contains("rollout_is_threshold_lower")) c.is_threshold_lower = j.at("rollout_is_threshold_lower").get<double>();
+  if (j.contains("rollout_token_veto_threshold"))
+    c.token_veto_threshold = j.at("rollout_token_veto_threshold").get<double>();
   return c;
 }
 
@@ -43,19 +203,63 @@ RolloutCorrection rollout_correction(const at::Tensor& old_log_prob, const at::T
   const auto lengths = mask.sum(-1).clamp_min(1.0);
   // log ppl = -mean log-prob over the row; rollout minus training = the row's mean of log_ratio.
   out.metrics["rollout_corr/log_ppl_diff"] = ((log_ratio * mask).sum(-1) / lengths).mean().item<double>();
-  if (config.level == RolloutIsLevel::kOff) return out;
-  at::Tensor raw;  // [B, R], the untruncated weight of each token
-  if (config.level == RolloutIsLevel::kToken) {
-    raw = torch::exp(log_ratio.clamp(-20.0, 20.0));
-  } else {
-    raw = torch::exp((log_ratio * mask).sum(-1, /*keepdim=*/true).clamp(-20.0, 20.0)).expand_as(log_ratio);
+  if (config.is_level != RolloutCorrLevel::kOff)
+    out.weights = importance_weights(log_ratio, mask, config, out.metrics).to(torch::kFloat).contiguous();
+  if (!config.rejects()) return out;
+
+  at::Tensor keep = mask.clone();
+  const double valid_tokens = std::max(1.0, mask.sum().item<double>());
+  if (config.rs_level != RolloutCorrLevel::kOff) {
+    const LevelRatio r = level_ratio(log_ratio, mask, config.rs_level);
+    add_spread_metrics(out.metrics, "rollout_rs", r, mask, config.rs_level, config.rs_threshold_lower,
+                       config.rs_threshold);
+    const auto inside = (r.ratio >= config.rs_threshold_lower) & (r.ratio <= config.rs_threshold);
+    const auto rs_keep = torch::where(inside, mask, zero);
+    out.metrics["rollout_corr/rollout_rs_masked_fraction"] = ((mask - rs_keep).sum() / valid_tokens).item<double>();
+    const auto rows = valid.any(-1);
+    const auto row_rejected = ((mask - rs_keep).sum(-1) > 0).masked_select(rows);
+    out.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] =
+        row_rejected.numel() ? row_rejected.to(torch::kDouble).mean().item<double>() : 0.0;
+    keep = rs_keep;
   }
-  out.metrics["rollout_corr/rollout_is_mean"] = masked_mean(raw, mask).item<double>();
-  out.metrics["rollout_corr/rollout_is_max"] =
-      mask.sum().item<double>() > 0 ? raw.masked_select(valid).max().item<double>() : 1.0;
-  out.metrics["rollout_corr/rollout_is_ratio_fraction_high"] =
-      masked_mean((raw > config.threshold).to(torch::kDouble), mask).item<double>();
-  out.weights = torch::where(valid, raw.clamp_max(config.threshold), zero).to(torch::kFloat).contiguous();
+  if (config.token_veto_threshold) {
+    // Judged on the unbounded token log-ratio: one catastrophic token rejects its whole sequence.
+    const auto catastrophic = (log_ratio < std::log(*config.token_veto_threshold)) & valid;
+    const auto vetoed = catastrophic.any(-1, /*keepdim=*/true);
+    out.metrics["rollout_corr/rollout_is_veto_fraction"] = vetoed.to(torch::kDouble).mean().item<double>();
+    out.metrics["rollout_corr/rollout_is_catastrophic_token_fraction"] =
+        masked_mean(catastrophic.to(torch::kDouble), mask).item<double>();
+    keep = torch::where(vetoed, zero, keep);
+  }
+  out.metrics["rollout_corr/rejected_fraction"] = ((mask - keep).sum() / valid_tokens).item<double>();
+  out.keep_mask = keep.to(torch::kFloat).contiguous();
+  return out;
+}
+
+PolicyLossOutput reinforce_policy_loss(const at::Tensor& rollout_log_prob, const at::Tensor& log_prob,
+                                       const at::Tensor& advantages, const at::Tensor& response_mask,
+                                       LossAggMode agg_mode, std::optional<double> loss_scale_factor,
+                                       const at::Tensor& weights) {
+  constexpr const char* kWhere = "algo: reinforce_policy_loss";
+  detail::check_response_tensor(log_prob, "log_prob", kWhere);
+  detail::check_same_shape(rollout_log_prob, log_prob, "rollout_log_prob", kWhere);
+  detail::check_same_shape(advantages, log_prob, "advantages", kWhere);
+  detail::check_same_shape(response_mask, log_prob, "response_mask", kWhere);
+  if (weights.defined()) detail::check_same_shape(weights, log_prob, "weights", kWhere);
+  const auto mask = response_mask.to(log_prob.scalar_type());
+  const auto valid = mask != 0;
+  // Masked positions zeroed first, so garbage stored there reaches neither the loss nor its gradient.
+  const auto zero = torch::zeros_like(log_prob);
+  const auto lp = torch::where(valid, log_prob, zero);
+  auto token_loss = -torch::where(valid, advantages.to(log_prob.scalar_type()).detach(), zero) * lp;
+  if (weights.defined()) token_loss = token_loss * torch::where(valid, weights.to(log_prob.scalar_type()).detach(), zero);
+  PolicyLossOutput out;
+  out.loss = agg_loss(token_loss, mask, agg_mode, loss_scale_factor);
+  torch::NoGradGuard no_grad;
+  const auto scalar_zero = torch::zeros({}, log_prob.options());
+  out.clip_frac = scalar_zero;
+  out.clip_frac_lower = scalar_zero;
+  out.approx_kl = masked_mean(torch::where(valid, rollout_log_prob.to(log_prob.scalar_type()), zero) - lp.detach(), mask);
   return out;
 }
 

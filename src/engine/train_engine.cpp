@@ -346,10 +346,17 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     micro_units.push_back(units(micro));
     stats.tokens += micro_units.back();
   }
-  // A data-parallel rank may hold no tokens of this mini-batch; the global count is checked after the reduce.
+  stats.lr = lr_for_next_step();
+  // A mini-batch whose mask selects no token (rollout rejection may drop all of it) has nothing to learn
+  // from: the step is skipped. A data-parallel rank may hold none while others do: decided after the reduce.
+  if (stats.tokens == 0 && !data_parallel() && !zero_) {
+    log_warn("train_step: the mini-batch's '", token_mask_key, "' selects no tokens; skipping the update");
+    stats.empty = true;
+    stats.step = step_;
+    return stats;
+  }
   HF_CHECK(stats.tokens > 0 || data_parallel(), "train_step: the mini-batch's '", token_mask_key,
            "' selects no tokens");
-  stats.lr = lr_for_next_step();
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
   zero_grad();
@@ -376,7 +383,13 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     sharded_step(local_norm, mean, stats);
     return stats;
   }
-  if (data_parallel()) reduce_gradients(local_norm, mean, stats);
+  if (data_parallel() && !reduce_gradients(local_norm, mean, stats)) {
+    log_warn("train_step: no data-parallel rank's mini-batch has any tokens; skipping the update");
+    zero_grad();
+    stats.empty = true;
+    stats.step = step_;
+    return stats;
+  }
   stats.grad_norm = clip_grad_norm();
   if (!std::isfinite(stats.grad_norm)) {
     log_warn("train_step: gradient norm is ", stats.grad_norm, " at step ", step_, "; skipping the update");
@@ -396,7 +409,7 @@ int64_t TrainEngine::reduced_numel() const {
   return n;
 }
 
-void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stats) {
+bool TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stats) {
   torch::NoGradGuard no_grad;
   // One flat fp32 buffer: a single collective per step, and parameters without a gradient on this rank
   // still line up with the ranks where they have one.
@@ -416,7 +429,7 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   HF_CHECK(flat.numel() == n + 2, "train_step: the gradient reducer changed the buffer size from ", n + 2, " to ",
            flat.numel());
   const double global_units = flat[n].item<double>();
-  HF_CHECK(global_units > 0, "train_step: no data-parallel rank's mini-batch has any tokens");
+  if (global_units <= 0) return false;
   const double norm = mean ? global_units : 1.0;
   stats.tokens = static_cast<int64_t>(std::llround(global_units));
   stats.loss = flat[n + 1].item<double>() / norm;
@@ -429,6 +442,7 @@ void TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
     else
       p.mutable_grad() = g;
   }
+  return true;
 }
 
 void TrainEngine::save_state(const std::string& path) const {

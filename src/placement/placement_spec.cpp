@@ -175,11 +175,19 @@ RolePlacement resolve_placement(const Config& config, const std::vector<std::str
     placement.pools = preset_pools(config, placement.kind, roles);
   }
   placement.staleness = config.get<int>("actor_rollout_ref.rollout.staleness");
-  HF_CHECK(placement.staleness == 0 || placement.staleness == 1,
-           "actor_rollout_ref.rollout.staleness: expected 0 (on-policy) or 1 (one-step off-policy), got ",
+  HF_CHECK(placement.staleness >= 0,
+           "actor_rollout_ref.rollout.staleness: expected k >= 0 (0: on-policy; k: at most k updates off-policy), got ",
            placement.staleness);
+  placement.sync_every = config.get<int>("actor_rollout_ref.rollout.trigger_parameter_sync_step");
+  // Between two syncs the rollout's weights fall up to sync_every - 1 versions behind: with more than
+  // staleness + 1, a step would need samples newer than the rollout can have.
+  HF_CHECK(placement.sync_every >= 1 && placement.sync_every <= placement.staleness + 1,
+           "actor_rollout_ref.rollout.trigger_parameter_sync_step: expected 1 to staleness + 1 = ",
+           placement.staleness + 1, " (weights synced every N updates lag up to N - 1 versions), got ",
+           placement.sync_every);
   HF_CHECK(placement.staleness == 0 || placement.standalone_rollout(),
-           "actor_rollout_ref.rollout.staleness: 1 overlaps generation with training, which needs generation on its own ",
+           "actor_rollout_ref.rollout.staleness: ", placement.staleness,
+           " overlaps generation with training, which needs generation on its own ",
            "pool: trainer.placement: standalone, or a pools: section with a 'rollout' role (placement here: ",
            placement.kind, ")");
   return placement;

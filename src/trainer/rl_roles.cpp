@@ -153,14 +153,17 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
                "takes the old log-probs from the rollout, but the batch has no rollout_log_probs");
       data.set_tensor("old_log_probs", data.tensor("rollout_log_probs") * data.tensor("response_mask").to(torch::kFloat));
     }
-    // The generating policy against the one about to train (another dtype, or one update behind): logged,
-    // and with algorithm.rollout_correction.rollout_is the actor's loss is weighted by the truncated ratio.
+    // The generating policy against the one about to train (another dtype, or updates behind): logged, and
+    // with algorithm.rollout_correction's rollout_is / rollout_rs the actor's loss is weighted by the ratio
+    // and rejected tokens leave it. In bypass mode the two policies are one here: the actor corrects each
+    // micro-batch against its current policy instead (update_actor).
     if (data.has_tensor("rollout_log_probs") && data.has_tensor("old_log_probs")) {
       const auto correction = algo::rollout_correction(
           data.tensor("old_log_probs"), data.tensor("rollout_log_probs"), data.tensor("response_mask"),
-          s_.run.algorithm.rollout_correction);
+          s_.run.algorithm.bypass_mode ? algo::RolloutCorrectionConfig{} : s_.run.algorithm.rollout_correction);
       for (const auto& [key, value] : correction.metrics) s_.metrics->set(key, value);
       if (correction.weights.defined()) data.set_tensor("rollout_is_weights", correction.weights);
+      if (correction.keep_mask.defined()) data.set_tensor("rollout_keep_mask", correction.keep_mask);
     }
   });
 }
@@ -234,14 +237,22 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
                                    "old_log_probs", "advantages"};
   if (data.has_tensor("ref_log_prob")) keys.push_back("ref_log_prob");
   if (data.has_tensor("rollout_is_weights")) keys.push_back("rollout_is_weights");
-  Future update = s_.actor->call("update_actor", at_schedule_step(data.select(keys), s_.step));
+  DataProto request = at_schedule_step(data.select(keys), s_.step);
+  // Rejected tokens (rollout_rs, veto) leave the actor's loss, its denominator included, as verl's do.
+  if (data.has_tensor("rollout_keep_mask"))
+    request.set_tensor("response_mask",
+                       data.tensor("rollout_keep_mask").to(data.tensor("response_mask").scalar_type()));
+  if (s_.run.algorithm.bypass_mode)
+    request.meta()["rollout_correction"] = algo::to_json(s_.run.algorithm.rollout_correction);
+  Future update = s_.actor->call("update_actor", request);
   return Pending([this, update] {
     {
       auto t = timer_.scope("update_actor");
       add_update_metrics(update);
     }
-    // The new weights to the standalone rollout pool, straight from the actor's processes; finish() waits.
-    if (s_.rollout) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);
+    // The new weights to the standalone rollout pool, straight from the actor's processes, every
+    // trigger_parameter_sync_step updates; finish() waits.
+    if (s_.rollout && (s_.step + 1) % s_.placement.sync_every == 0) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);
   });
 }
 

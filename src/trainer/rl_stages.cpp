@@ -86,12 +86,14 @@ DataProto TrainerStages::next_prompts(int64_t count) {
   if (count <= 0) count = s_.run.data.train_batch_size;
   const bool first = !drew_prompts_;
   drew_prompts_ = true;
-  // One-step off-policy: the previous step drew this step's prompts and is generating them already.
-  if (first && s_.prefetch && s_.prefetch->for_step == s_.step) {
-    HF_CHECK(count == s_.prefetch->prompts.batch_size(), "algorithm program '", s_.run.algorithm.program, "': its first ",
-             "next_prompts(", count, ") differs from the ", s_.prefetch->prompts.batch_size(),
-             " prompts the previous step generated for it (actor_rollout_ref.rollout.staleness 1)");
-    return s_.prefetch->prompts;
+  // Off-policy: an earlier step drew this step's prompts and is generating them already.
+  if (first && !s_.prefetch.empty() && s_.prefetch.front().for_step == s_.step) {
+    const DataProto& drawn = s_.prefetch.front().prompts;
+    HF_CHECK(count == drawn.batch_size(), "algorithm program '", s_.run.algorithm.program, "': its first ",
+             "next_prompts(", count, ") differs from the ", drawn.batch_size(),
+             " prompts an earlier step generated for it (actor_rollout_ref.rollout.staleness ", s_.placement.staleness,
+             ")");
+    return drawn;
   }
   return s_.next_prompts(count, s_.train, &s_.data_pos, s_.run.data.shuffle);
 }
@@ -110,23 +112,30 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
   if (s_.placement.staleness == 0 || round > 0)
     return generator.call("generate_sequences", generation_request(prompts, s_.step, round));
   Future batch;
-  if (s_.prefetch && s_.prefetch->for_step == s_.step) {
-    HF_CHECK(prompts.serialize() == s_.prefetch->prompts.serialize(), "algorithm program '", s_.run.algorithm.program,
-             "': with actor_rollout_ref.rollout.staleness 1 its first sampled generation must be of the prompts its ",
-             "first next_prompts() returned (the previous step generated those)");
-    batch = s_.prefetch->batch;
+  if (!s_.prefetch.empty() && s_.prefetch.front().for_step == s_.step) {
+    HF_CHECK(prompts.serialize() == s_.prefetch.front().prompts.serialize(), "algorithm program '",
+             s_.run.algorithm.program, "': with actor_rollout_ref.rollout.staleness ", s_.placement.staleness,
+             " its first sampled generation must be of the prompts its first next_prompts() returned (an earlier ",
+             "step generated those)");
+    batch = s_.prefetch.front().batch;
+    s_.prefetch.pop_front();
   } else {
+    HF_CHECK(s_.prefetch.empty(), "sampled_generation: the buffered rollouts are for step ",
+             s_.prefetch.front().for_step, " on, not step ", s_.step);
     batch = generator.call("generate_sequences", generation_request(prompts, s_.step, round));
   }
-  s_.prefetch.reset();
-  // The next step's rollout, generated on the rollout pool with the weights it holds now (one update
-  // behind the ones the next step trains) while this step's log-probs, values and updates run.
-  if (s_.step + 1 < s_.run.trainer.total_steps) {
+  // The rollout pool runs ahead: the rollout of every later step whose samples, generated with the weights
+  // the pool holds now (version v), would be at most k updates old when trained (step <= v + k). Queued
+  // behind one another on the pool, they run while this step's log-probs, values and updates do; the
+  // buffer is full (the pool pauses) until the next weight sync raises v.
+  int64_t next_step = s_.prefetch.empty() ? s_.step + 1 : s_.prefetch.back().for_step + 1;
+  for (; next_step < s_.run.trainer.total_steps && next_step <= s_.rollout_version + s_.placement.staleness;
+       ++next_step) {
     RLTrainer::State::Prefetch next;
-    next.for_step = s_.step + 1;
+    next.for_step = next_step;
     next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
     next.batch = generator.call("generate_sequences", generation_request(next.prompts, next.for_step, 0));
-    s_.prefetch = std::move(next);
+    s_.prefetch.push_back(std::move(next));
   }
   return batch;
 }
@@ -273,7 +282,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
       log_warn("step ", s_.step + 1, ": ", nonfinite_updates_, " role update(s) had a non-finite gradient norm and ",
                "skipped their optimizer step (see <role>/skipped_steps and the losses in the metrics)");
   }
-  if (weight_sync_) {  // with staleness 1 this also waits for the next step's generation, queued before it
+  if (weight_sync_) {  // off-policy this also waits for the rollouts queued before it on the pool
     auto t = timer_.scope("weight_sync");
     const nlohmann::json figures = s_.finish_weight_sync(*weight_sync_);
     for (const auto& [key, value] : figures.items()) m.set(key, value.get<double>());
@@ -285,6 +294,10 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
     m.set("rollout/staleness_mean", staleness.mean().item<double>());
     m.set("rollout/staleness_max", staleness.max().item<double>());
   }
+  // The buffer's occupancy as the step ends: the rollouts of later steps generated or generating (<= k).
+  if (s_.rollout && s_.placement.staleness > 0) m.set("rollout/buffer_batches", static_cast<double>(s_.prefetch.size()));
+  // The trainer's wait for the standalone rollout pool: for its batch, and at the weight sync.
+  if (s_.rollout) m.set("timing/trainer_idle_s", timer_.seconds("generate") + timer_.seconds("weight_sync"));
   const auto response_mask = batch.tensor("response_mask").to(torch::kFloat);
   const auto lengths = response_mask.sum(1);
   if (batch.has_tensor("token_level_rewards")) m.set("reward/mean", mean_of(batch.tensor("token_level_rewards").sum(1)));
@@ -313,8 +326,12 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
   m.add_timings(timer_);
   // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.
   const int64_t test_freq = s_.run.trainer.test_freq;
-  if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.run.data.test_size > 0)
+  if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.run.data.test_size > 0) {
+    // Between trigger_parameter_sync_step syncs the rollout pool holds older weights: the held-out score is
+    // the trained policy's.
+    if (s_.rollout && s_.rollout_version != s_.step + 1) s_.finish_weight_sync(s_.dispatch_weight_sync(s_.step + 1));
     m.set("val/score", s_.evaluate(s_.run.data.test_size));
+  }
   s_.log_memory(m);
   log_samples(r, s_.step + 1);
   log_timeline(s_.step + 1);

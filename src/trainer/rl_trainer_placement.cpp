@@ -1,6 +1,6 @@
 // The parts of the trainer that depend on where roles run (placement/placement_spec.h): the weight sync to
-// a standalone rollout pool, the per-pool memory figures, and the in-flight rollout of one-step
-// off-policy training that a checkpoint carries.
+// a standalone rollout pool, the per-pool memory figures, and the in-flight rollouts of off-policy
+// training (rollout.staleness k) that a checkpoint carries.
 #include <algorithm>
 
 #include "hybridflow/core/process_memory.h"
@@ -14,6 +14,12 @@ namespace {
 
 constexpr const char* kInFlightFile = "rollout_in_flight.bin";
 constexpr const char* kInFlightPromptsFile = "rollout_in_flight_prompts.bin";
+
+// The i-th buffered rollout's files: the first keeps the name of one-step off-policy checkpoints.
+std::string in_flight_file(const std::string& dir, size_t i, bool prompts) {
+  const std::string suffix = i == 0 ? "" : "." + std::to_string(i);
+  return dir + "/" + (prompts ? kInFlightPromptsFile : kInFlightFile) + suffix;
+}
 
 }  // namespace
 
@@ -39,6 +45,7 @@ void RLTrainer::State::connect_weight_sync(const WeightSyncLayout& layout, int64
 }
 
 RLTrainer::State::WeightSyncCalls RLTrainer::State::dispatch_weight_sync(int64_t version) {
+  rollout_version = version;  // what the rollout holds for every generation queued after this sync
   DataProto version_meta;
   version_meta.meta()["policy_version"] = version;
   return {actor->call("send_weights"), rollout->call("receive_weights", version_meta)};
@@ -87,27 +94,31 @@ void RLTrainer::State::log_memory(MetricsLog& metrics) {
 }
 
 void RLTrainer::State::save_prefetch(const std::string& dir) const {
-  if (!prefetch) return;
-  // The generation of the next step is complete by now (the step's weight sync queued behind it), so the
-  // checkpoint holds it rather than regenerating it from weights it no longer has.
-  write_file_atomic(dir + "/" + kInFlightFile, prefetch->batch.get().serialize());
-  write_file_atomic(dir + "/" + kInFlightPromptsFile, prefetch->prompts.serialize());
+  // Each buffered rollout is waited for and saved (its prompts were drawn: data_pos is past them), so the
+  // checkpoint holds what older weights generated rather than regenerating it with weights it no longer has.
+  for (size_t i = 0; i < prefetch.size(); ++i) {
+    write_file_atomic(in_flight_file(dir, i, false), prefetch[i].batch.get().serialize());
+    write_file_atomic(in_flight_file(dir, i, true), prefetch[i].prompts.serialize());
+  }
 }
 
 void RLTrainer::State::load_prefetch(const std::string& dir) {
-  prefetch.reset();
-  const std::string batch_file = dir + "/" + kInFlightFile;
-  if (!file_exists(batch_file)) return;
-  if (placement.staleness == 0) {
-    log_warn(dir, " holds the in-flight rollout of one-step off-policy training (", kInFlightFile,
-             "); this run is on-policy (actor_rollout_ref.rollout.staleness 0), so its prompts are skipped");
-    return;
+  prefetch.clear();
+  size_t saved = 0;
+  while (file_exists(in_flight_file(dir, saved, false))) ++saved;
+  // This run trains step `step` + i on buffered rollout i; beyond its staleness they would be too old.
+  const size_t kept = std::min(saved, static_cast<size_t>(placement.staleness));
+  if (kept < saved)
+    log_warn(dir, " holds ", saved, " in-flight rollout(s) (", kInFlightFile, "...); with ",
+             "actor_rollout_ref.rollout.staleness ", placement.staleness, " this run takes ", kept,
+             ", so the prompts of the other ", saved - kept, " are skipped");
+  for (size_t i = 0; i < kept; ++i) {
+    Prefetch p;
+    p.for_step = step + static_cast<int64_t>(i);
+    p.batch = Future::ready(DataProto::deserialize(read_file(in_flight_file(dir, i, false))));
+    p.prompts = DataProto::deserialize(read_file(in_flight_file(dir, i, true)));
+    prefetch.push_back(std::move(p));
   }
-  Prefetch p;
-  p.for_step = step;
-  p.batch = Future::ready(DataProto::deserialize(read_file(batch_file)));
-  p.prompts = DataProto::deserialize(read_file(dir + "/" + kInFlightPromptsFile));
-  prefetch = std::move(p);
 }
 
 }  // namespace hybridflow

@@ -84,13 +84,13 @@ void check_context_fits(const ModelSpec& model_spec, int64_t response, const std
   }
 }
 
-// One-step off-policy prefetches a step's one sampled generation while the previous step trains; programs
-// that generate again inside a step (DAPO's rounds, ReMax's greedy baseline) would mix policies in one step.
+// Off-policy prefetches a step's one sampled generation while earlier steps train; programs that generate
+// again inside a step (DAPO's rounds, ReMax's greedy baseline) would mix policies in one step.
 void check_staleness_fits_program(const RolePlacement& placement, const std::string& program,
                                   const std::string& estimator) {
   if (placement.staleness == 0) return;
-  HF_CHECK(program != "dapo" && estimator != "remax", "actor_rollout_ref.rollout.staleness: 1 generates each step's ",
-           "rollout during the previous step, but ", program == "dapo" ? "program dapo generates several rounds per step"
+  HF_CHECK(program != "dapo" && estimator != "remax", "actor_rollout_ref.rollout.staleness: ", placement.staleness,
+           " generates each step's rollout during earlier steps, but ", program == "dapo" ? "program dapo generates several rounds per step"
                                                                        : "adv_estimator remax generates a greedy baseline",
            " with the current weights; use staleness 0 with it");
 }
@@ -253,6 +253,9 @@ void RLTrainer::State::specify_roles() {
   HF_CHECK(!s.run.algorithm.bypass_mode || loss_mode == algo::PolicyLossMode::kVanilla,
            "algorithm.rollout_correction.bypass_mode: true trains with PPO's clipped loss (verl's ppo_clip); ",
            "actor_rollout_ref.actor.policy_loss.loss_mode must be vanilla, got ", algo::to_string(loss_mode));
+  HF_CHECK(s.run.algorithm.bypass_mode ||
+               s.run.algorithm.rollout_correction.loss_type == algo::RolloutLossType::kPpoClip,
+           "algorithm.rollout_correction.loss_type: reinforce is bypass mode's loss; set bypass_mode: true");
 }
 
 // The resource pools and a worker group per role, each created with its spec.

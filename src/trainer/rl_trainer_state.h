@@ -9,6 +9,7 @@
 #include "run_spec_builders.h"
 
 #include <algorithm>
+#include <deque>
 #include <iostream>
 #include <optional>
 
@@ -91,13 +92,17 @@ struct RLTrainer::State {
   std::unique_ptr<WorkerGroup> actor, critic, reward_model;
   std::unique_ptr<WorkerGroup> cost_model, cost_critic;  // Safe-RLHF
   std::unique_ptr<WorkerGroup> rollout;  // standalone generation (placement standalone); null: the actor generates
-  // rollout.staleness 1: the next step's rollout, dispatched while this step trains (rl_trainer_placement.cpp).
+  // rollout.staleness k: the rollouts of the next steps (up to k), dispatched while this step trains, in
+  // step order: the bounded buffer of a streaming rollout (rl_stages.cpp's sampled_generation fills it,
+  // rl_trainer_placement.cpp checkpoints it). Each is a whole batch of whole groups.
   struct Prefetch {
     int64_t for_step = -1;  // the 0-based step it is for
     DataProto prompts;
     Future batch;
   };
-  std::optional<Prefetch> prefetch;
+  std::deque<Prefetch> prefetch;
+  // The policy version the standalone rollout pool holds (the updates behind its weights), as last sent.
+  int64_t rollout_version = 0;
   std::string resumed_from;      // "" for a fresh start
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
@@ -132,7 +137,7 @@ struct RLTrainer::State {
   void sync_rollout_weights() { finish_weight_sync(dispatch_weight_sync(step)); }
   // memory/<pool>/... for every pool and the controller (the largest figure over a pool's processes).
   void log_memory(MetricsLog& metrics);
-  // The in-flight rollout of a checkpoint (staleness 1): written beside the workers' files, read on resume.
+  // The in-flight rollouts of a checkpoint (staleness k): written beside the workers' files, read on resume.
   void save_prefetch(const std::string& dir) const;
   void load_prefetch(const std::string& dir);
 

@@ -144,7 +144,10 @@ AlgorithmSpec algorithm_spec(const ConfigReader& c, const ScoringSpec& scoring) 
   a.kl_ctrl.horizon = algorithm.get<double>("kl_ctrl.horizon");
   a.kl_ctrl.controller();  // checked here, before any worker starts
   a.rollout_correction = algo::rollout_correction_config(section);
-  note_algo_reads(algorithm, {"rollout_correction.rollout_is", "rollout_correction.rollout_is_threshold"});
+  note_algo_reads(algorithm, {"rollout_correction.rollout_is", "rollout_correction.rollout_is_threshold",
+                              "rollout_correction.rollout_is_batch_normalize", "rollout_correction.rollout_rs",
+                              "rollout_correction.rollout_rs_threshold", "rollout_correction.rollout_rs_threshold_lower",
+                              "rollout_correction.rollout_token_veto_threshold", "rollout_correction.loss_type"});
   a.bypass_mode = algorithm.get<bool>("rollout_correction.bypass_mode");
   if (scoring.has_cost()) {
     a.safe_rlhf = algo::lagrange_config(section);

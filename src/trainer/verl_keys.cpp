@@ -23,6 +23,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.optim.grad_clip"},
     {"critic.grad_clip", "critic.optim.grad_clip"},
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
+    {"async_training.trigger_parameter_sync_step", "actor_rollout_ref.rollout.trigger_parameter_sync_step"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
@@ -103,8 +104,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},
     {"algorithm.use_pf_ppo", "false", kNotYet},
     {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
-    {"algorithm.rollout_correction.rollout_rs", "null", kNotYet},
-    {"algorithm.rollout_correction.loss_type", "ppo_clip", "bypass_mode's REINFORCE loss is not supported by hybridflow"},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
     {"trainer.critic_warmup", "0", kNotYet},
     {"trainer.val_only", "false", kNotYet},

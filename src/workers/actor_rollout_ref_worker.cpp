@@ -5,6 +5,7 @@
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/losses.h"
+#include "hybridflow/algo/rollout_correction.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/core/process_memory.h"
@@ -224,15 +225,33 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   const double temperature = rollout_spec_.temperature;
   HF_CHECK(!use_kl_loss || in.has_tensor("ref_log_prob"), "update_actor: use_kl_loss needs tensor ref_log_prob in the batch");
 
+  // Bypass mode (the old log-probs are the rollout's): the correction is taken against the current policy
+  // per micro-batch, as verl's bypass loss does.
+  std::optional<algo::RolloutCorrectionConfig> bypass;
+  if (in.meta().contains("rollout_correction"))
+    bypass = algo::rollout_correction_config_from_json(in.meta().at("rollout_correction"));
+
   MetricAverager metrics;
   auto loss_fn = [&](const DataProto& m) {
-    const auto mask = m.tensor("response_mask").to(torch::kFloat);
+    auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
     auto lp = response_log_probs(actor(), m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
                                  /*with_entropy=*/true);
-    // Truncated importance weights against the rollout policy (algo/rollout_correction.h), when sent.
-    auto pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg,
-                                m.has_tensor("rollout_is_weights") ? m.tensor("rollout_is_weights") : torch::Tensor());
+    algo::PolicyLossOutput pg;
+    if (bypass) {
+      const auto rc = algo::rollout_correction(lp.log_probs.detach(), m.tensor("old_log_probs"), mask, *bypass);
+      for (const auto& [key, value] : rc.metrics) metrics.add(key, value);
+      if (rc.keep_mask.defined()) mask = rc.keep_mask;  // rejected tokens leave every term of the loss
+      // ppo_clip's ratio is already against the rollout: its weights would correct twice.
+      pg = bypass->loss_type == algo::RolloutLossType::kReinforce
+               ? algo::reinforce_policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask,
+                                             loss_cfg.agg_mode, loss_cfg.loss_scale_factor, rc.weights)
+               : algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg);
+    } else {
+      // Importance weights against the rollout policy (algo/rollout_correction.h), when sent.
+      pg = algo::policy_loss(m.tensor("old_log_probs"), lp.log_probs, m.tensor("advantages"), mask, loss_cfg,
+                             m.has_tensor("rollout_is_weights") ? m.tensor("rollout_is_weights") : torch::Tensor());
+    }
     torch::Tensor loss = pg.loss;
     // Entropy and KL keep loss_agg_mode even under GSPO, as verl's actor does.
     const auto entropy = algo::agg_loss(lp.entropy, mask, loss_cfg.agg_mode, loss_cfg.loss_scale_factor);

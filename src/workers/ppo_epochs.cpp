@@ -54,6 +54,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
       metrics.add(prefix + "loss", stats.loss);
       if (stats.has_moe_aux_loss) metrics.add(prefix + "moe_aux_loss", stats.moe_aux_loss);
       if (stats.skipped) metrics.add(prefix + "skipped_steps", 1.0);
+      if (stats.empty) metrics.add(prefix + "empty_steps", 1.0);
     }
   }
 }

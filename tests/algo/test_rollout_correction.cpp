@@ -1,6 +1,7 @@
-// verl's rollout correction: truncated importance weights against the rollout's log-probs, per token or per
-// sequence, checked against the formulas written out by hand; the policy loss scales each token by them,
-// and without weights it is the same loss as before.
+// verl's rollout correction: importance weights (truncated or masked, per token, sequence or geometric mean,
+// optionally batch-normalised) and rejection (rollout_rs at the same levels, the token veto) against the
+// rollout's log-probs, checked against the formulas written out by hand with their spread metrics; the policy
+// loss scales each token by the weights, and verl's bypass REINFORCE loss.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -20,15 +21,31 @@ const at::Tensor kOld = torch::tensor({{-1.0, -2.0, -0.5}, {-0.1, 50.0, -3.0}});
 const at::Tensor kRollout = torch::tensor({{-1.5, -1.0, -0.5}, {-2.0, -9.0, 7.0}});
 const at::Tensor kMask = torch::tensor({{1, 1, 1}, {1, 0, 0}});
 
-RolloutCorrectionConfig config_of(RolloutIsLevel level, double threshold) {
+// The log-ratios old - rollout at the valid tokens: row 0 {0.5, -1, 0}, row 1 {1.9}.
+RolloutCorrectionConfig config_of(RolloutCorrLevel level, double threshold) {
   RolloutCorrectionConfig c;
-  c.level = level;
-  c.threshold = threshold;
+  c.is_level = level;
+  c.is_threshold = threshold;
   return c;
 }
 
+RolloutCorrectionConfig rejecting(RolloutCorrLevel level, double lower, double upper) {
+  RolloutCorrectionConfig c;
+  c.rs_level = level;
+  c.rs_threshold = upper;
+  c.rs_threshold_lower = lower;
+  return c;
+}
+
+void expect_tensor_near(const at::Tensor& got, const std::vector<std::vector<double>>& want, double tol = 1e-6) {
+  ASSERT_EQ(got.size(0), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    for (size_t j = 0; j < want[i].size(); ++j)
+      EXPECT_NEAR(got[i][j].item<double>(), want[i][j], tol) << i << "," << j;
+}
+
 TEST(RolloutCorrection, TokenWeightsAreTheTruncatedRatioAndZeroAtPadding) {
-  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutIsLevel::kToken, 2.0));
+  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutCorrLevel::kToken, 2.0));
   ASSERT_TRUE(rc.weights.defined());
   // exp(old - rollout): e^0.5 = 1.65, e^-1 = 0.37, e^0 = 1; e^1.9 = 6.69 -> truncated to 2.
   const double want[2][3] = {{std::exp(0.5), std::exp(-1.0), 1.0}, {2.0, 0.0, 0.0}};
@@ -45,7 +62,7 @@ TEST(RolloutCorrection, TokenWeightsAreTheTruncatedRatioAndZeroAtPadding) {
 }
 
 TEST(RolloutCorrection, SequenceWeightsUseTheProductOverTheResponse) {
-  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutIsLevel::kSequence, 5.0));
+  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutCorrLevel::kSequence, 5.0));
   // Row 0: e^(0.5 - 1 + 0) = 0.61 on every valid token; row 1: e^1.9 = 6.69 truncated to 5.
   for (int j = 0; j < 3; ++j) EXPECT_NEAR(rc.weights[0][j].item<double>(), std::exp(-0.5), 1e-6);
   EXPECT_NEAR(rc.weights[1][0].item<double>(), 5.0, 1e-6);
@@ -57,7 +74,7 @@ TEST(RolloutCorrection, OffLogsTheMismatchOnlyAndIdenticalPoliciesWeighOne) {
   EXPECT_FALSE(off.weights.defined());
   EXPECT_FALSE(off.metrics.count("rollout_corr/rollout_is_mean"));
   EXPECT_TRUE(off.metrics.count("rollout_corr/k3_kl"));
-  const auto same = rollout_correction(kOld, kOld, kMask, config_of(RolloutIsLevel::kToken, 2.0));
+  const auto same = rollout_correction(kOld, kOld, kMask, config_of(RolloutCorrLevel::kToken, 2.0));
   EXPECT_TRUE(torch::equal(same.weights, kMask.to(torch::kFloat)));
   EXPECT_EQ(same.metrics.at("rollout_corr/kl"), 0.0);
   EXPECT_EQ(same.metrics.at("rollout_corr/k3_kl"), 0.0);
@@ -89,15 +106,180 @@ TEST(RolloutCorrection, ConfigReadsVerlKeysAndRejectsOthers) {
   auto load = [](const std::vector<std::string>& overrides) {
     return rollout_correction_config(Config::load_from_string(kAlgorithmSectionYaml, "", "t", overrides).subtree("algorithm"));
   };
-  EXPECT_EQ(load({}).level, RolloutIsLevel::kOff);
+  EXPECT_EQ(load({}).is_level, RolloutCorrLevel::kOff);
+  EXPECT_FALSE(load({}).rejects());
   const auto c = load({"algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=3"});
-  EXPECT_EQ(c.level, RolloutIsLevel::kToken);
-  EXPECT_EQ(c.threshold, 3.0);
-  EXPECT_EQ(load({"algorithm.rollout_correction.rollout_is=sequence"}).level, RolloutIsLevel::kSequence);
-  const std::string bad = testing::error_of([&] { load({"algorithm.rollout_correction.rollout_is=geometric"}); });
+  EXPECT_EQ(c.is_level, RolloutCorrLevel::kToken);
+  EXPECT_EQ(c.is_threshold, 3.0);
+  EXPECT_FALSE(c.is_threshold_lower.has_value());
+  EXPECT_EQ(load({"algorithm.rollout_correction.rollout_is=sequence"}).is_level, RolloutCorrLevel::kSequence);
+  EXPECT_EQ(load({"algorithm.rollout_correction.rollout_is=geometric"}).is_level, RolloutCorrLevel::kGeometric);
+  const std::string bad = testing::error_of([&] { load({"algorithm.rollout_correction.rollout_is=bogus"}); });
   EXPECT_NE(bad.find("algorithm.rollout_correction.rollout_is"), std::string::npos) << bad;
   const std::string cap = testing::error_of([&] { load({"algorithm.rollout_correction.rollout_is_threshold=0"}); });
   EXPECT_NE(cap.find("rollout_is_threshold"), std::string::npos) << cap;
+}
+
+TEST(RolloutCorrection, ConfigReadsMaskedThresholdsRejectionVetoAndLossType) {
+  auto load = [](const std::vector<std::string>& overrides) {
+    return rollout_correction_config(Config::load_from_string(kAlgorithmSectionYaml, "", "t", overrides).subtree("algorithm"));
+  };
+  const auto masked = load({"algorithm.rollout_correction.rollout_is_threshold=0.5_3"});
+  EXPECT_EQ(masked.is_threshold, 3.0);
+  EXPECT_EQ(masked.is_threshold_lower.value_or(0), 0.5);
+  const auto rs = load({"algorithm.rollout_correction.rollout_rs=geometric", "algorithm.rollout_correction.rollout_rs_threshold=4",
+                        "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+                        "algorithm.rollout_correction.rollout_token_veto_threshold=1e-4",
+                        "algorithm.rollout_correction.loss_type=reinforce"});
+  EXPECT_EQ(rs.rs_level, RolloutCorrLevel::kGeometric);
+  EXPECT_EQ(rs.rs_threshold, 4.0);
+  EXPECT_EQ(rs.rs_threshold_lower, 0.25);  // null: the reciprocal of the upper bound
+  EXPECT_TRUE(rs.is_batch_normalize);
+  EXPECT_EQ(rs.token_veto_threshold.value_or(0), 1e-4);
+  EXPECT_EQ(rs.loss_type, RolloutLossType::kReinforce);
+  EXPECT_TRUE(rs.rejects());
+  EXPECT_EQ(load({"algorithm.rollout_correction.rollout_rs=token", "algorithm.rollout_correction.rollout_rs_threshold=2",
+                  "algorithm.rollout_correction.rollout_rs_threshold_lower=0.9"})
+                .rs_threshold_lower,
+            0.9);
+  // The worker receives the same config through a call's meta.
+  const auto back = rollout_correction_config_from_json(to_json(rs));
+  EXPECT_EQ(back.rs_level, rs.rs_level);
+  EXPECT_EQ(back.rs_threshold_lower, rs.rs_threshold_lower);
+  EXPECT_EQ(back.token_veto_threshold, rs.token_veto_threshold);
+  EXPECT_EQ(back.loss_type, rs.loss_type);
+  EXPECT_EQ(rollout_correction_config_from_json(to_json(masked)).is_threshold_lower, masked.is_threshold_lower);
+
+  auto error = [&](const std::vector<std::string>& o) { return testing::error_of([&] { load(o); }); };
+  EXPECT_NE(error({"algorithm.rollout_correction.rollout_rs=token"}).find("rollout_rs_threshold must be set"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm.rollout_correction.rollout_is_threshold=3_2"}).find("lower bound"), std::string::npos);
+  EXPECT_NE(error({"algorithm.rollout_correction.rollout_is_threshold=a_2"}).find("rollout_is_threshold"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm.rollout_correction.rollout_rs=token", "algorithm.rollout_correction.rollout_rs_threshold=2",
+                   "algorithm.rollout_correction.rollout_rs_threshold_lower=3"})
+                .find("rollout_rs_threshold_lower"),
+            std::string::npos);
+  EXPECT_NE(error({"algorithm.rollout_correction.loss_type=gspo"}).find("loss_type"), std::string::npos);
+  EXPECT_NE(error({"algorithm.rollout_correction.rollout_rs=seq_sum_k1"}).find("rollout_rs"), std::string::npos);
+}
+
+TEST(RolloutCorrection, GeometricWeightsUseTheMeanLogRatio) {
+  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutCorrLevel::kGeometric, 2.0));
+  // Row 0: exp((0.5 - 1 + 0) / 3); row 1: e^1.9 truncated to 2; padding 0.
+  const double row0 = std::exp(-0.5 / 3);
+  expect_tensor_near(rc.weights, {{row0, row0, row0}, {2.0, 0.0, 0.0}});
+  // Per sequence: max e^1.9, min row 0's, one of two sequences beyond the cap.
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_max"), std::exp(1.9), 1e-4);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_min"), row0, 1e-6);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_ratio_fraction_high"), 0.5, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_ratio_fraction_low"), 0.0, 1e-9);
+  // The mean is over tokens: three of row 0's and one of row 1's (untruncated).
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_mean"), (3 * row0 + std::exp(1.9)) / 4, 1e-5);
+}
+
+TEST(RolloutCorrection, MaskedWeightsAreZeroOutsideTheBounds) {
+  RolloutCorrectionConfig c = config_of(RolloutCorrLevel::kToken, 2.0);
+  c.is_threshold_lower = 0.5;
+  const auto rc = rollout_correction(kOld, kRollout, kMask, c);
+  // e^0.5 kept, e^-1 < 0.5 and e^1.9 > 2 zeroed (not truncated), 1 kept.
+  expect_tensor_near(rc.weights, {{std::exp(0.5), 0.0, 1.0}, {0.0, 0.0, 0.0}});
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_ratio_fraction_low"), 0.25, 1e-9);
+  EXPECT_FALSE(rc.keep_mask.defined());  // weights only: nothing leaves the loss's denominator
+}
+
+TEST(RolloutCorrection, SpreadMetricsAreThoseOfTheWeightsClampedToTheThresholds) {
+  const auto rc = rollout_correction(kOld, kRollout, kMask, config_of(RolloutCorrLevel::kToken, 2.0));
+  // Clamped to [1/2, 2]: {e^0.5, 0.5, 1, 2}.
+  const double w[4] = {std::exp(0.5), 0.5, 1.0, 2.0};
+  double mean = 0, sq = 0;
+  for (double x : w) mean += x / 4, sq += x * x / 4;
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_std"), std::sqrt(sq - mean * mean), 1e-6);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_eff_sample_size"), mean * mean / sq, 1e-6);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_min"), std::exp(-1.0), 1e-6);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_ratio_fraction_low"), 0.25, 1e-9);
+  // Identical policies: every weight 1, no spread, a full effective sample.
+  const auto same = rollout_correction(kOld, kOld, kMask, config_of(RolloutCorrLevel::kToken, 2.0));
+  EXPECT_NEAR(same.metrics.at("rollout_corr/rollout_is_std"), 0.0, 1e-9);
+  EXPECT_NEAR(same.metrics.at("rollout_corr/rollout_is_eff_sample_size"), 1.0, 1e-6);
+}
+
+TEST(RolloutCorrection, BatchNormalizeScalesTheWeightsToMeanOne) {
+  RolloutCorrectionConfig token = config_of(RolloutCorrLevel::kToken, 2.0);
+  token.is_batch_normalize = true;
+  const auto t = rollout_correction(kOld, kRollout, kMask, token);
+  const double mean = (std::exp(0.5) + std::exp(-1.0) + 1.0 + 2.0) / 4;  // of the truncated token weights
+  EXPECT_NEAR(t.metrics.at("rollout_corr/rollout_is_batch_norm_factor"), mean, 1e-6);
+  expect_tensor_near(t.weights, {{std::exp(0.5) / mean, std::exp(-1.0) / mean, 1.0 / mean}, {2.0 / mean, 0.0, 0.0}});
+  // Sequence level: the mean over the two sequences' weights, e^-0.5 and 5 (truncated), not over tokens.
+  RolloutCorrectionConfig seq = config_of(RolloutCorrLevel::kSequence, 5.0);
+  seq.is_batch_normalize = true;
+  const auto s = rollout_correction(kOld, kRollout, kMask, seq);
+  const double seq_mean = (std::exp(-0.5) + 5.0) / 2;
+  EXPECT_NEAR(s.metrics.at("rollout_corr/rollout_is_batch_norm_factor"), seq_mean, 1e-6);
+  EXPECT_NEAR(s.weights[0][2].item<double>(), std::exp(-0.5) / seq_mean, 1e-6);
+  EXPECT_NEAR(s.weights[1][0].item<double>(), 5.0 / seq_mean, 1e-6);
+}
+
+TEST(RolloutCorrection, TokenRejectionDropsTheTokensOutsideTheBounds) {
+  const auto rc = rollout_correction(kOld, kRollout, kMask, rejecting(RolloutCorrLevel::kToken, 0.5, 2.0));
+  EXPECT_FALSE(rc.weights.defined());  // rejection alone weighs nothing
+  // e^-1 < 0.5 and e^1.9 > 2 rejected; padding stays 0.
+  expect_tensor_near(rc.keep_mask, {{1.0, 0.0, 1.0}, {0.0, 0.0, 0.0}});
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_rs_masked_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_rs_seq_masked_fraction"), 1.0, 1e-9);  // both rows lose a token
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_rs_ratio_fraction_high"), 0.25, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_rs_ratio_fraction_low"), 0.25, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rejected_fraction"), 0.5, 1e-9);
+}
+
+TEST(RolloutCorrection, SequenceAndGeometricRejectionJudgeWholeRows) {
+  // Bounds [0.8, 1.2]: row 0's product e^-0.5 = 0.61 falls below, its geometric mean e^(-1/6) = 0.85 does not;
+  // row 1 (e^1.9 either way) is rejected by both.
+  const auto seq = rollout_correction(kOld, kRollout, kMask, rejecting(RolloutCorrLevel::kSequence, 0.8, 1.2));
+  expect_tensor_near(seq.keep_mask, {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}});
+  EXPECT_NEAR(seq.metrics.at("rollout_corr/rollout_rs_seq_masked_fraction"), 1.0, 1e-9);
+  EXPECT_NEAR(seq.metrics.at("rollout_corr/rollout_rs_ratio_fraction_low"), 0.5, 1e-9);
+  const auto geo = rollout_correction(kOld, kRollout, kMask, rejecting(RolloutCorrLevel::kGeometric, 0.8, 1.2));
+  expect_tensor_near(geo.keep_mask, {{1.0, 1.0, 1.0}, {0.0, 0.0, 0.0}});
+  EXPECT_NEAR(geo.metrics.at("rollout_corr/rollout_rs_masked_fraction"), 0.25, 1e-9);  // 1 of 4 valid tokens
+  EXPECT_NEAR(geo.metrics.at("rollout_corr/rollout_rs_seq_masked_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(geo.metrics.at("rollout_corr/rollout_rs_min"), std::exp(-0.5 / 3), 1e-6);
+  EXPECT_NEAR(geo.metrics.at("rollout_corr/rollout_rs_max"), std::exp(1.9), 1e-4);
+}
+
+TEST(RolloutCorrection, VetoRejectsEverySequenceWithACatastrophicToken) {
+  RolloutCorrectionConfig c;
+  c.token_veto_threshold = 0.5;
+  const auto rc = rollout_correction(kOld, kRollout, kMask, c);
+  // Row 0 holds e^-1 < 0.5: all of it goes. Row 1's padding (log-ratio -10) is not a token and vetoes nothing.
+  expect_tensor_near(rc.keep_mask, {{0.0, 0.0, 0.0}, {1.0, 0.0, 0.0}});
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_veto_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rollout_is_catastrophic_token_fraction"), 0.25, 1e-9);
+  EXPECT_NEAR(rc.metrics.at("rollout_corr/rejected_fraction"), 0.75, 1e-9);
+  // With token rejection too: row 1's token (e^1.9 > 2) also goes.
+  RolloutCorrectionConfig both = rejecting(RolloutCorrLevel::kToken, 0.1, 2.0);
+  both.token_veto_threshold = 0.5;
+  EXPECT_NEAR(rollout_correction(kOld, kRollout, kMask, both).metrics.at("rollout_corr/rejected_fraction"), 1.0, 1e-9);
+}
+
+TEST(RolloutCorrection, ReinforceLossIsMinusAdvantageTimesWeightTimesLogProb) {
+  const auto rollout = torch::tensor({{-1.0, -2.0, -0.5}, {-0.3, 0.0, 0.0}});
+  const auto lp = torch::tensor({{-0.9, -2.2, -0.5}, {-0.2, std::nan(""), 5.0}}).requires_grad_(true);
+  const auto adv = torch::tensor({{1.0, 1.0, 1.0}, {-2.0, 7.0, 7.0}});
+  const auto w = torch::tensor({{1.0, 0.5, 2.0}, {1.5, 9.0, 9.0}});
+  const auto out = reinforce_policy_loss(rollout, lp, adv, kMask, LossAggMode::kTokenMean, std::nullopt, w);
+  // -(1 * 1 * -0.9 + 1 * 0.5 * -2.2 + 1 * 2 * -0.5 + -2 * 1.5 * -0.2) / 4 = -(-0.9 - 1.1 - 1.0 + 0.6) / 4 = 0.6
+  EXPECT_NEAR(out.loss.item<double>(), 0.6, 1e-6);
+  out.loss.backward();
+  // d/d lp = -A w / 4 at valid tokens, 0 (not NaN) at padding.
+  expect_tensor_near(lp.grad(), {{-0.25, -0.125, -0.5}, {0.75, 0.0, 0.0}});
+  // approx_kl: mean of rollout - lp = (-0.1 + 0.2 + 0 - 0.1) / 4 = 0.
+  EXPECT_NEAR(out.approx_kl.item<double>(), 0.0, 1e-6);
+  EXPECT_EQ(out.clip_frac.item<double>(), 0.0);
+  // Without weights: plain REINFORCE.
+  const auto plain = reinforce_policy_loss(rollout, lp.detach(), adv, kMask, LossAggMode::kTokenMean, std::nullopt);
+  EXPECT_NEAR(plain.loss.item<double>(), -(-0.9 - 2.2 - 0.5 + (-2.0) * (-0.2)) / 4, 1e-6);
 }
 
 }  // namespace

@@ -97,8 +97,19 @@ TEST(PlacementConfig, ImpossibleAssignmentsAreErrorsNamingTheKey) {
   EXPECT_THAT(error({"trainer.placement=split", "trainer.colocate=true"}), HasSubstr("are both set"));
   EXPECT_THAT(error({"trainer.placement=interleave"}), HasSubstr("expected colocate | split | standalone"));
   EXPECT_THAT(error({"actor_rollout_ref.rollout.staleness=1"}), HasSubstr("needs generation on its own pool"));
-  EXPECT_THAT(error({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=2"}),
-              HasSubstr("expected 0 (on-policy) or 1"));
+  EXPECT_THAT(error({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=-1"}),
+              HasSubstr("expected k >= 0"));
+  EXPECT_EQ(resolve({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=3"}).staleness, 3);
+  // Weights synced every N updates lag up to N - 1 versions: N may not exceed staleness + 1.
+  EXPECT_EQ(resolve({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=2",
+                     "actor_rollout_ref.rollout.trigger_parameter_sync_step=3"})
+                .sync_every,
+            3);
+  EXPECT_THAT(error({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=1",
+                     "actor_rollout_ref.rollout.trigger_parameter_sync_step=3"}),
+              HasSubstr("trigger_parameter_sync_step: expected 1 to staleness + 1 = 2"));
+  EXPECT_THAT(error({"actor_rollout_ref.rollout.trigger_parameter_sync_step=2"}),
+              HasSubstr("trigger_parameter_sync_step: expected 1 to staleness + 1 = 1"));
   EXPECT_THAT(error({"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=0"}),
               HasSubstr("actor_rollout_ref.rollout.num_processes must be >= 1"));
 }

@@ -238,4 +238,39 @@ TEST(Placements, OneStepOffPolicyOverlapsGenerationWithTrainingAndLearnsAsWell) 
   EXPECT_NEAR(last_scores(run), last_scores(colocate()), 0.25) << "learns about as well as on-policy training";
 }
 
+// Streaming with bounded staleness k: the rollout pool runs up to k steps ahead of the trainer, and every
+// sample's recorded policy version is at most k updates behind the one that trains on it (exactly k once
+// the buffer is full); the buffer holds the rollouts of the next min(k, steps left) steps.
+TEST(Placements, StalenessKTrainsNoSampleMoreThanKVersionsAfterItsPolicy) {
+  for (int k : {2, 3}) {
+    const RunResult run = train({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=" + std::to_string(k)});
+    ASSERT_EQ(run.metrics.size(), static_cast<size_t>(kSteps));
+    for (int i = 0; i < kSteps; ++i) {
+      const auto& m = run.metrics[i];
+      EXPECT_EQ(m.at("rollout/staleness_max").get<double>(), std::min(i, k)) << "k " << k << " step " << i + 1;
+      EXPECT_EQ(m.at("rollout/staleness_mean").get<double>(), std::min(i, k)) << "k " << k << " step " << i + 1;
+      EXPECT_EQ(m.at("rollout/buffer_batches").get<double>(), std::min(k, kSteps - 1 - i)) << "k " << k << " step " << i + 1;
+      EXPECT_GE(m.at("timing/trainer_idle_s").get<double>(), 0.0);
+    }
+  }
+}
+
+// trigger_parameter_sync_step 2 with staleness 2: weights reach the rollout after every second update, and
+// the pool waits for them once the buffer would hold samples older than 2 versions: the staleness alternates
+// 2, 1 (versions 0, 0, 0, 2, 2, 4 for steps 1-6).
+TEST(Placements, WeightsSyncedEveryTwoUpdatesKeepTheStalenessBound) {
+  const RunResult run = train({"trainer.placement=standalone", "actor_rollout_ref.rollout.staleness=2",
+                               "actor_rollout_ref.rollout.trigger_parameter_sync_step=2"});
+  ASSERT_EQ(run.metrics.size(), static_cast<size_t>(kSteps));
+  const double want_staleness[kSteps] = {0, 1, 2, 1, 2, 1};
+  const double want_buffer[kSteps] = {2, 1, 2, 1, 1, 0};
+  for (int i = 0; i < kSteps; ++i) {
+    const auto& m = run.metrics[i];
+    EXPECT_EQ(m.at("rollout/staleness_max").get<double>(), want_staleness[i]) << "step " << i + 1;
+    EXPECT_EQ(m.at("rollout/buffer_batches").get<double>(), want_buffer[i]) << "step " << i + 1;
+    // A sync after the even-numbered updates only.
+    EXPECT_EQ(m.contains("weight_sync/policy_version"), (i + 1) % 2 == 0) << "step " << i + 1;
+  }
+}
+
 }  // namespace

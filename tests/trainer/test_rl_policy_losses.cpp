@@ -11,6 +11,7 @@
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
 #include "support/tiny_rl_config.h"
 
 using namespace hybridflow;
@@ -73,5 +74,60 @@ INSTANTIATE_TEST_SUITE_P(
                       LossCase{"dppo_tv", {"actor_rollout_ref.actor.clip_ratio=0.2", "actor_rollout_ref.actor.clip_ratio_c=20"}, false},
                       LossCase{"dppo_kl", {"actor_rollout_ref.actor.clip_ratio=0.05", "actor_rollout_ref.actor.clip_ratio_c=20"}, false}),
     [](const ::testing::TestParamInfo<LossCase>& info) { return std::string(info.param.mode); });
+
+}  // namespace
+
+namespace {
+
+// verl's rollout correction reaches the actor: rejecting every token (bounds that exclude ratio 1, where the
+// actor's old policy equals the rollout's) leaves the policy loss nothing, so the actor's step is skipped
+// and the actor is unchanged, while the critic trains; the rejection is logged.
+TEST(RlRolloutCorrection, RejectingEveryTokenLeavesTheActorNoGradient) {
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"trainer.total_steps=1", "data.train_batch_size=4",
+                                    "actor_rollout_ref.rollout.response_length=8",
+                                    "algorithm.rollout_correction.rollout_rs=geometric",
+                                    "algorithm.rollout_correction.rollout_rs_threshold=0.5",
+                                    "algorithm.rollout_correction.rollout_rs_threshold_lower=0.25"})));
+  const double before = trainer.parameter_sq_norm("actor");
+  const nlohmann::json m = trainer.step();
+  ASSERT_TRUE(m.contains("rollout_corr/rejected_fraction")) << m.dump();
+  EXPECT_EQ(m.at("rollout_corr/rejected_fraction").get<double>(), 1.0);
+  EXPECT_EQ(m.at("rollout_corr/rollout_rs_seq_masked_fraction").get<double>(), 1.0);
+  ASSERT_TRUE(m.contains("actor/empty_steps")) << m.dump();
+  EXPECT_EQ(trainer.parameter_sq_norm("actor"), before);
+  EXPECT_EQ(m.at("train/nonfinite_updates").get<double>(), 0.0) << "an empty step is not a non-finite one";
+  EXPECT_GT(m.at("critic/grad_norm").get<double>(), 0.0) << "the critic keeps the whole batch";
+}
+
+// Bypass mode with verl's REINFORCE loss: the weights and the rejection are taken in the actor against the
+// current policy, whose metrics come back from it, and the actor trains.
+TEST(RlRolloutCorrection, BypassReinforceTrainsWithTheActorsCorrection) {
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"trainer.total_steps=1", "data.train_batch_size=4",
+                                    "actor_rollout_ref.rollout.response_length=8",
+                                    "algorithm.rollout_correction.bypass_mode=true",
+                                    "algorithm.rollout_correction.loss_type=reinforce",
+                                    "algorithm.rollout_correction.rollout_is=sequence",
+                                    "algorithm.rollout_correction.rollout_rs=token",
+                                    "algorithm.rollout_correction.rollout_rs_threshold=10"})));
+  const double before = trainer.parameter_sq_norm("actor");
+  const nlohmann::json m = trainer.step();
+  for (const char* key : {"rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_eff_sample_size",
+                          "rollout_corr/rollout_rs_masked_fraction", "rollout_corr/rejected_fraction"})
+    ASSERT_TRUE(m.contains(key)) << key << " missing in " << m.dump();
+  // The first micro-batch's policy is the rollout's: its weights are 1 up to rounding, nothing is rejected.
+  EXPECT_NEAR(m.at("rollout_corr/rejected_fraction").get<double>(), 0.0, 1e-9);
+  EXPECT_GT(m.at("actor/grad_norm").get<double>(), 0.0);
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), before);
+}
+
+TEST(RlRolloutCorrection, ReinforceOutsideBypassModeIsRefused) {
+  using hybridflow::testing::error_of;
+  const std::string error = error_of([] {
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("gae", {"algorithm.rollout_correction.loss_type=reinforce"})));
+  });
+  EXPECT_NE(error.find("bypass_mode"), std::string::npos) << error;
+}
 
 }  // namespace

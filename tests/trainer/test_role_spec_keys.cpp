@@ -27,6 +27,7 @@ const std::map<std::string, std::string> kReadElsewhere = {
     {"actor_rollout_ref.num_processes", "placement (placement_spec.cpp)"},
     {"actor_rollout_ref.rollout.num_processes", "placement (placement_spec.cpp)"},
     {"actor_rollout_ref.rollout.staleness", "placement (placement_spec.cpp)"},
+    {"actor_rollout_ref.rollout.trigger_parameter_sync_step", "placement (placement_spec.cpp)"},
     {"critic.num_processes", "placement (placement_spec.cpp)"},
     {"reward_model.num_processes", "placement (placement_spec.cpp)"},
     {"cost_model.num_processes", "placement (placement_spec.cpp)"},

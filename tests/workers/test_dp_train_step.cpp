@@ -126,9 +126,17 @@ TEST(TrainEngineDataParallel, TwoRanksTakeTheOneEngineStep) {
   }
 }
 
-TEST(TrainEngineDataParallel, OneEngineWithoutTokensStillFails) {
+// A mini-batch whose mask selects no token (rollout rejection can drop all of one) has nothing to learn
+// from: the step is skipped, reported as empty, and the weights and the optimizer's step stay as they were.
+TEST(TrainEngineDataParallel, OneEngineWithoutTokensSkipsItsStep) {
   auto m = model();
   TrainEngine engine(m, options());
   DataProto b = batch(true).slice(4, 8);
-  EXPECT_ANY_THROW(engine.train_step(b, 2, loss_of(*m, algo::LossAggMode::kTokenMean), "response_mask"));
+  const torch::Tensor before = m->weight.detach().clone();
+  const StepStats stats = engine.train_step(b, 2, loss_of(*m, algo::LossAggMode::kTokenMean), "response_mask");
+  EXPECT_TRUE(stats.empty);
+  EXPECT_FALSE(stats.skipped);
+  EXPECT_EQ(stats.tokens, 0);
+  EXPECT_EQ(stats.step, 0);
+  EXPECT_TRUE(torch::equal(m->weight, before));
 }

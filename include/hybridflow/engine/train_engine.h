@@ -46,6 +46,7 @@ struct StepStats {
   int64_t tokens = 0;       // tokens (mask sum) or rows that the loss averaged over
   int64_t micro_batches = 0;
   bool skipped = false;     // the gradient was not finite; parameters left unchanged
+  bool empty = false;       // no token to learn from (every one rejected): no step, parameters left unchanged
   // Mixture of experts with router_aux_loss_coef > 0: this rank's load-balancing loss (before the
   // coefficient; the coefficient times it is in `loss`), weighted over micro-batches as the loss is.
   double moe_aux_loss = 0;
@@ -173,7 +174,8 @@ class TrainEngine {
   void accumulate_into_masters();
   // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
   // global normaliser's worth back into stats.
-  void reduce_gradients(double local_norm, bool mean, StepStats& stats);
+  // False when no rank's mini-batch holds a token: nothing to learn, the step is skipped.
+  bool reduce_gradients(double local_norm, bool mean, StepStats& stats);
 
   // The global gradient norm over the tensor-parallel group and the pipeline stages. counted[i] false:
   // a copy whose gradient another stage already counts.

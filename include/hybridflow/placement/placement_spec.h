@@ -27,7 +27,8 @@ struct PoolSpec {
 struct RolePlacement {
   std::string kind;             // colocate | split | standalone | pools (a `pools:` section)
   std::vector<PoolSpec> pools;  // in start order; only pools that hold a role of the run
-  int staleness = 0;            // actor_rollout_ref.rollout.staleness (1 only with a rollout pool)
+  int staleness = 0;            // actor_rollout_ref.rollout.staleness (> 0 only with a rollout pool)
+  int sync_every = 1;           // actor_rollout_ref.rollout.trigger_parameter_sync_step (<= staleness + 1)
 
   bool has(const std::string& role) const;
   // The pool that holds `role`; Error naming the role when none does.
