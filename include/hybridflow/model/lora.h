@@ -50,4 +50,12 @@ LoraConfig read_lora_adapter_config(const std::string& dir);
 // both tensors, else an error naming the file and tensor.
 void load_lora_adapter(const std::string& dir, CausalLM& model);
 
+// `hybridflow lora merge`: loads the model in `base_dir` (config.json, weights, tokenizer.json) in fp32, adds
+// the adapter in `adapter_dir`, merges W + (lora_alpha / r) B A into each adapted weight and writes `out_dir`
+// as a plain Hugging Face model directory: model.safetensors under Hugging Face's names in the base's
+// torch_dtype, and the base's config.json, generation config and tokenizer files copied byte for byte. Every
+// error of load_pretrained and load_lora_adapter (an adapter for another base, an unsupported PEFT option)
+// names its file.
+void write_merged_lora_model(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir);
+
 }  // namespace hybridflow
