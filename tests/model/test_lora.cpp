@@ -16,6 +16,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
 #include "support/python.h"
@@ -226,6 +227,10 @@ TEST_F(LoraTest, PipelineStagesDrawTheWholeModelsAdapters) {
     for (const auto& item : stage->named_parameters()) {
       if (!is_lora_parameter_name(item.key())) continue;
       EXPECT_TRUE(torch::equal(item.value(), whole_params[item.key()])) << item.key() << " on stage " << s;
+      // The pipeline layout places an adapter with its projection's layer (checkpoints and weight sync go by it).
+      EXPECT_EQ(owning_stage(item.key(), config, 2), s) << item.key();
+      EXPECT_TRUE(stage_holds(item.key(), config, HeadKind::kLanguageModel, PipelineStage{s, 2})) << item.key();
+      EXPECT_FALSE(stage_holds(item.key(), config, HeadKind::kLanguageModel, PipelineStage{1 - s, 2})) << item.key();
       ++covered;
     }
   }
