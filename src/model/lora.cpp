@@ -80,7 +80,8 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
     };
     if (!all_linear && !matches_any(config.target_modules)) continue;
     if (matches_any(config.exclude_modules)) continue;
-    const auto& weight = module->named_parameters(/*recurse=*/false)["weight"];
+    // A copy of the handle: named_parameters() returns a temporary dictionary.
+    const torch::Tensor weight = module->named_parameters(/*recurse=*/false)["weight"];
     // The whole weight's dimensions: a tensor-parallel rank holds a slice of one of them.
     const int tp_size = model.tensor_parallel().size();
     const ShardDim split = shard_dim(path + ".weight", model.config(), tp_size);
