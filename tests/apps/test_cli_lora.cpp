@@ -1,12 +1,15 @@
 // `hybridflow lora merge` as a user runs it: the merged directory is a plain model computing base + adapter,
 // and an adapter that does not fit its base, or asks for a PEFT option hybridflow lacks, is an error naming
-// the file. (tests/model/test_lora.cpp checks the merged directory against PEFT's merge_and_unload.)
+// the file. (tests/model/test_lora.cpp checks the merged directory against PEFT's merge_and_unload.) And a
+// smoke run of `hybridflow bench lora` whose byte counts follow from the parameter counts.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/model/lora.h"
@@ -99,6 +102,33 @@ TEST(CliLora, MergeNamesTheFileOfAnAdapterThatDoesNotFit) {
   EXPECT_NE(in_place.exit_code, 0);
   EXPECT_NE(in_place.output.find("--out"), std::string::npos) << in_place.output;
   EXPECT_NE(run_hybridflow("lora merge --base " + dir.file("base")).exit_code, 0) << "--adapter and --out are required";
+}
+
+TEST(CliLora, BenchLoraCountsOnlyTheAdaptersGradientsAndOptimizerState) {
+  CommandResult r = run_hybridflow("bench lora --preset tiny --vocab 64 --lora-ranks 2,8 --steps 1 --batch 2 "
+                                   "--prompt-length 4 --response-length 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.front() == '{') lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  const auto& full = lines[0];
+  EXPECT_EQ(full["training"], "full");
+  EXPECT_EQ(full["trainable"], full["parameters"]);
+  for (const auto& m : lines) {
+    // fp32: 4 bytes a gradient, AdamW's exp_avg and exp_avg_sq 8 bytes a trainable parameter, nothing else.
+    EXPECT_EQ(m["grad_bytes"].get<int64_t>(), 4 * m["trainable"].get<int64_t>()) << m.dump();
+    EXPECT_EQ(m["optimizer_bytes"].get<int64_t>(), 8 * m["trainable"].get<int64_t>()) << m.dump();
+    EXPECT_EQ(m["weight_bytes"].get<int64_t>(), 4 * m["parameters"].get<int64_t>()) << m.dump();
+    EXPECT_GT(m["step_seconds"].get<double>(), 0.0) << m.dump();
+  }
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["parameters"].get<int64_t>() - full["parameters"].get<int64_t>(), lines[i]["trainable"])
+        << "the adapters are the only new parameters and the only trainable ones";
+    EXPECT_LT(lines[i]["memory_ratio"].get<double>(), 0.5) << lines[i].dump();
+  }
+  EXPECT_LT(lines[1]["trainable"].get<int64_t>(), lines[2]["trainable"].get<int64_t>());
 }
 
 }  // namespace
