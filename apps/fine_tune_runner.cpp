@@ -7,6 +7,9 @@
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
+#include "hybridflow/model/lora.h"
+#include "hybridflow/model/lora_setup.h"
+#include "hybridflow/trainer/lora_keys.h"
 
 namespace hybridflow::cli {
 
@@ -81,12 +84,21 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
 
   Pretrained pre = loop->load_model(cfg, *task);
   pre.model->to(torch::Device(resolve_device_name(cfg.get<std::string>("trainer.device"), "trainer.device")));
+  // LoRA (model.lora_rank, ...; docs/lora.md): only the adapters (and a reward model's value head) train.
+  std::string adapter_path;
+  const LoraConfig lora = read_lora_keys(cfg.subtree("model"), &adapter_path);
+  add_configured_lora(pre.model, lora, adapter_path, shared.seed, "model");
   FineTuneProgress progress(command.name, shared.steps > 0 ? shared.steps : 0, command.eval_metric);
   const FineTuneOutcome outcome = loop->train(pre, progress);
   progress.finish(outcome.final_eval_accuracy);
 
   const std::string final_dir = out_dir + "/final";
-  save_pretrained(final_dir, pre.model, pre.tokenizer);
+  save_pretrained(final_dir, pre.model, pre.tokenizer);  // with LoRA: the base model, the adapters beside it
+  if (pre.model->has_lora()) {
+    const std::string base = cfg.has("model.path") ? cfg.get<std::string>("model.path") : "";
+    save_lora_adapter(final_dir + "/lora_adapter", pre.model, base.empty() ? final_dir : base);
+    std::printf("%s: LoRA adapters in %s/lora_adapter (PEFT's format)\n", command.name.c_str(), final_dir.c_str());
+  }
   std::printf("%s summary: %lld steps, held-out %s %.3f -> %.3f, %s in %s\n", command.name.c_str(),
               static_cast<long long>(outcome.steps), command.eval_metric.c_str(), outcome.first_eval_accuracy,
               outcome.last_eval_accuracy, command.final_model.c_str(), final_dir.c_str());

@@ -12,6 +12,11 @@ model:
   num_hidden_layers: 0
   intermediate_size: 0
   init_seed: 0
+  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
+  lora_alpha: 16.0
+  target_modules: null   # null = all-linear; or PEFT module names
+  exclude_modules: null
+  lora_adapter_path: null  # a PEFT adapter directory to start from
 data:
   task: reverse          # built-in task: makes pairs (chosen = answer, rejected = corrupted answer) when train_file is empty
   train_file: ""         # JSONL rows {"prompt", "chosen", "rejected"}; empty = generate from the task

@@ -7,6 +7,11 @@ namespace hybridflow::cli {
 inline constexpr const char* kSftDefaultsYaml = R"YAML(
 model:
   path: ???              # model directory to start from (hybridflow init writes one)
+  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
+  lora_alpha: 16.0
+  target_modules: null   # null = all-linear; or PEFT module names
+  exclude_modules: null
+  lora_adapter_path: null  # a PEFT adapter directory to start from
 data:
   task: addition         # built-in task: scores evaluation answers; generates data when train_file is empty
   train_file: ""         # {"prompt", "response"} rows or verl's (parquet / JSONL; docs/data.md); empty = from the task

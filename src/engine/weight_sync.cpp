@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/parallel/tensor_parallel.h"
@@ -135,6 +136,13 @@ std::map<std::string, std::vector<int64_t>> full_weight_shapes(const CausalLM& m
   return shapes;
 }
 
+std::map<std::string, std::vector<int64_t>> synced_weight_shapes(const CausalLM& model, int tp) {
+  auto shapes = full_weight_shapes(model, tp);
+  if (!model->has_lora()) return shapes;
+  std::erase_if(shapes, [](const auto& item) { return !is_lora_parameter_name(item.first); });
+  return shapes;
+}
+
 WeightSync::WeightSync(ProcessGroup world, WeightSyncLayout layout, int64_t bucket_bytes, at::ScalarType dtype)
     : world_(std::move(world)), layout_(layout), bucket_bytes_(bucket_bytes), dtype_(dtype) {
   HF_CHECK(world_.valid() && world_.size() == layout_.world(), "weight sync: the group has ",
@@ -147,7 +155,7 @@ WeightSyncStats WeightSync::send(const CausalLM& actor) {
   const int rank = world_.rank();
   HF_CHECK(rank < layout_.actor_world(), "weight sync: rank ", rank, " is a rollout rank, not an actor rank");
   const ModelConfig& config = actor->config();
-  const auto plan = weight_sync_plan(full_weight_shapes(actor, layout_.actor_tp), config, layout_);
+  const auto plan = weight_sync_plan(synced_weight_shapes(actor, layout_.actor_tp), config, layout_);
   const auto buckets = weight_sync_buckets(plan, bucket_bytes_, c10::elementSize(dtype_));
   const int tp_rank = rank % layout_.actor_tp;
   auto params = actor->named_parameters();
@@ -191,7 +199,7 @@ WeightSyncStats WeightSync::receive(CausalLM& rollout) {
   const int rank = world_.rank();
   HF_CHECK(rank >= layout_.actor_world(), "weight sync: rank ", rank, " is an actor rank, not a rollout rank");
   const ModelConfig& config = rollout->config();
-  const auto plan = weight_sync_plan(full_weight_shapes(rollout, layout_.rollout_tp), config, layout_);
+  const auto plan = weight_sync_plan(synced_weight_shapes(rollout, layout_.rollout_tp), config, layout_);
   const auto buckets = weight_sync_buckets(plan, bucket_bytes_, c10::elementSize(dtype_));
   const int tp_rank = (rank - layout_.actor_world()) % layout_.rollout_tp;
   auto params = rollout->named_parameters();

@@ -17,6 +17,7 @@
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/prompt_rows.h"
 
@@ -99,7 +100,8 @@ std::string save_checkpoint(const std::string& out_dir, int64_t step, const Caus
   std::string failure = remove_tree(tmp_dir);
   HF_CHECK(failure.empty(), "could not remove the unfinished checkpoint ", failure);
   make_dirs(tmp_dir);
-  save_pretrained(tmp_dir, model, tok);
+  save_pretrained(tmp_dir, model, tok);  // with LoRA the base model, the adapters beside it
+  if (model->has_lora()) save_lora_adapter(tmp_dir + "/lora_adapter", model, final_dir);
   engine.save_state(tmp_dir + "/optimizer.pt");
   failure = remove_tree(final_dir);
   HF_CHECK(failure.empty(), "could not replace the checkpoint ", failure);

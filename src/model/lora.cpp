@@ -118,8 +118,26 @@ NamedTensors lora_adapter_tensors(const CausalLM& model) {
 void save_lora_adapter(const std::string& dir, const CausalLM& model, const std::string& base_model_name_or_path) {
   HF_CHECK(model->has_lora(), "save_lora_adapter(", dir, "): the model has no LoRA adapters");
   HF_CHECK(!model->lora_merged(), "save_lora_adapter(", dir, "): the adapters are merged; unmerge first");
-  auto tensors = lora_adapter_tensors(model);  // collective under tensor parallelism
-  if (model->tensor_parallel().rank() != 0) return;  // rank 0 writes the whole adapter
+  std::map<std::string, torch::Tensor> parameters;
+  for (const auto& item : model->named_parameters()) parameters.emplace(item.key(), item.value().detach());
+  const TensorParallelGroup& tp = model->tensor_parallel();
+  if (tp.enabled()) {
+    // The whole adapter tensors, gathered over the group (collective); rank 0 writes them.
+    std::map<std::string, torch::Tensor> shards;
+    for (const auto& [name, tensor] : parameters)
+      if (is_lora_parameter_name(name)) shards.emplace(name, tensor);
+    parameters = gather_full_tensors(shards, model->config(), tp);
+    if (tp.rank() != 0) return;
+  }
+  save_lora_adapter(dir, parameters, model->lora_config(), model->head_kind(), base_model_name_or_path);
+}
+
+void save_lora_adapter(const std::string& dir, const std::map<std::string, torch::Tensor>& parameters,
+                       const LoraConfig& lora, HeadKind head, const std::string& base_model_name_or_path) {
+  NamedTensors tensors;
+  for (const auto& [name, tensor] : parameters)
+    if (is_lora_parameter_name(name)) tensors.emplace_back(kPeftPrefix + name, tensor);
+  HF_CHECK(!tensors.empty(), "save_lora_adapter(", dir, "): no LoRA adapter tensors among the parameters");
   // PEFT records the module names it adapted (all-linear resolved to them).
   std::set<std::string> modules;
   for (const auto& [name, tensor] : tensors) {
@@ -128,9 +146,8 @@ void save_lora_adapter(const std::string& dir, const CausalLM& model, const std:
     const std::string path = name.substr(0, end);
     modules.insert(path.substr(path.rfind('.') + 1));
   }
-  const LoraConfig& lora = model->lora_config();
   json config = {{"peft_type", "LORA"},
-                 {"task_type", model->head_kind() == HeadKind::kLanguageModel ? json("CAUSAL_LM") : json(nullptr)},
+                 {"task_type", head == HeadKind::kLanguageModel ? json("CAUSAL_LM") : json(nullptr)},
                  {"base_model_name_or_path", base_model_name_or_path},
                  {"r", lora.rank},
                  {"lora_alpha", lora.alpha},
@@ -200,6 +217,16 @@ LoraConfig read_lora_adapter_config(const std::string& dir) {
   config.target_modules = lora_names_from_json(j["target_modules"], file, "target_modules");
   config.exclude_modules = lora_names_from_json(value_or("exclude_modules", nullptr), file, "exclude_modules");
   return config;
+}
+
+std::map<std::string, torch::Tensor> read_lora_adapter_tensors(const std::string& dir) {
+  const std::string file = dir + "/" + kAdapterWeightsFile;
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, tensor] : read_safetensors(file).tensors) {
+    HF_CHECK(name.rfind(kPeftPrefix, 0) == 0, file, ": tensor ", name, " does not start with PEFT's ", kPeftPrefix);
+    out.emplace(name.substr(sizeof(kPeftPrefix) - 1), tensor);
+  }
+  return out;
 }
 
 void load_lora_adapter(const std::string& dir, CausalLM& model) {

@@ -64,6 +64,11 @@ actor_rollout_ref:
   num_processes: 1
   model:
     enable_gradient_checkpointing: false
+    lora_rank: 0
+    lora_alpha: 16.0
+    target_modules: null
+    exclude_modules: null
+    lora_adapter_path: null
   actor:
     ppo_mini_batch_size: 8
     ppo_micro_batch_size: null
@@ -114,6 +119,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_cache: paged
     kv_block_size: 16
     gpu_memory_utilization: 0.5
+    lora_merge: true
   ref:
     dtype: null
     log_prob_micro_batch_size: null
@@ -135,6 +141,11 @@ critic:
       param_offload: false
       optimizer_offload: false
     enable_gradient_checkpointing: false
+    lora_rank: 0
+    lora_alpha: 16.0
+    target_modules: null
+    exclude_modules: null
+    lora_adapter_path: null
   dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: null

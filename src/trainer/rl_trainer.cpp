@@ -78,6 +78,7 @@ nlohmann::json RLTrainer::fit() {
   }
   const bool save_at_end = s.run.trainer.saves();
   if (save_at_end && s.step > 0 && s.last_saved_step != s.step) s.save_checkpoint();
+  s.save_lora_adapters();
   return last;
 }
 

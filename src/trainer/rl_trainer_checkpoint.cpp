@@ -77,6 +77,23 @@ std::string RLTrainer::State::save_checkpoint() {
   return last_checkpoint;
 }
 
+void RLTrainer::State::save_lora_adapters() {
+  const std::string& run_dir = run.trainer.run_dir;
+  if (run_dir.empty()) return;
+  std::vector<std::pair<WorkerGroup*, std::string>> roles;
+  if (specs.actor.model.uses_lora()) roles.emplace_back(actor.get(), "actor");
+  if (critic && specs.critic && specs.critic->model.uses_lora()) roles.emplace_back(critic.get(), "critic");
+  if (cost_critic && specs.cost_critic && specs.cost_critic->model.uses_lora())
+    roles.emplace_back(cost_critic.get(), "cost_critic");
+  for (const auto& [group, role] : roles) {
+    DataProto req;
+    req.meta()["dir"] = run_dir + "/lora_adapter/" + role;
+    req.meta()["base"] = model.path.empty() ? model.preset : model.path;
+    group->call("save_lora_adapter", req).get();
+    log_info("saved the ", role, "'s LoRA adapters to ", run_dir, "/lora_adapter/", role);
+  }
+}
+
 void RLTrainer::State::resume(const std::string& dir) {
   // The controller's state first: it checks that the checkpoint fits this run before workers load it.
   restore_controller_state(read_trainer_state(dir), dir + "/" + kTrainerStateFile);

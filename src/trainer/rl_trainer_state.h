@@ -143,6 +143,9 @@ struct RLTrainer::State {
   void restore_controller_state(const nlohmann::json& state, const std::string& file);
   std::string save_checkpoint();
   void resume(const std::string& dir);
+  // At the end of a run with trainer.run_dir: the LoRA adapters of the actor and the critic (when they have
+  // any) as PEFT directories <run_dir>/lora_adapter/<role>.
+  void save_lora_adapters();
 };
 
 

@@ -5,6 +5,7 @@
 #include "hybridflow/core/logging.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/parallel/resharding.h"
+#include "hybridflow/trainer/lora_keys.h"
 #include "hybridflow/trainer/rl_trainer.h"
 
 namespace hybridflow {
@@ -84,6 +85,19 @@ void train_settings(const ConfigReader& role, const std::string& section, const 
   t->use_distributed_optimizer = role.get<bool>("megatron.use_distributed_optimizer");
   t->param_offload = role.get<bool>(fsdp + ".param_offload");
   t->optimizer_offload = role.get<bool>(fsdp + ".optimizer_offload");
+}
+
+// A role's LoRA keys under `section` (<role>.model) into its model spec (trainer/lora_keys.h).
+void lora_settings(const ConfigReader& model, const std::string& section, ModelSpec* spec) {
+  for (const char* key : kLoraKeys) model.note(key);
+  spec->lora = read_lora_keys(model.config(), &spec->lora_adapter_path);
+  spec->lora_key = section;
+}
+
+// LoRA under tensor parallelism needs A and B split with their base weights, which the model does not do yet.
+void check_lora_unsplit(const ModelSpec& model, const std::string& tp_key, int tp) {
+  HF_CHECK(!model.uses_lora() || tp == 1, model.lora_key, ".lora_rank / lora_adapter_path: LoRA adapters need ",
+           tp_key, " = 1 (tensor-parallel adapters are not supported yet), got ", tp);
 }
 
 // actor_rollout_ref.rollout.n, checked against the advantage estimator.
@@ -191,6 +205,8 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
   plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
+  lora_settings(c.subtree("actor_rollout_ref.model"), "actor_rollout_ref.model", &plan.model);
+  check_lora_unsplit(plan.model, section + ".megatron.tensor_model_parallel_size", plan.layout.tp);
   return plan;
 }
 
@@ -235,6 +251,14 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
                                          section + ".log_prob_max_token_len_per_gpu", actor_bsz.max_tokens)
                                  .budget();
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
+  spec.lora_merge = rollout.get<bool>("lora_merge");
+  // The 3D-HybridEngine's generation model (pipeline stages gathered) has no adapters of its own: it
+  // generates on the actor's weights with the adapters merged in.
+  HF_CHECK(spec.lora_merge || !actor.model.uses_lora() || f.standalone_rollout ||
+               (actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp),
+           section, ".lora_merge = false: generating with separate adapters needs generation in the training layout ",
+           "(no switch through the 3D-HybridEngine: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ",
+           actor.layout.pp, ", ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, ")");
   return spec;
 }
 
@@ -291,6 +315,8 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   if (!path.empty()) plan.model.path = path;
   plan.model.dtype = dtype;
   plan.model.enable_gradient_checkpointing = critic.get<bool>("model.enable_gradient_checkpointing");
+  lora_settings(critic.subtree("model"), "critic.model", &plan.model);
+  check_lora_unsplit(plan.model, "critic.megatron.tensor_model_parallel_size", plan.layout.tp);
   CriticSpec& spec = plan.spec;
   TrainSpec& t = spec.train;
   t.optim = optim_spec(critic, "critic", f.total_steps);
@@ -381,8 +407,11 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const Model
     standalone.spec = specs.rollout;
     standalone.spec.tensor_model_parallel_size = standalone.layout.tp;
     standalone.spec.pipeline_model_parallel_size = 1;
-    standalone.model = model;
+    // The actor's adapters too (the base weights never change, so only adapters travel at each sync).
+    standalone.model = specs.actor.model;
+    standalone.model.enable_gradient_checkpointing = false;
     standalone.model.dtype = specs.rollout.dtype;
+    check_lora_unsplit(standalone.model, "actor_rollout_ref.rollout.tensor_model_parallel_size", standalone.layout.tp);
     specs.standalone_rollout = standalone;
     // The actor's processes never generate: they keep their training layout and dtype.
     specs.rollout.dtype = specs.actor.spec.dtype;

@@ -108,15 +108,7 @@ const IgnoredKey kIgnored[] = {
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
     {"trainer.critic_warmup", "0", kNotYet},
     {"trainer.val_only", "false", kNotYet},
-    // Model loading options of HF transformers / PEFT.
-    {"actor_rollout_ref.model.lora_rank", "0", "LoRA is not supported by hybridflow"},
-    {"critic.model.lora_rank", "0", "LoRA is not supported by hybridflow"},
-    {"actor_rollout_ref.model.lora_alpha", "", "used only with LoRA"},
-    {"actor_rollout_ref.model.target_modules", "", "used only with LoRA"},
-    {"actor_rollout_ref.model.exclude_modules", "", "used only with LoRA"},
-    {"actor_rollout_ref.model.lora_adapter_path", "null", "LoRA is not supported by hybridflow"},
-    {"critic.model.lora_alpha", "", "used only with LoRA"},
-    {"critic.model.target_modules", "", "used only with LoRA"},
+    // Model loading options of HF transformers.
     {"actor_rollout_ref.model.hf_config_path", "null", "the model directory's config.json is read"},
     {"actor_rollout_ref.model.tokenizer_path", "null", "the model directory's tokenizer is read"},
     {"critic.model.tokenizer_path", "", "the actor's tokenizer is used"},

@@ -10,8 +10,10 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -37,6 +39,15 @@ nlohmann::json reshard_json(const ReshardStats& s) {
 void point_at(torch::Tensor& param, const torch::Tensor& source) {
   torch::NoGradGuard no_grad;
   param.set_(source);
+}
+
+// The bytes of this rank's part of `model`'s base weights (adapters left out) in `dtype`: what a separate
+// reference copy would take in this process.
+int64_t base_weight_bytes(const CausalLM& model, torch::Dtype dtype) {
+  int64_t numel = 0;
+  for (const auto& item : model->named_parameters())
+    if (!is_lora_parameter_name(item.key())) numel += item.value().numel();
+  return numel * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
 }  // namespace
@@ -77,7 +88,16 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     free_rollout_copy_ = rollout_spec_.free_cache_engine;
     if (free_rollout_copy_) release_rollout_copy();
   }
-  if (ref_spec_) {
+  if (ref_spec_ && actor()->has_lora()) {
+    // With LoRA the reference policy is the actor with its adapters switched off (bit-equal to the base
+    // model): no second copy is built.
+    const std::string ref_dtype = ref_spec_->dtype.empty() ? actor_dtype : ref_spec_->dtype;
+    const int64_t saved = base_weight_bytes(actor(), parse_dtype(ref_dtype, "ref dtype"));
+    if (rank() == 0)
+      log_info("role '", context().role, "': LoRA: the reference policy is the actor with its adapters disabled; no ",
+               "reference model is built, which saves ", static_cast<double>(saved) / (1 << 20), " MiB of ", ref_dtype,
+               " weights in this process");
+  } else if (ref_spec_) {
     ModelSpec ref_model = actor_model;
     if (!ref_spec_->dtype.empty()) ref_model.dtype = ref_spec_->dtype;
     ref_ = build_model(ref_model, HeadKind::kLanguageModel, tp, stage);
@@ -96,6 +116,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("update_actor", batch_protocol(coord()), this, &W::update_actor);
   table.add("save_checkpoint", protocols::kOneToAll, this, &W::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &W::load_checkpoint);
+  table.add("save_lora_adapter", protocols::kOneToAll, this, &W::save_lora_adapter);
   table.add("parameter_norm", protocols::kOneToAll, this, &W::parameter_norm);
   table.add("flat_parameters", protocols::kOneToAll, this, &W::flat_parameters);
   table.add("join_weight_sync", protocols::kOneToAll, this, &W::join_weight_sync);
@@ -128,13 +149,20 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   GenerationOutput out;
   nlohmann::json reshard;
   if (hybrid_) {
+    // The engine's generation model has no adapters: it gathers the actor's weights with them merged in
+    // (lora_merge; the start checks it), and the actor's own weights come back bit for bit after.
+    MergedLoraScope merged(actor(), /*merge=*/true);
     reshard["to_generation"] = reshard_json(hybrid_->to_generation());
     out = generate(hybrid_->generation_model(), prompts, g, hybrid_->generation_stages());
     reshard["to_training"] = reshard_json(hybrid_->to_training());
   } else {
     // Without the engine the training stages (if any) generate together; a cast rollout copy has none.
     if (rollout_ && free_rollout_copy_) make_rollout_copy();
-    out = generate(rollout_ ? rollout_ : actor(), prompts, g, groups_ ? groups_->pipeline() : nullptr);
+    CausalLM& model = rollout_ ? rollout_ : actor();
+    {
+      MergedLoraScope merged(model, rollout_spec_.lora_merge);
+      out = generate(model, prompts, g, groups_ ? groups_->pipeline() : nullptr);
+    }
     if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
   // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
@@ -170,7 +198,14 @@ DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(ref_spec_, "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (has_ref: false, no `ref` spec)");
   DataProto out;
-  torch::Tensor log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, ref_spec_->log_prob);
+  torch::Tensor log_probs;
+  if (ref_) {
+    log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, ref_spec_->log_prob);
+  } else {  // LoRA: the actor without its adapters
+    auto on = trainable_->params_on_device();
+    LoraDisabledScope base(actor());
+    log_probs = log_probs_of(actor(), trainable_->pipeline(), in, ref_spec_->log_prob);
+  }
   if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
   return out;
 }
@@ -245,6 +280,8 @@ DataProto ActorRolloutRefWorker::send_weights(const DataProto&) {
 DataProto ActorRolloutRefWorker::memory_stats(const DataProto&) { return memory_stats_row(); }
 
 DataProto ActorRolloutRefWorker::save_checkpoint(const DataProto& in) { return trainable_->save_checkpoint(in); }
+
+DataProto ActorRolloutRefWorker::save_lora_adapter(const DataProto& in) { return trainable_->save_lora_adapter(in); }
 
 DataProto ActorRolloutRefWorker::load_checkpoint(const DataProto& in) {
   // The reference model stays as built: it is the initial policy, not a trained one.

@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -19,6 +20,7 @@ namespace hybridflow {
 namespace {
 
 const char* const kExactWeightsFile = "weights_fp32.safetensors";
+const char* const kLoraAdapterDir = "lora_adapter";
 const char* const kRngKey = "cpu_rng_state";
 
 std::string rng_path(const std::string& dir, const std::string& role, int rank) {
@@ -123,15 +125,22 @@ void load_optimizer_state(const std::string& path, CausalLM& model, TrainEngine&
   }
 }
 
-// Copies each parameter, or this rank's shard of it, out of a file of whole tensors.
-void copy_weights(const std::string& file, CausalLM& model) {
+// Copies each parameter, or this rank's shard of it, out of a file of whole tensors; LoRA adapters the file
+// lacks come from the PEFT directory `adapter_dir` beside it.
+void copy_weights(const std::string& file, const std::string& adapter_dir, CausalLM& model) {
   std::map<std::string, torch::Tensor> weights;
   for (auto& [name, tensor] : read_safetensors(file).tensors) weights.emplace(name, std::move(tensor));
+  if (model->has_lora()) {
+    HF_CHECK(file_exists(adapter_dir + "/adapter_model.safetensors"), "checkpoint: the model has LoRA adapters but ",
+             adapter_dir, "/adapter_model.safetensors is missing (a checkpoint of a run without LoRA?)");
+    weights.merge(read_lora_adapter_tensors(adapter_dir));
+  }
   const TensorParallelGroup& tp = model->tensor_parallel();
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     auto it = weights.find(item.key());
-    HF_CHECK(it != weights.end(), file, ": no tensor '", item.key(), "' (the checkpoint is of a different model)");
+    HF_CHECK(it != weights.end(), is_lora_parameter_name(item.key()) ? adapter_dir : file, ": no tensor '", item.key(),
+             "' (the checkpoint is of a different model)");
     const torch::Tensor source = checkpoint_shard(item.key(), it->second, model->config(), tp);
     HF_CHECK(source.sizes() == item.value().sizes(), file, ": tensor '", item.key(), "' has shape ",
              it->second.sizes(), ", the model expects ", item.value().sizes(),
@@ -154,7 +163,12 @@ void save_role_checkpoint(const std::string& dir, const std::string& role, const
   const std::string model_dir = dir + "/" + role;
   const std::map<std::string, torch::Tensor> full = full_parameters_of(model, stages);
   if (coord.tp == 0 && coord.pp == 0) {
-    save_pretrained(model_dir, model->config(), full, Tokenizer::load(tokenizer_json));
+    // The Hugging Face directory holds the base model; LoRA adapters go beside it in PEFT's format.
+    std::map<std::string, torch::Tensor> base = full;
+    std::erase_if(base, [](const auto& item) { return is_lora_parameter_name(item.first); });
+    save_pretrained(model_dir, model->config(), base, Tokenizer::load(tokenizer_json));
+    if (model->has_lora())
+      save_lora_adapter(model_dir + "/" + kLoraAdapterDir, full, model->lora_config(), model->head_kind(), model_dir);
     // The HF file holds weights in config.torch_dtype; resuming bit for bit needs the float32 values.
     if (model->config().torch_dtype != "float32")
       write_safetensors(model_dir + "/" + kExactWeightsFile, NamedTensors(full.begin(), full.end()));
@@ -169,7 +183,7 @@ void load_role_checkpoint(const std::string& dir, const std::string& role, const
   const std::string hf = model_dir + "/model.safetensors";
   HF_CHECK(file_exists(exact) || file_exists(hf), "checkpoint ", dir, ": role '", role, "' has no weights (", hf,
            " is missing)");
-  copy_weights(file_exists(exact) ? exact : hf, model);
+  copy_weights(file_exists(exact) ? exact : hf, model_dir + "/" + kLoraAdapterDir, model);
   const std::string optim = optim_path(dir, role);
   const std::string layout_optim = layout_optim_path(dir, role, coord);
   if (file_exists(optim)) {
@@ -188,6 +202,18 @@ void load_role_checkpoint(const std::string& dir, const std::string& role, const
   else
     log_warn("checkpoint ", dir, ": no RNG state for role '", role, "' rank ", coord.rank,
              " (the run was saved by fewer processes); this rank's default generator keeps its seed");
+}
+
+void save_role_lora_adapter(const std::string& dir, const MeshCoord& coord, const CausalLM& model,
+                            const std::string& base_model_name_or_path, Communicator* stages) {
+  HF_CHECK(model->has_lora(), "save_role_lora_adapter(", dir, "): the model has no LoRA adapters");
+  if (coord.dp != 0) return;  // data-parallel replicas hold the same adapters
+  std::map<std::string, torch::Tensor> mine;
+  for (auto& [name, tensor] : gather_full_state(*model))
+    if (is_lora_parameter_name(name)) mine.emplace(name, tensor.to(torch::kCPU, torch::kFloat32));
+  const std::map<std::string, torch::Tensor> all = collect_on_writer(mine, model, stages);
+  if (coord.tp == 0 && coord.pp == 0)
+    save_lora_adapter(dir, all, model->lora_config(), model->head_kind(), base_model_name_or_path);
 }
 
 // The default generator drives nothing in today's dataflow (sampling and shuffling use generators

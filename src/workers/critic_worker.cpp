@@ -25,6 +25,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   table.add("flat_parameters", protocols::kOneToAll, this, &CriticWorker::flat_parameters);
   table.add("save_checkpoint", protocols::kOneToAll, this, &CriticWorker::save_checkpoint);
   table.add("load_checkpoint", protocols::kOneToAll, this, &CriticWorker::load_checkpoint);
+  table.add("save_lora_adapter", protocols::kOneToAll, this, &CriticWorker::save_lora_adapter);
   table.add("memory_stats", protocols::kOneToAll, this, &CriticWorker::memory_stats);
   trainable_->offload_params();
 }
@@ -83,6 +84,8 @@ DataProto CriticWorker::flat_parameters(const DataProto&) { return trainable_->f
 DataProto CriticWorker::save_checkpoint(const DataProto& in) { return trainable_->save_checkpoint(in); }
 
 DataProto CriticWorker::load_checkpoint(const DataProto& in) { return trainable_->load_checkpoint(in); }
+
+DataProto CriticWorker::save_lora_adapter(const DataProto& in) { return trainable_->save_lora_adapter(in); }
 
 void RewardModelWorker::register_methods(MethodTable& table) {
   const nlohmann::json& config = context().config;

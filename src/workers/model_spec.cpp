@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
+#include "hybridflow/model/lora_setup.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
@@ -42,6 +43,8 @@ CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelG
     if (loaded.fresh_value_head && stage.last()) init_value_head(loaded.model, spec.init_seed);
     loaded.model->to(device, dtype);
     loaded.model->set_gradient_checkpointing(spec.enable_gradient_checkpointing);
+    // Drawn from init_seed: every rank and role building this spec draws the same adapters.
+    add_configured_lora(loaded.model, spec.lora, spec.lora_adapter_path, spec.init_seed, spec.lora_key);
     return loaded.model;
   }
   HF_CHECK(spec.vocab_size > 0, "model spec: 'vocab_size' is required without 'path', got ", nlohmann::json(spec).dump());
@@ -68,6 +71,7 @@ CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelG
   // Initialised in fp32 on the CPU, then moved and cast: the same weights whatever the device and dtype.
   model->to(device, dtype);
   model->set_gradient_checkpointing(spec.enable_gradient_checkpointing);
+  add_configured_lora(model, spec.lora, spec.lora_adapter_path, spec.init_seed, spec.lora_key);
   return model;
 }
 

@@ -50,7 +50,13 @@ void to_json(nlohmann::json& j, const ModelSpec& s) {
        {"eos_token_ids", optional_json(s.eos_token_ids)},
        {"device", s.device},
        {"dtype", s.dtype},
-       {"enable_gradient_checkpointing", s.enable_gradient_checkpointing}};
+       {"enable_gradient_checkpointing", s.enable_gradient_checkpointing},
+       {"lora_rank", s.lora.rank},
+       {"lora_alpha", s.lora.alpha},
+       {"target_modules", s.lora.target_modules},
+       {"exclude_modules", s.lora.exclude_modules},
+       {"lora_adapter_path", s.lora_adapter_path},
+       {"lora_key", s.lora_key}};
 }
 
 void from_json(const nlohmann::json& j, ModelSpec& s) {
@@ -70,6 +76,12 @@ void from_json(const nlohmann::json& j, ModelSpec& s) {
   take_spec_field(j, k, "device", s.device);
   take_spec_field(j, k, "dtype", s.dtype);
   take_spec_field(j, k, "enable_gradient_checkpointing", s.enable_gradient_checkpointing);
+  take_spec_field(j, k, "lora_rank", s.lora.rank);
+  take_spec_field(j, k, "lora_alpha", s.lora.alpha);
+  take_spec_field(j, k, "target_modules", s.lora.target_modules);
+  take_spec_field(j, k, "exclude_modules", s.lora.exclude_modules);
+  take_spec_field(j, k, "lora_adapter_path", s.lora_adapter_path);
+  take_spec_field(j, k, "lora_key", s.lora_key);
 }
 
 void to_json(nlohmann::json& j, const RolloutSpec& s) {
@@ -90,7 +102,8 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"free_cache_engine", s.free_cache_engine},
        {"log_prob_micro_batch_size", s.log_prob.rows},
        {"log_prob_max_token_len", s.log_prob.max_tokens},
-       {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes}};
+       {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
+       {"lora_merge", s.lora_merge}};
 }
 
 void from_json(const nlohmann::json& j, RolloutSpec& s) {
@@ -113,6 +126,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "log_prob_micro_batch_size", s.log_prob.rows);
   take_spec_field(j, k, "log_prob_max_token_len", s.log_prob.max_tokens);
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
+  take_spec_field(j, k, "lora_merge", s.lora_merge);
 }
 
 void to_json(nlohmann::json& j, const TrainSpec& s) {

@@ -6,6 +6,7 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/role_memory.h"
@@ -39,7 +40,11 @@ void RolloutWorker::register_methods(MethodTable& table) {
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
                                                        device());
-  const GenerationOutput out = generate(model_, prompt_token_lists(in), g, nullptr);
+  GenerationOutput out;
+  {
+    MergedLoraScope merged(model_, rollout_spec_.lora_merge);
+    out = generate(model_, prompt_token_lists(in), g, nullptr);
+  }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   DataProto result = rollout_result(out, g, in);
   result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));

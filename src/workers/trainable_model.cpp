@@ -66,4 +66,12 @@ DataProto TrainableModel::load_checkpoint(const DataProto& in, const std::functi
   return DataProto();
 }
 
+DataProto TrainableModel::save_lora_adapter(const DataProto& in) {
+  HF_CHECK(in.meta().contains("dir"), "save_lora_adapter: meta 'dir' is required");
+  ParamsOnDevice on(offload_, *model_);
+  save_role_lora_adapter(in.meta().at("dir").get<std::string>(), coord_, model_, in.meta().value("base", std::string()),
+                         groups_ ? groups_->pipeline() : nullptr);
+  return DataProto();
+}
+
 }  // namespace hybridflow

@@ -24,6 +24,7 @@ const std::map<std::string, std::pair<std::string, std::string>> kExpectedEstima
     {"ppo", {"gae", "ppo"}},
     {"grpo", {"grpo", "grpo"}},
     {"grpo_chat", {"grpo", "grpo"}},
+    {"grpo_lora", {"grpo", "grpo"}},
     {"rloo", {"rloo", "rloo"}},
     {"remax", {"remax", "remax"}},
     {"reinforce_pp", {"reinforce_plus_plus", "reinforce_plus_plus"}},

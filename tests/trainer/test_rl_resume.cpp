@@ -135,6 +135,16 @@ TEST(RlResume, PpoWithCriticAndAdaptiveKlResumedRunMatchesAnUninterruptedOne) {
                                         {"actor", "critic"});
 }
 
+TEST(RlResume, PpoWithLoraActorAndCriticResumedRunMatchesAnUninterruptedOne) {
+  // The adapters, their moments and the critic's value head come back from <role>/lora_adapter and the
+  // optimizer files; the reference (the actor with its adapters off) runs for the KL loss.
+  expect_resume_reproduces_straight_run("gae",
+                                        {"actor_rollout_ref.model.lora_rank=4", "critic.model.lora_rank=4",
+                                         "critic.model.target_modules=[q_proj,v_proj]",
+                                         "actor_rollout_ref.actor.use_kl_loss=true"},
+                                        {"actor", "critic"});
+}
+
 TEST(RlResume, DataParallelActorResumedRunMatchesAnUninterruptedOne) {
   // Two ranks: rank 0 writes the weights and optimizer state, both ranks read them back and each restores
   // its own generator state.

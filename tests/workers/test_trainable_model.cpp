@@ -7,73 +7,22 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "hybridflow/model/tokenizer.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
+#include "workers/value_training_fixture.h"
 
 using namespace hybridflow;
 
 namespace {
 
-// The addition task's alphabet: the tokenizer saved with a checkpoint, and the model's vocabulary.
-const Tokenizer kAlphabet = Tokenizer::from_alphabet("0123456789+=");
-
-// A one-layer value model of the tiny preset; `seed` draws its weights.
-ModelSpec tiny_spec(const std::string& dtype, uint64_t seed) {
-  ModelSpec s;
-  s.vocab_size = kAlphabet.vocab_size();
-  s.num_hidden_layers = 1;
-  s.init_seed = seed;
-  s.dtype = dtype;
-  return s;
-}
-
-TrainSpec train_spec() {
-  TrainSpec t;
-  t.optim.schedule.lr = 1e-2;
-  t.mini_batch_rows = 2;   // two optimizer steps per epoch
-  t.micro_batch_rows = 1;  // each accumulated over two micro-batches
-  t.epochs = 2;
-  return t;
-}
-
-WorkerContext critic_context() {
-  WorkerContext c;
-  c.role = "critic";
-  return c;
-}
+using hybridflow::testing::value_training_update;
 
 std::unique_ptr<TrainableModel> value_model(const std::string& dtype, uint64_t seed) {
-  return std::make_unique<TrainableModel>(critic_context(), torch::Device(torch::kCPU), nullptr,
-                                          tiny_spec(dtype, seed), HeadKind::kValue, train_spec());
+  return hybridflow::testing::value_training_model(hybridflow::testing::value_training_model_spec(dtype, seed));
 }
 
-DataProto batch() {
-  DataProto b;
-  b.set_tensor("input_ids", torch::tensor({{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {3, 1, 4, 1, 5}, {9, 2, 6, 5, 3}},
-                                          torch::kLong));
-  b.set_tensor("attention_mask", torch::ones({4, 5}, torch::kLong));
-  b.set_tensor("response_mask", torch::ones({4, 2}, torch::kLong));
-  return b;
-}
-
-// Every position's value regressed toward 1.
-DataProto update(TrainableModel& m, MetricAverager& metrics) {
-  auto on = m.params_on_device();
-  auto loss = [&m](const DataProto& micro) {
-    auto values = m.model()->forward(micro.tensor("input_ids"), micro.tensor("attention_mask")).values;
-    return (values.to(torch::kFloat) - 1).pow(2).mean();
-  };
-  return m.update(batch(), mini_batch_plan(train_spec(), nlohmann::json::object()), loss, "critic/", metrics,
-                  "update_critic");
-}
-
-DataProto update(TrainableModel& m) {
-  MetricAverager metrics;
-  return update(m, metrics);
-}
-
-torch::Tensor parameters(TrainableModel& m) { return m.flat_parameters().tensor("parameters"); }
+DataProto update(TrainableModel& m, MetricAverager& metrics) { return value_training_update(m, metrics); }
+torch::Tensor parameters(TrainableModel& m) { return hybridflow::testing::value_training_parameters(m); }
 
 class TrainableModelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -101,24 +50,9 @@ TEST_P(TrainableModelTest, UpdateTrainsAndReportsItsOptimizerState) {
 
 TEST_P(TrainableModelTest, CheckpointRepeatsTheNextUpdateBitForBit) {
   hybridflow::testing::TempDir dir;
-  const std::string tok = dir.file("tokenizer.json");
-  kAlphabet.save(tok);
-  DataProto save, load;
-  save.meta() = {{"dir", dir.file("ckpt")}, {"tokenizer", tok}};
-  load.meta() = {{"dir", dir.file("ckpt")}};
-
-  auto saved = value_model(GetParam(), 1);
-  update(*saved);  // the optimizer has state and a step count to restore
-  saved->save_checkpoint(save);
-  const torch::Tensor at_save = parameters(*saved);
-  update(*saved);
-
-  auto resumed = value_model(GetParam(), 2);
-  ASSERT_FALSE(torch::equal(parameters(*resumed), at_save));
-  resumed->load_checkpoint(load);
-  EXPECT_TRUE(torch::equal(parameters(*resumed), at_save));
-  update(*resumed);
-  EXPECT_TRUE(torch::equal(parameters(*resumed), parameters(*saved)));
+  using hybridflow::testing::value_training_model_spec;
+  hybridflow::testing::expect_checkpoint_repeats_next_update(value_training_model_spec(GetParam(), 1),
+                                                             value_training_model_spec(GetParam(), 2), dir.path());
 }
 
 TEST_P(TrainableModelTest, CheckpointCallsNameTheMetaTheyNeed) {

@@ -59,6 +59,9 @@ std::vector<WeightBucket> weight_sync_buckets(const std::vector<WeightPiece>& pl
 
 // The full shapes of a tensor-parallel model's weights: each local shape with its split axis times `tp`.
 std::map<std::string, std::vector<int64_t>> full_weight_shapes(const CausalLM& model, int tp);
+// The weights a sync moves: all of full_weight_shapes, or with LoRA adapters only the adapters (the base
+// weights are frozen, and both sides built them from the same spec).
+std::map<std::string, std::vector<int64_t>> synced_weight_shapes(const CausalLM& model, int tp);
 
 struct WeightSyncStats {
   int64_t bytes_sent = 0, bytes_received = 0;

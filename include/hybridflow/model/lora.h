@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,14 @@ NamedTensors lora_adapter_tensors(const CausalLM& model);
 // every rank of the group calls it and rank 0 writes the whole adapter.
 // `base_model_name_or_path` goes into the config as PEFT records it.
 void save_lora_adapter(const std::string& dir, const CausalLM& model, const std::string& base_model_name_or_path);
+// The same from a model's parameters by name (whole tensors, e.g. gathered from pipeline stages): the adapter
+// tensors among them, with `lora` and `head` written into the config.
+void save_lora_adapter(const std::string& dir, const std::map<std::string, torch::Tensor>& parameters,
+                       const LoraConfig& lora, HeadKind head, const std::string& base_model_name_or_path);
+
+// Reads DIR/adapter_model.safetensors: the adapter tensors by the model's parameter names (PEFT's
+// "base_model.model." prefix taken off).
+std::map<std::string, torch::Tensor> read_lora_adapter_tensors(const std::string& dir);
 
 // Reads DIR/adapter_config.json: r, lora_alpha, target_modules, exclude_modules. Options hybridflow does not
 // implement (use_dora, use_rslora, bias other than "none", rank_pattern / alpha_pattern, modules_to_save,

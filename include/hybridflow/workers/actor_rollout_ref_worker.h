@@ -14,6 +14,7 @@
 //   save_checkpoint     meta dir, tokenizer: HF model directory <dir>/<role> + optimizer and RNG state
 //                       (layout in workers/checkpoint_io.h)
 //   load_checkpoint     meta dir: restores the actor's weights, optimizer and RNG state (not the reference)
+//   save_lora_adapter   meta dir, base: the LoRA adapters as a PEFT directory (workers/checkpoint_io.h)
 //   parameter_norm      out: tensor param_sq_norm [1] (test and debugging fingerprint)
 //   flat_parameters     out: tensor parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   join_weight_sync    meta weight_sync (workers/weight_sync_link.h): joins the c10d group spanning this
@@ -28,6 +29,9 @@
 // max_token_len > 0 forms micro-batches of at most that many padded tokens, trimmed of padding
 // (engine/token_micro_batches.h). dtypes are fp32 | bf16 (model_spec.h); rollout and reference default to
 // the actor's.
+// LoRA (the model spec's lora keys): only the adapters train; the reference policy is the actor with its
+// adapters switched off (no reference model is built), and generation runs on the weights with the adapters
+// merged in for the call (rollout lora_merge; through the 3D-HybridEngine always) or beside them.
 // The policy's model, engine (bf16 weights with fp32 masters), offload, data parallelism and checkpoints
 // are a TrainableModel (workers/trainable_model.h); this file holds the policy loss, generation and the
 // rollout and reference models.
@@ -65,6 +69,7 @@ class ActorRolloutRefWorker : public Worker {
   DataProto update_actor(const DataProto& in);
   DataProto save_checkpoint(const DataProto& in);
   DataProto load_checkpoint(const DataProto& in);
+  DataProto save_lora_adapter(const DataProto& in);
   DataProto parameter_norm(const DataProto& in);
   DataProto flat_parameters(const DataProto& in);
   DataProto join_weight_sync(const DataProto& in);

@@ -3,6 +3,8 @@
 //   <dir>/<role>/               HF model directory (config.json, model.safetensors, tokenizer.json): usable on
 //                               its own by `hybridflow generate` / transformers
 //   <dir>/<role>/weights_fp32.safetensors  only when config.torch_dtype is not float32: the exact weights
+//   <dir>/<role>/lora_adapter/  with LoRA: the adapters in PEFT's format (adapter_config.json,
+//                               adapter_model.safetensors, fp32); <dir>/<role> then holds the base model
 //   <dir>/<role>_optim.safetensors  the optimizer state by HF parameter name, whole tensors: exp_avg/<name>,
 //                               exp_avg_sq/<name>, master/<name> (fp32 masters of bf16/fp16 weights),
 //                               adam_step/<name>; metadata "step" (drives the LR schedule and the PPO
@@ -36,6 +38,11 @@ void save_role_checkpoint(const std::string& dir, const std::string& role, const
 // file. A rank the saving run did not have keeps its generator (a warning says so).
 void load_role_checkpoint(const std::string& dir, const std::string& role, const MeshCoord& coord, CausalLM& model,
                           TrainEngine& engine);
+
+// A LoRA model's adapters as a PEFT directory `dir` (fp32), written by the rank that writes checkpoints.
+// Collective like save_role_checkpoint (over the tensor-parallel group and `stages`).
+void save_role_lora_adapter(const std::string& dir, const MeshCoord& coord, const CausalLM& model,
+                            const std::string& base_model_name_or_path, Communicator* stages = nullptr);
 
 // The process's default CPU generator state as a one-tensor safetensors file (atomic write); loading
 // errors name the file.

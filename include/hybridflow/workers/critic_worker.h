@@ -7,6 +7,7 @@
 //   parameter_norm  out: param_sq_norm [1]
 //   flat_parameters out: parameters [1, P] fp32 (tests compare data-parallel replicas)
 //   save_checkpoint / load_checkpoint  meta dir (+ tokenizer to save): value model as HF directory
+//   save_lora_adapter   meta dir, base: the LoRA adapters as a PEFT directory (the value head is in checkpoints)
 //                   <dir>/<role> (with score.weight) + optimizer and RNG state (workers/checkpoint_io.h)
 // The value model, its engine, offload, data parallelism and checkpoints are a TrainableModel
 // (workers/trainable_model.h); this file holds the value loss and the value read-out.
@@ -42,6 +43,7 @@ class CriticWorker : public Worker {
   DataProto flat_parameters(const DataProto& in);
   DataProto save_checkpoint(const DataProto& in);
   DataProto load_checkpoint(const DataProto& in);
+  DataProto save_lora_adapter(const DataProto& in);
   DataProto memory_stats(const DataProto& in);  // this process's memory (workers/role_memory.h)
 
  private:

@@ -21,7 +21,9 @@ namespace hybridflow {
 // With a tensor-parallel group the model holds this rank's shards of exactly the weights one process would
 // build: a directory is read slice by slice, a preset is made whole from init_seed and then split, and a
 // value head that the directory lacks starts from init_seed whatever the split. With a pipeline stage it
-// holds only that stage's part of those weights.
+// holds only that stage's part of those weights. With LoRA in the spec (lora, lora_adapter_path) the model
+// gets its adapters and only they (and a value head) train: the base weights are frozen (requires_grad
+// false), so a TrainEngine over the model keeps no gradient, optimizer state or master copy for them.
 CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelGroup& tp = {},
                      const PipelineStage& stage = {});
 

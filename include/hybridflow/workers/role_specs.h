@@ -18,6 +18,7 @@
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/engine/token_micro_batches.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/lora_config.h"
 
 namespace hybridflow {
 
@@ -37,6 +38,13 @@ struct ModelSpec {
   std::string device = "cpu";  // cpu | cuda (this process's device, runtime worker_device)
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
   bool enable_gradient_checkpointing = false;
+  // LoRA adapters (model/lora.h; verl's <role>.model.lora_* keys): lora.rank 0 trains every weight. With
+  // lora_adapter_path the adapters start from that PEFT directory (its adapter_config.json sets the rank and
+  // targets). lora_key names the configuration section in errors ("actor_rollout_ref.model").
+  LoraConfig lora;
+  std::string lora_adapter_path;
+  std::string lora_key = "model";
+  bool uses_lora() const { return lora.enabled() || !lora_adapter_path.empty(); }
 };
 void to_json(nlohmann::json& j, const ModelSpec& spec);
 void from_json(const nlohmann::json& j, ModelSpec& spec);
@@ -68,6 +76,9 @@ struct RolloutSpec {
   MicroBatching log_prob{16, 0, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
   // The controller's: the bucket size of weight updates sent to a standalone rollout pool.
   int64_t update_weights_bucket_megabytes = 512;
+  // With LoRA adapters: generate on weights with the adapters merged in (true), or with the adapters applied
+  // beside the base weights (false).
+  bool lora_merge = true;
 };
 void to_json(nlohmann::json& j, const RolloutSpec& spec);
 void from_json(const nlohmann::json& j, RolloutSpec& spec);

@@ -57,6 +57,8 @@ class TrainableModel {
   // meta dir; `refresh` runs after the restore while the weights are still on the device (the actor's rollout
   // copy follows the restored weights there without a second host <-> device move under param_offload).
   DataProto load_checkpoint(const DataProto& in, const std::function<void()>& refresh = {});
+  // meta dir, base (base_model_name_or_path): the LoRA adapters as a PEFT directory (workers/checkpoint_io.h).
+  DataProto save_lora_adapter(const DataProto& in);
 
  private:
   std::string role_;
