@@ -75,8 +75,11 @@ void check_lora_layout(const ModelConfig& config, int tp_size, const std::string
             << "logits differ by " << (got_logits - want_logits).abs().max().item<double>();
         weighted_logit_loss(want_logits).backward();
         weighted_logit_loss(got_logits).backward();
-        for (const auto& item : split->named_parameters())
-          if (!is_lora_parameter_name(item.key())) EXPECT_FALSE(item.value().grad().defined()) << item.key();
+        for (const auto& item : split->named_parameters()) {
+          if (!is_lora_parameter_name(item.key())) {
+            EXPECT_FALSE(item.value().grad().defined()) << item.key();
+          }
+        }
         const auto want_grads = lora_only(gather_full_grads(*whole));
         expect_same_tensors(lora_only(gather_full_grads(*split)), want_grads, 1e-5, "adapter gradients");
         for (const auto& [name, g] : want_grads) ASSERT_GT(g.abs().max().item<double>(), 0.0) << name;
