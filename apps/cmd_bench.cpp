@@ -1,5 +1,6 @@
 // `hybridflow bench machine | generate | train`: throughput of this build on this machine, each figure next to
-// the bound that limits it, measured in the same run (docs/performance.md). Random weights of any shape, so
+// the bound that limits it, measured in the same run (docs/performance.md); `bench lora`: the memory of LoRA
+// adapters against full fine-tuning (docs/lora.md). Random weights of any shape, so
 // nothing needs downloading: --preset NAME builds a published architecture's shape (model/model_presets.h);
 // --model DIR measures a real model directory instead.
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/roofline.h"
+#include "hybridflow/perf/lora_bench.h"
 #include "hybridflow/perf/speed_bench.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/model_presets.h"
@@ -48,6 +50,9 @@ struct BenchOptions {
   std::vector<int64_t> logits_vocab = {32768, 151936};
   int64_t logits_tokens = 1024;
   int64_t stream_mb = 64;
+  std::vector<int64_t> lora_ranks = {8, 32, 128};  // lora: against full fine-tuning
+  double lora_alpha = 16;
+  int64_t preset_layers = 0;  // lora: a preset with fewer decoder layers (0 = the preset's)
   bool json = false;
 };
 
@@ -83,7 +88,11 @@ struct Setup {
 };
 
 ModelConfig config_from(const BenchOptions& o) {
-  if (!o.preset.empty()) return preset_model_config(o.preset, o.vocab);
+  if (!o.preset.empty()) {
+    ModelConfig c = preset_model_config(o.preset, o.vocab);
+    if (o.preset_layers > 0) c.num_hidden_layers = o.preset_layers;
+    return c;
+  }
   ModelConfig c;
   c.vocab_size = o.vocab;
   c.hidden_size = o.hidden;
@@ -97,7 +106,8 @@ ModelConfig config_from(const BenchOptions& o) {
   return c;
 }
 
-Setup setup(const BenchOptions& o, bool with_model) {
+// roofline_table: the header of the Measurement lines (bench lora prints a table of its own).
+Setup setup(const BenchOptions& o, bool with_model, bool roofline_table = true) {
   HF_CHECK(o.prompt_length > 0, "bench: --prompt-length must be positive, got ", o.prompt_length);
   HF_CHECK(o.response_length >= 2, "bench: --response-length must be at least 2, got ", o.response_length);
   for (int64_t b : o.batches) HF_CHECK(b > 0, "bench: --batch must be positive, got ", b);
@@ -133,7 +143,7 @@ Setup setup(const BenchOptions& o, bool with_model) {
                 static_cast<long long>(c.vocab_size), o.dtype.c_str(), at::get_num_threads(), detect_blas().library.c_str(),
                 s.device.str().c_str());
   }
-  print_header(o.json);
+  if (roofline_table) print_header(o.json);
   return s;
 }
 
@@ -445,6 +455,49 @@ int run_train(const BenchOptions& o) {
   return 0;
 }
 
+// Per-rank memory of the actor's training state and the step time, LoRA adapters of each rank against full
+// fine-tuning of the same shape, batch and optimizer, measured in this run.
+int run_lora(const BenchOptions& o) {
+  const Setup s = setup(o, false, /*roofline_table=*/false);
+  for (int64_t r : o.lora_ranks) HF_CHECK(r > 0, "bench lora: --lora-ranks must be positive, got ", r);
+  const int64_t batch = batches_or(o, {2}).front(), seq = o.prompt_length + o.response_length;
+  HF_CHECK(s.dtype == torch::kFloat32 && s.device.is_cpu(), "bench lora: fp32 on the CPU only (--dtype fp32)");
+  if (!o.json)
+    std::printf("%lld x %lld tokens, AdamW over the trainable parameters, fp32, step time the best of %lld steps; "
+                "MB = 1e6 bytes\n%-10s %12s %10s %10s %10s %10s %8s %9s %8s %10s\n",
+                static_cast<long long>(batch), static_cast<long long>(seq), static_cast<long long>(o.steps),
+                "training", "trainable", "weights MB", "grads MB", "optim MB", "total MB", "x full", "step s",
+                "x full", "peak MB");
+  std::vector<int64_t> ranks{0};  // full fine-tuning first: the baseline of every ratio
+  ranks.insert(ranks.end(), o.lora_ranks.begin(), o.lora_ranks.end());
+  LoraStepMeasurement full;
+  for (int64_t rank : ranks) {
+    const LoraStepMeasurement m = measure_lora_step(s.config, rank, o.lora_alpha, batch, seq, o.steps);
+    if (rank == 0) full = m;
+    const auto total = [](const LoraStepMeasurement& x) {
+      return static_cast<double>(x.weight_bytes + x.grad_bytes + x.optimizer_bytes);
+    };
+    const double memory_ratio = total(m) / total(full), time_ratio = m.seconds / full.seconds;
+    const std::string what = rank == 0 ? "full" : "lora r=" + std::to_string(rank);
+    if (o.json) {
+      nlohmann::json line = {{"what", "lora memory"}, {"training", what},  {"lora_rank", rank},
+                             {"batch", batch},        {"seq", seq},        {"parameters", m.parameters},
+                             {"trainable", m.trainable}, {"weight_bytes", m.weight_bytes},
+                             {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
+                             {"step_peak_bytes", m.step_peak_bytes}, {"step_seconds", m.seconds},
+                             {"memory_ratio", memory_ratio}, {"time_ratio", time_ratio}};
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMB; };
+      std::printf("%-10s %12lld %10.1f %10.1f %10.1f %10.1f %8.3f %9.3f %8.2f %10.1f\n", what.c_str(),
+                  static_cast<long long>(m.trainable), mb(m.weight_bytes), mb(m.grad_bytes), mb(m.optimizer_bytes),
+                  total(m) / kMB, memory_ratio, m.seconds, time_ratio, mb(m.step_peak_bytes));
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, Action& action) {
@@ -455,7 +508,16 @@ void add_bench_command(CLI::App& app, Action& action) {
   CLI::App* machine = bench->add_subcommand("machine", "memory bandwidth (STREAM triad) and the model's matmul GFLOP/s");
   CLI::App* gen = bench->add_subcommand("generate", "decode, prefill and rollout tokens/s through generate()");
   CLI::App* train = bench->add_subcommand("train", "training tokens/s of forward + backward + AdamW");
-  for (CLI::App* cmd : {machine, gen, train}) add_common_options(cmd, *opts);
+  CLI::App* lora = bench->add_subcommand(
+      "lora", "per-rank weight, gradient and optimizer bytes and step time of LoRA adapters against full fine-tuning");
+  for (CLI::App* cmd : {machine, gen, train, lora}) add_common_options(cmd, *opts);
+  lora->add_option("--steps", opts->steps, "timed optimizer steps per configuration")->capture_default_str();
+  lora->add_option("--lora-ranks", opts->lora_ranks, "adapter ranks measured against full fine-tuning")
+      ->delimiter(',')
+      ->capture_default_str();
+  lora->add_option("--lora-alpha", opts->lora_alpha)->capture_default_str();
+  lora->add_option("--preset-layers", opts->preset_layers, "a --preset with this many decoder layers (0 = its own)")
+      ->capture_default_str();
   for (CLI::App* cmd : {gen, train})
     cmd->add_option("--device", opts->device, "cpu | cuda (a CUDA build; the bounds are then left to the caller, bound 0)")
         ->capture_default_str();
@@ -494,6 +556,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   machine->callback([opts, &action] { action = [opts] { return run_machine(*opts); }; });
   gen->callback([opts, &action] { action = [opts] { return run_generate(*opts); }; });
   train->callback([opts, &action] { action = [opts] { return run_train(*opts); }; });
+  lora->callback([opts, &action] { action = [opts] { return run_lora(*opts); }; });
 }
 
 }  // namespace hybridflow::cli

@@ -21,5 +21,6 @@ void add_report_command(CLI::App& app, Action& action);
 void add_data_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_plan_command(CLI::App& app, Action& action);
+void add_lora_command(CLI::App& app, Action& action);
 
 }  // namespace hybridflow::cli

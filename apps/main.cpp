@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   hybridflow::cli::add_data_command(app, action);
   hybridflow::cli::add_bench_command(app, action);
   hybridflow::cli::add_plan_command(app, action);
+  hybridflow::cli::add_lora_command(app, action);
   CLI11_PARSE(app, argc, argv);
   try {
     return action ? action() : 0;

@@ -10,6 +10,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow {
 namespace {
@@ -79,8 +80,14 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
     };
     if (!all_linear && !matches_any(config.target_modules)) continue;
     if (matches_any(config.exclude_modules)) continue;
-    const auto& weight = module->named_parameters(/*recurse=*/false)["weight"];
-    const int64_t width = std::min(weight.size(0), weight.size(1));
+    // A copy of the handle: named_parameters() returns a temporary dictionary.
+    const torch::Tensor weight = module->named_parameters(/*recurse=*/false)["weight"];
+    // The whole weight's dimensions: a tensor-parallel rank holds a slice of one of them.
+    const int tp_size = model.tensor_parallel().size();
+    const ShardDim split = shard_dim(path + ".weight", model.config(), tp_size);
+    const int64_t rows = weight.size(0) * (split == ShardDim::kRows ? tp_size : 1);
+    const int64_t columns = weight.size(1) * (split == ShardDim::kColumns ? tp_size : 1);
+    const int64_t width = std::min(rows, columns);
     HF_CHECK(config.rank <= width, key_prefix, "lora_rank ", config.rank, " is larger than ", path,
              "'s smaller dimension ", width);
     targets.push_back(path);
@@ -91,8 +98,20 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
 
 NamedTensors lora_adapter_tensors(const CausalLM& model) {
   NamedTensors tensors;
+  const auto& tp = model->tensor_parallel();
+  std::map<std::string, torch::Tensor> shards;
+  for (const auto& item : model->named_parameters()) {
+    if (!is_lora_parameter_name(item.key())) continue;
+    if (tp.enabled())
+      shards.emplace(item.key(), item.value());
+    else
+      tensors.emplace_back(kPeftPrefix + item.key(), item.value().detach());
+  }
+  if (!tp.enabled()) return tensors;
+  // Every rank passes the same names in the same (the map's) order; model order is restored after.
+  auto full = gather_full_tensors(shards, model->config(), tp);
   for (const auto& item : model->named_parameters())
-    if (is_lora_parameter_name(item.key())) tensors.emplace_back(kPeftPrefix + item.key(), item.value().detach());
+    if (is_lora_parameter_name(item.key())) tensors.emplace_back(kPeftPrefix + item.key(), full.at(item.key()));
   return tensors;
 }
 
@@ -101,6 +120,15 @@ void save_lora_adapter(const std::string& dir, const CausalLM& model, const std:
   HF_CHECK(!model->lora_merged(), "save_lora_adapter(", dir, "): the adapters are merged; unmerge first");
   std::map<std::string, torch::Tensor> parameters;
   for (const auto& item : model->named_parameters()) parameters.emplace(item.key(), item.value().detach());
+  const TensorParallelGroup& tp = model->tensor_parallel();
+  if (tp.enabled()) {
+    // The whole adapter tensors, gathered over the group (collective); rank 0 writes them.
+    std::map<std::string, torch::Tensor> shards;
+    for (const auto& [name, tensor] : parameters)
+      if (is_lora_parameter_name(name)) shards.emplace(name, tensor);
+    parameters = gather_full_tensors(shards, model->config(), tp);
+    if (tp.rank() != 0) return;
+  }
   save_lora_adapter(dir, parameters, model->lora_config(), model->head_kind(), base_model_name_or_path);
 }
 
@@ -218,9 +246,12 @@ void load_lora_adapter(const std::string& dir, CausalLM& model) {
     const std::string name = kPeftPrefix + item.key();
     auto found = by_name.find(name);
     HF_CHECK(found != by_name.end(), file, ": tensor ", name, " is missing (the adapter config targets it)");
-    HF_CHECK(found->second.sizes() == item.value().sizes(), file, ": tensor ", name, " has shape ",
-             found->second.sizes(), ", the model expects ", item.value().sizes());
-    item.value().copy_(found->second);
+    // A tensor-parallel rank copies its slice of the whole tensor.
+    const auto shard = checkpoint_shard(item.key(), found->second, model->config(), model->tensor_parallel());
+    HF_CHECK(shard.sizes() == item.value().sizes(), file, ": tensor ", name, " has shape ", found->second.sizes(),
+             ", which does not fit the model's ", item.value().sizes(),
+             model->tensor_parallel().enabled() ? " (this tensor-parallel rank's slice)" : "");
+    item.value().copy_(shard);
     by_name.erase(found);
   }
   HF_CHECK(by_name.empty(), file, ": tensor ", by_name.begin()->first,

@@ -29,8 +29,12 @@ bool kv_heads_replicated(const ModelConfig& c, int tp) { return tp > 1 && c.num_
 
 ShardDim shard_dim(const std::string& name, const ModelConfig& c, int tp) {
   if (tp == 1 || contains(name, "norm") || name.ends_with("score.weight")) return ShardDim::kReplicated;
+  // LoRA adapters split with their base weight: a row-parallel base's A by its input columns (B whole), a
+  // column-parallel base's B by its output rows (A whole).
+  const bool lora_a = contains(name, ".lora_A."), lora_b = contains(name, ".lora_B.");
   if (contains(name, "o_proj") || contains(name, "down_proj"))
-    return name.ends_with(".weight") ? ShardDim::kColumns : ShardDim::kReplicated;
+    return name.ends_with(".weight") && !lora_b ? ShardDim::kColumns : ShardDim::kReplicated;
+  if (lora_a) return ShardDim::kReplicated;
   if ((contains(name, "k_proj") || contains(name, "v_proj")) && kv_heads_replicated(c, tp)) return ShardDim::kReplicated;
   return ShardDim::kRows;  // embeddings, lm_head, q/k/v, gate/up
 }

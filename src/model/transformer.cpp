@@ -58,8 +58,14 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 // A row-parallel projection: this rank's slice of the input features times its columns of the weight,
 // summed over the group, then the (replicated) bias. A generation-layout weight may be [k, out, in / k]:
 // k training shards side by side, as the 3D-HybridEngine gathers them, used without a copy.
-torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj, const TensorParallelGroup& tp) {
+// A LoRA branch on the projection joins it: split with the weight, its partial product is summed by the same
+// all-reduce (model/lora_branch.h); in one process it is added after the bias, in PEFT's order.
+torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj, const TensorParallelGroup& tp,
+                           const std::shared_ptr<lora::Branch>& branch = nullptr) {
   const auto& w = proj->weight;
+  const bool branch_in_reduce = lora::joins_row_parallel_reduce(branch);
+  HF_CHECK(!branch_in_reduce || w.dim() == 2, "LoRA: unmerged adapters on a generation-layout weight of shape ",
+           w.sizes(), "; merge them into the weights first");
   torch::Tensor partial;
   if (w.dim() == 3) {
     auto chunks = x.reshape({-1, w.size(0), w.size(2)}).transpose(0, 1);  // [k, rows, in / k]
@@ -70,8 +76,10 @@ torch::Tensor row_parallel(const torch::Tensor& x, const torch::nn::Linear& proj
   } else {
     partial = torch::linear(x, w);
   }
+  if (branch_in_reduce) partial = partial + lora::row_parallel_partial(*branch, x);
   auto out = reduce_from_tensor_parallel(partial, tp);
-  return proj->bias.defined() ? out + proj->bias : out;
+  out = proj->bias.defined() ? out + proj->bias : out;
+  return branch_in_reduce ? out : lora::add_branch(out, branch, x);
 }
 
 // Continuous batching's cache access in one decode step (CausalLMImpl::decode_slots / decode_paged): row r
@@ -133,15 +141,20 @@ class AttentionImpl : public torch::nn::Module {
                         int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto q = lora::project(q_proj, q_lora, x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
     torch::Tensor k, v;
     if (replicated_kv_) {
       // The gradient of the shared heads is the sum of every rank's part: copy_to after the projection.
-      k = copy_to_tensor_parallel(k_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
-      v = copy_to_tensor_parallel(v_proj(x), tp_).view({b, t, all_kv_heads_, head_dim_}).narrow(2, kv_index_, 1);
+      // Their adapters are whole too, computed as in one process.
+      k = copy_to_tensor_parallel(lora::project(k_proj, k_lora, x, x), tp_)
+              .view({b, t, all_kv_heads_, head_dim_})
+              .narrow(2, kv_index_, 1);
+      v = copy_to_tensor_parallel(lora::project(v_proj, v_lora, x, x), tp_)
+              .view({b, t, all_kv_heads_, head_dim_})
+              .narrow(2, kv_index_, 1);
     } else {
-      k = lora::project(k_proj, k_lora, x_tp).view({b, t, kv_heads_, head_dim_});
-      v = lora::project(v_proj, v_lora, x_tp).view({b, t, kv_heads_, head_dim_});
+      k = lora::project(k_proj, k_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
+      v = lora::project(v_proj, v_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
     }
     if (q_norm) {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
@@ -161,7 +174,7 @@ class AttentionImpl : public torch::nn::Module {
       v = append_to_slab(*cached_v, v, past, capacity);
     }
     auto heads = attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_});
-    return lora::add_branch(row_parallel(heads, o_proj, tp_), o_lora, heads);
+    return row_parallel(heads, o_proj, tp_, o_lora);
   }
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -216,8 +229,8 @@ class MLPImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto features = torch::silu(lora::project(gate_proj, gate_lora, x_tp)) * lora::project(up_proj, up_lora, x_tp);
-    return lora::add_branch(row_parallel(features, down_proj, tp_), down_lora, features);
+    auto features = torch::silu(lora::project(gate_proj, gate_lora, x, x_tp)) * lora::project(up_proj, up_lora, x, x_tp);
+    return row_parallel(features, down_proj, tp_, down_lora);
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   std::shared_ptr<lora::Branch> gate_lora, up_lora, down_lora;  // LoRA adapters, when added
@@ -695,8 +708,6 @@ torch::Tensor CausalLMImpl::full_vocab_logits(const torch::Tensor& hidden) {
 void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
   HF_CHECK(lora.enabled(), "lora_rank must be positive to add LoRA adapters, got ", lora.rank);
   HF_CHECK(!lora_added_, "CausalLM::add_lora: the model already has LoRA adapters");
-  HF_CHECK(!tp_.enabled(), "lora_rank: LoRA adapters under tensor parallelism are not supported yet (tensor "
-           "parallel size ", tp_.size(), ")");
   HF_CHECK(config_.num_moe_layers() == 0, "lora_rank: LoRA adapters on mixture-of-experts models (", config_.model_type,
            ") are not supported yet");
   const auto targets = lora_target_paths(*this, lora);
@@ -709,7 +720,8 @@ void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
         // other projections are targeted or which pipeline stage holds it.
         auto generator = at::make_generator<at::CPUGeneratorImpl>(
             seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(ordinal + 1)));
-        slot = lora::attach_branch(base, lora.rank, lora.alpha, generator);
+        slot = lora::attach_branch(base, lora.rank, lora.alpha, generator,
+                                   shard_dim(path + ".weight", config_, tp_.size()), tp_);
         ++next;
       });
   HF_CHECK(next == targets.size(), "CausalLM::add_lora: target ", targets[next], " is not a projection of this model");

@@ -10,6 +10,10 @@ project venv's python; scripts/requirements.txt lists peft). Two commands:
   score BASE ADAPTER OUT
                   loads BASE with transformers and ADAPTER (written by hybridflow) with peft, and writes the same
                   inputs and the logits to OUT.
+  merge BASE ADAPTER MERGED OUT
+                  loads MERGED (written by `hybridflow lora merge`) with transformers alone, and BASE + ADAPTER
+                  with peft merged by merge_and_unload(); writes the inputs, MERGED's logits (logits) and
+                  peft's merged model's (peft_merged_logits) to OUT.
 
 The models, inputs and base-weight scales are tests/engine/hf_oracle.py's, imported from there.
 """
@@ -84,6 +88,18 @@ def score(base_dir, adapter_dir, out):
     logits_of(model, out)
 
 
+def merge(base_dir, adapter_dir, merged_dir, out):
+    merged = hf_oracle.load_eager(merged_dir)
+    ids, mask = inputs_for(merged)
+    pos = hf_oracle.position_ids(mask)
+    peft_merged = peft.PeftModel.from_pretrained(hf_oracle.load_eager(base_dir), adapter_dir).merge_and_unload().eval()
+    with torch.no_grad():
+        logits = merged(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        peft_logits = peft_merged(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    save_file({"input_ids": ids, "attention_mask": mask, "logits": logits.float().contiguous(),
+               "peft_merged_logits": peft_logits.float().contiguous()}, out)
+
+
 def main():
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -92,8 +108,10 @@ def main():
         write(sys.argv[2])
     elif len(sys.argv) == 5 and sys.argv[1] == "score":
         score(*sys.argv[2:])
+    elif len(sys.argv) == 6 and sys.argv[1] == "merge":
+        merge(*sys.argv[2:])
     else:
-        sys.exit("usage: peft_oracle.py write ROOT | score BASE ADAPTER OUT")
+        sys.exit("usage: peft_oracle.py write ROOT | score BASE ADAPTER OUT | merge BASE ADAPTER MERGED OUT")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
 #include "support/python.h"
@@ -226,6 +227,10 @@ TEST_F(LoraTest, PipelineStagesDrawTheWholeModelsAdapters) {
     for (const auto& item : stage->named_parameters()) {
       if (!is_lora_parameter_name(item.key())) continue;
       EXPECT_TRUE(torch::equal(item.value(), whole_params[item.key()])) << item.key() << " on stage " << s;
+      // The pipeline layout places an adapter with its projection's layer (checkpoints and weight sync go by it).
+      EXPECT_EQ(owning_stage(item.key(), config, 2), s) << item.key();
+      EXPECT_TRUE(stage_holds(item.key(), config, HeadKind::kLanguageModel, PipelineStage{s, 2})) << item.key();
+      EXPECT_FALSE(stage_holds(item.key(), config, HeadKind::kLanguageModel, PipelineStage{1 - s, 2})) << item.key();
       ++covered;
     }
   }
@@ -447,6 +452,53 @@ TEST_P(PeftOracleTest, HybridflowAdapterLoadsInPeftWithTheSameLogits) {
               ref["logits"].abs().max().item<double>());
   EXPECT_LT(diff, peft_tolerance(ref["logits"]));
   EXPECT_GT(diff_on_real_tokens(base_logits, ref["logits"], ref["attention_mask"]), 1e-2)
+      << "the adapter must matter for this comparison to mean anything";
+}
+
+TEST_P(PeftOracleTest, MergedDirectoryIsPeftsMergeAndUnload) {
+  // `hybridflow lora merge` on PEFT's adapter: a plain model directory computing base + adapter, which
+  // transformers loads alone and which gives the logits of PEFT's own merge_and_unload().
+  const std::string merged_dir = model_dir("merged");
+  write_merged_lora_model(model_dir("base"), model_dir("peft_adapter"), merged_dir);
+  EXPECT_EQ(read_file(merged_dir + "/config.json"), read_file(model_dir("base/config.json")));
+  EXPECT_EQ(read_file(merged_dir + "/tokenizer.json"), read_file(model_dir("base/tokenizer.json")));
+  const auto merged_weights = tensors(merged_dir + "/model.safetensors");
+  const auto base_weights = tensors(model_dir("base/model.safetensors"));
+  std::set<std::string> merged_names, base_names;
+  for (const auto& [name, t] : merged_weights) merged_names.insert(name);
+  for (const auto& [name, t] : base_weights) base_names.insert(name);
+  EXPECT_EQ(merged_names, base_names) << "Hugging Face's names, no adapter tensors";
+
+  const std::string out = model_dir("merged_logits.safetensors");
+  auto run = testing::run_shell("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + testing::shell_quote(python_) + " " +
+                                testing::shell_quote(HF_SOURCE_DIR "/tests/model/peft_oracle.py") + " merge " +
+                                testing::shell_quote(model_dir("base")) + " " +
+                                testing::shell_quote(model_dir("peft_adapter")) + " " +
+                                testing::shell_quote(merged_dir) + " " + testing::shell_quote(out));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto ref = tensors(out);
+  const auto& mask = ref["attention_mask"];
+  const double transformers_vs_peft = diff_on_real_tokens(ref["logits"], ref["peft_merged_logits"], mask);
+  EXPECT_LT(transformers_vs_peft, peft_tolerance(ref["peft_merged_logits"]));
+
+  torch::NoGradGuard no_grad;
+  Pretrained merged = load_pretrained(merged_dir);
+  EXPECT_FALSE(merged.model->has_lora());
+  merged.model->eval();
+  auto merged_logits = merged.model->forward(ref["input_ids"], mask).logits;
+  Pretrained adapted = load_pretrained(model_dir("base"));
+  load_lora_adapter(model_dir("peft_adapter"), adapted.model);
+  adapted.model->eval();
+  auto adapted_logits = adapted.model->forward(ref["input_ids"], mask).logits;
+  const double merged_vs_branches = diff_on_real_tokens(merged_logits, adapted_logits, mask);
+  const double merged_vs_transformers = diff_on_real_tokens(merged_logits, ref["logits"], mask);
+  std::printf("%s merged by hybridflow: max |merged - base + adapter| = %.3g in hybridflow, max |hybridflow - "
+              "transformers| on the merged directory = %.3g, max |transformers on it - peft merge_and_unload| = %.3g\n",
+              GetParam().c_str(), merged_vs_branches, merged_vs_transformers, transformers_vs_peft);
+  EXPECT_LT(merged_vs_branches, peft_tolerance(adapted_logits));
+  EXPECT_LT(merged_vs_transformers, peft_tolerance(ref["logits"]));
+  adapted.model->set_lora_enabled(false);
+  EXPECT_GT(diff_on_real_tokens(merged_logits, adapted.model->forward(ref["input_ids"], mask).logits, mask), 1e-2)
       << "the adapter must matter for this comparison to mean anything";
 }
 

@@ -8,7 +8,8 @@
 // "base_model.model.<module>.lora_A.weight" / ".lora_B.weight", e.g.
 // base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight.
 //
-// This first step holds the whole model in one process: adapters on a tensor-parallel shard are an error.
+// Under tensor parallelism each rank holds its slices of the adapters (model/lora_branch.h); the files always
+// hold the whole tensors.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +35,11 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
 bool is_lora_parameter_name(const std::string& name);
 
 // The adapter tensors under PEFT's names (with the "base_model.model." prefix), in model order, as views of
-// the live parameters.
+// the live parameters; under tensor parallelism the whole tensors gathered over the group (collective).
 NamedTensors lora_adapter_tensors(const CausalLM& model);
 
-// Writes adapter_config.json and adapter_model.safetensors (atomically) into `dir`.
+// Writes adapter_config.json and adapter_model.safetensors (atomically) into `dir`. Under tensor parallelism
+// every rank of the group calls it and rank 0 writes the whole adapter.
 // `base_model_name_or_path` goes into the config as PEFT records it.
 void save_lora_adapter(const std::string& dir, const CausalLM& model, const std::string& base_model_name_or_path);
 // The same from a model's parameters by name (whole tensors, e.g. gathered from pipeline stages): the adapter
@@ -56,7 +58,15 @@ LoraConfig read_lora_adapter_config(const std::string& dir);
 
 // Adds the adapter in `dir` to `model` (which must have none yet) with its tensors: every tensor of the file
 // must name a targeted projection with the projection's shapes, and every targeted projection must have
-// both tensors, else an error naming the file and tensor.
+// both tensors, else an error naming the file and tensor. A tensor-parallel rank loads its slices.
 void load_lora_adapter(const std::string& dir, CausalLM& model);
+
+// `hybridflow lora merge`: loads the model in `base_dir` (config.json, weights, tokenizer.json) in fp32, adds
+// the adapter in `adapter_dir`, merges W + (lora_alpha / r) B A into each adapted weight and writes `out_dir`
+// as a plain Hugging Face model directory: model.safetensors under Hugging Face's names in the base's
+// torch_dtype, and the base's config.json, generation config and tokenizer files copied byte for byte. Every
+// error of load_pretrained and load_lora_adapter (an adapter for another base, an unsupported PEFT option)
+// names its file.
+void write_merged_lora_model(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir);
 
 }  // namespace hybridflow

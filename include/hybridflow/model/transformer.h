@@ -126,9 +126,10 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor stage_activation_like(int64_t batch, int64_t seq) const;
 
   // LoRA (model/lora.h): adds adapters to the projections `lora` targets, each A drawn from a generator
-  // seeded by `seed` and the projection's place in the whole model (so every pipeline layout draws the same
-  // adapters), B zeros, and freezes every other parameter. Once per model; errors name
-  // lora_rank / target_modules. Not under tensor parallelism yet.
+  // seeded by `seed` and the projection's place in the whole model (so every pipeline and tensor-parallel
+  // layout holds the adapters one process draws; under tensor parallelism A and B split with the base weight,
+  // model/lora_branch.h), B zeros, and freezes every other parameter. Once per model; errors name
+  // lora_rank / target_modules.
   void add_lora(const LoraConfig& lora, uint64_t seed = 0);
   bool has_lora() const { return lora_added_; }
   const LoraConfig& lora_config() const { return lora_; }
