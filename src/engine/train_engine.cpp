@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/fused_adamw.h"
 #include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/zero_optimizer.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
@@ -268,7 +269,7 @@ void TrainEngine::apply_step() {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  optimizer_->step();
+  fused_adamw_step(*optimizer_);
   if (!masters_.empty()) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
