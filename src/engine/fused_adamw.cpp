@@ -4,6 +4,10 @@
 
 #include <cmath>
 
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
+
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
@@ -34,19 +38,43 @@ AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step
   return c;
 }
 
-// Elements [begin, end): each read and written once.
+// Element i of the step; every operation rounds to float32 on its own (no fused multiply-add), so the
+// vector lanes below compute exactly this.
+inline void adamw_element(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t i) {
+  const float grad = g[i];
+  const float param = c.decay ? p[i] * c.keep : p[i];
+  const float avg = m[i] * c.beta1 + c.one_minus_beta1 * grad;
+  const float avg_sq = v[i] * c.beta2 + c.one_minus_beta2 * grad * grad;
+  const float denom = std::sqrt(avg_sq) / c.sqrt_correction2 + c.eps;
+  m[i] = avg;
+  v[i] = avg_sq;
+  p[i] = param + c.neg_step_size * avg / denom;
+}
+
+// Elements [begin, end): each read and written once. SSE's square root and division are IEEE-rounded like
+// the scalar ones, so a lane's result does not depend on where the element sits.
 void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
                     int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const float grad = g[i];
-    const float param = c.decay ? p[i] * c.keep : p[i];
-    const float avg = m[i] * c.beta1 + c.one_minus_beta1 * grad;
-    const float avg_sq = v[i] * c.beta2 + c.one_minus_beta2 * grad * grad;
-    const float denom = std::sqrt(avg_sq) / c.sqrt_correction2 + c.eps;
-    m[i] = avg;
-    v[i] = avg_sq;
-    p[i] = param + c.neg_step_size * avg / denom;
+  int64_t i = begin;
+#ifdef __SSE2__
+  const __m128 keep = _mm_set1_ps(c.decay ? c.keep : 1.0f), beta1 = _mm_set1_ps(c.beta1),
+               one_minus_beta1 = _mm_set1_ps(c.one_minus_beta1), beta2 = _mm_set1_ps(c.beta2),
+               one_minus_beta2 = _mm_set1_ps(c.one_minus_beta2), correction2 = _mm_set1_ps(c.sqrt_correction2),
+               eps = _mm_set1_ps(c.eps), neg_step = _mm_set1_ps(c.neg_step_size);
+  for (; i + 4 <= end; i += 4) {
+    const __m128 grad = _mm_loadu_ps(g + i);
+    __m128 param = _mm_loadu_ps(p + i);
+    if (c.decay) param = _mm_mul_ps(param, keep);
+    const __m128 avg = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), beta1), _mm_mul_ps(one_minus_beta1, grad));
+    const __m128 avg_sq =
+        _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), beta2), _mm_mul_ps(_mm_mul_ps(one_minus_beta2, grad), grad));
+    const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(avg_sq), correction2), eps);
+    _mm_storeu_ps(m + i, avg);
+    _mm_storeu_ps(v + i, avg_sq);
+    _mm_storeu_ps(p + i, _mm_add_ps(param, _mm_div_ps(_mm_mul_ps(neg_step, avg), denom)));
   }
+#endif
+  for (; i < end; ++i) adamw_element(c, p, g, m, v, i);
 }
 
 bool fused_loop_applies(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
