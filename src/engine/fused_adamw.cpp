@@ -1,11 +1,15 @@
 #include "hybridflow/engine/fused_adamw.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
-#ifdef __SSE2__
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define HF_ADAMW_X86 1
 #endif
 
 #include "hybridflow/core/error.h"
@@ -13,15 +17,29 @@
 namespace hybridflow {
 namespace {
 
-// The step's constants, rounded to float32 once (as libtorch's kernels round a double scalar).
+// The step's constants, rounded to float32 once, as libtorch's kernels round a double scalar for a float
+// tensor.
 struct AdamWConstants {
   bool decay = false;
-  float keep = 1;            // 1 - lr * weight_decay
+  float keep = 1;  // 1 - lr * weight_decay
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
   float sqrt_correction2 = 1;  // sqrt(1 - beta2^t)
   float eps = 0;
-  float neg_step_size = 0;   // -lr / (1 - beta1^t)
+  float neg_step_size = 0;  // -lr / (1 - beta1^t)
+  // libtorch's AVX2 / AVX-512 kernels compute add(x, alpha) and addcmul as one fused multiply-add; its
+  // portable kernels round the product first. The loop follows whichever libtorch dispatches to.
+  bool fused_multiply_add = false;
 };
+
+bool libtorch_kernels_use_fma() {
+#ifdef HF_ADAMW_X86
+  // "DEFAULT", "AVX2" or "AVX512" (ATEN_CPU_CAPABILITY may lower it).
+  static const bool vector_kernels = at::get_cpu_capability() != "DEFAULT";
+  return vector_kernels && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
 
 AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step) {
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
@@ -35,46 +53,86 @@ AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step
   c.sqrt_correction2 = static_cast<float>(std::sqrt(1 - std::pow(beta2, static_cast<double>(step))));
   c.eps = static_cast<float>(o.eps());
   c.neg_step_size = static_cast<float>(-o.lr() / (1 - std::pow(beta1, static_cast<double>(step))));
+  c.fused_multiply_add = libtorch_kernels_use_fma();
   return c;
 }
 
-// Element i of the step; every operation rounds to float32 on its own (no fused multiply-add), so the
-// vector lanes below compute exactly this.
-inline void adamw_element(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t i) {
-  const float grad = g[i];
-  const float param = c.decay ? p[i] * c.keep : p[i];
-  const float avg = m[i] * c.beta1 + c.one_minus_beta1 * grad;
-  const float avg_sq = v[i] * c.beta2 + c.one_minus_beta2 * grad * grad;
-  const float denom = std::sqrt(avg_sq) / c.sqrt_correction2 + c.eps;
-  m[i] = avg;
-  v[i] = avg_sq;
-  p[i] = param + c.neg_step_size * avg / denom;
+// The first half of libtorch's step, element by element, in its rounding:
+//   p *= keep;  m = m * beta1 + (1 - beta1) * g;  v = v * beta2 + ((1 - beta2) * g) * g
+// Products before a fused multiply-add are rounded on their own (libtorch stores m * beta1 before add_).
+void decay_and_moments_rounded(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (c.decay) p[i] = p[i] * c.keep;
+    const float m_scaled = m[i] * c.beta1, v_scaled = v[i] * c.beta2, g_scaled = c.one_minus_beta2 * g[i];
+    const float m_term = c.one_minus_beta1 * g[i], v_term = g_scaled * g[i];
+    m[i] = m_scaled + m_term;
+    v[i] = v_scaled + v_term;
+  }
 }
 
-// Elements [begin, end): each read and written once. SSE's square root and division are IEEE-rounded like
-// the scalar ones, so a lane's result does not depend on where the element sits.
-void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
-                    int64_t end) {
-  int64_t i = begin;
-#ifdef __SSE2__
-  const __m128 keep = _mm_set1_ps(c.decay ? c.keep : 1.0f), beta1 = _mm_set1_ps(c.beta1),
-               one_minus_beta1 = _mm_set1_ps(c.one_minus_beta1), beta2 = _mm_set1_ps(c.beta2),
-               one_minus_beta2 = _mm_set1_ps(c.one_minus_beta2), correction2 = _mm_set1_ps(c.sqrt_correction2),
-               eps = _mm_set1_ps(c.eps), neg_step = _mm_set1_ps(c.neg_step_size);
-  for (; i + 4 <= end; i += 4) {
-    const __m128 grad = _mm_loadu_ps(g + i);
-    __m128 param = _mm_loadu_ps(p + i);
-    if (c.decay) param = _mm_mul_ps(param, keep);
-    const __m128 avg = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), beta1), _mm_mul_ps(one_minus_beta1, grad));
-    const __m128 avg_sq =
-        _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), beta2), _mm_mul_ps(_mm_mul_ps(one_minus_beta2, grad), grad));
-    const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(avg_sq), correction2), eps);
-    _mm_storeu_ps(m + i, avg);
-    _mm_storeu_ps(v + i, avg_sq);
-    _mm_storeu_ps(p + i, _mm_add_ps(param, _mm_div_ps(_mm_mul_ps(neg_step, avg), denom)));
+#ifdef HF_ADAMW_X86
+__attribute__((target("avx2,fma"))) void decay_and_moments_fma(const AdamWConstants& c, float* p, const float* g,
+                                                               float* m, float* v, int64_t n) {
+  const __m256 keep = _mm256_set1_ps(c.keep), beta1 = _mm256_set1_ps(c.beta1),
+               one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1), beta2 = _mm256_set1_ps(c.beta2),
+               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 grad = _mm256_loadu_ps(g + i);
+    if (c.decay) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), keep));
+    _mm256_storeu_ps(m + i, _mm256_fmadd_ps(grad, one_minus_beta1, _mm256_mul_ps(_mm256_loadu_ps(m + i), beta1)));
+    _mm256_storeu_ps(v + i, _mm256_fmadd_ps(_mm256_mul_ps(one_minus_beta2, grad), grad,
+                                            _mm256_mul_ps(_mm256_loadu_ps(v + i), beta2)));
+  }
+  for (; i < n; ++i) {
+    if (c.decay) p[i] = p[i] * c.keep;
+    const float m_scaled = m[i] * c.beta1, v_scaled = v[i] * c.beta2, g_scaled = c.one_minus_beta2 * g[i];
+    m[i] = std::fma(g[i], c.one_minus_beta1, m_scaled);
+    v[i] = std::fma(g_scaled, g[i], v_scaled);
+  }
+}
+#endif
+
+// The second half: denom = sqrt(v) / sqrt(1 - beta2^t) + eps;  p = p + (-step_size * m) / denom, with
+// `root` holding sqrt(v). Division, addition and multiplication are IEEE-rounded in SSE lanes as in scalars.
+void apply_update(const AdamWConstants& c, float* p, const float* m, const float* root, int64_t n) {
+  int64_t i = 0;
+#ifdef HF_ADAMW_X86
+  const __m128 correction2 = _mm_set1_ps(c.sqrt_correction2), eps = _mm_set1_ps(c.eps),
+               neg_step = _mm_set1_ps(c.neg_step_size);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 denom = _mm_add_ps(_mm_div_ps(_mm_loadu_ps(root + i), correction2), eps);
+    const __m128 update = _mm_div_ps(_mm_mul_ps(neg_step, _mm_loadu_ps(m + i)), denom);
+    _mm_storeu_ps(p + i, _mm_add_ps(_mm_loadu_ps(p + i), update));
   }
 #endif
-  for (; i < end; ++i) adamw_element(c, p, g, m, v, i);
+  for (; i < n; ++i) {
+    const float denom = root[i] / c.sqrt_correction2 + c.eps;
+    const float update = (c.neg_step_size * m[i]) / denom;
+    p[i] = p[i] + update;
+  }
+}
+
+// Elements [begin, end) in blocks that stay in cache between the two halves. The square root is
+// libtorch's own (at::sqrt_out, MKL's vector square root in the x86 wheels, which is not always the
+// correctly rounded one), so the result is libtorch's to the bit.
+constexpr int64_t kAdamWBlock = 16384;
+
+void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
+                    int64_t end) {
+  std::vector<float> root_buffer(static_cast<size_t>(std::min(kAdamWBlock, end - begin)));
+  for (int64_t b = begin; b < end; b += kAdamWBlock) {
+    const int64_t n = std::min(kAdamWBlock, end - b);
+#ifdef HF_ADAMW_X86
+    if (c.fused_multiply_add)
+      decay_and_moments_fma(c, p + b, g + b, m + b, v + b, n);
+    else
+#endif
+      decay_and_moments_rounded(c, p + b, g + b, m + b, v + b, n);
+    auto root = torch::from_blob(root_buffer.data(), {n}, torch::kFloat);
+    at::sqrt_out(root, torch::from_blob(v + b, {n}, torch::kFloat));
+    apply_update(c, p + b, m + b, root_buffer.data(), n);
+  }
 }
 
 bool fused_loop_applies(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
@@ -84,13 +142,17 @@ bool fused_loop_applies(const torch::Tensor& p, const torch::Tensor& g, const to
   return true;
 }
 
-// The same arithmetic as tensor operations, for tensors the loop cannot touch (a GPU's).
-void adamw_tensor_ops(const AdamWConstants& c, torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m,
-                      torch::Tensor& v) {
-  if (c.decay) p.mul_(c.keep);
-  m.mul_(c.beta1).add_(g * c.one_minus_beta1);
-  v.mul_(c.beta2).add_(g * c.one_minus_beta2 * g);
-  p.add_(m * c.neg_step_size / (v.sqrt() / c.sqrt_correction2 + c.eps));
+// libtorch's own tensor operations, for tensors the loop cannot touch (a GPU's, a strided one).
+void adamw_tensor_ops(const torch::optim::AdamWOptions& o, int64_t step, torch::Tensor& p, const torch::Tensor& g,
+                      torch::Tensor& m, torch::Tensor& v) {
+  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  if (o.weight_decay() != 0) p.mul_(1 - o.lr() * o.weight_decay());
+  m.mul_(beta1).add_(g, 1 - beta1);
+  v.mul_(beta2).addcmul_(g, g, 1 - beta2);
+  const double correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  const torch::Tensor denom = (v.sqrt() / std::sqrt(correction2)).add_(o.eps());
+  p.addcdiv_(m, denom, -o.lr() / correction1);
 }
 
 }  // namespace
@@ -114,18 +176,18 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
       state.step(state.step() + 1);
-      const AdamWConstants c = adamw_constants(options, state.step());
       torch::Tensor m = state.exp_avg(), v = state.exp_avg_sq();
       torch::Tensor param = p.detach();
       if (!fused_loop_applies(param, g, m, v)) {
-        adamw_tensor_ops(c, param, g, m, v);
+        adamw_tensor_ops(options, state.step(), param, g, m, v);
         continue;
       }
+      const AdamWConstants c = adamw_constants(options, state.step());
       float* pp = param.data_ptr<float>();
       const float* gp = g.data_ptr<float>();
       float* mp = m.data_ptr<float>();
       float* vp = v.data_ptr<float>();
-      at::parallel_for(0, param.numel(), 1 << 15,
+      at::parallel_for(0, param.numel(), kAdamWBlock,
                        [&](int64_t begin, int64_t end) { adamw_elements(c, pp, gp, mp, vp, begin, end); });
     }
   }
