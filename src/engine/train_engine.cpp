@@ -147,6 +147,22 @@ void TrainEngine::zero_grad() {
   }
 }
 
+void TrainEngine::release_grads() {
+  for (auto* group : {&params_, &masters_})
+    for (auto& p : *group) p.mutable_grad() = torch::Tensor();
+}
+
+void TrainEngine::give_back_zero_grads() {
+  std::vector<torch::Tensor>& tensors = optimized();
+  had_grad_.resize(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].grad().defined())
+      had_grad_[i] = true;
+    else if (had_grad_[i])
+      tensors[i].mutable_grad() = torch::zeros_like(tensors[i]);
+  }
+}
+
 void TrainEngine::accumulate_into_masters() {
   if (masters_.empty()) return;
   torch::NoGradGuard no_grad;
@@ -322,7 +338,7 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
   stats.lr = lr_for_next_step();
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
-  zero_grad();
+  release_grads();
   std::vector<DataProto> with_tokens;
   std::vector<double> weights;  // of each micro-batch's loss in the mini-batch's
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -341,6 +357,7 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
       stats.loss += loss.item<double>() * weights[i];
     }
   }
+  give_back_zero_grads();
   if (zero_) {
     sharded_step(local_norm, mean, stats);
     return stats;
