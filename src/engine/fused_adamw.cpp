@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -113,25 +112,35 @@ void apply_update(const AdamWConstants& c, float* p, const float* m, const float
   }
 }
 
-// Elements [begin, end) in blocks that stay in cache between the two halves. The square root is
-// libtorch's own (at::sqrt_out, MKL's vector square root in the x86 wheels, which is not always the
-// correctly rounded one), so the result is libtorch's to the bit.
-constexpr int64_t kAdamWBlock = 16384;
+// The square root is libtorch's own (at::sqrt_out, MKL's vector square root in the x86 wheels, which is not
+// always the correctly rounded one), so the result is libtorch's to the bit. It runs between the two halves
+// on blocks small enough to stay in cache, called from this thread: called from inside an OpenMP worker,
+// libtorch's op opened nested parallel regions that waited for a scheduler tick each (47x slower at two
+// threads on one large tensor).
+constexpr int64_t kAdamWBlock = int64_t{1} << 20;
+constexpr int64_t kAdamWGrain = int64_t{1} << 15;
 
-void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
-                    int64_t end) {
-  std::vector<float> root_buffer(static_cast<size_t>(std::min(kAdamWBlock, end - begin)));
-  for (int64_t b = begin; b < end; b += kAdamWBlock) {
-    const int64_t n = std::min(kAdamWBlock, end - b);
+void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, const torch::Tensor& v_flat,
+                    torch::Tensor& root_buffer) {
+  float* v = v_flat.data_ptr<float>();
+  float* root = root_buffer.data_ptr<float>();
+  const int64_t numel = v_flat.numel();
+  for (int64_t b = 0; b < numel; b += kAdamWBlock) {
+    const int64_t n = std::min(kAdamWBlock, numel - b);
+    at::parallel_for(b, b + n, kAdamWGrain, [&](int64_t begin, int64_t end) {
 #ifdef HF_ADAMW_X86
-    if (c.fused_multiply_add)
-      decay_and_moments_fma(c, p + b, g + b, m + b, v + b, n);
-    else
+      if (c.fused_multiply_add) {
+        decay_and_moments_fma(c, p + begin, g + begin, m + begin, v + begin, end - begin);
+        return;
+      }
 #endif
-      decay_and_moments_rounded(c, p + b, g + b, m + b, v + b, n);
-    auto root = torch::from_blob(root_buffer.data(), {n}, torch::kFloat);
-    at::sqrt_out(root, torch::from_blob(v + b, {n}, torch::kFloat));
-    apply_update(c, p + b, m + b, root_buffer.data(), n);
+      decay_and_moments_rounded(c, p + begin, g + begin, m + begin, v + begin, end - begin);
+    });
+    torch::Tensor block_root = root_buffer.narrow(0, 0, n);
+    at::sqrt_out(block_root, v_flat.narrow(0, b, n));
+    at::parallel_for(b, b + n, kAdamWGrain, [&](int64_t begin, int64_t end) {
+      apply_update(c, p + begin, m + begin, root + (begin - b), end - begin);
+    });
   }
 }
 
@@ -159,6 +168,7 @@ void adamw_tensor_ops(const torch::optim::AdamWOptions& o, int64_t step, torch::
 
 void fused_adamw_step(torch::optim::AdamW& optimizer) {
   torch::NoGradGuard no_grad;
+  torch::Tensor root_buffer;  // sqrt(v) of one block
   for (auto& group : optimizer.param_groups()) {
     const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
     HF_CHECK(!options.amsgrad(), "fused_adamw_step: amsgrad is not supported");
@@ -183,12 +193,10 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
         continue;
       }
       const AdamWConstants c = adamw_constants(options, state.step());
-      float* pp = param.data_ptr<float>();
-      const float* gp = g.data_ptr<float>();
-      float* mp = m.data_ptr<float>();
-      float* vp = v.data_ptr<float>();
-      at::parallel_for(0, param.numel(), kAdamWBlock,
-                       [&](int64_t begin, int64_t end) { adamw_elements(c, pp, gp, mp, vp, begin, end); });
+      if (!root_buffer.defined() || root_buffer.numel() < std::min(kAdamWBlock, param.numel()))
+        root_buffer = torch::empty({std::min(kAdamWBlock, std::max<int64_t>(param.numel(), 1))}, torch::kFloat);
+      adamw_elements(c, param.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.view({-1}),
+                     root_buffer);
     }
   }
 }
