@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/fused_adamw.h"
 #include "hybridflow/engine/pipeline.h"
 #include "hybridflow/engine/zero_optimizer.h"
 #include "hybridflow/model/transformer.h"
@@ -177,6 +178,22 @@ void TrainEngine::zero_grad() {
   }
 }
 
+void TrainEngine::release_grads() {
+  for (auto* group : {&params_, &masters_})
+    for (auto& p : *group) p.mutable_grad() = torch::Tensor();
+}
+
+void TrainEngine::give_back_zero_grads() {
+  std::vector<torch::Tensor>& tensors = optimized();
+  had_grad_.resize(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].grad().defined())
+      had_grad_[i] = true;
+    else if (had_grad_[i])
+      tensors[i].mutable_grad() = torch::zeros_like(tensors[i]);
+  }
+}
+
 void TrainEngine::accumulate_into_masters() {
   if (masters_.empty()) return;
   torch::NoGradGuard no_grad;
@@ -299,7 +316,7 @@ void TrainEngine::apply_step() {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  optimizer_->step();
+  fused_adamw_step(*optimizer_);
   if (!masters_.empty()) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
@@ -359,7 +376,7 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
            "' selects no tokens");
   const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
 
-  zero_grad();
+  release_grads();
   std::vector<DataProto> with_tokens;
   std::vector<double> weights;  // of each micro-batch's loss in the mini-batch's
   for (size_t i = 0; i < micro_batches.size(); ++i) {
@@ -379,6 +396,7 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
       stats.loss += loss.item<double>() * weights[i];
     }
   }
+  give_back_zero_grads();
   if (zero_) {
     sharded_step(local_norm, mean, stats);
     return stats;

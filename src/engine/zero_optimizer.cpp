@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/fused_adamw.h"
 #include "hybridflow/engine/train_engine.h"
 
 namespace hybridflow {
@@ -120,7 +121,7 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
     groups_[g]->master.mutable_grad() = shards[g];
   }
   for (auto& group : adam_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  adam_->step();
+  fused_adamw_step(*adam_);
   for (auto& group : groups_) {
     auto flat = dp_.all_gather_cat(group->master.detach(), 0);
     int64_t offset = 0;

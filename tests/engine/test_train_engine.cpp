@@ -223,5 +223,44 @@ TEST(TrainEngine, SavedStateResumesIdentically) {
   EXPECT_THROW(eb.load_state(dir.file("missing.pt")), Error);
 }
 
+// train_step drops gradients before its backward passes instead of zeroing them; a parameter that had a
+// gradient before and gets none this step must still see a zero gradient (AdamW decays it and its moments),
+// as with libtorch's optimizer.zero_grad(/*set_to_none=*/false) before every step.
+TEST(TrainEngine, AParameterWithoutAGradientThisStepIsSteppedAsIfItsGradientWereZeroed) {
+  torch::manual_seed(12);
+  Toy engine_model, hand_model;
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < engine_model->parameters().size(); ++i)
+      hand_model->parameters()[i].copy_(engine_model->parameters()[i]);
+  }
+  OptimizerOptions o = plain_sgd_like(1e-2);
+  o.weight_decay = 0.1;
+  TrainEngine engine(engine_model.ptr(), o);
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& item : hand_model->named_parameters())
+    (excluded_from_weight_decay(item.key(), item.value()) ? no_decay : decay).push_back(item.value());
+  auto adamw = [&](double wd) { return torch::optim::AdamWOptions(o.schedule.lr).weight_decay(wd); };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(adamw(o.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw(0.0)));
+  torch::optim::AdamW hand(std::move(groups), adamw(0.0));
+  const DataProto batch = toy_batch(4, 3, 13);
+  // Steps 0 and 2 reach every parameter; step 1 only `out` (proj and norm_weight get no gradient).
+  auto loss_of = [&](Toy& m, int step) {
+    if (step == 1) return m->out->forward(torch::ones({5, 3})).pow(2).mean();
+    return mse_loss(m)(batch);
+  };
+  for (int step = 0; step < 3; ++step) {
+    engine.train_step(batch, 4, [&](const DataProto&) { return loss_of(engine_model, step); });
+    hand.zero_grad(/*set_to_none=*/false);
+    loss_of(hand_model, step).backward();
+    hand.step();
+    for (auto& item : engine_model->named_parameters())
+      EXPECT_TRUE(torch::equal(item.value(), hand_model->named_parameters()[item.key()]))
+          << item.key() << " after step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace hybridflow

@@ -172,6 +172,14 @@ class TrainEngine {
   const std::vector<torch::Tensor>& optimized() const { return masters_.empty() ? params_ : masters_; }
   // Mixed precision: adds the module's low-precision gradients into the masters' fp32 ones and clears them.
   void accumulate_into_masters();
+  // train_step drops the gradients before its micro-batches instead of zeroing them, so autograd stores
+  // the first micro-batch's gradient as it is instead of adding it into zeros (at 0.5 B parameters about
+  // 6 GB less memory traffic a step; the sums are the same bits). After the backward passes
+  // give_back_zero_grads hands zeros to the tensors that had a gradient before and got none this step, so
+  // clipping, the reduce and AdamW see what zero_grad() would have left them (AdamW still decays them).
+  void release_grads();
+  void give_back_zero_grads();
+  std::vector<bool> had_grad_;  // optimized()[i] has had a gradient
   // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
   // global normaliser's worth back into stats.
   // False when no rank's mini-batch holds a token: nothing to learn, the step is skipped.

@@ -1,0 +1,24 @@
+// AdamW in one pass over each parameter. libtorch's torch::optim::AdamW::step composes the update from about
+// ten tensor operations (two of them allocate a temporary the size of the parameter), so a step over a
+// 0.5 B-parameter model streams ~45 GB through memory; this streams the parameter, its gradient and the two
+// moments once (~14 GB there), in cache-sized blocks. The state stays in the optimizer's AdamWParamState, so
+// saving, loading and inspecting it are unchanged.
+//
+// The result is libtorch's step to the bit on the CPU: every element is rounded as libtorch's kernels round
+// it (fused multiply-adds where its AVX2 / AVX-512 kernels fuse them, separate roundings under its portable
+// kernels, and its own square root, which in the x86 wheels is MKL's and not always correctly rounded).
+// Runs with it are the runs optimizer.step() gave; tests/engine/test_fused_adamw.cpp compares step by step.
+// Each element's result does not depend on where it sits, so a flat ZeRO partition and the whole parameter
+// step identically.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace hybridflow {
+
+// One AdamW step over every parameter of `optimizer` that has a gradient, as optimizer.step() would take it
+// (same state layout, step counts and options, amsgrad excluded). CPU float32 contiguous tensors take the
+// fused loop; any other tensor (a GPU's, a strided one) libtorch's own tensor operations.
+void fused_adamw_step(torch::optim::AdamW& optimizer);
+
+}  // namespace hybridflow
