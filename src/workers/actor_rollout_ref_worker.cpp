@@ -14,6 +14,7 @@
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
@@ -110,6 +111,8 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   // through the engine (unstaged generation, p_g = 1, gathers the stages even at t_g = t).
   if (gen_tp != coord().tp_size || gen_pp != coord().pp_size) start_hybrid_engine(gen_tp, gen_pp, rollout_spec_.reshard_mode);
 
+  if (rollout_spec_.multi_turn.is_object() && rollout_spec_.multi_turn.value("enable", false))
+    agent_ = std::make_unique<AgentRolloutRuntime>(rollout_spec_.multi_turn);
   using W = ActorRolloutRefWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
   table.add("compute_log_prob", batch_protocol(coord()), this, &W::compute_log_prob);
@@ -147,6 +150,14 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
   const auto prompts = prompt_token_lists(in);
+  // Multi-turn: one episode per sample on the generating model, its turns in rounds (unstaged only).
+  DataProto agent_result;
+  auto run = [&](CausalLM& model, Communicator* stages) {
+    if (!agent_) return generate(model, prompts, g, stages);
+    HF_CHECK(stages == nullptr, "role '", context().role, "': multi-turn rollouts generate unstaged (pipeline size 1)");
+    agent_result = agent_generate_sequences(model, g, in, agent_->context());
+    return GenerationOutput();
+  };
   GenerationOutput out;
   nlohmann::json reshard;
   if (hybrid_) {
@@ -154,7 +165,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     // (lora_merge; the start checks it), and the actor's own weights come back bit for bit after.
     MergedLoraScope merged(actor(), /*merge=*/true);
     reshard["to_generation"] = reshard_json(hybrid_->to_generation());
-    out = generate(hybrid_->generation_model(), prompts, g, hybrid_->generation_stages());
+    out = run(hybrid_->generation_model(), hybrid_->generation_stages());
     reshard["to_training"] = reshard_json(hybrid_->to_training());
   } else {
     // Without the engine the training stages (if any) generate together; a cast rollout copy has none.
@@ -162,13 +173,13 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     CausalLM& model = rollout_ ? rollout_ : actor();
     {
       MergedLoraScope merged(model, rollout_spec_.lora_merge);
-      out = generate(model, prompts, g, groups_ ? groups_->pipeline() : nullptr);
+      out = run(model, groups_ ? groups_->pipeline() : nullptr);
     }
     if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
   // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
-  DataProto result = rollout_result(out, g, in);
+  DataProto result = agent_ ? std::move(agent_result) : rollout_result(out, g, in);
   if (hybrid_) result.meta()["reshard"] = reshard;
   return result;
 }

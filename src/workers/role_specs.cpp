@@ -103,7 +103,8 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"log_prob_micro_batch_size", s.log_prob.rows},
        {"log_prob_max_token_len", s.log_prob.max_tokens},
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
-       {"lora_merge", s.lora_merge}};
+       {"lora_merge", s.lora_merge},
+       {"multi_turn", s.multi_turn}};
 }
 
 void from_json(const nlohmann::json& j, RolloutSpec& s) {
@@ -127,6 +128,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "log_prob_max_token_len", s.log_prob.max_tokens);
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
   take_spec_field(j, k, "lora_merge", s.lora_merge);
+  if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
 }
 
 void to_json(nlohmann::json& j, const TrainSpec& s) {

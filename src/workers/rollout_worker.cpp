@@ -6,6 +6,7 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -29,6 +30,8 @@ void RolloutWorker::register_methods(MethodTable& table) {
   model_ = build_model(spec, HeadKind::kLanguageModel, groups_ ? groups_->tensor_parallel() : TensorParallelGroup());
   model_->eval();
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
+  if (rollout_spec_.multi_turn.is_object() && rollout_spec_.multi_turn.value("enable", false))
+    agent_ = std::make_unique<AgentRolloutRuntime>(rollout_spec_.multi_turn);
   using W = RolloutWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
   table.add("join_weight_sync", protocols::kOneToAll, this, &W::join_weight_sync);
@@ -40,13 +43,15 @@ void RolloutWorker::register_methods(MethodTable& table) {
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
                                                        device());
-  GenerationOutput out;
+  DataProto result;
   {
     MergedLoraScope merged(model_, rollout_spec_.lora_merge);
-    out = generate(model_, prompt_token_lists(in), g, nullptr);
+    if (agent_)
+      result = agent_generate_sequences(model_, g, in, agent_->context());
+    else
+      result = rollout_result(generate(model_, prompt_token_lists(in), g, nullptr), g, in);
   }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
-  DataProto result = rollout_result(out, g, in);
   result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
   return result;
 }

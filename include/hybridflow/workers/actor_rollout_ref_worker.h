@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/engine/hybrid_engine.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
@@ -102,6 +103,7 @@ class ActorRolloutRefWorker : public Worker {
   std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
   bool free_rollout_copy_ = false;             // the cast copy is released between rollouts
   std::unique_ptr<WeightSync> weight_sync_;    // to a standalone rollout pool, once joined
+  std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample
 };
 
 }  // namespace hybridflow

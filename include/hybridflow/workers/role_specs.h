@@ -79,6 +79,9 @@ struct RolloutSpec {
   // With LoRA adapters: generate on weights with the adapters merged in (true), or with the adapters applied
   // beside the base weights (false).
   bool lora_merge = true;
+  // Multi-turn, tool-using rollouts (agent_rollout.h's AgentRolloutRuntime reads it): null or enable false:
+  // single-turn generation.
+  nlohmann::json multi_turn;
 };
 void to_json(nlohmann::json& j, const RolloutSpec& spec);
 void from_json(const nlohmann::json& j, RolloutSpec& spec);

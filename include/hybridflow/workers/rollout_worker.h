@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
@@ -40,6 +41,7 @@ class RolloutWorker : public Worker {
   std::unique_ptr<RoleProcessGroups> groups_;  // with a tensor-parallel split; outlives the model
   CausalLM model_{nullptr};
   std::unique_ptr<WeightSync> weight_sync_;
+  std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample
   int64_t policy_version_ = 0;  // the actor updates behind the weights held
 };
 

@@ -1,0 +1,124 @@
+// Agentic rollouts on the generation engine: many episodes (agent/agent_loop.h) run at once, each on its own
+// thread, and the assistant turns they wait for are generated together in rounds. A round starts when every
+// episode still running waits for the model (the others run tools or an interaction meanwhile); its turns are
+// one generate() call over the episodes' current ids, rows in episode order, so a run is reproducible from
+// its seed whatever the threads' timing.
+//
+// This first version prefills each turn's whole context (prompt and response so far) rather than only the
+// appended delta on a cached prefix, and an episode waiting for a tool holds back the round it would join;
+// both are what continuous batching of turns would remove.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "hybridflow/agent/agent_loop.h"
+#include "hybridflow/agent/multi_turn_config.h"
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/engine/generation.h"
+
+namespace hybridflow {
+
+// One sampled assistant turn: its ids and the log-prob of each under the rollout's sampling distribution.
+struct SampledTurn {
+  std::vector<int32_t> ids;
+  std::vector<float> log_probs;
+};
+
+// Generates round `round`: contexts[i] continued by at most max_new_tokens[i] ids.
+using TurnRoundGenerator = std::function<std::vector<SampledTurn>(
+    const std::vector<std::vector<int32_t>>& contexts, const std::vector<int64_t>& max_new_tokens, int64_t round)>;
+
+struct TurnRoundStats {
+  int64_t rounds = 0;
+  int64_t turns = 0;          // turns generated over all rounds
+  int64_t largest_round = 0;  // the most turns generated together
+};
+
+// Runs episode(i, sampler) for i in [0, count), each on its own thread; every sampler call waits for its
+// round. Returns, per episode, the log-probs of the ids its sampler returned, in order. An exception from an
+// episode is rethrown (the first by episode index) after every episode ended.
+std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
+                                                   const std::function<void(int64_t, const agent::TurnSampler&)>& episode,
+                                                   const TurnRoundGenerator& generate_round,
+                                                   TurnRoundStats* stats = nullptr);
+
+// Rounds on `model` with `config` (its n is taken as 1 and its max_new_tokens as each round's largest
+// request): round r samples with a seed derived from config.seed and r, row q with its own draws.
+TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config);
+
+// The RL batch of finished trajectories, in rollout_batch's layout: prompts left padded, responses right
+// padded to response_length, response_mask 1 only on sampled ids (tool and user turns are 0 inside the
+// response), attention_mask 1 on every real id, and rollout_log_probs the sampled ids' log-probs (0
+// elsewhere). log_probs[i] holds one value per sampled id of trajectories[i], in order.
+DataProto agent_rollout_batch(const std::vector<agent::Trajectory>& trajectories,
+                              const std::vector<std::vector<float>>& log_probs, int64_t response_length,
+                              int64_t pad_id);
+
+// One row of an agentic rollout, from the data (verl's fields): the prompt's messages, the agent that runs it
+// ("" or "single_turn_agent": one turn without tools, as a single-turn row; any other name: tools and, when
+// interaction_kwargs names one, that interaction), and the row's kwargs for its tools and interaction.
+struct AgentRolloutRow {
+  agent::Json messages;
+  std::string agent_name;
+  agent::Json tools_kwargs = agent::Json::object();
+  agent::Json interaction_kwargs = agent::Json::object();
+};
+
+struct AgentRollout {
+  std::vector<agent::Episode> episodes;
+  std::vector<std::vector<float>> log_probs;  // per episode: its sampled ids' log-probs, in order
+  TurnRoundStats rounds;
+};
+
+// One episode per row, their turns generated in rounds. `setup` gives the format, tool options and limits;
+// its tools, interaction and kwargs are each row's own (interaction_kwargs.name picks the interaction from
+// `environment`; an unknown name is an Error naming it).
+AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const text::Tokenizer& tokenizer,
+                               const text::TokenizerConfig& tokenizer_config,
+                               const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
+                               const TurnRoundGenerator& generate_round);
+
+// The rollout's metrics (prefix agent/): turns per episode, tool calls and errors per tool, malformed
+// calls, and episodes by how they stopped (those cut by a limit are the truncated ones).
+nlohmann::json agent_rollout_metrics(const AgentRollout& rollout);
+
+// The rows of a prompt batch, from its fields (verl's names): "messages" (a message list, or a string taken
+// as one user message; absent: "prompt" as one user message), and, where present, "agent_name",
+// "tools_kwargs" and "interaction_kwargs" (a row without agent_name is single-turn).
+std::vector<AgentRolloutRow> agent_rollout_rows(const DataProto& prompts);
+
+// What a rollout worker holds for multi-turn rollouts; the pointers outlive the calls.
+struct AgentRolloutContext {
+  const text::Tokenizer* tokenizer = nullptr;
+  const text::TokenizerConfig* tokenizer_config = nullptr;
+  const agent::AgentEnvironment* environment = nullptr;
+  agent::EpisodeSetup setup;  // format, tool options, turn limits (max_response_tokens is g.max_new_tokens)
+};
+
+// generate_sequences with multi-turn on: one episode per sample (g.n per prompt, rows interleaved as
+// generate's), on `model` in rounds. The batch is agent_rollout_batch's with response_length
+// g.max_new_tokens, the prompts' fields repeated to their samples, and meta "agent" the rollout's metrics.
+DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
+                                   const AgentRolloutContext& context);
+
+// What a rollout worker loads for multi-turn rollouts, from RolloutSpec::multi_turn (plain values the trainer
+// read and checked): tokenizer_dir (tokenizer.json and tokenizer_config.json with the chat template),
+// format ("hermes" | "llama3_json"), max_assistant_turns, max_user_turns, tool_config_path,
+// interaction_config_path, max_parallel_calls, max_tool_response_length, tool_response_truncate_side.
+class AgentRolloutRuntime {
+ public:
+  explicit AgentRolloutRuntime(const nlohmann::json& multi_turn);
+  AgentRolloutRuntime(const AgentRolloutRuntime&) = delete;
+  AgentRolloutRuntime& operator=(const AgentRolloutRuntime&) = delete;
+  const AgentRolloutContext& context() const { return context_; }
+
+ private:
+  text::Tokenizer tokenizer_;
+  text::TokenizerConfig tokenizer_config_;
+  agent::AgentEnvironment environment_;
+  AgentRolloutContext context_;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,385 @@
+#include "hybridflow/workers/agent_rollout.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+namespace {
+
+// The rendezvous of the episodes' samplers and the thread that generates their rounds.
+struct TurnRoundBoard {
+  struct Request {
+    std::vector<int32_t> context;
+    int64_t max_new_tokens = 0;
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::optional<Request>> requests;        // per episode: waiting for this turn
+  std::vector<std::optional<SampledTurn>> replies;     // per episode: its turn, generated
+  std::vector<std::exception_ptr> round_failures;      // per episode: its round failed
+  int64_t running = 0;
+  int64_t waiting = 0;
+};
+
+}  // namespace
+
+std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
+                                                   const std::function<void(int64_t, const agent::TurnSampler&)>& episode,
+                                                   const TurnRoundGenerator& generate_round, TurnRoundStats* stats) {
+  HF_CHECK(count >= 0, "run_in_turn_rounds: episode count ", count, " is negative");
+  const auto n = static_cast<size_t>(count);
+  TurnRoundBoard board;
+  board.requests.resize(n);
+  board.replies.resize(n);
+  board.round_failures.resize(n);
+  board.running = count;
+  std::vector<std::vector<float>> log_probs(n);
+  std::vector<std::exception_ptr> failures(n);
+  TurnRoundStats counted;
+
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      agent::TurnSampler sampler = [&, i](const std::vector<int32_t>& context, int64_t max_new_tokens) {
+        std::unique_lock<std::mutex> lock(board.mutex);
+        board.requests[i] = TurnRoundBoard::Request{context, max_new_tokens};
+        ++board.waiting;
+        board.changed.notify_all();
+        board.changed.wait(lock, [&] { return board.replies[i].has_value() || board.round_failures[i]; });
+        if (board.round_failures[i]) std::rethrow_exception(std::exchange(board.round_failures[i], nullptr));
+        SampledTurn turn = std::move(*board.replies[i]);
+        board.replies[i].reset();
+        lock.unlock();
+        log_probs[i].insert(log_probs[i].end(), turn.log_probs.begin(), turn.log_probs.end());
+        return turn.ids;
+      };
+      try {
+        episode(static_cast<int64_t>(i), sampler);
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(board.mutex);
+      --board.running;
+      board.changed.notify_all();
+    });
+  }
+
+  // Rounds: when every running episode waits for a turn, generate all of their turns together.
+  while (true) {
+    std::vector<size_t> rows;
+    std::vector<std::vector<int32_t>> contexts;
+    std::vector<int64_t> limits;
+    {
+      std::unique_lock<std::mutex> lock(board.mutex);
+      board.changed.wait(lock, [&] { return board.running == 0 || board.waiting == board.running; });
+      if (board.running == 0) break;
+      for (size_t i = 0; i < n; ++i) {
+        if (!board.requests[i]) continue;
+        rows.push_back(i);
+        contexts.push_back(std::move(board.requests[i]->context));
+        limits.push_back(board.requests[i]->max_new_tokens);
+        board.requests[i].reset();
+      }
+      board.waiting = 0;
+    }
+    std::vector<SampledTurn> turns;
+    std::exception_ptr failed;
+    try {
+      turns = generate_round(contexts, limits, counted.rounds);
+      HF_CHECK(turns.size() == rows.size(), "run_in_turn_rounds: round ", counted.rounds, " generated ",
+               turns.size(), " turns for ", rows.size(), " requests");
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    ++counted.rounds;
+    counted.turns += static_cast<int64_t>(rows.size());
+    counted.largest_round = std::max<int64_t>(counted.largest_round, static_cast<int64_t>(rows.size()));
+    std::lock_guard<std::mutex> lock(board.mutex);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (failed)
+        board.round_failures[rows[k]] = failed;
+      else
+        board.replies[rows[k]] = std::move(turns[k]);
+    }
+    board.changed.notify_all();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+  if (stats != nullptr) *stats = counted;
+  return log_probs;
+}
+
+TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config) {
+  return [&model, config](const std::vector<std::vector<int32_t>>& contexts, const std::vector<int64_t>& limits,
+                          int64_t round) {
+    GenerationConfig g = config;
+    g.n = 1;
+    g.max_new_tokens = 1;
+    for (int64_t limit : limits) {
+      HF_CHECK(limit >= 1, "agent rollout: a turn may have ", limit, " new tokens; at least 1 is needed");
+      g.max_new_tokens = std::max(g.max_new_tokens, limit);
+    }
+    // Each round draws afresh: row q of round r uses the uniforms of (seed(r), q, t).
+    g.seed = config.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(round) * 0xBF58476D1CE4E5B9ULL + 1;
+    std::vector<std::vector<int64_t>> prompts;
+    prompts.reserve(contexts.size());
+    for (const auto& c : contexts) prompts.emplace_back(c.begin(), c.end());
+    const GenerationOutput out = generate(model, prompts, g, nullptr);
+    const auto responses = out.responses.to(torch::kCPU, torch::kLong).contiguous();
+    const auto mask = out.response_mask.to(torch::kCPU, torch::kLong).contiguous();
+    const auto lp = out.log_probs.to(torch::kCPU, torch::kFloat).contiguous();
+    std::vector<SampledTurn> turns(contexts.size());
+    for (size_t q = 0; q < contexts.size(); ++q) {
+      const auto row = static_cast<int64_t>(q);
+      // A shorter request than the round's longest: its draws are the first ones of the longer row (token t
+      // of a row depends on (seed, q, t) and the tokens before it only).
+      const int64_t length = std::min(mask[row].sum().item<int64_t>(), limits[q]);
+      for (int64_t t = 0; t < length; ++t) {
+        turns[q].ids.push_back(static_cast<int32_t>(responses[row][t].item<int64_t>()));
+        turns[q].log_probs.push_back(lp[row][t].item<float>());
+      }
+    }
+    return turns;
+  };
+}
+
+DataProto agent_rollout_batch(const std::vector<agent::Trajectory>& trajectories,
+                              const std::vector<std::vector<float>>& log_probs, int64_t response_length,
+                              int64_t pad_id) {
+  HF_CHECK(trajectories.size() == log_probs.size(), "agent_rollout_batch: ", trajectories.size(),
+           " trajectories but log-probs for ", log_probs.size());
+  const auto rows = static_cast<int64_t>(trajectories.size());
+  int64_t prompt_length = 0;
+  for (const auto& t : trajectories) prompt_length = std::max<int64_t>(prompt_length, static_cast<int64_t>(t.prompt_ids.size()));
+  auto prompts = torch::full({rows, prompt_length}, pad_id, torch::kLong);
+  auto prompt_mask = torch::zeros({rows, prompt_length}, torch::kLong);
+  auto responses = torch::full({rows, response_length}, pad_id, torch::kLong);
+  auto response_mask = torch::zeros({rows, response_length}, torch::kLong);
+  auto response_attention = torch::zeros({rows, response_length}, torch::kLong);
+  auto rollout_log_probs = torch::zeros({rows, response_length}, torch::kFloat);
+  auto p = prompts.accessor<int64_t, 2>();
+  auto pm = prompt_mask.accessor<int64_t, 2>();
+  auto r = responses.accessor<int64_t, 2>();
+  auto rm = response_mask.accessor<int64_t, 2>();
+  auto ra = response_attention.accessor<int64_t, 2>();
+  auto lp = rollout_log_probs.accessor<float, 2>();
+  for (int64_t i = 0; i < rows; ++i) {
+    const agent::Trajectory& t = trajectories[static_cast<size_t>(i)];
+    const std::vector<float>& sampled = log_probs[static_cast<size_t>(i)];
+    HF_CHECK(t.response_mask.size() == t.response_ids.size(), "agent_rollout_batch: trajectory ", i, " has ",
+             t.response_ids.size(), " response ids but a mask of ", t.response_mask.size());
+    HF_CHECK(static_cast<int64_t>(t.response_ids.size()) <= response_length, "agent_rollout_batch: trajectory ", i,
+             " has ", t.response_ids.size(), " response ids, more than response_length ", response_length);
+    const auto offset = prompt_length - static_cast<int64_t>(t.prompt_ids.size());
+    for (size_t k = 0; k < t.prompt_ids.size(); ++k) {
+      p[i][offset + static_cast<int64_t>(k)] = t.prompt_ids[k];
+      pm[i][offset + static_cast<int64_t>(k)] = 1;
+    }
+    size_t next_sampled = 0;
+    for (size_t k = 0; k < t.response_ids.size(); ++k) {
+      const auto at = static_cast<int64_t>(k);
+      r[i][at] = t.response_ids[k];
+      ra[i][at] = 1;
+      if (t.response_mask[k] == 0) continue;
+      HF_CHECK(next_sampled < sampled.size(), "agent_rollout_batch: trajectory ", i, " has more sampled ids than its ",
+               sampled.size(), " log-probs");
+      rm[i][at] = 1;
+      lp[i][at] = sampled[next_sampled++];
+    }
+    HF_CHECK(next_sampled == sampled.size(), "agent_rollout_batch: trajectory ", i, " has ", next_sampled,
+             " sampled ids but ", sampled.size(), " log-probs");
+  }
+  DataProto b;
+  b.set_tensor("prompts", prompts);
+  b.set_tensor("responses", responses);
+  b.set_tensor("response_mask", response_mask);
+  b.set_tensor("input_ids", torch::cat({prompts, responses}, 1));
+  b.set_tensor("attention_mask", torch::cat({prompt_mask, response_attention}, 1));
+  b.set_tensor("rollout_log_probs", rollout_log_probs);
+  return b;
+}
+
+AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const text::Tokenizer& tokenizer,
+                               const text::TokenizerConfig& tokenizer_config,
+                               const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
+                               const TurnRoundGenerator& generate_round) {
+  const agent::Json tool_schemas = environment.tools.schemas();
+  // Each row's setup first, so that a bad row fails before any episode starts.
+  std::vector<agent::EpisodeSetup> setups;
+  std::vector<bool> with_tools;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const AgentRolloutRow& row = rows[i];
+    agent::EpisodeSetup s = setup;
+    const bool single_turn = row.agent_name.empty() || row.agent_name == "single_turn_agent";
+    s.tools = single_turn ? nullptr : &environment.tools;
+    s.interaction = nullptr;
+    s.tools_kwargs = row.tools_kwargs;
+    s.interaction_kwargs = row.interaction_kwargs;
+    if (single_turn) s.limits.max_assistant_turns = 1;
+    if (!single_turn && row.interaction_kwargs.is_object() && row.interaction_kwargs.contains("name")) {
+      const std::string name = row.interaction_kwargs.at("name").get<std::string>();
+      const auto it = environment.interactions.find(name);
+      HF_CHECK(it != environment.interactions.end(), "agent rollout: row ", i, "'s interaction_kwargs.name '", name,
+               "' is not in the interaction config (", environment.interactions.size(), " interactions)");
+      s.interaction = it->second.get();
+    }
+    setups.push_back(std::move(s));
+    with_tools.push_back(!single_turn);
+  }
+  AgentRollout out;
+  out.episodes.resize(rows.size());
+  out.log_probs = run_in_turn_rounds(
+      static_cast<int64_t>(rows.size()),
+      [&](int64_t i, const agent::TurnSampler& sample) {
+        const auto at = static_cast<size_t>(i);
+        agent::TrajectoryBuilder builder(tokenizer, tokenizer_config, with_tools[at] ? tool_schemas : agent::Json());
+        out.episodes[at] = agent::run_episode(builder, tokenizer, rows[at].messages, sample, setups[at]);
+      },
+      generate_round, &out.rounds);
+  return out;
+}
+
+nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
+  nlohmann::json m = nlohmann::json::object();
+  const auto episodes = static_cast<double>(rollout.episodes.size());
+  if (rollout.episodes.empty()) return m;
+  double turns = 0, user_turns = 0, calls = 0, errors = 0, malformed = 0;
+  std::map<std::string, double> stops, calls_by_tool, errors_by_tool;
+  for (const auto& e : rollout.episodes) {
+    turns += e.stats.assistant_turns;
+    user_turns += e.stats.user_turns;
+    calls += static_cast<double>(e.stats.tool_calls);
+    errors += static_cast<double>(e.stats.tool_errors);
+    malformed += static_cast<double>(e.stats.malformed_calls);
+    stops[agent::episode_stop_name(e.stats.stop)] += 1;
+    for (const auto& [tool, counts] : e.stats.per_tool) {
+      calls_by_tool[tool] += static_cast<double>(counts.calls);
+      for (const auto& [status, n] : counts.errors) errors_by_tool[tool] += static_cast<double>(n);
+    }
+  }
+  m["agent/turns_per_episode"] = turns / episodes;
+  m["agent/user_turns_per_episode"] = user_turns / episodes;
+  m["agent/tool_calls"] = calls;
+  m["agent/tool_errors"] = errors;
+  m["agent/malformed_calls"] = malformed;
+  for (const auto& [tool, n] : calls_by_tool) m["agent/tool_calls/" + tool] = n;
+  for (const auto& [tool, n] : errors_by_tool) m["agent/tool_errors/" + tool] = n;
+  double truncated = 0;
+  for (const auto& [stop, n] : stops) {
+    m["agent/stop/" + stop] = n;
+    if (stop == "response_length" || stop == "max_assistant_turns" || stop == "max_user_turns") truncated += n;
+  }
+  m["agent/truncated_episodes"] = truncated;
+  m["agent/rounds"] = rollout.rounds.rounds;
+  m["agent/largest_round"] = rollout.rounds.largest_round;
+  return m;
+}
+
+std::vector<AgentRolloutRow> agent_rollout_rows(const DataProto& prompts) {
+  const bool has_messages = prompts.has_field("messages");
+  HF_CHECK(has_messages || prompts.has_field("prompt"),
+           "agent rollout: the prompt batch has neither a 'messages' nor a 'prompt' field");
+  const auto& source = prompts.field(has_messages ? "messages" : "prompt");
+  auto optional_field = [&](const char* key, size_t i) {
+    return prompts.has_field(key) ? agent::Json::parse(prompts.field(key)[i].dump()) : agent::Json();
+  };
+  std::vector<AgentRolloutRow> rows(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    AgentRolloutRow& row = rows[i];
+    const nlohmann::json& m = source[i];
+    if (m.is_string())
+      row.messages = agent::Json::array({{{"role", "user"}, {"content", m.get<std::string>()}}});
+    else {
+      HF_CHECK(m.is_array() && !m.empty(), "agent rollout: row ", i, "'s ", has_messages ? "messages" : "prompt",
+               " is neither a string nor a non-empty list of messages: ", m.dump().substr(0, 200));
+      row.messages = agent::Json::parse(m.dump());
+    }
+    const agent::Json name = optional_field("agent_name", i);
+    if (!name.is_null()) {
+      HF_CHECK(name.is_string(), "agent rollout: row ", i, "'s agent_name is not a string: ", name.dump());
+      row.agent_name = name.get<std::string>();
+    }
+    for (auto [key, target] : {std::pair{"tools_kwargs", &row.tools_kwargs},
+                               std::pair{"interaction_kwargs", &row.interaction_kwargs}}) {
+      agent::Json value = optional_field(key, i);
+      if (value.is_null()) continue;
+      HF_CHECK(value.is_object(), "agent rollout: row ", i, "'s ", key, " is not an object: ", value.dump().substr(0, 200));
+      *target = std::move(value);
+    }
+  }
+  return rows;
+}
+
+DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
+                                   const AgentRolloutContext& context) {
+  HF_CHECK(context.tokenizer && context.tokenizer_config && context.environment,
+           "agent rollout: the worker has no tokenizer, chat template or agent environment");
+  const std::vector<AgentRolloutRow> rows = agent_rollout_rows(prompts);
+  std::vector<AgentRolloutRow> samples;
+  for (const auto& row : rows)
+    for (int64_t j = 0; j < g.n; ++j) samples.push_back(row);
+  agent::EpisodeSetup setup = context.setup;
+  setup.limits.max_response_tokens = g.max_new_tokens;
+  const AgentRollout rollout = run_agent_rollout(samples, *context.tokenizer, *context.tokenizer_config,
+                                                 *context.environment, setup, engine_turn_rounds(model, g));
+  std::vector<agent::Trajectory> trajectories;
+  trajectories.reserve(rollout.episodes.size());
+  for (const auto& e : rollout.episodes) trajectories.push_back(e.trajectory);
+  DataProto result = agent_rollout_batch(trajectories, rollout.log_probs, g.max_new_tokens, g.pad_token_id)
+                         .to(model->parameters().front().device());
+  if (!prompts.fields().empty()) {
+    DataProto fields;
+    for (const auto& [key, values] : prompts.fields()) fields.set_field(key, values);
+    result.update(fields.repeat(g.n, /*interleave=*/true));
+  }
+  result.meta()["agent"] = agent_rollout_metrics(rollout);
+  return result;
+}
+
+namespace {
+
+agent::MultiTurnToolConfig agent_tool_config(const nlohmann::json& spec) {
+  agent::MultiTurnToolConfig c;
+  c.tool_config_path = spec.value("tool_config_path", std::string());
+  c.interaction_config_path = spec.value("interaction_config_path", std::string());
+  c.options.max_parallel_calls = spec.value("max_parallel_calls", c.options.max_parallel_calls);
+  c.options.max_tool_response_length = spec.value("max_tool_response_length", c.options.max_tool_response_length);
+  if (spec.contains("tool_response_truncate_side"))
+    c.options.truncate_side = agent::truncate_side_from_name(spec.at("tool_response_truncate_side").get<std::string>(),
+                                                             "rollout.multi_turn.tool_response_truncate_side");
+  return c;
+}
+
+std::string agent_tokenizer_dir(const nlohmann::json& spec) {
+  HF_CHECK(spec.contains("tokenizer_dir") && spec.at("tokenizer_dir").is_string(),
+           "rollout.multi_turn: 'tokenizer_dir' (the directory of tokenizer.json and the chat template) is required");
+  return spec.at("tokenizer_dir").get<std::string>();
+}
+
+}  // namespace
+
+AgentRolloutRuntime::AgentRolloutRuntime(const nlohmann::json& multi_turn)
+    : tokenizer_(text::Tokenizer::from_file(agent_tokenizer_dir(multi_turn) + "/tokenizer.json")),
+      tokenizer_config_(text::TokenizerConfig::load(agent_tokenizer_dir(multi_turn) + "/tokenizer_config.json")),
+      environment_(agent::load_agent_environment(agent_tool_config(multi_turn))) {
+  context_.tokenizer = &tokenizer_;
+  context_.tokenizer_config = &tokenizer_config_;
+  context_.environment = &environment_;
+  context_.setup.format = text::tool_call_format_from_name(multi_turn.value("format", std::string("hermes")));
+  context_.setup.tool_options = environment_.options;
+  context_.setup.limits.max_assistant_turns = multi_turn.value("max_assistant_turns", 5);
+  context_.setup.limits.max_user_turns = multi_turn.value("max_user_turns", 5);
+}
+
+}  // namespace hybridflow
