@@ -1,5 +1,5 @@
 // LoRA adapters split over tensor-parallel ranks in the RL trainer: GRPO whose actor (and reference, the actor
-// with its adapters off) is split two ways, the same over two pipeline stages, and PPO whose critic trains
+// with its adapters off) is split two and four ways, two ways over two pipeline stages, and PPO whose critic trains
 // adapters too follow the one-process run of the same seed within 1e-5 (scores, losses, entropy, KL,
 // gradient norms) and save the same whole adapters in PEFT's format. Each generates split on merged weights
 // as one replica, as one process does (sampling draws per generation replica).
@@ -122,4 +122,14 @@ TEST(RlLoraTensorParallel, PpoWithALoraCriticSplitTwoWaysFollowsTheOneProcessRun
       train_split(2, 2, 1, 1, /*critic=*/true, {"actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
   ASSERT_FALSE(one.critic_adapter.empty());
   expect_same_run(split, one, "ppo, tp 2");
+}
+
+TEST(RlLoraTensorParallel, SplitFourWaysFollowsTheOneProcessRun) {
+  // 4 attention heads so that each of 4 ranks has one (the one KV head is replicated).
+  const std::vector<std::string> heads = {"model.num_attention_heads=4"};
+  std::vector<std::string> split_four = heads;
+  split_four.push_back("actor_rollout_ref.rollout.tensor_model_parallel_size=4");
+  const SplitLoraRun one = train_split(1, 1, 1, 1, false, heads);
+  const SplitLoraRun split = train_split(4, 4, 1, 1, false, split_four);
+  expect_same_run(split, one, "tp 4");
 }
