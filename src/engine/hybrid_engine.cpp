@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/lora.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -99,7 +100,10 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   generation_->to(first.device(), first.scalar_type());
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
-  HF_CHECK(stage.enabled() || train_params.size() == gen_params.size(),
+  // LoRA adapters stay with the training model: the generation model takes the weights with them merged in.
+  const auto base_params = std::count_if(train_params.begin(), train_params.end(),
+                                         [](const auto& item) { return !is_lora_parameter_name(item.key()); });
+  HF_CHECK(stage.enabled() || static_cast<size_t>(base_params) == gen_params.size(),
            "HybridEngine: the layouts' models differ in parameters");
   // The last training stage's copy of a tied embedding: the same values as the first stage's weight.
   const torch::Tensor* train_tied_copy =

@@ -94,10 +94,11 @@ void lora_settings(const ConfigReader& model, const std::string& section, ModelS
   spec->lora_key = section;
 }
 
-// LoRA under tensor parallelism needs A and B split with their base weights, which the model does not do yet.
-void check_lora_unsplit(const ModelSpec& model, const std::string& tp_key, int tp) {
+// Training roles split their adapters with their base weights under tensor parallelism; a standalone
+// rollout pool's adapter-only sync does not split them yet.
+void check_lora_unsplit(const ModelSpec& model, const std::string& tp_key, int tp, const char* what) {
   HF_CHECK(!model.uses_lora() || tp == 1, model.lora_key, ".lora_rank / lora_adapter_path: LoRA adapters need ",
-           tp_key, " = 1 (tensor-parallel adapters are not supported yet), got ", tp);
+           tp_key, " = 1 (", what, " are not supported yet), got ", tp);
 }
 
 // actor_rollout_ref.rollout.n, checked against the advantage estimator.
@@ -206,7 +207,6 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   // where a model trains.
   plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   lora_settings(c.subtree("actor_rollout_ref.model"), "actor_rollout_ref.model", &plan.model);
-  check_lora_unsplit(plan.model, section + ".megatron.tensor_model_parallel_size", plan.layout.tp);
   return plan;
 }
 
@@ -316,7 +316,6 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   plan.model.dtype = dtype;
   plan.model.enable_gradient_checkpointing = critic.get<bool>("model.enable_gradient_checkpointing");
   lora_settings(critic.subtree("model"), "critic.model", &plan.model);
-  check_lora_unsplit(plan.model, "critic.megatron.tensor_model_parallel_size", plan.layout.tp);
   CriticSpec& spec = plan.spec;
   TrainSpec& t = spec.train;
   t.optim = optim_spec(critic, "critic", f.total_steps);
@@ -411,7 +410,8 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const Model
     standalone.model = specs.actor.model;
     standalone.model.enable_gradient_checkpointing = false;
     standalone.model.dtype = specs.rollout.dtype;
-    check_lora_unsplit(standalone.model, "actor_rollout_ref.rollout.tensor_model_parallel_size", standalone.layout.tp);
+    check_lora_unsplit(standalone.model, "actor_rollout_ref.rollout.tensor_model_parallel_size", standalone.layout.tp,
+                       "adapters split over a standalone rollout pool");
     specs.standalone_rollout = standalone;
     // The actor's processes never generate: they keep their training layout and dtype.
     specs.rollout.dtype = specs.actor.spec.dtype;

@@ -167,8 +167,9 @@ TEST(RlLora, BadSettingsFailAtStartNamingTheKey) {
               HasSubstr("actor_rollout_ref.model.target_modules = 'q.*'"));
   EXPECT_THAT(start_error({"actor_rollout_ref.model.lora_rank=1000"}),
               HasSubstr("actor_rollout_ref.model.lora_rank 1000 is larger than"));
-  EXPECT_THAT(start_error({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
-              HasSubstr("actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 1"));
+  EXPECT_THAT(start_error({"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2",
+                           "actor_rollout_ref.rollout.tensor_model_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.rollout.tensor_model_parallel_size = 1"));
   EXPECT_THAT(start_error({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                            "actor_rollout_ref.rollout.lora_merge=false"}),
               HasSubstr("actor_rollout_ref.rollout.lora_merge = false"));
