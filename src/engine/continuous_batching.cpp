@@ -210,7 +210,8 @@ class Scheduler {
     link_.send(hidden);
     // [count, width, layers, k]: prompt i's routing, shared by its samples.
     torch::Tensor prompt_routing;
-    if (cfg_.record_routing) prompt_routing = torch::stack(model_->recorded_routing().layers, 2).to(torch::kCPU);
+    if (cfg_.record_routing)
+      prompt_routing = torch::stack(model_->recorded_routing().layers, 2).to(torch::kCPU, torch::kInt32);
 
     // Each prompt's samples take the lowest free slots (the running rows stay packed at the front).
     std::vector<Row> admitted;
@@ -283,7 +284,7 @@ class Scheduler {
     link_.send(hidden);
     if (cfg_.record_routing) {
       // [count, layers, k]: the routing of each row's input token, its response token number `steps` so far.
-      const auto step = torch::stack(model_->recorded_routing().layers, 2).select(1, 0).to(torch::kCPU);
+      const auto step = torch::stack(model_->recorded_routing().layers, 2).select(1, 0).to(torch::kCPU, torch::kInt32);
       for (size_t r = 0; r < rows_.size(); ++r)
         response_routing_[static_cast<size_t>(rows_[r].sequence)].push_back(step[static_cast<int64_t>(r)]);
     }
@@ -371,7 +372,7 @@ class Scheduler {
   torch::Tensor routed_experts(int64_t prompt_width, int64_t response_width) const {
     const ModelConfig& c = model_->config();
     auto out = torch::full({total_, prompt_width + response_width, c.num_moe_layers(), c.moe.num_experts_per_tok}, -1,
-                           torch::TensorOptions().dtype(torch::kInt64));
+                           torch::TensorOptions().dtype(torch::kInt32));
     for (int64_t q = 0; q < total_; ++q) {
       const torch::Tensor& prompt_part = prompt_routing_[static_cast<size_t>(q)];
       if (!prompt_part.defined()) continue;  // max_new_tokens = 0: nothing ran

@@ -71,7 +71,7 @@ DataProto rollout_batch(const GenerationOutput& out, int64_t response_length, in
     // Router replay: the rollout's experts per token of input_ids, -1 past the generated tokens.
     auto sizes = out.routed_experts.sizes().vec();
     sizes[1] = out.prompts.size(1) + response_length;
-    auto routed = torch::full(sizes, -1, on.dtype(torch::kLong));
+    auto routed = torch::full(sizes, -1, on.dtype(out.routed_experts.scalar_type()));
     routed.narrow(1, 0, out.routed_experts.size(1)).copy_(out.routed_experts);
     b.set_tensor("routed_experts", routed);
   }

@@ -35,7 +35,7 @@ torch::Tensor expert_token_counts(const torch::Tensor& routed_experts, const tor
   const int64_t rows = routed_experts.size(0), layers = routed_experts.size(2), k = routed_experts.size(3);
   const auto valid = recorded_tokens(routed_experts, attention_mask).to(torch::kFloat32);  // [b, L]
   // [b, layers, L * k]: each (token, slot)'s expert, weighted by whether the token counts.
-  const auto ids = routed_experts.clamp_min(0).permute({0, 2, 1, 3}).reshape({rows, layers, -1});
+  const auto ids = routed_experts.clamp_min(0).to(torch::kInt64).permute({0, 2, 1, 3}).reshape({rows, layers, -1});
   const auto weight =
       valid.unsqueeze(1).unsqueeze(-1).expand({rows, layers, valid.size(1), k}).reshape({rows, layers, -1});
   return torch::zeros({rows, layers, num_experts}, weight.options()).scatter_add_(2, ids, weight);
@@ -60,7 +60,7 @@ RouterReplayPass::RouterReplayPass(CausalLM& model, RouterReplayPolicy policy, c
     recorded_ = torch::zeros({rows}, f32);
   } else {
     routed_ = torch::full({rows, mask.size(1), c.num_moe_layers(), c.moe.num_experts_per_tok}, -1,
-                          f32.dtype(torch::kInt64));
+                          f32.dtype(kRoutedExpertsDtype));
   }
 }
 

@@ -92,6 +92,7 @@ TEST_F(GenerationRouting, RecordingChangesNoTokenAndCoversEveryTokenTheModelRead
     const auto& routed = recorded.routed_experts;
     const int64_t p = recorded.prompts.size(1), r = recorded.responses.size(1);
     ASSERT_EQ(routed.sizes(), (std::vector<int64_t>{6, p + r, 3, 2}));
+    EXPECT_EQ(routed.scalar_type(), torch::kInt32);
     // Read: the real prompt tokens and every response token but the last (sampled, never fed back).
     auto read = torch::cat({recorded.prompt_mask, recorded.response_mask}, 1).to(torch::kBool);
     const auto lengths = recorded.response_mask.sum(1);

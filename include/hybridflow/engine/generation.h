@@ -78,7 +78,7 @@ struct GenerationOutput {
   torch::Tensor response_mask;  // [B*n, R] int64, 1 for generated tokens up to and including eos
   torch::Tensor log_probs;      // [B*n, R] float32, log-prob of each sampled token under softmax(logits / temperature)
                                 // (greedy: temperature 1), 0 where masked
-  // With record_routing: [B*n, P + R, moe_layers, k] int64, the experts of each token of prompts ++ responses
+  // With record_routing: [B*n, P + R, moe_layers, k] int32, the experts of each token of prompts ++ responses
   // in each MoE layer (in the order the router ranked them), -1 where no token was read: padding, and each
   // sequence's last token (sampled, never fed back). Undefined otherwise.
   torch::Tensor routed_experts;

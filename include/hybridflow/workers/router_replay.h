@@ -1,5 +1,5 @@
 // Router replay for mixture-of-experts actors (verl's actor_rollout_ref.actor.router_replay.mode): the
-// experts each token was routed to travel in the batch as tensor routed_experts [B, L, moe_layers, k] int64
+// experts each token was routed to travel in the batch as tensor routed_experts [B, L, moe_layers, k] int32
 // (aligned with input_ids, -1 where no routing was recorded), and the actor's forwards route by them
 // (model/moe.h), so that the policy trained is the policy that sampled.
 //   disabled: every forward routes by its own router.
@@ -18,6 +18,10 @@
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {
+
+// routed_experts' element type (GenerationOutput::routed_experts too): expert ids and -1 in half the bytes
+// of int64; a long rollout's routing is tokens x MoE layers x k of them.
+inline constexpr torch::ScalarType kRoutedExpertsDtype = torch::kInt32;
 
 enum class RouterReplayPolicy { kDisabled, kR2, kR3 };
 // "disabled" | "R2" | "R3"; the error names `key`.
