@@ -132,6 +132,13 @@ bool ProcessPool::failed() const {
   return impl_->failure_handled;
 }
 
+bool ProcessPool::wait_failed() const {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (impl_->failure.empty()) return false;
+  impl_->cv.wait(lock, [&] { return impl_->failure_handled; });
+  return true;
+}
+
 std::string ProcessPool::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->failure_handled ? impl_->failure : std::string();
