@@ -322,6 +322,9 @@ void ProcessPool::shutdown() {
     }
     impl_->wake.notify();
     if (impl_->io.joinable()) impl_->io.join();
+    // The port is free at once (not when the last handle on the pool goes): a restarted pool binds it again
+    // under HF_POOL_PORT_BASE.
+    impl_->router.close();
     if (impl_->pgid > 0) unregister_pgid(impl_->pgid);
   });
 }
