@@ -24,6 +24,7 @@ const char* const kRLSchema = R"(trainer:
   max_ckpt_to_keep: 0
   resume_mode: auto
   resume_from_path: ""
+  max_rollout_restarts: 0
   log_every: 1
   logger: [console, jsonl, tensorboard]
   test_freq: 0

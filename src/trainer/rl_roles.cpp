@@ -253,6 +253,7 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
       auto t = timer_.scope("update_actor");
       add_update_metrics(update);
     }
+    s_.actor_version = s_.step + 1;  // what a restarted rollout pool gets
     // The new weights to the standalone rollout pool, straight from the actor's processes, every
     // trigger_parameter_sync_step updates; finish() waits.
     if (s_.rollout && (s_.step + 1) % s_.placement.sync_every == 0) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);

@@ -134,7 +134,8 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
     RLTrainer::State::Prefetch next;
     next.for_step = next_step;
     next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
-    next.batch = generator.call("generate_sequences", generation_request(next.prompts, next.for_step, 0));
+    next.request = generation_request(next.prompts, next.for_step, 0);
+    next.batch = generator.call("generate_sequences", next.request);
     s_.prefetch.push_back(std::move(next));
   }
   return batch;
@@ -149,15 +150,20 @@ RolloutBatch TrainerStages::generate(const DataProto& prompts, Decoding decoding
   auto b = std::make_shared<RolloutBatchState>();
   b->step = this;
   b->prompts = prompts;
+  DataProto request = prompts;
   if (decoding == Decoding::kGreedy) {
-    DataProto request = prompts;
     request.meta()["greedy"] = true;
     request.meta()["n"] = 1;
     b->generation = s_.generator().call("generate_sequences", request);
     b->greedy = true;
   } else {
+    request = generation_request(prompts, s_.step, sampled_generations_);
     b->generation = sampled_generation(prompts, sampled_generations_++);
     b->n = s_.specs.rollout.n;
+  }
+  if (s_.rollout) {  // a standalone rollout pool whose workers die generates it again (trainer.max_rollout_restarts)
+    auto t = timer_.scope("generate");
+    b->generation = s_.surviving_rollout_deaths(b->generation, request);
   }
   return RolloutBatch(std::move(b));
 }
@@ -296,6 +302,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
   }
   // The buffer's occupancy as the step ends: the rollouts of later steps generated or generating (<= k).
   if (s_.rollout && s_.placement.staleness > 0) m.set("rollout/buffer_batches", static_cast<double>(s_.prefetch.size()));
+  if (s_.run.trainer.max_rollout_restarts > 0) m.set("rollout/restarts", static_cast<double>(s_.rollout_restarts));
   // The trainer's wait for the standalone rollout pool: for its batch, and at the weight sync.
   if (s_.rollout) m.set("timing/trainer_idle_s", timer_.seconds("generate") + timer_.seconds("weight_sync"));
   const auto response_mask = batch.tensor("response_mask").to(torch::kFloat);
