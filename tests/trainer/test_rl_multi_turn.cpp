@@ -241,6 +241,27 @@ TEST_F(RlMultiTurn, AGrpoStepTrainsOnTheSampledTokensOfToolConversations) {
   }
 }
 
+// A standalone rollout pool runs the same episodes as the actor's own processes: same seed, same weights
+// (synced before the step), so the same conversations, scores and loss.
+TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor) {
+  const std::string dir = dir_->path();
+  auto one_step = [&](const std::string& placement) {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"trainer.placement=" + placement,
+                                                                              "trainer.run_dir=" + dir + "/" + placement}))));
+    return trainer.step();
+  };
+  const nlohmann::json colocated = one_step("colocate");
+  const nlohmann::json standalone = one_step("standalone");
+  SCOPED_TRACE(colocated.dump() + "\n" + standalone.dump());
+  EXPECT_GE(standalone["agent/tool_calls/calculator"].get<double>(), 3.0);
+  for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
+                          "agent/sampled_tokens_per_episode", "agent/appended_tokens_per_episode", "score/mean"})
+    EXPECT_EQ(colocated[key], standalone[key]) << key;
+  EXPECT_NEAR(colocated["actor/pg_loss"].get<double>(), standalone["actor/pg_loss"].get<double>(), 1e-6);
+  EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
+}
+
 TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
   const std::string dir = dir_->path();
   // No chat template: a preset's character tokenizer.
