@@ -124,6 +124,16 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_block_size: 16
     gpu_memory_utilization: 0.5
     lora_merge: true
+    multi_turn:
+      enable: false
+      max_assistant_turns: null
+      max_user_turns: null
+      tool_config_path: null
+      interaction_config_path: null
+      format: hermes
+      max_parallel_calls: 1
+      max_tool_response_length: 256
+      tool_response_truncate_side: middle
   ref:
     dtype: null
     log_prob_micro_batch_size: null

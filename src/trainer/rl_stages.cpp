@@ -4,6 +4,7 @@
 #include "rl_stages.h"
 
 #include "hybridflow/core/logging.h"
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/data_parallel.h"
 
 namespace hybridflow {
@@ -45,6 +46,15 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
                                        : std::string("one slot per sequence");
   log_info("rollout KV cache: ", layout, "; ", kv.at("sequences_fit").get<int64_t>(),
            " sequences of prompt + response length fit at once");
+}
+
+// A multi-turn rollout's metrics (agent/...) over every sample's episode, whichever replica ran it; the
+// replicas' own summaries leave the meta.
+void log_agent_episodes(DataProto& rollout, MetricsLog& m) {
+  if (rollout.meta().contains("agent")) rollout.meta().erase("agent");
+  if (!rollout.has_field("agent_episode")) return;
+  const nlohmann::json metrics = agent_episode_metrics(rollout.field("agent_episode"));
+  for (const auto& [name, value] : metrics.items()) m.set(name, value.get<double>());
 }
 
 }  // namespace
@@ -179,6 +189,7 @@ DataProto& TrainerStages::wait_generation(RolloutBatchState& b) {
     stamp_policy_version(b.data);
     log_reshard(b.data, *s_.metrics);
     log_kv_cache(b.data, *s_.metrics, &s_.kv_cache_logged);
+    log_agent_episodes(b.data, *s_.metrics);
   }
   return b.data;
 }
@@ -196,6 +207,7 @@ RolloutBatch TrainerStages::batch_of(const DataProto& generated, int64_t n, cons
   stamp_policy_version(b->data);
   log_reshard(b->data, *s_.metrics);
   log_kv_cache(b->data, *s_.metrics, &s_.kv_cache_logged);
+  log_agent_episodes(b->data, *s_.metrics);
   b->generation = Future::ready(b->data);
   b->waited = true;
   b->scores = scores;

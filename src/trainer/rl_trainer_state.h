@@ -122,7 +122,13 @@ struct RLTrainer::State {
   double evaluate(int64_t count);
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;
+  // Each row's whole response (every id after the prompt, by the attention mask: a multi-turn response holds
+  // tool and user turns that the response mask leaves out), special tokens skipped.
   std::vector<std::string> decode_responses(const DataProto& gen) const;
+  // What the scorers judge: a multi-turn row's final assistant message (its content), else the response.
+  std::vector<std::string> scored_responses(const DataProto& gen) const;
+  // Whether the rollout runs agent episodes (actor_rollout_ref.rollout.multi_turn.enable).
+  bool multi_turn() const { return specs.rollout.multi_turn.is_object(); }
   // What the command / HTTP scorers get for each decoded response of `gen`.
   std::vector<RewardRequest> reward_requests(const DataProto& gen, const std::vector<std::string>& texts) const;
 
