@@ -24,6 +24,7 @@
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/moe.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
+#include "hybridflow/parallel/sequence_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
@@ -160,6 +161,14 @@ class CausalLMImpl : public torch::nn::Module {
   bool has_router_logits() const { return !router_logits_.empty(); }
   torch::Tensor load_balancing_loss() const;
 
+  // Ulysses sequence parallelism (parallel/sequence_parallel.h): whole-sequence forwards (not those with a
+  // KV cache) run each rank's slice of the sequence through the layers and return the whole sequence's hidden
+  // states on every rank of the group; average the gradients over the group after backward. Every rank of the
+  // group gets the same inputs. Throws naming ulysses_sequence_parallel_size when the KV heads do not divide
+  // by the group size, or with tensor or pipeline parallelism or expert layers (not combined yet).
+  void set_sequence_parallel(SequenceParallelGroup sp);
+  const SequenceParallelGroup& sequence_parallel() const { return sp_; }
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
@@ -172,6 +181,7 @@ class CausalLMImpl : public torch::nn::Module {
   HeadKind head_;
   TensorParallelGroup tp_;
   PipelineStage pp_;
+  SequenceParallelGroup sp_;
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;
