@@ -77,6 +77,7 @@ actor_rollout_ref:
     ppo_max_token_len_per_gpu: 16384
     ppo_epochs: 1
     shuffle: true
+    ulysses_sequence_parallel_size: 1
 )";
 // The actor's loss keys come from algo/algo_config.h (kActorLossYaml), placed here under actor.
 const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
@@ -123,6 +124,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     lora_merge: true
   ref:
     dtype: null
+    ulysses_sequence_parallel_size: null
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null
     log_prob_use_dynamic_bsz: null
@@ -158,6 +160,7 @@ critic:
   forward_max_token_len_per_gpu: null
   ppo_epochs: 1
   shuffle: true
+  ulysses_sequence_parallel_size: 1
   cliprange_value: 0.5
   loss_agg_mode: token-mean
   optim:

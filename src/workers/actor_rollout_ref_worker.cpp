@@ -73,6 +73,17 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   const std::string rollout_dtype = rollout_spec_.dtype.empty() ? actor_dtype : rollout_spec_.dtype;
   trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), actor_model,
                                                 HeadKind::kLanguageModel, actor_spec_.train);
+  // Ulysses: consecutive ranks split the sequences of the actor's and the reference's whole-sequence passes.
+  const int sp_size = actor_model.ulysses_sequence_parallel_size;
+  HF_CHECK(sp_size == 1 || groups_, "actor_rollout_ref.actor.ulysses_sequence_parallel_size = ", sp_size,
+           " needs as many processes; role '", context().role, "' has one");
+  if (groups_)
+    sequence_parallel_ = SequenceParallelRows::join(groups_->world(), sp_size,
+                                                    "actor_rollout_ref.actor.ulysses_sequence_parallel_size");
+  if (sequence_parallel_) {  // the model refuses a head count or layout it cannot split: at creation, not mid-run
+    actor()->set_sequence_parallel(sequence_parallel_->group());
+    actor()->set_sequence_parallel({});
+  }
   const int gen_tp = rollout_spec_.tensor_model_parallel_size > 0 ? rollout_spec_.tensor_model_parallel_size : coord().tp_size;
   const int gen_pp = rollout_spec_.pipeline_model_parallel_size;
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
@@ -200,29 +211,38 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   auto on = trainable_->params_on_device();
-  DataProto out;
-  torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), in, rollout_spec_.log_prob);
-  if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
-  return out;
+  return on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, [&](const DataProto& rows) {
+    DataProto out;
+    torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, rollout_spec_.log_prob);
+    if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
+    return out;
+  });
 }
 
 DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(ref_spec_, "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (has_ref: false, no `ref` spec)");
-  DataProto out;
-  torch::Tensor log_probs;
-  if (ref_) {
-    log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, ref_spec_->log_prob);
-  } else {  // LoRA: the actor without its adapters
-    auto on = trainable_->params_on_device();
-    LoraDisabledScope base(actor());
-    log_probs = log_probs_of(actor(), trainable_->pipeline(), in, ref_spec_->log_prob);
-  }
-  if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
-  return out;
+  return on_sequence_parallel_rows(sequence_parallel_.get(), {ref_ ? &ref_ : &actor()}, in, [&](const DataProto& rows) {
+    DataProto out;
+    torch::Tensor log_probs;
+    if (ref_) {
+      log_probs = log_probs_of(ref_, ref_pipeline_.get(), rows, ref_spec_->log_prob);
+    } else {  // LoRA: the actor without its adapters
+      auto on = trainable_->params_on_device();
+      LoraDisabledScope base(actor());
+      log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, ref_spec_->log_prob);
+    }
+    if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
+    return out;
+  });
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
+  return update_on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, "actor/",
+                                          [&](const DataProto& rows) { return update_actor_rows(rows); });
+}
+
+DataProto ActorRolloutRefWorker::update_actor_rows(const DataProto& in) {
   auto on = trainable_->params_on_device();
   algo::PolicyLossConfig loss_cfg = actor_spec_.policy_loss;
   // seq-mean-token-sum-norm divides by the batch's response width, not by a micro-batch's: one formed by
