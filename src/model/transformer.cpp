@@ -101,6 +101,33 @@ torch::Tensor slot_rows(const torch::Tensor& slab, const SlotAccess& access) {
   return access.slots.defined() ? filled.index_select(0, access.slots) : filled.narrow(0, 0, access.rows);
 }
 
+// Packed rows (padding-free): the maximal runs of equal attention-mask values along a row of one, each a
+// sequence (or a stretch of padding) that attends only within itself.
+struct SequenceRun {
+  int64_t start = 0, length = 0;
+};
+using SequenceRuns = std::vector<SequenceRun>;
+
+SequenceRuns sequence_runs(const torch::Tensor& mask_row) {
+  const torch::Tensor values = mask_row.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* v = values.data_ptr<int64_t>();
+  SequenceRuns runs;
+  for (int64_t j = 0; j < values.numel(); ++j) {
+    if (j == 0 || v[j] != v[j - 1]) runs.push_back({j, 0});
+    runs.back().length += 1;
+  }
+  return runs;
+}
+
+// Positions that restart at 0 with each sequence of a packed mask (0 on padding).
+torch::Tensor packed_position_ids(const torch::Tensor& mask) {
+  const int64_t t = mask.size(1);
+  auto index = torch::arange(t, mask.options()).expand_as(mask);
+  auto before = torch::constant_pad_nd(mask, {1, 0}, -1).narrow(1, 0, t);
+  auto starts = std::get<0>(torch::where(mask.ne(before), index, torch::zeros_like(index)).cummax(1));
+  return (index - starts).masked_fill(mask.eq(0), 0);
+}
+
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -142,7 +169,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
                         int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr,
-                        const SequenceParallelGroup& sp = {}) {
+                        const SequenceParallelGroup& sp = {}, const SequenceRuns* runs = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
     auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_});
@@ -178,7 +205,8 @@ class AttentionImpl : public torch::nn::Module {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
-    auto heads = head_to_sequence_split(attend(q, k, v, mask_bias).transpose(1, 2), sp).reshape({b, t, heads_ * head_dim_});
+    auto attended = runs != nullptr ? attend_runs(q, k, v, mask_bias, *runs) : attend(q, k, v, mask_bias);
+    auto heads = head_to_sequence_split(attended.transpose(1, 2), sp).reshape({b, t, heads_ * head_dim_});
     return row_parallel(heads, o_proj, tp_, o_lora);
   }
 
@@ -205,6 +233,18 @@ class AttentionImpl : public torch::nn::Module {
     // does not split in place.
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
         .reshape({b, heads, t, head_dim_});
+  }
+  // A packed row: each run attends within itself, so the cost is the sum of the runs' squared lengths rather
+  // than the square of their sum (a dense block-diagonal mask pays the latter).
+  torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& mask_bias, const SequenceRuns& runs) const {
+    std::vector<torch::Tensor> parts;
+    parts.reserve(runs.size());
+    for (const SequenceRun& r : runs)
+      parts.push_back(attend(q.narrow(2, r.start, r.length), k.narrow(2, r.start, r.length),
+                             v.narrow(2, r.start, r.length),
+                             mask_bias.narrow(2, r.start, r.length).narrow(3, r.start, r.length)));
+    return torch::cat(parts, 2);
   }
   // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
   // room, and returns the filled part [B, kv, past + t, d] as a view (no copy of the past).
@@ -430,8 +470,11 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total - pad,
            "CausalLM::forward: attention_mask must be [", b, ", ", total - pad, "] (cache length ", past, " + ",
            t - pad, " new tokens), got ", mask.sizes());
-  torch::Tensor positions =
-      position_ids.defined() ? position_ids.to(device, torch::kInt64) : position_ids_from_mask(mask).slice(1, past);
+  // Packed rows (values above 1 number the sequences of a row): attention stays within each sequence.
+  const bool packed = cache == nullptr && mask.numel() > 0 && mask.max().item<int64_t>() > 1;
+  torch::Tensor positions = position_ids.defined() ? position_ids.to(device, torch::kInt64)
+                            : packed               ? packed_position_ids(mask)
+                                                   : position_ids_from_mask(mask).slice(1, past);
   HF_CHECK(positions.sizes() == given_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ",
            t - pad, "], got ", positions.sizes());
   if (pad > 0) {
@@ -452,6 +495,9 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   if (config_.sliding_window > 0)
     causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
   auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
+  if (packed) visible = visible & mask.unsqueeze(2).eq(mask.unsqueeze(1));
+  // One packed row attends run by run; several rows keep the block-diagonal mask.
+  const auto runs = packed && b == 1 ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0])) : nullptr;
   auto& m = *layers_->model;
   torch::Tensor h;
   const int64_t slice = split_sequence ? t / sp_.size() : t;
@@ -509,12 +555,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
       auto first = std::make_shared<bool>(true);
       torch::Tensor replayed = io.replay != nullptr ? *io.replay : torch::Tensor();
       h = checkpointed(
-          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed, sp](const torch::Tensor& x) mutable {
+          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed, sp, runs](const torch::Tensor& x) mutable {
             moe::LayerIO use = *first ? io : moe::LayerIO{};
             *first = false;
             if (replayed.defined()) use.replay = &replayed;
             torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr,
-                                                            nullptr, 0, 0, nullptr, sp);
+                                                            nullptr, 0, 0, nullptr, sp, runs.get());
             return y + layer->feed_forward(layer->post_attention_layernorm(y), use);
           },
           h);
@@ -524,7 +570,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv, past,
-                                     cache != nullptr ? cache->capacity : 0, nullptr, sp);
+                                     cache != nullptr ? cache->capacity : 0, nullptr, sp, runs.get());
     h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
   }
   if (router_replay_ == RouterReplayMode::kRecord) {
@@ -537,7 +583,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   }
   if (keep_router_logits_) {
     router_logits_ = std::move(router_logits);
-    router_logits_mask_ = mask.slice(1, past);
+    router_logits_mask_ = packed ? mask.slice(1, past).ne(0).to(mask.scalar_type()) : mask.slice(1, past);
   }
   if (cache != nullptr) cache->filled = total;
   if (split_sequence) return gather_sequence(m.norm(h), sp_).narrow(1, 0, given_len);

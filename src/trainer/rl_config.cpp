@@ -69,6 +69,7 @@ actor_rollout_ref:
     target_modules: null
     exclude_modules: null
     lora_adapter_path: null
+    use_remove_padding: false
   actor:
     ppo_mini_batch_size: 8
     ppo_micro_batch_size: null
@@ -149,6 +150,7 @@ critic:
     target_modules: null
     exclude_modules: null
     lora_adapter_path: null
+    use_remove_padding: false
   dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: null

@@ -77,6 +77,15 @@ ParallelLayout role_layout(const ConfigReader& c, const std::string& section, co
 
 int dp_of(const ParallelLayout& layout, const RoleFacts::Pool& pool) { return pool.processes / (layout.tp * layout.pp); }
 
+// <section>.use_remove_padding: padding-free packing of the role's passes (not through pipeline stages).
+bool remove_padding(const ConfigReader& c, const std::string& section, const ParallelLayout& layout) {
+  const std::string key = section + ".use_remove_padding";
+  const bool on = c.get<bool>(key);
+  HF_CHECK(!on || layout.pp == 1, key, " = true with pipeline_model_parallel_size = ", layout.pp,
+           ": packed rows do not pass through pipeline stages yet; set one of them off");
+  return on;
+}
+
 // <section>.ulysses_sequence_parallel_size: groups of that many consecutive data-parallel ranks split each
 // sequence (workers/sequence_parallel_rows.h), so the role's batches split over dp / size groups, as in verl.
 int sequence_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp) {
@@ -220,6 +229,7 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
   plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
@@ -338,6 +348,7 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.use_remove_padding = remove_padding(c, "critic.model", plan.layout);
   const std::string path = critic.get<std::string>("model_path");
   if (!path.empty()) plan.model.path = path;
   plan.model.dtype = dtype;

@@ -124,8 +124,6 @@ const IgnoredKey kIgnored[] = {
     {"reward_model.model.use_shm", "", kPython},
     {"actor_rollout_ref.model.enable_activation_offload", "", kPython},
     {"critic.model.enable_activation_offload", "", kPython},
-    {"actor_rollout_ref.model.use_remove_padding", "", kPython},
-    {"critic.model.use_remove_padding", "", kPython},
     {"reward_model.model.use_remove_padding", "", kPython},
     {"actor_rollout_ref.model.use_liger", "", kPython},
     {"actor_rollout_ref.model.use_fused_kernels", "", kPython},

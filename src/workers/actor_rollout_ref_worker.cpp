@@ -11,6 +11,7 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/engine/packed_rows.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
@@ -50,6 +51,15 @@ int64_t base_weight_bytes(const CausalLM& model, torch::Dtype dtype) {
   for (const auto& item : model->named_parameters())
     if (!is_lora_parameter_name(item.key())) numel += item.value().numel();
   return numel * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+// The response log-probs of a micro-batch, on packed rows with use_remove_padding.
+TokenLogProbs policy_log_probs(bool packed, CausalLM& model, const DataProto& m, int64_t response_len,
+                               double temperature, bool with_entropy) {
+  const auto& ids = m.tensor("input_ids");
+  const auto& mask = m.tensor("attention_mask");
+  return packed ? packed_response_log_probs(model, ids, mask, response_len, temperature, with_entropy)
+                : response_log_probs(model, ids, mask, response_len, temperature, with_entropy);
 }
 
 }  // namespace
@@ -201,8 +211,8 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
   const double temperature = rollout_spec_.temperature;
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
   torch::Tensor log_probs = forward_micro_batches(pipeline, in, how, [&](const DataProto& m) {
-    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
-                              temperature, /*with_entropy=*/false)
+    return policy_log_probs(model_spec_.use_remove_padding, model, m, m.tensor("responses").size(1), temperature,
+                            /*with_entropy=*/false)
         .log_probs;
   });
   if (!log_probs.defined()) return log_probs;  // a stage before the last
@@ -266,8 +276,8 @@ DataProto ActorRolloutRefWorker::update_actor_rows(const DataProto& in) {
   auto loss_fn = [&](const DataProto& m) {
     auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
-    auto lp = response_log_probs(actor(), m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
-                                 /*with_entropy=*/true);
+    auto lp = policy_log_probs(model_spec_.use_remove_padding, actor(), m, response_len, temperature,
+                               /*with_entropy=*/true);
     algo::PolicyLossOutput pg;
     if (bypass) {
       const auto rc = algo::rollout_correction(lp.log_probs.detach(), m.tensor("old_log_probs"), mask, *bypass);

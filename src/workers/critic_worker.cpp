@@ -4,6 +4,7 @@
 
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/packed_rows.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
@@ -19,6 +20,7 @@ void CriticWorker::register_methods(MethodTable& table) {
   set_device(model_device(spec));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
   trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), spec, HeadKind::kValue, spec_.train);
+  remove_padding_ = spec.use_remove_padding;
   const int sp_size = spec.ulysses_sequence_parallel_size;
   HF_CHECK(sp_size == 1 || groups_, "critic.ulysses_sequence_parallel_size = ", sp_size, " needs as many processes; role '",
            context().role, "' has one");
@@ -47,7 +49,8 @@ torch::Tensor CriticWorker::response_values(const DataProto& m) {
   const int64_t prompt_len = ids.size(1) - response_len;
   HF_CHECK(prompt_len > 0, "critic: input_ids ", ids.sizes(), " hold no prompt before ", response_len,
            " response tokens");
-  auto values = trainable_->model()->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
+  auto values = remove_padding_ ? packed_values(trainable_->model(), ids, m.tensor("attention_mask"))
+                                : trainable_->model()->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
   // The value of the state that emits response token r sits at position P + r - 1.
   return values.slice(1, prompt_len - 1, prompt_len - 1 + response_len) * m.tensor("response_mask").to(torch::kFloat);
 }

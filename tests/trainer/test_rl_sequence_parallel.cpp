@@ -1,7 +1,8 @@
-// Ulysses sequence parallelism in the RL trainer: PPO whose actor, reference and critic split every sequence
-// over groups of 2 processes follows the run of the same seed on the same 2 processes without it (data
-// parallel, the same generation replicas, so the same samples) within 1e-5: scores, losses, entropy, KL,
-// values, gradient norms and the trained weights.
+// Long sequences in the RL trainer. Ulysses sequence parallelism: PPO whose actor, reference and critic split
+// every sequence over groups of 2 processes follows the run of the same seed on the same 2 processes without
+// it (data parallel, the same generation replicas, so the same samples) within 1e-5: scores, losses, entropy,
+// KL, values, gradient norms and the trained weights. Padding-free packing (use_remove_padding) follows the
+// padded run alike, with fixed and with token-budget micro-batches, and together with sequence parallelism.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +57,7 @@ SpRun train_ppo(int sp, const std::vector<std::string>& more = {}, bool with_cri
   return run;
 }
 
-void expect_same_run(const SpRun& got, const SpRun& want, const std::string& what) {
+void expect_same_run(const SpRun& got, const SpRun& want, const std::string& what, bool split = true) {
   ASSERT_EQ(got.steps.size(), want.steps.size());
   for (size_t i = 0; i < want.steps.size(); ++i) {
     const std::string at = what + " at step " + std::to_string(i + 1);
@@ -72,7 +73,7 @@ void expect_same_run(const SpRun& got, const SpRun& want, const std::string& wha
   EXPECT_GT(want.steps.back().at("actor/kl_loss").get<double>(), 0.0) << "the actor moved";
   // The split run traded sequence and head splits (and the other did not).
   for (const std::string role : {"actor", "critic"}) {
-    if (role == "critic" && want.critic_norm == 0) continue;
+    if (!split || (role == "critic" && want.critic_norm == 0)) continue;
     const std::string key = role + "/sequence_parallel_all_to_all_mb";
     EXPECT_FALSE(want.steps.back().contains(key)) << key;
     ASSERT_TRUE(got.steps.back().contains(key)) << key << " " << what;
@@ -111,4 +112,23 @@ TEST(RlSequenceParallel, AReferenceSplitOtherwiseThanTheActorIsRefusedNamingTheK
     EXPECT_NE(message.find("actor_rollout_ref.ref.ulysses_sequence_parallel_size = 1"), std::string::npos) << message;
     EXPECT_NE(message.find("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"), std::string::npos) << message;
   }
+}
+
+TEST(RlSequenceParallel, PackedRowsFollowThePaddedRun) {
+  // Micro-batches of 2 rows: a packed row then holds two sequences.
+  const std::vector<std::string> two_rows = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                                             "critic.ppo_micro_batch_size_per_gpu=2"};
+  std::vector<std::string> packed = two_rows;
+  packed.insert(packed.end(), {"actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true"});
+  const SpRun padded = train_ppo(1, two_rows);
+  expect_same_run(train_ppo(1, packed), padded, "packed", /*split=*/false);
+  expect_same_run(train_ppo(2, packed), padded, "packed, sp 2");
+}
+
+TEST(RlSequenceParallel, PackedTokenBudgetMicroBatchesFollowThePaddedOnes) {
+  const std::vector<std::string> by_tokens = {"actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                              "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64"};
+  std::vector<std::string> packed = by_tokens;
+  packed.insert(packed.end(), {"actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true"});
+  expect_same_run(train_ppo(1, packed), train_ppo(1, by_tokens), "packed by tokens", /*split=*/false);
 }

@@ -83,6 +83,10 @@ class CausalLMImpl : public torch::nn::Module {
   // T_total = cache length + T; covers left and right padding. position_ids [B, T] int64; when
   // undefined they are derived from attention_mask (cumsum - 1, clamped at 0).
   // With a cache, appends this step's keys/values to it (this stage's layers only).
+  // Packed rows (padding-free, engine/packed_rows.h; no cache): attention_mask values 1, 2, ... number the
+  // sequences laid end to end in a row; a token attends only to earlier tokens of its own sequence, and
+  // positions, when not given, restart at 0 with each. A single packed row attends sequence by sequence
+  // (the sum of their squared lengths, not the square of the row's); several rows use a block-diagonal mask.
   ForwardOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 

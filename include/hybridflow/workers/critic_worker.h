@@ -55,6 +55,7 @@ class CriticWorker : public Worker {
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
   std::unique_ptr<TrainableModel> trainable_;  // the value model with its engine, offload and checkpoints
   std::unique_ptr<SequenceParallelRows> sequence_parallel_;  // ulysses_sequence_parallel_size > 1
+  bool remove_padding_ = false;  // use_remove_padding: values on packed rows
 };
 
 class RewardModelWorker : public Worker {
