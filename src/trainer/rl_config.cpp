@@ -82,6 +82,8 @@ actor_rollout_ref:
 )";
 // The actor's loss keys come from algo/algo_config.h (kActorLossYaml), placed here under actor.
 const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
+    router_replay:
+      mode: disabled
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1

@@ -7,6 +7,7 @@
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/trainer/lora_keys.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/router_replay.h"
 
 namespace hybridflow {
 namespace {
@@ -226,6 +227,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
     actor.note(key);
   spec.policy_loss = algo::policy_loss_config(actor.config());
   spec.loss_terms = algo::actor_loss_terms(actor.config());
+  spec.router_replay = actor.get<std::string>("router_replay.mode");
+  const RouterReplayPolicy replay = parse_router_replay_policy(spec.router_replay, section + ".router_replay.mode");
+  HF_CHECK(replay == RouterReplayPolicy::kDisabled || plan.layout.pp == 1, section, ".router_replay.mode = ",
+           spec.router_replay, ": router replay needs the whole model in one stage (", section,
+           ".megatron.pipeline_model_parallel_size = 1), got ", plan.layout.pp);
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
@@ -279,6 +285,7 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
                                  .budget();
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
   spec.lora_merge = rollout.get<bool>("lora_merge");
+  spec.record_routing = actor.spec.router_replay == "R3";
   // The 3D-HybridEngine's generation model (pipeline stages gathered) has no adapters of its own: it
   // generates on the actor's weights with the adapters merged in.
   HF_CHECK(spec.lora_merge || !actor.model.uses_lora() || f.standalone_rollout ||

@@ -2,6 +2,7 @@
 
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/workers/router_replay.h"
 
 namespace hybridflow {
 namespace {
@@ -108,7 +109,8 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"log_prob_max_token_len", s.log_prob.max_tokens},
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
        {"lora_merge", s.lora_merge},
-       {"multi_turn", s.multi_turn}};
+       {"multi_turn", s.multi_turn},
+       {"record_routing", s.record_routing}};
 }
 
 void from_json(const nlohmann::json& j, RolloutSpec& s) {
@@ -133,6 +135,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
   take_spec_field(j, k, "lora_merge", s.lora_merge);
   if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
+  take_spec_field(j, k, "record_routing", s.record_routing);
 }
 
 void to_json(nlohmann::json& j, const TrainSpec& s) {
@@ -205,7 +208,8 @@ void to_json(nlohmann::json& j, const ActorSpec& s) {
             {"entropy_coeff", s.loss_terms.entropy_coeff},
             {"use_kl_loss", s.loss_terms.use_kl_loss},
             {"kl_loss_coef", s.loss_terms.kl_loss_coef},
-            {"kl_loss_type", algo::to_string(s.loss_terms.kl_loss_type)}});
+            {"kl_loss_type", algo::to_string(s.loss_terms.kl_loss_type)},
+            {"router_replay", s.router_replay}});
 }
 
 void from_json(const nlohmann::json& j, ActorSpec& s) {
@@ -244,6 +248,8 @@ void from_json(const nlohmann::json& j, ActorSpec& s) {
   std::string kl = algo::to_string(s.loss_terms.kl_loss_type);
   take_spec_field(j, k, "kl_loss_type", kl);
   s.loss_terms.kl_loss_type = algo::parse_kl_type(kl);
+  take_spec_field(j, k, "router_replay", s.router_replay);
+  parse_router_replay_policy(s.router_replay, "actor spec: router_replay");
 }
 
 void to_json(nlohmann::json& j, const RefSpec& s) {

@@ -57,6 +57,9 @@ struct GenerationConfig {
   int64_t kv_cache_blocks = 0;
   double gpu_memory_utilization = 0.5;
   int64_t memory_budget_bytes = 0;
+  // Router replay (verl's router_replay.mode R3): keep the experts every MoE layer chose for every token the
+  // model read, prompt and response (GenerationOutput::routed_experts). Continuous batching, unstaged only.
+  bool record_routing = false;
 };
 
 // What continuous batching's KV cache held (both paths; zeros on the static path).
@@ -75,6 +78,10 @@ struct GenerationOutput {
   torch::Tensor response_mask;  // [B*n, R] int64, 1 for generated tokens up to and including eos
   torch::Tensor log_probs;      // [B*n, R] float32, log-prob of each sampled token under softmax(logits / temperature)
                                 // (greedy: temperature 1), 0 where masked
+  // With record_routing: [B*n, P + R, moe_layers, k] int32, the experts of each token of prompts ++ responses
+  // in each MoE layer (in the order the router ranked them), -1 where no token was read: padding, and each
+  // sequence's last token (sampled, never fed back). Undefined otherwise.
+  torch::Tensor routed_experts;
   KVCacheReport kv_cache;
 };
 
