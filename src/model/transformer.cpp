@@ -101,6 +101,33 @@ torch::Tensor slot_rows(const torch::Tensor& slab, const SlotAccess& access) {
   return access.slots.defined() ? filled.index_select(0, access.slots) : filled.narrow(0, 0, access.rows);
 }
 
+// Packed rows (padding-free): the maximal runs of equal attention-mask values along a row of one, each a
+// sequence (or a stretch of padding) that attends only within itself.
+struct SequenceRun {
+  int64_t start = 0, length = 0;
+};
+using SequenceRuns = std::vector<SequenceRun>;
+
+SequenceRuns sequence_runs(const torch::Tensor& mask_row) {
+  const torch::Tensor values = mask_row.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* v = values.data_ptr<int64_t>();
+  SequenceRuns runs;
+  for (int64_t j = 0; j < values.numel(); ++j) {
+    if (j == 0 || v[j] != v[j - 1]) runs.push_back({j, 0});
+    runs.back().length += 1;
+  }
+  return runs;
+}
+
+// Positions that restart at 0 with each sequence of a packed mask (0 on padding).
+torch::Tensor packed_position_ids(const torch::Tensor& mask) {
+  const int64_t t = mask.size(1);
+  auto index = torch::arange(t, mask.options()).expand_as(mask);
+  auto before = torch::constant_pad_nd(mask, {1, 0}, -1).narrow(1, 0, t);
+  auto starts = std::get<0>(torch::where(mask.ne(before), index, torch::zeros_like(index)).cummax(1));
+  return (index - starts).masked_fill(mask.eq(0), 0);
+}
+
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -136,12 +163,16 @@ class AttentionImpl : public torch::nn::Module {
   // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
   // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them, or with
   // `slots` each row's at its own slot and position.
+  // Under sequence parallelism x is this rank's slice [B, T / n, H] of the sequence while cos, sin and
+  // mask_bias cover the whole of it: q, k and v trade the sequence split for a head split before the rotary
+  // embedding (so it sees global positions) and the attention output trades back.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
-                        int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr) {
+                        int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr,
+                        const SequenceParallelGroup& sp = {}, const SequenceRuns* runs = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_});
     torch::Tensor k, v;
     if (replicated_kv_) {
       // The gradient of the shared heads is the sum of every rank's part: copy_to after the projection.
@@ -160,8 +191,9 @@ class AttentionImpl : public torch::nn::Module {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
       k = k_norm->forward_on_shard(k, tp_);
     }
-    k = k.transpose(1, 2);
-    v = v.transpose(1, 2);
+    q = sequence_to_head_split(q, sp).transpose(1, 2);
+    k = sequence_to_head_split(k, sp).transpose(1, 2);
+    v = sequence_to_head_split(v, sp).transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
     if (slots != nullptr) {
@@ -173,7 +205,8 @@ class AttentionImpl : public torch::nn::Module {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
-    auto heads = attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+    auto attended = runs != nullptr ? attend_runs(q, k, v, mask_bias, *runs) : attend(q, k, v, mask_bias);
+    auto heads = head_to_sequence_split(attended.transpose(1, 2), sp).reshape({b, t, heads_ * head_dim_});
     return row_parallel(heads, o_proj, tp_, o_lora);
   }
 
@@ -186,18 +219,32 @@ class AttentionImpl : public torch::nn::Module {
   // head: the `group` query heads that share a KV head are folded into the query-length axis
   // ([B, kv, group*T, d] against [B, kv, S, d]), and only the mask is repeated per group. SDPA's own
   // enable_gqa repeats K/V on the CPU, which made single-token decoding 2-5x slower (measured).
+  // The head counts are q's and k's (a sequence-parallel rank attends with a share of this rank's heads).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask_bias) const {
-    const int64_t group = heads_ / kv_heads_;
+    const int64_t heads = q.size(1), kv_heads = k.size(1);
+    const int64_t group = heads / kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     if (group == 1) return at::scaled_dot_product_attention(q, k, v, mask_bias, 0.0, false, scale);
     const int64_t b = q.size(0), t = q.size(2), s = k.size(2);
-    auto folded_q = q.reshape({b, kv_heads_, group * t, head_dim_});
+    auto folded_q = q.reshape({b, kv_heads, group * t, head_dim_});
     auto folded_mask = mask_bias.unsqueeze(2).expand({b, 1, group, t, s}).reshape({b, 1, group * t, s});
     // reshape, not view: CUDA's attention kernels return [B, T, H, d]-major outputs, whose folded axis
     // does not split in place.
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
-        .reshape({b, heads_, t, head_dim_});
+        .reshape({b, heads, t, head_dim_});
+  }
+  // A packed row: each run attends within itself, so the cost is the sum of the runs' squared lengths rather
+  // than the square of their sum (a dense block-diagonal mask pays the latter).
+  torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& mask_bias, const SequenceRuns& runs) const {
+    std::vector<torch::Tensor> parts;
+    parts.reserve(runs.size());
+    for (const SequenceRun& r : runs)
+      parts.push_back(attend(q.narrow(2, r.start, r.length), k.narrow(2, r.start, r.length),
+                             v.narrow(2, r.start, r.length),
+                             mask_bias.narrow(2, r.start, r.length).narrow(3, r.start, r.length)));
+    return torch::cat(parts, 2);
   }
   // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
   // room, and returns the filled part [B, kv, past + t, d] as a view (no copy of the past).
@@ -386,23 +433,54 @@ ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
   return apply_head(hidden_states(input_ids, attention_mask, position_ids, cache));
 }
 
-torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
+  if (sp.enabled()) {
+    const int n = sp.size();
+    HF_CHECK(config_.num_key_value_heads % n == 0, "ulysses_sequence_parallel_size ", n,
+             " does not divide num_key_value_heads = ", config_.num_key_value_heads, " (num_attention_heads = ",
+             config_.num_attention_heads, "): each rank attends with whole KV heads and their query heads; choose a ",
+             "size that divides the KV heads");
+    HF_CHECK(!tp_.enabled(), "ulysses_sequence_parallel_size ", n, " with tensor_model_parallel_size ", tp_.size(),
+             ": sequence parallelism is not combined with tensor parallelism yet; use one of them");
+    HF_CHECK(!pp_.enabled(), "ulysses_sequence_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
+             ": sequence parallelism is not combined with pipeline parallelism yet");
+    HF_CHECK(config_.num_moe_layers() == 0, "ulysses_sequence_parallel_size ", n, ": ", config_.model_type,
+             " layers route over experts, which sequence parallelism does not split yet");
+  }
+  sp_ = sp;
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
-  HF_CHECK(input_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", input_ids.sizes());
+  HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
+  // Sequence parallelism (whole-sequence forwards; generation with a cache runs whole on every rank): the
+  // sequence is padded to a multiple of the group size with masked positions, each rank embeds and runs its
+  // slice through the layers, and the final hidden states are gathered and cut back to the given length.
+  const bool split_sequence = sp_.enabled() && cache == nullptr;
+  const int64_t given_len = given_ids.size(1);
+  const int64_t pad = split_sequence ? sequence_parallel_padded_length(given_len, sp_.size()) - given_len : 0;
+  const torch::Tensor input_ids = pad > 0 ? torch::constant_pad_nd(given_ids, {0, pad}) : given_ids;
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   const int64_t past = cache != nullptr ? cache->length() : 0;
   const int64_t total = past + t;
   const auto device = input_ids.device();
   torch::Tensor mask = attention_mask.defined()
                            ? attention_mask.to(device, torch::kInt64)
-                           : torch::ones({b, total}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total,
-           "CausalLM::forward: attention_mask must be [", b, ", ", total, "] (cache length ", past, " + ", t,
-           " new tokens), got ", mask.sizes());
-  torch::Tensor positions =
-      position_ids.defined() ? position_ids.to(device, torch::kInt64) : position_ids_from_mask(mask).slice(1, past);
-  HF_CHECK(positions.sizes() == input_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ", t,
-           "], got ", positions.sizes());
+                           : torch::ones({b, total - pad}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total - pad,
+           "CausalLM::forward: attention_mask must be [", b, ", ", total - pad, "] (cache length ", past, " + ",
+           t - pad, " new tokens), got ", mask.sizes());
+  // Packed rows (values above 1 number the sequences of a row): attention stays within each sequence.
+  const bool packed = cache == nullptr && mask.numel() > 0 && mask.max().item<int64_t>() > 1;
+  torch::Tensor positions = position_ids.defined() ? position_ids.to(device, torch::kInt64)
+                            : packed               ? packed_position_ids(mask)
+                                                   : position_ids_from_mask(mask).slice(1, past);
+  HF_CHECK(positions.sizes() == given_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ",
+           t - pad, "], got ", positions.sizes());
+  if (pad > 0) {
+    mask = torch::constant_pad_nd(mask, {0, pad});
+    positions = torch::constant_pad_nd(positions, {0, pad});
+  }
   const int64_t local_layers = layer_range_.length;
   if (cache != nullptr && cache->keys.empty()) {
     cache->keys.resize(local_layers);
@@ -417,10 +495,14 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   if (config_.sliding_window > 0)
     causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
   auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
+  if (packed) visible = visible & mask.unsqueeze(2).eq(mask.unsqueeze(1));
+  // One packed row attends run by run; several rows keep the block-diagonal mask.
+  const auto runs = packed && b == 1 ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0])) : nullptr;
   auto& m = *layers_->model;
   torch::Tensor h;
+  const int64_t slice = split_sequence ? t / sp_.size() : t;
   if (pp_.first()) {
-    h = m.embed(input_ids);
+    h = m.embed(split_sequence ? input_ids.narrow(1, sp_.rank() * slice, slice) : input_ids);
   } else {
     HF_CHECK(stage_input_.defined(), "CausalLM::forward: pipeline stage ", pp_.stage,
              " needs the previous stage's hidden states (set_stage_input) before its forward");
@@ -451,6 +533,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   }
   // Activation checkpointing (training passes only: a cache means generation) keeps each layer's input alone.
   const bool recompute = gradient_checkpointing_ && cache == nullptr;
+  const SequenceParallelGroup sp = split_sequence ? sp_ : SequenceParallelGroup();
   int64_t sparse_index = 0;
   for (int64_t i = 0; i < local_layers; ++i) {
     moe::LayerIO io;
@@ -472,11 +555,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       auto first = std::make_shared<bool>(true);
       torch::Tensor replayed = io.replay != nullptr ? *io.replay : torch::Tensor();
       h = checkpointed(
-          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed](const torch::Tensor& x) mutable {
+          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed, sp, runs](const torch::Tensor& x) mutable {
             moe::LayerIO use = *first ? io : moe::LayerIO{};
             *first = false;
             if (replayed.defined()) use.replay = &replayed;
-            torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr, nullptr);
+            torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr,
+                                                            nullptr, 0, 0, nullptr, sp, runs.get());
             return y + layer->feed_forward(layer->post_attention_layernorm(y), use);
           },
           h);
@@ -486,7 +570,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv, past,
-                                     cache != nullptr ? cache->capacity : 0);
+                                     cache != nullptr ? cache->capacity : 0, nullptr, sp, runs.get());
     h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
   }
   if (router_replay_ == RouterReplayMode::kRecord) {
@@ -499,9 +583,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   }
   if (keep_router_logits_) {
     router_logits_ = std::move(router_logits);
-    router_logits_mask_ = mask.slice(1, past);
+    router_logits_mask_ = packed ? mask.slice(1, past).ne(0).to(mask.scalar_type()) : mask.slice(1, past);
   }
   if (cache != nullptr) cache->filled = total;
+  if (split_sequence) return gather_sequence(m.norm(h), sp_).narrow(1, 0, given_len);
   return pp_.last() ? m.norm(h) : h;
 }
 

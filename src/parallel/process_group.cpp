@@ -246,6 +246,19 @@ void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& inp
   if (op == ReduceOp::kAvg) output.div_(size());
 }
 
+void ProcessGroup::alltoall_into(at::Tensor& output, const at::Tensor& input) const {
+  check_device(state(), input, "all_to_all_single");
+  HF_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "all_to_all_single: dim 0 of size ",
+           input.dim() > 0 ? input.size(0) : 0, " does not divide into ", size(), " ranks");
+  HF_CHECK(output.is_contiguous() && output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+           "all_to_all_single: output must be contiguous of the input's shape ", input.sizes(), " and type ",
+           input.scalar_type(), ", got ", output.sizes(), " of ", output.scalar_type());
+  at::Tensor in = input.contiguous();
+  std::vector<int64_t> equal_splits;  // empty: dim 0 split evenly over the ranks
+  // alltoall_base: the name every libtorch 2.x has (newer releases call it all_to_all_single).
+  state().backend->alltoall_base(output, in, equal_splits, equal_splits)->wait();
+}
+
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
   HF_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside group of size ", size());
   HF_CHECK(tensor.is_contiguous(), "broadcast: tensor must be contiguous");

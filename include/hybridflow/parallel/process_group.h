@@ -65,6 +65,9 @@ class ProcessGroup {
   void allgather_into(at::Tensor& output, const at::Tensor& input) const;
   // reduce_scatter_tensor: output (contiguous, input's elements / size()) gets chunk rank() of the reduction.
   void reduce_scatter_into(at::Tensor& output, const at::Tensor& input, ReduceOp op) const;
+  // all_to_all_single with equal splits: input's chunk j of dim 0 goes to rank j; output (contiguous, input's
+  // shape) holds at chunk i what rank i sent this rank.
+  void alltoall_into(at::Tensor& output, const at::Tensor& input) const;
   void broadcast(at::Tensor& tensor, int root) const;
   void barrier() const;
   void send(const at::Tensor& tensor, int dst, int tag) const;

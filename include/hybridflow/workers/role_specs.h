@@ -38,6 +38,12 @@ struct ModelSpec {
   std::string device = "cpu";  // cpu | cuda (this process's device, runtime worker_device)
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
   bool enable_gradient_checkpointing = false;
+  // Ulysses sequence parallelism (verl's <role>.ulysses_sequence_parallel_size): consecutive ranks of this
+  // many split each sequence of the role's whole-sequence passes (workers/sequence_parallel_rows.h).
+  int ulysses_sequence_parallel_size = 1;
+  // Padding-free packing (verl's <role>.model.use_remove_padding): each micro-batch's sequences run as one
+  // packed row (engine/packed_rows.h).
+  bool use_remove_padding = false;
   // LoRA adapters (model/lora.h; verl's <role>.model.lora_* keys): lora.rank 0 trains every weight. With
   // lora_adapter_path the adapters start from that PEFT directory (its adapter_config.json sets the rank and
   // targets). lora_key names the configuration section in errors ("actor_rollout_ref.model").
