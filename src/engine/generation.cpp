@@ -205,6 +205,9 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   }
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
+  HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr),
+           "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache and "
+           "one pipeline stage");
   if (cfg.use_kv_cache && cfg.continuous_batching) return generation::generate_continuous(model, prompts, cfg, stages);
   return generation::generate_static(model, prompts, cfg, stages);
 }
