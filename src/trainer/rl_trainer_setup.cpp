@@ -323,7 +323,14 @@ void RLTrainer::State::start(const std::string& resume_dir) {
     const RolloutSpec& rollout = specs.standalone_rollout->spec;
     s.connect_weight_sync(link, rollout.update_weights_bucket_megabytes, rollout.dtype);
   }
-  if (!resume_dir.empty()) s.resume(resume_dir);
+  if (!resume_dir.empty()) {
+    s.resume(resume_dir);
+  } else if (s.run.trainer.resume_mode == "auto") {
+    // No checkpoint to resume from, so this run starts at step 1: lines that an attempt killed before its
+    // first checkpoint wrote are of steps this run takes again.
+    const int64_t dropped = s.metrics->drop_steps_after(0);
+    if (dropped > 0) log_info("dropped ", dropped, " metrics lines of an earlier attempt that saved no checkpoint");
+  }
   // The rollout pool starts from the actor's weights (fresh or resumed), whatever it built itself.
   if (specs.standalone_rollout) s.sync_rollout_weights();
 }
