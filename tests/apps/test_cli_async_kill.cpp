@@ -9,8 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -18,11 +16,16 @@
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "support/process_tree.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/tiny_rl_config.h"
 
 namespace {
+
+using hybridflow::testing::alive;
+using hybridflow::testing::lines_in;
+using hybridflow::testing::live_children;
 
 // One epoch: 16 prompts, 2 per step, 2 samples each, every sample logged; a checkpoint after every step.
 std::string streaming_run(const std::string& run_dir, bool partial) {
@@ -37,38 +40,6 @@ std::string streaming_run(const std::string& run_dir, bool partial) {
          run_dir;
 }
 
-int64_t metrics_lines(const std::string& path) {
-  std::ifstream in(path);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);) n += !line.empty();
-  return n;
-}
-
-// Live (not zombie) processes whose parent is `pid`.
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(text.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == pid && state != 'Z')
-      out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  return out;
-}
-
-bool running(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
-}
-
 // Starts the run, waits for `after_lines` metrics lines and `delay` more, and kills the controller and its
 // workers with SIGKILL (a crash: no checkpoint, no cleanup). True when the kill landed before the run ended.
 bool kill_run_at(const std::string& command, const std::string& run_dir, int64_t after_lines,
@@ -80,11 +51,11 @@ bool kill_run_at(const std::string& command, const std::string& run_dir, int64_t
     ::_exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  while (metrics_lines(run_dir + "/metrics.jsonl") < after_lines && running(pid) &&
+  while (lines_in(run_dir + "/metrics.jsonl") < after_lines && alive(pid) &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::this_thread::sleep_for(delay);
-  const std::vector<pid_t> workers = children_of(pid);
+  const std::vector<pid_t> workers = live_children(pid);
   ::kill(pid, SIGKILL);
   for (pid_t w : workers) ::kill(w, SIGKILL);
   int status = 0;
@@ -92,7 +63,7 @@ bool kill_run_at(const std::string& command, const std::string& run_dir, int64_t
   // The workers are the controller's children, reaped by init: wait until they are gone (they hold nothing
   // the next run needs, but a test should not leave them behind).
   for (pid_t w : workers)
-    while (running(w) && std::chrono::steady_clock::now() < deadline)
+    while (alive(w) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
@@ -119,7 +90,7 @@ void expect_kills_lose_and_duplicate_no_prompt(bool partial) {
   const std::vector<std::pair<int64_t, int>> moments = {{1, 0}, {3, 7}, {5, 19}, {6, 2}};
   int landed = 0;
   for (const auto& [lines, delay_ms] : moments) {
-    if (metrics_lines(killed + "/metrics.jsonl") >= 8) break;
+    if (lines_in(killed + "/metrics.jsonl") >= 8) break;
     landed += kill_run_at(command, killed, lines, std::chrono::milliseconds(delay_ms), log);
   }
   EXPECT_GE(landed, 2) << "the kills came after the run had ended:\n" << hybridflow::read_file(log);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hybridflow/engine/generation.h"
+#include "support/forward_log_probs.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -32,16 +33,7 @@ void copy_weights(CausalLM& to, const CausalLM& from) {
   for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
 }
 
-// Log-probs of the response tokens under `model`, by one full forward over prompt + response.
-torch::Tensor full_forward_log_probs(CausalLM& model, const GenerationOutput& out, double temperature) {
-  torch::NoGradGuard no_grad;
-  auto ids = torch::cat({out.prompts, out.responses}, 1);
-  auto mask = torch::cat({out.prompt_mask, out.response_mask}, 1);
-  const int64_t p = out.prompts.size(1), r = out.responses.size(1);
-  auto logits = model->forward(ids, mask).logits.slice(1, p - 1, p - 1 + r);
-  auto lp = torch::log_softmax(logits / temperature, -1).gather(-1, out.responses.unsqueeze(-1)).squeeze(-1);
-  return lp * out.response_mask.to(torch::kFloat32);
-}
+using testing::recomputed_log_probs;
 
 const std::vector<std::vector<int64_t>> kPrompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3, 8}, {8}, {22, 6, 17, 2, 9}};
 
@@ -127,8 +119,8 @@ TEST(PartialGeneration, NewWeightsKeepThePrefixAndDrawTheRestFromTheNewModel) {
     EXPECT_TRUE(torch::allclose(partial.log_probs.slice(1, 0, width).masked_select(before_w),
                                 old_only.log_probs.slice(1, 0, width).masked_select(before_w), 1e-4, 1e-5));
     // Sampled log-probs per token: the old model's before the switch, the new model's after.
-    const auto under_old = full_forward_log_probs(old_model, partial, cfg.temperature);
-    const auto under_new = full_forward_log_probs(new_model, partial, cfg.temperature);
+    const auto under_old = recomputed_log_probs(old_model, partial, cfg.temperature);
+    const auto under_new = recomputed_log_probs(new_model, partial, cfg.temperature);
     EXPECT_TRUE(torch::allclose(partial.log_probs.masked_select(before), under_old.masked_select(before), 1e-3, 1e-4))
         << (partial.log_probs.masked_select(before) - under_old.masked_select(before)).abs().max().item<float>();
     EXPECT_TRUE(torch::allclose(partial.log_probs.masked_select(after), under_new.masked_select(after), 1e-3, 1e-4))

@@ -85,9 +85,9 @@ class WeightSync {
 
   const WeightSyncLayout& layout() const { return layout_; }
 
-  // Partial rollouts: the controller announces a sync (announce_weight_sync on the store it hosts) before
-  // it sends, so that a rollout rank in mid-generation can join it between two tokens. The newest version
-  // announced, -1 before the first.
+  // Partial rollouts: the controller announces a sync's version under kWeightSyncAnnounceKey in the store it
+  // hosts before the actor sends, so that a rollout rank in mid-generation can join it between two tokens.
+  // The newest version announced, -1 before the first.
   int64_t announced_version() const;
 
  private:
