@@ -325,9 +325,9 @@ void RLTrainer::State::start(const std::string& resume_dir) {
   }
   if (!resume_dir.empty()) {
     s.resume(resume_dir);
-  } else if (s.run.trainer.resume_mode == "auto") {
-    // No checkpoint to resume from, so this run starts at step 1: lines that an attempt killed before its
-    // first checkpoint wrote are of steps this run takes again.
+  } else if (s.run.trainer.resume_mode == "auto" && s.run.trainer.saves()) {
+    // A run that saves checkpoints found none, so it starts at step 1: lines that an attempt killed before
+    // its first checkpoint wrote are of steps this run takes again. (A run that saves none keeps appending.)
     const int64_t dropped = s.metrics->drop_steps_after(0);
     if (dropped > 0) log_info("dropped ", dropped, " metrics lines of an earlier attempt that saved no checkpoint");
   }
