@@ -92,7 +92,9 @@ class Scheduler {
         total_(static_cast<int64_t>(prompts.size()) * cfg.n),
         tokens_(static_cast<size_t>(total_)),
         log_probs_(static_cast<size_t>(total_)),
-        versions_(static_cast<size_t>(total_)) {
+        versions_(static_cast<size_t>(total_)),
+        prompt_routing_(cfg.record_routing ? static_cast<size_t>(total_) : 0),
+        response_routing_(cfg.record_routing ? static_cast<size_t>(total_) : 0) {
     int64_t longest_prompt = 0;
     for (const auto& p : prompts) longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(p.size()));
     capacity_ = longest_prompt + cfg.max_new_tokens;
@@ -146,6 +148,7 @@ class Scheduler {
       out.token_versions = versions.to(device_);
       out.resumed_sequences = static_cast<int64_t>(resumed_.size());
     }
+    if (cfg_.record_routing) out.routed_experts = routed_experts(padded.longest, longest).to(device_);
     KVCacheReport& report = out.kv_cache;
     int64_t longest_prompt = 0;
     for (const auto& p : prompts_) longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(p.size()));
@@ -216,6 +219,10 @@ class Scheduler {
     prefill.capacity = width;
     torch::Tensor hidden = model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
     link_.send(hidden);
+    // [count, width, layers, k]: prompt i's routing, shared by its samples.
+    torch::Tensor prompt_routing;
+    if (cfg_.record_routing)
+      prompt_routing = torch::stack(model_->recorded_routing().layers, 2).to(torch::kCPU, torch::kInt32);
 
     // Each prompt's samples take the lowest free slots (the running rows stay packed at the front).
     std::vector<Row> admitted;
@@ -228,6 +235,8 @@ class Scheduler {
         free_slots_.erase(free_slots_.begin());
         row.length = last_position[static_cast<size_t>(i)] + 1;
         if (blocks_) row.paged = block_sequences[static_cast<size_t>(i)][static_cast<size_t>(j)];
+        if (cfg_.record_routing)
+          prompt_routing_[static_cast<size_t>(row.sequence)] = prompt_routing[i].narrow(0, 0, row.length);
         admitted.push_back(row);
         slots.push_back(row.slot);
         sources.push_back(i);
@@ -333,6 +342,12 @@ class Scheduler {
       hidden = model_->decode_slots(ids, slots, lengths, cache_);
     }
     link_.send(hidden);
+    if (cfg_.record_routing) {
+      // [count, layers, k]: the routing of each row's input token, its response token number `steps` so far.
+      const auto step = torch::stack(model_->recorded_routing().layers, 2).select(1, 0).to(torch::kCPU, torch::kInt32);
+      for (size_t r = 0; r < rows_.size(); ++r)
+        response_routing_[static_cast<size_t>(rows_[r].sequence)].push_back(step[static_cast<int64_t>(r)]);
+    }
     for (Row& row : rows_) ++row.length;  // the input token is in the cache now
     torch::Tensor tokens, log_probs;
     if (link_.samples()) std::tie(tokens, log_probs) = choose(rows_, hidden.select(1, 0));
@@ -413,6 +428,22 @@ class Scheduler {
     paged_.write_prefill(prefill, tables, lengths);
   }
 
+  // GenerationOutput::routed_experts for prompts left-padded to `prompt_width` and `response_width` columns
+  // of responses, on the CPU.
+  torch::Tensor routed_experts(int64_t prompt_width, int64_t response_width) const {
+    const ModelConfig& c = model_->config();
+    auto out = torch::full({total_, prompt_width + response_width, c.num_moe_layers(), c.moe.num_experts_per_tok}, -1,
+                           torch::TensorOptions().dtype(torch::kInt32));
+    for (int64_t q = 0; q < total_; ++q) {
+      const torch::Tensor& prompt_part = prompt_routing_[static_cast<size_t>(q)];
+      if (!prompt_part.defined()) continue;  // max_new_tokens = 0: nothing ran
+      out[q].narrow(0, prompt_width - prompt_part.size(0), prompt_part.size(0)).copy_(prompt_part);
+      const auto& steps = response_routing_[static_cast<size_t>(q)];
+      for (size_t t = 0; t < steps.size(); ++t) out[q][prompt_width + static_cast<int64_t>(t)].copy_(steps[t]);
+    }
+    return out;
+  }
+
   const std::vector<int64_t>& prompt(int64_t offset) const {
     return prompts_[static_cast<size_t>(next_prompt_ + offset)];
   }
@@ -436,6 +467,10 @@ class Scheduler {
   int64_t version_ = -1;
   std::vector<std::vector<int64_t>> versions_;
   std::set<int64_t> resumed_;
+  // Router recording, per sequence: its prompt's routing [prompt tokens, layers, k] and, per decode step,
+  // its input token's [layers, k].
+  std::vector<torch::Tensor> prompt_routing_;
+  std::vector<std::vector<torch::Tensor>> response_routing_;
 };
 
 }  // namespace

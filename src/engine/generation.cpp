@@ -45,6 +45,18 @@ class EvalModeGuard {
   bool was_training_;
 };
 
+// Router recording for the scope of one generate() call; the model replays nothing afterwards, as before.
+class RoutingRecordGuard {
+ public:
+  explicit RoutingRecordGuard(CausalLM& model) : model_(model) { model_->set_router_replay(RouterReplayMode::kRecord); }
+  ~RoutingRecordGuard() { model_->set_router_replay(RouterReplayMode::kOff); }
+  RoutingRecordGuard(const RoutingRecordGuard&) = delete;
+  RoutingRecordGuard& operator=(const RoutingRecordGuard&) = delete;
+
+ private:
+  CausalLM& model_;
+};
+
 uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -205,9 +217,19 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   }
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
-  HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr),
-           "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache and "
-           "one pipeline stage");
+  HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
+           "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache, "
+           "one pipeline stage and no routing record (a prefix prefilled again would be routed twice)");
+  if (cfg.record_routing) {
+    HF_CHECK(mc.num_moe_layers() > 0, "generation: recording the routing (router_replay.mode R3) needs a ",
+             "mixture-of-experts model; ", mc.model_type, " has no MoE layer");
+    HF_CHECK(cfg.use_kv_cache && cfg.continuous_batching, "generation: the routing is recorded on the continuous ",
+             "batching path (use_kv_cache and continuous_batching)");
+    HF_CHECK(!stage.enabled(), "generation: recording the routing needs the whole model in one stage (rollout ",
+             "pipeline_model_parallel_size = 1), this model is stage ", stage.stage, " of ", stage.stages);
+    RoutingRecordGuard recording(model);
+    return generation::generate_continuous(model, prompts, cfg, stages);
+  }
   if (cfg.use_kv_cache && cfg.continuous_batching) return generation::generate_continuous(model, prompts, cfg, stages);
   return generation::generate_static(model, prompts, cfg, stages);
 }

@@ -105,6 +105,10 @@ std::vector<EncodedPrompt> PromptEncoder::encode(const std::vector<PromptRow>& r
     p.answer = row.answer;
     p.data_source = row.data_source;
     p.extra_info = row.extra_info;
+    p.messages = row.is_chat() ? row.messages : nlohmann::ordered_json(row.prompt);
+    p.agent_name = row.agent_name;
+    p.tools_kwargs = row.tools_kwargs;
+    p.interaction_kwargs = row.interaction_kwargs;
     out.push_back(std::move(p));
   }
   if (dropped > 0) {

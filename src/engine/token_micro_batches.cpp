@@ -9,7 +9,8 @@ namespace hybridflow {
 namespace {
 
 bool is_sequence_key(const std::string& key) {
-  return key == "input_ids" || key == "attention_mask" || key == "position_ids";
+  // routed_experts [B, L, layers, k]: router replay's experts of every token (workers/router_replay.h).
+  return key == "input_ids" || key == "attention_mask" || key == "position_ids" || key == "routed_experts";
 }
 
 // Response width R (0 without tensor `responses`) and sequence length L of an RL batch.

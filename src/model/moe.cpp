@@ -23,10 +23,16 @@ TopKRouting route_replayed(const torch::Tensor& router_logits, const torch::Tens
   HF_CHECK(router_logits.dim() == 2 && experts.dim() == 2 && experts.size(0) == router_logits.size(0),
            "router replay: the replayed experts must be [tokens, k] for router logits of ", router_logits.sizes(),
            ", got ", experts.sizes());
-  const auto ids = experts.to(router_logits.device(), torch::kInt64);
-  HF_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < router_logits.size(1)),
-           "router replay: the replayed experts must be in [0, ", router_logits.size(1), ")");
-  auto weights = torch::softmax(router_logits.to(torch::kFloat32), -1).gather(1, ids);
+  auto ids = experts.to(router_logits.device(), torch::kInt64);
+  HF_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= -1 && ids.max().item<int64_t>() < router_logits.size(1)),
+           "router replay: the replayed experts must be in [0, ", router_logits.size(1), ") (or -1: not recorded)");
+  const auto probs = torch::softmax(router_logits.to(torch::kFloat32), -1);
+  if (ids.numel() > 0 && ids.min().item<int64_t>() < 0) {
+    // A token without a recorded routing (padding, a sequence's last token) keeps the router's own top k.
+    const auto unrecorded = ids.lt(0).any(-1, /*keepdim=*/true);
+    ids = torch::where(unrecorded, std::get<1>(probs.topk(ids.size(1), -1)), ids);
+  }
+  auto weights = probs.gather(1, ids);
   if (normalise) weights = weights / weights.sum(-1, /*keepdim=*/true);
   return {weights, ids};
 }

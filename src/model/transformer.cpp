@@ -564,7 +564,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
            input_ids.sizes(), ", ", tables.size() / static_cast<size_t>(std::max<int64_t>(width, 1)), " tables and ",
            lengths.size(), " lengths");
   const int64_t local_layers = layer_range_.length;
-  HF_CHECK(router_replay_ == RouterReplayMode::kOff && !keep_router_logits_, "CausalLM::", caller,
+  HF_CHECK(router_replay_ != RouterReplayMode::kReplay && !keep_router_logits_, "CausalLM::", caller,
            ": router replay and kept router logits are for whole-sequence forwards, not decode steps");
   const int64_t pool_blocks = local_layers > 0 ? keys[0].size(0) : 0;
   const bool paged = std::string_view(caller) == "decode_paged";
@@ -659,11 +659,20 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     for (int64_t r = 0; r < b; ++r) in_order = in_order && tables[static_cast<size_t>(r)] == r;
     if (!in_order) access.slots = torch::tensor(tables, i64).to(device);
   }
+  // Recording (generation's router replay): each row's experts for its one input token, [rows, 1, k] per layer.
+  const bool record = router_replay_ == RouterReplayMode::kRecord;
+  std::vector<torch::Tensor> experts;
   for (int64_t i = 0; i < local_layers; ++i) {
     auto& layer = *m.decoder_layers[i];
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &keys[i], &values[i], 0, 0,
                                      &access);
-    h = h + layer.feed_forward(layer.post_attention_layernorm(h));
+    moe::LayerIO io;
+    if (record && layer.sparse) io.experts = &experts.emplace_back();
+    h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
+  }
+  if (record) {
+    recorded_routing_.layers.clear();
+    for (auto& e : experts) recorded_routing_.layers.push_back(e.reshape({b, 1, -1}));
   }
   return pp_.last() ? m.norm(h) : h;
 }

@@ -75,6 +75,20 @@ WorkerGroup Controller::create_group(const std::string& pool_name, const std::st
   return WorkerGroup(pool(pool_name), role, worker_type, layout, config);
 }
 
+std::shared_ptr<ProcessPool> Controller::restart_pool(const std::string& name) {
+  std::shared_ptr<ProcessPool> old = pool(name);
+  const ResourcePool spec = old->spec();  // with the data token the job's other pools share
+  HF_CHECK(spec.spawn_workers && transport_detail::launch_rendezvous() == nullptr, "resource pool '", name,
+           "': its workers were started by a launcher (torchrun, mpirun, srun) or by hand, so the controller cannot ",
+           "start them again");
+  old->shutdown();
+  retired_ += old->traffic();
+  pools_.erase(name);
+  auto fresh = ProcessPool::start(spec);
+  pools_[name] = fresh;
+  return fresh;
+}
+
 void Controller::shutdown() {
   // Stop all first so that chained calls waiting on another pool's result resolve (with an error)
   // before any pool joins its helper threads.

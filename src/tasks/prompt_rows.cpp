@@ -93,6 +93,27 @@ PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string&
   }
   out.data_source = optional_string(row, "data_source", where, noun);
   if (const auto extra = row.find("extra_info"); extra != row.end() && !extra->is_null()) out.extra_info = *extra;
+  // The agent fields: a top-level column wins over extra_info's entry; null is absent (a parquet struct
+  // column gives null to the rows that lack a key).
+  auto agent_field = [&](const char* key) -> std::pair<const Json*, std::string> {
+    if (const auto it = row.find(key); it != row.end() && !it->is_null()) return {&*it, std::string(noun) + " '" + key + "'"};
+    if (out.extra_info.is_object())
+      if (const auto it = out.extra_info.find(key); it != out.extra_info.end() && !it->is_null())
+        return {&*it, std::string(noun) + " 'extra_info." + key + "'"};
+    return {nullptr, ""};
+  };
+  if (const auto [name, what] = agent_field("agent_name"); name) {
+    HF_CHECK(name->is_string(), where, ": ", what, " must be a string (the agent that runs the row), got ",
+             name->type_name());
+    out.agent_name = name->get<std::string>();
+  }
+  for (const auto& [key, target] : {std::pair{"tools_kwargs", &out.tools_kwargs},
+                                    std::pair{"interaction_kwargs", &out.interaction_kwargs}}) {
+    const auto [value, what] = agent_field(key);
+    if (!value) continue;
+    HF_CHECK(value->is_object(), where, ": ", what, " must be an object, got ", value->type_name());
+    *target = *value;
+  }
   return out;
 }
 

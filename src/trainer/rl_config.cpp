@@ -24,6 +24,7 @@ const char* const kRLSchema = R"(trainer:
   max_ckpt_to_keep: 0
   resume_mode: auto
   resume_from_path: ""
+  max_rollout_restarts: 0
   log_every: 1
   logger: [console, jsonl, tensorboard]
   test_freq: 0
@@ -80,6 +81,8 @@ actor_rollout_ref:
 )";
 // The actor's loss keys come from algo/algo_config.h (kActorLossYaml), placed here under actor.
 const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
+    router_replay:
+      mode: disabled
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
@@ -122,6 +125,16 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_block_size: 16
     gpu_memory_utilization: 0.5
     lora_merge: true
+    multi_turn:
+      enable: false
+      max_assistant_turns: null
+      max_user_turns: null
+      tool_config_path: null
+      interaction_config_path: null
+      format: hermes
+      max_parallel_calls: 1
+      max_tool_response_length: 256
+      tool_response_truncate_side: middle
   ref:
     dtype: null
     log_prob_micro_batch_size: null

@@ -5,6 +5,7 @@
 
 #include "hybridflow/algo/dapo.h"
 #include "hybridflow/algo/rollout_correction.h"
+#include "hybridflow/workers/router_replay.h"
 #include "rl_stages.h"
 #include "score_guard.h"
 
@@ -148,6 +149,7 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
     if (log_prob.valid()) {
       auto t = timer_.scope("old_log_prob");
       data.update(log_prob.get());
+      for (const auto& [key, value] : take_routing_metrics(data)) s_.metrics->set(key, value);
     } else {
       HF_CHECK(data.has_tensor("rollout_log_probs"), "compute_log_prob: algorithm.rollout_correction.bypass_mode ",
                "takes the old log-probs from the rollout, but the batch has no rollout_log_probs");
@@ -237,6 +239,7 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
                                    "old_log_probs", "advantages"};
   if (data.has_tensor("ref_log_prob")) keys.push_back("ref_log_prob");
   if (data.has_tensor("rollout_is_weights")) keys.push_back("rollout_is_weights");
+  if (data.has_tensor("routed_experts")) keys.push_back("routed_experts");  // router replay (R2, R3)
   DataProto request = at_schedule_step(data.select(keys), s_.step);
   // Rejected tokens (rollout_rs, veto) leave the actor's loss, its denominator included, as verl's do.
   if (data.has_tensor("rollout_keep_mask"))
@@ -250,6 +253,7 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
       auto t = timer_.scope("update_actor");
       add_update_metrics(update);
     }
+    s_.actor_version = s_.step + 1;  // what a restarted rollout pool gets
     // The new weights to the standalone rollout pool, straight from the actor's processes, every
     // trigger_parameter_sync_step updates; finish() waits.
     if (s_.rollout && (s_.step + 1) % s_.placement.sync_every == 0) weight_sync_ = s_.dispatch_weight_sync(s_.step + 1);

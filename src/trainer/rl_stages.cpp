@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "hybridflow/core/logging.h"
+#include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/data_parallel.h"
 
 namespace hybridflow {
@@ -68,6 +69,15 @@ void log_token_staleness(const DataProto& batch, int64_t step, int64_t k, Metric
   const auto first = std::get<0>(versions.masked_fill(~mask, big).min(1));
   const auto last = std::get<0>(versions.masked_fill(~mask, -1).max(1));
   m.set("rollout/resumed_sequences", ((first != last) & mask.any(1)).sum().item<double>());
+}
+
+// A multi-turn rollout's metrics (agent/...) over every sample's episode, whichever replica ran it; the
+// replicas' own summaries leave the meta.
+void log_agent_episodes(DataProto& rollout, MetricsLog& m) {
+  if (rollout.meta().contains("agent")) rollout.meta().erase("agent");
+  if (!rollout.has_field("agent_episode")) return;
+  const nlohmann::json metrics = agent_episode_metrics(rollout.field("agent_episode"));
+  for (const auto& [name, value] : metrics.items()) m.set(name, value.get<double>());
 }
 
 }  // namespace
@@ -157,7 +167,8 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
     RLTrainer::State::Prefetch next;
     next.for_step = next_step;
     next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
-    next.batch = generator.call("generate_sequences", generation_request(next.prompts, next.for_step, 0));
+    next.request = generation_request(next.prompts, next.for_step, 0);
+    next.batch = generator.call("generate_sequences", next.request);
     s_.prefetch.push_back(std::move(next));
   }
   return batch;
@@ -172,15 +183,20 @@ RolloutBatch TrainerStages::generate(const DataProto& prompts, Decoding decoding
   auto b = std::make_shared<RolloutBatchState>();
   b->step = this;
   b->prompts = prompts;
+  DataProto request = prompts;
   if (decoding == Decoding::kGreedy) {
-    DataProto request = prompts;
     request.meta()["greedy"] = true;
     request.meta()["n"] = 1;
     b->generation = s_.generator().call("generate_sequences", request);
     b->greedy = true;
   } else {
+    request = generation_request(prompts, s_.step, sampled_generations_);
     b->generation = sampled_generation(prompts, sampled_generations_++);
     b->n = s_.specs.rollout.n;
+  }
+  if (s_.rollout) {  // a standalone rollout pool whose workers die generates it again (trainer.max_rollout_restarts)
+    auto t = timer_.scope("generate");
+    b->generation = s_.surviving_rollout_deaths(b->generation, request);
   }
   return RolloutBatch(std::move(b));
 }
@@ -196,6 +212,7 @@ DataProto& TrainerStages::wait_generation(RolloutBatchState& b) {
     stamp_policy_version(b.data);
     log_reshard(b.data, *s_.metrics);
     log_kv_cache(b.data, *s_.metrics, &s_.kv_cache_logged);
+    log_agent_episodes(b.data, *s_.metrics);
   }
   return b.data;
 }
@@ -213,6 +230,7 @@ RolloutBatch TrainerStages::batch_of(const DataProto& generated, int64_t n, cons
   stamp_policy_version(b->data);
   log_reshard(b->data, *s_.metrics);
   log_kv_cache(b->data, *s_.metrics, &s_.kv_cache_logged);
+  log_agent_episodes(b->data, *s_.metrics);
   b->generation = Future::ready(b->data);
   b->waited = true;
   b->scores = scores;
@@ -320,6 +338,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
   if (batch.has_tensor("token_policy_version")) log_token_staleness(batch, s_.step, s_.placement.staleness, m);
   // The buffer's occupancy as the step ends: the rollouts of later steps generated or generating (<= k).
   if (s_.rollout && s_.placement.staleness > 0) m.set("rollout/buffer_batches", static_cast<double>(s_.prefetch.size()));
+  if (s_.run.trainer.max_rollout_restarts > 0) m.set("rollout/restarts", static_cast<double>(s_.rollout_restarts));
   // The trainer's wait for the standalone rollout pool: for its batch, and at the weight sync.
   if (s_.rollout) m.set("timing/trainer_idle_s", timer_.seconds("generate") + timer_.seconds("weight_sync"));
   const auto response_mask = batch.tensor("response_mask").to(torch::kFloat);

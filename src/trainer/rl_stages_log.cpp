@@ -22,6 +22,7 @@ void TrainerStages::log_samples(const RolloutBatchState& r, int64_t step) {
       s.prompt = p.is_string() ? p.get<std::string>() : p.dump();
     }
     s.response = s_.decode_responses(batch.slice(i, i + 1)).at(0);
+    if (batch.has_field("agent_episode")) s.episode = batch.field("agent_episode")[static_cast<size_t>(i)];
     const double tokens = mask[i].sum().item<double>();
     s.response_length = static_cast<int64_t>(tokens);
     s.score = r.scores.defined() ? r.scores[i].item<double>() : NAN;

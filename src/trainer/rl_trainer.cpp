@@ -94,7 +94,7 @@ double RLTrainer::State::evaluate(int64_t count) {
   const int procs = generator().world_size();
   int64_t pad = 0;
   if (count % procs != 0) prompts = prompts.padded_to_multiple(procs, &pad);
-  DataProto gen = generator().call("generate_sequences", prompts).get().slice(0, count);
+  DataProto gen = surviving_rollout_deaths(generator().call("generate_sequences", prompts), prompts).get().slice(0, count);
   const auto scores = rule_scores(gen);
   double total = 0;
   for (double v : scores) total += v;

@@ -44,6 +44,17 @@ void RLTrainer::State::connect_weight_sync(const WeightSyncLayout& layout, int64
   wait_all({actor->call("join_weight_sync", to_actor), rollout->call("join_weight_sync", to_rollout)});
 }
 
+void RLTrainer::State::connect_rollout_weight_sync() {
+  WeightSyncLayout link;
+  link.actor_tp = specs.actor.layout.tp;
+  link.actor_pp = specs.actor.layout.pp;
+  link.actor_dp = specs.actor.dp;
+  link.rollout_tp = specs.standalone_rollout->layout.tp;
+  link.rollout_replicas = specs.standalone_rollout->dp;
+  const RolloutSpec& spec = specs.standalone_rollout->spec;
+  connect_weight_sync(link, spec.update_weights_bucket_megabytes, spec.dtype);
+}
+
 RLTrainer::State::WeightSyncCalls RLTrainer::State::dispatch_weight_sync(int64_t version) {
   rollout_version = version;  // what the rollout holds for every generation queued after this sync
   // Partial rollouts: the generations queued before this sync take it between two tokens (announced
@@ -55,7 +66,12 @@ RLTrainer::State::WeightSyncCalls RLTrainer::State::dispatch_weight_sync(int64_t
 }
 
 nlohmann::json RLTrainer::State::finish_weight_sync(const WeightSyncCalls& calls) {
-  wait_all({calls.send, calls.receive});
+  try {
+    wait_all({calls.send, calls.receive});
+  } catch (const Error&) {
+    if (auto restarted = recover_rollout()) return *restarted;
+    throw;
+  }
   double bytes = 0, buckets = 0, seconds = 0;
   for (const DataProto& rank : calls.receive.per_rank()) {
     const auto& s = rank.meta().at("weight_sync");
@@ -69,6 +85,18 @@ nlohmann::json RLTrainer::State::finish_weight_sync(const WeightSyncCalls& calls
 }
 
 void RLTrainer::State::log_memory(MetricsLog& metrics) {
+  // A rollout pool that died since it was last waited for is restarted here, at the latest, every step.
+  for (;;) {
+    try {
+      log_pool_memory(metrics);
+      return;
+    } catch (const Error&) {
+      if (!recover_rollout()) throw;
+    }
+  }
+}
+
+void RLTrainer::State::log_pool_memory(MetricsLog& metrics) {
   // One call per pool to any role it hosts (they share the processes), all pools at once; not recorded in
   // the timeline, which shows the algorithm's calls.
   std::vector<std::pair<std::string, Future>> asked;
@@ -96,10 +124,11 @@ void RLTrainer::State::log_memory(MetricsLog& metrics) {
   metrics.set("memory/controller/peak_rss_bytes", static_cast<double>(process_memory().peak_rss_bytes));
 }
 
-void RLTrainer::State::save_prefetch(const std::string& dir) const {
+void RLTrainer::State::save_prefetch(const std::string& dir) {
   // Each buffered rollout is waited for and saved (its prompts were drawn: data_pos is past them), so the
   // checkpoint holds what older weights generated rather than regenerating it with weights it no longer has.
   for (size_t i = 0; i < prefetch.size(); ++i) {
+    prefetch[i].batch = surviving_rollout_deaths(prefetch[i].batch, prefetch[i].request);
     write_file_atomic(in_flight_file(dir, i, false), prefetch[i].batch.get().serialize());
     write_file_atomic(in_flight_file(dir, i, true), prefetch[i].prompts.serialize());
   }

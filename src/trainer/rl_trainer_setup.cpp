@@ -95,6 +95,19 @@ void check_staleness_fits_program(const RolePlacement& placement, const std::str
            " with the current weights; use staleness 0 with it");
 }
 
+// A restart replaces the rollout's processes, so they must hold nothing else: a standalone rollout pool of
+// its own (the actor generating is a trainer rank, whose death stops the run).
+void check_rollout_restarts_fit_placement(const RolePlacement& placement, int64_t max_restarts) {
+  if (max_restarts == 0) return;
+  HF_CHECK(placement.standalone_rollout(), "trainer.max_rollout_restarts: ", max_restarts, " restarts a standalone ",
+           "rollout pool whose workers died, but this run has none (placement ", placement.kind, ": the actor ",
+           "generates); use trainer.placement: standalone or a pools: entry with the rollout alone, or set it to 0");
+  const PoolSpec& pool = placement.pool_of("rollout");
+  HF_CHECK(pool.roles == std::vector<std::string>{"rollout"}, "trainer.max_rollout_restarts: ", max_restarts,
+           " restarts the rollout's pool, but pool '", pool.name, "' also holds other roles, whose state a restart ",
+           "would lose; give the rollout a pool of its own or set trainer.max_rollout_restarts to 0");
+}
+
 // Where the data came from, for errors: the file, or the built-in task.
 std::string prompts_source(const Task& task, const std::string& file) {
   return file.empty() ? "data.task '" + task.name() + "'" : file;
@@ -196,6 +209,7 @@ void RLTrainer::State::place_roles() {
   if (s.run.scoring.cost_model) run_roles.push_back("cost_model");
   s.placement = resolve_placement(config, run_roles);
   check_staleness_fits_program(s.placement, s.run.algorithm.program, s.run.algorithm.adv_estimator);
+  check_rollout_restarts_fit_placement(s.placement, s.run.trainer.max_rollout_restarts);
   const std::string& device_key = s.run.trainer.device;
   std::string device = resolve_device_name(device_key, "trainer.device");
   const int64_t nnodes = s.run.trainer.nnodes;
@@ -276,15 +290,16 @@ void RLTrainer::State::create_groups() {
     local_ranks_taken += pool.processes;
     spec.env["OMP_NUM_THREADS"] = std::to_string(threads);
     spec.env["OMP_WAIT_POLICY"] = "passive";
+    // A rollout pool that may be restarted hands its rollouts to the controller instead of keeping them for
+    // the consumers to fetch: what trains must not depend on a rollout process staying alive.
+    if (s.run.trainer.max_rollout_restarts > 0 && pool.roles == std::vector<std::string>{"rollout"})
+      spec.data_plane = false;
     pools.push_back(spec);
   }
   s.controller.add_pools(pools);
   auto group = [&](const std::string& role, const std::string& type, const ParallelLayout& layout,
                    const ModelSpec& model, nlohmann::json config) {
-    config["model"] = model;
-    config["threads"] = threads;
-    return std::make_unique<WorkerGroup>(
-        s.controller.create_group(s.placement.pool_of(role).name, role, type, layout, config));
+    return s.make_group(role, type, layout, model, std::move(config));
   };
   nlohmann::json actor_config = {{"actor", specs.actor.spec}, {"rollout", specs.rollout}};
   if (specs.ref) actor_config["ref"] = *specs.ref;
@@ -303,9 +318,16 @@ void RLTrainer::State::create_groups() {
   if (specs.standalone_rollout)  // generation on its own pool, from a shadow copy of the actor's weights
     s.rollout = group("rollout", kRolloutWorkerType, specs.standalone_rollout->layout, specs.standalone_rollout->model,
                       {{"rollout", specs.standalone_rollout->spec}});
-  for (WorkerGroup* g : {s.actor.get(), s.rollout.get(), s.critic.get(), s.cost_critic.get(), s.reward_model.get(),
-                         s.cost_model.get()})
-    if (g) g->record_calls(s.timeline);
+}
+
+std::unique_ptr<WorkerGroup> RLTrainer::State::make_group(const std::string& role, const std::string& type,
+                                                          const ParallelLayout& layout, const ModelSpec& model_spec,
+                                                          nlohmann::json config) {
+  config["model"] = model_spec;
+  config["threads"] = run.trainer.threads_per_worker;
+  auto g = std::make_unique<WorkerGroup>(controller.create_group(placement.pool_of(role).name, role, type, layout, config));
+  g->record_calls(timeline);
+  return g;
 }
 
 // The metrics log, the weight link to a standalone rollout pool, and the checkpoint to resume from.
@@ -313,16 +335,7 @@ void RLTrainer::State::start(const std::string& resume_dir) {
   State& s = *this;
   s.metrics = std::make_unique<MetricsLog>(s.run.trainer.run_dir, s.sinks);
   const RoleSpecs& specs = s.specs;
-  if (specs.standalone_rollout) {
-    WeightSyncLayout link;
-    link.actor_tp = specs.actor.layout.tp;
-    link.actor_pp = specs.actor.layout.pp;
-    link.actor_dp = specs.actor.dp;
-    link.rollout_tp = specs.standalone_rollout->layout.tp;
-    link.rollout_replicas = specs.standalone_rollout->dp;
-    const RolloutSpec& rollout = specs.standalone_rollout->spec;
-    s.connect_weight_sync(link, rollout.update_weights_bucket_megabytes, rollout.dtype);
-  }
+  if (specs.standalone_rollout) s.connect_rollout_weight_sync();
   if (!resume_dir.empty()) {
     s.resume(resume_dir);
   } else if (s.run.trainer.resume_mode == "auto" && s.run.trainer.saves()) {
@@ -331,6 +344,7 @@ void RLTrainer::State::start(const std::string& resume_dir) {
     const int64_t dropped = s.metrics->drop_steps_after(0);
     if (dropped > 0) log_info("dropped ", dropped, " metrics lines of an earlier attempt that saved no checkpoint");
   }
+  s.actor_version = s.step;
   // The rollout pool starts from the actor's weights (fresh or resumed), whatever it built itself.
   if (specs.standalone_rollout) s.sync_rollout_weights();
 }

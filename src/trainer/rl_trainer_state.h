@@ -98,11 +98,15 @@ struct RLTrainer::State {
   struct Prefetch {
     int64_t for_step = -1;  // the 0-based step it is for
     DataProto prompts;
+    DataProto request;  // the generate_sequences request (sent again if the rollout pool dies before answering)
     Future batch;
   };
   std::deque<Prefetch> prefetch;
   // The policy version the standalone rollout pool holds (the updates behind its weights), as last sent.
   int64_t rollout_version = 0;
+  // The actor's own version: the updates it has applied (what a restarted rollout pool is sent).
+  int64_t actor_version = 0;
+  int64_t rollout_restarts = 0;  // of a dead standalone rollout pool (trainer.max_rollout_restarts)
   std::string resumed_from;      // "" for a fresh start
   std::string last_checkpoint;   // newest checkpoint written or resumed from
   int64_t last_saved_step = -1;
@@ -118,7 +122,13 @@ struct RLTrainer::State {
   double evaluate(int64_t count);
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;
+  // Each row's whole response (every id after the prompt, by the attention mask: a multi-turn response holds
+  // tool and user turns that the response mask leaves out), special tokens skipped.
   std::vector<std::string> decode_responses(const DataProto& gen) const;
+  // What the scorers judge: a multi-turn row's final assistant message (its content), else the response.
+  std::vector<std::string> scored_responses(const DataProto& gen) const;
+  // Whether the rollout runs agent episodes (actor_rollout_ref.rollout.multi_turn.enable).
+  bool multi_turn() const { return specs.rollout.multi_turn.is_object(); }
   // What the command / HTTP scorers get for each decoded response of `gen`.
   std::vector<RewardRequest> reward_requests(const DataProto& gen, const std::vector<std::string>& texts) const;
 
@@ -127,18 +137,38 @@ struct RLTrainer::State {
   WorkerGroup& generator() const { return rollout ? *rollout : *actor; }
   // Joins the actor's and the rollout's processes in one c10d group whose store this process hosts.
   void connect_weight_sync(const WeightSyncLayout& layout, int64_t bucket_megabytes, const std::string& dtype);
+  // connect_weight_sync for the run's actor and rollout layouts.
+  void connect_rollout_weight_sync();
   // The actor's weights to the rollout pool, as policy version `version` (the updates behind them):
   // dispatched (both sides' calls), then waited for, returning the figures to log.
   struct WeightSyncCalls {
     Future send, receive;
   };
   WeightSyncCalls dispatch_weight_sync(int64_t version);
+  // A sync the rollout pool's death broke is replaced by the restart's (recover_rollout).
   nlohmann::json finish_weight_sync(const WeightSyncCalls& calls);
+  // A dead standalone rollout pool (rollout_restarts.cpp). When its workers died (the pool failed):
+  // restarts it up to trainer.max_rollout_restarts times (new processes, the rollout role, the weight sync
+  // group, the actor's current weights), sends `lost` again (requests whose replies died with it, first)
+  // and every buffered rollout that failed, and returns the restart's weight-sync figures; past the limit
+  // an Error naming the key. Nullopt when the pool did not fail: the caller's error is another one.
+  struct LostGeneration {
+    Future* generation;
+    const DataProto* request;
+  };
+  std::optional<nlohmann::json> recover_rollout(const std::vector<LostGeneration>& lost = {});
+  // `generation` (a generate_sequences call on generator() with `request`) once it succeeded: with a
+  // standalone rollout pool whose workers die meanwhile, made again on the restarted pool.
+  Future surviving_rollout_deaths(Future generation, const DataProto& request);
+  // The group of `role` on its pool, created with `config` (plus the model and thread count).
+  std::unique_ptr<WorkerGroup> make_group(const std::string& role, const std::string& type,
+                                          const ParallelLayout& layout, const ModelSpec& model, nlohmann::json config);
   void sync_rollout_weights() { finish_weight_sync(dispatch_weight_sync(step)); }
   // memory/<pool>/... for every pool and the controller (the largest figure over a pool's processes).
   void log_memory(MetricsLog& metrics);
+  void log_pool_memory(MetricsLog& metrics);  // log_memory's figures, without restarting a dead rollout pool
   // The in-flight rollouts of a checkpoint (staleness k): written beside the workers' files, read on resume.
-  void save_prefetch(const std::string& dir) const;
+  void save_prefetch(const std::string& dir);
   void load_prefetch(const std::string& dir);
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).

@@ -7,6 +7,7 @@
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/trainer/lora_keys.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/router_replay.h"
 
 namespace hybridflow {
 namespace {
@@ -201,6 +202,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
     actor.note(key);
   spec.policy_loss = algo::policy_loss_config(actor.config());
   spec.loss_terms = algo::actor_loss_terms(actor.config());
+  spec.router_replay = actor.get<std::string>("router_replay.mode");
+  const RouterReplayPolicy replay = parse_router_replay_policy(spec.router_replay, section + ".router_replay.mode");
+  HF_CHECK(replay == RouterReplayPolicy::kDisabled || plan.layout.pp == 1, section, ".router_replay.mode = ",
+           spec.router_replay, ": router replay needs the whole model in one stage (", section,
+           ".megatron.pipeline_model_parallel_size = 1), got ", plan.layout.pp);
   plan.model = model;
   plan.model.dtype = spec.dtype;
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
@@ -252,6 +258,7 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
                                  .budget();
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
   spec.lora_merge = rollout.get<bool>("lora_merge");
+  spec.record_routing = actor.spec.router_replay == "R3";
   spec.partial_rollout = rollout.get<bool>("partial_rollout");
   // Only a standalone pool's generations overlap a weight sync; its ranks of one replica would have to agree
   // on the token at which they switch, and adapters merged into the weights would have to come out first.
@@ -259,6 +266,9 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            section, ".partial_rollout = true needs a standalone rollout (trainer.placement) of tensor-parallel size 1 ",
            "without LoRA adapters (got ", f.standalone_rollout ? "standalone" : "colocated", ", tensor-parallel size ",
            actor.layout.gen_tp, actor.model.uses_lora() ? ", LoRA" : "", ")");
+  HF_CHECK(!spec.partial_rollout || !spec.record_routing, section, ".partial_rollout = true cannot record the ",
+           "routing for router replay (actor_rollout_ref.actor.router_replay.mode R3): a prefix prefilled again with ",
+           "new weights would be routed twice");
   // The 3D-HybridEngine's generation model (pipeline stages gathered) has no adapters of its own: it
   // generates on the actor's weights with the adapters merged in.
   HF_CHECK(spec.lora_merge || !actor.model.uses_lora() || f.standalone_rollout ||
@@ -266,6 +276,9 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            section, ".lora_merge = false: generating with separate adapters needs generation in the training layout ",
            "(no switch through the 3D-HybridEngine: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ",
            actor.layout.pp, ", ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, ")");
+  spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
+                                            f.standalone_rollout ? 1 : actor.layout.gen_tp,
+                                            f.standalone_rollout ? 1 : actor.layout.gen_pp);
   return spec;
 }
 
@@ -413,6 +426,10 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const Model
     standalone.spec = specs.rollout;
     standalone.spec.tensor_model_parallel_size = standalone.layout.tp;
     standalone.spec.pipeline_model_parallel_size = 1;
+    HF_CHECK(standalone.spec.multi_turn.is_null() || standalone.layout.tp == 1,
+             "actor_rollout_ref.rollout.multi_turn.enable: multi-turn rollouts generate on replicas of one process "
+             "each; a standalone rollout pool with actor_rollout_ref.rollout.tensor_model_parallel_size = ",
+             standalone.layout.tp, " is refused, set it to 1");
     // The actor's adapters too (the base weights never change, so only adapters travel at each sync).
     standalone.model = specs.actor.model;
     standalone.model.enable_gradient_checkpointing = false;

@@ -29,6 +29,9 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
            "auto or resume_path, got '", mode, "'");
   HF_CHECK(path.empty() || mode == "resume_path", "trainer.resume_from_path is set (", path,
            ") but trainer.resume_mode is '", mode, "'; set trainer.resume_mode=resume_path to resume from it");
+  t.max_rollout_restarts = c.get<int64_t>("trainer.max_rollout_restarts");
+  HF_CHECK(t.max_rollout_restarts >= 0, "trainer.max_rollout_restarts must be >= 0 (0: a dead rollout worker stops ",
+           "the run), got ", t.max_rollout_restarts);
   t.log_every = std::max<int64_t>(1, c.get<int64_t>("trainer.log_every"));
   t.test_freq = c.get<int64_t>("trainer.test_freq");
   t.log_samples_freq = c.get<int64_t>("trainer.log_samples_freq");

@@ -27,13 +27,30 @@ std::vector<int64_t> sample_rows(int64_t rows, int64_t count) {
 }
 
 nlohmann::json sample_record(int64_t step, const RolloutSample& s) {
-  return {{"step", step},
+  nlohmann::json record = {{"step", step},
           {"prompt", s.prompt},
           {"response", s.response},
           {"score", finite_or_null(s.score)},
           {"reward", finite_or_null(s.reward)},
           {"advantage", finite_or_null(s.advantage)},
           {"response_length", s.response_length}};
+  if (s.episode.is_object())
+    for (const char* key : {"messages", "turns", "tool_calls", "tool_errors", "sampled_tokens", "appended_tokens", "stop"})
+      if (s.episode.contains(key)) record[key] = s.episode.at(key);
+  return record;
+}
+
+// A conversation as the report shows it: each message under its role, tool calls as the JSON they carry.
+static std::string sample_conversation_text(const nlohmann::json& messages) {
+  std::string out;
+  for (const auto& m : messages) {
+    out += "[" + m.value("role", std::string("?")) + "] ";
+    const auto content = m.find("content");
+    if (content != m.end()) out += content->is_string() ? content->get<std::string>() : content->dump();
+    if (m.contains("tool_calls")) out += " " + m.at("tool_calls").dump();
+    out += "\n";
+  }
+  return out;
 }
 
 std::string rollout_samples_markdown(const std::vector<RolloutSample>& samples) {
@@ -41,7 +58,8 @@ std::string rollout_samples_markdown(const std::vector<RolloutSample>& samples) 
   for (const auto& s : samples) {
     report::Sample r;
     r.prompt = s.prompt;
-    r.response = s.response;
+    r.response = s.episode.is_object() && s.episode.contains("messages") ? sample_conversation_text(s.episode.at("messages"))
+                                                                         : s.response;
     if (std::isfinite(s.reward)) r.reward = s.reward;
     if (std::isfinite(s.advantage)) r.advantage = s.advantage;
     rows.push_back(std::move(r));

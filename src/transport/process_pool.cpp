@@ -132,6 +132,13 @@ bool ProcessPool::failed() const {
   return impl_->failure_handled;
 }
 
+bool ProcessPool::wait_failed() const {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (impl_->failure.empty()) return false;
+  impl_->cv.wait(lock, [&] { return impl_->failure_handled; });
+  return true;
+}
+
 std::string ProcessPool::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->failure_handled ? impl_->failure : std::string();
@@ -315,6 +322,9 @@ void ProcessPool::shutdown() {
     }
     impl_->wake.notify();
     if (impl_->io.joinable()) impl_->io.join();
+    // The port is free at once (not when the last handle on the pool goes): a restarted pool binds it again
+    // under HF_POOL_PORT_BASE.
+    impl_->router.close();
     if (impl_->pgid > 0) unregister_pgid(impl_->pgid);
   });
 }

@@ -21,6 +21,7 @@
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/role_specs.h"
 #include "hybridflow/workers/rollout_generation.h"
+#include "hybridflow/workers/router_replay.h"
 #include "hybridflow/workers/weight_sync_link.h"
 
 namespace hybridflow {
@@ -154,6 +155,8 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   DataProto agent_result;
   auto run = [&](CausalLM& model, Communicator* stages) {
     if (!agent_) return generate(model, prompts, g, stages);
+    HF_CHECK(!g.record_routing, "role '", context().role, "': router_replay.mode R3 records the routing of ",
+             "single-turn rollouts only; multi-turn rollouts do not record it yet (use R2)");
     HF_CHECK(stages == nullptr, "role '", context().role, "': multi-turn rollouts generate unstaged (pipeline size 1)");
     agent_result = agent_generate_sequences(model, g, in, agent_->context());
     return GenerationOutput();
@@ -185,15 +188,21 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 }
 
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
-                                                  const DataProto& in, const MicroBatching& how) const {
+                                                  const DataProto& in, const MicroBatching& how,
+                                                  RouterReplayPass* replay) const {
   torch::NoGradGuard no_grad;
   const double temperature = rollout_spec_.temperature;
+  const bool replaying = replay != nullptr && replay->active();
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
-  torch::Tensor log_probs = forward_micro_batches(pipeline, in, how, [&](const DataProto& m) {
-    return response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), m.tensor("responses").size(1),
-                              temperature, /*with_entropy=*/false)
-        .log_probs;
-  });
+  torch::Tensor log_probs =
+      forward_micro_batches(pipeline, replaying ? replay->with_row_index(in) : in, how, [&](const DataProto& m) {
+        if (replaying) replay->begin(m);
+        auto lp = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"),
+                                     m.tensor("responses").size(1), temperature, /*with_entropy=*/false)
+                      .log_probs;
+        if (replaying) replay->end(m);
+        return lp;
+      });
   if (!log_probs.defined()) return log_probs;  // a stage before the last
   return (log_probs * in.tensor("response_mask").to(torch::kFloat)).contiguous();
 }
@@ -201,8 +210,10 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   auto on = trainable_->params_on_device();
   DataProto out;
-  torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), in, rollout_spec_.log_prob);
+  RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), in);
+  torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), in, rollout_spec_.log_prob, &replay);
   if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
+  replay.write(out);
   return out;
 }
 
@@ -242,12 +253,28 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
   if (in.meta().contains("rollout_correction"))
     bypass = algo::rollout_correction_config_from_json(in.meta().at("rollout_correction"));
 
+  // Router replay (R2, R3): every forward routes by the batch's routed_experts.
+  const bool replay =
+      parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode") != RouterReplayPolicy::kDisabled &&
+      actor()->config().num_moe_layers() > 0;
+  HF_CHECK(!replay || in.has_tensor("routed_experts"), "update_actor: router_replay.mode ", actor_spec_.router_replay,
+           " needs tensor routed_experts in the batch (from the rollout, R3, or the old-log-prob pass, R2)");
+
   MetricAverager metrics;
   auto loss_fn = [&](const DataProto& m) {
     auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
+    if (replay) actor()->set_router_replay(RouterReplayMode::kReplay, routing_of(m.tensor("routed_experts")));
     auto lp = response_log_probs(actor(), m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
                                  /*with_entropy=*/true);
+    if (replay) {
+      // The share of replayed tokens the current router would send elsewhere: how far training has moved it.
+      const auto recorded = recorded_tokens(m.tensor("routed_experts"), m.tensor("attention_mask"));
+      const auto changed = actor()->replay_differs().to(recorded.device()).logical_and(recorded);
+      metrics.add("actor/router_replay_differs",
+                  changed.sum().item<double>() / std::max(1.0, recorded.sum().item<double>()));
+      actor()->set_router_replay(RouterReplayMode::kOff);
+    }
     algo::PolicyLossOutput pg;
     if (bypass) {
       const auto rc = algo::rollout_correction(lp.log_probs.detach(), m.tensor("old_log_probs"), mask, *bypass);

@@ -250,37 +250,84 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
   return out;
 }
 
-nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
+nlohmann::json agent_episode_record(const agent::Episode& episode) {
+  const agent::EpisodeStats& st = episode.stats;
+  nlohmann::json tools = nlohmann::json::object();
+  for (const auto& [tool, counts] : st.per_tool) {
+    nlohmann::json errors = nlohmann::json::object();
+    for (const auto& [status, n] : counts.errors) errors[status] = n;
+    tools[tool] = {{"calls", counts.calls}, {"seconds", counts.seconds}, {"errors", errors}};
+  }
+  return {{"turns", st.assistant_turns},
+          {"user_turns", st.user_turns},
+          {"tool_calls", st.tool_calls},
+          {"tool_errors", st.tool_errors},
+          {"malformed_calls", st.malformed_calls},
+          {"sampled_tokens", st.sampled_tokens},
+          {"appended_tokens", st.appended_tokens},
+          {"stop", agent::episode_stop_name(st.stop)},
+          {"tools", tools},
+          {"interaction_rewards", st.interaction_rewards},
+          {"interaction_error", st.interaction_error},
+          {"messages", nlohmann::json::parse(episode.trajectory.messages.dump())}};
+}
+
+nlohmann::json agent_episode_metrics(const std::vector<nlohmann::json>& records) {
   nlohmann::json m = nlohmann::json::object();
-  const auto episodes = static_cast<double>(rollout.episodes.size());
-  if (rollout.episodes.empty()) return m;
-  double turns = 0, user_turns = 0, calls = 0, errors = 0, malformed = 0;
-  std::map<std::string, double> stops, calls_by_tool, errors_by_tool;
-  for (const auto& e : rollout.episodes) {
-    turns += e.stats.assistant_turns;
-    user_turns += e.stats.user_turns;
-    calls += static_cast<double>(e.stats.tool_calls);
-    errors += static_cast<double>(e.stats.tool_errors);
-    malformed += static_cast<double>(e.stats.malformed_calls);
-    stops[agent::episode_stop_name(e.stats.stop)] += 1;
-    for (const auto& [tool, counts] : e.stats.per_tool) {
-      calls_by_tool[tool] += static_cast<double>(counts.calls);
-      for (const auto& [status, n] : counts.errors) errors_by_tool[tool] += static_cast<double>(n);
+  if (records.empty()) return m;
+  const auto episodes = static_cast<double>(records.size());
+  double turns = 0, user_turns = 0, calls = 0, errors = 0, malformed = 0, seconds = 0, sampled = 0, appended = 0;
+  std::map<std::string, double> stops, calls_by_tool, errors_by_tool, seconds_by_tool, by_status;
+  for (const auto& r : records) {
+    turns += r.at("turns").get<double>();
+    user_turns += r.at("user_turns").get<double>();
+    calls += r.at("tool_calls").get<double>();
+    errors += r.at("tool_errors").get<double>();
+    malformed += r.at("malformed_calls").get<double>();
+    sampled += r.at("sampled_tokens").get<double>();
+    appended += r.at("appended_tokens").get<double>();
+    stops[r.at("stop").get<std::string>()] += 1;
+    for (const auto& [tool, counts] : r.at("tools").items()) {
+      calls_by_tool[tool] += counts.at("calls").get<double>();
+      seconds_by_tool[tool] += counts.at("seconds").get<double>();
+      seconds += counts.at("seconds").get<double>();
+      for (const auto& [status, n] : counts.at("errors").items()) {
+        errors_by_tool[tool] += n.get<double>();
+        by_status[status] += n.get<double>();
+      }
     }
   }
   m["agent/turns_per_episode"] = turns / episodes;
   m["agent/user_turns_per_episode"] = user_turns / episodes;
   m["agent/tool_calls"] = calls;
+  m["agent/tool_calls_per_episode"] = calls / episodes;
   m["agent/tool_errors"] = errors;
+  m["agent/tool_timeouts"] = by_status["timed_out"];
   m["agent/malformed_calls"] = malformed;
+  m["agent/tool_seconds"] = seconds;
+  m["agent/sampled_tokens_per_episode"] = sampled / episodes;
+  m["agent/appended_tokens_per_episode"] = appended / episodes;
   for (const auto& [tool, n] : calls_by_tool) m["agent/tool_calls/" + tool] = n;
   for (const auto& [tool, n] : errors_by_tool) m["agent/tool_errors/" + tool] = n;
+  for (const auto& [tool, s] : seconds_by_tool) m["agent/tool_seconds/" + tool] = s;
+  for (const auto& [status, n] : by_status) m["agent/tool_status/" + status] = n;
   double truncated = 0;
   for (const auto& [stop, n] : stops) {
     m["agent/stop/" + stop] = n;
     if (stop == "response_length" || stop == "max_assistant_turns" || stop == "max_user_turns") truncated += n;
   }
   m["agent/truncated_episodes"] = truncated;
+  m["agent/truncated_by_turns"] = stops["max_assistant_turns"] + stops["max_user_turns"];
+  m["agent/truncated_by_length"] = stops["response_length"];
+  return m;
+}
+
+nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
+  std::vector<nlohmann::json> records;
+  records.reserve(rollout.episodes.size());
+  for (const auto& e : rollout.episodes) records.push_back(agent_episode_record(e));
+  nlohmann::json m = agent_episode_metrics(records);
+  if (rollout.episodes.empty()) return m;
   m["agent/rounds"] = rollout.rounds.rounds;
   m["agent/largest_round"] = rollout.rounds.largest_round;
   return m;
@@ -343,6 +390,12 @@ DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, c
     for (const auto& [key, values] : prompts.fields()) fields.set_field(key, values);
     result.update(fields.repeat(g.n, /*interleave=*/true));
   }
+  // Each sample's episode (its stats and whole conversation) rides with it, so that the trainer's metrics and
+  // samples cover every replica's episodes.
+  std::vector<nlohmann::json> records;
+  records.reserve(rollout.episodes.size());
+  for (const auto& e : rollout.episodes) records.push_back(agent_episode_record(e));
+  result.set_field("agent_episode", std::move(records));
   result.meta()["agent"] = agent_rollout_metrics(rollout);
   return result;
 }

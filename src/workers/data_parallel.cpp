@@ -112,15 +112,17 @@ DataProto left_pad_prompts(const DataProto& rollout, int64_t width, int64_t pad_
   HF_CHECK(have <= width, "left_pad_prompts: the rollout's prompts are ", have, " wide, more than the ", width,
            " columns asked for");
   if (have == width) return rollout;
-  const int64_t rows = rollout.batch_size();
   auto pad = [&](const std::string& key, int64_t value) {
     const auto& t = rollout.tensor(key);
-    return torch::cat({torch::full({rows, width - have}, value, t.options()), t}, 1);
+    auto sizes = t.sizes().vec();
+    sizes[1] = width - have;
+    return torch::cat({torch::full(sizes, value, t.options()), t}, 1);
   };
   DataProto out = rollout;
   out.set_tensor("prompts", pad("prompts", pad_id));
   out.set_tensor("input_ids", pad("input_ids", pad_id));
   out.set_tensor("attention_mask", pad("attention_mask", 0));
+  if (rollout.has_tensor("routed_experts")) out.set_tensor("routed_experts", pad("routed_experts", -1));
   return out;
 }
 

@@ -67,6 +67,14 @@ DataProto rollout_batch(const GenerationOutput& out, int64_t response_length, in
   b.set_tensor("input_ids", torch::cat({out.prompts.to(torch::kLong), responses}, 1));
   b.set_tensor("attention_mask", torch::cat({out.prompt_mask.to(torch::kLong), response_mask}, 1));
   b.set_tensor("rollout_log_probs", log_probs);
+  if (out.routed_experts.defined()) {
+    // Router replay: the rollout's experts per token of input_ids, -1 past the generated tokens.
+    auto sizes = out.routed_experts.sizes().vec();
+    sizes[1] = out.prompts.size(1) + response_length;
+    auto routed = torch::full(sizes, -1, on.dtype(out.routed_experts.scalar_type()));
+    routed.narrow(1, 0, out.routed_experts.size(1)).copy_(out.routed_experts);
+    b.set_tensor("routed_experts", routed);
+  }
   return b;
 }
 

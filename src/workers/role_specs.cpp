@@ -2,6 +2,7 @@
 
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/workers/router_replay.h"
 
 namespace hybridflow {
 namespace {
@@ -105,7 +106,8 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
        {"lora_merge", s.lora_merge},
        {"partial_rollout", s.partial_rollout},
-       {"multi_turn", s.multi_turn}};
+       {"multi_turn", s.multi_turn},
+       {"record_routing", s.record_routing}};
 }
 
 void from_json(const nlohmann::json& j, RolloutSpec& s) {
@@ -131,6 +133,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "lora_merge", s.lora_merge);
   take_spec_field(j, k, "partial_rollout", s.partial_rollout);
   if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
+  take_spec_field(j, k, "record_routing", s.record_routing);
 }
 
 void to_json(nlohmann::json& j, const TrainSpec& s) {
@@ -203,7 +206,8 @@ void to_json(nlohmann::json& j, const ActorSpec& s) {
             {"entropy_coeff", s.loss_terms.entropy_coeff},
             {"use_kl_loss", s.loss_terms.use_kl_loss},
             {"kl_loss_coef", s.loss_terms.kl_loss_coef},
-            {"kl_loss_type", algo::to_string(s.loss_terms.kl_loss_type)}});
+            {"kl_loss_type", algo::to_string(s.loss_terms.kl_loss_type)},
+            {"router_replay", s.router_replay}});
 }
 
 void from_json(const nlohmann::json& j, ActorSpec& s) {
@@ -242,6 +246,8 @@ void from_json(const nlohmann::json& j, ActorSpec& s) {
   std::string kl = algo::to_string(s.loss_terms.kl_loss_type);
   take_spec_field(j, k, "kl_loss_type", kl);
   s.loss_terms.kl_loss_type = algo::parse_kl_type(kl);
+  take_spec_field(j, k, "router_replay", s.router_replay);
+  parse_router_replay_policy(s.router_replay, "actor spec: router_replay");
 }
 
 void to_json(nlohmann::json& j, const RefSpec& s) {

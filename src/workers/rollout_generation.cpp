@@ -36,6 +36,7 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.pad_token_id = model.pad_token_id >= 0 ? model.pad_token_id : 0;
   // The spec's vocab_size is the tokenizer's: embedding rows past it (a padded vocabulary) decode to nothing.
   g.sampleable_vocab_size = std::min<int64_t>(model_spec.vocab_size, model.vocab_size);
+  g.record_routing = rollout.record_routing && model.num_moe_layers() > 0;
   return g;
 }
 

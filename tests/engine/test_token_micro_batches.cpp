@@ -99,6 +99,13 @@ TEST(TokenMicroBatches, TrimmingCutsOnlyColumnsNoRowUses) {
   // Every real token survives, in place.
   EXPECT_EQ(t.tensor("attention_mask").sum().item<int64_t>(), 2 + 1 + 3 + 0);
   EXPECT_TRUE(torch::equal(t.tensor("input_ids")[0], batch.tensor("input_ids")[1].narrow(0, kPrompt - 3, 4)));
+  // Router replay's routing [B, L, layers, k] is cut with the sequences.
+  DataProto routed = batch;
+  const int64_t rows = batch.batch_size(), length = kPrompt + kResponse;
+  routed.set_tensor("routed_experts", torch::arange(rows * length * 2 * 3, torch::kLong).view({rows, length, 2, 3}));
+  const DataProto r = trimmed_rows(routed, torch::tensor({1, 3}, torch::kLong));
+  EXPECT_TRUE(torch::equal(r.tensor("routed_experts")[0],
+                           routed.tensor("routed_experts")[1].narrow(0, kPrompt - 3, 4)));
 }
 
 TEST(TokenMicroBatches, MergeRestoresBatchOrderAndWidth) {

@@ -257,6 +257,34 @@ TEST(RouterReplay, APerturbedRouterDiffersExactlyWhereRoutingDiffers) {
   EXPECT_GT(rows_with_change, 0);
 }
 
+// -1 marks a token without a recorded routing (padding, a generated sequence's last token): it keeps the
+// router's own choice, so a replay of nothing but -1 is no replay at all, and a partly recorded replay
+// changes only what its recorded tokens say.
+TEST(RouterReplay, UnrecordedTokensKeepTheRoutersOwnChoice) {
+  const auto logits = torch::tensor({{1.0, 3.0, 2.0, 0.0}, {0.5, -1.0, 0.25, 4.0}});
+  const auto own = route_top_k(logits, 2, true);
+  const auto none = route_replayed(logits, torch::full({2, 2}, -1, torch::kInt64), true);
+  EXPECT_TRUE(torch::equal(none.experts, own.experts));
+  EXPECT_TRUE(torch::equal(none.weights, own.weights));
+  const auto partly = route_replayed(logits, torch::tensor({{-1, -1}, {1, 2}}, torch::kInt64), true);
+  EXPECT_TRUE(torch::equal(partly.experts, torch::tensor({{1, 2}, {1, 2}}, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(partly.weights[0], own.weights[0]));
+  EXPECT_THAT(error_of([&] { route_replayed(logits, torch::tensor({{-2, 1}, {1, 2}}, torch::kInt64), true); }),
+              HasSubstr("or -1: not recorded"));
+
+  CausalLM model = random_model(tiny_moe("qwen2_moe", 2), 15);
+  torch::manual_seed(16);
+  ReplayInputs in;
+  torch::NoGradGuard no_grad;
+  const auto plain = model->forward(in.ids, in.mask).logits;
+  ExpertRouting unrecorded;
+  for (int64_t l = 0; l < model->config().num_moe_layers(); ++l)
+    unrecorded.layers.push_back(torch::full({3, 9, 2}, -1, torch::kInt64));
+  model->set_router_replay(RouterReplayMode::kReplay, unrecorded);
+  EXPECT_TRUE(torch::equal(model->forward(in.ids, in.mask).logits, plain));
+  EXPECT_FALSE(model->replay_differs().any().item<bool>());
+}
+
 TEST(RouterReplay, ReplayUnderActivationCheckpointingGivesTheSameLossAndGradients) {
   CausalLM model = random_model(tiny_moe("qwen2_moe", 2), 11);
   torch::manual_seed(12);

@@ -1,5 +1,7 @@
 // Failure handling over real worker processes: crashes, hangs, silent workers, forged messages,
 // and that no worker process outlives its job (shutdown, Ctrl-C, uncaught error).
+#include <algorithm>
+
 #include "runtime/runtime_test_workers.h"
 
 TEST(FailureDetection, CrashIsReportedWithRoleRankHostAndMethodAndKillsTheRest) {
@@ -34,6 +36,28 @@ TEST(FailureDetection, HangPastCallTimeoutIsDetected) {
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("rank 0"), std::string::npos) << "rank 0 finished: " << msg;
   for (int pid : pids) EXPECT_TRUE(process_gone(pid)) << "worker " << pid << " still exists";
+}
+
+TEST(FailureDetection, AFailedPoolIsRestartedWithNewWorkersThatServeAgain) {
+  Controller ctl;
+  auto pool = ctl.add_pool(pool_spec("phoenix", 2));
+  auto group = ctl.create_group("phoenix", "actor", "echo");
+  EXPECT_FALSE(pool->wait_failed());
+  const std::vector<int> old_pids = pool->pids();
+  ::kill(old_pids[0], SIGKILL);
+  const std::string msg = message_of(group.call("hang"));  // failed by the death, not by a timeout
+  EXPECT_NE(msg.find("killed by signal 9"), std::string::npos) << msg;
+  EXPECT_TRUE(pool->wait_failed());
+  for (int pid : old_pids) EXPECT_TRUE(process_gone(pid)) << "worker " << pid << " still exists";
+  auto fresh = ctl.restart_pool("phoenix");
+  EXPECT_EQ(ctl.pool("phoenix"), fresh);
+  EXPECT_TRUE(pool->failed());  // the old handle stays failed; the new pool is another
+  EXPECT_FALSE(fresh->wait_failed());
+  const std::vector<int> new_pids = fresh->pids();
+  for (int pid : new_pids) EXPECT_EQ(std::count(old_pids.begin(), old_pids.end(), pid), 0) << pid;
+  auto again = ctl.create_group("phoenix", "actor", "echo");
+  EXPECT_EQ(longs(again.call("pid").get().tensor("pid")), (std::vector<int64_t>{new_pids[0], new_pids[1]}));
+  EXPECT_NE(message_of(group.call("pid")).find("failed earlier"), std::string::npos);  // the old group's pool
 }
 
 TEST(FailureDetection, MessageWithWrongTokenIsRejected) {

@@ -299,5 +299,43 @@ TEST(PromptRows, TaskExamplesBecomeVerlRows) {
   }
 }
 
+// verl's agent fields: agent_name top-level (as verl's dataset has it) or in extra_info, tools_kwargs and
+// interaction_kwargs in extra_info (where verl's preprocessing scripts write them) or top-level; a top-level
+// column wins, null is absent, and a wrong type names the row and the field.
+TEST(PromptRows, ReadsTheAgentFieldsTopLevelOrInExtraInfo) {
+  const Json base = Json::parse(R"({"prompt": [{"role": "user", "content": "2*3?"}],
+                                    "reward_model": {"style": "rule", "ground_truth": "6"}})");
+  Json row = base;
+  row["agent_name"] = "tool_agent";
+  row["extra_info"] = Json::parse(R"({"index": 0, "agent_name": "other", "interaction_kwargs": null,
+                                      "tools_kwargs": {"calculator": {"create_kwargs": {"ground_truth": "6"}}}})");
+  PromptRow parsed = parse_prompt_row(row, "f: row 0", "column");
+  EXPECT_EQ(parsed.agent_name, "tool_agent");
+  EXPECT_EQ(parsed.tools_kwargs.dump(), R"({"calculator":{"create_kwargs":{"ground_truth":"6"}}})");
+  EXPECT_EQ(parsed.interaction_kwargs, Json::object());
+
+  row = base;
+  row["interaction_kwargs"] = Json::parse(R"({"name": "check", "ground_truth": "6"})");
+  row["extra_info"] = Json::parse(R"({"agent_name": "tool_agent", "interaction_kwargs": {"name": "other"}})");
+  parsed = parse_prompt_row(row, "f: row 0", "column");
+  EXPECT_EQ(parsed.agent_name, "tool_agent");
+  EXPECT_EQ(parsed.interaction_kwargs.at("name"), "check");
+  EXPECT_EQ(parsed.tools_kwargs, Json::object());
+
+  parsed = parse_prompt_row(base, "f: row 0", "column");  // a single-turn row
+  EXPECT_EQ(parsed.agent_name, "");
+
+  row = base;
+  row["extra_info"] = Json::parse(R"({"tools_kwargs": [1, 2]})");
+  EXPECT_NE(error_of([&] { parse_prompt_row(row, "f: row 4", "column"); })
+                .find("f: row 4: column 'extra_info.tools_kwargs' must be an object, got array"),
+            std::string::npos);
+  row = base;
+  row["agent_name"] = 7;
+  EXPECT_NE(error_of([&] { parse_prompt_row(row, "f.jsonl:2", "key"); })
+                .find("f.jsonl:2: key 'agent_name' must be a string"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace hybridflow

@@ -11,6 +11,7 @@
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
+#include "support/deterministic_metrics.h"
 #include "support/temp_dir.h"
 #include "trainer/parallel_ppo_fixture.h"
 
@@ -42,17 +43,8 @@ PpoRun run_ppo(bool data_plane, const std::string& rm_dir) {
 
 // What must not depend on how the bytes travelled: everything but wall-clock figures, the byte counts and
 // the processes' memory (resident sets differ with the sockets and buffers each path holds).
-nlohmann::json deterministic_part(nlohmann::json record) {
-  for (auto it = record.begin(); it != record.end();) {
-    const std::string& key = it.key();
-    const bool seconds = key.size() > 2 && key.compare(key.size() - 2, 2, "_s") == 0;
-    if (key.rfind("timing/", 0) == 0 || key.rfind("perf/throughput", 0) == 0 || key.rfind("memory/", 0) == 0 ||
-        seconds || key == "perf/controller_bytes" || key == "perf/worker_to_worker_bytes")
-      it = record.erase(it);
-    else
-      ++it;
-  }
-  return record;
+nlohmann::json deterministic_part(const nlohmann::json& record) {
+  return hybridflow::testing::deterministic_metrics(record);
 }
 
 }  // namespace

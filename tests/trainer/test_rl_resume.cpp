@@ -15,6 +15,7 @@
 #include "hybridflow/trainer/metrics_log.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
+#include "support/deterministic_metrics.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "support/tiny_rl_config.h"
@@ -45,17 +46,8 @@ std::vector<std::string> tiny_run(const std::string& estimator, const std::strin
 // seconds elsewhere (named *_s, e.g. actor/dp_allreduce_s), and the processes' memory (memory/*: a
 // resumed process has not reached the peak the interrupted one had), and the bytes each transport path
 // moved (a resumed standalone rollout's prefetched batch comes from the checkpoint, not the data plane).
-nlohmann::json deterministic_part(nlohmann::json record) {
-  for (auto it = record.begin(); it != record.end();) {
-    const std::string& key = it.key();
-    const bool seconds = key.size() > 2 && key.compare(key.size() - 2, 2, "_s") == 0;
-    if (key.rfind("timing/", 0) == 0 || key.rfind("perf/throughput", 0) == 0 || key.rfind("memory/", 0) == 0 ||
-        key == "perf/controller_bytes" || key == "perf/worker_to_worker_bytes" || seconds)
-      it = record.erase(it);
-    else
-      ++it;
-  }
-  return record;
+nlohmann::json deterministic_part(const nlohmann::json& record) {
+  return hybridflow::testing::deterministic_metrics(record);
 }
 
 struct RunEnd {

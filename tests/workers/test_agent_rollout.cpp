@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -231,11 +232,24 @@ TEST_F(AgentRolloutRows, ToolRowsRunToolsSingleTurnRowsDoNotAndTheBatchMasksTool
   std::vector<AgentRolloutRow> rows = {row(0, "What is 2+3?", "tool_agent"), row(1, "What is 2+3?", ""),
                                        row(2, "What is 2+3?", "tool_agent"), row(3, "What is 2+3?", "tool_agent")};
   rows[2].interaction_kwargs = {{"name", "check"}, {"ground_truth", "5"}};
-  const AgentRollout rollout = run_agent_rollout(rows, *tokenizer, *config, environment, setup,
-                                                 scripted({{kAddCall, "It is 5."},
-                                                           {kAddCall},
-                                                           {"It is 4.", "It is 5."},
-                                                           {"<tool_call>\n{not json}\n</tool_call>", kAddCall, "5"}}));
+  // Every turn the generator returns, by the row that asked (rows are identified by their question).
+  std::map<size_t, std::vector<int32_t>> sampled;
+  const TurnRoundGenerator script = scripted({{kAddCall, "It is 5."},
+                                              {kAddCall},
+                                              {"It is 4.", "It is 5."},
+                                              {"<tool_call>\n{not json}\n</tool_call>", kAddCall, "5"}});
+  const TurnRoundGenerator recording = [&](const std::vector<std::vector<int32_t>>& contexts,
+                                           const std::vector<int64_t>& limits, int64_t round) {
+    std::vector<SampledTurn> turns = script(contexts, limits, round);
+    for (size_t q = 0; q < contexts.size(); ++q) {
+      const std::string text = tokenizer->decode(contexts[q], false);
+      size_t row = 0;
+      while (text.find("Q" + std::to_string(row) + ":") == std::string::npos) ++row;
+      sampled[row].insert(sampled[row].end(), turns[q].ids.begin(), turns[q].ids.end());
+    }
+    return turns;
+  };
+  const AgentRollout rollout = run_agent_rollout(rows, *tokenizer, *config, environment, setup, recording);
   ASSERT_EQ(rollout.episodes.size(), 4U);
   const auto& tool_row = rollout.episodes[0];
   EXPECT_EQ(tool_row.stats.assistant_turns, 2);
@@ -279,8 +293,29 @@ TEST_F(AgentRolloutRows, ToolRowsRunToolsSingleTurnRowsDoNotAndTheBatchMasksTool
     }
   }
 
+  // The ids the loss trains on (response_mask 1) are exactly the ids the generator returned, in order.
+  const auto responses = batch.tensor("responses");
+  for (int64_t i = 0; i < 4; ++i) {
+    std::vector<int32_t> trained;
+    for (int64_t k = 0; k < 200; ++k)
+      if (mask[i][k].item<int64_t>() == 1) trained.push_back(static_cast<int32_t>(responses[i][k].item<int64_t>()));
+    EXPECT_EQ(trained, sampled[static_cast<size_t>(i)]) << "row " << i;
+  }
+
   const nlohmann::json m = agent_rollout_metrics(rollout);
   EXPECT_DOUBLE_EQ(m.at("agent/turns_per_episode").get<double>(), (2 + 1 + 2 + 3) / 4.0);
+  EXPECT_DOUBLE_EQ(m.at("agent/tool_calls_per_episode").get<double>(), 2 / 4.0);
+  EXPECT_GT(m.at("agent/tool_seconds/add").get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(m.at("agent/tool_timeouts").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(m.at("agent/truncated_by_turns").get<double>(), 1);
+  EXPECT_DOUBLE_EQ(m.at("agent/truncated_by_length").get<double>(), 0);
+  // The same metrics from the episodes' records, as the trainer computes them from the batch.
+  std::vector<nlohmann::json> records;
+  for (const auto& e : rollout.episodes) records.push_back(agent_episode_record(e));
+  EXPECT_EQ(records[0].at("messages").size(), 4U);  // user, assistant (call), tool, assistant
+  EXPECT_EQ(records[0].at("messages")[2].at("role"), "tool");
+  nlohmann::json from_records = agent_episode_metrics(records);
+  for (const auto& [key, value] : from_records.items()) EXPECT_EQ(m.at(key), value) << key;
   EXPECT_DOUBLE_EQ(m.at("agent/tool_calls/add").get<double>(), 2);
   EXPECT_DOUBLE_EQ(m.at("agent/malformed_calls").get<double>(), 1);
   EXPECT_DOUBLE_EQ(m.at("agent/truncated_episodes").get<double>(), 1);  // the single-turn row's unrun call

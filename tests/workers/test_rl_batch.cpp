@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/workers/data_parallel.h"
 #include "hybridflow/workers/rl_batch.h"
 
 using namespace hybridflow;
@@ -34,6 +35,27 @@ TEST(RlBatch, RolloutBatchPadsResponsesToFixedLength) {
   EXPECT_TRUE(torch::equal(b.tensor("attention_mask")[0], torch::tensor({0, 1, 1, 1, 0, 0}, torch::kLong)));
   EXPECT_FLOAT_EQ(b.tensor("rollout_log_probs")[1][0].item<float>(), -2.f);
   EXPECT_THROW(rollout_batch(g, 1, 0), Error);
+}
+
+// Router replay's routed_experts follow input_ids: -1 past the generated tokens and in added prompt padding.
+TEST(RlBatch, TheRolloutsRoutingFollowsTheSequences) {
+  GenerationOutput g;
+  g.prompts = torch::tensor({0, 4, 5, 6}, torch::kLong).view({2, 2});
+  g.prompt_mask = torch::tensor({0, 1, 1, 1}, torch::kLong).view({2, 2});
+  g.responses = torch::tensor({7, 2, 8, 0}, torch::kLong).view({2, 2});
+  g.response_mask = torch::tensor({1, 1, 1, 0}, torch::kLong).view({2, 2});
+  g.log_probs = torch::zeros({2, 2});
+  // [rows, P + R, layers = 1, k = 2]
+  g.routed_experts = torch::arange(16, torch::kLong).view({2, 4, 1, 2});
+  DataProto b = rollout_batch(g, 3, 0);
+  const auto& routed = b.tensor("routed_experts");
+  ASSERT_EQ(routed.sizes(), (std::vector<int64_t>{2, 5, 1, 2}));
+  EXPECT_TRUE(torch::equal(routed.narrow(1, 0, 4), g.routed_experts));
+  EXPECT_TRUE(routed.select(1, 4).eq(-1).all().item<bool>());
+  DataProto wider = left_pad_prompts(b, 4, 0);
+  ASSERT_EQ(wider.tensor("routed_experts").sizes(), (std::vector<int64_t>{2, 7, 1, 2}));
+  EXPECT_TRUE(wider.tensor("routed_experts").narrow(1, 0, 2).eq(-1).all().item<bool>());
+  EXPECT_TRUE(torch::equal(wider.tensor("routed_experts").narrow(1, 2, 5), routed));
 }
 
 TEST(RlBatch, ScoresSitAtTheLastValidResponseToken) {

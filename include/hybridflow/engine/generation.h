@@ -64,6 +64,9 @@ struct GenerationConfig {
   // prefilled again with the new weights into its own cache, and its later tokens are drawn from them; the
   // tokens drawn before stay as they were, with their log-probs. Empty: one version for the whole call.
   std::function<int64_t()> refresh_weights;
+  // Router replay (verl's router_replay.mode R3): keep the experts every MoE layer chose for every token the
+  // model read, prompt and response (GenerationOutput::routed_experts). Continuous batching, unstaged only.
+  bool record_routing = false;
 };
 
 // What continuous batching's KV cache held (both paths; zeros on the static path).
@@ -86,6 +89,10 @@ struct GenerationOutput {
   // version), and how many sequences were prefilled again with newer weights mid-generation.
   torch::Tensor token_versions;
   int64_t resumed_sequences = 0;
+  // With record_routing: [B*n, P + R, moe_layers, k] int32, the experts of each token of prompts ++ responses
+  // in each MoE layer (in the order the router ranked them), -1 where no token was read: padding, and each
+  // sequence's last token (sampled, never fed back). Undefined otherwise.
+  torch::Tensor routed_experts;
   KVCacheReport kv_cache;
 };
 

@@ -45,6 +45,12 @@ struct EncodedPrompt {
   std::string answer;        // the ground truth
   std::string data_source;
   nlohmann::ordered_json extra_info = nlohmann::ordered_json::object();
+  // What a multi-turn rollout starts from instead of `ids`: the row's chat messages (a plain prompt as its
+  // string) and its agent fields (tasks/prompt_rows.h).
+  nlohmann::ordered_json messages;
+  std::string agent_name;
+  nlohmann::ordered_json tools_kwargs = nlohmann::ordered_json::object();
+  nlohmann::ordered_json interaction_kwargs = nlohmann::ordered_json::object();
 };
 
 class PromptEncoder {

@@ -22,6 +22,8 @@ struct TopKRouting {
 TopKRouting route_top_k(const torch::Tensor& router_logits, int64_t k, bool normalise);
 // Router replay: the given experts [tokens, k] with the weights the current logits give them (the float32
 // softmax gathered at those experts, renormalised when `normalise`), so the router still gets its gradient.
+// A token whose experts are -1 (no recorded routing: padding, or a generated sequence's last token, which
+// was never fed back) is routed by the router's own top k.
 TopKRouting route_replayed(const torch::Tensor& router_logits, const torch::Tensor& experts, bool normalise);
 
 // transformers' load_balancing_loss_func (Switch Transformer's auxiliary loss), not yet times

@@ -142,11 +142,12 @@ class CausalLMImpl : public torch::nn::Module {
   void unmerge_lora();
   bool lora_merged() const { return lora_merged_; }
 
-  // Mixture of experts (model/moe.h). Router replay, for whole-sequence forwards (decode steps refuse it):
-  // with kRecord each forward keeps every token's experts in every MoE layer of this stage
-  // (recorded_routing()); with kReplay each forward routes by `replay` (per MoE layer of this stage, [batch,
-  // seq, k] for that forward's input_ids), weighting the replayed experts by the current router's
-  // probabilities, and marks where the router itself would have chosen other experts (replay_differs()).
+  // Mixture of experts (model/moe.h). Router replay: with kRecord each forward, and each decode step
+  // (decode_slots / decode_paged: [rows, 1, k] per layer), keeps every token's experts in every MoE layer of
+  // this stage (recorded_routing()); with kReplay, for whole-sequence forwards only, each forward routes by
+  // `replay` (per MoE layer of this stage, [batch, seq, k] for that forward's input_ids), weighting the
+  // replayed experts by the current router's probabilities, and marks where the router itself would have
+  // chosen other experts (replay_differs()).
   void set_router_replay(RouterReplayMode mode, ExpertRouting replay = {});
   RouterReplayMode router_replay_mode() const { return router_replay_; }
   const ExpertRouting& recorded_routing() const { return recorded_routing_; }

@@ -28,6 +28,11 @@ class Controller {
   WorkerGroup create_group(const std::string& pool_name, const std::string& role, const std::string& worker_type,
                            const ParallelLayout& layout = {},
                            const nlohmann::json& config = nlohmann::json::object());
+  // Replaces a failed pool (one whose workers died) by a fresh one of the same spec: the old one is shut
+  // down, which fails whatever was still pending on it, and new workers are spawned and connected. Roles
+  // must be created on it again. Error for a pool whose workers a launcher (torchrun, mpirun, srun) or
+  // someone else started: the controller cannot start those again.
+  std::shared_ptr<ProcessPool> restart_pool(const std::string& name);
   void shutdown();  // all pools; idempotent
 
   // Bytes through the controller's sockets and between workers (all pools) since the previous call; the

@@ -22,6 +22,12 @@ struct PromptRow {
   std::string data_source;          // "" when absent
   // As stored; {} when absent or null, as verl's reward managers default it.
   nlohmann::ordered_json extra_info = nlohmann::ordered_json::object();
+  // verl's per-row agent fields, each a top-level column or inside extra_info (where verl's preprocessing
+  // scripts put them): which agent runs the row ("" or "single_turn_agent": one plain turn) and the row's
+  // kwargs for its tools ({tool name: {...}}) and its interaction ({"name": ..., ...}); {} when absent.
+  std::string agent_name;
+  nlohmann::ordered_json tools_kwargs = nlohmann::ordered_json::object();
+  nlohmann::ordered_json interaction_kwargs = nlohmann::ordered_json::object();
   std::string where;                // "<file>: row N" (parquet) or "<file>:LINE" (JSONL), for messages
 
   bool is_chat() const { return !messages.is_null(); }

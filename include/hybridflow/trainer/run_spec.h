@@ -34,6 +34,7 @@ struct TrainerRunSpec {
   int64_t max_ckpt_to_keep = 0;  // trainer.max_ckpt_to_keep
   std::string resume_mode;       // trainer.resume_mode: disable | auto | resume_path (trainer/checkpoint.h)
   std::string resume_from_path;  // trainer.resume_from_path: set only with resume_mode resume_path
+  int64_t max_rollout_restarts = 0;  // trainer.max_rollout_restarts: a dead standalone rollout pool restarted (>= 0)
   int threads_per_worker = 1;    // trainer.threads_per_worker
   std::vector<std::string> logger;  // trainer.logger (checked by the trainer as it makes the sinks)
   std::string device;               // trainer.device, as written (resolved with the placement)

@@ -19,6 +19,8 @@ struct RolloutSample {
   double reward = 0;     // the sum of the token-level rewards (score minus any in-reward KL penalty)
   double advantage = 0;  // the mean advantage over the response tokens
   int64_t response_length = 0;
+  // A multi-turn sample's episode (workers/agent_rollout.h's agent_episode_record): null for a single turn.
+  nlohmann::json episode;
 };
 
 // Whether step `step` (1-based, as in metrics.jsonl) logs samples: every `freq`-th step; freq <= 0 never.
@@ -31,6 +33,8 @@ std::vector<int64_t> sample_rows(int64_t rows, int64_t count);
 
 // {"step", "prompt", "response", "score", "reward", "advantage", "response_length"}; a number that is
 // not finite is written as null (JSON has no NaN), as metrics.jsonl does.
+// A multi-turn sample adds "messages" (the whole conversation, each turn with its role), "turns", "tool_calls",
+// "tool_errors", "sampled_tokens", "appended_tokens" and "stop" from its episode.
 nlohmann::json sample_record(int64_t step, const RolloutSample& sample);
 
 // The samples of one step as markdown for TensorBoard's Text tab (the report's own formatting: model

@@ -86,6 +86,10 @@ class ProcessPool {
   // True once a failure was detected AND handled: every worker killed and reaped, pending calls failed.
   bool failed() const;
   std::string failure() const;       // empty unless failed()
+  // Whether the pool failed; a failure detected but still being handled is waited for, so that on true
+  // every worker is killed and reaped (the calls pending at the failure fail on the I/O thread, all of them
+  // once shutdown() returned). Controller::restart_pool starts the pool's processes again.
+  bool wait_failed() const;
 
   // Instantiates `worker_type` as `role` in every process (coords[i], the rank's place in the role's
   // layout, passed on unread to rank i); returns the role's methods and their protocols. Blocking.

@@ -56,6 +56,7 @@
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
 #include "hybridflow/workers/role_specs.h"
+#include "hybridflow/workers/router_replay.h"
 #include "hybridflow/workers/trainable_model.h"
 
 namespace hybridflow {
@@ -79,9 +80,9 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   // Log-probs of the responses of `in` under `model`, in micro-batches as `how` says; undefined on pipeline
-  // stages before the last.
+  // stages before the last. With `replay`, each micro-batch's forward records or replays its routing.
   torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in,
-                             const MicroBatching& how) const;
+                             const MicroBatching& how, RouterReplayPass* replay = nullptr) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself,
   // or when the copy is released between rollouts).
   void sync_rollout_weights();

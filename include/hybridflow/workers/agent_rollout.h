@@ -80,9 +80,21 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
                                const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
                                const TurnRoundGenerator& generate_round);
 
-// The rollout's metrics (prefix agent/): turns per episode, tool calls and errors per tool, malformed
-// calls, and episodes by how they stopped (those cut by a limit are the truncated ones).
+// The rollout's metrics (prefix agent/): agent_episode_metrics of its episodes, and its rounds.
 nlohmann::json agent_rollout_metrics(const AgentRollout& rollout);
+
+// One episode as the batch's per-sample field "agent_episode": turns, user_turns, tool_calls, tool_errors,
+// malformed_calls, sampled_tokens, appended_tokens, stop (episode_stop_name), tools ({name: {calls, seconds,
+// errors: {status: n}}}), interaction_rewards, interaction_error and messages (the whole conversation).
+nlohmann::json agent_episode_record(const agent::Episode& episode);
+
+// Metrics over episode records (prefix agent/): turns and user turns per episode, tool calls (in all, per
+// episode, per tool), tool errors (in all, per tool, per status as agent/tool_status/<status>, timeouts as
+// agent/tool_timeouts), tool seconds (in all, per tool), malformed calls, sampled and appended tokens per
+// episode, and episodes by how they stopped (agent/stop/<stop>; agent/truncated_episodes those cut by a
+// limit, agent/truncated_by_turns by max_assistant_turns or max_user_turns, agent/truncated_by_length by
+// the response length).
+nlohmann::json agent_episode_metrics(const std::vector<nlohmann::json>& records);
 
 // The rows of a prompt batch, from its fields (verl's names): "messages" (a message list, or a string taken
 // as one user message; absent: "prompt" as one user message), and, where present, "agent_name",
@@ -99,7 +111,8 @@ struct AgentRolloutContext {
 
 // generate_sequences with multi-turn on: one episode per sample (g.n per prompt, rows interleaved as
 // generate's), on `model` in rounds. The batch is agent_rollout_batch's with response_length
-// g.max_new_tokens, the prompts' fields repeated to their samples, and meta "agent" the rollout's metrics.
+// g.max_new_tokens, the prompts' fields repeated to their samples, the field "agent_episode" (each sample's
+// agent_episode_record) and meta "agent" the rollout's metrics.
 DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
                                    const AgentRolloutContext& context);
 

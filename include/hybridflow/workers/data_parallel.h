@@ -51,7 +51,8 @@ class DataParallel {
   OpStats reported_;  // gradient collective totals at the previous metrics() call
 };
 
-// Left-pads a rollout's prompts (tensors prompts, input_ids, attention_mask) to `width` columns. Each
+// Left-pads a rollout's prompts (tensors prompts, input_ids, attention_mask, and routed_experts with -1 when
+// there) to `width` columns. Each
 // data-parallel rank generates from its shard padded to the shard's longest prompt; padding back to the
 // width of the batch the controller split makes the ranks' rollouts concatenate. Positions follow the
 // attention mask, so the extra padding changes no log-prob.

@@ -85,6 +85,8 @@ struct RolloutSpec {
   // Multi-turn, tool-using rollouts (agent_rollout.h's AgentRolloutRuntime reads it): null or enable false:
   // single-turn generation.
   nlohmann::json multi_turn;
+  // Router replay R3 (workers/router_replay.h): generation records every token's experts (routed_experts).
+  bool record_routing = false;
 };
 void to_json(nlohmann::json& j, const RolloutSpec& spec);
 void from_json(const nlohmann::json& j, RolloutSpec& spec);
@@ -112,6 +114,8 @@ struct ActorSpec {
   TrainSpec train;
   algo::PolicyLossConfig policy_loss;
   algo::ActorLossTerms loss_terms;  // entropy bonus and KL loss
+  // verl's router_replay.mode (workers/router_replay.h): disabled, R2 or R3.
+  std::string router_replay = "disabled";
 };
 void to_json(nlohmann::json& j, const ActorSpec& spec);
 void from_json(const nlohmann::json& j, ActorSpec& spec);

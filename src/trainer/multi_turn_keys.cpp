@@ -1,0 +1,72 @@
+// actor_rollout_ref.rollout.multi_turn: verl's keys for agentic rollouts, read and checked here into the
+// plain values a rollout worker's AgentRolloutRuntime (workers/agent_rollout.h) loads from. The tool and
+// interaction keys go through the tool loader's reader (agent/multi_turn_config.h), so both read them alike.
+#include <filesystem>
+
+#include "hybridflow/agent/multi_turn_config.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/text/tokenizer_config.h"
+#include "hybridflow/text/tool_calls.h"
+#include "role_spec_builders.h"
+
+namespace hybridflow {
+
+nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
+                                       int64_t response_length, int generation_tp, int generation_pp) {
+  const std::string section = multi_turn.config().prefix();
+  // All of them belong to the rollout spec, read or not (the tool loader's reader takes the Config itself).
+  for (const char* key : {"max_assistant_turns", "max_user_turns", "format", "tool_config_path",
+                          "interaction_config_path", "max_parallel_calls", "max_tool_response_length",
+                          "tool_response_truncate_side"})
+    multi_turn.note(key);
+  if (!multi_turn.get<bool>("enable")) return nullptr;
+  // Episodes run tools from every process that generates: under tensor or pipeline parallel generation the
+  // ranks of one replica would each run the same calls, and their results could differ between them.
+  HF_CHECK(generation_tp == 1 && generation_pp == 1, section,
+           ".enable: multi-turn rollouts generate on replicas of one process each (data parallel, colocated or on a "
+           "standalone pool); generation tensor_model_parallel_size = ", generation_tp,
+           " and pipeline_model_parallel_size = ", generation_pp, " are refused, set both to 1");
+  HF_CHECK(!model_dir.empty(), section,
+           ".enable: multi-turn rollouts render the conversation with the model's chat template, but model.path is "
+           "empty (a preset's character tokenizer has none); set model.path to a directory with tokenizer.json and "
+           "tokenizer_config.json");
+  const std::string config_path = model_dir + "/tokenizer_config.json";
+  HF_CHECK(std::filesystem::exists(config_path), section, ".enable: ", config_path,
+           " does not exist; multi-turn rollouts need the model's chat template");
+  const text::TokenizerConfig tokenizer_config = text::TokenizerConfig::load(config_path);
+  (void)tokenizer_config.template_for(/*with_tools=*/true);  // throws naming the file when it has no template
+
+  nlohmann::json spec = {{"enable", true}, {"tokenizer_dir", model_dir}};
+  // null: no limit of their own; the response budget bounds the turns (each takes at least one token).
+  for (const char* key : {"max_assistant_turns", "max_user_turns"}) {
+    int64_t turns = response_length;
+    if (!multi_turn.is_null(key)) {
+      turns = multi_turn.get<int64_t>(key);
+      HF_CHECK(turns >= 1, section, ".", key, " must be >= 1 (or null: no limit but the response length), got ",
+               turns);
+    }
+    spec[key] = std::min<int64_t>(turns, 1 << 20);
+  }
+  const std::string format = multi_turn.get<std::string>("format");
+  try {
+    (void)text::tool_call_format_from_name(format);
+  } catch (const Error&) {
+    throw Error(section + ".format: expected hermes (Qwen2.5 / Qwen3 <tool_call> JSON) or llama3_json (Llama 3.1 "
+                "JSON calls), got '" + format + "'");
+  }
+  spec["format"] = format;
+
+  const agent::MultiTurnToolConfig tools = agent::read_multi_turn_tool_config(multi_turn.config());
+  for (const auto& [key, path] : {std::pair<const char*, std::string>{"tool_config_path", tools.tool_config_path},
+                                  {"interaction_config_path", tools.interaction_config_path}}) {
+    if (path.empty()) continue;
+    HF_CHECK(std::filesystem::exists(path), section, ".", key, ": ", path, " does not exist");
+    spec[key] = path;
+  }
+  spec["max_parallel_calls"] = tools.options.max_parallel_calls;
+  spec["max_tool_response_length"] = tools.options.max_tool_response_length;
+  spec["tool_response_truncate_side"] = agent::truncate_side_name(tools.options.truncate_side);
+  return spec;
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,293 @@
+// GRPO with multi-turn, tool-using rollouts over real worker processes: a tiny model over the calculator
+// example's character tokenizer and chat template, taught in-test to call the calculator, trains one step on
+// a dataset that mixes tool rows (agent_name top-level, and inside extra_info as verl's scripts put it) with
+// a single-turn row. Checked: the command tool runs and its result reaches the conversation, only the
+// sampled ids are in the loss mask, the actor trains on exactly the ids (and log-probs) the rollout
+// sampled, the scorer judges the final answer and sees the whole conversation, and the agent metrics and
+// samples.jsonl show the turns.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "hybridflow/core/jsonl.h"
+#include "hybridflow/model/model_presets.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/model/tokenizer.h"
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/text/chat_template.h"
+#include "hybridflow/text/tokenizer_config.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using hybridflow::testing::error_of;
+using hybridflow::testing::tiny_rl_overrides;
+
+const std::string kExample = HF_SOURCE_DIR "/examples/calculator_tool";
+
+std::string call_text(const std::string& expression) {
+  return "<tool_call>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"" + expression + "\"}}</tool_call>";
+}
+
+// A 2-layer model over the example's tokenizer, fitted for two seconds to the whole tool conversation of each
+// question (call, result, answer), so that it samples a calculator call: saved as a model directory.
+std::string tool_calling_model(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& qa) {
+  const Tokenizer tokenizer = Tokenizer::load(kExample + "/tokenizer/tokenizer.json");
+  const auto config = text::TokenizerConfig::load(kExample + "/tokenizer/tokenizer_config.json");
+  ModelConfig c = preset_model_config("tiny", tokenizer.vocab_size());
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.eos_token_id = tokenizer.eos_id();
+  c.pad_token_id = tokenizer.pad_id();
+  c.bos_token_id = tokenizer.bos_id();
+  torch::manual_seed(0);
+  CausalLM model(c);
+  std::vector<std::vector<int64_t>> rows;
+  size_t width = 0;
+  for (const auto& [expression, answer] : qa) {
+    const Json messages = Json::array({{{"role", "user"}, {"content", "What is " + expression + "?"}},
+                                       {{"role", "assistant"}, {"content", call_text(expression)}},
+                                       {{"role", "tool"}, {"content", answer}},
+                                       {{"role", "assistant"}, {"content", answer}}});
+    rows.push_back(tokenizer.encode(text::apply_chat_template(config, messages, false)));
+    width = std::max(width, rows.back().size());
+  }
+  auto ids = torch::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, tokenizer.pad_id(), torch::kLong);
+  auto mask = torch::zeros_like(ids);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t t = 0; t < rows[i].size(); ++t) {
+      ids[static_cast<int64_t>(i)][static_cast<int64_t>(t)] = rows[i][t];
+      mask[static_cast<int64_t>(i)][static_cast<int64_t>(t)] = 1;
+    }
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-2));
+  for (int step = 0; step < 300; ++step) {
+    const auto logits = model->forward(ids, mask).logits.slice(1, 0, -1);
+    const auto target = ids.slice(1, 1).masked_fill(mask.slice(1, 1) == 0, -100);
+    const auto loss = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), target.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  save_pretrained(dir, model, tokenizer);
+  return dir;
+}
+
+// A command scorer that appends every request line it reads to `log` and scores 1 for the right answer.
+std::string logging_scorer(const std::string& log) {
+  return "reward.shell=/usr/bin/python3 -c \"import sys, json\nfor l in sys.stdin:\n  open('" + log +
+         "','a').write(l)\n  r = json.loads(l)\n  print(1.0 if r['response'] == r['ground_truth'] else 0.0, "
+         "flush=True)\"";
+}
+
+std::vector<std::string> multi_turn_overrides(const std::string& dir, const std::string& model_dir,
+                                              const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = {"model.path=" + model_dir,
+                                "data.train_file=" + dir + "/train.jsonl",
+                                "data.test_file=" + dir + "/train.jsonl",
+                                "data.shuffle=false",
+                                "data.train_batch_size=3",
+                                "data.max_prompt_length=64",
+                                "actor_rollout_ref.rollout.response_length=160",
+                                "actor_rollout_ref.rollout.temperature=1.0",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6",
+                                "actor_rollout_ref.rollout.multi_turn.enable=true",
+                                "actor_rollout_ref.rollout.multi_turn.tool_config_path=" + kExample + "/tools.yaml",
+                                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+                                "trainer.run_dir=" + dir + "/run",
+                                "trainer.log_samples_freq=1",
+                                "trainer.log_samples_count=6",
+                                "trainer.logger=[jsonl]"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+class RlMultiTurn : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new hybridflow::testing::TempDir();
+    model_dir_ = tool_calling_model(dir_->file("model"), {{"3*4", "12"}, {"5*6", "30"}, {"7*8", "56"}});
+    // Row 0: agent_name top-level; row 1: inside extra_info with tools_kwargs, as verl's scripts write
+    // them; row 2: single-turn (no agent_name), in the same dataset.
+    std::ofstream out(dir_->file("train.jsonl"));
+    auto row = [](const std::string& q, const std::string& a) {
+      return Json{{"data_source", "calculator"},
+                  {"prompt", Json::array({{{"role", "user"}, {"content", "What is " + q + "?"}}})},
+                  {"reward_model", {{"style", "rule"}, {"ground_truth", a}}}};
+    };
+    Json r0 = row("3*4", "12");
+    r0["agent_name"] = "tool_agent";
+    Json r1 = row("5*6", "30");
+    r1["extra_info"] = {{"index", 1}, {"agent_name", "tool_agent"},
+                        {"tools_kwargs", {{"calculator", {{"create_kwargs", {{"ground_truth", "30"}}}}}}}};
+    Json r2 = row("7*8", "56");
+    out << r0.dump() << "\n" << r1.dump() << "\n" << r2.dump() << "\n";
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static hybridflow::testing::TempDir* dir_;
+  static std::string model_dir_;
+};
+hybridflow::testing::TempDir* RlMultiTurn::dir_ = nullptr;
+std::string RlMultiTurn::model_dir_;
+
+TEST_F(RlMultiTurn, AGrpoStepTrainsOnTheSampledTokensOfToolConversations) {
+  const std::string dir = dir_->path();
+  const std::string log = dir + "/requests.jsonl";
+  nlohmann::json record;
+  {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"reward.type=command", logging_scorer(log)}))));
+    record = trainer.step();
+  }
+  SCOPED_TRACE(record.dump());
+  // The tool rows called the calculator (the fitted model does) and saw its results; the single-turn row
+  // ran one turn and no tool.
+  ASSERT_TRUE(record.contains("agent/tool_calls/calculator"));
+  EXPECT_GE(record["agent/tool_calls/calculator"].get<double>(), 3.0);
+  EXPECT_GT(record["agent/turns_per_episode"].get<double>(), 1.0);
+  EXPECT_EQ(record["agent/tool_timeouts"].get<double>(), 0.0);
+  EXPECT_GT(record["agent/tool_seconds"].get<double>(), 0.0);
+  EXPECT_GT(record["agent/appended_tokens_per_episode"].get<double>(), 0.0);
+  EXPECT_TRUE(record.contains("agent/truncated_by_turns"));
+  EXPECT_TRUE(record.contains("agent/truncated_by_length"));
+  // The actor's log-probs of the ids it trains on equal the rollout's log-probs of the ids it sampled, at
+  // every position of the loss mask: the trained tokens are the sampled ones (a re-encoded or shifted id
+  // would differ by far more than float rounding).
+  EXPECT_LT(std::abs(record["rollout_corr/log_ppl_diff"].get<double>()), 1e-4);
+  EXPECT_LT(std::abs(record["rollout_corr/k3_kl"].get<double>()), 1e-6);
+  EXPECT_TRUE(record.contains("actor/pg_loss"));
+
+  // samples.jsonl: whole conversations with their roles; the loss mask counts exactly the sampled ids.
+  const auto samples = read_jsonl(dir + "/run/samples.jsonl");
+  ASSERT_EQ(samples.size(), 6u);
+  int tool_samples = 0, computed = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    SCOPED_TRACE(s.dump());
+    ASSERT_TRUE(s.contains("messages"));
+    EXPECT_EQ(s["messages"][0]["role"], "user");
+    EXPECT_EQ(s["response_length"], s["sampled_tokens"]);
+    int tools = 0;
+    for (const auto& m : s["messages"]) tools += m["role"] == "tool";
+    if (i >= 4) {  // the single-turn row: one turn, no tool, nothing appended
+      EXPECT_EQ(s["turns"], 1);
+      EXPECT_EQ(tools, 0);
+      EXPECT_EQ(s["appended_tokens"], 0);
+      continue;
+    }
+    if (tools == 0) continue;
+    ++tool_samples;
+    EXPECT_GT(s["appended_tokens"].get<int64_t>(), 0);
+    EXPECT_GE(s["turns"].get<int64_t>(), 2);
+    // Each tool message answers the call before it: the product the command computed for the expression the
+    // model wrote, or an error naming what was wrong with the call.
+    const auto& messages = s["messages"];
+    for (size_t k = 1; k < messages.size(); ++k) {
+      if (messages[k]["role"] != "tool") continue;
+      const std::string content = messages[k]["content"].get<std::string>();
+      const auto& call = messages[k - 1];
+      if (call["role"] != "assistant") continue;  // a second result of one turn
+      if (!call.contains("tool_calls")) {  // a call that did not parse
+        EXPECT_EQ(content.rfind("Error: ", 0), 0u) << content;
+        continue;
+      }
+      if (call["tool_calls"].size() != 1) continue;
+      const auto& arguments = call["tool_calls"][0]["function"]["arguments"];
+      const std::string expression =
+          arguments.contains("expression") && arguments["expression"].is_string() ? arguments["expression"].get<std::string>() : "";
+      const size_t times = expression.find('*');
+      if (!std::regex_match(expression, std::regex("[0-9]{1,9}\\*[0-9]{1,9}"))) {  // refused before or by the tool
+        EXPECT_EQ(content.rfind("Error: ", 0), 0u) << expression << " -> " << content;
+        continue;
+      }
+      const long long product = std::stoll(expression.substr(0, times)) * std::stoll(expression.substr(times + 1));
+      EXPECT_EQ(content, std::to_string(product)) << expression;
+      EXPECT_NE(s["response"].get<std::string>().find("tool\n" + content), std::string::npos);
+      ++computed;
+    }
+  }
+  EXPECT_GE(tool_samples, 3);
+  EXPECT_GE(computed, 3);
+
+  // The scorer judged each final answer and received the whole conversation.
+  const auto seen = read_jsonl(log);
+  ASSERT_EQ(seen.size(), 6u);
+  for (const auto& r : seen) {
+    SCOPED_TRACE(r.dump());
+    ASSERT_TRUE(r.contains("messages"));
+    const auto& last = r["messages"].back();
+    EXPECT_EQ(last["role"], "assistant");
+    EXPECT_EQ(r["response"], last["content"]);
+  }
+}
+
+// A standalone rollout pool runs the same episodes as the actor's own processes: same seed, same weights
+// (synced before the step), so the same conversations, scores and loss.
+TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor) {
+  const std::string dir = dir_->path();
+  auto one_step = [&](const std::string& placement) {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"trainer.placement=" + placement,
+                                                                              "trainer.run_dir=" + dir + "/" + placement}))));
+    return trainer.step();
+  };
+  const nlohmann::json colocated = one_step("colocate");
+  const nlohmann::json standalone = one_step("standalone");
+  SCOPED_TRACE(colocated.dump() + "\n" + standalone.dump());
+  EXPECT_GE(standalone["agent/tool_calls/calculator"].get<double>(), 3.0);
+  for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
+                          "agent/sampled_tokens_per_episode", "agent/appended_tokens_per_episode", "score/mean"})
+    EXPECT_EQ(colocated[key], standalone[key]) << key;
+  EXPECT_NEAR(colocated["actor/pg_loss"].get<double>(), standalone["actor/pg_loss"].get<double>(), 1e-6);
+  EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
+}
+
+TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
+  const std::string dir = dir_->path();
+  // No chat template: a preset's character tokenizer.
+  std::string msg = error_of([&] {
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.multi_turn.enable=true"})));
+  });
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.enable"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
+  // Tensor-parallel generation.
+  msg = error_of([&] {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=2",
+                                                                              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}))));
+  });
+  EXPECT_NE(msg.find("tensor_model_parallel_size = 2"), std::string::npos) << msg;
+  // Bad keys name themselves.
+  msg = error_of([&] {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.rollout.multi_turn.format=mistral"}))));
+  });
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.format"), std::string::npos) << msg;
+  msg = error_of([&] {
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.rollout.multi_turn.max_assistant_turns=0"}))));
+  });
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.max_assistant_turns must be >= 1"), std::string::npos) << msg;
+}
+
+}  // namespace
