@@ -153,6 +153,13 @@ int ProcessGroup::world_rank() const { return state().world_rank; }
 const std::vector<int>& ProcessGroup::world_ranks() const { return state().world_ranks; }
 const std::string& ProcessGroup::backend() const { return state().backend_name; }
 
+std::string ProcessGroup::store_value(const std::string& key) const {
+  const auto& store = state().world_store;
+  if (!store->check({key})) return "";
+  const std::vector<uint8_t> bytes = store->get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) const {
   const State& parent = state();
   HF_CHECK(!ranks.empty(), "process group: new_group with no ranks");

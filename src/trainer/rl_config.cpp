@@ -119,6 +119,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     num_processes: 1
     staleness: 0
     trigger_parameter_sync_step: 1
+    partial_rollout: false
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
     max_num_seqs: 1024

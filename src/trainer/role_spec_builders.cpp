@@ -286,6 +286,16 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
   spec.lora_merge = rollout.get<bool>("lora_merge");
   spec.record_routing = actor.spec.router_replay == "R3";
+  spec.partial_rollout = rollout.get<bool>("partial_rollout");
+  // Only a standalone pool's generations overlap a weight sync; its ranks of one replica would have to agree
+  // on the token at which they switch, and adapters merged into the weights would have to come out first.
+  HF_CHECK(!spec.partial_rollout || (f.standalone_rollout && actor.layout.gen_tp == 1 && !actor.model.uses_lora()),
+           section, ".partial_rollout = true needs a standalone rollout (trainer.placement) of tensor-parallel size 1 ",
+           "without LoRA adapters (got ", f.standalone_rollout ? "standalone" : "colocated", ", tensor-parallel size ",
+           actor.layout.gen_tp, actor.model.uses_lora() ? ", LoRA" : "", ")");
+  HF_CHECK(!spec.partial_rollout || !spec.record_routing, section, ".partial_rollout = true cannot record the ",
+           "routing for router replay (actor_rollout_ref.actor.router_replay.mode R3): a prefix prefilled again with ",
+           "new weights would be routed twice");
   // The 3D-HybridEngine's generation model (pipeline stages gathered) has no adapters of its own: it
   // generates on the actor's weights with the adapters merged in.
   HF_CHECK(spec.lora_merge || !actor.model.uses_lora() || f.standalone_rollout ||

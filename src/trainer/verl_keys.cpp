@@ -24,6 +24,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"critic.grad_clip", "critic.optim.grad_clip"},
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
     {"async_training.trigger_parameter_sync_step", "actor_rollout_ref.rollout.trigger_parameter_sync_step"},
+    {"async_training.partial_rollout", "actor_rollout_ref.rollout.partial_rollout"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";

@@ -109,6 +109,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"log_prob_max_token_len", s.log_prob.max_tokens},
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
        {"lora_merge", s.lora_merge},
+       {"partial_rollout", s.partial_rollout},
        {"multi_turn", s.multi_turn},
        {"record_routing", s.record_routing}};
 }
@@ -134,6 +135,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "log_prob_max_token_len", s.log_prob.max_tokens);
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
   take_spec_field(j, k, "lora_merge", s.lora_merge);
+  take_spec_field(j, k, "partial_rollout", s.partial_rollout);
   if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
   take_spec_field(j, k, "record_routing", s.record_routing);
 }

@@ -50,6 +50,9 @@ class ProcessGroup {
   int world_rank() const;  // rank in the world group this group was made from
   const std::vector<int>& world_ranks() const;  // members as world ranks, in group-rank order
   const std::string& backend() const;           // "gloo" or "nccl"
+  // The value of `key` in the rendezvous store (the raw store, outside the group's prefix), "" when unset:
+  // a side channel one party of the store (the controller hosting it) writes and the ranks poll.
+  std::string store_value(const std::string& key) const;
 
   // A group of the given world ranks (ascending or not: group rank i is world_ranks[i]). Only members call
   // it, all with the same list, in the same order as their other new_group calls of that list.

@@ -85,6 +85,9 @@ struct RolloutSpec {
   // With LoRA adapters: generate on weights with the adapters merged in (true), or with the adapters applied
   // beside the base weights (false).
   bool lora_merge = true;
+  // A standalone rollout's generations in flight at a weight sync take the new weights between two tokens
+  // and go on (engine/generation.h's refresh_weights); each token records the version that drew it.
+  bool partial_rollout = false;
   // Multi-turn, tool-using rollouts (agent_rollout.h's AgentRolloutRuntime reads it): null or enable false:
   // single-turn generation.
   nlohmann::json multi_turn;
