@@ -11,6 +11,7 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
@@ -147,6 +148,7 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
   const auto prompts = prompt_token_lists(in);
@@ -187,6 +189,8 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
                                                   const DataProto& in, const MicroBatching& how) const {
   torch::NoGradGuard no_grad;
+  // The old (and reference) log-probs on the kernels the rollout recorded its own with.
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const double temperature = rollout_spec_.temperature;
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
   torch::Tensor log_probs = forward_micro_batches(pipeline, in, how, [&](const DataProto& m) {
