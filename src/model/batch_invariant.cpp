@@ -31,150 +31,134 @@ constexpr const char* kKey = "actor_rollout_ref.rollout.batch_invariant";
 // ---- the dot product: the one reduction order of every matrix product ----------------------------------
 // Written out here rather than shared with fused_decode.cpp's kernels (which look alike): those may change
 // their order for speed (one row takes four chains there), while this order is the mode's contract.
-// Two accumulators of 8 lanes over blocks of 16, a last block of 8 into the first, their sum reduced
-// 4 + 4, 2 + 2, 1 + 1, then the remaining elements in order. dot4 computes four rows' dot products with
-// one weight row in exactly that order each (it only shares the loads).
+//
+// w . x over n: one accumulator of 8 lanes over the blocks of 8 (lane j sums elements i = j mod 8, in order,
+// with a fused multiply-add), the lanes reduced j + 4, then j + 2, then 0 + 1, then the last n mod 8
+// elements added in order (fused). A tile computes R rows x O output features at once, each pair with its
+// own accumulator in exactly that order: the tile shape shares loads and never changes a result.
 
-float bi_dot_portable(const float* a, const float* b, int64_t n) {
-  float acc0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+template <int R, int O>
+void bi_tile_portable(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) {
+  float acc[R][O][8] = {};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 8; ++j) {
-      acc0[j] += a[i + j] * b[i + j];
-      acc1[j] += a[i + 8 + j] * b[i + 8 + j];
+  for (; i + 8 <= n; i += 8)
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o)
+        for (int j = 0; j < 8; ++j) acc[r][o][j] = std::fma(w[o * ldw + i + j], x[r * ldx + i + j], acc[r][o][j]);
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) {
+      float* a = acc[r][o];
+      float s[4];
+      for (int j = 0; j < 4; ++j) s[j] = a[j] + a[j + 4];
+      s[0] += s[2];
+      s[1] += s[3];
+      float sum = s[0] + s[1];
+      for (int64_t k = i; k < n; ++k) sum = std::fma(w[o * ldw + k], x[r * ldx + k], sum);
+      y[r * ldy + o] = sum;
     }
-  if (i + 8 <= n) {
-    for (int j = 0; j < 8; ++j) acc0[j] += a[i + j] * b[i + j];
-    i += 8;
-  }
-  float s[8];
-  for (int j = 0; j < 8; ++j) s[j] = acc0[j] + acc1[j];
-  for (int j = 0; j < 4; ++j) s[j] += s[j + 4];
-  s[0] += s[2];
-  s[1] += s[3];
-  float sum = s[0] + s[1];
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// The portable path has no shared-load version: four calls of the one function keep the order.
-void bi_dot4_portable(const float* w, const float* x, int64_t ldx, int64_t n, float* out) {
-  for (int r = 0; r < 4; ++r) out[r] = bi_dot_portable(w, x + r * ldx, n);
 }
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) inline float bi_hsum(__m256 v) {
-  // Lanes j + 4, then j + 2, then j + 1: the portable path's order.
+  // Lanes j + 4, then j + 2, then 0 + 1: the portable path's order.
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) float bi_dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+template <int R, int O>
+__attribute__((target("avx2,fma"))) void bi_tile_avx2(const float* w, int64_t ldw, const float* x, int64_t ldx,
+                                                      int64_t n, float* y, int64_t ldy) {
+  __m256 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  for (; i + 8 <= n; i += 8) {
+    __m256 wv[O];
+    for (int o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(w + o * ldw + i);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + i);
+      for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(wv[o], xv, acc[r][o]);
+    }
   }
-  if (i + 8 <= n) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    i += 8;
-  }
-  float sum = bi_hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) sum = __builtin_fmaf(a[i], b[i], sum);
-  return sum;
-}
-
-__attribute__((target("avx2,fma"))) void bi_dot4_avx2(const float* w, const float* x, int64_t ldx, int64_t n,
-                                                      float* out) {
-  const float* x0 = x;
-  const float* x1 = x0 + ldx;
-  const float* x2 = x1 + ldx;
-  const float* x3 = x2 + ldx;
-  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);
-    b0 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), b0);
-    a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), a1);
-    b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), b1);
-    a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), a2);
-    b2 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), b2);
-    a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), a3);
-    b3 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), b3);
-  }
-  if (i + 8 <= n) {
-    const __m256 w0 = _mm256_loadu_ps(w + i);
-    a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);
-    a1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), a1);
-    a2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), a2);
-    a3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), a3);
-    i += 8;
-  }
-  float s0 = bi_hsum(_mm256_add_ps(a0, b0)), s1 = bi_hsum(_mm256_add_ps(a1, b1));
-  float s2 = bi_hsum(_mm256_add_ps(a2, b2)), s3 = bi_hsum(_mm256_add_ps(a3, b3));
-  for (; i < n; ++i) {
-    // a . b with a = x, b = w in bi_dot_avx2's scalar tail: fma is exact in its product, so the order of
-    // the factors does not matter.
-    s0 = __builtin_fmaf(x0[i], w[i], s0);
-    s1 = __builtin_fmaf(x1[i], w[i], s1);
-    s2 = __builtin_fmaf(x2[i], w[i], s2);
-    s3 = __builtin_fmaf(x3[i], w[i], s3);
-  }
-  out[0] = s0;
-  out[1] = s1;
-  out[2] = s2;
-  out[3] = s3;
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) {
+      float sum = bi_hsum(acc[r][o]);
+      for (int64_t k = i; k < n; ++k) sum = __builtin_fmaf(w[o * ldw + k], x[r * ldx + k], sum);
+      y[r * ldy + o] = sum;
+    }
 }
 #endif
 
-struct BiKernels {
-  float (*dot)(const float*, const float*, int64_t);
-  void (*dot4)(const float*, const float*, int64_t, int64_t, float*);
+// The largest tile: 4 x 3 accumulators, 3 weight vectors and a row's vector fill the 16 AVX registers.
+constexpr int kTileR = 4, kTileO = 3;
+using BiTile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+
+// Every tile shape up to kTileR x kTileO ([rows - 1][outputs - 1]), of one path chosen once per process.
+struct BiTiles {
+  BiTile tile[kTileR][kTileO];
 };
 
-// Chosen once per process: every call of a run takes the same path.
-const BiKernels& bi_kernels() {
-  static const BiKernels chosen = [] {
+template <int R, int O>
+struct PortableTile {
+  static constexpr BiTile fn = bi_tile_portable<R, O>;
+};
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BiKernels{bi_dot_avx2, bi_dot4_avx2};
+template <int R, int O>
+struct Avx2Tile {
+  static constexpr BiTile fn = bi_tile_avx2<R, O>;
+};
 #endif
-    return BiKernels{bi_dot_portable, bi_dot4_portable};
+
+template <template <int, int> class K>
+BiTiles bi_tiles_of() {
+  return BiTiles{{{K<1, 1>::fn, K<1, 2>::fn, K<1, 3>::fn},
+                  {K<2, 1>::fn, K<2, 2>::fn, K<2, 3>::fn},
+                  {K<3, 1>::fn, K<3, 2>::fn, K<3, 3>::fn},
+                  {K<4, 1>::fn, K<4, 2>::fn, K<4, 3>::fn}}};
+}
+
+const BiTiles& bi_tiles() {
+  static const BiTiles chosen = [] {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return bi_tiles_of<Avx2Tile>();
+#endif
+    return bi_tiles_of<PortableTile>();
   }();
   return chosen;
 }
 
+// a . b in the fixed order (a 1 x 1 tile).
+float bi_dot(const float* a, const float* b, int64_t n) {
+  float out;
+  bi_tiles().tile[0][0](a, 0, b, 0, n, &out, 0);
+  return out;
+}
+
 // Rows and output features per parallel tile of a matrix product: a tile's weight rows stay in L1 while its
 // rows stream past them.
-constexpr int64_t kTileRows = 32, kTileOut = 32;
+constexpr int64_t kTileRows = 32, kTileOut = 48;
 
 // y[r, o] = w[o] . x[r] (+ bias[o]) for x [rows, in], w [out, in], y [rows, out], all contiguous.
 void bi_linear_raw(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* bias,
                    float* y) {
-  const BiKernels& k = bi_kernels();
+  const BiTiles& tiles = bi_tiles();
   const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows, out_tiles = (out + kTileOut - 1) / kTileOut;
   at::parallel_for(0, row_tiles * out_tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t tile = begin; tile < end; ++tile) {
       const int64_t r0 = (tile / out_tiles) * kTileRows, o0 = (tile % out_tiles) * kTileOut;
       const int64_t r1 = std::min(rows, r0 + kTileRows), o1 = std::min(out, o0 + kTileOut);
-      for (int64_t o = o0; o < o1; ++o) {
-        const float* wo = w + o * in;
-        const float b = bias != nullptr ? bias[o] : 0.0f;
-        int64_t r = r0;
-        float four[4];
-        for (; r + 4 <= r1; r += 4) {
-          k.dot4(wo, x + r * in, in, in, four);
-          for (int j = 0; j < 4; ++j) y[(r + j) * out + o] = bias != nullptr ? four[j] + b : four[j];
-        }
-        for (; r < r1; ++r) {
-          const float s = k.dot(wo, x + r * in, in);
-          y[r * out + o] = bias != nullptr ? s + b : s;
+      for (int64_t o = o0; o < o1; o += kTileO) {
+        const int64_t oo = std::min<int64_t>(kTileO, o1 - o);
+        for (int64_t r = r0; r < r1; r += kTileR) {
+          const int64_t rr = std::min<int64_t>(kTileR, r1 - r);
+          tiles.tile[rr - 1][oo - 1](w + o * in, in, x + r * in, in, in, y + r * out + o, out);
         }
       }
+      if (bias != nullptr)
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t o = o0; o < o1; ++o) y[r * out + o] += bias[o];
     }
   });
 }
@@ -183,7 +167,7 @@ const float* bi_data(const at::Tensor& t) { return t.defined() ? t.data_ptr<floa
 
 // out = weight * (x * (1 / sqrt(mean(x^2) + eps))) for one row of n.
 void bi_rms_norm_row(const float* x, int64_t n, const float* weight, double eps, float* out) {
-  const float mean_square = bi_kernels().dot(x, x, n) / static_cast<float>(n);
+  const float mean_square = bi_dot(x, x, n) / static_cast<float>(n);
   const float scale = 1.0f / std::sqrt(mean_square + static_cast<float>(eps));
   for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * scale);
 }
@@ -390,7 +374,7 @@ void forward_layers(at::Tensor& h, const ModelConfig& config, const fused_decode
         float top = -std::numeric_limits<float>::infinity();
         for (int64_t j = first; j <= last; ++j) {
           if (mask != nullptr && mask[j] == 0) continue;
-          const float score = bi_kernels().dot(query, key_ptr(key_pool, r, g, j), d) * scale;
+          const float score = bi_dot(query, key_ptr(key_pool, r, g, j), d) * scale;
           seen.push_back(j);
           scores.push_back(score);
           top = std::max(top, score);
