@@ -5,8 +5,8 @@
 // threads, or whether the row is a decode step with a cache or a position of a whole-sequence forward. The
 // log-probs a rollout records then equal the ones the actor recomputes for the same weights, bit for bit.
 //
-// How: each output element of a matrix product is one dot product in a fixed order (two 8-lane accumulators,
-// then a fixed horizontal sum; a block of rows shares weight loads without changing that order); attention
+// How: each output element of a matrix product is one dot product in a fixed order (one 8-lane accumulator,
+// then a fixed horizontal sum; a tile of rows and outputs shares loads without changing that order); attention
 // runs per query and head over the visible keys in key order (max, then sum of exponentials, then the
 // weighted values, sequentially); RMSNorm, SiLU, rotary tables and log-softmax are per row with fixed
 // sequential sums; each element is computed by one thread. The same code runs for a decode step and for a
