@@ -70,15 +70,21 @@ __attribute__((target("avx2,fma"))) inline float bi_hsum(__m256 v) {
 template <int R, int O>
 __attribute__((target("avx2,fma"))) void bi_tile_avx2(const float* w, int64_t ldw, const float* x, int64_t ldx,
                                                       int64_t n, float* y, int64_t ldy) {
+  // Fully unrolled so that the accumulators live in registers, not in a stack array.
   __m256 acc[R][O];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 wv[O];
+#pragma GCC unroll 4
     for (int o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(w + o * ldw + i);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + r * ldx + i);
+#pragma GCC unroll 4
       for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(wv[o], xv, acc[r][o]);
     }
   }
