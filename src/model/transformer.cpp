@@ -13,10 +13,12 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/activation_checkpoint.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "model/batch_invariant_layers.h"
 #include "model/fused_decode.h"
 #include "model/lora_branch.h"
 #include "model/moe_block.h"
@@ -370,6 +372,27 @@ void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visi
   }
 }
 
+// The weights of this stage's decoder layers as the fused decode and batch-invariant kernels read them.
+std::vector<fused_decode::LayerWeights> kernel_layer_weights(Backbone& m, int64_t local_layers) {
+  std::vector<fused_decode::LayerWeights> weights;
+  for (int64_t i = 0; i < local_layers; ++i) {
+    auto& layer = *m->decoder_layers[i];
+    auto& attn = *layer.self_attn;
+    weights.push_back({layer.input_layernorm->weight, layer.post_attention_layernorm->weight, attn.q_proj->weight,
+                       attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight, attn.q_proj->bias,
+                       attn.k_proj->bias, attn.v_proj->bias, attn.o_proj->bias,
+                       attn.q_norm ? attn.q_norm->weight : torch::Tensor(),
+                       attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
+                       layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
+  }
+  return weights;
+}
+
+fused_decode::Shape kernel_shape(const ModelConfig& c) {
+  return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim(), c.intermediate_size,
+          c.rms_norm_eps, c.sliding_window};
+}
+
 }  // namespace
 
 struct CausalLMImpl::Layers {
@@ -511,6 +534,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
              "CausalLM::forward: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
              " for input_ids of shape ", input_ids.sizes());
   }
+  if (batch_invariant_active()) return batch_invariant_hidden_states(h, mask, positions, past, cache);
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
@@ -681,28 +705,23 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   auto length_t = torch::tensor(lengths, i64).to(device);
   auto [cos, sin] = rotary_cos_sin(length_t.view({b, 1}), config_, h.scalar_type());  // [b, 1, 1, d]
 
+  if (batch_invariant_active()) {
+    std::vector<int64_t> rows(static_cast<size_t>(b));
+    for (int64_t r = 0; r < b; ++r) rows[static_cast<size_t>(r)] = r;
+    batch_invariant::Tokens tokens{rows, lengths, lengths, nullptr, 0};
+    return batch_invariant_layers(h, tokens, keys, values, {tables.data(), width, block_size});
+  }
   // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
   std::vector<fused_decode::LayerWeights> weights;
   if (!tp_.enabled() && !lora_branches_active() && !torch::GradMode::is_enabled() && h.device().is_cpu() &&
       h.scalar_type() == torch::kFloat32 && config_.num_moe_layers() == 0) {
-    for (int64_t i = 0; i < local_layers; ++i) {
-      auto& layer = *m.decoder_layers[i];
-      auto& attn = *layer.self_attn;
-      weights.push_back({layer.input_layernorm->weight, layer.post_attention_layernorm->weight, attn.q_proj->weight,
-                         attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight, attn.q_proj->bias,
-                         attn.k_proj->bias, attn.v_proj->bias, attn.o_proj->bias,
-                         attn.q_norm ? attn.q_norm->weight : torch::Tensor(),
-                         attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
-                         layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
-    }
+    weights = kernel_layer_weights(layers_->model, local_layers);
     bool pools_fit = true;
     for (int64_t i = 0; i < local_layers; ++i)
       pools_fit = pools_fit && keys[i].is_contiguous() && values[i].is_contiguous() &&
                   keys[i].scalar_type() == torch::kFloat32 && values[i].scalar_type() == torch::kFloat32;
     auto flat = h.reshape({b, config_.hidden_size}).contiguous();
-    const fused_decode::Shape shape{config_.hidden_size, config_.num_attention_heads, config_.num_key_value_heads,
-                                    config_.head_dim(),  config_.intermediate_size,   config_.rms_norm_eps,
-                                    config_.sliding_window};
+    const fused_decode::Shape shape = kernel_shape(config_);
     if (pools_fit && fused_decode::supports(flat, shape, weights)) {
       const int64_t d = config_.head_dim();
       fused_decode::decode_layers(flat, shape, weights, keys, values, {tables.data(), width, block_size}, lengths,
@@ -762,6 +781,84 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   return pp_.last() ? m.norm(h) : h;
 }
 
+void CausalLMImpl::check_batch_invariant(const char* what) const {
+  HF_CHECK(!tp_.enabled(), "actor_rollout_ref.rollout.batch_invariant: ", what, " under tensor parallelism (size ",
+           tp_.size(), ") sums partial products across ranks; the mode needs one rank");
+  HF_CHECK(config_.num_moe_layers() == 0, "actor_rollout_ref.rollout.batch_invariant: ", config_.model_type,
+           " layers route over experts, which the batch-invariant kernels do not cover");
+  HF_CHECK(!lora_branches_active(), "actor_rollout_ref.rollout.batch_invariant: unmerged LoRA adapters (merge them, ",
+           "rollout.lora_merge, or disable them) are not covered by the batch-invariant kernels");
+}
+
+torch::Tensor CausalLMImpl::batch_invariant_layers(const torch::Tensor& h, const batch_invariant::Tokens& tokens,
+                                                   std::vector<torch::Tensor>& keys, std::vector<torch::Tensor>& values,
+                                                   const fused_decode::BlockTables& tables) {
+  check_batch_invariant("the decoder");
+  auto& m = *layers_->model;
+  const int64_t local_layers = layer_range_.length;
+  const auto weights = kernel_layer_weights(layers_->model, local_layers);
+  const fused_decode::Shape shape = kernel_shape(config_);
+  // A copy: the layers update it in place, and h may be the embedding's output or a caller's stage input.
+  auto flat = h.reshape({-1, config_.hidden_size}).contiguous().clone();
+  batch_invariant::check_supported(flat, shape, weights);
+  for (int64_t i = 0; i < local_layers; ++i)
+    HF_CHECK(keys[i].is_contiguous() && values[i].is_contiguous() && keys[i].scalar_type() == torch::kFloat32 &&
+                 values[i].scalar_type() == torch::kFloat32,
+             "actor_rollout_ref.rollout.batch_invariant: the KV cache must be contiguous float32");
+  batch_invariant::forward_layers(flat, config_, shape, weights, keys, values, tables, tokens);
+  auto out = flat.view(h.sizes());
+  return pp_.last() ? batch_invariant::rms_norm(out, m.norm->weight, config_.rms_norm_eps).view(h.sizes()) : out;
+}
+
+torch::Tensor CausalLMImpl::batch_invariant_hidden_states(const torch::Tensor& h, const torch::Tensor& mask,
+                                                          const torch::Tensor& positions, int64_t past,
+                                                          KVCache* cache) {
+  const int64_t b = h.size(0), t = h.size(1), total = past + t, local_layers = layer_range_.length;
+  const int64_t kv = config_.num_key_value_heads, d = config_.head_dim();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  std::vector<torch::Tensor> keys(static_cast<size_t>(local_layers)), values(static_cast<size_t>(local_layers));
+  if (cache != nullptr) {
+    // The slabs as the ordinary path keeps them ([b, kv, room, d], past positions first), grown the same way.
+    auto ensure = [&](torch::Tensor& slab) {
+      if (slab.defined() && slab.size(2) >= total && slab.is_contiguous()) return;
+      const int64_t room = std::max({cache->capacity, total, slab.defined() ? 2 * slab.size(2) : int64_t{0}});
+      auto grown = torch::empty({b, kv, room, d}, f32);
+      if (past > 0) grown.narrow(2, 0, past).copy_(slab.narrow(2, 0, past));
+      slab = grown;
+    };
+    for (int64_t i = 0; i < local_layers; ++i) {
+      ensure(cache->keys[i]);
+      ensure(cache->values[i]);
+      keys[i] = cache->keys[i];
+      values[i] = cache->values[i];
+    }
+  } else {
+    // Without a cache each layer writes every token's key and value before any query reads them: one scratch
+    // pair serves all layers.
+    auto scratch_k = torch::empty({b, kv, total, d}, f32), scratch_v = torch::empty({b, kv, total, d}, f32);
+    std::fill(keys.begin(), keys.end(), scratch_k);
+    std::fill(values.begin(), values.end(), scratch_v);
+  }
+  batch_invariant::Tokens tokens;
+  const auto pos = positions.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < t; ++i) {
+      tokens.row.push_back(r);
+      tokens.slot.push_back(past + i);
+      tokens.position.push_back(pp[r * t + i]);
+    }
+  const auto key_mask = mask.to(torch::kCPU, torch::kInt64).contiguous();
+  tokens.key_mask = key_mask.data_ptr<int64_t>();
+  tokens.key_mask_stride = total;
+  std::vector<int64_t> rows(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r) rows[static_cast<size_t>(r)] = r;
+  const int64_t room = local_layers > 0 ? keys[0].size(2) : 1;
+  auto out = batch_invariant_layers(h, tokens, keys, values, {rows.data(), 1, room});
+  if (cache != nullptr) cache->filled = total;
+  return out;
+}
+
 torch::Tensor CausalLMImpl::stage_activation_like(int64_t batch, int64_t seq) const {
   const torch::Tensor any = parameters().front();  // a copy: parameters() returns a temporary
   return torch::empty({batch, seq, config_.hidden_size}, any.options().requires_grad(false));
@@ -782,6 +879,14 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
                           !torch::GradMode::is_enabled() && hidden.device().is_cpu() &&
                           hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
                           weight.dim() == 2 && weight.is_contiguous();
+    if (batch_invariant_active()) {
+      check_batch_invariant("the head");
+      auto rows = batch_invariant::linear(hidden.reshape({-1, hidden.size(-1)}), weight);
+      auto sizes = hidden.sizes().vec();
+      sizes.back() = weight.size(0);
+      out.logits = rows.view(sizes);
+      return out;
+    }
     out.logits = few_rows ? fused_decode::linear(hidden.contiguous(), weight)
                           : torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
   }

@@ -122,6 +122,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     partial_rollout: false
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
+    batch_invariant: false
     max_num_seqs: 1024
     kv_cache: paged
     kv_block_size: 16

@@ -278,6 +278,15 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.pipeline_model_parallel_size = actor.layout.gen_pp;
   spec.reshard_mode = rollout.get<std::string>("reshard_mode");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
+  spec.batch_invariant = rollout.get<bool>("batch_invariant");
+  // The fixed-order kernels attend over one whole sequence per row: packed rows and sequence slices
+  // would be read as one sequence.
+  HF_CHECK(!spec.batch_invariant ||
+               (!actor.model.use_remove_padding && actor.model.ulysses_sequence_parallel_size <= 1),
+           section, ".batch_invariant = true needs whole padded rows in the log-prob passes: ",
+           "actor_rollout_ref.model.use_remove_padding must be false (got ", actor.model.use_remove_padding,
+           ") and actor_rollout_ref.actor.ulysses_sequence_parallel_size 1 (got ",
+           actor.model.ulysses_sequence_parallel_size, ")");
   // Old log-probs: 16 samples per process when unset; by tokens as the actor's switch says unless set.
   spec.log_prob.rows = micro_batch_rows_per_process(c, section + ".log_prob_micro_batch_size", actor.dp, 16);
   spec.log_prob.max_tokens = dynamic_bsz(c, section + ".log_prob_use_dynamic_bsz", actor_bsz.on,

@@ -12,6 +12,7 @@
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/packed_rows.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
@@ -169,6 +170,7 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
   const auto prompts = prompt_token_lists(in);
@@ -212,6 +214,8 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
                                                   const DataProto& in, const MicroBatching& how,
                                                   RouterReplayPass* replay) const {
   torch::NoGradGuard no_grad;
+  // The old (and reference) log-probs on the kernels the rollout recorded its own with.
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const double temperature = rollout_spec_.temperature;
   const bool replaying = replay != nullptr && replay->active();
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.

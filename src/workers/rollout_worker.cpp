@@ -5,6 +5,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/lora_scopes.h"
@@ -50,6 +51,7 @@ DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   DataProto result;
   GenerationOutput out;
   {
+    BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
     MergedLoraScope merged(model_, rollout_spec_.lora_merge);
     if (agent_) {
       result = agent_generate_sequences(model_, g, in, agent_->context());

@@ -29,6 +29,13 @@
 
 namespace hybridflow {
 
+namespace batch_invariant {
+struct Tokens;
+}
+namespace fused_decode {
+struct BlockTables;
+}
+
 // Keys and values of every layer for a batch being decoded. Each layer's tensors are slabs
 // [batch, kv_heads, room, head_dim] whose first length() positions are filled: a step writes its keys in
 // place instead of concatenating (which copied the whole cache every token).
@@ -205,6 +212,14 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables, int64_t width,
                               int64_t block_size, const std::vector<int64_t>& lengths, std::vector<torch::Tensor>& keys,
                               std::vector<torch::Tensor>& values, const char* caller);
+  // The batch-invariant forward (model/batch_invariant.h): throws naming the key where the mode does not apply;
+  // runs this stage's layers over `tokens` (and the final norm on the last stage).
+  void check_batch_invariant(const char* what) const;
+  torch::Tensor batch_invariant_layers(const torch::Tensor& h, const batch_invariant::Tokens& tokens,
+                                       std::vector<torch::Tensor>& keys, std::vector<torch::Tensor>& values,
+                                       const fused_decode::BlockTables& tables);
+  torch::Tensor batch_invariant_hidden_states(const torch::Tensor& h, const torch::Tensor& mask,
+                                              const torch::Tensor& positions, int64_t past, KVCache* cache);
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;

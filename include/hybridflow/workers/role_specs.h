@@ -78,6 +78,9 @@ struct RolloutSpec {
   int pipeline_model_parallel_size = 1;
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
+  // Generation and the log-prob passes on the batch-invariant kernels (model/batch_invariant.h): recorded and
+  // recomputed log-probs equal bit for bit.
+  bool batch_invariant = false;
   // The old-log-prob pass (compute_log_prob) in micro-batches of rows, or of tokens when max_tokens > 0.
   MicroBatching log_prob{16, 0, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
   // The controller's: the bucket size of weight updates sent to a standalone rollout pool.
