@@ -4,7 +4,8 @@
 // a single-turn row. Checked: the command tool runs and its result reaches the conversation, only the
 // sampled ids are in the loss mask, the actor trains on exactly the ids (and log-probs) the rollout
 // sampled, the scorer judges the final answer and sees the whole conversation, and the agent metrics and
-// samples.jsonl show the turns.
+// samples.jsonl show the turns. RLOO, REINFORCE++ and PPO (GAE) train on the same trajectories with no weight
+// on tool tokens, and the python + MCP example config runs a step with its own tools.
 #include <gtest/gtest.h>
 
 #include <filesystem>
