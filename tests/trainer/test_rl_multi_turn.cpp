@@ -4,11 +4,15 @@
 // a single-turn row. Checked: the command tool runs and its result reaches the conversation, only the
 // sampled ids are in the loss mask, the actor trains on exactly the ids (and log-probs) the rollout
 // sampled, the scorer judges the final answer and sees the whole conversation, and the agent metrics and
-// samples.jsonl show the turns.
+// samples.jsonl show the turns. RLOO, REINFORCE++ and PPO (GAE) train on the same trajectories with no weight
+// on tool tokens, and the python + MCP example config runs a step with its own tools.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <map>
+#include <cmath>
 #include <regex>
 
 #include "hybridflow/core/jsonl.h"
@@ -19,6 +23,7 @@
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/text/chat_template.h"
 #include "hybridflow/text/tokenizer_config.h"
+#include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rl_trainer.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
@@ -41,9 +46,9 @@ std::string call_text(const std::string& expression) {
   return "<tool_call>{\"name\":\"calculator\",\"arguments\":{\"expression\":\"" + expression + "\"}}</tool_call>";
 }
 
-// A 2-layer model over the example's tokenizer, fitted for two seconds to the whole tool conversation of each
-// question (call, result, answer), so that it samples a calculator call: saved as a model directory.
-std::string tool_calling_model(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& qa) {
+// A 2-layer model over the example's tokenizer, fitted for two seconds to whole tool conversations (call,
+// result, answer), so that it samples their calls: saved as a model directory.
+std::string tool_calling_model(const std::string& dir, const std::vector<Json>& conversations) {
   const Tokenizer tokenizer = Tokenizer::load(kExample + "/tokenizer/tokenizer.json");
   const auto config = text::TokenizerConfig::load(kExample + "/tokenizer/tokenizer_config.json");
   ModelConfig c = preset_model_config("tiny", tokenizer.vocab_size());
@@ -59,11 +64,7 @@ std::string tool_calling_model(const std::string& dir, const std::vector<std::pa
   CausalLM model(c);
   std::vector<std::vector<int64_t>> rows;
   size_t width = 0;
-  for (const auto& [expression, answer] : qa) {
-    const Json messages = Json::array({{{"role", "user"}, {"content", "What is " + expression + "?"}},
-                                       {{"role", "assistant"}, {"content", call_text(expression)}},
-                                       {{"role", "tool"}, {"content", answer}},
-                                       {{"role", "assistant"}, {"content", answer}}});
+  for (const Json& messages : conversations) {
     rows.push_back(tokenizer.encode(text::apply_chat_template(config, messages, false)));
     width = std::max(width, rows.back().size());
   }
@@ -87,6 +88,17 @@ std::string tool_calling_model(const std::string& dir, const std::vector<std::pa
   }
   save_pretrained(dir, model, tokenizer);
   return dir;
+}
+
+// The calculator's whole conversation for each question.
+std::vector<Json> calculator_conversations(const std::vector<std::pair<std::string, std::string>>& qa) {
+  std::vector<Json> conversations;
+  for (const auto& [expression, answer] : qa)
+    conversations.push_back(Json::array({{{"role", "user"}, {"content", "What is " + expression + "?"}},
+                                         {{"role", "assistant"}, {"content", call_text(expression)}},
+                                         {{"role", "tool"}, {"content", answer}},
+                                         {{"role", "assistant"}, {"content", answer}}}));
+  return conversations;
 }
 
 // A command scorer that appends every request line it reads to `log` and scores 1 for the right answer.
@@ -123,7 +135,7 @@ class RlMultiTurn : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new hybridflow::testing::TempDir();
-    model_dir_ = tool_calling_model(dir_->file("model"), {{"3*4", "12"}, {"5*6", "30"}, {"7*8", "56"}});
+    model_dir_ = tool_calling_model(dir_->file("model"), calculator_conversations({{"3*4", "12"}, {"5*6", "30"}, {"7*8", "56"}}));
     // Row 0: agent_name top-level; row 1: inside extra_info with tools_kwargs, as verl's scripts write
     // them; row 2: single-turn (no agent_name), in the same dataset.
     std::ofstream out(dir_->file("train.jsonl"));
@@ -260,6 +272,189 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
     EXPECT_EQ(colocated[key], standalone[key]) << key;
   EXPECT_NEAR(colocated["actor/pg_loss"].get<double>(), standalone["actor/pg_loss"].get<double>(), 1e-6);
   EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
+}
+
+// What a step trained on, kept by trajectory_capturing_program.
+struct TrainedTrajectories {
+  at::Tensor responses, response_mask, response_attention, advantages, values;
+  std::vector<nlohmann::json> episodes;
+};
+TrainedTrajectories& trained_trajectories() {
+  static TrainedTrajectories kept;
+  return kept;
+}
+
+// The built-in estimator program's stages (programs/policy_gradient.cpp) with the batch kept after its
+// advantages are computed, so a test sees the masks, values and advantages the updates receive.
+nlohmann::json trajectory_capturing_program(RLStep& step) {
+  auto& [actor, ref, critic, reward, cost, cost_critic] = step.roles();
+  RolloutBatch batch = actor.generate_sequences(step.next_prompts());
+  Pending scores = reward.compute_reward(batch);
+  Pending old_log_prob = actor.compute_log_prob(batch);
+  Pending ref_log_prob = ref ? ref->compute_log_prob(batch) : Pending();
+  Pending values = critic ? critic->compute_values(batch) : Pending();
+  join(scores, old_log_prob, ref_log_prob, values);
+  step.compute_advantage(batch, step.adv_estimator());
+  const DataProto& data = batch.data();
+  TrainedTrajectories& kept = trained_trajectories();
+  kept.responses = data.tensor("responses").clone();
+  kept.response_mask = data.tensor("response_mask").clone();
+  const auto& attention = data.tensor("attention_mask");
+  kept.response_attention = attention.slice(1, attention.size(1) - kept.responses.size(1)).clone();
+  kept.advantages = data.tensor("advantages").clone();
+  kept.values = data.has_tensor("values") ? data.tensor("values").clone() : at::Tensor();
+  kept.episodes = data.field("agent_episode");
+  Pending critic_updated = critic ? critic->update_critic(batch) : Pending();
+  Pending actor_updated = actor.update_actor(batch);
+  join(critic_updated, actor_updated);
+  return step.finish(batch);
+}
+
+// RLOO, REINFORCE++ and PPO (a critic, GAE across the masked spans) train on whole trajectories: in each, the
+// tokens of every tool result sit outside the loss mask and carry no advantage, the mask counts exactly the
+// sampled ids, and the step's losses are finite; PPO's values are finite over the whole trajectory.
+TEST_F(RlMultiTurn, RlooReinforcePlusPlusAndPpoTrainOnWholeTrajectories) {
+  register_rl_program("capture_trajectories", trajectory_capturing_program);
+  const std::string dir = dir_->path();
+  const Tokenizer tokenizer = Tokenizer::load(kExample + "/tokenizer/tokenizer.json");
+  for (const char* name : {"rloo", "reinforce_plus_plus", "gae"}) {
+    const std::string estimator = name;
+    SCOPED_TRACE(estimator);
+    nlohmann::json record;
+    {
+      RLTrainer trainer(load_rl_config(
+          "", tiny_rl_overrides(estimator, multi_turn_overrides(dir, model_dir_, {"algorithm.program=capture_trajectories",
+                                                                                   "critic.ppo_mini_batch_size=3",
+                                                                                   "critic.ppo_micro_batch_size_per_gpu=6",
+                                                                                   "trainer.run_dir=" + dir + "/" + estimator}))));
+      record = trainer.step();
+    }
+    SCOPED_TRACE(record.dump());
+    EXPECT_GE(record["agent/tool_calls/calculator"].get<double>(), 3.0);
+    EXPECT_TRUE(std::isfinite(record["actor/pg_loss"].get<double>()));
+    const TrainedTrajectories& kept = trained_trajectories();
+    ASSERT_EQ(kept.responses.size(0), 6);
+    ASSERT_EQ(kept.episodes.size(), 6u);
+    const auto mask = kept.response_mask.to(torch::kLong);
+    const auto attention = kept.response_attention.to(torch::kLong);
+    const auto advantages = kept.advantages.to(torch::kDouble);
+    EXPECT_TRUE(torch::isfinite(advantages).all().item<bool>());
+    if (estimator == "gae") {
+      ASSERT_TRUE(kept.values.defined());
+      EXPECT_TRUE(torch::isfinite(kept.values.to(torch::kDouble).masked_select(attention != 0)).all().item<bool>());
+      EXPECT_TRUE(std::isfinite(record["critic/vf_loss"].get<double>()));
+    }
+    int tool_spans = 0;
+    for (int64_t row = 0; row < kept.responses.size(0); ++row) {
+      const auto& episode = kept.episodes[static_cast<size_t>(row)];
+      SCOPED_TRACE(episode.dump());
+      // The mask counts the sampled ids; the other real ids of the response are the appended ones.
+      EXPECT_EQ(mask[row].sum().item<int64_t>(), episode["sampled_tokens"].get<int64_t>());
+      EXPECT_EQ(((attention[row] != 0) & (mask[row] == 0)).sum().item<int64_t>(), episode["appended_tokens"].get<int64_t>());
+      // No advantage outside the mask: padding, template ids and tool results add nothing to the loss.
+      EXPECT_EQ(advantages[row].masked_select(mask[row] == 0).abs().sum().item<double>(), 0.0);
+      // Each tool result, found by decoding the ids one by one, lies wholly outside the mask.
+      std::string text;
+      std::vector<int64_t> token_of_char;
+      for (int64_t t = 0; t < kept.responses.size(1) && attention[row][t].item<int64_t>() != 0; ++t) {
+        const std::string piece = tokenizer.decode({kept.responses[row][t].item<int64_t>()}, false);
+        text += piece;
+        token_of_char.insert(token_of_char.end(), piece.size(), t);
+      }
+      size_t from = 0;
+      for (const auto& message : episode["messages"]) {
+        if (message["role"] != "tool") continue;
+        const std::string span = "<|im_start|>tool\n" + message["content"].get<std::string>() + "<|im_end|>";
+        const size_t at = text.find(span, from);
+        ASSERT_NE(at, std::string::npos) << span << " in " << text;
+        for (size_t k = at; k < at + span.size(); ++k) {
+          EXPECT_EQ(mask[row][token_of_char[k]].item<int64_t>(), 0) << "tool result token at " << token_of_char[k];
+          EXPECT_EQ(advantages[row][token_of_char[k]].item<double>(), 0.0);
+        }
+        from = at + span.size();
+        ++tool_spans;
+      }
+    }
+    EXPECT_GE(tool_spans, 3);
+  }
+}
+
+// The python + MCP example as shipped (examples/grpo_python_mcp_tools.yaml, its tool config, MCP server and
+// data writer), shrunk to one GRPO step of 2 questions x 2 episodes on a model fitted in the test to its
+// demonstrations: the sandboxed python tool runs the model's code, the MCP server started from the venv
+// answers the stock lookup, and the results reach the conversations.
+TEST_F(RlMultiTurn, ThePythonAndMcpExampleRunsAGrpoStep) {
+  if (std::system("command -v bwrap >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "bwrap (bubblewrap) is not installed: the example's python tool runs code under it "
+                    "(apt-get install bubblewrap)";
+  const std::string source = HF_SOURCE_DIR;
+  const std::string data = dir_->file("python_mcp");
+  ASSERT_EQ(std::system(("python3 " + source + "/examples/python_mcp_tools/make_data.py " + data + " >/dev/null").c_str()), 0);
+  // One demonstration of each tool (the SFT rows whose prompt ends with the tool's result), and their RL rows.
+  struct Demonstrated {
+    std::string tool;
+    Json arguments;
+    std::string result;
+  };
+  std::vector<Json> conversations;
+  std::map<std::string, Demonstrated> expected;  // by question
+  for (const auto& demo : read_jsonl(data + "/sft_tools.jsonl")) {
+    if (demo["prompt"].size() != 3) continue;
+    const std::string call = demo["prompt"][1]["content"].get<std::string>();  // <tool_call>{...}</tool_call>
+    const Json parsed = Json::parse(call.substr(11, call.size() - 11 - 12));
+    bool have = false;
+    for (const auto& [q, e] : expected) have = have || e.tool == parsed["name"];
+    if (have) continue;
+    Json conversation = demo["prompt"];
+    conversation.push_back({{"role", "assistant"}, {"content", demo["response"]}});
+    conversations.push_back(conversation);
+    expected[demo["prompt"][0]["content"].get<std::string>()] = {parsed["name"].get<std::string>(), parsed["arguments"],
+                                                                 demo["prompt"][2]["content"].get<std::string>()};
+  }
+  ASSERT_EQ(expected.size(), 2u);
+  {
+    std::ofstream out(data + "/rows.jsonl");
+    for (const auto& row : read_jsonl(data + "/train.jsonl"))
+      if (expected.count(row["prompt"][0]["content"].get<std::string>()) != 0) out << row.dump() << "\n";
+  }
+  const std::string model = tool_calling_model(data + "/model", conversations);
+  nlohmann::json record;
+  {
+    RLTrainer trainer(load_rl_config(
+        source + "/examples/grpo_python_mcp_tools.yaml",
+        {"model.path=" + model, "data.train_file=" + data + "/rows.jsonl", "data.test_file=" + data + "/rows.jsonl",
+         "data.test_size=2", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+         "actor_rollout_ref.rollout.multi_turn.tool_config_path=" + source + "/examples/python_mcp_tools/tools.yaml",
+         "trainer.test_freq=0", "trainer.log_samples_freq=1", "trainer.log_samples_count=4", "trainer.logger=[jsonl]",
+         "trainer.run_dir=" + data + "/run"}));
+    record = trainer.step();
+  }
+  SCOPED_TRACE(record.dump());
+  ASSERT_TRUE(record.contains("agent/tool_calls/python"));
+  ASSERT_TRUE(record.contains("agent/tool_calls/stock"));
+  EXPECT_GE(record["agent/tool_calls/python"].get<double>(), 1.0);
+  EXPECT_GE(record["agent/tool_calls/stock"].get<double>(), 1.0);
+  EXPECT_TRUE(std::isfinite(record["actor/pg_loss"].get<double>()));
+  // A call written as demonstrated gets the demonstrated result: the product printed in the sandbox, the
+  // count from the server's table.
+  std::map<std::string, int> answered;
+  for (const auto& s : read_jsonl(data + "/run/samples.jsonl")) {
+    SCOPED_TRACE(s.dump());
+    const auto& messages = s["messages"];
+    const Demonstrated& demonstrated = expected.at(messages[0]["content"].get<std::string>());
+    for (size_t k = 2; k < messages.size(); ++k) {
+      const auto& call = messages[k - 1];
+      if (messages[k]["role"] != "tool" || call["role"] != "assistant" || !call.contains("tool_calls")) continue;
+      if (call["tool_calls"].size() != 1) continue;
+      const auto& function = call["tool_calls"][0]["function"];
+      if (function["name"] != demonstrated.tool || Json(function["arguments"]) != demonstrated.arguments) continue;
+      EXPECT_EQ(messages[k]["content"], demonstrated.result);
+      ++answered[demonstrated.tool];
+    }
+  }
+  EXPECT_GE(answered["python"], 1);
+  EXPECT_GE(answered["stock"], 1);
 }
 
 TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
