@@ -221,7 +221,8 @@ int run_plan(const PlanOptions& o) {
     }
     std::printf("calibration written to %s\n", calibration_path.c_str());
     for (const auto& k : cal.checks) {
-      std::printf("  %-5s %-10s %-44s measured %.3f s/step, predicted %.3f s (%s)\n", k.use.c_str(), k.placement.c_str(),
+      const std::string placement = k.use == "async" ? k.placement + " k=" + std::to_string(k.staleness) : k.placement;
+      std::printf("  %-5s %-10s %-44s measured %.3f s/step, predicted %.3f s (%s)\n", k.use.c_str(), placement.c_str(),
                   k.layout.c_str(), k.measured_s, k.predicted_s, percent(k.error()).c_str());
       for (const auto& [name, mp] : k.calls)
         std::printf("        %-36s measured %.4f s, predicted %.4f s\n", name.c_str(), mp.first, mp.second);
