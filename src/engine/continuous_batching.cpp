@@ -92,6 +92,7 @@ class Scheduler {
         total_(static_cast<int64_t>(prompts.size()) * cfg.n),
         tokens_(static_cast<size_t>(total_)),
         log_probs_(static_cast<size_t>(total_)),
+        versions_(static_cast<size_t>(total_)),
         prompt_routing_(cfg.record_routing ? static_cast<size_t>(total_) : 0),
         response_routing_(cfg.record_routing ? static_cast<size_t>(total_) : 0) {
     int64_t longest_prompt = 0;
@@ -108,6 +109,7 @@ class Scheduler {
 
   void run() {
     while (true) {
+      refresh_weights();
       while (admit()) {
       }
       if (rows_.empty()) break;  // with every slot free, admit() stops only when no prompt waits
@@ -137,6 +139,15 @@ class Scheduler {
     out.responses = responses.to(device_);
     out.response_mask = mask.to(device_);
     out.log_probs = log_probs.to(device_);
+    if (cfg_.refresh_weights) {
+      auto versions = torch::full({total_, longest}, version_, i64);
+      auto v = versions.accessor<int64_t, 2>();
+      for (int64_t q = 0; q < total_; ++q)
+        for (size_t t = 0; t < versions_[static_cast<size_t>(q)].size(); ++t)
+          v[q][static_cast<int64_t>(t)] = versions_[static_cast<size_t>(q)][t];
+      out.token_versions = versions.to(device_);
+      out.resumed_sequences = static_cast<int64_t>(resumed_.size());
+    }
     if (cfg_.record_routing) out.routed_experts = routed_experts(padded.longest, longest).to(device_);
     KVCacheReport& report = out.kv_cache;
     int64_t longest_prompt = 0;
@@ -257,6 +268,55 @@ class Scheduler {
     return true;
   }
 
+  // Partial rollouts: when the hook reports newer weights, the running sequences' caches hold keys and
+  // values of the old ones; each sequence's prefix (its prompt and every token but the last, which the next
+  // decode feeds) is prefilled again with the new weights, right-padded as in admit(), into its own slot or
+  // blocks. A prompt's shared blocks are written by each of its samples with the same prompt positions.
+  void refresh_weights() {
+    if (!cfg_.refresh_weights) return;
+    const int64_t version = cfg_.refresh_weights();
+    const bool first = version_ < 0;
+    if (version == version_) return;
+    version_ = version;
+    if (first || rows_.empty()) return;
+    const int64_t count = static_cast<int64_t>(rows_.size());
+    int64_t width = 0;
+    for (const Row& row : rows_) width = std::max(width, row.length);
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+    auto ids = torch::full({count, width}, cfg_.pad_token_id, i64);
+    auto mask = torch::zeros({count, width}, i64);
+    std::vector<int64_t> slots, sources, lengths;
+    std::vector<std::vector<int64_t>> tables;
+    {
+      auto id = ids.accessor<int64_t, 2>();
+      auto m = mask.accessor<int64_t, 2>();
+      for (int64_t i = 0; i < count; ++i) {
+        const Row& row = rows_[static_cast<size_t>(i)];
+        const auto& p = prompts_[static_cast<size_t>(row.sequence / cfg_.n)];
+        const auto& drawn = tokens_[static_cast<size_t>(row.sequence)];
+        for (int64_t t = 0; t < row.length; ++t) {
+          const auto plen = static_cast<int64_t>(p.size());
+          id[i][t] = t < plen ? p[static_cast<size_t>(t)] : drawn[static_cast<size_t>(t - plen)];
+          m[i][t] = 1;
+        }
+        slots.push_back(row.slot);
+        sources.push_back(i);
+        lengths.push_back(row.length);
+        if (blocks_) tables.push_back(blocks_->table(row.paged));
+        resumed_.insert(row.sequence);
+      }
+    }
+    ids = ids.to(device_);
+    mask = mask.to(device_);
+    KVCache prefill;
+    prefill.capacity = width;
+    model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
+    if (blocks_)
+      paged_.write_prefill(prefill, tables, lengths);
+    else
+      copy_to_slots(prefill, slots, sources, width);
+  }
+
   // One token for every running sequence.
   void decode() {
     const int64_t count = static_cast<int64_t>(rows_.size());
@@ -316,6 +376,7 @@ class Scheduler {
       auto& generated = tokens_[static_cast<size_t>(row.sequence)];
       generated.push_back(t[r - first]);
       log_probs_[static_cast<size_t>(row.sequence)].push_back(lp[r - first]);
+      if (cfg_.refresh_weights) versions_[static_cast<size_t>(row.sequence)].push_back(version_);
       row.token = t[r - first];
       if (is_eos(cfg_, row.token) || static_cast<int64_t>(generated.size()) == cfg_.max_new_tokens) {
         free_slots_.insert(row.slot);
@@ -401,6 +462,11 @@ class Scheduler {
   PagedKVCache paged_;
   std::vector<std::vector<int64_t>> tokens_;  // per sequence
   std::vector<std::vector<float>> log_probs_;
+  // Partial rollouts (cfg.refresh_weights): the weights' version (-1 before the first round), each token's
+  // version, and the sequences prefilled again with newer weights.
+  int64_t version_ = -1;
+  std::vector<std::vector<int64_t>> versions_;
+  std::set<int64_t> resumed_;
   // Router recording, per sequence: its prompt's routing [prompt tokens, layers, k] and, per decode step,
   // its input token's [layers, k].
   std::vector<torch::Tensor> prompt_routing_;

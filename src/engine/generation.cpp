@@ -8,6 +8,7 @@
 
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/batch_invariant.h"
 
 namespace hybridflow {
 namespace {
@@ -181,6 +182,9 @@ std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const tor
                                                       const std::vector<int64_t>& sequences,
                                                       const std::vector<int64_t>& steps) {
   auto logits = model->full_vocab_logits(hidden);
+  // Batch-invariant mode: the recorded log-probs come from the kernel the actor's recomputation uses, over
+  // the whole vocabulary as there (ids past sampleable_vocab_size are still never drawn).
+  const torch::Tensor unmasked = batch_invariant_active() ? logits.clone() : torch::Tensor();
   if (cfg.sampleable_vocab_size > 0 && cfg.sampleable_vocab_size < logits.size(-1))
     logits.slice(-1, cfg.sampleable_vocab_size).fill_(-std::numeric_limits<float>::infinity());
   std::vector<double> uniforms;
@@ -189,7 +193,12 @@ std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const tor
     for (size_t r = 0; r < sequences.size(); ++r)
       uniforms.push_back(sampling_uniform(cfg.seed, sequences[r], steps[r]));
   }
-  return sample_next_tokens(logits, cfg, uniforms);
+  auto chosen = sample_next_tokens(logits, cfg, uniforms);
+  if (unmasked.defined())
+    chosen.second = batch_invariant::token_log_probs(unmasked, chosen.first, cfg.greedy ? 1.0 : cfg.temperature,
+                                                     /*with_entropy=*/false)
+                        .log_probs.to(chosen.second.device());
+  return chosen;
 }
 
 bool is_eos(const GenerationConfig& cfg, int64_t token) {
@@ -217,6 +226,9 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   }
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
+  HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
+           "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache, "
+           "one pipeline stage and no routing record (a prefix prefilled again would be routed twice)");
   if (cfg.record_routing) {
     HF_CHECK(mc.num_moe_layers() > 0, "generation: recording the routing (router_replay.mode R3) needs a ",
              "mixture-of-experts model; ", mc.model_type, " has no MoE layer");

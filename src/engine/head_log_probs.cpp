@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/batch_invariant.h"
 
 namespace hybridflow {
 namespace {
@@ -138,6 +139,31 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
   }
 };
 
+// Batch-invariant mode (model/batch_invariant.h; gradients off): each token's logits and log-softmax from the
+// fixed-order kernels, as generation records them, a chunk of tokens at a time.
+TokenLogProbs batch_invariant_head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                             const torch::Tensor& targets, double temperature, bool with_entropy,
+                                             const TensorParallelGroup& tp, int64_t chunk) {
+  HF_CHECK(!tp.enabled(), "actor_rollout_ref.rollout.batch_invariant: log-probs under tensor parallelism (size ",
+           tp.size(), ") combine the ranks' partial sums; the mode needs one rank");
+  const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
+  const torch::Tensor ids = targets.reshape({-1}).to(torch::kLong);
+  const int64_t n = flat.size(0);
+  TokenLogProbs result;
+  result.log_probs = torch::empty({n}, torch::kFloat32);
+  if (with_entropy) result.entropy = torch::empty({n}, torch::kFloat32);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t len = std::min(chunk, n - begin);
+    const auto logits = batch_invariant::linear(flat.narrow(0, begin, len), weight);
+    const auto part = batch_invariant::token_log_probs(logits, ids.narrow(0, begin, len), temperature, with_entropy);
+    result.log_probs.narrow(0, begin, len).copy_(part.log_probs);
+    if (with_entropy) result.entropy.narrow(0, begin, len).copy_(part.entropy);
+  }
+  result.log_probs = result.log_probs.view(targets.sizes()).to(hidden.device());
+  if (with_entropy) result.entropy = result.entropy.view(targets.sizes()).to(hidden.device());
+  return result;
+}
+
 }  // namespace
 
 int64_t head_chunk_tokens(int64_t local_vocab) {
@@ -154,6 +180,8 @@ TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& w
            targets.sizes(), " do not match hidden states ", hidden.sizes());
   HF_CHECK(temperature > 0, "head_log_probs: temperature must be > 0, got ", temperature);
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0));
+  if (batch_invariant_active()) return batch_invariant_head_log_probs(hidden, weight, targets, temperature,
+                                                                      with_entropy, tp, chunk);
   // Enters the vocabulary-parallel region like the model's head: the hidden states' gradient is the sum of
   // every rank's part.
   torch::Tensor flat = copy_to_tensor_parallel(hidden, tp).reshape({-1, hidden.size(-1)}).contiguous();

@@ -194,6 +194,11 @@ WeightSyncStats WeightSync::send(const CausalLM& actor) {
   return stats;
 }
 
+int64_t WeightSync::announced_version() const {
+  const std::string value = world_.store_value(kWeightSyncAnnounceKey);
+  return value.empty() ? -1 : std::stoll(value);
+}
+
 WeightSyncStats WeightSync::receive(CausalLM& rollout) {
   const auto start = std::chrono::steady_clock::now();
   const int rank = world_.rank();

@@ -13,10 +13,12 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/activation_checkpoint.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "model/batch_invariant_layers.h"
 #include "model/fused_decode.h"
 #include "model/lora_branch.h"
 #include "model/moe_block.h"
@@ -101,6 +103,33 @@ torch::Tensor slot_rows(const torch::Tensor& slab, const SlotAccess& access) {
   return access.slots.defined() ? filled.index_select(0, access.slots) : filled.narrow(0, 0, access.rows);
 }
 
+// Packed rows (padding-free): the maximal runs of equal attention-mask values along a row of one, each a
+// sequence (or a stretch of padding) that attends only within itself.
+struct SequenceRun {
+  int64_t start = 0, length = 0;
+};
+using SequenceRuns = std::vector<SequenceRun>;
+
+SequenceRuns sequence_runs(const torch::Tensor& mask_row) {
+  const torch::Tensor values = mask_row.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* v = values.data_ptr<int64_t>();
+  SequenceRuns runs;
+  for (int64_t j = 0; j < values.numel(); ++j) {
+    if (j == 0 || v[j] != v[j - 1]) runs.push_back({j, 0});
+    runs.back().length += 1;
+  }
+  return runs;
+}
+
+// Positions that restart at 0 with each sequence of a packed mask (0 on padding).
+torch::Tensor packed_position_ids(const torch::Tensor& mask) {
+  const int64_t t = mask.size(1);
+  auto index = torch::arange(t, mask.options()).expand_as(mask);
+  auto before = torch::constant_pad_nd(mask, {1, 0}, -1).narrow(1, 0, t);
+  auto starts = std::get<0>(torch::where(mask.ne(before), index, torch::zeros_like(index)).cummax(1));
+  return (index - starts).masked_fill(mask.eq(0), 0);
+}
+
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -136,12 +165,16 @@ class AttentionImpl : public torch::nn::Module {
   // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
   // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them, or with
   // `slots` each row's at its own slot and position.
+  // Under sequence parallelism x is this rank's slice [B, T / n, H] of the sequence while cos, sin and
+  // mask_bias cover the whole of it: q, k and v trade the sequence split for a head split before the rotary
+  // embedding (so it sees global positions) and the attention output trades back.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
-                        int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr) {
+                        int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr,
+                        const SequenceParallelGroup& sp = {}, const SequenceRuns* runs = nullptr) {
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_}).transpose(1, 2);
+    auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_});
     torch::Tensor k, v;
     if (replicated_kv_) {
       // The gradient of the shared heads is the sum of every rank's part: copy_to after the projection.
@@ -160,8 +193,9 @@ class AttentionImpl : public torch::nn::Module {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
       k = k_norm->forward_on_shard(k, tp_);
     }
-    k = k.transpose(1, 2);
-    v = v.transpose(1, 2);
+    q = sequence_to_head_split(q, sp).transpose(1, 2);
+    k = sequence_to_head_split(k, sp).transpose(1, 2);
+    v = sequence_to_head_split(v, sp).transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
     if (slots != nullptr) {
@@ -173,7 +207,8 @@ class AttentionImpl : public torch::nn::Module {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
-    auto heads = attend(q, k, v, mask_bias).transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+    auto attended = runs != nullptr ? attend_runs(q, k, v, mask_bias, *runs) : attend(q, k, v, mask_bias);
+    auto heads = head_to_sequence_split(attended.transpose(1, 2), sp).reshape({b, t, heads_ * head_dim_});
     return row_parallel(heads, o_proj, tp_, o_lora);
   }
 
@@ -186,18 +221,32 @@ class AttentionImpl : public torch::nn::Module {
   // head: the `group` query heads that share a KV head are folded into the query-length axis
   // ([B, kv, group*T, d] against [B, kv, S, d]), and only the mask is repeated per group. SDPA's own
   // enable_gqa repeats K/V on the CPU, which made single-token decoding 2-5x slower (measured).
+  // The head counts are q's and k's (a sequence-parallel rank attends with a share of this rank's heads).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask_bias) const {
-    const int64_t group = heads_ / kv_heads_;
+    const int64_t heads = q.size(1), kv_heads = k.size(1);
+    const int64_t group = heads / kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     if (group == 1) return at::scaled_dot_product_attention(q, k, v, mask_bias, 0.0, false, scale);
     const int64_t b = q.size(0), t = q.size(2), s = k.size(2);
-    auto folded_q = q.reshape({b, kv_heads_, group * t, head_dim_});
+    auto folded_q = q.reshape({b, kv_heads, group * t, head_dim_});
     auto folded_mask = mask_bias.unsqueeze(2).expand({b, 1, group, t, s}).reshape({b, 1, group * t, s});
     // reshape, not view: CUDA's attention kernels return [B, T, H, d]-major outputs, whose folded axis
     // does not split in place.
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
-        .reshape({b, heads_, t, head_dim_});
+        .reshape({b, heads, t, head_dim_});
+  }
+  // A packed row: each run attends within itself, so the cost is the sum of the runs' squared lengths rather
+  // than the square of their sum (a dense block-diagonal mask pays the latter).
+  torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& mask_bias, const SequenceRuns& runs) const {
+    std::vector<torch::Tensor> parts;
+    parts.reserve(runs.size());
+    for (const SequenceRun& r : runs)
+      parts.push_back(attend(q.narrow(2, r.start, r.length), k.narrow(2, r.start, r.length),
+                             v.narrow(2, r.start, r.length),
+                             mask_bias.narrow(2, r.start, r.length).narrow(3, r.start, r.length)));
+    return torch::cat(parts, 2);
   }
   // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
   // room, and returns the filled part [B, kv, past + t, d] as a view (no copy of the past).
@@ -323,6 +372,27 @@ void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visi
   }
 }
 
+// The weights of this stage's decoder layers as the fused decode and batch-invariant kernels read them.
+std::vector<fused_decode::LayerWeights> kernel_layer_weights(Backbone& m, int64_t local_layers) {
+  std::vector<fused_decode::LayerWeights> weights;
+  for (int64_t i = 0; i < local_layers; ++i) {
+    auto& layer = *m->decoder_layers[i];
+    auto& attn = *layer.self_attn;
+    weights.push_back({layer.input_layernorm->weight, layer.post_attention_layernorm->weight, attn.q_proj->weight,
+                       attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight, attn.q_proj->bias,
+                       attn.k_proj->bias, attn.v_proj->bias, attn.o_proj->bias,
+                       attn.q_norm ? attn.q_norm->weight : torch::Tensor(),
+                       attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
+                       layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
+  }
+  return weights;
+}
+
+fused_decode::Shape kernel_shape(const ModelConfig& c) {
+  return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim(), c.intermediate_size,
+          c.rms_norm_eps, c.sliding_window};
+}
+
 }  // namespace
 
 struct CausalLMImpl::Layers {
@@ -386,23 +456,54 @@ ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
   return apply_head(hidden_states(input_ids, attention_mask, position_ids, cache));
 }
 
-torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
+  if (sp.enabled()) {
+    const int n = sp.size();
+    HF_CHECK(config_.num_key_value_heads % n == 0, "ulysses_sequence_parallel_size ", n,
+             " does not divide num_key_value_heads = ", config_.num_key_value_heads, " (num_attention_heads = ",
+             config_.num_attention_heads, "): each rank attends with whole KV heads and their query heads; choose a ",
+             "size that divides the KV heads");
+    HF_CHECK(!tp_.enabled(), "ulysses_sequence_parallel_size ", n, " with tensor_model_parallel_size ", tp_.size(),
+             ": sequence parallelism is not combined with tensor parallelism yet; use one of them");
+    HF_CHECK(!pp_.enabled(), "ulysses_sequence_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
+             ": sequence parallelism is not combined with pipeline parallelism yet");
+    HF_CHECK(config_.num_moe_layers() == 0, "ulysses_sequence_parallel_size ", n, ": ", config_.model_type,
+             " layers route over experts, which sequence parallelism does not split yet");
+  }
+  sp_ = sp;
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
-  HF_CHECK(input_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", input_ids.sizes());
+  HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
+  // Sequence parallelism (whole-sequence forwards; generation with a cache runs whole on every rank): the
+  // sequence is padded to a multiple of the group size with masked positions, each rank embeds and runs its
+  // slice through the layers, and the final hidden states are gathered and cut back to the given length.
+  const bool split_sequence = sp_.enabled() && cache == nullptr;
+  const int64_t given_len = given_ids.size(1);
+  const int64_t pad = split_sequence ? sequence_parallel_padded_length(given_len, sp_.size()) - given_len : 0;
+  const torch::Tensor input_ids = pad > 0 ? torch::constant_pad_nd(given_ids, {0, pad}) : given_ids;
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   const int64_t past = cache != nullptr ? cache->length() : 0;
   const int64_t total = past + t;
   const auto device = input_ids.device();
   torch::Tensor mask = attention_mask.defined()
                            ? attention_mask.to(device, torch::kInt64)
-                           : torch::ones({b, total}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total,
-           "CausalLM::forward: attention_mask must be [", b, ", ", total, "] (cache length ", past, " + ", t,
-           " new tokens), got ", mask.sizes());
-  torch::Tensor positions =
-      position_ids.defined() ? position_ids.to(device, torch::kInt64) : position_ids_from_mask(mask).slice(1, past);
-  HF_CHECK(positions.sizes() == input_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ", t,
-           "], got ", positions.sizes());
+                           : torch::ones({b, total - pad}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  HF_CHECK(mask.dim() == 2 && mask.size(0) == b && mask.size(1) == total - pad,
+           "CausalLM::forward: attention_mask must be [", b, ", ", total - pad, "] (cache length ", past, " + ",
+           t - pad, " new tokens), got ", mask.sizes());
+  // Packed rows (values above 1 number the sequences of a row): attention stays within each sequence.
+  const bool packed = cache == nullptr && mask.numel() > 0 && mask.max().item<int64_t>() > 1;
+  torch::Tensor positions = position_ids.defined() ? position_ids.to(device, torch::kInt64)
+                            : packed               ? packed_position_ids(mask)
+                                                   : position_ids_from_mask(mask).slice(1, past);
+  HF_CHECK(positions.sizes() == given_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ",
+           t - pad, "], got ", positions.sizes());
+  if (pad > 0) {
+    mask = torch::constant_pad_nd(mask, {0, pad});
+    positions = torch::constant_pad_nd(positions, {0, pad});
+  }
   const int64_t local_layers = layer_range_.length;
   if (cache != nullptr && cache->keys.empty()) {
     cache->keys.resize(local_layers);
@@ -417,10 +518,14 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   if (config_.sliding_window > 0)
     causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
   auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
+  if (packed) visible = visible & mask.unsqueeze(2).eq(mask.unsqueeze(1));
+  // One packed row attends run by run; several rows keep the block-diagonal mask.
+  const auto runs = packed && b == 1 ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0])) : nullptr;
   auto& m = *layers_->model;
   torch::Tensor h;
+  const int64_t slice = split_sequence ? t / sp_.size() : t;
   if (pp_.first()) {
-    h = m.embed(input_ids);
+    h = m.embed(split_sequence ? input_ids.narrow(1, sp_.rank() * slice, slice) : input_ids);
   } else {
     HF_CHECK(stage_input_.defined(), "CausalLM::forward: pipeline stage ", pp_.stage,
              " needs the previous stage's hidden states (set_stage_input) before its forward");
@@ -429,6 +534,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
              "CausalLM::forward: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
              " for input_ids of shape ", input_ids.sizes());
   }
+  if (batch_invariant_active()) return batch_invariant_hidden_states(h, mask, positions, past, cache);
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
   auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
                        .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
@@ -451,6 +557,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   }
   // Activation checkpointing (training passes only: a cache means generation) keeps each layer's input alone.
   const bool recompute = gradient_checkpointing_ && cache == nullptr;
+  const SequenceParallelGroup sp = split_sequence ? sp_ : SequenceParallelGroup();
   int64_t sparse_index = 0;
   for (int64_t i = 0; i < local_layers; ++i) {
     moe::LayerIO io;
@@ -472,11 +579,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       auto first = std::make_shared<bool>(true);
       torch::Tensor replayed = io.replay != nullptr ? *io.replay : torch::Tensor();
       h = checkpointed(
-          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed](const torch::Tensor& x) mutable {
+          [layer = m.decoder_layers[i], cos, sin, mask_bias, io, first, replayed, sp, runs](const torch::Tensor& x) mutable {
             moe::LayerIO use = *first ? io : moe::LayerIO{};
             *first = false;
             if (replayed.defined()) use.replay = &replayed;
-            torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr, nullptr);
+            torch::Tensor y = x + layer->self_attn->forward(layer->input_layernorm(x), cos, sin, mask_bias, nullptr,
+                                                            nullptr, 0, 0, nullptr, sp, runs.get());
             return y + layer->feed_forward(layer->post_attention_layernorm(y), use);
           },
           h);
@@ -486,7 +594,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
     torch::Tensor* ck = cache != nullptr ? &cache->keys[i] : nullptr;
     torch::Tensor* cv = cache != nullptr ? &cache->values[i] : nullptr;
     h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, ck, cv, past,
-                                     cache != nullptr ? cache->capacity : 0);
+                                     cache != nullptr ? cache->capacity : 0, nullptr, sp, runs.get());
     h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
   }
   if (router_replay_ == RouterReplayMode::kRecord) {
@@ -499,9 +607,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   }
   if (keep_router_logits_) {
     router_logits_ = std::move(router_logits);
-    router_logits_mask_ = mask.slice(1, past);
+    router_logits_mask_ = packed ? mask.slice(1, past).ne(0).to(mask.scalar_type()) : mask.slice(1, past);
   }
   if (cache != nullptr) cache->filled = total;
+  if (split_sequence) return gather_sequence(m.norm(h), sp_).narrow(1, 0, given_len);
   return pp_.last() ? m.norm(h) : h;
 }
 
@@ -596,28 +705,23 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   auto length_t = torch::tensor(lengths, i64).to(device);
   auto [cos, sin] = rotary_cos_sin(length_t.view({b, 1}), config_, h.scalar_type());  // [b, 1, 1, d]
 
+  if (batch_invariant_active()) {
+    std::vector<int64_t> rows(static_cast<size_t>(b));
+    for (int64_t r = 0; r < b; ++r) rows[static_cast<size_t>(r)] = r;
+    batch_invariant::Tokens tokens{rows, lengths, lengths, nullptr, 0};
+    return batch_invariant_layers(h, tokens, keys, values, {tables.data(), width, block_size});
+  }
   // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
   std::vector<fused_decode::LayerWeights> weights;
   if (!tp_.enabled() && !lora_branches_active() && !torch::GradMode::is_enabled() && h.device().is_cpu() &&
       h.scalar_type() == torch::kFloat32 && config_.num_moe_layers() == 0) {
-    for (int64_t i = 0; i < local_layers; ++i) {
-      auto& layer = *m.decoder_layers[i];
-      auto& attn = *layer.self_attn;
-      weights.push_back({layer.input_layernorm->weight, layer.post_attention_layernorm->weight, attn.q_proj->weight,
-                         attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight, attn.q_proj->bias,
-                         attn.k_proj->bias, attn.v_proj->bias, attn.o_proj->bias,
-                         attn.q_norm ? attn.q_norm->weight : torch::Tensor(),
-                         attn.k_norm ? attn.k_norm->weight : torch::Tensor(), layer.mlp->gate_proj->weight,
-                         layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
-    }
+    weights = kernel_layer_weights(layers_->model, local_layers);
     bool pools_fit = true;
     for (int64_t i = 0; i < local_layers; ++i)
       pools_fit = pools_fit && keys[i].is_contiguous() && values[i].is_contiguous() &&
                   keys[i].scalar_type() == torch::kFloat32 && values[i].scalar_type() == torch::kFloat32;
     auto flat = h.reshape({b, config_.hidden_size}).contiguous();
-    const fused_decode::Shape shape{config_.hidden_size, config_.num_attention_heads, config_.num_key_value_heads,
-                                    config_.head_dim(),  config_.intermediate_size,   config_.rms_norm_eps,
-                                    config_.sliding_window};
+    const fused_decode::Shape shape = kernel_shape(config_);
     if (pools_fit && fused_decode::supports(flat, shape, weights)) {
       const int64_t d = config_.head_dim();
       fused_decode::decode_layers(flat, shape, weights, keys, values, {tables.data(), width, block_size}, lengths,
@@ -677,6 +781,84 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   return pp_.last() ? m.norm(h) : h;
 }
 
+void CausalLMImpl::check_batch_invariant(const char* what) const {
+  HF_CHECK(!tp_.enabled(), "actor_rollout_ref.rollout.batch_invariant: ", what, " under tensor parallelism (size ",
+           tp_.size(), ") sums partial products across ranks; the mode needs one rank");
+  HF_CHECK(config_.num_moe_layers() == 0, "actor_rollout_ref.rollout.batch_invariant: ", config_.model_type,
+           " layers route over experts, which the batch-invariant kernels do not cover");
+  HF_CHECK(!lora_branches_active(), "actor_rollout_ref.rollout.batch_invariant: unmerged LoRA adapters (merge them, ",
+           "rollout.lora_merge, or disable them) are not covered by the batch-invariant kernels");
+}
+
+torch::Tensor CausalLMImpl::batch_invariant_layers(const torch::Tensor& h, const batch_invariant::Tokens& tokens,
+                                                   std::vector<torch::Tensor>& keys, std::vector<torch::Tensor>& values,
+                                                   const fused_decode::BlockTables& tables) {
+  check_batch_invariant("the decoder");
+  auto& m = *layers_->model;
+  const int64_t local_layers = layer_range_.length;
+  const auto weights = kernel_layer_weights(layers_->model, local_layers);
+  const fused_decode::Shape shape = kernel_shape(config_);
+  // A copy: the layers update it in place, and h may be the embedding's output or a caller's stage input.
+  auto flat = h.reshape({-1, config_.hidden_size}).contiguous().clone();
+  batch_invariant::check_supported(flat, shape, weights);
+  for (int64_t i = 0; i < local_layers; ++i)
+    HF_CHECK(keys[i].is_contiguous() && values[i].is_contiguous() && keys[i].scalar_type() == torch::kFloat32 &&
+                 values[i].scalar_type() == torch::kFloat32,
+             "actor_rollout_ref.rollout.batch_invariant: the KV cache must be contiguous float32");
+  batch_invariant::forward_layers(flat, config_, shape, weights, keys, values, tables, tokens);
+  auto out = flat.view(h.sizes());
+  return pp_.last() ? batch_invariant::rms_norm(out, m.norm->weight, config_.rms_norm_eps).view(h.sizes()) : out;
+}
+
+torch::Tensor CausalLMImpl::batch_invariant_hidden_states(const torch::Tensor& h, const torch::Tensor& mask,
+                                                          const torch::Tensor& positions, int64_t past,
+                                                          KVCache* cache) {
+  const int64_t b = h.size(0), t = h.size(1), total = past + t, local_layers = layer_range_.length;
+  const int64_t kv = config_.num_key_value_heads, d = config_.head_dim();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  std::vector<torch::Tensor> keys(static_cast<size_t>(local_layers)), values(static_cast<size_t>(local_layers));
+  if (cache != nullptr) {
+    // The slabs as the ordinary path keeps them ([b, kv, room, d], past positions first), grown the same way.
+    auto ensure = [&](torch::Tensor& slab) {
+      if (slab.defined() && slab.size(2) >= total && slab.is_contiguous()) return;
+      const int64_t room = std::max({cache->capacity, total, slab.defined() ? 2 * slab.size(2) : int64_t{0}});
+      auto grown = torch::empty({b, kv, room, d}, f32);
+      if (past > 0) grown.narrow(2, 0, past).copy_(slab.narrow(2, 0, past));
+      slab = grown;
+    };
+    for (int64_t i = 0; i < local_layers; ++i) {
+      ensure(cache->keys[i]);
+      ensure(cache->values[i]);
+      keys[i] = cache->keys[i];
+      values[i] = cache->values[i];
+    }
+  } else {
+    // Without a cache each layer writes every token's key and value before any query reads them: one scratch
+    // pair serves all layers.
+    auto scratch_k = torch::empty({b, kv, total, d}, f32), scratch_v = torch::empty({b, kv, total, d}, f32);
+    std::fill(keys.begin(), keys.end(), scratch_k);
+    std::fill(values.begin(), values.end(), scratch_v);
+  }
+  batch_invariant::Tokens tokens;
+  const auto pos = positions.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < t; ++i) {
+      tokens.row.push_back(r);
+      tokens.slot.push_back(past + i);
+      tokens.position.push_back(pp[r * t + i]);
+    }
+  const auto key_mask = mask.to(torch::kCPU, torch::kInt64).contiguous();
+  tokens.key_mask = key_mask.data_ptr<int64_t>();
+  tokens.key_mask_stride = total;
+  std::vector<int64_t> rows(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r) rows[static_cast<size_t>(r)] = r;
+  const int64_t room = local_layers > 0 ? keys[0].size(2) : 1;
+  auto out = batch_invariant_layers(h, tokens, keys, values, {rows.data(), 1, room});
+  if (cache != nullptr) cache->filled = total;
+  return out;
+}
+
 torch::Tensor CausalLMImpl::stage_activation_like(int64_t batch, int64_t seq) const {
   const torch::Tensor any = parameters().front();  // a copy: parameters() returns a temporary
   return torch::empty({batch, seq, config_.hidden_size}, any.options().requires_grad(false));
@@ -697,6 +879,14 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
                           !torch::GradMode::is_enabled() && hidden.device().is_cpu() &&
                           hidden.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
                           weight.dim() == 2 && weight.is_contiguous();
+    if (batch_invariant_active()) {
+      check_batch_invariant("the head");
+      auto rows = batch_invariant::linear(hidden.reshape({-1, hidden.size(-1)}), weight);
+      auto sizes = hidden.sizes().vec();
+      sizes.back() = weight.size(0);
+      out.logits = rows.view(sizes);
+      return out;
+    }
     out.logits = few_rows ? fused_decode::linear(hidden.contiguous(), weight)
                           : torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
   }

@@ -96,6 +96,12 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   return out;
 }
 
+at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
+  at::Tensor out = at::empty(tensor.sizes(), tensor.options().memory_format(at::MemoryFormat::Contiguous));
+  timed(stats_, "all_to_all", nbytes(tensor), [&] { group_.alltoall_into(out, tensor); });
+  return out;
+}
+
 void Communicator::broadcast(at::Tensor& tensor, int root) {
   timed(stats_, "broadcast", nbytes(tensor), [&] { group_.broadcast(tensor, root); });
 }

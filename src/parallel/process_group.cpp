@@ -153,6 +153,13 @@ int ProcessGroup::world_rank() const { return state().world_rank; }
 const std::vector<int>& ProcessGroup::world_ranks() const { return state().world_ranks; }
 const std::string& ProcessGroup::backend() const { return state().backend_name; }
 
+std::string ProcessGroup::store_value(const std::string& key) const {
+  const auto& store = state().world_store;
+  if (!store->check({key})) return "";
+  const std::vector<uint8_t> bytes = store->get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) const {
   const State& parent = state();
   HF_CHECK(!ranks.empty(), "process group: new_group with no ranks");
@@ -244,6 +251,19 @@ void ProcessGroup::reduce_scatter_into(at::Tensor& output, const at::Tensor& inp
   options.reduceOp = to_c10d(op);
   state().backend->_reduce_scatter_base(output, in, options)->wait();  // reduce_scatter_single in newer releases
   if (op == ReduceOp::kAvg) output.div_(size());
+}
+
+void ProcessGroup::alltoall_into(at::Tensor& output, const at::Tensor& input) const {
+  check_device(state(), input, "all_to_all_single");
+  HF_CHECK(input.dim() > 0 && input.size(0) % size() == 0, "all_to_all_single: dim 0 of size ",
+           input.dim() > 0 ? input.size(0) : 0, " does not divide into ", size(), " ranks");
+  HF_CHECK(output.is_contiguous() && output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+           "all_to_all_single: output must be contiguous of the input's shape ", input.sizes(), " and type ",
+           input.scalar_type(), ", got ", output.sizes(), " of ", output.scalar_type());
+  at::Tensor in = input.contiguous();
+  std::vector<int64_t> equal_splits;  // empty: dim 0 split evenly over the ranks
+  // alltoall_base: the name every libtorch 2.x has (newer releases call it all_to_all_single).
+  state().backend->alltoall_base(output, in, equal_splits, equal_splits)->wait();
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {

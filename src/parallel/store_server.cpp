@@ -81,4 +81,8 @@ StoreServer::StoreServer(std::unique_ptr<Impl> impl, int port) : impl_(std::move
 
 StoreServer::~StoreServer() = default;
 
+void StoreServer::set(const std::string& key, const std::string& value) {
+  impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
 }  // namespace hybridflow

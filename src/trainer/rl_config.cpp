@@ -70,6 +70,7 @@ actor_rollout_ref:
     target_modules: null
     exclude_modules: null
     lora_adapter_path: null
+    use_remove_padding: false
   actor:
     ppo_mini_batch_size: 8
     ppo_micro_batch_size: null
@@ -78,6 +79,7 @@ actor_rollout_ref:
     ppo_max_token_len_per_gpu: 16384
     ppo_epochs: 1
     shuffle: true
+    ulysses_sequence_parallel_size: 1
 )";
 // The actor's loss keys come from algo/algo_config.h (kActorLossYaml), placed here under actor.
 const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
@@ -117,8 +119,10 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     num_processes: 1
     staleness: 0
     trigger_parameter_sync_step: 1
+    partial_rollout: false
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
+    batch_invariant: false
     max_num_seqs: 1024
     kv_cache: paged
     kv_block_size: 16
@@ -136,6 +140,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
       tool_response_truncate_side: middle
   ref:
     dtype: null
+    ulysses_sequence_parallel_size: null
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null
     log_prob_use_dynamic_bsz: null
@@ -160,6 +165,7 @@ critic:
     target_modules: null
     exclude_modules: null
     lora_adapter_path: null
+    use_remove_padding: false
   dtype: fp32
   ppo_mini_batch_size: 8
   ppo_micro_batch_size: null
@@ -171,6 +177,7 @@ critic:
   forward_max_token_len_per_gpu: null
   ppo_epochs: 1
   shuffle: true
+  ulysses_sequence_parallel_size: 1
   cliprange_value: 0.5
   loss_agg_mode: token-mean
   optim:

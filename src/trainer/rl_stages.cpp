@@ -3,6 +3,8 @@
 // so that a program holds only its dataflow. The role handles' calls are in rl_roles.cpp.
 #include "rl_stages.h"
 
+#include <limits>
+
 #include "hybridflow/core/logging.h"
 #include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/data_parallel.h"
@@ -46,6 +48,27 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
                                        : std::string("one slot per sequence");
   log_info("rollout KV cache: ", layout, "; ", kv.at("sequences_fit").get<int64_t>(),
            " sequences of prompt + response length fit at once");
+}
+
+// Partial rollouts: staleness per response token (the updates between the version that drew it and the
+// policy this step trains), the share of tokens older than that policy, and the sequences that changed
+// weights mid-generation. A token more than k updates old would break the bound the run promises.
+void log_token_staleness(const DataProto& batch, int64_t step, int64_t k, MetricsLog& m) {
+  const auto mask = batch.tensor("response_mask").to(torch::kCPU) > 0;
+  const auto versions = batch.tensor("token_policy_version").to(torch::kCPU);
+  const auto staleness = (step - versions.masked_select(mask)).to(torch::kDouble);
+  if (staleness.numel() == 0) return;
+  const double most = staleness.max().item<double>();
+  HF_CHECK(most <= static_cast<double>(k), "step ", step + 1, ": a response token was drawn by policy version ",
+           step - static_cast<int64_t>(most), ", more than actor_rollout_ref.rollout.staleness = ", k,
+           " updates before the policy it trains");
+  m.set("rollout/token_staleness_mean", staleness.mean().item<double>());
+  m.set("rollout/token_staleness_max", most);
+  m.set("rollout/stale_token_fraction", (staleness > 0).to(torch::kDouble).mean().item<double>());
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const auto first = std::get<0>(versions.masked_fill(~mask, big).min(1));
+  const auto last = std::get<0>(versions.masked_fill(~mask, -1).max(1));
+  m.set("rollout/resumed_sequences", ((first != last) & mask.any(1)).sum().item<double>());
 }
 
 // A multi-turn rollout's metrics (agent/...) over every sample's episode, whichever replica ran it; the
@@ -312,6 +335,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
     m.set("rollout/staleness_mean", staleness.mean().item<double>());
     m.set("rollout/staleness_max", staleness.max().item<double>());
   }
+  if (batch.has_tensor("token_policy_version")) log_token_staleness(batch, s_.step, s_.placement.staleness, m);
   // The buffer's occupancy as the step ends: the rollouts of later steps generated or generating (<= k).
   if (s_.rollout && s_.placement.staleness > 0) m.set("rollout/buffer_batches", static_cast<double>(s_.prefetch.size()));
   if (s_.run.trainer.max_rollout_restarts > 0) m.set("rollout/restarts", static_cast<double>(s_.rollout_restarts));

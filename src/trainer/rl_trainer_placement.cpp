@@ -57,6 +57,9 @@ void RLTrainer::State::connect_rollout_weight_sync() {
 
 RLTrainer::State::WeightSyncCalls RLTrainer::State::dispatch_weight_sync(int64_t version) {
   rollout_version = version;  // what the rollout holds for every generation queued after this sync
+  // Partial rollouts: the generations queued before this sync take it between two tokens (announced
+  // before the actor sends, so that a rank that sees it finds the sender on its way).
+  if (specs.rollout.partial_rollout) weight_sync_store->set(kWeightSyncAnnounceKey, std::to_string(version));
   DataProto version_meta;
   version_meta.meta()["policy_version"] = version;
   return {actor->call("send_weights"), rollout->call("receive_weights", version_meta)};

@@ -336,7 +336,14 @@ void RLTrainer::State::start(const std::string& resume_dir) {
   s.metrics = std::make_unique<MetricsLog>(s.run.trainer.run_dir, s.sinks);
   const RoleSpecs& specs = s.specs;
   if (specs.standalone_rollout) s.connect_rollout_weight_sync();
-  if (!resume_dir.empty()) s.resume(resume_dir);
+  if (!resume_dir.empty()) {
+    s.resume(resume_dir);
+  } else if (s.run.trainer.resume_mode == "auto" && s.run.trainer.saves()) {
+    // A run that saves checkpoints found none, so it starts at step 1: lines that an attempt killed before
+    // its first checkpoint wrote are of steps this run takes again. (A run that saves none keeps appending.)
+    const int64_t dropped = s.metrics->drop_steps_after(0);
+    if (dropped > 0) log_info("dropped ", dropped, " metrics lines of an earlier attempt that saved no checkpoint");
+  }
   s.actor_version = s.step;
   // The rollout pool starts from the actor's weights (fresh or resumed), whatever it built itself.
   if (specs.standalone_rollout) s.sync_rollout_weights();

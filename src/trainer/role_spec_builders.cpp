@@ -78,6 +78,29 @@ ParallelLayout role_layout(const ConfigReader& c, const std::string& section, co
 
 int dp_of(const ParallelLayout& layout, const RoleFacts::Pool& pool) { return pool.processes / (layout.tp * layout.pp); }
 
+// <section>.use_remove_padding: padding-free packing of the role's passes (not through pipeline stages).
+bool remove_padding(const ConfigReader& c, const std::string& section, const ParallelLayout& layout) {
+  const std::string key = section + ".use_remove_padding";
+  const bool on = c.get<bool>(key);
+  HF_CHECK(!on || layout.pp == 1, key, " = true with pipeline_model_parallel_size = ", layout.pp,
+           ": packed rows do not pass through pipeline stages yet; set one of them off");
+  return on;
+}
+
+// <section>.ulysses_sequence_parallel_size: groups of that many consecutive data-parallel ranks split each
+// sequence (workers/sequence_parallel_rows.h), so the role's batches split over dp / size groups, as in verl.
+int sequence_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp) {
+  const std::string key = section + ".ulysses_sequence_parallel_size";
+  const int sp = c.get<int>(key);
+  HF_CHECK(sp >= 1, key, " must be >= 1, got ", sp);
+  if (sp == 1) return sp;
+  HF_CHECK(layout.tp == 1 && layout.pp == 1, key, " = ", sp, " with tensor_model_parallel_size = ", layout.tp,
+           " and pipeline_model_parallel_size = ", layout.pp,
+           ": sequence parallelism is not combined with tensor or pipeline parallelism yet; set those to 1");
+  HF_CHECK(dp % sp == 0, key, " = ", sp, " does not divide the role's ", dp, " data-parallel processes");
+  return sp;
+}
+
 // How a role trains besides its optimizer and batch sizes: epochs, order, sharding and offload.
 void train_settings(const ConfigReader& role, const std::string& section, const std::string& fsdp, TrainSpec* t) {
   t->epochs = role.get<int64_t>("ppo_epochs");
@@ -184,9 +207,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   spec.dtype = role_dtype(actor, section + ".dtype", "fp32");
   TrainSpec& t = spec.train;
   t.optim = optim_spec(actor, section, f.total_steps);
+  const int sp = sequence_parallel_size(c, section, plan.layout, plan.dp);
   // verl's batch semantics (rl_batch_sizes.h); 8 samples per process per micro-batch when neither key is set.
-  t.mini_batch_rows = mini_batch_rows_per_process(c, section + ".ppo_mini_batch_size", n, plan.dp);
-  t.micro_batch_rows = micro_batch_rows_per_process(c, section + ".ppo_micro_batch_size", plan.dp, 8);
+  // A sequence-parallel group trains on its members' rows together: the batch splits over dp / sp groups.
+  t.mini_batch_rows = mini_batch_rows_per_process(c, section + ".ppo_mini_batch_size", n, plan.dp / sp);
+  t.micro_batch_rows = micro_batch_rows_per_process(c, section + ".ppo_micro_batch_size", plan.dp / sp, 8);
   check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, section + ".ppo_mini_batch_size",
                            section + ".ppo_micro_batch_size(_per_gpu)");
   *bsz = dynamic_bsz(c, section + ".use_dynamic_bsz", false, section + ".ppo_max_token_len_per_gpu", 0);
@@ -209,6 +234,8 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
            ".megatron.pipeline_model_parallel_size = 1), got ", plan.layout.pp);
   plan.model = model;
   plan.model.dtype = spec.dtype;
+  plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
   plan.model.enable_gradient_checkpointing = c.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
@@ -251,6 +278,15 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.pipeline_model_parallel_size = actor.layout.gen_pp;
   spec.reshard_mode = rollout.get<std::string>("reshard_mode");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
+  spec.batch_invariant = rollout.get<bool>("batch_invariant");
+  // The fixed-order kernels attend over one whole sequence per row: packed rows and sequence slices
+  // would be read as one sequence.
+  HF_CHECK(!spec.batch_invariant ||
+               (!actor.model.use_remove_padding && actor.model.ulysses_sequence_parallel_size <= 1),
+           section, ".batch_invariant = true needs whole padded rows in the log-prob passes: ",
+           "actor_rollout_ref.model.use_remove_padding must be false (got ", actor.model.use_remove_padding,
+           ") and actor_rollout_ref.actor.ulysses_sequence_parallel_size 1 (got ",
+           actor.model.ulysses_sequence_parallel_size, ")");
   // Old log-probs: 16 samples per process when unset; by tokens as the actor's switch says unless set.
   spec.log_prob.rows = micro_batch_rows_per_process(c, section + ".log_prob_micro_batch_size", actor.dp, 16);
   spec.log_prob.max_tokens = dynamic_bsz(c, section + ".log_prob_use_dynamic_bsz", actor_bsz.on,
@@ -259,6 +295,16 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
   spec.lora_merge = rollout.get<bool>("lora_merge");
   spec.record_routing = actor.spec.router_replay == "R3";
+  spec.partial_rollout = rollout.get<bool>("partial_rollout");
+  // Only a standalone pool's generations overlap a weight sync; its ranks of one replica would have to agree
+  // on the token at which they switch, and adapters merged into the weights would have to come out first.
+  HF_CHECK(!spec.partial_rollout || (f.standalone_rollout && actor.layout.gen_tp == 1 && !actor.model.uses_lora()),
+           section, ".partial_rollout = true needs a standalone rollout (trainer.placement) of tensor-parallel size 1 ",
+           "without LoRA adapters (got ", f.standalone_rollout ? "standalone" : "colocated", ", tensor-parallel size ",
+           actor.layout.gen_tp, actor.model.uses_lora() ? ", LoRA" : "", ")");
+  HF_CHECK(!spec.partial_rollout || !spec.record_routing, section, ".partial_rollout = true cannot record the ",
+           "routing for router replay (actor_rollout_ref.actor.router_replay.mode R3): a prefix prefilled again with ",
+           "new weights would be routed twice");
   // The 3D-HybridEngine's generation model (pipeline stages gathered) has no adapters of its own: it
   // generates on the actor's weights with the adapters merged in.
   HF_CHECK(spec.lora_merge || !actor.model.uses_lora() || f.standalone_rollout ||
@@ -285,6 +331,11 @@ std::optional<RefSpec> ref_spec(const ConfigReader& c, const RoleFacts& f, const
              ref.get<int>("megatron." + key), ": the reference model lives in the actor's processes and is split like ",
              "the actor (", actor_value, "); leave it null");
   }
+  const int actor_sp = actor.model.ulysses_sequence_parallel_size;
+  HF_CHECK(ref.is_null("ulysses_sequence_parallel_size") || ref.get<int>("ulysses_sequence_parallel_size") == actor_sp,
+           section, ".ulysses_sequence_parallel_size = ", ref.get<int>("ulysses_sequence_parallel_size"),
+           ": the reference model lives in the actor's processes and splits its sequences over the actor's groups (",
+           "actor_rollout_ref.actor.ulysses_sequence_parallel_size = ", actor_sp, "); leave it null or set it equal");
   RefSpec spec;
   spec.dtype = role_dtype(ref, section + ".dtype", actor.spec.dtype);
   // The reference's log-prob pass defaults to the rollout's micro-batch and to the actor's token budget.
@@ -319,8 +370,14 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   plan.dp = dp_of(plan.layout, f.critic);
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
-  if (f.need_cost_critic) role_layout(c, "critic", f.cost_critic);  // the cost critic's pool, checked alike
+  const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
+  if (f.need_cost_critic) {  // the cost critic's pool, checked alike
+    const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
+    sequence_parallel_size(c, "critic", cost, dp_of(cost, f.cost_critic));
+  }
   plan.model = model;
+  plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.use_remove_padding = remove_padding(c, "critic.model", plan.layout);
   const std::string path = critic.get<std::string>("model_path");
   if (!path.empty()) plan.model.path = path;
   plan.model.dtype = dtype;
@@ -329,8 +386,8 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   CriticSpec& spec = plan.spec;
   TrainSpec& t = spec.train;
   t.optim = optim_spec(critic, "critic", f.total_steps);
-  t.mini_batch_rows = mini_batch_rows_per_process(c, "critic.ppo_mini_batch_size", n, plan.dp);
-  t.micro_batch_rows = micro_batch_rows_per_process(c, "critic.ppo_micro_batch_size", plan.dp, 8);
+  t.mini_batch_rows = mini_batch_rows_per_process(c, "critic.ppo_mini_batch_size", n, plan.dp / sp);
+  t.micro_batch_rows = micro_batch_rows_per_process(c, "critic.ppo_micro_batch_size", plan.dp / sp, 8);
   check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, "critic.ppo_mini_batch_size",
                            "critic.ppo_micro_batch_size(_per_gpu)");
   t.max_token_len = bsz.update.budget();

@@ -24,6 +24,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"critic.grad_clip", "critic.optim.grad_clip"},
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
     {"async_training.trigger_parameter_sync_step", "actor_rollout_ref.rollout.trigger_parameter_sync_step"},
+    {"async_training.partial_rollout", "actor_rollout_ref.rollout.partial_rollout"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
@@ -69,9 +70,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.ref.use_torch_compile", "", kPython},
     {"actor_rollout_ref.actor.use_fused_kernels", "", kPython},
     {"actor_rollout_ref.actor.use_remove_padding", "", kPython},
-    {"actor_rollout_ref.actor.ulysses_sequence_parallel_size", "", kPython},
-    {"actor_rollout_ref.ref.ulysses_sequence_parallel_size", "", kPython},
-    {"critic.ulysses_sequence_parallel_size", "", kPython},
     {"reward_model.ulysses_sequence_parallel_size", "", kPython},
     {"actor_rollout_ref.actor.entropy_from_logits_with_chunking", "", kPython},
     {"actor_rollout_ref.ref.entropy_from_logits_with_chunking", "", kPython},
@@ -128,8 +126,6 @@ const IgnoredKey kIgnored[] = {
     {"reward_model.model.use_shm", "", kPython},
     {"actor_rollout_ref.model.enable_activation_offload", "", kPython},
     {"critic.model.enable_activation_offload", "", kPython},
-    {"actor_rollout_ref.model.use_remove_padding", "", kPython},
-    {"critic.model.use_remove_padding", "", kPython},
     {"reward_model.model.use_remove_padding", "", kPython},
     {"actor_rollout_ref.model.use_liger", "", kPython},
     {"actor_rollout_ref.model.use_fused_kernels", "", kPython},

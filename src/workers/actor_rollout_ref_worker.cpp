@@ -11,6 +11,8 @@
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
+#include "hybridflow/engine/packed_rows.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
@@ -53,6 +55,15 @@ int64_t base_weight_bytes(const CausalLM& model, torch::Dtype dtype) {
   return numel * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
+// The response log-probs of a micro-batch, on packed rows with use_remove_padding.
+TokenLogProbs policy_log_probs(bool packed, CausalLM& model, const DataProto& m, int64_t response_len,
+                               double temperature, bool with_entropy) {
+  const auto& ids = m.tensor("input_ids");
+  const auto& mask = m.tensor("attention_mask");
+  return packed ? packed_response_log_probs(model, ids, mask, response_len, temperature, with_entropy)
+                : response_log_probs(model, ids, mask, response_len, temperature, with_entropy);
+}
+
 }  // namespace
 
 void ActorRolloutRefWorker::register_methods(MethodTable& table) {
@@ -74,6 +85,17 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   const std::string rollout_dtype = rollout_spec_.dtype.empty() ? actor_dtype : rollout_spec_.dtype;
   trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), actor_model,
                                                 HeadKind::kLanguageModel, actor_spec_.train);
+  // Ulysses: consecutive ranks split the sequences of the actor's and the reference's whole-sequence passes.
+  const int sp_size = actor_model.ulysses_sequence_parallel_size;
+  HF_CHECK(sp_size == 1 || groups_, "actor_rollout_ref.actor.ulysses_sequence_parallel_size = ", sp_size,
+           " needs as many processes; role '", context().role, "' has one");
+  if (groups_)
+    sequence_parallel_ = SequenceParallelRows::join(groups_->world(), sp_size,
+                                                    "actor_rollout_ref.actor.ulysses_sequence_parallel_size");
+  if (sequence_parallel_) {  // the model refuses a head count or layout it cannot split: at creation, not mid-run
+    actor()->set_sequence_parallel(sequence_parallel_->group());
+    actor()->set_sequence_parallel({});
+  }
   const int gen_tp = rollout_spec_.tensor_model_parallel_size > 0 ? rollout_spec_.tensor_model_parallel_size : coord().tp_size;
   const int gen_pp = rollout_spec_.pipeline_model_parallel_size;
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
@@ -148,6 +170,7 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
   const auto prompts = prompt_token_lists(in);
@@ -191,14 +214,16 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
                                                   const DataProto& in, const MicroBatching& how,
                                                   RouterReplayPass* replay) const {
   torch::NoGradGuard no_grad;
+  // The old (and reference) log-probs on the kernels the rollout recorded its own with.
+  BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const double temperature = rollout_spec_.temperature;
   const bool replaying = replay != nullptr && replay->active();
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
   torch::Tensor log_probs =
       forward_micro_batches(pipeline, replaying ? replay->with_row_index(in) : in, how, [&](const DataProto& m) {
         if (replaying) replay->begin(m);
-        auto lp = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"),
-                                     m.tensor("responses").size(1), temperature, /*with_entropy=*/false)
+        auto lp = policy_log_probs(model_spec_.use_remove_padding, model, m, m.tensor("responses").size(1),
+                                   temperature, /*with_entropy=*/false)
                       .log_probs;
         if (replaying) replay->end(m);
         return lp;
@@ -209,31 +234,40 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   auto on = trainable_->params_on_device();
-  DataProto out;
-  RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), in);
-  torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), in, rollout_spec_.log_prob, &replay);
-  if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
-  replay.write(out);
-  return out;
+  return on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, [&](const DataProto& rows) {
+    DataProto out;
+    RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), rows);
+    torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, rollout_spec_.log_prob, &replay);
+    if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
+    replay.write(out);
+    return out;
+  });
 }
 
 DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(ref_spec_, "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (has_ref: false, no `ref` spec)");
-  DataProto out;
-  torch::Tensor log_probs;
-  if (ref_) {
-    log_probs = log_probs_of(ref_, ref_pipeline_.get(), in, ref_spec_->log_prob);
-  } else {  // LoRA: the actor without its adapters
-    auto on = trainable_->params_on_device();
-    LoraDisabledScope base(actor());
-    log_probs = log_probs_of(actor(), trainable_->pipeline(), in, ref_spec_->log_prob);
-  }
-  if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
-  return out;
+  return on_sequence_parallel_rows(sequence_parallel_.get(), {ref_ ? &ref_ : &actor()}, in, [&](const DataProto& rows) {
+    DataProto out;
+    torch::Tensor log_probs;
+    if (ref_) {
+      log_probs = log_probs_of(ref_, ref_pipeline_.get(), rows, ref_spec_->log_prob);
+    } else {  // LoRA: the actor without its adapters
+      auto on = trainable_->params_on_device();
+      LoraDisabledScope base(actor());
+      log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, ref_spec_->log_prob);
+    }
+    if (log_probs.defined()) out.set_tensor("ref_log_prob", log_probs);
+    return out;
+  });
 }
 
 DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
+  return update_on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, "actor/",
+                                          [&](const DataProto& rows) { return update_actor_rows(rows); });
+}
+
+DataProto ActorRolloutRefWorker::update_actor_rows(const DataProto& in) {
   auto on = trainable_->params_on_device();
   algo::PolicyLossConfig loss_cfg = actor_spec_.policy_loss;
   // seq-mean-token-sum-norm divides by the batch's response width, not by a micro-batch's: one formed by
@@ -265,8 +299,8 @@ DataProto ActorRolloutRefWorker::update_actor(const DataProto& in) {
     auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
     if (replay) actor()->set_router_replay(RouterReplayMode::kReplay, routing_of(m.tensor("routed_experts")));
-    auto lp = response_log_probs(actor(), m.tensor("input_ids"), m.tensor("attention_mask"), response_len, temperature,
-                                 /*with_entropy=*/true);
+    auto lp = policy_log_probs(model_spec_.use_remove_padding, actor(), m, response_len, temperature,
+                               /*with_entropy=*/true);
     if (replay) {
       // The share of replayed tokens the current router would send elsewhere: how far training has moved it.
       const auto recorded = recorded_tokens(m.tensor("routed_experts"), m.tensor("attention_mask"));

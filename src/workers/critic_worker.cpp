@@ -4,6 +4,7 @@
 
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/packed_rows.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
@@ -19,6 +20,16 @@ void CriticWorker::register_methods(MethodTable& table) {
   set_device(model_device(spec));
   if (world_size() > 1) groups_ = RoleProcessGroups::connect(context(), device());
   trainable_ = std::make_unique<TrainableModel>(context(), device(), groups_.get(), spec, HeadKind::kValue, spec_.train);
+  remove_padding_ = spec.use_remove_padding;
+  const int sp_size = spec.ulysses_sequence_parallel_size;
+  HF_CHECK(sp_size == 1 || groups_, "critic.ulysses_sequence_parallel_size = ", sp_size, " needs as many processes; role '",
+           context().role, "' has one");
+  if (groups_)
+    sequence_parallel_ = SequenceParallelRows::join(groups_->world(), sp_size, "critic.ulysses_sequence_parallel_size");
+  if (sequence_parallel_) {  // the model refuses a head count or layout it cannot split: at creation, not mid-run
+    trainable_->model()->set_sequence_parallel(sequence_parallel_->group());
+    trainable_->model()->set_sequence_parallel({});
+  }
   table.add("compute_values", batch_protocol(coord()), this, &CriticWorker::compute_values);
   table.add("update_critic", batch_protocol(coord()), this, &CriticWorker::update_critic);
   table.add("parameter_norm", protocols::kOneToAll, this, &CriticWorker::parameter_norm);
@@ -38,7 +49,8 @@ torch::Tensor CriticWorker::response_values(const DataProto& m) {
   const int64_t prompt_len = ids.size(1) - response_len;
   HF_CHECK(prompt_len > 0, "critic: input_ids ", ids.sizes(), " hold no prompt before ", response_len,
            " response tokens");
-  auto values = trainable_->model()->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
+  auto values = remove_padding_ ? packed_values(trainable_->model(), ids, m.tensor("attention_mask"))
+                                : trainable_->model()->forward(ids, m.tensor("attention_mask")).values;  // [B, T]
   // The value of the state that emits response token r sits at position P + r - 1.
   return values.slice(1, prompt_len - 1, prompt_len - 1 + response_len) * m.tensor("response_mask").to(torch::kFloat);
 }
@@ -47,14 +59,21 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
   auto on = trainable_->params_on_device();
   torch::NoGradGuard no_grad;
   trainable_->model()->eval();
-  torch::Tensor values =
-      forward_micro_batches(trainable_->pipeline(), in, spec_.values, [&](const DataProto& m) { return response_values(m); });
-  DataProto out;
-  if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
-  return out;
+  return on_sequence_parallel_rows(sequence_parallel_.get(), {&trainable_->model()}, in, [&](const DataProto& rows) {
+    torch::Tensor values = forward_micro_batches(trainable_->pipeline(), rows, spec_.values,
+                                                 [&](const DataProto& m) { return response_values(m); });
+    DataProto out;
+    if (values.defined()) out.set_tensor("values", values.contiguous());  // the last pipeline stage's
+    return out;
+  });
 }
 
 DataProto CriticWorker::update_critic(const DataProto& in) {
+  return update_on_sequence_parallel_rows(sequence_parallel_.get(), {&trainable_->model()}, in, "critic/",
+                                          [&](const DataProto& rows) { return update_critic_rows(rows); });
+}
+
+DataProto CriticWorker::update_critic_rows(const DataProto& in) {
   auto on = trainable_->params_on_device();
   const double cliprange = spec_.cliprange_value;
   const algo::LossAggMode agg = spec_.loss_agg_mode;

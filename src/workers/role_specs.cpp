@@ -52,6 +52,8 @@ void to_json(nlohmann::json& j, const ModelSpec& s) {
        {"device", s.device},
        {"dtype", s.dtype},
        {"enable_gradient_checkpointing", s.enable_gradient_checkpointing},
+       {"ulysses_sequence_parallel_size", s.ulysses_sequence_parallel_size},
+       {"use_remove_padding", s.use_remove_padding},
        {"lora_rank", s.lora.rank},
        {"lora_alpha", s.lora.alpha},
        {"target_modules", s.lora.target_modules},
@@ -77,6 +79,8 @@ void from_json(const nlohmann::json& j, ModelSpec& s) {
   take_spec_field(j, k, "device", s.device);
   take_spec_field(j, k, "dtype", s.dtype);
   take_spec_field(j, k, "enable_gradient_checkpointing", s.enable_gradient_checkpointing);
+  take_spec_field(j, k, "ulysses_sequence_parallel_size", s.ulysses_sequence_parallel_size);
+  take_spec_field(j, k, "use_remove_padding", s.use_remove_padding);
   take_spec_field(j, k, "lora_rank", s.lora.rank);
   take_spec_field(j, k, "lora_alpha", s.lora.alpha);
   take_spec_field(j, k, "target_modules", s.lora.target_modules);
@@ -101,10 +105,12 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"pipeline_model_parallel_size", s.pipeline_model_parallel_size},
        {"reshard_mode", s.reshard_mode},
        {"free_cache_engine", s.free_cache_engine},
+       {"batch_invariant", s.batch_invariant},
        {"log_prob_micro_batch_size", s.log_prob.rows},
        {"log_prob_max_token_len", s.log_prob.max_tokens},
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
        {"lora_merge", s.lora_merge},
+       {"partial_rollout", s.partial_rollout},
        {"multi_turn", s.multi_turn},
        {"record_routing", s.record_routing}};
 }
@@ -126,10 +132,12 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "pipeline_model_parallel_size", s.pipeline_model_parallel_size);
   take_spec_field(j, k, "reshard_mode", s.reshard_mode);
   take_spec_field(j, k, "free_cache_engine", s.free_cache_engine);
+  take_spec_field(j, k, "batch_invariant", s.batch_invariant);
   take_spec_field(j, k, "log_prob_micro_batch_size", s.log_prob.rows);
   take_spec_field(j, k, "log_prob_max_token_len", s.log_prob.max_tokens);
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
   take_spec_field(j, k, "lora_merge", s.lora_merge);
+  take_spec_field(j, k, "partial_rollout", s.partial_rollout);
   if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
   take_spec_field(j, k, "record_routing", s.record_routing);
 }

@@ -5,6 +5,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/lora_scopes.h"
@@ -41,19 +42,49 @@ void RolloutWorker::register_methods(MethodTable& table) {
 }
 
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
-  const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
-                                                       device());
+  GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
+                                                 device());
+  // Partial rollouts: a sampled generation joins each weight sync the controller announces between two
+  // tokens (a greedy evaluation runs between syncs, never beside one).
+  const bool partial = rollout_spec_.partial_rollout && weight_sync_ && !agent_ && !g.greedy;
+  if (partial) g.refresh_weights = [this] { return take_announced_weights(); };
   DataProto result;
+  GenerationOutput out;
   {
+    BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
     MergedLoraScope merged(model_, rollout_spec_.lora_merge);
-    if (agent_)
+    if (agent_) {
       result = agent_generate_sequences(model_, g, in, agent_->context());
-    else
-      result = rollout_result(generate(model_, prompt_token_lists(in), g, nullptr), g, in);
+    } else {
+      out = generate(model_, prompt_token_lists(in), g, nullptr);
+      result = rollout_result(out, g, in);
+    }
   }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
-  result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
+  if (partial) {
+    // Each row is as old as the version that began it; its tokens' versions ride along, padded to the
+    // response length with the newest.
+    const int64_t width = result.tensor("responses").size(1);
+    auto versions = torch::full({result.batch_size(), width}, policy_version_, torch::kLong);
+    const auto drawn = out.token_versions.to(torch::kCPU);
+    versions.narrow(1, 0, drawn.size(1)).copy_(drawn);
+    const auto mask = result.tensor("response_mask").to(torch::kCPU) > 0;
+    result.set_tensor("policy_version", std::get<0>(versions.masked_fill(~mask, policy_version_).min(1)));
+    result.set_tensor("token_policy_version", versions);
+  } else {
+    result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
+  }
   return result;
+}
+
+int64_t RolloutWorker::take_announced_weights() {
+  const int64_t announced = weight_sync_->announced_version();
+  if (announced > policy_version_) {
+    early_stats_ = weight_sync_->receive(model_);
+    policy_version_ = announced;
+    taken_early_ = announced;
+  }
+  return policy_version_;
 }
 
 DataProto RolloutWorker::join_weight_sync(const DataProto& in) {
@@ -64,8 +95,11 @@ DataProto RolloutWorker::join_weight_sync(const DataProto& in) {
 
 DataProto RolloutWorker::receive_weights(const DataProto& in) {
   HF_CHECK(weight_sync_, "receive_weights: call join_weight_sync first");
+  const int64_t version = in.meta().value("policy_version", policy_version_ + 1);
+  // A partial rollout queued before this call took these weights between two of its tokens.
+  if (taken_early_ >= 0 && version == taken_early_) return weight_sync_reply(early_stats_, rank());
   const WeightSyncStats stats = weight_sync_->receive(model_);
-  policy_version_ = in.meta().value("policy_version", policy_version_ + 1);
+  policy_version_ = version;
   return weight_sync_reply(stats, rank());
 }
 

@@ -15,11 +15,16 @@
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "support/process_tree.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/tiny_rl_config.h"
 
 namespace {
+
+using hybridflow::testing::alive;
+using hybridflow::testing::lines_in;
+using hybridflow::testing::live_children;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -31,38 +36,6 @@ std::string tiny_run(const std::string& run_dir) {
          "actor_rollout_ref.rollout.response_length=4 actor_rollout_ref.actor.ppo_mini_batch_size=2 "
          "trainer.total_steps=100000 trainer.save_freq=100000 trainer.run_dir=" +
          run_dir;
-}
-
-int64_t lines_in(const std::string& path) {
-  std::ifstream in(path);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);) n += !line.empty();
-  return n;
-}
-
-// Live (not zombie) processes whose parent is `pid`.
-std::vector<pid_t> live_children(pid_t pid) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');  // "pid (comm) state ppid ..."; comm may hold spaces
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(text.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == pid && state != 'Z')
-      out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  return out;
-}
-
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
 }
 
 }  // namespace

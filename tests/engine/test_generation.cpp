@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "support/forward_log_probs.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -37,16 +38,7 @@ std::vector<int64_t> row(const torch::Tensor& t, int64_t r) {
   return std::vector<int64_t>(x.data_ptr<int64_t>(), x.data_ptr<int64_t>() + x.numel());
 }
 
-// Log-probs of the response tokens recomputed by one full forward pass over prompt + response.
-torch::Tensor recomputed_log_probs(CausalLM& model, const GenerationOutput& out, double temperature) {
-  torch::NoGradGuard no_grad;
-  auto ids = torch::cat({out.prompts, out.responses}, 1);
-  auto mask = torch::cat({out.prompt_mask, out.response_mask}, 1);
-  const int64_t p = out.prompts.size(1), r = out.responses.size(1);
-  auto logits = model->forward(ids, mask).logits.slice(1, p - 1, p - 1 + r);
-  auto lp = torch::log_softmax(logits / temperature, -1).gather(-1, out.responses.unsqueeze(-1)).squeeze(-1);
-  return lp * out.response_mask.to(torch::kFloat32);
-}
+using testing::recomputed_log_probs;
 
 TEST_F(GenerationTest, GreedyAloneEqualsInsidePaddedBatch) {
   GenerationConfig cfg;

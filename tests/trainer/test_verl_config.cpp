@@ -56,17 +56,20 @@ TEST(VerlConfig, GrpoExampleMapsVerlKeysAndTrainsTwoSteps) {
   EXPECT_EQ(log.find("ignoring"), log.rfind("ignoring")) << log;
   for (const char* key : {"actor_rollout_ref.rollout.name",
                           "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.fsdp_config.param_offload",
-                          "actor_rollout_ref.model.use_remove_padding", "trainer.critic_warmup"})
+                          "trainer.critic_warmup"})
     EXPECT_THAT(log, HasSubstr("\n  " + std::string(key))) << key;
   // Keys read under hybridflow's name are not in it; nor are the actor's offload keys, which hybridflow reads
   // as verl does (the file sets them false), while the rest of fsdp_config is still verl's alone; nor is
-  // verl's activation checkpointing, hybridflow's own key too.
+  // verl's activation checkpointing or padding removal, hybridflow's own keys too.
   EXPECT_THAT(log, Not(HasSubstr("ppo_micro_batch_size_per_gpu")));
   EXPECT_THAT(log, Not(HasSubstr("gpu_memory_utilization")));  // the paged KV cache's pool on a GPU
   EXPECT_THAT(log, Not(HasSubstr("actor_rollout_ref.actor.fsdp_config.param_offload")));
   EXPECT_FALSE(config.get<bool>("actor_rollout_ref.actor.fsdp_config.optimizer_offload"));
   EXPECT_THAT(log, Not(HasSubstr("enable_gradient_checkpointing")));
   EXPECT_TRUE(config.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing"));
+  // Padding-free packing is hybridflow's too (the example turns it on).
+  EXPECT_THAT(log, Not(HasSubstr("use_remove_padding")));
+  EXPECT_TRUE(config.get<bool>("actor_rollout_ref.model.use_remove_padding"));
   EXPECT_THAT(log, Not(HasSubstr("total_training_steps")));
 
   RLTrainer trainer(config);

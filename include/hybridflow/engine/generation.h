@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "hybridflow/model/transformer.h"
@@ -57,6 +58,12 @@ struct GenerationConfig {
   int64_t kv_cache_blocks = 0;
   double gpu_memory_utilization = 0.5;
   int64_t memory_budget_bytes = 0;
+  // Partial rollouts (continuous batching, one pipeline stage): asked before every scheduling round, it
+  // returns the policy version the model holds, having swapped newer weights into it in place when some
+  // were sent. When the version changes, every running sequence's prefix (prompt and tokens so far) is
+  // prefilled again with the new weights into its own cache, and its later tokens are drawn from them; the
+  // tokens drawn before stay as they were, with their log-probs. Empty: one version for the whole call.
+  std::function<int64_t()> refresh_weights;
   // Router replay (verl's router_replay.mode R3): keep the experts every MoE layer chose for every token the
   // model read, prompt and response (GenerationOutput::routed_experts). Continuous batching, unstaged only.
   bool record_routing = false;
@@ -78,6 +85,10 @@ struct GenerationOutput {
   torch::Tensor response_mask;  // [B*n, R] int64, 1 for generated tokens up to and including eos
   torch::Tensor log_probs;      // [B*n, R] float32, log-prob of each sampled token under softmax(logits / temperature)
                                 // (greedy: temperature 1), 0 where masked
+  // With refresh_weights: [B*n, R] int64, the policy version that drew each token (padding holds the last
+  // version), and how many sequences were prefilled again with newer weights mid-generation.
+  torch::Tensor token_versions;
+  int64_t resumed_sequences = 0;
   // With record_routing: [B*n, P + R, moe_layers, k] int32, the experts of each token of prompts ++ responses
   // in each MoE layer (in the order the router ranked them), -1 where no token was read: padding, and each
   // sequence's last token (sampled, never fed back). Undefined otherwise.

@@ -10,9 +10,9 @@
 // response_mask, advantages, old_log_probs, values, ...). A batch without `responses` is sequences only
 // (R = 0), trimmed at both ends.
 //
-// Why not packing several sequences into one row (a block-diagonal causal mask, restarted positions)? On
-// this engine attention runs as dense SDPA with an additive mask, so a packed row of k sequences pays k^2
-// times one sequence's attention; sorting by length and trimming leaves almost no padding already.
+// Sorting by length and trimming leaves little padding; use_remove_padding removes the rest by running each
+// micro-batch as one packed row (engine/packed_rows.h), whose sequences attend one by one, so a packed row
+// of k sequences pays their own attention, not k^2 times one sequence's as a dense block-diagonal mask would.
 #pragma once
 
 #include <torch/torch.h>

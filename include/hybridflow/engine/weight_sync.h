@@ -69,6 +69,9 @@ struct WeightSyncStats {
   double seconds = 0;
 };
 
+// The store key under which the controller announces the policy version of the sync it starts.
+inline constexpr const char* kWeightSyncAnnounceKey = "hf/weight_sync/announced_version";
+
 class WeightSync {
  public:
   // `world`: this rank's handle on the sync world (world.size() == layout.world()). `dtype`: the rollout's
@@ -81,6 +84,11 @@ class WeightSync {
   WeightSyncStats receive(CausalLM& rollout);
 
   const WeightSyncLayout& layout() const { return layout_; }
+
+  // Partial rollouts: the controller announces a sync's version under kWeightSyncAnnounceKey in the store it
+  // hosts before the actor sends, so that a rollout rank in mid-generation can join it between two tokens.
+  // The newest version announced, -1 before the first.
+  int64_t announced_version() const;
 
  private:
   ProcessGroup world_;

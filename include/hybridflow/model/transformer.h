@@ -24,9 +24,17 @@
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/moe.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
+#include "hybridflow/parallel/sequence_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
+
+namespace batch_invariant {
+struct Tokens;
+}
+namespace fused_decode {
+struct BlockTables;
+}
 
 // Keys and values of every layer for a batch being decoded. Each layer's tensors are slabs
 // [batch, kv_heads, room, head_dim] whose first length() positions are filled: a step writes its keys in
@@ -82,6 +90,10 @@ class CausalLMImpl : public torch::nn::Module {
   // T_total = cache length + T; covers left and right padding. position_ids [B, T] int64; when
   // undefined they are derived from attention_mask (cumsum - 1, clamped at 0).
   // With a cache, appends this step's keys/values to it (this stage's layers only).
+  // Packed rows (padding-free, engine/packed_rows.h; no cache): attention_mask values 1, 2, ... number the
+  // sequences laid end to end in a row; a token attends only to earlier tokens of its own sequence, and
+  // positions, when not given, restart at 0 with each. A single packed row attends sequence by sequence
+  // (the sum of their squared lengths, not the square of the row's); several rows use a block-diagonal mask.
   ForwardOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 
@@ -161,6 +173,14 @@ class CausalLMImpl : public torch::nn::Module {
   bool has_router_logits() const { return !router_logits_.empty(); }
   torch::Tensor load_balancing_loss() const;
 
+  // Ulysses sequence parallelism (parallel/sequence_parallel.h): whole-sequence forwards (not those with a
+  // KV cache) run each rank's slice of the sequence through the layers and return the whole sequence's hidden
+  // states on every rank of the group; average the gradients over the group after backward. Every rank of the
+  // group gets the same inputs. Throws naming ulysses_sequence_parallel_size when the KV heads do not divide
+  // by the group size, or with tensor or pipeline parallelism or expert layers (not combined yet).
+  void set_sequence_parallel(SequenceParallelGroup sp);
+  const SequenceParallelGroup& sequence_parallel() const { return sp_; }
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
@@ -173,6 +193,7 @@ class CausalLMImpl : public torch::nn::Module {
   HeadKind head_;
   TensorParallelGroup tp_;
   PipelineStage pp_;
+  SequenceParallelGroup sp_;
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;
@@ -191,6 +212,14 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables, int64_t width,
                               int64_t block_size, const std::vector<int64_t>& lengths, std::vector<torch::Tensor>& keys,
                               std::vector<torch::Tensor>& values, const char* caller);
+  // The batch-invariant forward (model/batch_invariant.h): throws naming the key where the mode does not apply;
+  // runs this stage's layers over `tokens` (and the final norm on the last stage).
+  void check_batch_invariant(const char* what) const;
+  torch::Tensor batch_invariant_layers(const torch::Tensor& h, const batch_invariant::Tokens& tokens,
+                                       std::vector<torch::Tensor>& keys, std::vector<torch::Tensor>& values,
+                                       const fused_decode::BlockTables& tables);
+  torch::Tensor batch_invariant_hidden_states(const torch::Tensor& h, const torch::Tensor& mask,
+                                              const torch::Tensor& positions, int64_t past, KVCache* cache);
   // Submodules registered under Hugging Face names; see transformer.cpp.
   struct Layers;
   std::shared_ptr<Layers> layers_;

@@ -4,7 +4,7 @@
 //
 // Bytes are what this rank puts on the wire for the op, counted from tensor sizes:
 //   all_reduce, broadcast: nbytes of the tensor; all_gather(_cat): nbytes of the local input;
-//   reduce_scatter: nbytes of the full input; send: nbytes sent; recv: nbytes received; barrier: 0.
+//   reduce_scatter, all_to_all: nbytes of the full input; send: nbytes sent; recv: nbytes received; barrier: 0.
 // (For broadcast the non-root ranks count the bytes they receive.)
 #pragma once
 
@@ -27,7 +27,7 @@ struct OpStats {
 };
 
 // Per-op statistics keyed by op name ("all_reduce", "all_gather", "broadcast", "barrier", "send", "recv",
-// "reduce_scatter"). Thread-safe.
+// "reduce_scatter", "all_to_all"). Thread-safe.
 class CommStats {
  public:
   void add(const std::string& op, int64_t bytes, double seconds);
@@ -58,6 +58,9 @@ class Communicator {
   // Reduces tensor over ranks and returns this rank's chunk of dim 0 (size(dim 0) must divide by size()),
   // with one reduce_scatter_tensor: each rank receives only its chunk's worth of the reduction.
   at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // Chunk j of dim 0 (size(dim 0) must divide by size()) goes to rank j; the result holds at chunk i what rank i
+  // sent here, in one all_to_all_single.
+  at::Tensor all_to_all(const at::Tensor& tensor);
   // In place: root's values everywhere. tensor must be contiguous and of the same shape on every rank.
   void broadcast(at::Tensor& tensor, int root);
   void barrier();

@@ -50,6 +50,9 @@ class ProcessGroup {
   int world_rank() const;  // rank in the world group this group was made from
   const std::vector<int>& world_ranks() const;  // members as world ranks, in group-rank order
   const std::string& backend() const;           // "gloo" or "nccl"
+  // The value of `key` in the rendezvous store (the raw store, outside the group's prefix), "" when unset:
+  // a side channel one party of the store (the controller hosting it) writes and the ranks poll.
+  std::string store_value(const std::string& key) const;
 
   // A group of the given world ranks (ascending or not: group rank i is world_ranks[i]). Only members call
   // it, all with the same list, in the same order as their other new_group calls of that list.
@@ -65,6 +68,9 @@ class ProcessGroup {
   void allgather_into(at::Tensor& output, const at::Tensor& input) const;
   // reduce_scatter_tensor: output (contiguous, input's elements / size()) gets chunk rank() of the reduction.
   void reduce_scatter_into(at::Tensor& output, const at::Tensor& input, ReduceOp op) const;
+  // all_to_all_single with equal splits: input's chunk j of dim 0 goes to rank j; output (contiguous, input's
+  // shape) holds at chunk i what rank i sent this rank.
+  void alltoall_into(at::Tensor& output, const at::Tensor& input) const;
   void broadcast(at::Tensor& tensor, int root) const;
   void barrier() const;
   void send(const at::Tensor& tensor, int dst, int tag) const;

@@ -23,6 +23,8 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const { return port_; }
+  // Sets `key` in the store for its clients to read (ProcessGroup::store_value).
+  void set(const std::string& key, const std::string& value);
 
   struct Impl;
 

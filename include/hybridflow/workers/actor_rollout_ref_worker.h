@@ -57,6 +57,7 @@
 #include "hybridflow/workers/role_process_groups.h"
 #include "hybridflow/workers/role_specs.h"
 #include "hybridflow/workers/router_replay.h"
+#include "hybridflow/workers/sequence_parallel_rows.h"
 #include "hybridflow/workers/trainable_model.h"
 
 namespace hybridflow {
@@ -90,6 +91,7 @@ class ActorRolloutRefWorker : public Worker {
   void make_rollout_copy();
   void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
+  DataProto update_actor_rows(const DataProto& in);  // update_actor on the rows it trains on
   CausalLM& actor() { return trainable_->model(); }  // the policy being trained
 
   ModelSpec model_spec_;
@@ -98,6 +100,7 @@ class ActorRolloutRefWorker : public Worker {
   std::optional<RefSpec> ref_spec_;  // the role holds a reference model
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the models
   std::unique_ptr<TrainableModel> trainable_;  // the policy with its engine, offload and checkpoints
+  std::unique_ptr<SequenceParallelRows> sequence_parallel_;  // ulysses_sequence_parallel_size > 1
   CausalLM rollout_{nullptr};  // only when rollout.dtype differs from actor.dtype
   CausalLM ref_{nullptr};
   std::shared_ptr<PipelineStageRunner> ref_pipeline_;  // when the role has pipeline stages

@@ -30,6 +30,7 @@
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
 #include "hybridflow/workers/role_specs.h"
+#include "hybridflow/workers/sequence_parallel_rows.h"
 #include "hybridflow/workers/trainable_model.h"
 
 namespace hybridflow {
@@ -48,10 +49,13 @@ class CriticWorker : public Worker {
 
  private:
   torch::Tensor response_values(const DataProto& micro);  // [B, R], with grad when enabled
+  DataProto update_critic_rows(const DataProto& in);     // update_critic on the rows it trains on
 
   CriticSpec spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // when the role has several processes; outlives the model
   std::unique_ptr<TrainableModel> trainable_;  // the value model with its engine, offload and checkpoints
+  std::unique_ptr<SequenceParallelRows> sequence_parallel_;  // ulysses_sequence_parallel_size > 1
+  bool remove_padding_ = false;  // use_remove_padding: values on packed rows
 };
 
 class RewardModelWorker : public Worker {

@@ -38,6 +38,12 @@ struct ModelSpec {
   std::string device = "cpu";  // cpu | cuda (this process's device, runtime worker_device)
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
   bool enable_gradient_checkpointing = false;
+  // Ulysses sequence parallelism (verl's <role>.ulysses_sequence_parallel_size): consecutive ranks of this
+  // many split each sequence of the role's whole-sequence passes (workers/sequence_parallel_rows.h).
+  int ulysses_sequence_parallel_size = 1;
+  // Padding-free packing (verl's <role>.model.use_remove_padding): each micro-batch's sequences run as one
+  // packed row (engine/packed_rows.h).
+  bool use_remove_padding = false;
   // LoRA adapters (model/lora.h; verl's <role>.model.lora_* keys): lora.rank 0 trains every weight. With
   // lora_adapter_path the adapters start from that PEFT directory (its adapter_config.json sets the rank and
   // targets). lora_key names the configuration section in errors ("actor_rollout_ref.model").
@@ -72,6 +78,9 @@ struct RolloutSpec {
   int pipeline_model_parallel_size = 1;
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
+  // Generation and the log-prob passes on the batch-invariant kernels (model/batch_invariant.h): recorded and
+  // recomputed log-probs equal bit for bit.
+  bool batch_invariant = false;
   // The old-log-prob pass (compute_log_prob) in micro-batches of rows, or of tokens when max_tokens > 0.
   MicroBatching log_prob{16, 0, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"};
   // The controller's: the bucket size of weight updates sent to a standalone rollout pool.
@@ -79,6 +88,9 @@ struct RolloutSpec {
   // With LoRA adapters: generate on weights with the adapters merged in (true), or with the adapters applied
   // beside the base weights (false).
   bool lora_merge = true;
+  // A standalone rollout's generations in flight at a weight sync take the new weights between two tokens
+  // and go on (engine/generation.h's refresh_weights); each token records the version that drew it.
+  bool partial_rollout = false;
   // Multi-turn, tool-using rollouts (agent_rollout.h's AgentRolloutRuntime reads it): null or enable false:
   // single-turn generation.
   nlohmann::json multi_turn;

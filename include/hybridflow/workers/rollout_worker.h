@@ -4,6 +4,8 @@
 // seed it returns the same tokens. Methods:
 //   generate_sequences  as the actor's (rollout_protocol: prompts split over its replicas); every row also
 //                       gets policy_version [rows] int64: the version of the weights that generated it
+//                       (with rollout.partial_rollout: that began it, and token_policy_version [rows, R]
+//                       int64 the version that drew each token)
 //   join_weight_sync    meta weight_sync (workers/weight_sync_link.h)
 //   receive_weights     meta policy_version: receives the actor's weights into this rank's shard
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank
@@ -43,6 +45,11 @@ class RolloutWorker : public Worker {
   std::unique_ptr<WeightSync> weight_sync_;
   std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample
   int64_t policy_version_ = 0;  // the actor updates behind the weights held
+  // Partial rollouts: receives the weights of a sync the controller announced, if newer than those held,
+  // and returns the version held. The last version so taken before its receive_weights call, and its figures.
+  int64_t take_announced_weights();
+  int64_t taken_early_ = -1;
+  WeightSyncStats early_stats_;
 };
 
 }  // namespace hybridflow
