@@ -1,12 +1,14 @@
 // `hybridflow plan`: the fastest device mapping of an RL algorithm on a cluster (HybridFlow's auto device
 // mapping, src/placement/), with its simulated iteration, the runners-up, and a config fragment for
 // `hybridflow train`; `--calibrate` measures this machine for `--gpu this-machine` (docs/placement.md).
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "hybridflow/core/error.h"
@@ -37,6 +39,7 @@ struct PlanOptions {
   std::string reward_model = "auto";
   bool no_distributed_optimizer = false;
   int staleness = 0;
+  int sync_every = 1;
   int runners_up = 5;
   bool json = false;
   std::string write_config;
@@ -71,6 +74,7 @@ Workload workload_from(const PlanOptions& o, bool this_machine) {
   w.param_bytes = dtype == "bf16" ? 2 : 4;
   w.distributed_optimizer = !o.no_distributed_optimizer;
   w.staleness = o.staleness;
+  w.sync_every = o.sync_every;
   w.validate();
   return w;
 }
@@ -129,8 +133,11 @@ nlohmann::json plan_json(const RankedPlan& r, const ClusterSpec& cluster) {
 void print_plan(const RankedPlan& r, const ClusterSpec& cluster) {
   const Plan& p = r.plan;
   const Estimate& e = r.estimate;
-  std::printf("placement: %s%s\n", p.placement_name().c_str(),
-              p.staleness > 0 ? " (rollout one step off-policy, staleness 1)" : "");
+  std::printf("placement: %s", p.placement_name().c_str());
+  if (p.staleness > 0)
+    std::printf(" (rollout up to %d step%s off-policy, weights synced every %d update%s)", p.staleness,
+                p.staleness == 1 ? "" : "s", p.sync_every, p.sync_every == 1 ? "" : "s");
+  std::printf("\n");
   for (size_t i = 0; i < p.sets.size(); ++i) {
     std::printf("  pool %zu, %d device%s:", i, p.sets[i].devices, p.sets[i].devices == 1 ? "" : "s");
     for (size_t j = 0; j < p.sets[i].roles.size(); ++j) {
@@ -161,6 +168,39 @@ void print_plan(const RankedPlan& r, const ClusterSpec& cluster) {
                 c.cost.comm_s, c.cost.overhead_s);
 }
 
+// The first plan of the search's ranking whose rollout has devices of its own (it can run ahead), or null.
+const RankedPlan* async_candidate(const SearchResult& result) {
+  auto standalone = [](const Plan& p) { return p.set_of(Role::kRollout) != p.set_of(Role::kActor); };
+  if (!result.found) return nullptr;
+  if (standalone(result.best.plan)) return &result.best;
+  for (const auto& r : result.runners_up)
+    if (r.estimate.feasible && standalone(r.plan)) return &r;
+  return nullptr;
+}
+
+// Staleness 0, 1, 2, 4 and the asked-for k.
+std::vector<int> staleness_table_ks(int asked) {
+  std::vector<int> ks = {0, 1, 2, 4};
+  if (std::find(ks.begin(), ks.end(), asked) == ks.end()) ks.push_back(asked);
+  std::sort(ks.begin(), ks.end());
+  return ks;
+}
+
+void print_async(const RankedPlan& r, const std::vector<StalenessPoint>& points, int asked) {
+  std::printf("\nasync speed-up (simulated), %s %s: seconds per step by staleness k, against k = 0\n",
+              r.plan.placement_name().c_str(), r.plan.describe().c_str());
+  std::printf("  %3s %11s %10s %9s\n", "k", "sync every", "step s", "speed-up");
+  for (const StalenessPoint& p : points)
+    std::printf("  %3d %11d %10.3f %8.2fx%s\n", p.staleness, p.sync_every, p.iteration_s, p.speedup,
+                p.staleness == asked ? "  <- --staleness" : "");
+}
+
+void print_async_checks(const Calibration& cal) {
+  for (const SpeedupCheck& s : async_speedups(cal))
+    std::printf("  async speed-up, staleness %d over 0 (%s): measured %.2fx, predicted %.2fx (%s)\n", s.staleness,
+                s.layout.c_str(), s.measured, s.predicted, percent(s.error()).c_str());
+}
+
 std::string runnable_text(const Plan& p) {
   const std::string why = trainer_cannot_run(p, TrainerCapabilities::today());
   return why.empty() ? "runnable by hybridflow train" : "not runnable yet: " + why;
@@ -181,11 +221,13 @@ int run_plan(const PlanOptions& o) {
     }
     std::printf("calibration written to %s\n", calibration_path.c_str());
     for (const auto& k : cal.checks) {
-      std::printf("  %-5s %-10s %-44s measured %.3f s/step, predicted %.3f s (%s)\n", k.use.c_str(), k.placement.c_str(),
+      const std::string placement = k.use == "async" ? k.placement + " k=" + std::to_string(k.staleness) : k.placement;
+      std::printf("  %-5s %-10s %-44s measured %.3f s/step, predicted %.3f s (%s)\n", k.use.c_str(), placement.c_str(),
                   k.layout.c_str(), k.measured_s, k.predicted_s, percent(k.error()).c_str());
       for (const auto& [name, mp] : k.calls)
         std::printf("        %-36s measured %.4f s, predicted %.4f s\n", name.c_str(), mp.first, mp.second);
     }
+    print_async_checks(cal);
     return 0;
   }
   HF_CHECK(o.gpus >= 1, "--gpus is required (the devices to plan for)");
@@ -222,7 +264,12 @@ int run_plan(const PlanOptions& o) {
       if (k.use == "check")
         std::printf("  %-10s %-44s measured %.3f s/step, predicted %.3f s (%s)\n", k.placement.c_str(),
                     k.layout.c_str(), k.measured_s, k.predicted_s, percent(k.error()).c_str());
+    print_async_checks(*cal);
   };
+  const RankedPlan* async_plan = async_candidate(result);
+  std::vector<StalenessPoint> async_points;
+  if (async_plan != nullptr)
+    async_points = staleness_sweep(async_plan->plan, cluster, model, workload, staleness_table_ks(o.staleness));
   if (o.json) {
     nlohmann::json j = {
         {"cluster", {{"gpu", cluster.name}, {"devices", cluster.devices()}, {"gpus_per_node", cluster.gpus_per_node},
@@ -241,7 +288,22 @@ int run_plan(const PlanOptions& o) {
     j["runners_up"] = nlohmann::json::array();
     for (const auto& r : result.runners_up) j["runners_up"].push_back(plan_json(r, cluster));
     if (runnable && runnable->found) j["best_runnable_today"] = plan_json(runnable->best, cluster);
-    if (cal) j["calibration"] = cal->to_json();
+    if (!async_points.empty()) {
+      nlohmann::json points = nlohmann::json::array();
+      for (const StalenessPoint& p : async_points)
+        points.push_back({{"staleness", p.staleness}, {"sync_every", p.sync_every}, {"iteration_s", p.iteration_s},
+                          {"speedup", p.speedup}});
+      j["async"] = {{"placement", async_plan->plan.placement_name()}, {"describe", async_plan->plan.describe()},
+                    {"by_staleness", points}};
+    }
+    if (cal) {
+      j["calibration"] = cal->to_json();
+      nlohmann::json speedups = nlohmann::json::array();
+      for (const SpeedupCheck& s : async_speedups(*cal))
+        speedups.push_back({{"staleness", s.staleness}, {"layout", s.layout}, {"measured", s.measured},
+                            {"predicted", s.predicted}, {"error", s.error()}});
+      j["calibration_async_speedups"] = speedups;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     // A mixture of experts: every expert is held (memory), a token's num_experts_per_tok are computed (FLOPs).
@@ -284,6 +346,7 @@ int run_plan(const PlanOptions& o) {
       else
         std::printf("\nno plan that hybridflow train runs today fits\n");
     }
+    if (!async_points.empty()) print_async(*async_plan, async_points, o.staleness);
     print_calibration();
   }
   if (!o.write_config.empty()) {
@@ -321,7 +384,10 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--dtype", o->dtype, "bf16 | fp32 (default bf16 on GPUs, fp32 on this machine)");
   cmd->add_option("--reward-model", o->reward_model, "auto | on | off (auto: off for grpo)")->capture_default_str();
   cmd->add_flag("--no-distributed-optimizer", o->no_distributed_optimizer, "optimizer state not partitioned (ZeRO-1 off)");
-  cmd->add_option("--staleness", o->staleness, "0 | 1: a standalone rollout may generate one step ahead")
+  cmd->add_option("--staleness", o->staleness, "k >= 0: a standalone rollout may generate up to k steps ahead")
+      ->capture_default_str();
+  cmd->add_option("--sync-every", o->sync_every,
+                  "weights synced to a standalone rollout every N updates (trigger_parameter_sync_step, 1 to k + 1)")
       ->capture_default_str();
   cmd->add_option("--runners-up", o->runners_up)->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object");

@@ -40,7 +40,7 @@ using namespace placement;
 constexpr int64_t kHidden = 128, kHeads = 4, kKvHeads = 2, kIntermediate = 344;
 
 struct RunSpec {
-  std::string use;  // "fit" | "check"
+  std::string use;  // "fit" | "check" | "async"
   Plan plan;
   Workload workload;
   int64_t layers = 4;
@@ -49,6 +49,7 @@ struct RunSpec {
 struct Measured {
   std::map<int64_t, std::map<std::string, double>> per_step;  // measured step -> timeline call -> seconds
   double step_s = 0;                     // best wall seconds of RLTrainer::step()
+  double mean_step_s = 0;                // their mean: a pipelined run's steps differ (one drains the buffer)
   double prompt_length = 0;              // mean prompt tokens the trainer reported
 };
 
@@ -100,13 +101,13 @@ Plan split() {
   return p;
 }
 
-// The rollout on a process of its own, one step off-policy (trainer.placement: standalone, staleness 1).
-Plan standalone_rollout() {
+// The rollout on a process of its own, up to `staleness` steps off-policy (trainer.placement: standalone).
+Plan standalone_rollout(int staleness) {
   Plan p;
   p.sets.push_back({{Role::kActor, Role::kRef, Role::kCritic}, 1});
   p.sets.push_back({{Role::kRollout}, 1});
   for (Role r : {Role::kActor, Role::kRollout, Role::kRef, Role::kCritic}) p.layout(r) = {1, 1, 1};
-  p.staleness = 1;
+  p.staleness = staleness;
   return p;
 }
 
@@ -114,7 +115,8 @@ bool standalone(const Plan& p) { return p.set_of(Role::kRollout) != p.set_of(Rol
 
 std::vector<RunSpec> runs(bool quick) {
   // The fit runs vary layers, batch, response length and micro-batches, so that each fixed cost has its
-  // own lever; the checks are a bigger batch on two processes: colocated, split and a standalone rollout.
+  // own lever; the checks are a bigger batch on two processes: colocated, split and a standalone rollout;
+  // the async runs time a standalone rollout at staleness 0 and 2 for the speed-up.
   const int64_t big = quick ? 8 : 32;
   return {{"fit", colocated(1), calibration_workload(8, 8, 4), 2},
           {"fit", colocated(1), calibration_workload(quick ? 8 : 16, 16, 2), 4},
@@ -122,14 +124,16 @@ std::vector<RunSpec> runs(bool quick) {
           {"fit", colocated(1), calibration_workload(quick ? 8 : 24, 8, quick ? 8 : 24), 2},
           {"check", colocated(2), calibration_workload(big, 16, 4), 4},
           {"check", split(), calibration_workload(big, 16, 4), 4},
-          {"check", standalone_rollout(), calibration_workload(big, 16, 4), 4}};
+          {"check", standalone_rollout(1), calibration_workload(big, 16, 4), 4},
+          {"async", standalone_rollout(0), calibration_workload(big, 16, 4), 4},
+          {"async", standalone_rollout(2), calibration_workload(big, 16, 4), 4}};
 }
 
 Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
   make_dirs(dir);
-  // One step ahead, the last step has no next rollout to generate: it is not the steady state, so a
-  // staleness-1 run takes one more step and measures none of the last.
-  const int total = steps + (spec.plan.staleness > 0 ? 1 : 0);
+  // k steps ahead, the last k steps have no next rollouts to generate: they are not the steady state, so a
+  // staleness-k run takes k more steps and measures none of them.
+  const int total = steps + spec.plan.staleness;
   const std::string fragment = dir + "/plan.yaml";
   write_file_atomic(fragment, trainer_config_fragment(spec.plan, spec.workload, TrainerCapabilities::today()));
   const std::vector<std::string> overrides = {
@@ -144,6 +148,7 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
   // machine noise only ever adds time.
   Measured m;
   m.step_s = 1e30;
+  int timed = 0;
   {
     RLTrainer trainer(config);
     for (int s = 0; s < total; ++s) {
@@ -152,9 +157,12 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (s == 0 || s >= steps) continue;  // warm-up (first allocations, lazy initialisation); the extra step
       m.step_s = std::min(m.step_s, seconds);
+      m.mean_step_s += seconds;
+      ++timed;
       if (record.contains("prompt_length/mean")) m.prompt_length = record.at("prompt_length/mean").get<double>();
     }
   }
+  if (timed > 0) m.mean_step_s /= timed;
   std::ifstream timeline(dir + "/run/timeline.jsonl");
   for (std::string line; std::getline(timeline, line);) {
     if (line.empty()) continue;
@@ -354,8 +362,14 @@ Calibration calibrate_this_machine(const CalibrateOptions& options) {
   cal.overheads.iteration_s = std::max(0.0, beyond / fits);
   for (size_t i = 0; i < specs.size(); ++i) {
     const Estimate e = simulated(specs[i]);
-    CalibrationCheck check{specs[i].plan.placement_name(), specs[i].plan.describe(), specs[i].use, measured[i].step_s,
-                           e.iteration_s, {}};
+    CalibrationCheck check{specs[i].plan.placement_name(), specs[i].plan.describe(), specs[i].use,
+                           specs[i].plan.staleness,
+                           specs[i].use == "async" ? measured[i].mean_step_s : measured[i].step_s, e.iteration_s, {}};
+    // k steps ahead, a generation's result may arrive in any of k steps: only the step time is compared.
+    if (specs[i].use == "async") {
+      cal.checks.push_back(check);
+      continue;
+    }
     for (const CallGroup& g : call_groups(specs[i])) {
       double predicted = 0;
       std::string names;

@@ -365,6 +365,7 @@ SearchResult search_plans(const ClusterSpec& cluster, const ModelShape& model, c
         si.sync_s = sync;
         si.controller_s = cluster.overheads.iteration_s;
         si.staleness = staleness;
+        si.sync_every = actor_set == rollout_set ? 1 : workload.sync_every;
         const double t = schedule_iteration(si);
         if (t < best.seconds) {
           best.seconds = t;
@@ -399,7 +400,10 @@ SearchResult search_plans(const ClusterSpec& cluster, const ModelShape& model, c
       for (Role role : set.roles) r.plan.layout(role) = c.layouts[role_index(role)];
       r.plan.sets.push_back(set);
     }
-    if (r.plan.set_of(Role::kActor) != r.plan.set_of(Role::kRollout)) r.plan.staleness = workload.staleness;
+    if (r.plan.set_of(Role::kActor) != r.plan.set_of(Role::kRollout)) {
+      r.plan.staleness = workload.staleness;
+      r.plan.sync_every = workload.sync_every;
+    }
     r.estimate = simulate(r.plan, cluster, model, workload);
     return r;
   };

@@ -29,6 +29,7 @@ nlohmann::json Calibration::to_json() const {
     nlohmann::json calls = nlohmann::json::object();
     for (const auto& [name, mp] : c.calls) calls[name] = {{"measured_s", mp.first}, {"predicted_s", mp.second}};
     checks_json.push_back({{"placement", c.placement}, {"layout", c.layout}, {"use", c.use},
+                           {"staleness", c.staleness},
                            {"measured_s", c.measured_s}, {"predicted_s", c.predicted_s}, {"error", c.error()},
                            {"calls", calls}});
   }
@@ -77,6 +78,7 @@ Calibration Calibration::from_json(const nlohmann::json& j, const std::string& w
     check.placement = field<std::string>(k, "placement", cw);
     check.layout = field<std::string>(k, "layout", cw);
     check.use = field<std::string>(k, "use", cw);
+    check.staleness = k.contains("staleness") ? field<int>(k, "staleness", cw) : 0;  // older files: none
     check.measured_s = field<double>(k, "measured_s", cw);
     check.predicted_s = field<double>(k, "predicted_s", cw);
     if (k.contains("calls"))
@@ -107,6 +109,17 @@ ClusterSpec Calibration::device() const {
   d.compute_units = cores;
   d.overheads = overheads;
   return d;
+}
+
+std::vector<SpeedupCheck> async_speedups(const Calibration& c) {
+  std::vector<SpeedupCheck> out;
+  for (const auto& base : c.checks) {
+    if (base.use != "async" || base.staleness != 0 || base.measured_s <= 0 || base.predicted_s <= 0) continue;
+    for (const auto& k : c.checks)
+      if (k.use == "async" && k.staleness > 0 && k.layout == base.layout && k.measured_s > 0 && k.predicted_s > 0)
+        out.push_back({k.layout, k.staleness, base.measured_s / k.measured_s, base.predicted_s / k.predicted_s});
+  }
+  return out;
 }
 
 std::string default_calibration_path() {

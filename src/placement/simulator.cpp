@@ -52,9 +52,14 @@ double schedule_iteration(const ScheduleInput& in, std::vector<ScheduledCall>* o
   const std::vector<Call>& calls = *in.calls;
   const int n = static_cast<int>(calls.size());
   const bool sync = in.sync_s > 0 && in.rollout_set != in.actor_set;
-  const int staleness = sync ? in.staleness : 0;
-  // Enough iterations that the measured ones sit between a full pipeline's head and tail.
-  const int iterations = staleness > 0 ? 8 : 5;
+  const int staleness = sync ? std::max(0, in.staleness) : 0;
+  // Weights reach the rollout after every sync_every-th update only (trigger_parameter_sync_step).
+  const int sync_every = sync ? std::clamp(in.sync_every, 1, staleness + 1) : 1;
+  // The schedule repeats every sync_every iterations: measure over a whole number of repeats, after the
+  // buffer has filled, and before the tail where no later generation competes for the rollout's set.
+  const int window = std::max(2, sync_every);
+  const int last = (staleness == 0 ? 1 : staleness + 2 * sync_every + 1) + window;
+  const int iterations = last + std::max(2, staleness + 1);
   int first_training = n, actor_update = -1;
   for (int i = 0; i < n; ++i) {
     if (calls[i].stage == Stage::kTraining) first_training = std::min(first_training, i);
@@ -75,13 +80,13 @@ double schedule_iteration(const ScheduleInput& in, std::vector<ScheduledCall>* o
     start[task(k, i)] = t;
     end[task(k, i)] = t + seconds;
   };
-  auto run_generation = [&](int k) {
+  // The weights a generation starts from: those of the last update (on-policy), or for a standalone
+  // rollout the last sync's; with staleness k the rollout may run k batches ahead of them, and pauses
+  // (the buffer is full) until the next sync.
+  auto run_generation = [&](int k, int weights_of) {
     for (int i = 0; i < n; ++i) {
       if (calls[i].stage != Stage::kGeneration) continue;
-      // On-policy: the previous update's weights (synchronised, for a standalone rollout); staleness 1:
-      // those of the update before.
-      const int source = k - 1 - staleness;
-      double ready = sync ? finished(source, n + 1) : (actor_update >= 0 ? finished(source, actor_update) : 0.0);
+      double ready = sync ? finished(weights_of, n + 1) : (actor_update >= 0 ? finished(weights_of, actor_update) : 0.0);
       for (int j : calls[i].after) ready = std::max(ready, end[task(k, j)]);
       run(k, i, ready, {in.set_of_call[i]}, in.seconds_of_call[i]);
     }
@@ -99,24 +104,27 @@ double schedule_iteration(const ScheduleInput& in, std::vector<ScheduledCall>* o
       run(k, i, ready, {in.set_of_call[i]}, in.seconds_of_call[i]);
     }
     if (first_training == n) run(k, n, 0.0, {in.sets}, in.controller_s);
-    if (sync) run(k, n + 1, finished(k, actor_update), {in.actor_set, in.rollout_set}, in.sync_s);
+    if (sync && (k + 1) % sync_every == 0) run(k, n + 1, finished(k, actor_update), {in.actor_set, in.rollout_set}, in.sync_s);
     else start[task(k, n + 1)] = end[task(k, n + 1)] = -1;
   };
-  // Each set takes its calls in the order the controller submits them: one step ahead for the rollout
-  // when it may be stale.
+  // Each set takes its calls in the order the controller submits them: after each step, the rollout of
+  // every later step whose samples, from the weights the rollout holds (version v, after iteration v - 1),
+  // stay at most k updates old (step <= v + k).
+  int generated = 0, version = 0, version_from = -1;
   for (int k = 0; k < iterations; ++k) {
-    if (k == 0) for (int g = 0; g <= staleness && g < iterations; ++g) run_generation(g);
-    else if (k + staleness < iterations) run_generation(k + staleness);
+    for (; generated < iterations && generated <= version + staleness; ++generated) run_generation(generated, version_from);
     run_rest(k);
+    if (!sync || (k + 1) % sync_every == 0) {
+      version = k + 1;
+      version_from = k;
+    }
   }
   auto iteration_end = [&](int k) {
     double t = 0;
     for (int i = 0; i < per_iteration; ++i) t = std::max(t, end[task(k, i)]);
     return t;
   };
-  // The last iteration's sync waits for no later generation: measure before it.
-  const int last = iterations - 2;
-  const double period = (iteration_end(last) - iteration_end(last - 2)) / 2.0;
+  const double period = (iteration_end(last) - iteration_end(last - window)) / window;
   if (out) {
     out->clear();
     const int k = last - 1;
@@ -155,6 +163,9 @@ Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape
   const int actor_set = plan.set_of(Role::kActor), rollout_set = plan.set_of(Role::kRollout);
   const bool together = actor_set == rollout_set;
   if (plan.staleness > 0 && together) return fail("staleness needs a standalone rollout");
+  if (plan.staleness < 0 || plan.sync_every < 1 || plan.sync_every > plan.staleness + 1)
+    return fail("weight syncs every " + std::to_string(plan.sync_every) + " updates need staleness >= 0 and 1 <= N <= " +
+                "staleness + 1");
   for (Role r : roles) {
     const std::string problem =
         layout_problem(cluster, model, workload, r, plan.layout(r), plan.sets[static_cast<size_t>(plan.set_of(r))].devices);
@@ -224,6 +235,7 @@ Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape
   si.sync_s = sync.total();
   si.controller_s = cluster.overheads.iteration_s;
   si.staleness = plan.staleness;
+  si.sync_every = plan.sync_every;
   std::vector<ScheduledCall> spans;
   e.iteration_s = schedule_iteration(si, &spans);
   e.feasible = true;
@@ -256,6 +268,27 @@ Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape
     e.calls.push_back(c);
   }
   return e;
+}
+
+std::vector<StalenessPoint> staleness_sweep(const Plan& plan, const ClusterSpec& cluster, const ModelShape& model,
+                                            const Workload& workload, const std::vector<int>& ks) {
+  std::vector<StalenessPoint> points;
+  const int rollout_set = plan.set_of(Role::kRollout);
+  if (rollout_set < 0 || rollout_set == plan.set_of(Role::kActor)) return points;
+  auto at = [&](int k) {
+    Plan p = plan;
+    p.staleness = k;
+    p.sync_every = std::clamp(plan.sync_every, 1, k + 1);
+    return std::make_pair(p.sync_every, simulate(p, cluster, model, workload));
+  };
+  const Estimate synchronous = at(0).second;
+  if (!synchronous.feasible) return points;
+  for (int k : ks) {
+    const auto [sync_every, e] = at(k);
+    if (!e.feasible) return {};
+    points.push_back({k, sync_every, e.iteration_s, synchronous.iteration_s / e.iteration_s});
+  }
+  return points;
 }
 
 }  // namespace hybridflow::placement

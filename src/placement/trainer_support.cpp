@@ -134,6 +134,7 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
   if (standalone) {
     if (preset == "standalone") rollout["num_processes"] = devices_of(Role::kRollout);
     rollout["staleness"] = plan.staleness;
+    if (plan.sync_every > 1) rollout["trigger_parameter_sync_step"] = plan.sync_every;
   }
   arr["rollout"] = rollout;
   arr["ref"] = {{"log_prob_micro_batch_size_per_gpu", w.infer_micro_rows}};

@@ -64,7 +64,9 @@ void Workload::validate() const {
     HF_CHECK(value >= 1, "workload: ", field, " must be at least 1, got ", value);
   HF_CHECK(param_bytes == 2 || param_bytes == 4, "workload: parameter bytes must be 2 (bf16) or 4 (fp32), got ",
            param_bytes);
-  HF_CHECK(staleness == 0 || staleness == 1, "workload: staleness must be 0 or 1, got ", staleness);
+  HF_CHECK(staleness >= 0, "workload: staleness must be at least 0, got ", staleness);
+  HF_CHECK(sync_every >= 1 && sync_every <= staleness + 1, "workload: weight syncs every N updates (--sync-every, trigger_parameter_sync_step) need 1 <= N <= ",
+           "staleness + 1 = ", staleness + 1, ", got ", sync_every);
   HF_CHECK(sequences() % mini_batches == 0, "workload: ", sequences(), " sequences do not divide into ", mini_batches,
            " mini-batches");
   HF_CHECK(algorithm != Algorithm::kSafeRLHF || reward_model, "workload: safe-rlhf needs its reward model");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "hybridflow/placement/calibration.h"
 #include "hybridflow/placement/placement_spec.h"
@@ -57,6 +58,25 @@ TEST(CliPlan, PrintsThePlanItsStagesAndTheRunnersUp) {
                            "busy seconds by stage", "actor.update_actor", "actor.generate_sequences", "runners-up",
                            "memory per device"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+}
+
+TEST(CliPlan, PredictsTheAsyncSpeedupByStaleness) {
+  CommandResult r = run_hybridflow("plan --gpus 16 --model llama-7b --staleness 3 --sync-every 2 --runners-up 100");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"async speed-up (simulated)", "sync every", "<- --staleness"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  CommandResult j = run_hybridflow("plan --gpus 16 --model llama-7b --staleness 3 --sync-every 2 --runners-up 100 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json points = last_json_line(j.output).at("async").at("by_staleness");
+  ASSERT_EQ(points.size(), 5u);  // 0, 1, 2, 3 (asked), 4
+  std::vector<int> ks;
+  for (const auto& p : points) ks.push_back(p.at("staleness").get<int>());
+  EXPECT_EQ(ks, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_DOUBLE_EQ(points[0].at("speedup").get<double>(), 1.0);
+  EXPECT_EQ(points[3].at("sync_every").get<int>(), 2);
+  EXPECT_EQ(points[1].at("sync_every").get<int>(), 2);  // min(N, k + 1)
+  EXPECT_EQ(points[0].at("sync_every").get<int>(), 1);
+  for (size_t i = 1; i < points.size(); ++i) EXPECT_GT(points[i].at("speedup").get<double>(), 1.0) << i;
 }
 
 TEST(CliPlan, JsonDescribesACompletePlan) {
@@ -149,19 +169,24 @@ TEST(CliPlan, CalibrateWritesConstantsAndChecks) {
   EXPECT_GT(c.allreduce_bandwidth, 0.0);
   EXPECT_GT(c.compute_efficiency, 0.0);
   EXPECT_LE(c.compute_efficiency, 1.0);
-  int checks = 0;
+  int checks = 0, asyncs = 0;
   for (const auto& k : c.checks) {
     EXPECT_GT(k.measured_s, 0.0);
     EXPECT_GT(k.predicted_s, 0.0);
     checks += k.use == "check";
+    asyncs += k.use == "async";
   }
   EXPECT_EQ(checks, 3);  // on two processes: colocated, split and a standalone rollout
+  EXPECT_EQ(asyncs, 2);  // a standalone rollout at staleness 0 and 2
+  ASSERT_EQ(hybridflow::placement::async_speedups(c).size(), 1u);
+  EXPECT_NE(r.output.find("async speed-up, staleness 2 over 0"), std::string::npos) << r.output;
   CommandResult init = run_hybridflow("init --preset tiny --task addition --out " + dir.file("m"));
   ASSERT_EQ(init.exit_code, 0) << init.output;
   CommandResult plan = run_hybridflow("plan --gpu this-machine --gpus 2 --model " + dir.file("m") +
                                       " --batch 8 --prompt-length 8 --response-length 8 --calibration " + path);
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("last measured prediction error"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("async speed-up, staleness 2 over 0"), std::string::npos) << plan.output;
 }
 
 TEST(CliPlan, BadInputIsNamed) {
@@ -174,6 +199,9 @@ TEST(CliPlan, BadInputIsNamed) {
   CommandResult model = run_hybridflow("plan --gpus 16 --model gpt-5");
   EXPECT_EQ(model.exit_code, 1);
   EXPECT_NE(model.output.find("llama-7b"), std::string::npos) << model.output;
+  CommandResult sync = run_hybridflow("plan --gpus 16 --staleness 1 --sync-every 3");
+  EXPECT_EQ(sync.exit_code, 1);
+  EXPECT_NE(sync.output.find("staleness + 1"), std::string::npos) << sync.output;
   CommandResult too_big = run_hybridflow("plan --gpus 2 --model llama-70b");
   EXPECT_EQ(too_big.exit_code, 1);
   EXPECT_NE(too_big.output.find("no plan fits"), std::string::npos) << too_big.output;

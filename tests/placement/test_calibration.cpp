@@ -49,6 +49,29 @@ TEST(Calibration, RoundTripsThroughJsonAndAFile) {
   EXPECT_EQ(load_calibration(path).to_json(), c.to_json());
 }
 
+TEST(Calibration, AsyncSpeedupPairsEachStalenessWithStalenessZero) {
+  Calibration c = sample();
+  CalibrationCheck at0, at2;
+  at0.placement = at2.placement = "standalone";
+  at0.layout = at2.layout = "{actor}x1 {rollout}x1";
+  at0.use = at2.use = "async";
+  at0.measured_s = 1.2, at0.predicted_s = 1.0;
+  at2.staleness = 2;
+  at2.measured_s = 0.8, at2.predicted_s = 0.625;
+  c.checks.push_back(at0);
+  c.checks.push_back(at2);
+  const std::vector<SpeedupCheck> s = async_speedups(Calibration::from_json(c.to_json(), "test"));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].staleness, 2);
+  EXPECT_DOUBLE_EQ(s[0].measured, 1.5);   // 1.2 / 0.8
+  EXPECT_DOUBLE_EQ(s[0].predicted, 1.6);  // 1.0 / 0.625
+  EXPECT_NEAR(s[0].error(), 0.1 / 1.5, 1e-12);
+  // A file written before the async checks existed reads as staleness 0 and pairs nothing.
+  nlohmann::json old = sample().to_json();
+  old["checks"][0].erase("staleness");
+  EXPECT_TRUE(async_speedups(Calibration::from_json(old, "old.json")).empty());
+}
+
 TEST(Calibration, MissingFieldsAndFilesAreNamed) {
   nlohmann::json j = sample().to_json();
   j.erase("matmul_flops");

@@ -64,6 +64,81 @@ TEST(Schedule, ByHandOnSyntheticDurations) {
   EXPECT_DOUBLE_EQ(schedule_iteration(in), 11);
 }
 
+// Staleness k with weight syncs every N updates, by hand. The rollout alone on set 1 (R seconds a batch),
+// every other call on set 0: log-probs, reference and values (1 + 1 + 2) and the two updates (3 + 4), so
+// training takes T = 11 s a step; a sync takes S = 1 s on both sets.
+double async_period(double rollout_s, int staleness, int sync_every) {
+  Workload w;
+  w.reward_model = false;
+  static const std::vector<Call> calls = iteration_calls(w);
+  const std::vector<double> seconds = {rollout_s, 1, 1, 2, 3, 4};
+  const std::vector<int> sets = {1, 0, 0, 0, 0, 0};
+  ScheduleInput in;
+  in.calls = &calls;
+  in.set_of_call = sets.data();
+  in.seconds_of_call = seconds.data();
+  in.sets = 2;
+  in.actor_set = 0;
+  in.rollout_set = 1;
+  in.sync_s = 1;
+  in.staleness = staleness;
+  in.sync_every = sync_every;
+  return schedule_iteration(in);
+}
+
+TEST(Schedule, StalenessKPipelinesRolloutAndTrainingByHand) {
+  const double T = 11, S = 1;
+  // On-policy: generation, training and the sync one after another.
+  EXPECT_DOUBLE_EQ(async_period(10, 0, 1), 10 + T + S);
+  // A sync after every update: any k >= 1 reaches the busier set's work plus the sync, max(R, T) + S; a
+  // deeper buffer cannot beat the bottleneck.
+  for (int k : {1, 2, 4}) {
+    EXPECT_DOUBLE_EQ(async_period(10, k, 1), T + S) << k;  // training-bound
+    EXPECT_DOUBLE_EQ(async_period(12, k, 1), 12 + S) << k;  // rollout-bound
+  }
+  // A fast rollout fills its buffer and pauses: k = 4 is no faster than k = 1.
+  EXPECT_DOUBLE_EQ(async_period(4, 4, 1), async_period(4, 1, 1));
+  // Syncs every N updates amortise: max(R, T) + S / N while N <= k.
+  EXPECT_DOUBLE_EQ(async_period(10, 2, 2), T + S / 2);
+  EXPECT_DOUBLE_EQ(async_period(10, 4, 4), T + S / 4);
+  EXPECT_DOUBLE_EQ(async_period(12, 2, 2), 12 + S / 2);  // the rollout's set: 2R + S per two steps
+  // N = k + 1: step N must wait for the sync that lets the rollout start its batch, a bubble of R every N
+  // steps: (R + N T + S) / N.
+  EXPECT_DOUBLE_EQ(async_period(10, 1, 2), (10 + 2 * T + S) / 2);
+  EXPECT_NEAR(async_period(10, 4, 5), (10 + 5 * T + S) / 5, 1e-12);
+}
+
+TEST(Simulator, StalenessSweepPredictsTheAsyncSpeedup) {
+  const ClusterSpec c = gpu_cluster("a100-80g", 16, 8);
+  const ModelShape m = model_preset("qwen2.5-0.5b");
+  const Workload w = ppo();
+  Plan standalone;
+  standalone.sets = {{{Role::kActor, Role::kRef, Role::kCritic, Role::kRewardModel}, 8}, {{Role::kRollout}, 8}};
+  for (Role r : w.roles()) standalone.layout(r) = {1, 2, 4};
+  standalone.sync_every = 2;
+  const std::vector<StalenessPoint> points = staleness_sweep(standalone, c, m, w, {0, 1, 2, 4});
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[0].staleness, 0);
+  EXPECT_DOUBLE_EQ(points[0].speedup, 1.0);
+  EXPECT_EQ(points[0].sync_every, 1);  // N is at most k + 1
+  EXPECT_EQ(points[2].sync_every, 2);
+  Plan at0 = standalone;
+  at0.sync_every = 1;
+  EXPECT_DOUBLE_EQ(points[0].iteration_s, simulate(at0, c, m, w).iteration_s);
+  for (size_t i = 1; i < points.size(); ++i) {
+    EXPECT_GT(points[i].speedup, 1.0) << points[i].staleness;  // generation overlaps training
+    EXPECT_NEAR(points[i].speedup, points[0].iteration_s / points[i].iteration_s, 1e-12);
+  }
+  // Bounded by the busier side: no speed-up beyond (R + T + S) / max(R + S, T + S / N) of the same calls.
+  const Estimate e = simulate(at0, c, m, w);
+  double R = 0, T = 0;
+  for (const auto& call : e.calls) (call.set == 1 && call.name != "weight_sync" ? R : T) += call.cost.total();
+  EXPECT_LE(points[3].iteration_s, e.iteration_s);
+  EXPECT_GE(points[3].iteration_s, std::max(R, T - e.sync_s) - 1e-9);
+  // The rollout on the actor's devices cannot run ahead: no sweep.
+  EXPECT_TRUE(staleness_sweep(colocate_all(w, 16, {1, 2, 8}, {1, 2, 8}), c, m, w, {0, 1}).empty());
+}
+
 TEST(Simulator, ColocatedCallsAddUpAndSplitSetsOverlap) {
   const ClusterSpec c = gpu_cluster("a100-80g", 16, 8);
   const ModelShape m = model_preset("llama-7b");

@@ -19,8 +19,11 @@ namespace hybridflow::placement {
 struct CalibrationCheck {
   std::string placement;  // "colocate", "split", ...
   std::string layout;     // Plan::describe()
-  std::string use;        // "fit" (its calls fitted the overheads) or "check" (predicted with the fitted constants)
-  double measured_s = 0;  // seconds per RL step, the best of the measured steps
+  // "fit" (its calls fitted the overheads), "check" (predicted with the fitted constants) or "async" (a
+  // standalone rollout at a staleness, for the async speed-up)
+  std::string use;
+  int staleness = 0;
+  double measured_s = 0;  // seconds per RL step: the best of the measured steps ("async": their mean)
   double predicted_s = 0;
   // Each pool's calls of one stage ("pool 0 preparation (compute_log_prob+...)"): measured and predicted seconds.
   std::map<std::string, std::pair<double, double>> calls;
@@ -47,6 +50,16 @@ struct Calibration {
   // One device of this machine (a core), with the measured peaks and the fitted overheads.
   ClusterSpec device() const;
 };
+
+// The async speed-up the checks measured: each "async" check at staleness k > 0 against the "async" check
+// at staleness 0 of the same layout (speed-up = seconds per step at 0 / at k), measured and predicted.
+struct SpeedupCheck {
+  std::string layout;
+  int staleness = 0;
+  double measured = 0, predicted = 0;
+  double error() const { return measured > 0 ? (predicted - measured) / measured : 0.0; }
+};
+std::vector<SpeedupCheck> async_speedups(const Calibration& c);
 
 // $HF_CALIBRATION if set, else $XDG_CACHE_HOME/hybridflow/calibration.json, else
 // ~/.cache/hybridflow/calibration.json.

@@ -29,7 +29,8 @@ struct DeviceSet {
 struct Plan {
   std::vector<DeviceSet> sets;
   std::array<Layout, kRoleCount> layouts{};
-  int staleness = 0;  // > 0 only when the rollout is standalone
+  int staleness = 0;   // > 0 only when the rollout is standalone
+  int sync_every = 1;  // trigger_parameter_sync_step: 1 to staleness + 1
 
   // Index of the set holding `r`, or -1.
   int set_of(Role r) const;

@@ -2,7 +2,7 @@
 // dataflow's schedule. Each set runs its calls one at a time in program order (colocated roles share
 // devices); sets on disjoint devices run concurrently as soon as the data a call needs exists, which is how
 // the runtime's pools behave and how HybridFlow's simulator overlaps the models of a stage. A standalone
-// rollout with staleness 1 generates step k+1 while step k trains. The iteration time is the steady-state
+// rollout with staleness k generates up to k later steps while step s trains. The iteration time is the steady-state
 // period over several simulated iterations.
 #pragma once
 
@@ -48,6 +48,19 @@ struct Estimate {
 // reason, never thrown: the search calls this for plans it builds itself.
 Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape& model, const Workload& workload);
 
+// The async speed-up of a plan with a standalone rollout: the same placement and layouts simulated at each
+// staleness k of `ks`, with weight syncs every min(plan.sync_every, k + 1) updates, and each k's step time
+// against the same plan's at k = 0 (speed-up = iteration at 0 / iteration at k). Empty for a plan whose
+// rollout shares the actor's devices (it cannot run ahead) or that is infeasible.
+struct StalenessPoint {
+  int staleness = 0;
+  int sync_every = 1;
+  double iteration_s = 0;
+  double speedup = 1;
+};
+std::vector<StalenessPoint> staleness_sweep(const Plan& plan, const ClusterSpec& cluster, const ModelShape& model,
+                                            const Workload& workload, const std::vector<int>& ks);
+
 // Why a layout cannot run `role` of this model and workload on a set of `devices` ("" when it can): sizes
 // below 1, a product other than `devices`, a tensor-parallel size that does not divide the attention
 // heads or spans nodes, pipeline stages that do not divide the layers, a batch that does not divide into
@@ -64,7 +77,9 @@ Breakdown call_cost(const CostInputs& in, const Call& call, const Layout& layout
 // The schedule alone: given each call's seconds, the steady-state iteration time (and, when `out` is
 // given, the calls of one iteration with their start and end). `set_of_call[i]` is the set of calls[i];
 // `sync_s` > 0 adds a weight sync on the actor's and the rollout's sets after every actor update;
-// `controller_s` is the controller's work between preparation and training.
+// `controller_s` is the controller's work between preparation and training. With staleness k the rollout
+// runs up to k batches ahead of its weights and pauses when that buffer is full; with sync_every N a sync
+// follows every N-th update only, and the period is averaged over whole N-update cycles.
 struct ScheduleInput {
   const std::vector<Call>* calls = nullptr;
   const int* set_of_call = nullptr;
@@ -73,7 +88,8 @@ struct ScheduleInput {
   int actor_set = -1, rollout_set = -1;
   double sync_s = 0;
   double controller_s = 0;
-  int staleness = 0;
+  int staleness = 0;   // the rollout runs up to this many batches ahead of the weights it holds
+  int sync_every = 1;  // a weight sync after every sync_every-th actor update (1 to staleness + 1)
 };
 struct ScheduledCall {
   int call = -1;  // index into calls; -1 = weight sync, -2 = controller

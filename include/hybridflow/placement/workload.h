@@ -35,7 +35,8 @@ struct Workload {
   int64_t infer_micro_rows = 4;      // sequences per micro-batch per device in a forward-only pass
   double param_bytes = 2;            // 2 (bf16 weights, fp32 master and Adam moments) or 4 (fp32)
   bool distributed_optimizer = true;  // ZeRO-1: optimizer state partitioned over data-parallel ranks
-  int staleness = 0;                 // standalone rollout: generate step k+1 with the weights of step k - 1
+  int staleness = 0;                 // standalone rollout: generate up to k steps ahead of its weights
+  int sync_every = 1;                // weights synced every N actor updates (trigger_parameter_sync_step)
 
   std::vector<Role> roles() const;   // in a fixed order: actor, rollout, ref, critic, reward model, ...
   int64_t sequences() const { return prompts * samples_per_prompt; }
