@@ -9,15 +9,15 @@
 #   profile     Kineto (libtorch's profiler, from C++) over 4 decode steps at 1.7B, batch 1 and 64: operators,
 #               kernels and launches per step, device-busy time against wall time, the top operators by device
 #               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
-#   rollout     64 prompts x 8 samples up to 512 tokens at 0.6B (a stop token each step with p = 1/128),
-#               against transformers' generate
+#   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
+#               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
 #   train       forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and verl's
 #               update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak
 #   decode      the decode cells again at 0.6B
 #   profile     last, where time is left: one training step at 1.7B under Kineto (`bench train --profile`)
 # Sizes are cut so that every cell fits the budget at the speeds measured on an H200 (decode at 1.7B: ~29 ms
-# a token at batch 1, ~90 ms a step at batch 64); the table prints every cell's sizes. Models are
+# a token at batch 1, ~84 ms a step at batch 64); the table prints every cell's sizes. Models are
 # random-weight directories of the published Qwen3 shapes with the published tokenizer, written by transformers
 # (bench/gpu_peers.py make-model), so every side loads the same weights. Every cell has a time limit (one slow
 # cell cannot eat the call); the table so far is printed after each group of cells, and at the end as markdown
@@ -67,16 +67,16 @@ if [ "$mode" = gpu ]; then
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
   rollout_prompt=128 train_rows=8
   [ "${gpu_mib:-0}" -ge 100000 ] || { rollout_prompt=64 train_rows=4; }
-  rollout_prompts=64 rollout_samples=8 rollout_new=512 rollout_stop=128 rollout_seqs=256
+  rollout_prompts=64 rollout_samples=8 rollout_new=256 rollout_stop=64 rollout_seqs=256
   train_args=(--batch $train_rows --prompt-length 512 --response-length 512 --steps 1 --rl-rows 32 --micro-rows 8
               --stop-every 64)
   grpo_prompts=32 grpo_group=8 grpo_new=128 grpo_steps=2
   grpo_args=(--micro 32 --trl-micro 32)
   bounds_args=(--copy-mb 2048 --gemm 8192)
   # Expected at the H200's measured speeds (s): build ~135, bounds 7, models ~30, decode 1.7B ~35 + peer ~30,
-  # profile ~25, rollout ~40 + peer ~45, GRPO ~45 + TRL ~45, train ~40, decode 0.6B ~20 + peer ~20: ~520 in all
+  # profile ~25, rollout ~35 + peer ~25, GRPO ~55 + TRL ~45, train ~40, decode 0.6B ~20 + peer ~20: ~520 in all
   # (the training-step profile after them runs only if the others were faster).
-  limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=70 limit_grpo=75
+  limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=70 limit_grpo=90
   limit_rollout=80 limit_decode_small=50
 else
   budget=${HF_BENCH_BUDGET_S:-1500}
