@@ -147,23 +147,42 @@ torch::Tensor SparseBlockImpl::forward(const torch::Tensor& x, const LayerIO& io
   return out.view(x.sizes());
 }
 
-torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
-                          bool float_weights) {
-  const int64_t k = routing.experts.size(1), count = static_cast<int64_t>(experts.size());
-  // Dispatch: the (token, slot) assignments sorted by expert, so each expert's tokens are one contiguous group.
+namespace {
+
+// Dispatch: the (token, slot) assignments sorted by expert, so each expert's tokens are one contiguous group
+// (under expert parallelism also sorted by owner, rank e / local experts).
+struct ExpertSortedAssignments {
+  torch::Tensor tokens;            // the token of each assignment, in expert order
+  torch::Tensor weights;           // its router weight
+  std::vector<int64_t> per_expert; // assignments per expert
+};
+
+ExpertSortedAssignments sort_assignments_by_expert(const torch::Tensor& x, const TopKRouting& routing, int64_t count,
+                                                   bool float_weights) {
+  const int64_t k = routing.experts.size(1);
   const auto assigned = routing.experts.reshape({-1});
   const auto order = std::get<1>(assigned.sort(/*stable=*/true, 0, /*descending=*/false));
-  const auto tokens = order.div(k, "floor");
-  auto weights = routing.weights.reshape({-1}).index_select(0, order);
+  ExpertSortedAssignments out;
+  out.tokens = order.div(k, "floor");
+  out.weights = routing.weights.reshape({-1}).index_select(0, order);
   // Qwen's routers hand their experts weights in the activations' dtype; Mixtral's stay float32.
-  if (!float_weights) weights = weights.to(x.scalar_type());
+  if (!float_weights) out.weights = out.weights.to(x.scalar_type());
   const auto sizes = torch::bincount(assigned, {}, count).to(torch::kCPU);
-  const auto* size = sizes.data_ptr<int64_t>();
+  out.per_expert.assign(sizes.data_ptr<int64_t>(), sizes.data_ptr<int64_t>() + count);
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                          bool float_weights) {
+  const int64_t count = static_cast<int64_t>(experts.size());
+  const auto [tokens, weights, size] = sort_assignments_by_expert(x, routing, count, float_weights);
   // Combine: each group's outputs, weighted, added back into its tokens' rows.
   auto out = torch::zeros_like(x);
   int64_t offset = 0;
   for (int64_t e = 0; e < count; ++e) {
-    const int64_t n = size[e];
+    const int64_t n = size[static_cast<size_t>(e)];
     if (n == 0) continue;
     const auto rows = tokens.narrow(0, offset, n);
     auto y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, rows)) * weights.narrow(0, offset, n).unsqueeze(1);
@@ -227,15 +246,8 @@ void SparseBlockImpl::release_gathered_experts() {
 torch::Tensor run_experts_parallel(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                                    int64_t first_local, int64_t local_count, const ExpertParallelGroup& ep,
                                    bool float_weights) {
-  const int64_t k = routing.experts.size(1), ranks = ep.size(), count = local_count * ranks;
-  // As run_experts: the (token, slot) pairs sorted by expert, which also sorts them by owner (rank e / local).
-  const auto assigned = routing.experts.reshape({-1});
-  const auto order = std::get<1>(assigned.sort(/*stable=*/true, 0, /*descending=*/false));
-  const auto tokens = order.div(k, "floor");
-  auto weights = routing.weights.reshape({-1}).index_select(0, order);
-  if (!float_weights) weights = weights.to(x.scalar_type());
-  const auto sizes = torch::bincount(assigned, {}, count).to(torch::kCPU);
-  const std::vector<int64_t> per_expert(sizes.data_ptr<int64_t>(), sizes.data_ptr<int64_t>() + count);
+  const int64_t ranks = ep.size(), count = local_count * ranks;
+  const auto [tokens, weights, per_expert] = sort_assignments_by_expert(x, routing, count, float_weights);
   // What each rank sends each of this rank's experts: [ranks x local] counts, source-major.
   const std::vector<int64_t> incoming = exchange_counts(per_expert, ep);
   std::vector<int64_t> send_rows(static_cast<size_t>(ranks), 0), recv_rows(static_cast<size_t>(ranks), 0);
