@@ -106,6 +106,8 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
+  HF_CHECK(!ep_.enabled(), "use_distributed_optimizer: the distributed optimizer is not combined with expert ",
+           "parallelism yet");
   std::vector<bool> decay, counted;
   for (size_t i = 0; i < names_.size(); ++i) {
     decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
@@ -219,10 +221,10 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
 void TrainEngine::set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                                       const std::function<bool(const std::string&)>& is_expert) {
   if (!ep.enabled()) return;
-  HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
-                     "are data-parallel ranks)");
   HF_CHECK(!zero_ && !pipeline_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
            "with the distributed optimizer (use_distributed_optimizer) or pipeline stages yet");
+  HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
+                     "are data-parallel ranks)");
   HF_CHECK(step_ == 0, "set_expert_parallel: the engine has already taken ", step_, " steps");
   ep_ = ep;
   expert_dp_ = expert_data_parallel;
