@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/steady_seconds.h"
 #include "hybridflow/engine/turn_batcher.h"
 
 namespace hybridflow {
@@ -31,6 +32,7 @@ class EpisodeBoard {
         replies(static_cast<size_t>(count)),
         turn_failures(static_cast<size_t>(count)),
         running(count),
+        wake_(static_cast<size_t>(count)),
         log_probs_(static_cast<size_t>(count)),
         failures_(static_cast<size_t>(count)) {
     threads_.reserve(static_cast<size_t>(count));
@@ -47,7 +49,7 @@ class EpisodeBoard {
         std::lock_guard<std::mutex> lock(mutex);
         --running;
         ended.push_back(static_cast<int64_t>(i));
-        changed.notify_all();
+        changed.notify_one();
       });
   }
 
@@ -65,8 +67,12 @@ class EpisodeBoard {
       if (t.joinable()) t.join();
   }
 
+  // Wakes the episode whose reply or failure was just posted (under the mutex). Each episode waits on its
+  // own condition: with dozens of episodes, waking them all for every reply cost more than the decoding.
+  void wake(size_t i) { wake_[i].notify_one(); }
+
   std::mutex mutex;
-  std::condition_variable changed;
+  std::condition_variable changed;  // the generating thread waits on it: a request, an episode's end
   std::vector<std::optional<Request>> requests;     // per episode: a turn asked for, not yet taken
   std::vector<std::optional<SampledTurn>> replies;  // per episode: its turn, generated
   std::vector<std::exception_ptr> turn_failures;    // per episode: generating its turn failed
@@ -79,8 +85,8 @@ class EpisodeBoard {
     std::unique_lock<std::mutex> lock(mutex);
     requests[i] = Request{context, max_new_tokens};
     ++asked;
-    changed.notify_all();
-    changed.wait(lock, [&] { return replies[i].has_value() || turn_failures[i]; });
+    changed.notify_one();
+    wake_[i].wait(lock, [&] { return replies[i].has_value() || turn_failures[i]; });
     if (turn_failures[i]) std::rethrow_exception(std::exchange(turn_failures[i], nullptr));
     SampledTurn turn = std::move(*replies[i]);
     replies[i].reset();
@@ -89,6 +95,7 @@ class EpisodeBoard {
     return turn.ids;
   }
 
+  std::vector<std::condition_variable> wake_;
   std::vector<std::vector<float>> log_probs_;
   std::vector<std::exception_ptr> failures_;
   std::vector<std::thread> threads_;
@@ -126,6 +133,7 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
     }
     std::vector<SampledTurn> turns;
     std::exception_ptr failed;
+    const double start = steady_seconds();
     try {
       turns = generate_round(contexts, limits, counted.rounds);
       HF_CHECK(turns.size() == rows.size(), "run_in_turn_rounds: round ", counted.rounds, " generated ",
@@ -133,6 +141,7 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
     } catch (...) {
       failed = std::current_exception();
     }
+    counted.generation_seconds += steady_seconds() - start;
     ++counted.rounds;
     counted.turns += static_cast<int64_t>(rows.size());
     counted.largest_round = std::max<int64_t>(counted.largest_round, static_cast<int64_t>(rows.size()));
@@ -142,8 +151,8 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
         board.turn_failures[rows[k]] = failed;
       else
         board.replies[rows[k]] = std::move(turns[k]);
+      board.wake(rows[k]);
     }
-    board.changed.notify_all();
   }
   std::vector<std::vector<float>> log_probs = board.finish();
   if (stats != nullptr) *stats = counted;
@@ -167,6 +176,7 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
   // The batcher's thread: takes new turns and ended episodes, then runs one step while any turn is under way.
   std::exception_ptr failed;  // generation failed: every turn under way and every later one fails with it
   std::vector<bool> in_flight(n, false);
+  double generation_seconds = 0;
   while (true) {
     std::vector<std::pair<size_t, EpisodeBoard::Request>> fresh;
     std::vector<int64_t> ended;
@@ -202,6 +212,7 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
     }
     std::vector<BatchedTurn> turns;
     if (!failed && !batcher.idle()) {
+      const double start = steady_seconds();
       try {
         turns = batcher.step();
       } catch (...) {
@@ -209,11 +220,13 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
         for (size_t i = 0; i < n; ++i)
           if (in_flight[i]) refused.emplace_back(i, failed);
       }
+      generation_seconds += steady_seconds() - start;
     }
     std::lock_guard<std::mutex> lock(board.mutex);
     for (auto& [i, error] : refused) {
       board.turn_failures[i] = error;
       in_flight[i] = false;
+      board.wake(i);
     }
     for (BatchedTurn& turn : turns) {
       const auto i = static_cast<size_t>(turn.conversation);
@@ -222,8 +235,8 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
       reply.ids.assign(turn.ids.begin(), turn.ids.end());
       reply.log_probs = std::move(turn.log_probs);
       board.replies[i] = std::move(reply);
+      board.wake(i);
     }
-    if (!refused.empty() || !turns.empty()) board.changed.notify_all();
   }
   std::vector<std::vector<float>> log_probs = board.finish();
   if (stats != nullptr) {
@@ -235,6 +248,7 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
     stats->reused_tokens = b.reused_tokens;
     stats->decode_steps = b.decode_steps;
     stats->peak_kv_blocks = b.peak_blocks;
+    stats->generation_seconds = generation_seconds;
   }
   return log_probs;
 }
@@ -467,6 +481,7 @@ nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
   if (rollout.episodes.empty()) return m;
   const TurnRoundStats& r = rollout.rounds;
   m["agent/prefill_tokens"] = r.prefill_tokens;
+  m["agent/generation_seconds"] = r.generation_seconds;
   if (r.rounds > 0) {
     m["agent/rounds"] = r.rounds;
     m["agent/largest_round"] = r.largest_round;

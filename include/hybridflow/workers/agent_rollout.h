@@ -41,6 +41,7 @@ struct TurnRoundStats {
   int64_t reused_tokens = 0;   // continuous batching: cached positions that resumed turns did not prefill
   int64_t decode_steps = 0;    // continuous batching
   int64_t peak_kv_blocks = 0;  // continuous batching: the most paged-cache blocks held at once
+  double generation_seconds = 0;  // wall time spent generating (in rounds, or in the batcher's steps)
 };
 
 // Runs `count` episodes and returns, per episode, the log-probs of the ids its sampler returned, in order.
