@@ -81,6 +81,13 @@ BlockManager::Append BlockManager::append(int64_t id) {
   return where;
 }
 
+void BlockManager::add_blocks(int64_t count) {
+  HF_CHECK(count >= 0, "paged KV cache: cannot add ", count, " blocks");
+  references_.resize(static_cast<size_t>(num_blocks_ + count), 0);
+  for (int64_t b = num_blocks_; b < num_blocks_ + count; ++b) free_.insert(free_.end(), b);
+  num_blocks_ += count;
+}
+
 void BlockManager::release(int64_t id) {
   const auto found = sequences_.find(id);
   HF_CHECK(found != sequences_.end(), "paged KV cache: no running sequence ", id);

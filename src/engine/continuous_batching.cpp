@@ -26,7 +26,6 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 
 namespace hybridflow::generation {
-namespace {
 
 // A slab of zeros. On the CPU from fresh anonymous pages, which the kernel zeroes when first touched: most
 // slots never fill their capacity (answers stop early), and writing zeros to all of it cost as much as a
@@ -43,6 +42,22 @@ torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOp
       memory, sizes, [bytes](void* p) { munmap(p, std::max<size_t>(bytes, 1)); }, options);
 }
 
+int64_t given_pool_blocks(CausalLM& model, const GenerationConfig& cfg) {
+  if (cfg.kv_cache_blocks > 0) return cfg.kv_cache_blocks;
+  if (cfg.memory_budget_bytes <= 0) return 0;
+  const ModelConfig& c = model->config();
+  const int tp = model->tensor_parallel().size();
+  const int64_t kv_heads = kv_heads_replicated(c, tp) ? 1 : c.num_key_value_heads / tp;
+  const auto element = static_cast<double>(model->parameters().front().element_size());
+  const double block_bytes =
+      2.0 * static_cast<double>(c.num_hidden_layers * kv_heads * cfg.kv_block_size * c.head_dim()) * element;
+  const double weight_bytes = model_size(c).parameters() / tp * element;
+  return kv_blocks_in_budget(static_cast<double>(cfg.memory_budget_bytes), cfg.gpu_memory_utilization, weight_bytes,
+                             block_bytes);
+}
+
+namespace {
+
 // A running sequence.
 struct Row {
   int64_t sequence = 0;  // output row: prompt i's sample j is i * n + j
@@ -58,18 +73,8 @@ struct Row {
 // copied block (a prompt's shared blocks are held by at most its running samples) - the slabs' size, about.
 int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationConfig& cfg, int64_t slots, const BlockManager& sizing) {
-  if (cfg.kv_cache_blocks > 0) return cfg.kv_cache_blocks;
-  const ModelConfig& c = model->config();
-  if (cfg.memory_budget_bytes > 0) {
-    const int tp = model->tensor_parallel().size();
-    const int64_t kv_heads = kv_heads_replicated(c, tp) ? 1 : c.num_key_value_heads / tp;
-    const auto element = static_cast<double>(model->parameters().front().element_size());
-    const double block_bytes =
-        2.0 * static_cast<double>(c.num_hidden_layers * kv_heads * cfg.kv_block_size * c.head_dim()) * element;
-    const double weight_bytes = model_size(c).parameters() / tp * element;
-    return kv_blocks_in_budget(static_cast<double>(cfg.memory_budget_bytes), cfg.gpu_memory_utilization, weight_bytes,
-                               block_bytes);
-  }
+  const int64_t given = given_pool_blocks(model, cfg);
+  if (given > 0) return given;
   int64_t every_prompt = 0, longest_sequence = 0;
   for (const auto& p : prompts) {
     const auto length = static_cast<int64_t>(p.size());

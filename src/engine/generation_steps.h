@@ -48,6 +48,13 @@ std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const tor
                                                       const std::vector<int64_t>& sequences,
                                                       const std::vector<int64_t>& steps);
 
+// The paged pool's size in blocks that cfg fixes: kv_cache_blocks when > 0, else what memory_budget_bytes
+// buys (gpu_memory_utilization of it less the weights); 0 when neither is set.
+int64_t given_pool_blocks(CausalLM& model, const GenerationConfig& cfg);
+
+// A slab of zeros [sizes] (on the CPU from fresh anonymous pages, zeroed by the kernel when first touched).
+torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOptions& options);
+
 // True when a token id ends a sequence.
 bool is_eos(const GenerationConfig& cfg, int64_t token);
 

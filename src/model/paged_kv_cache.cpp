@@ -20,10 +20,11 @@ void PagedKVCache::copy_block(int64_t from, int64_t to) {
 }
 
 void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
-                                 const std::vector<int64_t>& lengths) {
-  HF_CHECK(prefill.keys.size() == keys.size() && tables.size() == lengths.size(),
+                                 const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts) {
+  HF_CHECK(prefill.keys.size() == keys.size() && tables.size() == lengths.size() &&
+               (starts.empty() || starts.size() == lengths.size()),
            "PagedKVCache::write_prefill: a prefill of ", prefill.keys.size(), " layers into pools of ", keys.size(),
-           ", with ", tables.size(), " block tables for ", lengths.size(), " rows");
+           ", with ", tables.size(), " block tables and ", starts.size(), " starts for ", lengths.size(), " rows");
   if (keys.empty()) return;
   const int64_t kv = keys[0].size(1), bs = block_size(), d = keys[0].size(3);
   const int64_t width = prefill.keys[0].size(2);  // positions per prefill row in its slab
@@ -33,8 +34,9 @@ void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::
     HF_CHECK(lengths[i] <= width && static_cast<int64_t>(tables[i].size()) * bs >= lengths[i],
              "PagedKVCache::write_prefill: row ", i, " has ", lengths[i], " positions for a prefill of ", width,
              " and ", tables[i].size(), " blocks of ", bs);
+    const int64_t start = starts.empty() ? 0 : starts[i];
     for (int64_t h = 0; h < kv; ++h)
-      for (int64_t p = 0; p < lengths[i]; ++p) {
+      for (int64_t p = start; p < lengths[i]; ++p) {
         to.push_back((tables[i][static_cast<size_t>(p / bs)] * kv + h) * bs + p % bs);
         from.push_back((static_cast<int64_t>(i) * kv + h) * width + p);
       }
@@ -46,6 +48,26 @@ void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::
     keys[l].view({-1, d}).index_copy_(0, to_t, prefill.keys[l].reshape({-1, d}).index_select(0, from_t));
     values[l].view({-1, d}).index_copy_(0, to_t, prefill.values[l].reshape({-1, d}).index_select(0, from_t));
   }
+}
+
+KVCache PagedKVCache::gather(const std::vector<int64_t>& table, int64_t length) const {
+  HF_CHECK(length >= 0 && static_cast<int64_t>(table.size()) * block_size() >= length,
+           "PagedKVCache::gather: ", length, " positions from ", table.size(), " blocks of ", block_size());
+  KVCache out;
+  out.filled = length;
+  out.capacity = length;
+  if (keys.empty() || length == 0) return out;
+  const auto blocks = torch::tensor(table, torch::kInt64).to(keys[0].device());
+  // [blocks, kv, bs, d] -> [kv, blocks * bs, d], the first `length` positions, as one row.
+  auto one_row = [&](const torch::Tensor& pool) {
+    const auto picked = pool.index_select(0, blocks);
+    return picked.transpose(0, 1).reshape({pool.size(1), -1, pool.size(3)}).narrow(1, 0, length).unsqueeze(0).contiguous();
+  };
+  for (size_t l = 0; l < keys.size(); ++l) {
+    out.keys.push_back(one_row(keys[l]));
+    out.values.push_back(one_row(values[l]));
+  }
+  return out;
 }
 
 }  // namespace hybridflow

@@ -10,24 +10,95 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/steady_seconds.h"
+#include "hybridflow/engine/turn_batcher.h"
 
 namespace hybridflow {
 
 namespace {
 
-// The rendezvous of the episodes' samplers and the thread that generates their rounds.
-struct TurnRoundBoard {
+// The rendezvous of the episodes, each on its own thread, and the thread that generates their turns: an
+// episode's sampler posts its request and waits for the reply (or the failure) the generating thread posts.
+class EpisodeBoard {
+ public:
   struct Request {
     std::vector<int32_t> context;
     int64_t max_new_tokens = 0;
   };
+
+  // Starts episode(i, sampler) for i in [0, count), each on its own thread.
+  EpisodeBoard(int64_t count, const EpisodeFunction& episode)
+      : requests(static_cast<size_t>(count)),
+        replies(static_cast<size_t>(count)),
+        turn_failures(static_cast<size_t>(count)),
+        running(count),
+        wake_(static_cast<size_t>(count)),
+        log_probs_(static_cast<size_t>(count)),
+        failures_(static_cast<size_t>(count)) {
+    threads_.reserve(static_cast<size_t>(count));
+    for (size_t i = 0; i < static_cast<size_t>(count); ++i)
+      threads_.emplace_back([this, i, &episode] {
+        agent::TurnSampler sampler = [this, i](const std::vector<int32_t>& context, int64_t max_new_tokens) {
+          return ask(i, context, max_new_tokens);
+        };
+        try {
+          episode(static_cast<int64_t>(i), sampler);
+        } catch (...) {
+          failures_[i] = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        --running;
+        ended.push_back(static_cast<int64_t>(i));
+        changed.notify_one();
+      });
+  }
+
+  // Joins the threads; rethrows the first episode's exception by index, else returns each episode's log-probs.
+  std::vector<std::vector<float>> finish() {
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    for (auto& f : failures_)
+      if (f) std::rethrow_exception(f);
+    return std::move(log_probs_);
+  }
+
+  ~EpisodeBoard() {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  // Wakes the episode whose reply or failure was just posted (under the mutex). Each episode waits on its
+  // own condition: with dozens of episodes, waking them all for every reply cost more than the decoding.
+  void wake(size_t i) { wake_[i].notify_one(); }
+
   std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<std::optional<Request>> requests;        // per episode: waiting for this turn
-  std::vector<std::optional<SampledTurn>> replies;     // per episode: its turn, generated
-  std::vector<std::exception_ptr> round_failures;      // per episode: its round failed
-  int64_t running = 0;
-  int64_t waiting = 0;
+  std::condition_variable changed;  // the generating thread waits on it: a request, an episode's end
+  std::vector<std::optional<Request>> requests;     // per episode: a turn asked for, not yet taken
+  std::vector<std::optional<SampledTurn>> replies;  // per episode: its turn, generated
+  std::vector<std::exception_ptr> turn_failures;    // per episode: generating its turn failed
+  std::vector<int64_t> ended;                       // episodes that returned since the generator last looked
+  int64_t asked = 0;                                // requests not yet taken
+  int64_t running = 0;                              // episodes that have not returned
+
+ private:
+  std::vector<int32_t> ask(size_t i, const std::vector<int32_t>& context, int64_t max_new_tokens) {
+    std::unique_lock<std::mutex> lock(mutex);
+    requests[i] = Request{context, max_new_tokens};
+    ++asked;
+    changed.notify_one();
+    wake_[i].wait(lock, [&] { return replies[i].has_value() || turn_failures[i]; });
+    if (turn_failures[i]) std::rethrow_exception(std::exchange(turn_failures[i], nullptr));
+    SampledTurn turn = std::move(*replies[i]);
+    replies[i].reset();
+    lock.unlock();
+    log_probs_[i].insert(log_probs_[i].end(), turn.log_probs.begin(), turn.log_probs.end());
+    return turn.ids;
+  }
+
+  std::vector<std::condition_variable> wake_;
+  std::vector<std::vector<float>> log_probs_;
+  std::vector<std::exception_ptr> failures_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace
@@ -37,42 +108,8 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
                                                    const TurnRoundGenerator& generate_round, TurnRoundStats* stats) {
   HF_CHECK(count >= 0, "run_in_turn_rounds: episode count ", count, " is negative");
   const auto n = static_cast<size_t>(count);
-  TurnRoundBoard board;
-  board.requests.resize(n);
-  board.replies.resize(n);
-  board.round_failures.resize(n);
-  board.running = count;
-  std::vector<std::vector<float>> log_probs(n);
-  std::vector<std::exception_ptr> failures(n);
   TurnRoundStats counted;
-
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      agent::TurnSampler sampler = [&, i](const std::vector<int32_t>& context, int64_t max_new_tokens) {
-        std::unique_lock<std::mutex> lock(board.mutex);
-        board.requests[i] = TurnRoundBoard::Request{context, max_new_tokens};
-        ++board.waiting;
-        board.changed.notify_all();
-        board.changed.wait(lock, [&] { return board.replies[i].has_value() || board.round_failures[i]; });
-        if (board.round_failures[i]) std::rethrow_exception(std::exchange(board.round_failures[i], nullptr));
-        SampledTurn turn = std::move(*board.replies[i]);
-        board.replies[i].reset();
-        lock.unlock();
-        log_probs[i].insert(log_probs[i].end(), turn.log_probs.begin(), turn.log_probs.end());
-        return turn.ids;
-      };
-      try {
-        episode(static_cast<int64_t>(i), sampler);
-      } catch (...) {
-        failures[i] = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(board.mutex);
-      --board.running;
-      board.changed.notify_all();
-    });
-  }
+  EpisodeBoard board(count, episode);
 
   // Rounds: when every running episode waits for a turn, generate all of their turns together.
   while (true) {
@@ -81,19 +118,22 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
     std::vector<int64_t> limits;
     {
       std::unique_lock<std::mutex> lock(board.mutex);
-      board.changed.wait(lock, [&] { return board.running == 0 || board.waiting == board.running; });
+      board.changed.wait(lock, [&] { return board.running == 0 || board.asked == board.running; });
       if (board.running == 0) break;
       for (size_t i = 0; i < n; ++i) {
         if (!board.requests[i]) continue;
         rows.push_back(i);
+        counted.prefill_tokens += static_cast<int64_t>(board.requests[i]->context.size());
         contexts.push_back(std::move(board.requests[i]->context));
         limits.push_back(board.requests[i]->max_new_tokens);
         board.requests[i].reset();
       }
-      board.waiting = 0;
+      board.asked = 0;
+      board.ended.clear();
     }
     std::vector<SampledTurn> turns;
     std::exception_ptr failed;
+    const double start = steady_seconds();
     try {
       turns = generate_round(contexts, limits, counted.rounds);
       HF_CHECK(turns.size() == rows.size(), "run_in_turn_rounds: round ", counted.rounds, " generated ",
@@ -101,23 +141,127 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
     } catch (...) {
       failed = std::current_exception();
     }
+    counted.generation_seconds += steady_seconds() - start;
     ++counted.rounds;
     counted.turns += static_cast<int64_t>(rows.size());
     counted.largest_round = std::max<int64_t>(counted.largest_round, static_cast<int64_t>(rows.size()));
     std::lock_guard<std::mutex> lock(board.mutex);
     for (size_t k = 0; k < rows.size(); ++k) {
       if (failed)
-        board.round_failures[rows[k]] = failed;
+        board.turn_failures[rows[k]] = failed;
       else
         board.replies[rows[k]] = std::move(turns[k]);
+      board.wake(rows[k]);
     }
-    board.changed.notify_all();
   }
-  for (auto& t : threads) t.join();
-  for (auto& f : failures)
-    if (f) std::rethrow_exception(f);
+  std::vector<std::vector<float>> log_probs = board.finish();
   if (stats != nullptr) *stats = counted;
   return log_probs;
+}
+
+EpisodeRunner turn_rounds_runner(TurnRoundGenerator generate_round) {
+  return [generate_round = std::move(generate_round)](int64_t count, const EpisodeFunction& episode,
+                                                      TurnRoundStats* stats) {
+    return run_in_turn_rounds(count, episode, generate_round, stats);
+  };
+}
+
+std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
+                                                        const GenerationConfig& config, TurnRoundStats* stats) {
+  HF_CHECK(count >= 0, "run_in_continuous_turns: episode count ", count, " is negative");
+  const auto n = static_cast<size_t>(count);
+  TurnBatcher batcher(model, config, count);
+  EpisodeBoard board(count, episode);
+
+  // The batcher's thread: takes new turns and ended episodes, then runs one step while any turn is under way.
+  std::exception_ptr failed;  // generation failed: every turn under way and every later one fails with it
+  std::vector<bool> in_flight(n, false);
+  double generation_seconds = 0;
+  while (true) {
+    std::vector<std::pair<size_t, EpisodeBoard::Request>> fresh;
+    std::vector<int64_t> ended;
+    {
+      std::unique_lock<std::mutex> lock(board.mutex);
+      // A turn waiting for blocks waits for an episode to end; one just submitted starts in the step below.
+      const bool busy = !failed && batcher.running_turns() > 0;
+      if (!busy)
+        board.changed.wait(lock, [&] { return board.asked > 0 || !board.ended.empty() || board.running == 0; });
+      for (size_t i = 0; i < n && board.asked > 0; ++i)
+        if (board.requests[i]) {
+          fresh.emplace_back(i, std::move(*board.requests[i]));
+          board.requests[i].reset();
+          --board.asked;
+        }
+      ended.swap(board.ended);
+      if (board.running == 0 && fresh.empty() && (failed || batcher.idle())) break;
+    }
+    for (int64_t e : ended) batcher.release(e);
+    std::vector<std::pair<size_t, std::exception_ptr>> refused;
+    for (auto& [i, request] : fresh) {
+      if (failed) {
+        refused.emplace_back(i, failed);
+        continue;
+      }
+      try {
+        batcher.submit(static_cast<int64_t>(i), std::vector<int64_t>(request.context.begin(), request.context.end()),
+                       request.max_new_tokens);
+        in_flight[i] = true;
+      } catch (...) {
+        refused.emplace_back(i, std::current_exception());
+      }
+    }
+    std::vector<BatchedTurn> turns;
+    if (!failed && !batcher.idle()) {
+      const double start = steady_seconds();
+      try {
+        turns = batcher.step();
+      } catch (...) {
+        failed = std::current_exception();
+        for (size_t i = 0; i < n; ++i)
+          if (in_flight[i]) refused.emplace_back(i, failed);
+      }
+      generation_seconds += steady_seconds() - start;
+    }
+    std::lock_guard<std::mutex> lock(board.mutex);
+    for (auto& [i, error] : refused) {
+      board.turn_failures[i] = error;
+      in_flight[i] = false;
+      board.wake(i);
+    }
+    for (BatchedTurn& turn : turns) {
+      const auto i = static_cast<size_t>(turn.conversation);
+      in_flight[i] = false;
+      SampledTurn reply;
+      reply.ids.assign(turn.ids.begin(), turn.ids.end());
+      reply.log_probs = std::move(turn.log_probs);
+      board.replies[i] = std::move(reply);
+      board.wake(i);
+    }
+  }
+  std::vector<std::vector<float>> log_probs = board.finish();
+  if (stats != nullptr) {
+    const TurnBatcherStats b = batcher.stats();
+    *stats = TurnRoundStats{};
+    stats->turns = b.turns;
+    stats->largest_round = b.largest_step;
+    stats->prefill_tokens = b.prefill_tokens;
+    stats->reused_tokens = b.reused_tokens;
+    stats->decode_steps = b.decode_steps;
+    stats->peak_kv_blocks = b.peak_blocks;
+    stats->generation_seconds = generation_seconds;
+  }
+  return log_probs;
+}
+
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config) {
+  return [&model, config](int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats) {
+    return run_in_continuous_turns(count, episode, model, config, stats);
+  };
+}
+
+bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config) {
+  return config.use_kv_cache && config.continuous_batching && config.paged_kv_cache && !config.refresh_weights &&
+         !config.record_routing && !model->tensor_parallel().enabled() && !model->pipeline_stage().enabled();
 }
 
 TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config) {
@@ -214,6 +358,13 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
                                const text::TokenizerConfig& tokenizer_config,
                                const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
                                const TurnRoundGenerator& generate_round) {
+  return run_agent_rollout(rows, tokenizer, tokenizer_config, environment, setup, turn_rounds_runner(generate_round));
+}
+
+AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const text::Tokenizer& tokenizer,
+                               const text::TokenizerConfig& tokenizer_config,
+                               const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
+                               const EpisodeRunner& runner) {
   const agent::Json tool_schemas = environment.tools.schemas();
   // Each row's setup first, so that a bad row fails before any episode starts.
   std::vector<agent::EpisodeSetup> setups;
@@ -239,14 +390,14 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
   }
   AgentRollout out;
   out.episodes.resize(rows.size());
-  out.log_probs = run_in_turn_rounds(
+  out.log_probs = runner(
       static_cast<int64_t>(rows.size()),
       [&](int64_t i, const agent::TurnSampler& sample) {
         const auto at = static_cast<size_t>(i);
         agent::TrajectoryBuilder builder(tokenizer, tokenizer_config, with_tools[at] ? tool_schemas : agent::Json());
         out.episodes[at] = agent::run_episode(builder, tokenizer, rows[at].messages, sample, setups[at]);
       },
-      generate_round, &out.rounds);
+      &out.rounds);
   return out;
 }
 
@@ -328,8 +479,18 @@ nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
   for (const auto& e : rollout.episodes) records.push_back(agent_episode_record(e));
   nlohmann::json m = agent_episode_metrics(records);
   if (rollout.episodes.empty()) return m;
-  m["agent/rounds"] = rollout.rounds.rounds;
-  m["agent/largest_round"] = rollout.rounds.largest_round;
+  const TurnRoundStats& r = rollout.rounds;
+  m["agent/prefill_tokens"] = r.prefill_tokens;
+  m["agent/generation_seconds"] = r.generation_seconds;
+  if (r.rounds > 0) {
+    m["agent/rounds"] = r.rounds;
+    m["agent/largest_round"] = r.largest_round;
+  } else {
+    m["agent/decode_steps"] = r.decode_steps;
+    m["agent/largest_step"] = r.largest_round;
+    m["agent/reused_prefix_tokens"] = r.reused_tokens;
+    m["agent/peak_kv_blocks"] = r.peak_kv_blocks;
+  }
   return m;
 }
 
@@ -378,8 +539,13 @@ DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, c
     for (int64_t j = 0; j < g.n; ++j) samples.push_back(row);
   agent::EpisodeSetup setup = context.setup;
   setup.limits.max_response_tokens = g.max_new_tokens;
+  // Continuous batching of turns where the model runs whole in this process; rounds otherwise (tensor or
+  // pipeline parallelism, the static or slot-cache generator, partial rollouts, routing records).
+  const EpisodeRunner runner = context.continuous_turns && continuous_turns_apply(model, g)
+                                   ? continuous_turns_runner(model, g)
+                                   : turn_rounds_runner(engine_turn_rounds(model, g));
   const AgentRollout rollout = run_agent_rollout(samples, *context.tokenizer, *context.tokenizer_config,
-                                                 *context.environment, setup, engine_turn_rounds(model, g));
+                                                 *context.environment, setup, runner);
   std::vector<agent::Trajectory> trajectories;
   trajectories.reserve(rollout.episodes.size());
   for (const auto& e : rollout.episodes) trajectories.push_back(e.trajectory);

@@ -11,6 +11,8 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/agent/command_tool.h"
+#include "hybridflow/model/batch_invariant.h"
+#include "support/error_of.h"
 #include "support/testdata_dir.h"
 #include "support/tiny_model.h"
 
@@ -144,6 +146,119 @@ TEST_F(AgentRolloutRounds, AFailingEpisodeIsRethrownAfterTheOthersEnd) {
                    engine_turn_rounds(model, config)),
                std::runtime_error);
   EXPECT_EQ(finished, 3);
+}
+
+// Episode i of the continuous-batching tests: a prompt of its own, then (i % 3) + 1 assistant turns of at most
+// 7 ids, each but the last followed by a "tool result" of (i + turn) % 5 + 1 ids the model did not sample; it
+// stops, as run_episode does, when the next tool result would not fit the response budget.
+EpisodeFunction tool_episodes(std::vector<agent::Trajectory>& out, int64_t budget) {
+  return [&out, budget](int64_t i, const agent::TurnSampler& sample) {
+    agent::Trajectory& t = out[static_cast<size_t>(i)];
+    t.prompt_ids = {5, static_cast<int32_t>(10 + i), 2};
+    for (int64_t k = 0; k < i % 4; ++k) t.prompt_ids.push_back(static_cast<int32_t>(20 + k));
+    const int turns = static_cast<int>(i % 3) + 1;
+    for (int turn = 0; turn < turns; ++turn) {
+      const int64_t left = budget - static_cast<int64_t>(t.response_ids.size());
+      std::vector<int32_t> context = t.prompt_ids;
+      context.insert(context.end(), t.response_ids.begin(), t.response_ids.end());
+      const std::vector<int32_t> ids = sample(context, std::min<int64_t>(7, left));
+      t.response_ids.insert(t.response_ids.end(), ids.begin(), ids.end());
+      t.response_mask.insert(t.response_mask.end(), ids.size(), 1);
+      const int64_t tool = (i + turn) % 5 + 1;
+      if (turn + 1 == turns || static_cast<int64_t>(t.response_ids.size()) + tool >= budget) break;
+      for (int64_t k = 0; k < tool; ++k) {
+        t.response_ids.push_back(static_cast<int32_t>(30 + (i + k) % 9));
+        t.response_mask.push_back(0);
+      }
+    }
+  };
+}
+
+// Greedy: delta prefill on cached prefixes gives the tokens and log-probs of prefilling every turn's whole
+// context again (the rounds), bit for bit under the batch-invariant kernels and to float rounding with the
+// default ones, for tool results of 1 to 5 ids; and it prefills far fewer positions.
+TEST_F(AgentRolloutRounds, ContinuousTurnsWithDeltaPrefillMatchReprefillingEveryTurn) {
+  config.greedy = true;
+  config.max_new_tokens = 40;  // each episode's response budget
+  for (const bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "batch-invariant kernels" : "default kernels");
+    BatchInvariantGuard kernels(exact);
+    const int64_t episodes = 9;
+    std::vector<agent::Trajectory> rounds(episodes), continuous(episodes);
+    TurnRoundStats rounds_stats, continuous_stats;
+    const auto rounds_lp = run_in_turn_rounds(episodes, tool_episodes(rounds, config.max_new_tokens),
+                                              engine_turn_rounds(model, config), &rounds_stats);
+    const auto continuous_lp = run_in_continuous_turns(episodes, tool_episodes(continuous, config.max_new_tokens), model,
+                                                       config, &continuous_stats);
+    int64_t tool_turns = 0;
+    for (int64_t i = 0; i < episodes; ++i) {
+      const auto at = static_cast<size_t>(i);
+      EXPECT_EQ(continuous[at].response_ids, rounds[at].response_ids) << "episode " << i;
+      EXPECT_EQ(continuous[at].response_mask, rounds[at].response_mask) << "episode " << i;
+      ASSERT_EQ(continuous_lp[at].size(), rounds_lp[at].size()) << "episode " << i;
+      for (size_t k = 0; k < rounds_lp[at].size(); ++k) {
+        if (exact)
+          EXPECT_EQ(continuous_lp[at][k], rounds_lp[at][k]) << "episode " << i << " token " << k;
+        else
+          EXPECT_NEAR(continuous_lp[at][k], rounds_lp[at][k], 1e-5) << "episode " << i << " token " << k;
+      }
+      for (size_t k = 1; k < continuous[at].response_mask.size(); ++k)
+        tool_turns += continuous[at].response_mask[k] == 1 && continuous[at].response_mask[k - 1] == 0 ? 1 : 0;
+    }
+    EXPECT_GE(tool_turns, 6) << "too few turns resumed after a tool result to compare";
+    EXPECT_EQ(continuous_stats.turns, rounds_stats.turns);
+    EXPECT_GT(continuous_stats.reused_tokens, 0);
+    EXPECT_EQ(continuous_stats.prefill_tokens + continuous_stats.reused_tokens, rounds_stats.prefill_tokens);
+    EXPECT_LT(continuous_stats.prefill_tokens, rounds_stats.prefill_tokens);
+  }
+}
+
+// Sampling: the draws depend on the episode, its turn and the token only, so two runs give the same
+// trajectories whatever the threads' timing (under the batch-invariant kernels, whose logits do not depend
+// on which turns share a step either).
+TEST_F(AgentRolloutRounds, ContinuousTurnsAreReproducibleFromTheSeed) {
+  config.max_new_tokens = 40;
+  BatchInvariantGuard exact;
+  std::vector<agent::Trajectory> a(8), b(8);
+  const auto a_lp = run_in_continuous_turns(8, tool_episodes(a, config.max_new_tokens), model, config);
+  const auto b_lp = run_in_continuous_turns(8, tool_episodes(b, config.max_new_tokens), model, config);
+  bool some_differ = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].response_ids, b[i].response_ids) << "episode " << i;
+    EXPECT_EQ(a_lp[i], b_lp[i]) << "episode " << i;
+    if (i > 0 && a[i].response_ids != a[0].response_ids) some_differ = true;
+  }
+  EXPECT_TRUE(some_differ) << "every episode sampled the same response";
+}
+
+// A small budget: episodes stop when the next turn or tool result would not fit (as with rounds), no turn
+// asks past the budget, and the rollout ends without an error.
+TEST_F(AgentRolloutRounds, ContinuousTurnsStopCleanlyAtTheResponseBudget) {
+  config.max_new_tokens = 9;
+  config.eos_token_ids = {};  // every turn runs to its limit
+  std::vector<agent::Trajectory> out(6);
+  TurnRoundStats stats;
+  std::vector<std::vector<float>> log_probs;
+  ASSERT_NO_THROW(log_probs = run_in_continuous_turns(6, tool_episodes(out, config.max_new_tokens), model, config, &stats));
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_LE(static_cast<int64_t>(out[i].response_ids.size()), config.max_new_tokens) << "episode " << i;
+    int64_t sampled = 0;
+    for (uint8_t m : out[i].response_mask) sampled += m;
+    EXPECT_EQ(static_cast<int64_t>(log_probs[i].size()), sampled);
+  }
+  // Asking past the budget is an error the episode sees, rethrown after the others end.
+  const std::string message = testing::error_of([&] {
+    run_in_continuous_turns(
+        2,
+        [&](int64_t i, const agent::TurnSampler& sample) {
+          const std::vector<int32_t> ids = sample({5, 2}, 9);
+          std::vector<int32_t> context = {5, 2};
+          context.insert(context.end(), ids.begin(), ids.end());
+          if (i == 1) sample(context, 2);
+        },
+        model, config);
+  });
+  EXPECT_NE(message.find("response budget"), std::string::npos) << message;
 }
 
 TEST_F(AgentRolloutRounds, MismatchedLogProbsAreAnError) {
@@ -378,7 +493,14 @@ TEST_F(AgentRolloutRows, GenerateSequencesRunsOneEpisodePerSampleOnTheEngine) {
   const auto recomputed =
       torch::log_softmax(logits / g.temperature, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1) * mask.to(torch::kFloat);
   EXPECT_TRUE(torch::allclose(batch.tensor("rollout_log_probs"), recomputed, 1e-4, 1e-4));
-  EXPECT_EQ(batch.meta().at("agent").at("agent/rounds").get<int64_t>(), 1);
+  // Continuous batching of turns (the model is whole in this process): each episode's one turn prefilled its
+  // prompt, nothing was resumed.
+  const auto& agent_meta = batch.meta().at("agent");
+  EXPECT_FALSE(agent_meta.contains("agent/rounds"));
+  EXPECT_GT(agent_meta.at("agent/decode_steps").get<int64_t>(), 0);
+  EXPECT_EQ(agent_meta.at("agent/reused_prefix_tokens").get<int64_t>(), 0);
+  EXPECT_EQ(agent_meta.at("agent/prefill_tokens").get<int64_t>(),
+            batch.tensor("attention_mask").slice(1, 0, p).sum().item<int64_t>());
   EXPECT_DOUBLE_EQ(batch.meta().at("agent").at("agent/turns_per_episode").get<double>(), 1.0);
 }
 

@@ -61,6 +61,10 @@ class BlockManager {
   };
   Append append(int64_t sequence);
 
+  // Adds `count` free blocks at the end of the pool (ids num_blocks() onwards); tables stay valid. For a pool
+  // that grows on demand (multi-turn conversations, whose lengths are known only as they arrive).
+  void add_blocks(int64_t count);
+
   // The sequence ends: its blocks lose a reference (those left with none are free) and its unused
   // reservation returns to the pool.
   void release(int64_t sequence);

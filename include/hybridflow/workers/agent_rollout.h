@@ -4,9 +4,12 @@
 // one generate() call over the episodes' current ids, rows in episode order, so a run is reproducible from
 // its seed whatever the threads' timing.
 //
-// This first version prefills each turn's whole context (prompt and response so far) rather than only the
-// appended delta on a cached prefix, and an episode waiting for a tool holds back the round it would join;
-// both are what continuous batching of turns would remove.
+// Two ways to generate the turns. Rounds (run_in_turn_rounds): a round starts when every running episode
+// waits for the model and prefills each turn's whole context again; an episode waiting for a tool holds back
+// the round it would join. Continuous batching (run_in_continuous_turns, engine/turn_batcher.h): each turn
+// starts as soon as its episode asks, resumes from its conversation's cached prefix (only the appended
+// ids are prefilled) and decodes beside the turns of the others; the worker uses it whenever the model runs
+// whole in one process with a paged KV cache, and rounds otherwise.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +34,20 @@ using TurnRoundGenerator = std::function<std::vector<SampledTurn>(
     const std::vector<std::vector<int32_t>>& contexts, const std::vector<int64_t>& max_new_tokens, int64_t round)>;
 
 struct TurnRoundStats {
-  int64_t rounds = 0;
-  int64_t turns = 0;          // turns generated over all rounds
-  int64_t largest_round = 0;  // the most turns generated together
+  int64_t rounds = 0;          // rounds (0 in continuous batching)
+  int64_t turns = 0;           // turns generated
+  int64_t largest_round = 0;   // the most turns generated together (in a round, or in one decode step)
+  int64_t prefill_tokens = 0;  // context positions prefilled (rounds: every turn's whole context)
+  int64_t reused_tokens = 0;   // continuous batching: cached positions that resumed turns did not prefill
+  int64_t decode_steps = 0;    // continuous batching
+  int64_t peak_kv_blocks = 0;  // continuous batching: the most paged-cache blocks held at once
+  double generation_seconds = 0;  // wall time spent generating (in rounds, or in the batcher's steps)
 };
+
+// Runs `count` episodes and returns, per episode, the log-probs of the ids its sampler returned, in order.
+using EpisodeFunction = std::function<void(int64_t, const agent::TurnSampler&)>;
+using EpisodeRunner =
+    std::function<std::vector<std::vector<float>>(int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats)>;
 
 // Runs episode(i, sampler) for i in [0, count), each on its own thread; every sampler call waits for its
 // round. Returns, per episode, the log-probs of the ids its sampler returned, in order. An exception from an
@@ -47,6 +60,23 @@ std::vector<std::vector<float>> run_in_turn_rounds(int64_t count,
 // Rounds on `model` with `config` (its n is taken as 1 and its max_new_tokens as each round's largest
 // request): round r samples with a seed derived from config.seed and r, row q with its own draws.
 TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config);
+EpisodeRunner turn_rounds_runner(TurnRoundGenerator generate_round);
+
+// Runs episode(i, sampler) for i in [0, count), each on its own thread, their turns in continuous batching
+// on `model` (engine/turn_batcher.h; the calling thread drives it): a turn starts as soon as its episode
+// asks, a conversation's blocks are kept between its turns and freed when its episode returns.
+// config.max_new_tokens is each episode's response budget (what it appends after its first context, in all);
+// its n is not read. Token t of episode i's turn k is drawn with the uniforms of (config.seed, k * count + i,
+// t). An exception from an episode or from generation is rethrown (the first by episode index) after every
+// episode ended.
+std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
+                                                        const GenerationConfig& config, TurnRoundStats* stats = nullptr);
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config);
+
+// True when `model` and `config` can generate multi-turn rollouts by continuous batching of turns: the whole
+// model in one process (no tensor or pipeline parallelism), a paged KV cache with continuous batching, no
+// mid-generation weight refresh and no routing record. Otherwise the worker generates in rounds.
+bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config);
 
 // The RL batch of finished trajectories, in rollout_batch's layout: prompts left padded, responses right
 // padded to response_length, response_mask 1 only on sampled ids (tool and user turns are 0 inside the
@@ -79,6 +109,11 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
                                const text::TokenizerConfig& tokenizer_config,
                                const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
                                const TurnRoundGenerator& generate_round);
+// The same with the episodes' turns generated by `runner` (turn_rounds_runner or continuous_turns_runner).
+AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const text::Tokenizer& tokenizer,
+                               const text::TokenizerConfig& tokenizer_config,
+                               const agent::AgentEnvironment& environment, const agent::EpisodeSetup& setup,
+                               const EpisodeRunner& runner);
 
 // The rollout's metrics (prefix agent/): agent_episode_metrics of its episodes, and its rounds.
 nlohmann::json agent_rollout_metrics(const AgentRollout& rollout);
@@ -107,10 +142,13 @@ struct AgentRolloutContext {
   const text::TokenizerConfig* tokenizer_config = nullptr;
   const agent::AgentEnvironment* environment = nullptr;
   agent::EpisodeSetup setup;  // format, tool options, turn limits (max_response_tokens is g.max_new_tokens)
+  // Continuous batching of turns where it applies (continuous_turns_apply); false: rounds always (the
+  // benchmark's baseline).
+  bool continuous_turns = true;
 };
 
 // generate_sequences with multi-turn on: one episode per sample (g.n per prompt, rows interleaved as
-// generate's), on `model` in rounds. The batch is agent_rollout_batch's with response_length
+// generate's), on `model` by continuous batching of turns where it applies, else in rounds. The batch is agent_rollout_batch's with response_length
 // g.max_new_tokens, the prompts' fields repeated to their samples, the field "agent_episode" (each sample's
 // agent_episode_record) and meta "agent" the rollout's metrics.
 DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,

@@ -1,0 +1,117 @@
+// Multi-turn agentic rollouts: turns generated in rounds (every turn prefills its whole context again, a round
+// waits for the slowest tool) against continuous batching of turns (a turn resumes from its conversation's
+// cached prefix with a delta prefill, and decodes beside the others' turns). Same model, rows, tools and seed
+// for both, alternated in one run; prints the positions prefilled and the wall time of each rollout, and the
+// ratios (of the summed positions and of the median times).
+//   bench_agent_turns --model=DIR --tokenizer=DIR --tools=FILE --data=FILE [--questions=8] [--n=8]
+//       [--response-length=112] [--max-assistant-turns=2] [--temperature=1.0] [--repeats=3] [--threads=0]
+// examples/calculator_tool/run.sh makes the model (runs/calculator/sft/final), the tokenizer
+// (runs/calculator/tokenizer) and the rows (runs/calculator/test.jsonl); the tools are
+// examples/calculator_tool/tools.yaml.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "bench_common.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/platform.h"
+#include "hybridflow/model/pretrained.h"
+#include "hybridflow/workers/agent_rollout.h"
+
+using namespace hybridflow;
+
+int main(int argc, char** argv) {
+  const std::string model_dir = bench::arg(argc, argv, "model", "runs/calculator/sft/final");
+  const std::string tokenizer_dir = bench::arg(argc, argv, "tokenizer", "runs/calculator/tokenizer");
+  const std::string tools = bench::arg(argc, argv, "tools", "examples/calculator_tool/tools.yaml");
+  const std::string data = bench::arg(argc, argv, "data", "runs/calculator/test.jsonl");
+  const int64_t questions = bench::arg_int(argc, argv, "questions", 8);
+  const int64_t repeats = bench::arg_int(argc, argv, "repeats", 3);
+  init_threads(static_cast<int>(bench::arg_int(argc, argv, "threads", 0)));
+
+  Pretrained pretrained = load_pretrained(model_dir);
+  CausalLM model = pretrained.model;
+  model->eval();
+  const nlohmann::json multi_turn = {
+      {"tokenizer_dir", tokenizer_dir},
+      {"tool_config_path", tools},
+      {"format", "hermes"},
+      {"max_assistant_turns", bench::arg_int(argc, argv, "max-assistant-turns", 2)},
+      {"max_user_turns", 0},
+      {"max_parallel_calls", 1}};
+  AgentRolloutRuntime runtime(multi_turn);
+  AgentRolloutContext context = runtime.context();
+
+  DataProto prompts;
+  {
+    std::ifstream in(data);
+    HF_CHECK(in.good(), "bench_agent_turns: cannot read --data=", data);
+    std::vector<nlohmann::json> messages, agents;
+    std::string line;
+    while (static_cast<int64_t>(messages.size()) < questions && std::getline(in, line)) {
+      if (line.empty()) continue;
+      const nlohmann::json row = nlohmann::json::parse(line);
+      messages.push_back(row.at("prompt"));
+      agents.push_back(row.value("agent_name", std::string()));
+    }
+    prompts.set_field("prompt", messages);
+    prompts.set_field("agent_name", agents);
+  }
+
+  GenerationConfig g;
+  g.max_new_tokens = bench::arg_int(argc, argv, "response-length", 112);
+  g.n = bench::arg_int(argc, argv, "n", 8);
+  g.temperature = std::atof(bench::arg(argc, argv, "temperature", "1.0").c_str());
+  g.seed = 1;
+  const auto end = context.tokenizer->token_to_id("<|im_end|>");
+  HF_CHECK(end.has_value(), "bench_agent_turns: the tokenizer has no <|im_end|>");
+  g.eos_token_ids = generation_stop_ids(model_dir, *end);
+  g.pad_token_id = context.tokenizer->token_to_id("<|endoftext|>").value_or(0);
+
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  std::printf("model %s: %.2fM parameters, %lld questions x %lld episodes, response budget %lld\n", model_dir.c_str(),
+              static_cast<double>(parameters) / 1e6, static_cast<long long>(questions),
+              static_cast<long long>(g.n), static_cast<long long>(g.max_new_tokens));
+  std::vector<double> seconds[2], generating[2];
+  double prefill[2] = {0, 0}, turns[2] = {0, 0}, calls[2] = {0, 0};
+  for (int64_t r = 0; r < repeats; ++r)
+    for (int path = 0; path < 2; ++path) {
+      context.continuous_turns = path == 1;
+      const double start = bench::now_seconds();
+      const DataProto batch = agent_generate_sequences(model, g, prompts, context);
+      const double took = bench::now_seconds() - start;
+      const nlohmann::json& m = batch.meta().at("agent");
+      const auto episodes = static_cast<double>(batch.batch_size());
+      seconds[path].push_back(took);
+      generating[path].push_back(m.at("agent/generation_seconds").get<double>());
+      prefill[path] += m.at("agent/prefill_tokens").get<double>();
+      turns[path] += m.at("agent/turns_per_episode").get<double>() * episodes;
+      calls[path] += m.at("agent/tool_calls").get<double>();
+      std::printf("%s repeat %lld: %.3f s (%.3f s generating), %.0f positions prefilled, %.0f turns, %.0f tool calls%s\n",
+                  path == 0 ? "rounds, re-prefill  " : "continuous, delta   ", static_cast<long long>(r), took,
+                  m.at("agent/generation_seconds").get<double>(),
+                  m.at("agent/prefill_tokens").get<double>(), m.at("agent/turns_per_episode").get<double>() * episodes,
+                  m.at("agent/tool_calls").get<double>(),
+                  path == 1 ? (", " + std::to_string(m.at("agent/reused_prefix_tokens").get<int64_t>()) +
+                               " cached positions reused")
+                                  .c_str()
+                            : "");
+    }
+  // Medians: the tools are processes, and a loaded machine delays some of them by seconds.
+  double median[2], median_generating[2];
+  for (int path = 0; path < 2; ++path) {
+    std::sort(seconds[path].begin(), seconds[path].end());
+    std::sort(generating[path].begin(), generating[path].end());
+    median[path] = seconds[path][seconds[path].size() / 2];
+    median_generating[path] = generating[path][generating[path].size() / 2];
+  }
+  std::printf("median rollout: rounds %.3f s (%.3f s generating), continuous %.3f s (%.3f s generating)\n", median[0],
+              median_generating[0], median[1], median_generating[1]);
+  std::printf("re-prefill / delta: median generating time %.2fx\n", median_generating[0] / median_generating[1]);
+  std::printf("re-prefill / delta: prefilled positions %.2fx, median wall time %.2fx (turns %.0f vs %.0f, tool calls %.0f vs %.0f)\n",
+              prefill[0] / prefill[1], median[0] / median[1], turns[0], turns[1], calls[0], calls[1]);
+  return 0;
+}

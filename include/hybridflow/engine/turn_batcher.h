@@ -1,0 +1,101 @@
+// Continuous batching of conversation turns (multi-turn agentic rollouts) on a paged KV cache, resuming each
+// conversation from its cached prefix.
+//
+// A conversation asks for one turn at a time: its whole context so far and how many tokens the turn may
+// have. Its first turn prefills the context into blocks of its own; when a turn ends (an eos or its token
+// limit) the conversation keeps its blocks, and its next turn's context, which extends the ids the cache
+// holds (the turn's tokens, then a tool's result or a user's message and the next assistant header), is
+// resumed by a delta prefill: only the ids past the cached prefix run through the model, at their
+// positions, attending to the cached keys and values. Meanwhile the other conversations keep decoding: a
+// step decodes one token for every running turn, whatever turn of its conversation it is, and a turn's
+// result is handed back the step it ends, so a conversation waiting for a tool holds back no one.
+//
+// Each prefill runs one conversation alone (no padding, its cache as it is), so its keys and values do not
+// depend on what else was waiting. Token t of conversation c's turn k is drawn with
+// sampling_uniform(cfg.seed, k * conversations + c, t): the draws do not depend on the timing of the turns.
+// Under the batch-invariant kernels (model/batch_invariant.h) a turn's tokens and log-probs are bit for bit
+// those of prefilling its whole context again; with the default kernels they agree to float rounding
+// (a cached key was computed by a decode step, a re-prefill computes it in a prefill).
+//
+// Blocks: a conversation is admitted once, reserving the blocks its first context plus cfg.max_new_tokens
+// (the response budget of the whole conversation) can hold, and holds them until release(). The pool is
+// cfg's (kv_cache_blocks, or what memory_budget_bytes buys: a conversation then waits for blocks), else it
+// grows as conversations arrive. One process, one pipeline stage, no tensor parallelism.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "hybridflow/engine/block_manager.h"
+#include "hybridflow/engine/generation.h"
+
+namespace hybridflow {
+
+// One turn that ended: its tokens (an eos included) and each one's log-prob.
+struct BatchedTurn {
+  int64_t conversation = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> log_probs;
+};
+
+struct TurnBatcherStats {
+  int64_t turns = 0;            // turns generated
+  int64_t prefill_tokens = 0;   // positions computed by prefills: first contexts and deltas
+  int64_t reused_tokens = 0;    // cached positions that resumed turns did not compute again
+  int64_t full_prefills = 0;    // contexts that did not extend their cache and were prefilled whole
+  int64_t decode_steps = 0;
+  int64_t largest_step = 0;     // the most turns decoded in one step
+  int64_t pool_blocks = 0;      // the pool's size at the end
+  int64_t peak_blocks = 0;      // the most blocks held at once
+};
+
+class TurnBatcher {
+ public:
+  // Conversations [0, conversations). cfg: sampling, eos ids, the paged cache's block size and pool, and
+  // max_new_tokens, the most positions a conversation adds after its first context. cfg.n, continuous_batching
+  // and paged_kv_cache are not read. Puts the model in eval mode until destroyed; call from one thread.
+  TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations);
+  ~TurnBatcher();
+  TurnBatcher(const TurnBatcher&) = delete;
+  TurnBatcher& operator=(const TurnBatcher&) = delete;
+
+  // Queues conversation c's next turn: `context` continued by at most max_new_tokens (>= 1) tokens. An error
+  // when c already has a turn queued or running, has a token outside the vocabulary, or would pass its budget.
+  void submit(int64_t conversation, std::vector<int64_t> context, int64_t max_new_tokens);
+  // One step: prefills the queued turns that fit (first contexts and deltas), then decodes one token for
+  // every running turn. Returns the turns that ended in it.
+  std::vector<BatchedTurn> step();
+  // The conversation is over: its blocks are freed (a queued turn of it is dropped).
+  void release(int64_t conversation);
+  // No turn queued or running.
+  bool idle() const;
+  // Turns decoding now (a queued turn waiting for blocks is not one).
+  int64_t running_turns() const;
+  // Blocks held by conversations now.
+  int64_t held_blocks() const;
+  TurnBatcherStats stats() const;
+
+ private:
+  struct Conversation;
+  struct Running;
+  std::optional<torch::Tensor> start(int64_t conversation);
+  torch::Tensor prefill(int64_t conversation, int64_t from);
+  void record(Running& row, int64_t token, float log_prob, std::vector<BatchedTurn>& ended);
+  void grow_pool(int64_t blocks);
+
+  CausalLM& model_;
+  GenerationConfig cfg_;
+  bool was_training_ = false;
+  int64_t fixed_pool_ = 0;  // blocks cfg fixes; 0 = grow on demand
+  BlockManager blocks_;
+  PagedKVCache paged_;
+  std::vector<std::unique_ptr<Conversation>> conversations_;
+  std::deque<int64_t> queued_;
+  std::vector<Running> running_;
+  TurnBatcherStats stats_;
+};
+
+}  // namespace hybridflow

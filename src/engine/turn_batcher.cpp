@@ -1,0 +1,254 @@
+// Continuous batching of conversation turns with cached-prefix resume; see engine/turn_batcher.h.
+#include "hybridflow/engine/turn_batcher.h"
+
+#include <algorithm>
+
+#include "engine/generation_steps.h"
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+struct TurnBatcher::Conversation {
+  std::vector<int64_t> cached;  // the ids whose keys and values its blocks hold, positions [0, size)
+  int64_t sequence = -1;        // its sequence in the block manager; -1 when it holds no blocks
+  int64_t max_positions = 0;    // its first context + the response budget
+  int64_t turns = 0;            // turns submitted so far
+  std::vector<int64_t> context;  // the queued turn's
+  int64_t max_new_tokens = 0;
+  bool queued = false, running = false;
+};
+
+struct TurnBatcher::Running {
+  int64_t conversation = 0;
+  int64_t turn = 0;   // the conversation's turn number
+  int64_t token = 0;  // the last token drawn: the next step's input
+  int64_t max_new_tokens = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> log_probs;
+};
+
+TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations)
+    : model_(model),
+      cfg_(cfg),
+      was_training_(model->is_training()),
+      fixed_pool_(generation::given_pool_blocks(model, cfg)),
+      blocks_(std::max<int64_t>(fixed_pool_, 1), cfg.kv_block_size) {
+  HF_CHECK(conversations >= 0, "TurnBatcher: ", conversations, " conversations");
+  HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "TurnBatcher: the model has a value head");
+  HF_CHECK(!model->tensor_parallel().enabled() && !model->pipeline_stage().enabled(),
+           "TurnBatcher: multi-turn continuous batching runs the whole model in one process (no tensor or "
+           "pipeline parallelism)");
+  HF_CHECK(cfg.max_new_tokens >= 1, "TurnBatcher: max_new_tokens (the response budget) must be >= 1, got ",
+           cfg.max_new_tokens);
+  HF_CHECK(cfg.greedy || cfg.temperature > 0, "TurnBatcher: temperature must be > 0 when sampling, got ",
+           cfg.temperature);
+  for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
+  model->eval();
+}
+
+TurnBatcher::~TurnBatcher() { model_->train(was_training_); }
+
+void TurnBatcher::submit(int64_t conversation, std::vector<int64_t> context, int64_t max_new_tokens) {
+  const auto count = static_cast<int64_t>(conversations_.size());
+  HF_CHECK(conversation >= 0 && conversation < count, "TurnBatcher: no conversation ", conversation, " of ", count);
+  Conversation& c = *conversations_[static_cast<size_t>(conversation)];
+  HF_CHECK(!c.queued && !c.running, "TurnBatcher: conversation ", conversation, " already has a turn under way");
+  HF_CHECK(!context.empty(), "TurnBatcher: conversation ", conversation, "'s context is empty");
+  HF_CHECK(max_new_tokens >= 1, "TurnBatcher: a turn may have ", max_new_tokens, " new tokens; at least 1 is needed");
+  const int64_t vocab = model_->config().vocab_size;
+  for (int64_t id : context)
+    HF_CHECK(id >= 0 && id < vocab, "TurnBatcher: conversation ", conversation, " has token id ", id,
+             " outside the vocabulary [0, ", vocab, ")");
+  if (c.max_positions == 0) c.max_positions = static_cast<int64_t>(context.size()) + cfg_.max_new_tokens;
+  const int64_t needs = static_cast<int64_t>(context.size()) + max_new_tokens - 1;
+  HF_CHECK(needs <= c.max_positions, "TurnBatcher: conversation ", conversation, "'s turn of ", context.size(),
+           " context ids and up to ", max_new_tokens, " new tokens passes its ", c.max_positions,
+           " positions (its first context + max_new_tokens, the response budget)");
+  c.context = std::move(context);
+  c.max_new_tokens = max_new_tokens;
+  c.queued = true;
+  queued_.push_back(conversation);
+}
+
+bool TurnBatcher::idle() const { return queued_.empty() && running_.empty(); }
+
+int64_t TurnBatcher::running_turns() const { return static_cast<int64_t>(running_.size()); }
+
+int64_t TurnBatcher::held_blocks() const { return blocks_.used_blocks(); }
+
+void TurnBatcher::release(int64_t conversation) {
+  HF_CHECK(conversation >= 0 && conversation < static_cast<int64_t>(conversations_.size()), "TurnBatcher: no conversation ",
+           conversation);
+  Conversation& c = *conversations_[static_cast<size_t>(conversation)];
+  if (c.sequence >= 0) blocks_.release(c.sequence);
+  c.sequence = -1;
+  c.cached.clear();
+  c.queued = c.running = false;
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), conversation), queued_.end());
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [&](const Running& r) { return r.conversation == conversation; }),
+                 running_.end());
+}
+
+void TurnBatcher::grow_pool(int64_t blocks) {
+  const int64_t added = std::max(blocks, blocks_.num_blocks());  // doubling: copies stay linear in the total
+  blocks_.add_blocks(added);
+  for (auto* pools : {&paged_.keys, &paged_.values})
+    for (auto& pool : *pools) {
+      auto more = generation::zero_slab({added, pool.size(1), pool.size(2), pool.size(3)}, pool.options());
+      pool = torch::cat({pool, more}, 0);
+    }
+}
+
+// Starts conversation `id`'s queued turn: a delta prefill when its context extends what its blocks hold, else
+// (its first turn, or a context that does not extend the cache) admission and a prefill of the whole context.
+// Returns the hidden state of its last context position [1, hidden], or nothing when its blocks do not fit yet.
+std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  const auto cached = static_cast<int64_t>(c.cached.size());
+  const bool extends = c.sequence >= 0 && static_cast<int64_t>(c.context.size()) > cached &&
+                       std::equal(c.cached.begin(), c.cached.end(), c.context.begin());
+  if (extends) return prefill(id, cached);
+  if (c.sequence >= 0) {
+    blocks_.release(c.sequence);
+    c.sequence = -1;
+    c.cached.clear();
+    ++stats_.full_prefills;
+  }
+  const auto length = static_cast<int64_t>(c.context.size());
+  if (!blocks_.can_admit(length, 1, c.max_positions)) {
+    const int64_t short_by =
+        blocks_.worst_case_blocks(length, 1, c.max_positions) - (blocks_.free_blocks() - blocks_.reserved_blocks());
+    if (fixed_pool_ > 0) {
+      HF_CHECK(held_blocks() > 0, "multi-turn generation: a conversation of up to ", c.max_positions,
+               " positions needs ", blocks_.worst_case_blocks(length, 1, c.max_positions), " KV blocks of ",
+               blocks_.block_size(), " positions; the pool has ", blocks_.num_blocks(),
+               " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
+      return std::nullopt;  // waits for a conversation to end
+    }
+    grow_pool(short_by);
+  }
+  c.sequence = blocks_.admit(length, 1, c.max_positions).front();
+  // The admission counted the context's positions as held; the prefill writes them.
+  return prefill(id, 0);
+}
+
+torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  const auto total = static_cast<int64_t>(c.context.size());
+  const int64_t count = total - from;
+  KVCache cache = from > 0 ? paged_.gather(blocks_.table(c.sequence), from) : KVCache{};
+  cache.capacity = total;
+  if (from > 0)
+    for (int64_t t = 0; t < count; ++t) {
+      const BlockManager::Append where = blocks_.append(c.sequence);
+      if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+    }
+  const auto device = model_->parameters().front().device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto ids = torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}).to(device);
+  const auto mask = torch::ones({1, total}, i64.device(device));
+  const auto positions = torch::arange(from, total, i64.device(device)).view({1, count});
+  const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);
+  if (paged_.keys.empty())
+    for (const auto& k : cache.keys) {
+      const std::vector<int64_t> sizes = {blocks_.num_blocks(), k.size(1), blocks_.block_size(), k.size(3)};
+      paged_.keys.push_back(generation::zero_slab(sizes, k.options()));
+      paged_.values.push_back(generation::zero_slab(sizes, k.options()));
+    }
+  paged_.write_prefill(cache, {blocks_.table(c.sequence)}, {total}, {from});
+  stats_.prefill_tokens += count;
+  stats_.reused_tokens += from;
+  c.cached = c.context;
+  c.queued = false;
+  c.running = true;
+  Running row;
+  row.conversation = id;
+  row.turn = c.turns++;
+  row.max_new_tokens = c.max_new_tokens;
+  running_.push_back(std::move(row));
+  c.context.clear();
+  c.context.shrink_to_fit();
+  return hidden.select(1, count - 1);
+}
+
+void TurnBatcher::record(Running& row, int64_t token, float log_prob, std::vector<BatchedTurn>& ended) {
+  row.ids.push_back(token);
+  row.log_probs.push_back(log_prob);
+  row.token = token;
+  if (!generation::is_eos(cfg_, token) && static_cast<int64_t>(row.ids.size()) < row.max_new_tokens) return;
+  conversations_[static_cast<size_t>(row.conversation)]->running = false;
+  ++stats_.turns;
+  ended.push_back(BatchedTurn{row.conversation, std::move(row.ids), std::move(row.log_probs)});
+  row.ids.clear();
+  row.max_new_tokens = 0;  // marks the row as ended
+}
+
+std::vector<BatchedTurn> TurnBatcher::step() {
+  torch::NoGradGuard no_grad;
+  std::vector<BatchedTurn> ended;
+  const auto count = static_cast<int64_t>(conversations_.size());
+  auto draw = [&](const std::vector<size_t>& rows, const torch::Tensor& hidden) {
+    std::vector<int64_t> sequences, steps;
+    for (size_t r : rows) {
+      sequences.push_back(running_[r].turn * count + running_[r].conversation);
+      steps.push_back(static_cast<int64_t>(running_[r].ids.size()));
+    }
+    const auto [tokens, log_probs] = generation::choose_tokens(model_, hidden, cfg_, sequences, steps);
+    const auto t = tokens.to(torch::kCPU, torch::kInt64).contiguous();
+    const auto lp = log_probs.to(torch::kCPU, torch::kFloat32).contiguous();
+    for (size_t k = 0; k < rows.size(); ++k)
+      record(running_[rows[k]], t.data_ptr<int64_t>()[k], lp.data_ptr<float>()[k], ended);
+  };
+
+  // Queued turns, in the order they came, as far as the running limit and the blocks allow; each prefilled
+  // alone, its first token drawn from its last position.
+  std::deque<int64_t> waiting;
+  for (int64_t id : queued_) {
+    const bool room = cfg_.max_num_seqs <= 0 || static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs;
+    const std::optional<torch::Tensor> last = room ? start(id) : std::nullopt;
+    if (!last) {
+      waiting.push_back(id);
+      continue;
+    }
+    draw({running_.size() - 1}, *last);
+  }
+  queued_ = std::move(waiting);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.max_new_tokens == 0; }),
+                 running_.end());
+  if (running_.empty()) return ended;
+
+  // One token for every running turn, at its conversation's own length.
+  std::vector<int64_t> inputs, lengths;
+  std::vector<std::vector<int64_t>> tables;
+  for (const Running& row : running_) {
+    Conversation& c = *conversations_[static_cast<size_t>(row.conversation)];
+    const BlockManager::Append where = blocks_.append(c.sequence);
+    if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+    inputs.push_back(row.token);
+    lengths.push_back(static_cast<int64_t>(c.cached.size()));
+    tables.push_back(blocks_.table(c.sequence));
+  }
+  const auto rows = static_cast<int64_t>(running_.size());
+  const auto device = model_->parameters().front().device();
+  const auto ids = torch::tensor(inputs, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device);
+  const torch::Tensor hidden = model_->decode_paged(ids, tables, lengths, paged_);
+  for (const Running& row : running_) conversations_[static_cast<size_t>(row.conversation)]->cached.push_back(row.token);
+  std::vector<size_t> all(running_.size());
+  for (size_t r = 0; r < all.size(); ++r) all[r] = r;
+  draw(all, hidden.select(1, 0));
+  ++stats_.decode_steps;
+  stats_.largest_step = std::max(stats_.largest_step, rows);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.max_new_tokens == 0; }),
+                 running_.end());
+  return ended;
+}
+
+TurnBatcherStats TurnBatcher::stats() const {
+  TurnBatcherStats s = stats_;
+  s.pool_blocks = blocks_.num_blocks();
+  s.peak_blocks = blocks_.peak_used_blocks();
+  return s;
+}
+
+}  // namespace hybridflow
