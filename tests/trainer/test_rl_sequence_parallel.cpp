@@ -134,8 +134,8 @@ TEST(RlSequenceParallel, PackedTokenBudgetMicroBatchesFollowThePaddedOnes) {
 }
 
 // The shipped long-sequence example (examples/grpo_long_sp2.yaml) loads and trains with its own settings
-// (GRPO, sequences split over 2 processes, packed rows, the "small" preset), at shorter prompts and responses so
-// that a step takes seconds; its full length is run and timed by hand (docs/performance.md).
+// (GRPO, sequences split over 2 processes, packed rows, its cut-down Qwen2.5 shape), at shorter prompts and
+// responses so that a step takes seconds; its full length was run and timed by hand (the example says how long).
 TEST(RlSequenceParallel, TheLongSequenceExampleTrainsAStepSplitTwoWays) {
   hybridflow::testing::TempDir dir;
   RLTrainer trainer(load_rl_config(std::string(HF_SOURCE_DIR) + "/examples/grpo_long_sp2.yaml",
