@@ -130,24 +130,17 @@ torch::Tensor packed_position_ids(const torch::Tensor& mask) {
   return (index - starts).masked_fill(mask.eq(0), 0);
 }
 
-// How a forward without a cache attends (all three give the real positions the same attention):
-//  kCausal: every row's sequence starts at position 0 and any padding follows it, which no real query sees:
+// How a forward without a cache attends:
+//  kCausal: no row has padding (the positions a sequence-parallel group appends are cut from the output):
 //           SDPA's causal attention over the whole rows, no mask.
-//  kRuns:   one row, packed or with padding before its one sequence: causal attention run by run.
-//  kMask:   the additive [B, 1, T, S] mask (rows padded in front, several packed rows, a sliding window, a cache).
+//  kRuns:   one packed row: causal attention run by run (its padding runs attend among themselves).
+//  kMask:   the additive [B, 1, T, S] mask (padded rows, several packed rows, a sliding window, a cache). Padded
+//           positions keep exactly the outputs they had, which callers compare whole (padding included).
 enum class CausalLayout { kCausal, kRuns, kMask };
 
-CausalLayout causal_layout(const torch::Tensor& mask, bool packed) {
+CausalLayout causal_layout(const torch::Tensor& mask, bool packed, bool unpadded) {
   if (packed) return mask.size(0) == 1 ? CausalLayout::kRuns : CausalLayout::kMask;
-  const int64_t t = mask.size(1);
-  if (t < 2) return CausalLayout::kCausal;
-  const auto real = mask.ne(0);
-  // Places where a real token follows padding: none means every row is real tokens then padding.
-  const auto rises = real.narrow(1, 1, t - 1).logical_and(real.narrow(1, 0, t - 1).logical_not());
-  const int64_t rise_count = rises.sum().item<int64_t>();
-  if (rise_count == 0) return CausalLayout::kCausal;
-  if (mask.size(0) == 1 && rise_count == 1 && !real[0][0].item<bool>()) return CausalLayout::kRuns;
-  return CausalLayout::kMask;
+  return unpadded ? CausalLayout::kCausal : CausalLayout::kMask;
 }
 
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
@@ -262,9 +255,9 @@ class AttentionImpl : public torch::nn::Module {
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
         .reshape({b, heads, t, head_dim_});
   }
-  // A row of runs (a packed row, or one row with padding around its sequence): each run attends causally within
-  // itself, so the cost is the sum of the runs' squared lengths rather than the square of their sum (a dense
-  // block-diagonal mask pays the latter). A padding run attends among padding, which no real position reads.
+  // A packed row: each run attends causally within itself, so the cost is the sum of the runs' squared lengths
+  // rather than the square of their sum (a dense block-diagonal mask pays the latter). A padding run attends
+  // among padding, which no real position reads.
   torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const SequenceRuns& runs) const {
     std::vector<torch::Tensor> parts;
@@ -526,6 +519,8 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
                                                    : position_ids_from_mask(mask).slice(1, past);
   HF_CHECK(positions.sizes() == given_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ",
            t - pad, "], got ", positions.sizes());
+  // Before the group's padding: rows without padding of their own attend causally with no mask.
+  const bool unpadded = cache == nullptr && !packed && mask.numel() > 0 && mask.ne(0).all().item<bool>();
   if (pad > 0) {
     mask = torch::constant_pad_nd(mask, {0, pad});
     positions = torch::constant_pad_nd(positions, {0, pad});
@@ -539,7 +534,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   // Without a cache, and with no sliding window shorter than the sequence, attention is causal within each
   // sequence and needs no [B, 1, T, S] mask (4 GiB of fp32 at 32k x 32k): see causal_layout.
   const bool window_bites = config_.sliding_window > 0 && config_.sliding_window < total;
-  const CausalLayout layout = cache == nullptr && !window_bites ? causal_layout(mask, packed) : CausalLayout::kMask;
+  const CausalLayout layout = cache == nullptr && !window_bites ? causal_layout(mask, packed, unpadded) : CausalLayout::kMask;
   const auto runs = layout == CausalLayout::kRuns ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0]))
                                                   : nullptr;
   auto& m = *layers_->model;

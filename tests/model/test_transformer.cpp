@@ -208,7 +208,8 @@ TEST_F(TransformerTest, PaddedBatchMatchesSequencesAlone) {
 // Without a cache the attention takes one of three layouts (causal over whole rows, causal run by run, the
 // additive mask): for the same real tokens, under grouped-query attention, they give the same logits and
 // gradients within 1e-5. The mask is forced by a batch of rows padded in front (each row twice, so its
-// gradient is twice one row's); run by run by one row padded in front; causal by one unpadded row.
+// gradient is twice one row's); run by run by a packed row holding the sequence and another; causal by one
+// unpadded row.
 TEST_F(TransformerTest, CausalLayoutsEqualTheMaskedAttention) {
   auto config = small_config();
   ASSERT_GT(config.num_attention_heads, config.num_key_value_heads);
@@ -229,7 +230,9 @@ TEST_F(TransformerTest, CausalLayoutsEqualTheMaskedAttention) {
     return std::make_pair(logits.detach()[0], grads);
   };
   auto [causal_logits, causal_grads] = run(seq, torch::ones({1, len}, torch::kInt64), 0);
-  auto [runs_logits, runs_grads] = run(padded, padded_mask, pad);
+  auto packed = torch::cat({seq, torch::randint(0, config.vocab_size, {1, 5}, torch::kInt64)}, 1);
+  auto packed_mask = torch::cat({torch::ones({1, len}, torch::kInt64), torch::full({1, 5}, 2, torch::kInt64)}, 1);
+  auto [runs_logits, runs_grads] = run(packed, packed_mask, 0);
   auto [mask_logits, mask_grads] = run(padded.repeat({2, 1}), padded_mask.repeat({2, 1}), pad);
   EXPECT_LT(max_diff(causal_logits, mask_logits), 1e-5);
   EXPECT_LT(max_diff(runs_logits, mask_logits), 1e-5);
