@@ -130,6 +130,19 @@ torch::Tensor packed_position_ids(const torch::Tensor& mask) {
   return (index - starts).masked_fill(mask.eq(0), 0);
 }
 
+// How a forward without a cache attends:
+//  kCausal: no row has padding (the positions a sequence-parallel group appends are cut from the output):
+//           SDPA's causal attention over the whole rows, no mask.
+//  kRuns:   one packed row: causal attention run by run (its padding runs attend among themselves).
+//  kMask:   the additive [B, 1, T, S] mask (padded rows, several packed rows, a sliding window, a cache). Padded
+//           positions keep exactly the outputs they had, which callers compare whole (padding included).
+enum class CausalLayout { kCausal, kRuns, kMask };
+
+CausalLayout causal_layout(const torch::Tensor& mask, bool packed, bool unpadded) {
+  if (packed) return mask.size(0) == 1 ? CausalLayout::kRuns : CausalLayout::kMask;
+  return unpadded ? CausalLayout::kCausal : CausalLayout::kMask;
+}
+
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -162,7 +175,8 @@ class AttentionImpl : public torch::nn::Module {
     }
   }
 
-  // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score).
+  // x [B, T, H] (replicated); cos/sin [B, 1, T, d]; mask_bias [B, 1, T, S] in x's dtype (0 or masked_score), or
+  // undefined for causal attention without a cache (see causal_layout); `runs`: attention within each run.
   // With cached_k/v: slabs holding `past` positions (see KVCache), this step's written after them, or with
   // `slots` each row's at its own slot and position.
   // Under sequence parallelism x is this rank's slice [B, T / n, H] of the sequence while cos, sin and
@@ -207,7 +221,7 @@ class AttentionImpl : public torch::nn::Module {
       k = append_to_slab(*cached_k, k, past, capacity);
       v = append_to_slab(*cached_v, v, past, capacity);
     }
-    auto attended = runs != nullptr ? attend_runs(q, k, v, mask_bias, *runs) : attend(q, k, v, mask_bias);
+    auto attended = runs != nullptr ? attend_runs(q, k, v, *runs) : attend(q, k, v, mask_bias);
     auto heads = head_to_sequence_split(attended.transpose(1, 2), sp).reshape({b, t, heads_ * head_dim_});
     return row_parallel(heads, o_proj, tp_, o_lora);
   }
@@ -222,11 +236,16 @@ class AttentionImpl : public torch::nn::Module {
   // ([B, kv, group*T, d] against [B, kv, S, d]), and only the mask is repeated per group. SDPA's own
   // enable_gqa repeats K/V on the CPU, which made single-token decoding 2-5x slower (measured).
   // The head counts are q's and k's (a sequence-parallel rank attends with a share of this rank's heads).
+  // An undefined mask_bias means plain causal attention over q's own positions (no cache: T == S): SDPA's
+  // is_causal, which needs no [T, S] mask and lets the flash kernels skip the blocks above the diagonal. Folding
+  // the query group into the length axis would shift that diagonal, so grouped heads go through enable_gqa
+  // (K/V repeated per group: O(S) memory, negligible against the O(T S) mask it saves).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask_bias) const {
     const int64_t heads = q.size(1), kv_heads = k.size(1);
     const int64_t group = heads / kv_heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    if (!mask_bias.defined()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, scale, group > 1);
     if (group == 1) return at::scaled_dot_product_attention(q, k, v, mask_bias, 0.0, false, scale);
     const int64_t b = q.size(0), t = q.size(2), s = k.size(2);
     auto folded_q = q.reshape({b, kv_heads, group * t, head_dim_});
@@ -236,16 +255,16 @@ class AttentionImpl : public torch::nn::Module {
     return at::scaled_dot_product_attention(folded_q, k, v, folded_mask, 0.0, false, scale)
         .reshape({b, heads, t, head_dim_});
   }
-  // A packed row: each run attends within itself, so the cost is the sum of the runs' squared lengths rather
-  // than the square of their sum (a dense block-diagonal mask pays the latter).
+  // A packed row: each run attends causally within itself, so the cost is the sum of the runs' squared lengths
+  // rather than the square of their sum (a dense block-diagonal mask pays the latter). A padding run attends
+  // among padding, which no real position reads.
   torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const torch::Tensor& mask_bias, const SequenceRuns& runs) const {
+                            const SequenceRuns& runs) const {
     std::vector<torch::Tensor> parts;
     parts.reserve(runs.size());
     for (const SequenceRun& r : runs)
       parts.push_back(attend(q.narrow(2, r.start, r.length), k.narrow(2, r.start, r.length),
-                             v.narrow(2, r.start, r.length),
-                             mask_bias.narrow(2, r.start, r.length).narrow(3, r.start, r.length)));
+                             v.narrow(2, r.start, r.length), torch::Tensor()));
     return torch::cat(parts, 2);
   }
   // Writes x [B, kv, t, d] at positions [past, past + t) of the slab, making or growing it when it lacks
@@ -534,6 +553,8 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
                                                    : position_ids_from_mask(mask).slice(1, past);
   HF_CHECK(positions.sizes() == given_ids.sizes(), "CausalLM::forward: position_ids must be [", b, ", ",
            t - pad, "], got ", positions.sizes());
+  // Before the group's padding: rows without padding of their own attend causally with no mask.
+  const bool unpadded = cache == nullptr && !packed && mask.numel() > 0 && mask.ne(0).all().item<bool>();
   if (pad > 0) {
     mask = torch::constant_pad_nd(mask, {0, pad});
     positions = torch::constant_pad_nd(positions, {0, pad});
@@ -544,17 +565,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
     cache->values.resize(local_layers);
   }
 
-  // Query i (absolute position past + i) sees key j when j <= past + i and key j is not padding.
-  auto query_pos = torch::arange(past, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  auto key_pos = torch::arange(total, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  auto causal = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1));
-  // Mistral's window: query i sees key j only when i - j < sliding_window (transformers' sliding mask).
-  if (config_.sliding_window > 0)
-    causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
-  auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
-  if (packed) visible = visible & mask.unsqueeze(2).eq(mask.unsqueeze(1));
-  // One packed row attends run by run; several rows keep the block-diagonal mask.
-  const auto runs = packed && b == 1 ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0])) : nullptr;
+  // Without a cache, and with no sliding window shorter than the sequence, attention is causal within each
+  // sequence and needs no [B, 1, T, S] mask (4 GiB of fp32 at 32k x 32k): see causal_layout.
+  const bool window_bites = config_.sliding_window > 0 && config_.sliding_window < total;
+  const CausalLayout layout = cache == nullptr && !window_bites ? causal_layout(mask, packed, unpadded) : CausalLayout::kMask;
+  const auto runs = layout == CausalLayout::kRuns ? std::make_shared<const SequenceRuns>(sequence_runs(mask[0]))
+                                                  : nullptr;
   auto& m = *layers_->model;
   torch::Tensor h;
   const int64_t slice = split_sequence ? t / sp_.size() : t;
@@ -570,8 +586,20 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   }
   if (batch_invariant_active()) return batch_invariant_hidden_states(h, mask, positions, past, cache);
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
-  auto mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
-                       .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
+  torch::Tensor mask_bias;
+  if (layout == CausalLayout::kMask) {
+    // Query i (absolute position past + i) sees key j when j <= past + i and key j is not padding.
+    auto query_pos = torch::arange(past, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    auto key_pos = torch::arange(total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    auto causal = key_pos.unsqueeze(0).le(query_pos.unsqueeze(1));
+    // Mistral's window: query i sees key j only when i - j < sliding_window (transformers' sliding mask).
+    if (config_.sliding_window > 0)
+      causal = causal & key_pos.unsqueeze(0).gt(query_pos.unsqueeze(1) - config_.sliding_window);
+    auto visible = causal.unsqueeze(0) & mask.ne(0).unsqueeze(1);  // [B, T, S]
+    if (packed) visible = visible & mask.unsqueeze(2).eq(mask.unsqueeze(1));  // several packed rows
+    mask_bias = torch::zeros({b, 1, t, total}, torch::TensorOptions().dtype(h.scalar_type()).device(device))
+                    .masked_fill(visible.logical_not().unsqueeze(1), masked_score(h.scalar_type()));
+  }
   auto [cos, sin] = rotary_cos_sin(positions, config_, h.scalar_type());
   // Mixture of experts: what this forward's sparse layers replay, record and keep (set_router_replay,
   // set_keep_router_logits), one slot per sparse layer of this stage.

@@ -47,7 +47,8 @@ class Searcher {
  private:
   bool in(uint32_t mask, Role r) const { return (mask >> role_index(r)) & 1U; }
 
-  // Every layout of `role` on `devices` the model and batch allow.
+  // Every layout of `role` on `devices` the model and batch allow, sequence-parallel groups (sp dividing dp)
+  // included: they cost all-to-alls, so the search takes them where a sequence's activations do not fit whole.
   std::vector<Layout> layouts_of(Role role, int devices) const {
     std::vector<Layout> out;
     const ModelShape& m = in_.model;
@@ -55,8 +56,12 @@ class Searcher {
       if (m.layers % pp != 0 || devices % pp != 0) continue;
       for (int tp = 1; tp * pp <= devices && tp <= in_.cluster.gpus_per_node; ++tp) {
         if (devices % (tp * pp) != 0) continue;
-        const Layout l{pp, tp, devices / (tp * pp)};
-        if (layout_problem(in_.cluster, m, in_.workload, role, l, devices).empty()) out.push_back(l);
+        const int dp = devices / (tp * pp);
+        for (int sp = 1; sp <= dp; ++sp) {
+          if (dp % sp != 0) continue;
+          const Layout l{pp, tp, dp, sp};
+          if (layout_problem(in_.cluster, m, in_.workload, role, l, devices).empty()) out.push_back(l);
+        }
       }
     }
     return out;

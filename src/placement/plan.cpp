@@ -34,7 +34,8 @@ std::string Plan::describe() const {
 
 std::string layout_text(Role r, const Layout& l) {
   const std::string g = r == Role::kRollout ? "_g" : "";
-  return "p" + g + std::to_string(l.pp) + " t" + g + std::to_string(l.tp) + " d" + g + std::to_string(l.dp);
+  return "p" + g + std::to_string(l.pp) + " t" + g + std::to_string(l.tp) + " d" + g + std::to_string(l.dp) +
+         (l.sp > 1 ? " s" + std::to_string(l.sp) : "");
 }
 
 }  // namespace hybridflow::placement

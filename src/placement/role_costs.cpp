@@ -41,6 +41,20 @@ double activation_bytes(const CostInputs& in, double rows, double seq) {
   return rows * seq * in.model.hidden * in.workload.param_bytes;
 }
 
+// Ulysses sequence parallelism (parallel/sequence_parallel.h) in one pass over a micro-batch of `rows`
+// sequences of `seq` tokens: per layer, q, k and v trade the sequence split for a head split and the attention
+// output trades back (four all-to-alls, each rank keeping 1 / sp of its slice), and the final hidden states are
+// gathered once. A backward pass moves the same again.
+double sequence_parallel_seconds(const CostInputs& in, const Layout& l, double rows, double seq, double layers) {
+  if (l.sp <= 1) return 0;
+  const ModelShape& m = in.model;
+  const bool crosses = l.tp * l.sp > in.cluster.gpus_per_node;
+  const double slice_tokens = rows * seq / l.sp;
+  const double qkvo = slice_tokens * (2.0 * m.heads + 2.0 * m.kv_heads) * m.head_dim * in.workload.param_bytes;
+  const double swaps = alltoall_seconds(in.cluster, qkvo, l.sp, crosses);
+  return layers * swaps + allgather_seconds(in.cluster, activation_bytes(in, rows, seq), l.sp, crosses);
+}
+
 }  // namespace
 
 Breakdown& Breakdown::operator+=(const Breakdown& o) {
@@ -66,13 +80,19 @@ double allgather_seconds(const ClusterSpec& c, double bytes_received, int ranks,
   return (ranks - 1) * link_latency(c, crosses_nodes) + bytes_received / link_bandwidth(c, crosses_nodes);
 }
 
+double alltoall_seconds(const ClusterSpec& c, double bytes_per_rank, int ranks, bool crosses_nodes) {
+  if (ranks <= 1) return 0;
+  return (ranks - 1) * link_latency(c, crosses_nodes) +
+         bytes_per_rank * (ranks - 1) / ranks / link_bandwidth(c, crosses_nodes);
+}
+
 double model_weight_bytes(const CostInputs& in) { return in.model.parameters(false) * in.workload.param_bytes; }
 
 Breakdown forward_seconds(const CostInputs& in, Role role, const Layout& l, int64_t rows) {
   const ClusterSpec& c = in.cluster;
   const Workload& w = in.workload;
   const double seq = static_cast<double>(w.sequence_length());
-  const double per_replica = ceil_div(static_cast<double>(rows), l.dp);
+  const double per_replica = ceil_div(static_cast<double>(rows), l.replicas());
   const double micro = ceil_div(per_replica, static_cast<double>(w.infer_micro_rows));
   const double micro_rows = per_replica / micro;
   const double slots = micro + l.pp - 1;  // micro-batch slots on the pipeline's critical path
@@ -82,6 +102,7 @@ Breakdown forward_seconds(const CostInputs& in, Role role, const Layout& l, int6
   b.compute_s = flops / l.devices() / (c.peak_flops * compute_share(c) * c.forward_efficiency) * slots / micro;
   const double act = activation_bytes(in, micro_rows, seq);
   b.comm_s = slots * stage_layers * 2 * allreduce_seconds(c, act, l.tp, tp_crosses(c, l));
+  b.comm_s += slots * sequence_parallel_seconds(in, l, micro_rows, seq, stage_layers);
   if (l.pp > 1) b.comm_s += slots * send_seconds(c, act, pp_crosses(c, l));
   b.overhead_s = c.overheads.call_s + (c.overheads.layer_pass_s * stage_layers + c.overheads.micro_batch_s) * slots;
   return b;
@@ -92,7 +113,7 @@ Breakdown training_seconds(const CostInputs& in, Role role, const Layout& l, int
   const Workload& w = in.workload;
   const double seq = static_cast<double>(w.sequence_length());
   const double steps = static_cast<double>(w.ppo_epochs * w.mini_batches);  // optimizer steps
-  const double per_replica = ceil_div(static_cast<double>(rows) / w.mini_batches, l.dp);
+  const double per_replica = ceil_div(static_cast<double>(rows) / w.mini_batches, l.replicas());
   const double micro = ceil_div(per_replica, static_cast<double>(w.train_micro_rows));
   const double micro_rows = per_replica / micro;
   const double slots = micro + l.pp - 1;
@@ -105,6 +126,7 @@ Breakdown training_seconds(const CostInputs& in, Role role, const Layout& l, int
   // Two all-reduces per layer forward and two backward; activations forward and gradients back per stage.
   b.comm_s = steps * slots * stage_layers * 4 * allreduce_seconds(c, act, l.tp, tp_crosses(c, l));
   if (l.pp > 1) b.comm_s += steps * slots * 2 * send_seconds(c, act, pp_crosses(c, l));
+  b.comm_s += steps * slots * 2 * sequence_parallel_seconds(in, l, micro_rows, seq, stage_layers);
   // Gradients reduced in fp32 over the data-parallel replicas each optimizer step (ZeRO-1's reduce-scatter
   // plus parameter all-gather moves the same volume).
   const double shard = in.model.parameters(value_head) / (l.tp * l.pp);
@@ -212,8 +234,10 @@ RoleMemory role_memory(const CostInputs& in, Role role, const Layout& l, bool wi
   const double shard = m.parameters(value_head) / (l.tp * l.pp);
   out.persistent = shard * pb;
   // A forward pass holds one layer's working set of a micro-batch, and a log-prob pass the vocabulary's logits.
+  // Sequence parallelism splits the layers' tokens over its group; the head runs on the gathered hidden states,
+  // so the logits stay whole on every rank.
   const double infer_rows = static_cast<double>(w.infer_micro_rows);
-  double forward = infer_rows * seq * (4.0 * m.hidden + 2.0 * m.intermediate / l.tp) * pb;
+  double forward = infer_rows * seq / l.sp * (4.0 * m.hidden + 2.0 * m.intermediate / l.tp) * pb;
   if (!value_head) forward += infer_rows * seq * static_cast<double>(m.vocab) / l.tp * 4.0;
   out.transient = forward;
   if (trains(role)) {
@@ -232,7 +256,9 @@ RoleMemory role_memory(const CostInputs& in, Role role, const Layout& l, bool wi
     o.masters_partitioned = true;
     const TrainingMemory t = training_memory(m.model_config(), o);
     out.persistent += t.grads + t.optimizer;
-    out.transient = std::max(out.transient, t.activations + t.logits);
+    o.sequence = (w.sequence_length() + l.sp - 1) / l.sp;  // a rank's slice of each sequence through the layers
+    const double layer_activations = l.sp > 1 ? training_memory(m.model_config(), o).activations : t.activations;
+    out.transient = std::max(out.transient, layer_activations + t.logits);
   }
   return out;
 }

@@ -14,21 +14,33 @@ std::string text(const std::string& a, int64_t b) { return a + std::to_string(b)
 std::string layout_problem(const ClusterSpec& cluster, const ModelShape& model, const Workload& w, Role role,
                            const Layout& l, int devices) {
   const std::string who = role_name(role) + " " + layout_text(role, l) + ": ";
-  if (l.pp < 1 || l.tp < 1 || l.dp < 1) return who + "sizes must be at least 1";
+  if (l.pp < 1 || l.tp < 1 || l.dp < 1 || l.sp < 1) return who + "sizes must be at least 1";
   if (l.devices() != devices) return who + text("p x t x d is not its set's ", devices) + " devices";
   if (model.heads % l.tp != 0) return who + text("tensor-parallel size does not divide the ", model.heads) + " heads";
   if (model.kv_heads % l.tp != 0 && l.tp % model.kv_heads != 0)
     return who + text("tensor-parallel size and the ", model.kv_heads) + " KV heads do not divide one another";
   if (l.tp > cluster.gpus_per_node) return who + "tensor parallelism would span nodes";
   if (model.layers % l.pp != 0) return who + text("pipeline stages do not divide the ", model.layers) + " layers";
+  if (l.sp > 1) {
+    // What the model splits (model/transformer.cpp): the actor's, reference's and critic's whole-sequence
+    // passes of a dense model, without tensor or pipeline parallelism, heads and KV heads split evenly.
+    if (role != Role::kActor && role != Role::kRef && role != Role::kCritic)
+      return who + "sequence parallelism covers the actor, reference and critic only";
+    if (l.tp > 1 || l.pp > 1) return who + "sequence parallelism goes without tensor and pipeline parallelism";
+    if (model.moe.num_experts > 0) return who + "sequence parallelism does not split mixture-of-experts layers";
+    if (l.dp % l.sp != 0) return who + text("sequence-parallel groups do not divide the ", l.dp) + " data-parallel ranks";
+    if (model.heads % l.sp != 0 || model.kv_heads % l.sp != 0)
+      return who + text("sequence-parallel size does not divide the ", model.kv_heads) + " KV heads and the heads";
+  }
   if (role == Role::kRollout) {
     if (w.prompts % l.dp != 0) return who + text("the ", w.prompts) + " prompts do not divide over the replicas";
     return "";
   }
-  if (w.sequences() % l.dp != 0) return who + text("the ", w.sequences()) + " sequences do not divide over the replicas";
-  if (trains(role) && (w.sequences() / w.mini_batches) % l.dp != 0)
+  const int replicas = l.replicas();
+  if (w.sequences() % replicas != 0) return who + text("the ", w.sequences()) + " sequences do not divide over the replicas";
+  if (trains(role) && (w.sequences() / w.mini_batches) % replicas != 0)
     return who + text("a mini-batch of ", w.sequences() / w.mini_batches) + " sequences does not divide over the replicas";
-  if (trains(role) && (w.sequences() / w.mini_batches / l.dp) % w.train_micro_rows != 0)
+  if (trains(role) && (w.sequences() / w.mini_batches / replicas) % w.train_micro_rows != 0)
     return who + text("a replica's mini-batch does not divide into micro-batches of ", w.train_micro_rows) + " sequences";
   return "";
 }

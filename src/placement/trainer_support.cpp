@@ -87,11 +87,15 @@ std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps
     return "a standalone rollout has no pipeline stages (p_g = 1)";
   if (!caps.independent_layouts) {
     auto same = [&](Role a, Role b) {
-      return plan.set_of(b) < 0 || (plan.layout(a).tp == plan.layout(b).tp && plan.layout(a).pp == plan.layout(b).pp);
+      return plan.set_of(b) < 0 || (plan.layout(a).tp == plan.layout(b).tp && plan.layout(a).pp == plan.layout(b).pp &&
+                                    plan.layout(a).sp == plan.layout(b).sp);
     };
     if (!same(Role::kActor, Role::kRef)) return "the reference must be split like the actor";
     if (!same(Role::kCritic, Role::kCostCritic)) return "the cost critic must be split like the critic";
   }
+  // ref.ulysses_sequence_parallel_size is the actor's or nothing (the reference runs on the actor's groups).
+  if (plan.set_of(Role::kRef) >= 0 && plan.layout(Role::kRef).sp != plan.layout(Role::kActor).sp)
+    return "the reference must split its sequences like the actor";
   return "";
 }
 
@@ -126,6 +130,7 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
                   {"ppo_micro_batch_size_per_gpu", w.train_micro_rows},
                   {"dtype", dtype},
                   {"megatron", megatron(Role::kActor, true)}};
+  if (plan.layout(Role::kActor).sp > 1) arr["actor"]["ulysses_sequence_parallel_size"] = plan.layout(Role::kActor).sp;
   nlohmann::ordered_json rollout = {{"n", w.samples_per_prompt},
                                     {"response_length", w.response_length},
                                     {"log_prob_micro_batch_size_per_gpu", w.infer_micro_rows},
@@ -154,6 +159,7 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
     c["forward_micro_batch_size_per_gpu"] = w.infer_micro_rows;
     c["dtype"] = dtype;
     c["megatron"] = megatron(Role::kCritic, true);
+    if (plan.layout(Role::kCritic).sp > 1) c["ulysses_sequence_parallel_size"] = plan.layout(Role::kCritic).sp;
     f["critic"] = c;
   }
   for (const auto& [role, section] : {std::pair{Role::kRewardModel, "reward_model"}, {Role::kCostModel, "cost_model"}}) {

@@ -39,6 +39,8 @@ data:
   task: addition_reversed
   min_digits: 1
   max_digits: 3
+  min_length: 3
+  max_length: 6
   train_file: ""
   test_file: ""
   train_size: 512

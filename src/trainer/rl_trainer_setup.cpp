@@ -144,6 +144,8 @@ void RLTrainer::State::load_data() {
   const DataSpec& data = s.run.data;
   task_options.min_digits = data.min_digits;
   task_options.max_digits = data.max_digits;
+  task_options.min_length = data.min_length;
+  task_options.max_length = data.max_length;
   s.task = make_task(data.task, task_options);
   s.model = model_spec_from_config(config);
   const std::string model_path = s.model.path;

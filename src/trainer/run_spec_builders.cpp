@@ -48,6 +48,8 @@ DataSpec run_spec_data(const ConfigReader& c) {
   d.task = c.get<std::string>("data.task");
   d.min_digits = c.get<int>("data.min_digits");
   d.max_digits = c.get<int>("data.max_digits");
+  d.min_length = c.get<int>("data.min_length");
+  d.max_length = c.get<int>("data.max_length");
   d.train_file = c.get<std::string>("data.train_file");
   d.test_file = c.get<std::string>("data.test_file");
   d.train_size = c.get<int64_t>("data.train_size");

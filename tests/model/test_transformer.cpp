@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -201,6 +202,43 @@ TEST_F(TransformerTest, PaddedBatchMatchesSequencesAlone) {
     right_mask[1].slice(0, 4) = 0;
     auto right_logits = model->forward(right, right_mask).logits;
     EXPECT_LT(max_diff(right_logits[1].slice(0, 0, 4), alone_short[0]), 1e-4);
+  }
+}
+
+// Without a cache the attention takes one of three layouts (causal over whole rows, causal run by run, the
+// additive mask): for the same real tokens, under grouped-query attention, they give the same logits and
+// gradients within 1e-5. The mask is forced by a batch of rows padded in front (each row twice, so its
+// gradient is twice one row's); run by run by a packed row holding the sequence and another; causal by one
+// unpadded row.
+TEST_F(TransformerTest, CausalLayoutsEqualTheMaskedAttention) {
+  auto config = small_config();
+  ASSERT_GT(config.num_attention_heads, config.num_key_value_heads);
+  CausalLM model(config);
+  const int64_t len = 9, pad = 3;
+  auto seq = torch::randint(0, config.vocab_size, {1, len}, torch::kInt64);
+  auto weights = torch::randn({1, len, config.vocab_size});
+  auto padded = torch::constant_pad_nd(seq, {pad, 0});
+  auto padded_mask = torch::ones({1, pad + len}, torch::kInt64);
+  padded_mask.narrow(1, 0, pad).zero_();
+  // The real positions' logits and the gradient of a weighted sum of them, per row of the input.
+  auto run = [&](const torch::Tensor& ids, const torch::Tensor& mask, int64_t first) {
+    model->zero_grad();
+    auto logits = model->forward(ids, mask).logits.narrow(1, first, len);
+    (logits * weights).sum().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& item : model->named_parameters()) grads[item.key()] = item.value().grad().clone() / ids.size(0);
+    return std::make_pair(logits.detach()[0], grads);
+  };
+  auto [causal_logits, causal_grads] = run(seq, torch::ones({1, len}, torch::kInt64), 0);
+  auto packed = torch::cat({seq, torch::randint(0, config.vocab_size, {1, 5}, torch::kInt64)}, 1);
+  auto packed_mask = torch::cat({torch::ones({1, len}, torch::kInt64), torch::full({1, 5}, 2, torch::kInt64)}, 1);
+  auto [runs_logits, runs_grads] = run(packed, packed_mask, 0);
+  auto [mask_logits, mask_grads] = run(padded.repeat({2, 1}), padded_mask.repeat({2, 1}), pad);
+  EXPECT_LT(max_diff(causal_logits, mask_logits), 1e-5);
+  EXPECT_LT(max_diff(runs_logits, mask_logits), 1e-5);
+  for (const auto& [name, grad] : mask_grads) {
+    EXPECT_LT(max_diff(causal_grads[name], grad), 1e-5) << name;
+    EXPECT_LT(max_diff(runs_grads[name], grad), 1e-5) << name;
   }
 }
 

@@ -3,7 +3,11 @@
 // today's trainer runs when asked.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "hybridflow/placement/auto_mapping.h"
+#include "hybridflow/placement/role_costs.h"
+#include "hybridflow/placement/trainer_support.h"
 #include "hybridflow/placement/set_partitions.h"
 
 using namespace hybridflow::placement;
@@ -133,4 +137,43 @@ TEST(AutoMapping, StalenessOneMakesAStandaloneRolloutNoSlower) {
   const double off_policy = best_standalone(search_plans(c, m, w, o));
   ASSERT_LT(on_policy, 1e30);
   EXPECT_LT(off_policy, on_policy);
+}
+
+// Long sequences: GRPO on 32k-token sequences of the Qwen3-1.7B shape over 8 single-GPU nodes (so no tensor
+// parallelism, and pipeline stages keep L layers' activations in flight): a rank's activations and logits do
+// not fit at sequence-parallel size 1, and the plan splits each sequence (Ulysses), the reference with the
+// actor, and its fragment for `hybridflow train` carries the size. The simulator counts a rank's layer
+// activations over the group size (the logits stay whole), and the all-to-alls as communication.
+TEST(AutoMapping, LongSequencesThatDoNotFitWholeArePlacedWithSequenceParallelism) {
+  const ClusterSpec c = gpu_cluster("a100-80g", 8, 1);
+  const ModelShape m = model_preset("qwen3-1.7b");
+  Workload w;
+  w.algorithm = Algorithm::kGRPO;
+  w.reward_model = false;
+  w.prompts = 8;
+  w.samples_per_prompt = 8;
+  w.prompt_length = 1024;
+  w.response_length = 31 * 1024;
+  w.infer_micro_rows = 1;
+  const CostInputs in{c, m, w};
+  const RoleMemory whole = role_memory(in, Role::kActor, {1, 1, 8, 1});
+  const RoleMemory split = role_memory(in, Role::kActor, {1, 1, 8, 4});
+  EXPECT_EQ(split.persistent, whole.persistent);
+  EXPECT_GT(whole.persistent + whole.transient, c.usable_memory());
+  EXPECT_LT(split.persistent + split.transient, c.usable_memory());
+  EXPECT_EQ(forward_seconds(in, Role::kActor, {1, 1, 8, 1}, 64).comm_s, 0.0);
+  EXPECT_GT(forward_seconds(in, Role::kActor, {1, 1, 8, 4}, 64).comm_s, 0.0);
+
+  SearchOptions o;
+  o.capabilities = TrainerCapabilities::today();
+  o.runners_up = 0;
+  const SearchResult r = search_plans(c, m, w, o);
+  ASSERT_TRUE(r.found);
+  const Layout& actor = r.best.plan.layout(Role::kActor);
+  EXPECT_GT(actor.sp, 1) << layout_text(Role::kActor, actor);
+  EXPECT_EQ(r.best.plan.layout(Role::kRef).sp, actor.sp);
+  EXPECT_EQ(trainer_cannot_run(r.best.plan, o.capabilities), "");
+  EXPECT_NE(trainer_config_fragment(r.best.plan, w, o.capabilities)
+                .find("ulysses_sequence_parallel_size: " + std::to_string(actor.sp)),
+            std::string::npos);
 }

@@ -13,11 +13,14 @@ namespace hybridflow::placement {
 inline constexpr int kRoleCount = 7;
 inline int role_index(Role r) { return static_cast<int>(r); }
 
-// A role's layout on its set: pipeline stages x tensor-parallel ranks x data-parallel replicas = the set's
-// devices. For the rollout it is the generation layout (p_g, t_g, and d_g replicas).
+// A role's layout on its set: pipeline stages x tensor-parallel ranks x data-parallel ranks = the set's
+// devices. For the rollout it is the generation layout (p_g, t_g, and d_g replicas). sp: groups of that many
+// data-parallel ranks split each sequence (Ulysses, ulysses_sequence_parallel_size), so dp / sp replicas
+// take distinct sequences; 1 for the rollout.
 struct Layout {
-  int pp = 1, tp = 1, dp = 1;
+  int pp = 1, tp = 1, dp = 1, sp = 1;
   int devices() const { return pp * tp * dp; }
+  int replicas() const { return dp / sp; }
   bool operator==(const Layout&) const = default;
 };
 
@@ -43,7 +46,7 @@ struct Plan {
   std::string describe() const;
 };
 
-// "p2 t4 d1" (rollout: "p_g1 t_g2 d_g4").
+// "p2 t4 d1" (rollout: "p_g1 t_g2 d_g4"; with sequence parallelism "p1 t1 d8 s4").
 std::string layout_text(Role r, const Layout& l);
 
 }  // namespace hybridflow::placement

@@ -37,6 +37,9 @@ double allreduce_seconds(const ClusterSpec& c, double bytes, int ranks, bool cro
 // An all-gather in which every rank receives `bytes_received`.
 double allgather_seconds(const ClusterSpec& c, double bytes_received, int ranks, bool crosses_nodes);
 
+// An all-to-all in which every rank holds `bytes_per_rank` and keeps 1 / ranks of it.
+double alltoall_seconds(const ClusterSpec& c, double bytes_per_rank, int ranks, bool crosses_nodes);
+
 // A forward-only pass over `rows` sequences (log-probs, values, scores).
 Breakdown forward_seconds(const CostInputs& in, Role role, const Layout& l, int64_t rows);
 // An update: ppo_epochs x mini_batches optimizer steps over `rows` sequences (forward + backward, the

@@ -44,8 +44,9 @@ struct TrainerRunSpec {
 
 // data.*: what the step draws.
 struct DataSpec {
-  std::string task;  // data.task, with data.min_digits and data.max_digits
+  std::string task;  // data.task, with data.min_digits and data.max_digits (data.min_length, max_length)
   int min_digits = 1, max_digits = 1;
+  int min_length = 3, max_length = 6;
   std::string train_file, test_file;  // "" = the task's generated examples
   int64_t train_size = 0;             // generated training examples (without data.train_file)
   int64_t train_batch_size = 1;  // prompts per step
