@@ -55,6 +55,9 @@ struct BenchOptions {
   double lora_alpha = 16;
   int64_t preset_layers = 0;  // lora: a preset with fewer decoder layers (0 = the preset's)
   bool json = false;
+  int decode_reps = 2;         // generate: timed runs of each decode length (the fastest counts)
+  std::string profile;         // generate / train: a Kineto profile (decode steps / a step) instead of the speed lines
+  int64_t profile_steps = 8;
 };
 
 void add_common_options(CLI::App* cmd, BenchOptions& o) {
@@ -256,6 +259,7 @@ void add_cache_extras(const BenchOptions& o, Measurement& m, bool on_paged, int6
 }
 
 void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
+  HF_CHECK(o.decode_reps >= 1, "bench: --reps must be at least 1, got ", o.decode_reps);
   CausalLM& model = *s.model;
   Measurement bandwidth;
   if (s.measures_bounds()) {
@@ -269,7 +273,7 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   DecodeSpeed last;
   for (int64_t b : batches) {
     const DecodeSpeed speed =
-        measure_decode(model, b, o.prompt_length, o.response_length, 2, paged, o.kv_block_size, graphs);
+        measure_decode(model, b, o.prompt_length, o.response_length, o.decode_reps, paged, o.kv_block_size, graphs);
     const DecodeSpeed slots =
         compare_slots ? measure_decode(model, b, o.prompt_length, o.response_length, 2, false) : DecodeSpeed{};
     last = speed;
@@ -290,6 +294,8 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
       m.achieved = forward_flops_per_token(s.config, decode_context) * m.tokens_per_s / 1e9;
     }
     m.extra["seconds"] = speed.seconds;
+    m.extra["prompt_length"] = o.prompt_length;
+    m.extra["new_tokens"] = o.response_length;
     if (graphs) m.extra["cuda_graphs"] = true;
     // Decode alone: the time past the prefill, as decode_tokens_per_s.
     add_cache_extras(o, m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
@@ -370,8 +376,70 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   print_measurement(rollout, o.json);
 }
 
+// The trace of batch b: FILE itself for one batch, else FILE with ".batchB" before a ".json" ending.
+std::string profile_trace_path(const BenchOptions& o, int64_t batch, size_t batches) {
+  if (batches == 1) return o.profile;
+  const std::string suffix = ".batch" + std::to_string(batch);
+  const std::string& f = o.profile;
+  const bool json_ending = f.size() > 5 && f.compare(f.size() - 5, 5, ".json") == 0;
+  return json_ending ? f.substr(0, f.size() - 5) + suffix + ".json" : f + suffix;
+}
+
+// One profile line: per step, operators, kernels and launches, busy time against wall time, the operators with
+// the most self time, and where the trace went.
+void print_profile(const BenchOptions& o, const Setup& s, const std::string& what, int64_t batch,
+                   const ProfileStepSummary& step, const std::string& trace, nlohmann::json extra) {
+  const char* busy_kind = s.device.is_cuda() ? "device" : "host operators";
+  nlohmann::json top = nlohmann::json::array();
+  for (const auto& t : step.top) top.push_back({{"name", t.name}, {"self_ms", t.self_seconds * 1e3}, {"calls", t.calls}});
+  if (o.json) {
+    nlohmann::json line = {{"what", what},
+                           {"batch", batch},
+                           {"steps", step.steps},
+                           {"wall_ms_per_step", step.wall_seconds * 1e3},
+                           {"busy_ms_per_step", step.busy_seconds * 1e3},
+                           {"busy_ratio", step.busy_ratio()},
+                           {"busy_kind", busy_kind},
+                           {"operator_calls_per_step", step.operator_calls},
+                           {"kernels_per_step", step.kernels},
+                           {"launches_per_step", step.kernel_launches},
+                           {"trace", trace},
+                           {"top", top}};
+    for (const auto& [key, value] : extra.items()) line[key] = value;
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::printf("%s, batch %lld, %lld step(s), per step: wall %.3f ms, %s busy %.3f ms (%.2f of wall), %.1f operator "
+                "calls, %.1f kernels, %.1f launches; %s; trace %s\n  top operators by %s self time (ms per step, "
+                "calls):\n",
+                what.c_str(), static_cast<long long>(batch), static_cast<long long>(step.steps),
+                step.wall_seconds * 1e3, busy_kind, step.busy_seconds * 1e3, step.busy_ratio(), step.operator_calls,
+                step.kernels, step.kernel_launches, extra.dump().c_str(), trace.c_str(),
+                s.device.is_cuda() ? "device" : "host");
+    for (const auto& t : step.top)
+      std::printf("    %-48s %9.3f %8.1f\n", t.name.c_str(), t.self_seconds * 1e3, t.calls);
+  }
+  std::fflush(stdout);
+}
+
+// --profile: a few decode steps per batch under Kineto (the run of 1 + steps tokens less the run of 1),
+// summarised per step, the trace written for each batch.
+void run_decode_profile(const BenchOptions& o, const Setup& s) {
+  const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
+  for (int64_t b : batches) {
+    const std::string trace = profile_trace_path(o, b, batches.size());
+    const DecodeProfile p =
+        profile_decode(*s.model, b, o.prompt_length, o.profile_steps, paged_kv_cache(o), o.kv_block_size, trace);
+    print_profile(o, s, "decode profile", b, p.per_step, trace,
+                  {{"prompt_length", o.prompt_length}, {"prefill_s", p.prefill_seconds}});
+  }
+}
+
 int run_generate(const BenchOptions& o) {
-  const Setup s = setup(o, true);
+  const Setup s = setup(o, true, /*roofline_table=*/o.profile.empty());
+  if (!o.profile.empty()) {
+    run_decode_profile(o, s);
+    return 0;
+  }
   if (!o.rollout_only) run_decode_and_prefill(o, s);
   run_rollout(o, s);
   return 0;
@@ -415,8 +483,17 @@ void print_rl_passes(const BenchOptions& o, const Setup& s, CausalLM& model) {
 }
 
 int run_train(const BenchOptions& o) {
-  Setup s = setup(o, true);
+  Setup s = setup(o, true, /*roofline_table=*/o.profile.empty());
   CausalLM& model = *s.model;
+  const int64_t seq = o.prompt_length + o.response_length;
+  if (!o.profile.empty()) {  // one training step per batch under Kineto instead of the speed lines
+    const std::vector<int64_t> batches = batches_or(o, {8});
+    for (int64_t b : batches) {
+      const std::string trace = profile_trace_path(o, b, batches.size());
+      print_profile(o, s, "train profile", b, profile_train_step(model, b, seq, trace), trace, {{"seq", seq}});
+    }
+    return 0;
+  }
   // Peak memory comes from libtorch's CPU allocator; tracking is on for every line, so all pay its cost. On a
   // GPU the host's peak says nothing about the step: no peak there.
   const bool host_peak = !s.device.is_cuda();
@@ -425,7 +502,6 @@ int run_train(const BenchOptions& o) {
     return host_peak ? measure_train_step_and_peak(model, b, seq, o.steps)
                      : TrainStepSpeed{measure_train_step(model, b, seq, o.steps), 0};
   };
-  const int64_t seq = o.prompt_length + o.response_length;
   for (int64_t b : batches_or(o, {8})) {
     const TrainStepSpeed plain = measure(b, seq);
     model->set_gradient_checkpointing(true);
@@ -537,6 +613,15 @@ void add_bench_command(CLI::App& app, Action& action) {
   for (CLI::App* cmd : {gen, train})
     cmd->add_option("--device", opts->device, "cpu | cuda (a CUDA build; the bounds are then left to the caller, bound 0)")
         ->capture_default_str();
+  gen->add_option("--reps", opts->decode_reps, "timed runs of each decode length (the fastest counts)")
+      ->capture_default_str();
+  gen->add_option("--profile", opts->profile,
+                  "instead of the speed lines: profile --profile-steps decode steps per --batch under Kineto, print a "
+                  "per-step summary and write each batch's Chrome trace to this file (FILE.batchB.json for several)");
+  train->add_option("--profile", opts->profile,
+                    "instead of the speed lines: profile one training step per --batch under Kineto, print a summary "
+                    "and write each batch's Chrome trace to this file (FILE.batchB.json for several)");
+  gen->add_option("--profile-steps", opts->profile_steps, "decode steps profiled per batch")->capture_default_str();
   gen->add_flag("--rollout-only", opts->rollout_only, "only the rollout lines (no decode and prefill runs first)");
   machine->add_option("--stream-mb", opts->stream_mb, "MB per triad array (well beyond the caches)")
       ->capture_default_str();

@@ -6,6 +6,9 @@ Bounds: decode at batch 1 against the weight bytes over the copy bandwidth; at l
 roofline, max((weight bytes + KV cache bytes) / bandwidth, FLOPs / matmul peak), counted as roofline.h counts
 them (matmul weights incl. a tied head, scores and mixing over the context); training against the bf16 matmul
 peak with hybridflow's own FLOP count (6 x parameters + attention per token: model FLOPs, no recomputation).
+Decode cells: "decode SHAPE" (hybridflow), "decode SHAPE VARIANT" (hybridflow with extra flags), "decode SHAPE
+peer" (transformers); a missed decode target cites the profile of the same shape and batch ("profile SHAPE",
+`bench generate --profile`), which gets a section of its own.
 """
 
 import argparse
@@ -77,6 +80,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--decode-context", type=float, required=True)
     p.add_argument("--title", default="hybridflow")
+    p.add_argument("--sizes", default="", help="a sentence of the cells' sizes, printed under the bounds")
     args = p.parse_args()
     rows = load(args.results)
     by_cell = {}
@@ -96,17 +100,39 @@ def main():
                      f"(bytes read + written, {bounds['copy_mb']} MiB), bf16 GEMM {fmt(bounds['matmul_tflops'])} TFLOP/s "
                      f"({bounds['gemm']}^3, random data); torch {bounds['torch']}.")
         lines.append("")
+    if args.sizes:
+        lines += [f"Sizes: {args.sizes}", ""]
     lines += ["| cell | hybridflow | bound | x bound | peer | x peer | target | |",
               "|---|---|---|---|---|---|---|---|"]
 
     def row(cell, ours, bound, of_bound, peer, of_peer, target, met):
         lines.append(f"| {cell} | {ours} | {bound} | {fmt(of_bound, 2)} | {peer} | {fmt(of_peer, 2)} | {target} | {met} |")
 
-    for name in sorted({n.split()[1] for n in by_cell if n.startswith("decode ")}, reverse=True):
+    # The profiles: per shape (and variant), per batch, the decode-profile lines of `bench generate --profile`.
+    profiles = {}  # (cell key, "decode profile" | "train profile", batch): the line
+    for cell_name, records in by_cell.items():
+        if cell_name.startswith("profile "):
+            for r in records:
+                if r.get("what") in ("decode profile", "train profile"):
+                    profiles[(cell_name[len("profile "):], r["what"], r["batch"])] = r
+
+    def profile_note(key, batch):
+        prof = profiles.get((key, "decode profile", batch))
+        if not prof:
+            return ""
+        return (f"profile: {prof['busy_kind']} busy {prof['busy_ratio']:.2f} of the step's wall time, "
+                f"{prof['kernels_per_step']:.0f} kernels and {prof['operator_calls_per_step']:.0f} operator calls a step")
+
+    decode_keys = {n[len("decode "):] for n in by_cell if n.startswith("decode ") and not n.endswith(" peer")}
+    decode_keys |= {n[len("decode "):-len(" peer")] for n in by_cell if n.startswith("decode ") and n.endswith(" peer")}
+    for key in sorted(decode_keys, key=lambda k: (k.split()[0], len(k)), reverse=False):
+        name = key.split()[0]
         shape = shape_of(name)
-        ours = {r["batch"]: r for r in by_cell.get(f"decode {name}", []) if r.get("what") == "decode"}
+        ours = {r["batch"]: r for r in by_cell.get(f"decode {key}", []) if r.get("what") == "decode"}
         peer = {r["batch"]: r for r in by_cell.get(f"decode {name} peer", []) if r.get("cell") == "hf-decode"}
         for batch in sorted(set(ours) | set(peer)):
+            if key != name and batch not in ours:
+                continue  # a variant's rows: only where it measured
             tps = ours[batch]["tokens_per_s"] if batch in ours else None
             peer_tps = peer[batch]["decode_tokens_per_s"] if batch in peer else None
             bound = None
@@ -117,9 +143,21 @@ def main():
             target, goal = ("", None)
             if name.endswith("1.7b") and batch in (1, 256):
                 target, goal = ">= 0.5 x bound", 0.5
-            row(f"decode {name}, batch {batch} (tokens/s)", fmt(tps), f"{fmt(bound)} ({kind})", ratio(tps, bound),
-                f"{fmt(peer_tps)} (transformers)", ratio(tps, peer_tps), target,
-                verdict(ratio(tps, bound), goal) if goal else "")
+            size = ours.get(batch) or peer.get(batch) or {}
+            tokens = (f", {size.get('prompt_length')} + {size.get('new_tokens')} tokens"
+                      if size.get("prompt_length") else "")
+            met = verdict(ratio(tps, bound), goal) if goal else ""
+            if met.startswith("missed") or (not goal and tps is not None):
+                met = "; ".join(x for x in (met, profile_note(key, batch)) if x)
+            row(f"decode {key}, batch {batch}{tokens} (tokens/s)", fmt(tps), f"{fmt(bound)} ({kind})",
+                ratio(tps, bound), f"{fmt(peer_tps)} (transformers)", ratio(tps, peer_tps), target, met)
+        # Prefill, apart from decode on both sides: hybridflow's at its largest batch, the peer's at that batch.
+        pre = next((r for r in by_cell.get(f"decode {key}", []) if r.get("what") == "prefill"), None)
+        if pre:
+            peer_pre = peer.get(pre["batch"], {}).get("prefill_tokens_per_s")
+            row(f"prefill {key}, batch {pre['batch']} x {pre.get('prompt_length')} tokens (tokens/s)",
+                fmt(pre["tokens_per_s"]), "", None, f"{fmt(peer_pre)} (transformers)",
+                ratio(pre["tokens_per_s"], peer_pre), "", "")
 
     for name in sorted({n.split()[1] for n in by_cell if n.startswith("train ")}):
         for what in ("train", "update dynamic bsz", "train checkpointed"):
@@ -143,18 +181,40 @@ def main():
         ours, trl = sides.get("dynamic"), sides.get("trl")
         speedup = ratio(trl["step_s"], ours["step_s"]) if ours and trl else None
         stages = ", ".join(f"{k} {v:.2f}" for k, v in ours["stages"].items()) if ours else ""
-        row(f"GRPO step {name}, s/step ({stages})", fmt(ours["step_s"] if ours else None), "", None,
+        any_side = ours or trl or {}
+        size = (f"{any_side['prompts']} x {any_side['group']}, up to {any_side['response_length']} tokens, "
+                if "prompts" in any_side else "")
+        row(f"GRPO step {name}, {size}s/step ({stages})", fmt(ours["step_s"] if ours else None), "", None,
             f"{fmt(trl['step_s'] if trl else None)} (TRL GRPOTrainer)", speedup, ">= 5x TRL", verdict(speedup, 5.0))
 
-    for name in sorted({n.split()[1] for n in by_cell if n.startswith("rollout ")}):
-        ours = next((r for r in by_cell.get(f"rollout {name}", []) if r.get("what") == "rollout"), None)
+    rollout_keys = {n[len("rollout "):] for n in by_cell if n.startswith("rollout ") and not n.endswith(" peer")}
+    for key in sorted(rollout_keys, key=len):
+        name = key.split()[0]
+        ours = next((r for r in by_cell.get(f"rollout {key}", []) if r.get("what") == "rollout"), None)
         peer = next((r for r in by_cell.get(f"rollout {name} peer", []) if r.get("cell") == "hf-rollout"), None)
         x = ratio(ours["tokens_per_s"] if ours else None, peer["tokens_per_s"] if peer else None)
         lengths = (f"mean length {fmt(ours['mean_length'] if ours else None)} / "
                    f"{fmt(peer['mean_length'] if peer else None)}")
-        row(f"rollout {name}, tokens/s ({lengths})", fmt(ours["tokens_per_s"] if ours else None), "", None,
+        sized = ours or peer
+        size = (f"{sized['prompts']} x {sized['samples']} up to "
+                f"{sized.get('max_new_tokens')} tokens, " if sized else "")
+        row(f"rollout {key}, {size}tokens/s ({lengths})", fmt(ours["tokens_per_s"] if ours else None), "", None,
             f"{fmt(peer['tokens_per_s'] if peer else None)} (transformers)", x, ">= 5x transformers",
             verdict(x, 5.0))
+
+    if profiles:
+        lines += ["", "Profiles (Kineto; decode: per decode step, the run of 1 + steps new tokens less the run of 1; "
+                  "train: one step of forward, backward and AdamW; wall time includes the profiler's overhead):", "",
+                  "| profile | batch | steps | wall ms | busy ms | busy / wall | operator calls | kernels | launches "
+                  "| top operators by self time (ms a step) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for (key, what, batch), r in sorted(profiles.items()):
+            top = ", ".join(f"{t['name']} {t['self_ms']:.2f}" for t in r.get("top", [])[:5])
+            label = key if key.split()[0] == what.split()[0] else f"{what.split()[0]} {key}"
+            lines.append(f"| {label} | {batch} | {r['steps']} | {fmt(r['wall_ms_per_step'])} | "
+                         f"{fmt(r['busy_ms_per_step'])} ({r['busy_kind']}) | {fmt(r['busy_ratio'], 2)} | "
+                         f"{fmt(r['operator_calls_per_step'])} | {fmt(r['kernels_per_step'])} | "
+                         f"{fmt(r['launches_per_step'])} | {top} |")
 
     lines += ["", "| step | status | seconds |", "|---|---|---|"]
     if os.path.exists(args.status):

@@ -3,11 +3,14 @@ transformers peer of the decode and rollout cells. Each subcommand prints one JS
 
   bounds       HBM bandwidth (a device-to-device copy, bytes read + written) and the bf16 matmul peak (one large
                GEMM on random data): medians of timed repeats after warm-ups.
-  make-model   a Qwen3-shaped model directory with random weights (transformers' own initialisation) in bf16,
-               with the published Qwen3 tokenizer: hybridflow (`bench --model`, `train`) and the peers load it.
+  make-model   Qwen3-shaped model directories (one per --shape, in one process) with random weights
+               (transformers' own initialisation) in bf16, with the published Qwen3 tokenizer: hybridflow
+               (`bench --model`, `train`) and the peers load them.
   hf-decode    transformers' generate() with a static KV cache and SDPA: decode tokens/s at each batch, measured
-               as hybridflow's `bench generate` does (a run of N new tokens minus a run of 1, every row decoding
-               every step, no stop token).
+               as hybridflow's `bench generate` does: one warm-up run of 1 new token, then --reps rounds of a run
+               of 1 new token (the prefill) and a run of N, the fastest of each; decode = batch x (N - 1) / (the
+               difference), prefill = batch x prompt / (the 1-token run); every row decodes every step, no stop
+               token.
   hf-rollout   generate() on the rollout cell's work: prompts of P/2..P random tokens, n samples each at
                temperature 1, every k-th token id a stop token (as `bench generate --stop-every k`); useful tokens
                (each sample's up to and including its stop) per second.
@@ -78,18 +81,23 @@ def cmd_make_model(args):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     device = torch.device(args.device)
-    config = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
-                         tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645, hidden_act="silu",
-                         attention_bias=False, **SHAPES[args.shape])
-    torch.manual_seed(0)
-    start = time.perf_counter()
-    with device:
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(args.out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(args.tokenizer, name), os.path.join(args.out, name))
-    emit({"cell": "make-model", "shape": args.shape, "parameters": sum(p.numel() for p in model.parameters()),
-          "seconds": time.perf_counter() - start, "out": args.out})
+    for shape in args.shape:  # one process for every shape: the imports and device start-up are paid once
+        out = os.path.join(args.out, shape)
+        config = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
+                             rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=151643,
+                             eos_token_id=151645, hidden_act="silu", attention_bias=False, **SHAPES[shape])
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        with device:
+            model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model.save_pretrained(out)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(args.tokenizer, name), os.path.join(out, name))
+        emit({"cell": "make-model", "shape": shape, "parameters": sum(p.numel() for p in model.parameters()),
+              "seconds": time.perf_counter() - start, "out": out})
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def load_model(path, device):
@@ -121,9 +129,15 @@ def cmd_hf_decode(args):
                                **generate_kwargs(new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                                  eos_token_id=None, pad_token_id=0))
 
-        prefill_s = timed(lambda: run(1), device, 1, 2)
-        whole_s = timed(lambda: run(args.new_tokens), device, 1, 2)
+        # As hybridflow's measure_decode: a warm-up at this batch, then the two lengths in alternation (a load
+        # that comes and goes hits both alike), the fastest of each.
+        timed(lambda: run(1), device, 0, 1)
+        prefill_s = whole_s = float("inf")
+        for _ in range(args.reps):
+            prefill_s = min(prefill_s, timed(lambda: run(1), device, 0, 1))
+            whole_s = min(whole_s, timed(lambda: run(args.new_tokens), device, 0, 1))
         emit({"cell": "hf-decode", "batch": batch, "prompt_length": args.prompt_length, "new_tokens": args.new_tokens,
+              "reps": args.reps,
               "decode_tokens_per_s": batch * (args.new_tokens - 1) / max(whole_s - prefill_s, 1e-9),
               "prefill_tokens_per_s": batch * args.prompt_length / prefill_s, "seconds": whole_s})
         del ids, mask
@@ -177,13 +191,15 @@ def main():
     b.add_argument("--copy-mb", type=int, default=2048, help="MiB copied (read, and as much written)")
     b.add_argument("--gemm", type=int, default=8192, help="the square bf16 GEMM's size")
     m = sub.add_parser("make-model")
-    m.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    m.add_argument("--out", required=True)
+    m.add_argument("--shape", choices=sorted(SHAPES), required=True, action="append",
+                   help="repeatable: one directory per shape")
+    m.add_argument("--out", required=True, help="the folder of the model directories (OUT/SHAPE)")
     m.add_argument("--tokenizer", required=True, help="a folder with tokenizer.json and tokenizer_config.json")
     d = sub.add_parser("hf-decode")
     d.add_argument("--batch", default="1,64,256", help="comma-separated batch sizes")
     d.add_argument("--prompt-length", type=int, default=960)
     d.add_argument("--new-tokens", type=int, default=64)
+    d.add_argument("--reps", type=int, default=2, help="timed rounds of the two lengths (the fastest counts)")
     r = sub.add_parser("hf-rollout")
     r.add_argument("--prompts", type=int, default=64)
     r.add_argument("--samples", type=int, default=8)

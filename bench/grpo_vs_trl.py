@@ -199,6 +199,24 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
 # ------------------------------------------------------------------------------------------------- TRL
 
 
+def grpo_config_kwargs(config_class, wanted):
+    """The GRPOConfig arguments this TRL release accepts, with checkpointing off (hybridflow's is off; TRL has
+    turned it on by default under one name or another: gradient_checkpointing, activation_checkpointing).
+    Fields a release lacks are dropped with a note, so one script runs against the GPU image's TRL and this
+    machine's."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    kwargs = dict(wanted)
+    for name in ("gradient_checkpointing", "activation_checkpointing"):
+        if name in fields:
+            kwargs[name] = False
+    dropped = sorted(k for k in kwargs if k not in fields)
+    if dropped:
+        print(f"trl: this GRPOConfig has no {', '.join(dropped)}; left at its defaults", flush=True)
+    return {k: v for k, v in kwargs.items() if k in fields}
+
+
 def trl_worker(config_path):
     """The TRL side, in its own process (its own threads, no hybridflow state)."""
     cfg = json.load(open(config_path))
@@ -248,7 +266,7 @@ def trl_worker(config_path):
     micro = cfg["micro"] or samples
     if samples % micro:
         raise SystemExit(f"--trl-micro ({micro}) must divide the step's samples ({samples})")
-    config = GRPOConfig(
+    wanted = dict(
         output_dir=os.path.join(cfg["out"], "trl_run"),
         use_cpu=cfg["device"] == "cpu",
         bf16=bf16,
@@ -274,7 +292,6 @@ def trl_worker(config_path):
         weight_decay=0.0,
         max_grad_norm=1.0,
         optim="adamw_torch",
-        activation_checkpointing=False,  # TRL turns it on by default; hybridflow's is off
         max_steps=cfg["steps"],
         logging_steps=1,
         save_strategy="no",
@@ -283,6 +300,7 @@ def trl_worker(config_path):
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
+    config = GRPOConfig(**grpo_config_kwargs(GRPOConfig, wanted))
     timer = StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[timer])
@@ -364,7 +382,9 @@ def main():
                 failed.append(c)
                 continue
             runs[c].append(r)
-            print(json.dumps({"side": c, **r}), flush=True)
+            print(json.dumps({"side": c, "prompts": args.prompts, "group": args.group,
+                              "response_length": args.response_length, "steps": args.steps, "warmup": args.warmup,
+                              **r}), flush=True)
     results = [max(side_runs, key=lambda r: r["tokens_per_s"]) for side_runs in runs.values() if side_runs]
     for r, side_runs in zip(results, [v for v in runs.values() if v]):
         r["runs_tokens_per_s"] = [round(x["tokens_per_s"], 1) for x in side_runs]

@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
 # hybridflow at real model sizes on one GPU, side by side with its peers, in one call: builds the CUDA
 # configuration (scripts/gpu_build.sh, from the .debs and wheels scripts/gpu_deps.sh put in .gpudeps), measures
-# the device's bounds (HBM bandwidth by a device copy, the bf16 matmul peak by a large GEMM), then the cells:
-#   decode      batch 1, 64, 256 at ~1024-token contexts (960 prompt + 64 new), Qwen3-1.7B and Qwen3-0.6B shapes,
-#               against the step's roofline and transformers' generate (static KV cache, SDPA, bf16)
+# the device's bounds (HBM bandwidth by a device copy, the bf16 matmul peak by a large GEMM), then the cells,
+# the most informative first (a cell the budget cannot fit is skipped and says so):
+#   decode      batch 1, 64, 256 at 1024-token contexts (992 prompt + 32 new), Qwen3-1.7B, against the step's
+#               roofline and transformers' generate (static KV cache, SDPA, bf16); both sides time decode alone
+#               (a run of N new tokens less a run of 1, so the prefill cancels) and prefill apart
+#   profile     Kineto (libtorch's profiler, from C++) over 4 decode steps at 1.7B, batch 1 and 64: operators,
+#               kernels and launches per step, device-busy time against wall time, the top operators by device
+#               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
+#   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
+#               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
+#   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
 #   train       forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and verl's
 #               update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak
-#   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 512), colocated, against TRL's GRPOTrainer
-#   rollout     64 prompts x 8 samples up to 1024 tokens at 0.6B, against transformers' generate
-# Models are random-weight directories of the published Qwen3 shapes with the published tokenizer, written by
-# transformers (bench/gpu_peers.py make-model), so every side loads the same weights. Every cell has a time
-# budget (one slow cell cannot eat the call); the table so far is printed after each group of cells, and at the
-# end as markdown into OUT/table.md, with every measurement as JSON lines in OUT/results.jsonl and the whole
-# output in OUT/bench.log (OUT: $OUT when set). The GRPO cells run hybridflow and TRL as separate cells.
+#   decode      the decode cells again at 0.6B
+#   profile     last, where time is left: one training step at 1.7B under Kineto (`bench train --profile`)
+# Sizes are cut so that every cell fits the budget at the speeds measured on an H200 (decode at 1.7B: ~29 ms
+# a token at batch 1, ~84 ms a step at batch 64); the table prints every cell's sizes. Models are
+# random-weight directories of the published Qwen3 shapes with the published tokenizer, written by transformers
+# (bench/gpu_peers.py make-model), so every side loads the same weights. Every cell has a time limit (one slow
+# cell cannot eat the call); the table so far is printed after each group of cells, and at the end as markdown
+# into OUT/table.md, with every measurement as JSON lines in OUT/results.jsonl and the whole output in
+# OUT/bench.log (OUT: $OUT when set). The GRPO cells run hybridflow and TRL as separate cells.
 #
 #   bash scripts/gpu_bench.sh                  # on the GPU machine (the device call: docs/toolchain.md)
 #   bash scripts/gpu_bench.sh --cpu-smoke      # the same script end to end on the CPU at tiny shapes, against an
 #                                              # existing CPU build (build/) and .venv; bash scripts/gpu_deps.sh --smoke first
 #   HF_BENCH_BUDGET_S=540 HF_BENCH_SKIP_BUILD=1 HF_BUILD_DIR=build-cuda ...
+#   HF_BENCH_GENERATE_FLAGS="--kv-block-size 32"   # appended to every hybridflow `bench generate` cell
+#   HF_BENCH_VARIANT_FLAGS="--cuda-graphs" HF_BENCH_VARIANT_NAME=graphs
+#                                              # adds cells "decode qwen3-1.7b graphs", "profile qwen3-1.7b graphs"
+#                                              # and "rollout qwen3-0.6b graphs": the same work with these flags,
+#                                              # each right after its plain cell, in the table beside it
+#                                              # (OUT then holds 8 files: the device call returns no more)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -41,25 +57,27 @@ if [ "$mode" = gpu ]; then
   site=/tmp/hf-bench-site
   wheels=.gpudeps/wheels
   threads=$(nproc)
-  # The shapes (see the header) and each cell's time limit in seconds.
+  # The shapes (see the header), the cells' sizes and each cell's time limit in seconds.
   big=qwen3-1.7b small=qwen3-0.6b
-  decode_args=(--batch 1,64,256 --prompt-length 960 --response-length 64)
-  peer_decode_args=(--batch 1,64,256 --prompt-length 960 --new-tokens 64)
-  # The peer's static cache holds all 512 rollout rows at full length (0.6B: 112 KiB a token, 64 GB at 1152
-  # tokens) and the 1.7B step's whole-vocabulary loss about 70 GB in all: on an 80 GB card, shorter prompts and
-  # a 4096-token step (hybridflow's own RL update keeps its 8k-token micro-batches).
+  decode_batches=1,64,256 decode_prompt=992 decode_new=32 decode_reps=1
+  profile_batches=1,64 profile_steps=4
+  # The peer's static cache holds all 512 rollout rows at full length (0.6B: 112 KiB a token) and the 1.7B
+  # step's whole-vocabulary loss about 70 GB in all: on an 80 GB card, shorter prompts and a 4096-token step
+  # (hybridflow's own RL update keeps its 8k-token micro-batches).
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
   rollout_prompt=128 train_rows=8
   [ "${gpu_mib:-0}" -ge 100000 ] || { rollout_prompt=64 train_rows=4; }
-  rollout_args=(--rollout-prompts 64 --samples 8 --prompt-length $rollout_prompt --response-length 1024 --stop-every 256
-                --max-num-seqs 256)
-  peer_rollout_args=(--prompts 64 --samples 8 --prompt-length $rollout_prompt --max-new-tokens 1024 --stop-every 256)
-  train_args=(--batch $train_rows --prompt-length 512 --response-length 512 --steps 2 --rl-rows 32 --micro-rows 8
+  rollout_prompts=64 rollout_samples=8 rollout_new=256 rollout_stop=64 rollout_seqs=256
+  train_args=(--batch $train_rows --prompt-length 512 --response-length 512 --steps 1 --rl-rows 32 --micro-rows 8
               --stop-every 64)
-  grpo_args=(--prompts 32 --group 8 --response-length 512 --steps 2 --warmup 1 --micro 32 --trl-micro 32)
+  grpo_prompts=32 grpo_group=8 grpo_new=128 grpo_steps=2
+  grpo_args=(--micro 32 --trl-micro 32)
   bounds_args=(--copy-mb 2048 --gemm 8192)
-  limit_build=330 limit_decode=60 limit_train=90 limit_grpo=100 limit_rollout=110
-  decode_context=992  # the prompt and, on average, half the new tokens
+  # Expected at the H200's measured speeds (s): build ~135, bounds 7, models ~30, decode 1.7B ~35 + peer ~30,
+  # profile ~25, rollout ~35 + peer ~25, GRPO ~55 + TRL ~45, train ~40, decode 0.6B ~20 + peer ~20: ~520 in all
+  # (the training-step profile after them runs only if the others were faster).
+  limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=70 limit_grpo=90
+  limit_rollout=80 limit_decode_small=50
 else
   budget=${HF_BENCH_BUDGET_S:-1500}
   build=${HF_BUILD_DIR:-build}
@@ -69,17 +87,38 @@ else
   wheels=.cache/gpubench-wheels
   threads=$(nproc)
   big=tiny small=tiny
-  decode_args=(--batch 1,4 --prompt-length 24 --response-length 6)
-  peer_decode_args=(--batch 1,4 --prompt-length 24 --new-tokens 6)
-  rollout_args=(--rollout-prompts 4 --samples 2 --prompt-length 16 --response-length 24 --stop-every 16 --max-num-seqs 8)
-  peer_rollout_args=(--prompts 4 --samples 2 --prompt-length 16 --max-new-tokens 24 --stop-every 16)
+  decode_batches=1,4 decode_prompt=24 decode_new=6 decode_reps=1
+  profile_batches=1,4 profile_steps=2
+  rollout_prompt=16 rollout_prompts=4 rollout_samples=2 rollout_new=24 rollout_stop=16 rollout_seqs=8
   train_args=(--batch 2 --prompt-length 16 --response-length 16 --steps 1 --rl-rows 4 --micro-rows 2 --stop-every 8)
-  grpo_args=(--prompts 2 --group 2 --response-length 8 --steps 2 --warmup 1 --micro 4 --trl-micro 2)
+  grpo_prompts=2 grpo_group=2 grpo_new=8 grpo_steps=2
+  grpo_args=(--micro 4 --trl-micro 2)
   bounds_args=(--copy-mb 64 --gemm 512)
-  limit_build=60 limit_decode=120 limit_train=120 limit_grpo=400 limit_rollout=120
-  decode_context=27
+  limit_build=60 limit_models=90 limit_decode=120 limit_profile=120 limit_train=120 limit_grpo=400
+  limit_rollout=120 limit_decode_small=120
 fi
 hf=$build/hybridflow
+decode_context=$((decode_prompt + decode_new / 2))  # the prompt and, on average, half the new tokens
+decode_args=(--batch $decode_batches --prompt-length $decode_prompt --response-length $decode_new --reps $decode_reps)
+peer_decode_args=(--batch $decode_batches --prompt-length $decode_prompt --new-tokens $decode_new --reps $decode_reps)
+profile_args=(--batch $profile_batches --prompt-length $decode_prompt --profile-steps $profile_steps)
+rollout_args=(--rollout-prompts $rollout_prompts --samples $rollout_samples --prompt-length $rollout_prompt
+              --response-length $rollout_new --stop-every $rollout_stop --max-num-seqs $rollout_seqs)
+peer_rollout_args=(--prompts $rollout_prompts --samples $rollout_samples --prompt-length $rollout_prompt
+                   --max-new-tokens $rollout_new --stop-every $rollout_stop)
+grpo_args+=(--prompts $grpo_prompts --group $grpo_group --response-length $grpo_new --steps $grpo_steps --warmup 1)
+# Extra flags for every hybridflow `bench generate` cell, and an optional variant of the decode, profile and
+# rollout cells (see the header): word-split, as on a command line.
+read -r -a generate_flags <<< "${HF_BENCH_GENERATE_FLAGS:-}"
+read -r -a variant_flags <<< "${HF_BENCH_VARIANT_FLAGS:-}"
+variant=${HF_BENCH_VARIANT_NAME:-variant}
+sizes="decode: ${decode_prompt}-token prompts + ${decode_new} new tokens at batch ${decode_batches//,/, } (decode tokens/s ="
+sizes+=" batch x $((decode_new - 1)) / (the run of ${decode_new} new tokens less the run of 1), prefill apart; the fastest of"
+sizes+=" ${decode_reps} on both sides); profile: ${profile_steps} decode steps at batch ${profile_batches//,/, } (same"
+sizes+=" prompts); rollout: ${rollout_prompts} prompts x ${rollout_samples} samples, prompts of $((rollout_prompt / 2))..${rollout_prompt}"
+sizes+=" tokens, up to ${rollout_new} new tokens, a stop token each step with p = 1/${rollout_stop},"
+sizes+=" hybridflow with ${rollout_seqs} sequences at once; GRPO: ${grpo_prompts} prompts x ${grpo_group}, responses up to"
+sizes+=" ${grpo_new} tokens, ${grpo_steps} steps of which the first is a warm-up; train: ${train_args[*]}."
 title="hybridflow on $([ "$mode" = gpu ] && (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) || echo "the CPU (smoke run, tiny shapes: the ratios mean nothing)"), bf16"
 peers=(bench/gpu_peers.py --device "$device")
 deadline=$((start + budget))
@@ -125,7 +164,7 @@ EOF
 
 table() {
   "$python" bench/gpu_bench_table.py --results "$results" --status "$status" --models "$work" --out "$out/table.md" \
-    --decode-context "$decode_context" --title "$title"
+    --decode-context "$decode_context" --title "$title" --sizes "$sizes"
 }
 
 {
@@ -150,15 +189,48 @@ fi
 
 cell bounds 60 "$python" "${peers[@]}" bounds "${bounds_args[@]}"
 tokenizer=.gpudeps/tokenizer
-for shape in $(printf '%s\n' $big $small | sort -u); do
-  cell "model $shape" 90 "$python" "${peers[@]}" make-model --shape "$shape" --out "$work/$shape" --tokenizer "$tokenizer"
-done
+shapes=()
+for shape in $(printf '%s\n' $big $small | sort -u); do shapes+=(--shape "$shape"); done
+cell models "$limit_models" "$python" "${peers[@]}" make-model "${shapes[@]}" --out "$work" --tokenizer "$tokenizer"
 common=(--device "$device" --dtype bf16 --threads "$threads" --json)
+generate=("$hf" bench generate "${common[@]}")
 
-cell "decode $big" "$limit_decode" "$hf" bench generate "${common[@]}" --model "$work/$big" "${decode_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline
-cell "decode $big peer" "$limit_decode" "$python" "${peers[@]}" hf-decode --model "$work/$big" "${peer_decode_args[@]}"
+# decode_cells SHAPE LIMIT: hybridflow (and its variant) and transformers on the decode cell.
+decode_cells() {
+  local shape=$1 limit=$2
+  local run=("${generate[@]}" --model "$work/$shape" "${decode_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline)
+  cell "decode $shape" "$limit" "${run[@]}" "${generate_flags[@]}"
+  [ ${#variant_flags[@]} = 0 ] || cell "decode $shape $variant" "$limit" "${run[@]}" "${generate_flags[@]}" "${variant_flags[@]}"
+  cell "decode $shape peer" "$limit" "$python" "${peers[@]}" hf-decode --model "$work/$shape" "${peer_decode_args[@]}"
+}
+
+# profile_cell NAME COMMAND...: a profile (`--profile` is added), the traces gzipped into OUT (the device call
+# returns few files of at most 16 MiB: a larger one is dropped, and the log says so).
+profile_cell() {
+  local name=$1; shift
+  local trace=$out/${name// /-}.json
+  cell "$name" "$limit_profile" "$@" --profile "$trace"
+  local f
+  for f in "$trace" "${trace%.json}".batch*.json; do
+    [ -f "$f" ] || continue
+    gzip -f "$f"
+    if [ "$(stat -c %s "$f.gz")" -gt $((15 * 1024 * 1024)) ]; then
+      echo "gpu_bench: $f.gz is over 15 MiB: not kept (fewer --profile-steps keep it smaller)" | tee -a "$log"
+      rm -f "$f.gz"
+    fi
+  done
+}
+
+decode_cells "$big" "$limit_decode"
 table
-cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
+profile=("${generate[@]}" --model "$work/$big" "${profile_args[@]}" "${generate_flags[@]}")
+profile_cell "profile $big" "${profile[@]}"
+[ ${#variant_flags[@]} = 0 ] || profile_cell "profile $big $variant" "${profile[@]}" "${variant_flags[@]}"
+table
+rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
+cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}"
+[ ${#variant_flags[@]} = 0 ] || cell "rollout $small $variant" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}"
+cell "rollout $small peer" "$limit_rollout" "$python" "${peers[@]}" hf-rollout --model "$work/$small" "${peer_rollout_args[@]}"
 table
 # The two sides in cells of their own (the same prompts, drawn from one seed): each gets its own time.
 grpo=("$python" bench/grpo_vs_trl.py --hybridflow "$hf" --model "$work/$small" --device "$device" --dtype bf16
@@ -166,11 +238,9 @@ grpo=("$python" bench/grpo_vs_trl.py --hybridflow "$hf" --model "$work/$small" -
 cell "grpo $small" "$limit_grpo" "${grpo[@]}" --sides dynamic --out "$work/grpo"
 cell "grpo $small peer" "$limit_grpo" "${grpo[@]}" --sides trl --out "$work/grpo_trl"
 table
-cell "rollout $small" "$limit_rollout" "$hf" bench generate "${common[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}"
-cell "rollout $small peer" "$limit_rollout" "$python" "${peers[@]}" hf-rollout --model "$work/$small" "${peer_rollout_args[@]}"
-if [ "$small" != "$big" ]; then
-  cell "decode $small" "$limit_decode" "$hf" bench generate "${common[@]}" --model "$work/$small" "${decode_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline
-  cell "decode $small peer" "$limit_decode" "$python" "${peers[@]}" hf-decode --model "$work/$small" "${peer_decode_args[@]}"
-fi
+cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
+[ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
+# Last, where time is left: one training step at 1.7B under the profiler (the training cell's shape).
+profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
 echo "gpu_bench: $((SECONDS - start)) s in all" | tee -a "$log"
 table

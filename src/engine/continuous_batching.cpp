@@ -106,10 +106,16 @@ class Scheduler {
       const BlockManager sizing(1, cfg.kv_block_size);
       blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing), cfg.kv_block_size);
     }
+    finished_.assign(static_cast<size_t>(total_), false);
+    if (cfg.resume) take_saved(*cfg.resume);
   }
 
   void run() {
     while (true) {
+      if (cfg_.stop_requested && cfg_.stop_requested()) {
+        stopped_ = std::find(finished_.begin(), finished_.end(), false) != finished_.end();
+        break;
+      }
       refresh_weights();
       while (admit()) {
       }
@@ -153,6 +159,11 @@ class Scheduler {
     if (graphs_) {
       out.decode_graphs = graphs_->captured();
       out.graph_steps = graphs_->replayed_steps();
+    }
+    if (cfg_.stop_requested) {
+      out.stopped = stopped_;
+      out.finished = torch::zeros({total_}, torch::TensorOptions().dtype(torch::kBool));
+      for (int64_t q = 0; q < total_; ++q) out.finished[q] = static_cast<bool>(finished_[static_cast<size_t>(q)]);
     }
     KVCacheReport& report = out.kv_cache;
     int64_t longest_prompt = 0;
@@ -229,8 +240,10 @@ class Scheduler {
     if (cfg_.record_routing)
       prompt_routing = torch::stack(model_->recorded_routing().layers, 2).to(torch::kCPU, torch::kInt32);
 
-    // Each prompt's samples take the lowest free slots (the running rows stay packed at the front).
-    std::vector<Row> admitted;
+    // Each prompt's samples take the lowest free slots (the running rows stay packed at the front). A
+    // continued generation (cfg.resume) sorts them: ended ones give their slot and blocks back below,
+    // those with saved tokens get their prefixes prefilled, the others draw their first token here.
+    std::vector<Row> admitted, continued, ended;
     std::vector<int64_t> slots, sources;
     for (int64_t i = 0; i < count; ++i)
       for (int64_t j = 0; j < cfg_.n; ++j) {
@@ -242,9 +255,17 @@ class Scheduler {
         if (blocks_) row.paged = block_sequences[static_cast<size_t>(i)][static_cast<size_t>(j)];
         if (cfg_.record_routing)
           prompt_routing_[static_cast<size_t>(row.sequence)] = prompt_routing[i].narrow(0, 0, row.length);
-        admitted.push_back(row);
-        slots.push_back(row.slot);
-        sources.push_back(i);
+        const auto& saved = tokens_[static_cast<size_t>(row.sequence)];
+        if (finished_[static_cast<size_t>(row.sequence)]) {
+          ended.push_back(row);
+        } else if (!saved.empty()) {
+          row.token = saved.back();
+          continued.push_back(row);
+        } else {
+          admitted.push_back(row);
+          slots.push_back(row.slot);
+          sources.push_back(i);
+        }
       }
     if (blocks_) {
       std::vector<std::vector<int64_t>> tables;
@@ -258,19 +279,64 @@ class Scheduler {
       copy_to_slots(prefill, slots, sources, width);
     }
 
-    torch::Tensor tokens, log_probs;
-    if (link_.samples()) {
-      const auto source_t = torch::tensor(sources, i64).to(device_);
-      const auto last_t = torch::tensor(last_position, i64).to(device_);
-      auto last = hidden.index({torch::arange(count, i64.device(device_)), last_t}).index_select(0, source_t);
-      std::tie(tokens, log_probs) = choose(admitted, last);
-    }
-    link_.share(tokens, log_probs, static_cast<int64_t>(admitted.size()));
     next_prompt_ += count;
-    const size_t first = rows_.size();
-    rows_.insert(rows_.end(), admitted.begin(), admitted.end());
-    take(first, tokens, log_probs);
+    for (const Row& row : ended) {
+      free_slots_.insert(row.slot);
+      if (blocks_) blocks_->release(row.paged);
+    }
+    if (!admitted.empty()) {
+      torch::Tensor tokens, log_probs;
+      if (link_.samples()) {
+        const auto source_t = torch::tensor(sources, i64).to(device_);
+        const auto last_t = torch::tensor(last_position, i64).to(device_);
+        auto last = hidden.index({torch::arange(count, i64.device(device_)), last_t}).index_select(0, source_t);
+        std::tie(tokens, log_probs) = choose(admitted, last);
+      }
+      link_.share(tokens, log_probs, static_cast<int64_t>(admitted.size()));
+      const size_t first = rows_.size();
+      rows_.insert(rows_.end(), admitted.begin(), admitted.end());
+      take(first, tokens, log_probs);
+    }
+    if (!continued.empty()) continue_saved(continued);
     return true;
+  }
+
+  // cfg.resume: the saved state of every sequence, checked against this call's prompts and config.
+  void take_saved(const PartialSequences& saved) {
+    const auto total = static_cast<size_t>(total_);
+    HF_CHECK(saved.tokens.size() == total && saved.log_probs.size() == total && saved.finished.size() == total &&
+                 (saved.versions.empty() || saved.versions.size() == total),
+             "generation: the saved partial generation holds ", saved.tokens.size(), " sequences, this call has ",
+             total_, " (", prompts_.size(), " prompts x n = ", cfg_.n, ")");
+    for (size_t q = 0; q < total; ++q) {
+      const auto drawn = static_cast<int64_t>(saved.tokens[q].size());
+      HF_CHECK(drawn <= cfg_.max_new_tokens && saved.log_probs[q].size() == saved.tokens[q].size() &&
+                   (saved.versions.empty() || saved.versions[q].size() == saved.tokens[q].size()),
+               "generation: saved sequence ", q, " holds ", drawn, " tokens (at most max_new_tokens = ",
+               cfg_.max_new_tokens, ") with ", saved.log_probs[q].size(), " log-probs");
+      tokens_[q] = saved.tokens[q];
+      log_probs_[q] = saved.log_probs[q];
+      if (!saved.versions.empty()) versions_[q] = saved.versions[q];
+      // A sequence whose last token ended it is done, whatever the flag says.
+      finished_[q] = saved.finished[q] || drawn == cfg_.max_new_tokens || (drawn > 0 && is_eos(cfg_, saved.tokens[q].back()));
+    }
+  }
+
+  // The admitted rows of sequences with saved tokens: their prefixes go into their caches (blocks taken
+  // for every position but the last token's, which the next decode feeds) and they join the running rows.
+  void continue_saved(std::vector<Row>& continued) {
+    for (Row& row : continued) {
+      const auto drawn = static_cast<int64_t>(tokens_[static_cast<size_t>(row.sequence)].size());
+      if (blocks_)
+        for (int64_t t = 0; t + 1 < drawn; ++t) {
+          const BlockManager::Append where = blocks_->append(row.paged);
+          if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+        }
+      row.length += drawn - 1;
+    }
+    prefill_prefixes(continued);
+    rows_.insert(rows_.end(), continued.begin(), continued.end());
+    std::sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) { return a.slot < b.slot; });
   }
 
   // Partial rollouts: when the hook reports newer weights, the running sequences' caches hold keys and
@@ -284,9 +350,17 @@ class Scheduler {
     if (version == version_) return;
     version_ = version;
     if (first || rows_.empty()) return;
-    const int64_t count = static_cast<int64_t>(rows_.size());
+    for (const Row& row : rows_) resumed_.insert(row.sequence);
+    prefill_prefixes(rows_);
+  }
+
+  // Prefills each row's prefix (its prompt and its first length - prompt tokens drawn), right-padded as in
+  // admit(), with the model's current weights into its own slot or blocks. A prompt's shared blocks are
+  // written by each of its samples with the same prompt positions.
+  void prefill_prefixes(const std::vector<Row>& rows) {
+    const int64_t count = static_cast<int64_t>(rows.size());
     int64_t width = 0;
-    for (const Row& row : rows_) width = std::max(width, row.length);
+    for (const Row& row : rows) width = std::max(width, row.length);
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
     auto ids = torch::full({count, width}, cfg_.pad_token_id, i64);
     auto mask = torch::zeros({count, width}, i64);
@@ -296,7 +370,7 @@ class Scheduler {
       auto id = ids.accessor<int64_t, 2>();
       auto m = mask.accessor<int64_t, 2>();
       for (int64_t i = 0; i < count; ++i) {
-        const Row& row = rows_[static_cast<size_t>(i)];
+        const Row& row = rows[static_cast<size_t>(i)];
         const auto& p = prompts_[static_cast<size_t>(row.sequence / cfg_.n)];
         const auto& drawn = tokens_[static_cast<size_t>(row.sequence)];
         for (int64_t t = 0; t < row.length; ++t) {
@@ -308,7 +382,6 @@ class Scheduler {
         sources.push_back(i);
         lengths.push_back(row.length);
         if (blocks_) tables.push_back(blocks_->table(row.paged));
-        resumed_.insert(row.sequence);
       }
     }
     ids = ids.to(device_);
@@ -385,6 +458,7 @@ class Scheduler {
       if (cfg_.refresh_weights) versions_[static_cast<size_t>(row.sequence)].push_back(version_);
       row.token = t[r - first];
       if (is_eos(cfg_, row.token) || static_cast<int64_t>(generated.size()) == cfg_.max_new_tokens) {
+        finished_[static_cast<size_t>(row.sequence)] = true;
         free_slots_.insert(row.slot);
         if (blocks_) blocks_->release(row.paged);
       } else {
@@ -478,6 +552,8 @@ class Scheduler {
   std::optional<DecodeGraphs> graphs_;  // paged cache with cfg.cuda_graphs on a CUDA device
   std::vector<std::vector<int64_t>> tokens_;  // per sequence
   std::vector<std::vector<float>> log_probs_;
+  std::vector<bool> finished_;  // per sequence: ended (eos or max_new_tokens)
+  bool stopped_ = false;        // cfg.stop_requested stopped the run before every sequence ended
   // Partial rollouts (cfg.refresh_weights): the weights' version (-1 before the first round), each token's
   // version, and the sequences prefilled again with newer weights.
   int64_t version_ = -1;

@@ -229,6 +229,10 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache, "
            "one pipeline stage and no routing record (a prefix prefilled again would be routed twice)");
+  HF_CHECK((!cfg.stop_requested && !cfg.resume) ||
+               (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
+           "generation: stopping and continuing a generation need continuous batching on a KV cache, one pipeline "
+           "stage and no routing record");
   if (cfg.record_routing) {
     HF_CHECK(mc.num_moe_layers() > 0, "generation: recording the routing (router_replay.mode R3) needs a ",
              "mixture-of-experts model; ", mc.model_type, " has no MoE layer");

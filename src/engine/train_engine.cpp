@@ -84,6 +84,7 @@ TrainEngine::TrainEngine(std::shared_ptr<torch::nn::Module> module, OptimizerOpt
     params_.push_back(item.value());
     names_.push_back(item.key());
     split_.push_back(false);
+    expert_.push_back(false);
     torch::Tensor optimized = item.value();
     if (low_precision) {
       optimized = item.value().detach().to(torch::kFloat).clone().set_requires_grad(true);
@@ -105,6 +106,8 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
+  HF_CHECK(!ep_.enabled(), "use_distributed_optimizer: the distributed optimizer is not combined with expert ",
+           "parallelism yet");
   std::vector<bool> decay, counted;
   for (size_t i = 0; i < names_.size(); ++i) {
     decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
@@ -215,24 +218,42 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
   for (size_t i = 0; i < names_.size(); ++i) split_[i] = tp.enabled() && is_split(names_[i]);
 }
 
+void TrainEngine::set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
+                                      const std::function<bool(const std::string&)>& is_expert) {
+  if (!ep.enabled()) return;
+  HF_CHECK(!zero_ && !pipeline_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
+           "with the distributed optimizer (use_distributed_optimizer) or pipeline stages yet");
+  HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
+                     "are data-parallel ranks)");
+  HF_CHECK(step_ == 0, "set_expert_parallel: the engine has already taken ", step_, " steps");
+  ep_ = ep;
+  expert_dp_ = expert_data_parallel;
+  for (size_t i = 0; i < names_.size(); ++i) expert_[i] = is_expert(names_[i]);
+}
+
 void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
   HF_CHECK(!zero_, "set_pipeline: call it before set_sharded_optimizer (the ZeRO optimizer's gradient norm spans "
                    "the stages)");
   HF_CHECK(step_ == 0, "set_pipeline: the engine has already taken ", step_, " steps");
+  HF_CHECK(!ep_.enabled(), "pipeline_model_parallel_size: pipeline stages are not combined with expert parallelism yet");
   pipeline_ = std::move(pipeline);
 }
 
 double TrainEngine::model_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split,
-                                        const std::vector<bool>& counted) const {
+                                        const std::vector<bool>& expert, const std::vector<bool>& counted) const {
   torch::NoGradGuard no_grad;
-  // [split squares, replicated squares] in float64, so the sum over ranks does not depend on their order.
-  auto squares = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(params_.front().device()));
+  // [split squares, replicated squares, expert squares] in float64, so the sum over ranks does not depend on
+  // their order.
+  auto squares = torch::zeros({3}, torch::TensorOptions().dtype(torch::kDouble).device(params_.front().device()));
   for (size_t i = 0; i < with_grad.size(); ++i)
-    if (counted[i]) squares[split[i] ? 0 : 1] += with_grad[i].grad().to(torch::kDouble).pow(2).sum();
+    if (counted[i]) squares[split[i] ? 0 : expert[i] ? 2 : 1] += with_grad[i].grad().to(torch::kDouble).pow(2).sum();
   auto split_part = squares.narrow(0, 0, 1).clone();
   if (tp_.enabled()) tp_.comm()->all_reduce(split_part, ReduceOp::kSum);
+  // The expert-parallel ranks hold different experts: their squares add up.
+  auto expert_part = squares.narrow(0, 2, 1).clone();
+  if (ep_.enabled()) ep_.comm()->all_reduce(expert_part, ReduceOp::kSum);
   // Stages hold different parameters: their squares add up.
-  auto total = (split_part + squares.narrow(0, 1, 1)).contiguous();
+  auto total = (split_part + squares.narrow(0, 1, 1) + expert_part).contiguous();
   if (pipeline_) pipeline_->stages().all_reduce(total, ReduceOp::kSum);
   return std::sqrt(total.item<double>());
 }
@@ -240,20 +261,21 @@ double TrainEngine::model_parallel_norm(const std::vector<torch::Tensor>& with_g
 double TrainEngine::clip_grad_norm() {
   accumulate_into_masters();
   std::vector<torch::Tensor> with_grad;
-  std::vector<bool> split, counted;
+  std::vector<bool> split, expert, counted;
   for (size_t i = 0; i < optimized().size(); ++i) {
     if (!optimized()[i].grad().defined()) continue;
     with_grad.push_back(optimized()[i]);
     split.push_back(split_[i]);
+    expert.push_back(expert_[i]);
     counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
   }
   const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
-  if (!tp_.enabled() && !pipeline_) {
+  if (!tp_.enabled() && !pipeline_ && !ep_.enabled()) {
     if (with_grad.empty()) return 0.0;
     return torch::nn::utils::clip_grad_norm_(with_grad, max_norm);
   }
   // Every rank of the groups joins the norm's all-reduces, even one whose parameters got no gradient.
-  const double norm = model_parallel_norm(with_grad, split, counted);
+  const double norm = model_parallel_norm(with_grad, split, expert, counted);
   // The same factor as torch::nn::utils::clip_grad_norm_ (max_norm / (norm + 1e-6), applied when < 1).
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
@@ -374,7 +396,19 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
   }
   HF_CHECK(stats.tokens > 0 || data_parallel(), "train_step: the mini-batch's '", token_mask_key,
            "' selects no tokens");
-  const double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
+  double local_norm = mean ? static_cast<double>(stats.tokens) : 1.0;
+  if (ep_.enabled()) {
+    // Each expert's gradient mixes every rank's tokens: the losses are weighted by their share of the global
+    // mini-batch from the start, and the reduce below sums (local_norm = norm = the global units).
+    auto units = torch::tensor({static_cast<float>(stats.tokens)},
+                               torch::TensorOptions().dtype(torch::kFloat).device(optimized().front().device()));
+    reducer_(units);
+    if (mean) local_norm = units.item<double>();
+    for (size_t i = 0; i < micro_batches.size(); ++i)
+      HF_CHECK(tokens(micro_batches[i]) > 0, "train_step: under expert parallelism (expert_model_parallel_size ",
+               ep_.size(), ") every micro-batch runs collectively with the group, but micro-batch ", i, " has no token ",
+               "in '", token_mask_key, "'");
+  }
 
   release_grads();
   std::vector<DataProto> with_tokens;
@@ -435,9 +469,11 @@ bool TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(optimized().front().device());
   std::vector<torch::Tensor> parts;
   parts.reserve(optimized().size() + 1);
-  for (const auto& p : optimized()) {
-    parts.push_back(p.grad().defined() ? p.grad().reshape({-1}).to(torch::kFloat) * local_norm
-                                       : torch::zeros({p.numel()}, fp32));
+  for (size_t i = 0; i < optimized().size(); ++i) {
+    const auto& p = optimized()[i];
+    // Experts differ between the ranks of the data-parallel group: their slots stay zero (summed below).
+    parts.push_back(p.grad().defined() && !expert_[i] ? p.grad().reshape({-1}).to(torch::kFloat) * local_norm
+                                                      : torch::zeros({p.numel()}, fp32));
   }
   parts.push_back(torch::tensor({static_cast<float>(stats.tokens), static_cast<float>(stats.loss * local_norm)},
                                 fp32));
@@ -452,9 +488,14 @@ bool TrainEngine::reduce_gradients(double local_norm, bool mean, StepStats& stat
   stats.tokens = static_cast<int64_t>(std::llround(global_units));
   stats.loss = flat[n + 1].item<double>() / norm;
   int64_t offset = 0;
-  for (auto& p : optimized()) {
+  for (size_t i = 0; i < optimized().size(); ++i) {
+    auto& p = optimized()[i];
     torch::Tensor g = (flat.narrow(0, offset, p.numel()) / norm).view(p.sizes()).to(p.scalar_type());
     offset += p.numel();
+    if (expert_[i]) {
+      g = p.grad().defined() ? p.grad() * (local_norm / norm) : torch::zeros_like(p);
+      if (expert_dp_ != nullptr) expert_dp_->all_reduce(g, ReduceOp::kSum);
+    }
     if (p.grad().defined())
       p.mutable_grad().copy_(g);
     else

@@ -199,6 +199,8 @@ int64_t WeightSync::announced_version() const {
   return value.empty() ? -1 : std::stoll(value);
 }
 
+bool WeightSync::pause_requested() const { return world_.store_value(kRolloutPauseKey) == "1"; }
+
 WeightSyncStats WeightSync::receive(CausalLM& rollout) {
   const auto start = std::chrono::steady_clock::now();
   const int rank = world_.rank();

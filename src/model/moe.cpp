@@ -99,9 +99,15 @@ torch::Tensor ExpertImpl::forward(const torch::Tensor& x) { return down(torch::s
 SparseBlockImpl::SparseBlockImpl(const ModelConfig& c)
     : top_k_(c.moe.num_experts_per_tok),
       normalise_(c.moe.norm_topk_prob || c.model_type == "mixtral"),
-      float_weights_(c.model_type == "mixtral") {
+      float_weights_(c.model_type == "mixtral"),
+      hidden_(c.hidden_size),
+      width_(c.expert_intermediate_size()),
+      gate_name_(c.expert_gate_name()),
+      up_name_(c.expert_up_name()),
+      down_name_(c.expert_down_name()),
+      local_count_(c.moe.num_experts) {
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.moe.num_experts).bias(false)));
-  auto holder = register_module("experts", std::make_shared<torch::nn::Module>());
+  auto holder = holder_ = register_module("experts", std::make_shared<torch::nn::Module>());
   for (int64_t e = 0; e < c.moe.num_experts; ++e) {
     experts.push_back(Expert(c.hidden_size, c.expert_intermediate_size(), c.expert_gate_name(), c.expert_up_name(),
                              c.expert_down_name()));
@@ -134,34 +140,143 @@ torch::Tensor SparseBlockImpl::forward(const torch::Tensor& x, const LayerIO& io
     routing = route_top_k(logits, top_k_, normalise_);
   }
   if (io.experts != nullptr) *io.experts = routing.experts;
-  auto out = run_experts(flat, routing, experts, float_weights_);
+  auto out = ep_.enabled() && !gathered_
+                 ? run_experts_parallel(flat, routing, experts, first_local_, local_count_, ep_, float_weights_)
+                 : run_experts(flat, routing, experts, float_weights_);
   if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return out.view(x.sizes());
 }
 
-torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
-                          bool float_weights) {
-  const int64_t k = routing.experts.size(1), count = static_cast<int64_t>(experts.size());
-  // Dispatch: the (token, slot) assignments sorted by expert, so each expert's tokens are one contiguous group.
+namespace {
+
+// Dispatch: the (token, slot) assignments sorted by expert, so each expert's tokens are one contiguous group
+// (under expert parallelism also sorted by owner, rank e / local experts).
+struct ExpertSortedAssignments {
+  torch::Tensor tokens;            // the token of each assignment, in expert order
+  torch::Tensor weights;           // its router weight
+  std::vector<int64_t> per_expert; // assignments per expert
+};
+
+ExpertSortedAssignments sort_assignments_by_expert(const torch::Tensor& x, const TopKRouting& routing, int64_t count,
+                                                   bool float_weights) {
+  const int64_t k = routing.experts.size(1);
   const auto assigned = routing.experts.reshape({-1});
   const auto order = std::get<1>(assigned.sort(/*stable=*/true, 0, /*descending=*/false));
-  const auto tokens = order.div(k, "floor");
-  auto weights = routing.weights.reshape({-1}).index_select(0, order);
+  ExpertSortedAssignments out;
+  out.tokens = order.div(k, "floor");
+  out.weights = routing.weights.reshape({-1}).index_select(0, order);
   // Qwen's routers hand their experts weights in the activations' dtype; Mixtral's stay float32.
-  if (!float_weights) weights = weights.to(x.scalar_type());
+  if (!float_weights) out.weights = out.weights.to(x.scalar_type());
   const auto sizes = torch::bincount(assigned, {}, count).to(torch::kCPU);
-  const auto* size = sizes.data_ptr<int64_t>();
+  out.per_expert.assign(sizes.data_ptr<int64_t>(), sizes.data_ptr<int64_t>() + count);
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                          bool float_weights) {
+  const int64_t count = static_cast<int64_t>(experts.size());
+  const auto [tokens, weights, size] = sort_assignments_by_expert(x, routing, count, float_weights);
   // Combine: each group's outputs, weighted, added back into its tokens' rows.
   auto out = torch::zeros_like(x);
   int64_t offset = 0;
   for (int64_t e = 0; e < count; ++e) {
-    const int64_t n = size[e];
+    const int64_t n = size[static_cast<size_t>(e)];
     if (n == 0) continue;
     const auto rows = tokens.narrow(0, offset, n);
     auto y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, rows)) * weights.narrow(0, offset, n).unsqueeze(1);
     out.index_add_(0, rows, y.to(x.scalar_type()));
     offset += n;
   }
+  return out;
+}
+
+void SparseBlockImpl::shard_experts(const ExpertParallelGroup& ep) {
+  const auto total = static_cast<int64_t>(experts.size());
+  HF_CHECK(!ep_.enabled(), "expert parallelism: the experts are already sharded");
+  HF_CHECK(total % ep.size() == 0, "expert_model_parallel_size ", ep.size(), " does not divide num_experts = ",
+           total, "; choose a size that divides the expert count");
+  if (!ep.enabled()) return;
+  ep_ = ep;
+  local_count_ = total / ep.size();
+  first_local_ = ep.rank() * local_count_;
+  for (int64_t e = 0; e < total; ++e) {
+    if (e >= first_local_ && e < first_local_ + local_count_) continue;
+    holder_->unregister_module(std::to_string(e));
+    experts[static_cast<size_t>(e)] = Expert(nullptr);
+  }
+}
+
+void SparseBlockImpl::gather_experts() {
+  if (!ep_.enabled() || gathered_) return;
+  torch::NoGradGuard no_grad;
+  const auto& mine = experts[static_cast<size_t>(first_local_)];
+  const auto options = mine->gate->weight.options();
+  // Each projection of the local experts stacked, [local, out, in], gathered into [experts, out, in].
+  auto gathered = [&](auto projection) {
+    std::vector<torch::Tensor> local;
+    for (int64_t e = first_local_; e < first_local_ + local_count_; ++e)
+      local.push_back(projection(experts[static_cast<size_t>(e)])->weight);
+    return ep_.comm()->all_gather_cat(torch::stack(local), 0);
+  };
+  const auto gates = gathered([](Expert& x) { return x->gate; });
+  const auto ups = gathered([](Expert& x) { return x->up; });
+  const auto downs = gathered([](Expert& x) { return x->down; });
+  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+    auto& slot = experts[static_cast<size_t>(e)];
+    if (slot) continue;
+    slot = Expert(hidden_, width_, gate_name_, up_name_, down_name_);
+    slot->to(options.device(), options.dtype().toScalarType());
+    slot->gate->weight.set_(gates[e].clone());
+    slot->up->weight.set_(ups[e].clone());
+    slot->down->weight.set_(downs[e].clone());
+    for (auto& p : slot->parameters()) p.set_requires_grad(false);
+  }
+  gathered_ = true;
+}
+
+void SparseBlockImpl::release_gathered_experts() {
+  if (!gathered_) return;
+  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e)
+    if (e < first_local_ || e >= first_local_ + local_count_) experts[static_cast<size_t>(e)] = Expert(nullptr);
+  gathered_ = false;
+}
+
+torch::Tensor run_experts_parallel(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                                   int64_t first_local, int64_t local_count, const ExpertParallelGroup& ep,
+                                   bool float_weights) {
+  const int64_t ranks = ep.size(), count = local_count * ranks;
+  const auto [tokens, weights, per_expert] = sort_assignments_by_expert(x, routing, count, float_weights);
+  // What each rank sends each of this rank's experts: [ranks x local] counts, source-major.
+  const std::vector<int64_t> incoming = exchange_counts(per_expert, ep);
+  std::vector<int64_t> send_rows(static_cast<size_t>(ranks), 0), recv_rows(static_cast<size_t>(ranks), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    send_rows[static_cast<size_t>(i / local_count)] += per_expert[static_cast<size_t>(i)];
+    recv_rows[static_cast<size_t>(i / local_count)] += incoming[static_cast<size_t>(i)];
+  }
+  const auto received = exchange_rows(x.index_select(0, tokens), send_rows, recv_rows, ep);
+  // The received rows regrouped by local expert (source rank, then the source's order, within each).
+  const auto incoming_sizes = torch::tensor(incoming, torch::kLong);
+  const auto local_ids =
+      torch::arange(local_count, torch::kLong).repeat({ranks}).repeat_interleave(incoming_sizes).to(x.device());
+  const auto by_expert = std::get<1>(local_ids.sort(/*stable=*/true, 0, /*descending=*/false));
+  std::vector<torch::Tensor> outputs;
+  int64_t offset = 0;
+  for (int64_t l = 0; l < local_count; ++l) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < ranks; ++i) n += incoming[static_cast<size_t>(i * local_count + l)];
+    if (n == 0) continue;
+    const auto rows = by_expert.narrow(0, offset, n);
+    outputs.push_back(experts[static_cast<size_t>(first_local + l)]->forward(received.index_select(0, rows)));
+    offset += n;
+  }
+  // A rank that received nothing still sends (nothing) back through the graph, so that every rank's backward
+  // runs both exchanges.
+  const auto computed = outputs.empty() ? received * 0 : torch::cat(outputs).index_select(0, by_expert.argsort());
+  const auto returned = exchange_rows(computed, recv_rows, send_rows, ep);
+  auto out = torch::zeros_like(x);
+  out.index_add_(0, tokens, (returned * weights.unsqueeze(1)).to(x.scalar_type()));
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/moe.h"
+#include "hybridflow/parallel/expert_parallel.h"
 
 namespace hybridflow::moe {
 
@@ -35,8 +36,17 @@ class SparseBlockImpl : public torch::nn::Module {
   // x [..., hidden] -> [..., hidden].
   torch::Tensor forward(const torch::Tensor& x, const LayerIO& io = {});
 
+  // Expert parallelism: keeps experts [rank E / n, (rank + 1) E / n) of the E (still registered as
+  // "experts.<e>", their checkpoint names) and drops the others. Once, before an optimizer sees the parameters.
+  void shard_experts(const ExpertParallelGroup& ep);
+  // Under expert parallelism: every expert in this process (all-gathered over the group, without gradients), so
+  // that forwards need no lockstep with the group (generation); release_gathered_experts drops the others' again.
+  // Collective.
+  void gather_experts();
+  void release_gathered_experts();
+
   torch::nn::Linear gate{nullptr};  // the router: [experts, hidden], no bias
-  std::vector<Expert> experts;
+  std::vector<Expert> experts;      // by global index; under expert parallelism null where another rank owns it
   Expert shared_expert{nullptr};                  // qwen2_moe only
   torch::nn::Linear shared_expert_gate{nullptr};  // qwen2_moe only: [1, hidden]
 
@@ -44,6 +54,13 @@ class SparseBlockImpl : public torch::nn::Module {
   int64_t top_k_;
   bool normalise_;
   bool float_weights_;  // Mixtral scales expert outputs by float32 weights; the Qwen types cast them first
+  int64_t hidden_, width_;
+  const char *gate_name_, *up_name_, *down_name_;
+  std::shared_ptr<torch::nn::Module> holder_;  // "experts"
+  ExpertParallelGroup ep_;
+  int64_t first_local_ = 0;  // this rank's experts: [first_local_, first_local_ + local_count_)
+  int64_t local_count_ = 0;
+  bool gathered_ = false;
 };
 TORCH_MODULE(SparseBlock);
 
@@ -52,5 +69,11 @@ TORCH_MODULE(SparseBlock);
 // a grouped GEMM takes them). x [tokens, hidden].
 torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                           bool float_weights);
+// The same under expert parallelism: experts holds this rank's local_count experts (global indices
+// [first_local, first_local + local_count)); every (token, slot) pair is sent to its expert's owner, run there and
+// sent back. Collective over ep: every rank of the group calls it once per layer, in the same order.
+torch::Tensor run_experts_parallel(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                                   int64_t first_local, int64_t local_count, const ExpertParallelGroup& ep,
+                                   bool float_weights);
 
 }  // namespace hybridflow::moe

@@ -520,8 +520,42 @@ void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
   sp_ = sp;
 }
 
+void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
+  HF_CHECK(!ep_.enabled(), "expert_model_parallel_size: the experts are already split over ", ep_.size(), " ranks");
+  if (!ep.enabled()) return;
+  const int n = ep.size();
+  HF_CHECK(config_.num_moe_layers() > 0, "expert_model_parallel_size ", n, ": ", config_.model_type,
+           " has no mixture-of-experts layer to split");
+  HF_CHECK(!tp_.enabled(), "expert_model_parallel_size ", n, " with tensor_model_parallel_size ", tp_.size(),
+           ": expert parallelism is not combined with tensor parallelism yet");
+  HF_CHECK(!pp_.enabled(), "expert_model_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
+           ": expert parallelism is not combined with pipeline parallelism yet");
+  HF_CHECK(!sp_.enabled(), "expert_model_parallel_size ", n, " with ulysses_sequence_parallel_size ", sp_.size(),
+           ": expert parallelism is not combined with sequence parallelism yet");
+  HF_CHECK(config_.moe.num_experts % n == 0, "expert_model_parallel_size ", n, " does not divide num_experts = ",
+           config_.moe.num_experts, "; choose a size that divides the expert count");
+  for (auto& layer : layers_->model->decoder_layers)
+    if (layer->sparse) layer->sparse->shard_experts(ep);
+  ep_ = ep;
+}
+
+void CausalLMImpl::gather_experts() {
+  if (!ep_.enabled() || experts_gathered_) return;
+  for (auto& layer : layers_->model->decoder_layers)
+    if (layer->sparse) layer->sparse->gather_experts();
+  experts_gathered_ = true;
+}
+
+void CausalLMImpl::release_gathered_experts() {
+  for (auto& layer : layers_->model->decoder_layers)
+    if (layer->sparse) layer->sparse->release_gathered_experts();
+  experts_gathered_ = false;
+}
+
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
+  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_, "CausalLM: generation with a KV cache under ",
+           "expert parallelism runs on gathered experts (gather_experts()), since its ranks take different steps");
   HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
   // Sequence parallelism (whole-sequence forwards; generation with a cache runs whole on every rank): the
   // sequence is padded to a multiple of the group size with masked positions, each rank embeds and runs its
@@ -620,7 +654,8 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
     }
     // The load-balancing loss needs the router logits' graph, which a checkpointed first pass does not build:
     // sparse layers then run without checkpointing.
-    if (recompute && !(sparse && keep_router_logits_)) {
+    // Under expert parallelism they also run once, so their exchanges with the group are not repeated.
+    if (recompute && !(sparse && (keep_router_logits_ || ep_.enabled()))) {
       // Captures by value: the layer runs again in the backward pass, after this call returned. Only the first
       // pass writes the outputs (their slots are gone by then); a replay is replayed again.
       auto first = std::make_shared<bool>(true);
@@ -778,6 +813,8 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     }
   }
 
+  HF_CHECK(!ep_.enabled() || experts_gathered_, "CausalLM::", caller, ": decoding under expert parallelism runs on ",
+           "gathered experts (gather_experts()), since its ranks take different steps");
   // The block tables and lengths go to the device once each; every write and read position is computed there.
   torch::Tensor table_t = torch::from_blob(const_cast<int64_t*>(tables.data()), {b, width}, i64).to(device);
   const int64_t kv = local_layers > 0 ? keys[0].size(1) : 0;

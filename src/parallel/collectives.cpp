@@ -102,6 +102,18 @@ at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
   return out;
 }
 
+at::Tensor Communicator::all_to_all(const at::Tensor& tensor, const std::vector<int64_t>& send_rows,
+                                    const std::vector<int64_t>& recv_rows) {
+  HF_CHECK(tensor.dim() > 0, "all_to_all: needs a tensor with at least one dimension");
+  int64_t rows = 0;
+  for (int64_t r : recv_rows) rows += r;
+  auto sizes = tensor.sizes().vec();
+  sizes[0] = rows;
+  at::Tensor out = at::empty(sizes, tensor.options().memory_format(at::MemoryFormat::Contiguous));
+  timed(stats_, "all_to_all", nbytes(tensor), [&] { group_.alltoallv_into(out, tensor, recv_rows, send_rows); });
+  return out;
+}
+
 void Communicator::broadcast(at::Tensor& tensor, int root) {
   timed(stats_, "broadcast", nbytes(tensor), [&] { group_.broadcast(tensor, root); });
 }

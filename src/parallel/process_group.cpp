@@ -266,6 +266,27 @@ void ProcessGroup::alltoall_into(at::Tensor& output, const at::Tensor& input) co
   state().backend->alltoall_base(output, in, equal_splits, equal_splits)->wait();
 }
 
+void ProcessGroup::alltoallv_into(at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& output_rows,
+                                  const std::vector<int64_t>& input_rows) const {
+  check_device(state(), input, "all_to_all_single");
+  const auto n = static_cast<size_t>(size());
+  HF_CHECK(input.dim() > 0 && output.dim() == input.dim() && input_rows.size() == n && output_rows.size() == n,
+           "all_to_all_single: needs one row count per rank (", n, ") for input and output, got ", input_rows.size(),
+           " and ", output_rows.size());
+  int64_t sent = 0, received = 0;
+  for (size_t j = 0; j < n; ++j) {
+    sent += input_rows[j];
+    received += output_rows[j];
+  }
+  HF_CHECK(sent == input.size(0) && received == output.size(0) && output.is_contiguous() &&
+               output.scalar_type() == input.scalar_type(),
+           "all_to_all_single: input of ", input.size(0), " rows and output of ", output.size(0),
+           " rows (contiguous, same type) do not match the row counts ", sent, " and ", received);
+  at::Tensor in = input.contiguous();
+  std::vector<int64_t> out_splits = output_rows, in_splits = input_rows;
+  state().backend->alltoall_base(output, in, out_splits, in_splits)->wait();
+}
+
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) const {
   HF_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " outside group of size ", size());
   HF_CHECK(tensor.is_contiguous(), "broadcast: tensor must be contiguous");

@@ -129,7 +129,9 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
 
 namespace {
 
-TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps, bool with_peak) {
+// profile (optional): one more step under the profiler, its trace to profile_trace when not empty.
+TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int64_t steps, bool with_peak,
+                               ProfileWindow* profile = nullptr, const std::string& profile_trace = "") {
   HF_CHECK(batch > 0 && seq >= 2 && steps > 0, "bench: training needs --batch > 0, a sequence of at least 2 tokens ",
            "(--prompt-length + --response-length) and --steps > 0");
   model->train();
@@ -155,6 +157,11 @@ TrainStepSpeed time_train_step(CausalLM& model, int64_t batch, int64_t seq, int6
   bench_wait_for_device(device);
   speed.seconds = (steady_seconds() - start) / static_cast<double>(steps);
   if (with_peak) speed.peak_bytes = peak_cpu_bytes_during(step);
+  if (profile != nullptr) {
+    const auto drain = [&] { bench_wait_for_device(device); };
+    profile_call(step, drain, device.is_cuda());  // the profiler's own first-use costs, outside the figure
+    *profile = profile_call(step, drain, device.is_cuda(), profile_trace);
+  }
   return speed;
 }
 
@@ -279,6 +286,39 @@ HeadLogProbsMemory measure_head_log_probs(int64_t tokens, int64_t hidden, int64_
   m.chunked_peak = run(true, m.chunked_seconds);
   m.full_peak = run(false, m.full_seconds);
   return m;
+}
+
+ProfileStepSummary profile_train_step(CausalLM& model, int64_t batch, int64_t seq, const std::string& trace_path) {
+  ProfileWindow window;
+  time_train_step(model, batch, seq, 1, false, &window, trace_path);
+  return per_step_difference(window, ProfileWindow{}, 1);
+}
+
+DecodeProfile profile_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t steps, bool paged_kv_cache,
+                             int64_t kv_block_size, const std::string& trace_path) {
+  HF_CHECK(steps >= 1, "bench: --profile-steps must be at least 1, got ", steps);
+  HF_CHECK(batch > 0 && prompt_length > 0, "bench: --batch and --prompt-length must be positive");
+  const auto prompts = random_prompts(batch, prompt_length, prompt_length, model->config().vocab_size, 1);
+  GenerationConfig gen;
+  gen.seed = 1;
+  gen.eos_token_ids.clear();  // every row decodes every step, as in measure_decode
+  gen.paged_kv_cache = paged_kv_cache;
+  gen.kv_block_size = kv_block_size;
+  gen.max_new_tokens = 1 + steps;
+  time_generate(model, prompts, gen, 1);  // warm-up at this batch size, outside the profile
+  const torch::Device device = bench_model_device(model);
+  auto run = [&](int64_t new_tokens, const std::string& trace) {
+    gen.max_new_tokens = new_tokens;
+    return profile_call([&] { generate(model, prompts, gen); }, [&] { bench_wait_for_device(device); },
+                        device.is_cuda(), trace);
+  };
+  run(1, "");  // the first profiled call pays the profiler's own first-use costs: not in either figure
+  const ProfileWindow prefill = run(1, "");
+  const ProfileWindow whole = run(1 + steps, trace_path);
+  DecodeProfile profile;
+  profile.per_step = per_step_difference(whole, prefill, steps);
+  profile.prefill_seconds = prefill.wall_seconds;
+  return profile;
 }
 
 }  // namespace hybridflow

@@ -88,6 +88,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1
+      expert_model_parallel_size: 1
       use_distributed_optimizer: false
     fsdp_config:
       param_offload: false
@@ -149,6 +150,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     megatron:
       tensor_model_parallel_size: null
       pipeline_model_parallel_size: null
+      expert_model_parallel_size: null
 critic:
   num_processes: 1
   megatron:

@@ -375,13 +375,17 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
     if (s_.rollout && s_.rollout_version != s_.step + 1) s_.finish_weight_sync(s_.dispatch_weight_sync(s_.step + 1));
     m.set("val/score", s_.evaluate(s_.run.data.test_size));
   }
+  // Partial rollouts stop for a checkpoint now: the memory figures below wait for the rollout pool, which
+  // would otherwise finish the generations in flight first.
+  const int64_t save_freq = s_.run.trainer.save_freq;
+  const bool saves = save_freq > 0 && (s_.step + 1) % save_freq == 0;
+  if (saves) s_.pause_partial_rollouts();
   s_.log_memory(m);
   log_samples(r, s_.step + 1);
   log_timeline(s_.step + 1);
   nlohmann::json record = m.end_step(++s_.step);
   // After the metrics line: a checkpoint of step N always has step N's metrics on disk before it.
-  const int64_t save_freq = s_.run.trainer.save_freq;
-  if (save_freq > 0 && s_.step % save_freq == 0) s_.save_checkpoint();
+  if (saves) s_.save_checkpoint();
   finished_ = true;
   return record;
 }

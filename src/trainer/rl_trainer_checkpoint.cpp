@@ -63,10 +63,17 @@ std::string RLTrainer::State::save_checkpoint() {
   DataProto req;
   req.meta()["dir"] = tmp;
   req.meta()["tokenizer"] = tok_path;
-  std::vector<Future> saves;
-  for (WorkerGroup* g : trainable_groups()) saves.push_back(g->call("save_checkpoint", req));
-  for (const Future& f : saves) f.get();
-  save_prefetch(tmp);
+  // The rollouts in flight stop while the roles save; save_prefetch keeps what they drew and lets them go on.
+  pause_partial_rollouts();
+  try {
+    std::vector<Future> saves;
+    for (WorkerGroup* g : trainable_groups()) saves.push_back(g->call("save_checkpoint", req));
+    for (const Future& f : saves) f.get();
+    save_prefetch(tmp);
+  } catch (...) {
+    resume_partial_rollouts();
+    throw;
+  }
   save_cpu_rng_state(tmp + "/rng/controller.safetensors");
   write_file_atomic(tmp + "/config.yaml", cfg.to_yaml());
   write_trainer_state(tmp, controller_state());

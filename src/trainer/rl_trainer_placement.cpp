@@ -5,6 +5,7 @@
 
 #include "hybridflow/core/process_memory.h"
 #include "hybridflow/parallel/store_server.h"
+#include "hybridflow/workers/partial_rollout_state.h"
 #include "hybridflow/workers/weight_sync_link.h"
 #include "rl_trainer_state.h"
 
@@ -14,12 +15,18 @@ namespace {
 
 constexpr const char* kInFlightFile = "rollout_in_flight.bin";
 constexpr const char* kInFlightPromptsFile = "rollout_in_flight_prompts.bin";
+// Partial rollouts: a generation the checkpoint stopped between two tokens, as the request that continues it.
+constexpr const char* kPartialFile = "rollout_partial.bin";
 
-// The i-th buffered rollout's files: the first keeps the name of one-step off-policy checkpoints.
-std::string in_flight_file(const std::string& dir, size_t i, bool prompts) {
+// The i-th buffered rollout's file: the first keeps the name of one-step off-policy checkpoints.
+std::string in_flight_file(const std::string& dir, size_t i, const char* name) {
   const std::string suffix = i == 0 ? "" : "." + std::to_string(i);
-  return dir + "/" + (prompts ? kInFlightPromptsFile : kInFlightFile) + suffix;
+  return dir + "/" + name + suffix;
 }
+std::string in_flight_file(const std::string& dir, size_t i, bool prompts) {
+  return in_flight_file(dir, i, prompts ? kInFlightPromptsFile : kInFlightFile);
+}
+
 
 }  // namespace
 
@@ -127,17 +134,62 @@ void RLTrainer::State::log_pool_memory(MetricsLog& metrics) {
 void RLTrainer::State::save_prefetch(const std::string& dir) {
   // Each buffered rollout is waited for and saved (its prompts were drawn: data_pos is past them), so the
   // checkpoint holds what older weights generated rather than regenerating it with weights it no longer has.
+  // Partial rollouts do not wait for the end: the generations in flight stopped between two tokens (those
+  // not begun, before their first) when the checkpoint began (pause_partial_rollouts), the checkpoint keeps
+  // their tokens, and they go on from there, here and in a run resumed from it, through the same
+  // continuation (a prefill of each prefix with the weights the pool holds).
+  std::vector<size_t> stopped;
   for (size_t i = 0; i < prefetch.size(); ++i) {
     prefetch[i].batch = surviving_rollout_deaths(prefetch[i].batch, prefetch[i].request);
-    write_file_atomic(in_flight_file(dir, i, false), prefetch[i].batch.get().serialize());
+    const DataProto& got = prefetch[i].batch.get();
+    if (is_partial_rollout_state(got)) {
+      prefetch[i].request = continuation_request(prefetch[i].request, got);
+      write_file_atomic(in_flight_file(dir, i, kPartialFile), prefetch[i].request.serialize());
+      stopped.push_back(i);
+    } else {
+      write_file_atomic(in_flight_file(dir, i, false), got.serialize());
+    }
     write_file_atomic(in_flight_file(dir, i, true), prefetch[i].prompts.serialize());
   }
+  resume_partial_rollouts();
+  // With partial rollouts the pool leaves a checkpoint on its weights, as a run resumed from it starts: the
+  // stopped generations continue on the same weights here and there, and the buffer fills alike.
+  if (specs.rollout.partial_rollout && rollout && rollout_version != step) finish_weight_sync(dispatch_weight_sync(step));
+  for (size_t i : stopped) prefetch[i].batch = rollout->call("generate_sequences", prefetch[i].request);
 }
+
+void RLTrainer::State::pause_partial_rollouts() {
+  rollouts_paused = specs.rollout.partial_rollout && rollout && !prefetch.empty();
+  if (rollouts_paused) weight_sync_store->set(kRolloutPauseKey, "1");
+}
+
+void RLTrainer::State::resume_partial_rollouts() {
+  if (rollouts_paused) weight_sync_store->set(kRolloutPauseKey, "0");
+  rollouts_paused = false;
+}
+
+void RLTrainer::State::continue_saved_partial_rollouts() {
+  for (Prefetch& p : prefetch)
+    if (!p.batch.valid()) p.batch = rollout->call("generate_sequences", p.request);
+}
+
+namespace {
+
+DataProto read_in_flight_file(const std::string& path) {
+  std::string bytes = read_file(path);
+  try {
+    return DataProto::deserialize(std::move(bytes));
+  } catch (const std::exception& e) {
+    HF_FAIL(path, ": not a readable in-flight rollout (", e.what(), "); the checkpoint is damaged");
+  }
+}
+
+}  // namespace
 
 void RLTrainer::State::load_prefetch(const std::string& dir) {
   prefetch.clear();
   size_t saved = 0;
-  while (file_exists(in_flight_file(dir, saved, false))) ++saved;
+  while (file_exists(in_flight_file(dir, saved, false)) || file_exists(in_flight_file(dir, saved, kPartialFile))) ++saved;
   // This run trains step `step` + i on buffered rollout i; beyond its staleness they would be too old.
   const size_t kept = std::min(saved, static_cast<size_t>(placement.staleness));
   if (kept < saved)
@@ -147,8 +199,21 @@ void RLTrainer::State::load_prefetch(const std::string& dir) {
   for (size_t i = 0; i < kept; ++i) {
     Prefetch p;
     p.for_step = step + static_cast<int64_t>(i);
-    p.batch = Future::ready(DataProto::deserialize(read_file(in_flight_file(dir, i, false))));
-    p.prompts = DataProto::deserialize(read_file(in_flight_file(dir, i, true)));
+    p.prompts = read_in_flight_file(in_flight_file(dir, i, true));
+    const std::string partial = in_flight_file(dir, i, kPartialFile);
+    if (file_exists(partial)) {
+      // Continued once the rollout pool holds this run's weights (continue_saved_partial_rollouts).
+      p.request = read_in_flight_file(partial);
+      HF_CHECK(specs.rollout.partial_rollout && rollout, partial, " holds the partial responses of a rollout that ",
+               "was in flight, which only a run with actor_rollout_ref.rollout.partial_rollout: true continues");
+      HF_CHECK(holds_partial_responses(p.request) && p.request.batch_size() == p.prompts.batch_size() &&
+                   p.request.tensor("input_ids").equal(p.prompts.tensor("input_ids")),
+               partial, ": expected the request of the prompts in ", in_flight_file(dir, i, true),
+               " with their partial responses");
+      partial_sequences_of(p.request, specs.rollout.n, specs.rollout.response_length, step, partial);
+    } else {
+      p.batch = Future::ready(read_in_flight_file(in_flight_file(dir, i, false)));
+    }
     prefetch.push_back(std::move(p));
   }
 }

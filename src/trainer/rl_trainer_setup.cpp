@@ -346,7 +346,10 @@ void RLTrainer::State::start(const std::string& resume_dir) {
   }
   s.actor_version = s.step;
   // The rollout pool starts from the actor's weights (fresh or resumed), whatever it built itself.
-  if (specs.standalone_rollout) s.sync_rollout_weights();
+  if (specs.standalone_rollout) {
+    s.sync_rollout_weights();
+    s.continue_saved_partial_rollouts();
+  }
 }
 
 RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {

@@ -170,6 +170,14 @@ struct RLTrainer::State {
   // The in-flight rollouts of a checkpoint (staleness k): written beside the workers' files, read on resume.
   void save_prefetch(const std::string& dir);
   void load_prefetch(const std::string& dir);
+  // Sends the rollout pool the partial rollouts load_prefetch read, to go on where the checkpoint stopped
+  // them (once the pool holds the resumed weights).
+  void continue_saved_partial_rollouts();
+  // Partial rollouts: asks the generations in flight to stop between two tokens while a checkpoint saves
+  // (kRolloutPauseKey), and lets them go on; save_prefetch resumes them.
+  void pause_partial_rollouts();
+  void resume_partial_rollouts();
+  bool rollouts_paused = false;
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
   std::vector<WorkerGroup*> trainable_groups() const;

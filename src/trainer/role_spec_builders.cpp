@@ -101,6 +101,24 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
   return sp;
 }
 
+// <section>.megatron.expert_model_parallel_size: groups of that many consecutive data-parallel ranks split each
+// mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch.
+int expert_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp,
+                         int sp, bool dynamic_bsz) {
+  const std::string key = section + ".megatron.expert_model_parallel_size";
+  const int ep = c.get<int>(key);
+  HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
+  if (ep == 1) return ep;
+  HF_CHECK(layout.tp == 1 && layout.pp == 1 && sp == 1, key, " = ", ep, " with tensor_model_parallel_size = ",
+           layout.tp, ", pipeline_model_parallel_size = ", layout.pp, " and ulysses_sequence_parallel_size = ", sp,
+           ": expert parallelism is not combined with tensor, pipeline or sequence parallelism yet; set those to 1");
+  HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
+  // The ranks of a group run their training micro-batches together (each exchanges tokens with the others).
+  HF_CHECK(!dynamic_bsz, key, " = ", ep, " with ", section, ".use_dynamic_bsz = true: micro-batches formed by token ",
+           "count differ in number between the ranks, which expert parallelism runs in step; set use_dynamic_bsz false");
+  return ep;
+}
+
 // How a role trains besides its optimizer and batch sizes: epochs, order, sharding and offload.
 void train_settings(const ConfigReader& role, const std::string& section, const std::string& fsdp, TrainSpec* t) {
   t->epochs = role.get<int64_t>("ppo_epochs");
@@ -235,6 +253,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.layout, plan.dp, sp, bsz->on);
+  plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
+  HF_CHECK(!t.use_distributed_optimizer || plan.model.expert_model_parallel_size == 1, plan.model.expert_key, " = ",
+           plan.model.expert_model_parallel_size, " with ", section, ".megatron.use_distributed_optimizer = true: ",
+           "expert parallelism is not combined with the distributed optimizer yet");
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
@@ -325,8 +348,10 @@ std::optional<RefSpec> ref_spec(const ConfigReader& c, const RoleFacts& f, const
                                 const RolloutSpec& rollout, const DynamicBsz& actor_bsz) {
   const std::string section = "actor_rollout_ref.ref";
   const ConfigReader ref = c.subtree(section);
-  for (const auto& [key, actor_value] : {std::pair<std::string, int>{"tensor_model_parallel_size", actor.layout.tp},
-                                         std::pair<std::string, int>{"pipeline_model_parallel_size", actor.layout.pp}}) {
+  for (const auto& [key, actor_value] :
+       {std::pair<std::string, int>{"tensor_model_parallel_size", actor.layout.tp},
+        std::pair<std::string, int>{"pipeline_model_parallel_size", actor.layout.pp},
+        std::pair<std::string, int>{"expert_model_parallel_size", actor.model.expert_model_parallel_size}}) {
     const std::string full = section + ".megatron." + key;
     HF_CHECK(ref.is_null("megatron." + key) || ref.get<int>("megatron." + key) == actor_value, full, " = ",
              ref.get<int>("megatron." + key), ": the reference model lives in the actor's processes and is split like ",

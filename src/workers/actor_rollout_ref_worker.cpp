@@ -17,6 +17,7 @@
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/agent_rollout.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 #include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
@@ -100,6 +101,12 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   const int gen_pp = rollout_spec_.pipeline_model_parallel_size;
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
+  const ExpertParallelRanks* experts = trainable_->expert_parallel();
+  HF_CHECK(!experts || (parse_dtype(rollout_dtype, "rollout dtype") == parse_dtype(actor_dtype, "actor dtype") &&
+                        gen_tp == coord().tp_size && gen_pp == coord().pp_size),
+           actor_model.expert_key, " = ", actor_model.expert_model_parallel_size, ": generation runs on the actor's ",
+           "experts gathered from its group, in the actor's dtype and layout (rollout dtype ", rollout_dtype,
+           " vs actor ", actor_dtype, ", rollout tensor/pipeline size ", gen_tp, "/", gen_pp, ")");
   if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_dtype, "actor dtype")) {
     HF_CHECK(gen_tp == coord().tp_size && !stage.enabled(), "role '", context().role, "': a rollout dtype (",
              rollout_dtype, ") other than the actor's needs the actor's tensor-parallel size for generation (",
@@ -126,6 +133,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
     ModelSpec ref_model = actor_model;
     if (!ref_spec_->dtype.empty()) ref_model.dtype = ref_spec_->dtype;
     ref_ = build_model(ref_model, HeadKind::kLanguageModel, tp, stage);
+    if (experts) experts->split(ref_);  // between its passes it holds this rank's experts only
     if (groups_) ref_pipeline_ = groups_->pipeline_runner(ref_);
     ref_->eval();
     for (auto& p : ref_->parameters()) p.set_requires_grad(false);
@@ -170,6 +178,8 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
+  // Expert parallelism: the ranks' sequences end at different steps, so each generates on every expert alone.
+  ExpertsGathered gathered({&actor()});
   BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
@@ -234,6 +244,9 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   auto on = trainable_->params_on_device();
+  // Expert parallelism: the pass runs on every expert in each rank (micro-batches formed by tokens may differ in
+  // number between the ranks).
+  ExpertsGathered gathered({&actor()});
   return on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, [&](const DataProto& rows) {
     DataProto out;
     RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), rows);
@@ -247,6 +260,7 @@ DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
 DataProto ActorRolloutRefWorker::compute_ref_log_prob(const DataProto& in) {
   HF_CHECK(ref_spec_, "compute_ref_log_prob: role '", context().role,
            "' was created without a reference model (has_ref: false, no `ref` spec)");
+  ExpertsGathered gathered({ref_ ? &ref_ : &actor()});  // as in compute_log_prob
   return on_sequence_parallel_rows(sequence_parallel_.get(), {ref_ ? &ref_ : &actor()}, in, [&](const DataProto& rows) {
     DataProto out;
     torch::Tensor log_probs;
@@ -358,6 +372,9 @@ DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
   HF_CHECK(in.meta().contains("weight_sync"), "join_weight_sync: meta 'weight_sync' is required");
   HF_CHECK(!hybrid_, "role '", context().role, "': a standalone rollout pool takes the actor's training layout; ",
            "the actor itself must not switch layouts (leave actor_rollout_ref.rollout's parallel sizes to the rollout)");
+  HF_CHECK(!trainable_->expert_parallel(), "role '", context().role, "': a standalone rollout pool does not take ",
+           "weights from an expert-parallel actor yet (expert_model_parallel_size ",
+           model_spec_.expert_model_parallel_size, "); colocate the rollout with the actor");
   weight_sync_ = hybridflow::join_weight_sync(in.meta().at("weight_sync"), rank(), device());
   return DataProto();
 }

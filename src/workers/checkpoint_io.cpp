@@ -14,6 +14,7 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/parallel/gather_named.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 
 namespace hybridflow {
 
@@ -61,10 +62,28 @@ std::map<std::string, torch::Tensor> collect_on_writer(const std::map<std::strin
   return gather_named_tensors(mine, *stages, 0, model->parameters().front().device());
 }
 
+// Under expert parallelism each rank of a group holds its own experts: the group's rank 0 gets all of them
+// (collective over the group); the replicated tensors stay as they are.
+std::map<std::string, torch::Tensor> with_group_experts(std::map<std::string, torch::Tensor> mine, const CausalLM& model) {
+  const ExpertParallelGroup& ep = model->expert_parallel();
+  if (!ep.enabled()) return mine;
+  std::map<std::string, torch::Tensor> experts;
+  for (auto it = mine.begin(); it != mine.end();) {
+    if (is_expert_parameter_name(it->first)) {
+      experts.insert(*it);
+      it = mine.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  mine.merge(gather_named_tensors(experts, *ep.comm(), 0, model->parameters().front().device()));
+  return mine;
+}
+
 std::map<std::string, torch::Tensor> full_parameters_of(const CausalLM& model, Communicator* stages) {
   std::map<std::string, torch::Tensor> mine;
   for (auto& [name, tensor] : gather_full_state(*model)) mine.emplace(name, tensor.to(torch::kCPU, torch::kFloat32));
-  return collect_on_writer(mine, model, stages);
+  return collect_on_writer(with_group_experts(std::move(mine), model), model, stages);
 }
 
 // The optimizer state by Hugging Face parameter name, whole, in one file: "exp_avg/<name>",
@@ -72,10 +91,12 @@ std::map<std::string, torch::Tensor> full_parameters_of(const CausalLM& model, C
 // the metadata. Any layout reads its slices back, with or without ZeRO.
 void save_optimizer_state(const std::string& path, const MeshCoord& coord, const CausalLM& model,
                           const TrainEngine& engine, Communicator* stages) {
-  // ZeRO's partitions are gathered over the data-parallel group first (collective); plain replicas are equal.
-  if (coord.dp != 0 && !engine.sharded_optimizer()) return;
+  // ZeRO's partitions are gathered over the data-parallel group first (collective); plain replicas are equal,
+  // except for expert parallelism's experts, gathered below.
+  const bool experts_split = model->expert_parallel().enabled();
+  if (coord.dp != 0 && !engine.sharded_optimizer() && !experts_split) return;
   TrainEngine::NamedState state = engine.named_state();
-  if (coord.dp != 0) return;
+  if (coord.dp != 0 && !experts_split) return;
   const torch::Device device = model->parameters().front().device();
   std::map<std::string, torch::Tensor> mine;
   for (const std::string kind : kMomentKinds) {
@@ -87,6 +108,8 @@ void save_optimizer_state(const std::string& path, const MeshCoord& coord, const
   }
   for (auto& [name, p] : state.parameters)
     if (p.exp_avg.defined()) mine.emplace(kAdamStep + name, torch::tensor({static_cast<float>(p.adam_step)}));
+  mine = with_group_experts(std::move(mine), model);
+  if (coord.dp != 0) return;
   const std::map<std::string, torch::Tensor> all = collect_on_writer(mine, model, stages);
   if (coord.tp != 0 || coord.pp != 0) return;
   write_safetensors(path, NamedTensors(all.begin(), all.end()),
@@ -157,6 +180,7 @@ void save_role_checkpoint(const std::string& dir, const std::string& role, const
   make_dirs(dir + "/rng");
   save_cpu_rng_state(rng_path(dir, role, coord.rank));
   if (coord.dp != 0) {  // data-parallel replicas hold the same weights; ZeRO's partitions are gathered
+    if (model->expert_parallel().enabled()) full_parameters_of(model, stages);  // this rank's experts to the writer
     save_optimizer_state(optim_path(dir, role), coord, model, engine, stages);
     return;
   }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 
 namespace hybridflow {
 namespace {
@@ -21,12 +22,14 @@ DataParallel::DataParallel(ProcessGroup group, std::string role, torch::Device d
 
 std::unique_ptr<DataParallel> DataParallel::join(const ProcessGroup& group, const std::string& role,
                                                  torch::nn::Module& module, TrainEngine& engine,
-                                                 bool sharded_optimizer) {
+                                                 bool sharded_optimizer, bool experts_per_rank) {
   if (group.size() <= 1) return nullptr;
   const torch::Device device = module.parameters().front().device();
   std::unique_ptr<DataParallel> dp(new DataParallel(group, role, device));
   torch::NoGradGuard no_grad;
-  auto params = module.parameters();
+  std::vector<torch::Tensor> params;
+  for (const auto& item : module.named_parameters())
+    if (!experts_per_rank || !is_expert_parameter_name(item.key())) params.push_back(item.value());
   std::vector<torch::Tensor> parts;
   for (const auto& p : params) parts.push_back(p.detach().reshape({-1}).to(torch::kFloat));
   torch::Tensor flat = torch::cat(parts).contiguous();

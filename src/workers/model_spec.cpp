@@ -12,6 +12,7 @@
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 #include "hybridflow/runtime/worker.h"
 
 namespace hybridflow {
@@ -89,6 +90,16 @@ double parameter_sq_norm(const CausalLM& model, Communicator* stages) {
   const PipelineStage& stage = model->pipeline_stage();
   HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages), "parameter_sq_norm: the model ",
            "is pipeline stage ", stage.stage, " of ", stage.stages, " and needs the communicator over its stages");
+  const ExpertParallelGroup& ep = model->expert_parallel();
+  if (ep.enabled()) {  // (no tensor or pipeline parallelism with it) each rank's experts are its own
+    torch::NoGradGuard no_grad;
+    torch::Tensor squares = torch::zeros({2}, torch::kDouble);
+    for (const auto& item : model->named_parameters())
+      squares[is_expert_parameter_name(item.key()) ? 0 : 1] += item.value().detach().to(torch::kDouble).pow(2).sum();
+    torch::Tensor experts = squares.narrow(0, 0, 1).to(model->parameters().front().device());
+    ep.comm()->all_reduce(experts);
+    return experts.item<double>() + squares[1].item<double>();
+  }
   if (!tp.enabled() && !stage.enabled()) return parameter_sq_norm(*model.ptr());
   torch::NoGradGuard no_grad;
   // [split over tp, replicated over tp], summed over tp and then over the stages.

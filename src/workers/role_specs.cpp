@@ -53,6 +53,8 @@ void to_json(nlohmann::json& j, const ModelSpec& s) {
        {"dtype", s.dtype},
        {"enable_gradient_checkpointing", s.enable_gradient_checkpointing},
        {"ulysses_sequence_parallel_size", s.ulysses_sequence_parallel_size},
+       {"expert_model_parallel_size", s.expert_model_parallel_size},
+       {"expert_key", s.expert_key},
        {"use_remove_padding", s.use_remove_padding},
        {"lora_rank", s.lora.rank},
        {"lora_alpha", s.lora.alpha},
@@ -80,6 +82,8 @@ void from_json(const nlohmann::json& j, ModelSpec& s) {
   take_spec_field(j, k, "dtype", s.dtype);
   take_spec_field(j, k, "enable_gradient_checkpointing", s.enable_gradient_checkpointing);
   take_spec_field(j, k, "ulysses_sequence_parallel_size", s.ulysses_sequence_parallel_size);
+  take_spec_field(j, k, "expert_model_parallel_size", s.expert_model_parallel_size);
+  take_spec_field(j, k, "expert_key", s.expert_key);
   take_spec_field(j, k, "use_remove_padding", s.use_remove_padding);
   take_spec_field(j, k, "lora_rank", s.lora.rank);
   take_spec_field(j, k, "lora_alpha", s.lora.alpha);

@@ -10,6 +10,7 @@
 #include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/lora_scopes.h"
 #include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/partial_rollout_state.h"
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/rollout_generation.h"
@@ -47,7 +48,20 @@ DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   // Partial rollouts: a sampled generation joins each weight sync the controller announces between two
   // tokens (a greedy evaluation runs between syncs, never beside one).
   const bool partial = rollout_spec_.partial_rollout && weight_sync_ && !agent_ && !g.greedy;
-  if (partial) g.refresh_weights = [this] { return take_announced_weights(); };
+  PartialSequences saved;
+  if (partial) {
+    g.refresh_weights = [this] { return take_announced_weights(); };
+    // A checkpoint stops the generation between two tokens and saves what it drew; a request that holds
+    // such partial responses continues them.
+    g.stop_requested = [this] { return weight_sync_->pause_requested(); };
+    if (holds_partial_responses(in)) {
+      saved = partial_sequences_of(in, g.n, g.max_new_tokens, policy_version_, "generate_sequences");
+      g.resume = &saved;
+    }
+  } else {
+    HF_CHECK(!holds_partial_responses(in), "generate_sequences: the request continues partial responses, which ",
+             "need actor_rollout_ref.rollout.partial_rollout: true on a standalone rollout");
+  }
   DataProto result;
   GenerationOutput out;
   {
@@ -57,10 +71,12 @@ DataProto RolloutWorker::generate_sequences(const DataProto& in) {
       result = agent_generate_sequences(model_, g, in, agent_->context());
     } else {
       out = generate(model_, prompt_token_lists(in), g, nullptr);
-      result = rollout_result(out, g, in);
+      result = out.stopped ? partial_rollout_state(out, in.batch_size(), g.n, g.max_new_tokens, g.pad_token_id)
+                           : rollout_result(out, g, in);
     }
   }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
+  if (out.stopped) return result;
   if (partial) {
     // Each row is as old as the version that began it; its tokens' versions ride along, padded to the
     // response length with the newest.

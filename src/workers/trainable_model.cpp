@@ -11,12 +11,19 @@ TrainableModel::TrainableModel(const WorkerContext& context, torch::Device devic
     : role_(context.role), coord_(context.coord), groups_(groups) {
   model_ = groups_ ? build_model(spec, head, groups_->tensor_parallel(), groups_->pipeline_stage())
                    : build_model(spec, head);
+  HF_CHECK(spec.expert_model_parallel_size == 1 || groups_, spec.expert_key, " = ", spec.expert_model_parallel_size,
+           " needs as many processes; role '", role_, "' has one");
+  // Expert parallelism: the experts split before the engine and the data-parallel broadcast see the parameters.
+  if (groups_) experts_ = ExpertParallelRanks::join(groups_->world(), spec.expert_model_parallel_size, spec.expert_key);
+  if (experts_) experts_->split(model_);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   engine_ = std::make_unique<TrainEngine>(model_.ptr(), train.optim);
   offload_ = RoleOffload(train.param_offload, train.optimizer_offload, device, role_);
   use_model_layout(*engine_, model_, pipeline_);
   if (groups_)
-    dp_ = DataParallel::join(groups_->data_parallel(), role_, *model_, *engine_, train.use_distributed_optimizer);
+    dp_ = DataParallel::join(groups_->data_parallel(), role_, *model_, *engine_, train.use_distributed_optimizer,
+                             experts_ != nullptr);
+  if (experts_) experts_->use_in(*engine_);
 }
 
 DataProto TrainableModel::update(const DataProto& in, const MiniBatchPlan& plan, const MicroLossFn& loss_fn,
@@ -24,8 +31,21 @@ DataProto TrainableModel::update(const DataProto& in, const MiniBatchPlan& plan,
   if (dp_) dp_->check_same_rows(in.batch_size(), what);
   model_->train();
   offload_.load_optimizer(*engine_);
+  const int64_t exchanged = experts_ ? experts_->all_to_all_bytes() : 0;
   run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", prefix, metrics);
   offload_.offload_optimizer(*engine_);
+  // Expert parallelism: the megabytes this rank's token exchanges (and their backward) sent in the update.
+  if (experts_)
+    metrics.add(prefix + "expert_parallel_all_to_all_mb",
+                static_cast<double>(experts_->all_to_all_bytes() - exchanged) / (1 << 20));
+  // The experts' weights this rank holds (1 / expert_model_parallel_size of them); gradients and AdamW's two
+  // fp32 moments scale alike.
+  if (model_->config().num_moe_layers() > 0) {
+    int64_t bytes = 0;
+    for (const auto& item : model_->named_parameters())
+      if (is_expert_parameter_name(item.key())) bytes += item.value().numel() * item.value().element_size();
+    metrics.add(prefix + "expert_parameter_mb", static_cast<double>(bytes) / (1 << 20));
+  }
   // fp32 moments and masters this rank holds: 1/d of them with use_distributed_optimizer.
   metrics.add(prefix + "optimizer_state_bytes", static_cast<double>(engine_->optimizer_state_numel()) * 4);
   // One row per rank: the runtime's collect drops the meta of row-less outputs.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "support/run_command.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -134,6 +136,76 @@ TEST(CliBench, TrainReportsTokensPerSecondAgainstMatmuls) {
   EXPECT_EQ(by_what["log-probs head memory"]["units"], "MB");
 }
 
+// The decode profile on the CPU: per step of a tiny model's decode, operators are counted (bf16 takes the
+// operator-by-operator path a GPU takes: each added decoder layer adds the same count; fp32's fused CPU kernels
+// run far fewer), no kernels, the operators with the most self time named, and a Chrome trace written for each
+// batch. Times are differences of two runs on a possibly loaded machine: only checked to be numbers.
+TEST(CliBench, DecodeProfileCountsOperatorsPerLayer) {
+  hybridflow::testing::TempDir dir;
+  auto profile = [&](int layers, const std::string& dtype) {
+    SCOPED_TRACE("layers " + std::to_string(layers) + ", " + dtype);
+    const std::string trace = dir.file("decode" + std::to_string(layers) + dtype + ".json");
+    CommandResult r = run_hybridflow("bench generate --profile " + trace + " --profile-steps 4 --batch 1,2 " +
+                                     "--hidden-size 64 --heads 4 --vocab 128 --prompt-length 8 --json --dtype " +
+                                     dtype + " --layers " + std::to_string(layers));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = json_lines(r.output);
+    EXPECT_EQ(lines.size(), 2u) << r.output;
+    for (const auto& m : lines) {
+      SCOPED_TRACE(m.dump());
+      EXPECT_EQ(m["what"], "decode profile");
+      EXPECT_EQ(m["steps"], 4);
+      EXPECT_EQ(m["busy_kind"], "host operators");
+      EXPECT_GT(m["operator_calls_per_step"].get<double>(), 0.0);
+      EXPECT_EQ(m["kernels_per_step"].get<double>(), 0.0);
+      EXPECT_EQ(m["launches_per_step"].get<double>(), 0.0);
+      for (const char* key : {"wall_ms_per_step", "busy_ms_per_step", "busy_ratio", "prefill_s"})
+        EXPECT_TRUE(std::isfinite(m[key].get<double>())) << key;
+      EXPECT_FALSE(m["top"].empty());
+      EXPECT_LE(m["top"].size(), 10u);
+      for (const auto& op : m["top"]) EXPECT_EQ(op["name"].get<std::string>().rfind("aten::", 0), 0u) << op;
+      const std::string path = m["trace"].get<std::string>();
+      EXPECT_EQ(path, dir.file("decode" + std::to_string(layers) + dtype + ".batch" +
+                               std::to_string(m["batch"].get<int>()) + ".json"));
+      std::ifstream in(path);
+      EXPECT_TRUE(in.good()) << path;
+      if (in.good()) {
+        EXPECT_FALSE(nlohmann::json::parse(in)["traceEvents"].empty()) << path;
+      }
+    }
+    return lines.empty() ? 0.0 : lines[0]["operator_calls_per_step"].get<double>();  // batch 1
+  };
+  const double two = profile(2, "bf16"), three = profile(3, "bf16"), four = profile(4, "bf16");
+  const double per_layer = three - two;
+  EXPECT_GE(per_layer, 10.0);  // norms, projections, rotary, attention, MLP: many operators a layer
+  EXPECT_EQ(four - three, per_layer);
+  EXPECT_GT(two, 2 * per_layer);  // plus the embedding, the head and sampling
+  EXPECT_LT(profile(4, "fp32"), four);  // the fused CPU decode kernels replace most operators
+}
+
+// One training step under the profiler: forward, backward and AdamW run many more operators than a decode
+// step of the same model, and the trace is written.
+TEST(CliBench, TrainProfileCountsTheStepsOperators) {
+  hybridflow::testing::TempDir dir;
+  const std::string shape = " --hidden-size 64 --heads 4 --vocab 128 --layers 2 --prompt-length 8 --dtype bf16 --json";
+  CommandResult r = run_hybridflow("bench train --batch 2 --response-length 8 --profile " + dir.file("train.json") + shape);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = json_lines(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output;
+  const auto& m = lines[0];
+  EXPECT_EQ(m["what"], "train profile");
+  EXPECT_EQ(m["seq"], 16);
+  EXPECT_EQ(m["steps"], 1);
+  EXPECT_EQ(m["trace"], dir.file("train.json"));
+  EXPECT_TRUE(std::ifstream(dir.file("train.json")).good());
+  r = run_hybridflow("bench generate --batch 2 --profile-steps 1 --profile " + dir.file("decode.json") + shape);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto decode = json_lines(r.output);
+  ASSERT_EQ(decode.size(), 1u) << r.output;
+  EXPECT_GT(m["operator_calls_per_step"].get<double>(), 2 * decode[0]["operator_calls_per_step"].get<double>())
+      << m.dump() << "\n" << decode[0].dump();
+}
+
 TEST(CliBench, ErrorsNameTheFlag) {
   CommandResult r = run_hybridflow("bench generate --response-length 1" + kTiny);
   EXPECT_NE(r.exit_code, 0);
@@ -141,6 +213,9 @@ TEST(CliBench, ErrorsNameTheFlag) {
   r = run_hybridflow("bench train --device gpu" + kTiny);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--device"), std::string::npos) << r.output;
+  r = run_hybridflow("bench generate --profile x.json --profile-steps 0 --batch 1" + kTiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--profile-steps"), std::string::npos) << r.output;
   r = run_hybridflow("bench machine --dtype fp8" + kTiny);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--dtype"), std::string::npos) << r.output;

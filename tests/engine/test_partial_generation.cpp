@@ -130,6 +130,107 @@ TEST(PartialGeneration, NewWeightsKeepThePrefixAndDrawTheRestFromTheNewModel) {
   }
 }
 
+// The saved state of a stopped generation, as a checkpoint holds it: per sequence its tokens, log-probs,
+// versions and whether it ended.
+PartialSequences saved_state(const GenerationOutput& out) {
+  PartialSequences saved;
+  const auto mask = out.response_mask.to(torch::kCPU);
+  for (int64_t q = 0; q < out.responses.size(0); ++q) {
+    const int64_t length = mask[q].sum().item<int64_t>();
+    std::vector<int64_t> tokens, versions;
+    std::vector<float> log_probs;
+    for (int64_t t = 0; t < length; ++t) {
+      tokens.push_back(out.responses[q][t].item<int64_t>());
+      log_probs.push_back(out.log_probs[q][t].item<float>());
+      versions.push_back(out.token_versions[q][t].item<int64_t>());
+    }
+    saved.tokens.push_back(tokens);
+    saved.log_probs.push_back(log_probs);
+    saved.versions.push_back(versions);
+    saved.finished.push_back(out.finished[q].item<bool>());
+  }
+  return saved;
+}
+
+// A generation stopped between two tokens (a checkpoint) and continued from its saved state by a new call
+// (here or in a resumed process) draws the same tokens as one never stopped: each token's uniform depends
+// on (seed, sequence, step) only, and the continued prefixes are prefilled with the same weights. The
+// tokens drawn before the stop keep their log-probs bit for bit; later ones are within rounding of the
+// prefill's batch. Stopping again at once returns the saved state unchanged.
+TEST(PartialGeneration, AStoppedGenerationContinuedFromItsSavedStateDrawsTheSameTokens) {
+  CausalLM model = spread_model(11);
+  for (bool paged : {false, true}) {
+    for (int64_t slots : {int64_t{0}, int64_t{4}}) {
+      for (int stop_round : {1, 3, 7}) {
+        SCOPED_TRACE("paged " + std::to_string(paged) + " max_num_seqs " + std::to_string(slots) + " stop at round " +
+                     std::to_string(stop_round));
+        GenerationConfig cfg = sampling_config(paged, slots);
+        cfg.refresh_weights = [] { return int64_t{3}; };
+        const GenerationOutput whole = generate(model, kPrompts, cfg);
+        int rounds = 0;
+        cfg.stop_requested = [&rounds, stop_round] { return ++rounds > stop_round; };
+        const GenerationOutput stopped = generate(model, kPrompts, cfg);
+        ASSERT_TRUE(stopped.stopped);
+        const int64_t drawn = stopped.response_mask.sum().item<int64_t>();
+        EXPECT_GT(drawn, 0);
+        EXPECT_LT(drawn, whole.response_mask.sum().item<int64_t>());
+        const auto ended = stopped.finished;
+        EXPECT_FALSE(ended.all().item<bool>());
+        const PartialSequences saved = saved_state(stopped);
+
+        cfg.resume = &saved;
+        cfg.stop_requested = [] { return true; };
+        const GenerationOutput again = generate(model, kPrompts, cfg);
+        EXPECT_TRUE(again.stopped);
+        EXPECT_TRUE(torch::equal(again.responses, stopped.responses));
+        EXPECT_TRUE(torch::equal(again.log_probs, stopped.log_probs));
+        EXPECT_TRUE(torch::equal(again.finished, stopped.finished));
+
+        cfg.stop_requested = [] { return false; };
+        const GenerationOutput continued = generate(model, kPrompts, cfg);
+        EXPECT_FALSE(continued.stopped);
+        EXPECT_TRUE(continued.finished.all().item<bool>());
+        ASSERT_TRUE(torch::equal(continued.responses, whole.responses));
+        EXPECT_TRUE(torch::equal(continued.response_mask, whole.response_mask));
+        EXPECT_TRUE(torch::allclose(continued.log_probs, whole.log_probs, 1e-4, 1e-5))
+            << (continued.log_probs - whole.log_probs).abs().max().item<float>();
+        const auto before = stopped.response_mask > 0;
+        const int64_t width = stopped.responses.size(1);
+        EXPECT_TRUE(torch::equal(continued.log_probs.slice(1, 0, width).masked_select(before),
+                                 stopped.log_probs.masked_select(before)));
+        EXPECT_TRUE(torch::equal(continued.token_versions, whole.token_versions));
+      }
+    }
+  }
+}
+
+// The saved state is checked against the call: another number of sequences or more tokens than the call
+// may draw is an error that says so.
+TEST(PartialGeneration, ASavedStateOfAnotherShapeIsRefused) {
+  CausalLM model = spread_model(11);
+  GenerationConfig cfg = sampling_config(true, 4);
+  PartialSequences saved;
+  saved.tokens.assign(3, {});
+  saved.log_probs.assign(3, {});
+  saved.finished.assign(3, false);
+  cfg.resume = &saved;
+  try {
+    generate(model, kPrompts, cfg);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 sequences, this call has 10"), std::string::npos) << e.what();
+  }
+  saved.tokens.assign(10, std::vector<int64_t>(13, 1));
+  saved.log_probs.assign(10, std::vector<float>(13, -1.0F));
+  saved.finished.assign(10, false);
+  try {
+    generate(model, kPrompts, cfg);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("at most max_new_tokens = 12"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PartialGeneration, NeedsContinuousBatchingOnACache) {
   CausalLM model = spread_model(11);
   GenerationConfig cfg = sampling_config(false, 0);

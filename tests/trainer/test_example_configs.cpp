@@ -25,6 +25,7 @@ const std::map<std::string, std::pair<std::string, std::string>> kExpectedEstima
     {"grpo", {"grpo", "grpo"}},
     {"grpo_chat", {"grpo", "grpo"}},
     {"grpo_lora", {"grpo", "grpo"}},
+    {"grpo_moe_ep2", {"grpo", "grpo"}},
     {"rloo", {"rloo", "rloo"}},
     {"remax", {"remax", "remax"}},
     {"reinforce_pp", {"reinforce_plus_plus", "reinforce_plus_plus"}},
@@ -61,7 +62,13 @@ TEST(ExampleConfigs, EveryRLExampleLoadsAndSelectsItsAlgorithm) {
     if (estimator == "grpo" || estimator == "rloo") {
       EXPECT_GE(n, 2);
     }
-    EXPECT_FALSE(config.get<std::string>("model.path").empty());
+    if (prefix == "grpo_moe_ep2") {
+      // The expert-parallel example trains a mixture-of-experts preset from scratch (no MoE model ships).
+      EXPECT_EQ(config.get<std::string>("model.preset"), "qwen3-moe-tiny");
+      EXPECT_EQ(config.get<int>("actor_rollout_ref.actor.megatron.expert_model_parallel_size"), 2);
+    } else {
+      EXPECT_FALSE(config.get<std::string>("model.path").empty());
+    }
   }
 }
 

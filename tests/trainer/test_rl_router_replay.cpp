@@ -110,13 +110,13 @@ TEST(RlRouterReplay, BadModesAndLayoutsAreRefusedNamingTheKey) {
                                         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"})));
               }),
               HasSubstr("router replay needs the whole model in one stage"));
-  // Expert parallelism is not there yet: verl's key is accepted at 1 only.
+  // Expert parallelism needs as many processes as its size (tests/trainer/test_rl_expert_parallel.cpp runs it).
   EXPECT_THAT(error_of([] {
                 RLTrainer t(load_rl_config(
                     "", moe_grpo("R3", {"actor_rollout_ref.actor.megatron.expert_model_parallel_size=2"})));
               }),
-              HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size=2) is not supported: "
-                        "hybridflow accepts 1"));
+              HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 does not divide the role's 1 "
+                        "data-parallel processes"));
   EXPECT_NO_THROW(load_rl_config("", moe_grpo("R3", {"actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
                                                     "actor_rollout_ref.rollout.enable_rollout_routing_replay=true"})));
 }

@@ -26,6 +26,16 @@
 
 namespace hybridflow {
 
+// A generation stopped between two tokens (GenerationConfig::stop_requested) and continued later
+// (GenerationConfig::resume), per sequence (row i*n+j): the tokens drawn so far, their log-probs, the policy
+// version that drew each (empty without refresh_weights), and whether the sequence had ended.
+struct PartialSequences {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::vector<float>> log_probs;
+  std::vector<std::vector<int64_t>> versions;
+  std::vector<bool> finished;
+};
+
 struct GenerationConfig {
   int64_t max_new_tokens = 32;
   double temperature = 1.0;
@@ -68,6 +78,16 @@ struct GenerationConfig {
   // prefilled again with the new weights into its own cache, and its later tokens are drawn from them; the
   // tokens drawn before stay as they were, with their log-probs. Empty: one version for the whole call.
   std::function<int64_t()> refresh_weights;
+  // Asked before every scheduling round (same paths as refresh_weights): true stops the generation between
+  // two tokens, and the output holds what was drawn so far (GenerationOutput::stopped, finished). A
+  // checkpoint of partial rollouts stops the rollout this way.
+  std::function<bool()> stop_requested;
+  // Continues a stopped generation of the same prompts and config: each sequence starts with its saved
+  // tokens, log-probs and versions. A sequence that had ended stays as it was; one with tokens has its
+  // prefix (prompt and every token but the last) prefilled into its cache, as after a weight refresh, and
+  // draws its token number t with the same uniform as it would have without the stop; one without starts
+  // as usual. Null: a fresh generation.
+  const PartialSequences* resume = nullptr;
   // Router replay (verl's router_replay.mode R3): keep the experts every MoE layer chose for every token the
   // model read, prompt and response (GenerationOutput::routed_experts). Continuous batching, unstaged only.
   bool record_routing = false;
@@ -93,6 +113,10 @@ struct GenerationOutput {
   // version), and how many sequences were prefilled again with newer weights mid-generation.
   torch::Tensor token_versions;
   int64_t resumed_sequences = 0;
+  // With stop_requested: whether the generation was stopped before every sequence ended, and [B*n] bool
+  // (CPU) which sequences had ended (eos or max_new_tokens) when it returned.
+  bool stopped = false;
+  torch::Tensor finished;
   // With record_routing: [B*n, P + R, moe_layers, k] int32, the experts of each token of prompts ++ responses
   // in each MoE layer (in the order the router ranked them), -1 where no token was read: padding, and each
   // sequence's last token (sampled, never fed back). Undefined otherwise.

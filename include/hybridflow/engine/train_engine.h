@@ -18,6 +18,7 @@
 
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/engine/lr_schedule.h"
+#include "hybridflow/parallel/expert_parallel.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
@@ -113,6 +114,16 @@ class TrainEngine {
   // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
   // count once. Clipping then scales every rank's gradients by the same factor one process would use.
   void set_tensor_parallel(const TensorParallelGroup& tp, const std::function<bool(const std::string&)>& is_split);
+  // Expert parallelism (parallel/expert_parallel.h; set on every rank, after the gradient reducer, which sums over
+  // the data-parallel ranks of which the expert-parallel group is a part): the parameters `is_expert` names are
+  // this rank's experts. Each step first sums the mini-batch's units over the data-parallel ranks, so that every
+  // micro-batch's loss is weighted by its share of the global mini-batch (an expert's gradient gathers every rank's
+  // tokens through the exchanges' backward); the replicated parameters' gradients are summed over the
+  // data-parallel ranks, the experts' over `expert_data_parallel` (the ranks owning the same experts; null when
+  // no other rank does), and their squared norms over the expert-parallel group. Not with the ZeRO optimizer or
+  // pipeline stages. Every rank must run as many micro-batches, each with a token (their passes are collective).
+  void set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
+                           const std::function<bool(const std::string&)>& is_expert);
   // Pipeline parallelism (set on every stage, after set_tensor_parallel): the module is one stage of a
   // CausalLM and train_step runs its micro-batches in 1F1B order (pipeline_parallel.h). The loss function
   // runs on the last stage only; every stage returns the same stats. Gradient norms are summed over the
@@ -188,7 +199,7 @@ class TrainEngine {
   // The global gradient norm over the tensor-parallel group and the pipeline stages. counted[i] false:
   // a copy whose gradient another stage already counts.
   double model_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split,
-                             const std::vector<bool>& counted) const;
+                             const std::vector<bool>& expert, const std::vector<bool>& counted) const;
   // Runs the micro-batches through the pipeline in 1F1B order; returns the loss summed over the stages.
   void pipelined_backward(const std::vector<DataProto>& micro_batches, const std::vector<double>& weights,
                           const MicroLossFn& loss_fn, StepStats& stats);
@@ -206,6 +217,9 @@ class TrainEngine {
   TensorParallelGroup tp_;
   std::vector<std::string> names_;  // of params_
   std::vector<bool> split_;         // params_[i] is a tensor-parallel shard
+  ExpertParallelGroup ep_;
+  Communicator* expert_dp_ = nullptr;
+  std::vector<bool> expert_;        // params_[i] is one of this rank's experts
   std::shared_ptr<PipelineStageRunner> pipeline_;
 };
 

@@ -71,6 +71,9 @@ struct WeightSyncStats {
 
 // The store key under which the controller announces the policy version of the sync it starts.
 inline constexpr const char* kWeightSyncAnnounceKey = "hf/weight_sync/announced_version";
+// The store key under which the controller asks the partial rollouts in flight to stop between two tokens
+// ("1") while a checkpoint saves them, and lets them go on ("0").
+inline constexpr const char* kRolloutPauseKey = "hf/rollout/pause";
 
 class WeightSync {
  public:
@@ -89,6 +92,8 @@ class WeightSync {
   // hosts before the actor sends, so that a rollout rank in mid-generation can join it between two tokens.
   // The newest version announced, -1 before the first.
   int64_t announced_version() const;
+  // Whether the controller asks generations to stop (kRolloutPauseKey is "1").
+  bool pause_requested() const;
 
  private:
   ProcessGroup world_;

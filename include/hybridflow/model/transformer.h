@@ -23,6 +23,7 @@
 #include "hybridflow/model/lora_config.h"
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/moe.h"
+#include "hybridflow/parallel/expert_parallel.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
 #include "hybridflow/parallel/sequence_parallel.h"
 #include "hybridflow/model/rotary.h"
@@ -196,6 +197,19 @@ class CausalLMImpl : public torch::nn::Module {
   void set_sequence_parallel(SequenceParallelGroup sp);
   const SequenceParallelGroup& sequence_parallel() const { return sp_; }
 
+  // Expert parallelism (parallel/expert_parallel.h): each MoE layer keeps num_experts / n of its experts (under
+  // their checkpoint names) and exchanges tokens with the group around them; every rank of the group runs its own
+  // rows, and every forward and backward is collective over the group. Once, before an optimizer sees the
+  // parameters. Throws naming expert_model_parallel_size when n does not divide the experts, or with tensor,
+  // pipeline or sequence parallelism (not combined yet).
+  void set_expert_parallel(ExpertParallelGroup ep);
+  const ExpertParallelGroup& expert_parallel() const { return ep_; }
+  // Collective over the group: every expert in this process, without gradients, until release_gathered_experts();
+  // meanwhile forwards run alone (generation, whose ranks take different numbers of steps; checkpoint saving).
+  void gather_experts();
+  void release_gathered_experts();
+  bool experts_gathered() const { return experts_gathered_; }
+
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
   const TensorParallelGroup& tensor_parallel() const { return tp_; }
@@ -209,6 +223,8 @@ class CausalLMImpl : public torch::nn::Module {
   TensorParallelGroup tp_;
   PipelineStage pp_;
   SequenceParallelGroup sp_;
+  ExpertParallelGroup ep_;
+  bool experts_gathered_ = false;
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;

@@ -61,6 +61,10 @@ class Communicator {
   // Chunk j of dim 0 (size(dim 0) must divide by size()) goes to rank j; the result holds at chunk i what rank i
   // sent here, in one all_to_all_single.
   at::Tensor all_to_all(const at::Tensor& tensor);
+  // Uneven all_to_all_single: send_rows[j] rows (in order) go to rank j; the result holds recv_rows[i] rows from
+  // each rank i, in rank order. recv_rows must be what the ranks send here (exchange the counts first).
+  at::Tensor all_to_all(const at::Tensor& tensor, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows);
   // In place: root's values everywhere. tensor must be contiguous and of the same shape on every rank.
   void broadcast(at::Tensor& tensor, int root);
   void barrier();

@@ -71,6 +71,11 @@ class ProcessGroup {
   // all_to_all_single with equal splits: input's chunk j of dim 0 goes to rank j; output (contiguous, input's
   // shape) holds at chunk i what rank i sent this rank.
   void alltoall_into(at::Tensor& output, const at::Tensor& input) const;
+  // all_to_all_single with uneven splits: input's rows [sum(input_rows[:j]), + input_rows[j]) go to rank j;
+  // output (contiguous, sum(output_rows) rows) holds what rank i sent at rows [sum(output_rows[:i]), ...).
+  // Every rank's input_rows[j] must equal rank j's output_rows[rank()] (exchange the counts first).
+  void alltoallv_into(at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& output_rows,
+                      const std::vector<int64_t>& input_rows) const;
   void broadcast(at::Tensor& tensor, int root) const;
   void barrier() const;
   void send(const at::Tensor& tensor, int dst, int tag) const;

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/perf/kineto_profile.h"
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {
@@ -99,5 +101,19 @@ struct HeadLogProbsMemory {
 // Log-probs and entropy of `tokens` random hidden states through a [vocab, hidden] head, forward and backward:
 // head_log_probs (chunks of tokens) against full [tokens, vocab] logits through token_log_probs.
 HeadLogProbsMemory measure_head_log_probs(int64_t tokens, int64_t hidden, int64_t vocab, torch::Dtype dtype);
+
+// One TrainEngine step as measure_train_step runs it (after a warm-up step and a timed one) under Kineto,
+// the trace to trace_path when not empty.
+ProfileStepSummary profile_train_step(CausalLM& model, int64_t batch, int64_t seq, const std::string& trace_path = "");
+
+struct DecodeProfile {
+  ProfileStepSummary per_step;   // one decode step: the run of 1 + steps tokens less the run of 1
+  double prefill_seconds = 0;    // the profiled run of 1 token (the prefill, profiler overhead included)
+};
+// Profiles measure_decode's work (the same prompts and settings) under Kineto: a run of 1 new token and one of
+// 1 + `steps`, after an unprofiled and a profiled warm-up; the difference is `steps` decode steps. trace_path (optional):
+// the longer run's Chrome trace.
+DecodeProfile profile_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t steps,
+                             bool paged_kv_cache = true, int64_t kv_block_size = 16, const std::string& trace_path = "");
 
 }  // namespace hybridflow

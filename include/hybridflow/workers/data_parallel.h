@@ -22,9 +22,10 @@ class DataParallel {
   // `module` (so replicas start equal whatever each loaded) and installs the gradient reducer in `engine`,
   // or with `sharded_optimizer` the ZeRO-1 optimizer that partitions its state over the group (verl's
   // megatron.use_distributed_optimizer). `module` and `engine` must outlive the returned object.
+  // With `experts_per_rank` (expert parallelism) the experts are each rank's own and are not broadcast.
   static std::unique_ptr<DataParallel> join(const ProcessGroup& group, const std::string& role,
                                             torch::nn::Module& module, TrainEngine& engine,
-                                            bool sharded_optimizer = false);
+                                            bool sharded_optimizer = false, bool experts_per_rank = false);
 
   int rank() const { return gradients_.rank(); }
   int size() const { return gradients_.size(); }

@@ -41,6 +41,10 @@ struct ModelSpec {
   // Ulysses sequence parallelism (verl's <role>.ulysses_sequence_parallel_size): consecutive ranks of this
   // many split each sequence of the role's whole-sequence passes (workers/sequence_parallel_rows.h).
   int ulysses_sequence_parallel_size = 1;
+  // Expert parallelism (verl's <role>.megatron.expert_model_parallel_size): consecutive ranks of this many split
+  // each mixture-of-experts layer's experts (workers/expert_parallel_ranks.h); expert_key names it in errors.
+  int expert_model_parallel_size = 1;
+  std::string expert_key = "expert_model_parallel_size";
   // Padding-free packing (verl's <role>.model.use_remove_padding): each micro-batch's sequences run as one
   // packed row (engine/packed_rows.h).
   bool use_remove_padding = false;

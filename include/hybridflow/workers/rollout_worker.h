@@ -5,7 +5,10 @@
 //   generate_sequences  as the actor's (rollout_protocol: prompts split over its replicas); every row also
 //                       gets policy_version [rows] int64: the version of the weights that generated it
 //                       (with rollout.partial_rollout: that began it, and token_policy_version [rows, R]
-//                       int64 the version that drew each token)
+//                       int64 the version that drew each token). With partial_rollout a checkpoint's
+//                       pause (kRolloutPauseKey) stops it between two tokens: it then returns the
+//                       responses so far (workers/partial_rollout_state.h), and a request that holds
+//                       them continues them
 //   join_weight_sync    meta weight_sync (workers/weight_sync_link.h)
 //   receive_weights     meta policy_version: receives the actor's weights into this rank's shard
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank

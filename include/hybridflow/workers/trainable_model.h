@@ -15,6 +15,7 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
 #include "hybridflow/workers/data_parallel.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/role_memory.h"
 #include "hybridflow/workers/role_process_groups.h"
@@ -37,6 +38,8 @@ class TrainableModel {
   const CausalLM& model() const { return model_; }
   // The runner over the role's pipeline stages; null without stages.
   PipelineStageRunner* pipeline() const { return pipeline_.get(); }
+  // The expert-parallel groups; null without expert parallelism.
+  const ExpertParallelRanks* expert_parallel() const { return experts_.get(); }
 
   // Weights to host memory when param_offload asks (a role does this once it is set up).
   void offload_params() { offload_.offload_params(*model_); }
@@ -66,6 +69,7 @@ class TrainableModel {
   const RoleProcessGroups* groups_;
   CausalLM model_{nullptr};
   std::shared_ptr<PipelineStageRunner> pipeline_;  // when the role has pipeline stages
+  std::unique_ptr<ExpertParallelRanks> experts_;  // expert_model_parallel_size > 1; before engine_
   std::unique_ptr<TrainEngine> engine_;
   std::unique_ptr<DataParallel> dp_;  // when a data-parallel group has several ranks; after engine_
   RoleOffload offload_;               // param_offload / optimizer_offload

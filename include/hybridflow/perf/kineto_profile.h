@@ -1,0 +1,54 @@
+// libtorch's Kineto profiler around a piece of work, from C++: the operators it ran (ATen calls, nested ones
+// included), the CUDA kernels the device ran and the launches the host made for them, how long the device was
+// busy, and each operator's self time; optionally the whole trace as Chrome-trace JSON (chrome://tracing,
+// Perfetto). `hybridflow bench generate --profile` uses it to explain decode speed from a profile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hybridflow {
+
+struct ProfiledOperator {
+  double self_seconds = 0;  // on CUDA: its kernels' device time; on the CPU: its time less its children's
+  double calls = 0;
+};
+
+// What one profiled call did.
+struct ProfileWindow {
+  bool cuda = false;            // device activity was recorded (a CUDA model)
+  double wall_seconds = 0;      // the call, the device drained at its end
+  double busy_seconds = 0;      // CUDA: the union of kernel, memcpy and memset time; CPU: of top-level operators
+  int64_t operator_calls = 0;   // every recorded ATen operator, nested calls included
+  int64_t kernels = 0;          // kernels the device ran (0 on the CPU)
+  int64_t kernel_launches = 0;  // host calls that launch work (cudaLaunchKernel, cudaGraphLaunch, ...)
+  std::map<std::string, ProfiledOperator> operators;  // by name: device self time on CUDA, CPU self time else
+};
+
+// Runs `work` under the profiler (CPU operators, and CUDA activity when `cuda`), then waits for the device
+// (`drain`) inside the window. Writes the Chrome trace to trace_path when it is not empty.
+ProfileWindow profile_call(const std::function<void()>& work, const std::function<void()>& drain, bool cuda,
+                           const std::string& trace_path = "");
+
+struct ProfileStepSummary {
+  int64_t steps = 0;
+  double wall_seconds = 0, busy_seconds = 0;  // per step
+  double operator_calls = 0, kernels = 0, kernel_launches = 0;  // per step
+  double busy_ratio() const { return wall_seconds > 0 ? busy_seconds / wall_seconds : 0.0; }
+  struct Top {
+    std::string name;
+    double self_seconds = 0, calls = 0;  // per step
+  };
+  std::vector<Top> top;  // by self time per step, largest first
+};
+
+// Per step of the work `longer` did beyond `shorter` (say a run of 1 + steps decode tokens against one of 1:
+// the prefill cancels), as the decode benchmark separates decode from prefill. The `top_n` operators by self
+// time per step.
+ProfileStepSummary per_step_difference(const ProfileWindow& longer, const ProfileWindow& shorter, int64_t steps,
+                                       size_t top_n = 10);
+
+}  // namespace hybridflow

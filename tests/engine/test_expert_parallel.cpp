@@ -1,0 +1,207 @@
+// Expert parallelism (parallel/expert_parallel.h): a Qwen3-MoE model whose experts are split over 2 and 4 ranks,
+// each rank running its own rows, gives the logits, loss and gradients of one process on all rows within 1e-5;
+// a TrainEngine step over the split model (expert parallelism alone, and inside data parallelism of 4 ranks
+// with 2 experts' owners each) takes one process's step: loss, gradient norm and weights after it. Gathered
+// experts run alone (generation); a size that does not divide the experts is refused naming the key. Every rank
+// runs in a forked process over Gloo.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "engine/tensor_parallel_fixture.h"
+#include "hybridflow/core/error.h"
+#include "hybridflow/model/moe.h"
+#include "parallel/rank_processes.h"
+
+namespace hybridflow {
+namespace {
+
+using namespace hybridflow::testing;
+
+// 4 experts (splits over 2 and 4 ranks), top 2 of them per token, every layer sparse.
+ModelConfig expert_parallel_config() {
+  ModelConfig c = tiny_model_config({.vocab_size = 64, .hidden_size = 32, .max_position_embeddings = 128});
+  c.model_type = "qwen3_moe";
+  c.architecture = causal_lm_architecture("qwen3_moe");
+  c.moe.num_experts = 4;
+  c.moe.num_experts_per_tok = 2;
+  c.moe.moe_intermediate_size = 16;
+  c.moe.norm_topk_prob = true;
+  c.moe.router_aux_loss_coef = 0.0;
+  return c;
+}
+
+// The same weights in every process; routers large enough that tokens spread over the experts.
+CausalLM expert_model() {
+  torch::manual_seed(1234);
+  CausalLM model(expert_parallel_config());
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters())
+    if (item.key().ends_with("mlp.gate.weight")) item.value().normal_(0.0, 0.5);
+  return model;
+}
+
+bool is_expert(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
+// Rows [rank * n, (rank + 1) * n) of rl_batch()'s 4, n = 4 / ranks.
+DataProto rows_of(int rank, int ranks) {
+  const int64_t n = 4 / ranks;
+  return rl_batch().slice(rank * n, (rank + 1) * n);
+}
+
+// PPO's surrogate summed over this batch's response tokens, over the whole batch's token count.
+torch::Tensor globally_weighted_loss(CausalLM& model, const DataProto& m, double all_tokens) {
+  auto out = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), kResponseLen);
+  auto ratio = torch::exp(out.log_probs - m.tensor("old_log_probs"));
+  const auto& adv = m.tensor("advantages");
+  auto surrogate = -torch::min(ratio * adv, torch::clamp(ratio, 0.8, 1.2) * adv);
+  return ((surrogate - 0.01 * out.entropy) * m.tensor("loss_mask")).sum() / all_tokens;
+}
+
+std::map<std::string, torch::Tensor> grads_by_name(CausalLMImpl& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters())
+    out[item.key()] = item.value().grad().defined() ? item.value().grad().clone() : torch::zeros_like(item.value());
+  return out;
+}
+
+// The entries of `all` this rank holds (its experts and every replicated tensor).
+std::map<std::string, torch::Tensor> held(const std::map<std::string, torch::Tensor>& all, CausalLMImpl& model) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : model.named_parameters()) out[item.key()] = all.at(item.key());
+  return out;
+}
+
+void check_forward_and_gradients(int ranks) {
+  run_ranks(
+      ranks,
+      [&](int rank, int port) {
+        Communicator comm(gloo_world(rank, ranks, port));
+        CausalLM whole = expert_model();
+        CausalLM split = expert_model();
+        split->set_expert_parallel(ExpertParallelGroup(&comm));
+        // This rank holds experts [rank E / n, (rank + 1) E / n) of each layer, under their checkpoint names.
+        std::set<std::string> experts;
+        for (const auto& item : split->named_parameters())
+          if (is_expert(item.key())) experts.insert(item.key());
+        const int64_t per_rank = 4 / ranks;
+        EXPECT_EQ(experts.size(), static_cast<size_t>(2 * per_rank * 3));  // 2 layers x experts x 3 projections
+        EXPECT_TRUE(experts.count("model.layers.0.mlp.experts." + std::to_string(rank * per_rank) + ".up_proj.weight"));
+
+        const DataProto all = rl_batch(), mine = rows_of(rank, ranks);
+        const auto logits = split->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
+        const auto want_logits = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
+        EXPECT_TRUE(torch::allclose(logits, want_logits, 1e-5, 1e-5))
+            << "logits differ by " << (logits - want_logits).abs().max().item<double>();
+
+        const double tokens = all.tensor("loss_mask").sum().item<double>();
+        auto want_loss = globally_weighted_loss(whole, all, tokens);
+        want_loss.backward();
+        auto loss = globally_weighted_loss(split, mine, tokens);
+        loss.backward();
+        auto summed = loss.detach().clone();
+        comm.all_reduce(summed, ReduceOp::kSum);
+        EXPECT_NEAR(summed.item<double>(), want_loss.item<double>(), 1e-5);
+        // Replicated weights: the ranks' gradients add up (data parallelism); experts: already whole.
+        for (auto& item : split->named_parameters())
+          if (!is_expert(item.key()) && item.value().grad().defined()) comm.all_reduce(item.value().mutable_grad());
+        expect_same_tensors(grads_by_name(*split), held(grads_by_name(*whole), *split), 1e-5, "gradients");
+        EXPECT_GT(comm.stats().of("all_to_all").calls, 0);
+      },
+      120);
+}
+
+TEST(ExpertParallel, LogitsLossAndGradientsOverTwoAndFourRanksEqualOneProcess) {
+  for (int ranks : {2, 4}) check_forward_and_gradients(ranks);
+}
+
+// world ranks, expert-parallel groups of ep consecutive ranks; ranks with the same place in their group own the
+// same experts.
+void check_train_step(int world, int ep) {
+  run_ranks(
+      world,
+      [&](int rank, int port) {
+        const StepResult want = one_process_step(expert_model(), policy_loss);
+        ProcessGroup group = gloo_world(rank, world, port);
+        Communicator dp(group);
+        std::vector<std::vector<int>> ep_groups, owner_groups(static_cast<size_t>(ep));
+        for (int g = 0; g < world / ep; ++g) {
+          ep_groups.emplace_back();
+          for (int i = 0; i < ep; ++i) {
+            ep_groups.back().push_back(g * ep + i);
+            owner_groups[static_cast<size_t>(i)].push_back(g * ep + i);
+          }
+        }
+        Communicator ep_comm(ep == world ? group : group.split(ep_groups));
+        std::unique_ptr<Communicator> owners;
+        if (world > ep) owners = std::make_unique<Communicator>(group.split(owner_groups));
+        CausalLM model = expert_model();
+        model->set_expert_parallel(ExpertParallelGroup(&ep_comm));
+        TrainEngine engine(model.ptr(), parallel_test_optimizer());
+        engine.set_gradient_reducer([&](torch::Tensor& t) { dp.all_reduce(t, ReduceOp::kSum); });
+        engine.set_expert_parallel(ExpertParallelGroup(&ep_comm), owners.get(), is_expert);
+        const StepStats stats = engine.train_step(rows_of(rank, world), 1, [&](const DataProto& m) {
+          return policy_loss(model, m);
+        });
+        EXPECT_NEAR(stats.loss, want.stats.loss, 1e-5);
+        EXPECT_NEAR(stats.grad_norm, want.stats.grad_norm, 1e-5);
+        EXPECT_EQ(stats.tokens, want.stats.tokens);
+        expect_same_tensors(parameters_of(*model), held(want.weights, *model), 1e-5, "weights after the step");
+      },
+      120);
+}
+
+TEST(ExpertParallel, TrainStepOverTwoAndFourRanksEqualsOneProcess) {
+  check_train_step(2, 2);
+  check_train_step(4, 4);
+}
+
+TEST(ExpertParallel, TrainStepWithTwoWayExpertParallelismInsideFourDataParallelRanksEqualsOneProcess) {
+  check_train_step(4, 2);
+}
+
+TEST(ExpertParallel, GatheredExpertsRunAloneAndAreReleased) {
+  run_ranks(2, [](int rank, int port) {
+    Communicator comm(gloo_world(rank, 2, port));
+    CausalLM whole = expert_model();
+    CausalLM split = expert_model();
+    split->set_expert_parallel(ExpertParallelGroup(&comm));
+    const auto params_before = split->parameters().size();
+    split->gather_experts();
+    EXPECT_TRUE(split->experts_gathered());
+    EXPECT_EQ(split->parameters().size(), params_before);  // the others' experts are not trained here
+    const auto calls = comm.stats().of("all_to_all").calls;
+    // Each rank alone, on rows of its own length: no exchange with the other.
+    const DataProto mine = rows_of(rank, 2).slice(0, 1 + rank);
+    torch::NoGradGuard no_grad;
+    const auto got = split->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
+    const auto want = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5));
+    EXPECT_EQ(comm.stats().of("all_to_all").calls, calls);
+    split->release_gathered_experts();
+    EXPECT_FALSE(split->experts_gathered());
+    KVCache cache;
+    EXPECT_THROW(split->hidden_states(mine.tensor("input_ids"), mine.tensor("attention_mask"), {}, &cache), Error);
+  });
+}
+
+TEST(ExpertParallel, ASizeThatDoesNotDivideTheExpertsIsRefusedNamingTheKey) {
+  run_ranks(3, [](int rank, int port) {
+    Communicator comm(gloo_world(rank, 3, port));
+    CausalLM model = expert_model();
+    try {
+      model->set_expert_parallel(ExpertParallelGroup(&comm));
+      ADD_FAILURE() << "3 ranks over 4 experts were accepted";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("expert_model_parallel_size 3 does not divide num_experts = 4"));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace hybridflow

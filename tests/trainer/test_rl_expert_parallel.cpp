@@ -1,0 +1,160 @@
+// Expert parallelism in the RL trainer (actor_rollout_ref.actor.megatron.expert_model_parallel_size): GRPO on a
+// tiny Qwen3-MoE actor whose 8 experts split over 2 processes follows the run of the same seed on the same 2
+// processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
+// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. A checkpoint
+// saved under the split holds every expert in the Hugging Face layout and loads into one process, and one saved
+// by one process loads into the split run. Layouts it does not cover are refused naming the keys.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hybridflow/model/safetensors.h"
+#include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/trainer/checkpoint.h"
+#include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/rl_workers.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "support/tiny_rl_config.h"
+
+using namespace hybridflow;
+
+static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested());
+
+using hybridflow::testing::error_of;
+using ::testing::HasSubstr;
+
+namespace {
+
+constexpr int kSteps = 2;
+constexpr double kTol = 1e-5;
+
+// GRPO with a KL loss against the reference on 2 colocated processes; the qwen3-moe-tiny preset's 2 layers (the
+// second routes over 8 experts), micro-batches of one sample; a reward that differs between samples.
+std::vector<std::string> moe_grpo(int ep, const std::string& run_dir, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> o = {"model.preset=qwen3-moe-tiny",
+                                "model.num_hidden_layers=2",
+                                "actor_rollout_ref.num_processes=2",
+                                "trainer.placement=colocate",
+                                "actor_rollout_ref.actor.use_kl_loss=true",
+                                "actor_rollout_ref.actor.shuffle=false",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                                "actor_rollout_ref.actor.megatron.expert_model_parallel_size=" + std::to_string(ep),
+                                "reward.type=command",
+                                "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
+                                "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\"",
+                                "trainer.total_steps=" + std::to_string(kSteps),
+                                "trainer.log_samples_freq=0",
+                                "trainer.run_dir=" + run_dir};
+  o.insert(o.end(), more.begin(), more.end());
+  return hybridflow::testing::tiny_rl_overrides("grpo", o);
+}
+
+struct EpRun {
+  std::vector<nlohmann::json> steps;
+  double actor_norm = 0;
+};
+
+EpRun train(int ep, const std::vector<std::string>& more = {}) {
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config("", moe_grpo(ep, dir.path(), more)));
+  EpRun run;
+  for (int step = 1; step <= kSteps; ++step) run.steps.push_back(trainer.step());
+  run.actor_norm = trainer.parameter_sq_norm("actor");
+  return run;
+}
+
+void expect_same_run(const EpRun& got, const EpRun& want, const std::string& what) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (size_t i = 0; i < want.steps.size(); ++i) {
+    const std::string at = what + " at step " + std::to_string(i + 1);
+    for (const std::string key : {"score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss",
+                                  "actor/entropy", "actor/ppo_kl", "actor/grad_norm"}) {
+      ASSERT_TRUE(got.steps[i].contains(key)) << key << " " << at;
+      const double w = want.steps[i].at(key).get<double>();
+      EXPECT_NEAR(got.steps[i].at(key).get<double>(), w, kTol * (1 + std::abs(w))) << key << " " << at;
+    }
+  }
+  EXPECT_GT(want.steps.back().at("actor/kl_loss").get<double>(), 0.0) << "the actor moved";
+  const std::string key = "actor/expert_parallel_all_to_all_mb";
+  EXPECT_FALSE(want.steps.back().contains(key)) << key;
+  ASSERT_TRUE(got.steps.back().contains(key)) << key << " " << what;
+  EXPECT_GT(got.steps.back().at(key).get<double>(), 0.0) << what;
+  EXPECT_NEAR(got.actor_norm, want.actor_norm, kTol * want.actor_norm) << what;
+}
+
+// The run's overrides without the model's shape, loading `path` instead.
+std::vector<std::string> from_path(std::vector<std::string> overrides, const std::string& path) {
+  std::erase_if(overrides, [](const std::string& o) { return o.rfind("model.", 0) == 0; });
+  overrides.push_back("model.path=" + path);
+  return overrides;
+}
+
+}  // namespace
+
+TEST(RlExpertParallel, GrpoWithExpertsSplitTwoWaysFollowsTheDataParallelRun) {
+  expect_same_run(train(2), train(1), "ep 2");
+}
+
+TEST(RlExpertParallel, RouterReplayR3WithExpertsSplitFollowsTheDataParallelRun) {
+  const std::vector<std::string> r3 = {"actor_rollout_ref.actor.router_replay.mode=R3"};
+  const EpRun split = train(2, r3);
+  expect_same_run(split, train(1, r3), "ep 2, R3");
+  EXPECT_TRUE(split.steps.back().contains("actor/router_replay_rollout_routing_differs"));
+}
+
+TEST(RlExpertParallel, CheckpointsMoveBetweenTheSplitAndOneProcess) {
+  hybridflow::testing::TempDir split_dir, single_dir;
+  // Two processes, experts split: one step, saved.
+  const std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
+  double split_norm = 0;
+  {
+    RLTrainer trainer(load_rl_config("", moe_grpo(2, split_dir.path(), save)));
+    trainer.step();
+    split_norm = trainer.parameter_sq_norm("actor");
+  }
+  const std::string split_actor = checkpoints_root(split_dir.path()) + "/step_1/actor";
+  // The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
+  std::set<std::string> experts;
+  for (const auto& [name, tensor] : read_safetensors(split_actor + "/model.safetensors").tensors)
+    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
+  EXPECT_EQ(experts.size(), 8u);
+  // Into one process.
+  double single_norm = 0;
+  {
+    std::vector<std::string> one = from_path(moe_grpo(1, single_dir.path(), save), split_actor);
+    one.push_back("actor_rollout_ref.num_processes=1");
+    RLTrainer trainer(load_rl_config("", one));
+    EXPECT_NEAR(trainer.parameter_sq_norm("actor"), split_norm, 1e-9 * split_norm);
+    trainer.step();
+    single_norm = trainer.parameter_sq_norm("actor");
+  }
+  // And back into the split.
+  hybridflow::testing::TempDir back_dir;
+  RLTrainer back(load_rl_config(
+      "", from_path(moe_grpo(2, back_dir.path(), save), checkpoints_root(single_dir.path()) + "/step_1/actor")));
+  EXPECT_NEAR(back.parameter_sq_norm("actor"), single_norm, 1e-9 * single_norm);
+}
+
+TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
+  hybridflow::testing::TempDir dir;
+  auto refused = [&](int ep, const std::vector<std::string>& more) {
+    return error_of([&] { RLTrainer t(load_rl_config("", moe_grpo(ep, dir.path(), more))); });
+  };
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 with "
+                        "tensor_model_parallel_size = 2"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),
+              HasSubstr("actor_rollout_ref.actor.use_dynamic_bsz = true"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
+              HasSubstr("actor_rollout_ref.ref.megatron.expert_model_parallel_size = 1"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.num_processes=1"}),
+              HasSubstr("expert_model_parallel_size = 2 does not divide the role's 1 data-parallel processes"));
+  EXPECT_THAT(refused(1, {"actor_rollout_ref.rollout.expert_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size"));
+}
