@@ -43,6 +43,7 @@ struct BenchOptions {
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
   bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
+  bool cuda_graphs = false;        // paged decode steps replayed as CUDA graphs (--device cuda)
   double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
   double gpu_memory_utilization = 0.5;
   int64_t steps = 3;
@@ -232,6 +233,18 @@ bool paged_kv_cache(const BenchOptions& o) {
 }
 bool compares_slots(const BenchOptions& o) { return paged_kv_cache(o) && o.slots_baseline; }
 
+// --cuda-graphs: asked for, graphs must be able to run (a GPU, the paged cache); the generator would otherwise
+// decode eagerly and the figures would not be the graphs'.
+bool cuda_graphs(const BenchOptions& o, const Setup& s) {
+  if (!o.cuda_graphs) return false;
+  HF_CHECK(s.device.is_cuda(), "bench: --cuda-graphs replays decode steps as CUDA graphs, which need --device cuda ",
+           "(got ", s.device.str(), ")");
+  HF_CHECK(paged_kv_cache(o), "bench: --cuda-graphs decodes on the paged KV cache; drop --kv-cache slots");
+  HF_CHECK(s.model && (*s.model)->decodes_on_device(), "bench: --cuda-graphs: CUDA graphs do not cover this model ",
+           "(experts, dynamic RoPE scaling or batch-invariant kernels)");
+  return true;
+}
+
 // The KV cache's figures: the peak it held, and on a paged line beside the slots the slots' peak and the
 // ratio of their times.
 void add_cache_extras(const BenchOptions& o, Measurement& m, bool on_paged, int64_t peak_bytes, double seconds,
@@ -256,11 +269,11 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
   // Decode attends to the prompt and, on average, half the response.
   const double decode_context = static_cast<double>(o.prompt_length) + static_cast<double>(o.response_length) / 2.0;
-  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o);
+  const bool paged = paged_kv_cache(o), compare_slots = compares_slots(o), graphs = cuda_graphs(o, s);
   DecodeSpeed last;
   for (int64_t b : batches) {
     const DecodeSpeed speed =
-        measure_decode(model, b, o.prompt_length, o.response_length, o.decode_reps, paged, o.kv_block_size);
+        measure_decode(model, b, o.prompt_length, o.response_length, o.decode_reps, paged, o.kv_block_size, graphs);
     const DecodeSpeed slots =
         compare_slots ? measure_decode(model, b, o.prompt_length, o.response_length, 2, false) : DecodeSpeed{};
     last = speed;
@@ -283,6 +296,7 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
     m.extra["seconds"] = speed.seconds;
     m.extra["prompt_length"] = o.prompt_length;
     m.extra["new_tokens"] = o.response_length;
+    if (graphs) m.extra["cuda_graphs"] = true;
     // Decode alone: the time past the prefill, as decode_tokens_per_s.
     add_cache_extras(o, m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
                      compare_slots ? 1.0 / slots.decode_tokens_per_s : 0.0, slots.kv_peak_bytes);
@@ -319,6 +333,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.kv_block_size = o.kv_block_size;
   ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.cuda_graphs = cuda_graphs(o, s);
   ro.continuous = false;
   const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
@@ -627,6 +642,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization,
                   "fraction of --memory-budget-mb the rollout may use (verl's rollout.gpu_memory_utilization)")
       ->capture_default_str();
+  gen->add_flag("--cuda-graphs", opts->cuda_graphs,
+                "with --device cuda: replay the paged decode steps as CUDA graphs (the trainer's "
+                "rollout.enforce_eager: false)");
   gen->add_flag("--slots-baseline", opts->slots_baseline,
                 "with --kv-cache paged, also decode and roll out on the slots (the in-run baseline)");
   gen->add_flag("!--no-static-baseline", opts->static_baseline,

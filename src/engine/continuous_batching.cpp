@@ -22,6 +22,7 @@
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/block_manager.h"
+#include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -160,6 +161,10 @@ class Scheduler {
       out.resumed_sequences = static_cast<int64_t>(resumed_.size());
     }
     if (cfg_.record_routing) out.routed_experts = routed_experts(padded.longest, longest).to(device_);
+    if (graphs_) {
+      out.decode_graphs = graphs_->captured();
+      out.graph_steps = graphs_->replayed_steps();
+    }
     if (cfg_.stop_requested) {
       out.stopped = stopped_;
       out.finished = torch::zeros({total_}, torch::TensorOptions().dtype(torch::kBool));
@@ -405,7 +410,7 @@ class Scheduler {
       lengths.push_back(row.length);
     }
     link_.receive(count, 1);
-    auto ids = torch::tensor(inputs, torch::TensorOptions().dtype(torch::kInt64)).view({count, 1}).to(device_);
+    const auto ids = [&] { return torch::tensor(inputs, torch::kInt64).view({count, 1}).to(device_); };
     torch::Tensor hidden;
     if (blocks_) {
       std::vector<std::vector<int64_t>> tables;
@@ -415,9 +420,10 @@ class Scheduler {
         if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
         tables.push_back(blocks_->table(row.paged));
       }
-      hidden = model_->decode_paged(ids, tables, lengths, paged_);
+      hidden = graphs_ ? graphs_->decode(inputs, tables, lengths)
+                       : model_->decode_paged(ids(), tables, lengths, paged_);
     } else {
-      hidden = model_->decode_slots(ids, slots, lengths, cache_);
+      hidden = model_->decode_slots(ids(), slots, lengths, cache_);
     }
     link_.send(hidden);
     if (cfg_.record_routing) {
@@ -498,11 +504,20 @@ class Scheduler {
   void write_to_blocks(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
                        const std::vector<int64_t>& lengths) {
     if (paged_.keys.empty()) {
+      // CUDA graphs pad their steps with rows that write to one more block, which no sequence owns.
+      const bool graphs = cfg_.cuda_graphs && device_.is_cuda() && model_->decodes_on_device() &&
+                          !cfg_.refresh_weights && !cfg_.record_routing;
       for (const auto& k : prefill.keys) {
-        const std::vector<int64_t> sizes = {blocks_->num_blocks(), k.size(1), blocks_->block_size(), k.size(3)};
+        const std::vector<int64_t> sizes = {blocks_->num_blocks() + (graphs ? 1 : 0), k.size(1), blocks_->block_size(),
+                                            k.size(3)};
         paged_.keys.push_back(zero_slab(sizes, k.options()));
         paged_.values.push_back(zero_slab(sizes, k.options()));
       }
+      if (graphs)
+        graphs_.emplace(model_, paged_, DecodeGraphPlan::Options{.block_size = blocks_->block_size(),
+                                                                 .max_rows = std::min<int64_t>(slot_count_, 512),
+                                                                 .max_span = capacity_},
+                        blocks_->num_blocks(), cfg_.pad_token_id);
     }
     paged_.write_prefill(prefill, tables, lengths);
   }
@@ -539,6 +554,7 @@ class Scheduler {
   KVCache cache_;
   std::optional<BlockManager> blocks_;  // paged cache only
   PagedKVCache paged_;
+  std::optional<DecodeGraphs> graphs_;  // paged cache with cfg.cuda_graphs on a CUDA device
   std::vector<std::vector<int64_t>> tokens_;  // per sequence
   std::vector<std::vector<float>> log_probs_;
   std::vector<bool> finished_;  // per sequence: ended (eos or max_new_tokens)

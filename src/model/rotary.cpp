@@ -105,7 +105,11 @@ std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& posi
   // Only dynamic scaling reads the largest position: a device sync the other types do not pay.
   const int64_t max_position =
       config.rope_scaling.type == "dynamic" && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() : 0;
-  const RotaryFrequencies f = rotary_frequencies(config, max_position);
+  return rotary_cos_sin(position_ids, rotary_frequencies(config, max_position), dtype);
+}
+
+std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& position_ids, const RotaryFrequencies& f,
+                                                       torch::ScalarType dtype) {
   auto inv_freq = f.inv_freq.to(position_ids.device());
   auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, d/2]
   auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);                    // [B, 1, T, d]

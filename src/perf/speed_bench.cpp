@@ -56,7 +56,7 @@ double time_generate(CausalLM& model, const std::vector<std::vector<int64_t>>& p
 }  // namespace
 
 DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length, int reps,
-                           bool paged_kv_cache, int64_t kv_block_size) {
+                           bool paged_kv_cache, int64_t kv_block_size, bool cuda_graphs) {
   HF_CHECK(response_length >= 2, "bench: --response-length must be at least 2 to separate decode from prefill, got ",
            response_length);
   HF_CHECK(batch > 0 && prompt_length > 0, "bench: --batch and --prompt-length must be positive");
@@ -67,6 +67,7 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   gen.max_new_tokens = 1;
   gen.paged_kv_cache = paged_kv_cache;
   gen.kv_block_size = kv_block_size;
+  gen.cuda_graphs = cuda_graphs;
   time_generate(model, prompts, gen, 1);  // warm-up at this batch size
   // Decode time is the whole run's less the one-token run's. Both are timed in alternation (a load that
   // comes and goes hits both alike), each the fastest of its reps; should the difference still vanish in
@@ -110,6 +111,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.kv_block_size = o.kv_block_size;
   gen.memory_budget_bytes = o.memory_budget_bytes;
   gen.gpu_memory_utilization = o.gpu_memory_utilization;
+  gen.cuda_graphs = o.cuda_graphs;
   for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;

@@ -301,6 +301,7 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.pipeline_model_parallel_size = actor.layout.gen_pp;
   spec.reshard_mode = rollout.get<std::string>("reshard_mode");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
+  spec.cuda_graphs = !rollout.get<bool>("enforce_eager");
   spec.batch_invariant = rollout.get<bool>("batch_invariant");
   // The fixed-order kernels attend over one whole sequence per row: packed rows and sequence slices
   // would be read as one sequence.

@@ -136,7 +136,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.model.mtp", "", "multi-token prediction is not supported by hybridflow"},
     // vLLM / SGLang server settings.
     {"actor_rollout_ref.rollout.prompt_length", "", "prompts are limited by data.max_prompt_length"},
-    {"actor_rollout_ref.rollout.enforce_eager", "", kRollout},
     {"actor_rollout_ref.rollout.cudagraph_capture_sizes", "", kRollout},
     {"actor_rollout_ref.rollout.data_parallel_size", "", "rollout data parallelism follows actor_rollout_ref.num_processes"},
     {"actor_rollout_ref.rollout.expert_parallel_size", "1",

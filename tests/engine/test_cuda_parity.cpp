@@ -95,6 +95,38 @@ TEST(CudaParity, GreedyGenerationMatchesTheCpuAndCachedMatchesRecompute) {
   EXPECT_TRUE(torch::equal(recompute.responses, gpu.responses));
 }
 
+// Decode steps replayed as CUDA graphs (GenerationConfig::cuda_graphs) choose the eager steps' greedy tokens:
+// prompts of several lengths, two samples each, fewer slots than sequences (rows join and leave), blocks of 4
+// positions (spans cross several buckets), in fp32 and bf16; the graphs attend over padded spans, so the
+// log-probs agree to rounding.
+TEST(CudaParity, DecodeGraphsChooseTheEagerStepsTokens) {
+  SKIP_WITHOUT_GPU();
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    ModelPair p = make_pair(dtype, 8.0);
+    const std::vector<std::vector<int64_t>> prompts = {
+        {5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
+    GenerationConfig cfg;
+    cfg.greedy = true;
+    cfg.max_new_tokens = 40;
+    cfg.n = 2;
+    cfg.max_num_seqs = 6;
+    cfg.kv_block_size = 4;
+    auto eager = generate(p.gpu, prompts, cfg);
+    EXPECT_EQ(eager.decode_graphs, 0);
+    cfg.cuda_graphs = true;
+    auto graphs = generate(p.gpu, prompts, cfg);
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    EXPECT_GT(graphs.decode_graphs, 1) << what;
+    EXPECT_GT(graphs.graph_steps, 30) << what;
+    EXPECT_TRUE(torch::equal(graphs.responses, eager.responses)) << what;
+    EXPECT_TRUE(torch::allclose(graphs.log_probs, eager.log_probs, 1e-3, dtype == torch::kFloat32 ? 1e-4 : 5e-2))
+        << what << " max diff " << (graphs.log_probs - eager.log_probs).abs().max().item<float>();
+    // A second call captures its own graphs and gives the same tokens again.
+    auto again = generate(p.gpu, prompts, cfg);
+    EXPECT_TRUE(torch::equal(again.responses, graphs.responses)) << what;
+  }
+}
+
 TEST(CudaParity, SeededSamplingOnTheGpuIsReproducibleAndStopsAtEos) {
   SKIP_WITHOUT_GPU();
   ModelPair p = make_pair();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/decode_graphs.h"
 #include "support/forward_log_probs.h"
 #include "support/tiny_model.h"
 
@@ -647,6 +648,33 @@ TEST_F(GenerationTest, PagedCacheOnTheGatherPathEqualsSlots) {
   EXPECT_TRUE(torch::allclose(paged.log_probs, slabs.log_probs, 1e-6, 1e-6))
       << (paged.log_probs - slabs.log_probs).abs().max().item<float>();
   EXPECT_GT(paged.kv_cache.peak_blocks, 0);
+}
+
+// CUDA graphs asked for on the CPU (verl configs set rollout.enforce_eager: false): the steps run eagerly,
+// with the eager tokens and log-probs bit for bit and no graph; the graph runner itself refuses a CPU model,
+// naming the key.
+TEST_F(GenerationTest, CudaGraphsOnTheCpuDecodeEagerly) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 6;
+  cfg.n = 2;
+  cfg.seed = 8;
+  cfg.kv_block_size = 2;
+  auto eager = generate(model, prompts, cfg);
+  cfg.cuda_graphs = true;
+  auto asked = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(asked.responses, eager.responses));
+  EXPECT_TRUE(torch::equal(asked.log_probs, eager.log_probs));
+  EXPECT_EQ(asked.decode_graphs, 0);
+  EXPECT_EQ(asked.graph_steps, 0);
+  PagedKVCache cache;
+  cache.keys.push_back(torch::zeros({4, 1, 2, 8}));
+  cache.values.push_back(torch::zeros({4, 1, 2, 8}));
+  try {
+    DecodeGraphs graphs(model, cache, {.block_size = 2, .max_rows = 8, .max_span = 16}, 3, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("enforce_eager"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(GenerationTest, RejectsBadInput) {

@@ -68,6 +68,10 @@ struct GenerationConfig {
   int64_t kv_cache_blocks = 0;
   double gpu_memory_utilization = 0.5;
   int64_t memory_budget_bytes = 0;
+  // Decode steps replayed as CUDA graphs (engine/decode_graphs.h; verl's rollout.enforce_eager: false), one
+  // per bucket of rows and KV span, on the paged cache. Eager wherever graphs do not apply: a CPU device, the
+  // slots, models CausalLM::decodes_on_device() excludes, partial rollouts (refresh_weights), router recording.
+  bool cuda_graphs = false;
   // Partial rollouts (continuous batching, one pipeline stage): asked before every scheduling round, it
   // returns the policy version the model holds, having swapped newer weights into it in place when some
   // were sent. When the version changes, every running sequence's prefix (prompt and tokens so far) is
@@ -118,6 +122,9 @@ struct GenerationOutput {
   // sequence's last token (sampled, never fed back). Undefined otherwise.
   torch::Tensor routed_experts;
   KVCacheReport kv_cache;
+  // With cuda_graphs: the decode graphs captured, and the decode steps replayed through them (the rest eager).
+  int64_t decode_graphs = 0;
+  int64_t graph_steps = 0;
 };
 
 // Runs under NoGradGuard in eval mode and restores the model's train/eval mode afterwards. Output tensors

@@ -25,5 +25,8 @@ RotaryFrequencies rotary_frequencies(const ModelConfig& config, int64_t max_posi
 // cos and sin [B, 1, T, head_dim] for position_ids [B, T], cast to dtype.
 std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& position_ids, const ModelConfig& config,
                                                        torch::ScalarType dtype);
+// The same from given frequencies (a CUDA graph's, kept on the device: no copy from the host in the step).
+std::pair<torch::Tensor, torch::Tensor> rotary_cos_sin(const torch::Tensor& position_ids, const RotaryFrequencies& f,
+                                                       torch::ScalarType dtype);
 
 }  // namespace hybridflow

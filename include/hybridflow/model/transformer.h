@@ -26,6 +26,7 @@
 #include "hybridflow/parallel/expert_parallel.h"
 #include "hybridflow/parallel/pipeline_parallel.h"
 #include "hybridflow/parallel/sequence_parallel.h"
+#include "hybridflow/model/rotary.h"
 #include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow {
@@ -33,6 +34,7 @@ namespace hybridflow {
 namespace batch_invariant {
 struct Tokens;
 }
+struct SlotAccess;  // where a decode step writes and reads each row's keys and values (transformer.cpp)
 namespace fused_decode {
 struct BlockTables;
 }
@@ -137,6 +139,19 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor decode_paged(const torch::Tensor& input_ids, const std::vector<std::vector<int64_t>>& tables,
                              const std::vector<int64_t>& lengths, PagedKVCache& cache);
 
+  // The paged step on device tensors alone, with no host read and no check (CUDA graphs capture it,
+  // engine/decode_graphs.h): input_ids [rows, 1], tables [rows, width] and lengths [rows], int64 on the model's
+  // device, each row's table covering its positions [0, lengths[r]]; `span` <= width x block size positions
+  // attended (those past a row's length masked); the rotary frequencies already on the device. The same
+  // operators as decode_paged off the fused kernels.
+  torch::Tensor decode_paged_on_device(const torch::Tensor& input_ids, const torch::Tensor& tables,
+                                       const torch::Tensor& lengths, int64_t span, const RotaryFrequencies& rotary,
+                                       PagedKVCache& cache);
+  // Whether decode_paged_on_device applies to this model now: one rank and one stage, dense layers, no unmerged
+  // LoRA adapters, no dynamic RoPE scaling (its frequencies follow the longest position), not batch-invariant,
+  // no router recording.
+  bool decodes_on_device() const;
+
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
   // used by (and cleared by) the next forward.
   void set_stage_input(const torch::Tensor& hidden) { stage_input_ = hidden; }
@@ -233,6 +248,12 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor decode_blocks(const torch::Tensor& input_ids, const std::vector<int64_t>& tables, int64_t width,
                               int64_t block_size, const std::vector<int64_t>& lengths, std::vector<torch::Tensor>& keys,
                               std::vector<torch::Tensor>& values, const char* caller);
+  // The tensor-operator decode step after the checks: this stage's layers over h [rows, 1, hidden] with the
+  // rotary cos/sin [rows, 1, 1, head_dim], the additive mask [rows, 1, 1, span] and where each row writes and
+  // reads its keys and values (every index on the device), then the final norm on the last stage.
+  torch::Tensor decode_layers(torch::Tensor h, const torch::Tensor& cos, const torch::Tensor& sin,
+                              const torch::Tensor& mask_bias, const SlotAccess& access, std::vector<torch::Tensor>& keys,
+                              std::vector<torch::Tensor>& values);
   // The batch-invariant forward (model/batch_invariant.h): throws naming the key where the mode does not apply;
   // runs this stage's layers over `tokens` (and the final norm on the last stage).
   void check_batch_invariant(const char* what) const;

@@ -22,9 +22,10 @@ struct DecodeSpeed {
 // generate() on `batch` random prompts of `prompt_length` tokens with no stop token, once for
 // `response_length` new tokens and once for 1: the difference is the decode steps alone, the latter is
 // (almost all) prefill. Best of `reps` each. response_length >= 2. paged_kv_cache: the paged cache with
-// blocks of kv_block_size positions, else the slots' slabs.
+// blocks of kv_block_size positions, else the slots' slabs. cuda_graphs: GenerationConfig::cuda_graphs.
 DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length,
-                           int reps = 2, bool paged_kv_cache = true, int64_t kv_block_size = 16);
+                           int reps = 2, bool paged_kv_cache = true, int64_t kv_block_size = 16,
+                           bool cuda_graphs = false);
 
 struct RolloutSpeed {
   double seconds = 0;            // the whole generate() call (prefill included), best of `reps`
@@ -53,6 +54,7 @@ struct RolloutOptions {
   // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).
   int64_t memory_budget_bytes = 0;
   double gpu_memory_utilization = 0.5;
+  bool cuda_graphs = false;  // GenerationConfig::cuda_graphs
   int reps = 1;
 };
 RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);

@@ -82,6 +82,7 @@ struct RolloutSpec {
   int pipeline_model_parallel_size = 1;
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
+  bool cuda_graphs = false;       // decode steps as CUDA graphs on a GPU (verl's enforce_eager: false)
   // Generation and the log-prob passes on the batch-invariant kernels (model/batch_invariant.h): recorded and
   // recomputed log-probs equal bit for bit.
   bool batch_invariant = false;

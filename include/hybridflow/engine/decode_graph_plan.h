@@ -1,0 +1,70 @@
+// Which CUDA graphs the decode step uses (engine/decode_graphs.h): a graph replays fixed shapes, so each step
+// is padded up to a bucket of rows (the running sequences) and of KV span (the positions attended, a whole
+// number of blocks), and one graph is captured per bucket the first time a step needs it. Buckets grow by a
+// quarter of an octave (at most a quarter of a bucket is padding past small sizes), so the graphs a rollout
+// captures stay few while its batch shrinks and its sequences grow. Pure bookkeeping: tested on the CPU.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+namespace hybridflow {
+
+struct DecodeGraphBucket {
+  int64_t rows = 0;  // the batch padded up: padding rows decode a pad token at length 0, their output unused
+  int64_t span = 0;  // KV positions attended: a multiple of the block size, past each row's length masked
+  auto operator<=>(const DecodeGraphBucket&) const = default;
+};
+
+// A decode step padded to its bucket: what the graph's static inputs hold.
+struct PaddedDecodeStep {
+  std::vector<int64_t> tokens;   // [bucket rows]: the rows' input tokens, then pad tokens
+  std::vector<int64_t> lengths;  // [bucket rows]: the rows' cached positions, then 0
+  // [bucket rows x span / block size], row-major: each row's table cut to the span's blocks, then pad_block
+  // (a block no sequence owns: padding rows write their keys there, and real rows read it only masked).
+  std::vector<int64_t> tables;
+};
+
+// n itself up to `exact`, then n rounded up to a step of a quarter of the largest power of two below n (never
+// less than `step`, and a multiple of it): 960 positions in blocks of 16 -> 1024, 1040 -> 1280; 65 rows -> 80.
+int64_t quarter_octave_bucket(int64_t n, int64_t step, int64_t exact);
+
+class DecodeGraphPlan {
+ public:
+  struct Options {
+    int64_t block_size = 16;  // positions per KV block
+    int64_t max_rows = 512;   // larger batches run eagerly
+    int64_t max_span = 0;     // the longest sequence a step can hold (a span bucket is cut to it, in blocks)
+    int64_t max_graphs = 64;  // captured graphs at most (each holds its own activations); later buckets run eagerly
+  };
+  enum class Action { kEager, kCapture, kReplay };
+  struct Decision {
+    Action action = Action::kEager;
+    DecodeGraphBucket bucket;
+  };
+
+  // Throws naming the option when a size is not positive.
+  explicit DecodeGraphPlan(Options options);
+
+  // The bucket of `rows` rows of which the longest attends `longest` positions (its length + 1), or
+  // rows = 0 when the step runs eagerly whatever was captured (more rows than max_rows).
+  DecodeGraphBucket bucket(int64_t rows, int64_t longest) const;
+  // Replay the bucket's graph when captured, capture it when there is room for another, else run eagerly.
+  Decision decide(int64_t rows, int64_t longest) const;
+  void mark_captured(const DecodeGraphBucket& bucket) { captured_.insert(bucket); }
+  int64_t graphs() const { return static_cast<int64_t>(captured_.size()); }
+  const Options& options() const { return options_; }
+
+  // The step's inputs padded to `bucket` (which must hold them: rows and every length + 1 within it).
+  PaddedDecodeStep pad(const DecodeGraphBucket& bucket, const std::vector<int64_t>& tokens,
+                       const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
+                       int64_t pad_block, int64_t pad_token) const;
+
+ private:
+  Options options_;
+  std::set<DecodeGraphBucket> captured_;
+};
+
+}  // namespace hybridflow

@@ -1,0 +1,72 @@
+#include "hybridflow/engine/decode_graph_plan.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+
+int64_t quarter_octave_bucket(int64_t n, int64_t step, int64_t exact) {
+  if (n <= exact) return n;
+  const auto below = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(n - 1)));
+  const int64_t quarter = std::max(step, (below / 4 + step - 1) / step * step);
+  return (n + quarter - 1) / quarter * quarter;
+}
+
+DecodeGraphPlan::DecodeGraphPlan(Options options) : options_(options) {
+  HF_CHECK(options_.block_size > 0 && options_.max_rows > 0 && options_.max_span > 0 && options_.max_graphs >= 0,
+           "decode graphs: block_size, max_rows and max_span must be positive and max_graphs >= 0, got ",
+           options_.block_size, ", ", options_.max_rows, ", ", options_.max_span, ", ", options_.max_graphs);
+}
+
+DecodeGraphBucket DecodeGraphPlan::bucket(int64_t rows, int64_t longest) const {
+  HF_CHECK(rows > 0 && longest > 0, "decode graphs: a step needs rows and positions, got ", rows, " rows, ", longest,
+           " positions");
+  if (rows > options_.max_rows) return {};
+  // Powers of two up to 8 rows (the few-row steps of a rollout's tail), then quarter octaves of 8 or more.
+  const int64_t bucket_rows = rows <= 8 ? static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(rows)))
+                                        : quarter_octave_bucket(rows, 8, 0);
+  const int64_t bs = options_.block_size;
+  const auto whole_blocks = [bs](int64_t n) { return (n + bs - 1) / bs * bs; };
+  const int64_t span = quarter_octave_bucket(whole_blocks(longest), bs, 0);
+  return {std::min(bucket_rows, options_.max_rows),
+          std::min(span, std::max(whole_blocks(options_.max_span), whole_blocks(longest)))};
+}
+
+DecodeGraphPlan::Decision DecodeGraphPlan::decide(int64_t rows, int64_t longest) const {
+  const DecodeGraphBucket b = bucket(rows, longest);
+  if (b.rows == 0) return {};
+  if (captured_.count(b) > 0) return {Action::kReplay, b};
+  if (graphs() < options_.max_graphs) return {Action::kCapture, b};
+  return {};
+}
+
+PaddedDecodeStep DecodeGraphPlan::pad(const DecodeGraphBucket& bucket, const std::vector<int64_t>& tokens,
+                                      const std::vector<std::vector<int64_t>>& tables,
+                                      const std::vector<int64_t>& lengths, int64_t pad_block, int64_t pad_token) const {
+  const auto rows = static_cast<int64_t>(tokens.size());
+  const int64_t bs = options_.block_size, width = bucket.span / bs;
+  HF_CHECK(static_cast<int64_t>(tables.size()) == rows && static_cast<int64_t>(lengths.size()) == rows &&
+               rows <= bucket.rows && bucket.span % bs == 0,
+           "decode graphs: ", rows, " rows (", tables.size(), " tables, ", lengths.size(),
+           " lengths) do not fit a bucket of ", bucket.rows, " rows and ", bucket.span, " positions");
+  PaddedDecodeStep step;
+  step.tokens.assign(static_cast<size_t>(bucket.rows), pad_token);
+  step.lengths.assign(static_cast<size_t>(bucket.rows), 0);
+  step.tables.assign(static_cast<size_t>(bucket.rows * width), pad_block);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<size_t>(r);
+    const auto& table = tables[i];
+    HF_CHECK(lengths[i] >= 0 && lengths[i] < bucket.span && lengths[i] / bs < static_cast<int64_t>(table.size()),
+             "decode graphs: row ", r, " at position ", lengths[i], " with a table of ", table.size(),
+             " blocks does not fit a span of ", bucket.span, " positions");
+    step.tokens[i] = tokens[i];
+    step.lengths[i] = lengths[i];
+    const auto used = std::min(static_cast<size_t>(width), table.size());
+    std::copy_n(table.begin(), used, step.tables.begin() + static_cast<std::ptrdiff_t>(r * width));
+  }
+  return step;
+}
+
+}  // namespace hybridflow

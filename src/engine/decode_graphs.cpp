@@ -1,0 +1,115 @@
+#include "hybridflow/engine/decode_graphs.h"
+
+#include <algorithm>
+
+#include "hybridflow/core/error.h"
+
+#ifdef HF_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace hybridflow {
+
+#ifdef HF_WITH_CUDA
+struct DecodeGraphs::Graph {
+  at::cuda::CUDAGraph graph;
+  torch::Tensor inputs;                  // [rows x (2 + width)] int64: tokens, lengths, tables
+  torch::Tensor tokens, lengths, tables;  // views of inputs
+  torch::Tensor output;                  // [rows, 1, hidden], written by each replay
+};
+
+namespace {
+// One pool for every decode graph: a step replays one graph at a time on one stream, so their activations
+// may share memory.
+c10::MempoolId_t decode_graph_pool() {
+  static const c10::MempoolId_t pool = at::cuda::graph_pool_handle();
+  return pool;
+}
+}  // namespace
+#else
+struct DecodeGraphs::Graph {};
+#endif
+
+DecodeGraphs::DecodeGraphs(CausalLM& model, PagedKVCache& cache, DecodeGraphPlan::Options options, int64_t pad_block,
+                           int64_t pad_token)
+    : model_(model),
+      cache_(cache),
+      device_(model->parameters().front().device()),
+      plan_(options),
+      pad_block_(pad_block),
+      pad_token_(pad_token) {
+#ifndef HF_WITH_CUDA
+  HF_FAIL("actor_rollout_ref.rollout.enforce_eager: false replays the decode step as CUDA graphs, which this CPU ",
+          "build of hybridflow lacks (rebuild with HF_CUDA=1), or set it true");
+#else
+  HF_CHECK(device_.is_cuda(), "actor_rollout_ref.rollout.enforce_eager: false replays the decode step as CUDA graphs; ",
+           "the model is on ", device_, " (set it true there)");
+  HF_CHECK(model->decodes_on_device(), "actor_rollout_ref.rollout.enforce_eager: false: CUDA graphs decode one rank's ",
+           "whole dense model without unmerged LoRA adapters, dynamic RoPE scaling, batch-invariant kernels or ",
+           "router recording; set it true for this model");
+  HF_CHECK(!cache.keys.empty() && pad_block >= 0 && pad_block < cache.keys.front().size(0),
+           "decode graphs: the pad block ", pad_block, " is not in the paged pool");
+  rotary_ = rotary_frequencies(model->config(), 0);
+  rotary_.inv_freq = rotary_.inv_freq.to(device_);
+#endif
+}
+
+DecodeGraphs::~DecodeGraphs() = default;
+
+torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std::vector<std::vector<int64_t>>& tables,
+                                   const std::vector<int64_t>& lengths) {
+  const auto rows = static_cast<int64_t>(tokens.size());
+  int64_t longest = 1;
+  for (int64_t length : lengths) longest = std::max(longest, length + 1);
+  const DecodeGraphPlan::Decision decision = plan_.decide(rows, longest);
+  if (decision.action == DecodeGraphPlan::Action::kEager) {
+    ++eager_;
+    auto ids = torch::tensor(tokens, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device_);
+    return model_->decode_paged(ids, tables, lengths, cache_);
+  }
+#ifndef HF_WITH_CUDA
+  HF_FAIL("decode graphs: not in this CPU build");
+#else
+  const DecodeGraphBucket bucket = decision.bucket;
+  const PaddedDecodeStep step = plan_.pad(bucket, tokens, tables, lengths, pad_block_, pad_token_);
+  const int64_t n = bucket.rows, width = bucket.span / plan_.options().block_size;
+  auto host = torch::empty({n * (2 + width)}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
+  int64_t* h = host.data_ptr<int64_t>();
+  std::copy(step.tokens.begin(), step.tokens.end(), h);
+  std::copy(step.lengths.begin(), step.lengths.end(), h + n);
+  std::copy(step.tables.begin(), step.tables.end(), h + 2 * n);
+  auto& slot = graphs_[bucket];
+  if (decision.action == DecodeGraphPlan::Action::kCapture) {
+    slot = std::make_unique<Graph>();
+    Graph& g = *slot;
+    g.inputs = torch::empty({n * (2 + width)}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+    g.tokens = g.inputs.narrow(0, 0, n).view({n, 1});
+    g.lengths = g.inputs.narrow(0, n, n);
+    g.tables = g.inputs.narrow(0, 2 * n, n * width).view({n, width});
+    g.inputs.copy_(host, /*non_blocking=*/true);
+    auto run = [&] {
+      return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_);
+    };
+    c10::cuda::getCurrentCUDAStream().synchronize();
+    {
+      c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+      run();  // warm-up: lazy initialisation outside the capture; writes the keys and values the replay writes
+      c10::cuda::getCurrentCUDAStream().synchronize();
+      g.graph.capture_begin(decode_graph_pool());
+      g.output = run();
+      g.graph.capture_end();
+      c10::cuda::getCurrentCUDAStream().synchronize();
+    }
+    plan_.mark_captured(bucket);
+  } else {
+    slot->inputs.copy_(host, /*non_blocking=*/true);
+  }
+  slot->graph.replay();
+  ++replayed_;
+  return slot->output.narrow(0, 0, rows);
+#endif
+}
+
+}  // namespace hybridflow

@@ -1,0 +1,88 @@
+// The planning of the decode step's CUDA graphs (engine/decode_graph_plan.h): which bucket a step pads to,
+// when a graph is captured, replayed or skipped, and what the padded step's static inputs hold.
+#include <gtest/gtest.h>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/engine/decode_graph_plan.h"
+
+namespace hybridflow {
+namespace {
+
+DecodeGraphPlan plan(int64_t max_rows = 512, int64_t max_span = 4096, int64_t max_graphs = 64) {
+  return DecodeGraphPlan({.block_size = 16, .max_rows = max_rows, .max_span = max_span, .max_graphs = max_graphs});
+}
+
+TEST(DecodeGraphPlan, QuarterOctaveBuckets) {
+  EXPECT_EQ(quarter_octave_bucket(5, 1, 8), 5);
+  EXPECT_EQ(quarter_octave_bucket(960, 16, 0), 1024);
+  EXPECT_EQ(quarter_octave_bucket(1024, 16, 0), 1024);
+  EXPECT_EQ(quarter_octave_bucket(1040, 16, 0), 1280);
+  EXPECT_EQ(quarter_octave_bucket(65, 8, 0), 80);
+  EXPECT_EQ(quarter_octave_bucket(17, 16, 0), 32);  // never a step below `step`
+  // Every bucket holds its size and pads by at most a quarter past small sizes.
+  for (int64_t n = 1; n <= 5000; ++n) {
+    const int64_t b = quarter_octave_bucket(n, 16, 0);
+    ASSERT_GE(b, n);
+    ASSERT_EQ(b % 16, 0) << n;
+    if (n > 64) {
+      ASSERT_LE(static_cast<double>(b - n), 0.25 * static_cast<double>(n)) << n;
+    }
+  }
+}
+
+TEST(DecodeGraphPlan, RowAndSpanBuckets) {
+  const DecodeGraphPlan p = plan();
+  EXPECT_EQ(p.bucket(1, 5), (DecodeGraphBucket{1, 16}));
+  EXPECT_EQ(p.bucket(3, 17), (DecodeGraphBucket{4, 32}));
+  EXPECT_EQ(p.bucket(8, 961), (DecodeGraphBucket{8, 1024}));
+  EXPECT_EQ(p.bucket(9, 100), (DecodeGraphBucket{16, 112}));
+  EXPECT_EQ(p.bucket(57, 1024), (DecodeGraphBucket{64, 1024}));
+  EXPECT_EQ(p.bucket(250, 1025), (DecodeGraphBucket{256, 1280}));
+  EXPECT_EQ(p.bucket(513, 10).rows, 0);  // past max_rows: eager
+  // Buckets are cut to max_rows and to the longest sequence a step can hold (in whole blocks).
+  EXPECT_EQ(plan(100).bucket(97, 5).rows, 100);
+  EXPECT_EQ(plan(512, 1000).bucket(1, 990), (DecodeGraphBucket{1, 1008}));
+  // A step that consecutive rollouts see alike maps to one bucket as its batch shrinks a little.
+  EXPECT_EQ(p.bucket(60, 900), p.bucket(64, 1000));
+  EXPECT_THROW(p.bucket(0, 5), Error);
+}
+
+TEST(DecodeGraphPlan, CapturesEachBucketOnceUpToTheLimit) {
+  DecodeGraphPlan p = plan(512, 4096, 2);
+  auto d = p.decide(5, 40);
+  EXPECT_EQ(d.action, DecodeGraphPlan::Action::kCapture);
+  EXPECT_EQ(d.bucket, (DecodeGraphBucket{8, 48}));
+  p.mark_captured(d.bucket);
+  EXPECT_EQ(p.decide(6, 33).action, DecodeGraphPlan::Action::kReplay);  // same bucket
+  EXPECT_EQ(p.decide(6, 60).action, DecodeGraphPlan::Action::kCapture);
+  p.mark_captured(p.decide(6, 60).bucket);
+  EXPECT_EQ(p.graphs(), 2);
+  EXPECT_EQ(p.decide(20, 60).action, DecodeGraphPlan::Action::kEager);  // no room for a third graph
+  EXPECT_EQ(p.decide(8, 64).action, DecodeGraphPlan::Action::kReplay);
+  EXPECT_EQ(p.decide(600, 64).action, DecodeGraphPlan::Action::kEager);
+  EXPECT_EQ(plan(512, 4096, 0).decide(1, 1).action, DecodeGraphPlan::Action::kEager);
+}
+
+TEST(DecodeGraphPlan, PadsRowsTablesAndLengths) {
+  const DecodeGraphPlan p = plan();
+  const DecodeGraphBucket bucket = p.bucket(3, 40);
+  ASSERT_EQ(bucket, (DecodeGraphBucket{4, 48}));
+  // Row 1's table is longer than the span needs (blocks taken ahead): cut to the span's 3 blocks.
+  const PaddedDecodeStep step = p.pad(bucket, {11, 12, 13}, {{7}, {3, 9, 4, 8}, {5, 6, 2}}, {15, 39, 20}, 99, 0);
+  EXPECT_EQ(step.tokens, (std::vector<int64_t>{11, 12, 13, 0}));
+  EXPECT_EQ(step.lengths, (std::vector<int64_t>{15, 39, 20, 0}));
+  EXPECT_EQ(step.tables, (std::vector<int64_t>{7, 99, 99, 3, 9, 4, 5, 6, 2, 99, 99, 99}));
+  // A row whose position lies past its table or the span is refused, naming it.
+  try {
+    p.pad(bucket, {1}, {{7}}, {16}, 99, 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 0 at position 16 with a table of 1 blocks"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(p.pad(bucket, {1, 2, 3, 4, 5}, {{1}, {1}, {1}, {1}, {1}}, {0, 0, 0, 0, 0}, 99, 0), Error);
+  EXPECT_THROW(DecodeGraphPlan({.block_size = 0, .max_rows = 1, .max_span = 1}), Error);
+}
+
+}  // namespace
+}  // namespace hybridflow
