@@ -34,6 +34,9 @@
 #                                              # and "rollout qwen3-0.6b graphs": the same work with these flags,
 #                                              # each right after its plain cell, in the table beside it
 #                                              # (OUT then holds 8 files: the device call returns no more)
+#                                              # On a GPU this variant is the default (HF_BENCH_VARIANT_FLAGS= turns
+#                                              # it off), after a "graphs parity" cell: test_cuda_parity's
+#                                              # graph-vs-eager decode tests, built with hybridflow
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -110,6 +113,11 @@ grpo_args+=(--prompts $grpo_prompts --group $grpo_group --response-length $grpo_
 # Extra flags for every hybridflow `bench generate` cell, and an optional variant of the decode, profile and
 # rollout cells (see the header): word-split, as on a command line.
 read -r -a generate_flags <<< "${HF_BENCH_GENERATE_FLAGS:-}"
+# On a GPU the variant is CUDA-graph decode unless the caller names another (HF_BENCH_VARIANT_FLAGS= for none):
+# graphs have not run on a GPU before, so the eager cells stay the baseline beside them.
+if [ "$mode" = gpu ] && [ -z "${HF_BENCH_VARIANT_FLAGS+set}" ]; then
+  HF_BENCH_VARIANT_FLAGS=--cuda-graphs HF_BENCH_VARIANT_NAME=${HF_BENCH_VARIANT_NAME:-graphs}
+fi
 read -r -a variant_flags <<< "${HF_BENCH_VARIANT_FLAGS:-}"
 variant=${HF_BENCH_VARIANT_NAME:-variant}
 sizes="decode: ${decode_prompt}-token prompts + ${decode_new} new tokens at batch ${decode_batches//,/, } (decode tokens/s ="
@@ -182,10 +190,14 @@ fi
 "$python" -c 'import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -n 1 | tee -a "$log"
 
 if [ "$mode" = gpu ] && [ "${HF_BENCH_SKIP_BUILD:-0}" != 1 ]; then
-  cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow || { table; exit 1; }
+  cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow test_cuda_parity ||
+    { table; exit 1; }
 fi
 [ -f "$build/hf-env.sh" ] && source "$build/hf-env.sh"
 [ -x "$hf" ] || { echo "gpu_bench: $hf not found" | tee -a "$log"; exit 1; }
+# Before any graph cell: do captured decode steps choose the eager steps' tokens on this GPU (fp32 and bf16)?
+[ "$mode" = gpu ] && [ -x "$build/test_cuda_parity" ] &&
+  cell "graphs parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*'
 
 cell bounds 60 "$python" "${peers[@]}" bounds "${bounds_args[@]}"
 tokenizer=.gpudeps/tokenizer
