@@ -14,6 +14,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/activation_checkpoint.h"
 #include "hybridflow/model/batch_invariant.h"
+#include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
@@ -304,9 +305,19 @@ class AttentionImpl : public torch::nn::Module {
   }
   // A packed row: each run attends causally within itself, so the cost is the sum of the runs' squared lengths
   // rather than the square of their sum (a dense block-diagonal mask pays the latter). A padding run attends
-  // among padding, which no real position reads.
+  // among padding, which no real position reads. On CUDA (model/cuda_fused.h) one variable-length flash
+  // attention call covers every run; elsewhere a loop over the runs.
   torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const SequenceRuns& runs) const {
+    if (varlen_flash_attention_applies(q)) {
+      std::vector<int64_t> starts;
+      int64_t longest = 0;
+      for (const SequenceRun& r : runs) {
+        starts.push_back(r.start);
+        longest = std::max(longest, r.length);
+      }
+      return varlen_flash_attention(q, k, v, starts, longest, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    }
     std::vector<torch::Tensor> parts;
     parts.reserve(runs.size());
     for (const SequenceRun& r : runs)

@@ -1,13 +1,18 @@
 // The CUDA build on a GPU computes what the CPU computes: forward passes, response log-probs, cached and
-// uncached generation, a training step (fp32 and bf16 with fp32 masters) and an NCCL collective. Every test
+// uncached generation, a training step (fp32 and bf16 with fp32 masters) and an NCCL collective; and the fused
+// CUDA paths (model/cuda_fused.h: grouped expert GEMM, varlen flash attention) what the loops compute. Every test
 // skips where no CUDA device is visible (CI, a CPU build); scripts/gpu_check.sh runs them on a GPU machine.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/process_group.h"
 #include "support/tiny_model.h"
@@ -213,6 +218,93 @@ TEST(CudaParity, NcclCollectivesOnOneRank) {
   EXPECT_TRUE(parts[0].is_cuda());
   comm.broadcast(t, 0);
   EXPECT_EQ(comm.stats().of("all_reduce").bytes, 8 * 4);
+}
+
+// The fused CUDA paths against the loops they replace, on the GPU, in bf16: the same model's logits and every
+// parameter's gradient of one loss, once with the fused path and once under a PortableKernelsGuard.
+struct ForwardAndGrads {
+  torch::Tensor logits;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+ForwardAndGrads forward_and_grads(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                                  bool portable) {
+  PortableKernelsGuard guard(portable);
+  model->zero_grad();
+  auto logits = model->forward(ids, mask).logits.to(torch::kFloat32);
+  // A loss with a dense, contiguous gradient into every logit (fixed seed: the same in both calls).
+  torch::manual_seed(11);
+  auto weights = torch::randn(logits.sizes(), logits.options());
+  (logits * weights * mask.ne(0).unsqueeze(-1)).sum().backward();
+  ForwardAndGrads out{logits.detach(), {}};
+  for (auto& item : model->named_parameters())
+    if (item.value().grad().defined()) out.grads[item.key()] = item.value().grad().to(torch::kFloat32).clone();
+  return out;
+}
+
+// max |a - b| over max |b|.
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+void expect_fused_matches_portable(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                                   double tolerance) {
+  const auto fused = forward_and_grads(model, ids, mask, false);
+  const auto portable = forward_and_grads(model, ids, mask, true);
+  const auto real = mask.ne(0).unsqueeze(-1).expand_as(fused.logits);
+  EXPECT_LT(relative_difference(fused.logits.masked_select(real), portable.logits.masked_select(real)), tolerance)
+      << "logits";
+  ASSERT_EQ(fused.grads.size(), portable.grads.size());
+  ASSERT_FALSE(fused.grads.empty());
+  for (const auto& [name, grad] : portable.grads) {
+    ASSERT_TRUE(fused.grads.count(name)) << name;
+    if (grad.abs().max().item<double>() == 0) continue;  // e.g. an expert no token reached in either run
+    EXPECT_LT(relative_difference(fused.grads.at(name), grad), tolerance) << "gradient of " << name;
+  }
+}
+
+CausalLM bf16_gpu_model(const ModelConfig& config) {
+  torch::manual_seed(21);
+  CausalLM model(config);
+  model->to(torch::Device(torch::kCUDA), torch::kBFloat16);
+  return model;
+}
+
+// A Qwen3-MoE model (8 experts, top 2, hidden 128, expert width 96: 16-byte aligned): the experts as grouped
+// GEMMs give the expert loop's logits and gradients (router, experts, attention) to bf16 rounding. Two layers,
+// the second sparse: its router reads the same input in both runs, so no near tie can route differently.
+TEST(CudaParity, GroupedExpertGemmMatchesTheExpertLoop) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = preset_model_config("qwen3-moe-tiny", 97);
+  config.num_hidden_layers = 2;
+  const auto probe =
+      torch::zeros({4, config.hidden_size}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  if (!grouped_expert_gemm_applies(probe, torch::kBFloat16, config.hidden_size, config.expert_intermediate_size()))
+    GTEST_SKIP() << "the grouped expert GEMM needs compute capability 9.0 or newer";
+  CausalLM model = bf16_gpu_model(config);
+  torch::manual_seed(3);
+  const auto ids = torch::randint(1, 97, {4, 24}, torch::kLong).cuda();
+  auto mask = torch::ones({4, 24}, torch::kLong);
+  mask[2].slice(0, 0, 7).zero_();  // a left-padded row
+  expect_fused_matches_portable(model, ids, mask.cuda(), 3e-2);
+}
+
+// A packed row (three sequences and trailing padding, grouped-query heads): one varlen flash attention call
+// gives the per-sequence loop's logits and gradients to bf16 rounding.
+TEST(CudaParity, VarlenFlashAttentionOnPackedRowsMatchesThePerSequenceLoop) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = preset_model_config("qwen3-tiny", 97);  // 4 heads over 2 KV heads, head_dim 48
+  const auto probe = torch::zeros({1, config.num_attention_heads, 4, config.head_dim()},
+                                  torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  if (!varlen_flash_attention_applies(probe)) GTEST_SKIP() << "varlen flash attention needs compute capability 8.0";
+  CausalLM model = bf16_gpu_model(config);
+  torch::manual_seed(4);
+  const auto ids = torch::randint(1, 97, {1, 40}, torch::kLong).cuda();
+  auto mask = torch::zeros({1, 40}, torch::kLong);
+  mask[0].slice(0, 0, 13).fill_(1);
+  mask[0].slice(0, 13, 30).fill_(2);
+  mask[0].slice(0, 30, 35).fill_(3);  // positions 35..39: padding
+  expect_fused_matches_portable(model, ids, mask.cuda(), 3e-2);
 }
 
 }  // namespace
