@@ -233,6 +233,16 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
                (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: stopping and continuing a generation need continuous batching on a KV cache, one pipeline "
            "stage and no routing record");
+  // Expert parallelism with the experts left split (rollout expert_parallel_size = the actor's): every rank of
+  // the group exchanges tokens with the others in each MoE layer, so all of them take the same forwards; the
+  // static batch keeps them in step (continuous batching's admissions differ from rank to rank).
+  if (model->expert_parallel().enabled() && !model->experts_gathered()) {
+    HF_CHECK(stages == nullptr && !cfg.record_routing && !cfg.refresh_weights && !cfg.stop_requested && !cfg.resume,
+             "generation: expert-parallel decoding (actor_rollout_ref.rollout.expert_parallel_size > 1) runs ",
+             "unstaged, without recording the routing (router_replay.mode R3) and without partial rollouts; set ",
+             "actor_rollout_ref.rollout.expert_parallel_size = 1 to generate on gathered experts");
+    return generation::generate_static(model, prompts, cfg, stages);
+  }
   if (cfg.record_routing) {
     HF_CHECK(mc.num_moe_layers() > 0, "generation: recording the routing (router_replay.mode R3) needs a ",
              "mixture-of-experts model; ", mc.model_type, " has no MoE layer");

@@ -3,6 +3,10 @@
 // samples, and rows that reach eos dropped from the batch (their cache rows with them). Without the cache
 // it recomputes the whole sequence every step. This was the generator before continuous batching; it
 // stays as the benchmark's in-run baseline and the recomputation path the tests check against.
+//
+// Expert-parallel decoding (the model's experts split over its group, not gathered): each MoE layer exchanges
+// tokens with the group, so every rank runs the same forwards. Finished rows then stay in the batch (their
+// tokens are not written), and the ranks stop together when no row of any of them is unfinished.
 #include <algorithm>
 
 #include "engine/generation_steps.h"
@@ -19,6 +23,8 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
   const torch::Tensor& prompt_mask = padded.mask;
   const int64_t prompt_len = padded.longest;
   StageLink link(model, stages);
+  const ExpertParallelGroup& ep = model->expert_parallel();
+  const bool lockstep = ep.enabled() && !model->experts_gathered();
 
   auto responses = torch::full({batch, cfg.max_new_tokens}, cfg.pad_token_id, i64.device(device));
   auto response_mask = torch::zeros({batch, cfg.max_new_tokens}, i64.device(device));
@@ -34,6 +40,8 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
   auto seq_mask = prompt_mask;
   KVCache cache;
   cache.capacity = prompt_len + cfg.max_new_tokens;  // one slab per layer, written in place
+  cache.expert_parallel_lockstep = lockstep;
+  auto unfinished = torch::ones({batch}, torch::TensorOptions().dtype(torch::kBool).device(device));  // lockstep
   // With the cache, the mask of every step is a prefix of one built here (the prompt's, then ones), and a
   // new token's position is the previous one's plus one: nothing is rebuilt from the growing mask.
   torch::Tensor full_mask, next_position;
@@ -81,10 +89,19 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
           choose_tokens(model, hidden.select(1, -1), cfg, active_rows, std::vector<int64_t>(active_rows.size(), step));
     }
     link.share(tokens, token_log_probs, static_cast<int64_t>(active_rows.size()));
-    responses.index_put_({active, step}, tokens);
-    response_mask.index_put_({active, step}, 1);
-    log_probs.index_put_({active, step}, token_log_probs);
-    longest = step + 1;
+    if (lockstep) {
+      // Rows finished before this step ran only to keep the group in step: their tokens are dropped.
+      const auto live = unfinished.nonzero().squeeze(1);
+      responses.index_put_({live, step}, tokens.index_select(0, live));
+      response_mask.index_put_({live, step}, 1);
+      log_probs.index_put_({live, step}, token_log_probs.index_select(0, live));
+      if (live.numel() > 0) longest = step + 1;
+    } else {
+      responses.index_put_({active, step}, tokens);
+      response_mask.index_put_({active, step}, 1);
+      log_probs.index_put_({active, step}, token_log_probs);
+      longest = step + 1;
+    }
 
     if (!cfg.use_kv_cache) {
       auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
@@ -92,7 +109,12 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
       seq_mask = torch::cat({seq_mask, ones}, 1);
     }
     step_input = tokens.unsqueeze(1);
-    if (!cfg.eos_token_ids.empty()) {
+    if (lockstep) {
+      for (int64_t eos : cfg.eos_token_ids) unfinished &= tokens.ne(eos);
+      auto left = unfinished.sum().to(torch::kCPU, torch::kInt64).reshape({1});
+      ep.comm()->all_reduce(left);  // every rank of the group stops at the same step
+      if (left.item<int64_t>() == 0) break;
+    } else if (!cfg.eos_token_ids.empty()) {
       auto keep = torch::ones_like(tokens, torch::kBool);
       for (int64_t eos : cfg.eos_token_ids) keep &= tokens.ne(eos);
       if (!keep.all().item<bool>()) {

@@ -241,38 +241,60 @@ void SparseBlockImpl::shard_experts(const ExpertParallelGroup& ep) {
   }
 }
 
-void SparseBlockImpl::gather_experts() {
+void SparseBlockImpl::gather_experts(ExpertGather& moved) {
   if (!ep_.enabled() || gathered_) return;
   torch::NoGradGuard no_grad;
-  const auto& mine = experts[static_cast<size_t>(first_local_)];
-  const auto options = mine->gate->weight.options();
+  Communicator& comm = *ep_.comm();
+  const int64_t before = comm.stats().of("all_gather").bytes;
   // Each projection of the local experts stacked, [local, out, in], gathered into [experts, out, in].
   auto gathered = [&](auto projection) {
     std::vector<torch::Tensor> local;
     for (int64_t e = first_local_; e < first_local_ + local_count_; ++e)
       local.push_back(projection(experts[static_cast<size_t>(e)])->weight);
-    return ep_.comm()->all_gather_cat(torch::stack(local), 0);
+    return comm.all_gather_cat(torch::stack(local), 0);
   };
   const auto gates = gathered([](Expert& x) { return x->gate; });
   const auto ups = gathered([](Expert& x) { return x->up; });
   const auto downs = gathered([](Expert& x) { return x->down; });
+  const int64_t contributed = comm.stats().of("all_gather").bytes - before;
+  moved.bytes_sent += contributed * (comm.size() - 1);
+  moved.bytes_received += (gates.nbytes() + ups.nbytes() + downs.nbytes()) - contributed;
+  moved.expert_bytes += gates.nbytes() + ups.nbytes() + downs.nbytes();
+  const auto options = gates.options();
   for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
     auto& slot = experts[static_cast<size_t>(e)];
-    if (slot) continue;
-    slot = Expert(hidden_, width_, gate_name_, up_name_, down_name_);
-    slot->to(options.device(), options.dtype().toScalarType());
-    slot->gate->weight.set_(gates[e].clone());
-    slot->up->weight.set_(ups[e].clone());
-    slot->down->weight.set_(downs[e].clone());
-    for (auto& p : slot->parameters()) p.set_requires_grad(false);
+    if (!slot) {
+      // Another rank's expert: a module whose weights are slices of the gathered tensors.
+      slot = Expert(hidden_, width_, gate_name_, up_name_, down_name_);
+      slot->to(options.device(), options.dtype().toScalarType());
+      for (auto& p : slot->parameters()) p.set_requires_grad(false);
+    }
+    slot->gate->weight.set_(gates[e]);  // this rank's own: the old storage is freed here
+    slot->up->weight.set_(ups[e]);
+    slot->down->weight.set_(downs[e]);
   }
+  gathered_projections_ = {gates, ups, downs};
+  // Measured, not assumed: does an own expert still hold memory apart from the gathered set?
+  for (int64_t e = first_local_; e < first_local_ + local_count_; ++e)
+    for (const auto& p : experts[static_cast<size_t>(e)]->parameters())
+      if (!p.storage().is_alias_of(gates.storage()) && !p.storage().is_alias_of(ups.storage()) &&
+          !p.storage().is_alias_of(downs.storage()))
+        moved.redundant_bytes += p.nbytes();
   gathered_ = true;
 }
 
 void SparseBlockImpl::release_gathered_experts() {
   if (!gathered_) return;
-  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e)
-    if (e < first_local_ || e >= first_local_ + local_count_) experts[static_cast<size_t>(e)] = Expert(nullptr);
+  torch::NoGradGuard no_grad;
+  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+    auto& slot = experts[static_cast<size_t>(e)];
+    if (e < first_local_ || e >= first_local_ + local_count_) {
+      slot = Expert(nullptr);
+      continue;
+    }
+    for (auto& p : slot->parameters()) p.set_(p.detach().clone(at::MemoryFormat::Contiguous));
+  }
+  gathered_projections_.clear();
   gathered_ = false;
 }
 

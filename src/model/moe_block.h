@@ -41,8 +41,10 @@ class SparseBlockImpl : public torch::nn::Module {
   void shard_experts(const ExpertParallelGroup& ep);
   // Under expert parallelism: every expert in this process (all-gathered over the group, without gradients), so
   // that forwards need no lockstep with the group (generation); release_gathered_experts drops the others' again.
-  // Collective.
-  void gather_experts();
+  // Collective. The gathered projections are one tensor each, [experts, out, in]; this rank's own experts are
+  // re-pointed at their slices of it (their old memory freed, the optimizer's tensors the same), so no expert
+  // is held twice, and get memory of their own back, bit for bit, on release. Adds what it moved to `moved`.
+  void gather_experts(ExpertGather& moved);
   void release_gathered_experts();
 
   torch::nn::Linear gate{nullptr};  // the router: [experts, hidden], no bias
@@ -61,6 +63,7 @@ class SparseBlockImpl : public torch::nn::Module {
   int64_t first_local_ = 0;  // this rank's experts: [first_local_, first_local_ + local_count_)
   int64_t local_count_ = 0;
   bool gathered_ = false;
+  std::vector<torch::Tensor> gathered_projections_;  // while gathered: gate, up, down as [experts, out, in]
 };
 TORCH_MODULE(SparseBlock);
 

@@ -627,11 +627,13 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
   ep_ = ep;
 }
 
-void CausalLMImpl::gather_experts() {
-  if (!ep_.enabled() || experts_gathered_) return;
+ExpertGather CausalLMImpl::gather_experts() {
+  ExpertGather moved;
+  if (!ep_.enabled() || experts_gathered_) return moved;
   for (auto& layer : layers_->model->decoder_layers)
-    if (layer->sparse) layer->sparse->gather_experts();
+    if (layer->sparse) layer->sparse->gather_experts(moved);
   experts_gathered_ = true;
+  return moved;
 }
 
 void CausalLMImpl::release_gathered_experts() {
@@ -642,8 +644,9 @@ void CausalLMImpl::release_gathered_experts() {
 
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
-  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_, "CausalLM: generation with a KV cache under ",
-           "expert parallelism runs on gathered experts (gather_experts()), since its ranks take different steps");
+  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_ || cache->expert_parallel_lockstep,
+           "CausalLM: generation with a KV cache under expert parallelism runs on gathered experts ",
+           "(gather_experts()) unless its ranks take the same steps (KVCache::expert_parallel_lockstep)");
   HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
   // Sequence parallelism (whole-sequence forwards; generation with a cache runs whole on every rank): the
   // sequence is padded to a multiple of the group size with masked positions, each rank embeds and runs its

@@ -118,6 +118,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     log_prob_max_token_len_per_gpu: null
     tensor_model_parallel_size: null
     pipeline_model_parallel_size: 1
+    expert_parallel_size: 1
     reshard_mode: hybridflow
     num_processes: 1
     staleness: 0

@@ -30,6 +30,14 @@ void log_reshard(DataProto& rollout, MetricsLog& m) {
   m.set("reshard/model_bytes", gen.at("model_bytes").get<double>());
   m.set("reshard/peak_extra_weight_bytes", gen.at("peak_extra_weight_bytes").get<double>());
   m.set("reshard/redundant_bytes", gen.at("redundant_bytes").get<double>());
+  // Expert parallelism: the experts' part of the figures above, on its own.
+  if (gen.value("expert_model_bytes", int64_t{0}) > 0) {
+    m.set("reshard/expert_model_bytes", gen.at("expert_model_bytes").get<double>());
+    m.set("reshard/to_generation_expert_bytes_sent", gen.at("expert_bytes_sent").get<double>());
+    m.set("reshard/to_generation_expert_bytes_received", gen.at("expert_bytes_received").get<double>());
+    m.set("reshard/expert_peak_extra_weight_bytes", gen.at("expert_peak_extra_weight_bytes").get<double>());
+    m.set("reshard/expert_redundant_bytes", gen.at("expert_redundant_bytes").get<double>());
+  }
 }
 
 // The rollout's KV cache as the first replica reported it, out of the meta like the reshard's: its peak
@@ -46,8 +54,12 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
                                              std::to_string(kv.at("peak_blocks").get<int64_t>()) +
                                              " in use at the first rollout's peak)"
                                        : std::string("one slot per sequence");
-  log_info("rollout KV cache: ", layout, "; ", kv.at("sequences_fit").get<int64_t>(),
-           " sequences of prompt + response length fit at once");
+  const int64_t fit = kv.at("sequences_fit").get<int64_t>();
+  // The static batch (expert-parallel decoding, or continuous batching off) reports no cache figures.
+  if (pool == 0 && fit == 0)
+    log_info("rollout KV cache: the static batch, one slab row per sequence");
+  else
+    log_info("rollout KV cache: ", layout, "; ", fit, " sequences of prompt + response length fit at once");
 }
 
 // Partial rollouts: staleness per response token (the updates between the version that drew it and the

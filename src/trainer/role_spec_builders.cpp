@@ -300,6 +300,12 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.tensor_model_parallel_size = actor.layout.gen_tp;
   spec.pipeline_model_parallel_size = actor.layout.gen_pp;
   spec.reshard_mode = rollout.get<std::string>("reshard_mode");
+  spec.expert_parallel_size = rollout.get<int>("expert_parallel_size");
+  const int actor_ep = actor.model.expert_model_parallel_size;
+  HF_CHECK(spec.expert_parallel_size == 1 || (spec.expert_parallel_size == actor_ep && !f.standalone_rollout), section,
+           ".expert_parallel_size = ", spec.expert_parallel_size, " must be 1 (generation on the experts gathered from ",
+           "the actor's group) or, colocated, actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep,
+           " (generation with the experts where training keeps them)");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
   spec.cuda_graphs = !rollout.get<bool>("enforce_eager");
   spec.batch_invariant = rollout.get<bool>("batch_invariant");
@@ -339,6 +345,12 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
                                             f.standalone_rollout ? 1 : actor.layout.gen_tp,
                                             f.standalone_rollout ? 1 : actor.layout.gen_pp);
+  const bool multi_turn = spec.multi_turn.is_object() && spec.multi_turn.value("enable", false);
+  HF_CHECK(spec.expert_parallel_size == 1 || (!spec.record_routing && !multi_turn), section,
+           ".expert_parallel_size = ", spec.expert_parallel_size, ": expert-parallel decoding runs single-turn ",
+           "rollouts without recording the routing (got", multi_turn ? " multi_turn.enable = true" : "",
+           spec.record_routing ? " actor_rollout_ref.actor.router_replay.mode = R3" : "",
+           "); set it to 1 to generate on the experts gathered from the group");
   return spec;
 }
 

@@ -38,8 +38,34 @@ nlohmann::json reshard_json(const ReshardStats& s) {
           {"bytes_received", s.bytes_received},
           {"peak_extra_weight_bytes", s.peak_extra_weight_bytes},
           {"redundant_bytes", s.redundant_bytes},
-          {"seconds", s.seconds}};
+          {"seconds", s.seconds},
+          {"expert_model_bytes", s.expert_model_bytes},
+          {"expert_bytes_sent", s.expert_bytes_sent},
+          {"expert_bytes_received", s.expert_bytes_received},
+          {"expert_peak_extra_weight_bytes", s.expert_peak_extra_weight_bytes},
+          {"expert_redundant_bytes", s.expert_redundant_bytes}};
 }
+
+// The expert step of a rollout's switches (engine/expert_reshard.h): to the generation layout now, back at
+// finish() or, if generation throws, when the scope ends.
+class ExpertSwitchScope {
+ public:
+  ExpertSwitchScope(ExpertReshard* reshard, nlohmann::json& record) : reshard_(reshard), record_(record) {
+    if (reshard_) record_["to_generation"] = reshard_json(reshard_->to_generation());
+  }
+  void finish() {
+    if (reshard_ && reshard_->generating()) record_["to_training"] = reshard_json(reshard_->to_training());
+  }
+  ~ExpertSwitchScope() {
+    if (reshard_ && reshard_->generating()) reshard_->to_training();
+  }
+  ExpertSwitchScope(const ExpertSwitchScope&) = delete;
+  ExpertSwitchScope& operator=(const ExpertSwitchScope&) = delete;
+
+ private:
+  ExpertReshard* reshard_;
+  nlohmann::json& record_;
+};
 
 // Points a parameter at other storage in place (the optimizer and the module keep the same tensor).
 void point_at(torch::Tensor& param, const torch::Tensor& source) {
@@ -144,6 +170,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
 
   if (rollout_spec_.multi_turn.is_object() && rollout_spec_.multi_turn.value("enable", false))
     agent_ = std::make_unique<AgentRolloutRuntime>(rollout_spec_.multi_turn);
+  start_expert_reshard(experts);
   using W = ActorRolloutRefWorker;
   table.add("generate_sequences", rollout_protocol(coord()), this, &W::generate_sequences);
   table.add("compute_log_prob", batch_protocol(coord()), this, &W::compute_log_prob);
@@ -159,6 +186,20 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   table.add("memory_stats", protocols::kOneToAll, this, &W::memory_stats);
   // Weights live in host memory between calls from the start (param_offload).
   trainable_->offload_params();
+}
+
+void ActorRolloutRefWorker::start_expert_reshard(const ExpertParallelRanks* experts) {
+  const std::string key = "actor_rollout_ref.rollout.expert_parallel_size";
+  const int size = rollout_spec_.expert_parallel_size;
+  if (experts == nullptr) {
+    HF_CHECK(size == 1, key, " = ", size, ": the actor's experts are not split ",
+             "(actor_rollout_ref.actor.megatron.expert_model_parallel_size = 1); leave it 1");
+    return;
+  }
+  expert_reshard_ = std::make_unique<ExpertReshard>(actor(), size, key);
+  // The trainer refuses these with the keys' names; a worker group made by hand meets them here.
+  HF_CHECK(!expert_reshard_->expert_parallel_generation() || (!agent_ && !rollout_spec_.record_routing), key, " = ",
+           size, ": expert-parallel decoding runs single-turn rollouts without recording the routing");
 }
 
 void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode) {
@@ -178,8 +219,10 @@ void ActorRolloutRefWorker::start_hybrid_engine(int gen_tp, int gen_pp, const st
 
 DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   auto on = trainable_->params_on_device();
-  // Expert parallelism: the ranks' sequences end at different steps, so each generates on every expert alone.
-  ExpertsGathered gathered({&actor()});
+  // Expert parallelism: the experts switch to the rollout's layout, gathered (each rank generates alone) or
+  // left split (the group decodes in step, exchanging tokens).
+  nlohmann::json reshard;
+  ExpertSwitchScope expert_switch(expert_reshard_.get(), reshard);
   BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
@@ -195,7 +238,6 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     return GenerationOutput();
   };
   GenerationOutput out;
-  nlohmann::json reshard;
   if (hybrid_) {
     // The engine's generation model has no adapters: it gathers the actor's weights with them merged in
     // (lora_merge; the start checks it), and the actor's own weights come back bit for bit after.
@@ -214,9 +256,10 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
     if (rollout_ && free_rollout_copy_) release_rollout_copy();
   }
   // The KV cache was this call's own; on a GPU its blocks go back to the device for the colocated roles.
+  expert_switch.finish();
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   DataProto result = agent_ ? std::move(agent_result) : rollout_result(out, g, in);
-  if (hybrid_) result.meta()["reshard"] = reshard;
+  if (hybrid_ || expert_reshard_) result.meta()["reshard"] = reshard;
   return result;
 }
 

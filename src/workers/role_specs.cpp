@@ -107,6 +107,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"gpu_memory_utilization", s.gpu_memory_utilization},
        {"tensor_model_parallel_size", s.tensor_model_parallel_size},
        {"pipeline_model_parallel_size", s.pipeline_model_parallel_size},
+       {"expert_parallel_size", s.expert_parallel_size},
        {"reshard_mode", s.reshard_mode},
        {"free_cache_engine", s.free_cache_engine},
        {"cuda_graphs", s.cuda_graphs},
@@ -135,6 +136,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "gpu_memory_utilization", s.gpu_memory_utilization);
   take_spec_field(j, k, "tensor_model_parallel_size", s.tensor_model_parallel_size);
   take_spec_field(j, k, "pipeline_model_parallel_size", s.pipeline_model_parallel_size);
+  take_spec_field(j, k, "expert_parallel_size", s.expert_parallel_size);
   take_spec_field(j, k, "reshard_mode", s.reshard_mode);
   take_spec_field(j, k, "free_cache_engine", s.free_cache_engine);
   take_spec_field(j, k, "cuda_graphs", s.cuda_graphs);

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "engine/tensor_parallel_fixture.h"
+#include "engine/expert_parallel_fixture.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/moe.h"
 #include "parallel/rank_processes.h"
@@ -22,29 +22,6 @@ namespace hybridflow {
 namespace {
 
 using namespace hybridflow::testing;
-
-// 4 experts (splits over 2 and 4 ranks), top 2 of them per token, every layer sparse.
-ModelConfig expert_parallel_config() {
-  ModelConfig c = tiny_model_config({.vocab_size = 64, .hidden_size = 32, .max_position_embeddings = 128});
-  c.model_type = "qwen3_moe";
-  c.architecture = causal_lm_architecture("qwen3_moe");
-  c.moe.num_experts = 4;
-  c.moe.num_experts_per_tok = 2;
-  c.moe.moe_intermediate_size = 16;
-  c.moe.norm_topk_prob = true;
-  c.moe.router_aux_loss_coef = 0.0;
-  return c;
-}
-
-// The same weights in every process; routers large enough that tokens spread over the experts.
-CausalLM expert_model() {
-  torch::manual_seed(1234);
-  CausalLM model(expert_parallel_config());
-  torch::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters())
-    if (item.key().ends_with("mlp.gate.weight")) item.value().normal_(0.0, 0.5);
-  return model;
-}
 
 bool is_expert(const std::string& name) { return name.find(".experts.") != std::string::npos; }
 

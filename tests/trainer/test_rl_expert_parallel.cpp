@@ -3,7 +3,9 @@
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
 // scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. A checkpoint
 // saved under the split holds every expert in the Hugging Face layout and loads into one process, and one saved
-// by one process loads into the split run. Layouts it does not cover are refused naming the keys.
+// by one process loads into the split run. With rollout expert_parallel_size 2 the rollout decodes expert-parallel
+// (tokens exchanged every step) and the run still follows; the reshard metrics report the experts' switch in
+// both rollout layouts. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -101,6 +103,36 @@ TEST(RlExpertParallel, GrpoWithExpertsSplitTwoWaysFollowsTheDataParallelRun) {
   expect_same_run(train(2), train(1), "ep 2");
 }
 
+// The experts' switch to the rollout layout, as the step's reshard metrics report it: gathered (rollout
+// expert_parallel_size 1), each rank sends and receives half of every expert's bytes and holds them all once;
+// left in place (2), nothing moves and each rank decodes with its half, exchanging tokens with the other.
+void expect_expert_reshard(const nlohmann::json& step, int rollout_ep, const std::string& what) {
+  for (const std::string key : {"reshard/expert_model_bytes", "reshard/to_generation_expert_bytes_sent",
+                                "reshard/to_generation_expert_bytes_received", "reshard/expert_peak_extra_weight_bytes",
+                                "reshard/expert_redundant_bytes", "reshard/to_generation_bytes_sent",
+                                "reshard/redundant_bytes"})
+    ASSERT_TRUE(step.contains(key)) << key << " " << what;
+  const double experts = step.at("reshard/expert_model_bytes").get<double>();
+  EXPECT_GT(experts, 0.0) << what;
+  const double moved = rollout_ep == 1 ? experts / 2 : 0.0;
+  EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_sent").get<double>(), moved) << what;
+  EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_received").get<double>(), moved) << what;
+  EXPECT_EQ(step.at("reshard/to_generation_bytes_sent").get<double>(), moved) << what << ": only experts move";
+  EXPECT_EQ(step.at("reshard/expert_peak_extra_weight_bytes").get<double>(), experts / rollout_ep) << what;
+  EXPECT_EQ(step.at("reshard/expert_redundant_bytes").get<double>(), 0.0) << what;
+  EXPECT_EQ(step.at("reshard/redundant_bytes").get<double>(), 0.0) << what;
+}
+
+TEST(RlExpertParallel, GrpoWithExpertParallelDecodingFollowsTheDataParallelRun) {
+  const EpRun gathered = train(2);
+  const EpRun split = train(2, {"actor_rollout_ref.rollout.expert_parallel_size=2"});
+  expect_same_run(split, train(1), "ep 2, rollout ep 2");
+  for (size_t i = 0; i < split.steps.size(); ++i) {
+    expect_expert_reshard(gathered.steps[i], 1, "rollout ep 1, step " + std::to_string(i + 1));
+    expect_expert_reshard(split.steps[i], 2, "rollout ep 2, step " + std::to_string(i + 1));
+  }
+}
+
 TEST(RlExpertParallel, RouterReplayR3WithExpertsSplitFollowsTheDataParallelRun) {
   const std::vector<std::string> r3 = {"actor_rollout_ref.actor.router_replay.mode=R3"};
   const EpRun split = train(2, r3);
@@ -156,5 +188,11 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   EXPECT_THAT(refused(2, {"actor_rollout_ref.num_processes=1"}),
               HasSubstr("expert_model_parallel_size = 2 does not divide the role's 1 data-parallel processes"));
   EXPECT_THAT(refused(1, {"actor_rollout_ref.rollout.expert_parallel_size=2"}),
-              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size"));
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2 must be 1"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=4"}),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 4 must be 1"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=2",
+                          "actor_rollout_ref.actor.router_replay.mode=R3"}),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding runs single-turn "
+                        "rollouts without recording the routing"));
 }

@@ -48,4 +48,13 @@ struct ExpertRouting {
 // order of the k experts does not matter). The two must have the same layers and shapes.
 torch::Tensor routing_differs(const ExpertRouting& a, const ExpertRouting& b);
 
+// What gathering a model's experts from its expert-parallel group did on one rank (CausalLM::gather_experts),
+// measured: the 3D-HybridEngine reports it as the expert part of a switch (engine/expert_reshard.h).
+struct ExpertGather {
+  int64_t expert_bytes = 0;    // the gathered set: every expert of every MoE layer, now held by this rank
+  int64_t bytes_sent = 0;      // this rank's own experts, to each other rank of the group
+  int64_t bytes_received = 0;  // the other ranks' experts
+  int64_t redundant_bytes = 0; // this rank's own experts still held apart from the gathered set
+};
+
 }  // namespace hybridflow

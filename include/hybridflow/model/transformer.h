@@ -52,6 +52,9 @@ struct KVCache {
   // needs more grows the slab by doubling, so 0 still works.
   int64_t capacity = 0;
   int64_t filled = 0;
+  // Under expert parallelism with the experts split (not gathered): the caller runs every rank of the group
+  // through the same forwards in step (engine/generation_static.cpp), so the MoE layers may exchange tokens.
+  bool expert_parallel_lockstep = false;
   int64_t length() const { return filled; }
   // Keeps only the given batch rows (used when finished sequences leave the batch).
   void select_rows(const torch::Tensor& rows);
@@ -211,7 +214,9 @@ class CausalLMImpl : public torch::nn::Module {
   const ExpertParallelGroup& expert_parallel() const { return ep_; }
   // Collective over the group: every expert in this process, without gradients, until release_gathered_experts();
   // meanwhile forwards run alone (generation, whose ranks take different numbers of steps; checkpoint saving).
-  void gather_experts();
+  // This rank's own experts become slices of the gathered set (nothing is held twice) and return to memory of
+  // their own, bit for bit, on release. Returns what it moved (nothing when not split or already gathered).
+  ExpertGather gather_experts();
   void release_gathered_experts();
   bool experts_gathered() const { return experts_gathered_; }
 

@@ -50,6 +50,14 @@ struct ReshardStats {
   // Training weights held apart from the generation weights while generating.
   int64_t redundant_bytes = 0;
   double seconds = 0;
+  // Mixture-of-experts layers' experts under expert parallelism (engine/expert_reshard.h): the part of the
+  // figures above that is experts (bytes_sent, bytes_received, peak_extra_weight_bytes and redundant_bytes
+  // include it), and the bytes of every expert of the model (not in model_bytes, which tensor parallelism splits).
+  int64_t expert_model_bytes = 0;
+  int64_t expert_bytes_sent = 0;
+  int64_t expert_bytes_received = 0;
+  int64_t expert_peak_extra_weight_bytes = 0;
+  int64_t expert_redundant_bytes = 0;
 };
 
 // hybridflow-v's generation tensor-parallel groups: consecutive blocks of t_g ranks inside each training

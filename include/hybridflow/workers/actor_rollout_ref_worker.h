@@ -49,6 +49,7 @@
 #include <optional>
 
 #include "hybridflow/workers/agent_rollout.h"
+#include "hybridflow/engine/expert_reshard.h"
 #include "hybridflow/engine/hybrid_engine.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
@@ -91,6 +92,9 @@ class ActorRolloutRefWorker : public Worker {
   void make_rollout_copy();
   void release_rollout_copy();
   void start_hybrid_engine(int gen_tp, int gen_pp, const std::string& mode);
+  // Expert parallelism: the experts' switch to the layout of rollout.expert_parallel_size (null experts: checks
+  // that the key is 1).
+  void start_expert_reshard(const ExpertParallelRanks* experts);
   DataProto update_actor_rows(const DataProto& in);  // update_actor on the rows it trains on
   CausalLM& actor() { return trainable_->model(); }  // the policy being trained
 
@@ -105,6 +109,7 @@ class ActorRolloutRefWorker : public Worker {
   CausalLM ref_{nullptr};
   std::shared_ptr<PipelineStageRunner> ref_pipeline_;  // when the role has pipeline stages
   std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
+  std::unique_ptr<ExpertReshard> expert_reshard_;  // when the actor's experts are split (expert parallelism)
   bool free_rollout_copy_ = false;             // the cast copy is released between rollouts
   std::unique_ptr<WeightSync> weight_sync_;    // to a standalone rollout pool, once joined
   std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample

@@ -80,6 +80,9 @@ struct RolloutSpec {
   // through the 3D-HybridEngine in reshard_mode.
   int tensor_model_parallel_size = 0;
   int pipeline_model_parallel_size = 1;
+  // With the actor's experts split over n ranks (expert_model_parallel_size): 1 generates on experts gathered
+  // from the group, n with them where training keeps them (tokens exchanged by all-to-all in every decode step).
+  int expert_parallel_size = 1;
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
   bool cuda_graphs = false;       // decode steps as CUDA graphs on a GPU (verl's enforce_eager: false)

@@ -1,0 +1,46 @@
+// The 3D-HybridEngine's expert step: a mixture-of-experts actor trained with its experts split over an
+// expert-parallel group of n ranks (actor_rollout_ref.actor.megatron.expert_model_parallel_size) switches them
+// to the generation layout that actor_rollout_ref.rollout.expert_parallel_size names, and back:
+//
+//   rollout expert_parallel_size   to_generation                                  per rank, X = every expert's bytes
+//   n (the actor's)                nothing moves; generation exchanges tokens      sent 0, received 0, held X / n
+//                                  with the group (all-to-all) as training does
+//   1                              all-gather over the group; the rank's own       sent = received = (n - 1) / n * X,
+//                                  experts become slices of the gathered set       held X, redundant 0
+//
+// The non-expert weights are replicated under expert parallelism: they never move (replicated_bytes). Each
+// switch returns ReshardStats with the expert figures in its expert_* fields and in the totals, so they are
+// reported like the dense switch's (HybridEngine); to_training() gives the own experts memory of their own
+// back, bit for bit, and drops the others'.
+#pragma once
+
+#include <string>
+
+#include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/resharding.h"
+
+namespace hybridflow {
+
+class ExpertReshard {
+ public:
+  // `train` is this rank's actor with its experts split (set_expert_parallel). Throws naming `key` unless
+  // generation_size is 1 or the training group's size.
+  ExpertReshard(CausalLM train, int generation_size, const std::string& key);
+
+  // Collective over the expert-parallel group. Throws when already generating.
+  ReshardStats to_generation();
+  // Local. Throws unless generating.
+  ReshardStats to_training();
+
+  bool generating() const { return generating_; }
+  // Whether generation exchanges tokens with the group (the experts stay split) rather than running alone.
+  bool expert_parallel_generation() const { return generation_size_ > 1; }
+  int generation_size() const { return generation_size_; }
+
+ private:
+  CausalLM train_;
+  int generation_size_;
+  bool generating_ = false;
+};
+
+}  // namespace hybridflow

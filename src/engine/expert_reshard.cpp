@@ -1,0 +1,63 @@
+#include "hybridflow/engine/expert_reshard.h"
+
+#include <chrono>
+
+#include "hybridflow/core/error.h"
+
+namespace hybridflow {
+namespace {
+
+bool is_routed_expert_weight(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
+}  // namespace
+
+ExpertReshard::ExpertReshard(CausalLM train, int generation_size, const std::string& key)
+    : train_(std::move(train)), generation_size_(generation_size) {
+  const int n = train_->expert_parallel().size();
+  HF_CHECK(train_->expert_parallel().enabled(), "ExpertReshard: the model's experts are not split");
+  HF_CHECK(generation_size == 1 || generation_size == n, key, " = ", generation_size, " must be 1 (generate on the ",
+           "experts gathered from the group) or the actor's expert_model_parallel_size ", n,
+           " (generate with the experts where training keeps them)");
+}
+
+ReshardStats ExpertReshard::to_generation() {
+  HF_CHECK(!generating_, "ExpertReshard::to_generation: already in the generation layout");
+  const auto start = std::chrono::steady_clock::now();
+  ReshardStats stats;
+  stats.mode = generation_size_ > 1 ? "experts-in-place" : "experts-allgather";
+  int64_t own = 0;
+  for (const auto& item : train_->named_parameters())
+    (is_routed_expert_weight(item.key()) ? own : stats.replicated_bytes) += item.value().nbytes();
+  if (generation_size_ > 1) {
+    // The training shards are the generation shards: used in place, nothing moves.
+    stats.expert_model_bytes = own * train_->expert_parallel().size();
+    stats.expert_peak_extra_weight_bytes = own;
+  } else {
+    const ExpertGather moved = train_->gather_experts();
+    stats.expert_model_bytes = moved.expert_bytes;
+    stats.expert_bytes_sent = moved.bytes_sent;
+    stats.expert_bytes_received = moved.bytes_received;
+    stats.expert_peak_extra_weight_bytes = moved.expert_bytes;
+    stats.expert_redundant_bytes = moved.redundant_bytes;
+  }
+  stats.bytes_sent = stats.expert_bytes_sent;
+  stats.bytes_received = stats.expert_bytes_received;
+  stats.peak_extra_weight_bytes = stats.expert_peak_extra_weight_bytes;
+  stats.redundant_bytes = stats.expert_redundant_bytes;
+  generating_ = true;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+ReshardStats ExpertReshard::to_training() {
+  HF_CHECK(generating_, "ExpertReshard::to_training: not in the generation layout");
+  const auto start = std::chrono::steady_clock::now();
+  ReshardStats stats;
+  stats.mode = generation_size_ > 1 ? "experts-in-place" : "experts-allgather";
+  train_->release_gathered_experts();
+  generating_ = false;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace hybridflow
