@@ -2,9 +2,12 @@
 // waits for the slowest tool) against continuous batching of turns (a turn resumes from its conversation's
 // cached prefix with a delta prefill, and decodes beside the others' turns). Same model, rows, tools and seed
 // for both, alternated in one run; prints the positions prefilled and the wall time of each rollout, and the
-// ratios (of the summed positions and of the median times).
+// ratios (of the summed positions and of the median times). A third path, continuous batching with each
+// prompt's n episodes sharing its KV blocks and prefill (the default), against the second without sharing:
+// the positions prefilled and the peak of KV blocks held.
 //   bench_agent_turns --model=DIR --tokenizer=DIR --tools=FILE --data=FILE [--questions=8] [--n=8]
 //       [--response-length=112] [--max-assistant-turns=2] [--temperature=1.0] [--repeats=3] [--threads=0]
+//       [--block-size=16]
 // examples/calculator_tool/run.sh makes the model (runs/calculator/sft/final), the tokenizer
 // (runs/calculator/tokenizer) and the rows (runs/calculator/test.jsonl); the tools are
 // examples/calculator_tool/tools.yaml.
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   GenerationConfig g;
   g.max_new_tokens = bench::arg_int(argc, argv, "response-length", 112);
   g.n = bench::arg_int(argc, argv, "n", 8);
+  g.kv_block_size = bench::arg_int(argc, argv, "block-size", 16);
   g.temperature = std::atof(bench::arg(argc, argv, "temperature", "1.0").c_str());
   g.seed = 1;
   const auto end = context.tokenizer->token_to_id("<|im_end|>");
@@ -75,11 +79,14 @@ int main(int argc, char** argv) {
   std::printf("model %s: %.2fM parameters, %lld questions x %lld episodes, response budget %lld\n", model_dir.c_str(),
               static_cast<double>(parameters) / 1e6, static_cast<long long>(questions),
               static_cast<long long>(g.n), static_cast<long long>(g.max_new_tokens));
-  std::vector<double> seconds[2], generating[2];
-  double prefill[2] = {0, 0}, turns[2] = {0, 0}, calls[2] = {0, 0};
+  // Paths: 0 rounds, 1 continuous without sharing, 2 continuous with each prompt's episodes sharing its blocks.
+  const char* names[3] = {"rounds, re-prefill  ", "continuous, delta   ", "continuous, shared  "};
+  std::vector<double> seconds[3], generating[3];
+  double prefill[3] = {0, 0, 0}, turns[3] = {0, 0, 0}, calls[3] = {0, 0, 0}, peak[3] = {0, 0, 0};
   for (int64_t r = 0; r < repeats; ++r)
-    for (int path = 0; path < 2; ++path) {
-      context.continuous_turns = path == 1;
+    for (int path = 0; path < 3; ++path) {
+      context.continuous_turns = path >= 1;
+      context.share_prompt_blocks = path == 2;
       const double start = bench::now_seconds();
       const DataProto batch = agent_generate_sequences(model, g, prompts, context);
       const double took = bench::now_seconds() - start;
@@ -90,19 +97,23 @@ int main(int argc, char** argv) {
       prefill[path] += m.at("agent/prefill_tokens").get<double>();
       turns[path] += m.at("agent/turns_per_episode").get<double>() * episodes;
       calls[path] += m.at("agent/tool_calls").get<double>();
+      if (path >= 1) peak[path] = std::max(peak[path], m.at("agent/peak_kv_blocks").get<double>());
       std::printf("%s repeat %lld: %.3f s (%.3f s generating), %.0f positions prefilled, %.0f turns, %.0f tool calls%s\n",
-                  path == 0 ? "rounds, re-prefill  " : "continuous, delta   ", static_cast<long long>(r), took,
+                  names[path], static_cast<long long>(r), took,
                   m.at("agent/generation_seconds").get<double>(),
                   m.at("agent/prefill_tokens").get<double>(), m.at("agent/turns_per_episode").get<double>() * episodes,
                   m.at("agent/tool_calls").get<double>(),
-                  path == 1 ? (", " + std::to_string(m.at("agent/reused_prefix_tokens").get<int64_t>()) +
-                               " cached positions reused")
+                  path >= 1 ? (", " + std::to_string(m.at("agent/reused_prefix_tokens").get<int64_t>()) +
+                               " cached positions reused, peak " +
+                               std::to_string(m.at("agent/peak_kv_blocks").get<int64_t>()) + " KV blocks, " +
+                               std::to_string(m.at("agent/shared_prompt_blocks").get<int64_t>()) +
+                               " prompt blocks shared")
                                   .c_str()
                             : "");
     }
   // Medians: the tools are processes, and a loaded machine delays some of them by seconds.
-  double median[2], median_generating[2];
-  for (int path = 0; path < 2; ++path) {
+  double median[3], median_generating[3];
+  for (int path = 0; path < 3; ++path) {
     std::sort(seconds[path].begin(), seconds[path].end());
     std::sort(generating[path].begin(), generating[path].end());
     median[path] = seconds[path][seconds[path].size() / 2];
@@ -113,5 +124,9 @@ int main(int argc, char** argv) {
   std::printf("re-prefill / delta: median generating time %.2fx\n", median_generating[0] / median_generating[1]);
   std::printf("re-prefill / delta: prefilled positions %.2fx, median wall time %.2fx (turns %.0f vs %.0f, tool calls %.0f vs %.0f)\n",
               prefill[0] / prefill[1], median[0] / median[1], turns[0], turns[1], calls[0], calls[1]);
+  std::printf("unshared / shared prompts: prefilled positions %.0f / %.0f = %.2fx, peak KV blocks (block size %lld) "
+              "%.0f / %.0f = %.2fx, median wall time %.2fx (turns %.0f vs %.0f)\n",
+              prefill[1], prefill[2], prefill[1] / prefill[2], static_cast<long long>(g.kv_block_size), peak[1], peak[2],
+              peak[1] / peak[2], median[1] / median[2], turns[1], turns[2]);
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow {
 
@@ -16,6 +17,14 @@ struct TurnBatcher::Conversation {
   std::vector<int64_t> context;  // the queued turn's
   int64_t max_new_tokens = 0;
   bool queued = false, running = false;
+  bool shared_pending = false;  // holds its group's shared prompt and has not started from it yet
+  bool released = false;        // released before its group's admission: not a member of it
+};
+
+struct TurnBatcher::Group {
+  bool admitted = false;     // its members hold the shared prompt (or were admitted alone)
+  torch::Tensor last_hidden;  // the prompt's last position [1, hidden], while a member has yet to start
+  int64_t pending = 0;        // members holding the prompt that have not started from it
 };
 
 struct TurnBatcher::Running {
@@ -27,7 +36,7 @@ struct TurnBatcher::Running {
   std::vector<float> log_probs;
 };
 
-TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations)
+TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size)
     : model_(model),
       cfg_(cfg),
       was_training_(model->is_training()),
@@ -35,14 +44,16 @@ TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t c
       blocks_(std::max<int64_t>(fixed_pool_, 1), cfg.kv_block_size) {
   HF_CHECK(conversations >= 0, "TurnBatcher: ", conversations, " conversations");
   HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "TurnBatcher: the model has a value head");
-  HF_CHECK(!model->tensor_parallel().enabled() && !model->pipeline_stage().enabled(),
-           "TurnBatcher: multi-turn continuous batching runs the whole model in one process (no tensor or "
-           "pipeline parallelism)");
+  HF_CHECK(!model->pipeline_stage().enabled(),
+           "TurnBatcher: multi-turn continuous batching runs the model unstaged (no pipeline parallelism)");
+  HF_CHECK(group_size >= 1, "TurnBatcher: group_size (episodes per prompt) must be >= 1, got ", group_size);
   HF_CHECK(cfg.max_new_tokens >= 1, "TurnBatcher: max_new_tokens (the response budget) must be >= 1, got ",
            cfg.max_new_tokens);
   HF_CHECK(cfg.greedy || cfg.temperature > 0, "TurnBatcher: temperature must be > 0 when sampling, got ",
            cfg.temperature);
   for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
+  group_size_ = group_size;
+  groups_.resize(static_cast<size_t>((conversations + group_size - 1) / group_size));
   model->eval();
 }
 
@@ -59,7 +70,7 @@ void TurnBatcher::submit(int64_t conversation, std::vector<int64_t> context, int
   for (int64_t id : context)
     HF_CHECK(id >= 0 && id < vocab, "TurnBatcher: conversation ", conversation, " has token id ", id,
              " outside the vocabulary [0, ", vocab, ")");
-  if (c.max_positions == 0) c.max_positions = static_cast<int64_t>(context.size()) + cfg_.max_new_tokens;
+  if (c.turns == 0 || c.max_positions == 0) c.max_positions = static_cast<int64_t>(context.size()) + cfg_.max_new_tokens;
   const int64_t needs = static_cast<int64_t>(context.size()) + max_new_tokens - 1;
   HF_CHECK(needs <= c.max_positions, "TurnBatcher: conversation ", conversation, "'s turn of ", context.size(),
            " context ids and up to ", max_new_tokens, " new tokens passes its ", c.max_positions,
@@ -80,7 +91,9 @@ void TurnBatcher::release(int64_t conversation) {
   HF_CHECK(conversation >= 0 && conversation < static_cast<int64_t>(conversations_.size()), "TurnBatcher: no conversation ",
            conversation);
   Conversation& c = *conversations_[static_cast<size_t>(conversation)];
+  leave_group_share(conversation);
   if (c.sequence >= 0) blocks_.release(c.sequence);
+  if (c.turns == 0) c.released = true;
   c.sequence = -1;
   c.cached.clear();
   c.queued = c.running = false;
@@ -100,11 +113,34 @@ void TurnBatcher::grow_pool(int64_t blocks) {
     }
 }
 
-// Starts conversation `id`'s queued turn: a delta prefill when its context extends what its blocks hold, else
-// (its first turn, or a context that does not extend the cache) admission and a prefill of the whole context.
-// Returns the hidden state of its last context position [1, hidden], or nothing when its blocks do not fit yet.
+// Room for `members` sequences sharing a first context of `positions` ids, each of up to max_positions: true
+// when the free, unreserved blocks cover their worst case, after growing a pool that grows on demand.
+bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_positions) {
+  if (blocks_.can_admit(positions, members, max_positions)) return true;
+  if (fixed_pool_ > 0) return false;
+  grow_pool(blocks_.worst_case_blocks(positions, members, max_positions) -
+            (blocks_.free_blocks() - blocks_.reserved_blocks()));
+  return true;
+}
+
+// Starts conversation `id`'s queued turn: from its group's shared prompt, by a delta prefill when its context
+// extends what its blocks hold, else (its first turn, or a context that does not extend the cache) admission
+// and a prefill of the whole context. Returns the hidden state of its last context position [1, hidden], or
+// nothing when its blocks do not fit yet.
 std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
+  if (c.turns == 0 && group_size_ > 1) {
+    if (c.shared_pending) {
+      if (c.context == c.cached) return start_shared(id);
+      // A first context other than the group's prompt: the share goes back, the conversation is admitted alone.
+      leave_group_share(id);
+      blocks_.release(c.sequence);
+      c.sequence = -1;
+      c.cached.clear();
+    } else if (c.sequence < 0 && !groups_[static_cast<size_t>(id / group_size_)].admitted) {
+      return admit_group(id);
+    }
+  }
   const auto cached = static_cast<int64_t>(c.cached.size());
   const bool extends = c.sequence >= 0 && static_cast<int64_t>(c.context.size()) > cached &&
                        std::equal(c.cached.begin(), c.cached.end(), c.context.begin());
@@ -116,21 +152,86 @@ std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
     ++stats_.full_prefills;
   }
   const auto length = static_cast<int64_t>(c.context.size());
-  if (!blocks_.can_admit(length, 1, c.max_positions)) {
-    const int64_t short_by =
-        blocks_.worst_case_blocks(length, 1, c.max_positions) - (blocks_.free_blocks() - blocks_.reserved_blocks());
-    if (fixed_pool_ > 0) {
-      HF_CHECK(held_blocks() > 0, "multi-turn generation: a conversation of up to ", c.max_positions,
-               " positions needs ", blocks_.worst_case_blocks(length, 1, c.max_positions), " KV blocks of ",
-               blocks_.block_size(), " positions; the pool has ", blocks_.num_blocks(),
-               " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
-      return std::nullopt;  // waits for a conversation to end
-    }
-    grow_pool(short_by);
+  if (!room_for(length, 1, c.max_positions)) {
+    HF_CHECK(held_blocks() > 0, "multi-turn generation: a conversation of up to ", c.max_positions,
+             " positions needs ", blocks_.worst_case_blocks(length, 1, c.max_positions), " KV blocks of ",
+             blocks_.block_size(), " positions; the pool has ", blocks_.num_blocks(),
+             " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
+    return std::nullopt;  // waits for a conversation to end
   }
   c.sequence = blocks_.admit(length, 1, c.max_positions).front();
   // The admission counted the context's positions as held; the prefill writes them.
   return prefill(id, 0);
+}
+
+// The first of group members to start: admits the group's live members on its first context (each takes a
+// reference to the prompt's blocks), prefills it once and keeps its last hidden state for the others.
+std::optional<torch::Tensor> TurnBatcher::admit_group(int64_t id) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  Group& g = groups_[static_cast<size_t>(id / group_size_)];
+  const int64_t first = id / group_size_ * group_size_;
+  const int64_t last = std::min<int64_t>(first + group_size_, static_cast<int64_t>(conversations_.size()));
+  std::vector<int64_t> members;
+  for (int64_t m = first; m < last; ++m) {
+    const Conversation& other = *conversations_[static_cast<size_t>(m)];
+    if (m == id || (!other.released && other.turns == 0 && other.sequence < 0)) members.push_back(m);
+  }
+  const auto length = static_cast<int64_t>(c.context.size());
+  const auto count = static_cast<int64_t>(members.size());
+  if (count == 1 || !room_for(length, count, c.max_positions)) {
+    if (count > 1 && held_blocks() > 0) return std::nullopt;  // waits for blocks to free
+    // One member left, or a group larger than the whole pool: its members are admitted one by one.
+    g.admitted = true;
+    return start(id);
+  }
+  const std::vector<int64_t> sequences = blocks_.admit(length, count, c.max_positions);
+  for (size_t k = 0; k < members.size(); ++k) {
+    Conversation& m = *conversations_[static_cast<size_t>(members[k])];
+    m.sequence = sequences[k];
+    if (members[k] == id) continue;
+    m.cached = c.context;
+    m.shared_pending = true;
+    if (!m.queued) m.max_positions = c.max_positions;  // its own first context sets it when it comes
+    ++g.pending;
+  }
+  g.admitted = true;
+  torch::Tensor hidden = prefill(id, 0);
+  if (g.pending > 0) g.last_hidden = hidden;
+  return hidden;
+}
+
+// A member whose first context is its group's prompt: its first token comes from the shared prefill's last
+// hidden state, the one its own prefill of the same ids would compute.
+torch::Tensor TurnBatcher::start_shared(int64_t id) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  const torch::Tensor hidden = groups_[static_cast<size_t>(id / group_size_)].last_hidden;
+  const auto length = static_cast<int64_t>(c.cached.size());
+  stats_.shared_prompt_tokens += length;
+  stats_.shared_prompt_blocks += length / blocks_.block_size();
+  leave_group_share(id);
+  begin_turn(id);
+  return hidden;
+}
+
+void TurnBatcher::leave_group_share(int64_t id) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  if (!c.shared_pending) return;
+  c.shared_pending = false;
+  Group& g = groups_[static_cast<size_t>(id / group_size_)];
+  if (--g.pending == 0) g.last_hidden = torch::Tensor();
+}
+
+void TurnBatcher::begin_turn(int64_t id) {
+  Conversation& c = *conversations_[static_cast<size_t>(id)];
+  c.queued = false;
+  c.running = true;
+  Running row;
+  row.conversation = id;
+  row.turn = c.turns++;
+  row.max_new_tokens = c.max_new_tokens;
+  running_.push_back(std::move(row));
+  c.context.clear();
+  c.context.shrink_to_fit();
 }
 
 torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
@@ -160,15 +261,7 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
   stats_.prefill_tokens += count;
   stats_.reused_tokens += from;
   c.cached = c.context;
-  c.queued = false;
-  c.running = true;
-  Running row;
-  row.conversation = id;
-  row.turn = c.turns++;
-  row.max_new_tokens = c.max_new_tokens;
-  running_.push_back(std::move(row));
-  c.context.clear();
-  c.context.shrink_to_fit();
+  begin_turn(id);
   return hidden.select(1, count - 1);
 }
 
@@ -195,7 +288,11 @@ std::vector<BatchedTurn> TurnBatcher::step() {
       steps.push_back(static_cast<int64_t>(running_[r].ids.size()));
     }
     const auto [tokens, log_probs] = generation::choose_tokens(model_, hidden, cfg_, sequences, steps);
-    const auto t = tokens.to(torch::kCPU, torch::kInt64).contiguous();
+    torch::Tensor chosen = tokens.to(torch::kInt64).contiguous();
+    // Under tensor parallelism every rank draws from the same gathered logits; rank 0's choice is taken
+    // anyway, so that the ranks' caches and turn ends cannot drift apart by a rounding.
+    if (model_->tensor_parallel().enabled()) model_->tensor_parallel().comm()->broadcast(chosen, 0);
+    const auto t = chosen.to(torch::kCPU).contiguous();
     const auto lp = log_probs.to(torch::kCPU, torch::kFloat32).contiguous();
     for (size_t k = 0; k < rows.size(); ++k)
       record(running_[rows[k]], t.data_ptr<int64_t>()[k], lp.data_ptr<float>()[k], ended);

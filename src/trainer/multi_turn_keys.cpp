@@ -12,7 +12,7 @@
 namespace hybridflow {
 
 nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
-                                       int64_t response_length, int generation_tp, int generation_pp) {
+                                       int64_t response_length, int generation_pp) {
   const std::string section = multi_turn.config().prefix();
   // All of them belong to the rollout spec, read or not (the tool loader's reader takes the Config itself).
   for (const char* key : {"max_assistant_turns", "max_user_turns", "format", "tool_config_path",
@@ -20,12 +20,12 @@ nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std
                           "tool_response_truncate_side"})
     multi_turn.note(key);
   if (!multi_turn.get<bool>("enable")) return nullptr;
-  // Episodes run tools from every process that generates: under tensor or pipeline parallel generation the
-  // ranks of one replica would each run the same calls, and their results could differ between them.
-  HF_CHECK(generation_tp == 1 && generation_pp == 1, section,
-           ".enable: multi-turn rollouts generate on replicas of one process each (data parallel, colocated or on a "
-           "standalone pool); generation tensor_model_parallel_size = ", generation_tp,
-           " and pipeline_model_parallel_size = ", generation_pp, " are refused, set both to 1");
+  // Under tensor parallel generation rank 0 of each replica runs the episodes and their tools and the other
+  // ranks repeat its schedule (engine/turn_schedule.h). Pipeline stages would each need the turn batcher's
+  // per-conversation prefills handed between them, which it does not do.
+  HF_CHECK(generation_pp == 1, section,
+           ".enable: multi-turn rollouts generate unstaged; generation pipeline_model_parallel_size = ", generation_pp,
+           " (actor_rollout_ref.rollout.pipeline_model_parallel_size) is refused, set it to 1");
   HF_CHECK(!model_dir.empty(), section,
            ".enable: multi-turn rollouts render the conversation with the model's chat template, but model.path is "
            "empty (a preset's character tokenizer has none); set model.path to a directory with tokenizer.json and "

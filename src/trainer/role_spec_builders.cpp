@@ -343,7 +343,6 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            "(no switch through the 3D-HybridEngine: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ",
            actor.layout.pp, ", ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, ")");
   spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
-                                            f.standalone_rollout ? 1 : actor.layout.gen_tp,
                                             f.standalone_rollout ? 1 : actor.layout.gen_pp);
   const bool multi_turn = spec.multi_turn.is_object() && spec.multi_turn.value("enable", false);
   HF_CHECK(spec.expert_parallel_size == 1 || (!spec.record_routing && !multi_turn), section,
@@ -511,10 +510,6 @@ RoleSpecs build_role_specs(const Config& config, const RoleFacts& f, const Model
     standalone.spec = specs.rollout;
     standalone.spec.tensor_model_parallel_size = standalone.layout.tp;
     standalone.spec.pipeline_model_parallel_size = 1;
-    HF_CHECK(standalone.spec.multi_turn.is_null() || standalone.layout.tp == 1,
-             "actor_rollout_ref.rollout.multi_turn.enable: multi-turn rollouts generate on replicas of one process "
-             "each; a standalone rollout pool with actor_rollout_ref.rollout.tensor_model_parallel_size = ",
-             standalone.layout.tp, " is refused, set it to 1");
     // The actor's adapters too (the base weights never change, so only adapters travel at each sync).
     standalone.model = specs.actor.model;
     standalone.model.enable_gradient_checkpointing = false;

@@ -1,6 +1,7 @@
 #include "hybridflow/workers/agent_rollout.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -12,6 +13,8 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/steady_seconds.h"
 #include "hybridflow/engine/turn_batcher.h"
+#include "hybridflow/engine/turn_schedule.h"
+#include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow {
 
@@ -166,17 +169,51 @@ EpisodeRunner turn_rounds_runner(TurnRoundGenerator generate_round) {
   };
 }
 
+namespace {
+
+TurnRoundStats continuous_turn_stats(const TurnBatcher& batcher, double generation_seconds) {
+  const TurnBatcherStats b = batcher.stats();
+  TurnRoundStats s;
+  s.turns = b.turns;
+  s.largest_round = b.largest_step;
+  s.prefill_tokens = b.prefill_tokens;
+  s.reused_tokens = b.reused_tokens;
+  s.decode_steps = b.decode_steps;
+  s.peak_kv_blocks = b.peak_blocks;
+  s.shared_prompt_tokens = b.shared_prompt_tokens;
+  s.shared_prompt_blocks = b.shared_prompt_blocks;
+  s.generation_seconds = generation_seconds;
+  return s;
+}
+
+// Under tensor parallelism rank 0 sends the ranks that follow its schedule an empty step at least this often
+// while it waits for tools, so that their wait never reaches the collectives' timeout.
+constexpr auto kTurnScheduleHeartbeat = std::chrono::seconds(5);
+
+}  // namespace
+
 std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
-                                                        const GenerationConfig& config, TurnRoundStats* stats) {
+                                                        const GenerationConfig& config, TurnRoundStats* stats,
+                                                        int64_t group_size) {
   HF_CHECK(count >= 0, "run_in_continuous_turns: episode count ", count, " is negative");
   const auto n = static_cast<size_t>(count);
-  TurnBatcher batcher(model, config, count);
+  TurnBatcher batcher(model, config, count, group_size);
+  // Tensor parallelism: rank 0 runs the episodes and their tools; the other ranks repeat its schedule.
+  Communicator* tensor_parallel = model->tensor_parallel().enabled() ? model->tensor_parallel().comm() : nullptr;
+  const torch::Device device = model->parameters().front().device();
+  if (tensor_parallel != nullptr && tensor_parallel->rank() != 0) {
+    const double start = steady_seconds();
+    follow_turn_schedule(batcher, *tensor_parallel, device);
+    if (stats != nullptr) *stats = continuous_turn_stats(batcher, steady_seconds() - start);
+    return {};
+  }
   EpisodeBoard board(count, episode);
 
   // The batcher's thread: takes new turns and ended episodes, then runs one step while any turn is under way.
   std::exception_ptr failed;  // generation failed: every turn under way and every later one fails with it
   std::vector<bool> in_flight(n, false);
   double generation_seconds = 0;
+  bool over = false;
   while (true) {
     std::vector<std::pair<size_t, EpisodeBoard::Request>> fresh;
     std::vector<int64_t> ended;
@@ -184,8 +221,9 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
       std::unique_lock<std::mutex> lock(board.mutex);
       // A turn waiting for blocks waits for an episode to end; one just submitted starts in the step below.
       const bool busy = !failed && batcher.running_turns() > 0;
-      if (!busy)
-        board.changed.wait(lock, [&] { return board.asked > 0 || !board.ended.empty() || board.running == 0; });
+      auto news = [&] { return board.asked > 0 || !board.ended.empty() || board.running == 0; };
+      if (!busy && tensor_parallel == nullptr) board.changed.wait(lock, news);
+      if (!busy && tensor_parallel != nullptr) board.changed.wait_for(lock, kTurnScheduleHeartbeat, news);
       for (size_t i = 0; i < n && board.asked > 0; ++i)
         if (board.requests[i]) {
           fresh.emplace_back(i, std::move(*board.requests[i]));
@@ -193,25 +231,36 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
           --board.asked;
         }
       ended.swap(board.ended);
-      if (board.running == 0 && fresh.empty() && (failed || batcher.idle())) break;
+      over = board.running == 0 && fresh.empty() && (failed || batcher.idle());
+    }
+    TurnScheduleStep schedule;
+    if (over) {
+      schedule.done = true;
+      if (tensor_parallel != nullptr) share_turn_schedule(schedule, *tensor_parallel, device);
+      break;
     }
     for (int64_t e : ended) batcher.release(e);
+    schedule.released = std::move(ended);
     std::vector<std::pair<size_t, std::exception_ptr>> refused;
     for (auto& [i, request] : fresh) {
       if (failed) {
         refused.emplace_back(i, failed);
         continue;
       }
+      std::vector<int64_t> context(request.context.begin(), request.context.end());
       try {
-        batcher.submit(static_cast<int64_t>(i), std::vector<int64_t>(request.context.begin(), request.context.end()),
-                       request.max_new_tokens);
+        batcher.submit(static_cast<int64_t>(i), context, request.max_new_tokens);
         in_flight[i] = true;
+        if (tensor_parallel != nullptr)
+          schedule.submitted.push_back({static_cast<int64_t>(i), request.max_new_tokens, std::move(context)});
       } catch (...) {
         refused.emplace_back(i, std::current_exception());
       }
     }
+    schedule.step = !failed && !batcher.idle();
+    if (tensor_parallel != nullptr) share_turn_schedule(schedule, *tensor_parallel, device);
     std::vector<BatchedTurn> turns;
-    if (!failed && !batcher.idle()) {
+    if (schedule.step) {
       const double start = steady_seconds();
       try {
         turns = batcher.step();
@@ -239,29 +288,19 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
     }
   }
   std::vector<std::vector<float>> log_probs = board.finish();
-  if (stats != nullptr) {
-    const TurnBatcherStats b = batcher.stats();
-    *stats = TurnRoundStats{};
-    stats->turns = b.turns;
-    stats->largest_round = b.largest_step;
-    stats->prefill_tokens = b.prefill_tokens;
-    stats->reused_tokens = b.reused_tokens;
-    stats->decode_steps = b.decode_steps;
-    stats->peak_kv_blocks = b.peak_blocks;
-    stats->generation_seconds = generation_seconds;
-  }
+  if (stats != nullptr) *stats = continuous_turn_stats(batcher, generation_seconds);
   return log_probs;
 }
 
-EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config) {
-  return [&model, config](int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats) {
-    return run_in_continuous_turns(count, episode, model, config, stats);
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size) {
+  return [&model, config, group_size](int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats) {
+    return run_in_continuous_turns(count, episode, model, config, stats, group_size);
   };
 }
 
 bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config) {
   return config.use_kv_cache && config.continuous_batching && config.paged_kv_cache && !config.refresh_weights &&
-         !config.record_routing && !model->tensor_parallel().enabled() && !model->pipeline_stage().enabled();
+         !config.record_routing && !model->pipeline_stage().enabled();
 }
 
 TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config) {
@@ -490,6 +529,8 @@ nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
     m["agent/largest_step"] = r.largest_round;
     m["agent/reused_prefix_tokens"] = r.reused_tokens;
     m["agent/peak_kv_blocks"] = r.peak_kv_blocks;
+    m["agent/shared_prompt_blocks"] = r.shared_prompt_blocks;
+    m["agent/shared_prompt_tokens"] = r.shared_prompt_tokens;
   }
   return m;
 }
@@ -539,11 +580,24 @@ DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, c
     for (int64_t j = 0; j < g.n; ++j) samples.push_back(row);
   agent::EpisodeSetup setup = context.setup;
   setup.limits.max_response_tokens = g.max_new_tokens;
-  // Continuous batching of turns where the model runs whole in this process; rounds otherwise (tensor or
-  // pipeline parallelism, the static or slot-cache generator, partial rollouts, routing records).
-  const EpisodeRunner runner = context.continuous_turns && continuous_turns_apply(model, g)
-                                   ? continuous_turns_runner(model, g)
-                                   : turn_rounds_runner(engine_turn_rounds(model, g));
+  // Continuous batching of turns where it applies, a group's g.n episodes sharing their prompt's blocks;
+  // rounds otherwise (pipeline parallelism, the static or slot-cache generator, partial rollouts, routing
+  // records).
+  const bool continuous = context.continuous_turns && continuous_turns_apply(model, g);
+  const int64_t group_size = context.share_prompt_blocks ? g.n : 1;
+  const TensorParallelGroup& tensor_parallel = model->tensor_parallel();
+  // Under tensor parallelism only rank 0 runs episodes (each tool call once); rounds would run them on every rank.
+  HF_CHECK(!tensor_parallel.enabled() || continuous,
+           "agent rollout: multi-turn rollouts under actor_rollout_ref.rollout.tensor_model_parallel_size = ",
+           tensor_parallel.size(), " run their turns by continuous batching: they need "
+           "actor_rollout_ref.rollout.kv_cache = paged, no partial rollouts and no routing record (router_replay R3)");
+  if (tensor_parallel.enabled() && tensor_parallel.rank() != 0) {
+    // The other ranks repeat rank 0's schedule; the rollout's batch is rank 0's (the collect takes it alone).
+    run_in_continuous_turns(static_cast<int64_t>(samples.size()), EpisodeFunction(), model, g, nullptr, group_size);
+    return DataProto();
+  }
+  const EpisodeRunner runner = continuous ? continuous_turns_runner(model, g, group_size)
+                                          : turn_rounds_runner(engine_turn_rounds(model, g));
   const AgentRollout rollout = run_agent_rollout(samples, *context.tokenizer, *context.tokenizer_config,
                                                  *context.environment, setup, runner);
   std::vector<agent::Trajectory> trajectories;

@@ -156,5 +156,102 @@ TEST_F(TurnBatcherTest, AFixedPoolMakesAConversationWaitForBlocks) {
   EXPECT_NE(error_of([&] { small.step(); }).find("kv_cache_blocks"), std::string::npos);
 }
 
+// Two turns of every conversation of `b`, all submitted together: the prompt, a first turn of up to 7 ids,
+// a "tool result" of 3 ids, a second turn of up to 5. prompts[c] is conversation c's prompt. Returns each
+// conversation's turns in order; the conversations are left holding their blocks.
+std::vector<std::vector<BatchedTurn>> two_turns_each(TurnBatcher& b, const std::vector<std::vector<int64_t>>& prompts) {
+  const auto count = static_cast<int64_t>(prompts.size());
+  std::vector<std::vector<BatchedTurn>> turns(prompts.size());
+  std::vector<std::vector<int64_t>> contexts = prompts;
+  for (int turn = 0; turn < 2; ++turn) {
+    for (int64_t c = 0; c < count; ++c) b.submit(c, contexts[static_cast<size_t>(c)], turn == 0 ? 7 : 5);
+    int64_t ended = 0;
+    for (int step = 0; step < 100 && ended < count; ++step)
+      for (BatchedTurn& t : b.step()) {
+        std::vector<int64_t>& context = contexts[static_cast<size_t>(t.conversation)];
+        context.insert(context.end(), t.ids.begin(), t.ids.end());
+        for (int64_t id : {int64_t{7}, int64_t{8}, 30 + t.conversation}) context.push_back(id);
+        turns[static_cast<size_t>(t.conversation)].push_back(std::move(t));
+        ++ended;
+      }
+    EXPECT_EQ(ended, count) << "turn " << turn;
+  }
+  return turns;
+}
+
+// GRPO's n episodes of one prompt share its KV blocks: the prompt is prefilled once and its full blocks are
+// held once. The tokens and log-probs are those of conversations that share nothing (bit for bit under the
+// batch-invariant kernels, to float rounding with the default ones), the peak holds (n - 1) * full prompt
+// blocks less per group, and every block is freed at the end.
+TEST_F(TurnBatcherTest, AGroupsConversationsShareTheirPromptsBlocksAndPrefill) {
+  config.greedy = false;
+  config.temperature = 1.0;
+  config.seed = 11;
+  config.eos_token_ids = {};  // every turn runs to its limit, so that the blocks can be counted by hand
+  // Two groups of three: a prompt of 10 ids (2 full blocks of 4 and a partial one, copied on write) and one of
+  // 8 (2 full blocks, none partial).
+  const std::vector<int64_t> a = {5, 11, 2, 20, 21, 22, 23, 24, 25, 26}, b = {5, 12, 2, 27, 28, 29, 30, 31};
+  const std::vector<std::vector<int64_t>> prompts = {a, a, a, b, b, b};
+  for (const bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "batch-invariant kernels" : "default kernels");
+    BatchInvariantGuard kernels(exact);
+    TurnBatcher alone(model, config, 6), shared(model, config, 6, /*group_size=*/3);
+    const auto want = two_turns_each(alone, prompts);
+    const auto got = two_turns_each(shared, prompts);
+    bool some_differ = false;
+    for (size_t c = 0; c < prompts.size(); ++c)
+      for (size_t k = 0; k < 2; ++k) {
+        ASSERT_EQ(got[c][k].ids, want[c][k].ids) << "conversation " << c << " turn " << k;
+        ASSERT_EQ(got[c][k].log_probs.size(), want[c][k].log_probs.size());
+        for (size_t t = 0; t < want[c][k].log_probs.size(); ++t) {
+          if (exact)
+            EXPECT_EQ(got[c][k].log_probs[t], want[c][k].log_probs[t]) << "conversation " << c << " turn " << k;
+          else
+            EXPECT_NEAR(got[c][k].log_probs[t], want[c][k].log_probs[t], 1e-5) << "conversation " << c << " turn " << k;
+        }
+        some_differ = some_differ || (c % 3 != 0 && got[c][k].ids != got[c - c % 3][k].ids);
+      }
+    EXPECT_TRUE(some_differ) << "a group's episodes all sampled the same tokens";
+    // Each conversation ends holding prompt + 6 decoded + 1 last sampled + 3 tool + 4 decoded positions: 24
+    // (prompt a) and 22 (prompt b), 6 blocks of 4 either way; alone, 6 conversations x 6 blocks. Shared, each
+    // group's 2 full prompt blocks are held once instead of three times: 2 x (3 - 1) x 2 = 8 blocks fewer.
+    EXPECT_EQ(alone.stats().peak_blocks, 36);
+    EXPECT_EQ(shared.stats().peak_blocks, 36 - 8);
+    EXPECT_EQ(shared.stats().shared_prompt_blocks, 8);
+    EXPECT_EQ(alone.stats().shared_prompt_blocks, 0);
+    // Prefilled: the prompts once per group instead of once per conversation; the second turns' deltas alike.
+    EXPECT_EQ(alone.stats().prefill_tokens, 3 * 10 + 3 * 8 + 6 * 4);
+    EXPECT_EQ(shared.stats().prefill_tokens, 10 + 8 + 6 * 4);
+    EXPECT_EQ(shared.stats().shared_prompt_tokens, 2 * 10 + 2 * 8);
+    for (int64_t c = 0; c < 6; ++c) shared.release(c);
+    EXPECT_EQ(shared.held_blocks(), 0);
+  }
+}
+
+// A member released before its first turn gives its share back; one whose first context is not the group's
+// prompt is admitted alone and generates what it would have alone; a group is admitted when its first member
+// asks, whatever the others do later. Every block is freed at the end.
+TEST_F(TurnBatcherTest, AGroupMemberThatLeavesOrDiffersGivesItsShareBack) {
+  config.eos_token_ids = {};
+  const std::vector<int64_t> prompt = {5, 11, 2, 20, 21, 22}, other = {5, 13, 2, 20};
+  TurnBatcher b(model, config, 3, /*group_size=*/3);
+  b.submit(0, prompt, 4);
+  const BatchedTurn zero = until_turn_of(b, 0);
+  // The prompt's 2 shared blocks (the second partly filled), 0's copy of that one and its next block.
+  EXPECT_EQ(b.held_blocks(), 4);
+  b.release(1);                       // ended before asking for a turn
+  b.submit(2, other, 4);
+  const BatchedTurn two = until_turn_of(b, 2);
+  EXPECT_EQ(b.stats().shared_prompt_tokens, 0);
+  TurnBatcher alone(model, config, 3);
+  alone.submit(2, other, 4);
+  const BatchedTurn want = until_turn_of(alone, 2);
+  EXPECT_EQ(two.ids, want.ids);
+  EXPECT_EQ(two.log_probs, want.log_probs);
+  b.release(0);
+  b.release(2);
+  EXPECT_EQ(b.held_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace hybridflow

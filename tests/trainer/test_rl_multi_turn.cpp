@@ -274,6 +274,37 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
   EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
 }
 
+// Rollout tensor parallelism: the two ranks of one replica run the episodes of one process (rank 0 runs them and
+// their tool calls, the other repeats its schedule): the same conversations, scores and losses, colocated
+// (the actor split in two) and on a standalone rollout pool of one two-rank replica.
+TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
+  const std::string dir = dir_->path();
+  auto one_step = [&](const std::string& name, const std::vector<std::string>& layout) {
+    std::vector<std::string> o = layout;
+    o.push_back("trainer.run_dir=" + dir + "/" + name);
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, o))));
+    return trainer.step();
+  };
+  const nlohmann::json one = one_step("tp1", {});
+  const nlohmann::json colocated = one_step("tp2", {"actor_rollout_ref.num_processes=2",
+                                                     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"});
+  const nlohmann::json standalone =
+      one_step("tp2_standalone", {"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2",
+                                  "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
+  for (const nlohmann::json* two : {&colocated, &standalone}) {
+    SCOPED_TRACE(one.dump() + "\n" + two->dump());
+    EXPECT_GE((*two)["agent/tool_calls/calculator"].get<double>(), 3.0);
+    for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
+                            "agent/sampled_tokens_per_episode", "agent/appended_tokens_per_episode",
+                            "agent/stop/answered", "response_length/mean", "score/mean"})
+      EXPECT_EQ(one[key], (*two)[key]) << key;
+    for (const char* key : {"actor/pg_loss", "actor/entropy"})
+      EXPECT_NEAR(one[key].get<double>(), (*two)[key].get<double>(), 1e-5) << key;
+    // The actor scores the trained ids as the split rollout sampled them.
+    EXPECT_LT(std::abs((*two)["rollout_corr/k3_kl"].get<double>()), 1e-6);
+  }
+}
+
 // What a step trained on, kept by trajectory_capturing_program.
 struct TrainedTrajectories {
   at::Tensor responses, response_mask, response_attention, advantages, values;
@@ -465,13 +496,15 @@ TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
   });
   EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.enable"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
-  // Tensor-parallel generation.
+  // Pipeline-parallel generation.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(
         "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=2",
-                                                                              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}))));
+                                                                              "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                                                              "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"}))));
   });
-  EXPECT_NE(msg.find("tensor_model_parallel_size = 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pipeline_model_parallel_size = 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.pipeline_model_parallel_size"), std::string::npos) << msg;
   // Bad keys name themselves.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(

@@ -13,6 +13,7 @@
 #include "hybridflow/agent/command_tool.h"
 #include "hybridflow/model/batch_invariant.h"
 #include "support/error_of.h"
+#include "workers/tool_episodes.h"
 #include "support/testdata_dir.h"
 #include "support/tiny_model.h"
 
@@ -20,6 +21,7 @@ namespace hybridflow {
 namespace {
 
 constexpr int64_t kEos = 3;
+using testing::tool_episodes;
 
 class AgentRolloutRounds : public ::testing::Test {
  protected:
@@ -148,32 +150,6 @@ TEST_F(AgentRolloutRounds, AFailingEpisodeIsRethrownAfterTheOthersEnd) {
   EXPECT_EQ(finished, 3);
 }
 
-// Episode i of the continuous-batching tests: a prompt of its own, then (i % 3) + 1 assistant turns of at most
-// 7 ids, each but the last followed by a "tool result" of (i + turn) % 5 + 1 ids the model did not sample; it
-// stops, as run_episode does, when the next tool result would not fit the response budget.
-EpisodeFunction tool_episodes(std::vector<agent::Trajectory>& out, int64_t budget) {
-  return [&out, budget](int64_t i, const agent::TurnSampler& sample) {
-    agent::Trajectory& t = out[static_cast<size_t>(i)];
-    t.prompt_ids = {5, static_cast<int32_t>(10 + i), 2};
-    for (int64_t k = 0; k < i % 4; ++k) t.prompt_ids.push_back(static_cast<int32_t>(20 + k));
-    const int turns = static_cast<int>(i % 3) + 1;
-    for (int turn = 0; turn < turns; ++turn) {
-      const int64_t left = budget - static_cast<int64_t>(t.response_ids.size());
-      std::vector<int32_t> context = t.prompt_ids;
-      context.insert(context.end(), t.response_ids.begin(), t.response_ids.end());
-      const std::vector<int32_t> ids = sample(context, std::min<int64_t>(7, left));
-      t.response_ids.insert(t.response_ids.end(), ids.begin(), ids.end());
-      t.response_mask.insert(t.response_mask.end(), ids.size(), 1);
-      const int64_t tool = (i + turn) % 5 + 1;
-      if (turn + 1 == turns || static_cast<int64_t>(t.response_ids.size()) + tool >= budget) break;
-      for (int64_t k = 0; k < tool; ++k) {
-        t.response_ids.push_back(static_cast<int32_t>(30 + (i + k) % 9));
-        t.response_mask.push_back(0);
-      }
-    }
-  };
-}
-
 // Greedy: delta prefill on cached prefixes gives the tokens and log-probs of prefilling every turn's whole
 // context again (the rounds), bit for bit under the batch-invariant kernels and to float rounding with the
 // default ones, for tool results of 1 to 5 ids; and it prefills far fewer positions.
@@ -195,13 +171,7 @@ TEST_F(AgentRolloutRounds, ContinuousTurnsWithDeltaPrefillMatchReprefillingEvery
       const auto at = static_cast<size_t>(i);
       EXPECT_EQ(continuous[at].response_ids, rounds[at].response_ids) << "episode " << i;
       EXPECT_EQ(continuous[at].response_mask, rounds[at].response_mask) << "episode " << i;
-      ASSERT_EQ(continuous_lp[at].size(), rounds_lp[at].size()) << "episode " << i;
-      for (size_t k = 0; k < rounds_lp[at].size(); ++k) {
-        if (exact)
-          EXPECT_EQ(continuous_lp[at][k], rounds_lp[at][k]) << "episode " << i << " token " << k;
-        else
-          EXPECT_NEAR(continuous_lp[at][k], rounds_lp[at][k], 1e-5) << "episode " << i << " token " << k;
-      }
+      testing::expect_same_log_probs(continuous_lp[at], rounds_lp[at], exact, "episode " + std::to_string(i));
       for (size_t k = 1; k < continuous[at].response_mask.size(); ++k)
         tool_turns += continuous[at].response_mask[k] == 1 && continuous[at].response_mask[k - 1] == 0 ? 1 : 0;
     }
@@ -211,6 +181,43 @@ TEST_F(AgentRolloutRounds, ContinuousTurnsWithDeltaPrefillMatchReprefillingEvery
     EXPECT_EQ(continuous_stats.prefill_tokens + continuous_stats.reused_tokens, rounds_stats.prefill_tokens);
     EXPECT_LT(continuous_stats.prefill_tokens, rounds_stats.prefill_tokens);
   }
+}
+
+// GRPO groups: the n episodes of one prompt share its KV blocks and its prefill. Their trajectories and log-probs
+// are those of episodes that share nothing (bit for bit under the batch-invariant kernels, to float rounding
+// with the default ones); each group's prompt is prefilled once and the peak of blocks held is lower.
+TEST_F(AgentRolloutRounds, AGroupsEpisodesShareTheirPromptAndSampleWhatTheyWouldAlone) {
+  config.max_new_tokens = 40;
+  const int64_t episodes = 9, n = 3;
+  for (const bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "batch-invariant kernels" : "default kernels");
+    BatchInvariantGuard kernels(exact);
+    std::vector<agent::Trajectory> alone(episodes), shared(episodes);
+    TurnRoundStats alone_stats, shared_stats;
+    const auto alone_lp = run_in_continuous_turns(episodes, tool_episodes(alone, config.max_new_tokens, n), model, config,
+                                                  &alone_stats);
+    const auto shared_lp = run_in_continuous_turns(episodes, tool_episodes(shared, config.max_new_tokens, n), model,
+                                                   config, &shared_stats, n);
+    bool some_differ = false;
+    for (size_t i = 0; i < shared.size(); ++i) {
+      EXPECT_EQ(shared[i].response_ids, alone[i].response_ids) << "episode " << i;
+      testing::expect_same_log_probs(shared_lp[i], alone_lp[i], exact, "episode " + std::to_string(i));
+      if (i % n != 0 && shared[i].response_ids != shared[i - i % n].response_ids) some_differ = true;
+    }
+    EXPECT_TRUE(some_differ) << "a group's episodes all sampled the same response";
+    // Prompts of 3 and 8 ids (groups 0, 2 and 1) in blocks of 16: each member after a group's first takes
+    // the prompt's positions from the shared prefill and no full block (none is full).
+    EXPECT_EQ(shared_stats.shared_prompt_tokens, 2 * (3 + 8 + 3));
+    EXPECT_EQ(shared_stats.prefill_tokens + shared_stats.shared_prompt_tokens, alone_stats.prefill_tokens);
+    EXPECT_EQ(shared_stats.turns, alone_stats.turns);
+  }
+  // Blocks of 4: the prompts' full blocks (0, 2 and 0) are held once per group instead of once per episode.
+  // (The peak itself depends on when the episodes' threads ask; engine/test_turn_batcher counts it by hand.)
+  config.kv_block_size = 4;
+  std::vector<agent::Trajectory> shared(episodes);
+  TurnRoundStats stats;
+  run_in_continuous_turns(episodes, tool_episodes(shared, config.max_new_tokens, n), model, config, &stats, n);
+  EXPECT_EQ(stats.shared_prompt_blocks, (n - 1) * 2);
 }
 
 // Sampling: the draws depend on the episode, its turn and the token only, so two runs give the same
@@ -493,14 +500,15 @@ TEST_F(AgentRolloutRows, GenerateSequencesRunsOneEpisodePerSampleOnTheEngine) {
   const auto recomputed =
       torch::log_softmax(logits / g.temperature, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1) * mask.to(torch::kFloat);
   EXPECT_TRUE(torch::allclose(batch.tensor("rollout_log_probs"), recomputed, 1e-4, 1e-4));
-  // Continuous batching of turns (the model is whole in this process): each episode's one turn prefilled its
-  // prompt, nothing was resumed.
+  // Continuous batching of turns (the model is whole in this process): each prompt was prefilled once for its
+  // two episodes, the second taking its positions from that prefill; nothing was resumed.
   const auto& agent_meta = batch.meta().at("agent");
   EXPECT_FALSE(agent_meta.contains("agent/rounds"));
   EXPECT_GT(agent_meta.at("agent/decode_steps").get<int64_t>(), 0);
   EXPECT_EQ(agent_meta.at("agent/reused_prefix_tokens").get<int64_t>(), 0);
-  EXPECT_EQ(agent_meta.at("agent/prefill_tokens").get<int64_t>(),
-            batch.tensor("attention_mask").slice(1, 0, p).sum().item<int64_t>());
+  const int64_t prompt_positions = batch.tensor("attention_mask").slice(1, 0, p).sum().item<int64_t>();
+  EXPECT_EQ(agent_meta.at("agent/prefill_tokens").get<int64_t>(), prompt_positions / 2);
+  EXPECT_EQ(agent_meta.at("agent/shared_prompt_tokens").get<int64_t>(), prompt_positions / 2);
   EXPECT_DOUBLE_EQ(batch.meta().at("agent").at("agent/turns_per_episode").get<double>(), 1.0);
 }
 

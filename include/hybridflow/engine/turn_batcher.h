@@ -20,7 +20,21 @@
 // Blocks: a conversation is admitted once, reserving the blocks its first context plus cfg.max_new_tokens
 // (the response budget of the whole conversation) can hold, and holds them until release(). The pool is
 // cfg's (kv_cache_blocks, or what memory_budget_bytes buys: a conversation then waits for blocks), else it
-// grows as conversations arrive. One process, one pipeline stage, no tensor parallelism.
+// grows as conversations arrive.
+//
+// Groups (GRPO's n episodes of one prompt): with group_size g, conversations [k*g, (k+1)*g) are group k. The
+// first of them to start admits the whole group on its first context (BlockManager::admit with the group's
+// live members, the single-turn generator's sharing): the prompt is prefilled once, its full blocks are held
+// once with a reference per member, and its partly filled last block is copied by a member when it first
+// writes there (copy on write). A member whose first context is that prompt starts from the prefill's last
+// hidden state (bit for bit the one its own prefill would compute) without a prefill; one whose first context
+// differs gives its share back and is admitted alone. A group that cannot fit a fixed pool even when it is
+// empty falls back to admitting its members one by one.
+//
+// Tensor parallelism: every rank of the model's group holds its own batcher and must make the same calls in
+// the same order (engine/turn_schedule.h carries rank 0's to the others); the tokens drawn are rank 0's,
+// broadcast over the group each time tokens are drawn, so the ranks' caches and schedules never drift apart.
+// One pipeline stage.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +64,17 @@ struct TurnBatcherStats {
   int64_t largest_step = 0;     // the most turns decoded in one step
   int64_t pool_blocks = 0;      // the pool's size at the end
   int64_t peak_blocks = 0;      // the most blocks held at once
+  int64_t shared_prompt_tokens = 0;  // first-context positions group members took from a shared prefill
+  int64_t shared_prompt_blocks = 0;  // full prompt blocks group members shared instead of holding their own
 };
 
 class TurnBatcher {
  public:
   // Conversations [0, conversations). cfg: sampling, eos ids, the paged cache's block size and pool, and
   // max_new_tokens, the most positions a conversation adds after its first context. cfg.n, continuous_batching
-  // and paged_kv_cache are not read. Puts the model in eval mode until destroyed; call from one thread.
-  TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations);
+  // and paged_kv_cache are not read. group_size (>= 1): consecutive conversations that share their first
+  // context's blocks (see above; 1: none). Puts the model in eval mode until destroyed; call from one thread.
+  TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size = 1);
   ~TurnBatcher();
   TurnBatcher(const TurnBatcher&) = delete;
   TurnBatcher& operator=(const TurnBatcher&) = delete;
@@ -81,7 +98,13 @@ class TurnBatcher {
  private:
   struct Conversation;
   struct Running;
+  struct Group;
   std::optional<torch::Tensor> start(int64_t conversation);
+  std::optional<torch::Tensor> admit_group(int64_t conversation);
+  torch::Tensor start_shared(int64_t conversation);
+  void leave_group_share(int64_t conversation);
+  bool room_for(int64_t positions, int64_t members, int64_t max_positions);
+  void begin_turn(int64_t conversation);
   torch::Tensor prefill(int64_t conversation, int64_t from);
   void record(Running& row, int64_t token, float log_prob, std::vector<BatchedTurn>& ended);
   void grow_pool(int64_t blocks);
@@ -93,6 +116,8 @@ class TurnBatcher {
   BlockManager blocks_;
   PagedKVCache paged_;
   std::vector<std::unique_ptr<Conversation>> conversations_;
+  int64_t group_size_ = 1;
+  std::vector<Group> groups_;
   std::deque<int64_t> queued_;
   std::vector<Running> running_;
   TurnBatcherStats stats_;

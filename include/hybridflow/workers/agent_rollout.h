@@ -41,6 +41,8 @@ struct TurnRoundStats {
   int64_t reused_tokens = 0;   // continuous batching: cached positions that resumed turns did not prefill
   int64_t decode_steps = 0;    // continuous batching
   int64_t peak_kv_blocks = 0;  // continuous batching: the most paged-cache blocks held at once
+  int64_t shared_prompt_tokens = 0;  // continuous batching: prompt positions a group's episodes did not prefill
+  int64_t shared_prompt_blocks = 0;  // continuous batching: full prompt blocks a group's episodes shared
   double generation_seconds = 0;  // wall time spent generating (in rounds, or in the batcher's steps)
 };
 
@@ -66,16 +68,23 @@ EpisodeRunner turn_rounds_runner(TurnRoundGenerator generate_round);
 // on `model` (engine/turn_batcher.h; the calling thread drives it): a turn starts as soon as its episode
 // asks, a conversation's blocks are kept between its turns and freed when its episode returns.
 // config.max_new_tokens is each episode's response budget (what it appends after its first context, in all);
-// its n is not read. Token t of episode i's turn k is drawn with the uniforms of (config.seed, k * count + i,
-// t). An exception from an episode or from generation is rethrown (the first by episode index) after every
-// episode ended.
+// its n is not read. group_size: episodes [k*g, (k+1)*g) are one prompt's (GRPO's n, rows interleaved) and
+// share its prompt's KV blocks and prefill (engine/turn_batcher.h); 1: none shared. Token t of episode i's turn
+// k is drawn with the uniforms of (config.seed, k * count + i, t), sharing or not. An exception from an episode
+// or from generation is rethrown (the first by episode index) after every episode ended.
+//
+// With a tensor-parallel model only its rank 0 runs the episodes (so each tool call runs once) and returns
+// their log-probs; every other rank runs no episode (`episode` is not called there), repeats rank 0's schedule
+// (engine/turn_schedule.h) and returns no log-probs (an empty vector).
 std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
-                                                        const GenerationConfig& config, TurnRoundStats* stats = nullptr);
-EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config);
+                                                        const GenerationConfig& config, TurnRoundStats* stats = nullptr,
+                                                        int64_t group_size = 1);
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size = 1);
 
-// True when `model` and `config` can generate multi-turn rollouts by continuous batching of turns: the whole
-// model in one process (no tensor or pipeline parallelism), a paged KV cache with continuous batching, no
-// mid-generation weight refresh and no routing record. Otherwise the worker generates in rounds.
+// True when `model` and `config` can generate multi-turn rollouts by continuous batching of turns: the model
+// unstaged (tensor parallelism is fine, pipeline parallelism is not), a paged KV cache with continuous
+// batching, no mid-generation weight refresh and no routing record. Otherwise the worker generates in rounds
+// (refused under tensor parallelism: the ranks would each run the tools).
 bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config);
 
 // The RL batch of finished trajectories, in rollout_batch's layout: prompts left padded, responses right
@@ -145,10 +154,15 @@ struct AgentRolloutContext {
   // Continuous batching of turns where it applies (continuous_turns_apply); false: rounds always (the
   // benchmark's baseline).
   bool continuous_turns = true;
+  // In continuous batching, a prompt's g.n episodes share its KV blocks and prefill; false: each episode holds
+  // and prefills its own (the benchmark's baseline).
+  bool share_prompt_blocks = true;
 };
 
 // generate_sequences with multi-turn on: one episode per sample (g.n per prompt, rows interleaved as
-// generate's), on `model` by continuous batching of turns where it applies, else in rounds. The batch is agent_rollout_batch's with response_length
+// generate's; a prompt's g.n episodes share its KV blocks), on `model` by continuous batching of turns where it
+// applies, else in rounds. On a tensor-parallel rank other than 0 it returns an empty batch (rank 0's is the
+// replica's). The batch is agent_rollout_batch's with response_length
 // g.max_new_tokens, the prompts' fields repeated to their samples, the field "agent_episode" (each sample's
 // agent_episode_record) and meta "agent" the rollout's metrics.
 DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
