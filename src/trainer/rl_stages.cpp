@@ -83,10 +83,16 @@ void log_token_staleness(const DataProto& batch, int64_t step, int64_t k, Metric
   m.set("rollout/resumed_sequences", ((first != last) & mask.any(1)).sum().item<double>());
 }
 
-// A multi-turn rollout's metrics (agent/...) over every sample's episode, whichever replica ran it; the
-// replicas' own summaries leave the meta.
+// A multi-turn rollout's metrics (agent/...) over every sample's episode, whichever replica ran it. The engine's
+// counters (prefill and reused positions, peak and shared KV blocks, decode steps) exist only per replica and
+// the collected batch keeps the first replica's meta, so those are the first replica's; the episode metrics
+// logged after them cover every replica. The summaries then leave the meta.
 void log_agent_episodes(DataProto& rollout, MetricsLog& m) {
-  if (rollout.meta().contains("agent")) rollout.meta().erase("agent");
+  if (rollout.meta().contains("agent")) {
+    for (const auto& [name, value] : rollout.meta().at("agent").items())
+      if (value.is_number()) m.set(name, value.get<double>());
+    rollout.meta().erase("agent");
+  }
   if (!rollout.has_field("agent_episode")) return;
   const nlohmann::json metrics = agent_episode_metrics(rollout.field("agent_episode"));
   for (const auto& [name, value] : metrics.items()) m.set(name, value.get<double>());

@@ -182,6 +182,9 @@ TEST_F(RlMultiTurn, AGrpoStepTrainsOnTheSampledTokensOfToolConversations) {
   EXPECT_GT(record["agent/appended_tokens_per_episode"].get<double>(), 0.0);
   EXPECT_TRUE(record.contains("agent/truncated_by_turns"));
   EXPECT_TRUE(record.contains("agent/truncated_by_length"));
+  // The engine's counters reach the step's metrics too: every episode's first context went through a prefill.
+  ASSERT_TRUE(record.contains("agent/prefill_tokens"));
+  EXPECT_GT(record["agent/prefill_tokens"].get<double>(), 0.0);
   // The actor's log-probs of the ids it trains on equal the rollout's log-probs of the ids it sampled, at
   // every position of the loss mask: the trained tokens are the sampled ones (a re-encoded or shifted id
   // would differ by far more than float rounding).
