@@ -35,9 +35,9 @@
 #                                              # each right after its plain cell, in the table beside it
 #                                              # (OUT then holds 8 files: the device call returns no more)
 #                                              # On a GPU "--cuda-graphs --readback-interval 8" is the default
-#                                              # variant (HF_BENCH_VARIANT_FLAGS= turns it off), after a "graphs
-#                                              # parity" cell: test_cuda_parity's graph-vs-eager and chunked
-#                                              # read-back decode tests, built with hybridflow
+#                                              # variant (HF_BENCH_VARIANT_FLAGS= turns it off), after a "decode
+#                                              # parity" cell: test_cuda_parity's graph-vs-eager, chunked read-back
+#                                              # and fused-decode-kernel tests, built with hybridflow
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -197,9 +197,11 @@ if [ "$mode" = gpu ] && [ "${HF_BENCH_SKIP_BUILD:-0}" != 1 ]; then
 fi
 [ -f "$build/hf-env.sh" ] && source "$build/hf-env.sh"
 [ -x "$hf" ] || { echo "gpu_bench: $hf not found" | tee -a "$log"; exit 1; }
-# Before any graph cell: do captured decode steps choose the eager steps' tokens on this GPU (fp32 and bf16)?
+# Before any decode cell: do captured decode steps choose the eager steps' tokens on this GPU (fp32 and bf16), and
+# do the fused decode kernels (every hybridflow decode cell uses them; HF_DECODE_KERNELS=off runs the gather path
+# instead) compute what the unfused operators do?
 [ "$mode" = gpu ] && [ -x "$build/test_cuda_parity" ] &&
-  cell "graphs parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*:*ChunkedReadBack*'
+  cell "decode parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*:*DecodeKernels*:*ChunkedReadBack*'
 
 cell bounds 60 "$python" "${peers[@]}" bounds "${bounds_args[@]}"
 tokenizer=.gpudeps/tokenizer

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks a CUDA build of hybridflow on a machine with a GPU: the build sees the device, the GPU computes what
 # the CPU computes (tests/engine/test_cuda_parity.cpp: forward, log-probs, generation, fp32 and bf16
-# training steps, NCCL), and the main job (SFT, then PPO) trains on the GPU as it does on the CPU. With
-# --suite it also runs every CTest test of the build (RL tests then run on the GPU: trainer.device is auto).
+# training steps, NCCL; the grouped expert GEMM and varlen flash attention against the loops they replace),
+# and the main job (SFT, then PPO) trains on the GPU as it does on the CPU. With --suite it
+# also runs every CTest test of the build (RL tests then run on the GPU: trainer.device is auto).
 #
 #   HF_CUDA=1 bash scripts/build.sh && [PPO_STEPS=100] bash scripts/gpu_check.sh [--build DIR] [--out DIR] [--suite]
 #

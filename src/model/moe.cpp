@@ -3,9 +3,12 @@
 // load_balancing_loss_func), so that logits agree with it to rounding.
 #include "hybridflow/model/moe.h"
 
+#include <ATen/ops/_grouped_mm.h>
+
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/cuda_fused.h"
 #include "model/moe_block.h"
 
 namespace hybridflow {
@@ -172,12 +175,42 @@ ExpertSortedAssignments sort_assignments_by_expert(const torch::Tensor& x, const
   return out;
 }
 
+bool expert_groups_take_grouped_gemm(const torch::Tensor& rows, std::vector<Expert>& experts, int64_t first) {
+  const auto& w = experts[static_cast<size_t>(first)]->gate->weight;  // [width, hidden]
+  return rows.size(0) > 0 && grouped_expert_gemm_applies(rows, w.scalar_type(), w.size(1), w.size(0));
+}
+
 }  // namespace
+
+// Stacking copies the weights each call: the price of keeping them as transformers' per-expert tensors.
+torch::Tensor expert_groups_grouped_gemm(const torch::Tensor& rows, std::vector<Expert>& experts, int64_t first,
+                                         const std::vector<int64_t>& sizes) {
+  std::vector<torch::Tensor> gates, ups, downs;
+  std::vector<int32_t> ends;
+  int64_t end = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto& expert = experts[static_cast<size_t>(first) + i];
+    gates.push_back(expert->gate->weight);
+    ups.push_back(expert->up->weight);
+    downs.push_back(expert->down->weight);
+    end += sizes[i];
+    ends.push_back(static_cast<int32_t>(end));
+  }
+  const auto offsets = torch::tensor(ends, torch::kInt32).to(rows.device());
+  auto project = [&](const torch::Tensor& in, const std::vector<torch::Tensor>& weights) {
+    return at::_grouped_mm(in, torch::stack(weights).transpose(1, 2), offsets);
+  };
+  return project(torch::silu(project(rows, gates)) * project(rows, ups), downs);
+}
 
 torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                           bool float_weights) {
   const int64_t count = static_cast<int64_t>(experts.size());
   const auto [tokens, weights, size] = sort_assignments_by_expert(x, routing, count, float_weights);
+  if (expert_groups_take_grouped_gemm(x, experts, 0)) {
+    const auto y = expert_groups_grouped_gemm(x.index_select(0, tokens), experts, 0, size) * weights.unsqueeze(1);
+    return torch::zeros_like(x).index_add_(0, tokens, y.to(x.scalar_type()));
+  }
   // Combine: each group's outputs, weighted, added back into its tokens' rows.
   auto out = torch::zeros_like(x);
   int64_t offset = 0;
@@ -261,15 +294,23 @@ torch::Tensor run_experts_parallel(const torch::Tensor& x, const TopKRouting& ro
   const auto local_ids =
       torch::arange(local_count, torch::kLong).repeat({ranks}).repeat_interleave(incoming_sizes).to(x.device());
   const auto by_expert = std::get<1>(local_ids.sort(/*stable=*/true, 0, /*descending=*/false));
+  std::vector<int64_t> local_sizes(static_cast<size_t>(local_count), 0);
+  for (int64_t l = 0; l < local_count; ++l)
+    for (int64_t i = 0; i < ranks; ++i)
+      local_sizes[static_cast<size_t>(l)] += incoming[static_cast<size_t>(i * local_count + l)];
   std::vector<torch::Tensor> outputs;
-  int64_t offset = 0;
-  for (int64_t l = 0; l < local_count; ++l) {
-    int64_t n = 0;
-    for (int64_t i = 0; i < ranks; ++i) n += incoming[static_cast<size_t>(i * local_count + l)];
-    if (n == 0) continue;
-    const auto rows = by_expert.narrow(0, offset, n);
-    outputs.push_back(experts[static_cast<size_t>(first_local + l)]->forward(received.index_select(0, rows)));
-    offset += n;
+  if (expert_groups_take_grouped_gemm(received, experts, first_local)) {
+    outputs.push_back(
+        expert_groups_grouped_gemm(received.index_select(0, by_expert), experts, first_local, local_sizes));
+  } else {
+    int64_t offset = 0;
+    for (int64_t l = 0; l < local_count; ++l) {
+      const int64_t n = local_sizes[static_cast<size_t>(l)];
+      if (n == 0) continue;
+      const auto rows = by_expert.narrow(0, offset, n);
+      outputs.push_back(experts[static_cast<size_t>(first_local + l)]->forward(received.index_select(0, rows)));
+      offset += n;
+    }
   }
   // A rank that received nothing still sends (nothing) back through the graph, so that every rank's backward
   // runs both exchanges.

@@ -65,10 +65,16 @@ class SparseBlockImpl : public torch::nn::Module {
 TORCH_MODULE(SparseBlock);
 
 // Each expert's output for the tokens routed to it, scaled by their weights and summed per token: the tokens
-// are sorted by expert and each expert runs on its contiguous group (a loop here; the groups are laid out as
-// a grouped GEMM takes them). x [tokens, hidden].
+// are sorted by expert and each expert runs on its contiguous group (a loop, or on CUDA where model/cuda_fused.h
+// allows, expert_groups_grouped_gemm). x [tokens, hidden].
 torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                           bool float_weights);
+// The SwiGLU of experts [first, first + sizes.size()) over `rows` sorted by expert (sizes[i] rows for expert
+// first + i, in order), as three grouped GEMMs (at::_grouped_mm) over the experts' weights stacked
+// [experts, in, out]: what run_experts and run_experts_parallel run on CUDA where model/cuda_fused.h allows.
+// libtorch also has it on the CPU (a reference loop), where tests compare it with the experts' own forwards.
+torch::Tensor expert_groups_grouped_gemm(const torch::Tensor& rows, std::vector<Expert>& experts, int64_t first,
+                                         const std::vector<int64_t>& sizes);
 // The same under expert parallelism: experts holds this rank's local_count experts (global indices
 // [first_local, first_local + local_count)); every (token, slot) pair is sent to its expert's owner, run there and
 // sent back. Collective over ep: every rank of the group calls it once per layer, in the same order.

@@ -12,8 +12,10 @@
 #include <utility>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/model/activation_checkpoint.h"
 #include "hybridflow/model/batch_invariant.h"
+#include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/rotary.h"
@@ -95,6 +97,12 @@ struct SlotAccess {
   torch::Tensor slots;        // slot cache: [rows]; undefined when row r is slot r (a view then, no gather)
   torch::Tensor gather;       // paged cache: [rows * kv_heads * span] rows of the pool viewed as [-1, head_dim]
   int64_t rows = 0, span = 0;
+  // The fused decode kernels (hybridflow/kernels/decode_kernels.h) read the blocks in place through these
+  // instead of `gather`: tables [rows, width] (a slot cache: the slots, width 1, block_size = capacity) and
+  // lengths [rows], on the device.
+  bool kernels = false;
+  torch::Tensor tables, lengths;
+  int64_t block_size = 0, sliding_window = 0;
 };
 
 namespace {
@@ -126,18 +134,23 @@ torch::Tensor decode_step_mask_bias(const torch::Tensor& lengths, int64_t span, 
 // device): the positions each row writes ([rows * kv], at lengths[r]) and, on a paged cache, reads ([rows * kv
 // * span], positions [0, span)), computed by tensor operators on the tables' device. A slot cache (width 1,
 // block_size = capacity) reads its slots, tables[:, 0].
+// With `kernels`, the fused attention kernel reads the blocks itself: no gather indices.
 SlotAccess decode_step_access(const torch::Tensor& tables, const torch::Tensor& lengths, int64_t block_size,
-                              int64_t span, int64_t kv, bool paged) {
+                              int64_t span, int64_t kv, bool paged, bool kernels = false) {
   const int64_t b = tables.size(0);
   SlotAccess access;
   access.rows = b;
   access.span = span;
+  access.kernels = kernels;
+  access.tables = tables;
+  access.lengths = lengths;
+  access.block_size = block_size;
   auto heads = torch::arange(kv, lengths.options());
   auto block = tables.gather(1, lengths.div(block_size, "floor").view({b, 1}));  // [b, 1]
   access.write_index =
       ((block * kv + heads.view({1, kv})) * block_size + lengths.remainder(block_size).view({b, 1})).reshape(-1);
-  if (!paged) {
-    access.slots = tables.select(1, 0);
+  if (!paged || kernels) {
+    if (!paged) access.slots = tables.select(1, 0);
     return access;
   }
   // block * kv * block_size + p % block_size over [rows, span] first, the heads added in the one pass over
@@ -200,7 +213,8 @@ class AttentionImpl : public torch::nn::Module {
       : tp_(tp),
         heads_(even_partition(c.num_attention_heads, tp.size(), tp.rank(), "num_attention_heads").length),
         head_dim_(c.head_dim()),
-        replicated_kv_(kv_heads_replicated(c, tp.size())) {
+        replicated_kv_(kv_heads_replicated(c, tp.size())),
+        eps_(c.rms_norm_eps) {
     const int64_t h = c.hidden_size;
     if (replicated_kv_) {
       // Every rank computes all KV heads and keeps the one its (consecutive) query heads share.
@@ -250,6 +264,7 @@ class AttentionImpl : public torch::nn::Module {
       k = lora::project(k_proj, k_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
       v = lora::project(v_proj, v_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
     }
+    if (slots != nullptr && slots->kernels) return decode_with_kernels(q, k, v, cos, sin, *cached_k, *cached_v, *slots);
     if (q_norm) {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
       k = k_norm->forward_on_shard(k, tp_);
@@ -304,9 +319,19 @@ class AttentionImpl : public torch::nn::Module {
   }
   // A packed row: each run attends causally within itself, so the cost is the sum of the runs' squared lengths
   // rather than the square of their sum (a dense block-diagonal mask pays the latter). A padding run attends
-  // among padding, which no real position reads.
+  // among padding, which no real position reads. On CUDA (model/cuda_fused.h) one variable-length flash
+  // attention call covers every run; elsewhere a loop over the runs.
   torch::Tensor attend_runs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const SequenceRuns& runs) const {
+    if (varlen_flash_attention_applies(q)) {
+      std::vector<int64_t> starts;
+      int64_t longest = 0;
+      for (const SequenceRun& r : runs) {
+        starts.push_back(r.start);
+        longest = std::max(longest, r.length);
+      }
+      return varlen_flash_attention(q, k, v, starts, longest, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
+    }
     std::vector<torch::Tensor> parts;
     parts.reserve(runs.size());
     for (const SequenceRun& r : runs)
@@ -327,9 +352,31 @@ class AttentionImpl : public torch::nn::Module {
     slab.narrow(2, past, x.size(2)).copy_(x);
     return slab.narrow(2, 0, total);
   }
+  // The no-grad decode step through the fused kernels (one rank, no adapters' branches): q [rows, 1, heads, d],
+  // k and v [rows, 1, kv, d] as projected; the q/k norms, the rotary embedding and the attention over the cache
+  // (read in place through the access's tables) as kernels, the key and value written as the unfused step does.
+  torch::Tensor decode_with_kernels(torch::Tensor q, torch::Tensor k, const torch::Tensor& v, const torch::Tensor& cos,
+                                    const torch::Tensor& sin, torch::Tensor& cached_k, torch::Tensor& cached_v,
+                                    const SlotAccess& access) {
+    const int64_t b = q.size(0), kv = k.size(2);
+    if (q_norm) {
+      q = kernels::rms_norm(q, q_norm->weight, eps_);
+      k = kernels::rms_norm(k, k_norm->weight, eps_);
+    }
+    const auto cos_rows = cos.reshape({b, head_dim_}), sin_rows = sin.reshape({b, head_dim_});
+    q = kernels::rotary(q.reshape({b, heads_, head_dim_}), cos_rows, sin_rows);
+    k = kernels::rotary(k.reshape({b, kv, head_dim_}), cos_rows, sin_rows);
+    cached_k.view({-1, head_dim_}).index_copy_(0, access.write_index, k.reshape({-1, head_dim_}));
+    cached_v.view({-1, head_dim_}).index_copy_(0, access.write_index, v.reshape({-1, head_dim_}));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    auto attended = kernels::paged_decode_attention(q, cached_k, cached_v, access.tables, access.lengths, access.span,
+                                                    scale, access.sliding_window);
+    return row_parallel(attended.reshape({b, 1, heads_ * head_dim_}), o_proj, tp_, o_lora);
+  }
   TensorParallelGroup tp_;
   int64_t heads_, head_dim_;
   bool replicated_kv_;
+  double eps_;
   int64_t kv_heads_ = 0, all_kv_heads_ = 0, kv_index_ = 0;
 };
 TORCH_MODULE(Attention);
@@ -342,9 +389,12 @@ class MLPImpl : public torch::nn::Module {
     up_proj = register_module("up_proj", linear(c.hidden_size, local, false));
     down_proj = register_module("down_proj", linear(local, c.hidden_size, false));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
+  // `fused`: silu(gate) * up as one kernel (the no-grad decode step, kernels/decode_kernels.h).
+  torch::Tensor forward(const torch::Tensor& x, bool fused = false) {
     auto x_tp = copy_to_tensor_parallel(x, tp_);
-    auto features = torch::silu(lora::project(gate_proj, gate_lora, x, x_tp)) * lora::project(up_proj, up_lora, x, x_tp);
+    auto gate = lora::project(gate_proj, gate_lora, x, x_tp);
+    auto up = lora::project(up_proj, up_lora, x, x_tp);
+    auto features = fused ? kernels::swiglu(gate, up) : torch::silu(gate) * up;
     return row_parallel(features, down_proj, tp_, down_lora);
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -367,8 +417,8 @@ class DecoderLayerImpl : public torch::nn::Module {
     else
       mlp = register_module("mlp", MLP(c, tp));
   }
-  torch::Tensor feed_forward(const torch::Tensor& x, const moe::LayerIO& io = {}) {
-    return sparse ? sparse->forward(x, io) : mlp(x);
+  torch::Tensor feed_forward(const torch::Tensor& x, const moe::LayerIO& io = {}, bool fused = false) {
+    return sparse ? sparse->forward(x, io) : mlp->forward(x, fused);
   }
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
@@ -452,6 +502,25 @@ std::vector<fused_decode::LayerWeights> kernel_layer_weights(Backbone& m, int64_
                        layer.mlp->up_proj->weight, layer.mlp->down_proj->weight});
   }
   return weights;
+}
+
+// Whether a decode step of h over these pools runs through the fused decode kernels (kernels/decode_kernels.h):
+// their mode covers h's device, gradients are off, the model is one rank without adapters' branches (`plain`),
+// and the shapes and dtypes are the kernels' (pools contiguous, everything in h's dtype).
+bool decode_kernels_apply(const torch::Tensor& h, const std::vector<torch::Tensor>& keys,
+                          const std::vector<torch::Tensor>& values, const ModelConfig& c, BackboneImpl& m, bool plain) {
+  if (!plain || keys.empty() || m.decoder_layers.empty() || torch::GradMode::is_enabled() ||
+      !kernels::active_for(h.device()))
+    return false;
+  const auto dtype = h.scalar_type();
+  if (!keys[0].defined() || !kernels::supports(dtype, c.num_attention_heads, keys[0].size(1), c.head_dim()))
+    return false;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (!keys[i].defined() || !values[i].defined() || !keys[i].is_contiguous() || !values[i].is_contiguous() ||
+        keys[i].scalar_type() != dtype || values[i].scalar_type() != dtype)
+      return false;
+  return m.decoder_layers[0]->input_layernorm->weight.scalar_type() == dtype &&
+         (!m.norm || m.norm->weight.scalar_type() == dtype);
 }
 
 fused_decode::Shape kernel_shape(const ModelConfig& c) {
@@ -821,9 +890,11 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     batch_invariant::Tokens tokens{rows, lengths, lengths, nullptr, 0};
     return batch_invariant_layers(h, tokens, keys, values, {tables.data(), width, block_size});
   }
-  // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism).
+  // Few operators instead of ~50 per layer where the fused CPU kernels apply (fp32, no tensor parallelism), unless
+  // the fused decode kernels' CPU references stand in for their CUDA kernels (kernels::Mode::kEverywhere, tests).
   std::vector<fused_decode::LayerWeights> weights;
   if (!tp_.enabled() && !lora_branches_active() && !torch::GradMode::is_enabled() && h.device().is_cpu() &&
+      kernels::mode() != kernels::Mode::kEverywhere &&
       h.scalar_type() == torch::kFloat32 && config_.num_moe_layers() == 0) {
     weights = kernel_layer_weights(layers_->model, local_layers);
     bool pools_fit = true;
@@ -846,11 +917,14 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
   // The block tables and lengths go to the device once each; every write and read position is computed there.
   torch::Tensor table_t = torch::from_blob(const_cast<int64_t*>(tables.data()), {b, width}, i64).to(device);
   const int64_t kv = local_layers > 0 ? keys[0].size(1) : 0;
-  SlotAccess access = decode_step_access(table_t, length_t, block_size, longest, kv, paged);
+  const bool kernels_apply = decode_kernels_apply(h, keys, values, config_, m, !tp_.enabled() && !lora_branches_active());
+  SlotAccess access = decode_step_access(table_t, length_t, block_size, longest, kv, paged, kernels_apply);
+  access.sliding_window = config_.sliding_window;
   bool in_order = !paged;
   for (int64_t r = 0; in_order && r < b; ++r) in_order = tables[static_cast<size_t>(r)] == r;
   if (in_order) access.slots = torch::Tensor();  // row r is slot r: the cache is read as a view
-  const auto mask_bias = decode_step_mask_bias(length_t, longest, config_.sliding_window, h.scalar_type());
+  const auto mask_bias = kernels_apply ? torch::Tensor()
+                                       : decode_step_mask_bias(length_t, longest, config_.sliding_window, h.scalar_type());
   return decode_layers(h, cos, sin, mask_bias, access, keys, values);
 }
 
@@ -863,18 +937,43 @@ torch::Tensor CausalLMImpl::decode_layers(torch::Tensor h, const torch::Tensor& 
   // Recording (generation's router replay): each row's experts for its one input token, [rows, 1, k] per layer.
   const bool record = router_replay_ == RouterReplayMode::kRecord;
   std::vector<torch::Tensor> experts;
-  for (int64_t i = 0; i < local_layers; ++i) {
-    auto& layer = *m.decoder_layers[i];
-    h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &keys[i], &values[i], 0, 0,
-                                     &access);
-    moe::LayerIO io;
-    if (record && layer.sparse) io.experts = &experts.emplace_back();
-    h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
+  torch::Tensor normed;  // the fused kernels' path: the next norm's output, made with the residual add before it
+  if (access.kernels) {
+    // Each residual add and the norm after it in one kernel; the attention and SwiGLU as kernels too.
+    const double eps = config_.rms_norm_eps;
+    normed = kernels::rms_norm(h, m.decoder_layers[0]->input_layernorm->weight, eps);
+    for (int64_t i = 0; i < local_layers; ++i) {
+      auto& layer = *m.decoder_layers[i];
+      auto attended = layer.self_attn->forward(normed, cos, sin, mask_bias, &keys[i], &values[i], 0, 0, &access);
+      auto post = kernels::add_rms_norm(h, attended, layer.post_attention_layernorm->weight, eps);
+      moe::LayerIO io;
+      if (record && layer.sparse) io.experts = &experts.emplace_back();
+      auto fed = layer.feed_forward(post.normed, io, /*fused=*/true);
+      const bool next = i + 1 < local_layers;
+      if (next || pp_.last()) {
+        auto sum = kernels::add_rms_norm(post.sum, fed,
+                                         next ? m.decoder_layers[i + 1]->input_layernorm->weight : m.norm->weight, eps);
+        h = sum.sum;
+        normed = sum.normed;
+      } else {
+        h = post.sum + fed;
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < local_layers; ++i) {
+      auto& layer = *m.decoder_layers[i];
+      h = h + layer.self_attn->forward(layer.input_layernorm(h), cos, sin, mask_bias, &keys[i], &values[i], 0, 0,
+                                       &access);
+      moe::LayerIO io;
+      if (record && layer.sparse) io.experts = &experts.emplace_back();
+      h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
+    }
   }
   if (record) {
     recorded_routing_.layers.clear();
     for (auto& e : experts) recorded_routing_.layers.push_back(e.reshape({b, 1, -1}));
   }
+  if (access.kernels && pp_.last()) return normed;
   return pp_.last() ? m.norm(h) : h;
 }
 
@@ -885,8 +984,12 @@ torch::Tensor CausalLMImpl::decode_paged_on_device(const torch::Tensor& input_id
   auto h = layers_->model->embed(input_ids);
   auto [cos, sin] = rotary_cos_sin(lengths.view({b, 1}), rotary, h.scalar_type());
   const int64_t kv = cache.keys.empty() ? 0 : cache.keys[0].size(1);
-  const SlotAccess access = decode_step_access(tables, lengths, cache.block_size(), span, kv, /*paged=*/true);
-  const auto mask_bias = decode_step_mask_bias(lengths, span, config_.sliding_window, h.scalar_type());
+  const bool kernels_apply = decode_kernels_apply(h, cache.keys, cache.values, config_, *layers_->model,
+                                                  !tp_.enabled() && !lora_branches_active());
+  SlotAccess access = decode_step_access(tables, lengths, cache.block_size(), span, kv, /*paged=*/true, kernels_apply);
+  access.sliding_window = config_.sliding_window;
+  const auto mask_bias =
+      kernels_apply ? torch::Tensor() : decode_step_mask_bias(lengths, span, config_.sliding_window, h.scalar_type());
   return decode_layers(h, cos, sin, mask_bias, access, cache.keys, cache.values);
 }
 

@@ -1,27 +1,27 @@
 #include "hybridflow/parallel/expert_parallel.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include "hybridflow/core/error.h"
+#include "parallel/collective_function.h"
 
 namespace hybridflow {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
+using collective_autograd::AutogradContext;
+using collective_autograd::variable_list;
 
 struct ExchangeRows : torch::autograd::Function<ExchangeRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm,
                             const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) {
-    // The communicator travels through the graph as an integer, the counts as integer lists.
-    ctx->saved_data["ep_comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
+    // The counts travel through the graph as integer lists.
+    collective_autograd::save_comm(ctx, comm);
     ctx->saved_data["ep_send"] = c10::List<int64_t>(send_rows);
     ctx->saved_data["ep_recv"] = c10::List<int64_t>(recv_rows);
     return comm->all_to_all(x.contiguous(), send_rows, recv_rows);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& comm = *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["ep_comm"].toInt()));
+    Communicator& comm = collective_autograd::saved_comm(ctx);
     const auto send_rows = ctx->saved_data["ep_send"].toIntVector();
     const auto recv_rows = ctx->saved_data["ep_recv"].toIntVector();
     // What came from rank i goes back to rank i.

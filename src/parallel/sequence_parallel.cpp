@@ -1,23 +1,14 @@
 #include "hybridflow/parallel/sequence_parallel.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include "hybridflow/core/error.h"
+#include "parallel/collective_function.h"
 
 namespace hybridflow {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// The communicator travels through the autograd graph as an integer in the context's saved data.
-void save_sequence_comm(AutogradContext* ctx, Communicator* comm) {
-  ctx->saved_data["sp_comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
-}
-Communicator& saved_sequence_comm(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["sp_comm"].toInt()));
-}
+using collective_autograd::CollectiveFunction;
 
 // [B, T / n, N, d] -> [B, T, N / n, d]: head chunk j is sent to rank j; chunk i received is sequence slice i.
 at::Tensor scatter_heads(const at::Tensor& x, Communicator& comm) {
@@ -36,38 +27,17 @@ at::Tensor scatter_sequence(const at::Tensor& x, Communicator& comm) {
   return comm.all_to_all(send).permute({1, 2, 0, 3, 4}).reshape({b, total / n, n * heads, d});
 }
 
-struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
-    save_sequence_comm(ctx, comm);
-    return scatter_heads(x, *comm);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {scatter_sequence(grads[0], saved_sequence_comm(ctx)), at::Tensor()};
-  }
-};
+// x [B, T / n, ...] -> [B, T, ...], and its backward: this rank's slice of the gradient times n (the gradient
+// convention in the header).
+at::Tensor gathered_sequence(const at::Tensor& x, Communicator& comm) { return comm.all_gather_cat(x.contiguous(), 1); }
+at::Tensor own_sequence_slice_scaled(const at::Tensor& grad, Communicator& comm) {
+  const int64_t slice = grad.size(1) / comm.size();
+  return grad.narrow(1, comm.rank() * slice, slice) * static_cast<double>(comm.size());
+}
 
-struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
-    save_sequence_comm(ctx, comm);
-    return scatter_sequence(x, *comm);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {scatter_heads(grads[0], saved_sequence_comm(ctx)), at::Tensor()};
-  }
-};
-
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
-    save_sequence_comm(ctx, comm);
-    ctx->saved_data["slice"] = x.size(1);
-    return comm->all_gather_cat(x.contiguous(), 1);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    Communicator& comm = saved_sequence_comm(ctx);
-    const int64_t slice = ctx->saved_data["slice"].toInt();
-    return {grads[0].narrow(1, comm.rank() * slice, slice) * static_cast<double>(comm.size()), at::Tensor()};
-  }
-};
+using SequenceToHeads = CollectiveFunction<scatter_heads, scatter_sequence>;
+using HeadsToSequence = CollectiveFunction<scatter_sequence, scatter_heads>;
+using GatherSequence = CollectiveFunction<gathered_sequence, own_sequence_slice_scaled>;
 
 void check_four_dims(const at::Tensor& x, const char* what) {
   HF_CHECK(x.dim() == 4, what, ": needs [batch, seq, heads, head_dim], got ", x.sizes());

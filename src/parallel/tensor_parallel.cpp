@@ -1,58 +1,36 @@
 #include "hybridflow/parallel/tensor_parallel.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
 
 #include "hybridflow/core/error.h"
+#include "parallel/collective_function.h"
 
 namespace hybridflow {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// The communicator travels through the autograd graph as an integer in the context's saved data.
-void save_comm(AutogradContext* ctx, Communicator* comm) {
-  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
-}
-Communicator& saved_comm(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
-}
+using collective_autograd::CollectiveFunction;
 
 at::Tensor summed(const at::Tensor& x, Communicator& comm) {
   at::Tensor out = x.clone(at::MemoryFormat::Contiguous);
   comm.all_reduce(out, ReduceOp::kSum);
   return out;
 }
+at::Tensor unchanged(const at::Tensor& x, Communicator&) { return x; }
+at::Tensor same_view(const at::Tensor& x, Communicator&) { return x.view_as(x); }
+// The ranks' x concatenated along the last dim, and its backward: this rank's slice of that dim.
+at::Tensor gathered_last_dim(const at::Tensor& x, Communicator& comm) {
+  return comm.all_gather_cat(x.contiguous(), x.dim() - 1);
+}
+at::Tensor own_last_dim_slice(const at::Tensor& grad, Communicator& comm) {
+  const int64_t width = grad.size(-1) / comm.size();
+  return grad.narrow(-1, comm.rank() * width, width).contiguous();
+}
 
-struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
-    save_comm(ctx, comm);
-    return x.view_as(x);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {summed(grads[0], saved_comm(ctx)), at::Tensor()};
-  }
-};
-
-struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
-  static at::Tensor forward(AutogradContext*, const at::Tensor& x, Communicator* comm) { return summed(x, *comm); }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
-};
-
-struct GatherFromRegion : torch::autograd::Function<GatherFromRegion> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* comm) {
-    save_comm(ctx, comm);
-    ctx->saved_data["width"] = x.size(-1);
-    return comm->all_gather_cat(x.contiguous(), x.dim() - 1);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const int64_t width = ctx->saved_data["width"].toInt();
-    return {grads[0].narrow(-1, saved_comm(ctx).rank() * width, width).contiguous(), at::Tensor()};
-  }
-};
+using CopyToRegion = CollectiveFunction<same_view, summed>;
+using ReduceFromRegion = CollectiveFunction<summed, unchanged>;
+using GatherFromRegion = CollectiveFunction<gathered_last_dim, own_last_dim_slice>;
 
 // Logits shifted by the global maximum (a constant for autograd, as in any stable softmax).
 at::Tensor shifted_by_global_max(const at::Tensor& local_logits, const TensorParallelGroup& tp) {

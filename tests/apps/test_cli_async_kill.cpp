@@ -4,18 +4,15 @@
 // run, none lost with the rollouts buffered or in flight at a kill, none trained twice. With and without
 // partial rollouts.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "support/kill_run.h"
 #include "support/process_tree.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
@@ -23,9 +20,8 @@
 
 namespace {
 
-using hybridflow::testing::alive;
 using hybridflow::testing::lines_in;
-using hybridflow::testing::live_children;
+using hybridflow::testing::prompt_uses;
 
 // One epoch: 16 prompts, 2 per step, 2 samples each, every sample logged; a checkpoint after every step.
 std::string streaming_run(const std::string& run_dir, bool partial) {
@@ -38,41 +34,6 @@ std::string streaming_run(const std::string& run_dir, bool partial) {
          " trainer.total_steps=8 trainer.save_freq=1 trainer.log_samples_freq=1 trainer.log_samples_count=64 "
          "trainer.run_dir=" +
          run_dir;
-}
-
-// Starts the run, waits for `after_lines` metrics lines and `delay` more, and kills the controller and its
-// workers with SIGKILL (a crash: no checkpoint, no cleanup). True when the kill landed before the run ended.
-bool kill_run_at(const std::string& command, const std::string& run_dir, int64_t after_lines,
-                 std::chrono::milliseconds delay, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return false;
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + command + " >> " + log + " 2>&1").c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  while (lines_in(run_dir + "/metrics.jsonl") < after_lines && alive(pid) &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(delay);
-  const std::vector<pid_t> workers = live_children(pid);
-  ::kill(pid, SIGKILL);
-  for (pid_t w : workers) ::kill(w, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  // The workers are the controller's children, reaped by init: wait until they are gone (they hold nothing
-  // the next run needs, but a test should not leave them behind).
-  for (pid_t w : workers)
-    while (alive(w) && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
-
-std::map<std::string, int> prompt_uses(const std::string& run_dir) {
-  std::map<std::string, int> uses;
-  for (const auto& sample : hybridflow::read_jsonl(run_dir + "/samples.jsonl"))
-    ++uses[sample.at("prompt").get<std::string>()];
-  return uses;
 }
 
 void expect_kills_lose_and_duplicate_no_prompt(bool partial) {
@@ -91,7 +52,8 @@ void expect_kills_lose_and_duplicate_no_prompt(bool partial) {
   int landed = 0;
   for (const auto& [lines, delay_ms] : moments) {
     if (lines_in(killed + "/metrics.jsonl") >= 8) break;
-    landed += kill_run_at(command, killed, lines, std::chrono::milliseconds(delay_ms), log);
+    const auto after_lines = [&killed, lines = lines] { return lines_in(killed + "/metrics.jsonl") >= lines; };
+    landed += hybridflow::testing::kill_run_when(command, after_lines, std::chrono::milliseconds(delay_ms), log);
   }
   EXPECT_GE(landed, 2) << "the kills came after the run had ended:\n" << hybridflow::read_file(log);
   const auto last = hybridflow::testing::run_hybridflow(streaming_run(killed, partial));

@@ -1,17 +1,23 @@
 // The CUDA build on a GPU computes what the CPU computes: forward passes, response log-probs, cached and
-// uncached generation, a training step (fp32 and bf16 with fp32 masters) and an NCCL collective. Every test
+// uncached generation, a training step (fp32 and bf16 with fp32 masters) and an NCCL collective; the fused
+// CUDA paths (model/cuda_fused.h: grouped expert GEMM, varlen flash attention) what the loops compute; and the
+// fused decode kernels (kernels/decode_kernels.h) what the unfused operators and their CPU references do. Every test
 // skips where no CUDA device is visible (CI, a CPU build); scripts/gpu_check.sh runs them on a GPU machine.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/process_group.h"
+#include "support/decode_kernel_oracles.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -97,6 +103,21 @@ TEST(CudaParity, GreedyGenerationMatchesTheCpuAndCachedMatchesRecompute) {
   EXPECT_TRUE(torch::equal(recompute.responses, gpu.responses));
 }
 
+// Prompts of several lengths, greedy, two samples each, fewer slots than sequences (rows join and leave) and
+// blocks of 4 positions (spans cross several blocks): the paged decode tests' generation.
+std::vector<std::vector<int64_t>> paged_prompts() {
+  return {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
+}
+GenerationConfig paged_greedy_config() {
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 40;
+  cfg.n = 2;
+  cfg.max_num_seqs = 6;
+  cfg.kv_block_size = 4;
+  return cfg;
+}
+
 // Decode steps replayed as CUDA graphs (GenerationConfig::cuda_graphs) choose the eager steps' greedy tokens:
 // prompts of several lengths, two samples each, fewer slots than sequences (rows join and leave), blocks of 4
 // positions (spans cross several buckets), in fp32 and bf16; the graphs attend over padded spans, so the
@@ -105,14 +126,8 @@ TEST(CudaParity, DecodeGraphsChooseTheEagerStepsTokens) {
   SKIP_WITHOUT_GPU();
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
     ModelPair p = make_pair(dtype, 8.0);
-    const std::vector<std::vector<int64_t>> prompts = {
-        {5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
-    GenerationConfig cfg;
-    cfg.greedy = true;
-    cfg.max_new_tokens = 40;
-    cfg.n = 2;
-    cfg.max_num_seqs = 6;
-    cfg.kv_block_size = 4;
+    const auto prompts = paged_prompts();
+    GenerationConfig cfg = paged_greedy_config();
     auto eager = generate(p.gpu, prompts, cfg);
     EXPECT_EQ(eager.decode_graphs, 0);
     cfg.cuda_graphs = true;
@@ -163,6 +178,110 @@ TEST(CudaParity, ChunkedReadBackChoosesTheTokensOfEveryStepReadBack) {
         EXPECT_GT(chunked.graph_steps, 0) << what;
       }
     }
+}
+
+// The fused decode kernels on the GPU against the unfused operators on the GPU and against their own CPU
+// references (the same arithmetic in loops): fp32 to 1e-5, bf16 to 1e-2 (one bf16 rounding, 2^-8 relative, where
+// a reduction or exp lands on the other side of a tie).
+TEST(CudaParity, DecodeKernelsElementwiseMatchTheUnfusedOperatorsAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(8);
+  const torch::Device gpu(torch::kCUDA);
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    auto close = [&](const torch::Tensor& a, const torch::Tensor& b, const std::string& op) {
+      EXPECT_TRUE(torch::allclose(a.cpu().to(torch::kFloat32), b.cpu().to(torch::kFloat32), tol, tol))
+          << what << " " << op << " max diff "
+          << (a.cpu().to(torch::kFloat32) - b.cpu().to(torch::kFloat32)).abs().max().item<double>();
+    };
+    const auto x = torch::randn({9, 1, 1536}).to(dtype), delta = torch::randn({9, 1, 1536}).to(dtype);
+    const auto weight = (1 + 0.1 * torch::randn({1536})).to(dtype);
+    const auto xg = x.to(gpu), dg = delta.to(gpu), wg = weight.to(gpu);
+    close(kernels::rms_norm(xg, wg, 1e-6), testing::unfused_rms_norm(xg, wg, 1e-6), "rms_norm vs operators");
+    close(kernels::rms_norm(xg, wg, 1e-6), kernels::rms_norm(x, weight, 1e-6), "rms_norm vs CPU reference");
+    auto both = kernels::add_rms_norm(xg, dg, wg, 1e-6);
+    EXPECT_TRUE(torch::equal(both.sum, xg + dg)) << what << " residual add";
+    close(both.normed, testing::unfused_rms_norm(xg + dg, wg, 1e-6), "add_rms_norm vs operators");
+    close(both.normed, kernels::add_rms_norm(x, delta, weight, 1e-6).normed, "add_rms_norm vs CPU reference");
+    const auto gate = (3 * torch::randn({9, 1, 4096})).to(dtype), up = torch::randn({9, 1, 4096}).to(dtype);
+    close(kernels::swiglu(gate.to(gpu), up.to(gpu)), torch::silu(gate.to(gpu)) * up.to(gpu), "swiglu vs operators");
+    close(kernels::swiglu(gate.to(gpu), up.to(gpu)), kernels::swiglu(gate, up), "swiglu vs CPU reference");
+    const auto q = torch::randn({9, 16, 128}).to(dtype);
+    const auto angles = torch::rand({9, 128}) * 100;
+    const auto cos = angles.cos().to(dtype), sin = angles.sin().to(dtype);
+    auto rotated = kernels::rotary(q.to(gpu), cos.to(gpu), sin.to(gpu));
+    close(rotated, q.to(gpu) * cos.to(gpu).unsqueeze(1) + testing::rotate_half(q.to(gpu)) * sin.to(gpu).unsqueeze(1),
+          "rotary vs operators");
+    close(rotated, kernels::rotary(q, cos, sin), "rotary vs CPU reference");
+  }
+}
+
+// The paged decode attention kernel at long contexts (many partitions, split-KV reduced by the second kernel),
+// GQA of 2 and 7, with and without a sliding window: against gathered K/V through SDPA on the GPU and against
+// the CPU reference of the same partitions.
+TEST(CudaParity, DecodeKernelsPagedAttentionMatchesGatheredSdpaAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(9);
+  const torch::Device gpu(torch::kCUDA);
+  const int64_t dim = 128;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+    for (auto [heads, kv] : std::vector<std::pair<int64_t, int64_t>>{{16, 8}, {14, 2}}) {
+      for (int64_t window : {int64_t{0}, int64_t{300}}) {
+        const auto cpu = testing::paged_case({0, 17, 1023, 2900, 64, 511}, heads, kv, dim, 16, dtype);
+        const auto c = cpu.to(gpu);
+        const std::string what = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " heads " +
+                                 std::to_string(heads) + "/" + std::to_string(kv) + " window " + std::to_string(window);
+        auto reference = testing::unfused_paged_attention(c, scale, window).cpu();
+        for (int64_t partition : {int64_t{0}, int64_t{32}, int64_t{256}}) {
+          auto fused = kernels::paged_decode_attention(c.q, c.key_pool, c.value_pool, c.tables, c.lengths, c.span,
+                                                       scale, window, partition)
+                           .cpu();
+          ASSERT_EQ(fused.scalar_type(), dtype) << what;
+          EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat32), reference, tol, tol))
+              << what << " partition " << partition << " vs SDPA, max diff "
+              << (fused.to(torch::kFloat32) - reference).abs().max().item<double>();
+          auto on_cpu = kernels::paged_decode_attention(cpu.q, cpu.key_pool, cpu.value_pool, cpu.tables, cpu.lengths,
+                                                        cpu.span, scale, window, partition);
+          EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat32), on_cpu.to(torch::kFloat32), tol, tol))
+              << what << " partition " << partition << " vs the CPU reference";
+        }
+      }
+    }
+  }
+}
+
+// Generation through the fused decode kernels (the default on CUDA) chooses the tokens of the gather path
+// (HF_DECODE_KERNELS=off: gathered K/V, SDPA and the unfused operators) and of the CPU, eager and replayed as CUDA
+// graphs, in fp32 and bf16; log-probs agree to rounding.
+TEST(CudaParity, DecodeKernelsGenerationChoosesTheGatherPathsTokens) {
+  SKIP_WITHOUT_GPU();
+  const auto saved = kernels::mode();
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    ModelPair p = make_pair(dtype, 8.0);
+    const auto prompts = paged_prompts();
+    GenerationConfig cfg = paged_greedy_config();
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    const double tol = dtype == torch::kFloat32 ? 1e-4 : 5e-2;
+    for (bool graphs : {false, true}) {
+      cfg.cuda_graphs = graphs;
+      kernels::set_mode(kernels::Mode::kOff);
+      auto gathered = generate(p.gpu, prompts, cfg);
+      kernels::set_mode(kernels::Mode::kCuda);
+      auto fused = generate(p.gpu, prompts, cfg);
+      const std::string how = what + (graphs ? " graphs" : " eager");
+      EXPECT_TRUE(torch::equal(fused.responses, gathered.responses)) << how;
+      EXPECT_TRUE(torch::allclose(fused.log_probs, gathered.log_probs, 1e-3, tol))
+          << how << " max diff " << (fused.log_probs - gathered.log_probs).abs().max().item<float>();
+      if (dtype == torch::kFloat32) {
+        auto cpu = generate(p.cpu, prompts, cfg);
+        EXPECT_TRUE(torch::equal(fused.responses.cpu(), cpu.responses)) << how << " vs the CPU";
+      }
+    }
+  }
+  kernels::set_mode(saved);
 }
 
 TEST(CudaParity, SeededSamplingOnTheGpuIsReproducibleAndStopsAtEos) {
@@ -251,6 +370,93 @@ TEST(CudaParity, NcclCollectivesOnOneRank) {
   EXPECT_TRUE(parts[0].is_cuda());
   comm.broadcast(t, 0);
   EXPECT_EQ(comm.stats().of("all_reduce").bytes, 8 * 4);
+}
+
+// The fused CUDA paths against the loops they replace, on the GPU, in bf16: the same model's logits and every
+// parameter's gradient of one loss, once with the fused path and once under a PortableKernelsGuard.
+struct ForwardAndGrads {
+  torch::Tensor logits;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+ForwardAndGrads forward_and_grads(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                                  bool portable) {
+  PortableKernelsGuard guard(portable);
+  model->zero_grad();
+  auto logits = model->forward(ids, mask).logits.to(torch::kFloat32);
+  // A loss with a dense, contiguous gradient into every logit (fixed seed: the same in both calls).
+  torch::manual_seed(11);
+  auto weights = torch::randn(logits.sizes(), logits.options());
+  (logits * weights * mask.ne(0).unsqueeze(-1)).sum().backward();
+  ForwardAndGrads out{logits.detach(), {}};
+  for (auto& item : model->named_parameters())
+    if (item.value().grad().defined()) out.grads[item.key()] = item.value().grad().to(torch::kFloat32).clone();
+  return out;
+}
+
+// max |a - b| over max |b|.
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+void expect_fused_matches_portable(CausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask,
+                                   double tolerance) {
+  const auto fused = forward_and_grads(model, ids, mask, false);
+  const auto portable = forward_and_grads(model, ids, mask, true);
+  const auto real = mask.ne(0).unsqueeze(-1).expand_as(fused.logits);
+  EXPECT_LT(relative_difference(fused.logits.masked_select(real), portable.logits.masked_select(real)), tolerance)
+      << "logits";
+  ASSERT_EQ(fused.grads.size(), portable.grads.size());
+  ASSERT_FALSE(fused.grads.empty());
+  for (const auto& [name, grad] : portable.grads) {
+    ASSERT_TRUE(fused.grads.count(name)) << name;
+    if (grad.abs().max().item<double>() == 0) continue;  // e.g. an expert no token reached in either run
+    EXPECT_LT(relative_difference(fused.grads.at(name), grad), tolerance) << "gradient of " << name;
+  }
+}
+
+CausalLM bf16_gpu_model(const ModelConfig& config) {
+  torch::manual_seed(21);
+  CausalLM model(config);
+  model->to(torch::Device(torch::kCUDA), torch::kBFloat16);
+  return model;
+}
+
+// A Qwen3-MoE model (8 experts, top 2, hidden 128, expert width 96: 16-byte aligned): the experts as grouped
+// GEMMs give the expert loop's logits and gradients (router, experts, attention) to bf16 rounding. Two layers,
+// the second sparse: its router reads the same input in both runs, so no near tie can route differently.
+TEST(CudaParity, GroupedExpertGemmMatchesTheExpertLoop) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = preset_model_config("qwen3-moe-tiny", 97);
+  config.num_hidden_layers = 2;
+  const auto probe =
+      torch::zeros({4, config.hidden_size}, torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  if (!grouped_expert_gemm_applies(probe, torch::kBFloat16, config.hidden_size, config.expert_intermediate_size()))
+    GTEST_SKIP() << "the grouped expert GEMM needs compute capability 9.0 or newer";
+  CausalLM model = bf16_gpu_model(config);
+  torch::manual_seed(3);
+  const auto ids = torch::randint(1, 97, {4, 24}, torch::kLong).cuda();
+  auto mask = torch::ones({4, 24}, torch::kLong);
+  mask[2].slice(0, 0, 7).zero_();  // a left-padded row
+  expect_fused_matches_portable(model, ids, mask.cuda(), 3e-2);
+}
+
+// A packed row (three sequences and trailing padding, grouped-query heads): one varlen flash attention call
+// gives the per-sequence loop's logits and gradients to bf16 rounding.
+TEST(CudaParity, VarlenFlashAttentionOnPackedRowsMatchesThePerSequenceLoop) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = preset_model_config("qwen3-tiny", 97);  // 4 heads over 2 KV heads, head_dim 48
+  const auto probe = torch::zeros({1, config.num_attention_heads, 4, config.head_dim()},
+                                  torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA));
+  if (!varlen_flash_attention_applies(probe)) GTEST_SKIP() << "varlen flash attention needs compute capability 8.0";
+  CausalLM model = bf16_gpu_model(config);
+  torch::manual_seed(4);
+  const auto ids = torch::randint(1, 97, {1, 40}, torch::kLong).cuda();
+  auto mask = torch::zeros({1, 40}, torch::kLong);
+  mask[0].slice(0, 0, 13).fill_(1);
+  mask[0].slice(0, 13, 30).fill_(2);
+  mask[0].slice(0, 30, 35).fill_(3);  // positions 35..39: padding
+  expect_fused_matches_portable(model, ids, mask.cuda(), 3e-2);
 }
 
 }  // namespace

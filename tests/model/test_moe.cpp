@@ -88,6 +88,46 @@ TEST(MoeRouting, ExpertsRunOnTheirTokensAndSumWeighted) {
   }
 }
 
+// The grouped-GEMM form of the experts (the CUDA path; libtorch's reference implementation on the CPU) gives
+// each expert's own forward on its group of rows, an empty group and a subset of the experts included, and
+// the same gradients for the rows and every expert weight.
+TEST(MoeRouting, GroupedGemmFormEqualsEachExpertOnItsRows) {
+  torch::manual_seed(4);
+  std::vector<moe::Expert> experts;
+  for (int e = 0; e < 5; ++e) experts.push_back(moe::Expert(8, 16, "gate_proj", "up_proj", "down_proj"));
+  const std::vector<int64_t> sizes = {3, 0, 6, 2};  // experts 1..4 (expert 2 gets no row, expert 0 is left out)
+  const auto rows = torch::randn({11, 8}, torch::requires_grad());
+  const auto grad_out = torch::randn({11, 8});
+  // The gradients of the rows and of every expert weight (zeros where none flowed), cleared after reading.
+  auto take_grads = [&] {
+    std::vector<torch::Tensor> grads = {rows.grad().clone()};
+    rows.mutable_grad() = torch::Tensor();
+    for (auto& expert : experts)
+      for (auto& p : expert->parameters()) {
+        grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+        p.mutable_grad() = torch::Tensor();
+      }
+    return grads;
+  };
+  const auto grouped = moe::expert_groups_grouped_gemm(rows, experts, 1, sizes);
+  (grouped * grad_out).sum().backward();
+  const auto grouped_grads = take_grads();
+  std::vector<torch::Tensor> parts;
+  int64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    parts.push_back(experts[1 + i]->forward(rows.narrow(0, offset, sizes[i])));
+    offset += sizes[i];
+  }
+  const auto looped = torch::cat(parts);
+  (looped * grad_out).sum().backward();
+  const auto looped_grads = take_grads();
+  EXPECT_TRUE(torch::allclose(grouped, looped, 1e-5, 1e-6)) << (grouped - looped).abs().max().item<double>();
+  ASSERT_EQ(grouped_grads.size(), looped_grads.size());
+  for (size_t i = 0; i < looped_grads.size(); ++i)
+    EXPECT_TRUE(torch::allclose(grouped_grads[i], looped_grads[i], 1e-5, 1e-6)) << "gradient " << i;
+  EXPECT_GT(looped_grads[1 + 3 * 3].abs().max().item<double>(), 0) << "expert 3 trained";
+}
+
 // transformers' load_balancing_loss_func written out token by token: E x sum_e f_e P_e, f_e the share of
 // top-k assignments to e and P_e its mean probability, over every layer's real tokens together.
 TEST(MoeRouting, LoadBalancingLossIsTheSwitchTransformerLoss) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/kernels/decode_kernels.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -394,11 +395,13 @@ TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
     CausalLM model(config);
     model->eval();
     for (int64_t rows : {int64_t{3}, int64_t{11}}) {
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
         // Fused kernels with slots out of order; operators with slots out of order (gathered) and in order
-        // (the cache read as a view).
-        const bool fused = variant == 0, in_order = variant == 2;
-        const std::string what = preset + " rows " + std::to_string(rows) + (fused ? " fused" : " operators") +
+        // (the cache read as a view); the fused decode kernels' CPU references (the CUDA decode path's
+        // arithmetic) with slots out of order.
+        const bool fused = variant == 0, in_order = variant == 2, decode_kernels = variant == 3;
+        const std::string what = preset + " rows " + std::to_string(rows) +
+                                 (fused ? " fused" : decode_kernels ? " decode kernels" : " operators") +
                                  (in_order ? " in slot order" : "");
         const int64_t steps = 3, slots = rows + 2;
         std::vector<torch::Tensor> sequences;
@@ -431,7 +434,13 @@ TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
           auto ids = torch::empty({rows, 1}, torch::kInt64);
           for (int64_t r = 0; r < rows; ++r) ids[r][0] = sequences[r][0][lengths[r]];
           torch::Tensor logits;
-          if (fused) {
+          if (decode_kernels) {
+            torch::NoGradGuard no_grad;
+            const auto saved = kernels::mode();
+            kernels::set_mode(kernels::Mode::kEverywhere);
+            logits = model->apply_head(model->decode_slots(ids, slot_of, lengths, cache)).logits;
+            kernels::set_mode(saved);
+          } else if (fused) {
             torch::NoGradGuard no_grad;
             logits = model->apply_head(model->decode_slots(ids, slot_of, lengths, cache)).logits;
           } else {
@@ -455,7 +464,9 @@ TEST_F(TransformerTest, DecodeSlotsEqualsFullForward) {
 // The same step on a paged cache (decode_paged): each row's positions in blocks of 2 taken from a shuffled
 // pool, so tables cross blocks in no order and rows of different lengths have tables of different widths;
 // prompts written by PagedKVCache::write_prefill. Every token's logits equal a full forward, through the
-// fused kernels and the operators (which gather the blocks), with Mistral's window spanning several blocks.
+// fused kernels and the operators (which gather the blocks), with Mistral's window spanning several blocks; and
+// through the fused decode kernels' CPU references (kernels/decode_kernels.h: the CUDA decode path's arithmetic,
+// reading the blocks in place).
 TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
   for (const std::string preset : {"tiny", "qwen3-tiny", "mistral-tiny"}) {
     const ModelConfig config = decode_test_config(preset, 32, 48, 5);
@@ -464,8 +475,10 @@ TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
     CausalLM model(config);
     model->eval();
     for (int64_t rows : {int64_t{3}, int64_t{11}}) {
-      for (bool fused : {true, false}) {
-        const std::string what = preset + " rows " + std::to_string(rows) + (fused ? " fused" : " operators");
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool fused = variant == 0, decode_kernels = variant == 2;
+        const std::string what = preset + " rows " + std::to_string(rows) +
+                                 (fused ? " fused" : decode_kernels ? " decode kernels" : " operators");
         const int64_t steps = 4, block_size = 2, blocks = rows * 8;
         std::vector<int64_t> pool(static_cast<size_t>(blocks));
         for (int64_t b = 0; b < blocks; ++b) pool[static_cast<size_t>(b)] = (b * 7 + 3) % blocks;  // 7 is prime to 8k
@@ -498,7 +511,12 @@ TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
             if (lengths[r] == static_cast<int64_t>(table.size()) * block_size) table.push_back(pool[next_block++]);
           }
           torch::Tensor logits;
-          if (fused) {
+          if (decode_kernels) {
+            const auto saved = kernels::mode();
+            kernels::set_mode(kernels::Mode::kEverywhere);
+            logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits;
+            kernels::set_mode(saved);
+          } else if (fused) {
             logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits;
           } else {
             torch::AutoGradMode grad(true);

@@ -81,4 +81,22 @@ class Communicator {
   CommStats stats_;
 };
 
+// A group of ranks as model code sees it: a tensor-, sequence- or expert-parallel group (named by the aliases in
+// tensor_parallel.h, sequence_parallel.h and expert_parallel.h) is a communicator, or none for one process.
+// Default-constructed: one process, no communication; every collective helper is then the identity.
+class ParallelGroup {
+ public:
+  ParallelGroup() = default;
+  // The communicator must outlive every model and tensor that uses this group.
+  explicit ParallelGroup(Communicator* comm) : comm_(comm) {}
+
+  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  int size() const { return comm_ != nullptr ? comm_->size() : 1; }
+  bool enabled() const { return size() > 1; }
+  Communicator* comm() const { return comm_; }
+
+ private:
+  Communicator* comm_ = nullptr;
+};
+
 }  // namespace hybridflow

@@ -22,21 +22,8 @@
 
 namespace hybridflow {
 
-// An expert-parallel group as model code sees it. Default-constructed: one process, no communication.
-class ExpertParallelGroup {
- public:
-  ExpertParallelGroup() = default;
-  // The communicator must outlive every model and tensor that uses this group.
-  explicit ExpertParallelGroup(Communicator* comm) : comm_(comm) {}
-
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
-  int size() const { return comm_ != nullptr ? comm_->size() : 1; }
-  bool enabled() const { return size() > 1; }
-  Communicator* comm() const { return comm_; }
-
- private:
-  Communicator* comm_ = nullptr;
-};
+// An expert-parallel group (collectives.h).
+using ExpertParallelGroup = ParallelGroup;
 
 // counts (a multiple of the group size n long) in n equal chunks, chunk j for rank j; returns the chunks the
 // ranks sent here, chunk i from rank i. One equal all-to-all of integers (e.g. tokens per expert).

@@ -22,21 +22,8 @@
 
 namespace hybridflow {
 
-// A sequence-parallel group as model code sees it. Default-constructed: one process, no communication.
-class SequenceParallelGroup {
- public:
-  SequenceParallelGroup() = default;
-  // The communicator must outlive every model and tensor that uses this group.
-  explicit SequenceParallelGroup(Communicator* comm) : comm_(comm) {}
-
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
-  int size() const { return comm_ != nullptr ? comm_->size() : 1; }
-  bool enabled() const { return size() > 1; }
-  Communicator* comm() const { return comm_; }
-
- private:
-  Communicator* comm_ = nullptr;
-};
+// A sequence-parallel group (collectives.h).
+using SequenceParallelGroup = ParallelGroup;
 
 // The sequence length rounded up to a multiple of the group size (the model pads with masked positions).
 int64_t sequence_parallel_padded_length(int64_t length, int size);

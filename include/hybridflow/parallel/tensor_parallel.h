@@ -20,21 +20,8 @@
 
 namespace hybridflow {
 
-// A tensor-parallel group as model code sees it. Default-constructed: one process, no communication.
-class TensorParallelGroup {
- public:
-  TensorParallelGroup() = default;
-  // The communicator must outlive every model and tensor that uses this group.
-  explicit TensorParallelGroup(Communicator* comm) : comm_(comm) {}
-
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
-  int size() const { return comm_ != nullptr ? comm_->size() : 1; }
-  bool enabled() const { return size() > 1; }
-  Communicator* comm() const { return comm_; }
-
- private:
-  Communicator* comm_ = nullptr;
-};
+// A tensor-parallel group (collectives.h).
+using TensorParallelGroup = ParallelGroup;
 
 // This rank's part of `total` items split evenly over `parts`: [start, start + length). Throws naming
 // `what` (e.g. "num_attention_heads") when total does not divide by parts.
