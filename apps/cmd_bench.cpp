@@ -44,6 +44,7 @@ struct BenchOptions {
   int64_t kv_block_size = 16;
   bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
   bool cuda_graphs = false;        // paged decode steps replayed as CUDA graphs (--device cuda)
+  int64_t readback_interval = 1;   // decode steps between two reads of the device
   double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
   double gpu_memory_utilization = 0.5;
   int64_t steps = 3;
@@ -273,7 +274,8 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
   DecodeSpeed last;
   for (int64_t b : batches) {
     const DecodeSpeed speed =
-        measure_decode(model, b, o.prompt_length, o.response_length, o.decode_reps, paged, o.kv_block_size, graphs);
+        measure_decode(model, b, o.prompt_length, o.response_length, o.decode_reps, paged, o.kv_block_size, graphs,
+                       o.readback_interval);
     const DecodeSpeed slots =
         compare_slots ? measure_decode(model, b, o.prompt_length, o.response_length, 2, false) : DecodeSpeed{};
     last = speed;
@@ -297,6 +299,10 @@ void run_decode_and_prefill(const BenchOptions& o, const Setup& s) {
     m.extra["prompt_length"] = o.prompt_length;
     m.extra["new_tokens"] = o.response_length;
     if (graphs) m.extra["cuda_graphs"] = true;
+    // A decode step draws one token for every row; the prefill's read of the first tokens counts too.
+    m.extra["readback_interval"] = o.readback_interval;
+    m.extra["host_syncs_per_step"] = speed.host_syncs_per_step;
+    m.extra["host_syncs_per_token"] = speed.host_syncs_per_step / static_cast<double>(b);
     // Decode alone: the time past the prefill, as decode_tokens_per_s.
     add_cache_extras(o, m, paged, speed.kv_peak_bytes, 1.0 / speed.decode_tokens_per_s,
                      compare_slots ? 1.0 / slots.decode_tokens_per_s : 0.0, slots.kv_peak_bytes);
@@ -334,6 +340,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.cuda_graphs = cuda_graphs(o, s);
+  ro.readback_interval = o.readback_interval;
   ro.continuous = false;
   const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
@@ -355,7 +362,8 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
                  speed.seconds / 1e9;
     m.extra = {{"prompts", o.rollout_prompts}, {"samples", o.samples}, {"seconds", speed.seconds},
                {"mean_length", speed.mean_length}, {"max_length", speed.max_length},
-               {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids}};
+               {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids},
+               {"host_syncs_per_token", static_cast<double>(speed.host_syncs) / speed.tokens}};
     return m;
   };
   if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
@@ -645,6 +653,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   gen->add_flag("--cuda-graphs", opts->cuda_graphs,
                 "with --device cuda: replay the paged decode steps as CUDA graphs (the trainer's "
                 "rollout.enforce_eager: false)");
+  gen->add_option("--readback-interval", opts->readback_interval,
+                  "decode steps between two reads of the device: sampled tokens and stop checks stay there in "
+                  "between (the trainer's rollout.readback_interval)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   gen->add_flag("--slots-baseline", opts->slots_baseline,
                 "with --kv-cache paged, also decode and roll out on the slots (the in-run baseline)");
   gen->add_flag("!--no-static-baseline", opts->static_baseline,

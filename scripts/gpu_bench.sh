@@ -34,9 +34,10 @@
 #                                              # and "rollout qwen3-0.6b graphs": the same work with these flags,
 #                                              # each right after its plain cell, in the table beside it
 #                                              # (OUT then holds 8 files: the device call returns no more)
-#                                              # On a GPU this variant is the default (HF_BENCH_VARIANT_FLAGS= turns
-#                                              # it off), after a "decode parity" cell: test_cuda_parity's
-#                                              # graph-vs-eager and fused-decode-kernel tests, built with hybridflow
+#                                              # On a GPU "--cuda-graphs --readback-interval 8" is the default
+#                                              # variant (HF_BENCH_VARIANT_FLAGS= turns it off), after a "decode
+#                                              # parity" cell: test_cuda_parity's graph-vs-eager, chunked read-back
+#                                              # and fused-decode-kernel tests, built with hybridflow
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -113,10 +114,11 @@ grpo_args+=(--prompts $grpo_prompts --group $grpo_group --response-length $grpo_
 # Extra flags for every hybridflow `bench generate` cell, and an optional variant of the decode, profile and
 # rollout cells (see the header): word-split, as on a command line.
 read -r -a generate_flags <<< "${HF_BENCH_GENERATE_FLAGS:-}"
-# On a GPU the variant is CUDA-graph decode unless the caller names another (HF_BENCH_VARIANT_FLAGS= for none):
-# graphs have not run on a GPU before, so the eager cells stay the baseline beside them.
+# On a GPU the variant is CUDA-graph decode read back every 8 steps (no host synchronisation in between)
+# unless the caller names another (HF_BENCH_VARIANT_FLAGS= for none): neither has run on a GPU before, so the
+# eager cells, read back every step, stay the baseline beside them.
 if [ "$mode" = gpu ] && [ -z "${HF_BENCH_VARIANT_FLAGS+set}" ]; then
-  HF_BENCH_VARIANT_FLAGS=--cuda-graphs HF_BENCH_VARIANT_NAME=${HF_BENCH_VARIANT_NAME:-graphs}
+  HF_BENCH_VARIANT_FLAGS="--cuda-graphs --readback-interval 8" HF_BENCH_VARIANT_NAME=${HF_BENCH_VARIANT_NAME:-graphs}
 fi
 read -r -a variant_flags <<< "${HF_BENCH_VARIANT_FLAGS:-}"
 variant=${HF_BENCH_VARIANT_NAME:-variant}
@@ -199,7 +201,7 @@ fi
 # do the fused decode kernels (every hybridflow decode cell uses them; HF_DECODE_KERNELS=off runs the gather path
 # instead) compute what the unfused operators do?
 [ "$mode" = gpu ] && [ -x "$build/test_cuda_parity" ] &&
-  cell "decode parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*:*DecodeKernels*'
+  cell "decode parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*:*DecodeKernels*:*ChunkedReadBack*'
 
 cell bounds 60 "$python" "${peers[@]}" bounds "${bounds_args[@]}"
 tokenizer=.gpudeps/tokenizer

@@ -165,6 +165,8 @@ class Scheduler {
       out.decode_graphs = graphs_->captured();
       out.graph_steps = graphs_->replayed_steps();
     }
+    out.host_syncs = host_syncs_;
+    out.decode_steps = decode_steps_;
     if (cfg_.stop_requested) {
       out.stopped = stopped_;
       out.finished = torch::zeros({total_}, torch::TensorOptions().dtype(torch::kBool));
@@ -400,43 +402,90 @@ class Scheduler {
       copy_to_slots(prefill, slots, sources, width);
   }
 
-  // One token for every running sequence.
+  // A chunk of decode steps, one token for every running sequence each, read back once at its end
+  // (cfg.readback_interval). The inputs after the first step are the tokens drawn on the device; the host
+  // advances the rows' lengths and blocks without reading them. A row that draws an eos id keeps decoding
+  // to the chunk's end (its later tokens discarded, its extra blocks freed with the rest); the chunk ends
+  // where a row reaches max_new_tokens, so no row writes past what it may hold.
   void decode() {
     const int64_t count = static_cast<int64_t>(rows_.size());
-    std::vector<int64_t> inputs, slots, lengths;
+    int64_t steps = cfg_.readback_interval;
+    std::vector<int64_t> inputs, slots, lengths, sequences, drawn;
     for (const Row& row : rows_) {
       inputs.push_back(row.token);
       slots.push_back(row.slot);
       lengths.push_back(row.length);
+      sequences.push_back(row.sequence);
+      drawn.push_back(static_cast<int64_t>(tokens_[static_cast<size_t>(row.sequence)].size()));
+      steps = std::min(steps, cfg_.max_new_tokens - drawn.back());
     }
-    link_.receive(count, 1);
-    const auto ids = [&] { return torch::tensor(inputs, torch::kInt64).view({count, 1}).to(device_); };
-    torch::Tensor hidden;
-    if (blocks_) {
-      std::vector<std::vector<int64_t>> tables;
-      for (const Row& row : rows_) {
-        // Room for the input token's key and value; a shared block is copied before the step writes to it.
-        const BlockManager::Append where = blocks_->append(row.paged);
-        if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
-        tables.push_back(blocks_->table(row.paged));
+    const torch::Tensor uniforms =
+        cfg_.greedy || !link_.samples() ? torch::Tensor() : sampling_uniforms(cfg_, sequences, drawn, steps, device_);
+    torch::Tensor input = upload(torch::tensor(inputs, torch::kInt64), device_);
+    TokenRing ring(count, steps, cfg_, device_);
+    std::vector<torch::Tensor> routing;  // per step [count, layers, k] on the device
+    for (int64_t k = 0; k < steps; ++k) {
+      link_.receive(count, 1);
+      torch::Tensor hidden;
+      if (blocks_) {
+        std::vector<std::vector<int64_t>> tables;
+        for (const Row& row : rows_) {
+          // Room for the input token's key and value; a shared block is copied before the step writes to it.
+          const BlockManager::Append where = blocks_->append(row.paged);
+          if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+          tables.push_back(blocks_->table(row.paged));
+        }
+        hidden = graphs_ ? graphs_->decode(input, tables, lengths)
+                         : model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
+      } else {
+        hidden = model_->decode_slots(input.view({count, 1}), slots, lengths, cache_);
       }
-      hidden = graphs_ ? graphs_->decode(inputs, tables, lengths)
-                       : model_->decode_paged(ids(), tables, lengths, paged_);
-    } else {
-      hidden = model_->decode_slots(ids(), slots, lengths, cache_);
+      link_.send(hidden);
+      if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
+      for (int64_t& length : lengths) ++length;  // the input token is in the cache now
+      TokenDraw draw;
+      if (link_.samples()) draw = choose_tokens_on_device(model_, hidden.select(1, 0), cfg_, uniforms.defined() ? uniforms[k] : uniforms);
+      link_.share(draw.tokens, draw.log_probs, count);
+      ring.record(k, draw.tokens, draw.log_probs, draw.no_mass);
+      input = draw.tokens;
     }
-    link_.send(hidden);
-    if (cfg_.record_routing) {
-      // [count, layers, k]: the routing of each row's input token, its response token number `steps` so far.
-      const auto step = torch::stack(model_->recorded_routing().layers, 2).select(1, 0).to(torch::kCPU, torch::kInt32);
-      for (size_t r = 0; r < rows_.size(); ++r)
-        response_routing_[static_cast<size_t>(rows_[r].sequence)].push_back(step[static_cast<int64_t>(r)]);
+    const TokenRing::Chunk chunk = ring.read_back();
+    ++host_syncs_;
+    decode_steps_ += steps;
+    torch::Tensor routed;
+    if (!routing.empty()) routed = torch::stack(routing).to(torch::kCPU, torch::kInt32);  // [steps, count, layers, k]
+    retire(chunk, routed);
+  }
+
+  // Records a chunk's counted tokens for each running row and retires the sequences that ended in it.
+  void retire(const TokenRing::Chunk& chunk, const torch::Tensor& routed) {
+    const auto tokens = chunk.tokens.accessor<int64_t, 2>();
+    const auto log_probs = chunk.log_probs.accessor<float, 2>();
+    const auto live = chunk.live.accessor<bool, 2>();
+    const auto ended = chunk.ended.accessor<bool, 1>();
+    std::vector<Row> running;
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      Row row = rows_[r];
+      const auto q = static_cast<size_t>(row.sequence);
+      const auto i = static_cast<int64_t>(r);
+      for (int64_t k = 0; k < tokens.size(0) && live[k][i]; ++k) {
+        tokens_[q].push_back(tokens[k][i]);
+        log_probs_[q].push_back(log_probs[k][i]);
+        if (cfg_.refresh_weights) versions_[q].push_back(version_);
+        // The routing of the step's input token, the row's response token number k so far.
+        if (routed.defined()) response_routing_[q].push_back(routed[k][i]);
+        row.token = tokens[k][i];
+        ++row.length;
+      }
+      if (ended[i] || static_cast<int64_t>(tokens_[q].size()) == cfg_.max_new_tokens) {
+        finished_[q] = true;
+        free_slots_.insert(row.slot);
+        if (blocks_) blocks_->release(row.paged);
+      } else {
+        running.push_back(row);
+      }
     }
-    for (Row& row : rows_) ++row.length;  // the input token is in the cache now
-    torch::Tensor tokens, log_probs;
-    if (link_.samples()) std::tie(tokens, log_probs) = choose(rows_, hidden.select(1, 0));
-    link_.share(tokens, log_probs, count);
-    take(0, tokens, log_probs);
+    rows_ = std::move(running);
   }
 
   std::pair<torch::Tensor, torch::Tensor> choose(const std::vector<Row>& rows, const torch::Tensor& hidden) {
@@ -450,8 +499,11 @@ class Scheduler {
 
   // Records the tokens drawn for rows_[first..] and retires the sequences they end.
   void take(size_t first, const torch::Tensor& tokens, const torch::Tensor& log_probs) {
-    const auto tokens_cpu = tokens.to(torch::kCPU, torch::kInt64).contiguous();
-    const auto log_probs_cpu = log_probs.to(torch::kCPU, torch::kFloat32).contiguous();
+    // One read of the device for both (float64 holds the ids and the float32 log-probs exactly).
+    const auto both = torch::stack({tokens.to(torch::kFloat64), log_probs.to(torch::kFloat64)}).to(torch::kCPU);
+    ++host_syncs_;
+    const auto tokens_cpu = both[0].to(torch::kInt64).contiguous();
+    const auto log_probs_cpu = both[1].to(torch::kFloat32).contiguous();
     const int64_t* t = tokens_cpu.data_ptr<int64_t>();
     const float* lp = log_probs_cpu.data_ptr<float>();
     std::vector<Row> running(rows_.begin(), rows_.begin() + static_cast<std::ptrdiff_t>(first));
@@ -559,6 +611,7 @@ class Scheduler {
   std::vector<std::vector<float>> log_probs_;
   std::vector<bool> finished_;  // per sequence: ended (eos or max_new_tokens)
   bool stopped_ = false;        // cfg.stop_requested stopped the run before every sequence ended
+  int64_t host_syncs_ = 0, decode_steps_ = 0;  // GenerationOutput's counts
   // Partial rollouts (cfg.refresh_weights): the weights' version (-1 before the first round), each token's
   // version, and the sequences prefilled again with newer weights.
   int64_t version_ = -1;

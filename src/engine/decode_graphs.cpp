@@ -60,13 +60,25 @@ DecodeGraphs::~DecodeGraphs() = default;
 
 torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std::vector<std::vector<int64_t>>& tables,
                                    const std::vector<int64_t>& lengths) {
+  return step(tokens, torch::Tensor(), tables, lengths);
+}
+
+torch::Tensor DecodeGraphs::decode(const torch::Tensor& tokens, const std::vector<std::vector<int64_t>>& tables,
+                                   const std::vector<int64_t>& lengths) {
+  return step(std::vector<int64_t>(static_cast<size_t>(tokens.size(0)), pad_token_), tokens, tables, lengths);
+}
+
+torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch::Tensor& device_tokens,
+                                 const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths) {
   const auto rows = static_cast<int64_t>(tokens.size());
   int64_t longest = 1;
   for (int64_t length : lengths) longest = std::max(longest, length + 1);
   const DecodeGraphPlan::Decision decision = plan_.decide(rows, longest);
   if (decision.action == DecodeGraphPlan::Action::kEager) {
     ++eager_;
-    auto ids = torch::tensor(tokens, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device_);
+    auto ids = device_tokens.defined()
+                   ? device_tokens.view({rows, 1})
+                   : torch::tensor(tokens, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device_);
     return model_->decode_paged(ids, tables, lengths, cache_);
   }
 #ifndef HF_WITH_CUDA
@@ -89,6 +101,7 @@ torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std
     g.lengths = g.inputs.narrow(0, n, n);
     g.tables = g.inputs.narrow(0, 2 * n, n * width).view({n, width});
     g.inputs.copy_(host, /*non_blocking=*/true);
+    if (device_tokens.defined()) g.tokens.narrow(0, 0, rows).copy_(device_tokens.view({rows, 1}));
     auto run = [&] {
       return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_);
     };
@@ -105,6 +118,7 @@ torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std
     plan_.mark_captured(bucket);
   } else {
     slot->inputs.copy_(host, /*non_blocking=*/true);
+    if (device_tokens.defined()) slot->tokens.narrow(0, 0, rows).copy_(device_tokens.view({rows, 1}));
   }
   slot->graph.replay();
   ++replayed_;

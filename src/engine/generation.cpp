@@ -27,6 +27,8 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
            "] (0 = all)");
   HF_CHECK(cfg.max_num_seqs >= 0, "generation: max_num_seqs must be >= 0 (0 = every sequence at once), got ",
            cfg.max_num_seqs);
+  HF_CHECK(cfg.readback_interval >= 1, "generation: readback_interval must be >= 1 decode step, got ",
+           cfg.readback_interval);
   HF_CHECK(cfg.kv_block_size >= 1, "generation: kv_block_size must be >= 1 token, got ", cfg.kv_block_size);
   HF_CHECK(cfg.kv_cache_blocks >= 0 && cfg.memory_budget_bytes >= 0,
            "generation: kv_cache_blocks and memory_budget_bytes must be >= 0 (0 = not set), got ", cfg.kv_cache_blocks,
@@ -75,55 +77,15 @@ double sampling_uniform(uint64_t seed, int64_t sequence, int64_t step) {
 
 std::pair<torch::Tensor, torch::Tensor> sample_next_tokens(const torch::Tensor& logits, const GenerationConfig& cfg,
                                                            const std::vector<double>& uniforms) {
-  if (cfg.greedy) {
-    auto tokens = logits.argmax(-1);
-    auto log_probs = torch::log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
-    return {tokens, log_probs};
+  torch::Tensor drawn_with;
+  if (!cfg.greedy) {
+    HF_CHECK(static_cast<int64_t>(uniforms.size()) == logits.size(0), "sample_next_tokens: ", uniforms.size(),
+             " uniform numbers for ", logits.size(0), " rows");
+    drawn_with = generation::upload(torch::tensor(uniforms, torch::kFloat64), logits.device());
   }
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  HF_CHECK(static_cast<int64_t>(uniforms.size()) == rows, "sample_next_tokens: ", uniforms.size(),
-           " uniform numbers for ", rows, " rows");
-  auto scaled = logits / cfg.temperature;
-  auto log_probs = torch::log_softmax(scaled, -1);
-  auto filtered = scaled;
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (cfg.top_k > 0 && cfg.top_k < vocab) {
-    auto kth = std::get<0>(filtered.topk(cfg.top_k, -1)).slice(-1, cfg.top_k - 1);
-    filtered = filtered.masked_fill(filtered < kth, neg_inf);
-  }
-  if (cfg.top_p < 1.0) {
-    auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
-    auto probs = torch::softmax(sorted, -1);
-    // Drop a token when the tokens ranked above it already hold top_p of the mass; the first always stays.
-    auto drop = (probs.cumsum(-1) - probs) > cfg.top_p;
-    filtered = filtered.scatter(-1, order, sorted.masked_fill(drop, neg_inf));
-  }
-  // Inverse transform on the CPU, accumulated in double: a row's token depends on its own uniform only.
-  auto probs = torch::softmax(filtered, -1).to(torch::kCPU, torch::kFloat32).contiguous();
-  auto tokens = torch::empty({rows}, torch::TensorOptions().dtype(torch::kInt64));
-  auto* chosen = tokens.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* p = probs.data_ptr<float>() + r * vocab;
-    double total = 0;
-    for (int64_t i = 0; i < vocab; ++i) total += p[i];
-    HF_CHECK(std::isfinite(total) && total > 0, "generation: row ", r,
-             " has no finite sampling distribution (NaN or infinite logits)");
-    const double target = uniforms[static_cast<size_t>(r)] * total;
-    double cumulative = 0;
-    int64_t pick = -1, last_possible = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (p[i] <= 0) continue;
-      last_possible = i;
-      cumulative += p[i];
-      if (cumulative > target) {
-        pick = i;
-        break;
-      }
-    }
-    chosen[r] = pick >= 0 ? pick : last_possible;
-  }
-  tokens = tokens.to(logits.device());
-  return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
+  generation::TokenDraw draw = generation::draw_tokens(logits, cfg, drawn_with);
+  generation::check_sampleable(draw.no_mass);
+  return {draw.tokens, draw.log_probs};
 }
 
 namespace generation {
@@ -177,28 +139,123 @@ void StageLink::share(torch::Tensor& tokens, torch::Tensor& log_probs, int64_t r
   log_probs = chosen[1].to(torch::kFloat32);
 }
 
-std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const torch::Tensor& hidden,
-                                                      const GenerationConfig& cfg,
-                                                      const std::vector<int64_t>& sequences,
-                                                      const std::vector<int64_t>& steps) {
+torch::Tensor upload(const torch::Tensor& host, torch::Device device) {
+  if (device.is_cpu()) return host;
+  // From pinned memory the copy is queued behind the device's work instead of waiting for it.
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<int64_t>& sequences,
+                                const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device) {
+  const auto rows = static_cast<int64_t>(sequences.size());
+  auto host = torch::empty({steps, rows}, torch::TensorOptions().dtype(torch::kFloat64));
+  double* u = host.data_ptr<double>();
+  for (int64_t k = 0; k < steps; ++k)
+    for (int64_t r = 0; r < rows; ++r)
+      u[k * rows + r] = sampling_uniform(cfg.seed, sequences[static_cast<size_t>(r)],
+                                         first_steps[static_cast<size_t>(r)] + k);
+  return upload(host, device);
+}
+
+TokenDraw draw_tokens(const torch::Tensor& logits, const GenerationConfig& cfg, const torch::Tensor& uniforms) {
+  if (cfg.greedy) {
+    auto tokens = logits.argmax(-1);
+    auto log_probs = torch::log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+    return {tokens, log_probs, torch::Tensor()};
+  }
+  const int64_t vocab = logits.size(1);
+  auto scaled = logits / cfg.temperature;
+  auto log_probs = torch::log_softmax(scaled, -1);
+  auto filtered = scaled;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (cfg.top_k > 0 && cfg.top_k < vocab) {
+    auto kth = std::get<0>(filtered.topk(cfg.top_k, -1)).slice(-1, cfg.top_k - 1);
+    filtered = filtered.masked_fill(filtered < kth, neg_inf);
+  }
+  if (cfg.top_p < 1.0) {
+    auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
+    auto probs = torch::softmax(sorted, -1);
+    // Drop a token when the tokens ranked above it already hold top_p of the mass; the first always stays.
+    auto drop = (probs.cumsum(-1) - probs) > cfg.top_p;
+    filtered = filtered.scatter(-1, order, sorted.masked_fill(drop, neg_inf));
+  }
+  // Inverse transform, accumulated in double: a row's token is the first whose cumulative probability exceeds
+  // its uniform x the row's total, i.e. the count of cumulative sums at or below it (they never decrease: a
+  // binary search). On the CPU the sum runs left to right, as the host loop this replaced did, so the same
+  // ids come out.
+  auto cumulative = torch::softmax(filtered, -1).to(torch::kFloat32).to(torch::kFloat64).cumsum(-1);
+  auto total = cumulative.narrow(-1, vocab - 1, 1).contiguous();
+  auto below = torch::searchsorted(cumulative, uniforms.to(cumulative.device()).unsqueeze(-1) * total,
+                                   /*out_int32=*/false, /*right=*/true);
+  // Rounding may leave the target at the total: then the last token that can be drawn, the first position
+  // where the sum reaches its total.
+  auto last_possible = torch::searchsorted(cumulative, total, /*out_int32=*/false, /*right=*/false);
+  auto tokens = torch::minimum(below, last_possible).squeeze(-1).clamp_max(vocab - 1);  // NaN rows: in range
+  total = total.squeeze(-1);
+  auto no_mass = total.isfinite().logical_not() | total.le(0);
+  return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), no_mass};
+}
+
+void check_sampleable(const torch::Tensor& no_mass) {
+  if (!no_mass.defined()) return;
+  const auto rows = no_mass.to(torch::kCPU).nonzero();
+  HF_CHECK(rows.numel() == 0, "generation: row ", rows.numel() > 0 ? rows[0][0].item<int64_t>() : 0,
+           " has no finite sampling distribution (NaN or infinite logits)");
+}
+
+TokenDraw choose_tokens_on_device(CausalLM& model, const torch::Tensor& hidden, const GenerationConfig& cfg,
+                                  const torch::Tensor& uniforms) {
   auto logits = model->full_vocab_logits(hidden);
   // Batch-invariant mode: the recorded log-probs come from the kernel the actor's recomputation uses, over
   // the whole vocabulary as there (ids past sampleable_vocab_size are still never drawn).
   const torch::Tensor unmasked = batch_invariant_active() ? logits.clone() : torch::Tensor();
   if (cfg.sampleable_vocab_size > 0 && cfg.sampleable_vocab_size < logits.size(-1))
     logits.slice(-1, cfg.sampleable_vocab_size).fill_(-std::numeric_limits<float>::infinity());
-  std::vector<double> uniforms;
-  if (!cfg.greedy) {
-    uniforms.reserve(sequences.size());
-    for (size_t r = 0; r < sequences.size(); ++r)
-      uniforms.push_back(sampling_uniform(cfg.seed, sequences[r], steps[r]));
-  }
-  auto chosen = sample_next_tokens(logits, cfg, uniforms);
+  TokenDraw draw = draw_tokens(logits, cfg, uniforms);
   if (unmasked.defined())
-    chosen.second = batch_invariant::token_log_probs(unmasked, chosen.first, cfg.greedy ? 1.0 : cfg.temperature,
-                                                     /*with_entropy=*/false)
-                        .log_probs.to(chosen.second.device());
-  return chosen;
+    draw.log_probs = batch_invariant::token_log_probs(unmasked, draw.tokens, cfg.greedy ? 1.0 : cfg.temperature,
+                                                      /*with_entropy=*/false)
+                         .log_probs.to(draw.log_probs.device());
+  return draw;
+}
+
+std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const torch::Tensor& hidden,
+                                                      const GenerationConfig& cfg,
+                                                      const std::vector<int64_t>& sequences,
+                                                      const std::vector<int64_t>& steps) {
+  const torch::Tensor uniforms =
+      cfg.greedy ? torch::Tensor() : sampling_uniforms(cfg, sequences, steps, 1, hidden.device()).squeeze(0);
+  TokenDraw draw = choose_tokens_on_device(model, hidden, cfg, uniforms);
+  check_sampleable(draw.no_mass);
+  return {draw.tokens, draw.log_probs};
+}
+
+TokenRing::TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device) : steps_(steps) {
+  packed_ = torch::zeros({3 * steps + 2, rows}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  ended_ = torch::zeros({rows}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  no_mass_ = torch::zeros_like(ended_);
+  if (!cfg.eos_token_ids.empty()) eos_ids_ = upload(torch::tensor(cfg.eos_token_ids, torch::kInt64), device);
+}
+
+torch::Tensor TokenRing::record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
+                                const torch::Tensor& no_mass) {
+  torch::Tensor live = ended_.logical_not();
+  // float64 holds every token id (< 2^53) and every float32 log-prob exactly.
+  packed_[k].copy_(tokens);
+  packed_[steps_ + k].copy_(log_probs);
+  packed_[2 * steps_ + k].copy_(live);
+  if (no_mass.defined()) no_mass_.logical_or_(no_mass.logical_and(live));
+  if (eos_ids_.defined()) ended_.logical_or_(torch::isin(tokens, eos_ids_));
+  return live;
+}
+
+TokenRing::Chunk TokenRing::read_back() {
+  packed_[3 * steps_].copy_(ended_);
+  packed_[3 * steps_ + 1].copy_(no_mass_);
+  const torch::Tensor host = packed_.to(torch::kCPU);
+  check_sampleable(host[3 * steps_ + 1].gt(0.5));
+  return {host.narrow(0, 0, steps_).to(torch::kInt64), host.narrow(0, steps_, steps_).to(torch::kFloat32),
+          host.narrow(0, 2 * steps_, steps_).gt(0.5), host[3 * steps_].gt(0.5)};
 }
 
 bool is_eos(const GenerationConfig& cfg, int64_t token) {

@@ -6,8 +6,10 @@
 //
 // Expert-parallel decoding (the model's experts split over its group, not gathered): each MoE layer exchanges
 // tokens with the group, so every rank runs the same forwards. Finished rows then stay in the batch (their
-// tokens are not written), and the ranks stop together when no row of any of them is unfinished.
+// tokens are not written), and the ranks stop together when no row of any of them is unfinished; the stop
+// needs the group's count every step, so such a decode reads back every step whatever readback_interval says.
 #include <algorithm>
+#include <optional>
 
 #include "engine/generation_steps.h"
 
@@ -54,8 +56,18 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
   const bool shared_prefill = cfg.use_kv_cache && cfg.n > 1;
   const auto first_rows = torch::arange(0, batch, cfg.n, i64.device(device));
   torch::Tensor step_input = shared_prefill ? prompt_ids.index_select(0, first_rows) : prompt_ids;
-  int64_t longest = 0;
+  // Stop checks stay on the device for a chunk of readback_interval steps: a row that draws an eos id keeps
+  // its place (its later tokens are written as padding) until the chunk is read back, when rows that ended
+  // leave the batch.
+  int64_t longest = 0, host_syncs = 0, decode_steps = 0;
+  std::optional<TokenRing> ring;
+  int64_t chunk_start = 0, chunk_steps = 0;
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
+    if (!ring) {
+      chunk_start = step;
+      chunk_steps = lockstep ? 1 : std::min(cfg.readback_interval, cfg.max_new_tokens - step);
+      ring.emplace(static_cast<int64_t>(active_rows.size()), chunk_steps, cfg, device);
+    }
     const bool prefill_shared_now = shared_prefill && step == 0;
     const int64_t rows_now = prefill_shared_now ? step_input.size(0) : seq_mask.size(0);
     // A later stage starts from the hidden states of the stage before; every stage keeps the cache of its
@@ -82,26 +94,24 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
       cache.select_rows(per_prompt);
       if (link.samples()) hidden = hidden.select(1, -1).index_select(0, per_prompt).unsqueeze(1);
     }
-    torch::Tensor tokens, token_log_probs;
+    TokenDraw draw;
     if (link.samples()) {
       // Only the last position's logits are needed; the prompt's [B, P, vocab] would dominate memory.
-      std::tie(tokens, token_log_probs) =
-          choose_tokens(model, hidden.select(1, -1), cfg, active_rows, std::vector<int64_t>(active_rows.size(), step));
+      const torch::Tensor uniforms =
+          cfg.greedy ? torch::Tensor()
+                     : sampling_uniforms(cfg, active_rows, std::vector<int64_t>(active_rows.size(), step), 1, device)
+                           .squeeze(0);
+      draw = choose_tokens_on_device(model, hidden.select(1, -1), cfg, uniforms);
     }
-    link.share(tokens, token_log_probs, static_cast<int64_t>(active_rows.size()));
-    if (lockstep) {
-      // Rows finished before this step ran only to keep the group in step: their tokens are dropped.
-      const auto live = unfinished.nonzero().squeeze(1);
-      responses.index_put_({live, step}, tokens.index_select(0, live));
-      response_mask.index_put_({live, step}, 1);
-      log_probs.index_put_({live, step}, token_log_probs.index_select(0, live));
-      if (live.numel() > 0) longest = step + 1;
-    } else {
-      responses.index_put_({active, step}, tokens);
-      response_mask.index_put_({active, step}, 1);
-      log_probs.index_put_({active, step}, token_log_probs);
-      longest = step + 1;
-    }
+    link.share(draw.tokens, draw.log_probs, static_cast<int64_t>(active_rows.size()));
+    const torch::Tensor& tokens = draw.tokens;
+    // Under lockstep, rows finished before this step ran only to keep the group in step: their tokens are dropped.
+    torch::Tensor live = ring->record(step - chunk_start, tokens, draw.log_probs, draw.no_mass);
+    if (lockstep) live = live.logical_and(unfinished);
+    responses.index_put_({active, step}, tokens.masked_fill(live.logical_not(), cfg.pad_token_id));
+    response_mask.index_put_({active, step}, live.to(torch::kInt64));
+    log_probs.index_put_({active, step}, draw.log_probs.masked_fill(live.logical_not(), 0));
+    ++decode_steps;
 
     if (!cfg.use_kv_cache) {
       auto ones = torch::ones({seq_mask.size(0), 1}, seq_mask.options());
@@ -109,34 +119,42 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
       seq_mask = torch::cat({seq_mask, ones}, 1);
     }
     step_input = tokens.unsqueeze(1);
+    if (step - chunk_start + 1 < chunk_steps) continue;
+    // The chunk's one read of the device: which rows ended, and how far each row's response reaches.
+    const TokenRing::Chunk chunk = ring->read_back();
+    ring.reset();
+    ++host_syncs;
     if (lockstep) {
-      for (int64_t eos : cfg.eos_token_ids) unfinished &= tokens.ne(eos);
+      if (unfinished.any().item<bool>()) longest = step + 1;
+      unfinished &= upload(chunk.ended, device).logical_not();
       auto left = unfinished.sum().to(torch::kCPU, torch::kInt64).reshape({1});
       ep.comm()->all_reduce(left);  // every rank of the group stops at the same step
       if (left.item<int64_t>() == 0) break;
-    } else if (!cfg.eos_token_ids.empty()) {
-      auto keep = torch::ones_like(tokens, torch::kBool);
-      for (int64_t eos : cfg.eos_token_ids) keep &= tokens.ne(eos);
-      if (!keep.all().item<bool>()) {
-        auto rows = keep.nonzero().squeeze(1);
-        if (rows.numel() == 0) break;
-        active = active.index_select(0, rows);
-        const auto kept_cpu = rows.to(torch::kCPU);
-        const auto kept = kept_cpu.accessor<int64_t, 1>();
-        std::vector<int64_t> still_active;
-        for (int64_t i = 0; i < kept.size(0); ++i) still_active.push_back(active_rows[static_cast<size_t>(kept[i])]);
-        active_rows = std::move(still_active);
-        if (cfg.use_kv_cache) {
-          full_mask = full_mask.index_select(0, rows);
-          next_position = next_position.index_select(0, rows);
-          cache.select_rows(rows);
-        } else {
-          seq_ids = seq_ids.index_select(0, rows);
-        }
-        seq_mask = seq_mask.index_select(0, rows);
-        step_input = step_input.index_select(0, rows);
-      }
+      continue;
     }
+    const auto drawn = chunk.live.sum(0);
+    longest = std::max(longest, chunk_start + drawn.max().item<int64_t>());
+    if (!chunk.ended.any().item<bool>()) continue;
+    std::vector<int64_t> kept, still_active;
+    const auto ended = chunk.ended.accessor<bool, 1>();
+    for (int64_t i = 0; i < ended.size(0); ++i)
+      if (!ended[i]) {
+        kept.push_back(i);
+        still_active.push_back(active_rows[static_cast<size_t>(i)]);
+      }
+    if (kept.empty()) break;
+    const auto rows = upload(torch::tensor(kept, torch::kInt64), device);
+    active_rows = std::move(still_active);
+    active = active.index_select(0, rows);
+    if (cfg.use_kv_cache) {
+      full_mask = full_mask.index_select(0, rows);
+      next_position = next_position.index_select(0, rows);
+      cache.select_rows(rows);
+    } else {
+      seq_ids = seq_ids.index_select(0, rows);
+    }
+    seq_mask = seq_mask.index_select(0, rows);
+    step_input = step_input.index_select(0, rows);
   }
 
   GenerationOutput out;
@@ -145,6 +163,8 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
   out.responses = responses.slice(1, 0, longest).contiguous();
   out.response_mask = response_mask.slice(1, 0, longest).contiguous();
   out.log_probs = log_probs.slice(1, 0, longest).contiguous();
+  out.host_syncs = host_syncs;
+  out.decode_steps = decode_steps;
   return out;
 }
 

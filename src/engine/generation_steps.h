@@ -41,8 +41,32 @@ class StageLink {
   const PipelineStage* stage_;
 };
 
+// A host tensor on `device` without waiting for the device's queued work (pinned, non-blocking); on the CPU
+// the tensor itself.
+torch::Tensor upload(const torch::Tensor& host, torch::Device device);
+
+// The uniforms of `steps` consecutive draws of each row, [steps, rows] float64 on `device`: row r's draw k is
+// sampling_uniform(cfg.seed, sequences[r], first_steps[r] + k). Computed on the host, where every input is
+// known without reading the device back, and uploaded once.
+torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<int64_t>& sequences,
+                                const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device);
+
+// Tokens drawn on the logits' device with nothing read back: tokens [rows] int64, their log-probs [rows]
+// float32, and no_mass [rows] bool (sampling only; undefined when greedy): rows with no finite sampling
+// distribution, whose token means nothing; a caller checks it when it reads the step back.
+struct TokenDraw {
+  torch::Tensor tokens, log_probs, no_mass;
+};
+TokenDraw draw_tokens(const torch::Tensor& logits, const GenerationConfig& cfg, const torch::Tensor& uniforms);
+// The same from last-position hidden states [rows, hidden] (the model's head, the sampleable vocabulary and
+// the batch-invariant log-probs applied); uniforms [rows] float64 (undefined when greedy).
+TokenDraw choose_tokens_on_device(CausalLM& model, const torch::Tensor& hidden, const GenerationConfig& cfg,
+                                  const torch::Tensor& uniforms);
+// Throws naming the first row of no_mass that is set (one read-back); nothing when undefined.
+void check_sampleable(const torch::Tensor& no_mass);
+
 // Tokens and log-probs for last-position hidden states [rows, hidden]: row r is token steps[r] of sequence
-// sequences[r], drawn with sampling_uniform(cfg.seed, sequences[r], steps[r]).
+// sequences[r], drawn with sampling_uniform(cfg.seed, sequences[r], steps[r]). Reads the device back once.
 std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const torch::Tensor& hidden,
                                                       const GenerationConfig& cfg,
                                                       const std::vector<int64_t>& sequences,
@@ -54,6 +78,33 @@ int64_t given_pool_blocks(CausalLM& model, const GenerationConfig& cfg);
 
 // A slab of zeros [sizes] (on the CPU from fresh anonymous pages, zeroed by the kernel when first touched).
 torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOptions& options);
+
+// A chunk of decode steps' draws kept on the device and read back at once (GenerationConfig::
+// readback_interval): each step's tokens and log-probs, which rows were still running when it drew (a row
+// stops at an eos id; its later draws are discarded), the rows ended by the chunk's end, and rows with no
+// finite sampling distribution. record() queues device work only; read_back() is the chunk's one host
+// synchronisation.
+class TokenRing {
+ public:
+  TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device);
+  // Step k's draw (no_mass may be undefined); returns [rows] bool: the rows whose token counts (running
+  // before it), and marks the rows it ends.
+  torch::Tensor record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
+                       const torch::Tensor& no_mass);
+  struct Chunk {
+    torch::Tensor tokens;     // [steps, rows] int64, CPU
+    torch::Tensor log_probs;  // [steps, rows] float32, CPU
+    torch::Tensor live;       // [steps, rows] bool, CPU: the token counts
+    torch::Tensor ended;      // [rows] bool, CPU: an eos id among the row's counted tokens
+  };
+  // Throws when a counted draw had no finite sampling distribution.
+  Chunk read_back();
+
+ private:
+  int64_t steps_;
+  torch::Tensor packed_;  // [3 * steps + 2, rows] float64: tokens, log-probs, live, ended, no mass
+  torch::Tensor ended_, no_mass_, eos_ids_;
+};
 
 // True when a token id ends a sequence.
 bool is_eos(const GenerationConfig& cfg, int64_t token);

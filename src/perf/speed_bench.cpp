@@ -56,7 +56,8 @@ double time_generate(CausalLM& model, const std::vector<std::vector<int64_t>>& p
 }  // namespace
 
 DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length, int reps,
-                           bool paged_kv_cache, int64_t kv_block_size, bool cuda_graphs) {
+                           bool paged_kv_cache, int64_t kv_block_size, bool cuda_graphs,
+                           int64_t readback_interval) {
   HF_CHECK(response_length >= 2, "bench: --response-length must be at least 2 to separate decode from prefill, got ",
            response_length);
   HF_CHECK(batch > 0 && prompt_length > 0, "bench: --batch and --prompt-length must be positive");
@@ -68,6 +69,7 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   gen.paged_kv_cache = paged_kv_cache;
   gen.kv_block_size = kv_block_size;
   gen.cuda_graphs = cuda_graphs;
+  gen.readback_interval = readback_interval;
   time_generate(model, prompts, gen, 1);  // warm-up at this batch size
   // Decode time is the whole run's less the one-token run's. Both are timed in alternation (a load that
   // comes and goes hits both alike), each the fastest of its reps; should the difference still vanish in
@@ -89,6 +91,8 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   DecodeSpeed speed;
   speed.seconds = whole;
   speed.kv_peak_bytes = out.kv_cache.peak_bytes;
+  speed.host_syncs_per_step =
+      static_cast<double>(out.host_syncs) / static_cast<double>(std::max<int64_t>(out.decode_steps, 1));
   speed.prefill_tokens_per_s = static_cast<double>(batch * prompt_length) / prefill;
   const double decode = whole - prefill;
   speed.decode_tokens_per_s = static_cast<double>(batch * (response_length - 1)) / decode;
@@ -112,6 +116,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.memory_budget_bytes = o.memory_budget_bytes;
   gen.gpu_memory_utilization = o.gpu_memory_utilization;
   gen.cuda_graphs = o.cuda_graphs;
+  gen.readback_interval = o.readback_interval;
   for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;
@@ -124,6 +129,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   speed.max_length = lengths.max().item<int64_t>();
   speed.stop_ids = static_cast<int64_t>(gen.eos_token_ids.size());
   speed.kv_cache = out.kv_cache;
+  speed.host_syncs = out.host_syncs;
   return speed;
 }
 

@@ -132,6 +132,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_block_size: 16
     gpu_memory_utilization: 0.5
     enforce_eager: true
+    readback_interval: 1
     lora_merge: true
     multi_turn:
       enable: false

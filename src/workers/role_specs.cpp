@@ -111,6 +111,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"reshard_mode", s.reshard_mode},
        {"free_cache_engine", s.free_cache_engine},
        {"cuda_graphs", s.cuda_graphs},
+       {"readback_interval", s.readback_interval},
        {"batch_invariant", s.batch_invariant},
        {"log_prob_micro_batch_size", s.log_prob.rows},
        {"log_prob_max_token_len", s.log_prob.max_tokens},
@@ -140,6 +141,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "reshard_mode", s.reshard_mode);
   take_spec_field(j, k, "free_cache_engine", s.free_cache_engine);
   take_spec_field(j, k, "cuda_graphs", s.cuda_graphs);
+  take_spec_field(j, k, "readback_interval", s.readback_interval);
   take_spec_field(j, k, "batch_invariant", s.batch_invariant);
   take_spec_field(j, k, "log_prob_micro_batch_size", s.log_prob.rows);
   take_spec_field(j, k, "log_prob_max_token_len", s.log_prob.max_tokens);

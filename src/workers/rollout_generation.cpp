@@ -25,6 +25,7 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.kv_block_size = rollout.kv_block_size;
   g.gpu_memory_utilization = rollout.gpu_memory_utilization;
   g.cuda_graphs = rollout.cuda_graphs;
+  g.readback_interval = rollout.readback_interval;
   // The fraction applies to a GPU's memory; on the CPU the pool holds what the running sequences can hold.
   if (device.is_cuda()) g.memory_budget_bytes = cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index());
   // The tensor-parallel ranks of a replica draw the same tokens.

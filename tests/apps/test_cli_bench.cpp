@@ -98,6 +98,32 @@ TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
     EXPECT_TRUE(what.count(w)) << w << "\n" << r.output;
 }
 
+// Read back every 8 decode steps: the run of 17 new tokens reads the prefill's first tokens, then two chunks
+// of 8 steps.
+TEST(CliBench, GenerateReportsHostSynchronisations) {
+  CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 17 --readback-interval 8 "
+                                   "--rollout-prompts 2 --samples 2 --stop-every 4 --no-static-baseline" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int decode_lines = 0, rollout_lines = 0;
+  for (const auto& m : json_lines(r.output)) {
+    if (m["what"] == "decode") {
+      ++decode_lines;
+      EXPECT_EQ(m["readback_interval"], 8);
+      EXPECT_DOUBLE_EQ(m["host_syncs_per_step"].get<double>(), 3.0 / 16.0) << m.dump();
+      EXPECT_DOUBLE_EQ(m["host_syncs_per_token"].get<double>(), 3.0 / 16.0 / m["batch"].get<double>()) << m.dump();
+    }
+    if (m["what"] == "rollout") {
+      ++rollout_lines;
+      EXPECT_GT(m["host_syncs_per_token"].get<double>(), 0.0) << m.dump();
+    }
+  }
+  EXPECT_EQ(decode_lines, 2) << r.output;
+  EXPECT_EQ(rollout_lines, 1) << r.output;
+  r = run_hybridflow("bench generate --readback-interval 0" + kTiny);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--readback-interval"), std::string::npos) << r.output;
+}
+
 TEST(CliBench, RolloutOnlySkipsDecodeAndPrefill) {
   CommandResult r = run_hybridflow("bench generate --device cpu --rollout-only --no-static-baseline --response-length 4 "
                                    "--rollout-prompts 3 --samples 2 --stop-every 4" + kTiny);

@@ -144,6 +144,42 @@ TEST(CudaParity, DecodeGraphsChooseTheEagerStepsTokens) {
   }
 }
 
+// Decode steps read back in chunks (GenerationConfig::readback_interval): sampling, eos checks and the
+// finished-row mask stay on the GPU for 8 steps, eagerly and through the CUDA graphs, and the tokens are the
+// ones read back after every step; rows join and leave (fewer slots than sequences), eos and max_new_tokens
+// fall inside chunks. Rows that ended keep their batch places until a chunk ends, so the matmuls may round
+// differently: log-probs agree to rounding.
+TEST(CudaParity, ChunkedReadBackChoosesTheTokensOfEveryStepReadBack) {
+  SKIP_WITHOUT_GPU();
+  ModelPair p = make_pair(torch::kFloat32, 8.0);
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4}};
+  for (bool graphs : {false, true})
+    for (bool greedy : {true, false}) {
+      GenerationConfig cfg;
+      cfg.greedy = greedy;
+      cfg.temperature = 1.2;
+      cfg.top_p = 0.95;
+      cfg.seed = 31;
+      cfg.max_new_tokens = 29;
+      cfg.n = 2;
+      cfg.max_num_seqs = 4;
+      cfg.kv_block_size = 4;
+      cfg.eos_token_ids = {3, 4, 5};
+      cfg.cuda_graphs = graphs;
+      const std::string what = std::string(graphs ? "graphs" : "eager") + (greedy ? ", greedy" : ", sampled");
+      const GenerationOutput every_step = generate(p.gpu, prompts, cfg);
+      cfg.readback_interval = 8;
+      const GenerationOutput chunked = generate(p.gpu, prompts, cfg);
+      EXPECT_TRUE(torch::equal(chunked.responses, every_step.responses)) << what;
+      EXPECT_TRUE(torch::equal(chunked.response_mask, every_step.response_mask)) << what;
+      EXPECT_TRUE(torch::allclose(chunked.log_probs, every_step.log_probs, 1e-4, 1e-5)) << what;
+      EXPECT_LT(chunked.host_syncs, every_step.host_syncs) << what;
+      if (graphs) {
+        EXPECT_GT(chunked.graph_steps, 0) << what;
+      }
+    }
+}
+
 // The fused decode kernels on the GPU against the unfused operators on the GPU and against their own CPU
 // references (the same arithmetic in loops): fp32 to 1e-5, bf16 to 1e-2 (one bf16 rounding, 2^-8 relative, where
 // a reduction or exp lands on the other side of a tie).

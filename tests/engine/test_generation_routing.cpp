@@ -107,6 +107,21 @@ TEST_F(GenerationRouting, RecordingChangesNoTokenAndCoversEveryTokenTheModelRead
   }
 }
 
+// Decode steps read back in chunks (readback_interval) record the routing of exactly the tokens the model
+// read for each sequence: what rows decode past their eos inside a chunk is discarded with their tokens.
+TEST_F(GenerationRouting, ChunkedReadBackRecordsTheSameRouting) {
+  for (bool paged : {true, false}) {
+    SCOPED_TRACE(paged ? "paged" : "slots");
+    GenerationConfig g = config(true, paged);
+    const auto every_step = generate(model, prompts, g);
+    g.readback_interval = 4;
+    const auto chunked = generate(model, prompts, g);
+    EXPECT_TRUE(torch::equal(chunked.responses, every_step.responses));
+    EXPECT_TRUE(torch::equal(chunked.routed_experts, every_step.routed_experts));
+    EXPECT_LT(chunked.host_syncs, every_step.host_syncs);
+  }
+}
+
 // The decode steps route as one forward over the whole sequence does: the recording matches that
 // forward's own routing token for token, and replaying it reproduces the rollout's log-probs.
 TEST_F(GenerationRouting, TheRolloutsRoutingIsTheRoutingOfAForwardOverTheSequence) {

@@ -33,6 +33,10 @@ class DecodeGraphs {
   // decode_paged's step: [rows, 1, hidden] (a view of the graph's output, valid until the next step).
   torch::Tensor decode(const std::vector<int64_t>& tokens, const std::vector<std::vector<int64_t>>& tables,
                        const std::vector<int64_t>& lengths);
+  // The same with the input tokens [rows] int64 already on the device (the step before drew them): copied
+  // into the graph's input on the device, nothing read back.
+  torch::Tensor decode(const torch::Tensor& tokens, const std::vector<std::vector<int64_t>>& tables,
+                       const std::vector<int64_t>& lengths);
 
   int64_t captured() const { return plan_.graphs(); }
   int64_t replayed_steps() const { return replayed_; }
@@ -40,6 +44,9 @@ class DecodeGraphs {
 
  private:
   struct Graph;
+  // A step from host tokens, or from device_tokens where defined (then `tokens` holds only padding).
+  torch::Tensor step(const std::vector<int64_t>& tokens, const torch::Tensor& device_tokens,
+                     const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths);
   CausalLM& model_;
   PagedKVCache& cache_;
   torch::Device device_;

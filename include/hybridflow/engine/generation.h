@@ -72,6 +72,12 @@ struct GenerationConfig {
   // per bucket of rows and KV span, on the paged cache. Eager wherever graphs do not apply: a CPU device, the
   // slots, models CausalLM::decodes_on_device() excludes, partial rollouts (refresh_weights), router recording.
   bool cuda_graphs = false;
+  // Decode steps between two reads of the device (verl has none; actor_rollout_ref.rollout.readback_interval):
+  // tokens, log-probs and the finished-row mask stay on the device for this many steps and are read back
+  // once; a row that ends within a chunk keeps decoding to its end and its extra tokens are discarded, and
+  // rows are admitted and retired only between chunks. The same tokens and log-probs at every interval; a
+  // chunk ends early where a row reaches max_new_tokens. Partial-rollout hooks are asked between chunks.
+  int64_t readback_interval = 1;
   // Partial rollouts (continuous batching, one pipeline stage): asked before every scheduling round, it
   // returns the policy version the model holds, having swapped newer weights into it in place when some
   // were sent. When the version changes, every running sequence's prefix (prompt and tokens so far) is
@@ -125,6 +131,10 @@ struct GenerationOutput {
   // With cuda_graphs: the decode graphs captured, and the decode steps replayed through them (the rest eager).
   int64_t decode_graphs = 0;
   int64_t graph_steps = 0;
+  // Host synchronisations: the generator's reads of the device (each prefill's first tokens, each chunk of
+  // decode steps), and the decode steps it ran (a step of the static batch or of continuous batching).
+  int64_t host_syncs = 0;
+  int64_t decode_steps = 0;
 };
 
 // Runs under NoGradGuard in eval mode and restores the model's train/eval mode afterwards. Output tensors

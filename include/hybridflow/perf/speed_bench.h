@@ -17,15 +17,16 @@ struct DecodeSpeed {
   double prefill_tokens_per_s = 0;  // batch x prompt_length / time(1 new token)
   double seconds = 0;               // one whole generate() call of response_length tokens
   int64_t kv_peak_bytes = 0;        // the KV cache that call held at its peak (GenerationOutput::kv_cache)
+  double host_syncs_per_step = 0;   // that call's reads of the device per decode step (GenerationOutput)
 };
 
 // generate() on `batch` random prompts of `prompt_length` tokens with no stop token, once for
 // `response_length` new tokens and once for 1: the difference is the decode steps alone, the latter is
 // (almost all) prefill. Best of `reps` each. response_length >= 2. paged_kv_cache: the paged cache with
-// blocks of kv_block_size positions, else the slots' slabs. cuda_graphs: GenerationConfig::cuda_graphs.
+// blocks of kv_block_size positions, else the slots' slabs. cuda_graphs, readback_interval: GenerationConfig's.
 DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t response_length,
                            int reps = 2, bool paged_kv_cache = true, int64_t kv_block_size = 16,
-                           bool cuda_graphs = false);
+                           bool cuda_graphs = false, int64_t readback_interval = 1);
 
 struct RolloutSpeed {
   double seconds = 0;            // the whole generate() call (prefill included), best of `reps`
@@ -36,6 +37,7 @@ struct RolloutSpeed {
   int64_t rows = 0;              // prompts x samples
   int64_t stop_ids = 0;          // how many token ids end a sequence
   KVCacheReport kv_cache;        // what the KV cache held (engine/generation.h)
+  int64_t host_syncs = 0;        // the generator's reads of the device (GenerationOutput::host_syncs)
   double tokens_per_s() const { return tokens / seconds; }
 };
 
@@ -55,6 +57,7 @@ struct RolloutOptions {
   int64_t memory_budget_bytes = 0;
   double gpu_memory_utilization = 0.5;
   bool cuda_graphs = false;  // GenerationConfig::cuda_graphs
+  int64_t readback_interval = 1;  // GenerationConfig::readback_interval
   int reps = 1;
 };
 RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);

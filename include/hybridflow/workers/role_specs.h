@@ -86,6 +86,7 @@ struct RolloutSpec {
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
   bool cuda_graphs = false;       // decode steps as CUDA graphs on a GPU (verl's enforce_eager: false)
+  int64_t readback_interval = 1;  // decode steps between two reads of the device (GenerationConfig)
   // Generation and the log-prob passes on the batch-invariant kernels (model/batch_invariant.h): recorded and
   // recomputed log-probs equal bit for bit.
   bool batch_invariant = false;
