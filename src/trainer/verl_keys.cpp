@@ -141,7 +141,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.rollout.expert_parallel_size", "1",
      "generation runs on the experts gathered from the actor's expert-parallel group "
      "(actor_rollout_ref.actor.megatron.expert_model_parallel_size)"},
-    {"critic.megatron.expert_model_parallel_size", "1", "expert parallelism is supported for the actor and reference only"},
     {"actor_rollout_ref.rollout.max_num_batched_tokens", "", kRollout},
     {"actor_rollout_ref.rollout.max_model_len", "", kRollout},
     {"actor_rollout_ref.rollout.enable_chunked_prefill", "", kRollout},

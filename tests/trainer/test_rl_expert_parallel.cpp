@@ -1,7 +1,10 @@
 // Expert parallelism in the RL trainer (actor_rollout_ref.actor.megatron.expert_model_parallel_size): GRPO on a
 // tiny Qwen3-MoE actor whose 8 experts split over 2 processes follows the run of the same seed on the same 2
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
-// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. A checkpoint
+// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too; and on 4
+// processes split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow the
+// tensor-parallel run without the expert split (the same generation replicas); PPO whose critic's experts split
+// (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint
 // saved under the split holds every expert in the Hugging Face layout and loads into one process, and one saved
 // by one process loads into the split run. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
@@ -108,6 +111,36 @@ TEST(RlExpertParallel, RouterReplayR3WithExpertsSplitFollowsTheDataParallelRun) 
   EXPECT_TRUE(split.steps.back().contains("actor/router_replay_rollout_routing_differs"));
 }
 
+TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTensorParallelRun) {
+  const std::vector<std::string> tp2 = {"actor_rollout_ref.num_processes=4",
+                                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
+  const EpRun split = train(2, tp2);
+  expect_same_run(split, train(1, tp2), "ep 2 x tp 2");
+  // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
+  expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+}
+
+TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) {
+  auto critic = [](int ep) {
+    return std::vector<std::string>{"algorithm.adv_estimator=gae", "critic.num_processes=2",
+                                    "critic.ppo_micro_batch_size_per_gpu=1",
+                                    "critic.megatron.expert_model_parallel_size=" + std::to_string(ep)};
+  };
+  const EpRun split = train(1, critic(2)), whole = train(1, critic(1));
+  ASSERT_EQ(split.steps.size(), whole.steps.size());
+  for (size_t i = 0; i < whole.steps.size(); ++i)
+    for (const std::string key : {"values/mean", "critic/vf_loss", "critic/vpred_mean", "critic/grad_norm",
+                                  "actor/pg_loss", "actor/grad_norm"}) {
+      ASSERT_TRUE(split.steps[i].contains(key)) << key;
+      const double w = whole.steps[i].at(key).get<double>();
+      EXPECT_NEAR(split.steps[i].at(key).get<double>(), w, kTol * (1 + std::abs(w))) << key << " at step " << i + 1;
+    }
+  const std::string key = "critic/expert_parallel_all_to_all_mb";
+  ASSERT_TRUE(split.steps.back().contains(key)) << key;
+  EXPECT_GT(split.steps.back().at(key).get<double>(), 0.0);
+  EXPECT_FALSE(whole.steps.back().contains(key)) << key;
+}
+
 TEST(RlExpertParallel, CheckpointsMoveBetweenTheSplitAndOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   // Two processes, experts split: one step, saved.
@@ -146,9 +179,12 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   auto refused = [&](int ep, const std::vector<std::string>& more) {
     return error_of([&] { RLTrainer t(load_rl_config("", moe_grpo(ep, dir.path(), more))); });
   };
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                          "actor_rollout_ref.num_processes=4"}),
               HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 with "
-                        "tensor_model_parallel_size = 2"));
+                        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),
               HasSubstr("actor_rollout_ref.actor.use_dynamic_bsz = true"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
