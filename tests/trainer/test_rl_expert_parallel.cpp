@@ -1,12 +1,12 @@
 // Expert parallelism in the RL trainer (actor_rollout_ref.actor.megatron.expert_model_parallel_size): GRPO on a
 // tiny Qwen3-MoE actor whose 8 experts split over 2 processes follows the run of the same seed on the same 2
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
-// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too; and on 4
-// processes split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow the
-// tensor-parallel run without the expert split (the same generation replicas); PPO whose critic's experts split
-// (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint
-// saved under the split holds every expert in the Hugging Face layout and loads into one process, and one saved
-// by one process loads into the split run. Layouts it does not cover are refused naming the keys.
+// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. On 4 processes
+// split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow both the
+// tensor-parallel run without the expert split and the 2-process data-parallel run. PPO whose critic's experts
+// split (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint saved under the
+// split (also with tensor parallelism) holds every expert in the Hugging Face layout and loads into one process,
+// and one saved by one process loads into the split run. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -118,6 +118,28 @@ TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTens
   expect_same_run(split, train(1, tp2), "ep 2 x tp 2");
   // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
   expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+}
+
+TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndTensorParallelismLoadsIntoOneProcess) {
+  hybridflow::testing::TempDir split_dir, single_dir;
+  const std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1",
+                                         "actor_rollout_ref.num_processes=4",
+                                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
+  double split_norm = 0;
+  {
+    RLTrainer trainer(load_rl_config("", moe_grpo(2, split_dir.path(), save)));
+    trainer.step();
+    split_norm = trainer.parameter_sq_norm("actor");
+  }
+  const std::string split_actor = checkpoints_root(split_dir.path()) + "/step_1/actor";
+  std::set<std::string> experts;
+  for (const auto& [name, tensor] : read_safetensors(split_actor + "/model.safetensors").tensors)
+    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
+  EXPECT_EQ(experts.size(), 8u);
+  std::vector<std::string> one = from_path(moe_grpo(1, single_dir.path(), {"trainer.total_steps=1"}), split_actor);
+  one.push_back("actor_rollout_ref.num_processes=1");
+  RLTrainer trainer(load_rl_config("", one));
+  EXPECT_NEAR(trainer.parameter_sq_norm("actor"), split_norm, 1e-9 * split_norm);
 }
 
 TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) {
