@@ -98,6 +98,25 @@ std::vector<std::string> from_path(std::vector<std::string> overrides, const std
   return overrides;
 }
 
+// One step with the experts split 2 ways (and `more`), saved under run_dir: the actor's checkpoint directory and
+// its parameter norm. The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
+std::pair<std::string, double> save_split_step(const std::string& run_dir, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
+  save.insert(save.end(), more.begin(), more.end());
+  double norm = 0;
+  {
+    RLTrainer trainer(load_rl_config("", moe_grpo(2, run_dir, save)));
+    trainer.step();
+    norm = trainer.parameter_sq_norm("actor");
+  }
+  const std::string actor = checkpoints_root(run_dir) + "/step_1/actor";
+  std::set<std::string> experts;
+  for (const auto& [name, tensor] : read_safetensors(actor + "/model.safetensors").tensors)
+    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
+  EXPECT_EQ(experts.size(), 8u);
+  return {actor, norm};
+}
+
 }  // namespace
 
 TEST(RlExpertParallel, GrpoWithExpertsSplitTwoWaysFollowsTheDataParallelRun) {
@@ -122,20 +141,9 @@ TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTens
 
 TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndTensorParallelismLoadsIntoOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
-  const std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1",
-                                         "actor_rollout_ref.num_processes=4",
-                                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
-  double split_norm = 0;
-  {
-    RLTrainer trainer(load_rl_config("", moe_grpo(2, split_dir.path(), save)));
-    trainer.step();
-    split_norm = trainer.parameter_sq_norm("actor");
-  }
-  const std::string split_actor = checkpoints_root(split_dir.path()) + "/step_1/actor";
-  std::set<std::string> experts;
-  for (const auto& [name, tensor] : read_safetensors(split_actor + "/model.safetensors").tensors)
-    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
-  EXPECT_EQ(experts.size(), 8u);
+  const auto [split_actor, split_norm] = save_split_step(
+      split_dir.path(),
+      {"actor_rollout_ref.num_processes=4", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"});
   std::vector<std::string> one = from_path(moe_grpo(1, single_dir.path(), {"trainer.total_steps=1"}), split_actor);
   one.push_back("actor_rollout_ref.num_processes=1");
   RLTrainer trainer(load_rl_config("", one));
@@ -167,18 +175,7 @@ TEST(RlExpertParallel, CheckpointsMoveBetweenTheSplitAndOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   // Two processes, experts split: one step, saved.
   const std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
-  double split_norm = 0;
-  {
-    RLTrainer trainer(load_rl_config("", moe_grpo(2, split_dir.path(), save)));
-    trainer.step();
-    split_norm = trainer.parameter_sq_norm("actor");
-  }
-  const std::string split_actor = checkpoints_root(split_dir.path()) + "/step_1/actor";
-  // The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
-  std::set<std::string> experts;
-  for (const auto& [name, tensor] : read_safetensors(split_actor + "/model.safetensors").tensors)
-    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
-  EXPECT_EQ(experts.size(), 8u);
+  const auto [split_actor, split_norm] = save_split_step(split_dir.path());
   // Into one process.
   double single_norm = 0;
   {
