@@ -1,5 +1,7 @@
 #include "hybridflow/model/tensor_parallel_layout.h"
 
+#include <cctype>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/transformer.h"
 
@@ -7,6 +9,21 @@ namespace hybridflow {
 namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Whether `name` lies in a mixture-of-experts layer's sparse block ("model.layers.<i>.<block>.", the layer
+// sparse by the config): router, experts and shared expert, all kept whole on every tensor-parallel rank.
+bool in_sparse_block(const std::string& name, const ModelConfig& c) {
+  if (c.num_moe_layers() == 0) return false;
+  const std::string layers = "layers.";
+  const size_t at = name.find(layers);
+  if (at == std::string::npos) return false;
+  size_t end = at + layers.size();
+  int64_t layer = 0;
+  for (; end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])); ++end)
+    layer = layer * 10 + (name[end] - '0');
+  const std::string block = std::string(".") + c.moe_block_name() + ".";
+  return end > at + layers.size() && c.moe_layer(layer) && name.compare(end, block.size(), block) == 0;
+}
 
 }  // namespace
 
@@ -28,7 +45,8 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
 bool kv_heads_replicated(const ModelConfig& c, int tp) { return tp > 1 && c.num_key_value_heads < tp; }
 
 ShardDim shard_dim(const std::string& name, const ModelConfig& c, int tp) {
-  if (tp == 1 || contains(name, "norm") || name.ends_with("score.weight")) return ShardDim::kReplicated;
+  if (tp == 1 || contains(name, "norm") || name.ends_with("score.weight") || in_sparse_block(name, c))
+    return ShardDim::kReplicated;
   // LoRA adapters split with their base weight: a row-parallel base's A by its input columns (B whole), a
   // column-parallel base's B by its output rows (A whole).
   const bool lora_a = contains(name, ".lora_A."), lora_b = contains(name, ".lora_B.");

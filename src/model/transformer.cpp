@@ -552,8 +552,6 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& config, HeadKind head, TensorParal
     : config_(config), head_(head), tp_(tp), pp_(pp), layers_(std::make_shared<Layers>()) {
   config_.validate();
   check_tensor_parallel(config_, tp_.size());
-  HF_CHECK(!tp_.enabled() || config_.num_moe_layers() == 0, "tensor_model_parallel_size ", tp_.size(), ": ",
-           config_.model_type, " layers route over experts, which are not split by tensor parallelism yet");
   // Before any module is built: an absurd config (num_hidden_layers: 1000000) must fail here, naming its keys,
   // not in the allocator after taking the machine's memory. This rank holds about 1/(tp x pp) of the model.
   check_model_fits_memory(config_, head_ == HeadKind::kValue, static_cast<double>(torch::get_default_dtype().itemsize()),
@@ -614,8 +612,6 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
   const int n = ep.size();
   HF_CHECK(config_.num_moe_layers() > 0, "expert_model_parallel_size ", n, ": ", config_.model_type,
            " has no mixture-of-experts layer to split");
-  HF_CHECK(!tp_.enabled(), "expert_model_parallel_size ", n, " with tensor_model_parallel_size ", tp_.size(),
-           ": expert parallelism is not combined with tensor parallelism yet");
   HF_CHECK(!pp_.enabled(), "expert_model_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
            ": expert parallelism is not combined with pipeline parallelism yet");
   HF_CHECK(!sp_.enabled(), "expert_model_parallel_size ", n, " with ulysses_sequence_parallel_size ", sp_.size(),

@@ -160,6 +160,7 @@ critic:
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
+    expert_model_parallel_size: 1
     use_distributed_optimizer: false
   model_path: ""
   model:

@@ -102,16 +102,17 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
 }
 
 // <section>.megatron.expert_model_parallel_size: groups of that many consecutive data-parallel ranks split each
-// mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch.
+// mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch;
+// under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank).
 int expert_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp,
                          int sp, bool dynamic_bsz) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
   HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
   if (ep == 1) return ep;
-  HF_CHECK(layout.tp == 1 && layout.pp == 1 && sp == 1, key, " = ", ep, " with tensor_model_parallel_size = ",
-           layout.tp, ", pipeline_model_parallel_size = ", layout.pp, " and ulysses_sequence_parallel_size = ", sp,
-           ": expert parallelism is not combined with tensor, pipeline or sequence parallelism yet; set those to 1");
+  HF_CHECK(layout.pp == 1 && sp == 1, key, " = ", ep, " with ", section, ".megatron.pipeline_model_parallel_size = ",
+           layout.pp, " and ", section, ".ulysses_sequence_parallel_size = ", sp,
+           ": expert parallelism is not combined with pipeline or sequence parallelism yet; set those to 1");
   HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
   // The ranks of a group run their training micro-batches together (each exchanges tokens with the others).
   HF_CHECK(!dynamic_bsz, key, " = ", ep, " with ", section, ".use_dynamic_bsz = true: micro-batches formed by token ",
@@ -306,6 +307,10 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            ".expert_parallel_size = ", spec.expert_parallel_size, " must be 1 (generation on the experts gathered from ",
            "the actor's group) or, colocated, actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep,
            " (generation with the experts where training keeps them)");
+  HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.tp == 1, section, ".expert_parallel_size = ",
+           spec.expert_parallel_size, ": expert-parallel decoding is not combined with tensor parallelism ",
+           "(actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", actor.layout.tp,
+           "); leave it 1 to generate on the gathered experts");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
   spec.cuda_graphs = !rollout.get<bool>("enforce_eager");
   spec.readback_interval = rollout.get<int64_t>("readback_interval");
@@ -412,12 +417,16 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
   const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
+  const int ep = expert_parallel_size(c, "critic", plan.layout, plan.dp, sp, bsz.update.on);
   if (f.need_cost_critic) {  // the cost critic's pool, checked alike
     const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
-    sequence_parallel_size(c, "critic", cost, dp_of(cost, f.cost_critic));
+    const int cost_dp = dp_of(cost, f.cost_critic);
+    expert_parallel_size(c, "critic", cost, cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp), bsz.update.on);
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;
+  plan.model.expert_model_parallel_size = ep;
+  plan.model.expert_key = "critic.megatron.expert_model_parallel_size";
   plan.model.use_remove_padding = remove_padding(c, "critic.model", plan.layout);
   const std::string path = critic.get<std::string>("model_path");
   if (!path.empty()) plan.model.path = path;
@@ -434,6 +443,9 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   t.max_token_len = bsz.update.budget();
   t.seed = f.seed + 1;
   train_settings(critic, "critic", "model.fsdp_config", &t);
+  HF_CHECK(!t.use_distributed_optimizer || ep == 1, plan.model.expert_key, " = ", ep,
+           " with critic.megatron.use_distributed_optimizer = true: expert parallelism is not combined with the ",
+           "distributed optimizer yet");
   spec.cliprange_value = critic.get<double>("cliprange_value");
   spec.loss_agg_mode = algo::parse_loss_agg_mode(critic.get<std::string>("loss_agg_mode"));
   // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.

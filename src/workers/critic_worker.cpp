@@ -6,6 +6,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/packed_rows.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 #include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/ppo_epochs.h"
 #include "hybridflow/workers/rl_batch.h"
@@ -59,6 +60,9 @@ DataProto CriticWorker::compute_values(const DataProto& in) {
   auto on = trainable_->params_on_device();
   torch::NoGradGuard no_grad;
   trainable_->model()->eval();
+  // Under expert parallelism the pass runs on every expert, gathered for it: the ranks' micro-batches need no
+  // lockstep (as the actor's log-prob passes).
+  ExpertsGathered gathered({&trainable_->model()});
   return on_sequence_parallel_rows(sequence_parallel_.get(), {&trainable_->model()}, in, [&](const DataProto& rows) {
     torch::Tensor values = forward_micro_batches(trainable_->pipeline(), rows, spec_.values,
                                                  [&](const DataProto& m) { return response_values(m); });

@@ -91,29 +91,24 @@ double parameter_sq_norm(const CausalLM& model, Communicator* stages) {
   HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages), "parameter_sq_norm: the model ",
            "is pipeline stage ", stage.stage, " of ", stage.stages, " and needs the communicator over its stages");
   const ExpertParallelGroup& ep = model->expert_parallel();
-  if (ep.enabled()) {  // (no tensor or pipeline parallelism with it) each rank's experts are its own
-    torch::NoGradGuard no_grad;
-    torch::Tensor squares = torch::zeros({2}, torch::kDouble);
-    for (const auto& item : model->named_parameters())
-      squares[is_expert_parameter_name(item.key()) ? 0 : 1] += item.value().detach().to(torch::kDouble).pow(2).sum();
-    torch::Tensor experts = squares.narrow(0, 0, 1).to(model->parameters().front().device());
-    ep.comm()->all_reduce(experts);
-    return experts.item<double>() + squares[1].item<double>();
-  }
-  if (!tp.enabled() && !stage.enabled()) return parameter_sq_norm(*model.ptr());
+  if (!tp.enabled() && !stage.enabled() && !ep.enabled()) return parameter_sq_norm(*model.ptr());
   torch::NoGradGuard no_grad;
-  // [split over tp, replicated over tp], summed over tp and then over the stages.
-  torch::Tensor squares = torch::zeros({2}, torch::kDouble);
+  // [split over tp, replicated, experts of this rank], the first summed over tp, the last over the expert-parallel
+  // group (each rank's experts are its own; whole on every tensor-parallel rank), then all over the stages.
+  torch::Tensor squares = torch::zeros({3}, torch::kDouble);
   for (const auto& item : model->named_parameters()) {
     // The last stage's copy of a tied embedding is the first stage's weight.
     if (stage.enabled() && owning_stage(item.key(), model->config(), stage.stages) != stage.stage) continue;
     const double sq = item.value().detach().to(torch::kDouble).pow(2).sum().item<double>();
-    squares[shard_dim(item.key(), model->config(), tp.size()) == ShardDim::kReplicated ? 1 : 0] += sq;
+    const bool expert = ep.enabled() && is_expert_parameter_name(item.key());
+    squares[expert ? 2 : shard_dim(item.key(), model->config(), tp.size()) == ShardDim::kReplicated ? 1 : 0] += sq;
   }
   const torch::Device device = model->parameters().front().device();
   torch::Tensor split = squares.narrow(0, 0, 1).to(device);
   if (tp.enabled()) tp.comm()->all_reduce(split);
-  torch::Tensor total = split + squares.narrow(0, 1, 1).to(device);
+  torch::Tensor experts = squares.narrow(0, 2, 1).to(device);
+  if (ep.enabled()) ep.comm()->all_reduce(experts);
+  torch::Tensor total = split + squares.narrow(0, 1, 1).to(device) + experts;
   if (stage.enabled()) stages->all_reduce(total);
   return total.item<double>();
 }

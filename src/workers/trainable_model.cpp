@@ -14,7 +14,8 @@ TrainableModel::TrainableModel(const WorkerContext& context, torch::Device devic
   HF_CHECK(spec.expert_model_parallel_size == 1 || groups_, spec.expert_key, " = ", spec.expert_model_parallel_size,
            " needs as many processes; role '", role_, "' has one");
   // Expert parallelism: the experts split before the engine and the data-parallel broadcast see the parameters.
-  if (groups_) experts_ = ExpertParallelRanks::join(groups_->world(), spec.expert_model_parallel_size, spec.expert_key);
+  if (groups_)
+    experts_ = ExpertParallelRanks::join(groups_->data_parallel(), spec.expert_model_parallel_size, spec.expert_key);
   if (experts_) experts_->split(model_);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   engine_ = std::make_unique<TrainEngine>(model_.ptr(), train.optim);

@@ -1,9 +1,11 @@
 // Expert parallelism (parallel/expert_parallel.h): a Qwen3-MoE model whose experts are split over 2 and 4 ranks,
 // each rank running its own rows, gives the logits, loss and gradients of one process on all rows within 1e-5;
 // a TrainEngine step over the split model (expert parallelism alone, and inside data parallelism of 4 ranks
-// with 2 experts' owners each) takes one process's step: loss, gradient norm and weights after it. Gathered
-// experts run alone (generation); a size that does not divide the experts is refused naming the key. Every rank
-// runs in a forked process over Gloo.
+// with 2 experts' owners each) takes one process's step: loss, gradient norm and weights after it. Combined with
+// tensor parallelism (4 ranks: 2 data-parallel replicas of 2 tensor-parallel ranks, the experts split over the
+// replicas and whole on each tensor-parallel rank) the logits, loss, gradients and a step equal one process too.
+// Gathered experts run alone (generation); a size that does not divide the experts is refused naming the key.
+// Every rank runs in a forked process over Gloo.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include "engine/expert_parallel_fixture.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/moe.h"
+#include "hybridflow/parallel/device_mesh.h"
 #include "parallel/rank_processes.h"
 
 namespace hybridflow {
@@ -140,6 +143,88 @@ TEST(ExpertParallel, TrainStepOverTwoAndFourRanksEqualsOneProcess) {
 
 TEST(ExpertParallel, TrainStepWithTwoWayExpertParallelismInsideFourDataParallelRanksEqualsOneProcess) {
   check_train_step(4, 2);
+}
+
+// Expert parallelism 2 inside tensor parallelism 2 on 4 ranks: the model split over tp (attention, dense parts
+// and vocabulary) and its experts over the data-parallel replicas of the same tensor-parallel rank.
+struct ExpertAndTensorParallelRank {
+  ExpertAndTensorParallelRank(int rank, int port)
+      : world(gloo_world(rank, 4, port)),
+        mesh(1, 2, 2),
+        tp(world.split(mesh.tp_groups())),
+        dp(world.split(mesh.dp_groups())),
+        model(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&tp)) {
+    load_full_state(*model, parameters_of(*expert_model()));
+    model->set_expert_parallel(ExpertParallelGroup(&dp));
+  }
+  ProcessGroup world;
+  DeviceMesh mesh;
+  Communicator tp, dp;  // the data-parallel group is the expert-parallel one
+  CausalLM model;
+};
+
+TEST(ExpertParallel, WithTensorParallelismLogitsLossAndGradientsEqualOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ExpertAndTensorParallelRank r(rank, port);
+        CausalLM whole = expert_model();
+        const ModelConfig config = expert_parallel_config();
+        // The experts are whole on both tensor-parallel ranks; the router too.
+        for (const auto& item : r.model->named_parameters()) {
+          if (is_expert(item.key()) || item.key().ends_with("mlp.gate.weight")) {
+            EXPECT_EQ(shard_dim(item.key(), config, 2), ShardDim::kReplicated) << item.key();
+          }
+        }
+        const std::string first_own = "model.layers.1.mlp.experts." + std::to_string(r.dp.rank() * 2);
+        EXPECT_TRUE(r.model->named_parameters().contains(first_own + ".down_proj.weight")) << first_own;
+
+        const DataProto all = rl_batch(), mine = rows_of(r.dp.rank(), 2);
+        const int64_t width = config.vocab_size / 2;
+        const auto logits = r.model->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
+        const auto want_logits = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask"))
+                                     .logits.narrow(-1, r.tp.rank() * width, width);
+        EXPECT_TRUE(torch::allclose(logits, want_logits, 1e-5, 1e-5))
+            << "logits differ by " << (logits - want_logits).abs().max().item<double>();
+
+        const double tokens = all.tensor("loss_mask").sum().item<double>();
+        auto want_loss = globally_weighted_loss(whole, all, tokens);
+        want_loss.backward();
+        auto loss = globally_weighted_loss(r.model, mine, tokens);
+        loss.backward();
+        auto summed = loss.detach().clone();
+        r.dp.all_reduce(summed, ReduceOp::kSum);
+        EXPECT_NEAR(summed.item<double>(), want_loss.item<double>(), 1e-5);
+        for (auto& item : r.model->named_parameters())
+          if (!is_expert(item.key()) && item.value().grad().defined()) r.dp.all_reduce(item.value().mutable_grad());
+        expect_same_tensors(gather_full_grads(*r.model), held(grads_by_name(*whole), *r.model), 1e-5, "gradients");
+        EXPECT_GT(r.dp.stats().of("all_to_all").calls, 0);
+      },
+      180);
+}
+
+TEST(ExpertParallel, WithTensorParallelismTrainStepEqualsOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        const StepResult want = one_process_step(expert_model(), policy_loss);
+        ExpertAndTensorParallelRank r(rank, port);
+        const ModelConfig config = expert_parallel_config();
+        TrainEngine engine(r.model.ptr(), parallel_test_optimizer());
+        engine.set_tensor_parallel(TensorParallelGroup(&r.tp), [&](const std::string& name) {
+          return shard_dim(name, config, 2) != ShardDim::kReplicated;
+        });
+        engine.set_gradient_reducer([&](torch::Tensor& t) { r.dp.all_reduce(t, ReduceOp::kSum); });
+        engine.set_expert_parallel(ExpertParallelGroup(&r.dp), nullptr, is_expert);
+        const StepStats stats = engine.train_step(rows_of(r.dp.rank(), 2), 1, [&](const DataProto& m) {
+          return policy_loss(r.model, m);
+        });
+        EXPECT_NEAR(stats.loss, want.stats.loss, 1e-5);
+        EXPECT_NEAR(stats.grad_norm, want.stats.grad_norm, 1e-5);
+        EXPECT_EQ(stats.tokens, want.stats.tokens);
+        expect_same_tensors(gather_full_state(*r.model), held(want.weights, *r.model), 1e-5, "weights after the step");
+      },
+      180);
 }
 
 TEST(ExpertParallel, GatheredExpertsRunAloneAndAreReleased) {

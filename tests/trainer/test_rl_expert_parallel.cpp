@@ -1,11 +1,14 @@
 // Expert parallelism in the RL trainer (actor_rollout_ref.actor.megatron.expert_model_parallel_size): GRPO on a
 // tiny Qwen3-MoE actor whose 8 experts split over 2 processes follows the run of the same seed on the same 2
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
-// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. A checkpoint
-// saved under the split holds every expert in the Hugging Face layout and loads into one process, and one saved
-// by one process loads into the split run. With rollout expert_parallel_size 2 the rollout decodes expert-parallel
-// (tokens exchanged every step) and the run still follows; the reshard metrics report the experts' switch in
-// both rollout layouts. Layouts it does not cover are refused naming the keys.
+// scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. On 4 processes
+// split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow both the
+// tensor-parallel run without the expert split and the 2-process data-parallel run. PPO whose critic's experts
+// split (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint saved under the
+// split (also with tensor parallelism) holds every expert in the Hugging Face layout and loads into one process,
+// and one saved by one process loads into the split run. With rollout expert_parallel_size 2 the rollout decodes
+// expert-parallel (tokens exchanged every step) and the run still follows; the reshard metrics report the
+// experts' switch in both rollout layouts. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -97,6 +100,25 @@ std::vector<std::string> from_path(std::vector<std::string> overrides, const std
   return overrides;
 }
 
+// One step with the experts split 2 ways (and `more`), saved under run_dir: the actor's checkpoint directory and
+// its parameter norm. The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
+std::pair<std::string, double> save_split_step(const std::string& run_dir, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
+  save.insert(save.end(), more.begin(), more.end());
+  double norm = 0;
+  {
+    RLTrainer trainer(load_rl_config("", moe_grpo(2, run_dir, save)));
+    trainer.step();
+    norm = trainer.parameter_sq_norm("actor");
+  }
+  const std::string actor = checkpoints_root(run_dir) + "/step_1/actor";
+  std::set<std::string> experts;
+  for (const auto& [name, tensor] : read_safetensors(actor + "/model.safetensors").tensors)
+    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
+  EXPECT_EQ(experts.size(), 8u);
+  return {actor, norm};
+}
+
 }  // namespace
 
 TEST(RlExpertParallel, GrpoWithExpertsSplitTwoWaysFollowsTheDataParallelRun) {
@@ -140,22 +162,52 @@ TEST(RlExpertParallel, RouterReplayR3WithExpertsSplitFollowsTheDataParallelRun) 
   EXPECT_TRUE(split.steps.back().contains("actor/router_replay_rollout_routing_differs"));
 }
 
+TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTensorParallelRun) {
+  const std::vector<std::string> tp2 = {"actor_rollout_ref.num_processes=4",
+                                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
+  const EpRun split = train(2, tp2);
+  expect_same_run(split, train(1, tp2), "ep 2 x tp 2");
+  // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
+  expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+}
+
+TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndTensorParallelismLoadsIntoOneProcess) {
+  hybridflow::testing::TempDir split_dir, single_dir;
+  const auto [split_actor, split_norm] = save_split_step(
+      split_dir.path(),
+      {"actor_rollout_ref.num_processes=4", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"});
+  std::vector<std::string> one = from_path(moe_grpo(1, single_dir.path(), {"trainer.total_steps=1"}), split_actor);
+  one.push_back("actor_rollout_ref.num_processes=1");
+  RLTrainer trainer(load_rl_config("", one));
+  EXPECT_NEAR(trainer.parameter_sq_norm("actor"), split_norm, 1e-9 * split_norm);
+}
+
+TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) {
+  auto critic = [](int ep) {
+    return std::vector<std::string>{"algorithm.adv_estimator=gae", "critic.num_processes=2",
+                                    "critic.ppo_micro_batch_size_per_gpu=1",
+                                    "critic.megatron.expert_model_parallel_size=" + std::to_string(ep)};
+  };
+  const EpRun split = train(1, critic(2)), whole = train(1, critic(1));
+  ASSERT_EQ(split.steps.size(), whole.steps.size());
+  for (size_t i = 0; i < whole.steps.size(); ++i)
+    for (const std::string key : {"values/mean", "critic/vf_loss", "critic/vpred_mean", "critic/grad_norm",
+                                  "actor/pg_loss", "actor/grad_norm"}) {
+      ASSERT_TRUE(split.steps[i].contains(key)) << key;
+      const double w = whole.steps[i].at(key).get<double>();
+      EXPECT_NEAR(split.steps[i].at(key).get<double>(), w, kTol * (1 + std::abs(w))) << key << " at step " << i + 1;
+    }
+  const std::string key = "critic/expert_parallel_all_to_all_mb";
+  ASSERT_TRUE(split.steps.back().contains(key)) << key;
+  EXPECT_GT(split.steps.back().at(key).get<double>(), 0.0);
+  EXPECT_FALSE(whole.steps.back().contains(key)) << key;
+}
+
 TEST(RlExpertParallel, CheckpointsMoveBetweenTheSplitAndOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   // Two processes, experts split: one step, saved.
   const std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
-  double split_norm = 0;
-  {
-    RLTrainer trainer(load_rl_config("", moe_grpo(2, split_dir.path(), save)));
-    trainer.step();
-    split_norm = trainer.parameter_sq_norm("actor");
-  }
-  const std::string split_actor = checkpoints_root(split_dir.path()) + "/step_1/actor";
-  // The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
-  std::set<std::string> experts;
-  for (const auto& [name, tensor] : read_safetensors(split_actor + "/model.safetensors").tensors)
-    if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
-  EXPECT_EQ(experts.size(), 8u);
+  const auto [split_actor, split_norm] = save_split_step(split_dir.path());
   // Into one process.
   double single_norm = 0;
   {
@@ -178,9 +230,12 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   auto refused = [&](int ep, const std::vector<std::string>& more) {
     return error_of([&] { RLTrainer t(load_rl_config("", moe_grpo(ep, dir.path(), more))); });
   };
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                          "actor_rollout_ref.num_processes=4"}),
               HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 with "
-                        "tensor_model_parallel_size = 2"));
+                        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),
               HasSubstr("actor_rollout_ref.actor.use_dynamic_bsz = true"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
@@ -191,6 +246,10 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2 must be 1"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=4"}),
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 4 must be 1"));
+  EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=2", "actor_rollout_ref.num_processes=4",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding is not combined "
+                        "with tensor parallelism"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=2",
                           "actor_rollout_ref.actor.router_replay.mode=R3"}),
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding runs single-turn "

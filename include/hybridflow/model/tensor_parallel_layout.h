@@ -2,7 +2,7 @@
 //   vocabulary-parallel: model.embed_tokens.weight, lm_head.weight            rows (vocabulary) split
 //   column-parallel:     q/k/v_proj (weights and biases), mlp gate/up_proj   rows (output features) split
 //   row-parallel:        o_proj.weight, mlp down_proj.weight                   columns (input features) split
-//   replicated:          norms, o_proj.bias, score.weight (value head)
+//   replicated:          norms, o_proj.bias, score.weight (value head), MoE layers' sparse blocks (whole)
 //   LoRA adapters:       a column-parallel base's lora_B rows split and lora_A replicated; a row-parallel
 //                        base's lora_A columns split and lora_B replicated (model/lora_branch.h)
 // Grouped-query attention with fewer KV heads than tensor ranks (tp % kv == 0) replicates k/v_proj: every

@@ -93,7 +93,7 @@ struct ForwardOutput {
 
 class CausalLMImpl : public torch::nn::Module {
  public:
-  // Throws naming the config key when the model does not split over tp's ranks.
+  // Throws naming the config key when the model does not split over tp's ranks (MoE sparse blocks stay whole).
   CausalLMImpl(const ModelConfig& config, HeadKind head = HeadKind::kLanguageModel, TensorParallelGroup tp = {},
                PipelineStage pp = {});
 
@@ -207,9 +207,9 @@ class CausalLMImpl : public torch::nn::Module {
 
   // Expert parallelism (parallel/expert_parallel.h): each MoE layer keeps num_experts / n of its experts (under
   // their checkpoint names) and exchanges tokens with the group around them; every rank of the group runs its own
-  // rows, and every forward and backward is collective over the group. Once, before an optimizer sees the
-  // parameters. Throws naming expert_model_parallel_size when n does not divide the experts, or with tensor,
-  // pipeline or sequence parallelism (not combined yet).
+  // rows, and every forward and backward is collective over the group (under tensor parallelism: the replicas of
+  // one tensor-parallel rank; experts stay whole per rank). Once, before an optimizer sees the parameters. Throws
+  // naming expert_model_parallel_size when n does not divide the experts, or with pipeline or sequence parallelism.
   void set_expert_parallel(ExpertParallelGroup ep);
   const ExpertParallelGroup& expert_parallel() const { return ep_; }
   // Collective over the group: every expert in this process, without gradients, until release_gathered_experts();

@@ -1,7 +1,7 @@
-// Expert parallelism in a role's processes (verl's <role>.megatron.expert_model_parallel_size): consecutive ranks
-// form an expert-parallel group (ranks [g n, (g + 1) n) for size n), which splits each mixture-of-experts layer's
-// experts while every rank keeps its own data-parallel share of the batch; ranks at the same place in their groups
-// own the same experts and sum those experts' gradients (expert data parallelism, as in Megatron).
+// Expert parallelism in a role's processes (verl's <role>.megatron.expert_model_parallel_size): consecutive data-
+// parallel ranks form an expert-parallel group (each tensor-parallel rank's alike: experts whole per rank), which
+// splits each mixture-of-experts layer's experts while every rank keeps its own data-parallel share of the batch;
+// ranks at the same place in their groups own the same experts and sum their gradients (expert data parallelism).
 //
 // Training runs expert-parallel (tokens exchanged with the group around each expert layer). Passes whose ranks
 // may take different numbers of forwards (generation, whose sequences end at different steps) and the
@@ -26,9 +26,9 @@ bool is_expert_parameter_name(const std::string& name);
 
 class ExpertParallelRanks {
  public:
-  // Collective over the role's world (every rank calls it with the same size). Null for size 1. Throws naming
-  // `key` when the size does not divide the world.
-  static std::unique_ptr<ExpertParallelRanks> join(const ProcessGroup& world, int size, const std::string& key);
+  // Collective over the role's world (every rank calls it with the same size, on its data-parallel group). Null
+  // for size 1. Throws naming `key` when the size does not divide the data-parallel group.
+  static std::unique_ptr<ExpertParallelRanks> join(const ProcessGroup& data_parallel, int size, const std::string& key);
 
   ExpertParallelGroup group() const { return ExpertParallelGroup(experts_.get()); }
   int size() const { return experts_->size(); }
