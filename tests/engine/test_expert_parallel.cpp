@@ -145,12 +145,12 @@ TEST(ExpertParallel, TrainStepWithTwoWayExpertParallelismInsideFourDataParallelR
   check_train_step(4, 2);
 }
 
-// Expert parallelism 2 inside tensor parallelism 2 on 4 ranks: the model split over tp (attention, dense parts
-// and vocabulary) and its experts over the data-parallel replicas of the same tensor-parallel rank.
+// Expert parallelism ep inside tensor parallelism 2 on 2 * ep ranks: the model split over tp (attention, dense
+// parts and vocabulary) and its experts over the ep data-parallel replicas of the same tensor-parallel rank.
 struct ExpertAndTensorParallelRank {
-  ExpertAndTensorParallelRank(int rank, int port)
-      : world(gloo_world(rank, 4, port)),
-        mesh(1, 2, 2),
+  ExpertAndTensorParallelRank(int rank, int port, int ep = 2)
+      : world(gloo_world(rank, 2 * ep, port)),
+        mesh(1, ep, 2),
         tp(world.split(mesh.tp_groups())),
         dp(world.split(mesh.dp_groups())),
         model(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&tp)) {
@@ -163,11 +163,11 @@ struct ExpertAndTensorParallelRank {
   CausalLM model;
 };
 
-TEST(ExpertParallel, WithTensorParallelismLogitsLossAndGradientsEqualOneProcess) {
+void check_logits_loss_and_gradients_with_tensor_parallelism(int ep) {
   run_ranks(
-      4,
-      [](int rank, int port) {
-        ExpertAndTensorParallelRank r(rank, port);
+      2 * ep,
+      [ep](int rank, int port) {
+        ExpertAndTensorParallelRank r(rank, port, ep);
         CausalLM whole = expert_model();
         const ModelConfig config = expert_parallel_config();
         // The experts are whole on both tensor-parallel ranks; the router too.
@@ -176,10 +176,11 @@ TEST(ExpertParallel, WithTensorParallelismLogitsLossAndGradientsEqualOneProcess)
             EXPECT_EQ(shard_dim(item.key(), config, 2), ShardDim::kReplicated) << item.key();
           }
         }
-        const std::string first_own = "model.layers.1.mlp.experts." + std::to_string(r.dp.rank() * 2);
+        const int experts_per_rank = static_cast<int>(expert_parallel_config().moe.num_experts) / ep;
+        const std::string first_own = "model.layers.1.mlp.experts." + std::to_string(r.dp.rank() * experts_per_rank);
         EXPECT_TRUE(r.model->named_parameters().contains(first_own + ".down_proj.weight")) << first_own;
 
-        const DataProto all = rl_batch(), mine = rows_of(r.dp.rank(), 2);
+        const DataProto all = rl_batch(), mine = rows_of(r.dp.rank(), ep);
         const int64_t width = config.vocab_size / 2;
         const auto logits = r.model->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
         const auto want_logits = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask"))
@@ -201,6 +202,15 @@ TEST(ExpertParallel, WithTensorParallelismLogitsLossAndGradientsEqualOneProcess)
         EXPECT_GT(r.dp.stats().of("all_to_all").calls, 0);
       },
       180);
+}
+
+TEST(ExpertParallel, WithTensorParallelismLogitsLossAndGradientsEqualOneProcess) {
+  check_logits_loss_and_gradients_with_tensor_parallelism(2);
+}
+
+// Four ways (one expert per rank) inside tensor parallelism 2: 8 processes.
+TEST(ExpertParallel, FourWaysWithTensorParallelismLogitsLossAndGradientsEqualOneProcess) {
+  check_logits_loss_and_gradients_with_tensor_parallelism(4);
 }
 
 TEST(ExpertParallel, WithTensorParallelismTrainStepEqualsOneProcess) {
