@@ -81,7 +81,7 @@ std::pair<torch::Tensor, torch::Tensor> sample_next_tokens(const torch::Tensor& 
   if (!cfg.greedy) {
     HF_CHECK(static_cast<int64_t>(uniforms.size()) == logits.size(0), "sample_next_tokens: ", uniforms.size(),
              " uniform numbers for ", logits.size(0), " rows");
-    drawn_with = generation::upload(torch::tensor(uniforms, torch::kFloat64), logits.device());
+    drawn_with = upload(torch::tensor(uniforms, torch::kFloat64), logits.device());
   }
   generation::TokenDraw draw = generation::draw_tokens(logits, cfg, drawn_with);
   generation::check_sampleable(draw.no_mass);
@@ -137,12 +137,6 @@ void StageLink::share(torch::Tensor& tokens, torch::Tensor& log_probs, int64_t r
   stages_->broadcast(chosen, stage_->stages - 1);
   tokens = chosen[0].to(torch::kInt64);
   log_probs = chosen[1].to(torch::kFloat32);
-}
-
-torch::Tensor upload(const torch::Tensor& host, torch::Device device) {
-  if (device.is_cpu()) return host;
-  // From pinned memory the copy is queued behind the device's work instead of waiting for it.
-  return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
 torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<int64_t>& sequences,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hybridflow/core/device_upload.h"
 #include "hybridflow/engine/generation.h"
 
 namespace hybridflow::generation {
@@ -40,10 +41,6 @@ class StageLink {
   Communicator* stages_;
   const PipelineStage* stage_;
 };
-
-// A host tensor on `device` without waiting for the device's queued work (pinned, non-blocking); on the CPU
-// the tensor itself.
-torch::Tensor upload(const torch::Tensor& host, torch::Device device);
 
 // The uniforms of `steps` consecutive draws of each row, [steps, rows] float64 on `device`: row r's draw k is
 // sampling_uniform(cfg.seed, sequences[r], first_steps[r] + k). Computed on the host, where every input is

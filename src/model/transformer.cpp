@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include "hybridflow/core/device_upload.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/model/activation_checkpoint.h"
@@ -507,14 +508,6 @@ std::vector<fused_decode::LayerWeights> kernel_layer_weights(Backbone& m, int64_
   return weights;
 }
 
-// A decode step's host-built lengths and block tables on the step's device. On CUDA from pinned memory, so the
-// copy is queued behind the device's work instead of making the host wait for it every step (a pageable copy
-// synchronises); on the CPU the host tensor itself.
-torch::Tensor decode_inputs_to_device(const torch::Tensor& host, const torch::Device& device) {
-  if (device.is_cpu()) return host;
-  return host.pin_memory().to(device, /*non_blocking=*/true);
-}
-
 // Whether a decode step of h over these pools runs through the fused decode kernels (kernels/decode_kernels.h):
 // their mode covers h's device, gradients are off, the model is one rank without adapters' branches (`plain`),
 // and the shapes and dtypes are the kernels' (pools contiguous, everything in h's dtype).
@@ -891,7 +884,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
              b, " rows");
   }
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  auto length_t = decode_inputs_to_device(torch::tensor(lengths, i64), device);
+  auto length_t = upload(torch::tensor(lengths, i64), device);
   auto [cos, sin] = rotary_cos_sin(length_t.view({b, 1}), config_, h.scalar_type());  // [b, 1, 1, d]
 
   if (batch_invariant_active()) {
@@ -926,7 +919,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
            "gathered experts (gather_experts()), since its ranks take different steps");
   // The block tables and lengths go to the device once each; every write and read position is computed there.
   torch::Tensor table_t =
-      decode_inputs_to_device(torch::from_blob(const_cast<int64_t*>(tables.data()), {b, width}, i64), device);
+      upload(torch::from_blob(const_cast<int64_t*>(tables.data()), {b, width}, i64), device);
   const int64_t kv = local_layers > 0 ? keys[0].size(1) : 0;
   const bool kernels_apply = decode_kernels_apply(h, keys, values, config_, m, !tp_.enabled() && !lora_branches_active());
   SlotAccess access = decode_step_access(table_t, length_t, block_size, longest, kv, paged, kernels_apply);
