@@ -20,11 +20,7 @@ class TurnBatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
     at::set_num_threads(1);
-    torch::manual_seed(5);
-    model = CausalLM(testing::tiny_model_config({.vocab_size = 41, .hidden_size = 32, .intermediate_size = 48}, "qwen2-tiny"));
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->parameters())
-      if (p.dim() == 2) p.mul_(6.0);
+    model = testing::spread_logits_model();
     config.greedy = true;
     config.eos_token_ids = {kEos};
     config.max_new_tokens = 40;

@@ -56,4 +56,16 @@ inline CausalLM seeded_model(const ModelConfig& config, uint64_t seed, HeadKind 
   return CausalLM(config, head);
 }
 
+// The multi-turn tests' model: a tiny qwen2 (vocabulary 41, hidden 32) drawn after seed 5 whose matrices are
+// scaled up 6x, so that logits spread and sampled rows differ.
+inline CausalLM spread_logits_model() {
+  const ModelConfig config =
+      tiny_model_config({.vocab_size = 41, .hidden_size = 32, .intermediate_size = 48}, "qwen2-tiny");
+  CausalLM model = seeded_model(config, 5);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters())
+    if (p.dim() == 2) p.mul_(6.0);
+  return model;
+}
+
 }  // namespace hybridflow::testing

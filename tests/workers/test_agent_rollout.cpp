@@ -23,15 +23,23 @@ namespace {
 constexpr int64_t kEos = 3;
 using testing::tool_episodes;
 
+// Two runs of one seed drew the same responses with the same log-probs, and not every episode the same response.
+void expect_same_sampled_episodes(const std::vector<agent::Trajectory>& a, const std::vector<std::vector<float>>& a_lp,
+                                  const std::vector<agent::Trajectory>& b, const std::vector<std::vector<float>>& b_lp) {
+  bool some_differ = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].response_ids, b[i].response_ids) << "episode " << i;
+    EXPECT_EQ(a_lp[i], b_lp[i]) << "episode " << i;
+    if (i > 0 && a[i].response_ids != a[0].response_ids) some_differ = true;
+  }
+  EXPECT_TRUE(some_differ) << "every episode sampled the same response";
+}
+
 class AgentRolloutRounds : public ::testing::Test {
  protected:
   void SetUp() override {
     at::set_num_threads(1);
-    torch::manual_seed(5);
-    model = CausalLM(testing::tiny_model_config({.vocab_size = 41, .hidden_size = 32, .intermediate_size = 48}, "qwen2-tiny"));
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->parameters())
-      if (p.dim() == 2) p.mul_(6.0);  // spread logits so that samples differ between rows
+    model = testing::spread_logits_model();
     config.temperature = 0.8;
     config.seed = 17;
     config.eos_token_ids = {kEos};
@@ -91,13 +99,7 @@ TEST_F(AgentRolloutRounds, SameSeedSameTrajectoriesWhateverTheThreadsTiming) {
   TurnRoundStats stats;
   const auto a = run(6, &a_lp, &stats);
   const auto b = run(6, &b_lp, &stats);
-  bool some_differ = false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].response_ids, b[i].response_ids) << "episode " << i;
-    EXPECT_EQ(a_lp[i], b_lp[i]) << "episode " << i;
-    if (i > 0 && a[i].response_ids != a[0].response_ids) some_differ = true;
-  }
-  EXPECT_TRUE(some_differ) << "every episode sampled the same response";
+  expect_same_sampled_episodes(a, a_lp, b, b_lp);
 }
 
 TEST_F(AgentRolloutRounds, BatchMasksToolIdsAndKeepsTheSampledLogProbs) {
@@ -229,13 +231,7 @@ TEST_F(AgentRolloutRounds, ContinuousTurnsAreReproducibleFromTheSeed) {
   std::vector<agent::Trajectory> a(8), b(8);
   const auto a_lp = run_in_continuous_turns(8, tool_episodes(a, config.max_new_tokens), model, config);
   const auto b_lp = run_in_continuous_turns(8, tool_episodes(b, config.max_new_tokens), model, config);
-  bool some_differ = false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].response_ids, b[i].response_ids) << "episode " << i;
-    EXPECT_EQ(a_lp[i], b_lp[i]) << "episode " << i;
-    if (i > 0 && a[i].response_ids != a[0].response_ids) some_differ = true;
-  }
-  EXPECT_TRUE(some_differ) << "every episode sampled the same response";
+  expect_same_sampled_episodes(a, a_lp, b, b_lp);
 }
 
 // A small budget: episodes stop when the next turn or tool result would not fit (as with rounds), no turn
