@@ -221,8 +221,8 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
 void TrainEngine::set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                                       const std::function<bool(const std::string&)>& is_expert) {
   if (!ep.enabled()) return;
-  HF_CHECK(!zero_ && !pipeline_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
-           "with the distributed optimizer (use_distributed_optimizer) or pipeline stages yet");
+  HF_CHECK(!zero_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
+           "with the distributed optimizer (use_distributed_optimizer) yet");
   HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
                      "are data-parallel ranks)");
   HF_CHECK(step_ == 0, "set_expert_parallel: the engine has already taken ", step_, " steps");
@@ -235,7 +235,6 @@ void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
   HF_CHECK(!zero_, "set_pipeline: call it before set_sharded_optimizer (the ZeRO optimizer's gradient norm spans "
                    "the stages)");
   HF_CHECK(step_ == 0, "set_pipeline: the engine has already taken ", step_, " steps");
-  HF_CHECK(!ep_.enabled(), "pipeline_model_parallel_size: pipeline stages are not combined with expert parallelism yet");
   pipeline_ = std::move(pipeline);
 }
 

@@ -616,8 +616,6 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
   const int n = ep.size();
   HF_CHECK(config_.num_moe_layers() > 0, "expert_model_parallel_size ", n, ": ", config_.model_type,
            " has no mixture-of-experts layer to split");
-  HF_CHECK(!pp_.enabled(), "expert_model_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
-           ": expert parallelism is not combined with pipeline parallelism yet");
   HF_CHECK(!sp_.enabled(), "expert_model_parallel_size ", n, " with ulysses_sequence_parallel_size ", sp_.size(),
            ": expert parallelism is not combined with sequence parallelism yet");
   HF_CHECK(config_.moe.num_experts % n == 0, "expert_model_parallel_size ", n, " does not divide num_experts = ",

@@ -26,37 +26,6 @@ namespace {
 
 using namespace hybridflow::testing;
 
-bool is_expert(const std::string& name) { return name.find(".experts.") != std::string::npos; }
-
-// Rows [rank * n, (rank + 1) * n) of rl_batch()'s 4, n = 4 / ranks.
-DataProto rows_of(int rank, int ranks) {
-  const int64_t n = 4 / ranks;
-  return rl_batch().slice(rank * n, (rank + 1) * n);
-}
-
-// PPO's surrogate summed over this batch's response tokens, over the whole batch's token count.
-torch::Tensor globally_weighted_loss(CausalLM& model, const DataProto& m, double all_tokens) {
-  auto out = response_log_probs(model, m.tensor("input_ids"), m.tensor("attention_mask"), kResponseLen);
-  auto ratio = torch::exp(out.log_probs - m.tensor("old_log_probs"));
-  const auto& adv = m.tensor("advantages");
-  auto surrogate = -torch::min(ratio * adv, torch::clamp(ratio, 0.8, 1.2) * adv);
-  return ((surrogate - 0.01 * out.entropy) * m.tensor("loss_mask")).sum() / all_tokens;
-}
-
-std::map<std::string, torch::Tensor> grads_by_name(CausalLMImpl& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& item : model.named_parameters())
-    out[item.key()] = item.value().grad().defined() ? item.value().grad().clone() : torch::zeros_like(item.value());
-  return out;
-}
-
-// The entries of `all` this rank holds (its experts and every replicated tensor).
-std::map<std::string, torch::Tensor> held(const std::map<std::string, torch::Tensor>& all, CausalLMImpl& model) {
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& item : model.named_parameters()) out[item.key()] = all.at(item.key());
-  return out;
-}
-
 void check_forward_and_gradients(int ranks) {
   run_ranks(
       ranks,

@@ -120,8 +120,10 @@ class TrainEngine {
   // micro-batch's loss is weighted by its share of the global mini-batch (an expert's gradient gathers every rank's
   // tokens through the exchanges' backward); the replicated parameters' gradients are summed over the
   // data-parallel ranks, the experts' over `expert_data_parallel` (the ranks owning the same experts; null when
-  // no other rank does), and their squared norms over the expert-parallel group. Not with the ZeRO optimizer or
-  // pipeline stages. Every rank must run as many micro-batches, each with a token (their passes are collective).
+  // no other rank does), and their squared norms over the expert-parallel group. Not with the ZeRO optimizer.
+  // With pipeline stages every group is the stage's (its data-parallel ranks; the experts of its layers), and
+  // the stages' norms add up. Every rank must run as many micro-batches, each with a token (their passes are
+  // collective).
   void set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                            const std::function<bool(const std::string&)>& is_expert);
   // Pipeline parallelism (set on every stage, after set_tensor_parallel): the module is one stage of a
