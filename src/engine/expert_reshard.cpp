@@ -1,5 +1,7 @@
 #include "hybridflow/engine/expert_reshard.h"
 
+#include <torch/torch.h>
+
 #include <chrono>
 
 #include "hybridflow/core/error.h"
@@ -11,8 +13,11 @@ bool is_routed_expert_weight(const std::string& name) { return name.find(".exper
 
 }  // namespace
 
-ExpertReshard::ExpertReshard(CausalLM train, int generation_size, const std::string& key)
-    : train_(std::move(train)), generation_size_(generation_size) {
+ExpertReshard::ExpertReshard(CausalLM train, int generation_size, const std::string& key, Communicator* stages)
+    : train_(std::move(train)), generation_size_(generation_size), stages_(stages) {
+  HF_CHECK(stages != nullptr || !train_->pipeline_stage().enabled(), "ExpertReshard: the model is pipeline stage ",
+           train_->pipeline_stage().stage, " of ", train_->pipeline_stage().stages,
+           " and needs the communicator over its stages");
   const int n = train_->expert_parallel().size();
   HF_CHECK(train_->expert_parallel().enabled(), "ExpertReshard: the model's experts are not split");
   HF_CHECK(generation_size == 1 || generation_size == n, key, " = ", generation_size, " must be 1 (generate on the ",
@@ -39,6 +44,12 @@ ReshardStats ExpertReshard::to_generation() {
     stats.expert_bytes_received = moved.bytes_received;
     stats.expert_peak_extra_weight_bytes = moved.expert_bytes;
     stats.expert_redundant_bytes = moved.redundant_bytes;
+  }
+  if (train_->pipeline_stage().enabled()) {  // this stage's experts so far; the model's are every stage's
+    auto bytes = torch::tensor({static_cast<double>(stats.expert_model_bytes)},
+                               torch::TensorOptions().dtype(torch::kDouble).device(train_->parameters().front().device()));
+    stages_->all_reduce(bytes, ReduceOp::kSum);
+    stats.expert_model_bytes = static_cast<int64_t>(bytes.item<double>());
   }
   stats.bytes_sent = stats.expert_bytes_sent;
   stats.bytes_received = stats.expert_bytes_received;

@@ -27,6 +27,7 @@ StagePass PipelineStageRunner::forward(const DataProto& micro, bool training,
                                        const std::function<torch::Tensor(const DataProto&)>& last_stage) {
   const PipelineStage& s = stage();
   const torch::Tensor& ids = micro.tensor(ids_key_);
+  if (before_) before_(micro);
   StagePass pass;
   if (!s.first()) {
     pass.input = model_->stage_activation_like(ids.size(0), ids.size(1));
@@ -41,7 +42,13 @@ StagePass PipelineStageRunner::forward(const DataProto& micro, bool training,
     activation_sends_.push_back(stages_.isend(pass.output.detach(), s.stage + 1, kActivationTag));
     peak_activation_sends_ = std::max(peak_activation_sends_, activation_sends_.size());
   }
+  if (after_) after_(micro);
   return pass;
+}
+
+void PipelineStageRunner::set_micro_batch_hooks(MicroBatchHook before, MicroBatchHook after) {
+  before_ = std::move(before);
+  after_ = std::move(after);
 }
 
 void PipelineStageRunner::backward(const StagePass& pass) {

@@ -794,9 +794,22 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
   return pp_.last() ? m.norm(h) : h;
 }
 
+Partition CausalLMImpl::stage_moe_layers() const {
+  Partition moe;
+  for (int64_t i = 0; i < layer_range_.start + layer_range_.length; ++i)
+    if (config_.moe_layer(i)) ++(i < layer_range_.start ? moe.start : moe.length);
+  return moe;
+}
+
 void CausalLMImpl::set_router_replay(RouterReplayMode mode, ExpertRouting replay) {
   HF_CHECK(mode != RouterReplayMode::kReplay || !replay.empty() || config_.num_moe_layers() == 0,
            "router replay: replay mode needs the routing to replay");
+  const Partition moe = stage_moe_layers();
+  if (pp_.enabled() && static_cast<int64_t>(replay.layers.size()) == config_.num_moe_layers() &&
+      moe.length != config_.num_moe_layers()) {  // the whole model's routing: this stage's layers of it
+    const auto first = replay.layers.begin() + moe.start;
+    replay.layers = std::vector<torch::Tensor>(first, first + moe.length);
+  }
   router_replay_ = mode;
   replay_routing_ = mode == RouterReplayMode::kReplay ? std::move(replay) : ExpertRouting{};
   recorded_routing_ = {};

@@ -103,16 +103,15 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
 
 // <section>.megatron.expert_model_parallel_size: groups of that many consecutive data-parallel ranks split each
 // mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch;
-// under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank).
-int expert_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp,
-                         int sp, bool dynamic_bsz) {
+// under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank),
+// and under pipeline parallelism every stage's (the experts of the stage's layers, Megatron's layout).
+int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp, int sp, bool dynamic_bsz) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
   HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
   if (ep == 1) return ep;
-  HF_CHECK(layout.pp == 1 && sp == 1, key, " = ", ep, " with ", section, ".megatron.pipeline_model_parallel_size = ",
-           layout.pp, " and ", section, ".ulysses_sequence_parallel_size = ", sp,
-           ": expert parallelism is not combined with pipeline or sequence parallelism yet; set those to 1");
+  HF_CHECK(sp == 1, key, " = ", ep, " with ", section, ".ulysses_sequence_parallel_size = ", sp,
+           ": expert parallelism is not combined with sequence parallelism yet; set it to 1");
   HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
   // The ranks of a group run their training micro-batches together (each exchanges tokens with the others).
   HF_CHECK(!dynamic_bsz, key, " = ", ep, " with ", section, ".use_dynamic_bsz = true: micro-batches formed by token ",
@@ -247,14 +246,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   spec.policy_loss = algo::policy_loss_config(actor.config());
   spec.loss_terms = algo::actor_loss_terms(actor.config());
   spec.router_replay = actor.get<std::string>("router_replay.mode");
-  const RouterReplayPolicy replay = parse_router_replay_policy(spec.router_replay, section + ".router_replay.mode");
-  HF_CHECK(replay == RouterReplayPolicy::kDisabled || plan.layout.pp == 1, section, ".router_replay.mode = ",
-           spec.router_replay, ": router replay needs the whole model in one stage (", section,
-           ".megatron.pipeline_model_parallel_size = 1), got ", plan.layout.pp);
+  parse_router_replay_policy(spec.router_replay, section + ".router_replay.mode");
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
-  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.layout, plan.dp, sp, bsz->on);
+  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp, sp, bsz->on);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
   HF_CHECK(!t.use_distributed_optimizer || plan.model.expert_model_parallel_size == 1, plan.model.expert_key, " = ",
            plan.model.expert_model_parallel_size, " with ", section, ".megatron.use_distributed_optimizer = true: ",
@@ -307,6 +303,18 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            ".expert_parallel_size = ", spec.expert_parallel_size, " must be 1 (generation on the experts gathered from ",
            "the actor's group) or, colocated, actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep,
            " (generation with the experts where training keeps them)");
+  // The gathered experts are not the actor's parameters, which the 3D-HybridEngine's switch moves: generation
+  // runs in the actor's own layout, staged where it trains in stages.
+  HF_CHECK(actor_ep == 1 || f.standalone_rollout ||
+               (actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp),
+           "actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep, " with ", section,
+           ".tensor_model_parallel_size = ", actor.layout.gen_tp, " and ", section, ".pipeline_model_parallel_size = ",
+           actor.layout.gen_pp, ": an expert-parallel actor generates in its training layout; set them to the actor's ",
+           actor.layout.tp, " and ", actor.layout.pp);
+  HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.pp == 1, section, ".expert_parallel_size = ",
+           spec.expert_parallel_size, ": expert-parallel decoding runs unstaged, not in the actor's ",
+           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", actor.layout.pp,
+           " stages; leave it 1 to generate on the gathered experts");
   HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.tp == 1, section, ".expert_parallel_size = ",
            spec.expert_parallel_size, ": expert-parallel decoding is not combined with tensor parallelism ",
            "(actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", actor.layout.tp,
@@ -334,6 +342,10 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.update_weights_bucket_megabytes = rollout.get<int64_t>("update_weights_bucket_megabytes");
   spec.lora_merge = rollout.get<bool>("lora_merge");
   spec.record_routing = actor.spec.router_replay == "R3";
+  HF_CHECK(!spec.record_routing || actor.layout.gen_pp == 1 || f.standalone_rollout,
+           "actor_rollout_ref.actor.router_replay.mode = R3 records the rollout's routing, which generation in ",
+           "pipeline stages does not do yet (", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp,
+           "); generate unstaged (1) or use R2");
   spec.partial_rollout = rollout.get<bool>("partial_rollout");
   // Only a standalone pool's generations overlap a weight sync; its ranks of one replica would have to agree
   // on the token at which they switch, and adapters merged into the weights would have to come out first.
@@ -417,11 +429,11 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
   const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
-  const int ep = expert_parallel_size(c, "critic", plan.layout, plan.dp, sp, bsz.update.on);
+  const int ep = expert_parallel_size(c, "critic", plan.dp, sp, bsz.update.on);
   if (f.need_cost_critic) {  // the cost critic's pool, checked alike
     const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
     const int cost_dp = dp_of(cost, f.cost_critic);
-    expert_parallel_size(c, "critic", cost, cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp), bsz.update.on);
+    expert_parallel_size(c, "critic", cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp), bsz.update.on);
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;

@@ -196,7 +196,7 @@ void ActorRolloutRefWorker::start_expert_reshard(const ExpertParallelRanks* expe
              "(actor_rollout_ref.actor.megatron.expert_model_parallel_size = 1); leave it 1");
     return;
   }
-  expert_reshard_ = std::make_unique<ExpertReshard>(actor(), size, key);
+  expert_reshard_ = std::make_unique<ExpertReshard>(actor(), size, key, groups_ ? groups_->pipeline() : nullptr);
   // The trainer refuses these with the keys' names; a worker group made by hand meets them here.
   HF_CHECK(!expert_reshard_->expert_parallel_generation() || (!agent_ && !rollout_spec_.record_routing), key, " = ",
            size, ": expert-parallel decoding runs single-turn rollouts without recording the routing");
@@ -271,14 +271,15 @@ torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStage
   BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const double temperature = rollout_spec_.temperature;
   const bool replaying = replay != nullptr && replay->active();
+  const bool here = replaying && !replay->staged();  // a staged pass runs around every stage's forward itself
   // Each micro-batch's own response width: one formed by token count is cut to its longest response.
   torch::Tensor log_probs =
       forward_micro_batches(pipeline, replaying ? replay->with_row_index(in) : in, how, [&](const DataProto& m) {
-        if (replaying) replay->begin(m);
+        if (here) replay->begin(m);
         auto lp = policy_log_probs(model_spec_.use_remove_padding, model, m, m.tensor("responses").size(1),
                                    temperature, /*with_entropy=*/false)
                       .log_probs;
-        if (replaying) replay->end(m);
+        if (here) replay->end(m);
         return lp;
       });
   if (!log_probs.defined()) return log_probs;  // a stage before the last
@@ -292,7 +293,8 @@ DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
   ExpertsGathered gathered({&actor()});
   return on_sequence_parallel_rows(sequence_parallel_.get(), {&actor()}, in, [&](const DataProto& rows) {
     DataProto out;
-    RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), rows);
+    RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), rows,
+                            trainable_->pipeline());
     torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, rollout_spec_.log_prob, &replay);
     if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
     replay.write(out);
@@ -350,15 +352,20 @@ DataProto ActorRolloutRefWorker::update_actor_rows(const DataProto& in) {
       actor()->config().num_moe_layers() > 0;
   HF_CHECK(!replay || in.has_tensor("routed_experts"), "update_actor: router_replay.mode ", actor_spec_.router_replay,
            " needs tensor routed_experts in the batch (from the rollout, R3, or the old-log-prob pass, R2)");
+  // Pipeline stages: every stage's forward replays its layers of the micro-batch's routing (the loss function
+  // runs on the last stage only). The update's router_replay_differs then covers the last stage's layers alone
+  // and is not reported.
+  StagedRouterReplay staged_replay(replay ? trainable_->pipeline() : nullptr, actor());
 
   MetricAverager metrics;
   auto loss_fn = [&](const DataProto& m) {
     auto mask = m.tensor("response_mask").to(torch::kFloat);
     const int64_t response_len = mask.size(1);
-    if (replay) actor()->set_router_replay(RouterReplayMode::kReplay, routing_of(m.tensor("routed_experts")));
+    const bool replay_here = replay && !staged_replay.active();
+    if (replay_here) actor()->set_router_replay(RouterReplayMode::kReplay, routing_of(m.tensor("routed_experts")));
     auto lp = policy_log_probs(model_spec_.use_remove_padding, actor(), m, response_len, temperature,
                                /*with_entropy=*/true);
-    if (replay) {
+    if (replay_here) {
       // The share of replayed tokens the current router would send elsewhere: how far training has moved it.
       const auto recorded = recorded_tokens(m.tensor("routed_experts"), m.tensor("attention_mask"));
       const auto changed = actor()->replay_differs().to(recorded.device()).logical_and(recorded);

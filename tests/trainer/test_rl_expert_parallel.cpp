@@ -8,7 +8,10 @@
 // split (also with tensor parallelism) holds every expert in the Hugging Face layout and loads into one process,
 // and one saved by one process loads into the split run. With rollout expert_parallel_size 2 the rollout decodes
 // expert-parallel (tokens exchanged every step) and the run still follows; the reshard metrics report the
-// experts' switch in both rollout layouts. Layouts it does not cover are refused naming the keys.
+// experts' switch in both rollout layouts. In two pipeline stages (4 processes, each stage's experts split over
+// its 2 data-parallel replicas) the run follows the staged run without the split, the reshard metrics count the
+// stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process. Layouts it does not cover are refused naming
+// the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -102,7 +105,8 @@ std::vector<std::string> from_path(std::vector<std::string> overrides, const std
 
 // One step with the experts split 2 ways (and `more`), saved under run_dir: the actor's checkpoint directory and
 // its parameter norm. The Hugging Face file holds all 8 experts of the sparse layer, as one process writes it.
-std::pair<std::string, double> save_split_step(const std::string& run_dir, const std::vector<std::string>& more = {}) {
+std::pair<std::string, double> save_split_step(const std::string& run_dir, const std::vector<std::string>& more = {},
+                                               size_t experts_in_file = 8) {
   std::vector<std::string> save = {"trainer.total_steps=1", "trainer.save_freq=1"};
   save.insert(save.end(), more.begin(), more.end());
   double norm = 0;
@@ -115,7 +119,7 @@ std::pair<std::string, double> save_split_step(const std::string& run_dir, const
   std::set<std::string> experts;
   for (const auto& [name, tensor] : read_safetensors(actor + "/model.safetensors").tensors)
     if (name.find(".mlp.experts.") != std::string::npos && name.ends_with("up_proj.weight")) experts.insert(name);
-  EXPECT_EQ(experts.size(), 8u);
+  EXPECT_EQ(experts.size(), experts_in_file);
   return {actor, norm};
 }
 
@@ -169,6 +173,48 @@ TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTens
   expect_same_run(split, train(1, tp2), "ep 2 x tp 2");
   // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
   expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+}
+
+// Two pipeline stages of 4 processes, generating in them: 4 layers (the second and fourth sparse), so that each
+// stage splits the 8 experts of its one MoE layer over its 2 data-parallel replicas.
+const std::vector<std::string> kTwoStages = {"actor_rollout_ref.num_processes=4", "model.num_hidden_layers=4",
+                                             "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                             "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"};
+
+TEST(RlExpertParallel, GrpoWithExpertsSplitInPipelineStagesFollowsThePipelineRun) {
+  const EpRun split = train(2, kTwoStages);
+  expect_same_run(split, train(1, kTwoStages), "ep 2 x pp 2");
+  // The experts gathered inside each stage: a rank sends and receives half of its stage's experts, a quarter of
+  // the model's, and holds its stage's all while generating.
+  for (size_t i = 0; i < split.steps.size(); ++i) {
+    const nlohmann::json& step = split.steps[i];
+    const std::string what = "ep 2 x pp 2 step " + std::to_string(i + 1);
+    ASSERT_TRUE(step.contains("reshard/expert_model_bytes")) << what;
+    const double experts = step.at("reshard/expert_model_bytes").get<double>();
+    EXPECT_GT(experts, 0.0) << what;
+    EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_sent").get<double>(), experts / 4) << what;
+    EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_received").get<double>(), experts / 4) << what;
+    EXPECT_EQ(step.at("reshard/to_generation_bytes_sent").get<double>(), experts / 4) << what << ": only experts move";
+    EXPECT_EQ(step.at("reshard/expert_peak_extra_weight_bytes").get<double>(), experts / 2) << what;
+    EXPECT_EQ(step.at("reshard/redundant_bytes").get<double>(), 0.0) << what;
+  }
+}
+
+TEST(RlExpertParallel, RouterReplayR2InPipelineStagesFollowsThePipelineRun) {
+  std::vector<std::string> r2 = kTwoStages;
+  r2.push_back("actor_rollout_ref.actor.router_replay.mode=R2");
+  const EpRun split = train(2, r2);
+  expect_same_run(split, train(1, r2), "ep 2 x pp 2, R2");
+  EXPECT_TRUE(split.steps.back().contains("actor/moe_expert_load_max_over_mean"));
+}
+
+TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndPipelineParallelismLoadsIntoOneProcess) {
+  hybridflow::testing::TempDir split_dir, single_dir;
+  const auto [split_actor, split_norm] = save_split_step(split_dir.path(), kTwoStages, /*experts_in_file=*/16);
+  std::vector<std::string> one = from_path(moe_grpo(1, single_dir.path(), {"trainer.total_steps=1"}), split_actor);
+  one.push_back("actor_rollout_ref.num_processes=1");
+  RLTrainer trainer(load_rl_config("", one));
+  EXPECT_NEAR(trainer.parameter_sq_norm("actor"), split_norm, 1e-9 * split_norm);
 }
 
 TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndTensorParallelismLoadsIntoOneProcess) {
@@ -231,9 +277,15 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
     return error_of([&] { RLTrainer t(load_rl_config("", moe_grpo(ep, dir.path(), more))); });
   };
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                          "actor_rollout_ref.num_processes=4"}),
+                          "actor_rollout_ref.num_processes=4", "data.train_batch_size=4"}),
               HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 with "
-                        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2"));
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size = 1 and "
+                        "actor_rollout_ref.rollout.pipeline_model_parallel_size = 1: an expert-parallel actor "
+                        "generates in its training layout"));
+  std::vector<std::string> staged_decoding = kTwoStages;
+  staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
+  EXPECT_THAT(refused(2, staged_decoding),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding runs unstaged"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
               HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),

@@ -87,6 +87,30 @@ TEST(RlRouterReplay, R2ReplaysTheOldLogProbPasssRouting) {
   EXPECT_EQ(off.after, r2.after);
 }
 
+// Two pipeline stages (one MoE layer each): each stage records (R2) or replays its own layers, the old-log-prob
+// pass combines the stages' routing, and with one optimizer step per update the run is the one without replay,
+// bit for bit. R3's rollout generates unstaged (through the 3D-HybridEngine) and records every layer.
+TEST(RlRouterReplay, R2AndR3InTwoPipelineStagesTrainAsWithoutReplay) {
+  const std::vector<std::string> staged = {"actor_rollout_ref.num_processes=2",
+                                           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"};
+  const StepResult off = one_step(moe_grpo("disabled", staged));
+  for (const std::string mode : {"R2", "R3"}) {
+    const StepResult r = one_step(moe_grpo(mode, staged));
+    EXPECT_EQ(off.before, r.before) << mode;
+    EXPECT_NE(r.after, r.before) << mode;
+    for (const char* key : {"actor/moe_expert_load_max_over_mean", "actor/moe_expert_load_max_over_mean_worst_layer"})
+      ASSERT_TRUE(r.record.contains(key)) << mode << ": " << key << " missing in " << r.record.dump();
+    // The update's own differs covers the last stage's layers only: not reported in stages.
+    EXPECT_FALSE(r.record.contains("actor/router_replay_differs")) << mode;
+    if (mode == "R3") {
+      ASSERT_TRUE(r.record.contains("actor/router_replay_rollout_routing_differs")) << r.record.dump();
+      ASSERT_EQ(r.record.at("actor/router_replay_rollout_routing_differs").get<double>(), 0.0);
+    }
+    EXPECT_EQ(off.after, r.after) << mode;
+    EXPECT_EQ(off.record.at("actor/pg_loss").get<double>(), r.record.at("actor/pg_loss").get<double>()) << mode;
+  }
+}
+
 // Two optimizer steps per update: the second replays routing its moved routers may no longer choose.
 TEST(RlRouterReplay, R3TrainsOverSeveralMiniBatchesAndTokenMicroBatches) {
   const StepResult r = one_step(moe_grpo(
@@ -107,9 +131,11 @@ TEST(RlRouterReplay, BadModesAndLayoutsAreRefusedNamingTheKey) {
   EXPECT_THAT(error_of([] {
                 RLTrainer t(load_rl_config(
                     "", moe_grpo("R3", {"actor_rollout_ref.num_processes=2",
-                                        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"})));
+                                        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                        "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"})));
               }),
-              HasSubstr("router replay needs the whole model in one stage"));
+              HasSubstr("actor_rollout_ref.actor.router_replay.mode = R3 records the rollout's routing, which "
+                        "generation in pipeline stages does not do yet"));
   // Expert parallelism needs as many processes as its size (tests/trainer/test_rl_expert_parallel.cpp runs it).
   EXPECT_THAT(error_of([] {
                 RLTrainer t(load_rl_config(

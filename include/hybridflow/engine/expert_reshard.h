@@ -8,6 +8,9 @@
 //   1                              all-gather over the group; the rank's own       sent = received = (n - 1) / n * X,
 //                                  experts become slices of the gathered set       held X, redundant 0
 //
+// Under pipeline parallelism the group is a stage's and X its layers' experts; expert_model_bytes still counts every
+// expert of the model (summed over the stages), as model_bytes counts every weight.
+//
 // The non-expert weights are replicated under expert parallelism: they never move (replicated_bytes). Each
 // switch returns ReshardStats with the expert figures in its expert_* fields and in the totals, so they are
 // reported like the dense switch's (HybridEngine); to_training() gives the own experts memory of their own
@@ -17,6 +20,7 @@
 #include <string>
 
 #include "hybridflow/model/transformer.h"
+#include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/resharding.h"
 
 namespace hybridflow {
@@ -24,10 +28,11 @@ namespace hybridflow {
 class ExpertReshard {
  public:
   // `train` is this rank's actor with its experts split (set_expert_parallel). Throws naming `key` unless
-  // generation_size is 1 or the training group's size.
-  ExpertReshard(CausalLM train, int generation_size, const std::string& key);
+  // generation_size is 1 or the training group's size. `stages`: the communicator over the pipeline stages when
+  // `train` is one (it must outlive this).
+  ExpertReshard(CausalLM train, int generation_size, const std::string& key, Communicator* stages = nullptr);
 
-  // Collective over the expert-parallel group. Throws when already generating.
+  // Collective over the expert-parallel group (and the stages). Throws when already generating.
   ReshardStats to_generation();
   // Local. Throws unless generating.
   ReshardStats to_training();
@@ -40,6 +45,7 @@ class ExpertReshard {
  private:
   CausalLM train_;
   int generation_size_;
+  Communicator* stages_;
   bool generating_ = false;
 };
 

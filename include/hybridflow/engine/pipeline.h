@@ -50,6 +50,11 @@ class PipelineStageRunner {
   void backward(const StagePass& pass);
   // Completes every send in flight.
   void wait_sends();
+  // Runs around every micro-batch's forward on this stage, the last included (null: nothing): `before` first,
+  // `after` once the stage's output exists. For per-stage model state that a forward sets or leaves behind
+  // (router replay's routing); the last stage's last_stage() runs between the two.
+  using MicroBatchHook = std::function<void(const DataProto&)>;
+  void set_micro_batch_hooks(MicroBatchHook before, MicroBatchHook after);
   // The most activations this stage has had in flight to the next at once (each holds a micro-batch's
   // hidden states): a send completes once the next stage's gradient for it arrives, so under 1F1B this
   // stays at the number of stages after this one plus one, however many micro-batches a step has.
@@ -68,6 +73,7 @@ class PipelineStageRunner {
   CausalLM model_;
   Communicator& stages_;
   std::string ids_key_, mask_key_;
+  MicroBatchHook before_, after_;
   std::deque<ProcessGroup::PendingSend> activation_sends_;  // oldest micro-batch first
   std::vector<ProcessGroup::PendingSend> gradient_sends_;
   size_t peak_activation_sends_ = 0;

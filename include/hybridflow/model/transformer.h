@@ -181,10 +181,13 @@ class CausalLMImpl : public torch::nn::Module {
   // Mixture of experts (model/moe.h). Router replay: with kRecord each forward, and each decode step
   // (decode_slots / decode_paged: [rows, 1, k] per layer), keeps every token's experts in every MoE layer of
   // this stage (recorded_routing()); with kReplay, for whole-sequence forwards only, each forward routes by
-  // `replay` (per MoE layer of this stage, [batch, seq, k] for that forward's input_ids), weighting the
-  // replayed experts by the current router's probabilities, and marks where the router itself would have
-  // chosen other experts (replay_differs()).
+  // `replay` (per MoE layer of this stage, [batch, seq, k] for that forward's input_ids; a pipeline stage also
+  // takes the whole model's and keeps its own layers of it), weighting the replayed experts by the current
+  // router's probabilities, and marks where the router itself would have chosen other experts
+  // (replay_differs(), over this stage's layers).
   void set_router_replay(RouterReplayMode mode, ExpertRouting replay = {});
+  // This stage's MoE layers as a range of the whole model's MoE layers (all of them without stages).
+  Partition stage_moe_layers() const;
   RouterReplayMode router_replay_mode() const { return router_replay_; }
   const ExpertRouting& recorded_routing() const { return recorded_routing_; }
   // kReplay: [batch, seq] bool of the last forward, true where some layer's own top k differs from the replay.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "hybridflow/core/data_proto.h"
+#include "hybridflow/engine/pipeline.h"
 #include "hybridflow/model/moe.h"
 #include "hybridflow/model/transformer.h"
 
@@ -43,27 +44,51 @@ torch::Tensor expert_token_counts(const torch::Tensor& routed_experts, const tor
 // keeps, per row of the whole batch, its tokens per expert, and for R3 how many of its recorded tokens the
 // model's own router would have sent elsewhere; for R2 the recorded routing. The model routes by itself
 // again when the pass ends. Micro-batches must carry the row-index tensor that with_row_index() adds.
+//
+// Pipeline stages: given the stage's runner, the pass runs begin and end around every stage's forward itself
+// (PipelineStageRunner::set_micro_batch_hooks; staged() is then true and the caller leaves them out), each
+// stage records or checks its own layers, and write() (collective over the stages) combines the stages'.
 class RouterReplayPass {
  public:
-  RouterReplayPass(CausalLM& model, RouterReplayPolicy policy, const DataProto& batch);
+  RouterReplayPass(CausalLM& model, RouterReplayPolicy policy, const DataProto& batch,
+                   PipelineStageRunner* pipeline = nullptr);
   ~RouterReplayPass();
   RouterReplayPass(const RouterReplayPass&) = delete;
   RouterReplayPass& operator=(const RouterReplayPass&) = delete;
 
   bool active() const { return policy_ != RouterReplayPolicy::kDisabled; }
+  bool staged() const { return pipeline_ != nullptr; }
   // The batch with the row-index tensor the micro-batches carry.
   DataProto with_row_index(const DataProto& batch) const;
   void begin(const DataProto& micro);
   void end(const DataProto& micro);
   // Into the pass's output: expert_tokens [B, layers, experts]; R3: routing_changed and routing_recorded
   // [B] (tokens); R2: routed_experts [B, L, layers, k].
-  void write(DataProto& out) const;
+  void write(DataProto& out);
 
  private:
   CausalLM& model_;
   RouterReplayPolicy policy_;
+  PipelineStageRunner* pipeline_ = nullptr;  // set when the model is a pipeline stage
+  Partition moe_;                            // the model's MoE layers this stage holds
   int64_t prompt_width_ = 0;
+  // changed_: R3's tokens [B, L] whose routing some layer of this stage would change; recorded_: per row.
   torch::Tensor expert_tokens_, changed_, recorded_, routed_;
+};
+
+// The update's replay on a pipeline stage (R2, R3): while it lives, every forward of the stage (`pipeline`, the
+// model's runner) replays its layers of the micro-batch's routed_experts, and the model routes by itself
+// after each. Does nothing given no runner (active() false: the caller replays around its own forwards).
+class StagedRouterReplay {
+ public:
+  StagedRouterReplay(PipelineStageRunner* pipeline, CausalLM& model);
+  ~StagedRouterReplay();
+  StagedRouterReplay(const StagedRouterReplay&) = delete;
+  StagedRouterReplay& operator=(const StagedRouterReplay&) = delete;
+  bool active() const { return pipeline_ != nullptr; }
+
+ private:
+  PipelineStageRunner* pipeline_;
 };
 
 // The controller's view of one pass's output (write()): per-layer expert load, max over mean tokens per
