@@ -46,8 +46,8 @@ ReshardStats ExpertReshard::to_generation() {
     stats.expert_redundant_bytes = moved.redundant_bytes;
   }
   if (train_->pipeline_stage().enabled()) {  // this stage's experts so far; the model's are every stage's
-    auto bytes = torch::tensor({static_cast<double>(stats.expert_model_bytes)},
-                               torch::TensorOptions().dtype(torch::kDouble).device(train_->parameters().front().device()));
+    const auto options = torch::TensorOptions().dtype(torch::kDouble).device(train_->parameters().front().device());
+    auto bytes = torch::tensor({static_cast<double>(stats.expert_model_bytes)}, options);
     stages_->all_reduce(bytes, ReduceOp::kSum);
     stats.expert_model_bytes = static_cast<int64_t>(bytes.item<double>());
   }

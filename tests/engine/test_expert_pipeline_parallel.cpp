@@ -153,8 +153,8 @@ TEST(ExpertPipelineParallel, GatheredExpertsGenerateThroughTheStagesAlone) {
     r.model->gather_experts();
     const auto calls = r.dp.stats().of("all_to_all").calls;
     // Replicas of different prompts (and lengths).
-    const std::vector<std::vector<int64_t>> prompts =
-        r.dp.rank() == 0 ? std::vector<std::vector<int64_t>>{{3, 17, 42}, {5}} : std::vector<std::vector<int64_t>>{{60, 1, 2, 9, 33}};
+    using Prompts = std::vector<std::vector<int64_t>>;
+    const Prompts prompts = r.dp.rank() == 0 ? Prompts{{3, 17, 42}, {5}} : Prompts{{60, 1, 2, 9, 33}};
     GenerationConfig cfg;
     cfg.max_new_tokens = 6;
     cfg.greedy = true;

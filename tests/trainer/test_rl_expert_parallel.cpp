@@ -10,7 +10,8 @@
 // expert-parallel (tokens exchanged every step) and the run still follows; the reshard metrics report the
 // experts' switch in both rollout layouts. In two pipeline stages (4 processes, each stage's experts split over
 // its 2 data-parallel replicas) the run follows the staged run without the split, the reshard metrics count the
-// stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process. Layouts it does not cover are refused naming
+// stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process; a critic split
+// so in 2 stages follows its staged run. Layouts it does not cover are refused naming
 // the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -228,11 +229,15 @@ TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndTensorParallelismLoadsIntoO
   EXPECT_NEAR(trainer.parameter_sq_norm("actor"), split_norm, 1e-9 * split_norm);
 }
 
-TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) {
-  auto critic = [](int ep) {
-    return std::vector<std::string>{"algorithm.adv_estimator=gae", "critic.num_processes=2",
-                                    "critic.ppo_micro_batch_size_per_gpu=1",
-                                    "critic.megatron.expert_model_parallel_size=" + std::to_string(ep)};
+// PPO whose critic's experts split `ep` ways (on `processes` processes, with `more`) against the same run without
+// the split: values, value loss and gradient norms, and the actor's.
+void expect_critic_split_follows(int processes, const std::vector<std::string>& more = {}) {
+  auto critic = [&](int ep) {
+    std::vector<std::string> o = {"algorithm.adv_estimator=gae", "critic.num_processes=" + std::to_string(processes),
+                                  "critic.ppo_micro_batch_size_per_gpu=1",
+                                  "critic.megatron.expert_model_parallel_size=" + std::to_string(ep)};
+    o.insert(o.end(), more.begin(), more.end());
+    return o;
   };
   const EpRun split = train(1, critic(2)), whole = train(1, critic(1));
   ASSERT_EQ(split.steps.size(), whole.steps.size());
@@ -247,6 +252,14 @@ TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) {
   ASSERT_TRUE(split.steps.back().contains(key)) << key;
   EXPECT_GT(split.steps.back().at(key).get<double>(), 0.0);
   EXPECT_FALSE(whole.steps.back().contains(key)) << key;
+}
+
+TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitFollowsTheDataParallelRun) { expect_critic_split_follows(2); }
+
+// The critic in 2 stages of 2 data-parallel replicas (4 layers: one MoE layer per stage).
+TEST(RlExpertParallel, PpoWithTheCriticsExpertsSplitInPipelineStagesFollowsThePipelineRun) {
+  expect_critic_split_follows(4, {"actor_rollout_ref.num_processes=4", "data.train_batch_size=4",
+                                  "model.num_hidden_layers=4", "critic.megatron.pipeline_model_parallel_size=2"});
 }
 
 TEST(RlExpertParallel, CheckpointsMoveBetweenTheSplitAndOneProcess) {
