@@ -128,6 +128,43 @@ TEST(BatchInvariantCuda, AttentionMatchesASoftmaxOverTheVisibleKeys) {
       << "max |diff| " << max_difference(got.to(torch::kFloat64), expected);
 }
 
+// Qwen3's per-head norms, then rotary, on 3 tokens of 2 sequences; the keys and values land in the paged pool
+// at each token's slot.
+TEST(BatchInvariantCuda, HeadsIntoCacheNormRotateAndWriteEachTokensSlot) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(8);
+  const int64_t heads = 4, kv = 2, dim = 40, block = 4, tokens = 3;
+  const auto q = torch::randn({tokens, heads * dim}), k = torch::randn({tokens, kv * dim});
+  const auto v = torch::randn({tokens, kv * dim}), q_norm = torch::randn({dim}), k_norm = torch::randn({dim});
+  const auto angles = torch::rand({tokens, dim / 2}) * 6;
+  const auto cos = torch::cat({angles.cos(), angles.cos()}, 1), sin = torch::cat({angles.sin(), angles.sin()}, 1);
+  const auto tables = torch::tensor({3, 1, 0, 2}, torch::kInt64).view({2, 2});
+  const std::vector<int64_t> rows = {0, 1, 1}, slots = {5, 2, 7};
+  kernels::batch_invariant::HeadsIntoCache args{q.to(kGpu), k.to(kGpu), v.to(kGpu), q_norm.to(kGpu), k_norm.to(kGpu),
+                                                cos.to(kGpu), sin.to(kGpu), torch::zeros({4, kv, block, dim}, kGpu),
+                                                torch::zeros({4, kv, block, dim}, kGpu), heads, kv, 1e-6};
+  kernels::batch_invariant::heads_into_cache(
+      args, {torch::tensor(rows).to(kGpu), torch::tensor(slots).to(kGpu), tables.to(kGpu), block});
+  // x [tokens, n, dim]: weight * x / rms(x) per head, then x cos + rotate_half(x) sin with the token's tables.
+  auto expected = [&](const torch::Tensor& x, const torch::Tensor& weight, int64_t n) {
+    const auto h = x.view({tokens, n, dim});
+    const auto normed = h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * weight;
+    const auto rotated = torch::cat({-normed.narrow(2, dim / 2, dim / 2), normed.narrow(2, 0, dim / 2)}, 2);
+    return normed * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+  };
+  const auto want_q = expected(q, q_norm, heads), want_k = expected(k, k_norm, kv);
+  EXPECT_TRUE(torch::allclose(args.q.cpu().view({tokens, heads, dim}), want_q, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(args.k.cpu().view({tokens, kv, dim}), want_k, 1e-5, 1e-5));
+  const auto key_pool = args.key_pool.cpu(), value_pool = args.value_pool.cpu();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t b = tables[rows[t]][slots[t] / block].item<int64_t>(), offset = slots[t] % block;
+    for (int64_t g = 0; g < kv; ++g) {
+      EXPECT_TRUE(torch::equal(key_pool[b][g][offset], args.k.cpu().view({tokens, kv, dim})[t][g])) << t;
+      EXPECT_TRUE(torch::equal(value_pool[b][g][offset], v.view({tokens, kv, dim})[t][g])) << t;
+    }
+  }
+}
+
 // The whole decoder and head in the mode: the GPU's logits stay close to the CPU half's on a padded batch.
 TEST(BatchInvariantCuda, ForwardLogitsCloseToTheCpuHalf) {
   SKIP_WITHOUT_GPU();
