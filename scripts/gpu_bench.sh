@@ -192,7 +192,8 @@ fi
 "$python" -c 'import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -n 1 | tee -a "$log"
 
 if [ "$mode" = gpu ] && [ "${HF_BENCH_SKIP_BUILD:-0}" != 1 ]; then
-  cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow test_cuda_parity ||
+  cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow test_cuda_parity \
+    test_batch_invariant_cuda ||
     { table; exit 1; }
 fi
 [ -f "$build/hf-env.sh" ] && source "$build/hf-env.sh"
@@ -258,5 +259,9 @@ cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work
 [ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 # Last, where time is left: one training step at 1.7B under the profiler (the training cell's shape).
 profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
+# The batch-invariant mode's cost where time is left: rollout tokens/s with rollout.batch_invariant on and off
+# (fp32, a 4-layer decoder of hidden 512, 64 rows; its JSON line lands in results.jsonl, not in the table).
+[ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
+  cell "batch-invariant cost" 60 "$build/test_batch_invariant_cuda" --gtest_filter='BatchInvariantCudaCost.*'
 echo "gpu_bench: $((SECONDS - start)) s in all" | tee -a "$log"
 table

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks a CUDA build of hybridflow on a machine with a GPU: the build sees the device, the GPU computes what
 # the CPU computes (tests/engine/test_cuda_parity.cpp: forward, log-probs, generation, fp32 and bf16
-# training steps, NCCL; the grouped expert GEMM and varlen flash attention against the loops they replace),
+# training steps, NCCL; the grouped expert GEMM and varlen flash attention against the loops they replace;
+# the batch-invariant mode's log-probs bit for bit, tests/engine/test_batch_invariant_cuda.cpp),
 # and the main job (SFT, then PPO) trains on the GPU as it does on the CPU. With --suite it
 # also runs every CTest test of the build (RL tests then run on the GPU: trainer.device is auto).
 #
@@ -61,6 +62,7 @@ EOF
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 step info "$hf" info
 [ -x "$build/test_cuda_parity" ] && step cuda_parity "$build/test_cuda_parity"
+[ -x "$build/test_batch_invariant_cuda" ] && step batch_invariant_cuda "$build/test_batch_invariant_cuda"
 
 run=$out/main_job
 rm -rf "$run"

@@ -150,8 +150,10 @@ TokenLogProbs batch_invariant_head_log_probs(const torch::Tensor& hidden, const 
   const torch::Tensor ids = targets.reshape({-1}).to(torch::kLong);
   const int64_t n = flat.size(0);
   TokenLogProbs result;
-  result.log_probs = torch::empty({n}, torch::kFloat32);
-  if (with_entropy) result.entropy = torch::empty({n}, torch::kFloat32);
+  // On the hidden states' device: CUDA tensors take the CUDA kernels, and their chunks stay there.
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(flat.device());
+  result.log_probs = torch::empty({n}, f32);
+  if (with_entropy) result.entropy = torch::empty({n}, f32);
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t len = std::min(chunk, n - begin);
     const auto logits = batch_invariant::linear(flat.narrow(0, begin, len), weight);

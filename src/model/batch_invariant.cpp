@@ -3,7 +3,8 @@
 // for it in a prefill or in a training micro-batch because the same function computes it from equal inputs.
 //
 // Compiled with OpenMP (CMakeLists.txt) so that at::parallel_for splits the work; each output element is
-// computed by one thread, so the split does not change any result.
+// computed by one thread, so the split does not change any result. CUDA tensors take the CUDA kernels of
+// kernels/batch_invariant_kernels.h through the same entry points (bi_forward_layers_cuda for the decoder).
 #include "hybridflow/model/batch_invariant.h"
 
 #include <ATen/Parallel.h>
@@ -14,6 +15,7 @@
 #include <map>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/kernels/batch_invariant_kernels.h"
 #include "hybridflow/model/rotary.h"
 #include "model/batch_invariant_layers.h"
 
@@ -221,6 +223,70 @@ std::pair<at::Tensor, at::Tensor> bi_rotary_rows(const std::vector<int64_t>& pos
   return {cos, sin};
 }
 
+// A host array of int64 as a [rows, cols] tensor on `device` (a copy).
+at::Tensor bi_upload(const int64_t* data, int64_t rows, int64_t cols, const torch::Device& device) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  if (rows * cols == 0) return torch::zeros({rows, cols}, i64.device(device));
+  return torch::from_blob(const_cast<int64_t*>(data), {rows, cols}, i64).to(device);
+}
+
+// The decoder on CUDA: forward_layers' steps, each a batch-invariant CUDA kernel. The rotary tables are the
+// CPU's (bi_rotary_rows), uploaded, so both halves rotate by the same values.
+void bi_forward_layers_cuda(at::Tensor& h, const ModelConfig& config, const fused_decode::Shape& s,
+                            const std::vector<fused_decode::LayerWeights>& layers, std::vector<at::Tensor>& keys,
+                            std::vector<at::Tensor>& values, const fused_decode::BlockTables& tables,
+                            const batch_invariant::Tokens& tokens) {
+  namespace kb = kernels::batch_invariant;
+  const auto device = h.device();
+  const auto n = static_cast<int64_t>(tokens.row.size());
+  if (n == 0) return;
+  const int64_t table_rows = *std::max_element(tokens.row.begin(), tokens.row.end()) + 1;
+  const auto [cos_host, sin_host] = bi_rotary_rows(tokens.position, config);
+  const auto cos = cos_host.to(device), sin = sin_host.to(device);
+  kb::Places places{bi_upload(tokens.row.data(), n, 1, device).view({n}),
+                    bi_upload(tokens.slot.data(), n, 1, device).view({n}),
+                    bi_upload(tables.ids, table_rows, tables.width, device), tables.block_size};
+  const at::Tensor key_mask = tokens.key_mask != nullptr
+                                  ? bi_upload(tokens.key_mask, table_rows, tokens.key_mask_stride, device)
+                                  : at::Tensor();
+  const double scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const fused_decode::LayerWeights& w = layers[li];
+    auto x = kb::rms_norm(h, w.input_norm, s.eps);
+    auto q = kb::linear(x, w.q, w.q_bias), k = kb::linear(x, w.k, w.k_bias), v = kb::linear(x, w.v, w.v_bias);
+    kb::heads_into_cache({q, k, v, w.q_norm, w.k_norm, cos, sin, keys[li], values[li], s.heads, s.kv_heads, s.eps},
+                         places);
+    const auto attn = kb::attention(q, keys[li], values[li], places, key_mask, s.heads, s.sliding_window, scale);
+    h.add_(kb::linear(attn, w.o, w.o_bias));
+    x = kb::rms_norm(h, w.post_norm, s.eps);
+    auto gate = kb::linear(x, w.gate);
+    kb::swiglu_(gate, kb::linear(x, w.up));
+    h.add_(kb::linear(gate, w.down));
+  }
+}
+
+// The CUDA decoder's operands: everything float32, contiguous, on h's device, in nn::Linear's shapes.
+void bi_check_cuda_supported(const at::Tensor& h, const fused_decode::Shape& s,
+                             const std::vector<fused_decode::LayerWeights>& layers) {
+  const int64_t q_dim = s.heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
+  auto fits = [&](const at::Tensor& t, std::initializer_list<int64_t> sizes, bool optional) {
+    if (!t.defined()) return optional;
+    return t.device() == h.device() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.sizes().equals(sizes);
+  };
+  bool ok = fits(h, {h.size(0), s.hidden}, false);
+  for (const fused_decode::LayerWeights& w : layers)
+    ok = ok && fits(w.input_norm, {s.hidden}, false) && fits(w.post_norm, {s.hidden}, false) &&
+         fits(w.q, {q_dim, s.hidden}, false) && fits(w.k, {kv_dim, s.hidden}, false) &&
+         fits(w.v, {kv_dim, s.hidden}, false) && fits(w.o, {s.hidden, q_dim}, false) &&
+         fits(w.q_bias, {q_dim}, true) && fits(w.k_bias, {kv_dim}, true) && fits(w.v_bias, {kv_dim}, true) &&
+         fits(w.o_bias, {s.hidden}, true) && fits(w.q_norm, {s.head_dim}, true) && fits(w.k_norm, {s.head_dim}, true) &&
+         fits(w.gate, {s.ffn, s.hidden}, false) && fits(w.up, {s.ffn, s.hidden}, false) &&
+         fits(w.down, {s.hidden, s.ffn}, false);
+  HF_CHECK(ok, kKey, ": the batch-invariant CUDA kernels need contiguous float32 weights on ", h.device(),
+           " in nn::Linear's [out, in] layout (not a generation-layout gather); the activations are ",
+           h.scalar_type());
+}
+
 }  // namespace
 
 BatchInvariantGuard::BatchInvariantGuard(bool on) : previous_(batch_invariant_on) { batch_invariant_on = on; }
@@ -231,6 +297,8 @@ bool batch_invariant_active() { return batch_invariant_on && !torch::GradMode::i
 namespace batch_invariant {
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias) {
+  if (x.is_cuda())
+    return kernels::batch_invariant::linear(x.contiguous(), w.contiguous(), bias.defined() ? bias.contiguous() : bias);
   HF_CHECK(x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
                w.scalar_type() == torch::kFloat32 && w.dim() == 2 && x.dim() == 2 && x.size(1) == w.size(1) &&
                (!bias.defined() || (bias.scalar_type() == torch::kFloat32 && bias.numel() == w.size(0))),
@@ -247,6 +315,11 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 
 RowLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets, double temperature,
                             bool with_entropy) {
+  if (logits.is_cuda()) {
+    auto [log_probs, entropy] =
+        kernels::batch_invariant::token_log_probs(logits.contiguous(), targets, temperature, with_entropy);
+    return {log_probs, entropy};
+  }
   HF_CHECK(logits.dim() == 2 && logits.device().is_cpu() && logits.scalar_type() == torch::kFloat32 &&
                targets.dim() == 1 && targets.size(0) == logits.size(0),
            kKey, ": log-probs take float32 CPU logits [rows, vocab] and targets [rows]; got ", logits.sizes(), " ",
@@ -290,6 +363,7 @@ RowLogProbs token_log_probs(const torch::Tensor& logits, const torch::Tensor& ta
 
 void check_supported(const at::Tensor& h, const fused_decode::Shape& shape,
                      const std::vector<fused_decode::LayerWeights>& layers) {
+  if (h.is_cuda()) return bi_check_cuda_supported(h, shape, layers);
   HF_CHECK(h.device().is_cpu() && h.scalar_type() == at::kFloat, kKey,
            ": the batch-invariant kernels run on the CPU in float32; the model's activations are ", h.scalar_type(),
            " on ", h.device());
@@ -299,6 +373,9 @@ void check_supported(const at::Tensor& h, const fused_decode::Shape& shape,
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.is_cuda())
+    return kernels::batch_invariant::rms_norm(x.reshape({-1, x.size(-1)}).contiguous(), weight.contiguous(), eps)
+        .view(x.sizes());
   auto xc = x.contiguous();
   auto wc = weight.contiguous();
   const int64_t n = xc.size(-1);
@@ -316,6 +393,7 @@ void forward_layers(at::Tensor& h, const ModelConfig& config, const fused_decode
                static_cast<int64_t>(tokens.row.size()) == n && tokens.slot.size() == tokens.row.size() &&
                tokens.position.size() == tokens.row.size(),
            kKey, ": internal: ", n, " tokens with ", tokens.row.size(), " rows");
+  if (h.is_cuda()) return bi_forward_layers_cuda(h, config, s, layers, keys, values, tables, tokens);
   const auto [cos_t, sin_t] = bi_rotary_rows(tokens.position, config);
   const float* cos = cos_t.data_ptr<float>();
   const float* sin = sin_t.data_ptr<float>();

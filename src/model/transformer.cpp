@@ -1048,7 +1048,7 @@ torch::Tensor CausalLMImpl::batch_invariant_hidden_states(const torch::Tensor& h
                                                           KVCache* cache) {
   const int64_t b = h.size(0), t = h.size(1), total = past + t, local_layers = layer_range_.length;
   const int64_t kv = config_.num_key_value_heads, d = config_.head_dim();
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(h.device());
   std::vector<torch::Tensor> keys(static_cast<size_t>(local_layers)), values(static_cast<size_t>(local_layers));
   if (cache != nullptr) {
     // The slabs as the ordinary path keeps them ([b, kv, room, d], past positions first), grown the same way.

@@ -14,190 +14,22 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/head_log_probs.h"
-#include "hybridflow/engine/model_log_probs.h"
-#include "support/tiny_model.h"
+#include "hybridflow/kernels/batch_invariant_kernels.h"
+#include "support/batch_invariant_layouts.h"
+#include "support/error_of.h"
 
 namespace hybridflow {
 namespace {
 
-constexpr double kTemperature = 0.7;
+using namespace testing::batch_invariant_layouts;
 
-ModelConfig config_for(const std::string& preset) {
-  ModelConfig c = testing::tiny_model_config(
-      {.vocab_size = 61, .hidden_size = 64, .intermediate_size = 96, .num_hidden_layers = 2}, preset);
-  if (c.sliding_window > 0) c.sliding_window = 5;  // shorter than the sequences, so the window matters
-  return c;
-}
-
-CausalLM make_model(const std::string& preset) {
-  torch::manual_seed(5);
-  CausalLM model(config_for(preset));
-  torch::NoGradGuard no_grad;
-  // Spread logits (HF's 0.02 init gives near-uniform distributions whose log-probs hide rounding).
-  for (auto& p : model->parameters())
-    if (p.dim() == 2) p.mul_(6.0);
-  model->eval();
-  return model;
-}
-
-const std::vector<std::vector<int64_t>> kPrompts = {
-    {5, 9, 2, 30, 7, 11, 4}, {1, 12}, {40, 3, 3, 8, 50, 6, 2, 17, 23, 9, 31}, {7}, {14, 15, 16, 18}};
-
-GenerationConfig sampling(bool continuous, bool paged, int64_t max_num_seqs, int64_t n) {
-  GenerationConfig g;
-  g.max_new_tokens = 10;
-  g.temperature = kTemperature;
-  g.top_k = 20;
-  g.seed = 3;
-  g.n = n;
-  g.eos_token_ids = {2};  // responses of different lengths
-  g.continuous_batching = continuous;
-  g.paged_kv_cache = paged;
-  g.kv_block_size = 4;
-  g.max_num_seqs = max_num_seqs;
-  return g;
-}
-
-// One generated sequence: its real prompt and response tokens and the log-probs the rollout recorded.
-struct Sample {
-  std::vector<int64_t> prompt, response;
-  std::vector<float> rollout;
-};
-
-std::vector<Sample> samples_of(const GenerationOutput& out) {
-  std::vector<Sample> s(static_cast<size_t>(out.prompts.size(0)));
-  for (int64_t q = 0; q < out.prompts.size(0); ++q) {
-    for (int64_t t = 0; t < out.prompts.size(1); ++t)
-      if (out.prompt_mask[q][t].item<int64_t>() != 0) s[q].prompt.push_back(out.prompts[q][t].item<int64_t>());
-    for (int64_t t = 0; t < out.responses.size(1); ++t)
-      if (out.response_mask[q][t].item<int64_t>() != 0) {
-        s[q].response.push_back(out.responses[q][t].item<int64_t>());
-        s[q].rollout.push_back(out.log_probs[q][t].item<float>());
-      }
-  }
-  return s;
-}
-
-// The actor's recomputation for `rows` of `samples` in one micro-batch: prompts left-padded to the longest plus
-// `left_extra`, responses right-padded to the longest plus `right_extra`, one full forward. Returns each row's
-// log-probs at its real response tokens.
-std::vector<std::vector<float>> recompute(CausalLM& model, const std::vector<Sample>& samples,
-                                          const std::vector<size_t>& rows, int64_t left_extra, int64_t right_extra) {
-  torch::NoGradGuard no_grad;
-  int64_t p = 0, r = 0;
-  for (size_t i : rows) {
-    p = std::max<int64_t>(p, static_cast<int64_t>(samples[i].prompt.size()));
-    r = std::max<int64_t>(r, static_cast<int64_t>(samples[i].response.size()));
-  }
-  p += left_extra;
-  r += right_extra;
-  const auto k = static_cast<int64_t>(rows.size());
-  auto ids = torch::zeros({k, p + r}, torch::kInt64), mask = torch::zeros({k, p + r}, torch::kInt64);
-  for (int64_t j = 0; j < k; ++j) {
-    const Sample& s = samples[rows[static_cast<size_t>(j)]];
-    const auto plen = static_cast<int64_t>(s.prompt.size());
-    for (int64_t t = 0; t < plen; ++t) {
-      ids[j][p - plen + t] = s.prompt[static_cast<size_t>(t)];
-      mask[j][p - plen + t] = 1;
-    }
-    for (size_t t = 0; t < s.response.size(); ++t) {
-      ids[j][p + static_cast<int64_t>(t)] = s.response[t];
-      mask[j][p + static_cast<int64_t>(t)] = 1;
-    }
-  }
-  auto lp = response_log_probs(model, ids, mask, r, kTemperature, /*with_entropy=*/false).log_probs;
-  std::vector<std::vector<float>> out;
-  for (int64_t j = 0; j < k; ++j) {
-    const Sample& s = samples[rows[static_cast<size_t>(j)]];
-    std::vector<float> v;
-    for (size_t t = 0; t < s.response.size(); ++t) v.push_back(lp[j][static_cast<int64_t>(t)].item<float>());
-    out.push_back(v);
-  }
-  return out;
-}
-
-// Every recomputation layout of the samples: alone without padding, in 3s with extra left padding, in 3s
-// (another grouping) with extra right padding, all together, and each inside a batch of 64 rows.
-std::vector<std::vector<std::vector<float>>> every_layout(CausalLM& model, const std::vector<Sample>& samples) {
-  const size_t n = samples.size();
-  std::vector<std::vector<std::vector<float>>> layouts;
-  auto add = [&](const std::vector<std::vector<size_t>>& groups, int64_t left, int64_t right) {
-    std::vector<std::vector<float>> by_row(n);
-    for (const auto& g : groups) {
-      auto got = recompute(model, samples, g, left, right);
-      for (size_t j = 0; j < g.size(); ++j) by_row[g[j]] = got[j];
-    }
-    layouts.push_back(by_row);
-  };
-  std::vector<std::vector<size_t>> alone, threes, shifted_threes, all(1), in_64;
-  for (size_t i = 0; i < n; ++i) {
-    alone.push_back({i});
-    all[0].push_back(i);
-  }
-  for (size_t i = 0; i < n; i += 3) {
-    std::vector<size_t> g;
-    for (size_t j = i; j < std::min(n, i + 3); ++j) g.push_back(j);
-    threes.push_back(g);
-  }
-  for (size_t i = 0; i < n; ++i) shifted_threes.push_back({i, (i + 1) % n, (i + 2) % n});
-  add(alone, 0, 0);
-  add(threes, 4, 0);
-  add(shifted_threes, 0, 3);
-  add(all, 1, 1);
-  // Row i at place i % 64 among 63 other rows (the others cycle through the samples).
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<size_t> g(64);
-    for (size_t j = 0; j < 64; ++j) g[j] = (i + n * 64 - i % 64 + j) % n;
-    in_64.push_back(g);
-  }
-  {
-    std::vector<std::vector<float>> by_row(n);
-    for (size_t i = 0; i < n; ++i) by_row[i] = recompute(model, samples, in_64[i], 2, 2)[i % 64];
-    layouts.push_back(by_row);
-  }
-  return layouts;
-}
-
-struct Case {
-  std::string preset;
-  bool continuous, paged, use_cache;
-  int64_t max_num_seqs, n;
-};
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  std::string name = c.preset + (c.use_cache ? (c.continuous ? (c.paged ? "_paged" : "_slots") : "_static") : "_nocache");
-  name += "_seqs" + std::to_string(c.max_num_seqs) + "_n" + std::to_string(c.n);
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-class BatchInvariantRollout : public ::testing::TestWithParam<Case> {};
+class BatchInvariantRollout : public ::testing::TestWithParam<RolloutCase> {};
 
 TEST_P(BatchInvariantRollout, RecordedLogProbsEqualEveryRecomputationBitForBit) {
-  const Case& c = GetParam();
-  CausalLM model = make_model(c.preset);
-  GenerationConfig g = sampling(c.continuous, c.paged, c.max_num_seqs, c.n);
-  g.use_kv_cache = c.use_cache;
-  BatchInvariantGuard on;
-  const auto samples = samples_of(generate(model, kPrompts, g));
-  size_t tokens = 0;
-  for (const auto& s : samples) tokens += s.response.size();
-  ASSERT_GT(tokens, samples.size() * 2);  // enough decode steps to compare
-  const auto layouts = every_layout(model, samples);
-  for (size_t layout = 0; layout < layouts.size(); ++layout)
-    for (size_t q = 0; q < samples.size(); ++q)
-      ASSERT_EQ(layouts[layout][q], samples[q].rollout) << "layout " << layout << ", sequence " << q;
+  expect_recorded_equal_every_recomputation(GetParam(), torch::kCPU);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Paths, BatchInvariantRollout,
-    ::testing::Values(Case{"tiny", true, true, true, 0, 1}, Case{"tiny", true, true, true, 2, 3},
-                      Case{"tiny", true, false, true, 3, 1}, Case{"tiny", true, false, true, 0, 2},
-                      Case{"tiny", false, false, true, 0, 2}, Case{"tiny", false, false, false, 0, 1},
-                      Case{"qwen2-tiny", true, true, true, 0, 2}, Case{"qwen3-tiny", true, true, true, 4, 2},
-                      Case{"mistral-tiny", true, true, true, 0, 2}, Case{"mistral-tiny", false, false, true, 0, 1}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Paths, BatchInvariantRollout, ::testing::ValuesIn(rollout_cases()), rollout_case_name);
 
 // The same sequences generated and scored in the ordinary mode: the recorded and the recomputed log-probs
 // disagree somewhere (the decode step's one-row kernels and the cache's attention reduce in other orders than a
@@ -281,6 +113,39 @@ TEST(BatchInvariant, RefusesWhatItDoesNotCover) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rollout.batch_invariant"), std::string::npos) << e.what();
   }
+}
+
+// The dispatch: CPU tensors keep the CPU kernels (the tests above); the CUDA kernels take CUDA tensors only and
+// say so naming the key, and a build without them (HF_CUDA unset) has none to take.
+TEST(BatchInvariant, CudaKernelsTakeOnlyCudaTensorsAndNameTheKey) {
+#ifdef HF_WITH_CUDA
+  EXPECT_TRUE(kernels::batch_invariant::built());
+#else
+  EXPECT_FALSE(kernels::batch_invariant::built());
+#endif
+  namespace kb = kernels::batch_invariant;
+  const auto x = torch::randn({2, 8}), w = torch::randn({3, 8});
+  auto gate = torch::randn({4});
+  for (const std::string& message :
+       {testing::error_of([&] { kb::linear(x, w); }), testing::error_of([&] { kb::rms_norm(x, x[0], 1e-6); }),
+        testing::error_of([&] { kb::swiglu_(gate, gate); }),
+        testing::error_of([&] { kb::token_log_probs(x, torch::zeros({2}, torch::kInt64), 1.0, true); })}) {
+    EXPECT_NE(message.find("actor_rollout_ref.rollout.batch_invariant"), std::string::npos) << message;
+    EXPECT_NE(message.find("takes CUDA tensors"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(batch_invariant::linear(x, w).device().is_cpu());
+}
+
+// Outside float32 the mode refuses, naming the key (the kernels of both halves are float32).
+TEST(BatchInvariant, RefusesBf16NamingTheKey) {
+  CausalLM model = make_model("tiny");
+  model->to(torch::kBFloat16);
+  BatchInvariantGuard on;
+  torch::NoGradGuard no_grad;
+  const std::string message =
+      testing::error_of([&] { model->hidden_states(torch::randint(0, 61, {2, 4}), torch::ones({2, 4}, torch::kInt64)); });
+  EXPECT_NE(message.find("actor_rollout_ref.rollout.batch_invariant"), std::string::npos) << message;
+  EXPECT_NE(message.find("float32"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -12,9 +12,18 @@
 // sequential sums; each element is computed by one thread. The same code runs for a decode step and for a
 // prefill, so a key written by one equals the key the other computes.
 //
-// Scope: CPU, float32, one tensor-parallel rank, dense layers (no mixture of experts), LoRA adapters merged or
-// absent. Anything else throws naming rollout.batch_invariant. Passes with gradients (the actor's update) use
-// the ordinary kernels: the guarantee covers the recorded log-probs and the recomputed old log-probs.
+// On CUDA: CUDA tensors take the CUDA kernels of kernels/batch_invariant_kernels.h through the same entry
+// points (linear, token_log_probs and the model's decoder), built alike: each output element of a matrix
+// product is one thread's fmaf chain over k in order (64 x 64 tiles share loads; no split-K, atomics or
+// cuBLAS), attention is one warp per query and head over the visible keys in key order (max, sum of
+// exponentials, weighted values), RMSNorm and log-softmax are one 256-thread block per row with fixed
+// reduction trees, and the rotary tables are the CPU's, uploaded. The guarantee holds per device: a GPU
+// rollout equals the GPU's recomputation bit for bit; the GPU and the CPU agree closely, not to the bit.
+//
+// Scope: CPU or CUDA, float32, one tensor-parallel rank, dense layers (no mixture of experts), LoRA adapters
+// merged or absent. Anything else throws naming rollout.batch_invariant. Passes with gradients (the actor's
+// update) use the ordinary kernels: the guarantee covers the recorded log-probs and the recomputed old
+// log-probs.
 #pragma once
 
 #include <torch/torch.h>
@@ -42,11 +51,12 @@ bool batch_invariant_active();
 namespace batch_invariant {
 
 // x [rows, in] times w [out, in] transposed (+ bias [out]): [rows, out] float32, each element one fixed-order
-// dot product. CPU float32 only.
+// dot product. float32, on the CPU or (the CUDA kernel) on CUDA.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias = {});
 
-// Per row of logits [rows, V] (float32 CPU): log softmax(z / temperature)[targets[r]] and, with_entropy, the
-// entropy of softmax(z / temperature), both [rows] float32, from fixed sequential sums.
+// Per row of logits [rows, V] (float32, CPU or CUDA): log softmax(z / temperature)[targets[r]] and,
+// with_entropy, the entropy of softmax(z / temperature), both [rows] float32 on the logits' device, from
+// fixed-order sums.
 struct RowLogProbs {
   torch::Tensor log_probs, entropy;
 };
