@@ -277,10 +277,11 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
   EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
 }
 
-// Rollout tensor parallelism: the two ranks of one replica run the episodes of one process (rank 0 runs them and
-// their tool calls, the other repeats its schedule): the same conversations, scores and losses, colocated
-// (the actor split in two) and on a standalone rollout pool of one two-rank replica.
-TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
+// Rollout tensor and pipeline parallelism: the two ranks of one replica run the episodes of one process (rank 0
+// or stage 0 runs them and their tool calls, the other repeats its schedule): the same conversations, scores and
+// losses, colocated (the actor split in two, or in two stages that generate as they train) and on a standalone
+// rollout pool of one two-rank replica.
+TEST_F(RlMultiTurn, RolloutTensorAndPipelineParallelismRunTheEpisodesOfOneProcess) {
   const std::string dir = dir_->path();
   auto one_step = [&](const std::string& name, const std::vector<std::string>& layout) {
     std::vector<std::string> o = layout;
@@ -294,7 +295,10 @@ TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
   const nlohmann::json standalone =
       one_step("tp2_standalone", {"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2",
                                   "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
-  for (const nlohmann::json* two : {&colocated, &standalone}) {
+  const nlohmann::json staged = one_step("pp2", {"actor_rollout_ref.num_processes=2",
+                                                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                                 "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"});
+  for (const nlohmann::json* two : {&colocated, &standalone, &staged}) {
     SCOPED_TRACE(one.dump() + "\n" + two->dump());
     EXPECT_GE((*two)["agent/tool_calls/calculator"].get<double>(), 3.0);
     for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
@@ -499,15 +503,16 @@ TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
   });
   EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.enable"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
-  // Pipeline-parallel generation.
+  // Generation in pipeline stages and tensor-parallel ranks at once.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(
-        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=2",
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=4",
                                                                               "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                                                              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                                                                               "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"}))));
   });
-  EXPECT_NE(msg.find("pipeline_model_parallel_size = 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("actor_rollout_ref.rollout.pipeline_model_parallel_size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.pipeline_model_parallel_size = 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 2"), std::string::npos) << msg;
   // Bad keys name themselves.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(
