@@ -34,36 +34,7 @@ TEST(AgentRolloutPipelineParallel, TwoStagesRunTheEpisodesOfOneProcess) {
         Communicator stages(gloo_world(rank, 2, port));
         CausalLM reference = reference_model(HeadKind::kLanguageModel, 7);
         CausalLM stage = two_stage_model(rank, 7);
-        const int64_t episodes = 6, n = 3;
-        for (const bool greedy : {true, false}) {
-          SCOPED_TRACE(greedy ? "greedy" : "sampled");
-          const GenerationConfig config = tool_turns_config(greedy, 29);
-          std::vector<agent::Trajectory> want(episodes), got(episodes);
-          TurnRoundStats want_stats, got_stats;
-          const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n),
-                                                       reference, config, &want_stats, n);
-          const auto got_lp = run_in_continuous_turns(episodes, tool_episodes(got, config.max_new_tokens, n), stage,
-                                                      config, &got_stats, n, &stages);
-          // Every stage prefilled what one process's batcher does, and the stages stepped together (how many
-          // steps depends on when the episodes' threads asked, so only the stages' counts agree).
-          EXPECT_EQ(got_stats.turns, want_stats.turns);
-          EXPECT_EQ(got_stats.prefill_tokens, want_stats.prefill_tokens);
-          EXPECT_EQ(got_stats.reused_tokens, want_stats.reused_tokens);
-          torch::Tensor steps = torch::tensor({got_stats.decode_steps}, torch::kInt64);
-          stages.broadcast(steps, 0);
-          EXPECT_EQ(got_stats.decode_steps, steps.item<int64_t>());
-          EXPECT_EQ(got_stats.shared_prompt_tokens, want_stats.shared_prompt_tokens);
-          EXPECT_GT(got_stats.shared_prompt_tokens, 0);
-          EXPECT_EQ(got_stats.keep_alive_steps, 0);
-          if (rank != 0) {
-            // No episode ran here (no tool call either); the schedule was stage 0's.
-            EXPECT_TRUE(got_lp.empty());
-            for (const auto& t : got) EXPECT_TRUE(t.response_ids.empty());
-            continue;
-          }
-          EXPECT_GE(expect_episodes_of_one_process(got, got_lp, want, want_lp), 3)
-              << "too few turns resumed after a tool result to compare";
-        }
+        expect_replica_runs_the_episodes_of_one_process(reference, stage, stages, &stages, 29);
       },
       120);
 }

@@ -24,30 +24,7 @@ TEST(AgentRolloutTensorParallel, TwoRanksRunTheEpisodesOfOneProcess) {
         CausalLM reference = reference_model(HeadKind::kLanguageModel, 7);
         CausalLM split(tensor_parallel_test_config(), HeadKind::kLanguageModel, TensorParallelGroup(&tp));
         load_full_state(*split, parameters_of(*reference));
-        const int64_t episodes = 6, n = 3;
-        for (const bool greedy : {true, false}) {
-          SCOPED_TRACE(greedy ? "greedy" : "sampled");
-          const GenerationConfig config = tool_turns_config(greedy, 23);
-          std::vector<agent::Trajectory> want(episodes), got(episodes);
-          TurnRoundStats want_stats, got_stats;
-          const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n),
-                                                       reference, config, &want_stats, n);
-          const auto got_lp = run_in_continuous_turns(episodes, tool_episodes(got, config.max_new_tokens, n), split,
-                                                      config, &got_stats, n);
-          if (rank != 0) {
-            // No episode ran here (no tool call either); the schedule was rank 0's.
-            EXPECT_TRUE(got_lp.empty());
-            for (const auto& t : got) EXPECT_TRUE(t.response_ids.empty());
-            EXPECT_EQ(got_stats.turns, want_stats.turns);
-            EXPECT_EQ(got_stats.prefill_tokens, want_stats.prefill_tokens);
-            continue;
-          }
-          EXPECT_GE(expect_episodes_of_one_process(got, got_lp, want, want_lp), 3)
-              << "too few turns resumed after a tool result to compare";
-          EXPECT_EQ(got_stats.turns, want_stats.turns);
-          EXPECT_EQ(got_stats.shared_prompt_tokens, want_stats.shared_prompt_tokens);
-          EXPECT_GT(got_stats.shared_prompt_tokens, 0);
-        }
+        expect_replica_runs_the_episodes_of_one_process(reference, split, tp, nullptr, 23);
       },
       120);
 }

@@ -103,6 +103,42 @@ inline int64_t expect_episodes_of_one_process(const std::vector<agent::Trajector
   return tool_turns;
 }
 
+// A replica of two ranks (`group`: the tensor-parallel pair or the two stages; `stages` as
+// run_in_continuous_turns takes it) runs two groups of three tool episodes, greedy and sampled, as `reference`
+// does in one process: rank 0's episodes are its (expect_episodes_of_one_process), both ranks prefill and reuse
+// the positions it does, share the same prompt positions and step together (how many steps depends on when the
+// episodes' threads asked, so only the ranks' counts agree), and the other rank runs no episode (no tool call).
+inline void expect_replica_runs_the_episodes_of_one_process(CausalLM& reference, CausalLM& model, Communicator& group,
+                                                            Communicator* stages, uint64_t seed) {
+  const int64_t episodes = 6, n = 3;
+  for (const bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "sampled");
+    const GenerationConfig config = tool_turns_config(greedy, seed);
+    std::vector<agent::Trajectory> want(static_cast<size_t>(episodes)), got(static_cast<size_t>(episodes));
+    TurnRoundStats want_stats, got_stats;
+    const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n), reference,
+                                                 config, &want_stats, n);
+    const auto got_lp = run_in_continuous_turns(episodes, tool_episodes(got, config.max_new_tokens, n), model, config,
+                                                &got_stats, n, stages);
+    EXPECT_EQ(got_stats.turns, want_stats.turns);
+    EXPECT_EQ(got_stats.prefill_tokens, want_stats.prefill_tokens);
+    EXPECT_EQ(got_stats.reused_tokens, want_stats.reused_tokens);
+    EXPECT_EQ(got_stats.shared_prompt_tokens, want_stats.shared_prompt_tokens);
+    EXPECT_GT(got_stats.shared_prompt_tokens, 0);
+    EXPECT_EQ(got_stats.keep_alive_steps, 0);
+    torch::Tensor steps = torch::tensor({got_stats.decode_steps}, torch::kInt64);
+    group.broadcast(steps, 0);
+    EXPECT_EQ(got_stats.decode_steps, steps.item<int64_t>());
+    if (group.rank() != 0) {
+      EXPECT_TRUE(got_lp.empty());
+      for (const auto& t : got) EXPECT_TRUE(t.response_ids.empty());
+      continue;
+    }
+    EXPECT_GE(expect_episodes_of_one_process(got, got_lp, want, want_lp), 3)
+        << "too few turns resumed after a tool result to compare";
+  }
+}
+
 // The keep-alive under a replica of two ranks (`group`: the tensor-parallel pair or the two stages, whose
 // collectives time out after 3 s): slow_tool_episodes with a 4 s tool and a keep-alive every 200 ms on `model`
 // (this rank's part; `stages` as run_in_continuous_turns takes it) run to the end, both ranks count the same
