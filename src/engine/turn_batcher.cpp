@@ -2,6 +2,7 @@
 #include "hybridflow/engine/turn_batcher.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
@@ -36,16 +37,23 @@ struct TurnBatcher::Running {
   std::vector<float> log_probs;
 };
 
-TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size)
+TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size,
+                         Communicator* stages)
     : model_(model),
+      stages_(stages),
       cfg_(cfg),
       was_training_(model->is_training()),
       fixed_pool_(generation::given_pool_blocks(model, cfg)),
       blocks_(std::max<int64_t>(fixed_pool_, 1), cfg.kv_block_size) {
   HF_CHECK(conversations >= 0, "TurnBatcher: ", conversations, " conversations");
   HF_CHECK(model->head_kind() == HeadKind::kLanguageModel, "TurnBatcher: the model has a value head");
-  HF_CHECK(!model->pipeline_stage().enabled(),
-           "TurnBatcher: multi-turn continuous batching runs the model unstaged (no pipeline parallelism)");
+  const PipelineStage& stage = model->pipeline_stage();
+  HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage),
+           "TurnBatcher: the model is pipeline stage ", stage.stage, " of ", stage.stages,
+           " and needs the communicator over its stages (one rank per stage, in stage order)");
+  HF_CHECK(!stage.enabled() || !model->tensor_parallel().enabled(), "TurnBatcher: multi-turn continuous batching ",
+           "runs pipeline stages or tensor-parallel ranks, not both (pipeline size ", stage.stages,
+           ", tensor-parallel size ", model->tensor_parallel().size(), ")");
   HF_CHECK(group_size >= 1, "TurnBatcher: group_size (episodes per prompt) must be >= 1, got ", group_size);
   HF_CHECK(cfg.max_new_tokens >= 1, "TurnBatcher: max_new_tokens (the response budget) must be >= 1, got ",
            cfg.max_new_tokens);
@@ -250,7 +258,10 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
   const auto ids = torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}).to(device);
   const auto mask = torch::ones({1, total}, i64.device(device));
   const auto positions = torch::arange(from, total, i64.device(device)).view({1, count});
+  generation::StageLink link(model_, stages_);
+  link.receive(1, count);
   const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);
+  link.send(hidden);
   if (paged_.keys.empty())
     for (const auto& k : cache.keys) {
       const std::vector<int64_t> sizes = {blocks_.num_blocks(), k.size(1), blocks_.block_size(), k.size(3)};
@@ -287,7 +298,11 @@ std::vector<BatchedTurn> TurnBatcher::step() {
       sequences.push_back(running_[r].turn * count + running_[r].conversation);
       steps.push_back(static_cast<int64_t>(running_[r].ids.size()));
     }
-    const auto [tokens, log_probs] = generation::choose_tokens(model_, hidden, cfg_, sequences, steps);
+    // With stages the last one draws and every stage takes its tokens (the others' hidden is their output).
+    generation::StageLink link(model_, stages_);
+    torch::Tensor tokens, log_probs;
+    if (link.samples()) std::tie(tokens, log_probs) = generation::choose_tokens(model_, hidden, cfg_, sequences, steps);
+    link.share(tokens, log_probs, static_cast<int64_t>(rows.size()));
     torch::Tensor chosen = tokens.to(torch::kInt64).contiguous();
     // Under tensor parallelism every rank draws from the same gathered logits; rank 0's choice is taken
     // anyway, so that the ranks' caches and turn ends cannot drift apart by a rounding.
@@ -329,7 +344,10 @@ std::vector<BatchedTurn> TurnBatcher::step() {
   const auto rows = static_cast<int64_t>(running_.size());
   const auto device = model_->parameters().front().device();
   const auto ids = torch::tensor(inputs, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device);
+  generation::StageLink link(model_, stages_);
+  link.receive(rows, 1);
   const torch::Tensor hidden = model_->decode_paged(ids, tables, lengths, paged_);
+  link.send(hidden);
   for (const Running& row : running_) conversations_[static_cast<size_t>(row.conversation)]->cached.push_back(row.token);
   std::vector<size_t> all(running_.size());
   for (size_t r = 0; r < all.size(); ++r) all[r] = r;

@@ -1,4 +1,4 @@
-// A TurnBatcher's schedule shared over a tensor-parallel group; see engine/turn_schedule.h.
+// A TurnBatcher's schedule shared over a tensor-parallel group or pipeline stages; see engine/turn_schedule.h.
 #include "hybridflow/engine/turn_schedule.h"
 
 #include <exception>
@@ -63,13 +63,15 @@ void share_turn_schedule(TurnScheduleStep& step, Communicator& group, torch::Dev
   }
 }
 
-void follow_turn_schedule(TurnBatcher& batcher, Communicator& group, torch::Device device) {
+int64_t follow_turn_schedule(TurnBatcher& batcher, Communicator& group, torch::Device device) {
   HF_CHECK(group.rank() != 0, "turn schedule: rank 0 drives the schedule; it does not follow one");
   std::exception_ptr failed;
+  int64_t keep_alives = 0;
   while (true) {
     TurnScheduleStep step;
     share_turn_schedule(step, group, device);
     if (step.done) break;
+    if (step.empty()) ++keep_alives;
     try {
       for (int64_t c : step.released) batcher.release(c);
       for (auto& s : step.submitted) batcher.submit(s.conversation, std::move(s.context), s.max_new_tokens);
@@ -79,6 +81,7 @@ void follow_turn_schedule(TurnBatcher& batcher, Communicator& group, torch::Devi
     }
   }
   if (failed) std::rethrow_exception(failed);
+  return keep_alives;
 }
 
 }  // namespace hybridflow

@@ -12,7 +12,7 @@
 namespace hybridflow {
 
 nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
-                                       int64_t response_length, int generation_pp) {
+                                       int64_t response_length, int generation_pp, int generation_tp) {
   const std::string section = multi_turn.config().prefix();
   // All of them belong to the rollout spec, read or not (the tool loader's reader takes the Config itself).
   for (const char* key : {"max_assistant_turns", "max_user_turns", "format", "tool_config_path",
@@ -20,12 +20,14 @@ nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std
                           "tool_response_truncate_side"})
     multi_turn.note(key);
   if (!multi_turn.get<bool>("enable")) return nullptr;
-  // Under tensor parallel generation rank 0 of each replica runs the episodes and their tools and the other
-  // ranks repeat its schedule (engine/turn_schedule.h). Pipeline stages would each need the turn batcher's
-  // per-conversation prefills handed between them, which it does not do.
-  HF_CHECK(generation_pp == 1, section,
-           ".enable: multi-turn rollouts generate unstaged; generation pipeline_model_parallel_size = ", generation_pp,
-           " (actor_rollout_ref.rollout.pipeline_model_parallel_size) is refused, set it to 1");
+  // Under tensor-parallel or staged generation rank 0 of each replica (tensor-parallel rank 0, or stage 0) runs
+  // the episodes and their tools and the other ranks repeat its schedule (engine/turn_schedule.h). Both at once
+  // would need the schedule relayed over two groups, which it is not.
+  HF_CHECK(generation_pp == 1 || generation_tp == 1, section,
+           ".enable: multi-turn rollouts run over pipeline stages or tensor-parallel ranks, not both: "
+           "actor_rollout_ref.rollout.pipeline_model_parallel_size = ", generation_pp,
+           " with actor_rollout_ref.rollout.tensor_model_parallel_size = ", generation_tp,
+           " is refused; set one of them to 1");
   HF_CHECK(!model_dir.empty(), section,
            ".enable: multi-turn rollouts render the conversation with the model's chat template, but model.path is "
            "empty (a preset's character tokenizer has none); set model.path to a directory with tokenizer.json and "

@@ -364,7 +364,7 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            "(no switch through the 3D-HybridEngine: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ",
            actor.layout.pp, ", ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, ")");
   spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
-                                            f.standalone_rollout ? 1 : actor.layout.gen_pp);
+                                            f.standalone_rollout ? 1 : actor.layout.gen_pp, actor.layout.gen_tp);
   const bool multi_turn = spec.multi_turn.is_object() && spec.multi_turn.value("enable", false);
   HF_CHECK(spec.expert_parallel_size == 1 || (!spec.record_routing && !multi_turn), section,
            ".expert_parallel_size = ", spec.expert_parallel_size, ": expert-parallel decoding runs single-turn ",

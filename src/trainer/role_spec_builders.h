@@ -70,9 +70,9 @@ ModelSpec model_spec_from_config(const ConfigReader& c);
 
 // actor_rollout_ref.rollout.multi_turn as RolloutSpec::multi_turn: null when enable is false, else the
 // checked values an AgentRolloutRuntime loads (tokenizer_dir is `model_dir`, whose chat template renders the
-// conversations). Refused: an empty model_dir, and generation under pipeline parallelism.
+// conversations). Refused: an empty model_dir, and generation under pipeline and tensor parallelism together.
 nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
-                                       int64_t response_length, int generation_pp);
+                                       int64_t response_length, int generation_pp, int generation_tp);
 
 // Every role's spec. `model` is the model spec every role starts from, with the tokenizer's ids
 // (eos_token_id, pad_token_id, vocab_size); the rollout's sampling (trainer/rollout_sampling.h) adds the

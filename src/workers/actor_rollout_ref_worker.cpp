@@ -227,14 +227,14 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
                                                        device());
   const auto prompts = prompt_token_lists(in);
-  // Multi-turn: one episode per sample on the generating model, its turns in rounds (unstaged only).
+  // Multi-turn: one episode per sample on the generating model (with stages, stage 0 runs the episodes and the
+  // other stages follow its schedule).
   DataProto agent_result;
   auto run = [&](CausalLM& model, Communicator* stages) {
     if (!agent_) return generate(model, prompts, g, stages);
     HF_CHECK(!g.record_routing, "role '", context().role, "': router_replay.mode R3 records the routing of ",
              "single-turn rollouts only; multi-turn rollouts do not record it yet (use R2)");
-    HF_CHECK(stages == nullptr, "role '", context().role, "': multi-turn rollouts generate unstaged (pipeline size 1)");
-    agent_result = agent_generate_sequences(model, g, in, agent_->context());
+    agent_result = agent_generate_sequences(model, g, in, agent_->context(), stages);
     return GenerationOutput();
   };
   GenerationOutput out;

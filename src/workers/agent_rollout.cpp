@@ -186,27 +186,46 @@ TurnRoundStats continuous_turn_stats(const TurnBatcher& batcher, double generati
   return s;
 }
 
-// Under tensor parallelism rank 0 sends the ranks that follow its schedule an empty step at least this often
-// while it waits for tools, so that their wait never reaches the collectives' timeout.
-constexpr auto kTurnScheduleHeartbeat = std::chrono::seconds(5);
+// The group whose rank 0 runs the episodes and whose other ranks follow its schedule: the tensor-parallel
+// ranks, or the pipeline stages; nullptr when the model is whole in this process.
+Communicator* turn_schedule_group(CausalLM& model, Communicator* stages) {
+  const PipelineStage& stage = model->pipeline_stage();
+  const TensorParallelGroup& tensor_parallel = model->tensor_parallel();
+  HF_CHECK(!stage.enabled() || !tensor_parallel.enabled(), "agent rollout: multi-turn rollouts run over pipeline ",
+           "stages or tensor-parallel ranks, not both (actor_rollout_ref.rollout.pipeline_model_parallel_size = ",
+           stage.stages, ", actor_rollout_ref.rollout.tensor_model_parallel_size = ", tensor_parallel.size(), ")");
+  if (stage.enabled()) {
+    HF_CHECK(stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage,
+             "agent rollout: the model is pipeline stage ", stage.stage, " of ", stage.stages,
+             " and needs the communicator over its stages (one rank per stage, in stage order)");
+    return stages;
+  }
+  return tensor_parallel.enabled() ? tensor_parallel.comm() : nullptr;
+}
 
 }  // namespace
 
 std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
                                                         const GenerationConfig& config, TurnRoundStats* stats,
-                                                        int64_t group_size) {
+                                                        int64_t group_size, Communicator* stages,
+                                                        std::chrono::milliseconds keep_alive) {
   HF_CHECK(count >= 0, "run_in_continuous_turns: episode count ", count, " is negative");
+  HF_CHECK(keep_alive.count() > 0, "run_in_continuous_turns: the keep-alive interval must be > 0 ms");
   const auto n = static_cast<size_t>(count);
-  TurnBatcher batcher(model, config, count, group_size);
-  // Tensor parallelism: rank 0 runs the episodes and their tools; the other ranks repeat its schedule.
-  Communicator* tensor_parallel = model->tensor_parallel().enabled() ? model->tensor_parallel().comm() : nullptr;
+  // Tensor parallelism or stages: rank 0 runs the episodes and their tools; the other ranks repeat its schedule.
+  Communicator* schedule_group = turn_schedule_group(model, stages);
+  TurnBatcher batcher(model, config, count, group_size, model->pipeline_stage().enabled() ? stages : nullptr);
   const torch::Device device = model->parameters().front().device();
-  if (tensor_parallel != nullptr && tensor_parallel->rank() != 0) {
+  if (schedule_group != nullptr && schedule_group->rank() != 0) {
     const double start = steady_seconds();
-    follow_turn_schedule(batcher, *tensor_parallel, device);
-    if (stats != nullptr) *stats = continuous_turn_stats(batcher, steady_seconds() - start);
+    const int64_t keep_alives = follow_turn_schedule(batcher, *schedule_group, device);
+    if (stats != nullptr) {
+      *stats = continuous_turn_stats(batcher, steady_seconds() - start);
+      stats->keep_alive_steps = keep_alives;
+    }
     return {};
   }
+  int64_t keep_alives = 0;
   EpisodeBoard board(count, episode);
 
   // The batcher's thread: takes new turns and ended episodes, then runs one step while any turn is under way.
@@ -222,8 +241,8 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
       // A turn waiting for blocks waits for an episode to end; one just submitted starts in the step below.
       const bool busy = !failed && batcher.running_turns() > 0;
       auto news = [&] { return board.asked > 0 || !board.ended.empty() || board.running == 0; };
-      if (!busy && tensor_parallel == nullptr) board.changed.wait(lock, news);
-      if (!busy && tensor_parallel != nullptr) board.changed.wait_for(lock, kTurnScheduleHeartbeat, news);
+      if (!busy && schedule_group == nullptr) board.changed.wait(lock, news);
+      if (!busy && schedule_group != nullptr) board.changed.wait_for(lock, keep_alive, news);
       for (size_t i = 0; i < n && board.asked > 0; ++i)
         if (board.requests[i]) {
           fresh.emplace_back(i, std::move(*board.requests[i]));
@@ -236,7 +255,7 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
     TurnScheduleStep schedule;
     if (over) {
       schedule.done = true;
-      if (tensor_parallel != nullptr) share_turn_schedule(schedule, *tensor_parallel, device);
+      if (schedule_group != nullptr) share_turn_schedule(schedule, *schedule_group, device);
       break;
     }
     for (int64_t e : ended) batcher.release(e);
@@ -251,14 +270,17 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
       try {
         batcher.submit(static_cast<int64_t>(i), context, request.max_new_tokens);
         in_flight[i] = true;
-        if (tensor_parallel != nullptr)
+        if (schedule_group != nullptr)
           schedule.submitted.push_back({static_cast<int64_t>(i), request.max_new_tokens, std::move(context)});
       } catch (...) {
         refused.emplace_back(i, std::current_exception());
       }
     }
     schedule.step = !failed && !batcher.idle();
-    if (tensor_parallel != nullptr) share_turn_schedule(schedule, *tensor_parallel, device);
+    if (schedule_group != nullptr) {
+      if (schedule.empty()) ++keep_alives;
+      share_turn_schedule(schedule, *schedule_group, device);
+    }
     std::vector<BatchedTurn> turns;
     if (schedule.step) {
       const double start = steady_seconds();
@@ -288,19 +310,23 @@ std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const Epi
     }
   }
   std::vector<std::vector<float>> log_probs = board.finish();
-  if (stats != nullptr) *stats = continuous_turn_stats(batcher, generation_seconds);
+  if (stats != nullptr) {
+    *stats = continuous_turn_stats(batcher, generation_seconds);
+    stats->keep_alive_steps = keep_alives;
+  }
   return log_probs;
 }
 
-EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size) {
-  return [&model, config, group_size](int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats) {
-    return run_in_continuous_turns(count, episode, model, config, stats, group_size);
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size,
+                                      Communicator* stages) {
+  return [&model, config, group_size, stages](int64_t count, const EpisodeFunction& episode, TurnRoundStats* stats) {
+    return run_in_continuous_turns(count, episode, model, config, stats, group_size, stages);
   };
 }
 
-bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config) {
+bool continuous_turns_apply(CausalLM&, const GenerationConfig& config) {
   return config.use_kv_cache && config.continuous_batching && config.paged_kv_cache && !config.refresh_weights &&
-         !config.record_routing && !model->pipeline_stage().enabled();
+         !config.record_routing;
 }
 
 TurnRoundGenerator engine_turn_rounds(CausalLM& model, const GenerationConfig& config) {
@@ -571,7 +597,7 @@ std::vector<AgentRolloutRow> agent_rollout_rows(const DataProto& prompts) {
 }
 
 DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
-                                   const AgentRolloutContext& context) {
+                                   const AgentRolloutContext& context, Communicator* stages) {
   HF_CHECK(context.tokenizer && context.tokenizer_config && context.environment,
            "agent rollout: the worker has no tokenizer, chat template or agent environment");
   const std::vector<AgentRolloutRow> rows = agent_rollout_rows(prompts);
@@ -581,22 +607,24 @@ DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, c
   agent::EpisodeSetup setup = context.setup;
   setup.limits.max_response_tokens = g.max_new_tokens;
   // Continuous batching of turns where it applies, a group's g.n episodes sharing their prompt's blocks;
-  // rounds otherwise (pipeline parallelism, the static or slot-cache generator, partial rollouts, routing
-  // records).
+  // rounds otherwise (the static or slot-cache generator, partial rollouts, routing records).
   const bool continuous = context.continuous_turns && continuous_turns_apply(model, g);
   const int64_t group_size = context.share_prompt_blocks ? g.n : 1;
-  const TensorParallelGroup& tensor_parallel = model->tensor_parallel();
-  // Under tensor parallelism only rank 0 runs episodes (each tool call once); rounds would run them on every rank.
-  HF_CHECK(!tensor_parallel.enabled() || continuous,
-           "agent rollout: multi-turn rollouts under actor_rollout_ref.rollout.tensor_model_parallel_size = ",
-           tensor_parallel.size(), " run their turns by continuous batching: they need "
+  // Under tensor parallelism or stages only rank 0 runs episodes (each tool call once); rounds would run them on
+  // every rank.
+  Communicator* schedule_group = turn_schedule_group(model, stages);
+  HF_CHECK(schedule_group == nullptr || continuous, "agent rollout: multi-turn rollouts under ",
+           model->pipeline_stage().enabled() ? "actor_rollout_ref.rollout.pipeline_model_parallel_size = "
+                                             : "actor_rollout_ref.rollout.tensor_model_parallel_size = ",
+           schedule_group == nullptr ? 1 : schedule_group->size(), " run their turns by continuous batching: they need "
            "actor_rollout_ref.rollout.kv_cache = paged, no partial rollouts and no routing record (router_replay R3)");
-  if (tensor_parallel.enabled() && tensor_parallel.rank() != 0) {
+  if (schedule_group != nullptr && schedule_group->rank() != 0) {
     // The other ranks repeat rank 0's schedule; the rollout's batch is rank 0's (the collect takes it alone).
-    run_in_continuous_turns(static_cast<int64_t>(samples.size()), EpisodeFunction(), model, g, nullptr, group_size);
+    run_in_continuous_turns(static_cast<int64_t>(samples.size()), EpisodeFunction(), model, g, nullptr, group_size,
+                            stages);
     return DataProto();
   }
-  const EpisodeRunner runner = continuous ? continuous_turns_runner(model, g, group_size)
+  const EpisodeRunner runner = continuous ? continuous_turns_runner(model, g, group_size, stages)
                                           : turn_rounds_runner(engine_turn_rounds(model, g));
   const AgentRollout rollout = run_agent_rollout(samples, *context.tokenizer, *context.tokenizer_config,
                                                  *context.environment, setup, runner);

@@ -277,10 +277,11 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
   EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
 }
 
-// Rollout tensor parallelism: the two ranks of one replica run the episodes of one process (rank 0 runs them and
-// their tool calls, the other repeats its schedule): the same conversations, scores and losses, colocated
-// (the actor split in two) and on a standalone rollout pool of one two-rank replica.
-TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
+// Rollout tensor and pipeline parallelism: the two ranks of one replica run the episodes of one process (rank 0
+// or stage 0 runs them and their tool calls, the other repeats its schedule): the same conversations, scores and
+// losses, colocated (the actor split in two, or in two stages that generate as they train) and on a standalone
+// rollout pool of one two-rank replica.
+TEST_F(RlMultiTurn, RolloutTensorAndPipelineParallelismRunTheEpisodesOfOneProcess) {
   const std::string dir = dir_->path();
   auto one_step = [&](const std::string& name, const std::vector<std::string>& layout) {
     std::vector<std::string> o = layout;
@@ -294,7 +295,10 @@ TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
   const nlohmann::json standalone =
       one_step("tp2_standalone", {"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2",
                                   "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
-  for (const nlohmann::json* two : {&colocated, &standalone}) {
+  const nlohmann::json staged = one_step("pp2", {"actor_rollout_ref.num_processes=2",
+                                                 "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                                 "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"});
+  for (const nlohmann::json* two : {&colocated, &standalone, &staged}) {
     SCOPED_TRACE(one.dump() + "\n" + two->dump());
     EXPECT_GE((*two)["agent/tool_calls/calculator"].get<double>(), 3.0);
     for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
@@ -306,6 +310,39 @@ TEST_F(RlMultiTurn, RolloutTensorParallelismRunsTheEpisodesOfOneProcess) {
     // The actor scores the trained ids as the split rollout sampled them.
     EXPECT_LT(std::abs((*two)["rollout_corr/k3_kl"].get<double>()), 1e-6);
   }
+}
+
+// Generation stages reached through the 3D-HybridEngine: a 2-stage x 2-way tensor-parallel actor switches to two
+// replicas of two unsplit stages (each gathering its own layers) and runs the episodes of a 2-stage actor that
+// generates as it trains (two replicas of the same stages, so the same draws): the same conversations, tool
+// calls, scores and losses.
+TEST_F(RlMultiTurn, GenerationStagesThroughTheHybridEngineRunTheEpisodesOfTheTrainingStages) {
+  const std::string dir = dir_->path();
+  auto one_step = [&](const std::string& name, const std::vector<std::string>& layout) {
+    std::vector<std::string> o = {"actor_rollout_ref.num_processes=4",
+                                  "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                  "actor_rollout_ref.rollout.pipeline_model_parallel_size=2",
+                                  "data.train_batch_size=2",
+                                  "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                                  "trainer.run_dir=" + dir + "/" + name};
+    o.insert(o.end(), layout.begin(), layout.end());
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, o))));
+    return trainer.step();
+  };
+  const nlohmann::json as_trained = one_step("pp2_dp2", {});
+  const nlohmann::json switched = one_step("pp2_tp2", {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                                       "actor_rollout_ref.rollout.tensor_model_parallel_size=1"});
+  SCOPED_TRACE(as_trained.dump() + "\n" + switched.dump());
+  EXPECT_FALSE(as_trained.contains("reshard/model_bytes")) << "generating in the training layout needs no switch";
+  EXPECT_TRUE(switched.contains("reshard/model_bytes")) << "the tensor-parallel actor switches to generation stages";
+  EXPECT_GE(switched["agent/tool_calls/calculator"].get<double>(), 1.0);
+  for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
+                          "agent/sampled_tokens_per_episode", "agent/appended_tokens_per_episode",
+                          "response_length/mean", "score/mean"})
+    EXPECT_EQ(as_trained[key], switched[key]) << key;
+  for (const char* key : {"actor/pg_loss", "actor/entropy"})
+    EXPECT_NEAR(as_trained[key].get<double>(), switched[key].get<double>(), 1e-5) << key;
+  EXPECT_LT(std::abs(switched["rollout_corr/k3_kl"].get<double>()), 1e-6);
 }
 
 // What a step trained on, kept by trajectory_capturing_program.
@@ -499,15 +536,16 @@ TEST_F(RlMultiTurn, RefusesWhatItCannotRun) {
   });
   EXPECT_NE(msg.find("actor_rollout_ref.rollout.multi_turn.enable"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.path is empty"), std::string::npos) << msg;
-  // Pipeline-parallel generation.
+  // Generation in pipeline stages and tensor-parallel ranks at once.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(
-        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=2",
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(dir, model_dir_, {"actor_rollout_ref.num_processes=4",
                                                                               "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                                                              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                                                                               "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"}))));
   });
-  EXPECT_NE(msg.find("pipeline_model_parallel_size = 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("actor_rollout_ref.rollout.pipeline_model_parallel_size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.pipeline_model_parallel_size = 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 2"), std::string::npos) << msg;
   // Bad keys name themselves.
   msg = error_of([&] {
     RLTrainer trainer(load_rl_config(

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "hybridflow/parallel/collectives.h"
 #include "hybridflow/workers/agent_rollout.h"
 
 namespace hybridflow::testing {
@@ -42,6 +45,31 @@ inline EpisodeFunction tool_episodes(std::vector<agent::Trajectory>& out, int64_
   };
 }
 
+// The sampling of the multi-rank tool-episode tests: 30 response ids per episode, eos id 3, blocks of 4.
+inline GenerationConfig tool_turns_config(bool greedy, uint64_t seed) {
+  GenerationConfig config;
+  config.greedy = greedy;
+  config.temperature = 1.0;
+  config.seed = seed;
+  config.eos_token_ids = {3};
+  config.max_new_tokens = 30;
+  config.kv_block_size = 4;
+  return config;
+}
+
+// tool_episodes with a slow "tool": episode 1 waits `tool_time` before its second turn (the others end long
+// before), so the thread that drives the turns waits for it with no turn running.
+inline EpisodeFunction slow_tool_episodes(std::vector<agent::Trajectory>& out, int64_t budget, int64_t group_size,
+                                          std::chrono::milliseconds tool_time) {
+  return [fast = tool_episodes(out, budget, group_size), tool_time](int64_t i, const agent::TurnSampler& sample) {
+    int turns = 0;
+    fast(i, [&](const std::vector<int32_t>& context, int64_t max_new_tokens) {
+      if (i == 1 && turns++ == 1) std::this_thread::sleep_for(tool_time);
+      return sample(context, max_new_tokens);
+    });
+  };
+}
+
 // An episode's log-probs against the reference's: bit for bit when exact, else within 1e-5.
 inline void expect_same_log_probs(const std::vector<float>& got, const std::vector<float>& want, bool exact,
                                   const std::string& what) {
@@ -52,6 +80,91 @@ inline void expect_same_log_probs(const std::vector<float>& got, const std::vect
     else
       EXPECT_NEAR(got[k], want[k], 1e-5) << what << " token " << k;
   }
+}
+
+// Rank 0's episodes (over tensor-parallel ranks or pipeline stages) against one process's: the same prompts,
+// tokens and masks, log-probs within 1e-5 (partial sums may add in another order). Returns how many turns
+// resumed after a tool result.
+inline int64_t expect_episodes_of_one_process(const std::vector<agent::Trajectory>& got,
+                                              const std::vector<std::vector<float>>& got_lp,
+                                              const std::vector<agent::Trajectory>& want,
+                                              const std::vector<std::vector<float>>& want_lp) {
+  EXPECT_EQ(got_lp.size(), want_lp.size());
+  if (got_lp.size() != want_lp.size() || got.size() != want.size()) return 0;
+  int64_t tool_turns = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].prompt_ids, want[i].prompt_ids) << "episode " << i;
+    EXPECT_EQ(got[i].response_ids, want[i].response_ids) << "episode " << i;
+    EXPECT_EQ(got[i].response_mask, want[i].response_mask) << "episode " << i;
+    expect_same_log_probs(got_lp[i], want_lp[i], /*exact=*/false, "episode " + std::to_string(i));
+    for (size_t k = 1; k < got[i].response_mask.size(); ++k)
+      tool_turns += got[i].response_mask[k] == 1 && got[i].response_mask[k - 1] == 0 ? 1 : 0;
+  }
+  return tool_turns;
+}
+
+// A replica of two ranks (`group`: the tensor-parallel pair or the two stages; `stages` as
+// run_in_continuous_turns takes it) runs two groups of three tool episodes, greedy and sampled, as `reference`
+// does in one process: rank 0's episodes are its (expect_episodes_of_one_process), both ranks prefill and reuse
+// the positions it does, share the same prompt positions and step together (how many steps depends on when the
+// episodes' threads asked, so only the ranks' counts agree), and the other rank runs no episode (no tool call).
+inline void expect_replica_runs_the_episodes_of_one_process(CausalLM& reference, CausalLM& model, Communicator& group,
+                                                            Communicator* stages, uint64_t seed) {
+  const int64_t episodes = 6, n = 3;
+  for (const bool greedy : {true, false}) {
+    SCOPED_TRACE(greedy ? "greedy" : "sampled");
+    const GenerationConfig config = tool_turns_config(greedy, seed);
+    std::vector<agent::Trajectory> want(static_cast<size_t>(episodes)), got(static_cast<size_t>(episodes));
+    TurnRoundStats want_stats, got_stats;
+    const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n), reference,
+                                                 config, &want_stats, n);
+    const auto got_lp = run_in_continuous_turns(episodes, tool_episodes(got, config.max_new_tokens, n), model, config,
+                                                &got_stats, n, stages);
+    EXPECT_EQ(got_stats.turns, want_stats.turns);
+    EXPECT_EQ(got_stats.prefill_tokens, want_stats.prefill_tokens);
+    EXPECT_EQ(got_stats.reused_tokens, want_stats.reused_tokens);
+    EXPECT_EQ(got_stats.shared_prompt_tokens, want_stats.shared_prompt_tokens);
+    EXPECT_GT(got_stats.shared_prompt_tokens, 0);
+    EXPECT_EQ(got_stats.keep_alive_steps, 0);
+    torch::Tensor steps = torch::tensor({got_stats.decode_steps}, torch::kInt64);
+    group.broadcast(steps, 0);
+    EXPECT_EQ(got_stats.decode_steps, steps.item<int64_t>());
+    if (group.rank() != 0) {
+      EXPECT_TRUE(got_lp.empty());
+      for (const auto& t : got) EXPECT_TRUE(t.response_ids.empty());
+      continue;
+    }
+    EXPECT_GE(expect_episodes_of_one_process(got, got_lp, want, want_lp), 3)
+        << "too few turns resumed after a tool result to compare";
+  }
+}
+
+// The keep-alive under a replica of two ranks (`group`: the tensor-parallel pair or the two stages, whose
+// collectives time out after 3 s): slow_tool_episodes with a 4 s tool and a keep-alive every 200 ms on `model`
+// (this rank's part; `stages` as run_in_continuous_turns takes it) run to the end, both ranks count the same
+// keep-alive steps, enough to span the tool, and rank 0's episodes are `reference`'s (one process, fast tools).
+// Without the keep-alive the other rank's wait in the schedule's broadcast would time out.
+inline void expect_keep_alive_through_a_slow_tool(CausalLM& reference, CausalLM& model, Communicator& group,
+                                                  Communicator* stages) {
+  const int64_t episodes = 4, n = 2;
+  const GenerationConfig config = tool_turns_config(/*greedy=*/false, 31);
+  std::vector<agent::Trajectory> want(static_cast<size_t>(episodes)), got(static_cast<size_t>(episodes));
+  const auto want_lp =
+      run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n), reference, config, nullptr, n);
+  TurnRoundStats stats;
+  const auto got_lp =
+      run_in_continuous_turns(episodes, slow_tool_episodes(got, config.max_new_tokens, n, std::chrono::seconds(4)),
+                              model, config, &stats, n, stages, std::chrono::milliseconds(200));
+  EXPECT_GE(stats.keep_alive_steps, 8) << "rank " << group.rank();
+  torch::Tensor sent = torch::tensor({stats.keep_alive_steps}, torch::kInt64);
+  group.broadcast(sent, 0);
+  EXPECT_EQ(stats.keep_alive_steps, sent.item<int64_t>()) << "rank " << group.rank() << " counted other keep-alives";
+  if (group.rank() != 0) return;
+  expect_episodes_of_one_process(got, got_lp, want, want_lp);
+  ASSERT_EQ(got.size(), static_cast<size_t>(episodes));
+  const auto& mask = got[1].response_mask;
+  EXPECT_TRUE(!mask.empty() && mask.back() == 1 && std::count(mask.begin(), mask.end(), 0) > 0)
+      << "episode 1 did not resume after its slow tool";
 }
 
 }  // namespace hybridflow::testing

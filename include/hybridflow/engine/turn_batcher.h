@@ -34,7 +34,11 @@
 // Tensor parallelism: every rank of the model's group holds its own batcher and must make the same calls in
 // the same order (engine/turn_schedule.h carries rank 0's to the others); the tokens drawn are rank 0's,
 // broadcast over the group each time tokens are drawn, so the ranks' caches and schedules never drift apart.
-// One pipeline stage.
+//
+// Pipeline stages: every stage holds its own batcher over its own layers' cache and makes the same calls in
+// the same order (engine/turn_schedule.h carries stage 0's to the others). A prefill or decode step hands
+// its activations from stage to stage, and the last stage draws the tokens, which reach every stage, so the
+// stages' schedules and turn ends agree. Not combined with tensor parallelism.
 #pragma once
 
 #include <cstdint>
@@ -73,8 +77,11 @@ class TurnBatcher {
   // Conversations [0, conversations). cfg: sampling, eos ids, the paged cache's block size and pool, and
   // max_new_tokens, the most positions a conversation adds after its first context. cfg.n, continuous_batching
   // and paged_kv_cache are not read. group_size (>= 1): consecutive conversations that share their first
-  // context's blocks (see above; 1: none). Puts the model in eval mode until destroyed; call from one thread.
-  TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size = 1);
+  // context's blocks (see above; 1: none). stages: the communicator over the model's pipeline stages (one rank
+  // per stage, in stage order) when the model is a stage, else nullptr. Puts the model in eval mode until
+  // destroyed; call from one thread.
+  TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size = 1,
+              Communicator* stages = nullptr);
   ~TurnBatcher();
   TurnBatcher(const TurnBatcher&) = delete;
   TurnBatcher& operator=(const TurnBatcher&) = delete;
@@ -110,6 +117,7 @@ class TurnBatcher {
   void grow_pool(int64_t blocks);
 
   CausalLM& model_;
+  Communicator* stages_ = nullptr;
   GenerationConfig cfg_;
   bool was_training_ = false;
   int64_t fixed_pool_ = 0;  // blocks cfg fixes; 0 = grow on demand

@@ -8,10 +8,12 @@
 // waits for the model and prefills each turn's whole context again; an episode waiting for a tool holds back
 // the round it would join. Continuous batching (run_in_continuous_turns, engine/turn_batcher.h): each turn
 // starts as soon as its episode asks, resumes from its conversation's cached prefix (only the appended
-// ids are prefilled) and decodes beside the turns of the others; the worker uses it whenever the model runs
-// whole in one process with a paged KV cache, and rounds otherwise.
+// ids are prefilled) and decodes beside the turns of the others; the worker uses it whenever generation runs
+// with a paged KV cache (in one process, over tensor-parallel ranks or over pipeline stages), and rounds
+// otherwise.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -43,6 +45,8 @@ struct TurnRoundStats {
   int64_t peak_kv_blocks = 0;  // continuous batching: the most paged-cache blocks held at once
   int64_t shared_prompt_tokens = 0;  // continuous batching: prompt positions a group's episodes did not prefill
   int64_t shared_prompt_blocks = 0;  // continuous batching: full prompt blocks a group's episodes shared
+  int64_t keep_alive_steps = 0;  // continuous batching over ranks: empty schedule steps sent (or received)
+                                 // while rank 0 waited for tools
   double generation_seconds = 0;  // wall time spent generating (in rounds, or in the batcher's steps)
 };
 
@@ -73,18 +77,25 @@ EpisodeRunner turn_rounds_runner(TurnRoundGenerator generate_round);
 // k is drawn with the uniforms of (config.seed, k * count + i, t), sharing or not. An exception from an episode
 // or from generation is rethrown (the first by episode index) after every episode ended.
 //
-// With a tensor-parallel model only its rank 0 runs the episodes (so each tool call runs once) and returns
-// their log-probs; every other rank runs no episode (`episode` is not called there), repeats rank 0's schedule
-// (engine/turn_schedule.h) and returns no log-probs (an empty vector).
+// With a tensor-parallel model, or a pipeline stage (`stages`: the communicator over the model's stages, one
+// rank per stage in stage order; nullptr when the model is whole), only rank 0 of the group (tensor-parallel
+// rank 0, or stage 0) runs the episodes (so each tool call runs once) and returns their log-probs; every other
+// rank runs no episode (`episode` is not called there), repeats rank 0's schedule (engine/turn_schedule.h) and
+// returns no log-probs (an empty vector). While no turn runs and rank 0 waits for its episodes (tools), it sends
+// the others an empty step at least every `keep_alive`, so that their wait never reaches the collectives'
+// timeout. Tensor parallelism and stages together are refused.
+inline constexpr std::chrono::milliseconds kTurnScheduleKeepAlive{5000};
 std::vector<std::vector<float>> run_in_continuous_turns(int64_t count, const EpisodeFunction& episode, CausalLM& model,
                                                         const GenerationConfig& config, TurnRoundStats* stats = nullptr,
-                                                        int64_t group_size = 1);
-EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size = 1);
+                                                        int64_t group_size = 1, Communicator* stages = nullptr,
+                                                        std::chrono::milliseconds keep_alive = kTurnScheduleKeepAlive);
+EpisodeRunner continuous_turns_runner(CausalLM& model, const GenerationConfig& config, int64_t group_size = 1,
+                                      Communicator* stages = nullptr);
 
-// True when `model` and `config` can generate multi-turn rollouts by continuous batching of turns: the model
-// unstaged (tensor parallelism is fine, pipeline parallelism is not), a paged KV cache with continuous
-// batching, no mid-generation weight refresh and no routing record. Otherwise the worker generates in rounds
-// (refused under tensor parallelism: the ranks would each run the tools).
+// True when `model` and `config` can generate multi-turn rollouts by continuous batching of turns: a paged KV
+// cache with continuous batching, no mid-generation weight refresh and no routing record (the model whole,
+// tensor-parallel or a pipeline stage). Otherwise the worker generates in rounds (refused under tensor
+// parallelism or stages: the ranks would each run the tools).
 bool continuous_turns_apply(CausalLM& model, const GenerationConfig& config);
 
 // The RL batch of finished trajectories, in rollout_batch's layout: prompts left padded, responses right
@@ -161,12 +172,13 @@ struct AgentRolloutContext {
 
 // generate_sequences with multi-turn on: one episode per sample (g.n per prompt, rows interleaved as
 // generate's; a prompt's g.n episodes share its KV blocks), on `model` by continuous batching of turns where it
-// applies, else in rounds. On a tensor-parallel rank other than 0 it returns an empty batch (rank 0's is the
-// replica's). The batch is agent_rollout_batch's with response_length
+// applies, else in rounds. `stages`: the communicator over the model's pipeline stages when it is one (as
+// run_in_continuous_turns). On a tensor-parallel rank other than 0, or a stage other than 0, it returns an
+// empty batch (rank 0's is the replica's). The batch is agent_rollout_batch's with response_length
 // g.max_new_tokens, the prompts' fields repeated to their samples, the field "agent_episode" (each sample's
 // agent_episode_record) and meta "agent" the rollout's metrics.
 DataProto agent_generate_sequences(CausalLM& model, const GenerationConfig& g, const DataProto& prompts,
-                                   const AgentRolloutContext& context);
+                                   const AgentRolloutContext& context, Communicator* stages = nullptr);
 
 // What a rollout worker loads for multi-turn rollouts, from RolloutSpec::multi_turn (plain values the trainer
 // read and checked): tokenizer_dir (tokenizer.json and tokenizer_config.json with the chat template),
