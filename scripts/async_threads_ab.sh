@@ -5,7 +5,8 @@
 # Each run also samples, over 3 seconds halfway through, the threads of the controller and of each worker
 # process that used more than a tenth of a core. Prints one line per run and the medians.
 # Needs the fine-tuned start model and data of scripts/async_curves.sh (run it once first).
-#   ROUNDS=5 STEPS=100 HF_RUN_DIR=runs/async VARIANTS="s0t2 s1t1 s0t1 s1t2" (sN = staleness N, tM = M threads)
+#   ROUNDS=5 STEPS=100 HF_RUN_DIR=runs/async VARIANTS="s0t2 s1t1 s0t1 s1t2" (sN = staleness N, tM = M threads;
+#   a trailing g streams groups: rollout.stream_groups, docs/async.md "Streamed groups")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${HF_BUILD_DIR:-build}
@@ -55,13 +56,15 @@ EOF
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%H:%M:%S) UTC"
 for round in $(seq 1 "$rounds"); do
   for v in "${variants[@]}"; do
-    [[ $v =~ ^s([0-9]+)t([0-9]+)$ ]] || { echo "VARIANTS: '$v' is not sNtM"; exit 1; }
+    [[ $v =~ ^s([0-9]+)t([0-9]+)(g?)$ ]] || { echo "VARIANTS: '$v' is not sNtM or sNtMg"; exit 1; }
+    stream=false; [ -n "${BASH_REMATCH[3]}" ] && stream=true
     dir="$out/r${round}_$v"
     rm -rf "$dir"
     start=$(date +%s.%N)
     "$hf" train --config examples/grpo_async_sort.yaml model.path="$run/sft/final" trainer.run_dir="$dir" \
         data.train_file="$run/data/train.jsonl" data.test_file="$run/data/test.jsonl" \
         actor_rollout_ref.rollout.staleness="${BASH_REMATCH[1]}" trainer.threads_per_worker="${BASH_REMATCH[2]}" \
+        actor_rollout_ref.rollout.stream_groups="$stream" \
         trainer.total_steps="$steps" trainer.test_freq=0 trainer.save_checkpoint=false > "$dir.log" 2>&1 &
     pid=$!
     # Halfway: the controller's and each worker's busy threads.

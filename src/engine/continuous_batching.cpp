@@ -72,8 +72,10 @@ struct Row {
 // what the running sequences can hold at their longest, so that nothing waits for blocks: every prompt's
 // samples at once, or, when fewer sequences run at once (slots), that many each with a whole table and a
 // copied block (a prompt's shared blocks are held by at most its running samples) - the slabs' size, about.
+// A streamed run (streamed_longest > 0: its prompts' most tokens) is sized for its slots at that length.
 int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationConfig& cfg, int64_t slots, const BlockManager& sizing) {
+                          const GenerationConfig& cfg, int64_t slots, const BlockManager& sizing,
+                          int64_t streamed_longest) {
   const int64_t given = given_pool_blocks(model, cfg);
   if (given > 0) return given;
   int64_t every_prompt = 0, longest_sequence = 0;
@@ -82,6 +84,11 @@ int64_t paged_pool_blocks(CausalLM& model, const std::vector<std::vector<int64_t
     const int64_t most = length + std::max<int64_t>(cfg.max_new_tokens - 1, 0);
     every_prompt += sizing.worst_case_blocks(length, cfg.n, most);
     longest_sequence = std::max(longest_sequence, sizing.blocks_for(most) + 1);
+  }
+  if (streamed_longest > 0) {
+    longest_sequence = std::max(
+        longest_sequence, sizing.blocks_for(streamed_longest + std::max<int64_t>(cfg.max_new_tokens - 1, 0)) + 1);
+    return std::max<int64_t>(slots * longest_sequence, 1);
   }
   return std::max<int64_t>(std::min(every_prompt, slots * longest_sequence), 1);
 }
@@ -103,17 +110,36 @@ class Scheduler {
         response_routing_(cfg.record_routing ? static_cast<size_t>(total_) : 0) {
     int64_t longest_prompt = 0;
     for (const auto& p : prompts) longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>(p.size()));
+    if (cfg.next_prompts) {
+      HF_CHECK(cfg.max_prompt_length > 0 || longest_prompt > 0, "generation: streaming prompts in needs "
+               "max_prompt_length (the longest streamed prompt, which sizes the KV cache)");
+      streamed_longest_ = cfg.max_prompt_length > 0 ? cfg.max_prompt_length : longest_prompt;
+      longest_prompt = std::max(longest_prompt, streamed_longest_);
+    }
     capacity_ = longest_prompt + cfg.max_new_tokens;
-    const int64_t slots = std::min(total_, std::max(cfg.n, cfg.max_num_seqs > 0 ? cfg.max_num_seqs : total_));
+    // A streamed run has no total to cap the slots at (max_num_seqs 0: the call's own prompts' samples).
+    const int64_t wanted = std::max(cfg.n, cfg.max_num_seqs > 0 ? cfg.max_num_seqs : total_);
+    const int64_t slots = cfg.next_prompts ? wanted : std::min(total_, wanted);
     slot_count_ = slots;
     for (int64_t s = 0; s < slots; ++s) free_slots_.insert(s);
     if (cfg.paged_kv_cache) {
       const BlockManager sizing(1, cfg.kv_block_size);
-      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing), cfg.kv_block_size);
+      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing, streamed_longest_), cfg.kv_block_size);
     }
     finished_.assign(static_cast<size_t>(total_), false);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      prompt_seed_.push_back(cfg.seed);
+      prompt_first_sequence_.push_back(static_cast<int64_t>(i) * cfg.n);
+    }
     if (cfg.resume) take_saved(*cfg.resume);
+    group_left_.assign(prompts.size(), cfg.n);
+    for (int64_t q = 0; q < total_; ++q)
+      if (finished_[static_cast<size_t>(q)]) --group_left_[static_cast<size_t>(q / cfg.n)];
+    group_handed_.assign(prompts.size(), false);
   }
+
+  // Every prompt of the run: the call's own, then the streamed ones in admission order.
+  const std::vector<std::vector<int64_t>>& prompts() const { return prompts_; }
 
   void run() {
     while (true) {
@@ -122,6 +148,7 @@ class Scheduler {
         break;
       }
       refresh_weights();
+      stream_in();
       while (admit()) {
       }
       if (rows_.empty()) break;  // with every slot free, admit() stops only when no prompt waits
@@ -291,6 +318,8 @@ class Scheduler {
       free_slots_.insert(row.slot);
       if (blocks_) blocks_->release(row.paged);
     }
+    for (int64_t i = next_prompt_ - count; i < next_prompt_; ++i)
+      if (group_left_[static_cast<size_t>(i)] == 0) hand_out(i);  // every sample ended before a stop
     if (!admitted.empty()) {
       torch::Tensor tokens, log_probs;
       if (link_.samples()) {
@@ -419,8 +448,9 @@ class Scheduler {
       drawn.push_back(static_cast<int64_t>(tokens_[static_cast<size_t>(row.sequence)].size()));
       steps = std::min(steps, cfg_.max_new_tokens - drawn.back());
     }
-    const torch::Tensor uniforms =
-        cfg_.greedy || !link_.samples() ? torch::Tensor() : sampling_uniforms(cfg_, sequences, drawn, steps, device_);
+    const torch::Tensor uniforms = cfg_.greedy || !link_.samples()
+                                       ? torch::Tensor()
+                                       : sampling_uniforms(seeds_of(sequences), draw_ids_of(sequences), drawn, steps, device_);
     torch::Tensor input = upload(torch::tensor(inputs, torch::kInt64), device_);
     TokenRing ring(count, steps, cfg_, device_);
     std::vector<torch::Tensor> routing;  // per step [count, layers, k] on the device
@@ -478,7 +508,7 @@ class Scheduler {
         ++row.length;
       }
       if (ended[i] || static_cast<int64_t>(tokens_[q].size()) == cfg_.max_new_tokens) {
-        finished_[q] = true;
+        end_sequence(row.sequence);
         free_slots_.insert(row.slot);
         if (blocks_) blocks_->release(row.paged);
       } else {
@@ -494,7 +524,79 @@ class Scheduler {
       sequences.push_back(row.sequence);
       steps.push_back(static_cast<int64_t>(tokens_[static_cast<size_t>(row.sequence)].size()));
     }
-    return choose_tokens(model_, hidden, cfg_, sequences, steps);
+    const torch::Tensor uniforms =
+        cfg_.greedy ? torch::Tensor()
+                    : sampling_uniforms(seeds_of(sequences), draw_ids_of(sequences), steps, 1, hidden.device()).squeeze(0);
+    TokenDraw draw = choose_tokens_on_device(model_, hidden, cfg_, uniforms);
+    check_sampleable(draw.no_mass);
+    return {draw.tokens, draw.log_probs};
+  }
+
+  // The seed and the sequence number with which output row q draws (StreamedPrompt; the call's own rows:
+  // cfg.seed and q).
+  std::vector<uint64_t> seeds_of(const std::vector<int64_t>& sequences) const {
+    std::vector<uint64_t> seeds;
+    for (int64_t q : sequences) seeds.push_back(prompt_seed_[static_cast<size_t>(q / cfg_.n)]);
+    return seeds;
+  }
+  std::vector<int64_t> draw_ids_of(const std::vector<int64_t>& sequences) const {
+    std::vector<int64_t> ids;
+    for (int64_t q : sequences) ids.push_back(prompt_first_sequence_[static_cast<size_t>(q / cfg_.n)] + q % cfg_.n);
+    return ids;
+  }
+
+  // Streaming: asks cfg.next_prompts for prompts when slots are free for more groups than wait, or when
+  // nothing runs or waits, and appends what it gives.
+  void stream_in() {
+    if (!cfg_.next_prompts) return;
+    const int64_t waiting = static_cast<int64_t>(prompts_.size()) - next_prompt_;
+    const bool idle = rows_.empty() && waiting == 0;
+    const int64_t room = static_cast<int64_t>(free_slots_.size()) / cfg_.n - waiting;
+    if (!idle && room <= 0) return;
+    std::vector<StreamedPrompt> more = cfg_.next_prompts(std::max<int64_t>(room, 0), idle);
+    const int64_t vocab = model_->config().vocab_size;
+    for (StreamedPrompt& p : more) {
+      const auto index = static_cast<int64_t>(prompts_.size());
+      HF_CHECK(!p.ids.empty() && static_cast<int64_t>(p.ids.size()) <= streamed_longest_, "generation: streamed prompt ",
+               index, " has ", p.ids.size(), " tokens; expected 1 to max_prompt_length = ", streamed_longest_);
+      for (int64_t token : p.ids)
+        HF_CHECK(token >= 0 && token < vocab, "generation: streamed prompt ", index, " has token id ", token,
+                 " outside the vocabulary [0, ", vocab, ")");
+      prompts_.push_back(std::move(p.ids));
+      prompt_seed_.push_back(p.seed);
+      prompt_first_sequence_.push_back(p.first_sequence);
+      group_left_.push_back(cfg_.n);
+      group_handed_.push_back(false);
+      total_ += cfg_.n;
+      tokens_.resize(static_cast<size_t>(total_));
+      log_probs_.resize(static_cast<size_t>(total_));
+      versions_.resize(static_cast<size_t>(total_));
+      finished_.resize(static_cast<size_t>(total_), false);
+    }
+  }
+
+  // Sequence q ended (eos or max_new_tokens): its group goes out when it was the last of its prompt's.
+  void end_sequence(int64_t q) {
+    finished_[static_cast<size_t>(q)] = true;
+    const int64_t p = q / cfg_.n;
+    if (--group_left_[static_cast<size_t>(p)] == 0) hand_out(p);
+  }
+
+  void hand_out(int64_t p) {
+    if (!cfg_.on_group_finished || group_handed_[static_cast<size_t>(p)]) return;
+    group_handed_[static_cast<size_t>(p)] = true;
+    FinishedGroup group;
+    group.prompt = p;
+    for (int64_t q = p * cfg_.n; q < (p + 1) * cfg_.n; ++q) {
+      const auto u = static_cast<size_t>(q);
+      group.tokens.push_back(tokens_[u]);
+      group.log_probs.push_back(log_probs_[u]);
+      if (cfg_.refresh_weights) {
+        group.versions.push_back(versions_[u]);
+        group.begin_versions.push_back(versions_[u].empty() ? -1 : versions_[u].front());
+      }
+    }
+    cfg_.on_group_finished(std::move(group));
   }
 
   // Records the tokens drawn for rows_[first..] and retires the sequences they end.
@@ -515,7 +617,7 @@ class Scheduler {
       if (cfg_.refresh_weights) versions_[static_cast<size_t>(row.sequence)].push_back(version_);
       row.token = t[r - first];
       if (is_eos(cfg_, row.token) || static_cast<int64_t>(generated.size()) == cfg_.max_new_tokens) {
-        finished_[static_cast<size_t>(row.sequence)] = true;
+        end_sequence(row.sequence);
         free_slots_.insert(row.slot);
         if (blocks_) blocks_->release(row.paged);
       } else {
@@ -595,12 +697,19 @@ class Scheduler {
   }
 
   CausalLM& model_;
-  const std::vector<std::vector<int64_t>>& prompts_;
+  std::vector<std::vector<int64_t>> prompts_;  // the call's, then the streamed ones (cfg.next_prompts)
   const GenerationConfig& cfg_;
   StageLink link_;
   torch::Device device_;
   int64_t total_ = 0, slot_count_ = 0, capacity_ = 0;
   int64_t next_prompt_ = 0;
+  // Per prompt: the seed and first sequence number of its samples' draws, its samples still running or
+  // waiting, and whether cfg.on_group_finished has had it.
+  std::vector<uint64_t> prompt_seed_;
+  std::vector<int64_t> prompt_first_sequence_;
+  std::vector<int64_t> group_left_;
+  std::vector<bool> group_handed_;
+  int64_t streamed_longest_ = 0;  // streaming: the longest prompt the cache holds (cfg.max_prompt_length)
   std::set<int64_t> free_slots_;
   std::vector<Row> rows_;
   KVCache cache_;
@@ -627,10 +736,9 @@ class Scheduler {
 
 GenerationOutput generate_continuous(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const GenerationConfig& cfg, Communicator* stages) {
-  const PromptBatch padded = pad_prompts(prompts, cfg, model->parameters().front().device());
   Scheduler scheduler(model, prompts, cfg, stages);
   if (cfg.max_new_tokens > 0) scheduler.run();
-  return scheduler.output(padded);
+  return scheduler.output(pad_prompts(scheduler.prompts(), cfg, model->parameters().front().device()));
 }
 
 }  // namespace hybridflow::generation

@@ -141,12 +141,17 @@ void StageLink::share(torch::Tensor& tokens, torch::Tensor& log_probs, int64_t r
 
 torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<int64_t>& sequences,
                                 const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device) {
+  return sampling_uniforms(std::vector<uint64_t>(sequences.size(), cfg.seed), sequences, first_steps, steps, device);
+}
+
+torch::Tensor sampling_uniforms(const std::vector<uint64_t>& seeds, const std::vector<int64_t>& sequences,
+                                const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device) {
   const auto rows = static_cast<int64_t>(sequences.size());
   auto host = torch::empty({steps, rows}, torch::TensorOptions().dtype(torch::kFloat64));
   double* u = host.data_ptr<double>();
   for (int64_t k = 0; k < steps; ++k)
     for (int64_t r = 0; r < rows; ++r)
-      u[k * rows + r] = sampling_uniform(cfg.seed, sequences[static_cast<size_t>(r)],
+      u[k * rows + r] = sampling_uniform(seeds[static_cast<size_t>(r)], sequences[static_cast<size_t>(r)],
                                          first_steps[static_cast<size_t>(r)] + k);
   return upload(host, device);
 }
@@ -268,7 +273,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   HF_CHECK(!stage.enabled() || (stages != nullptr && stages->size() == stage.stages && stages->rank() == stage.stage),
            "generation: the model is pipeline stage ", stage.stage, " of ", stage.stages,
            " and needs the communicator over its stages (one rank per stage, in stage order) to generate with them");
-  HF_CHECK(!prompts.empty(), "generation: no prompts given");
+  HF_CHECK(!prompts.empty() || cfg.next_prompts, "generation: no prompts given");
   for (size_t i = 0; i < prompts.size(); ++i) {
     HF_CHECK(!prompts[i].empty(), "generation: prompt ", i, " is empty; every prompt needs at least one token");
     for (int64_t token : prompts[i])
@@ -280,6 +285,12 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   HF_CHECK(!cfg.refresh_weights || (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: new weights mid-generation (partial rollouts) need continuous batching on a KV cache, "
            "one pipeline stage and no routing record (a prefix prefilled again would be routed twice)");
+  HF_CHECK((!cfg.next_prompts && !cfg.on_group_finished) ||
+               (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
+           "generation: streaming prompts in and groups out needs continuous batching on a KV cache, one pipeline "
+           "stage and no routing record");
+  HF_CHECK(!cfg.next_prompts || !model->expert_parallel().enabled() || model->experts_gathered(),
+           "generation: streaming prompts in needs gathered experts (actor_rollout_ref.rollout.expert_parallel_size 1)");
   HF_CHECK((!cfg.stop_requested && !cfg.resume) ||
                (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: stopping and continuing a generation need continuous batching on a KV cache, one pipeline "

@@ -47,6 +47,9 @@ class StageLink {
 // known without reading the device back, and uploaded once.
 torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<int64_t>& sequences,
                                 const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device);
+// The same with a seed per row (streamed prompts carry their own: StreamedPrompt).
+torch::Tensor sampling_uniforms(const std::vector<uint64_t>& seeds, const std::vector<int64_t>& sequences,
+                                const std::vector<int64_t>& first_steps, int64_t steps, torch::Device device);
 
 // Tokens drawn on the logits' device with nothing read back: tokens [rows] int64, their log-probs [rows]
 // float32, and no_mass [rows] bool (sampling only; undefined when greedy): rows with no finite sampling

@@ -201,6 +201,10 @@ int64_t WeightSync::announced_version() const {
 
 bool WeightSync::pause_requested() const { return world_.store_value(kRolloutPauseKey) == "1"; }
 
+std::string WeightSync::streamed_prompts(int64_t step) const {
+  return world_.store_value(kRolloutStreamKeyPrefix + std::to_string(step));
+}
+
 WeightSyncStats WeightSync::receive(CausalLM& rollout) {
   const auto start = std::chrono::steady_clock::now();
   const int rank = world_.rank();

@@ -124,6 +124,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     staleness: 0
     trigger_parameter_sync_step: 1
     partial_rollout: false
+    stream_groups: false
     update_weights_bucket_megabytes: 512
     free_cache_engine: true
     batch_invariant: false

@@ -6,6 +6,9 @@
 #include <limits>
 
 #include "hybridflow/core/logging.h"
+#include "hybridflow/engine/weight_sync.h"
+#include "hybridflow/parallel/store_server.h"
+#include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/agent_rollout.h"
 #include "hybridflow/workers/data_parallel.h"
 
@@ -155,7 +158,27 @@ DataProto TrainerStages::generation_request(const DataProto& prompts, int64_t st
   // samples again in the same step (DAPO) draws fresh samples.
   const uint64_t seed = s_.run.trainer.seed;
   request.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(step) + 7777777ULL * round;
+  if (streams_groups() && round == 0) {
+    // The pool starts the next step's prompts in the slots this call's short responses free
+    // (workers/rollout_worker.h), once published (publish_streamed_prompts) and within the staleness bound.
+    int64_t longest = 0;
+    for (const EncodedPrompt& p : s_.train) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.ids.size()));
+    request.meta()["stream_step"] = step;
+    request.meta()["stream_staleness"] = s_.placement.staleness;
+    request.meta()["stream_max_prompt_length"] = longest;
+    request.meta()["stream_has_next"] = step + 1 < s_.run.trainer.total_steps;
+  }
   return request;
+}
+
+bool TrainerStages::streams_groups() const {
+  return s_.specs.rollout.stream_groups && s_.rollout && s_.weight_sync_store && s_.placement.staleness > 0;
+}
+
+void TrainerStages::publish_streamed_prompts(const DataProto& request, int64_t step) const {
+  if (!streams_groups()) return;
+  const nlohmann::json published = {{"seed", request.meta().at("seed")}, {"prompts", prompt_token_lists(request)}};
+  s_.weight_sync_store->set(kRolloutStreamKeyPrefix + std::to_string(step), published.dump());
 }
 
 Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t round) {
@@ -187,6 +210,7 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
     next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
     next.request = generation_request(next.prompts, next.for_step, 0);
     next.batch = generator.call("generate_sequences", next.request);
+    publish_streamed_prompts(next.request, next_step);  // queued behind the call before it, which may start it
     s_.prefetch.push_back(std::move(next));
   }
   return batch;
@@ -231,6 +255,9 @@ DataProto& TrainerStages::wait_generation(RolloutBatchState& b) {
     log_reshard(b.data, *s_.metrics);
     log_kv_cache(b.data, *s_.metrics, &s_.kv_cache_logged);
     log_agent_episodes(b.data, *s_.metrics);
+    // rollout.stream_groups: the step's groups that the rollout's previous call had started.
+    if (b.data.meta().contains("streamed_groups"))
+      s_.metrics->set("rollout/streamed_groups", b.data.meta().at("streamed_groups").get<double>());
   }
   return b.data;
 }

@@ -79,6 +79,10 @@ class TrainerStages final : public RLStep {
   // The step's first sampled generation: with rollout.staleness 1 the one the previous step dispatched (and
   // the next step's is dispatched here); otherwise dispatched now.
   Future sampled_generation(const DataProto& prompts, uint64_t round);
+  // rollout.stream_groups on a standalone pool running ahead (staleness > 0): a step's request says so, and
+  // once it is sent its prompts are published in the weight-sync store for the call queued before it.
+  bool streams_groups() const;
+  void publish_streamed_prompts(const DataProto& request, int64_t step) const;
   // Every sample carries the policy version that generated it; the actor's own rollouts are this step's.
   void stamp_policy_version(DataProto& batch) const;
   // Rule score + reward model + overlong penalty; the parts' metrics into `parts`.

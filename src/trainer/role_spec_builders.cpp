@@ -363,6 +363,13 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            section, ".lora_merge = false: generating with separate adapters needs generation in the training layout ",
            "(no switch through the 3D-HybridEngine: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ",
            actor.layout.pp, ", ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, ")");
+  spec.stream_groups = rollout.get<bool>("stream_groups");
+  HF_CHECK(!spec.stream_groups || (f.standalone_rollout && f.rollout.processes == 1 && !spec.partial_rollout &&
+                                   !spec.record_routing),
+           section, ".stream_groups = true needs a standalone rollout (trainer.placement) of one process (", f.rollout.key,
+           " = 1), without partial_rollout and without router replay R3 (got ",
+           f.standalone_rollout ? "standalone, " + std::to_string(f.rollout.processes) + " process(es)" : "colocated",
+           spec.partial_rollout ? ", partial_rollout" : "", spec.record_routing ? ", R3" : "", ")");
   spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
                                             f.standalone_rollout ? 1 : actor.layout.gen_pp, actor.layout.gen_tp);
   const bool multi_turn = spec.multi_turn.is_object() && spec.multi_turn.value("enable", false);

@@ -118,6 +118,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"update_weights_bucket_megabytes", s.update_weights_bucket_megabytes},
        {"lora_merge", s.lora_merge},
        {"partial_rollout", s.partial_rollout},
+       {"stream_groups", s.stream_groups},
        {"multi_turn", s.multi_turn},
        {"record_routing", s.record_routing}};
 }
@@ -148,6 +149,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "update_weights_bucket_megabytes", s.update_weights_bucket_megabytes);
   take_spec_field(j, k, "lora_merge", s.lora_merge);
   take_spec_field(j, k, "partial_rollout", s.partial_rollout);
+  take_spec_field(j, k, "stream_groups", s.stream_groups);
   if (j.contains("multi_turn")) s.multi_turn = j.at("multi_turn");
   take_spec_field(j, k, "record_routing", s.record_routing);
 }

@@ -47,6 +47,8 @@ DataProto RolloutWorker::generate_sequences(const DataProto& in) {
                                                  device());
   // Partial rollouts: a sampled generation joins each weight sync the controller announces between two
   // tokens (a greedy evaluation runs between syncs, never beside one).
+  if (rollout_spec_.stream_groups && in.meta().contains("stream_step") && !agent_ && !g.greedy)
+    return generate_streaming(in, std::move(g));
   const bool partial = rollout_spec_.partial_rollout && weight_sync_ && !agent_ && !g.greedy;
   PartialSequences saved;
   if (partial) {
@@ -77,20 +79,23 @@ DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
   if (out.stopped) return result;
-  if (partial) {
-    // Each row is as old as the version that began it; its tokens' versions ride along, padded to the
-    // response length with the newest.
-    const int64_t width = result.tensor("responses").size(1);
-    auto versions = torch::full({result.batch_size(), width}, policy_version_, torch::kLong);
-    const auto drawn = out.token_versions.to(torch::kCPU);
-    versions.narrow(1, 0, drawn.size(1)).copy_(drawn);
-    const auto mask = result.tensor("response_mask").to(torch::kCPU) > 0;
-    result.set_tensor("policy_version", std::get<0>(versions.masked_fill(~mask, policy_version_).min(1)));
-    result.set_tensor("token_policy_version", versions);
-  } else {
+  if (partial)
+    set_versions(result, out);
+  else
     result.set_tensor("policy_version", torch::full({result.batch_size()}, policy_version_, torch::kLong));
-  }
   return result;
+}
+
+void RolloutWorker::set_versions(DataProto& result, const GenerationOutput& out) const {
+  // Each row is as old as the version that began it; its tokens' versions ride along, padded to the
+  // response length with the newest.
+  const int64_t width = result.tensor("responses").size(1);
+  auto versions = torch::full({result.batch_size(), width}, policy_version_, torch::kLong);
+  const auto drawn = out.token_versions.to(torch::kCPU);
+  versions.narrow(1, 0, drawn.size(1)).copy_(drawn);
+  const auto mask = result.tensor("response_mask").to(torch::kCPU) > 0;
+  result.set_tensor("policy_version", std::get<0>(versions.masked_fill(~mask, policy_version_).min(1)));
+  result.set_tensor("token_policy_version", versions);
 }
 
 int64_t RolloutWorker::take_announced_weights() {

@@ -36,6 +36,26 @@ struct PartialSequences {
   std::vector<bool> finished;
 };
 
+// Streaming (GenerationConfig::next_prompts): a prompt admitted while a generation runs, with the draws its n
+// samples take: sample j draws token t with sampling_uniform(seed, first_sequence + j, t), as row
+// first_sequence + j of a call with that seed does, so a group streamed in draws what the same prompt draws in
+// the batch it would otherwise have been generated in.
+struct StreamedPrompt {
+  std::vector<int64_t> ids;
+  uint64_t seed = 0;
+  int64_t first_sequence = 0;
+};
+
+// A prompt's n samples, handed out (GenerationConfig::on_group_finished) as soon as the last of them ended.
+struct FinishedGroup {
+  int64_t prompt = 0;  // the call's own prompts first (0..B-1), then the streamed ones in admission order
+  std::vector<std::vector<int64_t>> tokens;    // per sample, up to and including its eos
+  std::vector<std::vector<float>> log_probs;   // per sample and token
+  std::vector<std::vector<int64_t>> versions;  // with refresh_weights: the version that drew each token; else empty
+  // With refresh_weights: the version that began each sample (drew its first token); else empty.
+  std::vector<int64_t> begin_versions;
+};
+
 struct GenerationConfig {
   int64_t max_new_tokens = 32;
   double temperature = 1.0;
@@ -83,17 +103,27 @@ struct GenerationConfig {
   // were sent. When the version changes, every running sequence's prefix (prompt and tokens so far) is
   // prefilled again with the new weights into its own cache, and its later tokens are drawn from them; the
   // tokens drawn before stay as they were, with their log-probs. Empty: one version for the whole call.
-  std::function<int64_t()> refresh_weights;
+  std::function<int64_t()> refresh_weights{};
   // Asked before every scheduling round (same paths as refresh_weights): true stops the generation between
   // two tokens, and the output holds what was drawn so far (GenerationOutput::stopped, finished). A
   // checkpoint of partial rollouts stops the rollout this way.
-  std::function<bool()> stop_requested;
+  std::function<bool()> stop_requested{};
   // Continues a stopped generation of the same prompts and config: each sequence starts with its saved
   // tokens, log-probs and versions. A sequence that had ended stays as it was; one with tokens has its
   // prefix (prompt and every token but the last) prefilled into its cache, as after a weight refresh, and
   // draws its token number t with the same uniform as it would have without the stop; one without starts
   // as usual. Null: a fresh generation.
   const PartialSequences* resume = nullptr;
+  // Streaming (continuous batching, one pipeline stage, no routing record): asked before every scheduling round
+  // in which slots are free for `room` more prompts' samples than wait, or nothing runs and nothing waits
+  // (`idle`), it returns prompts to admit after the call's own ones (they may be fewer or more than room; the
+  // surplus waits). Idle, an empty answer ends the generation; a source with more to come blocks instead.
+  // Streamed prompts are at most max_prompt_length tokens long (it sizes the KV cache; checked).
+  std::function<std::vector<StreamedPrompt>(int64_t room, bool idle)> next_prompts{};
+  int64_t max_prompt_length = 0;
+  // Called once per prompt, in the order the groups end (within one decoding round, in the rows' slot
+  // order), as soon as all its n samples ended; the output still holds every row.
+  std::function<void(FinishedGroup&&)> on_group_finished{};
   // Router replay (verl's router_replay.mode R3): keep the experts every MoE layer chose for every token the
   // model read, prompt and response (GenerationOutput::routed_experts). Continuous batching, unstaged only.
   bool record_routing = false;

@@ -74,6 +74,9 @@ inline constexpr const char* kWeightSyncAnnounceKey = "hf/weight_sync/announced_
 // The store key under which the controller asks the partial rollouts in flight to stop between two tokens
 // ("1") while a checkpoint saves them, and lets them go on ("0").
 inline constexpr const char* kRolloutPauseKey = "hf/rollout/pause";
+// Streaming rollouts (rollout.stream_groups): the key prefix under which the controller publishes a step's
+// prompts (the suffix is the step) once it has sent that step's request, for the call before it to start.
+inline constexpr const char* kRolloutStreamKeyPrefix = "hf/rollout/stream/";
 
 class WeightSync {
  public:
@@ -94,6 +97,8 @@ class WeightSync {
   int64_t announced_version() const;
   // Whether the controller asks generations to stop (kRolloutPauseKey is "1").
   bool pause_requested() const;
+  // Streaming rollouts: what the controller published for `step` under kRolloutStreamKeyPrefix, "" if nothing.
+  std::string streamed_prompts(int64_t step) const;
 
  private:
   ProcessGroup world_;

@@ -100,6 +100,10 @@ struct RolloutSpec {
   // A standalone rollout's generations in flight at a weight sync take the new weights between two tokens
   // and go on (engine/generation.h's refresh_weights); each token records the version that drew it.
   bool partial_rollout = false;
+  // A standalone rollout of one process streams the next step's prompts (published in the weight-sync
+  // store) into the slots its own batch's short responses free, and carries them over to that step's call
+  // (workers/rollout_worker.h). Off: one batch per call.
+  bool stream_groups = false;
   // Multi-turn, tool-using rollouts (agent_rollout.h's AgentRolloutRuntime reads it): null or enable false:
   // single-turn generation.
   nlohmann::json multi_turn;

@@ -9,6 +9,12 @@
 //                       pause (kRolloutPauseKey) stops it between two tokens: it then returns the
 //                       responses so far (workers/partial_rollout_state.h), and a request that holds
 //                       them continues them
+//                       With rollout.stream_groups a request whose meta has stream_step t (the controller's
+//                       streams_groups) also starts step t + 1's prompts, once the controller publishes them
+//                       in the weight-sync store (kRolloutStreamKeyPrefix) and the weights held are at most
+//                       stream_staleness versions behind t + 1, in the slots its own short responses free; it
+//                       returns as soon as its own groups have ended, and keeps what it drew for t + 1 for
+//                       that step's request, which continues it (tokens recorded as partial rollouts do)
 //   join_weight_sync    meta weight_sync (workers/weight_sync_link.h)
 //   receive_weights     meta policy_version: receives the actor's weights into this rank's shard
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank
@@ -19,9 +25,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/workers/agent_rollout.h"
+#include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/runtime/worker.h"
@@ -53,6 +61,18 @@ class RolloutWorker : public Worker {
   int64_t take_announced_weights();
   int64_t taken_early_ = -1;
   WeightSyncStats early_stats_;
+  // policy_version [rows] (the version that began each row) and token_policy_version [rows, R] from a
+  // generation's token_versions.
+  void set_versions(DataProto& result, const GenerationOutput& out) const;
+  // rollout.stream_groups (rollout_stream.cpp): generate_sequences of a request marked stream_step.
+  DataProto generate_streaming(const DataProto& in, GenerationConfig g);
+  // The next step's prompts that a streaming call started, with what they drew, for that step's request.
+  struct CarriedStep {
+    int64_t step = -1;
+    std::vector<std::vector<int64_t>> prompts;
+    PartialSequences state;
+  };
+  std::optional<CarriedStep> carried_;
 };
 
 }  // namespace hybridflow
