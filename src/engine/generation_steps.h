@@ -85,9 +85,10 @@ class TokenRing {
  public:
   TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device);
   // Step k's draw (no_mass may be undefined); returns [rows] bool: the rows whose token counts (running
-  // before it), and marks the rows it ends.
+  // before it), and marks the rows it ends. drawing [rows] bool, when given, names the rows that drew at this
+  // step; the others' entries are placeholders that never count (a chunk whose rows join at different steps).
   torch::Tensor record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
-                       const torch::Tensor& no_mass);
+                       const torch::Tensor& no_mass, const torch::Tensor& drawing = {});
   struct Chunk {
     torch::Tensor tokens;     // [steps, rows] int64, CPU
     torch::Tensor log_probs;  // [steps, rows] float32, CPU
