@@ -235,8 +235,9 @@ class Scheduler {
         last_position[static_cast<size_t>(i)] = static_cast<int64_t>(p.size()) - 1;
       }
     }
-    ids = ids.to(device_);
-    mask = mask.to(device_);
+    // Pinned and queued behind the device's work (the running rows' last chunk), not a blocking copy.
+    ids = upload(ids, device_);
+    mask = upload(mask, device_);
     link_.receive(count, width);
     KVCache prefill;
     prefill.capacity = width;
@@ -294,8 +295,8 @@ class Scheduler {
     if (!admitted.empty()) {
       torch::Tensor tokens, log_probs;
       if (link_.samples()) {
-        const auto source_t = torch::tensor(sources, i64).to(device_);
-        const auto last_t = torch::tensor(last_position, i64).to(device_);
+        const auto source_t = upload(torch::tensor(sources, i64), device_);
+        const auto last_t = upload(torch::tensor(last_position, i64), device_);
         auto last = hidden.index({torch::arange(count, i64.device(device_)), last_t}).index_select(0, source_t);
         std::tie(tokens, log_probs) = choose(admitted, last);
       }
@@ -391,8 +392,8 @@ class Scheduler {
         if (blocks_) tables.push_back(blocks_->table(row.paged));
       }
     }
-    ids = ids.to(device_);
-    mask = mask.to(device_);
+    ids = upload(ids, device_);
+    mask = upload(mask, device_);
     KVCache prefill;
     prefill.capacity = width;
     model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
@@ -532,8 +533,8 @@ class Scheduler {
   // may span positions past its own length (masked), and 0 x NaN would still be NaN.
   void copy_to_slots(const KVCache& prefill, const std::vector<int64_t>& slots, const std::vector<int64_t>& sources,
                      int64_t width) {
-    const auto slot_t = torch::tensor(slots, torch::kInt64).to(device_);
-    const auto source_t = torch::tensor(sources, torch::kInt64).to(device_);
+    const auto slot_t = upload(torch::tensor(slots, torch::kInt64), device_);
+    const auto source_t = upload(torch::tensor(sources, torch::kInt64), device_);
     if (cache_.keys.empty()) {
       for (size_t l = 0; l < prefill.keys.size(); ++l) {
         const auto& k = prefill.keys[l];

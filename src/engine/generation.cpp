@@ -108,8 +108,8 @@ PromptBatch pad_prompts(const std::vector<std::vector<int64_t>>& prompts, const 
         mask[static_cast<int64_t>(i) * cfg.n + j][offset + static_cast<int64_t>(t)] = 1;
       }
   }
-  batch.ids = batch.ids.to(device);
-  batch.mask = batch.mask.to(device);
+  batch.ids = upload(batch.ids, device);
+  batch.mask = upload(batch.mask, device);
   return batch;
 }
 

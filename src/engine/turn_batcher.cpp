@@ -280,7 +280,7 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
     }
   const auto device = model_->parameters().front().device();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto ids = torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}).to(device);
+  const auto ids = upload(torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}), device);
   const auto mask = torch::ones({1, total}, i64.device(device));
   const auto positions = torch::arange(from, total, i64.device(device)).view({1, count});
   const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);
