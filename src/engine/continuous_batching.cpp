@@ -428,24 +428,29 @@ class Scheduler {
     for (int64_t k = 0; k < steps; ++k) {
       link_.receive(count, 1);
       torch::Tensor hidden;
+      std::vector<std::vector<int64_t>> tables;
       if (blocks_) {
-        std::vector<std::vector<int64_t>> tables;
         for (const Row& row : rows_) {
           // Room for the input token's key and value; a shared block is copied before the step writes to it.
           const BlockManager::Append where = blocks_->append(row.paged);
           if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
           tables.push_back(blocks_->table(row.paged));
         }
-        hidden = graphs_ ? graphs_->decode(input, tables, lengths)
-                         : model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
+        if (!graphs_) hidden = model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
       } else {
         hidden = model_->decode_slots(input.view({count, 1}), slots, lengths, cache_);
       }
-      link_.send(hidden);
-      if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
-      for (int64_t& length : lengths) ++length;  // the input token is in the cache now
+      const torch::Tensor step_uniforms = uniforms.defined() ? uniforms[k] : uniforms;
       TokenDraw draw;
-      if (link_.samples()) draw = choose_tokens_on_device(model_, hidden.select(1, 0), cfg_, uniforms.defined() ? uniforms[k] : uniforms);
+      if (graphs_) {
+        // One replay: the step and the draw (graphs run one stage, without routing records).
+        draw = graphs_->decode_and_draw(input, step_uniforms, tables, lengths);
+      } else {
+        link_.send(hidden);
+        if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
+        if (link_.samples()) draw = choose_tokens_on_device(model_, hidden.select(1, 0), cfg_, step_uniforms);
+      }
+      for (int64_t& length : lengths) ++length;  // the input token is in the cache now
       link_.share(draw.tokens, draw.log_probs, count);
       ring.record(k, draw.tokens, draw.log_probs, draw.no_mass);
       input = draw.tokens;
@@ -570,7 +575,7 @@ class Scheduler {
         graphs_.emplace(model_, paged_, DecodeGraphPlan::Options{.block_size = blocks_->block_size(),
                                                                  .max_rows = std::min<int64_t>(slot_count_, 512),
                                                                  .max_span = capacity_},
-                        blocks_->num_blocks(), cfg_.pad_token_id);
+                        blocks_->num_blocks(), cfg_.pad_token_id, cfg_);
     }
     paged_.write_prefill(prefill, tables, lengths);
   }

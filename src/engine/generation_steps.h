@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hybridflow/core/device_upload.h"
+#include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/engine/generation.h"
 
 namespace hybridflow::generation {
@@ -51,9 +52,7 @@ torch::Tensor sampling_uniforms(const GenerationConfig& cfg, const std::vector<i
 // Tokens drawn on the logits' device with nothing read back: tokens [rows] int64, their log-probs [rows]
 // float32, and no_mass [rows] bool (sampling only; undefined when greedy): rows with no finite sampling
 // distribution, whose token means nothing; a caller checks it when it reads the step back.
-struct TokenDraw {
-  torch::Tensor tokens, log_probs, no_mass;
-};
+using TokenDraw = DecodeDraw;
 TokenDraw draw_tokens(const torch::Tensor& logits, const GenerationConfig& cfg, const torch::Tensor& uniforms);
 // The same from last-position hidden states [rows, hidden] (the model's head, the sampleable vocabulary and
 // the batch-invariant log-probs applied); uniforms [rows] float64 (undefined when greedy).
