@@ -81,6 +81,24 @@ BlockManager::Append BlockManager::append(int64_t id) {
   return where;
 }
 
+void BlockManager::truncate(int64_t id, int64_t length) {
+  const auto found = sequences_.find(id);
+  HF_CHECK(found != sequences_.end(), "paged KV cache: no running sequence ", id);
+  Sequence& s = found->second;
+  HF_CHECK(length >= 0 && length <= s.length, "paged KV cache: cannot truncate sequence ", id, " of ", s.length,
+           " positions to ", length);
+  const auto keep = static_cast<size_t>(blocks_for(length));
+  while (s.table.size() > keep) {
+    HF_CHECK(references_[static_cast<size_t>(s.table.back())] == 1, "paged KV cache: sequence ", id,
+             " cannot give back block ", s.table.back(), ", which other sequences share");
+    drop_reference(s.table.back());
+    s.table.pop_back();
+    ++s.reserved;
+    ++reserved_;
+  }
+  s.length = length;
+}
+
 void BlockManager::add_blocks(int64_t count) {
   HF_CHECK(count >= 0, "paged KV cache: cannot add ", count, " blocks");
   references_.resize(static_cast<size_t>(num_blocks_ + count), 0);

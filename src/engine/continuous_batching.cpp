@@ -262,8 +262,9 @@ class Scheduler {
         last_position[static_cast<size_t>(i)] = static_cast<int64_t>(p.size()) - 1;
       }
     }
-    ids = ids.to(device_);
-    mask = mask.to(device_);
+    // Pinned and queued behind the device's work (the running rows' last chunk), not a blocking copy.
+    ids = upload(ids, device_);
+    mask = upload(mask, device_);
     link_.receive(count, width);
     KVCache prefill;
     prefill.capacity = width;
@@ -323,8 +324,8 @@ class Scheduler {
     if (!admitted.empty()) {
       torch::Tensor tokens, log_probs;
       if (link_.samples()) {
-        const auto source_t = torch::tensor(sources, i64).to(device_);
-        const auto last_t = torch::tensor(last_position, i64).to(device_);
+        const auto source_t = upload(torch::tensor(sources, i64), device_);
+        const auto last_t = upload(torch::tensor(last_position, i64), device_);
         auto last = hidden.index({torch::arange(count, i64.device(device_)), last_t}).index_select(0, source_t);
         std::tie(tokens, log_probs) = choose(admitted, last);
       }
@@ -420,8 +421,8 @@ class Scheduler {
         if (blocks_) tables.push_back(blocks_->table(row.paged));
       }
     }
-    ids = ids.to(device_);
-    mask = mask.to(device_);
+    ids = upload(ids, device_);
+    mask = upload(mask, device_);
     KVCache prefill;
     prefill.capacity = width;
     model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
@@ -457,24 +458,29 @@ class Scheduler {
     for (int64_t k = 0; k < steps; ++k) {
       link_.receive(count, 1);
       torch::Tensor hidden;
+      std::vector<std::vector<int64_t>> tables;
       if (blocks_) {
-        std::vector<std::vector<int64_t>> tables;
         for (const Row& row : rows_) {
           // Room for the input token's key and value; a shared block is copied before the step writes to it.
           const BlockManager::Append where = blocks_->append(row.paged);
           if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
           tables.push_back(blocks_->table(row.paged));
         }
-        hidden = graphs_ ? graphs_->decode(input, tables, lengths)
-                         : model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
+        if (!graphs_) hidden = model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
       } else {
         hidden = model_->decode_slots(input.view({count, 1}), slots, lengths, cache_);
       }
-      link_.send(hidden);
-      if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
-      for (int64_t& length : lengths) ++length;  // the input token is in the cache now
+      const torch::Tensor step_uniforms = uniforms.defined() ? uniforms[k] : uniforms;
       TokenDraw draw;
-      if (link_.samples()) draw = choose_tokens_on_device(model_, hidden.select(1, 0), cfg_, uniforms.defined() ? uniforms[k] : uniforms);
+      if (graphs_) {
+        // One replay: the step and the draw (graphs run one stage, without routing records).
+        draw = graphs_->decode_and_draw(input, step_uniforms, tables, lengths);
+      } else {
+        link_.send(hidden);
+        if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
+        if (link_.samples()) draw = choose_tokens_on_device(model_, hidden.select(1, 0), cfg_, step_uniforms);
+      }
+      for (int64_t& length : lengths) ++length;  // the input token is in the cache now
       link_.share(draw.tokens, draw.log_probs, count);
       ring.record(k, draw.tokens, draw.log_probs, draw.no_mass);
       input = draw.tokens;
@@ -634,8 +640,8 @@ class Scheduler {
   // may span positions past its own length (masked), and 0 x NaN would still be NaN.
   void copy_to_slots(const KVCache& prefill, const std::vector<int64_t>& slots, const std::vector<int64_t>& sources,
                      int64_t width) {
-    const auto slot_t = torch::tensor(slots, torch::kInt64).to(device_);
-    const auto source_t = torch::tensor(sources, torch::kInt64).to(device_);
+    const auto slot_t = upload(torch::tensor(slots, torch::kInt64), device_);
+    const auto source_t = upload(torch::tensor(sources, torch::kInt64), device_);
     if (cache_.keys.empty()) {
       for (size_t l = 0; l < prefill.keys.size(); ++l) {
         const auto& k = prefill.keys[l];
@@ -671,7 +677,7 @@ class Scheduler {
         graphs_.emplace(model_, paged_, DecodeGraphPlan::Options{.block_size = blocks_->block_size(),
                                                                  .max_rows = std::min<int64_t>(slot_count_, 512),
                                                                  .max_span = capacity_},
-                        blocks_->num_blocks(), cfg_.pad_token_id);
+                        blocks_->num_blocks(), cfg_.pad_token_id, cfg_);
     }
     paged_.write_prefill(prefill, tables, lengths);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
 
 #ifdef HF_WITH_CUDA
@@ -17,7 +18,9 @@ struct DecodeGraphs::Graph {
   at::cuda::CUDAGraph graph;
   torch::Tensor inputs;                  // [rows x (2 + width)] int64: tokens, lengths, tables
   torch::Tensor tokens, lengths, tables;  // views of inputs
-  torch::Tensor output;                  // [rows, 1, hidden], written by each replay
+  torch::Tensor output;                  // [rows, 1, hidden], written by each replay (not drawing)
+  torch::Tensor uniforms;                // [rows] float64: the step's draws (drawing, sampled)
+  DecodeDraw draw;                       // written by each replay (drawing)
 };
 
 namespace {
@@ -33,13 +36,14 @@ struct DecodeGraphs::Graph {};
 #endif
 
 DecodeGraphs::DecodeGraphs(CausalLM& model, PagedKVCache& cache, DecodeGraphPlan::Options options, int64_t pad_block,
-                           int64_t pad_token)
+                           int64_t pad_token, std::optional<GenerationConfig> sampling)
     : model_(model),
       cache_(cache),
       device_(model->parameters().front().device()),
       plan_(options),
       pad_block_(pad_block),
-      pad_token_(pad_token) {
+      pad_token_(pad_token),
+      sampling_(std::move(sampling)) {
 #ifndef HF_WITH_CUDA
   HF_FAIL("actor_rollout_ref.rollout.enforce_eager: false replays the decode step as CUDA graphs, which this CPU ",
           "build of hybridflow lacks (rebuild with HF_CUDA=1), or set it true");
@@ -58,18 +62,38 @@ DecodeGraphs::DecodeGraphs(CausalLM& model, PagedKVCache& cache, DecodeGraphPlan
 
 DecodeGraphs::~DecodeGraphs() = default;
 
+DecodeDraw decode_and_draw_step(CausalLM& model, const GenerationConfig& cfg, const torch::Tensor& tokens,
+                                const torch::Tensor& tables, const torch::Tensor& lengths, int64_t span,
+                                const RotaryFrequencies& rotary, PagedKVCache& cache, const torch::Tensor& uniforms) {
+  const torch::Tensor hidden = model->decode_paged_on_device(tokens, tables, lengths, span, rotary, cache);
+  return generation::choose_tokens_on_device(model, hidden.select(1, 0), cfg, uniforms);
+}
+
+DecodeDraw DecodeGraphs::decode_and_draw(const torch::Tensor& tokens, const torch::Tensor& uniforms,
+                                         const std::vector<std::vector<int64_t>>& tables,
+                                         const std::vector<int64_t>& lengths) {
+  HF_CHECK(sampling_.has_value(), "decode graphs: decode_and_draw needs the graphs made with a sampling config");
+  DecodeDraw drawn;
+  step(std::vector<int64_t>(static_cast<size_t>(tokens.size(0)), pad_token_), tokens, tables, lengths,
+       sampling_->greedy ? torch::Tensor() : uniforms, &drawn);
+  return drawn;
+}
+
 torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std::vector<std::vector<int64_t>>& tables,
                                    const std::vector<int64_t>& lengths) {
+  HF_CHECK(!sampling_, "decode graphs: graphs made with a sampling config draw their tokens (decode_and_draw)");
   return step(tokens, torch::Tensor(), tables, lengths);
 }
 
 torch::Tensor DecodeGraphs::decode(const torch::Tensor& tokens, const std::vector<std::vector<int64_t>>& tables,
                                    const std::vector<int64_t>& lengths) {
+  HF_CHECK(!sampling_, "decode graphs: graphs made with a sampling config draw their tokens (decode_and_draw)");
   return step(std::vector<int64_t>(static_cast<size_t>(tokens.size(0)), pad_token_), tokens, tables, lengths);
 }
 
 torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch::Tensor& device_tokens,
-                                 const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths) {
+                                 const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
+                                 const torch::Tensor& uniforms, DecodeDraw* drawn) {
   const auto rows = static_cast<int64_t>(tokens.size());
   int64_t longest = 1;
   for (int64_t length : lengths) longest = std::max(longest, length + 1);
@@ -79,7 +103,9 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
     auto ids = device_tokens.defined()
                    ? device_tokens.view({rows, 1})
                    : torch::tensor(tokens, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device_);
-    return model_->decode_paged(ids, tables, lengths, cache_);
+    torch::Tensor hidden = model_->decode_paged(ids, tables, lengths, cache_);
+    if (drawn != nullptr) *drawn = generation::choose_tokens_on_device(model_, hidden.select(1, 0), *sampling_, uniforms);
+    return hidden;
   }
 #ifndef HF_WITH_CUDA
   HF_FAIL("decode graphs: not in this CPU build");
@@ -102,8 +128,13 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
     g.tables = g.inputs.narrow(0, 2 * n, n * width).view({n, width});
     g.inputs.copy_(host, /*non_blocking=*/true);
     if (device_tokens.defined()) g.tokens.narrow(0, 0, rows).copy_(device_tokens.view({rows, 1}));
+    g.uniforms = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    if (uniforms.defined()) g.uniforms.narrow(0, 0, rows).copy_(uniforms);
     auto run = [&] {
-      return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_);
+      if (!sampling_) return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_);
+      g.draw = decode_and_draw_step(model_, *sampling_, g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_,
+                                    sampling_->greedy ? torch::Tensor() : g.uniforms);
+      return torch::Tensor();
     };
     c10::cuda::getCurrentCUDAStream().synchronize();
     {
@@ -119,9 +150,16 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
   } else {
     slot->inputs.copy_(host, /*non_blocking=*/true);
     if (device_tokens.defined()) slot->tokens.narrow(0, 0, rows).copy_(device_tokens.view({rows, 1}));
+    if (uniforms.defined()) slot->uniforms.narrow(0, 0, rows).copy_(uniforms);
   }
   slot->graph.replay();
   ++replayed_;
+  if (drawn != nullptr) {
+    const DecodeDraw& d = slot->draw;
+    *drawn = {d.tokens.narrow(0, 0, rows), d.log_probs.narrow(0, 0, rows),
+              d.no_mass.defined() ? d.no_mass.narrow(0, 0, rows) : torch::Tensor()};
+    return torch::Tensor();
+  }
   return slot->output.narrow(0, 0, rows);
 #endif
 }

@@ -108,8 +108,8 @@ PromptBatch pad_prompts(const std::vector<std::vector<int64_t>>& prompts, const 
         mask[static_cast<int64_t>(i) * cfg.n + j][offset + static_cast<int64_t>(t)] = 1;
       }
   }
-  batch.ids = batch.ids.to(device);
-  batch.mask = batch.mask.to(device);
+  batch.ids = upload(batch.ids, device);
+  batch.mask = upload(batch.mask, device);
   return batch;
 }
 
@@ -237,14 +237,15 @@ TokenRing::TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, t
 }
 
 torch::Tensor TokenRing::record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
-                                const torch::Tensor& no_mass) {
+                                const torch::Tensor& no_mass, const torch::Tensor& drawing) {
   torch::Tensor live = ended_.logical_not();
+  if (drawing.defined()) live = live.logical_and(drawing);
   // float64 holds every token id (< 2^53) and every float32 log-prob exactly.
   packed_[k].copy_(tokens);
   packed_[steps_ + k].copy_(log_probs);
   packed_[2 * steps_ + k].copy_(live);
   if (no_mass.defined()) no_mass_.logical_or_(no_mass.logical_and(live));
-  if (eos_ids_.defined()) ended_.logical_or_(torch::isin(tokens, eos_ids_));
+  if (eos_ids_.defined()) ended_.logical_or_(torch::isin(tokens, eos_ids_).logical_and(live));
   return live;
 }
 

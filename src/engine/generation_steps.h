@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hybridflow/core/device_upload.h"
+#include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/engine/generation.h"
 
 namespace hybridflow::generation {
@@ -54,9 +55,7 @@ torch::Tensor sampling_uniforms(const std::vector<uint64_t>& seeds, const std::v
 // Tokens drawn on the logits' device with nothing read back: tokens [rows] int64, their log-probs [rows]
 // float32, and no_mass [rows] bool (sampling only; undefined when greedy): rows with no finite sampling
 // distribution, whose token means nothing; a caller checks it when it reads the step back.
-struct TokenDraw {
-  torch::Tensor tokens, log_probs, no_mass;
-};
+using TokenDraw = DecodeDraw;
 TokenDraw draw_tokens(const torch::Tensor& logits, const GenerationConfig& cfg, const torch::Tensor& uniforms);
 // The same from last-position hidden states [rows, hidden] (the model's head, the sampleable vocabulary and
 // the batch-invariant log-probs applied); uniforms [rows] float64 (undefined when greedy).
@@ -88,9 +87,10 @@ class TokenRing {
  public:
   TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device);
   // Step k's draw (no_mass may be undefined); returns [rows] bool: the rows whose token counts (running
-  // before it), and marks the rows it ends.
+  // before it), and marks the rows it ends. drawing [rows] bool, when given, names the rows that drew at this
+  // step; the others' entries are placeholders that never count (a chunk whose rows join at different steps).
   torch::Tensor record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
-                       const torch::Tensor& no_mass);
+                       const torch::Tensor& no_mass, const torch::Tensor& drawing = {});
   struct Chunk {
     torch::Tensor tokens;     // [steps, rows] int64, CPU
     torch::Tensor log_probs;  // [steps, rows] float32, CPU

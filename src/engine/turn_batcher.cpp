@@ -2,9 +2,9 @@
 #include "hybridflow/engine/turn_batcher.h"
 
 #include <algorithm>
-#include <tuple>
 
 #include "engine/generation_steps.h"
+#include "hybridflow/core/device_upload.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/collectives.h"
 
@@ -35,7 +35,44 @@ struct TurnBatcher::Running {
   int64_t max_new_tokens = 0;
   std::vector<int64_t> ids;
   std::vector<float> log_probs;
+  int64_t first = -1;  // admitted this step with its first token still on the device: its FirstDraws index
 };
+
+// The first tokens of the turns a step admitted, drawn on the device, one row each ([1] tensors; no_mass
+// undefined when greedy).
+struct TurnBatcher::FirstDraws {
+  std::vector<torch::Tensor> tokens, log_probs, no_mass;
+};
+
+namespace {
+
+// Tokens for last-position hidden states [rows, hidden], drawn on the device with nothing read back. With
+// pipeline stages the last one draws and every stage takes its tokens (the others' hidden is their output);
+// only the last checks its rows' sampling mass, the others carry a flag of all false.
+generation::TokenDraw draw_turn_tokens(CausalLM& model, Communicator* stages, const GenerationConfig& cfg,
+                                       const torch::Tensor& hidden, const torch::Tensor& uniforms) {
+  generation::StageLink link(model, stages);
+  generation::TokenDraw draw;
+  if (link.samples()) draw = generation::choose_tokens_on_device(model, hidden, cfg, uniforms);
+  link.share(draw.tokens, draw.log_probs, hidden.size(0));
+  if (!cfg.greedy && !draw.no_mass.defined())
+    draw.no_mass = torch::zeros({hidden.size(0)}, torch::TensorOptions().dtype(torch::kBool).device(hidden.device()));
+  // Under tensor parallelism every rank draws from the same gathered logits; rank 0's choice is taken
+  // anyway, so that the ranks' caches and turn ends cannot drift apart by a rounding.
+  if (model->tensor_parallel().enabled()) {
+    draw.tokens = draw.tokens.to(torch::kInt64).contiguous();
+    model->tensor_parallel().comm()->broadcast(draw.tokens, 0);
+  }
+  return draw;
+}
+
+// `part` [n] followed by zeros up to `rows` entries (rows that did not draw at a chunk's step).
+torch::Tensor padded_to_rows(const torch::Tensor& part, int64_t rows) {
+  if (!part.defined() || part.size(0) == rows) return part;
+  return torch::cat({part, torch::zeros({rows - part.size(0)}, part.options())});
+}
+
+}  // namespace
 
 TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t conversations, int64_t group_size,
                          Communicator* stages)
@@ -59,6 +96,8 @@ TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t c
            cfg.max_new_tokens);
   HF_CHECK(cfg.greedy || cfg.temperature > 0, "TurnBatcher: temperature must be > 0 when sampling, got ",
            cfg.temperature);
+  HF_CHECK(cfg.readback_interval >= 1, "TurnBatcher: readback_interval must be >= 1 decode step, got ",
+           cfg.readback_interval);
   for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
   group_size_ = group_size;
   groups_.resize(static_cast<size_t>((conversations + group_size - 1) / group_size));
@@ -255,7 +294,7 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
     }
   const auto device = model_->parameters().front().device();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto ids = torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}).to(device);
+  const auto ids = upload(torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}), device);
   const auto mask = torch::ones({1, total}, i64.device(device));
   const auto positions = torch::arange(from, total, i64.device(device)).view({1, count});
   generation::StageLink link(model_, stages_);
@@ -276,45 +315,14 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
   return hidden.select(1, count - 1);
 }
 
-void TurnBatcher::record(Running& row, int64_t token, float log_prob, std::vector<BatchedTurn>& ended) {
-  row.ids.push_back(token);
-  row.log_probs.push_back(log_prob);
-  row.token = token;
-  if (!generation::is_eos(cfg_, token) && static_cast<int64_t>(row.ids.size()) < row.max_new_tokens) return;
-  conversations_[static_cast<size_t>(row.conversation)]->running = false;
-  ++stats_.turns;
-  ended.push_back(BatchedTurn{row.conversation, std::move(row.ids), std::move(row.log_probs)});
-  row.ids.clear();
-  row.max_new_tokens = 0;  // marks the row as ended
-}
-
 std::vector<BatchedTurn> TurnBatcher::step() {
   torch::NoGradGuard no_grad;
   std::vector<BatchedTurn> ended;
   const auto count = static_cast<int64_t>(conversations_.size());
-  auto draw = [&](const std::vector<size_t>& rows, const torch::Tensor& hidden) {
-    std::vector<int64_t> sequences, steps;
-    for (size_t r : rows) {
-      sequences.push_back(running_[r].turn * count + running_[r].conversation);
-      steps.push_back(static_cast<int64_t>(running_[r].ids.size()));
-    }
-    // With stages the last one draws and every stage takes its tokens (the others' hidden is their output).
-    generation::StageLink link(model_, stages_);
-    torch::Tensor tokens, log_probs;
-    if (link.samples()) std::tie(tokens, log_probs) = generation::choose_tokens(model_, hidden, cfg_, sequences, steps);
-    link.share(tokens, log_probs, static_cast<int64_t>(rows.size()));
-    torch::Tensor chosen = tokens.to(torch::kInt64).contiguous();
-    // Under tensor parallelism every rank draws from the same gathered logits; rank 0's choice is taken
-    // anyway, so that the ranks' caches and turn ends cannot drift apart by a rounding.
-    if (model_->tensor_parallel().enabled()) model_->tensor_parallel().comm()->broadcast(chosen, 0);
-    const auto t = chosen.to(torch::kCPU).contiguous();
-    const auto lp = log_probs.to(torch::kCPU, torch::kFloat32).contiguous();
-    for (size_t k = 0; k < rows.size(); ++k)
-      record(running_[rows[k]], t.data_ptr<int64_t>()[k], lp.data_ptr<float>()[k], ended);
-  };
-
+  const auto device = model_->parameters().front().device();
   // Queued turns, in the order they came, as far as the running limit and the blocks allow; each prefilled
-  // alone, its first token drawn from its last position.
+  // alone, its first token drawn on the device from its last position.
+  FirstDraws firsts;
   std::deque<int64_t> waiting;
   for (int64_t id : queued_) {
     const bool room = cfg_.max_num_seqs <= 0 || static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs;
@@ -323,40 +331,131 @@ std::vector<BatchedTurn> TurnBatcher::step() {
       waiting.push_back(id);
       continue;
     }
-    draw({running_.size() - 1}, *last);
+    Running& row = running_.back();
+    const torch::Tensor uniforms =
+        cfg_.greedy ? torch::Tensor()
+                    : generation::sampling_uniforms(cfg_, {row.turn * count + row.conversation}, {0}, 1, device).squeeze(0);
+    const generation::TokenDraw draw = draw_turn_tokens(model_, stages_, cfg_, *last, uniforms);
+    row.first = static_cast<int64_t>(firsts.tokens.size());
+    firsts.tokens.push_back(draw.tokens);
+    firsts.log_probs.push_back(draw.log_probs);
+    firsts.no_mass.push_back(draw.no_mass);
   }
   queued_ = std::move(waiting);
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.max_new_tokens == 0; }),
-                 running_.end());
-  if (running_.empty()) return ended;
-
-  // One token for every running turn, at its conversation's own length.
-  std::vector<int64_t> inputs, lengths;
-  std::vector<std::vector<int64_t>> tables;
-  for (const Running& row : running_) {
-    Conversation& c = *conversations_[static_cast<size_t>(row.conversation)];
-    const BlockManager::Append where = blocks_.append(c.sequence);
-    if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
-    inputs.push_back(row.token);
-    lengths.push_back(static_cast<int64_t>(c.cached.size()));
-    tables.push_back(blocks_.table(c.sequence));
-  }
-  const auto rows = static_cast<int64_t>(running_.size());
-  const auto device = model_->parameters().front().device();
-  const auto ids = torch::tensor(inputs, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device);
-  generation::StageLink link(model_, stages_);
-  link.receive(rows, 1);
-  const torch::Tensor hidden = model_->decode_paged(ids, tables, lengths, paged_);
-  link.send(hidden);
-  for (const Running& row : running_) conversations_[static_cast<size_t>(row.conversation)]->cached.push_back(row.token);
-  std::vector<size_t> all(running_.size());
-  for (size_t r = 0; r < all.size(); ++r) all[r] = r;
-  draw(all, hidden.select(1, 0));
-  ++stats_.decode_steps;
-  stats_.largest_step = std::max(stats_.largest_step, rows);
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.max_new_tokens == 0; }),
-                 running_.end());
+  // Interval 1 reads the first tokens back before decoding: a turn that ends on its first token joins no step.
+  if (cfg_.readback_interval == 1 && !firsts.tokens.empty()) run_chunk(0, firsts, ended);
+  if (!running_.empty()) run_chunk(cfg_.readback_interval, firsts, ended);
   return ended;
+}
+
+// Up to max_steps decode steps for every running turn (0: none, only the admissions' first tokens), with the
+// tokens kept on the device and read back once at the end; the turns that ended go to `ended`.
+void TurnBatcher::run_chunk(int64_t max_steps, FirstDraws& firsts, std::vector<BatchedTurn>& ended) {
+  const auto count = static_cast<int64_t>(conversations_.size());
+  const auto device = model_->parameters().front().device();
+  // A turn whose first token is its last (max_new_tokens 1) decodes nothing: such rows go last, and the
+  // first `decoding` rows decode. The chunk ends where a decoding turn reaches its max_new_tokens.
+  std::stable_partition(running_.begin(), running_.end(),
+                        [](const Running& r) { return r.first < 0 || r.max_new_tokens > 1; });
+  const auto rows = static_cast<int64_t>(running_.size());
+  int64_t decoding = 0, steps = max_steps;
+  std::vector<int64_t> known, sequences, drawn;
+  std::vector<uint8_t> admitted;
+  for (const Running& row : running_) {
+    const int64_t so_far = static_cast<int64_t>(row.ids.size()) + (row.first >= 0 ? 1 : 0);
+    known.push_back(row.first >= 0 ? 0 : row.token);
+    admitted.push_back(row.first >= 0 ? 1 : 0);
+    if (so_far >= row.max_new_tokens) continue;
+    ++decoding;
+    steps = std::min(steps, row.max_new_tokens - so_far);
+    sequences.push_back(row.turn * count + row.conversation);
+    drawn.push_back(so_far);
+  }
+  if (decoding == 0) steps = 0;
+  const bool admitting = !firsts.tokens.empty();
+  const int64_t offset = admitting ? 1 : 0;  // the ring's entry 0 holds the admissions' first tokens
+  generation::TokenRing ring(rows, offset + steps, cfg_, device);
+  // Each row's next input: its last token, known on the host or (admitted now) still on the device.
+  torch::Tensor input = upload(torch::tensor(known, torch::kInt64), device);
+  if (admitting) {
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+    const torch::Tensor no_lp = torch::zeros({1}, f64);
+    const torch::Tensor no_flag = torch::zeros({1}, torch::TensorOptions().dtype(torch::kBool).device(device));
+    std::vector<torch::Tensor> tokens, log_probs, no_mass;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t f = running_[static_cast<size_t>(r)].first;
+      const auto at = static_cast<size_t>(f);
+      tokens.push_back(f >= 0 ? firsts.tokens[at].to(torch::kInt64).view({1}) : input.narrow(0, r, 1));
+      log_probs.push_back(f >= 0 ? firsts.log_probs[at].to(torch::kFloat64).view({1}) : no_lp);
+      if (!cfg_.greedy) no_mass.push_back(f >= 0 ? firsts.no_mass[at].view({1}) : no_flag);
+    }
+    input = torch::cat(tokens);
+    const torch::Tensor drawing = upload(torch::tensor(admitted, torch::kUInt8), device).to(torch::kBool);
+    ring.record(0, input, torch::cat(log_probs), cfg_.greedy ? torch::Tensor() : torch::cat(no_mass), drawing);
+  }
+
+  const torch::Tensor uniforms =
+      cfg_.greedy || steps == 0 ? torch::Tensor() : generation::sampling_uniforms(cfg_, sequences, drawn, steps, device);
+  torch::Tensor drawing;  // rows past `decoding` draw nothing
+  if (decoding < rows && steps > 0)
+    drawing = torch::arange(rows, torch::TensorOptions().dtype(torch::kInt64).device(device)).lt(decoding);
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < decoding; ++r)
+    lengths.push_back(static_cast<int64_t>(
+        conversations_[static_cast<size_t>(running_[static_cast<size_t>(r)].conversation)]->cached.size()));
+  for (int64_t k = 0; k < steps; ++k) {
+    std::vector<std::vector<int64_t>> tables;
+    for (int64_t r = 0; r < decoding; ++r) {
+      const Conversation& c = *conversations_[static_cast<size_t>(running_[static_cast<size_t>(r)].conversation)];
+      // Room for the input token's key and value; a shared block is copied before the step writes to it.
+      const BlockManager::Append where = blocks_.append(c.sequence);
+      if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+      tables.push_back(blocks_.table(c.sequence));
+    }
+    generation::StageLink link(model_, stages_);
+    link.receive(decoding, 1);
+    const torch::Tensor hidden =
+        model_->decode_paged(input.narrow(0, 0, decoding).view({decoding, 1}), tables, lengths, paged_);
+    link.send(hidden);
+    for (int64_t& length : lengths) ++length;  // the input token is in the cache now
+    const generation::TokenDraw draw =
+        draw_turn_tokens(model_, stages_, cfg_, hidden.select(1, 0), uniforms.defined() ? uniforms[k] : uniforms);
+    input = padded_to_rows(draw.tokens, rows);
+    ring.record(offset + k, input, padded_to_rows(draw.log_probs, rows), padded_to_rows(draw.no_mass, rows), drawing);
+  }
+  const generation::TokenRing::Chunk chunk = ring.read_back();
+  ++stats_.host_syncs;
+  if (steps > 0) {
+    stats_.decode_steps += steps;
+    stats_.largest_step = std::max(stats_.largest_step, decoding);
+  }
+
+  const auto tokens = chunk.tokens.accessor<int64_t, 2>();
+  const auto log_probs = chunk.log_probs.accessor<float, 2>();
+  const auto live = chunk.live.accessor<bool, 2>();
+  const auto stopped = chunk.ended.accessor<bool, 1>();
+  for (int64_t r = 0; r < rows; ++r) {
+    Running& row = running_[static_cast<size_t>(r)];
+    Conversation& c = *conversations_[static_cast<size_t>(row.conversation)];
+    for (int64_t e = row.first >= 0 ? 0 : offset; e < offset + (r < decoding ? steps : 0) && live[e][r]; ++e) {
+      if (e >= offset) c.cached.push_back(row.token);  // the decode step's input, in the cache now
+      row.ids.push_back(tokens[e][r]);
+      row.log_probs.push_back(log_probs[e][r]);
+      row.token = tokens[e][r];
+    }
+    row.first = -1;
+    // Steps past the turn's end wrote positions it gives back: its next turn's prefill writes them again.
+    if (r < decoding && steps > 0) blocks_.truncate(c.sequence, static_cast<int64_t>(c.cached.size()));
+    if (!stopped[r] && static_cast<int64_t>(row.ids.size()) < row.max_new_tokens) continue;
+    c.running = false;
+    ++stats_.turns;
+    ended.push_back(BatchedTurn{row.conversation, std::move(row.ids), std::move(row.log_probs)});
+    row.ids.clear();
+    row.max_new_tokens = 0;  // marks the row as ended
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.max_new_tokens == 0; }),
+                 running_.end());
+  firsts = FirstDraws{};
 }
 
 TurnBatcherStats TurnBatcher::stats() const {

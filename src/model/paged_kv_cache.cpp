@@ -2,6 +2,7 @@
 // transformer.h (PagedKVCache). Device-agnostic torch operations: one gather and one scatter per layer.
 #include <vector>
 
+#include "hybridflow/core/device_upload.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/transformer.h"
 
@@ -42,8 +43,9 @@ void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::
       }
   }
   const auto device = keys[0].device();
-  const auto to_t = torch::tensor(to, torch::kInt64).to(device);
-  const auto from_t = torch::tensor(from, torch::kInt64).to(device);
+  // Pinned, queued behind the device's work: an admission does not wait for the running rows' decode.
+  const auto to_t = upload(torch::tensor(to, torch::kInt64), device);
+  const auto from_t = upload(torch::tensor(from, torch::kInt64), device);
   for (size_t l = 0; l < keys.size(); ++l) {
     keys[l].view({-1, d}).index_copy_(0, to_t, prefill.keys[l].reshape({-1, d}).index_select(0, from_t));
     values[l].view({-1, d}).index_copy_(0, to_t, prefill.values[l].reshape({-1, d}).index_select(0, from_t));
@@ -57,7 +59,7 @@ KVCache PagedKVCache::gather(const std::vector<int64_t>& table, int64_t length) 
   out.filled = length;
   out.capacity = length;
   if (keys.empty() || length == 0) return out;
-  const auto blocks = torch::tensor(table, torch::kInt64).to(keys[0].device());
+  const auto blocks = upload(torch::tensor(table, torch::kInt64), keys[0].device());
   // [blocks, kv, bs, d] -> [kv, blocks * bs, d], the first `length` positions, as one row.
   auto one_row = [&](const torch::Tensor& pool) {
     const auto picked = pool.index_select(0, blocks);

@@ -179,6 +179,7 @@ TurnRoundStats continuous_turn_stats(const TurnBatcher& batcher, double generati
   s.prefill_tokens = b.prefill_tokens;
   s.reused_tokens = b.reused_tokens;
   s.decode_steps = b.decode_steps;
+  s.host_syncs = b.host_syncs;
   s.peak_kv_blocks = b.peak_blocks;
   s.shared_prompt_tokens = b.shared_prompt_tokens;
   s.shared_prompt_blocks = b.shared_prompt_blocks;

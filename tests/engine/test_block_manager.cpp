@@ -142,6 +142,33 @@ TEST(BlockManager, ASequenceCannotPassItsAdmittedLength) {
   EXPECT_NE(error_of([&] { bm.append(ids[0]); }).find("already holds its 3 positions"), std::string::npos);
 }
 
+// Positions written ahead (decode steps read back in chunks) and then given back: the blocks past the kept
+// positions are free again and return to the sequence's reservation, so it can grow to its admitted length.
+TEST(BlockManager, TruncateGivesBackBlocksAndTheirReservation) {
+  BlockManager bm(10, 4);
+  const auto ids = bm.admit(3, 2, 12);  // a partial prompt block shared by two samples
+  const int64_t s = ids[0];
+  const int64_t reserved = bm.reserved_blocks();
+  // While both samples share the prompt block, neither can give it back.
+  EXPECT_NE(error_of([&] { bm.truncate(ids[1], 0); }).find("share"), std::string::npos);
+  for (int k = 0; k < 7; ++k) bm.append(s);  // 10 positions: a copy of the prompt block and 2 blocks more
+  EXPECT_EQ(bm.table(s).size(), 3u);
+  const int64_t used = bm.used_blocks();
+  bm.truncate(s, 5);
+  EXPECT_EQ(bm.length(s), 5);
+  EXPECT_EQ(bm.table(s).size(), 2u);
+  EXPECT_EQ(bm.used_blocks(), used - 1);
+  EXPECT_EQ(bm.reserved_blocks(), reserved - 2);  // the copy and one block are still held
+  for (int k = 0; k < 7; ++k) bm.append(s);  // up to its admitted 12 positions again
+  EXPECT_EQ(bm.length(s), 12);
+  EXPECT_THROW(bm.append(s), Error);
+  EXPECT_THROW(bm.truncate(s, 13), Error);
+  bm.release(s);
+  bm.release(ids[1]);
+  EXPECT_EQ(bm.used_blocks(), 0);
+  EXPECT_EQ(bm.reserved_blocks(), 0);
+}
+
 TEST(BlockManager, RejectsBadArguments) {
   EXPECT_NE(error_of([] { BlockManager(0, 16); }).find("at least one block"), std::string::npos);
   EXPECT_NE(error_of([] { BlockManager(4, 0); }).find("block_size"), std::string::npos);

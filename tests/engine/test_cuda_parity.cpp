@@ -18,6 +18,7 @@
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/process_group.h"
 #include "support/decode_kernel_oracles.h"
+#include "support/graph_draw_step.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -155,16 +156,7 @@ TEST(CudaParity, ChunkedReadBackChoosesTheTokensOfEveryStepReadBack) {
   const std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4}};
   for (bool graphs : {false, true})
     for (bool greedy : {true, false}) {
-      GenerationConfig cfg;
-      cfg.greedy = greedy;
-      cfg.temperature = 1.2;
-      cfg.top_p = 0.95;
-      cfg.seed = 31;
-      cfg.max_new_tokens = 29;
-      cfg.n = 2;
-      cfg.max_num_seqs = 4;
-      cfg.kv_block_size = 4;
-      cfg.eos_token_ids = {3, 4, 5};
+      GenerationConfig cfg = testing::readback_parity_config(greedy);
       cfg.cuda_graphs = graphs;
       const std::string what = std::string(graphs ? "graphs" : "eager") + (greedy ? ", greedy" : ", sampled");
       const GenerationOutput every_step = generate(p.gpu, prompts, cfg);
@@ -178,6 +170,32 @@ TEST(CudaParity, ChunkedReadBackChoosesTheTokensOfEveryStepReadBack) {
         EXPECT_GT(chunked.graph_steps, 0) << what;
       }
     }
+}
+
+// Sampling inside the decode graphs: the step a drawing graph captures (the paged decode from static buffers and
+// the draw, nothing read back) chooses the eager step's tokens on the GPU, and generation through the graphs,
+// where each step is one replay that also draws (temperature, top-k, top-p from the chunk's uniforms), read
+// back every 8 steps, gives the tokens of the eager decode read back every step.
+TEST(CudaParity, DecodeGraphsDrawTheEagerStepsTokensInsideTheGraph) {
+  SKIP_WITHOUT_GPU();
+  ModelPair p = make_pair(torch::kFloat32, 8.0);
+  for (bool greedy : {true, false}) testing::expect_graph_draw_step_matches_eager(p.gpu, greedy, 1e-4);
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4}};
+  for (bool greedy : {true, false}) {
+    GenerationConfig cfg = testing::readback_parity_config(greedy);
+    cfg.top_k = 50;
+    const std::string what = greedy ? "greedy" : "sampled";
+    const GenerationOutput eager = generate(p.gpu, prompts, cfg);
+    cfg.cuda_graphs = true;
+    cfg.readback_interval = 8;
+    const GenerationOutput graphs = generate(p.gpu, prompts, cfg);
+    EXPECT_GT(graphs.decode_graphs, 0) << what;
+    EXPECT_GT(graphs.graph_steps, 0) << what;
+    EXPECT_TRUE(torch::equal(graphs.responses, eager.responses)) << what;
+    EXPECT_TRUE(torch::equal(graphs.response_mask, eager.response_mask)) << what;
+    EXPECT_TRUE(torch::allclose(graphs.log_probs, eager.log_probs, 1e-3, 1e-4)) << what;
+    EXPECT_LT(graphs.host_syncs, eager.host_syncs) << what;
+  }
 }
 
 // The fused decode kernels on the GPU against the unfused operators on the GPU and against their own CPU

@@ -234,6 +234,38 @@ TEST_F(AgentRolloutRounds, ContinuousTurnsAreReproducibleFromTheSeed) {
   expect_same_sampled_episodes(a, a_lp, b, b_lp);
 }
 
+// Read back in chunks (readback_interval 2, 3, 8): the episodes' trajectories - sampled ids, tool results and
+// masks - and log-probs are those of reading back every step, alone and in groups sharing their prompt, with
+// fewer reads of the device per decode step.
+TEST_F(AgentRolloutRounds, ContinuousTurnsReadBackInChunksSampleWhatEveryStepReadBackSamples) {
+  config.max_new_tokens = 40;
+  BatchInvariantGuard exact;  // the threads' timing changes which turns share a step
+  const int64_t episodes = 9;
+  for (const int64_t n : {1, 3}) {
+    config.readback_interval = 1;
+    std::vector<agent::Trajectory> want(episodes);
+    TurnRoundStats want_stats;
+    const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n), model, config,
+                                                 &want_stats, n);
+    for (const int64_t interval : {2, 3, 8}) {
+      SCOPED_TRACE("groups of " + std::to_string(n) + ", readback_interval " + std::to_string(interval));
+      config.readback_interval = interval;
+      std::vector<agent::Trajectory> got(episodes);
+      TurnRoundStats stats;
+      const auto got_lp =
+          run_in_continuous_turns(episodes, tool_episodes(got, config.max_new_tokens, n), model, config, &stats, n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].response_ids, want[i].response_ids) << "episode " << i;
+        EXPECT_EQ(got[i].response_mask, want[i].response_mask) << "episode " << i;
+        EXPECT_EQ(got_lp[i], want_lp[i]) << "episode " << i;
+      }
+      EXPECT_EQ(stats.turns, want_stats.turns);
+      EXPECT_LT(static_cast<double>(stats.host_syncs) / static_cast<double>(stats.decode_steps),
+                static_cast<double>(want_stats.host_syncs) / static_cast<double>(want_stats.decode_steps));
+    }
+  }
+}
+
 // A small budget: episodes stop when the next turn or tool result would not fit (as with rounds), no turn
 // asks past the budget, and the rollout ends without an error.
 TEST_F(AgentRolloutRounds, ContinuousTurnsStopCleanlyAtTheResponseBudget) {

@@ -61,6 +61,12 @@ class BlockManager {
   };
   Append append(int64_t sequence);
 
+  // Gives back the sequence's positions from `length` on (0 <= length <= its length), which its next appends
+  // write again: the blocks past the ones `length` positions need are freed and return to its reservation.
+  // For positions written ahead of knowing they count (decode steps kept on the device, read back in
+  // chunks). Throws when a block to free is shared.
+  void truncate(int64_t sequence, int64_t length);
+
   // Adds `count` free blocks at the end of the pool (ids num_blocks() onwards); tables stay valid. For a pool
   // that grows on demand (multi-turn conversations, whose lengths are known only as they arrive).
   void add_blocks(int64_t count);

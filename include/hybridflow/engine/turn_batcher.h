@@ -31,6 +31,16 @@
 // differs gives its share back and is admitted alone. A group that cannot fit a fixed pool even when it is
 // empty falls back to admitting its members one by one.
 //
+// Read-back in chunks (cfg.readback_interval): a step decodes up to that many tokens for every running turn
+// with sampling and eos checks on the device, and reads the device back once at its end (TokenRing), the
+// first tokens of the turns it admitted included. Turn ends, the turns handed back and admissions all fall
+// at chunk boundaries: a turn that draws an eos id keeps decoding to the chunk's end (its later tokens are
+// discarded and the positions they wrote given back to its blocks), and a chunk ends where a turn reaches
+// its max_new_tokens. The draws are those of interval 1 (the same uniforms per turn and token); the tokens
+// are the same, and the log-probs too under the batch-invariant kernels (with the default ones a step's
+// rows round with its row count, which the chunks change). At interval 1 every turn's first token is read
+// back at its admission, as rows that end there never join a decode step.
+//
 // Tensor parallelism: every rank of the model's group holds its own batcher and must make the same calls in
 // the same order (engine/turn_schedule.h carries rank 0's to the others); the tokens drawn are rank 0's,
 // broadcast over the group each time tokens are drawn, so the ranks' caches and schedules never drift apart.
@@ -65,6 +75,7 @@ struct TurnBatcherStats {
   int64_t reused_tokens = 0;    // cached positions that resumed turns did not compute again
   int64_t full_prefills = 0;    // contexts that did not extend their cache and were prefilled whole
   int64_t decode_steps = 0;
+  int64_t host_syncs = 0;       // reads of the device's tokens (a chunk's, or its admissions' at interval 1)
   int64_t largest_step = 0;     // the most turns decoded in one step
   int64_t pool_blocks = 0;      // the pool's size at the end
   int64_t peak_blocks = 0;      // the most blocks held at once
@@ -89,8 +100,8 @@ class TurnBatcher {
   // Queues conversation c's next turn: `context` continued by at most max_new_tokens (>= 1) tokens. An error
   // when c already has a turn queued or running, has a token outside the vocabulary, or would pass its budget.
   void submit(int64_t conversation, std::vector<int64_t> context, int64_t max_new_tokens);
-  // One step: prefills the queued turns that fit (first contexts and deltas), then decodes one token for
-  // every running turn. Returns the turns that ended in it.
+  // One step: prefills the queued turns that fit (first contexts and deltas), then decodes a chunk of up to
+  // cfg.readback_interval tokens for every running turn. Returns the turns that ended in it.
   std::vector<BatchedTurn> step();
   // The conversation is over: its blocks are freed (a queued turn of it is dropped).
   void release(int64_t conversation);
@@ -113,7 +124,8 @@ class TurnBatcher {
   bool room_for(int64_t positions, int64_t members, int64_t max_positions);
   void begin_turn(int64_t conversation);
   torch::Tensor prefill(int64_t conversation, int64_t from);
-  void record(Running& row, int64_t token, float log_prob, std::vector<BatchedTurn>& ended);
+  struct FirstDraws;
+  void run_chunk(int64_t max_steps, FirstDraws& firsts, std::vector<BatchedTurn>& ended);
   void grow_pool(int64_t blocks);
 
   CausalLM& model_;

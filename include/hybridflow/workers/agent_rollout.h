@@ -42,6 +42,7 @@ struct TurnRoundStats {
   int64_t prefill_tokens = 0;  // context positions prefilled (rounds: every turn's whole context)
   int64_t reused_tokens = 0;   // continuous batching: cached positions that resumed turns did not prefill
   int64_t decode_steps = 0;    // continuous batching
+  int64_t host_syncs = 0;      // continuous batching: reads of the device's tokens (readback_interval sets them)
   int64_t peak_kv_blocks = 0;  // continuous batching: the most paged-cache blocks held at once
   int64_t shared_prompt_tokens = 0;  // continuous batching: prompt positions a group's episodes did not prefill
   int64_t shared_prompt_blocks = 0;  // continuous batching: full prompt blocks a group's episodes shared
