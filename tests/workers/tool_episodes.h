@@ -107,13 +107,16 @@ inline int64_t expect_episodes_of_one_process(const std::vector<agent::Trajector
 // run_in_continuous_turns takes it) runs two groups of three tool episodes, greedy and sampled, as `reference`
 // does in one process: rank 0's episodes are its (expect_episodes_of_one_process), both ranks prefill and reuse
 // the positions it does, share the same prompt positions and step together (how many steps depends on when the
-// episodes' threads asked, so only the ranks' counts agree), and the other rank runs no episode (no tool call).
+// episodes' threads asked, so only the ranks' counts agree), and the other rank runs no episode (no tool call);
+// reading the tokens back every step and in chunks of 8 (the stages share a chunk's draws on the device).
 inline void expect_replica_runs_the_episodes_of_one_process(CausalLM& reference, CausalLM& model, Communicator& group,
                                                             Communicator* stages, uint64_t seed) {
   const int64_t episodes = 6, n = 3;
+  for (const int64_t interval : {1, 8})
   for (const bool greedy : {true, false}) {
-    SCOPED_TRACE(greedy ? "greedy" : "sampled");
-    const GenerationConfig config = tool_turns_config(greedy, seed);
+    SCOPED_TRACE(std::string(greedy ? "greedy" : "sampled") + ", readback_interval " + std::to_string(interval));
+    GenerationConfig config = tool_turns_config(greedy, seed);
+    config.readback_interval = interval;
     std::vector<agent::Trajectory> want(static_cast<size_t>(episodes)), got(static_cast<size_t>(episodes));
     TurnRoundStats want_stats, got_stats;
     const auto want_lp = run_in_continuous_turns(episodes, tool_episodes(want, config.max_new_tokens, n), reference,
