@@ -106,15 +106,18 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
-  HF_CHECK(!ep_.enabled(), "use_distributed_optimizer: the distributed optimizer is not combined with expert ",
-           "parallelism yet");
+  zero_dp_ = &dp;
+  make_sharded_optimizer();
+}
+
+void TrainEngine::make_sharded_optimizer() {
   std::vector<bool> decay, counted;
   for (size_t i = 0; i < names_.size(); ++i) {
     decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
     counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
   }
-  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_, counted,
-                                          pipeline_ ? &pipeline_->stages() : nullptr);
+  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, *zero_dp_, tp_, counted,
+                                          pipeline_ ? &pipeline_->stages() : nullptr, expert_, expert_dp_);
 }
 
 int64_t TrainEngine::optimizer_state_numel() const {
@@ -221,14 +224,16 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
 void TrainEngine::set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                                       const std::function<bool(const std::string&)>& is_expert) {
   if (!ep.enabled()) return;
-  HF_CHECK(!zero_ && !pipeline_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
-           "with the distributed optimizer (use_distributed_optimizer) or pipeline stages yet");
-  HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
-                     "are data-parallel ranks)");
+  HF_CHECK(!pipeline_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
+           "with pipeline stages yet");
+  HF_CHECK(data_parallel(), "set_expert_parallel: set the data-parallel gradient reducer or the sharded optimizer ",
+                            "first (the expert-parallel ranks are data-parallel ranks)");
   HF_CHECK(step_ == 0, "set_expert_parallel: the engine has already taken ", step_, " steps");
   ep_ = ep;
   expert_dp_ = expert_data_parallel;
   for (size_t i = 0; i < names_.size(); ++i) expert_[i] = is_expert(names_[i]);
+  // No step yet, so no state to keep: the experts move to partitions of their own.
+  if (zero_) make_sharded_optimizer();
 }
 
 void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
@@ -402,7 +407,10 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     // mini-batch from the start, and the reduce below sums (local_norm = norm = the global units).
     auto units = torch::tensor({static_cast<float>(stats.tokens)},
                                torch::TensorOptions().dtype(torch::kFloat).device(optimized().front().device()));
-    reducer_(units);
+    if (zero_)
+      zero_dp_->all_reduce(units, ReduceOp::kSum);
+    else
+      reducer_(units);
     if (mean) local_norm = units.item<double>();
     for (size_t i = 0; i < micro_batches.size(); ++i)
       HF_CHECK(tokens(micro_batches[i]) > 0, "train_step: under expert parallelism (expert_model_parallel_size ",
