@@ -532,6 +532,9 @@ void TrainEngine::load_state(const std::string& path) {
     torch::serialize::InputArchive archive;
     archive.load_from(bytes);
     optimizer_->load(archive);
+    had_grad_.assign(optimized().size(), false);
+    for (size_t i = 0; i < optimized().size(); ++i)
+      had_grad_[i] = optimizer_->state().count(optimized()[i].unsafeGetTensorImpl()) > 0;
     torch::Tensor step;
     archive.read("hybridflow.step", step);
     step_ = step.item<int64_t>();
@@ -617,10 +620,14 @@ void TrainEngine::load_named_state(const NamedState& state) {
   if (zero_) {
     zero_->set_moments(moments);
   } else {
+    // A parameter with moments has had a gradient: a step that gives it none hands it zeros, as the run that
+    // saved the state would (give_back_zero_grads), so a resumed run takes the same steps.
+    had_grad_.assign(optimized().size(), false);
     for (size_t i = 0; i < optimized().size(); ++i) {
       const torch::Tensor& p = optimized()[i];
       optimizer_->state().erase(p.unsafeGetTensorImpl());
       if (!moments[i].exp_avg.defined()) continue;
+      had_grad_[i] = true;
       auto s = std::make_unique<torch::optim::AdamWParamState>();
       s->step(moments[i].step);
       s->exp_avg(moments[i].exp_avg.to(p.device(), torch::kFloat).clone());
