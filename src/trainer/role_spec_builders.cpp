@@ -256,9 +256,6 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model.ulysses_sequence_parallel_size = sp;
   plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.layout, plan.dp, sp, bsz->on);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
-  HF_CHECK(!t.use_distributed_optimizer || plan.model.expert_model_parallel_size == 1, plan.model.expert_key, " = ",
-           plan.model.expert_model_parallel_size, " with ", section, ".megatron.use_distributed_optimizer = true: ",
-           "expert parallelism is not combined with the distributed optimizer yet");
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
@@ -443,9 +440,6 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   t.max_token_len = bsz.update.budget();
   t.seed = f.seed + 1;
   train_settings(critic, "critic", "model.fsdp_config", &t);
-  HF_CHECK(!t.use_distributed_optimizer || ep == 1, plan.model.expert_key, " = ", ep,
-           " with critic.megatron.use_distributed_optimizer = true: expert parallelism is not combined with the ",
-           "distributed optimizer yet");
   spec.cliprange_value = critic.get<double>("cliprange_value");
   spec.loss_agg_mode = algo::parse_loss_agg_mode(critic.get<std::string>("loss_agg_mode"));
   // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.
