@@ -106,15 +106,18 @@ TrainEngine::~TrainEngine() = default;
 void TrainEngine::set_sharded_optimizer(Communicator& dp) {
   HF_CHECK(step_ == 0, "set_sharded_optimizer: the engine has already taken ", step_, " steps");
   HF_CHECK(!reducer_, "set_sharded_optimizer: a gradient reducer is set; ZeRO reduces the gradients itself");
-  HF_CHECK(!ep_.enabled(), "use_distributed_optimizer: the distributed optimizer is not combined with expert ",
-           "parallelism yet");
+  zero_dp_ = &dp;
+  make_sharded_optimizer();
+}
+
+void TrainEngine::make_sharded_optimizer() {
   std::vector<bool> decay, counted;
   for (size_t i = 0; i < names_.size(); ++i) {
     decay.push_back(!excluded_from_weight_decay(names_[i], params_[i]));
     counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
   }
-  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, dp, tp_, counted,
-                                          pipeline_ ? &pipeline_->stages() : nullptr);
+  zero_ = std::make_unique<ZeroOptimizer>(optimized(), decay, split_, options_, *zero_dp_, tp_, counted,
+                                          pipeline_ ? &pipeline_->stages() : nullptr, expert_, expert_dp_);
 }
 
 int64_t TrainEngine::optimizer_state_numel() const {
@@ -221,14 +224,16 @@ void TrainEngine::set_tensor_parallel(const TensorParallelGroup& tp,
 void TrainEngine::set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                                       const std::function<bool(const std::string&)>& is_expert) {
   if (!ep.enabled()) return;
-  HF_CHECK(!zero_, "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
-           "with the distributed optimizer (use_distributed_optimizer) yet");
-  HF_CHECK(reducer_, "set_expert_parallel: set the data-parallel gradient reducer first (the expert-parallel ranks ",
-                     "are data-parallel ranks)");
+  HF_CHECK(!(zero_ && pipeline_), "expert_model_parallel_size ", ep.size(), ": expert parallelism is not combined ",
+           "with pipeline stages and the distributed optimizer (use_distributed_optimizer) together yet");
+  HF_CHECK(data_parallel(), "set_expert_parallel: set the data-parallel gradient reducer or the sharded optimizer ",
+                            "first (the expert-parallel ranks are data-parallel ranks)");
   HF_CHECK(step_ == 0, "set_expert_parallel: the engine has already taken ", step_, " steps");
   ep_ = ep;
   expert_dp_ = expert_data_parallel;
   for (size_t i = 0; i < names_.size(); ++i) expert_[i] = is_expert(names_[i]);
+  // No step yet, so no state to keep: the experts move to partitions of their own.
+  if (zero_) make_sharded_optimizer();
 }
 
 void TrainEngine::set_pipeline(std::shared_ptr<PipelineStageRunner> pipeline) {
@@ -401,7 +406,10 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     // mini-batch from the start, and the reduce below sums (local_norm = norm = the global units).
     auto units = torch::tensor({static_cast<float>(stats.tokens)},
                                torch::TensorOptions().dtype(torch::kFloat).device(optimized().front().device()));
-    reducer_(units);
+    if (zero_)
+      zero_dp_->all_reduce(units, ReduceOp::kSum);
+    else
+      reducer_(units);
     if (mean) local_norm = units.item<double>();
     for (size_t i = 0; i < micro_batches.size(); ++i)
       HF_CHECK(tokens(micro_batches[i]) > 0, "train_step: under expert parallelism (expert_model_parallel_size ",
@@ -523,6 +531,9 @@ void TrainEngine::load_state(const std::string& path) {
     torch::serialize::InputArchive archive;
     archive.load_from(bytes);
     optimizer_->load(archive);
+    had_grad_.assign(optimized().size(), false);
+    for (size_t i = 0; i < optimized().size(); ++i)
+      had_grad_[i] = optimizer_->state().count(optimized()[i].unsafeGetTensorImpl()) > 0;
     torch::Tensor step;
     archive.read("hybridflow.step", step);
     step_ = step.item<int64_t>();
@@ -608,10 +619,14 @@ void TrainEngine::load_named_state(const NamedState& state) {
   if (zero_) {
     zero_->set_moments(moments);
   } else {
+    // A parameter with moments has had a gradient: a step that gives it none hands it zeros, as the run that
+    // saved the state would (give_back_zero_grads), so a resumed run takes the same steps.
+    had_grad_.assign(optimized().size(), false);
     for (size_t i = 0; i < optimized().size(); ++i) {
       const torch::Tensor& p = optimized()[i];
       optimizer_->state().erase(p.unsafeGetTensorImpl());
       if (!moments[i].exp_avg.defined()) continue;
+      had_grad_[i] = true;
       auto s = std::make_unique<torch::optim::AdamWParamState>();
       s->step(moments[i].step);
       s->exp_avg(moments[i].exp_avg.to(p.device(), torch::kFloat).clone());

@@ -11,12 +11,23 @@
 namespace hybridflow {
 
 struct ZeroOptimizer::Group {
+  Communicator* comm = nullptr;  // the ranks partitioning it (null: this rank alone)
   std::vector<size_t> members;  // indices into params_
   int64_t numel = 0;            // unpadded
   int64_t partition = 0;        // padded numel / d
   torch::Tensor master;         // this rank's fp32 partition (what AdamW steps)
   torch::Tensor split_mask;       // 1 where the partition's element belongs to a tensor-parallel shard
   torch::Tensor replicated_mask;  // 1 where it belongs to a replicated parameter that this stage counts
+
+  int ranks() const { return comm == nullptr ? 1 : comm->size(); }
+  int64_t begin() const { return comm == nullptr ? 0 : comm->rank() * partition; }
+  // This rank's partition of the sum of the ranks' padded flat buffers.
+  torch::Tensor reduce_scatter(const torch::Tensor& flat) const {
+    return comm == nullptr ? flat : comm->reduce_scatter(flat);
+  }
+  torch::Tensor all_gather(const torch::Tensor& mine) const {
+    return comm == nullptr ? mine : comm->all_gather_cat(mine, 0);
+  }
 };
 
 namespace {
@@ -37,21 +48,26 @@ torch::Tensor flat_padded(const std::vector<torch::Tensor>& parts, int64_t padde
 
 ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, const std::vector<bool>& decay,
                              const std::vector<bool>& split, const OptimizerOptions& options, Communicator& dp,
-                             TensorParallelGroup tp, std::vector<bool> counted, Communicator* stages)
+                             TensorParallelGroup tp, std::vector<bool> counted, Communicator* stages,
+                             std::vector<bool> expert, Communicator* expert_dp)
     : params_(std::move(params)), dp_(dp), tp_(tp), stages_(stages) {
   if (counted.empty()) counted.assign(params_.size(), true);
-  HF_CHECK(decay.size() == params_.size() && split.size() == params_.size() && counted.size() == params_.size(),
+  if (expert.empty()) expert.assign(params_.size(), false);
+  HF_CHECK(decay.size() == params_.size() && split.size() == params_.size() && counted.size() == params_.size() &&
+               expert.size() == params_.size(),
            "ZeroOptimizer: ", params_.size(), " parameters but ", decay.size(), " decay flags, ", split.size(),
-           " split flags and ", counted.size(), " counted flags");
+           " split flags, ", counted.size(), " counted flags and ", expert.size(), " expert flags");
   torch::NoGradGuard no_grad;
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
-  const int d = dp_.size();
   std::vector<torch::optim::OptimizerParamGroup> adam_groups;
-  for (bool decayed : {true, false}) {
+  // The replicated parameters' groups first: without experts the layout is the one of plain ZeRO.
+  const std::pair<bool, bool> kinds[] = {{false, true}, {false, false}, {true, true}, {true, false}};
+  for (const auto& [experts, decayed] : kinds) {
     auto group = std::make_unique<Group>();
+    group->comm = experts ? expert_dp : &dp_;
     std::vector<torch::Tensor> values, split_masks, replicated_masks;
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (decay[i] != decayed) continue;
+      if (decay[i] != decayed || expert[i] != experts) continue;
       group->members.push_back(i);
       group->numel += params_[i].numel();
       values.push_back(params_[i].detach());
@@ -59,9 +75,10 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, const std::vecto
       replicated_masks.push_back(torch::full({params_[i].numel()}, !split[i] && counted[i] ? 1.0 : 0.0, fp32));
     }
     if (group->members.empty()) continue;
+    const int d = group->ranks();
     group->partition = (group->numel + d - 1) / d;
     const int64_t padded = group->partition * d;
-    const int64_t begin = dp_.rank() * group->partition;
+    const int64_t begin = group->begin();
     group->master = flat_padded(values, padded, fp32).narrow(0, begin, group->partition).clone();
     group->master.set_requires_grad(true);
     group->split_mask = flat_padded(split_masks, padded, fp32).narrow(0, begin, group->partition).clone();
@@ -90,7 +107,7 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
       const auto& g = params_[i].grad();
       grads.push_back(g.defined() ? g * local_norm : torch::zeros({params_[i].numel()}, fp32));
     }
-    shards.push_back(dp_.reduce_scatter(flat_padded(grads, group->partition * dp_.size(), fp32)));
+    shards.push_back(group->reduce_scatter(flat_padded(grads, group->partition * group->ranks(), fp32)));
   }
   auto totals = torch::tensor({units, loss_sum}, torch::TensorOptions().dtype(torch::kDouble).device(fp32.device()));
   dp_.all_reduce(totals);
@@ -100,7 +117,8 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
   const double norm = mean ? units : 1.0;
 
   // Squared norms of the tensor-parallel-split and replicated parts: the partitions cover every element
-  // once over dp; split elements are summed over tp as well, and every stage's over the stages.
+  // once over dp (an expert's once over the ranks owning it, which hold no other rank's experts); split
+  // elements are summed over tp as well, and every stage's over the stages.
   auto squares = torch::zeros({2}, totals.options());
   for (size_t g = 0; g < shards.size(); ++g) {
     shards[g].div_(norm);
@@ -123,7 +141,7 @@ double ZeroOptimizer::step(double lr, double max_norm, double local_norm, bool m
   for (auto& group : adam_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   fused_adamw_step(*adam_);
   for (auto& group : groups_) {
-    auto flat = dp_.all_gather_cat(group->master.detach(), 0);
+    auto flat = group->all_gather(group->master.detach());
     int64_t offset = 0;
     for (size_t i : group->members) {
       auto& p = params_[i];
@@ -141,8 +159,8 @@ std::vector<ZeroOptimizer::Moments> ZeroOptimizer::gather_moments() const {
     auto it = adam_->state().find(group->master.unsafeGetTensorImpl());
     if (it == adam_->state().end()) continue;  // no step yet: the same on every rank
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    const torch::Tensor exp_avg = dp_.all_gather_cat(s.exp_avg().contiguous(), 0);
-    const torch::Tensor exp_avg_sq = dp_.all_gather_cat(s.exp_avg_sq().contiguous(), 0);
+    const torch::Tensor exp_avg = group->all_gather(s.exp_avg().contiguous());
+    const torch::Tensor exp_avg_sq = group->all_gather(s.exp_avg_sq().contiguous());
     int64_t offset = 0;
     for (size_t i : group->members) {
       const int64_t n = params_[i].numel();
@@ -161,8 +179,8 @@ void ZeroOptimizer::set_moments(const std::vector<Moments>& moments) {
   torch::NoGradGuard no_grad;
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
   for (auto& group : groups_) {
-    const int64_t padded = group->partition * dp_.size();
-    const int64_t begin = dp_.rank() * group->partition;
+    const int64_t padded = group->partition * group->ranks();
+    const int64_t begin = group->begin();
     auto partition_of = [&](auto&& part) {
       std::vector<torch::Tensor> parts;
       for (size_t i : group->members) parts.push_back(part(i));

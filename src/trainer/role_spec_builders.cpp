@@ -113,6 +113,11 @@ int expert_parallel_size(const ConfigReader& c, const std::string& section, int 
   HF_CHECK(sp == 1, key, " = ", ep, " with ", section, ".ulysses_sequence_parallel_size = ", sp,
            ": expert parallelism is not combined with sequence parallelism yet; set it to 1");
   HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
+  const int pp = c.get<int>(section + ".megatron.pipeline_model_parallel_size");
+  HF_CHECK(pp == 1 || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep, " with ", section,
+           ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
+           ".megatron.use_distributed_optimizer = true: expert parallelism is combined with pipeline stages or with the ",
+           "distributed optimizer, not yet with both; set one of them off");
   // The ranks of a group run their training micro-batches together (each exchanges tokens with the others).
   HF_CHECK(!dynamic_bsz, key, " = ", ep, " with ", section, ".use_dynamic_bsz = true: micro-batches formed by token ",
            "count differ in number between the ranks, which expert parallelism runs in step; set use_dynamic_bsz false");
@@ -252,9 +257,6 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model.ulysses_sequence_parallel_size = sp;
   plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp, sp, bsz->on);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
-  HF_CHECK(!t.use_distributed_optimizer || plan.model.expert_model_parallel_size == 1, plan.model.expert_key, " = ",
-           plan.model.expert_model_parallel_size, " with ", section, ".megatron.use_distributed_optimizer = true: ",
-           "expert parallelism is not combined with the distributed optimizer yet");
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
   // where a model trains.
@@ -462,9 +464,6 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   t.max_token_len = bsz.update.budget();
   t.seed = f.seed + 1;
   train_settings(critic, "critic", "model.fsdp_config", &t);
-  HF_CHECK(!t.use_distributed_optimizer || ep == 1, plan.model.expert_key, " = ", ep,
-           " with critic.megatron.use_distributed_optimizer = true: expert parallelism is not combined with the ",
-           "distributed optimizer yet");
   spec.cliprange_value = critic.get<double>("cliprange_value");
   spec.loss_agg_mode = algo::parse_loss_agg_mode(critic.get<std::string>("loss_agg_mode"));
   // The values pass: verl's forward_micro_batch_size keys, defaulting to the training micro-batch.

@@ -6,9 +6,12 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/tensor_parallel_fixture.h"
+#include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow::testing {
 
@@ -64,5 +67,26 @@ inline std::map<std::string, torch::Tensor> held(const std::map<std::string, tor
   for (const auto& item : model.named_parameters()) out[item.key()] = all.at(item.key());
   return out;
 }
+
+// A data-parallel world split into expert-parallel groups of ep consecutive ranks (`experts`), and the ranks at the
+// same place in their groups, which own the same experts (`owners`; null when ep is the whole world).
+struct ExpertParallelComms {
+  ExpertParallelComms(ProcessGroup world, int ep) : group(std::move(world)), dp(group) {
+    const int size = group.size();
+    std::vector<std::vector<int>> ep_groups, owner_groups(static_cast<size_t>(ep));
+    for (int g = 0; g < size / ep; ++g) {
+      ep_groups.emplace_back();
+      for (int i = 0; i < ep; ++i) {
+        ep_groups.back().push_back(g * ep + i);
+        owner_groups[static_cast<size_t>(i)].push_back(g * ep + i);
+      }
+    }
+    experts = std::make_unique<Communicator>(ep == size ? group : group.split(ep_groups));
+    if (size > ep) owners = std::make_unique<Communicator>(group.split(owner_groups));
+  }
+  ProcessGroup group;
+  Communicator dp;
+  std::unique_ptr<Communicator> experts, owners;
+};
 
 }  // namespace hybridflow::testing

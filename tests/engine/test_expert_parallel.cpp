@@ -76,24 +76,12 @@ void check_train_step(int world, int ep) {
       world,
       [&](int rank, int port) {
         const StepResult want = one_process_step(expert_model(), policy_loss);
-        ProcessGroup group = gloo_world(rank, world, port);
-        Communicator dp(group);
-        std::vector<std::vector<int>> ep_groups, owner_groups(static_cast<size_t>(ep));
-        for (int g = 0; g < world / ep; ++g) {
-          ep_groups.emplace_back();
-          for (int i = 0; i < ep; ++i) {
-            ep_groups.back().push_back(g * ep + i);
-            owner_groups[static_cast<size_t>(i)].push_back(g * ep + i);
-          }
-        }
-        Communicator ep_comm(ep == world ? group : group.split(ep_groups));
-        std::unique_ptr<Communicator> owners;
-        if (world > ep) owners = std::make_unique<Communicator>(group.split(owner_groups));
+        ExpertParallelComms comms(gloo_world(rank, world, port), ep);
         CausalLM model = expert_model();
-        model->set_expert_parallel(ExpertParallelGroup(&ep_comm));
+        model->set_expert_parallel(ExpertParallelGroup(comms.experts.get()));
         TrainEngine engine(model.ptr(), parallel_test_optimizer());
-        engine.set_gradient_reducer([&](torch::Tensor& t) { dp.all_reduce(t, ReduceOp::kSum); });
-        engine.set_expert_parallel(ExpertParallelGroup(&ep_comm), owners.get(), is_expert);
+        engine.set_gradient_reducer([&](torch::Tensor& t) { comms.dp.all_reduce(t, ReduceOp::kSum); });
+        engine.set_expert_parallel(ExpertParallelGroup(comms.experts.get()), comms.owners.get(), is_expert);
         const StepStats stats = engine.train_step(rows_of(rank, world), 1, [&](const DataProto& m) {
           return policy_loss(model, m);
         });

@@ -262,5 +262,43 @@ TEST(TrainEngine, AParameterWithoutAGradientThisStepIsSteppedAsIfItsGradientWere
   }
 }
 
+// A resumed engine knows which parameters have had a gradient (those with Adam moments): a step that reaches
+// only some parameters steps the others as if their gradients were zeroed, as the uninterrupted engine does.
+TEST(TrainEngine, AResumedStateStepsParametersWithoutAGradientLikeTheUninterruptedEngine) {
+  testing::TempDir dir;
+  const DataProto batch = toy_batch(4, 3, 13);
+  OptimizerOptions o = plain_sgd_like(1e-2);
+  o.weight_decay = 0.1;
+  auto only_out = [](Toy m) {
+    return [m](const DataProto&) mutable { return m->out->forward(torch::ones({5, 3})).pow(2).mean(); };
+  };
+  // Every parameter gets a gradient in the first step, only `out` in the second.
+  torch::manual_seed(21);
+  Toy straight;
+  TrainEngine straight_engine(straight.ptr(), o);
+  straight_engine.train_step(batch, 4, mse_loss(straight));
+  straight_engine.save_state(dir.file("optim.pt"));
+  const TrainEngine::NamedState by_name = straight_engine.named_state();
+  std::vector<torch::Tensor> after_first;
+  for (const auto& p : straight->parameters()) after_first.push_back(p.detach().clone());
+  straight_engine.train_step(batch, 4, only_out(straight));
+  for (bool from_file : {true, false}) {
+    Toy resumed;
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < after_first.size(); ++i) resumed->parameters()[i].copy_(after_first[i]);
+    }
+    TrainEngine engine(resumed.ptr(), o);
+    if (from_file)
+      engine.load_state(dir.file("optim.pt"));
+    else
+      engine.load_named_state(by_name);
+    engine.train_step(batch, 4, only_out(resumed));
+    for (auto& item : resumed->named_parameters())
+      EXPECT_TRUE(torch::equal(item.value(), straight->named_parameters()[item.key()]))
+          << item.key() << (from_file ? " from the file" : " by name");
+  }
+}
+
 }  // namespace
 }  // namespace hybridflow

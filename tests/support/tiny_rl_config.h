@@ -42,4 +42,16 @@ inline std::vector<std::string> tiny_rl_overrides(const std::string& estimator,
   return o;
 }
 
+// What the mixture-of-experts trainer tests append to their overrides: a command reward that differs between
+// samples (the response's digit count / 4), `steps` steps without a samples log in run_dir, then `more`.
+inline void append_digit_reward_run(std::vector<std::string>& o, int steps, const std::string& run_dir,
+                                    const std::vector<std::string>& more) {
+  o.insert(o.end(), {"reward.type=command",
+                     "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
+                     "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\"",
+                     "trainer.total_steps=" + std::to_string(steps), "trainer.log_samples_freq=0",
+                     "trainer.run_dir=" + run_dir});
+  o.insert(o.end(), more.begin(), more.end());
+}
+
 }  // namespace hybridflow::testing

@@ -53,14 +53,8 @@ std::vector<std::string> moe_grpo(int ep, const std::string& run_dir, const std:
                                 "actor_rollout_ref.actor.use_kl_loss=true",
                                 "actor_rollout_ref.actor.shuffle=false",
                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-                                "actor_rollout_ref.actor.megatron.expert_model_parallel_size=" + std::to_string(ep),
-                                "reward.type=command",
-                                "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
-                                "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\"",
-                                "trainer.total_steps=" + std::to_string(kSteps),
-                                "trainer.log_samples_freq=0",
-                                "trainer.run_dir=" + run_dir};
-  o.insert(o.end(), more.begin(), more.end());
+                                "actor_rollout_ref.actor.megatron.expert_model_parallel_size=" + std::to_string(ep)};
+  hybridflow::testing::append_digit_reward_run(o, kSteps, run_dir, more);
   return hybridflow::testing::tiny_rl_overrides("grpo", o);
 }
 

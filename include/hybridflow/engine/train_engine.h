@@ -114,16 +114,17 @@ class TrainEngine {
   // tensor each, so their squared gradient norms are summed over the group; the others are replicated and
   // count once. Clipping then scales every rank's gradients by the same factor one process would use.
   void set_tensor_parallel(const TensorParallelGroup& tp, const std::function<bool(const std::string&)>& is_split);
-  // Expert parallelism (parallel/expert_parallel.h; set on every rank, after the gradient reducer, which sums over
-  // the data-parallel ranks of which the expert-parallel group is a part): the parameters `is_expert` names are
-  // this rank's experts. Each step first sums the mini-batch's units over the data-parallel ranks, so that every
-  // micro-batch's loss is weighted by its share of the global mini-batch (an expert's gradient gathers every rank's
-  // tokens through the exchanges' backward); the replicated parameters' gradients are summed over the
-  // data-parallel ranks, the experts' over `expert_data_parallel` (the ranks owning the same experts; null when
-  // no other rank does), and their squared norms over the expert-parallel group. Not with the ZeRO optimizer.
-  // With pipeline stages every group is the stage's (its data-parallel ranks; the experts of its layers), and
-  // the stages' norms add up. Every rank must run as many micro-batches, each with a token (their passes are
-  // collective).
+  // Expert parallelism (parallel/expert_parallel.h; set on every rank, after the gradient reducer or the sharded
+  // optimizer, which span the data-parallel ranks of which the expert-parallel group is a part): the parameters
+  // `is_expert` names are this rank's experts. Each step first sums the mini-batch's units over the data-parallel
+  // ranks, so that every micro-batch's loss is weighted by its share of the global mini-batch (an expert's
+  // gradient gathers every rank's tokens through the exchanges' backward); the replicated parameters' gradients
+  // are summed over the data-parallel ranks, the experts' over `expert_data_parallel` (the ranks owning the same
+  // experts; null when no other rank does), and their squared norms over the expert-parallel group. With the
+  // ZeRO optimizer the experts' gradients and state are partitioned over `expert_data_parallel` only (Megatron's
+  // distributed optimizer). With pipeline stages every group is the stage's (its data-parallel ranks; the
+  // experts of its layers), and the stages' norms add up; stages and the ZeRO optimizer together are refused.
+  // Every rank must run as many micro-batches, each with a token (their passes are collective).
   void set_expert_parallel(const ExpertParallelGroup& ep, Communicator* expert_data_parallel,
                            const std::function<bool(const std::string&)>& is_expert);
   // Pipeline parallelism (set on every stage, after set_tensor_parallel): the module is one stage of a
@@ -210,6 +211,8 @@ class TrainEngine {
 
   // The reduce-scatter, clip, partitioned AdamW and all-gather of a ZeRO step.
   void sharded_step(double local_norm, bool mean, StepStats& stats);
+  // (Re)builds the ZeRO optimizer over zero_dp_ from the current layout flags (no state yet).
+  void make_sharded_optimizer();
 
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<ZeroOptimizer> zero_;
@@ -221,6 +224,7 @@ class TrainEngine {
   std::vector<bool> split_;         // params_[i] is a tensor-parallel shard
   ExpertParallelGroup ep_;
   Communicator* expert_dp_ = nullptr;
+  Communicator* zero_dp_ = nullptr;  // set_sharded_optimizer's group
   std::vector<bool> expert_;        // params_[i] is one of this rank's experts
   std::shared_ptr<PipelineStageRunner> pipeline_;
 };

@@ -10,6 +10,12 @@
 // With pipeline stages, each stage's data-parallel group partitions that stage's parameters; the gradient
 // norm sums over the stages and counts a tied embedding's last-stage copy once (its gradient, summed over
 // the first and last stages before the step, is the same on both).
+//
+// With expert parallelism (as Megatron's distributed optimizer) the experts' state is partitioned only over the
+// ranks that own the same experts (the expert-data-parallel group, which may be this rank alone): they are
+// laid out in two buffers of their own, reduce-scattered and all-gathered over that group. Every expert element
+// then sits in exactly one rank's partition over the data-parallel group, as every replicated one does, so the
+// gradient norm's sum over the data-parallel group counts each parameter once.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,11 +35,13 @@ class ZeroOptimizer {
   // params: the module's trainable parameters; decay[i]: AdamW weight decay applies to params[i];
   // split[i]: params[i] is a tensor-parallel shard (its squared gradient norm is summed over tp);
   // counted[i] false: a copy whose gradient another pipeline stage counts in the norm (empty: all count);
-  // stages: the communicator over the pipeline stages (null: one stage).
+  // stages: the communicator over the pipeline stages (null: one stage); expert[i]: params[i] is one of this
+  // rank's experts (empty: none), partitioned over expert_dp (null: held whole, no other rank owns it).
   // Collective-free; every data-parallel rank must construct it over the same shapes.
   ZeroOptimizer(std::vector<torch::Tensor> params, const std::vector<bool>& decay, const std::vector<bool>& split,
                 const OptimizerOptions& options, Communicator& dp, TensorParallelGroup tp,
-                std::vector<bool> counted = {}, Communicator* stages = nullptr);
+                std::vector<bool> counted = {}, Communicator* stages = nullptr, std::vector<bool> expert = {},
+                Communicator* expert_dp = nullptr);
   ~ZeroOptimizer();
 
   // One step from the parameters' accumulated local gradients (each already multiplied by the rank's share
@@ -49,7 +57,7 @@ class ZeroOptimizer {
     int64_t step = 0;                   // Adam's step count (bias correction)
   };
   // Every parameter's moments, assembled from the partitions (collective over dp: an all-gather per group
-  // and moment).
+  // and moment; the experts' over expert_dp).
   std::vector<Moments> gather_moments() const;
   // Takes this rank's partition of every parameter's moments (moments[i] for params[i]; undefined tensors
   // start from zeros) and re-reads the fp32 master partition from the parameters. Collective-free.
