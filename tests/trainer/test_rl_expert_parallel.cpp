@@ -293,6 +293,12 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
   EXPECT_THAT(refused(2, staged_decoding),
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding runs unstaged"));
+  std::vector<std::string> staged_zero = kTwoStages;
+  staged_zero.push_back("actor_rollout_ref.actor.megatron.use_distributed_optimizer=true");
+  EXPECT_THAT(refused(2, staged_zero),
+              HasSubstr("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2 and "
+                        "actor_rollout_ref.actor.megatron.use_distributed_optimizer = true: expert parallelism is "
+                        "combined with pipeline stages or with the distributed optimizer, not yet with both"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
               HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),
