@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "bench_common.h"
@@ -56,6 +57,9 @@ std::pair<double, double> largest_rank_rss(WorkerGroup& group) {
 struct Row {
   int64_t length = 0, sp = 0;
   double forward_s = 0, step_s = 0, peak = 0, base = 0;
+  // The peak after compute_log_prob alone (VmHWM only grows, so peak - forward_peak is what the training step
+  // added on top), and the resident set left after each call (memory the allocator kept, not returned).
+  double forward_peak = 0, forward_rss = 0, step_rss = 0;
 };
 
 }  // namespace
@@ -103,22 +107,28 @@ int main(int argc, char** argv) {
       Controller ctl;  // fresh processes: each configuration's high-water mark is its own
       ctl.add_pools({pool});
       WorkerGroup actor = ctl.create_group(pool.name, "actor", kActorRolloutRefWorkerType, {}, config);
-      if (params == 0) params = actor.call("flat_parameters").get().tensor("parameters").numel();
+      if (params == 0) {  // every rank holds the whole model: count one rank's copy, not the group's concatenation
+        const Future reply = actor.call("flat_parameters");
+        params = reply.per_rank().front().tensor("parameters").numel();
+      }
       Row row{length, sp};
       row.base = largest_rank_rss(actor).second;
       DataProto step = batch;
       double start = bench::now_seconds();
       step.update(actor.call("compute_log_prob", step).get());
       row.forward_s = (bench::now_seconds() - start) / static_cast<double>(sp);
+      std::tie(row.forward_peak, row.forward_rss) = largest_rank_rss(actor);
       start = bench::now_seconds();
       actor.call("update_actor", step).get();
       row.step_s = (bench::now_seconds() - start) / static_cast<double>(sp);
-      row.peak = largest_rank_rss(actor).first;
+      std::tie(row.peak, row.step_rss) = largest_rank_rss(actor);
       rows.push_back(row);
+      constexpr double kMiB = 1 << 20;
       std::printf("%6lld tokens, SP %lld: per sequence forward %.1f s, training step %.1f s, peak RSS %.0f MiB (%.0f MiB above "
-                  "the built model)\n",
-                  static_cast<long long>(length), static_cast<long long>(sp), row.forward_s, row.step_s,
-                  row.peak / (1 << 20), (row.peak - row.base) / (1 << 20));
+                  "the built model; after the forward: peak %.0f, RSS %.0f; RSS after the step %.0f)\n",
+                  static_cast<long long>(length), static_cast<long long>(sp), row.forward_s, row.step_s, row.peak / kMiB,
+                  (row.peak - row.base) / kMiB, (row.forward_peak - row.base) / kMiB, (row.forward_rss - row.base) / kMiB,
+                  (row.step_rss - row.base) / kMiB);
       std::fflush(stdout);
     }
   }
