@@ -8,7 +8,10 @@
 // Each (length, size) gets fresh worker processes through the Controller, 1 thread each, so every process's
 // resident high-water mark (VmHWM, memory_stats) is that configuration's alone. Reported per configuration:
 // both call times, the peak RSS of the largest rank, its part above the rank's RSS right after the model was
-// built (activations and their gradients, optimizer state, the head's logits), and that part against 1 process.
+// built (activations and their gradients, optimizer state, the head's logits), and that part against 1 process;
+// per line also the peak after the forward alone and the resident set after each call. Resident memory includes
+// what glibc's malloc keeps after a free: with MALLOC_MMAP_THRESHOLD_=131072 in the environment (the workers
+// inherit it) large tensors are unmapped when freed and the peaks follow the live tensors (docs/performance.md).
 // The ranks share this machine's cores: with fewer cores than ranks the times show the all-to-all's cost and
 // the oversubscription, not a speed-up; memory per rank is what sequence parallelism buys.
 // --mask-hole=1 masks one prompt position (a hole in the attention mask), which sends attention through the
