@@ -8,7 +8,10 @@
 // Each (length, size) gets fresh worker processes through the Controller, 1 thread each, so every process's
 // resident high-water mark (VmHWM, memory_stats) is that configuration's alone. Reported per configuration:
 // both call times, the peak RSS of the largest rank, its part above the rank's RSS right after the model was
-// built (activations and their gradients, optimizer state, the head's logits), and that part against 1 process.
+// built (activations and their gradients, optimizer state, the head's logits), and that part against 1 process;
+// per line also the peak after the forward alone and the resident set after each call. Resident memory includes
+// what glibc's malloc keeps after a free: with MALLOC_MMAP_THRESHOLD_=131072 in the environment (the workers
+// inherit it) large tensors are unmapped when freed and the peaks follow the live tensors (docs/performance.md).
 // The ranks share this machine's cores: with fewer cores than ranks the times show the all-to-all's cost and
 // the oversubscription, not a speed-up; memory per rank is what sequence parallelism buys.
 // --mask-hole=1 masks one prompt position (a hole in the attention mask), which sends attention through the
@@ -18,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "bench_common.h"
@@ -56,6 +60,9 @@ std::pair<double, double> largest_rank_rss(WorkerGroup& group) {
 struct Row {
   int64_t length = 0, sp = 0;
   double forward_s = 0, step_s = 0, peak = 0, base = 0;
+  // The peak after compute_log_prob alone (VmHWM only grows, so peak - forward_peak is what the training step
+  // added on top), and the resident set left after each call (memory the allocator kept, not returned).
+  double forward_peak = 0, forward_rss = 0, step_rss = 0;
 };
 
 }  // namespace
@@ -103,22 +110,28 @@ int main(int argc, char** argv) {
       Controller ctl;  // fresh processes: each configuration's high-water mark is its own
       ctl.add_pools({pool});
       WorkerGroup actor = ctl.create_group(pool.name, "actor", kActorRolloutRefWorkerType, {}, config);
-      if (params == 0) params = actor.call("flat_parameters").get().tensor("parameters").numel();
+      if (params == 0) {  // every rank holds the whole model: count one rank's copy, not the group's concatenation
+        const Future reply = actor.call("flat_parameters");
+        params = reply.per_rank().front().tensor("parameters").numel();
+      }
       Row row{length, sp};
       row.base = largest_rank_rss(actor).second;
       DataProto step = batch;
       double start = bench::now_seconds();
       step.update(actor.call("compute_log_prob", step).get());
       row.forward_s = (bench::now_seconds() - start) / static_cast<double>(sp);
+      std::tie(row.forward_peak, row.forward_rss) = largest_rank_rss(actor);
       start = bench::now_seconds();
       actor.call("update_actor", step).get();
       row.step_s = (bench::now_seconds() - start) / static_cast<double>(sp);
-      row.peak = largest_rank_rss(actor).first;
+      std::tie(row.peak, row.step_rss) = largest_rank_rss(actor);
       rows.push_back(row);
+      constexpr double kMiB = 1 << 20;
       std::printf("%6lld tokens, SP %lld: per sequence forward %.1f s, training step %.1f s, peak RSS %.0f MiB (%.0f MiB above "
-                  "the built model)\n",
-                  static_cast<long long>(length), static_cast<long long>(sp), row.forward_s, row.step_s,
-                  row.peak / (1 << 20), (row.peak - row.base) / (1 << 20));
+                  "the built model; after the forward: peak %.0f, RSS %.0f; RSS after the step %.0f)\n",
+                  static_cast<long long>(length), static_cast<long long>(sp), row.forward_s, row.step_s, row.peak / kMiB,
+                  (row.peak - row.base) / kMiB, (row.forward_peak - row.base) / kMiB, (row.forward_rss - row.base) / kMiB,
+                  (row.step_rss - row.base) / kMiB);
       std::fflush(stdout);
     }
   }
