@@ -21,16 +21,9 @@ struct DecodeGraphs::Graph {
   torch::Tensor output;                  // [rows, 1, hidden], written by each replay (not drawing)
   torch::Tensor uniforms;                // [rows] float64: the step's draws (drawing, sampled)
   DecodeDraw draw;                       // written by each replay (drawing)
+  bool captured = false;                 // capture_end returned: graph.pool() is valid
 };
 
-namespace {
-// One pool for every decode graph: a step replays one graph at a time on one stream, so their activations
-// may share memory.
-c10::MempoolId_t decode_graph_pool() {
-  static const c10::MempoolId_t pool = at::cuda::graph_pool_handle();
-  return pool;
-}
-}  // namespace
 #else
 struct DecodeGraphs::Graph {};
 #endif
@@ -141,9 +134,19 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
       c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
       run();  // warm-up: lazy initialisation outside the capture; writes the keys and values the replay writes
       c10::cuda::getCurrentCUDAStream().synchronize();
-      g.graph.capture_begin(decode_graph_pool());
+      // One pool for this set's graphs (a step replays one graph at a time on one stream, so their
+      // activations may share memory), taken from a graph that holds it: a pool id kept after its last graph
+      // is gone trips the caching allocator's assertion (use_count > 0) on the next capture.
+      c10::MempoolId_t pool{0, 0};
+      for (const auto& [other_bucket, other] : graphs_)
+        if (other && other.get() != &g && other->captured) {
+          pool = other->graph.pool();
+          break;
+        }
+      g.graph.capture_begin(pool);
       g.output = run();
       g.graph.capture_end();
+      g.captured = true;
       c10::cuda::getCurrentCUDAStream().synchronize();
     }
     plan_.mark_captured(bucket);

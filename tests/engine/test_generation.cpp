@@ -7,6 +7,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graphs.h"
+#include "hybridflow/kernels/decode_kernels.h"
 #include "support/forward_log_probs.h"
 #include "support/tiny_model.h"
 
@@ -675,6 +676,37 @@ TEST_F(GenerationTest, CudaGraphsOnTheCpuDecodeEagerly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("enforce_eager"), std::string::npos) << e.what();
   }
+}
+
+// The fused decode kernels' CPU references (kernels::Mode::kEverywhere: the CUDA decode path's arithmetic) in
+// bf16 choose the gather path's greedy tokens over 40 steps, with log-probs within bf16 rounding. The model is
+// test_cuda_parity's, unscaled: with its weights scaled by 8 (as that test does for fp32, to spread the logits)
+// bf16 rounding alone flips greedy choices (the gather path leaves the fp32 tokens at step 5 of one row), and
+// the references and the CUDA kernels then diverge from the gather path at the same step, with the same
+// log-prob difference (1.374, measured on an H200, 2026-11-28).
+TEST(FusedDecodeReferences, ChooseTheGatherPathsTokensInBf16) {
+  torch::manual_seed(5);
+  CausalLM m(testing::tiny_model_config({.vocab_size = 97, .hidden_size = 64, .intermediate_size = 128},
+                                        "qwen2-tiny"));
+  m->to(torch::kBFloat16);
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 40;
+  cfg.n = 2;
+  cfg.max_num_seqs = 6;
+  cfg.kv_block_size = 4;
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
+  const auto saved = kernels::mode();
+  kernels::set_mode(kernels::Mode::kOff);
+  auto gathered = generate(m, prompts, cfg);
+  kernels::set_mode(kernels::Mode::kEverywhere);
+  auto fused = generate(m, prompts, cfg);
+  kernels::set_mode(saved);
+  EXPECT_EQ(fused.responses.size(1), 40);
+  EXPECT_TRUE(torch::equal(fused.responses, gathered.responses));
+  const double diff = (fused.log_probs - gathered.log_probs).abs().max().item<double>();
+  EXPECT_LT(diff, 5e-2);
+  EXPECT_GT(diff, 0.0);  // the two paths round differently: the references did run
 }
 
 TEST_F(GenerationTest, RejectsBadInput) {
