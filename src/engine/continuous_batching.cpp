@@ -455,26 +455,37 @@ class Scheduler {
     torch::Tensor input = upload(torch::tensor(inputs, torch::kInt64), device_);
     TokenRing ring(count, steps, cfg_, device_);
     std::vector<torch::Tensor> routing;  // per step [count, layers, k] on the device
+    // Per step the host does O(rows) work besides copying the tables once: the graphs read each row's table
+    // where the block manager keeps it (an append never moves another sequence's), and the eager step takes
+    // copies (CausalLM::decode_paged's interface), into vectors kept across the chunk's steps.
+    std::vector<const std::vector<int64_t>*> table_refs;
+    std::vector<std::vector<int64_t>> tables;
+    table_refs.reserve(static_cast<size_t>(count));
+    const std::vector<torch::Tensor> uniforms_by_step = uniforms.defined() ? uniforms.unbind(0) : std::vector<torch::Tensor>();
     for (int64_t k = 0; k < steps; ++k) {
       link_.receive(count, 1);
       torch::Tensor hidden;
-      std::vector<std::vector<int64_t>> tables;
       if (blocks_) {
+        table_refs.clear();
         for (const Row& row : rows_) {
           // Room for the input token's key and value; a shared block is copied before the step writes to it.
           const BlockManager::Append where = blocks_->append(row.paged);
           if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
-          tables.push_back(blocks_->table(row.paged));
+          table_refs.push_back(&blocks_->table(row.paged));
         }
-        if (!graphs_) hidden = model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
+        if (!graphs_) {
+          tables.resize(table_refs.size());
+          for (size_t r = 0; r < table_refs.size(); ++r) tables[r].assign(table_refs[r]->begin(), table_refs[r]->end());
+          hidden = model_->decode_paged(input.view({count, 1}), tables, lengths, paged_);
+        }
       } else {
         hidden = model_->decode_slots(input.view({count, 1}), slots, lengths, cache_);
       }
-      const torch::Tensor step_uniforms = uniforms.defined() ? uniforms[k] : uniforms;
+      const torch::Tensor step_uniforms = uniforms.defined() ? uniforms_by_step[static_cast<size_t>(k)] : uniforms;
       TokenDraw draw;
       if (graphs_) {
         // One replay: the step and the draw (graphs run one stage, without routing records).
-        draw = graphs_->decode_and_draw(input, step_uniforms, tables, lengths);
+        draw = graphs_->decode_and_draw(input, step_uniforms, table_refs, lengths);
       } else {
         link_.send(hidden);
         if (cfg_.record_routing) routing.push_back(torch::stack(model_->recorded_routing().layers, 2).select(1, 0));
@@ -482,7 +493,7 @@ class Scheduler {
       }
       for (int64_t& length : lengths) ++length;  // the input token is in the cache now
       link_.share(draw.tokens, draw.log_probs, count);
-      ring.record(k, draw.tokens, draw.log_probs, draw.no_mass);
+      ring.store(k, draw.tokens, draw.log_probs, draw.no_mass);
       input = draw.tokens;
     }
     const TokenRing::Chunk chunk = ring.read_back();

@@ -45,28 +45,47 @@ DecodeGraphPlan::Decision DecodeGraphPlan::decide(int64_t rows, int64_t longest)
 PaddedDecodeStep DecodeGraphPlan::pad(const DecodeGraphBucket& bucket, const std::vector<int64_t>& tokens,
                                       const std::vector<std::vector<int64_t>>& tables,
                                       const std::vector<int64_t>& lengths, int64_t pad_block, int64_t pad_token) const {
-  const auto rows = static_cast<int64_t>(tokens.size());
-  const int64_t bs = options_.block_size, width = bucket.span / bs;
-  HF_CHECK(static_cast<int64_t>(tables.size()) == rows && static_cast<int64_t>(lengths.size()) == rows &&
-               rows <= bucket.rows && bucket.span % bs == 0,
-           "decode graphs: ", rows, " rows (", tables.size(), " tables, ", lengths.size(),
-           " lengths) do not fit a bucket of ", bucket.rows, " rows and ", bucket.span, " positions");
+  HF_CHECK(tables.size() == tokens.size(), "decode graphs: ", tokens.size(), " rows with ", tables.size(), " tables");
+  std::vector<const std::vector<int64_t>*> refs;
+  for (const auto& table : tables) refs.push_back(&table);
+  const int64_t n = bucket.rows, width = bucket.span / options_.block_size;
+  std::vector<int64_t> flat(static_cast<size_t>(std::max<int64_t>(n, 0) * (2 + std::max<int64_t>(width, 0))));
+  write_padded(bucket, tokens.data(), refs, lengths, pad_block, pad_token, flat.data());
   PaddedDecodeStep step;
-  step.tokens.assign(static_cast<size_t>(bucket.rows), pad_token);
-  step.lengths.assign(static_cast<size_t>(bucket.rows), 0);
-  step.tables.assign(static_cast<size_t>(bucket.rows * width), pad_block);
+  step.tokens.assign(flat.begin(), flat.begin() + n);
+  step.lengths.assign(flat.begin() + n, flat.begin() + 2 * n);
+  step.tables.assign(flat.begin() + 2 * n, flat.end());
+  return step;
+}
+
+void DecodeGraphPlan::write_padded(const DecodeGraphBucket& bucket, const int64_t* tokens,
+                                   const std::vector<const std::vector<int64_t>*>& tables,
+                                   const std::vector<int64_t>& lengths, int64_t pad_block, int64_t pad_token,
+                                   int64_t* out) const {
+  const auto rows = static_cast<int64_t>(tables.size());
+  const int64_t bs = options_.block_size, n = bucket.rows, width = bucket.span / bs;
+  HF_CHECK(static_cast<int64_t>(lengths.size()) == rows && rows <= n && bucket.span % bs == 0,
+           "decode graphs: ", rows, " rows (", tables.size(), " tables, ", lengths.size(),
+           " lengths) do not fit a bucket of ", n, " rows and ", bucket.span, " positions");
+  int64_t* out_tokens = out;
+  int64_t* out_lengths = out + n;
+  int64_t* out_tables = out + 2 * n;
   for (int64_t r = 0; r < rows; ++r) {
     const auto i = static_cast<size_t>(r);
-    const auto& table = tables[i];
+    const std::vector<int64_t>& table = *tables[i];
     HF_CHECK(lengths[i] >= 0 && lengths[i] < bucket.span && lengths[i] / bs < static_cast<int64_t>(table.size()),
              "decode graphs: row ", r, " at position ", lengths[i], " with a table of ", table.size(),
              " blocks does not fit a span of ", bucket.span, " positions");
-    step.tokens[i] = tokens[i];
-    step.lengths[i] = lengths[i];
-    const auto used = std::min(static_cast<size_t>(width), table.size());
-    std::copy_n(table.begin(), used, step.tables.begin() + static_cast<std::ptrdiff_t>(r * width));
+    out_tokens[r] = tokens != nullptr ? tokens[r] : pad_token;
+    out_lengths[r] = lengths[i];
+    const auto used = std::min(width, static_cast<int64_t>(table.size()));
+    int64_t* row_table = out_tables + r * width;
+    std::copy_n(table.begin(), used, row_table);
+    std::fill(row_table + used, row_table + width, pad_block);
   }
-  return step;
+  std::fill(out_tokens + rows, out_tokens + n, pad_token);
+  std::fill(out_lengths + rows, out_lengths + n, int64_t{0});
+  std::fill(out_tables + rows * width, out_tables + n * width, pad_block);
 }
 
 }  // namespace hybridflow

@@ -22,6 +22,23 @@ struct DecodeGraphs::Graph {
   torch::Tensor uniforms;                // [rows] float64: the step's draws (drawing, sampled)
   DecodeDraw draw;                       // written by each replay (drawing)
   bool captured = false;                 // capture_end returned: graph.pool() is valid
+  // The first `rows` rows of the buffers above, kept while consecutive steps have as many rows (most of a
+  // chunk's): five views fewer to make per step.
+  int64_t view_rows = -1;
+  torch::Tensor tokens_in, uniforms_in, output_out;
+  DecodeDraw draw_out;
+
+  void view_rows_of(int64_t rows) {
+    if (rows == view_rows) return;
+    view_rows = rows;
+    tokens_in = tokens.narrow(0, 0, rows);
+    uniforms_in = uniforms.narrow(0, 0, rows);
+    if (output.defined()) output_out = output.narrow(0, 0, rows);
+    draw_out = {};
+    if (draw.tokens.defined())
+      draw_out = {draw.tokens.narrow(0, 0, rows), draw.log_probs.narrow(0, 0, rows),
+                  draw.no_mass.defined() ? draw.no_mass.narrow(0, 0, rows) : torch::Tensor()};
+  }
 };
 
 #else
@@ -62,32 +79,46 @@ DecodeDraw decode_and_draw_step(CausalLM& model, const GenerationConfig& cfg, co
   return generation::choose_tokens_on_device(model, hidden.select(1, 0), cfg, uniforms);
 }
 
+namespace {
+
+std::vector<const std::vector<int64_t>*> graph_table_refs(const std::vector<std::vector<int64_t>>& tables) {
+  std::vector<const std::vector<int64_t>*> refs;
+  refs.reserve(tables.size());
+  for (const auto& table : tables) refs.push_back(&table);
+  return refs;
+}
+
+}  // namespace
+
 DecodeDraw DecodeGraphs::decode_and_draw(const torch::Tensor& tokens, const torch::Tensor& uniforms,
-                                         const std::vector<std::vector<int64_t>>& tables,
+                                         const std::vector<const std::vector<int64_t>*>& tables,
                                          const std::vector<int64_t>& lengths) {
   HF_CHECK(sampling_.has_value(), "decode graphs: decode_and_draw needs the graphs made with a sampling config");
   DecodeDraw drawn;
-  step(std::vector<int64_t>(static_cast<size_t>(tokens.size(0)), pad_token_), tokens, tables, lengths,
-       sampling_->greedy ? torch::Tensor() : uniforms, &drawn);
+  step(nullptr, tokens, tables, lengths, sampling_->greedy ? torch::Tensor() : uniforms, &drawn);
   return drawn;
 }
 
 torch::Tensor DecodeGraphs::decode(const std::vector<int64_t>& tokens, const std::vector<std::vector<int64_t>>& tables,
                                    const std::vector<int64_t>& lengths) {
   HF_CHECK(!sampling_, "decode graphs: graphs made with a sampling config draw their tokens (decode_and_draw)");
-  return step(tokens, torch::Tensor(), tables, lengths);
+  HF_CHECK(tokens.size() == tables.size(), "decode graphs: ", tokens.size(), " tokens for ", tables.size(), " tables");
+  return step(tokens.data(), torch::Tensor(), graph_table_refs(tables), lengths);
 }
 
 torch::Tensor DecodeGraphs::decode(const torch::Tensor& tokens, const std::vector<std::vector<int64_t>>& tables,
                                    const std::vector<int64_t>& lengths) {
   HF_CHECK(!sampling_, "decode graphs: graphs made with a sampling config draw their tokens (decode_and_draw)");
-  return step(std::vector<int64_t>(static_cast<size_t>(tokens.size(0)), pad_token_), tokens, tables, lengths);
+  HF_CHECK(tokens.size(0) == static_cast<int64_t>(tables.size()), "decode graphs: ", tokens.size(0), " tokens for ",
+           tables.size(), " tables");
+  return step(nullptr, tokens, graph_table_refs(tables), lengths);
 }
 
-torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch::Tensor& device_tokens,
-                                 const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
-                                 const torch::Tensor& uniforms, DecodeDraw* drawn) {
-  const auto rows = static_cast<int64_t>(tokens.size());
+torch::Tensor DecodeGraphs::step(const int64_t* tokens, const torch::Tensor& device_tokens,
+                                 const std::vector<const std::vector<int64_t>*>& tables,
+                                 const std::vector<int64_t>& lengths, const torch::Tensor& uniforms,
+                                 DecodeDraw* drawn) {
+  const auto rows = static_cast<int64_t>(tables.size());
   int64_t longest = 1;
   for (int64_t length : lengths) longest = std::max(longest, length + 1);
   const DecodeGraphPlan::Decision decision = plan_.decide(rows, longest);
@@ -95,8 +126,13 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
     ++eager_;
     auto ids = device_tokens.defined()
                    ? device_tokens.view({rows, 1})
-                   : torch::tensor(tokens, torch::TensorOptions().dtype(torch::kInt64)).view({rows, 1}).to(device_);
-    torch::Tensor hidden = model_->decode_paged(ids, tables, lengths, cache_);
+                   : torch::tensor(std::vector<int64_t>(tokens, tokens + rows), torch::TensorOptions().dtype(torch::kInt64))
+                         .view({rows, 1})
+                         .to(device_);
+    std::vector<std::vector<int64_t>> copies;
+    copies.reserve(tables.size());
+    for (const auto* table : tables) copies.push_back(*table);
+    torch::Tensor hidden = model_->decode_paged(ids, copies, lengths, cache_);
     if (drawn != nullptr) *drawn = generation::choose_tokens_on_device(model_, hidden.select(1, 0), *sampling_, uniforms);
     return hidden;
   }
@@ -104,13 +140,11 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
   HF_FAIL("decode graphs: not in this CPU build");
 #else
   const DecodeGraphBucket bucket = decision.bucket;
-  const PaddedDecodeStep step = plan_.pad(bucket, tokens, tables, lengths, pad_block_, pad_token_);
   const int64_t n = bucket.rows, width = bucket.span / plan_.options().block_size;
+  // Written straight into pinned memory, which the caching host allocator hands out again only once the
+  // copies queued from it have run: the steps queued ahead of the device each keep their own.
   auto host = torch::empty({n * (2 + width)}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
-  int64_t* h = host.data_ptr<int64_t>();
-  std::copy(step.tokens.begin(), step.tokens.end(), h);
-  std::copy(step.lengths.begin(), step.lengths.end(), h + n);
-  std::copy(step.tables.begin(), step.tables.end(), h + 2 * n);
+  plan_.write_padded(bucket, tokens, tables, lengths, pad_block_, pad_token_, host.data_ptr<int64_t>());
   auto& slot = graphs_[bucket];
   if (decision.action == DecodeGraphPlan::Action::kCapture) {
     slot = std::make_unique<Graph>();
@@ -151,19 +185,19 @@ torch::Tensor DecodeGraphs::step(const std::vector<int64_t>& tokens, const torch
     }
     plan_.mark_captured(bucket);
   } else {
+    slot->view_rows_of(rows);
     slot->inputs.copy_(host, /*non_blocking=*/true);
-    if (device_tokens.defined()) slot->tokens.narrow(0, 0, rows).copy_(device_tokens.view({rows, 1}));
-    if (uniforms.defined()) slot->uniforms.narrow(0, 0, rows).copy_(uniforms);
+    if (device_tokens.defined()) slot->tokens_in.copy_(device_tokens.view({rows, 1}));
+    if (uniforms.defined()) slot->uniforms_in.copy_(uniforms);
   }
   slot->graph.replay();
   ++replayed_;
+  slot->view_rows_of(rows);
   if (drawn != nullptr) {
-    const DecodeDraw& d = slot->draw;
-    *drawn = {d.tokens.narrow(0, 0, rows), d.log_probs.narrow(0, 0, rows),
-              d.no_mass.defined() ? d.no_mass.narrow(0, 0, rows) : torch::Tensor()};
+    *drawn = slot->draw_out;
     return torch::Tensor();
   }
-  return slot->output.narrow(0, 0, rows);
+  return slot->output_out;
 #endif
 }
 

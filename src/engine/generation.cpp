@@ -229,15 +229,20 @@ std::pair<torch::Tensor, torch::Tensor> choose_tokens(CausalLM& model, const tor
   return {draw.tokens, draw.log_probs};
 }
 
-TokenRing::TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device) : steps_(steps) {
+TokenRing::TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device)
+    : steps_(steps), device_(device), eos_token_ids_(cfg.eos_token_ids) {
   packed_ = torch::zeros({3 * steps + 2, rows}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  ended_ = torch::zeros({rows}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  no_mass_ = torch::zeros_like(ended_);
-  if (!cfg.eos_token_ids.empty()) eos_ids_ = upload(torch::tensor(cfg.eos_token_ids, torch::kInt64), device);
 }
 
 torch::Tensor TokenRing::record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
                                 const torch::Tensor& no_mass, const torch::Tensor& drawing) {
+  HF_CHECK(mode_ != Mode::kStored, "generation: a token ring takes record() or store(), not both");
+  if (mode_ == Mode::kNone) {
+    mode_ = Mode::kRecorded;
+    ended_ = torch::zeros({packed_.size(1)}, torch::TensorOptions().dtype(torch::kBool).device(device_));
+    no_mass_ = torch::zeros_like(ended_);
+    if (!eos_token_ids_.empty()) eos_ids_ = upload(torch::tensor(eos_token_ids_, torch::kInt64), device_);
+  }
   torch::Tensor live = ended_.logical_not();
   if (drawing.defined()) live = live.logical_and(drawing);
   // float64 holds every token id (< 2^53) and every float32 log-prob exactly.
@@ -249,13 +254,52 @@ torch::Tensor TokenRing::record(int64_t k, const torch::Tensor& tokens, const to
   return live;
 }
 
+void TokenRing::store(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
+                      const torch::Tensor& no_mass) {
+  HF_CHECK(mode_ != Mode::kRecorded, "generation: a token ring takes record() or store(), not both");
+  mode_ = Mode::kStored;
+  packed_[k].copy_(tokens);
+  packed_[steps_ + k].copy_(log_probs);
+  if (no_mass.defined()) packed_[2 * steps_ + k].copy_(no_mass);
+}
+
 TokenRing::Chunk TokenRing::read_back() {
-  packed_[3 * steps_].copy_(ended_);
-  packed_[3 * steps_ + 1].copy_(no_mass_);
+  if (mode_ == Mode::kStored) return read_back_stored(packed_.to(torch::kCPU));
+  if (mode_ == Mode::kRecorded) {
+    packed_[3 * steps_].copy_(ended_);
+    packed_[3 * steps_ + 1].copy_(no_mass_);
+  }
   const torch::Tensor host = packed_.to(torch::kCPU);
   check_sampleable(host[3 * steps_ + 1].gt(0.5));
   return {host.narrow(0, 0, steps_).to(torch::kInt64), host.narrow(0, steps_, steps_).to(torch::kFloat32),
           host.narrow(0, 2 * steps_, steps_).gt(0.5), host[3 * steps_].gt(0.5)};
+}
+
+// What record() computes on the device, step by step, from the stored draws: a row's token counts while no
+// earlier counted token of the chunk was an eos id; its no-mass flags count where its token does.
+TokenRing::Chunk TokenRing::read_back_stored(const torch::Tensor& host) const {
+  const int64_t rows = host.size(1);
+  Chunk chunk{host.narrow(0, 0, steps_).to(torch::kInt64), host.narrow(0, steps_, steps_).to(torch::kFloat32),
+              torch::empty({steps_, rows}, torch::TensorOptions().dtype(torch::kBool)),
+              torch::empty({rows}, torch::TensorOptions().dtype(torch::kBool))};
+  const auto tokens = chunk.tokens.accessor<int64_t, 2>();
+  const auto no_mass = host.accessor<double, 2>();
+  auto live = chunk.live.accessor<bool, 2>();
+  auto ended = chunk.ended.accessor<bool, 1>();
+  int64_t first_without_mass = -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    bool done = false;
+    for (int64_t k = 0; k < steps_; ++k) {
+      live[k][r] = !done;
+      if (done) continue;
+      if (no_mass[2 * steps_ + k][r] > 0.5 && first_without_mass < 0) first_without_mass = r;
+      done = std::find(eos_token_ids_.begin(), eos_token_ids_.end(), tokens[k][r]) != eos_token_ids_.end();
+    }
+    ended[r] = done;
+  }
+  HF_CHECK(first_without_mass < 0, "generation: row ", first_without_mass,
+           " has no finite sampling distribution (NaN or infinite logits)");
+  return chunk;
 }
 
 bool is_eos(const GenerationConfig& cfg, int64_t token) {

@@ -81,8 +81,8 @@ torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOp
 // A chunk of decode steps' draws kept on the device and read back at once (GenerationConfig::
 // readback_interval): each step's tokens and log-probs, which rows were still running when it drew (a row
 // stops at an eos id; its later draws are discarded), the rows ended by the chunk's end, and rows with no
-// finite sampling distribution. record() queues device work only; read_back() is the chunk's one host
-// synchronisation.
+// finite sampling distribution. record() and store() queue device work only; read_back() is the chunk's one
+// host synchronisation.
 class TokenRing {
  public:
   TokenRing(int64_t rows, int64_t steps, const GenerationConfig& cfg, torch::Device device);
@@ -91,6 +91,11 @@ class TokenRing {
   // step; the others' entries are placeholders that never count (a chunk whose rows join at different steps).
   torch::Tensor record(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs,
                        const torch::Tensor& no_mass, const torch::Tensor& drawing = {});
+  // Step k's draw for a caller that needs no per-step `live` on the device (every row draws every step):
+  // only the draw is copied into the ring (two or three copies, against record()'s eight or so operators),
+  // and read_back() works out on the host which tokens count, which rows ended and which had no mass, the
+  // same as record() would have. A ring takes either store() or record(), not both.
+  void store(int64_t k, const torch::Tensor& tokens, const torch::Tensor& log_probs, const torch::Tensor& no_mass);
   struct Chunk {
     torch::Tensor tokens;     // [steps, rows] int64, CPU
     torch::Tensor log_probs;  // [steps, rows] float32, CPU
@@ -101,9 +106,14 @@ class TokenRing {
   Chunk read_back();
 
  private:
+  Chunk read_back_stored(const torch::Tensor& host) const;
   int64_t steps_;
-  torch::Tensor packed_;  // [3 * steps + 2, rows] float64: tokens, log-probs, live, ended, no mass
-  torch::Tensor ended_, no_mass_, eos_ids_;
+  torch::Device device_;
+  std::vector<int64_t> eos_token_ids_;
+  enum class Mode { kNone, kRecorded, kStored } mode_ = Mode::kNone;
+  // [3 * steps + 2, rows] float64: tokens, log-probs, live (stored: no mass per step), ended, no mass
+  torch::Tensor packed_;
+  torch::Tensor ended_, no_mass_, eos_ids_;  // record() only, made at its first call
 };
 
 // True when a token id ends a sequence.

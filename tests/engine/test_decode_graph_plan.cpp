@@ -2,6 +2,8 @@
 // when a graph is captured, replayed or skipped, and what the padded step's static inputs hold.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graph_plan.h"
 
@@ -82,6 +84,30 @@ TEST(DecodeGraphPlan, PadsRowsTablesAndLengths) {
   }
   EXPECT_THROW(p.pad(bucket, {1, 2, 3, 4, 5}, {{1}, {1}, {1}, {1}, {1}}, {0, 0, 0, 0, 0}, 99, 0), Error);
   EXPECT_THROW(DecodeGraphPlan({.block_size = 0, .max_rows = 1, .max_span = 1}), Error);
+}
+
+// write_padded() is pad()'s three vectors one after the other, written into the caller's buffer from pointers
+// to the tables; without tokens every token is the pad token.
+TEST(DecodeGraphPlan, WritesThePaddedStepInPlace) {
+  const DecodeGraphPlan p = plan();
+  const DecodeGraphBucket bucket = p.bucket(3, 40);
+  const std::vector<std::vector<int64_t>> tables = {{7}, {3, 9, 4, 8}, {5, 6, 2}};
+  const std::vector<int64_t> tokens = {11, 12, 13}, lengths = {15, 39, 20};
+  const PaddedDecodeStep step = p.pad(bucket, tokens, tables, lengths, 99, 0);
+  std::vector<int64_t> expected = step.tokens;
+  expected.insert(expected.end(), step.lengths.begin(), step.lengths.end());
+  expected.insert(expected.end(), step.tables.begin(), step.tables.end());
+  const std::vector<const std::vector<int64_t>*> refs = {&tables[0], &tables[1], &tables[2]};
+  std::vector<int64_t> out(expected.size(), -1);
+  p.write_padded(bucket, tokens.data(), refs, lengths, 99, 0, out.data());
+  EXPECT_EQ(out, expected);
+  std::fill(out.begin(), out.end(), -1);
+  p.write_padded(bucket, nullptr, refs, lengths, 99, 5, out.data());
+  EXPECT_EQ(std::vector<int64_t>(out.begin(), out.begin() + 4), (std::vector<int64_t>{5, 5, 5, 5}));
+  EXPECT_EQ(std::vector<int64_t>(out.begin() + 4, out.end()), std::vector<int64_t>(expected.begin() + 4, expected.end()));
+  // A row past its table is refused before anything is written past the buffer.
+  const std::vector<int64_t> short_table = {7};
+  EXPECT_THROW(p.write_padded(bucket, nullptr, {&short_table}, {16}, 99, 0, out.data()), Error);
 }
 
 }  // namespace

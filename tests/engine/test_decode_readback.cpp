@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/model/batch_invariant.h"
@@ -183,6 +184,58 @@ TEST(DecodeReadbackSampling, NoFiniteDistributionIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("row 1 has no finite sampling distribution"), std::string::npos) << e.what();
   }
+}
+
+// TokenRing::store() leaves to the read-back what record() computes on the device step by step: for the
+// same draws both read back the same chunk - an eos ends a row mid-chunk (its later tokens do not count, an
+// eos after another counts once), a row with no mass after its eos is no error - and a counted draw without
+// mass is reported naming its row. A ring takes one of the two.
+TEST(TokenRingStore, ReadsBackWhatRecordComputes) {
+  GenerationConfig cfg;
+  cfg.eos_token_ids = {7, 9};
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const auto flag = torch::TensorOptions().dtype(torch::kBool);
+  // 4 rows x 3 steps: row 0 ends at step 1, row 1 never, row 2 at step 0 then draws eos again, row 3 at step 2.
+  const std::vector<torch::Tensor> tokens = {torch::tensor({4, 5, 9, 6}, i64), torch::tensor({7, 5, 7, 6}, i64),
+                                             torch::tensor({8, 5, 1, 9}, i64)};
+  const std::vector<torch::Tensor> log_probs = {torch::tensor({-0.5f, -1.25f, -2.0f, -0.125f}, f32),
+                                                torch::tensor({-3.0f, -0.25f, -1.5f, -0.75f}, f32),
+                                                torch::tensor({-1.0f, -2.5f, -0.0625f, -4.0f}, f32)};
+  // Row 2 has no mass at step 1, past its eos: not counted.
+  const std::vector<torch::Tensor> no_mass = {torch::tensor({false, false, false, false}, flag),
+                                              torch::tensor({false, false, true, false}, flag),
+                                              torch::tensor({false, false, false, false}, flag)};
+  generation::TokenRing recorded(4, 3, cfg, torch::kCPU), stored(4, 3, cfg, torch::kCPU);
+  for (int64_t k = 0; k < 3; ++k) {
+    recorded.record(k, tokens[k], log_probs[k], no_mass[k]);
+    stored.store(k, tokens[k], log_probs[k], no_mass[k]);
+  }
+  const auto a = recorded.read_back(), b = stored.read_back();
+  EXPECT_TRUE(torch::equal(a.tokens, b.tokens));
+  EXPECT_TRUE(torch::equal(a.log_probs, b.log_probs));
+  EXPECT_TRUE(torch::equal(a.live, b.live)) << a.live << b.live;
+  EXPECT_TRUE(torch::equal(a.ended, b.ended)) << a.ended << b.ended;
+  EXPECT_TRUE(torch::equal(b.live, torch::tensor({true, true, true, true, true, true, false, true, false, true,
+                                                  false, true},
+                                                 flag)
+                                       .view({3, 4})));
+  EXPECT_TRUE(torch::equal(b.ended, torch::tensor({true, false, true, true}, flag)));
+  EXPECT_TRUE(torch::equal(b.log_probs, torch::stack(log_probs)));
+
+  // Row 3 has no mass at step 1, where its token counts.
+  generation::TokenRing lost(4, 3, cfg, torch::kCPU);
+  for (int64_t k = 0; k < 3; ++k)
+    lost.store(k, tokens[k], log_probs[k], k == 1 ? torch::tensor({false, false, true, true}, flag) : no_mass[k]);
+  try {
+    lost.read_back();
+    FAIL() << "a counted draw without mass was read back";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 3 has no finite sampling distribution"), std::string::npos) << e.what();
+  }
+  generation::TokenRing mixed(4, 3, cfg, torch::kCPU);
+  mixed.store(0, tokens[0], log_probs[0], no_mass[0]);
+  EXPECT_THROW(mixed.record(1, tokens[1], log_probs[1], no_mass[1]), Error);
 }
 
 }  // namespace

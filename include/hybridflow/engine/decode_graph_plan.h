@@ -61,6 +61,13 @@ class DecodeGraphPlan {
   PaddedDecodeStep pad(const DecodeGraphBucket& bucket, const std::vector<int64_t>& tokens,
                        const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
                        int64_t pad_block, int64_t pad_token) const;
+  // pad()'s tokens, lengths and tables one after the other in `out` [bucket rows x (2 + span / block size)],
+  // the graph's static input as uploaded, written in one pass with nothing allocated (a decode step's host
+  // work): tables[r] points at row r's table; `tokens` may be null (every token pad_token: the caller copies
+  // its tokens on the device).
+  void write_padded(const DecodeGraphBucket& bucket, const int64_t* tokens,
+                    const std::vector<const std::vector<int64_t>*>& tables, const std::vector<int64_t>& lengths,
+                    int64_t pad_block, int64_t pad_token, int64_t* out) const;
 
  private:
   Options options_;

@@ -64,8 +64,11 @@ class DecodeGraphs {
   // and uniforms [rows] float64 (undefined when greedy) on the device, copied into the graph's static buffers
   // on the device. The draw's tensors are views valid until the next step. Steps the plan runs eagerly make
   // the same draw from decode_paged's hidden states.
+  // tables[r] points at row r's block table (the block manager's own: nothing is copied but into the graph's
+  // input).
   DecodeDraw decode_and_draw(const torch::Tensor& tokens, const torch::Tensor& uniforms,
-                             const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths);
+                             const std::vector<const std::vector<int64_t>*>& tables,
+                             const std::vector<int64_t>& lengths);
 
   int64_t captured() const { return plan_.graphs(); }
   int64_t replayed_steps() const { return replayed_; }
@@ -73,10 +76,10 @@ class DecodeGraphs {
 
  private:
   struct Graph;
-  // A step from host tokens, or from device_tokens where defined (then `tokens` holds only padding).
+  // A step from host tokens (one per row), or from device_tokens where defined (then `tokens` is null).
   // A drawing step where `drawn` is given: it gets the draw made with `uniforms` (undefined when greedy).
-  torch::Tensor step(const std::vector<int64_t>& tokens, const torch::Tensor& device_tokens,
-                     const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
+  torch::Tensor step(const int64_t* tokens, const torch::Tensor& device_tokens,
+                     const std::vector<const std::vector<int64_t>*>& tables, const std::vector<int64_t>& lengths,
                      const torch::Tensor& uniforms = {}, DecodeDraw* drawn = nullptr);
   CausalLM& model_;
   PagedKVCache& cache_;
