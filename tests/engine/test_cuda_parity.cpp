@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
@@ -196,6 +197,35 @@ TEST(CudaParity, DecodeGraphsDrawTheEagerStepsTokensInsideTheGraph) {
     EXPECT_TRUE(torch::allclose(graphs.log_probs, eager.log_probs, 1e-3, 1e-4)) << what;
     EXPECT_LT(graphs.host_syncs, eager.host_syncs) << what;
   }
+}
+
+// Graphs by default (the trainer's enforce_eager unset on a GPU: cuda_graphs without require_cuda_graphs) where
+// they cannot replay (the slots cache) decode eagerly, with the eager tokens; asked for by name
+// (require_cuda_graphs, enforce_eager: false) the same call fails naming the key in the way, and on the paged
+// cache it replays them.
+TEST(CudaParity, DecodeGraphsByDefaultFallBackWhereTheyCannotAndByNameAreRefused) {
+  SKIP_WITHOUT_GPU();
+  ModelPair p = make_pair(torch::kFloat32, 8.0);
+  const auto prompts = paged_prompts();
+  GenerationConfig cfg = paged_greedy_config();
+  cfg.paged_kv_cache = false;
+  const GenerationOutput eager = generate(p.gpu, prompts, cfg);
+  cfg.cuda_graphs = true;
+  const GenerationOutput fallback = generate(p.gpu, prompts, cfg);
+  EXPECT_EQ(fallback.graph_steps, 0);
+  EXPECT_TRUE(torch::equal(fallback.responses, eager.responses));
+  cfg.require_cuda_graphs = true;
+  try {
+    generate(p.gpu, prompts, cfg);
+    ADD_FAILURE() << "graphs asked for by name on the slots cache were not refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("enforce_eager"), std::string::npos) << what;
+    EXPECT_NE(what.find("kv_cache: slots"), std::string::npos) << what;
+  }
+  cfg.paged_kv_cache = true;
+  const GenerationOutput required = generate(p.gpu, prompts, cfg);
+  EXPECT_GT(required.graph_steps, 0);
 }
 
 // The fused decode kernels on the GPU against the unfused operators on the GPU and against their own CPU
