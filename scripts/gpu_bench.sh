@@ -9,6 +9,8 @@
 #   profile     Kineto (libtorch's profiler, from C++) over 4 decode steps at 1.7B, batch 1 and 64: operators,
 #               kernels and launches per step, device-busy time against wall time, the top operators by device
 #               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
+#   attn-v2     the 1.7B decode (graphs) and, in the second call, its profile again with HF_PAGED_ATTENTION=v2
+#               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
@@ -172,7 +174,7 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|"
+second_call_only="|train $big|profile $big $variant attn-v2|"
 usually_left="|bounds|train $big|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
@@ -306,6 +308,9 @@ decode_cells() {
   local run=("${generate[@]}" --model "$work/$shape" "${decode_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline)
   cell "decode $shape" "$limit" "${run[@]}" "${generate_flags[@]}"
   [ ${#variant_flags[@]} = 0 ] || cell "decode $shape $variant" "$limit" "${run[@]}" "${generate_flags[@]}" "${variant_flags[@]}"
+  # The second paged-attention kernels (opt-in until measured): the variant's run again with them, beside it.
+  [ "$shape" != "$big" ] || cell "decode $shape $variant attn-v2" "$limit" env HF_PAGED_ATTENTION=v2 "${run[@]}" \
+    "${generate_flags[@]}" "${variant_flags[@]}"
   cell "decode $shape peer" "$limit" "$python" "${peers[@]}" hf-decode --model "$work/$shape" "${peer_decode_args[@]}"
 }
 
@@ -331,6 +336,7 @@ table
 profile=("${generate[@]}" --model "$work/$big" "${profile_args[@]}" "${generate_flags[@]}")
 profile_cell "profile $big" "${profile[@]}"
 [ ${#variant_flags[@]} = 0 ] || profile_cell "profile $big $variant" "${profile[@]}" "${variant_flags[@]}"
+profile_cell "profile $big $variant attn-v2" env HF_PAGED_ATTENTION=v2 "${profile[@]}" "${variant_flags[@]}"
 table
 rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
 cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}"
