@@ -435,10 +435,13 @@ void run_decode_profile(const BenchOptions& o, const Setup& s) {
   const std::vector<int64_t> batches = batches_or(o, {1, 8, 32});
   for (int64_t b : batches) {
     const std::string trace = profile_trace_path(o, b, batches.size());
-    const DecodeProfile p =
-        profile_decode(*s.model, b, o.prompt_length, o.profile_steps, paged_kv_cache(o), o.kv_block_size, trace);
+    const DecodeProfile p = profile_decode(*s.model, b, o.prompt_length, o.profile_steps, paged_kv_cache(o),
+                                           o.kv_block_size, trace, cuda_graphs(o, s), o.readback_interval);
     print_profile(o, s, "decode profile", b, p.per_step, trace,
-                  {{"prompt_length", o.prompt_length}, {"prefill_s", p.prefill_seconds}});
+                  {{"prompt_length", o.prompt_length},
+                   {"prefill_s", p.prefill_seconds},
+                   {"readback_interval", o.readback_interval},
+                   {"graph_steps", p.graph_steps}});
   }
 }
 

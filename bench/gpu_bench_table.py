@@ -161,7 +161,8 @@ def main():
 
     for name in sorted({n.split()[1] for n in by_cell if n.startswith("train ")}):
         for what in ("train", "update dynamic bsz", "train checkpointed"):
-            r = next((x for x in by_cell[f"train {name}"] if x.get("what") == what), None)
+            # The last such line: a cell the second call ran again after the first cut it short.
+            r = next((x for x in reversed(by_cell[f"train {name}"]) if x.get("what") == what), None)
             label = {"train": "train step", "train checkpointed": "train step, activation checkpointing",
                      "update dynamic bsz": "RL update, packed micro-batches"}[what]
             if r and "seq" in r:
@@ -211,6 +212,9 @@ def main():
         for (key, what, batch), r in sorted(profiles.items()):
             top = ", ".join(f"{t['name']} {t['self_ms']:.2f}" for t in r.get("top", [])[:5])
             label = key if key.split()[0] == what.split()[0] else f"{what.split()[0]} {key}"
+            if what == "decode profile" and "graph_steps" in r:
+                label += (f" ({r['graph_steps']} of {r['steps']} steps replayed as CUDA graphs)" if r["graph_steps"]
+                          else " (eager steps)")
             lines.append(f"| {label} | {batch} | {r['steps']} | {fmt(r['wall_ms_per_step'])} | "
                          f"{fmt(r['busy_ms_per_step'])} ({r['busy_kind']}) | {fmt(r['busy_ratio'], 2)} | "
                          f"{fmt(r['operator_calls_per_step'])} | {fmt(r['kernels_per_step'])} | "

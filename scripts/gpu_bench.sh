@@ -9,13 +9,24 @@
 #   profile     Kineto (libtorch's profiler, from C++) over 4 decode steps at 1.7B, batch 1 and 64: operators,
 #               kernels and launches per step, device-busy time against wall time, the top operators by device
 #               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
+#   attn-v2     the 1.7B decode (graphs) and, in the second call, its profile again with HF_PAGED_ATTENTION=v2
+#               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
-#   train       forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and verl's
-#               update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak
 #   decode      the decode cells again at 0.6B
 #   profile     last, where time is left: one training step at 1.7B under Kineto (`bench train --profile`)
+# One device call cannot hold them all (the first, build included, used 526 s of 530 and cut the rest), so a
+# second call, issued right after the first returns while the machine is still warm, runs the rest:
+#   --rest      no build (build-cuda is kept while the machine is warm; built only where it is missing), the
+#               models in the work folder reused (made where missing), then within its own budget
+#               (HF_BENCH_BUDGET_S, default 240 s): test_cuda_parity in full; the training cell, which runs only
+#               here: forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and
+#               verl's update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak;
+#               every cell the first call skipped or stopped at its limit (its status file in the work folder
+#               says which; without one, the cells it usually leaves); test_batch_invariant_cuda in full (the
+#               batch-invariant cost among its tests). Its lines join the first call's in OUT/results.jsonl and
+#               OUT/table.md (the work folder keeps the first call's), its output goes to OUT/bench-rest.log.
 # Sizes are cut so that every cell fits the budget at the speeds measured on an H200 (decode at 1.7B: ~29 ms
 # a token at batch 1, ~84 ms a step at batch 64); the table prints every cell's sizes. Models are
 # random-weight directories of the published Qwen3 shapes with the published tokenizer, written by transformers
@@ -24,9 +35,11 @@
 # into OUT/table.md, with every measurement as JSON lines in OUT/results.jsonl and the whole output in
 # OUT/bench.log (OUT: $OUT when set). The GRPO cells run hybridflow and TRL as separate cells.
 #
-#   bash scripts/gpu_bench.sh                  # on the GPU machine (the device call: docs/toolchain.md)
+#   bash scripts/gpu_bench.sh                  # on the GPU machine (the two device calls: docs/toolchain.md)
+#   bash scripts/gpu_bench.sh --rest           # the second call, right after the first
 #   bash scripts/gpu_bench.sh --cpu-smoke      # the same script end to end on the CPU at tiny shapes, against an
 #                                              # existing CPU build (build/) and .venv; bash scripts/gpu_deps.sh --smoke first
+#   bash scripts/gpu_bench.sh --cpu-smoke --rest  # then its second part on the CPU
 #   HF_BENCH_BUDGET_S=540 HF_BENCH_SKIP_BUILD=1 HF_BUILD_DIR=build-cuda ...
 #   HF_BENCH_GENERATE_FLAGS="--kv-block-size 32"   # appended to every hybridflow `bench generate` cell
 #   HF_BENCH_VARIANT_FLAGS="--cuda-graphs" HF_BENCH_VARIANT_NAME=graphs
@@ -41,15 +54,29 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
-mode=gpu
-[ "${1:-}" = --cpu-smoke ] && mode=smoke
+mode=gpu part=1
+for arg in "$@"; do
+  case $arg in
+    --cpu-smoke) mode=smoke ;;
+    --rest) part=2 ;;
+    *) echo "gpu_bench: unknown argument '$arg' (expected --cpu-smoke and/or --rest)" >&2; exit 2 ;;
+  esac
+done
 out=${OUT:-runs/gpu_bench}
 work=${HF_BENCH_WORK:-/tmp/hf-gpu-bench}
-rm -rf "$work"  # fresh models and runs every time
-mkdir -p "$out" "$work"
-results=$out/results.jsonl
-log=$out/bench.log
-: > "$results"
+# Every measurement goes to the work folder's results.jsonl (copied into OUT with each table): the device
+# returns a fresh OUT per call, and the second call's table holds both calls' lines.
+if [ "$part" = 1 ]; then
+  rm -rf "$work"  # fresh models and runs every time
+  mkdir -p "$out" "$work"
+  : > "$work/results.jsonl"
+  log=$out/bench.log
+else
+  mkdir -p "$out" "$work"
+  touch "$work/results.jsonl"
+  log=$out/bench-rest.log
+fi
+results=$work/results.jsonl
 : > "$log"
 export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 
@@ -77,13 +104,17 @@ if [ "$mode" = gpu ]; then
   grpo_prompts=32 grpo_group=8 grpo_new=128 grpo_steps=2
   grpo_args=(--micro 32 --trl-micro 32)
   bounds_args=(--copy-mb 2048 --gemm 8192)
-  # Expected at the H200's measured speeds (s): build ~135, bounds 7, models ~30, decode 1.7B ~35 + peer ~30,
-  # profile ~25, rollout ~35 + peer ~25, GRPO ~55 + TRL ~45, train ~40, decode 0.6B ~20 + peer ~20: ~520 in all
-  # (the training-step profile after them runs only if the others were faster).
-  limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=70 limit_grpo=90
-  limit_rollout=80 limit_decode_small=50
+  # Measured on an H200 (s): build 135, decode parity 5, bounds 5, models 22, decode 1.7B 37 + graphs ~35 +
+  # peer 30, profiles 27 + 31, rollout 17 + graphs 15 + peer 34, GRPO 30 + TRL 53: ~510 of the first call's 530
+  # (the 0.6B decode cells after them run only if the others were faster). The second call: test_cuda_parity
+  # ~20, train ~60 (cut at 35 s in the first call before verl's update), decode 0.6B ~3 x 25, the training
+  # profile ~40, test_batch_invariant_cuda ~30.
+  limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=90 limit_grpo=90
+  limit_rollout=80 limit_decode_small=50 limit_tests=90
+  [ "$part" = 1 ] || budget=${HF_BENCH_BUDGET_S:-240}
 else
   budget=${HF_BENCH_BUDGET_S:-1500}
+  [ "$part" = 1 ] || budget=${HF_BENCH_BUDGET_S:-900}
   build=${HF_BUILD_DIR:-build}
   python=${HF_PYTHON:-.venv/bin/python}
   device=cpu
@@ -99,7 +130,7 @@ else
   grpo_args=(--micro 4 --trl-micro 2)
   bounds_args=(--copy-mb 64 --gemm 512)
   limit_build=60 limit_models=90 limit_decode=120 limit_profile=120 limit_train=120 limit_grpo=400
-  limit_rollout=120 limit_decode_small=120
+  limit_rollout=120 limit_decode_small=120 limit_tests=300
 fi
 hf=$build/hybridflow
 decode_context=$((decode_prompt + decode_new / 2))  # the prompt and, on average, half the new tokens
@@ -133,16 +164,54 @@ title="hybridflow on $([ "$mode" = gpu ] && (nvidia-smi --query-gpu=name --forma
 peers=(bench/gpu_peers.py --device "$device")
 deadline=$((start + budget))
 status=$work/status.txt
-: > "$status"
+status_first=$work/status-first-call.txt
+if [ "$part" = 1 ]; then
+  : > "$status"
+  rm -f "$status_first"
+else
+  # The first call's statuses, kept apart from the lines this call appends after them.
+  [ -f "$status_first" ] || { [ -f "$status" ] && cp "$status" "$status_first"; }
+  touch "$status"
+fi
+# Cells that run only in the second call, and those the second call runs when no first call left a status.
+second_call_only="|train $big|profile $big $variant attn-v2|"
+usually_left="|bounds|train $big|decode $small|decode $small $variant|decode $small peer|profile train $big|"
+
+# wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
+# first skipped, stopped at their limit, left to it or never reached (none that ran to the end or failed).
+wanted() {
+  local name=$1
+  [ "$part" = 1 ] && { [[ "$second_call_only" != *"|$name|"* ]]; return; }
+  [ "${always:-0}" = 1 ] && return 0
+  if [ ! -s "$status_first" ]; then
+    [[ "$usually_left" == *"|$name|"* ]]
+    return
+  fi
+  local was
+  was=$(awk -F'|' -v n="$name" '$1 == n {s = $2} END {print s}' "$status_first")
+  case $was in
+    "" | skipped* | stopped* | "in the second call"*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
 
 # cell NAME LIMIT COMMAND...: runs one measurement within min(LIMIT, the time left), its output appended to the
 # log; its JSON lines go to results.jsonl, tagged with the cell's name. A cell that fails or runs out of time is
 # recorded as such and the next one runs.
 cell() {
   local name=$1 limit=$2; shift 2
+  local call=""
+  [ "$part" = 1 ] || call=" (second call)"
+  if ! wanted "$name"; then
+    if [ "$part" = 1 ]; then
+      echo "$name|in the second call (--rest)|0" >> "$status"
+      echo "== $name: in the second call (--rest)" | tee -a "$log"
+    fi
+    return 0
+  fi
   local left=$((deadline - SECONDS - 5))
   if [ "$left" -lt 15 ]; then
-    echo "$name|skipped: no time left|0" >> "$status"
+    echo "$name|skipped: no time left$call|0" >> "$status"
     echo "== $name: skipped (no time left of the ${budget} s budget)" | tee -a "$log"
     return 1
   fi
@@ -167,33 +236,45 @@ EOF
   local what=ok
   [ $rc = 0 ] || what="failed (exit $rc)"
   [ $rc = 124 ] || [ $rc = 137 ] && what="stopped at its ${limit} s limit"
+  what+=$call
   echo "$name|$what|$took" >> "$status"
   echo "-- $name: $what in ${took} s" | tee -a "$log"
   return $rc
 }
 
+# always_cell NAME LIMIT COMMAND...: a cell this call runs whatever the first call did.
+always_cell() { always=1 cell "$@"; }
+
 table() {
-  "$python" bench/gpu_bench_table.py --results "$results" --status "$status" --models "$work" --out "$out/table.md" \
-    --decode-context "$decode_context" --title "$title" --sizes "$sizes"
+  cp "$results" "$out/results.jsonl"
+  "$python" bench/gpu_bench_table.py --results "$out/results.jsonl" --status "$status" --models "$work" \
+    --out "$out/table.md" --decode-context "$decode_context" --title "$title" --sizes "$sizes"
 }
 
 {
-  echo "gpu_bench ($mode), $(date -u +%FT%TZ), budget ${budget} s"
+  echo "gpu_bench ($mode, $([ "$part" = 1 ] && echo "first call" || echo "second call: --rest")), $(date -u +%FT%TZ), budget ${budget} s"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())'
 } 2>&1 | tee -a "$log"
 
 # The peers' missing packages (TRL and datasets' own needs), from carried wheels, beside the image's.
+# The second call reuses the first's install where the machine kept it.
 if ls "$wheels"/*.whl >/dev/null 2>&1; then
-  rm -rf "$site"
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl 2>&1 | tail -n 3
+  if [ "$part" = 1 ] || [ ! -d "$site/trl" ]; then
+    rm -rf "$site"
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl 2>&1 | tail -n 3
+  fi
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 fi
 "$python" -c 'import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -n 1 | tee -a "$log"
 
-if [ "$mode" = gpu ] && [ "${HF_BENCH_SKIP_BUILD:-0}" != 1 ]; then
-  cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow test_cuda_parity \
-    test_batch_invariant_cuda ||
+# The second call builds only what the first left no binary of (a machine that went cold in between).
+build_cell=cell
+[ "$part" = 2 ] && build_cell=always_cell
+if [ "$mode" = gpu ] && [ "${HF_BENCH_SKIP_BUILD:-0}" != 1 ] &&
+   { [ "$part" = 1 ] || [ ! -x "$hf" ] || [ ! -x "$build/test_cuda_parity" ]; }; then
+  $build_cell build "$limit_build" env HF_BUILD_DIR="$build" HF_PYTHON="$python" bash scripts/gpu_build.sh hybridflow \
+    test_cuda_parity test_batch_invariant_cuda ||
     { table; exit 1; }
 fi
 [ -f "$build/hf-env.sh" ] && source "$build/hf-env.sh"
@@ -201,14 +282,23 @@ fi
 # Before any decode cell: do captured decode steps choose the eager steps' tokens on this GPU (fp32 and bf16), and
 # do the fused decode kernels (every hybridflow decode cell uses them; HF_DECODE_KERNELS=off runs the gather path
 # instead) compute what the unfused operators do?
-[ "$mode" = gpu ] && [ -x "$build/test_cuda_parity" ] &&
+[ "$part" = 1 ] && [ "$mode" = gpu ] && [ -x "$build/test_cuda_parity" ] &&
   cell "decode parity" 60 "$build/test_cuda_parity" --gtest_filter='*DecodeGraphs*:*DecodeKernels*:*ChunkedReadBack*'
+# The second call: every GPU parity test first (the CUDA-graph default among them); on the CPU they skip.
+[ "$part" = 2 ] && [ -x "$build/test_cuda_parity" ] &&
+  always_cell "cuda parity (all tests)" "$limit_tests" "$build/test_cuda_parity"
 
 cell bounds 60 "$python" "${peers[@]}" bounds "${bounds_args[@]}"
 tokenizer=.gpudeps/tokenizer
-shapes=()
-for shape in $(printf '%s\n' $big $small | sort -u); do shapes+=(--shape "$shape"); done
-cell models "$limit_models" "$python" "${peers[@]}" make-model "${shapes[@]}" --out "$work" --tokenizer "$tokenizer"
+shapes=() missing_model=0
+for shape in $(printf '%s\n' $big $small | sort -u); do
+  shapes+=(--shape "$shape")
+  ls "$work/$shape"/*.safetensors >/dev/null 2>&1 && [ -f "$work/$shape/config.json" ] || missing_model=1
+done
+# The second call reuses the first's models (the machine kept /tmp), making them only where they are missing.
+if [ "$part" = 1 ] || [ "$missing_model" = 1 ]; then
+  always_cell models "$limit_models" "$python" "${peers[@]}" make-model "${shapes[@]}" --out "$work" --tokenizer "$tokenizer"
+fi
 common=(--device "$device" --dtype bf16 --threads "$threads" --json)
 generate=("$hf" bench generate "${common[@]}")
 
@@ -218,6 +308,9 @@ decode_cells() {
   local run=("${generate[@]}" --model "$work/$shape" "${decode_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline)
   cell "decode $shape" "$limit" "${run[@]}" "${generate_flags[@]}"
   [ ${#variant_flags[@]} = 0 ] || cell "decode $shape $variant" "$limit" "${run[@]}" "${generate_flags[@]}" "${variant_flags[@]}"
+  # The second paged-attention kernels (opt-in until measured): the variant's run again with them, beside it.
+  [ "$shape" != "$big" ] || cell "decode $shape $variant attn-v2" "$limit" env HF_PAGED_ATTENTION=v2 "${run[@]}" \
+    "${generate_flags[@]}" "${variant_flags[@]}"
   cell "decode $shape peer" "$limit" "$python" "${peers[@]}" hf-decode --model "$work/$shape" "${peer_decode_args[@]}"
 }
 
@@ -243,6 +336,7 @@ table
 profile=("${generate[@]}" --model "$work/$big" "${profile_args[@]}" "${generate_flags[@]}")
 profile_cell "profile $big" "${profile[@]}"
 [ ${#variant_flags[@]} = 0 ] || profile_cell "profile $big $variant" "${profile[@]}" "${variant_flags[@]}"
+profile_cell "profile $big $variant attn-v2" env HF_PAGED_ATTENTION=v2 "${profile[@]}" "${variant_flags[@]}"
 table
 rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
 cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}"
@@ -255,13 +349,18 @@ grpo=("$python" bench/grpo_vs_trl.py --hybridflow "$hf" --model "$work/$small" -
 cell "grpo $small" "$limit_grpo" "${grpo[@]}" --sides dynamic --out "$work/grpo"
 cell "grpo $small peer" "$limit_grpo" "${grpo[@]}" --sides trl --out "$work/grpo_trl"
 table
+# The training cell runs in the second call (second_call_only): the first call's budget left it 35 s of the
+# ~60 it needs to reach verl's update.
 cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
 [ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 # Last, where time is left: one training step at 1.7B under the profiler (the training cell's shape).
 profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
 # The batch-invariant mode's cost where time is left: rollout tokens/s with rollout.batch_invariant on and off
 # (fp32, a 4-layer decoder of hidden 512, 64 rows; its JSON line lands in results.jsonl, not in the table).
-[ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
+[ "$part" = 1 ] && [ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
   cell "batch-invariant cost" 60 "$build/test_batch_invariant_cuda" --gtest_filter='BatchInvariantCudaCost.*'
+# The second call: every batch-invariant test on the GPU, the cost cell's test among them (its JSON line too).
+[ "$part" = 2 ] && [ -x "$build/test_batch_invariant_cuda" ] &&
+  always_cell "batch-invariant (all tests, the cost among them)" "$limit_tests" "$build/test_batch_invariant_cuda"
 echo "gpu_bench: $((SECONDS - start)) s in all" | tee -a "$log"
 table

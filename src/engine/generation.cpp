@@ -8,6 +8,7 @@
 
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/decode_graph_obstacles.h"
 #include "hybridflow/model/batch_invariant.h"
 
 namespace hybridflow {
@@ -340,6 +341,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
                (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: stopping and continuing a generation need continuous batching on a KV cache, one pipeline "
            "stage and no routing record");
+  check_required_decode_graphs(model, cfg);
   // Expert parallelism with the experts left split (rollout expert_parallel_size = the actor's): every rank of
   // the group exchanges tokens with the others in each MoE layer, so all of them take the same forwards; the
   // static batch keeps them in step (continuous batching's admissions differ from rank to rank).

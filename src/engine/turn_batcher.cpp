@@ -6,6 +6,7 @@
 #include "engine/generation_steps.h"
 #include "hybridflow/core/device_upload.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/engine/decode_graph_obstacles.h"
 #include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow {
@@ -98,6 +99,8 @@ TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t c
            cfg.temperature);
   HF_CHECK(cfg.readback_interval >= 1, "TurnBatcher: readback_interval must be >= 1 decode step, got ",
            cfg.readback_interval);
+  check_required_decode_graphs(model, cfg, "multi-turn rollouts on continuous batching (the turn batcher decodes "
+                                          "eagerly)");
   for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
   group_size_ = group_size;
   groups_.resize(static_cast<size_t>((conversations + group_size - 1) / group_size));

@@ -31,5 +31,8 @@ struct PagedAttention {
   float scale;
 };
 const char* paged_decode_attention(Dtype dtype, const PagedAttention& args, void* stream);
+// The same attention by the bandwidth-bound kernels (paged_attention_v2.cu): q, key_pool and value_pool aligned
+// to two elements; partial_out, partial_max and partial_sum only read and written when partitions > 1.
+const char* paged_decode_attention_v2(Dtype dtype, const PagedAttention& args, void* stream);
 
 }  // namespace hybridflow::kernels::cuda

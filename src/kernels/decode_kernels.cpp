@@ -36,6 +36,20 @@ std::atomic<Mode>& mode_slot() {
   return slot;
 }
 
+PagedAttentionVariant paged_attention_variant_from_environment() {
+  const char* v = std::getenv("HF_PAGED_ATTENTION");
+  if (v == nullptr) return PagedAttentionVariant::kV1;
+  const std::string s(v);
+  if (s == "v1" || s.empty()) return PagedAttentionVariant::kV1;
+  if (s == "v2") return PagedAttentionVariant::kV2;
+  HF_FAIL("HF_PAGED_ATTENTION: expected v1 or v2 (the paged decode attention's CUDA kernels), got '", s, "'");
+}
+
+std::atomic<PagedAttentionVariant>& paged_attention_variant_slot() {
+  static std::atomic<PagedAttentionVariant> slot{paged_attention_variant_from_environment()};
+  return slot;
+}
+
 bool kernel_dtype(torch::ScalarType t) {
   return t == torch::kFloat32 || t == torch::kFloat16 || t == torch::kBFloat16;
 }
@@ -154,6 +168,9 @@ NormedSum norm_rows(const char* what, const torch::Tensor& x, const torch::Tenso
 Mode mode() { return mode_slot().load(); }
 void set_mode(Mode m) { mode_slot().store(m); }
 
+PagedAttentionVariant paged_attention_variant() { return paged_attention_variant_slot().load(); }
+void set_paged_attention_variant(PagedAttentionVariant variant) { paged_attention_variant_slot().store(variant); }
+
 bool active_for(const torch::Device& device) {
   switch (mode()) {
     case Mode::kOff: return false;
@@ -183,6 +200,16 @@ int64_t decode_partition_size(int64_t rows, int64_t heads, int64_t kv_heads, int
   int64_t size = 256;
   while (size > 32 && (!fits(size) || (blocks(size) < 256 && span > size))) size /= 2;
   return fits(size) ? size : 0;
+}
+
+int64_t split_partition_size(int64_t rows, int64_t kv_heads, int64_t span, int64_t block_size,
+                             int64_t multiprocessors) {
+  const int64_t granule = block_size % 2 == 0 ? block_size : 2 * block_size;
+  const auto round_up = [&](int64_t n) { return (n + granule - 1) / granule * granule; };
+  const int64_t blocks = rows * kv_heads, wanted = 2 * multiprocessors;
+  if (blocks >= wanted) return round_up(span);
+  const int64_t parts = (wanted + blocks - 1) / blocks;
+  return std::max(round_up(64), round_up((span + parts - 1) / parts));
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -285,30 +312,53 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
   HF_CHECK(supports(q.scalar_type(), heads, kv, dim), "kernels::", what, ": unsupported shape: ", heads,
            " query heads over ", kv, " KV heads of ", dim, " dims (head_dim must be even and at most 256)");
   HF_CHECK(rows < 65536 && kv < 65536, "kernels::", what, ": at most 65535 rows and KV heads, got ", rows, " and ", kv);
-  const int64_t size = partition_size > 0 ? partition_size : decode_partition_size(rows, heads, kv, dim, span);
+  // kV2 on CUDA tensors whose rows start on whole pairs of elements (a tensor's own storage always does).
+  [[maybe_unused]] bool split = false;
+  const auto qc = q.contiguous();
+  int64_t size = partition_size;
+#ifdef HF_WITH_CUDA
+  if (q.is_cuda() && paged_attention_variant() == PagedAttentionVariant::kV2) {
+    const auto pairs = static_cast<uintptr_t>(2 * q.element_size());
+    const auto on_pairs = [&](const torch::Tensor& t) {
+      return reinterpret_cast<uintptr_t>(t.data_ptr()) % pairs == 0;
+    };
+    split = on_pairs(qc) && on_pairs(key_pool) && on_pairs(value_pool);
+    if (split && size == 0)
+      size = split_partition_size(rows, kv, span, block_size,
+                                  at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount);
+  }
+#endif
+  if (size == 0) size = decode_partition_size(rows, heads, kv, dim, span);
   HF_CHECK(size > 0 && size % 2 == 0 && decode_partition_size(1, heads, kv, dim, 1) > 0, "kernels::", what,
            ": partition size ", size, " (expected a positive even number)");
   const int64_t partitions = (span + size - 1) / size;
   const int64_t group = heads / kv;
-  const auto qc = q.contiguous();
   const auto tc = tables.contiguous(), lc = lengths.contiguous();
 
   if (q.is_cuda()) {
     auto out = torch::empty_like(qc);
 #ifdef HF_WITH_CUDA
-    HF_CHECK(group * (dim + size) * 4 + size * 8 <= 48 * 1024, "kernels::", what, ": partition size ", size,
-             " needs more than 48 KiB of shared memory for ", group, " query heads per KV head");
+    if (split)  // the reduce keeps one weight per partition in shared memory
+      HF_CHECK(partitions <= 12288, "kernels::", what, ": partition size ", size, " splits span ", span, " into ",
+               partitions, " partitions (at most 12288)");
+    else
+      HF_CHECK(group * (dim + size) * 4 + size * 8 <= 48 * 1024, "kernels::", what, ": partition size ", size,
+               " needs more than 48 KiB of shared memory for ", group, " query heads per KV head");
     const c10::cuda::CUDAGuard guard(q.device());
+    // kV2 with one partition writes the output directly: no partial results.
+    const int64_t kept = split && partitions == 1 ? 0 : partitions;
     const auto f32 = q.options().dtype(torch::kFloat32);
-    auto partial_out = torch::empty({rows, heads, partitions, dim}, f32);
-    auto partial_max = torch::empty({rows, heads, partitions}, f32);
-    auto partial_sum = torch::empty({rows, heads, partitions}, f32);
+    auto partial_out = torch::empty({rows, heads, kept, dim}, f32);
+    auto partial_max = torch::empty({rows, heads, kept}, f32);
+    auto partial_sum = torch::empty({rows, heads, kept}, f32);
     cuda::PagedAttention args{qc.data_ptr(), key_pool.data_ptr(), value_pool.data_ptr(), tc.data_ptr<int64_t>(),
                               lc.data_ptr<int64_t>(), out.data_ptr(), partial_out.data_ptr<float>(),
                               partial_max.data_ptr<float>(), partial_sum.data_ptr<float>(), rows, heads, kv, dim,
                               tables.size(1), block_size, span, sliding_window, size, partitions,
                               static_cast<float>(scale)};
-    check_launch(what, cuda::paged_decode_attention(cuda_dtype(q.scalar_type()), args, current_stream(q)));
+    const auto dtype = cuda_dtype(q.scalar_type());
+    check_launch(what, split ? cuda::paged_decode_attention_v2(dtype, args, current_stream(q))
+                             : cuda::paged_decode_attention(dtype, args, current_stream(q)));
 #endif
     return out;
   }

@@ -301,7 +301,8 @@ ProfileStepSummary profile_train_step(CausalLM& model, int64_t batch, int64_t se
 }
 
 DecodeProfile profile_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t steps, bool paged_kv_cache,
-                             int64_t kv_block_size, const std::string& trace_path) {
+                             int64_t kv_block_size, const std::string& trace_path, bool cuda_graphs,
+                             int64_t readback_interval) {
   HF_CHECK(steps >= 1, "bench: --profile-steps must be at least 1, got ", steps);
   HF_CHECK(batch > 0 && prompt_length > 0, "bench: --batch and --prompt-length must be positive");
   const auto prompts = random_prompts(batch, prompt_length, prompt_length, model->config().vocab_size, 1);
@@ -310,20 +311,29 @@ DecodeProfile profile_decode(CausalLM& model, int64_t batch, int64_t prompt_leng
   gen.eos_token_ids.clear();  // every row decodes every step, as in measure_decode
   gen.paged_kv_cache = paged_kv_cache;
   gen.kv_block_size = kv_block_size;
-  gen.max_new_tokens = 1 + steps;
+  gen.cuda_graphs = cuda_graphs;
+  gen.readback_interval = readback_interval;
+  // Graphs live for one generate() call, which captures its bucket's graph at its first decode step: with
+  // graphs both profiled runs decode that first step (capture, warm-up and a replay), so that the difference
+  // holds `steps` replays and no capture. (The prompts' span stays in one bucket over so few steps.)
+  const int64_t base = cuda_graphs ? 2 : 1;
+  gen.max_new_tokens = base + steps;
   time_generate(model, prompts, gen, 1);  // warm-up at this batch size, outside the profile
   const torch::Device device = bench_model_device(model);
   auto run = [&](int64_t new_tokens, const std::string& trace) {
     gen.max_new_tokens = new_tokens;
-    return profile_call([&] { generate(model, prompts, gen); }, [&] { bench_wait_for_device(device); },
-                        device.is_cuda(), trace);
+    GenerationOutput out;
+    ProfileWindow window = profile_call([&] { out = generate(model, prompts, gen); },
+                                        [&] { bench_wait_for_device(device); }, device.is_cuda(), trace);
+    return std::make_pair(window, out.graph_steps);
   };
-  run(1, "");  // the first profiled call pays the profiler's own first-use costs: not in either figure
-  const ProfileWindow prefill = run(1, "");
-  const ProfileWindow whole = run(1 + steps, trace_path);
+  run(base, "");  // the first profiled call pays the profiler's own first-use costs: not in either figure
+  const auto [prefill, base_replays] = run(base, "");
+  const auto [whole, whole_replays] = run(base + steps, trace_path);
   DecodeProfile profile;
   profile.per_step = per_step_difference(whole, prefill, steps);
   profile.prefill_seconds = prefill.wall_seconds;
+  profile.graph_steps = whole_replays - base_replays;
   return profile;
 }
 

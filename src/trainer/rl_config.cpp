@@ -132,8 +132,8 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_cache: paged
     kv_block_size: 16
     gpu_memory_utilization: 0.5
-    enforce_eager: true
-    readback_interval: 1
+    enforce_eager: null
+    readback_interval: null
     lora_merge: true
     multi_turn:
       enable: false

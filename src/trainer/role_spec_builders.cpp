@@ -322,11 +322,14 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            "(actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", actor.layout.tp,
            "); leave it 1 to generate on the gathered experts");
   spec.free_cache_engine = rollout.get<bool>("free_cache_engine");
-  spec.cuda_graphs = !rollout.get<bool>("enforce_eager");
-  spec.readback_interval = rollout.get<int64_t>("readback_interval");
-  HF_CHECK(spec.readback_interval >= 1, section,
-           ".readback_interval must be >= 1 (decode steps between two reads of the device), got ",
-           spec.readback_interval);
+  // Unset (null): the worker's device decides (graphs and chunked reads on a GPU, rollout_generation.h).
+  if (!rollout.is_null("enforce_eager")) spec.cuda_graphs = !rollout.get<bool>("enforce_eager");
+  if (!rollout.is_null("readback_interval")) {
+    spec.readback_interval = rollout.get<int64_t>("readback_interval");
+    HF_CHECK(*spec.readback_interval >= 1, section,
+             ".readback_interval must be >= 1 (decode steps between two reads of the device), got ",
+             *spec.readback_interval);
+  }
   spec.batch_invariant = rollout.get<bool>("batch_invariant");
   // The fixed-order kernels attend over one whole sequence per row: packed rows and sequence slices
   // would be read as one sequence.

@@ -24,8 +24,14 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.paged_kv_cache = rollout.paged_kv_cache;
   g.kv_block_size = rollout.kv_block_size;
   g.gpu_memory_utilization = rollout.gpu_memory_utilization;
-  g.cuda_graphs = rollout.cuda_graphs;
-  g.readback_interval = rollout.readback_interval;
+  // Unset (the default), a CUDA device decodes as graphs wherever they apply, read back in chunks, as verl's
+  // enforce_eager: false does; the CPU decodes eagerly and reads every step (a longer interval would move where
+  // rows join and partial-rollout weights switch). Set, each says what it says; graphs asked for by name fail
+  // where they cannot replay (GenerationConfig::require_cuda_graphs).
+  const bool on_cuda = device.is_cuda();
+  g.cuda_graphs = rollout.cuda_graphs.value_or(on_cuda);
+  g.require_cuda_graphs = rollout.cuda_graphs.value_or(false);
+  g.readback_interval = rollout.readback_interval.value_or(on_cuda ? kCudaReadbackInterval : 1);
   // The fraction applies to a GPU's memory; on the CPU the pool holds what the running sequences can hold.
   if (device.is_cuda()) g.memory_budget_bytes = cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index());
   // The tensor-parallel ranks of a replica draw the same tokens.

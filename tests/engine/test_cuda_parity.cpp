@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
@@ -198,6 +199,35 @@ TEST(CudaParity, DecodeGraphsDrawTheEagerStepsTokensInsideTheGraph) {
   }
 }
 
+// Graphs by default (the trainer's enforce_eager unset on a GPU: cuda_graphs without require_cuda_graphs) where
+// they cannot replay (the slots cache) decode eagerly, with the eager tokens; asked for by name
+// (require_cuda_graphs, enforce_eager: false) the same call fails naming the key in the way, and on the paged
+// cache it replays them.
+TEST(CudaParity, DecodeGraphsByDefaultFallBackWhereTheyCannotAndByNameAreRefused) {
+  SKIP_WITHOUT_GPU();
+  ModelPair p = make_pair(torch::kFloat32, 8.0);
+  const auto prompts = paged_prompts();
+  GenerationConfig cfg = paged_greedy_config();
+  cfg.paged_kv_cache = false;
+  const GenerationOutput eager = generate(p.gpu, prompts, cfg);
+  cfg.cuda_graphs = true;
+  const GenerationOutput fallback = generate(p.gpu, prompts, cfg);
+  EXPECT_EQ(fallback.graph_steps, 0);
+  EXPECT_TRUE(torch::equal(fallback.responses, eager.responses));
+  cfg.require_cuda_graphs = true;
+  try {
+    generate(p.gpu, prompts, cfg);
+    ADD_FAILURE() << "graphs asked for by name on the slots cache were not refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("enforce_eager"), std::string::npos) << what;
+    EXPECT_NE(what.find("kv_cache: slots"), std::string::npos) << what;
+  }
+  cfg.paged_kv_cache = true;
+  const GenerationOutput required = generate(p.gpu, prompts, cfg);
+  EXPECT_GT(required.graph_steps, 0);
+}
+
 // The fused decode kernels on the GPU against the unfused operators on the GPU and against their own CPU
 // references (the same arithmetic in loops): fp32 to 1e-5, bf16 to 1e-2 (one bf16 rounding, 2^-8 relative, where
 // a reduction or exp lands on the other side of a tie).
@@ -235,72 +265,118 @@ TEST(CudaParity, DecodeKernelsElementwiseMatchTheUnfusedOperatorsAndTheCpu) {
   }
 }
 
-// The paged decode attention kernel at long contexts (many partitions, split-KV reduced by the second kernel),
-// GQA of 2 and 7, with and without a sliding window: against gathered K/V through SDPA on the GPU and against
-// the CPU reference of the same partitions.
+// The paged decode attention's two CUDA variants (HF_PAGED_ATTENTION=v1, the default, and v2) at long contexts
+// (many partitions reduced by the second kernel, and one partition that v2 writes directly), with and without a
+// sliding window, in fp32, bf16 and fp16: each against gathered K/V through SDPA on the GPU, against the CPU
+// reference, and v2 against v1. Shapes: head_dim 128 at GQA 2 (Qwen3) and 7 (a tile of 8 heads, one idle);
+// 64 (teams of 8 lanes); 96 (12 lanes of a team of 16); 36 (no 16-byte loads in 16-bit dtypes); 32 query heads
+// over one KV head (four tiles). Then rows x KV heads enough for v2 not to split (its chosen size, no reduce).
 TEST(CudaParity, DecodeKernelsPagedAttentionMatchesGatheredSdpaAndTheCpu) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(9);
+  const auto saved = kernels::paged_attention_variant();
   const torch::Device gpu(torch::kCUDA);
-  const int64_t dim = 128;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
-    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
-    for (auto [heads, kv] : std::vector<std::pair<int64_t, int64_t>>{{16, 8}, {14, 2}}) {
+  using Variant = kernels::PagedAttentionVariant;
+  const auto name = [](torch::Dtype t) {
+    return std::string(t == torch::kFloat32 ? "fp32" : t == torch::kBFloat16 ? "bf16" : "fp16");
+  };
+  // fp32: summation order only; bf16 and fp16: one rounding of the output.
+  const auto tolerance = [](torch::Dtype t) {
+    return t == torch::kFloat32 ? 1e-5 : t == torch::kBFloat16 ? 1e-2 : 1e-3;
+  };
+  const auto attend = [&](Variant variant, const testing::PagedCase& c, double scale, int64_t window,
+                          int64_t partition) {
+    kernels::set_paged_attention_variant(variant);
+    return kernels::paged_decode_attention(c.q, c.key_pool, c.value_pool, c.tables, c.lengths, c.span, scale,
+                                           window, partition)
+        .cpu();
+  };
+  const auto expect_close = [](const torch::Tensor& a, const torch::Tensor& b, double tol, const std::string& what) {
+    EXPECT_TRUE(torch::allclose(a.to(torch::kFloat32), b.to(torch::kFloat32), tol, tol))
+        << what << ", max diff " << (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
+  };
+  struct Shape {
+    int64_t heads, kv, dim;
+  };
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+    const double tol = tolerance(dtype);
+    for (const Shape& shape : std::vector<Shape>{{16, 8, 128}, {14, 2, 128}, {8, 4, 64}, {6, 2, 96}, {4, 2, 36},
+                                                 {32, 1, 64}}) {
+      const double scale = 1.0 / std::sqrt(static_cast<double>(shape.dim));
       for (int64_t window : {int64_t{0}, int64_t{300}}) {
-        const auto cpu = testing::paged_case({0, 17, 1023, 2900, 64, 511}, heads, kv, dim, 16, dtype);
+        const auto cpu = testing::paged_case({0, 17, 1023, 2900, 64, 511}, shape.heads, shape.kv, shape.dim, 16, dtype);
         const auto c = cpu.to(gpu);
-        const std::string what = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " heads " +
-                                 std::to_string(heads) + "/" + std::to_string(kv) + " window " + std::to_string(window);
-        auto reference = testing::unfused_paged_attention(c, scale, window).cpu();
-        for (int64_t partition : {int64_t{0}, int64_t{32}, int64_t{256}}) {
-          auto fused = kernels::paged_decode_attention(c.q, c.key_pool, c.value_pool, c.tables, c.lengths, c.span,
-                                                       scale, window, partition)
-                           .cpu();
-          ASSERT_EQ(fused.scalar_type(), dtype) << what;
-          EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat32), reference, tol, tol))
-              << what << " partition " << partition << " vs SDPA, max diff "
-              << (fused.to(torch::kFloat32) - reference).abs().max().item<double>();
-          auto on_cpu = kernels::paged_decode_attention(cpu.q, cpu.key_pool, cpu.value_pool, cpu.tables, cpu.lengths,
-                                                        cpu.span, scale, window, partition);
-          EXPECT_TRUE(torch::allclose(fused.to(torch::kFloat32), on_cpu.to(torch::kFloat32), tol, tol))
-              << what << " partition " << partition << " vs the CPU reference";
+        const std::string what = name(dtype) + " heads " + std::to_string(shape.heads) + "/" +
+                                 std::to_string(shape.kv) + " dim " + std::to_string(shape.dim) + " window " +
+                                 std::to_string(window);
+        const auto reference = testing::unfused_paged_attention(c, scale, window).cpu();
+        const auto on_cpu = kernels::paged_decode_attention(cpu.q, cpu.key_pool, cpu.value_pool, cpu.tables,
+                                                            cpu.lengths, cpu.span, scale, window);
+        for (int64_t partition : {int64_t{0}, int64_t{32}, int64_t{256}, c.span}) {
+          const std::string at = what + " partition " + std::to_string(partition);
+          const auto v1 = attend(Variant::kV1, c, scale, window, partition);
+          const auto v2 = attend(Variant::kV2, c, scale, window, partition);
+          ASSERT_EQ(v2.scalar_type(), dtype) << at;
+          ASSERT_EQ(v2.sizes(), c.q.sizes()) << at;
+          expect_close(v1, reference, tol, at + " v1 vs SDPA");
+          expect_close(v2, reference, tol, at + " v2 vs SDPA");
+          expect_close(v1, on_cpu, tol, at + " v1 vs the CPU reference");
+          expect_close(v2, on_cpu, tol, at + " v2 vs the CPU reference");
+          expect_close(v2, v1, tol, at + " v2 vs v1");
         }
       }
     }
   }
+  // 40 rows x 8 KV heads reach twice an H100's or H200's 132 multiprocessors: v2 takes the span in one partition.
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < 40; ++r) lengths.push_back((r * 131) % 1100);
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const auto c = testing::paged_case(lengths, 16, 8, 128, 16, dtype).to(gpu);
+    const double scale = 1.0 / std::sqrt(128.0);
+    const auto reference = testing::unfused_paged_attention(c, scale, 0).cpu();
+    const auto v1 = attend(Variant::kV1, c, scale, 0, 0), v2 = attend(Variant::kV2, c, scale, 0, 0);
+    expect_close(v2, reference, tolerance(dtype), name(dtype) + " 40 rows: v2 vs SDPA");
+    expect_close(v2, v1, tolerance(dtype), name(dtype) + " 40 rows: v2 vs v1");
+  }
+  kernels::set_paged_attention_variant(saved);
 }
 
-// Generation through the fused decode kernels (the default on CUDA) chooses the tokens of the gather path
-// (HF_DECODE_KERNELS=off: gathered K/V, SDPA and the unfused operators) and of the CPU, eager and replayed as CUDA
-// graphs, in fp32 and bf16; log-probs agree to rounding.
+// Generation through the fused decode kernels (the default on CUDA), with either paged attention variant, chooses
+// the tokens of the gather path (HF_DECODE_KERNELS=off: gathered K/V, SDPA and the unfused operators) and of the
+// CPU, eager and replayed as CUDA graphs, in fp32 and bf16; log-probs agree to rounding.
 TEST(CudaParity, DecodeKernelsGenerationChoosesTheGatherPathsTokens) {
   SKIP_WITHOUT_GPU();
   const auto saved = kernels::mode();
-  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
-    // Weights scaled by 8 spread fp32's logits; in bf16 the scaled activations' rounding alone flips greedy
-    // choices (the gather path leaves fp32's tokens; tests/engine/test_generation.cpp), so bf16 runs unscaled.
-    ModelPair p = make_pair(dtype, dtype == torch::kFloat32 ? 8.0 : 1.0);
-    const auto prompts = paged_prompts();
-    GenerationConfig cfg = paged_greedy_config();
-    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
-    const double tol = dtype == torch::kFloat32 ? 1e-4 : 5e-2;
-    for (bool graphs : {false, true}) {
-      cfg.cuda_graphs = graphs;
-      kernels::set_mode(kernels::Mode::kOff);
-      auto gathered = generate(p.gpu, prompts, cfg);
-      kernels::set_mode(kernels::Mode::kCuda);
-      auto fused = generate(p.gpu, prompts, cfg);
-      const std::string how = what + (graphs ? " graphs" : " eager");
-      EXPECT_TRUE(torch::equal(fused.responses, gathered.responses)) << how;
-      EXPECT_TRUE(torch::allclose(fused.log_probs, gathered.log_probs, 1e-3, tol))
-          << how << " max diff " << (fused.log_probs - gathered.log_probs).abs().max().item<float>();
-      if (dtype == torch::kFloat32) {
-        auto cpu = generate(p.cpu, prompts, cfg);
-        EXPECT_TRUE(torch::equal(fused.responses.cpu(), cpu.responses)) << how << " vs the CPU";
+  const auto saved_variant = kernels::paged_attention_variant();
+  for (auto variant : {kernels::PagedAttentionVariant::kV1, kernels::PagedAttentionVariant::kV2}) {
+    kernels::set_paged_attention_variant(variant);
+    const std::string label = variant == kernels::PagedAttentionVariant::kV1 ? "v1 " : "v2 ";
+    for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+      // Weights scaled by 8 spread fp32's logits; in bf16 the scaled activations' rounding alone flips greedy
+      // choices (the gather path leaves fp32's tokens; tests/engine/test_generation.cpp), so bf16 runs unscaled.
+      ModelPair p = make_pair(dtype, dtype == torch::kFloat32 ? 8.0 : 1.0);
+      const auto prompts = paged_prompts();
+      GenerationConfig cfg = paged_greedy_config();
+      const std::string what = label + (dtype == torch::kFloat32 ? "fp32" : "bf16");
+      const double tol = dtype == torch::kFloat32 ? 1e-4 : 5e-2;
+      for (bool graphs : {false, true}) {
+        cfg.cuda_graphs = graphs;
+        kernels::set_mode(kernels::Mode::kOff);
+        auto gathered = generate(p.gpu, prompts, cfg);
+        kernels::set_mode(kernels::Mode::kCuda);
+        auto fused = generate(p.gpu, prompts, cfg);
+        const std::string how = what + (graphs ? " graphs" : " eager");
+        EXPECT_TRUE(torch::equal(fused.responses, gathered.responses)) << how;
+        EXPECT_TRUE(torch::allclose(fused.log_probs, gathered.log_probs, 1e-3, tol))
+            << how << " max diff " << (fused.log_probs - gathered.log_probs).abs().max().item<float>();
+        if (dtype == torch::kFloat32) {
+          auto cpu = generate(p.cpu, prompts, cfg);
+          EXPECT_TRUE(torch::equal(fused.responses.cpu(), cpu.responses)) << how << " vs the CPU";
+        }
       }
     }
   }
+  kernels::set_paged_attention_variant(saved_variant);
   kernels::set_mode(saved);
 }
 

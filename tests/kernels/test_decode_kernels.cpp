@@ -126,6 +126,34 @@ TEST(DecodeKernels, PartitionSizesFillTheDeviceAndFitSharedMemory) {
   EXPECT_FALSE(kernels::supports(torch::kFloat64, 16, 8, 128));
 }
 
+TEST(DecodeKernels, SplitPartitionsSplitOnlyWhenRowsTimesKvHeadsLeaveMultiprocessorsIdle) {
+  // Qwen3-1.7B's 8 KV heads, 1008 positions in blocks of 16, on 132 multiprocessors (H100 / H200).
+  EXPECT_EQ(kernels::split_partition_size(64, 8, 1008, 16, 132), 1008);  // 512 blocks: one partition
+  EXPECT_EQ(kernels::split_partition_size(256, 8, 1008, 16, 132), 1008);
+  EXPECT_EQ(kernels::split_partition_size(33, 8, 1000, 16, 132), 1008);  // 264 blocks, the span rounded up
+  EXPECT_EQ(kernels::split_partition_size(32, 8, 1008, 16, 132), 512);   // 256 blocks: two partitions
+  EXPECT_EQ(kernels::split_partition_size(16, 8, 1008, 16, 132), 336);   // 128: three
+  EXPECT_EQ(kernels::split_partition_size(1, 8, 1008, 16, 132), 64);     // 8: 16 of 64 positions, not 33 of 31
+  EXPECT_EQ(kernels::split_partition_size(1, 8, 40, 16, 132), 64);       // a span shorter than 64: one partition
+  // Odd cache blocks: partitions stay even (whole pairs of blocks).
+  EXPECT_EQ(kernels::split_partition_size(1, 2, 1000, 5, 132), 70);
+  EXPECT_EQ(kernels::split_partition_size(200, 2, 999, 5, 132), 1000);
+}
+
+TEST(DecodeKernels, PagedAttentionVariantIsSwitchable) {
+  const auto saved = kernels::paged_attention_variant();
+  kernels::set_paged_attention_variant(kernels::PagedAttentionVariant::kV2);
+  EXPECT_EQ(kernels::paged_attention_variant(), kernels::PagedAttentionVariant::kV2);
+  // The CPU reference is the same for both variants.
+  const auto c = paged_case({3, 9, 20}, 4, 2, 8, 4, torch::kFloat32);
+  auto v2 = kernels::paged_decode_attention(c.q, c.key_pool, c.value_pool, c.tables, c.lengths, c.span, 0.5);
+  kernels::set_paged_attention_variant(kernels::PagedAttentionVariant::kV1);
+  EXPECT_EQ(kernels::paged_attention_variant(), kernels::PagedAttentionVariant::kV1);
+  auto v1 = kernels::paged_decode_attention(c.q, c.key_pool, c.value_pool, c.tables, c.lengths, c.span, 0.5);
+  EXPECT_TRUE(torch::equal(v1, v2));
+  kernels::set_paged_attention_variant(saved);
+}
+
 TEST(DecodeKernels, BadInputsAreRefusedByName) {
   const auto x = torch::randn({2, 8});
   try {

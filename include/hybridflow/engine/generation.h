@@ -92,6 +92,10 @@ struct GenerationConfig {
   // per bucket of rows and KV span, on the paged cache. Eager wherever graphs do not apply: a CPU device, the
   // slots, models CausalLM::decodes_on_device() excludes, partial rollouts (refresh_weights), router recording.
   bool cuda_graphs = false;
+  // With cuda_graphs on a CUDA device: fail where the graphs cannot replay, naming what stands in the way
+  // (engine/decode_graph_obstacles.h), instead of decoding eagerly. The trainer sets it where
+  // actor_rollout_ref.rollout.enforce_eager is false by name; its default (unset) leaves it off.
+  bool require_cuda_graphs = false;
   // Decode steps between two reads of the device (verl has none; actor_rollout_ref.rollout.readback_interval):
   // tokens, log-probs and the finished-row mask stay on the device for this many steps and are read back
   // once; a row that ends within a chunk keeps decoding to its end and its extra tokens are discarded, and

@@ -49,11 +49,28 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
 // at offset p % block_size (tables [rows, width], lengths [rows], int64 on q's device). Row r attends to
 // positions [0, lengths[r]] (within `span`, and the last `sliding_window` of them when it is > 0), query head h
 // to KV head h / (heads / kv_heads). softmax(q k * scale) v accumulated in fp32; returns [rows, heads, head_dim].
-// partition_size 0 chooses one (decode_partition_size); the result does not depend on it beyond rounding.
+// partition_size 0 chooses one (decode_partition_size on the CPU and for kV1, split_partition_size for kV2); the
+// result does not depend on it beyond rounding.
 torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,
                                      const torch::Tensor& value_pool, const torch::Tensor& tables,
                                      const torch::Tensor& lengths, int64_t span, double scale,
                                      int64_t sliding_window = 0, int64_t partition_size = 0);
+
+// Which CUDA kernels compute paged_decode_attention on CUDA tensors (the CPU reference is the same for both):
+//   kV1: the first pair (a thread block per partition of 32-256 positions, the scores in shared memory, the
+//        values summed by a thread per element over the positions in turn; always a reduce kernel). The default.
+//   kV2: the bandwidth-bound pair (16-byte loads by teams of lanes, an online softmax in registers, the KV length
+//        split only when rows x KV heads leave multiprocessors idle, no reduce for one partition). Opt-in until
+//        a GPU run has checked it: HF_PAGED_ATTENTION=v2 in the environment (v1 or unset: kV1).
+enum class PagedAttentionVariant { kV1, kV2 };
+PagedAttentionVariant paged_attention_variant();
+void set_paged_attention_variant(PagedAttentionVariant variant);
+
+// kV2's partition size when none is given: the whole span (one partition, no reduce) when rows x kv_heads thread
+// blocks reach twice the multiprocessors, else the span split into about that many blocks' worth, at least 64
+// positions and a whole number of cache blocks (rounded to an even count) each.
+int64_t split_partition_size(int64_t rows, int64_t kv_heads, int64_t span, int64_t block_size,
+                             int64_t multiprocessors);
 
 // The KV positions one thread block attends to: 256, halved (down to 32) while rows x kv_heads x partitions
 // would leave most of a GPU's multiprocessors idle (batch 1 at long contexts), and while the block's shared

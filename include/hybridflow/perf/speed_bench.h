@@ -111,12 +111,16 @@ ProfileStepSummary profile_train_step(CausalLM& model, int64_t batch, int64_t se
 
 struct DecodeProfile {
   ProfileStepSummary per_step;   // one decode step: the run of 1 + steps tokens less the run of 1
-  double prefill_seconds = 0;    // the profiled run of 1 token (the prefill, profiler overhead included)
+  double prefill_seconds = 0;    // the profiled shorter run (the prefill, profiler overhead included)
+  int64_t graph_steps = 0;       // of the `steps` profiled, those replayed as CUDA graphs
 };
 // Profiles measure_decode's work (the same prompts and settings) under Kineto: a run of 1 new token and one of
-// 1 + `steps`, after an unprofiled and a profiled warm-up; the difference is `steps` decode steps. trace_path (optional):
-// the longer run's Chrome trace.
+// 1 + `steps`, after an unprofiled and a profiled warm-up; the difference is `steps` decode steps. With
+// cuda_graphs (GenerationConfig's, as readback_interval) the runs are of 2 and 2 + `steps` tokens, so that
+// both capture their graph and the difference is `steps` replays. trace_path (optional): the longer run's
+// Chrome trace.
 DecodeProfile profile_decode(CausalLM& model, int64_t batch, int64_t prompt_length, int64_t steps,
-                             bool paged_kv_cache = true, int64_t kv_block_size = 16, const std::string& trace_path = "");
+                             bool paged_kv_cache = true, int64_t kv_block_size = 16, const std::string& trace_path = "",
+                             bool cuda_graphs = false, int64_t readback_interval = 1);
 
 }  // namespace hybridflow

@@ -85,8 +85,13 @@ struct RolloutSpec {
   int expert_parallel_size = 1;
   std::string reshard_mode = "hybridflow";
   bool free_cache_engine = true;  // the KV cache (and a cast copy of the weights) only during a rollout
-  bool cuda_graphs = false;       // decode steps as CUDA graphs on a GPU (verl's enforce_eager: false)
-  int64_t readback_interval = 1;  // decode steps between two reads of the device (GenerationConfig)
+  // Decode steps as CUDA graphs (verl's enforce_eager: false). Unset: on a CUDA device wherever they apply,
+  // eagerly elsewhere without a message; true: asked for by name, so a combination they do not cover on a CUDA
+  // device fails naming it; false: eagerly. The CPU decodes eagerly in every case (rollout_generation.h).
+  std::optional<bool> cuda_graphs;
+  // Decode steps between two reads of the device (GenerationConfig). Unset: kCudaReadbackInterval on a CUDA
+  // device, 1 elsewhere.
+  std::optional<int64_t> readback_interval;
   // Generation and the log-prob passes on the batch-invariant kernels (model/batch_invariant.h): recorded and
   // recomputed log-probs equal bit for bit.
   bool batch_invariant = false;

@@ -12,10 +12,17 @@
 
 namespace hybridflow {
 
+// Decode steps between two reads of the device on a CUDA device when actor_rollout_ref.rollout.readback_interval
+// is unset: the host queues this many steps ahead (a read waits for all queued work) at the price of up to
+// this many - 1 steps decoded past a row's stop token. The interval the GPU benchmark measured graphs with.
+inline constexpr int64_t kCudaReadbackInterval = 8;
+
 // From the worker's rollout spec (response_length, temperature, top_k, top_p, n, seed, max_num_seqs), its
 // model spec (eos_token_ids, vocab_size) and the request's meta (n, greedy, seed: the call's overrides). Each generation replica draws from
 // its own stream (`replica`), so replicas do not repeat each other's samples.
-// On a CUDA `device` the paged KV cache's pool is the spec's gpu_memory_utilization of that device's memory.
+// On a CUDA `device` the paged KV cache's pool is the spec's gpu_memory_utilization of that device's memory,
+// and unset cuda_graphs / readback_interval mean graphs where they apply and kCudaReadbackInterval; elsewhere
+// eager steps read back one at a time.
 GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica,
                                            const torch::Device& device);
