@@ -154,7 +154,8 @@ fi
 read -r -a variant_flags <<< "${HF_BENCH_VARIANT_FLAGS:-}"
 variant=${HF_BENCH_VARIANT_NAME:-variant}
 sizes="decode: ${decode_prompt}-token prompts + ${decode_new} new tokens at batch ${decode_batches//,/, } (decode tokens/s ="
-sizes+=" batch x $((decode_new - 1)) / (the run of ${decode_new} new tokens less the run of 1), prefill apart; the fastest of"
+sizes+=" batch x $((decode_new - 1)) / (the run of ${decode_new} new tokens less the run of 1; with CUDA graphs x $((decode_new - 2)), less"
+sizes+=" the run of 2, which holds the capture), prefill apart; the fastest of"
 sizes+=" ${decode_reps} on both sides); profile: ${profile_steps} decode steps at batch ${profile_batches//,/, } (same"
 sizes+=" prompts); rollout: ${rollout_prompts} prompts x ${rollout_samples} samples, prompts of $((rollout_prompt / 2))..${rollout_prompt}"
 sizes+=" tokens, up to ${rollout_new} new tokens, a stop token each step with p = 1/${rollout_stop},"

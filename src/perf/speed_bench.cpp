@@ -71,7 +71,13 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   gen.cuda_graphs = cuda_graphs;
   gen.readback_interval = readback_interval;
   time_generate(model, prompts, gen, 1);  // warm-up at this batch size
-  // Decode time is the whole run's less the one-token run's. Both are timed in alternation (a load that
+  // Graphs live for one generate() call, which captures its bucket's graph at its first decode step (an eager
+  // warm-up step, the capture, the instantiation: a few eager steps' time). With graphs the shorter run
+  // therefore decodes that first step too, so that the difference holds replays and no capture.
+  const int64_t base = cuda_graphs ? 2 : 1;
+  HF_CHECK(response_length > base, "bench: --response-length must be at least ", base + 1,
+           " with CUDA graphs to separate decode from prefill and capture, got ", response_length);
+  // Decode time is the whole run's less the shorter run's. Both are timed in alternation (a load that
   // comes and goes hits both alike), each the fastest of its reps; should the difference still vanish in
   // the machine's noise (a tiny model, a short response), more rounds are timed, and if it never shows,
   // the measurement fails by name instead of printing an absurd rate.
@@ -79,13 +85,13 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
   GenerationOutput out;
   for (int round = 0; round < 4 && (round == 0 || whole - prefill <= 0.05 * whole); ++round) {
     for (int rep = 0; rep < reps; ++rep) {
-      gen.max_new_tokens = 1;
+      gen.max_new_tokens = base;
       prefill = std::min(prefill, time_generate(model, prompts, gen, 1));
       gen.max_new_tokens = response_length;
       whole = std::min(whole, time_generate(model, prompts, gen, 1, &out));
     }
   }
-  HF_CHECK(whole - prefill > 0.05 * whole, "bench: decoding ", response_length - 1, " tokens at batch ", batch,
+  HF_CHECK(whole - prefill > 0.05 * whole, "bench: decoding ", response_length - base, " tokens at batch ", batch,
            " took no measurable time beyond the prefill (", whole, " s against ", prefill,
            " s); raise --response-length");
   DecodeSpeed speed;
@@ -95,7 +101,7 @@ DecodeSpeed measure_decode(CausalLM& model, int64_t batch, int64_t prompt_length
       static_cast<double>(out.host_syncs) / static_cast<double>(std::max<int64_t>(out.decode_steps, 1));
   speed.prefill_tokens_per_s = static_cast<double>(batch * prompt_length) / prefill;
   const double decode = whole - prefill;
-  speed.decode_tokens_per_s = static_cast<double>(batch * (response_length - 1)) / decode;
+  speed.decode_tokens_per_s = static_cast<double>(batch * (response_length - base)) / decode;
   return speed;
 }
 
