@@ -5,6 +5,7 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "hybridflow/core/error.h"
@@ -39,6 +40,13 @@ void norm_head_reference(float* x, const float* weight, int64_t dim, float eps, 
   const float inverse = math::rms_inverse(squares, static_cast<int>(dim), eps);
   for (int64_t i = 0; i < dim; ++i) x[i] = math::rms_norm_element(x[i], inverse, weight[i], round);
 }
+
+#ifdef HF_WITH_CUDA
+cuda::Dtype fusion_cuda_dtype(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? cuda::Dtype::kBFloat16 : t == torch::kFloat16 ? cuda::Dtype::kFloat16
+                                                                               : cuda::Dtype::kFloat32;
+}
+#endif
 
 template <typename Round>
 void rotate_head_reference(const float* x, const float* cos, const float* sin, int64_t dim, float* out, Round round) {
@@ -123,11 +131,8 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
                                   width,
                                   block_size,
                                   static_cast<float>(eps)};
-    const cuda::Dtype t = dtype == torch::kBFloat16 ? cuda::Dtype::kBFloat16
-                          : dtype == torch::kFloat16 ? cuda::Dtype::kFloat16
-                                                     : cuda::Dtype::kFloat32;
     const char* error = cuda::qk_norm_rotary_cache_write(
-        t, args, at::cuda::getCurrentCUDAStream(q.device().index()).stream());
+        fusion_cuda_dtype(dtype), args, at::cuda::getCurrentCUDAStream(q.device().index()).stream());
     HF_CHECK(error == nullptr, what, ": CUDA launch failed: ", error);
 #endif
     return out;
@@ -170,6 +175,65 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
   key_pool.view({-1, dim}).index_copy_(0, index, k_rot.view({-1, dim}).to(dtype));
   value_pool.view({-1, dim}).index_copy_(0, index, vc.view({-1, dim}));
   out.copy_(q_rot);
+  return out;
+}
+
+RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& inv_freq, double attention_scaling,
+                           torch::ScalarType dtype) {
+  RECORD_FUNCTION("hybridflow::rotary_tables", std::vector<c10::IValue>());
+  const char* what = "kernels::rotary_tables";
+  HF_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat16 || dtype == torch::kBFloat16, what,
+           ": expected a float32, float16 or bfloat16 table dtype, got ", dtype);
+  HF_CHECK(positions.defined() && positions.dim() == 1 && positions.scalar_type() == torch::kInt64, what,
+           ": expected positions [rows] int64");
+  HF_CHECK(inv_freq.defined() && inv_freq.dim() == 1 && inv_freq.size(0) > 0 && inv_freq.scalar_type() == torch::kFloat32,
+           what, ": expected inv_freq [head_dim / 2] float32");
+#ifndef HF_WITH_CUDA
+  HF_CHECK(!positions.is_cuda(), what, ": a CUDA tensor in a build without CUDA kernels (HF_CUDA=1)");
+#endif
+  HF_CHECK(positions.is_cpu() || positions.is_cuda(), what, ": positions on ", positions.device(),
+           " (expected CPU or CUDA)");
+  const int64_t rows = positions.size(0), half = inv_freq.size(0), dim = 2 * half;
+  const auto pc = positions.contiguous();
+  const auto fc = inv_freq.to(positions.device()).contiguous();
+  const bool scaled = attention_scaling != 1.0;
+  const auto scaling = static_cast<float>(attention_scaling);
+  RotaryTables out;
+  if (positions.is_cuda()) {
+#ifdef HF_WITH_CUDA
+    HF_CHECK(rows < (int64_t{1} << 31), what, ": too many rows (", rows, ")");
+    const c10::cuda::CUDAGuard guard(positions.device());
+    const auto options = torch::TensorOptions().dtype(dtype).device(positions.device());
+    out.cos = torch::empty({rows, dim}, options);
+    out.sin = torch::empty({rows, dim}, options);
+    const char* error = cuda::rotary_tables(fusion_cuda_dtype(dtype), pc.data_ptr<int64_t>(), fc.data_ptr<float>(),
+                                            scaling, scaled, out.cos.data_ptr(), out.sin.data_ptr(), rows, dim,
+                                            at::cuda::getCurrentCUDAStream(positions.device().index()).stream());
+    HF_CHECK(error == nullptr, what, ": CUDA launch failed: ", error);
+#endif
+    return out;
+  }
+  // The CPU reference: the same fp32 angle, libm's cosine and sine, the scaling, one rounding to dtype.
+  auto cos = torch::empty({rows, dim}, torch::kFloat32), sin = torch::empty({rows, dim}, torch::kFloat32);
+  const int64_t* pp = pc.data_ptr<int64_t>();
+  const float* fp = fc.data_ptr<float>();
+  float* cp = cos.data_ptr<float>();
+  float* sp = sin.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto position = static_cast<float>(pp[r]);
+    for (int64_t i = 0; i < dim; ++i) {
+      const float angle = position * fp[i % half];
+      float c = std::cos(angle), s = std::sin(angle);
+      if (scaled) {
+        c = c * scaling;
+        s = s * scaling;
+      }
+      cp[r * dim + i] = c;
+      sp[r * dim + i] = s;
+    }
+  }
+  out.cos = cos.to(dtype);
+  out.sin = sin.to(dtype);
   return out;
 }
 

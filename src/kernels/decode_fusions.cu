@@ -66,6 +66,25 @@ __global__ void qk_norm_rotary_cache_kernel(QkRotaryCacheWrite a) {
   static_cast<T*>(a.value_pool)[at] = static_cast<const T*>(a.v)[source + d];
 }
 
+// Block per row, threads over the table's dims: the angle in fp32 as rotary_cos_sin's multiply, its cosine and
+// sine, the optional scaling, one rounding to T.
+template <typename T>
+__global__ void rotary_tables_kernel(const int64_t* positions, const float* inv_freq, float scaling, bool scaled,
+                                     T* cos, T* sin, int64_t dim) {
+  const int64_t row = blockIdx.x, half = dim / 2;
+  const float position = static_cast<float>(positions[row]);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float angle = position * inv_freq[i % half];
+    float c = cosf(angle), s = sinf(angle);
+    if (scaled) {
+      c = c * scaling;
+      s = s * scaling;
+    }
+    cos[row * dim + i] = from_float<T>(c);
+    sin[row * dim + i] = from_float<T>(s);
+  }
+}
+
 const char* fusion_launched() {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
@@ -83,6 +102,30 @@ const char* qk_norm_rotary_cache_write(Dtype dtype, const QkRotaryCacheWrite& ar
     case Dtype::kFloat32: qk_norm_rotary_cache_kernel<float><<<grid, threads, 0, s>>>(args); break;
     case Dtype::kFloat16: qk_norm_rotary_cache_kernel<__half><<<grid, threads, 0, s>>>(args); break;
     case Dtype::kBFloat16: qk_norm_rotary_cache_kernel<__nv_bfloat16><<<grid, threads, 0, s>>>(args); break;
+  }
+  return fusion_launched();
+}
+
+const char* rotary_tables(Dtype dtype, const int64_t* positions, const float* inv_freq, float scaling, bool scaled,
+                          void* cos, void* sin, int64_t rows, int64_t dim, void* stream) {
+  if (rows == 0 || dim == 0) return nullptr;
+  const unsigned threads = static_cast<unsigned>(dim < 256 ? (dim + kFusionWarp - 1) / kFusionWarp * kFusionWarp : 256);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto grid = static_cast<unsigned>(rows);
+  switch (dtype) {
+    case Dtype::kFloat32:
+      rotary_tables_kernel<float><<<grid, threads, 0, s>>>(positions, inv_freq, scaling, scaled,
+                                                          static_cast<float*>(cos), static_cast<float*>(sin), dim);
+      break;
+    case Dtype::kFloat16:
+      rotary_tables_kernel<__half><<<grid, threads, 0, s>>>(positions, inv_freq, scaling, scaled,
+                                                           static_cast<__half*>(cos), static_cast<__half*>(sin), dim);
+      break;
+    case Dtype::kBFloat16:
+      rotary_tables_kernel<__nv_bfloat16><<<grid, threads, 0, s>>>(positions, inv_freq, scaling, scaled,
+                                                                  static_cast<__nv_bfloat16*>(cos),
+                                                                  static_cast<__nv_bfloat16*>(sin), dim);
+      break;
   }
   return fusion_launched();
 }

@@ -27,4 +27,8 @@ struct QkRotaryCacheWrite {
 };
 const char* qk_norm_rotary_cache_write(Dtype dtype, const QkRotaryCacheWrite& args, void* stream);
 
+// cos, sin [rows, dim] of positions [rows] and inv_freq [dim / 2]; scaled: times `scaling`.
+const char* rotary_tables(Dtype dtype, const int64_t* positions, const float* inv_freq, float scaling, bool scaled,
+                          void* cos, void* sin, int64_t rows, int64_t dim, void* stream);
+
 }  // namespace hybridflow::kernels::cuda

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "hybridflow/core/device_upload.h"
@@ -994,10 +995,18 @@ torch::Tensor CausalLMImpl::decode_paged_on_device(const torch::Tensor& input_id
                                                    const RotaryFrequencies& rotary, PagedKVCache& cache) {
   const int64_t b = input_ids.size(0);
   auto h = layers_->model->embed(input_ids);
-  auto [cos, sin] = rotary_cos_sin(lengths.view({b, 1}), rotary, h.scalar_type());
   const int64_t kv = cache.keys.empty() ? 0 : cache.keys[0].size(1);
   const bool kernels_apply = decode_kernels_apply(h, cache.keys, cache.values, config_, *layers_->model,
                                                   !tp_.enabled() && !lora_branches_active());
+  // The fused kernels read the tables as [rows, head_dim], made by one kernel; the operators' layout otherwise.
+  torch::Tensor cos, sin;
+  if (kernels_apply) {
+    auto tables_of_rows = kernels::rotary_tables(lengths, rotary.inv_freq, rotary.attention_scaling, h.scalar_type());
+    cos = tables_of_rows.cos;
+    sin = tables_of_rows.sin;
+  } else {
+    std::tie(cos, sin) = rotary_cos_sin(lengths.view({b, 1}), rotary, h.scalar_type());
+  }
   SlotAccess access = decode_step_access(tables, lengths, cache.block_size(), span, kv, /*paged=*/true, kernels_apply);
   access.sliding_window = config_.sliding_window;
   const auto mask_bias =

@@ -275,6 +275,34 @@ TEST(CudaParity, DecodeFusionsQkNormRotaryCacheWriteMatchesTheSeparateKernelsAnd
   }
 }
 
+// The rotary tables kernel on the GPU against rotary_cos_sin's operators on the GPU (CUDA's cosf and sinf on both
+// sides: a last fp32 bit at most where the math library's contraction differs) and against its CPU reference.
+TEST(CudaParity, DecodeFusionsRotaryTablesMatchTheOperatorsAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu(torch::kCUDA);
+  const auto positions = torch::tensor({0, 1, 7, 991, 1023, 4097, 40959}, torch::kInt64);
+  const auto inv_freq = testing::qwen3_inv_freq(128);
+  for (double scaling : {1.0, 1.2}) {
+    for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const std::string what = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " scaling " +
+                               std::to_string(scaling);
+      const double tol = dtype == torch::kFloat32 ? 1e-6 : 8e-3;
+      const auto fused = kernels::rotary_tables(positions.to(gpu), inv_freq.to(gpu), scaling, dtype);
+      const auto [cos, sin] = testing::unfused_rotary_tables(positions.to(gpu), inv_freq.to(gpu), scaling, dtype);
+      const auto reference = kernels::rotary_tables(positions, inv_freq, scaling, dtype);
+      for (const auto& [a, b, against] :
+           std::vector<std::tuple<torch::Tensor, torch::Tensor, std::string>>{{fused.cos, cos, "operators' cos"},
+                                                                              {fused.sin, sin, "operators' sin"},
+                                                                              {fused.cos, reference.cos, "CPU cos"},
+                                                                              {fused.sin, reference.sin, "CPU sin"}}) {
+        const auto x = a.cpu().to(torch::kFloat32), y = b.cpu().to(torch::kFloat32);
+        EXPECT_TRUE(torch::allclose(x, y, tol, tol)) << what << " vs " << against << " max diff "
+                                                     << (x - y).abs().max().item<double>();
+      }
+    }
+  }
+}
+
 // The paged decode attention kernel at long contexts (many partitions, split-KV reduced by the second kernel),
 // GQA of 2 and 7, with and without a sliding window: against gathered K/V through SDPA on the GPU and against
 // the CPU reference of the same partitions.

@@ -51,6 +51,28 @@ TEST(DecodeFusions, QkNormRotaryCacheWriteEqualsTheSeparateKernelsAndTheOperator
   }
 }
 
+TEST(DecodeFusions, RotaryTablesEqualRotaryCosSinsOperators) {
+  // Positions up to Qwen3's 40960, so the angles reach the arguments where a cosine's range reduction matters.
+  const auto positions = torch::tensor({0, 1, 7, 991, 1023, 4097, 40959}, torch::kInt64);
+  for (int64_t head_dim : {int64_t{16}, int64_t{128}}) {
+    const auto inv_freq = testing::qwen3_inv_freq(head_dim);
+    for (double scaling : {1.0, 1.2}) {
+      for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+        const std::string what = std::string(c10::toString(dtype)) + " head_dim " + std::to_string(head_dim) +
+                                 " scaling " + std::to_string(scaling);
+        const auto fused = kernels::rotary_tables(positions, inv_freq, scaling, dtype);
+        const auto [cos, sin] = testing::unfused_rotary_tables(positions, inv_freq, scaling, dtype);
+        ASSERT_EQ(fused.cos.sizes(), (std::vector<int64_t>{positions.size(0), head_dim})) << what;
+        ASSERT_EQ(fused.cos.scalar_type(), dtype) << what;
+        // libm's cosine against libtorch's vectorised one: a last fp32 bit, or one rounding of the dtype.
+        const double tol = dtype == torch::kFloat32 ? 1e-6 : dtype == torch::kBFloat16 ? 8e-3 : 1e-3;
+        EXPECT_TRUE(torch::allclose(fused.cos.to(torch::kFloat32), cos.to(torch::kFloat32), tol, tol)) << what;
+        EXPECT_TRUE(torch::allclose(fused.sin.to(torch::kFloat32), sin.to(torch::kFloat32), tol, tol)) << what;
+      }
+    }
+  }
+}
+
 TEST(DecodeFusions, QkNormRotaryCacheWriteRefusesBadInputsByName) {
   auto c = testing::qk_cache_case({2, 5}, 4, 2, 8, 4, true, torch::kFloat32);
   auto expect_error = [&](const std::string& needle, auto&& call) {
@@ -61,6 +83,9 @@ TEST(DecodeFusions, QkNormRotaryCacheWriteRefusesBadInputsByName) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
+  expect_error("kernels::rotary_tables: expected positions [rows] int64", [&] {
+    kernels::rotary_tables(torch::zeros({2, 1}, torch::kInt64), testing::qwen3_inv_freq(8), 1.0, torch::kFloat32);
+  });
   expect_error("q_norm and k_norm must be given together", [&] {
     kernels::qk_norm_rotary_cache_write(c.q, c.k, c.v, c.q_norm, torch::Tensor(), 1e-6, c.cos, c.sin, c.key_pool,
                                         c.value_pool, c.tables, c.lengths);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "hybridflow/kernels/decode_kernels.h"
@@ -103,6 +104,26 @@ inline torch::Tensor unfused_qk_operators_and_cache_writes(QkCacheCase& c, doubl
 inline torch::Tensor fused_qk_norm_rotary_cache_write(QkCacheCase& c, double eps) {
   return kernels::qk_norm_rotary_cache_write(c.q, c.k, c.v, c.q_norm, c.k_norm, eps, c.cos, c.sin, c.key_pool,
                                              c.value_pool, c.tables, c.lengths);
+}
+
+// rotary_cos_sin's operators (model/rotary.h) for positions [rows]: cos and sin [rows, 2 * inv_freq.size(0)].
+inline std::pair<torch::Tensor, torch::Tensor> unfused_rotary_tables(const torch::Tensor& positions,
+                                                                     const torch::Tensor& inv_freq, double scaling,
+                                                                     torch::Dtype dtype) {
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq.to(positions.device());
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos(), sin = emb.sin();
+  if (scaling != 1.0) {
+    cos = cos * scaling;
+    sin = sin * scaling;
+  }
+  return {cos.to(dtype), sin.to(dtype)};
+}
+
+// Qwen3's frequencies (rope_theta 1e6) over head_dim: 1 / theta^(2i / head_dim).
+inline torch::Tensor qwen3_inv_freq(int64_t head_dim) {
+  return 1.0 / torch::pow(1e6, torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim))
+                   .to(torch::kFloat32);
 }
 
 }  // namespace hybridflow::testing

@@ -27,4 +27,15 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
                                          torch::Tensor& value_pool, const torch::Tensor& tables,
                                          const torch::Tensor& lengths);
 
+// A decode step's rotary tables in one kernel, where rotary_cos_sin (model/rotary.h) runs seven operators:
+// cos and sin [rows, head_dim] in `dtype` for positions [rows] (int64) and inv_freq [head_dim / 2] (float32).
+// Element i of row r is cos(float(positions[r]) * inv_freq[i % (head_dim / 2)]) in fp32, times attention_scaling
+// when it is not 1, rounded to dtype: rotary_cos_sin's arithmetic, up to the cosine's and sine's last fp32 bit
+// (libm's on the CPU, CUDA's cosf and sinf on the GPU).
+struct RotaryTables {
+  torch::Tensor cos, sin;
+};
+RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& inv_freq, double attention_scaling,
+                           torch::ScalarType dtype);
+
 }  // namespace hybridflow::kernels
