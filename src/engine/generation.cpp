@@ -192,7 +192,9 @@ TokenDraw draw_tokens(const torch::Tensor& logits, const GenerationConfig& cfg, 
   auto last_possible = torch::searchsorted(cumulative, total, /*out_int32=*/false, /*right=*/false);
   auto tokens = torch::minimum(below, last_possible).squeeze(-1).clamp_max(vocab - 1);  // NaN rows: in range
   total = total.squeeze(-1);
-  auto no_mass = total.isfinite().logical_not() | total.le(0);
+  // No mass: a total that is not a positive finite number (NaN fails both comparisons): three kernels, where
+  // isfinite() alone launches four.
+  auto no_mass = total.gt(0).logical_and(total.lt(std::numeric_limits<double>::infinity())).logical_not();
   return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), no_mass};
 }
 

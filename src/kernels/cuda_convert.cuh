@@ -1,5 +1,6 @@
 // Conversions between the storage dtypes of the CUDA decode kernels (fp32, fp16, bf16) and the fp32 they compute
-// in, shared by decode_kernels.cu and paged_attention_v2.cu. Round to nearest even, as c10's on the CPU.
+// in, shared by decode_kernels.cu, paged_attention_v2.cu and decode_fusions.cu. Round to nearest even, as c10's
+// on the CPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,5 +20,11 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Rounds a float to the nearest value of T (round to nearest even, as c10's conversions on the CPU).
+template <typename T>
+struct RoundTo {
+  __device__ __forceinline__ float operator()(float x) const { return to_float(from_float<T>(x)); }
+};
 
 }  // namespace hybridflow::kernels::cuda

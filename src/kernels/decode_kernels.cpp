@@ -2,6 +2,8 @@
 // CPU references, which compute the same arithmetic (kernels/element_math.h) in plain loops.
 #include "hybridflow/kernels/decode_kernels.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -110,6 +112,7 @@ void check_cuda_build(const char* what, const torch::Tensor& t) {
 // rms_norm and add_rms_norm: rows of x's last dimension; with delta, sum = x + delta first.
 NormedSum norm_rows(const char* what, const torch::Tensor& x, const torch::Tensor* delta, const torch::Tensor& weight,
                     double eps) {
+  RECORD_FUNCTION(delta != nullptr ? "hybridflow::add_rms_norm" : "hybridflow::rms_norm", std::vector<c10::IValue>());
   if (delta != nullptr)
     check_operands(what, x, {*delta, weight});
   else
@@ -222,6 +225,7 @@ NormedSum add_rms_norm(const torch::Tensor& residual, const torch::Tensor& delta
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  RECORD_FUNCTION("hybridflow::swiglu", std::vector<c10::IValue>());
   check_operands("swiglu", gate, {up});
   check_cuda_build("swiglu", gate);
   HF_CHECK(gate.sizes() == up.sizes(), "kernels::swiglu: gate and up must have one shape, got ", gate.sizes(), " and ",
@@ -248,6 +252,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 }
 
 torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  RECORD_FUNCTION("hybridflow::rotary", std::vector<c10::IValue>());
   check_operands("rotary", x, {cos, sin});
   check_cuda_build("rotary", x);
   HF_CHECK(x.dim() == 3 && x.size(2) % 2 == 0 && cos.dim() == 2 && cos.size(0) == x.size(0) &&
@@ -289,6 +294,7 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
                                      const torch::Tensor& lengths, int64_t span, double scale,
                                      int64_t sliding_window, int64_t partition_size) {
   const char* what = "paged_decode_attention";
+  RECORD_FUNCTION("hybridflow::paged_decode_attention", std::vector<c10::IValue>());
   check_operands(what, q, {key_pool, value_pool});
   check_cuda_build(what, q);
   HF_CHECK(q.dim() == 3 && key_pool.dim() == 4 && value_pool.sizes() == key_pool.sizes() &&

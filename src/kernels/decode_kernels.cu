@@ -14,12 +14,6 @@
 namespace hybridflow::kernels::cuda {
 namespace {
 
-// Rounds a float to the nearest value of T (round to nearest even, as c10's conversions on the CPU).
-template <typename T>
-struct RoundTo {
-  __device__ __forceinline__ float operator()(float x) const { return to_float(from_float<T>(x)); }
-};
-
 constexpr int kWarp = 32;
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "hybridflow/core/device_upload.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/kernels/decode_fusions.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/model/activation_checkpoint.h"
 #include "hybridflow/model/batch_invariant.h"
@@ -135,7 +137,7 @@ torch::Tensor decode_step_mask_bias(const torch::Tensor& lengths, int64_t span, 
 // device): the positions each row writes ([rows * kv], at lengths[r]) and, on a paged cache, reads ([rows * kv
 // * span], positions [0, span)), computed by tensor operators on the tables' device. A slot cache (width 1,
 // block_size = capacity) reads its slots, tables[:, 0].
-// With `kernels`, the fused attention kernel reads the blocks itself: no gather indices.
+// With `kernels`, the fused kernels write and read the blocks themselves: no indices.
 SlotAccess decode_step_access(const torch::Tensor& tables, const torch::Tensor& lengths, int64_t block_size,
                               int64_t span, int64_t kv, bool paged, bool kernels = false) {
   const int64_t b = tables.size(0);
@@ -146,14 +148,14 @@ SlotAccess decode_step_access(const torch::Tensor& tables, const torch::Tensor& 
   access.tables = tables;
   access.lengths = lengths;
   access.block_size = block_size;
+  if (!paged) access.slots = tables.select(1, 0);
+  // The fused kernels write each row's key and value through the tables themselves: no indices.
+  if (kernels) return access;
   auto heads = torch::arange(kv, lengths.options());
   auto block = tables.gather(1, lengths.div(block_size, "floor").view({b, 1}));  // [b, 1]
   access.write_index =
       ((block * kv + heads.view({1, kv})) * block_size + lengths.remainder(block_size).view({b, 1})).reshape(-1);
-  if (!paged || kernels) {
-    if (!paged) access.slots = tables.select(1, 0);
-    return access;
-  }
+  if (!paged) return access;
   // block * kv * block_size + p % block_size over [rows, span] first, the heads added in the one pass over
   // [rows, kv, span]: a third of the time of four passes there on the CPU (2 M indices at 256 rows, 8 KV heads).
   auto positions = torch::arange(span, lengths.options());
@@ -354,21 +356,17 @@ class AttentionImpl : public torch::nn::Module {
     return slab.narrow(2, 0, total);
   }
   // The no-grad decode step through the fused kernels (one rank, no adapters' branches): q [rows, 1, heads, d],
-  // k and v [rows, 1, kv, d] as projected; the q/k norms, the rotary embedding and the attention over the cache
-  // (read in place through the access's tables) as kernels, the key and value written as the unfused step does.
+  // k and v [rows, 1, kv, d] as projected; the q/k norms, the rotary embedding and the key and value cache
+  // writes as one kernel (kernels/decode_fusions.h), then the attention over the cache read in place through
+  // the access's tables.
   torch::Tensor decode_with_kernels(torch::Tensor q, torch::Tensor k, const torch::Tensor& v, const torch::Tensor& cos,
                                     const torch::Tensor& sin, torch::Tensor& cached_k, torch::Tensor& cached_v,
                                     const SlotAccess& access) {
     const int64_t b = q.size(0), kv = k.size(2);
-    if (q_norm) {
-      q = kernels::rms_norm(q, q_norm->weight, eps_);
-      k = kernels::rms_norm(k, k_norm->weight, eps_);
-    }
-    const auto cos_rows = cos.reshape({b, head_dim_}), sin_rows = sin.reshape({b, head_dim_});
-    q = kernels::rotary(q.reshape({b, heads_, head_dim_}), cos_rows, sin_rows);
-    k = kernels::rotary(k.reshape({b, kv, head_dim_}), cos_rows, sin_rows);
-    cached_k.view({-1, head_dim_}).index_copy_(0, access.write_index, k.reshape({-1, head_dim_}));
-    cached_v.view({-1, head_dim_}).index_copy_(0, access.write_index, v.reshape({-1, head_dim_}));
+    q = kernels::qk_norm_rotary_cache_write(
+        q.reshape({b, heads_, head_dim_}), k.reshape({b, kv, head_dim_}), v.reshape({b, kv, head_dim_}),
+        q_norm ? q_norm->weight : torch::Tensor(), k_norm ? k_norm->weight : torch::Tensor(), eps_,
+        cos.reshape({b, head_dim_}), sin.reshape({b, head_dim_}), cached_k, cached_v, access.tables, access.lengths);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     auto attended = kernels::paged_decode_attention(q, cached_k, cached_v, access.tables, access.lengths, access.span,
                                                     scale, access.sliding_window);
@@ -997,10 +995,18 @@ torch::Tensor CausalLMImpl::decode_paged_on_device(const torch::Tensor& input_id
                                                    const RotaryFrequencies& rotary, PagedKVCache& cache) {
   const int64_t b = input_ids.size(0);
   auto h = layers_->model->embed(input_ids);
-  auto [cos, sin] = rotary_cos_sin(lengths.view({b, 1}), rotary, h.scalar_type());
   const int64_t kv = cache.keys.empty() ? 0 : cache.keys[0].size(1);
   const bool kernels_apply = decode_kernels_apply(h, cache.keys, cache.values, config_, *layers_->model,
                                                   !tp_.enabled() && !lora_branches_active());
+  // The fused kernels read the tables as [rows, head_dim], made by one kernel; the operators' layout otherwise.
+  torch::Tensor cos, sin;
+  if (kernels_apply) {
+    auto tables_of_rows = kernels::rotary_tables(lengths, rotary.inv_freq, rotary.attention_scaling, h.scalar_type());
+    cos = tables_of_rows.cos;
+    sin = tables_of_rows.sin;
+  } else {
+    std::tie(cos, sin) = rotary_cos_sin(lengths.view({b, 1}), rotary, h.scalar_type());
+  }
   SlotAccess access = decode_step_access(tables, lengths, cache.block_size(), span, kv, /*paged=*/true, kernels_apply);
   access.sliding_window = config_.sliding_window;
   const auto mask_bias =

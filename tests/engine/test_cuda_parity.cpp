@@ -9,15 +9,19 @@
 
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/kernels/decode_fusions.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/process_group.h"
+#include "support/decode_fusion_oracles.h"
 #include "support/decode_kernel_oracles.h"
 #include "support/graph_draw_step.h"
 #include "support/tiny_model.h"
@@ -262,6 +266,70 @@ TEST(CudaParity, DecodeKernelsElementwiseMatchTheUnfusedOperatorsAndTheCpu) {
     close(rotated, q.to(gpu) * cos.to(gpu).unsqueeze(1) + testing::rotate_half(q.to(gpu)) * sin.to(gpu).unsqueeze(1),
           "rotary vs operators");
     close(rotated, kernels::rotary(q, cos, sin), "rotary vs CPU reference");
+  }
+}
+
+// The fused q/k norm + rotary + cache write kernel (kernels/decode_fusions.h) on the GPU: bit for bit the GPU
+// kernels and index_copy_ it replaces (its norm reduces a head in rms_norm_kernel's order), within a dtype
+// rounding of the unfused operators on the GPU, and equal to its CPU reference up to the norm's reduction order;
+// Qwen3-1.7B's heads (16 / 8 of 128 dims) and a head_dim short of a warp multiple, with and without the norms.
+TEST(CudaParity, DecodeFusionsQkNormRotaryCacheWriteMatchesTheSeparateKernelsAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(12);
+  const torch::Device gpu(torch::kCUDA);
+  const double eps = 1e-6;
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 4e-2;
+    for (bool norms : {true, false}) {
+      for (auto [heads, kv, dim] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{16, 8, 128}, {4, 2, 80}}) {
+        const std::string what = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") +
+                                 (norms ? " with norms" : " without norms") + " dim " + std::to_string(dim);
+        const auto cpu = testing::qk_cache_case({0, 5, 16, 300, 1023, 77, 64}, heads, kv, dim, 16, norms, dtype);
+        auto fused = cpu.to(gpu), separate = cpu.to(gpu), unfused = cpu.to(gpu), reference = cpu.clone();
+        const auto q = testing::fused_qk_norm_rotary_cache_write(fused, eps);
+        EXPECT_TRUE(torch::equal(q, testing::separate_qk_kernels_and_cache_writes(separate, eps))) << what;
+        EXPECT_TRUE(torch::equal(fused.key_pool, separate.key_pool)) << what;
+        EXPECT_TRUE(torch::equal(fused.value_pool, separate.value_pool)) << what;
+        auto close = [&](const torch::Tensor& a, const torch::Tensor& b, const std::string& against) {
+          const auto x = a.cpu().to(torch::kFloat32), y = b.cpu().to(torch::kFloat32);
+          EXPECT_TRUE(torch::allclose(x, y, tol, tol))
+              << what << " vs " << against << " max diff " << (x - y).abs().max().item<double>();
+        };
+        close(q, testing::unfused_qk_operators_and_cache_writes(unfused, eps), "operators");
+        close(fused.key_pool, unfused.key_pool, "operators' keys");
+        close(q, testing::fused_qk_norm_rotary_cache_write(reference, eps), "CPU reference");
+        close(fused.key_pool, reference.key_pool, "CPU reference's keys");
+        EXPECT_TRUE(torch::equal(fused.value_pool.cpu(), reference.value_pool)) << what;
+      }
+    }
+  }
+}
+
+// The rotary tables kernel on the GPU against rotary_cos_sin's operators on the GPU (CUDA's cosf and sinf on both
+// sides: a last fp32 bit at most where the math library's contraction differs) and against its CPU reference.
+TEST(CudaParity, DecodeFusionsRotaryTablesMatchTheOperatorsAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const torch::Device gpu(torch::kCUDA);
+  const auto positions = torch::tensor({0, 1, 7, 991, 1023, 4097, 40959}, torch::kInt64);
+  const auto inv_freq = testing::qwen3_inv_freq(128);
+  for (double scaling : {1.0, 1.2}) {
+    for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const std::string what = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + " scaling " +
+                               std::to_string(scaling);
+      const double tol = dtype == torch::kFloat32 ? 1e-6 : 8e-3;
+      const auto fused = kernels::rotary_tables(positions.to(gpu), inv_freq.to(gpu), scaling, dtype);
+      const auto [cos, sin] = testing::unfused_rotary_tables(positions.to(gpu), inv_freq.to(gpu), scaling, dtype);
+      const auto reference = kernels::rotary_tables(positions, inv_freq, scaling, dtype);
+      for (const auto& [a, b, against] :
+           std::vector<std::tuple<torch::Tensor, torch::Tensor, std::string>>{{fused.cos, cos, "operators' cos"},
+                                                                              {fused.sin, sin, "operators' sin"},
+                                                                              {fused.cos, reference.cos, "CPU cos"},
+                                                                              {fused.sin, reference.sin, "CPU sin"}}) {
+        const auto x = a.cpu().to(torch::kFloat32), y = b.cpu().to(torch::kFloat32);
+        EXPECT_TRUE(torch::allclose(x, y, tol, tol)) << what << " vs " << against << " max diff "
+                                                     << (x - y).abs().max().item<double>();
+      }
+    }
   }
 }
 
