@@ -108,9 +108,10 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
     const int64_t group = want_weight ? chunk * std::max<int64_t>(1, hidden.size(1) / chunk) : chunk;
     const bool low_precision = weight.scalar_type() != torch::kFloat32;
     // Several groups sum in float32 (one matmul over all tokens would accumulate so); one group is that
-    // matmul already.
+    // matmul already (no tokens: zeros).
     torch::Tensor grad_weight;
-    if (want_weight && n > group) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (want_weight && (n > group || n == 0))
+      grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     for (int64_t group_begin = 0; group_begin < n; group_begin += group) {
       const int64_t group_len = std::min(group, n - group_begin);
       torch::Tensor group_logits;  // [group_len, V] in the weight's dtype: the group's d loss / d logits
