@@ -101,40 +101,56 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
     const int64_t n = hidden.size(0), width = weight.size(0);
     const LocalTargets t = local_targets(targets, width, static_cast<int>(ctx->saved_data["rank"].toInt()));
     torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
-    // The weight's gradient sums over chunks in float32 (one matmul over all tokens would accumulate so).
-    torch::Tensor grad_weight = want_weight ? torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32))
-                                            : torch::Tensor();
-    for (int64_t begin = 0; begin < n; begin += chunk) {
-      const int64_t len = std::min(chunk, n - begin);
-      // gz = -p (g_lp + g_H (log p + H)) + onehot(target) g_lp, built in place in two [chunk, V] buffers.
-      torch::Tensor log_p = chunk_logits(hidden, weight, begin, len, temperature).sub_(lse.narrow(0, begin, len).unsqueeze(-1));
-      torch::Tensor gz = log_p.exp();
-      torch::Tensor coef;  // [chunk, V] or [chunk, 1]
-      if (g_h.defined()) {
-        coef = log_p.add_(entropy.narrow(0, begin, len).unsqueeze(-1)).mul_(g_h.narrow(0, begin, len).unsqueeze(-1));
-        if (g_lp.defined()) coef.add_(g_lp.narrow(0, begin, len).unsqueeze(-1));
-      } else {
-        coef = g_lp.narrow(0, begin, len).unsqueeze(-1);
+    // The weight's gradient is one [V, H] matmul per group of tokens, not per chunk: a chunk of a 150k
+    // vocabulary is ~55 tokens, and a matmul that short costs mostly the writing of its [V, H] result (in bf16
+    // also its conversion to float32 and the addition), which per chunk was several times the whole head's
+    // forward. A group of up to H tokens keeps its logits' gradients in a buffer no larger than the weight.
+    const int64_t group = want_weight ? chunk * std::max<int64_t>(1, hidden.size(1) / chunk) : chunk;
+    const bool low_precision = weight.scalar_type() != torch::kFloat32;
+    // Several groups sum in float32 (one matmul over all tokens would accumulate so); one group is that
+    // matmul already (no tokens: zeros).
+    torch::Tensor grad_weight;
+    if (want_weight && (n > group || n == 0))
+      grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    for (int64_t group_begin = 0; group_begin < n; group_begin += group) {
+      const int64_t group_len = std::min(group, n - group_begin);
+      torch::Tensor group_logits;  // [group_len, V] in the weight's dtype: the group's d loss / d logits
+      if (want_weight) group_logits = torch::empty({group_len, width}, weight.options());
+      for (int64_t begin = group_begin; begin < group_begin + group_len; begin += chunk) {
+        const int64_t len = std::min(chunk, group_begin + group_len - begin);
+        // gz = -p (g_lp + g_H (log p + H)) + onehot(target) g_lp, built in place in two [chunk, V] buffers.
+        torch::Tensor log_p =
+            chunk_logits(hidden, weight, begin, len, temperature).sub_(lse.narrow(0, begin, len).unsqueeze(-1));
+        torch::Tensor gz = log_p.exp();
+        torch::Tensor coef;  // [chunk, V] or [chunk, 1]
+        if (g_h.defined()) {
+          coef = log_p.add_(entropy.narrow(0, begin, len).unsqueeze(-1)).mul_(g_h.narrow(0, begin, len).unsqueeze(-1));
+          if (g_lp.defined()) coef.add_(g_lp.narrow(0, begin, len).unsqueeze(-1));
+        } else {
+          coef = g_lp.narrow(0, begin, len).unsqueeze(-1);
+        }
+        gz.mul_(coef).neg_();
+        if (g_lp.defined()) {
+          torch::Tensor g = g_lp.narrow(0, begin, len);
+          torch::Tensor at_target = torch::where(t.mine.narrow(0, begin, len), g, torch::zeros_like(g));
+          gz.scatter_add_(-1, t.index.narrow(0, begin, len).unsqueeze(-1), at_target.unsqueeze(-1));
+        }
+        if (temperature != 1.0) gz.div_(temperature);
+        torch::Tensor g_logits = gz.to(weight.scalar_type());
+        if (want_hidden) grad_hidden.narrow(0, begin, len).copy_(g_logits.mm(weight));
+        if (want_weight) group_logits.narrow(0, begin - group_begin, len).copy_(g_logits);
       }
-      gz.mul_(coef).neg_();
-      if (g_lp.defined()) {
-        torch::Tensor g = g_lp.narrow(0, begin, len);
-        torch::Tensor at_target = torch::where(t.mine.narrow(0, begin, len), g, torch::zeros_like(g));
-        gz.scatter_add_(-1, t.index.narrow(0, begin, len).unsqueeze(-1), at_target.unsqueeze(-1));
-      }
-      if (temperature != 1.0) gz.div_(temperature);
-      torch::Tensor g_logits = gz.to(weight.scalar_type());
-      const torch::Tensor h = hidden.narrow(0, begin, len);
-      if (want_hidden) grad_hidden.narrow(0, begin, len).copy_(g_logits.mm(weight));
-      if (want_weight) {
-        if (g_logits.scalar_type() == torch::kFloat32)
-          grad_weight.addmm_(g_logits.t(), h);  // no [V, H] temporary
-        else
-          grad_weight.add_(g_logits.t().mm(h).to(torch::kFloat32));
-      }
+      if (!want_weight) continue;
+      const torch::Tensor h = hidden.narrow(0, group_begin, group_len);
+      if (!grad_weight.defined())
+        grad_weight = group_logits.t().mm(h);  // the only group
+      else if (low_precision)
+        grad_weight.add_(group_logits.t().mm(h).to(torch::kFloat32));
+      else
+        grad_weight.addmm_(group_logits.t(), h);  // no [V, H] temporary
     }
     out[0] = grad_hidden;
-    if (want_weight) out[1] = grad_weight.to(weight.scalar_type());
+    if (want_weight) out[1] = grad_weight.to(weight.scalar_type());  // a no-op for one group
     return out;
   }
 };

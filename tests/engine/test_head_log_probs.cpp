@@ -130,6 +130,38 @@ TEST(HeadLogProbs, PeakMemoryFollowsTheChunkNotTheTokens) {
   EXPECT_LT(chunked, 2 * w.numel() * 4 + 16 * vocab * 4 * 8) << "unchunked peak " << unchunked;
 }
 
+// The weight's gradient is one matmul per group of up to H tokens, not one per chunk: in bf16 a group's
+// gradient is the matmul's own bf16 result, with no float32 [V, H] accumulator or converted copy per chunk
+// (those made the backward of a 150k vocabulary several times its forward). Several groups still sum to the
+// unchunked gradient.
+TEST(HeadLogProbs, Bf16WeightGradientIsOneMatmulPerGroupOfTokens) {
+  const int64_t hidden = 64, vocab = 4096, chunk = 8;
+  const int64_t weight_bytes = vocab * hidden * 2;
+  for (int64_t tokens : {hidden, 3 * hidden + 5}) {  // one group; several, a ragged last one
+    const std::string what = std::to_string(tokens) + " tokens";
+    torch::manual_seed(8);
+    auto h = torch::randn({tokens, hidden}).to(torch::kBFloat16).set_requires_grad(true);
+    auto w = (torch::randn({vocab, hidden}) * 0.1).to(torch::kBFloat16).set_requires_grad(true);
+    auto targets = torch::randint(0, vocab, {tokens}, torch::kLong);
+    auto w_lp = torch::randn({tokens});
+    auto out = head_log_probs(h, w, targets, 1.0, true, {}, chunk);
+    auto loss = (out.log_probs * w_lp).sum();
+    const int64_t peak = peak_cpu_bytes_during([&] { loss.backward(); });
+    if (tokens <= hidden) {
+      // The group's [tokens, V] gradients and the matmul's result (each at most the weight's size) and a few
+      // chunks; a float32 accumulator with a converted copy would be 4 x the weight's bytes alone.
+      EXPECT_LT(peak, 2 * weight_bytes + 8 * chunk * vocab * 4) << what;
+    }
+    auto h_full = h.detach().clone().set_requires_grad(true);
+    auto w_full = w.detach().clone().set_requires_grad(true);
+    auto full = token_log_probs(torch::linear(h_full, w_full).to(torch::kFloat32).unsqueeze(0), targets.unsqueeze(0));
+    (full.log_probs.squeeze(0) * w_lp).sum().backward();
+    ASSERT_EQ(w.grad().scalar_type(), torch::kBFloat16) << what;
+    expect_close(w.grad().to(torch::kFloat), w_full.grad().to(torch::kFloat), 5e-2, what + " d/dweight");
+    expect_close(h.grad().to(torch::kFloat), h_full.grad().to(torch::kFloat), 5e-2, what + " d/dhidden");
+  }
+}
+
 // Under tensor parallelism each of 3 ranks holds a third of the vocabulary rows; the chunked log-probs,
 // entropy and gradients equal one process's over the whole vocabulary.
 TEST(HeadLogProbs, VocabularyParallelRanksMatchOneProcess) {

@@ -1,7 +1,11 @@
 // Per-token log-probabilities and entropy of a language-model head applied to hidden states, computed a
-// chunk of tokens at a time: no [tokens, vocab] tensor larger than one chunk ever exists, in the forward or
-// in the backward, which recomputes each chunk's logits from the saved hidden states instead of keeping
-// them (a fused "linear + log-softmax" as verl's use_fused_kernels / Liger's fused linear cross entropy).
+// chunk of tokens at a time: no float32 [tokens, vocab] tensor larger than one chunk ever exists, in the
+// forward or in the backward, which recomputes each chunk's logits from the saved hidden states instead of
+// keeping them (a fused "linear + log-softmax" as verl's use_fused_kernels / Liger's fused linear cross
+// entropy). The backward keeps the logits' gradients of a group of up to H tokens (H: the hidden size) in
+// the weight's dtype, no larger than the weight itself, so that the weight's gradient is one matmul per
+// group: per ~55-token chunk of a 150k vocabulary, writing (and in bf16 converting and adding) its [V, H]
+// result cost several times the whole forward.
 // With a 150k vocabulary, [8 x 1024 tokens] of float logits are 5 GB, and autograd kept several such
 // tensors (logits, log-softmax, softmax x logits) until the backward; here the peak is a few chunks.
 #pragma once
