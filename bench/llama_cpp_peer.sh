@@ -11,7 +11,8 @@
 #   bash bench/llama_cpp_peer.sh LLAMA_CPP_SOURCE_DIR [LLAMA_CPP_BIN_DIR]
 #
 # LLAMA_CPP_BIN_DIR defaults to SOURCE/build/bin. Environment (defaults in brackets): ROUNDS [3],
-# BATCHES [1,8,32], PROMPT [32], NEW_TOKENS [64], THREADS [2], WORK [/tmp/hybridflow-llama-cpp-peer: the model
+# BATCHES [1,8,32], PROMPT [32], NEW_TOKENS [64], THREADS [2], HF_REPS [1: hybridflow's timed runs per
+# figure, the fastest counting; llama-batched-bench times one], WORK [/tmp/hybridflow-llama-cpp-peer: the model
 # directory and its GGUF, kept between runs], HF_BIN [build/hybridflow], PYTHON [.venv/bin/python: it needs
 # torch, transformers, numpy, pyyaml, tqdm], TOKENIZER [../shared/testdata/tokenizers/qwen3: a directory with
 # the published Qwen tokenizer.json], LLAMA_EXTRA [extra llama-batched-bench arguments, e.g. "--poll 0"].
@@ -21,8 +22,7 @@
 # parallel sequences, each with its own prompt, decoded together each step), random prompt tokens.
 # What is not (docs/performance.md#the-llamacpp-peer): llama.cpp times NEW_TOKENS decode steps that compute
 # logits and sample nothing; hybridflow times NEW_TOKENS - 1 steps (its first token comes from the prefill)
-# and samples every row from the full vocabulary each step; hybridflow's figure is the fastest of its runs,
-# llama.cpp's a single run.
+# and samples every row from the full vocabulary each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Both sides run OpenMP teams (ggml's CPU backend is built with OpenMP by default): threads that wait at a
@@ -37,6 +37,7 @@ batches=${BATCHES:-1,8,32}
 prompt=${PROMPT:-32}
 new_tokens=${NEW_TOKENS:-64}
 threads=${THREADS:-2}
+hf_reps=${HF_REPS:-1}
 work=${WORK:-/tmp/hybridflow-llama-cpp-peer}
 hf_bin=${HF_BIN:-build/hybridflow}
 python=${PYTHON:-.venv/bin/python}
@@ -82,7 +83,7 @@ run_hybridflow() {
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "== round $round: hybridflow (load average $load)"
   "$hf_bin" bench generate --model "$model" --threads "$threads" --batch "$batches" \
-    --prompt-length "$prompt" --response-length "$new_tokens" --rollout-prompts 1 --samples 1 \
+    --prompt-length "$prompt" --response-length "$new_tokens" --reps "$hf_reps" --rollout-prompts 1 --samples 1 \
     --no-static-baseline --json > "$work/hybridflow.$round.jsonl"
   "$python" - "$work/hybridflow.$round.jsonl" "$round" "$load" >> "$results" <<'EOF'
 import json, sys
