@@ -27,7 +27,7 @@ namespace {
 // one core, where waking the other would cost more than it saves.
 constexpr int64_t kParallelWeights = 64 * 1024;
 
-// ---- kernels: portable loops, and AVX2 + FMA versions chosen once when the CPU has them ----------------
+// ---- kernels: portable loops, AVX2 + FMA and AVX-512 versions, the best the CPU has chosen once --------
 
 float dot_portable(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -143,6 +143,90 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* y, float a, const floa
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
 }
+
+// AVX-512: R rows and O output features per pass over `in`, so each 16-float weight load feeds all R rows and
+// each row load all O features (R * O accumulators, at most 24 of the 32 registers). Every (row, feature)
+// sums in one 16-lane chain with a masked tail, the same for any R and O: a row's result does not depend on
+// how many rows share its step nor on how the features are split over threads. The chains' latency is no
+// limit here: at a few rows the weights stream from memory far slower than the FMAs retire.
+// GCC 12's reduction and lane-extract intrinsics warn of an uninitialized operand inside its own header, so the
+// halves go through memory (once per output feature: nothing next to the pass over the weights).
+__attribute__((target("avx512f,avx2,fma"))) inline float hsum_avx512(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  return hsum_avx2(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+
+template <int R, int O>
+__attribute__((target("avx512f,avx2,fma"))) inline void rows_dot_avx512_block(const float* w, int64_t in, const float* x,
+                                                                      int64_t ldx, float* y, int64_t ldy) {
+  __m512 acc[R][O];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= in; i += 16) {
+    __m512 wv[O];
+#pragma GCC unroll 4
+    for (int j = 0; j < O; ++j) wv[j] = _mm512_loadu_ps(w + j * in + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * ldx + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+    }
+  }
+  if (i < in) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (in - i)) - 1u);
+    __m512 wv[O];
+#pragma GCC unroll 4
+    for (int j = 0; j < O; ++j) wv[j] = _mm512_maskz_loadu_ps(tail, w + j * in + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + r * ldx + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < O; ++j) y[r * ldy + j] = hsum_avx512(acc[r][j]);
+}
+
+template <int R>
+__attribute__((target("avx512f,avx2,fma"))) void rows_dot_avx512_rows(const float* w, int64_t in, const float* x, int64_t ldx,
+                                                              int64_t o0, int64_t o1, float* y, int64_t ldy) {
+  constexpr int O = R <= 4 ? 4 : 3;
+  int64_t o = o0;
+  for (; o + O <= o1; o += O) rows_dot_avx512_block<R, O>(w + o * in, in, x, ldx, y + o, ldy);
+  for (; o < o1; ++o) rows_dot_avx512_block<R, 1>(w + o * in, in, x, ldx, y + o, ldy);
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void rows_dot_avx512(const float* w, int64_t in, const float* x, int64_t ldx,
+                                                         int64_t rows, int64_t o0, int64_t o1, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; r += 8) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    switch (std::min<int64_t>(8, rows - r)) {
+      case 1: rows_dot_avx512_rows<1>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 2: rows_dot_avx512_rows<2>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 3: rows_dot_avx512_rows<3>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 4: rows_dot_avx512_rows<4>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 5: rows_dot_avx512_rows<5>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 6: rows_dot_avx512_rows<6>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      case 7: rows_dot_avx512_rows<7>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+      default: rows_dot_avx512_rows<8>(w, in, xr, ldx, o0, o1, yr, ldy); break;
+    }
+  }
+}
+
+bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+bool cpu_has_avx512() { return false; }
+bool cpu_has_avx2() { return false; }
 #endif
 
 struct Kernels {
@@ -151,14 +235,24 @@ struct Kernels {
   void (*axpy)(float*, float, const float*, int64_t);
 };
 
-const Kernels& kernels() {
-  static const Kernels chosen = [] {
+Isa best_isa() {
+  if (cpu_has_avx512()) return Isa::avx512;
+  if (cpu_has_avx2()) return Isa::avx2;
+  return Isa::portable;
+}
+
+// The kernels of `isa`, which the CPU must have. AVX-512 is the few-rows kernel only: the dots and axpys of
+// attention and the norms are a few head_dim-long vectors each, where AVX2 already keeps up.
+Kernels kernels_of(Isa isa) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return Kernels{dot_avx2, rows_dot_avx2, axpy_avx2};
+  if (isa == Isa::avx512) return Kernels{dot_avx2, rows_dot_avx512, axpy_avx2};
+  if (isa == Isa::avx2) return Kernels{dot_avx2, rows_dot_avx2, axpy_avx2};
 #endif
-    return Kernels{dot_portable, rows_dot_portable, axpy_portable};
-  }();
+  return Kernels{dot_portable, rows_dot_portable, axpy_portable};
+}
+
+const Kernels& kernels() {
+  static const Kernels chosen = kernels_of(best_isa());
   return chosen;
 }
 
@@ -495,6 +589,15 @@ void decode_layers(at::Tensor& h, const Shape& s, const std::vector<LayerWeights
     gate.mul_(at::mm(normed, w.up.t()));
     h.addmm_(gate, w.down.t());
   }
+}
+
+Isa selected_isa() { return best_isa(); }
+
+bool rows_dot_with(Isa isa, const float* w, int64_t in, const float* x, int64_t ldx, int64_t rows, int64_t o0,
+                   int64_t o1, float* y, int64_t ldy) {
+  if ((isa == Isa::avx512 && !cpu_has_avx512()) || (isa == Isa::avx2 && !cpu_has_avx2())) return false;
+  kernels_of(isa).rows_dot(w, in, x, ldx, rows, o0, o1, y, ldy);
+  return true;
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {

@@ -67,4 +67,12 @@ void decode_layers(at::Tensor& h, const Shape& shape, const std::vector<LayerWei
 // of a decode step). Same contract as torch::linear without bias.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w);
 
+// The few-rows kernel's instruction-set variants; the fastest one the CPU has runs (selected_isa()). For tests
+// comparing them: y[r * ldy + o] = w[o, :] . x[r, :] for o in [o0, o1) and r in [0, rows), w [out, in];
+// false, computing nothing, when the CPU lacks `isa`.
+enum class Isa { portable, avx2, avx512 };
+Isa selected_isa();
+bool rows_dot_with(Isa isa, const float* w, int64_t in, const float* x, int64_t ldx, int64_t rows, int64_t o0,
+                   int64_t o1, float* y, int64_t ldy);
+
 }  // namespace hybridflow::fused_decode
