@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -388,9 +387,13 @@ bool float_cpu(const at::Tensor& t) {
   return !t.defined() || (t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous());
 }
 
-// A barrier for the threads of one OpenMP team, spinning briefly before yielding: a decode step at a few
-// rows crosses five per layer, microseconds apart, and OpenMP's own barrier or a new parallel region costs
-// a futex wake each under OMP_WAIT_POLICY=passive (what the trainer's workers and scripts/bench.sh set).
+// A barrier for the threads of one OpenMP team: a decode step at a few rows crosses five per layer,
+// microseconds apart, and OpenMP's own barrier or a new parallel region costs a futex wake each under
+// OMP_WAIT_POLICY=passive (what the trainer's workers and scripts/bench.sh set). So a waiter spins briefly,
+// which covers the usual imbalance between the threads' shares, and then sleeps on the generation word
+// (C++20 atomic wait: a futex), so that on a loaded machine it hands its core to the thread it waits for
+// instead of asking for it back with sched_yield in a loop. The last thread to arrive wakes the sleepers;
+// that costs a system call only when one sleeps.
 class SpinBarrier {
  public:
   explicit SpinBarrier(int threads) : threads_(threads) {}
@@ -400,15 +403,16 @@ class SpinBarrier {
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
       arrived_.store(0, std::memory_order_relaxed);
       generation_.store(generation + 1, std::memory_order_release);
+      generation_.notify_all();
       return;
     }
-    for (int spins = 0; generation_.load(std::memory_order_acquire) == generation; ++spins) {
-      // A loaded machine may have descheduled the thread we wait for: stop burning its core.
-      if (spins > 4096) std::this_thread::yield();
-    }
+    for (int spins = 0; spins < kSpins; ++spins)
+      if (generation_.load(std::memory_order_acquire) != generation) return;
+    while (generation_.load(std::memory_order_acquire) == generation) generation_.wait(generation);
   }
 
  private:
+  static constexpr int kSpins = 4096;
   const int threads_;
   std::atomic<int> arrived_{0};
   std::atomic<int> generation_{0};
