@@ -24,6 +24,7 @@
 #include "support/decode_fusion_oracles.h"
 #include "support/decode_kernel_oracles.h"
 #include "support/graph_draw_step.h"
+#include "support/paged_generation_case.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -32,9 +33,7 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (CPU build or no GPU)"
 
-ModelConfig small_config() {
-  return testing::tiny_model_config({.vocab_size = 97, .hidden_size = 64, .intermediate_size = 128}, "qwen2-tiny");
-}
+ModelConfig small_config() { return testing::paged_case_model_config(); }
 
 // The same weights on the CPU and on the GPU: the GPU model is loaded from the CPU one's state.
 struct ModelPair {
@@ -109,20 +108,8 @@ TEST(CudaParity, GreedyGenerationMatchesTheCpuAndCachedMatchesRecompute) {
   EXPECT_TRUE(torch::equal(recompute.responses, gpu.responses));
 }
 
-// Prompts of several lengths, greedy, two samples each, fewer slots than sequences (rows join and leave) and
-// blocks of 4 positions (spans cross several blocks): the paged decode tests' generation.
-std::vector<std::vector<int64_t>> paged_prompts() {
-  return {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
-}
-GenerationConfig paged_greedy_config() {
-  GenerationConfig cfg;
-  cfg.greedy = true;
-  cfg.max_new_tokens = 40;
-  cfg.n = 2;
-  cfg.max_num_seqs = 6;
-  cfg.kv_block_size = 4;
-  return cfg;
-}
+using testing::paged_greedy_config;
+using testing::paged_prompts;
 
 // Decode steps replayed as CUDA graphs (GenerationConfig::cuda_graphs) choose the eager steps' greedy tokens:
 // prompts of several lengths, two samples each, fewer slots than sequences (rows join and leave), blocks of 4

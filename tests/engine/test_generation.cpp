@@ -9,6 +9,7 @@
 #include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "support/forward_log_probs.h"
+#include "support/paged_generation_case.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -686,16 +687,10 @@ TEST_F(GenerationTest, CudaGraphsOnTheCpuDecodeEagerly) {
 // log-prob difference (1.374, measured on an H200, 2026-11-28).
 TEST(FusedDecodeReferences, ChooseTheGatherPathsTokensInBf16) {
   torch::manual_seed(5);
-  CausalLM m(testing::tiny_model_config({.vocab_size = 97, .hidden_size = 64, .intermediate_size = 128},
-                                        "qwen2-tiny"));
+  CausalLM m(testing::paged_case_model_config());
   m->to(torch::kBFloat16);
-  GenerationConfig cfg;
-  cfg.greedy = true;
-  cfg.max_new_tokens = 40;
-  cfg.n = 2;
-  cfg.max_num_seqs = 6;
-  cfg.kv_block_size = 4;
-  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 2, 30, 7}, {1, 12}, {40, 3, 3}, {8, 8, 1, 2, 3, 4, 5, 6, 7}};
+  const GenerationConfig cfg = testing::paged_greedy_config();
+  const auto prompts = testing::paged_prompts();
   const auto saved = kernels::mode();
   kernels::set_mode(kernels::Mode::kOff);
   auto gathered = generate(m, prompts, cfg);
