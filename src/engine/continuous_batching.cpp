@@ -345,18 +345,37 @@ class Scheduler {
                  (saved.versions.empty() || saved.versions.size() == total),
              "generation: the saved partial generation holds ", saved.tokens.size(), " sequences, this call has ",
              total_, " (", prompts_.size(), " prompts x n = ", cfg_.n, ")");
-    for (size_t q = 0; q < total; ++q) {
-      const auto drawn = static_cast<int64_t>(saved.tokens[q].size());
-      HF_CHECK(drawn <= cfg_.max_new_tokens && saved.log_probs[q].size() == saved.tokens[q].size() &&
-                   (saved.versions.empty() || saved.versions[q].size() == saved.tokens[q].size()),
-               "generation: saved sequence ", q, " holds ", drawn, " tokens (at most max_new_tokens = ",
-               cfg_.max_new_tokens, ") with ", saved.log_probs[q].size(), " log-probs");
-      tokens_[q] = saved.tokens[q];
-      log_probs_[q] = saved.log_probs[q];
-      if (!saved.versions.empty()) versions_[q] = saved.versions[q];
-      // A sequence whose last token ended it is done, whatever the flag says.
-      finished_[q] = saved.finished[q] || drawn == cfg_.max_new_tokens || (drawn > 0 && is_eos(cfg_, saved.tokens[q].back()));
+    for (size_t q = 0; q < total; ++q) restore_sequence(static_cast<int64_t>(q), saved, q);
+  }
+
+  // StreamedPrompt::saved: the state of streamed prompt p's n samples.
+  void take_saved_group(int64_t p, const PartialSequences& saved) {
+    const auto n = static_cast<size_t>(cfg_.n);
+    HF_CHECK(saved.tokens.size() == n && saved.log_probs.size() == n && saved.finished.size() == n &&
+                 (saved.versions.empty() || saved.versions.size() == n),
+             "generation: streamed prompt ", p, " comes with the saved state of ", saved.tokens.size(),
+             " sequences; expected n = ", cfg_.n);
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t q = p * cfg_.n + static_cast<int64_t>(j);
+      restore_sequence(q, saved, j);
+      if (finished_[static_cast<size_t>(q)]) --group_left_[static_cast<size_t>(p)];
     }
+  }
+
+  // Sequence q takes entry `from` of a saved state.
+  void restore_sequence(int64_t q, const PartialSequences& saved, size_t from) {
+    const auto drawn = static_cast<int64_t>(saved.tokens[from].size());
+    HF_CHECK(drawn <= cfg_.max_new_tokens && saved.log_probs[from].size() == saved.tokens[from].size() &&
+                 (saved.versions.empty() || saved.versions[from].size() == saved.tokens[from].size()),
+             "generation: saved sequence ", q, " holds ", drawn, " tokens (at most max_new_tokens = ",
+             cfg_.max_new_tokens, ") with ", saved.log_probs[from].size(), " log-probs");
+    const auto at = static_cast<size_t>(q);
+    tokens_[at] = saved.tokens[from];
+    log_probs_[at] = saved.log_probs[from];
+    if (!saved.versions.empty()) versions_[at] = saved.versions[from];
+    // A sequence whose last token ended it is done, whatever the flag says.
+    finished_[at] = saved.finished[from] || drawn == cfg_.max_new_tokens ||
+                    (drawn > 0 && is_eos(cfg_, saved.tokens[from].back()));
   }
 
   // The admitted rows of sequences with saved tokens: their prefixes go into their caches (blocks taken
@@ -589,6 +608,7 @@ class Scheduler {
       log_probs_.resize(static_cast<size_t>(total_));
       versions_.resize(static_cast<size_t>(total_));
       finished_.resize(static_cast<size_t>(total_), false);
+      if (!p.saved.tokens.empty()) take_saved_group(index, p.saved);
     }
   }
 

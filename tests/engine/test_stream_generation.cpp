@@ -189,6 +189,78 @@ TEST(StreamGeneration, GroupsCarryTheVersionsThatDrewThem) {
   EXPECT_TRUE(began_old && began_new);  // prompts admitted after the switch begin on the new weights
 }
 
+// A streamed generation stopped once three groups ended, then a second call that streams every prompt again,
+// each with what the first drew (StreamedPrompt::saved): the unfinished samples continue from their prefixes
+// and every prompt ends with the tokens of one uninterrupted run; a group whose samples had all ended is handed
+// out again at once, as it was.
+TEST(StreamGeneration, StreamedPromptsContinueWhatAStoppedCallDrew) {
+  CausalLM model = testing::spread_logits_model();
+  for (bool paged : {false, true}) {
+    SCOPED_TRACE("paged " + std::to_string(paged));
+    const GenerationOutput straight = generate(model, kStreamPrompts, stream_config(paged, 4));
+
+    // Every prompt at the first ask, as row p*n of a call seeded as the straight one.
+    auto streaming = [&](std::vector<PartialSequences> saved) {
+      GenerationConfig cfg = stream_config(paged, 4);
+      cfg.max_prompt_length = 6;
+      cfg.next_prompts = [seed = cfg.seed, n = cfg.n, saved = std::move(saved), asked = false](int64_t, bool) mutable {
+        std::vector<StreamedPrompt> more;
+        for (size_t p = 0; p < kStreamPrompts.size() && !asked; ++p)
+          more.push_back({kStreamPrompts[p], seed, static_cast<int64_t>(p) * n, saved.empty() ? PartialSequences{} : saved[p]});
+        asked = true;
+        return more;
+      };
+      return cfg;
+    };
+    GenerationConfig first_cfg = streaming({});
+    std::vector<FinishedGroup> ended;
+    first_cfg.on_group_finished = [&ended](FinishedGroup&& g) { ended.push_back(std::move(g)); };
+    first_cfg.stop_requested = [&ended] { return ended.size() >= 3; };
+    const GenerationOutput first = generate(model, {}, first_cfg);
+    ASSERT_TRUE(first.stopped);
+    ASSERT_EQ(ended.size(), 3u);
+
+    std::vector<PartialSequences> saved(kStreamPrompts.size());
+    int64_t begun_unfinished = 0;
+    for (size_t p = 0; p < kStreamPrompts.size(); ++p)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t q = static_cast<int64_t>(p) * 2 + j;
+        const std::vector<int64_t> tokens = response_of(first, q);
+        // Marked, so that what the second call took from the saved state shows in its output.
+        std::vector<float> lp;
+        for (size_t t = 0; t < tokens.size(); ++t) lp.push_back(-100.0f - static_cast<float>(t));
+        const bool done = first.finished[q].item<bool>();
+        begun_unfinished += !done && !tokens.empty();
+        saved[p].tokens.push_back(tokens);
+        saved[p].log_probs.push_back(lp);
+        saved[p].finished.push_back(done);
+      }
+    EXPECT_GT(begun_unfinished, 0) << "the stop left no sample half drawn";
+
+    GenerationConfig second_cfg = streaming(saved);
+    std::map<int64_t, FinishedGroup> groups;
+    second_cfg.on_group_finished = [&groups](FinishedGroup&& g) { groups[g.prompt] = std::move(g); };
+    const GenerationOutput second = generate(model, {}, second_cfg);
+    ASSERT_EQ(groups.size(), kStreamPrompts.size());
+    EXPECT_TRUE(torch::equal(second.responses, straight.responses));
+    EXPECT_TRUE(torch::equal(second.response_mask, straight.response_mask));
+    for (size_t p = 0; p < kStreamPrompts.size(); ++p)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t q = static_cast<int64_t>(p) * 2 + j;
+        const auto kept = static_cast<int64_t>(saved[p].tokens[static_cast<size_t>(j)].size());
+        for (int64_t t = 0; t < response_length(second, q); ++t)
+          if (t < kept)
+            EXPECT_EQ(second.log_probs[q][t].item<float>(), -100.0f - static_cast<float>(t)) << "sequence " << q;
+          else
+            EXPECT_GT(second.log_probs[q][t].item<float>(), -50.0f) << "sequence " << q << " token " << t;
+      }
+    for (const FinishedGroup& g : ended) {
+      EXPECT_EQ(groups.at(g.prompt).tokens, g.tokens) << "prompt " << g.prompt << " ended in the first call";
+      EXPECT_EQ(groups.at(g.prompt).log_probs[0].front(), -100.0f) << "prompt " << g.prompt << " was drawn again";
+    }
+  }
+}
+
 TEST(StreamGeneration, RefusesTooLongPromptsAndTheStaticPath) {
   CausalLM model = testing::spread_logits_model();
   GenerationConfig cfg = stream_config(true, 4);

@@ -44,6 +44,10 @@ struct StreamedPrompt {
   std::vector<int64_t> ids;
   uint64_t seed = 0;
   int64_t first_sequence = 0;
+  // A prompt whose samples a stopped generation had begun: their state (n sequences, as in resume), continued
+  // as resume continues a call's own prompts; empty for a fresh prompt. A group whose samples had all ended is
+  // handed out as soon as it is admitted.
+  PartialSequences saved{};
 };
 
 // A prompt's n samples, handed out (GenerationConfig::on_group_finished) as soon as the last of them ended.
