@@ -160,7 +160,7 @@ DataProto TrainerStages::generation_request(const DataProto& prompts, int64_t st
   request.meta()["seed"] = seed * 100003ULL + static_cast<uint64_t>(step) + 7777777ULL * round;
   if (streams_groups() && round == 0) {
     // The pool starts the next step's prompts in the slots this call's short responses free
-    // (workers/rollout_worker.h), once published (publish_streamed_prompts) and within the staleness bound.
+    // (workers/rollout_worker.h), once published (send_sampled) and within the staleness bound.
     int64_t longest = 0;
     for (const EncodedPrompt& p : s_.train) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.ids.size()));
     request.meta()["stream_step"] = step;
@@ -171,14 +171,16 @@ DataProto TrainerStages::generation_request(const DataProto& prompts, int64_t st
   return request;
 }
 
-bool TrainerStages::streams_groups() const {
-  return s_.specs.rollout.stream_groups && s_.rollout && s_.weight_sync_store && s_.placement.staleness > 0;
-}
+bool TrainerStages::streams_groups() const { return s_.streams_groups(); }
 
-void TrainerStages::publish_streamed_prompts(const DataProto& request, int64_t step) const {
-  if (!streams_groups()) return;
-  const nlohmann::json published = {{"seed", request.meta().at("seed")}, {"prompts", prompt_token_lists(request)}};
+Future TrainerStages::send_sampled(const DataProto& request, int64_t step) {
+  if (!streams_groups()) return s_.generator().call("generate_sequences", request);
+  s_.stream_pending.add_request(request, step);
+  Future sent = s_.generator().call("generate_sequences", s_.as_sent(request));
+  // Published once it is queued behind the call before it, which may start its prompts.
+  const nlohmann::json published = {{"prompts", stream_prompts_json(stream_prompts_of_request(request, step))}};
   s_.weight_sync_store->set(kRolloutStreamKeyPrefix + std::to_string(step), published.dump());
+  return sent;
 }
 
 Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t round) {
@@ -196,7 +198,7 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
   } else {
     HF_CHECK(s_.prefetch.empty(), "sampled_generation: the buffered rollouts are for step ",
              s_.prefetch.front().for_step, " on, not step ", s_.step);
-    batch = generator.call("generate_sequences", generation_request(prompts, s_.step, round));
+    batch = send_sampled(generation_request(prompts, s_.step, round), s_.step);
   }
   // The rollout pool runs ahead: the rollout of every later step whose samples, generated with the weights
   // the pool holds now (version v), would be at most k updates old when trained (step <= v + k). Queued
@@ -209,8 +211,7 @@ Future TrainerStages::sampled_generation(const DataProto& prompts, uint64_t roun
     next.for_step = next_step;
     next.prompts = s_.next_prompts(s_.run.data.train_batch_size, s_.train, &s_.data_pos, s_.run.data.shuffle);
     next.request = generation_request(next.prompts, next.for_step, 0);
-    next.batch = generator.call("generate_sequences", next.request);
-    publish_streamed_prompts(next.request, next_step);  // queued behind the call before it, which may start it
+    next.batch = send_sampled(next.request, next_step);
     s_.prefetch.push_back(std::move(next));
   }
   return batch;
@@ -255,9 +256,13 @@ DataProto& TrainerStages::wait_generation(RolloutBatchState& b) {
     log_reshard(b.data, *s_.metrics);
     log_kv_cache(b.data, *s_.metrics, &s_.kv_cache_logged);
     log_agent_episodes(b.data, *s_.metrics);
-    // rollout.stream_groups: the step's groups that the rollout's previous call had started.
-    if (b.data.meta().contains("streamed_groups"))
-      s_.metrics->set("rollout/streamed_groups", b.data.meta().at("streamed_groups").get<double>());
+    // rollout.stream_groups: the batch's groups that an earlier call had begun, those drawn for later steps,
+    // the groups left in the rollout process, and those started again for being too old.
+    if (b.data.meta().contains("stream_returned")) {
+      s_.stream_pending.note_reply(b.data);
+      for (const char* key : {"streamed_groups", "stream_groups_ahead", "stream_groups_carried", "stream_groups_restarted"})
+        s_.metrics->set(std::string("rollout/") + key, b.data.meta().value(key, 0.0));
+    }
   }
   return b.data;
 }

@@ -82,7 +82,9 @@ class TrainerStages final : public RLStep {
   // rollout.stream_groups on a standalone pool running ahead (staleness > 0): a step's request says so, and
   // once it is sent its prompts are published in the weight-sync store for the call queued before it.
   bool streams_groups() const;
-  void publish_streamed_prompts(const DataProto& request, int64_t step) const;
+  // Sends a step's first sampled generation; a streaming one carries the pending prompts (State::as_sent) and
+  // its own are published in the weight-sync store.
+  Future send_sampled(const DataProto& request, int64_t step);
   // Every sample carries the policy version that generated it; the actor's own rollouts are this step's.
   void stamp_policy_version(DataProto& batch) const;
   // Rule score + reward model + overlong penalty; the parts' metrics into `parts`.

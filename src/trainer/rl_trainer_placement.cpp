@@ -147,10 +147,15 @@ void RLTrainer::State::save_prefetch(const std::string& dir) {
       write_file_atomic(in_flight_file(dir, i, kPartialFile), prefetch[i].request.serialize());
       stopped.push_back(i);
     } else {
+      stream_pending.note_reply(got);
       write_file_atomic(in_flight_file(dir, i, false), got.serialize());
     }
     write_file_atomic(in_flight_file(dir, i, true), prefetch[i].prompts.serialize());
   }
+  // rollout.stream_groups: a reply returns as many groups as its request sent prompts, so once every reply
+  // is in, no prompt is pending and the rollout process carries no begun sample the checkpoint would miss.
+  HF_CHECK(stream_pending.size() == 0, "save_prefetch: ", stream_pending.size(), " streamed prompts were sent to ",
+           "the rollout pool and returned by none of the replies the checkpoint holds");
   resume_partial_rollouts();
   // With partial rollouts the pool leaves a checkpoint on its weights, as a run resumed from it starts: the
   // stopped generations continue on the same weights here and there, and the buffer fills alike.

@@ -7,6 +7,7 @@
 
 #include "role_spec_builders.h"
 #include "run_spec_builders.h"
+#include "stream_pending.h"
 
 #include <algorithm>
 #include <deque>
@@ -102,6 +103,17 @@ struct RLTrainer::State {
     Future batch;
   };
   std::deque<Prefetch> prefetch;
+  // rollout.stream_groups on a standalone pool running ahead (staleness > 0): a step's request says so, its
+  // prompts are published in the weight-sync store for the call queued before it, and every request carries
+  // the prompts sent and not yet returned (stream_pending.h), which a reply may return in any step's batch.
+  bool streams_groups() const {
+    return specs.rollout.stream_groups && rollout && weight_sync_store && placement.staleness > 0;
+  }
+  StreamPending stream_pending;
+  // A generate_sequences request as it is sent now: a streaming one with the pending list as it stands.
+  DataProto as_sent(const DataProto& request) const {
+    return request.meta().contains("stream_step") ? stream_pending.with_list(request) : request;
+  }
   // The policy version the standalone rollout pool holds (the updates behind its weights), as last sent.
   int64_t rollout_version = 0;
   // The actor's own version: the updates it has applied (what a restarted rollout pool is sent).

@@ -56,11 +56,15 @@ std::optional<nlohmann::json> RLTrainer::State::recover_rollout(const std::vecto
       const WeightSyncCalls sync = dispatch_weight_sync(actor_version);
       wait_all({sync.send, sync.receive});
       nlohmann::json figures = finish_weight_sync(sync);
+      // rollout.stream_groups: the samples the dead processes carried are gone; what the replies that did come
+      // back returned is off the list, and every prompt still on it is sent again with the requests.
+      for (const Prefetch& p : prefetch)
+        if (p.batch.valid() && p.batch.is_ready() && !generation_failed(p.batch)) stream_pending.note_reply(p.batch.get());
       // In the order they were asked for: the caller's (the step it waits for) first, then the buffer's.
       for (const LostGeneration& g : lost)
-        if (generation_failed(*g.generation)) *g.generation = rollout->call("generate_sequences", *g.request);
+        if (generation_failed(*g.generation)) *g.generation = rollout->call("generate_sequences", as_sent(*g.request));
       for (Prefetch& p : prefetch)
-        if (generation_failed(p.batch)) p.batch = rollout->call("generate_sequences", p.request);
+        if (generation_failed(p.batch)) p.batch = rollout->call("generate_sequences", as_sent(p.request));
       return figures;
     } catch (const Error&) {
       // The new pool died too: counted as another restart.

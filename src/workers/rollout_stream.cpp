@@ -1,12 +1,16 @@
 // rollout.stream_groups: a streaming call of the standalone rollout (workers/rollout_worker.h). One
-// generate_sequences call per step leaves the pool's slots idle while the batch's longest responses finish;
-// here the next step's prompts, once the controller has sent their request (queued behind this one) and
-// published them, take those slots. The call returns when its own groups have ended. What the next step's
-// samples drew so far is kept and continued by that step's call, as a partial rollout continues after a
-// checkpoint: the prefix is prefilled again with the weights then held, and every token records the version
-// that drew it. A step's samples therefore begin no earlier than its request was sent (the controller sends
-// step t only once the pool holds weights of version >= t - staleness), and the call checks that bound again.
+// generate_sequences call per step leaves the pool's slots idle while the batch's longest responses finish,
+// and the trainer waits for them. Here a call runs every prompt the controller has sent and not yet seen come
+// back (the request's "stream_pending", workers/stream_prompts.h), and the next step's prompts once the
+// controller has published them and the weights held are within the staleness bound of that step, in the
+// slots that free up; it returns as soon as train_batch_size groups have ended, whichever requests drew them,
+// oldest first. The groups it did not return stay in the rollout process with what they drew, and the next
+// call continues them as a partial rollout continues after a checkpoint: each prefix is prefilled again with
+// the weights then held, and every token records the version that drew it. A carried group begun more than
+// `staleness` versions before the step that would train it is started again.
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/process_memory.h"
@@ -15,56 +19,71 @@
 #include "hybridflow/workers/rl_batch.h"
 #include "hybridflow/workers/rollout_generation.h"
 #include "hybridflow/workers/rollout_worker.h"
+#include "hybridflow/workers/stream_prompts.h"
 
 namespace hybridflow {
 
 namespace {
 
-// The first `rows` rows of a generation, their prompts cut to the last `prompt_width` columns (the prompts
-// are left-padded to the longest of the call, streamed ones included).
-GenerationOutput leading_rows(const GenerationOutput& out, int64_t rows, int64_t prompt_width) {
-  GenerationOutput mine = out;
+// Rows `rows` of a generation, their prompts cut to the last `prompt_width` columns (the prompts are
+// left-padded to the longest of the call).
+GenerationOutput stream_rows(const GenerationOutput& out, const std::vector<int64_t>& rows, int64_t prompt_width) {
+  const auto index = torch::tensor(rows, torch::kLong).to(out.responses.device());
   const int64_t width = out.prompts.size(1);
-  mine.prompts = out.prompts.narrow(0, 0, rows).narrow(1, width - prompt_width, prompt_width);
-  mine.prompt_mask = out.prompt_mask.narrow(0, 0, rows).narrow(1, width - prompt_width, prompt_width);
-  mine.responses = out.responses.narrow(0, 0, rows);
-  mine.response_mask = out.response_mask.narrow(0, 0, rows);
-  mine.log_probs = out.log_probs.narrow(0, 0, rows);
-  if (out.token_versions.defined()) mine.token_versions = out.token_versions.narrow(0, 0, rows);
-  if (out.finished.defined()) mine.finished = out.finished.narrow(0, 0, rows);
+  GenerationOutput mine = out;
+  mine.prompts = out.prompts.index_select(0, index).narrow(1, width - prompt_width, prompt_width);
+  mine.prompt_mask = out.prompt_mask.index_select(0, index).narrow(1, width - prompt_width, prompt_width);
+  mine.responses = out.responses.index_select(0, index);
+  mine.response_mask = out.response_mask.index_select(0, index);
+  mine.log_probs = out.log_probs.index_select(0, index);
+  if (out.token_versions.defined()) mine.token_versions = out.token_versions.index_select(0, index);
+  if (out.finished.defined()) mine.finished = out.finished.index_select(0, index.cpu());
   return mine;
 }
 
-// The state of `prompts` prompts of n samples each whose first `admitted` began at row `first` of `out`
-// (the rest not begun), as a continued generation takes it (GenerationConfig::resume).
-PartialSequences carried_state(const GenerationOutput& out, int64_t first, int64_t prompts, int64_t admitted,
-                               int64_t n) {
-  const auto mask = out.response_mask.to(torch::kCPU);
-  const auto responses = out.responses.to(torch::kCPU);
-  const auto log_probs = out.log_probs.to(torch::kCPU);
-  const auto versions = out.token_versions.to(torch::kCPU);
-  const auto finished = out.finished.to(torch::kCPU);
+// What prompt p's n samples drew (rows p*n + j of `out`), as StreamedPrompt::saved takes it, and the version
+// that began its oldest sample (-1 when none had drawn a token).
+struct DrawnGroup {
   PartialSequences state;
-  for (int64_t q = 0; q < prompts * n; ++q) {
-    std::vector<int64_t> tokens, drawn_by;
-    std::vector<float> lp;
-    bool ended = false;
-    if (q < admitted * n) {
-      const int64_t row = first + q;
-      const int64_t length = mask[row].sum().item<int64_t>();
-      for (int64_t t = 0; t < length; ++t) {
-        tokens.push_back(responses[row][t].item<int64_t>());
-        lp.push_back(log_probs[row][t].item<float>());
-        drawn_by.push_back(versions[row][t].item<int64_t>());
-      }
-      ended = finished[row].item<bool>();
+  int64_t begin_version = -1;
+};
+
+DrawnGroup drawn_group(const GenerationOutput& out, int64_t p, int64_t n) {
+  const auto rows = out.responses.narrow(0, p * n, n).to(torch::kCPU);
+  const auto mask = out.response_mask.narrow(0, p * n, n).to(torch::kCPU);
+  const auto log_probs = out.log_probs.narrow(0, p * n, n).to(torch::kCPU).contiguous();
+  const auto versions = out.token_versions.narrow(0, p * n, n).to(torch::kCPU);
+  const auto finished = out.finished.narrow(0, p * n, n);
+  DrawnGroup group;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t length = mask[j].sum().item<int64_t>();
+    const auto r = rows[j].narrow(0, 0, length).contiguous();
+    const auto v = versions[j].narrow(0, 0, length).contiguous();
+    const float* lp = log_probs[j].data_ptr<float>();
+    group.state.tokens.emplace_back(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + length);
+    group.state.log_probs.emplace_back(lp, lp + length);
+    group.state.versions.emplace_back(v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + length);
+    group.state.finished.push_back(finished[j].item<bool>());
+    if (length > 0) {
+      const int64_t began = v.data_ptr<int64_t>()[0];
+      group.begin_version = group.begin_version < 0 ? began : std::min(group.begin_version, began);
     }
-    state.tokens.push_back(std::move(tokens));
-    state.log_probs.push_back(std::move(lp));
-    state.versions.push_back(std::move(drawn_by));
-    state.finished.push_back(ended);
   }
-  return state;
+  return group;
+}
+
+// The per-prompt fields of `prompts`, as a request's fields (a key a prompt lacks is null there).
+DataProto fields_of(const std::vector<const StreamPrompt*>& prompts) {
+  std::set<std::string> keys;
+  for (const StreamPrompt* p : prompts)
+    for (const auto& [key, value] : p->fields.items()) keys.insert(key);
+  DataProto fields;
+  for (const std::string& key : keys) {
+    std::vector<nlohmann::json> values;
+    for (const StreamPrompt* p : prompts) values.push_back(p->fields.value(key, nlohmann::json()));
+    fields.set_field(key, std::move(values));
+  }
+  return fields;
 }
 
 }  // namespace
@@ -76,82 +95,146 @@ DataProto RolloutWorker::generate_streaming(const DataProto& in, GenerationConfi
   const auto step = meta.at("stream_step").get<int64_t>();
   const auto staleness = meta.value("stream_staleness", int64_t{0});
   const bool has_next = meta.value("stream_has_next", false);
-  const std::vector<std::vector<int64_t>> own = prompt_token_lists(in);
-  const auto own_count = static_cast<int64_t>(own.size());
-  int64_t own_longest = 0;
-  for (const auto& p : own) own_longest = std::max<int64_t>(own_longest, static_cast<int64_t>(p.size()));
+  const int64_t wanted = in.batch_size();  // the step's batch: as many groups as its request has prompts
+  HF_CHECK(meta.contains("stream_pending"), "generate_sequences: the streaming request of step ", step,
+           " lists no pending prompts (meta 'stream_pending')");
+  std::vector<StreamPrompt> pending =
+      stream_prompts_from_json(meta.at("stream_pending"), "generate_sequences: meta 'stream_pending'");
 
-  // This step's samples that the call before started.
-  PartialSequences saved;
-  if (carried_ && carried_->step == step && carried_->prompts == own) {
-    saved = std::move(carried_->state);
-    g.resume = &saved;
+  // A request sent before this process's last reply reached the controller still lists what it returned.
+  if (!pending.empty()) {
+    int64_t oldest = pending.front().step;
+    for (const StreamPrompt& p : pending) oldest = std::min(oldest, p.step);
+    std::erase_if(returned_, [oldest](const auto& key) { return key.first < oldest; });
   }
-  carried_.reset();
+  std::erase_if(pending, [this](const StreamPrompt& p) { return returned_.count(p.key()) > 0; });
+  HF_CHECK(static_cast<int64_t>(pending.size()) >= wanted, "generate_sequences: the streaming request of step ", step,
+           " lists ", pending.size(), " prompts not yet returned, fewer than the ", wanted, " groups it returns");
+  std::set<std::pair<int64_t, int64_t>> listed;
+  for (const StreamPrompt& p : pending) listed.insert(p.key());
+  // What the controller no longer lists is not wanted; what began too long ago is started again.
+  int64_t restarted = 0;
+  for (auto it = carried_.begin(); it != carried_.end();) {
+    const bool stale = it->second.begin_version < step - staleness;
+    if (listed.count(it->first) == 0 || stale) {
+      restarted += stale ? 1 : 0;
+      it = carried_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 
-  g.max_prompt_length = std::max(own_longest, meta.value("stream_max_prompt_length", int64_t{0}));
+  int64_t longest = meta.value("stream_max_prompt_length", int64_t{0});
+  for (const StreamPrompt& p : pending) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.ids.size()));
+  g.max_prompt_length = longest;
   g.refresh_weights = [this] { return policy_version_; };  // one version per call; the tokens record it
-  // The next step's prompts, read from the store each round until published and startable.
-  std::vector<std::vector<int64_t>> next;
-  uint64_t next_seed = 0;
-  bool next_known = !has_next;  // found, or nothing to look for
-  int64_t admitted = 0;
+  std::map<std::string, uint64_t> seeds;  // a request's meta seed -> this rank's sampling seed
+  const auto seed_of = [&](const nlohmann::json& raw) {
+    auto [it, fresh] = seeds.try_emplace(raw.dump(), 0);
+    if (fresh) {
+      DataProto seeded;
+      seeded.meta()["seed"] = raw;
+      it->second =
+          rollout_generation_config(rollout_spec_, model_spec_, model_->config(), seeded, coord().micro_dp, device()).seed;
+    }
+    return it->second;
+  };
+
+  // Admission order is the generation's prompt order: the pending prompts (oldest first), then the next
+  // step's as slots free.
+  std::vector<StreamPrompt> admitted;
+  std::set<int64_t> continued;  // admitted prompts whose samples an earlier call began
+  std::vector<StreamPrompt> next;
+  size_t next_admitted = 0;
+  bool pending_given = false, next_known = !has_next;
   g.next_prompts = [&](int64_t room, bool) {
     std::vector<StreamedPrompt> more;
+    if (!pending_given) {
+      pending_given = true;
+      for (StreamPrompt& p : pending) {
+        StreamedPrompt s{p.ids, seed_of(p.seed), p.index * g.n, {}};
+        if (auto c = carried_.find(p.key()); c != carried_.end()) {
+          s.saved = std::move(c->second.state);
+          continued.insert(static_cast<int64_t>(admitted.size()));
+        }
+        more.push_back(std::move(s));
+        admitted.push_back(std::move(p));
+        --room;
+      }
+      carried_.clear();
+    }
     if (!next_known && policy_version_ >= step + 1 - staleness) {
       const std::string published = weight_sync_->streamed_prompts(step + 1);
       if (!published.empty()) {
         next_known = true;
-        const auto j = nlohmann::json::parse(published);
-        auto prompts = j.at("prompts").get<std::vector<std::vector<int64_t>>>();
-        const bool fits = std::all_of(prompts.begin(), prompts.end(), [&](const auto& p) {
-          return !p.empty() && static_cast<int64_t>(p.size()) <= g.max_prompt_length;
-        });
-        if (fits) {
-          DataProto seeded;
-          seeded.meta()["seed"] = j.at("seed");
-          next_seed = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), seeded, coord().micro_dp,
-                                                device())
-                          .seed;
-          next = std::move(prompts);
-        }
+        for (StreamPrompt& p : stream_prompts_from_json(nlohmann::json::parse(published).at("prompts"),
+                                                        "generate_sequences: the published prompts of step " +
+                                                            std::to_string(step + 1)))
+          if (listed.count(p.key()) == 0 && returned_.count(p.key()) == 0 &&
+              static_cast<int64_t>(p.ids.size()) <= g.max_prompt_length)
+            next.push_back(std::move(p));
       }
     }
-    for (; room > 0 && admitted < static_cast<int64_t>(next.size()); --room, ++admitted)
-      more.push_back({next[static_cast<size_t>(admitted)], next_seed, admitted * g.n});
+    for (; room > 0 && next_admitted < next.size(); --room, ++next_admitted) {
+      more.push_back({next[next_admitted].ids, seed_of(next[next_admitted].seed), next[next_admitted].index * g.n, {}});
+      admitted.push_back(std::move(next[next_admitted]));
+    }
     return more;
   };
-  int64_t own_ended = 0;
-  g.on_group_finished = [&](FinishedGroup&& group) { own_ended += group.prompt < own_count ? 1 : 0; };
-  g.stop_requested = [&] { return own_ended == own_count; };
+  std::vector<int64_t> ended;  // admitted prompts, in the order their groups ended
+  g.on_group_finished = [&ended](FinishedGroup&& group) { ended.push_back(group.prompt); };
+  g.stop_requested = [&] { return static_cast<int64_t>(ended.size()) >= wanted; };
 
   GenerationOutput out;
   {
     BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
     MergedLoraScope merged(model_, rollout_spec_.lora_merge);
-    out = generate(model_, own, g, nullptr);
+    out = generate(model_, {}, g, nullptr);
   }
   if (rollout_spec_.free_cache_engine) release_cached_device_memory();
-  const int64_t own_rows = own_count * g.n;
-  HF_CHECK(own_ended == own_count, "generate_sequences: a streaming call returned with ", own_count - own_ended,
-           " of its ", own_count, " groups unfinished");
-  const GenerationOutput mine = leading_rows(out, own_rows, own_longest);
-  DataProto result = rollout_result(mine, g, in);
+  HF_CHECK(static_cast<int64_t>(ended.size()) >= wanted, "generate_sequences: a streaming call ended with ",
+           ended.size(), " of the ", wanted, " groups it returns");
+
+  // The first `wanted` groups to end, oldest request first.
+  std::vector<int64_t> chosen(ended.begin(), ended.begin() + wanted);
+  std::sort(chosen.begin(), chosen.end(), [&admitted](int64_t a, int64_t b) {
+    return admitted[static_cast<size_t>(a)].key() < admitted[static_cast<size_t>(b)].key();
+  });
+  std::vector<int64_t> rows;
+  std::vector<const StreamPrompt*> chosen_prompts;
+  int64_t width = 1, ahead = 0, began_before = 0;
+  nlohmann::json returned = nlohmann::json::array();
+  for (int64_t p : chosen) {
+    const StreamPrompt& prompt = admitted[static_cast<size_t>(p)];
+    for (int64_t j = 0; j < g.n; ++j) rows.push_back(p * g.n + j);
+    chosen_prompts.push_back(&prompt);
+    width = std::max<int64_t>(width, static_cast<int64_t>(prompt.ids.size()));
+    ahead += prompt.step > step ? 1 : 0;
+    began_before += continued.count(p) > 0 ? 1 : 0;
+    returned.push_back({prompt.step, prompt.index});
+    returned_.insert(prompt.key());
+  }
+  const GenerationOutput mine = stream_rows(out, rows, width);
+  DataProto result = rollout_result(mine, g, fields_of(chosen_prompts));
   set_versions(result, mine);
   // Every sample began within the bound: at a version no older than step - staleness.
   const int64_t oldest = result.tensor("policy_version").min().item<int64_t>();
   HF_CHECK(oldest >= step - staleness, "generate_sequences: a streamed sample of step ", step, " began at policy version ",
            oldest, ", more than rollout.staleness = ", staleness, " behind");
-  int64_t started_before = 0;  // own groups the call before had begun
-  for (int64_t i = 0; i < own_count && !saved.tokens.empty(); ++i)
-    for (int64_t j = 0; j < g.n; ++j)
-      if (!saved.tokens[static_cast<size_t>(i * g.n + j)].empty()) {
-        ++started_before;
-        break;
-      }
-  result.meta()["streamed_groups"] = started_before;
-  if (admitted > 0)
-    carried_ = CarriedStep{step + 1, next, carried_state(out, own_rows, static_cast<int64_t>(next.size()), admitted, g.n)};
+
+  // The rest stay here with what they drew (a prompt not begun is simply listed again).
+  const std::set<int64_t> chosen_set(chosen.begin(), chosen.end());
+  for (int64_t p = 0; p < static_cast<int64_t>(admitted.size()); ++p) {
+    if (chosen_set.count(p) > 0) continue;
+    DrawnGroup drawn = drawn_group(out, p, g.n);
+    if (drawn.begin_version >= 0)
+      carried_[admitted[static_cast<size_t>(p)].key()] = {std::move(drawn.state), drawn.begin_version};
+  }
+  result.meta()["stream_returned"] = returned;
+  result.meta()["streamed_groups"] = began_before;
+  result.meta()["stream_groups_ahead"] = ahead;
+  result.meta()["stream_groups_carried"] = static_cast<int64_t>(carried_.size());
+  result.meta()["stream_groups_restarted"] = restarted;
   return result;
 }
 

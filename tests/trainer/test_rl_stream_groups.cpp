@@ -1,7 +1,7 @@
 // Streamed groups (actor_rollout_ref.rollout.stream_groups) over real worker processes: a standalone
-// rollout running ahead starts the next step's prompts in the slots its batch's short responses free and
-// carries them over to that step's call. Every sample stays within the staleness bound, and on-policy the
-// key changes nothing.
+// rollout running ahead starts the next step's prompts in the slots its batch's short responses free, returns
+// the first batch of groups to end and carries the others to the next call. Every sample stays within the
+// staleness bound, and on-policy the key changes nothing.
 #include <gtest/gtest.h>
 
 #include "hybridflow/core/jsonl.h"
@@ -42,20 +42,26 @@ StreamRun train_streaming(bool stream, const std::string& staleness) {
 }
 
 // Staleness 2: the pool's queue holds the next steps' requests, so a call finds the next step's prompts
-// published and starts some of them; those steps' calls continue them. No token is more than 2 updates
-// old, and the pool ends with the actor's weights.
-TEST(StreamGroups, CarriedGroupsStayWithinTheStalenessBound) {
+// published and starts some of them. A call returns the first batch of groups to end, whichever step drew
+// them, and carries the rest, which later calls continue. No token is more than 2 updates old, and the pool
+// ends with the actor's weights.
+TEST(StreamGroups, TheTrainerTakesTheFirstGroupsToEndWithinTheStalenessBound) {
   const StreamRun run = train_streaming(true, "2");
   ASSERT_EQ(run.metrics.size(), static_cast<size_t>(kStreamSteps));
-  double streamed = 0;
+  double continued = 0, ahead = 0, carried = 0;
   for (int i = 0; i < kStreamSteps; ++i) {
     const auto& m = run.metrics[static_cast<size_t>(i)];
     EXPECT_LE(m.at("rollout/token_staleness_max").get<double>(), 2) << "step " << i + 1;
     EXPECT_LE(m.at("rollout/staleness_max").get<double>(), 2) << "step " << i + 1;
-    streamed += m.at("rollout/streamed_groups").get<double>();
+    continued += m.at("rollout/streamed_groups").get<double>();
+    ahead += m.at("rollout/stream_groups_ahead").get<double>();
+    carried += m.at("rollout/stream_groups_carried").get<double>();
   }
   EXPECT_EQ(run.metrics[0].at("rollout/streamed_groups").get<double>(), 0);  // nothing came before step 1
-  EXPECT_GT(streamed, 0) << "no call started the next step's prompts";
+  EXPECT_GT(continued, 0) << "no call continued groups an earlier call began";
+  EXPECT_GT(ahead, 0) << "no batch held a later step's groups that ended first";
+  EXPECT_GT(carried, 0) << "no call left a begun group for the next";
+  EXPECT_EQ(run.metrics.back().at("rollout/stream_groups_carried").get<double>(), 0) << "the last step left groups";
   EXPECT_EQ(run.rollout_norm, run.actor_norm);
 }
 

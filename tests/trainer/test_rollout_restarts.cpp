@@ -161,6 +161,24 @@ TEST(RolloutRestarts, StreamingRolloutsLoseAndDuplicateNoPromptWhenTheRolloutPoo
   expect_every_prompt_trained_once(end);
 }
 
+TEST(RolloutRestarts, StreamedGroupsLoseAndDuplicateNoPromptWhenTheRolloutPoolDies) {
+  // Staleness 2 with streamed groups: after step 1 the pool carries groups it began and did not return, which
+  // die with it; the requests sent again list every prompt no reply returned, and those start again.
+  hybridflow::testing::TempDir dir;
+  RLTrainer trainer(load_rl_config("", restartable_run(dir.path(), {"actor_rollout_ref.rollout.staleness=2",
+                                                                    "actor_rollout_ref.rollout.stream_groups=true"})));
+  const nlohmann::json first = trainer.step();
+  EXPECT_GT(first.at("rollout/stream_groups_carried").get<double>(), 0) << "step 1 left no begun group to lose";
+  kill_worker("rollout");
+  trainer.fit();
+  EXPECT_EQ(trainer.steps_done(), 4);
+  const RunEnd end = run_end(trainer, dir.path());
+  ASSERT_EQ(end.metrics.size(), 4u);
+  EXPECT_EQ(end.metrics.back().at("rollout/restarts").get<double>(), 1.0);
+  for (const auto& record : end.metrics) EXPECT_LE(record.at("rollout/staleness_max").get<double>(), 2.0) << record.dump();
+  expect_every_prompt_trained_once(end);
+}
+
 TEST(RolloutRestarts, OneDeadRankRestartsEveryRankOfATwoProcessRolloutPool) {
   // Two generation replicas: rank 1 dies, rank 0 is killed with it, and both come back with their shards.
   hybridflow::testing::TempDir dir;

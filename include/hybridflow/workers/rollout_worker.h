@@ -10,11 +10,12 @@
 //                       responses so far (workers/partial_rollout_state.h), and a request that holds
 //                       them continues them
 //                       With rollout.stream_groups a request whose meta has stream_step t (the controller's
-//                       streams_groups) also starts step t + 1's prompts, once the controller publishes them
-//                       in the weight-sync store (kRolloutStreamKeyPrefix) and the weights held are at most
-//                       stream_staleness versions behind t + 1, in the slots its own short responses free; it
-//                       returns as soon as its own groups have ended, and keeps what it drew for t + 1 for
-//                       that step's request, which continues it (tokens recorded as partial rollouts do)
+//                       streams_groups) runs every prompt its meta stream_pending lists that this process
+//                       has not returned (workers/stream_prompts.h), and step t + 1's once the controller
+//                       publishes them in the weight-sync store (kRolloutStreamKeyPrefix) and the weights
+//                       held are at most stream_staleness versions behind t + 1; it returns the first
+//                       batch-size groups to end, named in meta stream_returned, and keeps the others'
+//                       samples for the next call (tokens recorded as partial rollouts do)
 //   join_weight_sync    meta weight_sync (workers/weight_sync_link.h)
 //   receive_weights     meta policy_version: receives the actor's weights into this rank's shard
 //                       (collective with the actor's send_weights); out: meta weight_sync per rank
@@ -24,8 +25,10 @@
 // set, is the model's). Layout: tp = the rollout's tensor-parallel size, no stages.
 #pragma once
 
+#include <map>
 #include <memory>
-#include <optional>
+#include <set>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/workers/agent_rollout.h"
@@ -66,13 +69,15 @@ class RolloutWorker : public Worker {
   void set_versions(DataProto& result, const GenerationOutput& out) const;
   // rollout.stream_groups (rollout_stream.cpp): generate_sequences of a request marked stream_step.
   DataProto generate_streaming(const DataProto& in, GenerationConfig g);
-  // The next step's prompts that a streaming call started, with what they drew, for that step's request.
-  struct CarriedStep {
-    int64_t step = -1;
-    std::vector<std::vector<int64_t>> prompts;
+  // The pending prompts a streaming call began and did not return, with what they drew and the version that
+  // began their oldest sample, for the next call that lists them; and the prompts returned, which a request
+  // sent before the reply reached the controller still lists.
+  struct CarriedGroup {
     PartialSequences state;
+    int64_t begin_version = 0;
   };
-  std::optional<CarriedStep> carried_;
+  std::map<std::pair<int64_t, int64_t>, CarriedGroup> carried_;
+  std::set<std::pair<int64_t, int64_t>> returned_;
 };
 
 }  // namespace hybridflow

@@ -1,0 +1,27 @@
+#include "stream_pending.h"
+
+#include <algorithm>
+#include <set>
+
+
+namespace hybridflow {
+
+void StreamPending::add_request(const DataProto& request, int64_t step) {
+  for (StreamPrompt& p : stream_prompts_of_request(request, step)) prompts_.push_back(std::move(p));
+}
+
+void StreamPending::note_reply(const DataProto& reply) {
+  const auto returned = stream_returned(reply);
+  if (returned.empty()) return;
+  const std::set<std::pair<int64_t, int64_t>> keys(returned.begin(), returned.end());
+  std::erase_if(prompts_, [&keys](const StreamPrompt& p) { return keys.count(p.key()) > 0; });
+}
+
+DataProto StreamPending::with_list(DataProto request) const {
+  std::vector<StreamPrompt> sorted = prompts_;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const StreamPrompt& a, const StreamPrompt& b) { return a.key() < b.key(); });
+  request.meta()["stream_pending"] = stream_prompts_json(sorted);
+  return request;
+}
+
+}  // namespace hybridflow

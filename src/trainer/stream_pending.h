@@ -1,0 +1,29 @@
+// Internal to trainer/: rollout.stream_groups' list of the prompts the controller has sent to the streaming
+// rollout pool and not yet seen in a reply (workers/stream_prompts.h). Every streaming request carries the
+// list and a reply's stream_returned takes prompts off it, so that requests sent again to a restarted pool,
+// whose new process holds none of the half-drawn samples, start those prompts again and each is trained once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hybridflow/core/data_proto.h"
+#include "hybridflow/workers/stream_prompts.h"
+
+namespace hybridflow {
+
+class StreamPending {
+ public:
+  // The prompts of the request sent for `step`.
+  void add_request(const DataProto& request, int64_t step);
+  // Takes off the prompts a reply returned (again harmless).
+  void note_reply(const DataProto& reply);
+  // `request` with the list in its meta "stream_pending", oldest step first.
+  DataProto with_list(DataProto request) const;
+  size_t size() const { return prompts_.size(); }
+
+ private:
+  std::vector<StreamPrompt> prompts_;
+};
+
+}  // namespace hybridflow
