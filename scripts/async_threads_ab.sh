@@ -7,6 +7,8 @@
 # Needs the fine-tuned start model and data of scripts/async_curves.sh (run it once first).
 #   ROUNDS=5 STEPS=100 HF_RUN_DIR=runs/async VARIANTS="s0t2 s1t1 s0t1 s1t2" (sN = staleness N, tM = M threads;
 #   a trailing g streams groups: rollout.stream_groups, docs/async.md "Streamed groups")
+#   EXTRA="actor_rollout_ref.rollout.max_num_seqs=4": more overrides for every run (here: fewer rollout slots,
+#   so that the rollout is the slower side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${HF_BUILD_DIR:-build}
@@ -64,7 +66,7 @@ for round in $(seq 1 "$rounds"); do
     "$hf" train --config examples/grpo_async_sort.yaml model.path="$run/sft/final" trainer.run_dir="$dir" \
         data.train_file="$run/data/train.jsonl" data.test_file="$run/data/test.jsonl" \
         actor_rollout_ref.rollout.staleness="${BASH_REMATCH[1]}" trainer.threads_per_worker="${BASH_REMATCH[2]}" \
-        actor_rollout_ref.rollout.stream_groups="$stream" \
+        actor_rollout_ref.rollout.stream_groups="$stream" ${EXTRA:-} \
         trainer.total_steps="$steps" trainer.test_freq=0 trainer.save_checkpoint=false > "$dir.log" 2>&1 &
     pid=$!
     # Halfway: the controller's and each worker's busy threads.
@@ -88,12 +90,16 @@ def figures(v, r):
     rows = [json.loads(line) for line in open(f"{d}/metrics.jsonl")]
     step_s = [row["timing/step_s"] for row in rows]
     return {"wall": float(open(f"{d}.wall").read()), "steps_s": sum(step_s),
-            "steady": statistics.mean(step_s[2:]), "idle": sum(row.get("timing/trainer_idle_s", 0) for row in rows) / sum(step_s)}
+            "steady": statistics.mean(step_s[2:]), "idle": sum(row.get("timing/trainer_idle_s", 0) for row in rows) / sum(step_s),
+            "ahead": sum(row.get("rollout/stream_groups_ahead", 0) for row in rows),
+            "continued": sum(row.get("rollout/streamed_groups", 0) for row in rows)}
 f = {v: [figures(v, r) for r in range(1, rounds + 1)] for v in variants}
-print(f"\n{'variant':8} {'wall s (median)':>16} {'step s (median)':>16} {'s/step after 2':>15} {'waiting':>8}")
+print(f"\n{'variant':8} {'wall s (median)':>16} {'step s (median)':>16} {'s/step after 2':>15} {'waiting':>8}"
+      f" {'groups continued / ahead (median)':>34}")
 for v in variants:
     med = lambda k: statistics.median(x[k] for x in f[v])
-    print(f"{v:8} {med('wall'):16.2f} {med('steps_s'):16.2f} {med('steady'):15.3f} {med('idle'):8.0%}")
+    print(f"{v:8} {med('wall'):16.2f} {med('steps_s'):16.2f} {med('steady'):15.3f} {med('idle'):8.0%}"
+          f" {med('continued'):>25.0f} / {med('ahead'):.0f}")
 base = variants[0]
 for v in variants[1:]:
     ratios = [a["steps_s"] / b["steps_s"] for a, b in zip(f[base], f[v])]
