@@ -37,6 +37,7 @@ struct PlanOptions {
   int64_t ppo_epochs = 1, mini_batches = 1, micro_batch = 1, forward_micro_batch = 4;
   std::string dtype;    // "": bf16 on GPUs, fp32 on this machine (the trainer's default)
   std::string reward_model = "auto";
+  std::string reference = "on";
   bool no_distributed_optimizer = false;
   int staleness = 0;
   int sync_every = 1;
@@ -61,6 +62,8 @@ Workload workload_from(const PlanOptions& o, bool this_machine) {
   HF_CHECK(o.reward_model == "auto" || o.reward_model == "on" || o.reward_model == "off",
            "--reward-model must be auto, on or off, got '", o.reward_model, "'");
   w.reward_model = o.reward_model == "auto" ? w.algorithm != Algorithm::kGRPO : o.reward_model == "on";
+  HF_CHECK(o.reference == "on" || o.reference == "off", "--reference must be on or off, got '", o.reference, "'");
+  w.reference = o.reference == "on";
   w.prompts = o.batch;
   w.samples_per_prompt = o.samples > 0 ? o.samples : (w.algorithm == Algorithm::kGRPO ? 8 : 1);
   w.prompt_length = o.prompt_length;
@@ -279,7 +282,8 @@ int run_plan(const PlanOptions& o) {
                    {"active_parameters", model.active_parameters(false)}}},
         {"workload", {{"algorithm", algorithm_name(workload.algorithm)}, {"prompts", workload.prompts},
                       {"samples_per_prompt", workload.samples_per_prompt}, {"prompt_length", workload.prompt_length},
-                      {"response_length", workload.response_length}, {"reward_model", workload.reward_model}}},
+                      {"response_length", workload.response_length}, {"reward_model", workload.reward_model},
+                      {"reference", workload.reference}}},
         {"search", {{"placements", result.placements}, {"allocations", result.allocations},
                     {"set_layouts", result.set_layouts}, {"layouts_costed", result.layouts_costed},
                     {"seconds", result.seconds}}},
@@ -314,10 +318,11 @@ int run_plan(const PlanOptions& o) {
                 model.name.c_str(), count(model.parameters(false)).c_str(), active.c_str(), cluster.devices(),
                 cluster.name.c_str(), cluster.nodes, cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node);
     std::printf("  %" PRId64 " prompts x %" PRId64 ", %" PRId64 " prompt + %" PRId64 " response tokens, %" PRId64
-                " epoch(s) x %" PRId64 " mini-batch(es), %s%s\n",
+                " epoch(s) x %" PRId64 " mini-batch(es), %s%s%s\n",
                 workload.prompts, workload.samples_per_prompt, workload.prompt_length, workload.response_length,
                 workload.ppo_epochs, workload.mini_batches, workload.param_bytes == 2 ? "bf16" : "fp32",
-                workload.reward_model ? ", reward model" : ", rule reward");
+                workload.reward_model ? ", reward model" : ", rule reward",
+                workload.reference ? "" : ", no reference model");
     std::printf("searched %" PRId64 " placements, %" PRId64 " device allocations, %" PRId64 " set layouts in %.3f s\n",
                 result.placements, result.allocations, result.set_layouts, result.seconds);
     if (!result.found) {
@@ -383,6 +388,10 @@ void add_plan_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "bf16 | fp32 (default bf16 on GPUs, fp32 on this machine)");
   cmd->add_option("--reward-model", o->reward_model, "auto | on | off (auto: off for grpo)")->capture_default_str();
+  cmd->add_option("--reference", o->reference,
+                  "on | off: a reference model and its log-probs (off: a run without actor.use_kl_loss or "
+                  "algorithm.use_kl_in_reward)")
+      ->capture_default_str();
   cmd->add_flag("--no-distributed-optimizer", o->no_distributed_optimizer, "optimizer state not partitioned (ZeRO-1 off)");
   cmd->add_option("--staleness", o->staleness, "k >= 0: a standalone rollout may generate up to k steps ahead")
       ->capture_default_str();

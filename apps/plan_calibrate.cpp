@@ -141,7 +141,9 @@ Measured run_trainer(const RunSpec& spec, const std::string& dir, int steps) {
       "model.hidden_size=" + std::to_string(kHidden), "model.num_hidden_layers=" + std::to_string(spec.layers),
       "model.num_attention_heads=" + std::to_string(kHeads), "model.num_key_value_heads=" + std::to_string(kKvHeads),
       "model.intermediate_size=" + std::to_string(kIntermediate), "algorithm.adv_estimator=gae",
-      "actor_rollout_ref.actor.use_kl_loss=true", "trainer.total_steps=" + std::to_string(total),
+      
+      // The reference the plan costs runs only for a KL term.
+      std::string("actor_rollout_ref.actor.use_kl_loss=") + (spec.workload.reference ? "true" : "false"), "trainer.total_steps=" + std::to_string(total),
       "trainer.run_dir=" + dir + "/run", "trainer.logger=[jsonl]", "trainer.log_samples_freq=1000"};
   const Config config = load_rl_config(fragment, overrides);
   // Best of the measured steps, per call and per step, as the rooflines take best-of times: on a shared

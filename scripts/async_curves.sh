@@ -56,12 +56,14 @@ for name in "${names[@]}"; do
   echo "$name done at $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 
-# The planner's view of the same run: calibrated on this machine (once), then staleness 0, 1, 2, 4.
+# The planner's view of the same run: calibrated on this machine (once), then staleness 0, 1, 2, 4. The
+# example has no KL term, so the trainer runs no reference model: --reference off.
 calibration=${HF_CALIBRATION:-${XDG_CACHE_HOME:-$HOME/.cache}/hybridflow/calibration.json}
 [ -f "$calibration" ] || "$hf" plan --calibrate > "$run/calibrate.log" 2>&1 || cat "$run/calibrate.log"
 prompt_length=$(python3 -c "import json,sys; r=[len(json.loads(l)['prompt']) for l in open(sys.argv[1])]; print(round(sum(r)/len(r)))" "$run/data/train.jsonl")
 "$hf" plan --gpu this-machine --gpus 2 --model "$run/sft/final" --algorithm grpo --batch 16 --n 4 \
-    --mini-batches 1 --prompt-length "$prompt_length" --response-length $response_length --staleness 4 --json \
+    --mini-batches 1 --prompt-length "$prompt_length" --response-length $response_length --reference off \
+    --staleness 4 --json \
     > "$run/plan.json" 2> "$run/plan.log" || { cat "$run/plan.log"; rm -f "$run/plan.json"; }
 
 python3 scripts/async_curves_table.py "$run" "$every" "${names[@]}"

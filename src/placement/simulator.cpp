@@ -167,6 +167,8 @@ Estimate simulate(const Plan& plan, const ClusterSpec& cluster, const ModelShape
     if (s.devices < 1) return fail("a set has no device");
     placed.insert(s.roles.begin(), s.roles.end());
   }
+  if (!workload.reference && placed.count(Role::kRef) > 0)
+    return fail("the reference is placed, but the workload has none (no KL loss or KL in the reward)");
   for (Role r : roles)
     if (placed.count(r) != 1) return fail(role_name(r) + " is placed " + std::to_string(placed.count(r)) + " times");
   if (placed.size() != roles.size()) return fail("a role that " + algorithm_name(workload.algorithm) + " does not use is placed");

@@ -142,7 +142,7 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
     if (plan.sync_every > 1) rollout["trigger_parameter_sync_step"] = plan.sync_every;
   }
   arr["rollout"] = rollout;
-  arr["ref"] = {{"log_prob_micro_batch_size_per_gpu", w.infer_micro_rows}};
+  if (plan.set_of(Role::kRef) >= 0) arr["ref"] = {{"log_prob_micro_batch_size_per_gpu", w.infer_micro_rows}};
   f["actor_rollout_ref"] = arr;
   // split's second pool is sized by the critic's key, or without a critic the reward model's, else the cost
   // model's (placement_spec.cpp's preset_pools).
@@ -190,6 +190,10 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
   std::string text = "# hybridflow plan: " + plan.placement_name() + " " + plan.describe() + "\n";
   if (plan.set_of(Role::kRewardModel) >= 0 || plan.set_of(Role::kCostModel) >= 0)
     text += "# the reward (and cost) model also need reward_model.enable: true and reward_model.path (cost_model.*)\n";
+  // The fragment leaves the KL switches to the user's config: it only says when the plan's times assumed none.
+  if (!w.reference)
+    text += "# planned without a reference model: the times assume actor.use_kl_loss and algorithm.use_kl_in_reward "
+            "are false\n";
   return text + out.c_str() + "\n";
 }
 

@@ -44,7 +44,8 @@ bool has_value_head(Role r) {
 }
 
 std::vector<Role> Workload::roles() const {
-  std::vector<Role> r = {Role::kActor, Role::kRollout, Role::kRef};
+  std::vector<Role> r = {Role::kActor, Role::kRollout};
+  if (reference) r.push_back(Role::kRef);
   const bool critic = algorithm == Algorithm::kPPO || algorithm == Algorithm::kSafeRLHF;
   if (critic) r.push_back(Role::kCritic);
   if (reward_model) r.push_back(Role::kRewardModel);

@@ -189,6 +189,32 @@ TEST(CliPlan, CalibrateWritesConstantsAndChecks) {
   EXPECT_NE(plan.output.find("async speed-up, staleness 2 over 0"), std::string::npos) << plan.output;
 }
 
+TEST(CliPlan, WithoutAReferenceNoPlanPlacesOne) {
+  CommandResult r = run_hybridflow("plan --gpus 8 --model qwen2.5-0.5b --algorithm grpo --batch 64 --n 4 "
+                                   "--prompt-length 256 --response-length 256 --reference off --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = last_json_line(r.output);
+  EXPECT_FALSE(j.at("workload").at("reference").get<bool>());
+  EXPECT_EQ(j.at("search").at("placements").get<int>(), 2);  // {actor,rollout} together or apart
+  std::vector<nlohmann::json> plans = {j.at("best")};
+  for (const auto& other : j.at("runners_up")) plans.push_back(other);
+  for (const auto& plan : plans) {
+    for (const auto& set : plan.at("sets"))
+      for (const auto& role : set.at("roles")) EXPECT_NE(role.at("role").get<std::string>(), "ref");
+    for (const auto& call : plan.at("calls")) EXPECT_NE(call.at("call").get<std::string>(), "actor.compute_ref_log_prob");
+  }
+  CommandResult with = run_hybridflow("plan --gpus 8 --model qwen2.5-0.5b --algorithm grpo --batch 64 --n 4 "
+                                      "--prompt-length 256 --response-length 256 --json");
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  const nlohmann::json w = last_json_line(with.output);
+  EXPECT_TRUE(w.at("workload").at("reference").get<bool>());  // on unless asked: today's plans are unchanged
+  EXPECT_EQ(w.at("search").at("placements").get<int>(), 5);
+  EXPECT_LE(j.at("best").at("iteration_s").get<double>(), w.at("best").at("iteration_s").get<double>());
+  CommandResult text = run_hybridflow("plan --gpus 8 --model qwen2.5-0.5b --algorithm grpo --reference off");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find(", no reference model"), std::string::npos) << text.output;
+}
+
 TEST(CliPlan, BadInputIsNamed) {
   CommandResult gpu = run_hybridflow("plan --gpus 16 --gpu v100");
   EXPECT_EQ(gpu.exit_code, 1);
@@ -202,6 +228,9 @@ TEST(CliPlan, BadInputIsNamed) {
   CommandResult sync = run_hybridflow("plan --gpus 16 --staleness 1 --sync-every 3");
   EXPECT_EQ(sync.exit_code, 1);
   EXPECT_NE(sync.output.find("staleness + 1"), std::string::npos) << sync.output;
+  CommandResult reference = run_hybridflow("plan --gpus 16 --reference no");
+  EXPECT_EQ(reference.exit_code, 1);
+  EXPECT_NE(reference.output.find("--reference must be on or off, got 'no'"), std::string::npos) << reference.output;
   CommandResult too_big = run_hybridflow("plan --gpus 2 --model llama-70b");
   EXPECT_EQ(too_big.exit_code, 1);
   EXPECT_NE(too_big.output.find("no plan fits"), std::string::npos) << too_big.output;

@@ -25,6 +25,9 @@ bool has_value_head(Role r);    // critic, reward and cost models, cost critic
 struct Workload {
   Algorithm algorithm = Algorithm::kPPO;
   bool reward_model = true;          // a learned reward model (GRPO may score with rules only)
+  // A reference model: the trainer runs one (and its compute_ref_log_prob) only for a KL term,
+  // actor_rollout_ref.actor.use_kl_loss or algorithm.use_kl_in_reward; without it no call or layout has one.
+  bool reference = true;
   int64_t prompts = 1024;            // per batch (data.train_batch_size)
   int64_t samples_per_prompt = 1;    // actor_rollout_ref.rollout.n
   int64_t prompt_length = 1024;      // tokens, padded
@@ -38,7 +41,7 @@ struct Workload {
   int staleness = 0;                 // standalone rollout: generate up to k steps ahead of its weights
   int sync_every = 1;                // weights synced every N actor updates (trigger_parameter_sync_step)
 
-  std::vector<Role> roles() const;   // in a fixed order: actor, rollout, ref, critic, reward model, ...
+  std::vector<Role> roles() const;   // in a fixed order: actor, rollout, ref (if any), critic, reward model, ...
   int64_t sequences() const { return prompts * samples_per_prompt; }
   int64_t sequence_length() const { return prompt_length + response_length; }
   void validate() const;             // Error naming the first field out of range
