@@ -32,6 +32,12 @@ def run_row(out, name, every):
     # has the version that began it.
     stale_mean = [r.get("rollout/token_staleness_mean", r.get("rollout/staleness_mean", 0.0)) for r in rows]
     stale_max = [r.get("rollout/token_staleness_max", r.get("rollout/staleness_max", 0.0)) for r in rows]
+    # The staleness histogram over the run: per token with partial rollouts or streamed groups, else per sample.
+    shares = {}
+    for d in range(0, 9):
+        key = next((k for k in (f"rollout/token_staleness_share_{d}", f"rollout/staleness_share_{d}") if k in rows[-1]), None)
+        if key:
+            shares[d] = statistics.mean(r.get(key, 0.0) for r in rows)
     total = elapsed[-1]
     checkpoints = [(0, 0.0, heldout_before(os.path.join(out, "curves", name + ".log")))]
     for step in range(every, len(rows) + 1, every):
@@ -49,6 +55,7 @@ def run_row(out, name, every):
         "idle": sum(r.get("timing/trainer_idle_s", 0.0) for r in rows) / total,
         "train_score_last": statistics.mean(r["score/mean"] for r in rows[-every:]),
         "resumed": sum(r.get("rollout/resumed_sequences", 0.0) for r in rows),
+        "shares": shares,
         "curve": checkpoints,
         "windows": [(f"{lo}-{hi}", elapsed[min(hi, len(rows)) - 1],
                      statistics.mean(r["score/mean"] for r in rows[lo - 1:hi]))
@@ -105,6 +112,17 @@ def main():
               f"{r['s_per_step']:>8.3f}{r['tokens_per_s']:>7.0f}{r['response_tokens_per_s']:>11.0f}"
               f"{r['staleness_mean']:>10.2f} / {r['staleness_max']:.0f}{r['idle']:>6.0%}{r['resumed']:>8.0f}"
               f"{r['train_score_last']:>12.3f}{speedup:>8.2f}x{plan_s:>15.3f}{plan_speedup:>16.2f}x")
+    print()
+    print("staleness histogram: share of the trained samples begun 0, 1, 2, ... updates before the policy trained "
+          "(of the tokens drawn so, with partial rollouts or streamed groups), over all steps")
+    for r in runs:
+        if not r["shares"] and staleness[r["name"]] == 0:
+            r["shares"] = {0: 1.0}  # on-policy records carry no histogram: every sample is of the policy trained
+    most = max((max(r["shares"]) for r in runs if r["shares"]), default=0)
+    print(f"{'run':<9}" + "".join(f"{d:>7}" for d in range(most + 1)))
+    for r in runs:
+        print(f"{r['name']:<9}" + "".join(f"{r['shares'][d]:>7.1%}" if d in r["shares"] else f"{'-':>7}"
+                                          for d in range(most + 1)))
     print()
     print("s: seconds of the run's steps (evaluation and checkpoints excluded); s/step: mean after the first two "
           "steps; tok/s: prompt + response tokens trained per second; idle: the trainer's share of the time spent "

@@ -65,6 +65,12 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
     log_info("rollout KV cache: ", layout, "; ", fit, " sequences of prompt + response length fit at once");
 }
 
+// The staleness histogram: the share of `staleness` (per sample or per token) at each of 0..k updates.
+void log_staleness_shares(const at::Tensor& staleness, int64_t k, const std::string& prefix, MetricsLog& m) {
+  for (int64_t d = 0; d <= k; ++d)
+    m.set(prefix + std::to_string(d), (staleness == static_cast<double>(d)).to(torch::kDouble).mean().item<double>());
+}
+
 // Partial rollouts: staleness per response token (the updates between the version that drew it and the
 // policy this step trains), the share of tokens older than that policy, and the sequences that changed
 // weights mid-generation. A token more than k updates old would break the bound the run promises.
@@ -80,6 +86,7 @@ void log_token_staleness(const DataProto& batch, int64_t step, int64_t k, Metric
   m.set("rollout/token_staleness_mean", staleness.mean().item<double>());
   m.set("rollout/token_staleness_max", most);
   m.set("rollout/stale_token_fraction", (staleness > 0).to(torch::kDouble).mean().item<double>());
+  log_staleness_shares(staleness, k, "rollout/token_staleness_share_", m);
   const int64_t big = std::numeric_limits<int64_t>::max();
   const auto first = std::get<0>(versions.masked_fill(~mask, big).min(1));
   const auto last = std::get<0>(versions.masked_fill(~mask, -1).max(1));
@@ -384,6 +391,8 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
     const auto staleness = (s_.step - batch.tensor("policy_version")).to(torch::kDouble);
     m.set("rollout/staleness_mean", staleness.mean().item<double>());
     m.set("rollout/staleness_max", staleness.max().item<double>());
+    // Off-policy only, so that an on-policy run's record stays as it was.
+    if (s_.placement.staleness > 0) log_staleness_shares(staleness, s_.placement.staleness, "rollout/staleness_share_", m);
   }
   if (batch.has_tensor("token_policy_version")) log_token_staleness(batch, s_.step, s_.placement.staleness, m);
   // The buffer's occupancy as the step ends: the rollouts of later steps generated or generating (<= k).

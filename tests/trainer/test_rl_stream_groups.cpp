@@ -53,6 +53,15 @@ TEST(StreamGroups, TheTrainerTakesTheFirstGroupsToEndWithinTheStalenessBound) {
     const auto& m = run.metrics[static_cast<size_t>(i)];
     EXPECT_LE(m.at("rollout/token_staleness_max").get<double>(), 2) << "step " << i + 1;
     EXPECT_LE(m.at("rollout/staleness_max").get<double>(), 2) << "step " << i + 1;
+    // The staleness histograms over 0..2, per sample and per token, each whole, and 0 beyond the maximum.
+    for (const std::string prefix : {"rollout/staleness_share_", "rollout/token_staleness_share_"}) {
+      double whole = 0;
+      for (int d = 0; d <= 2; ++d) whole += m.at(prefix + std::to_string(d)).get<double>();
+      EXPECT_NEAR(whole, 1.0, 1e-9) << prefix << " at step " << i + 1;
+      EXPECT_FALSE(m.contains(prefix + "3"));
+    }
+    EXPECT_GT(m.at("rollout/token_staleness_share_" + std::to_string(static_cast<int>(
+                      m.at("rollout/token_staleness_max").get<double>()))).get<double>(), 0) << "step " << i + 1;
     continued += m.at("rollout/streamed_groups").get<double>();
     ahead += m.at("rollout/stream_groups_ahead").get<double>();
     carried += m.at("rollout/stream_groups_carried").get<double>();
