@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <sstream>
@@ -145,30 +146,18 @@ TEST(RolloutRestarts, ARolloutWorkerKilledMidGenerationIsRestartedAndTheRunMatch
   expect_every_prompt_trained_once(killed);
 }
 
-TEST(RolloutRestarts, StreamingRolloutsLoseAndDuplicateNoPromptWhenTheRolloutPoolDies) {
-  // Staleness 2: after step 1 the pool holds or generates the rollouts of steps 2 and 3; they die with it.
-  hybridflow::testing::TempDir dir;
-  RLTrainer trainer(load_rl_config("", restartable_run(dir.path(), {"actor_rollout_ref.rollout.staleness=2"})));
-  trainer.step();
-  kill_worker("rollout");
-  trainer.fit();
-  EXPECT_EQ(trainer.steps_done(), 4);
-  const RunEnd end = run_end(trainer, dir.path());
-  ASSERT_EQ(end.metrics.size(), 4u);
-  EXPECT_EQ(end.metrics.back().at("rollout/restarts").get<double>(), 1.0);
-  for (const auto& record : end.metrics)  // never beyond the bound, also for the regenerated rollouts
-    EXPECT_LE(record.at("rollout/staleness_max").get<double>(), 2.0) << record.dump();
-  expect_every_prompt_trained_once(end);
-}
+namespace {
 
-TEST(RolloutRestarts, StreamedGroupsLoseAndDuplicateNoPromptWhenTheRolloutPoolDies) {
-  // Staleness 2 with streamed groups: after step 1 the pool carries groups it began and did not return, which
-  // die with it; the requests sent again list every prompt no reply returned, and those start again.
+// Staleness 2: the rollout worker is killed after step 1 (`after_step_1` checks that step's record first),
+// the run goes on to its end: one restart, every sample within the bound (also the regenerated ones), and
+// every prompt trained exactly once.
+void expect_a_killed_staleness_2_pool_loses_no_prompt(
+    const std::vector<std::string>& extra, const std::function<void(const nlohmann::json&)>& after_step_1) {
   hybridflow::testing::TempDir dir;
-  RLTrainer trainer(load_rl_config("", restartable_run(dir.path(), {"actor_rollout_ref.rollout.staleness=2",
-                                                                    "actor_rollout_ref.rollout.stream_groups=true"})));
-  const nlohmann::json first = trainer.step();
-  EXPECT_GT(first.at("rollout/stream_groups_carried").get<double>(), 0) << "step 1 left no begun group to lose";
+  std::vector<std::string> options = {"actor_rollout_ref.rollout.staleness=2"};
+  options.insert(options.end(), extra.begin(), extra.end());
+  RLTrainer trainer(load_rl_config("", restartable_run(dir.path(), options)));
+  after_step_1(trainer.step());
   kill_worker("rollout");
   trainer.fit();
   EXPECT_EQ(trainer.steps_done(), 4);
@@ -177,6 +166,22 @@ TEST(RolloutRestarts, StreamedGroupsLoseAndDuplicateNoPromptWhenTheRolloutPoolDi
   EXPECT_EQ(end.metrics.back().at("rollout/restarts").get<double>(), 1.0);
   for (const auto& record : end.metrics) EXPECT_LE(record.at("rollout/staleness_max").get<double>(), 2.0) << record.dump();
   expect_every_prompt_trained_once(end);
+}
+
+}  // namespace
+
+TEST(RolloutRestarts, StreamingRolloutsLoseAndDuplicateNoPromptWhenTheRolloutPoolDies) {
+  // After step 1 the pool holds or generates the rollouts of steps 2 and 3; they die with it.
+  expect_a_killed_staleness_2_pool_loses_no_prompt({}, [](const nlohmann::json&) {});
+}
+
+TEST(RolloutRestarts, StreamedGroupsLoseAndDuplicateNoPromptWhenTheRolloutPoolDies) {
+  // With streamed groups, after step 1 the pool carries groups it began and did not return, which die with it;
+  // the requests sent again list every prompt no reply returned, and those start again.
+  expect_a_killed_staleness_2_pool_loses_no_prompt(
+      {"actor_rollout_ref.rollout.stream_groups=true"}, [](const nlohmann::json& first) {
+        EXPECT_GT(first.at("rollout/stream_groups_carried").get<double>(), 0) << "step 1 left no begun group to lose";
+      });
 }
 
 TEST(RolloutRestarts, OneDeadRankRestartsEveryRankOfATwoProcessRolloutPool) {
