@@ -3,8 +3,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
+#include <ATen/ops/_fused_adamw.h>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -164,14 +170,36 @@ void adamw_tensor_ops(const torch::optim::AdamWOptions& o, int64_t step, torch::
   p.addcdiv_(m, denom, -o.lr() / correction1);
 }
 
+// Parameters of one group that the multi-tensor kernel steps together: same device, dtype and step count.
+struct MultiTensorBatch {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+};
+
+bool multi_tensor_applies(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+                          const torch::Tensor& v) {
+  for (const torch::Tensor* t : {&p, &g, &m, &v})
+    if (t->device() != p.device() || t->scalar_type() != p.scalar_type() || !t->is_contiguous()) return false;
+  return p.is_floating_point();
+}
+
+void step_multi_tensor(const torch::optim::AdamWOptions& o, int64_t step, const MultiTensorBatch& b) {
+  // The kernel reads each parameter's step count (already advanced) from a float32 tensor on its device.
+  const auto steps = torch::full({static_cast<int64_t>(b.params.size())}, static_cast<float>(step),
+                                 torch::TensorOptions().dtype(torch::kFloat).device(b.params.front().device()))
+                         .unbind();
+  at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, {}, steps, o.lr(), std::get<0>(o.betas()),
+                    std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+}
+
 }  // namespace
 
-void fused_adamw_step(torch::optim::AdamW& optimizer) {
+void fused_adamw_step(torch::optim::AdamW& optimizer, AdamWPath path) {
   torch::NoGradGuard no_grad;
   torch::Tensor root_buffer;  // sqrt(v) of one block
   for (auto& group : optimizer.param_groups()) {
     const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
     HF_CHECK(!options.amsgrad(), "fused_adamw_step: amsgrad is not supported");
+    std::map<std::tuple<std::string, c10::ScalarType, int64_t>, MultiTensorBatch> batches;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const torch::Tensor g = p.grad();
@@ -188,7 +216,16 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
       state.step(state.step() + 1);
       torch::Tensor m = state.exp_avg(), v = state.exp_avg_sq();
       torch::Tensor param = p.detach();
-      if (!fused_loop_applies(param, g, m, v)) {
+      const bool loop = path == AdamWPath::kAuto && fused_loop_applies(param, g, m, v);
+      if (!loop && (path == AdamWPath::kMultiTensor || !param.device().is_cpu()) && multi_tensor_applies(param, g, m, v)) {
+        MultiTensorBatch& b = batches[{param.device().str(), param.scalar_type(), state.step()}];
+        b.params.push_back(param);
+        b.grads.push_back(g);
+        b.exp_avgs.push_back(m);
+        b.exp_avg_sqs.push_back(v);
+        continue;
+      }
+      if (!loop) {
         adamw_tensor_ops(options, state.step(), param, g, m, v);
         continue;
       }
@@ -198,6 +235,7 @@ void fused_adamw_step(torch::optim::AdamW& optimizer) {
       adamw_elements(c, param.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.view({-1}),
                      root_buffer);
     }
+    for (const auto& [key, batch] : batches) step_multi_tensor(options, std::get<2>(key), batch);
   }
 }
 

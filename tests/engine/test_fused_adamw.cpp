@@ -126,6 +126,48 @@ TEST(FusedAdamW, MatchesLibtorchAdamWAfterEveryStep) {
   }
 }
 
+// The path a GPU's parameters take (libtorch's multi-tensor kernel, one launch per group, device and dtype),
+// run here on the CPU, where libtorch has the same kernel: its arguments (learning rate, betas, weight decay,
+// epsilon, the advanced step count) must give libtorch's step. It rounds in its own order, so the two
+// trajectories part by rounding only: by less than 1e-3 of how far the parameters moved (a few ulps of the
+// parameters themselves), where a wrong constant or a step count off by one is off by a tenth or more; the
+// moments by less than 1e-5 of their size. The
+// transposed parameter takes libtorch's tensor operations beside it, and parameter 3's skipped steps leave
+// its step count behind the others (a batch of its own).
+TEST(FusedAdamW, TheMultiTensorKernelAgreesWithLibtorchAdamW) {
+  TwinParams t = twin_params();
+  std::vector<torch::Tensor> start;
+  for (const auto& p : t.reference) start.push_back(p.detach().clone());
+  const auto relative = [](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale) {
+    return ((a - b).abs().max() / scale.abs().max()).item<double>();
+  };
+  torch::optim::AdamW fused(decay_groups(t.fused), options_with_decay(0.0));
+  torch::optim::AdamW reference(decay_groups(t.reference), options_with_decay(0.0));
+  torch::manual_seed(8);
+  for (int64_t step = 0; step < 12; ++step) {
+    for (size_t i = 0; i < t.fused.size(); ++i) {
+      const bool skip = i == 3 && step % 2 == 1;
+      auto g = skip ? torch::Tensor() : torch::randn(t.fused[i].sizes()) * std::pow(10.0, static_cast<double>(i % 3) - 1);
+      t.fused[i].mutable_grad() = skip ? g : g.clone();
+      t.reference[i].mutable_grad() = skip ? g : g.clone();
+    }
+    set_lr(fused, 1e-3 * static_cast<double>(step + 1));
+    set_lr(reference, 1e-3 * static_cast<double>(step + 1));
+    fused_adamw_step(fused, AdamWPath::kMultiTensor);
+    reference.step();
+    for (size_t i = 0; i < t.fused.size(); ++i) {
+      const auto& sf = state_of(fused, t.fused[i]);
+      const auto& sr = state_of(reference, t.reference[i]);
+      ASSERT_EQ(sf.step(), sr.step()) << "parameter " << i << " after step " << step;
+      const std::string where = " of parameter " + std::to_string(i) + " after step " + std::to_string(step);
+      EXPECT_LE(relative(t.fused[i].detach(), t.reference[i].detach(), t.reference[i].detach() - start[i]), 1e-3)
+          << "value" << where;
+      EXPECT_LE(relative(sf.exp_avg(), sr.exp_avg(), sr.exp_avg()), 1e-5) << "exp_avg" << where;
+      EXPECT_LE(relative(sf.exp_avg_sq(), sr.exp_avg_sq(), sr.exp_avg_sq()), 1e-5) << "exp_avg_sq" << where;
+    }
+  }
+}
+
 // ZeRO steps a flat fp32 partition of concatenated parameters; each element's result must not depend on
 // where it sits (SSE lane, scalar tail, parallel chunk), so partitions give the whole tensors' step exactly.
 TEST(FusedAdamW, FlatPartitionsStepExactlyAsWholeTensors) {

@@ -16,9 +16,21 @@
 
 namespace hybridflow {
 
+// How fused_adamw_step takes a parameter.
+enum class AdamWPath {
+  // CPU float32 contiguous tensors: the one-pass loop, libtorch's step to the bit. Contiguous tensors of one
+  // floating dtype on a GPU: libtorch's multi-tensor kernel (at::_fused_adamw_, what PyTorch's
+  // AdamW(fused=True) runs), one launch per parameter group, device and dtype instead of about ten tensor
+  // operations per parameter; it rounds otherwise than those operations. Anything else (a strided tensor,
+  // mixed dtypes): libtorch's own tensor operations.
+  kAuto,
+  // The multi-tensor kernel for every contiguous parameter, on the CPU too (where libtorch has it as well):
+  // for tests of the GPU path's arguments on a machine without one.
+  kMultiTensor,
+};
+
 // One AdamW step over every parameter of `optimizer` that has a gradient, as optimizer.step() would take it
-// (same state layout, step counts and options, amsgrad excluded). CPU float32 contiguous tensors take the
-// fused loop; any other tensor (a GPU's, a strided one) libtorch's own tensor operations.
-void fused_adamw_step(torch::optim::AdamW& optimizer);
+// (same state layout, step counts and options, amsgrad excluded).
+void fused_adamw_step(torch::optim::AdamW& optimizer, AdamWPath path = AdamWPath::kAuto);
 
 }  // namespace hybridflow
