@@ -41,6 +41,7 @@ struct PlanOptions {
   bool no_distributed_optimizer = false;
   int staleness = 0;
   int sync_every = 1;
+  int64_t max_num_seqs = 0;
   int runners_up = 5;
   bool json = false;
   std::string write_config;
@@ -78,6 +79,7 @@ Workload workload_from(const PlanOptions& o, bool this_machine) {
   w.distributed_optimizer = !o.no_distributed_optimizer;
   w.staleness = o.staleness;
   w.sync_every = o.sync_every;
+  w.max_num_seqs = o.max_num_seqs;
   w.validate();
   return w;
 }
@@ -283,7 +285,7 @@ int run_plan(const PlanOptions& o) {
         {"workload", {{"algorithm", algorithm_name(workload.algorithm)}, {"prompts", workload.prompts},
                       {"samples_per_prompt", workload.samples_per_prompt}, {"prompt_length", workload.prompt_length},
                       {"response_length", workload.response_length}, {"reward_model", workload.reward_model},
-                      {"reference", workload.reference}}},
+                      {"reference", workload.reference}, {"max_num_seqs", workload.max_num_seqs}}},
         {"search", {{"placements", result.placements}, {"allocations", result.allocations},
                     {"set_layouts", result.set_layouts}, {"layouts_costed", result.layouts_costed},
                     {"seconds", result.seconds}}},
@@ -397,6 +399,9 @@ void add_plan_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--sync-every", o->sync_every,
                   "weights synced to a standalone rollout every N updates (trigger_parameter_sync_step, 1 to k + 1)")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", o->max_num_seqs,
+                  "sequences a generation replica decodes at once (rollout.max_num_seqs; 0: as many as its KV cache holds)")
       ->capture_default_str();
   cmd->add_option("--runners-up", o->runners_up)->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object");

@@ -63,6 +63,7 @@ calibration=${HF_CALIBRATION:-${XDG_CACHE_HOME:-$HOME/.cache}/hybridflow/calibra
 prompt_length=$(python3 -c "import json,sys; r=[len(json.loads(l)['prompt']) for l in open(sys.argv[1])]; print(round(sum(r)/len(r)))" "$run/data/train.jsonl")
 "$hf" plan --gpu this-machine --gpus 2 --model "$run/sft/final" --algorithm grpo --batch 16 --n 4 \
     --mini-batches 1 --prompt-length "$prompt_length" --response-length $response_length --reference off \
+    --max-num-seqs 8 \
     --staleness 4 --json \
     > "$run/plan.json" 2> "$run/plan.log" || { cat "$run/plan.log"; rm -f "$run/plan.json"; }
 

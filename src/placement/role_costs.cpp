@@ -150,12 +150,15 @@ GenerationCost generation_seconds(const CostInputs& in, const Layout& g, int64_t
   const double kv_heads_per_rank = std::max<double>(1.0, ceil_div(static_cast<double>(m.kv_heads), g.tp));
   const double kv_token_all_layers = 2.0 * m.layers * kv_heads_per_rank * m.head_dim * w.param_bytes;
   const double kv_sequence_per_rank = kv_token_all_layers / g.pp * (prompt + response);
-  const double concurrent = std::floor(kv_capacity_bytes / kv_sequence_per_rank);
+  double concurrent = std::floor(kv_capacity_bytes / kv_sequence_per_rank);
   if (!(concurrent >= 1)) {
     out.time.compute_s = kInfeasible;
     return out;
   }
   out.feasible = true;
+  // rollout.max_num_seqs caps the rows a replica decodes at once (continuous batching refills the freed slots;
+  // modelled as waves of that many rows, every response at the full length).
+  if (w.max_num_seqs > 0) concurrent = std::min(concurrent, static_cast<double>(w.max_num_seqs));
   out.waves = static_cast<int64_t>(ceil_div(per_replica, concurrent));
   out.batch = static_cast<int64_t>(ceil_div(per_replica, static_cast<double>(out.waves)));
   const double b = static_cast<double>(out.batch);

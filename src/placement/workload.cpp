@@ -66,6 +66,8 @@ void Workload::validate() const {
   HF_CHECK(param_bytes == 2 || param_bytes == 4, "workload: parameter bytes must be 2 (bf16) or 4 (fp32), got ",
            param_bytes);
   HF_CHECK(staleness >= 0, "workload: staleness must be at least 0, got ", staleness);
+  HF_CHECK(max_num_seqs == 0 || max_num_seqs >= samples_per_prompt, "workload: --max-num-seqs must be 0 (as many as ",
+           "the KV cache holds) or at least the samples per prompt (", samples_per_prompt, "), got ", max_num_seqs);
   HF_CHECK(sync_every >= 1 && sync_every <= staleness + 1, "workload: weight syncs every N updates (--sync-every, trigger_parameter_sync_step) need 1 <= N <= ",
            "staleness + 1 = ", staleness + 1, ", got ", sync_every);
   HF_CHECK(sequences() % mini_batches == 0, "workload: ", sequences(), " sequences do not divide into ", mini_batches,

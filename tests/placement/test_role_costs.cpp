@@ -3,6 +3,7 @@
 // the batch, and the switch and sync volumes are the parallel layer's formulas.
 #include <gtest/gtest.h>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/parallel/weight_sync_volume.h"
 #include "hybridflow/placement/role_costs.h"
@@ -133,6 +134,28 @@ TEST(RoleCosts, DecodingIsMemoryBoundAndTheKvCacheBoundsTheBatch) {
   longer.response_length = 512;
   EXPECT_GT(generation_seconds(CostInputs{c, m, longer}, {1, 1, 1}, 64, 1e12).time.total(),
             generation_seconds(in, {1, 1, 1}, 64, 1e12).time.total());
+}
+
+// rollout.max_num_seqs caps the rows decoded at once below what the KV cache holds: 64 responses at 8 a time
+// are 8 waves, each as long as the whole batch's single wave in steps, so the generation takes longer; a cap
+// above what the cache holds changes nothing; and a cap below the samples of one prompt is refused.
+TEST(RoleCosts, MaxNumSeqsCapsTheRowsDecodedAtOnce) {
+  const ClusterSpec c = simple_cluster();
+  const ModelShape m = model_preset("llama-7b");
+  Workload w = simple_workload();
+  const double room = 100 * m.kv_bytes_per_token(2) * 256;
+  const GenerationCost all = generation_seconds(CostInputs{c, m, w}, {1, 1, 1}, 64, room);
+  w.max_num_seqs = 8;
+  const GenerationCost capped = generation_seconds(CostInputs{c, m, w}, {1, 1, 1}, 64, room);
+  EXPECT_EQ(all.waves, 1);
+  EXPECT_EQ(capped.waves, 8);
+  EXPECT_EQ(capped.batch, 8);
+  EXPECT_GT(capped.time.total(), 2 * all.time.total());
+  w.max_num_seqs = 1000;
+  EXPECT_EQ(generation_seconds(CostInputs{c, m, w}, {1, 1, 1}, 64, 3.5 * m.kv_bytes_per_token(2) * 256).waves, 22);
+  w.samples_per_prompt = 4;
+  w.max_num_seqs = 2;
+  EXPECT_THROW(w.validate(), hybridflow::Error);
 }
 
 TEST(RoleCosts, ReshardAndSyncMoveTheParallelLayersVolumes) {

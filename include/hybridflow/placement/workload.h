@@ -40,6 +40,7 @@ struct Workload {
   bool distributed_optimizer = true;  // ZeRO-1: optimizer state partitioned over data-parallel ranks
   int staleness = 0;                 // standalone rollout: generate up to k steps ahead of its weights
   int sync_every = 1;                // weights synced every N actor updates (trigger_parameter_sync_step)
+  int64_t max_num_seqs = 0;          // sequences a generation replica decodes at once (rollout.max_num_seqs); 0: as the KV cache allows
 
   std::vector<Role> roles() const;   // in a fixed order: actor, rollout, ref (if any), critic, reward model, ...
   int64_t sequences() const { return prompts * samples_per_prompt; }
