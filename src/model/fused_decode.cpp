@@ -166,14 +166,20 @@ __attribute__((target("avx512f,avx2,fma"))) inline void rows_dot_avx512_block(co
     for (int j = 0; j < O; ++j) acc[r][j] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= in; i += 16) {
-    __m512 wv[O];
-#pragma GCC unroll 4
-    for (int j = 0; j < O; ++j) wv[j] = _mm512_loadu_ps(w + j * in + i);
+    // Each row's 16 inputs are loaded once into a register and feed all O outputs. Left to itself GCC folds
+    // the load into every multiply-add, loading each of them O times; at 8 rows that costs 12-17% of the
+    // pass (measured on this project's 2-core Xeon). The empty asm keeps the value in its register.
+    __m512 xv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * ldx + i);
+      xv[r] = _mm512_loadu_ps(x + r * ldx + i);
+      __asm__("" : "+v"(xv[r]));
+    }
 #pragma GCC unroll 4
-      for (int j = 0; j < O; ++j) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+    for (int j = 0; j < O; ++j) {
+      const __m512 wv = _mm512_loadu_ps(w + j * in + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv, xv[r], acc[r][j]);
     }
   }
   if (i < in) {
