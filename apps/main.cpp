@@ -6,11 +6,14 @@
 
 #include "commands.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/heap_reuse.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/runtime/worker_main.h"
 #include "hybridflow/workers/rl_workers.h"
 
 int main(int argc, char** argv) {
+  // Before anything large is allocated; worker processes (this binary again) take it here too.
+  hybridflow::keep_freed_heap_for_reuse();
   // A worker process is this same binary, exec'd by the controller with HF_WORKER_* set: it serves
   // its worker group and never returns from here.
   hybridflow::register_rl_workers();

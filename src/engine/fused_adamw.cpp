@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
+#include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_fused_adamw.h>
 
 #include <algorithm>
@@ -34,6 +35,9 @@ struct AdamWConstants {
   // libtorch's AVX2 / AVX-512 kernels compute add(x, alpha) and addcmul as one fused multiply-add; its
   // portable kernels round the product first. The loop follows whichever libtorch dispatches to.
   bool fused_multiply_add = false;
+  // The gradient-norm clip's factor (clip_grad_norm_'s clamped coefficient as a float): each gradient element
+  // is multiplied by it, rounded, and stored back first, as grad.mul_(coefficient) would. 1: left as it is.
+  float grad_scale = 1;
 };
 
 bool libtorch_kernels_use_fma() {
@@ -46,7 +50,7 @@ bool libtorch_kernels_use_fma() {
 #endif
 }
 
-AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step) {
+AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step, float grad_scale) {
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   AdamWConstants c;
   c.decay = o.weight_decay() != 0;
@@ -59,14 +63,16 @@ AdamWConstants adamw_constants(const torch::optim::AdamWOptions& o, int64_t step
   c.eps = static_cast<float>(o.eps());
   c.neg_step_size = static_cast<float>(-o.lr() / (1 - std::pow(beta1, static_cast<double>(step))));
   c.fused_multiply_add = libtorch_kernels_use_fma();
+  c.grad_scale = grad_scale;
   return c;
 }
 
 // The first half of libtorch's step, element by element, in its rounding:
 //   p *= keep;  m = m * beta1 + (1 - beta1) * g;  v = v * beta2 + ((1 - beta2) * g) * g
 // Products before a fused multiply-add are rounded on their own (libtorch stores m * beta1 before add_).
-void decay_and_moments_rounded(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t n) {
+void decay_and_moments_rounded(const AdamWConstants& c, float* p, float* g, float* m, float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
+    if (c.grad_scale != 1) g[i] = g[i] * c.grad_scale;
     if (c.decay) p[i] = p[i] * c.keep;
     const float m_scaled = m[i] * c.beta1, v_scaled = v[i] * c.beta2, g_scaled = c.one_minus_beta2 * g[i];
     const float m_term = c.one_minus_beta1 * g[i], v_term = g_scaled * g[i];
@@ -76,20 +82,26 @@ void decay_and_moments_rounded(const AdamWConstants& c, float* p, const float* g
 }
 
 #ifdef HF_ADAMW_X86
-__attribute__((target("avx2,fma"))) void decay_and_moments_fma(const AdamWConstants& c, float* p, const float* g,
-                                                               float* m, float* v, int64_t n) {
+__attribute__((target("avx2,fma"))) void decay_and_moments_fma(const AdamWConstants& c, float* p, float* g, float* m,
+                                                               float* v, int64_t n) {
   const __m256 keep = _mm256_set1_ps(c.keep), beta1 = _mm256_set1_ps(c.beta1),
                one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1), beta2 = _mm256_set1_ps(c.beta2),
-               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
+               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2), grad_scale = _mm256_set1_ps(c.grad_scale);
+  const bool scaled = c.grad_scale != 1;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 grad = _mm256_loadu_ps(g + i);
+    __m256 grad = _mm256_loadu_ps(g + i);
+    if (scaled) {
+      grad = _mm256_mul_ps(grad, grad_scale);
+      _mm256_storeu_ps(g + i, grad);
+    }
     if (c.decay) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), keep));
     _mm256_storeu_ps(m + i, _mm256_fmadd_ps(grad, one_minus_beta1, _mm256_mul_ps(_mm256_loadu_ps(m + i), beta1)));
     _mm256_storeu_ps(v + i, _mm256_fmadd_ps(_mm256_mul_ps(one_minus_beta2, grad), grad,
                                             _mm256_mul_ps(_mm256_loadu_ps(v + i), beta2)));
   }
   for (; i < n; ++i) {
+    if (scaled) g[i] = g[i] * c.grad_scale;
     if (c.decay) p[i] = p[i] * c.keep;
     const float m_scaled = m[i] * c.beta1, v_scaled = v[i] * c.beta2, g_scaled = c.one_minus_beta2 * g[i];
     m[i] = std::fma(g[i], c.one_minus_beta1, m_scaled);
@@ -126,7 +138,7 @@ void apply_update(const AdamWConstants& c, float* p, const float* m, const float
 constexpr int64_t kAdamWBlock = int64_t{1} << 20;
 constexpr int64_t kAdamWGrain = int64_t{1} << 15;
 
-void adamw_elements(const AdamWConstants& c, float* p, const float* g, float* m, const torch::Tensor& v_flat,
+void adamw_elements(const AdamWConstants& c, float* p, float* g, float* m, const torch::Tensor& v_flat,
                     torch::Tensor& root_buffer) {
   float* v = v_flat.data_ptr<float>();
   float* root = root_buffer.data_ptr<float>();
@@ -158,8 +170,9 @@ bool fused_loop_applies(const torch::Tensor& p, const torch::Tensor& g, const to
 }
 
 // libtorch's own tensor operations, for tensors the loop cannot touch (a GPU's, a strided one).
-void adamw_tensor_ops(const torch::optim::AdamWOptions& o, int64_t step, torch::Tensor& p, const torch::Tensor& g,
-                      torch::Tensor& m, torch::Tensor& v) {
+void adamw_tensor_ops(const torch::optim::AdamWOptions& o, int64_t step, float grad_scale, torch::Tensor& p,
+                      torch::Tensor g, torch::Tensor& m, torch::Tensor& v) {
+  if (grad_scale != 1) g.mul_(torch::tensor(grad_scale, g.options()));
   const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   if (o.weight_decay() != 0) p.mul_(1 - o.lr() * o.weight_decay());
   m.mul_(beta1).add_(g, 1 - beta1);
@@ -182,7 +195,9 @@ bool multi_tensor_applies(const torch::Tensor& p, const torch::Tensor& g, const 
   return p.is_floating_point();
 }
 
-void step_multi_tensor(const torch::optim::AdamWOptions& o, int64_t step, const MultiTensorBatch& b) {
+void step_multi_tensor(const torch::optim::AdamWOptions& o, int64_t step, float grad_scale, const MultiTensorBatch& b) {
+  // The clip's factor, into the gradients as adamw_tensor_ops applies it (one launch for the batch).
+  if (grad_scale != 1) at::_foreach_mul_(b.grads, grad_scale);
   // The kernel reads each parameter's step count (already advanced) from a float32 tensor on its device.
   const auto steps = torch::full({static_cast<int64_t>(b.params.size())}, static_cast<float>(step),
                                  torch::TensorOptions().dtype(torch::kFloat).device(b.params.front().device()))
@@ -193,7 +208,7 @@ void step_multi_tensor(const torch::optim::AdamWOptions& o, int64_t step, const 
 
 }  // namespace
 
-void fused_adamw_step(torch::optim::AdamW& optimizer, AdamWPath path) {
+void fused_adamw_step(torch::optim::AdamW& optimizer, float grad_scale, AdamWPath path) {
   torch::NoGradGuard no_grad;
   torch::Tensor root_buffer;  // sqrt(v) of one block
   for (auto& group : optimizer.param_groups()) {
@@ -226,16 +241,16 @@ void fused_adamw_step(torch::optim::AdamW& optimizer, AdamWPath path) {
         continue;
       }
       if (!loop) {
-        adamw_tensor_ops(options, state.step(), param, g, m, v);
+        adamw_tensor_ops(options, state.step(), grad_scale, param, g, m, v);
         continue;
       }
-      const AdamWConstants c = adamw_constants(options, state.step());
+      const AdamWConstants c = adamw_constants(options, state.step(), grad_scale);
       if (!root_buffer.defined() || root_buffer.numel() < std::min(kAdamWBlock, param.numel()))
         root_buffer = torch::empty({std::min(kAdamWBlock, std::max<int64_t>(param.numel(), 1))}, torch::kFloat);
       adamw_elements(c, param.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.view({-1}),
                      root_buffer);
     }
-    for (const auto& [key, batch] : batches) step_multi_tensor(options, std::get<2>(key), batch);
+    for (const auto& [key, batch] : batches) step_multi_tensor(options, std::get<2>(key), grad_scale, batch);
   }
 }
 

@@ -274,9 +274,10 @@ double TrainEngine::clip_grad_norm() {
     counted.push_back(!pipeline_ || !pipeline_->is_tied_copy(names_[i]));
   }
   const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
+  pending_grad_scale_ = 1;
   if (!tp_.enabled() && !pipeline_ && !ep_.enabled()) {
     if (with_grad.empty()) return 0.0;
-    return torch::nn::utils::clip_grad_norm_(with_grad, max_norm);
+    return clip_factor_for_next_step(with_grad, max_norm);
   }
   // Every rank of the groups joins the norm's all-reduces, even one whose parameters got no gradient.
   const double norm = model_parallel_norm(with_grad, split, expert, counted);
@@ -287,6 +288,19 @@ double TrainEngine::clip_grad_norm() {
     for (auto& p : with_grad) p.mutable_grad().mul_(coef);
   }
   return norm;
+}
+
+double TrainEngine::clip_factor_for_next_step(const std::vector<torch::Tensor>& with_grad, double max_norm) {
+  torch::NoGradGuard no_grad;
+  // torch::nn::utils::clip_grad_norm_'s norm and clamped factor, the same tensor operations, so the same
+  // float; its grad.mul_(factor) happens in fused_adamw_step's pass instead of one of its own.
+  std::vector<torch::Tensor> norms;
+  norms.reserve(with_grad.size());
+  for (const auto& p : with_grad) norms.push_back(p.grad().norm(2.0));
+  const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  const torch::Tensor factor = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  pending_grad_scale_ = factor.item<float>();
+  return total.item<double>();
 }
 
 void TrainEngine::pipelined_backward(const std::vector<DataProto>& micro_batches, const std::vector<double>& weights,
@@ -342,7 +356,8 @@ void TrainEngine::apply_step() {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  fused_adamw_step(*optimizer_);
+  fused_adamw_step(*optimizer_, pending_grad_scale_);
+  pending_grad_scale_ = 1;
   if (!masters_.empty()) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);

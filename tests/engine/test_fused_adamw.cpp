@@ -131,9 +131,9 @@ TEST(FusedAdamW, MatchesLibtorchAdamWAfterEveryStep) {
 // epsilon, the advanced step count) must give libtorch's step. It rounds in its own order, so the two
 // trajectories part by rounding only: by less than 1e-3 of how far the parameters moved (a few ulps of the
 // parameters themselves), where a wrong constant or a step count off by one is off by a tenth or more; the
-// moments by less than 1e-5 of their size. The
-// transposed parameter takes libtorch's tensor operations beside it, and parameter 3's skipped steps leave
-// its step count behind the others (a batch of its own).
+// moments by less than 1e-5 of their size. Every other step carries a clip's factor. The transposed
+// parameter takes libtorch's tensor operations beside it, and parameter 3's skipped steps leave its step
+// count behind the others (a batch of its own).
 TEST(FusedAdamW, TheMultiTensorKernelAgreesWithLibtorchAdamW) {
   TwinParams t = twin_params();
   std::vector<torch::Tensor> start;
@@ -153,7 +153,11 @@ TEST(FusedAdamW, TheMultiTensorKernelAgreesWithLibtorchAdamW) {
     }
     set_lr(fused, 1e-3 * static_cast<double>(step + 1));
     set_lr(reference, 1e-3 * static_cast<double>(step + 1));
-    fused_adamw_step(fused, AdamWPath::kMultiTensor);
+    // Every other step with a clip's factor, which the reference applies to its gradients first.
+    const float factor = step % 2 == 0 ? 0.5f : 1.0f;
+    for (auto& p : t.reference)
+      if (p.grad().defined()) p.mutable_grad().mul_(factor);
+    fused_adamw_step(fused, factor, AdamWPath::kMultiTensor);
     reference.step();
     for (size_t i = 0; i < t.fused.size(); ++i) {
       const auto& sf = state_of(fused, t.fused[i]);
@@ -164,6 +168,44 @@ TEST(FusedAdamW, TheMultiTensorKernelAgreesWithLibtorchAdamW) {
           << "value" << where;
       EXPECT_LE(relative(sf.exp_avg(), sr.exp_avg(), sr.exp_avg()), 1e-5) << "exp_avg" << where;
       EXPECT_LE(relative(sf.exp_avg_sq(), sr.exp_avg_sq(), sr.exp_avg_sq()), 1e-5) << "exp_avg_sq" << where;
+    }
+  }
+}
+
+// The trainer's clip folded into the step: fused_adamw_step with clip_grad_norm_'s clamped factor equals
+// clip_grad_norm_ then libtorch's step, to the bit, in parameters, moments and the (clipped) gradients left
+// behind, for steps that clip and steps under the limit (factor 1), through the loop and the tensor-op path
+// (the transposed parameter).
+TEST(FusedAdamW, ClipFactorInThePassEqualsClipThenLibtorchStep) {
+  TwinParams t = twin_params();
+  torch::optim::AdamW fused(decay_groups(t.fused), options_with_decay(0.0));
+  torch::optim::AdamW reference(decay_groups(t.reference), options_with_decay(0.0));
+  constexpr double kMaxNorm = 5.0;
+  torch::manual_seed(8);
+  for (int64_t step = 0; step < 6; ++step) {
+    const double size = step % 3 == 2 ? 1e-3 : 1.0;  // every third step's norm is under kMaxNorm
+    for (size_t i = 0; i < t.fused.size(); ++i) {
+      auto g = torch::randn(t.fused[i].sizes()) * size;
+      t.fused[i].mutable_grad() = g.clone();
+      t.reference[i].mutable_grad() = g.clone();
+    }
+    std::vector<torch::Tensor> norms;
+    for (const auto& p : t.fused) norms.push_back(p.grad().norm(2.0));
+    const float factor = torch::clamp(kMaxNorm / (torch::stack(norms).norm(2.0) + 1e-6), std::nullopt, 1.0).item<float>();
+    EXPECT_EQ(factor == 1.0f, size < 1) << "step " << step;
+    torch::nn::utils::clip_grad_norm_(t.reference, kMaxNorm);
+    set_lr(fused, 2e-3);
+    set_lr(reference, 2e-3);
+    fused_adamw_step(fused, factor);
+    reference.step();
+    for (size_t i = 0; i < t.fused.size(); ++i) {
+      const auto& sf = state_of(fused, t.fused[i]);
+      const auto& sr = state_of(reference, t.reference[i]);
+      const std::string where = " of parameter " + std::to_string(i) + " after step " + std::to_string(step);
+      expect_bitwise(t.fused[i].grad(), t.reference[i].grad(), 1e-3 * size, "clipped gradient" + where);
+      expect_bitwise(t.fused[i].detach(), t.reference[i].detach(), 1e-3, "value" + where);
+      expect_bitwise(sf.exp_avg(), sr.exp_avg(), 1e-4, "exp_avg" + where);
+      expect_bitwise(sf.exp_avg_sq(), sr.exp_avg_sq(), 1e-8, "exp_avg_sq" + where);
     }
   }
 }

@@ -31,6 +31,9 @@ enum class AdamWPath {
 
 // One AdamW step over every parameter of `optimizer` that has a gradient, as optimizer.step() would take it
 // (same state layout, step counts and options, amsgrad excluded).
-void fused_adamw_step(torch::optim::AdamW& optimizer, AdamWPath path = AdamWPath::kAuto);
+// grad_scale folds the gradient-norm clip into the same pass: each gradient is first multiplied by it in
+// place (to the bit what grad.mul_(coefficient) does with clip_grad_norm_'s clamped float coefficient),
+// which spares the clip its own pass over every gradient. 1 leaves the gradients untouched.
+void fused_adamw_step(torch::optim::AdamW& optimizer, float grad_scale = 1, AdamWPath path = AdamWPath::kAuto);
 
 }  // namespace hybridflow

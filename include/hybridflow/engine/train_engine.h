@@ -138,8 +138,11 @@ class TrainEngine {
 
   // Pieces for callers that run their own accumulation loop.
   void zero_grad();
-  double clip_grad_norm();  // clips to options.grad_clip and returns the norm before clipping
-  void apply_step();        // sets this step's lr, steps AdamW, advances the step counter
+  // Returns the norm before clipping. Without tensor, expert or pipeline parallelism the clip's factor is
+  // applied by the next apply_step, inside AdamW's pass (the gradients hold the clipped values after it);
+  // otherwise the gradients are scaled here.
+  double clip_grad_norm();
+  void apply_step();  // sets this step's lr, steps AdamW (clipping first), advances the step counter
 
   int64_t step() const { return step_; }
   // True when the module trains in bf16/fp16 against fp32 master weights.
@@ -194,6 +197,7 @@ class TrainEngine {
   void release_grads();
   void give_back_zero_grads();
   std::vector<bool> had_grad_;  // optimized()[i] has had a gradient
+  float pending_grad_scale_ = 1;  // clip_grad_norm's factor, for the next apply_step
   // Sums the local gradients (scaled by local_norm), token count and loss over ranks; returns the
   // global normaliser's worth back into stats.
   // False when no rank's mini-batch holds a token: nothing to learn, the step is skipped.
@@ -201,6 +205,8 @@ class TrainEngine {
 
   // The global gradient norm over the tensor-parallel group and the pipeline stages. counted[i] false:
   // a copy whose gradient another stage already counts.
+  // The whole norm of with_grad's gradients; keeps the clip's factor in pending_grad_scale_.
+  double clip_factor_for_next_step(const std::vector<torch::Tensor>& with_grad, double max_norm);
   double model_parallel_norm(const std::vector<torch::Tensor>& with_grad, const std::vector<bool>& split,
                              const std::vector<bool>& expert, const std::vector<bool>& counted) const;
   // Runs the micro-batches through the pipeline in 1F1B order; returns the loss summed over the stages.
