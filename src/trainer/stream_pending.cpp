@@ -1,8 +1,6 @@
 #include "stream_pending.h"
 
-#include <algorithm>
 #include <set>
-
 
 namespace hybridflow {
 
@@ -18,9 +16,7 @@ void StreamPending::note_reply(const DataProto& reply) {
 }
 
 DataProto StreamPending::with_list(DataProto request) const {
-  std::vector<StreamPrompt> sorted = prompts_;
-  std::stable_sort(sorted.begin(), sorted.end(), [](const StreamPrompt& a, const StreamPrompt& b) { return a.key() < b.key(); });
-  request.meta()["stream_pending"] = stream_prompts_json(sorted);
+  request.meta()["stream_pending"] = stream_prompts_json(prompts_);
   return request;
 }
 

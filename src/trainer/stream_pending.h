@@ -14,11 +14,12 @@ namespace hybridflow {
 
 class StreamPending {
  public:
-  // The prompts of the request sent for `step`.
+  // The prompts of the request sent for `step`. Requests are sent in step order, so the list stays oldest
+  // step first (the order a streaming call admits them in).
   void add_request(const DataProto& request, int64_t step);
   // Takes off the prompts a reply returned (again harmless).
   void note_reply(const DataProto& reply);
-  // `request` with the list in its meta "stream_pending", oldest step first.
+  // `request` with the list in its meta "stream_pending".
   DataProto with_list(DataProto request) const;
   size_t size() const { return prompts_.size(); }
 
