@@ -7,7 +7,7 @@
 #include <string>
 
 #include "hybridflow/engine/generation.h"
-#include "hybridflow/perf/kineto_profile.h"
+#include "hybridflow/core/kineto_profile.h"
 #include "hybridflow/model/transformer.h"
 
 namespace hybridflow {

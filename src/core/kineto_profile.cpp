@@ -1,5 +1,5 @@
 // Kineto through libtorch's C++ profiler API (torch/csrc/autograd/profiler_kineto.h); see kineto_profile.h.
-#include "hybridflow/perf/kineto_profile.h"
+#include "hybridflow/core/kineto_profile.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
@@ -19,8 +19,8 @@ namespace {
 
 // libkineto::ActivityType's values (kineto/ActivityType.h, stable across releases; the header itself is not
 // on every wheel's include path): host operators, device copies and fills, kernels, runtime and driver calls.
-constexpr uint8_t kKinetoCpuOp = 0, kKinetoMemcpy = 3, kKinetoMemset = 4, kKinetoKernel = 5, kKinetoRuntime = 7,
-                  kKinetoDriver = 8;
+constexpr uint8_t kKinetoCpuOp = 0, kKinetoUserScope = 1, kKinetoMemcpy = 3, kKinetoMemset = 4, kKinetoKernel = 5,
+                  kKinetoRuntime = 7, kKinetoDriver = 8;
 
 using ProfileInterval = std::pair<uint64_t, uint64_t>;  // [start, end) in ns
 
@@ -45,17 +45,31 @@ struct ProfiledCpuOp {
   uint64_t thread = 0, start = 0, end = 0;
 };
 
+// Where a device activity's launching operator ran: the scopes it falls in are those open on its thread then.
+struct LaunchSite {
+  std::string op;
+  uint64_t thread = 0, start = 0;
+};
+
 }  // namespace
 
 ProfileWindow profile_call(const std::function<void()>& work, const std::function<void()>& drain, bool cuda,
                            const std::string& trace_path) {
+  ProfileOptions options;
+  options.cuda = cuda;
+  return profile_call(work, drain, options, trace_path);
+}
+
+ProfileWindow profile_call(const std::function<void()>& work, const std::function<void()>& drain,
+                           const ProfileOptions& options, const std::string& trace_path) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   using torch::profiler::impl::ProfilerConfig;
   using torch::profiler::impl::ProfilerState;
+  const bool cuda = options.cuda;
   std::set<ActivityType> activities{ActivityType::CPU};
   if (cuda) activities.insert(ActivityType::CUDA);
-  const ProfilerConfig config(ProfilerState::KINETO);
+  const ProfilerConfig config(ProfilerState::KINETO, options.shapes, options.memory, options.stack);
   prof::prepareProfiler(config, activities);
   prof::enableProfiler(config, activities);
   ProfileWindow window;
@@ -73,29 +87,41 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
   HF_CHECK(result != nullptr, "profile: the profiler returned no result");
   if (!trace_path.empty()) result->save(trace_path);
 
-  std::vector<ProfiledCpuOp> ops;
-  std::unordered_map<uint64_t, std::string> op_by_correlation;
+  std::vector<ProfiledCpuOp> ops, scopes;
+  std::unordered_map<uint64_t, LaunchSite> op_by_correlation;
   std::vector<ProfileInterval> device_spans;
   for (const auto& e : result->events()) {
     const uint8_t type = e.activityType();
     if (type == kKinetoCpuOp) {
       ops.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
-      if (e.correlationId() > 0) op_by_correlation[e.correlationId()] = e.name();
+      if (e.correlationId() > 0) op_by_correlation[e.correlationId()] = {e.name(), e.startThreadId(), e.startNs()};
+    } else if (type == kKinetoUserScope) {
+      scopes.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
     } else if (type == kKinetoRuntime || type == kKinetoDriver) {
       if (e.name().find("Launch") != std::string::npos) ++window.kernel_launches;
     }
   }
   window.operator_calls = static_cast<int64_t>(ops.size());
+  for (const ProfiledCpuOp& scope : scopes) {
+    ProfiledScope& s = window.scopes[scope.name];
+    s.host_seconds += static_cast<double>(scope.end - scope.start) * 1e-9;
+    s.calls += 1;
+  }
   for (const auto& e : result->events()) {
     const uint8_t type = e.activityType();
     if (type != kKinetoKernel && type != kKinetoMemcpy && type != kKinetoMemset) continue;
     if (type == kKinetoKernel) ++window.kernels;
     device_spans.emplace_back(e.startNs(), e.endNs());
+    const double seconds = static_cast<double>(e.endNs() - e.startNs()) * 1e-9;
     // Self device time goes to the innermost operator that launched the work (as torch.profiler's tables).
     const auto owner = op_by_correlation.find(e.linkedCorrelationId());
-    const std::string name = owner != op_by_correlation.end() ? owner->second : "(kernel) " + e.name().substr(0, 80);
-    ProfiledOperator& op = window.operators[name];
-    op.self_seconds += static_cast<double>(e.endNs() - e.startNs()) * 1e-9;
+    const std::string name = owner != op_by_correlation.end() ? owner->second.op : "(kernel) " + e.name().substr(0, 80);
+    window.operators[name].self_seconds += seconds;
+    // And to every scope open on the launching thread when its operator started.
+    if (owner == op_by_correlation.end()) continue;
+    for (const ProfiledCpuOp& scope : scopes)
+      if (scope.thread == owner->second.thread && scope.start <= owner->second.start && owner->second.start < scope.end)
+        window.scopes[scope.name].device_seconds += seconds;
   }
   // Host self time: each operator's time less its children's, nesting found per thread by containment.
   std::sort(ops.begin(), ops.end(), [](const ProfiledCpuOp& a, const ProfiledCpuOp& b) {
@@ -124,6 +150,32 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
   }
   window.busy_seconds = union_seconds(cuda ? device_spans : top_level);
   return window;
+}
+
+nlohmann::json profile_summary_json(const ProfileWindow& window, size_t top_n) {
+  nlohmann::json out = {{"wall_s", window.wall_seconds},
+                        {"busy_s", window.busy_seconds},
+                        {"busy_ratio", window.wall_seconds > 0 ? window.busy_seconds / window.wall_seconds : 0.0},
+                        {"operator_calls", window.operator_calls},
+                        {"device", window.cuda ? "cuda" : "cpu"}};
+  if (window.cuda) {
+    out["kernels"] = window.kernels;
+    out["kernel_launches"] = window.kernel_launches;
+  }
+  std::vector<std::pair<std::string, ProfiledOperator>> top(window.operators.begin(), window.operators.end());
+  std::sort(top.begin(), top.end(),
+            [](const auto& a, const auto& b) { return a.second.self_seconds > b.second.self_seconds; });
+  if (top.size() > top_n) top.resize(top_n);
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& [name, op] : top) ops.push_back({{"name", name}, {"self_s", op.self_seconds}, {"calls", op.calls}});
+  out["top_operators"] = std::move(ops);
+  nlohmann::json scopes = nlohmann::json::object();
+  for (const auto& [name, s] : window.scopes) {
+    scopes[name] = {{"host_s", s.host_seconds}, {"calls", s.calls}};
+    if (window.cuda) scopes[name]["device_s"] = s.device_seconds;
+  }
+  out["scopes"] = std::move(scopes);
+  return out;
 }
 
 ProfileStepSummary per_step_difference(const ProfileWindow& longer, const ProfileWindow& shorter, int64_t steps,
