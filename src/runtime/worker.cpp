@@ -57,6 +57,9 @@ std::map<std::string, std::string> WorkerHost::create(const std::string& type_na
   hosted.worker->register_methods(hosted.methods);
   std::map<std::string, std::string> protocols;
   for (const auto& kv : hosted.methods.entries()) protocols[kv.first] = kv.second.protocol;
+  HF_CHECK(!protocols.count(kProfileMethod), "worker type '", type_name, "' registers '", kProfileMethod,
+           "', a name every worker process answers itself");
+  protocols[kProfileMethod] = protocols::kOneToAll;
   roles_.emplace(context.role, std::move(hosted));
   return protocols;
 }
@@ -64,10 +67,18 @@ std::map<std::string, std::string> WorkerHost::create(const std::string& type_na
 DataProto WorkerHost::call(const std::string& role, const std::string& method, const DataProto& input) {
   auto it = roles_.find(role);
   HF_CHECK(it != roles_.end(), "no role '", role, "' in this worker process; hosted: ", key_list(roles_));
-  const auto& fn = it->second.methods.get(method).fn;
-  const torch::Device& device = it->second.worker->device();
-  if (device.is_cpu()) return fn(input);
-  return fn(input.to(device)).to(torch::kCPU);
+  Hosted& hosted = it->second;
+  if (method == kProfileMethod) {
+    const nlohmann::json request = input.meta().value("profile", nlohmann::json());
+    hosted.profiler.arm(request.is_null() ? std::nullopt : std::optional(CallProfileRequest::from_json(request)));
+    return DataProto();
+  }
+  const auto& fn = hosted.methods.get(method).fn;
+  const torch::Device& device = hosted.worker->device();
+  return hosted.profiler.run(role, hosted.worker->rank(), method, device, [&] {
+    if (device.is_cpu()) return fn(input);
+    return fn(input.to(device)).to(torch::kCPU);
+  });
 }
 
 torch::Device worker_device(const std::string& name) {

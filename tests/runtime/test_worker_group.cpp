@@ -92,6 +92,58 @@ TEST_F(SharedJob, WorkerErrorFailsTheCallButNotThePool) {
   EXPECT_NE(unknown.find("registered: crash, double"), std::string::npos) << unknown;
 }
 
+// global_profiler's worker side: an armed role profiles the named methods on the named ranks, one trace and
+// one summary line per call, until it is disarmed.
+TEST_F(SharedJob, ArmedRoleProfilesTheNamedMethodsOnTheNamedRanksUntilDisarmed) {
+  hybridflow::testing::TempDir dir;
+  EXPECT_EQ(actor_->methods().at(kProfileMethod), protocols::kOneToAll);
+  CallProfileRequest request;
+  request.step = 3;
+  request.dir = dir.path();
+  request.targets.push_back({.methods = {"double"}, .all_ranks = false, .ranks = {1}, .contents = {}});
+  request.targets.push_back({.methods = {"sleep"}, .all_ranks = false, .ranks = {0}, .contents = {}});
+  DataProto arm;
+  arm.meta()["profile"] = request.to_json();
+  actor_->call(kProfileMethod, arm).get();
+  EXPECT_TRUE(torch::equal(actor_->call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
+  actor_->call("pid").get();  // not a named method
+  actor_->call("sleep").get();  // named for rank 0 only
+  actor_->call("double", batch(4)).get();
+  DataProto disarm;
+  disarm.meta()["profile"] = nullptr;
+  actor_->call(kProfileMethod, disarm).get();
+  actor_->call("double", batch(4)).get();  // disarmed: not profiled
+
+  const std::string step_dir = dir.path() + "/step_3";
+  EXPECT_TRUE(file_exists(step_dir + "/actor_rank1_double_1.trace.json"));
+  EXPECT_TRUE(file_exists(step_dir + "/actor_rank1_double_2.trace.json"));
+  EXPECT_FALSE(file_exists(step_dir + "/actor_rank1_double_3.trace.json"));
+  EXPECT_FALSE(file_exists(step_dir + "/actor_rank0_double_1.trace.json"));
+  EXPECT_FALSE(file_exists(step_dir + "/actor_rank1_sleep_1.trace.json"));
+  EXPECT_FALSE(file_exists(step_dir + "/actor_rank1_pid_1.trace.json"));
+  EXPECT_TRUE(file_exists(step_dir + "/actor_rank0_sleep_1.trace.json"));
+  std::vector<nlohmann::json> lines;
+  std::istringstream summary(read_file(step_dir + "/actor_rank1.summary.jsonl"));
+  for (std::string line; std::getline(summary, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(lines[k]["method"], "double");
+    EXPECT_EQ(lines[k]["rank"], 1);
+    EXPECT_EQ(lines[k]["step"], 3);
+    EXPECT_EQ(lines[k]["call"], k + 1);
+    EXPECT_GT(lines[k]["wall_s"].get<double>(), 0.0);
+    // The method's own multiplication, by name, among the operators it ran.
+    bool mul = false;
+    for (const auto& op : lines[k]["top_operators"]) mul = mul || op["name"] == "aten::mul";
+    EXPECT_TRUE(mul) << lines[k].dump();
+  }
+  // A request the worker cannot honour fails the call, naming what is wrong.
+  request.targets[0].contents = {"gpu"};
+  arm.meta()["profile"] = request.to_json();
+  const std::string msg = message_of(actor_->call(kProfileMethod, arm));
+  EXPECT_NE(msg.find("content 'gpu' is not one of cpu, cuda, memory, shapes, stack"), std::string::npos) << msg;
+}
+
 namespace {
 
 // Kills the launched workers a failed assertion left behind (they are not the pool's to kill).

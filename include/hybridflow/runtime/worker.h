@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hybridflow/core/data_proto.h"
+#include "hybridflow/runtime/call_profiler.h"
 #include "hybridflow/runtime/mesh_coord.h"
 
 namespace hybridflow {
@@ -89,10 +90,11 @@ class WorkerRegistry {
 };
 
 // Everything one worker process hosts: several roles (colocated workers) share the process and run
-// one call at a time.
+// one call at a time. Besides a worker's own methods each role answers kProfileMethod (call_profiler.h).
 class WorkerHost {
  public:
-  // Returns method name -> protocol of the new worker. Error if the role already exists.
+  // Returns method name -> protocol of the new worker (kProfileMethod included). Error if the role already
+  // exists.
   std::map<std::string, std::string> create(const std::string& type_name, const WorkerContext& context);
   DataProto call(const std::string& role, const std::string& method, const DataProto& input);
   bool has_role(const std::string& role) const { return roles_.count(role) > 0; }
@@ -101,6 +103,7 @@ class WorkerHost {
   struct Hosted {
     std::unique_ptr<Worker> worker;
     MethodTable methods;
+    CallProfiler profiler;
   };
   std::map<std::string, Hosted> roles_;
 };

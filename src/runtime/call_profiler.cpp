@@ -1,0 +1,94 @@
+#include "hybridflow/runtime/call_profiler.h"
+
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "hybridflow/core/error.h"
+#include "hybridflow/core/fs.h"
+#include "hybridflow/core/kineto_profile.h"
+#include "hybridflow/core/logging.h"
+
+namespace hybridflow {
+
+namespace {
+
+const std::set<std::string> kContents = {"cpu", "cuda", "memory", "shapes", "stack"};
+
+bool has(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+}  // namespace
+
+CallProfileRequest CallProfileRequest::from_json(const nlohmann::json& j) {
+  HF_CHECK(j.is_object(), "profile request: expected an object, got ", j.dump());
+  CallProfileRequest r;
+  r.step = j.at("step").get<int64_t>();
+  HF_CHECK(r.step >= 1, "profile request: step must be >= 1, got ", r.step);
+  r.dir = j.at("dir").get<std::string>();
+  HF_CHECK(!r.dir.empty(), "profile request: an empty directory");
+  for (const nlohmann::json& t : j.at("targets")) {
+    Target target;
+    target.methods = t.at("methods").get<std::set<std::string>>();
+    target.all_ranks = t.value("all_ranks", false);
+    target.ranks = t.value("ranks", std::set<int>());
+    target.contents = t.value("contents", std::vector<std::string>());
+    for (const std::string& c : target.contents)
+      HF_CHECK(kContents.count(c), "profile request: content '", c, "' is not one of cpu, cuda, memory, shapes, stack");
+    r.targets.push_back(std::move(target));
+  }
+  return r;
+}
+
+nlohmann::json CallProfileRequest::to_json() const {
+  nlohmann::json targets_json = nlohmann::json::array();
+  for (const Target& t : targets)
+    targets_json.push_back(
+        {{"methods", t.methods}, {"all_ranks", t.all_ranks}, {"ranks", t.ranks}, {"contents", t.contents}});
+  return {{"step", step}, {"dir", dir}, {"targets", std::move(targets_json)}};
+}
+
+void CallProfiler::arm(std::optional<CallProfileRequest> request) {
+  request_ = std::move(request);
+  calls_.clear();
+}
+
+DataProto CallProfiler::run(const std::string& role, int rank, const std::string& method, const torch::Device& device,
+                            const std::function<DataProto()>& call) {
+  const CallProfileRequest::Target* target = request_ ? request_->select(rank, method) : nullptr;
+  if (target == nullptr) return call();
+  const CallProfileRequest& r = *request_;
+  const std::vector<std::string>& contents = target->contents;
+  const int k = ++calls_[method];
+  const std::string dir = r.dir + "/step_" + std::to_string(r.step);
+  make_dirs(dir);
+  const std::string stem = dir + "/" + role + "_rank" + std::to_string(rank) + "_" + method + "_" + std::to_string(k);
+  ProfileOptions options;
+  // An empty list is verl's default: the host, and the device where there is one.
+  options.cuda = device.is_cuda() && (contents.empty() || has(contents, "cuda"));
+  options.shapes = has(contents, "shapes");
+  options.memory = has(contents, "memory");
+  options.stack = has(contents, "stack");
+  DataProto out;
+  const ProfileWindow window = profile_call([&] { out = call(); },
+                                            [&] {
+                                              if (device.is_cuda()) torch::cuda::synchronize(device.index());
+                                            },
+                                            options, stem + ".trace.json");
+  nlohmann::json line = {{"step", r.step}, {"role", role}, {"rank", rank}, {"method", method}, {"call", k},
+                         {"trace", stem + ".trace.json"}};
+  line.update(profile_summary_json(window));
+  const std::string summary = dir + "/" + role + "_rank" + std::to_string(rank) + ".summary.jsonl";
+  std::ofstream f(summary, std::ios::app);
+  f << line.dump() << "\n";
+  HF_CHECK(f.good(), "profile: cannot append to ", summary);
+  log_info("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ", call ", k, "): ", window.wall_seconds,
+           " s, ", window.cuda ? "device busy " : "host busy ", window.busy_seconds, " s, ", window.operator_calls,
+           " operator calls", window.cuda ? ", " + std::to_string(window.kernels) + " kernels" : std::string(),
+           "; trace ", stem, ".trace.json");
+  return out;
+}
+
+}  // namespace hybridflow
