@@ -1,5 +1,7 @@
 #include "hybridflow/engine/train_engine.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 #include <sstream>
 
@@ -352,6 +354,7 @@ void TrainEngine::reduce_tied_gradients() {
 }
 
 void TrainEngine::apply_step() {
+  RECORD_USER_SCOPE("hf::optimizer_step");
   const double lr = lr_for_next_step();
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -398,6 +401,7 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
   StepStats stats;
   // The mini-batch's units are its micro-batches' (they partition its rows).
   std::vector<int64_t> micro_units;
+  RECORD_USER_SCOPE("hf::train_step");
   for (const DataProto& micro : micro_batches) {
     HF_CHECK(micro.has_tensor(token_mask_key) == has_mask, "train_step: micro-batches disagree on tensor '",
              token_mask_key, "'");
@@ -442,18 +446,32 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     with_tokens.push_back(micro_batches[i]);
   }
   if (pipeline_) {
+    RECORD_USER_SCOPE("hf::pipeline_forward_backward");
     pipelined_backward(with_tokens, weights, loss_fn, stats);
   } else {
     MoeAuxLoss moe_aux(*module_);
+    // Named phases for the profiler (global_profiler; core/kineto_profile.h sums each one's time).
     for (size_t i = 0; i < with_tokens.size(); ++i) {
-      torch::Tensor loss = moe_aux.add_to(scalar_loss(loss_fn, with_tokens[i]), weights[i], stats);
-      (loss * weights[i]).backward();
-      accumulate_into_masters();
+      torch::Tensor loss;
+      {
+        RECORD_USER_SCOPE("hf::forward_and_loss");
+        loss = moe_aux.add_to(scalar_loss(loss_fn, with_tokens[i]), weights[i], stats);
+      }
+      {
+        RECORD_USER_SCOPE("hf::backward");
+        (loss * weights[i]).backward();
+      }
+      {
+        RECORD_USER_SCOPE("hf::accumulate_into_masters");
+        accumulate_into_masters();
+      }
+      RECORD_USER_SCOPE("hf::loss_readback");
       stats.loss += loss.item<double>() * weights[i];
     }
   }
   give_back_zero_grads();
   if (zero_) {
+    RECORD_USER_SCOPE("hf::sharded_step");
     sharded_step(local_norm, mean, stats);
     return stats;
   }
@@ -464,7 +482,10 @@ StepStats TrainEngine::train_step(const std::vector<DataProto>& micro_batches, c
     stats.step = step_;
     return stats;
   }
-  stats.grad_norm = clip_grad_norm();
+  {
+    RECORD_USER_SCOPE("hf::clip_grad_norm");
+    stats.grad_norm = clip_grad_norm();
+  }
   if (!std::isfinite(stats.grad_norm)) {
     log_warn("train_step: gradient norm is ", stats.grad_norm, " at step ", step_, "; skipping the update");
     zero_grad();

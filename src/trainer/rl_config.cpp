@@ -35,6 +35,10 @@ const char* const kRLSchema = R"(trainer:
   total_epochs: null
   n_gpus_per_node: null
   nnodes: null
+global_profiler:
+  tool: null
+  steps: null
+  save_path: outputs/profile
 data:
   task: addition_reversed
   min_digits: 1
@@ -105,6 +109,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
       warmup_style: null
       min_lr_ratio: 0.0
       total_training_steps: null
+@PROFILER4@
   rollout:
     dtype: null
     n: 1
@@ -145,6 +150,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
       max_parallel_calls: 1
       max_tool_response_length: 256
       tool_response_truncate_side: middle
+@PROFILER4@
   ref:
     dtype: null
     ulysses_sequence_parallel_size: null
@@ -156,6 +162,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
       tensor_model_parallel_size: null
       pipeline_model_parallel_size: null
       expert_model_parallel_size: null
+@PROFILER4@
 critic:
   num_processes: 1
   megatron:
@@ -199,6 +206,7 @@ critic:
     warmup_style: null
     min_lr_ratio: 0.0
     total_training_steps: null
+@PROFILER2@
 reward_model:
   enable: false
   path: ""
@@ -217,6 +225,7 @@ reward_model:
   megatron:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
+@PROFILER2@
 cost_model:
   enable: false
   path: ""
@@ -228,14 +237,34 @@ cost_model:
     tensor_model_parallel_size: 1
     pipeline_model_parallel_size: 1
 )";
+// Each role's profiler section (verl's names; trainer/run_spec.h: ProfilerRunSpec), at @PROFILER<indent>@.
+const char* const kRoleProfilerYaml = R"(profiler:
+  enable: false
+  all_ranks: false
+  ranks: []
+  tool_config:
+    torch:
+      contents: []
+      discrete: false
+)";
+
+std::string with_role_profilers(std::string yaml) {
+  for (int indent : {2, 4}) {
+    const std::string marker = "@PROFILER" + std::to_string(indent) + "@\n";
+    for (size_t at = yaml.find(marker); at != std::string::npos; at = yaml.find(marker))
+      yaml.replace(at, marker.size(), algo::indent_yaml(kRoleProfilerYaml, indent));
+  }
+  return yaml;
+}
+
 }  // namespace
 
 std::string rl_trainer_defaults_yaml() {
   // The actor's loss keys are algo's (algo/algo_config.h) and the cost's scorer keys the reward's
   // (workers/reward_function.h), defaults included: each default is written once.
-  return std::string(kRLSchema) + algo::indent_yaml(algo::kActorLossYaml, 4) + kRLSchemaAfterActorLoss +
-         "cost:\n  type: none\n  contains: []\n" + kScorerKeysYaml + "pools: {}\n" + algo::kAlgorithmSectionYaml +
-         kRewardConfigDefaults;
+  return with_role_profilers(std::string(kRLSchema) + algo::indent_yaml(algo::kActorLossYaml, 4) +
+                             kRLSchemaAfterActorLoss + "cost:\n  type: none\n  contains: []\n" + kScorerKeysYaml +
+                             "pools: {}\n" + algo::kAlgorithmSectionYaml + kRewardConfigDefaults);
 }
 
 int64_t rl_response_length(const Config& config) {

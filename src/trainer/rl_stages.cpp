@@ -426,6 +426,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
   m.set("perf/worker_to_worker_bytes", static_cast<double>(traffic.worker_to_worker_bytes));
   m.set("perf/throughput_tokens_per_s", tokens / std::max(1e-9, timer_.total_seconds()));
   m.add_timings(timer_);
+  s_.end_profile();  // the step's own calls: not the held-out scoring below
   // Held-out greedy score every trainer.test_freq steps (verl's name), after this step's update.
   const int64_t test_freq = s_.run.trainer.test_freq;
   if (test_freq > 0 && (s_.step + 1) % test_freq == 0 && s_.run.data.test_size > 0) {

@@ -46,6 +46,7 @@ RLTrainer::~RLTrainer() = default;
 
 nlohmann::json RLTrainer::step() {
   State& s = *s_;
+  if (s.run.profiler.profiles(s.step + 1)) s.start_profile(s.step + 1);
   TrainerStages stages(s);
   nlohmann::json record = get_rl_program(s.run.algorithm.program)(stages);
   HF_CHECK(stages.finished(), "algorithm program '", s.run.algorithm.program,
@@ -75,6 +76,11 @@ nlohmann::json RLTrainer::fit() {
                                                eta_seconds(elapsed, s.step - first_step, total - s.step))
                 << "\n";
     }
+  }
+  if (s.run.profiler.on) {
+    s.finish_profiles();
+    log_info("profile: the traces of steps ", nlohmann::json(s.run.profiler.steps).dump(), " are in ",
+             s.run.profiler.save_path, "/step_<N>: one Chrome trace and one summary line per call and rank");
   }
   const bool save_at_end = s.run.trainer.saves();
   if (save_at_end && s.step > 0 && s.last_saved_step != s.step) s.save_checkpoint();

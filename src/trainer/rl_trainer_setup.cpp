@@ -364,6 +364,7 @@ RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   s.place_roles();
   s.specify_roles();
   s.create_groups();
+  if (s.run.profiler.on) s.profile_targets();  // its rank checks, before any step
   s.start(resume_dir);
 }
 

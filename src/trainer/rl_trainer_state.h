@@ -26,6 +26,7 @@
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/placement/placement_spec.h"
+#include "hybridflow/runtime/call_profiler.h"
 #include "hybridflow/runtime/call_timeline.h"
 #include "hybridflow/runtime/controller.h"
 #include "hybridflow/tasks/dataset.h"
@@ -190,6 +191,16 @@ struct RLTrainer::State {
   void pause_partial_rollouts();
   void resume_partial_rollouts();
   bool rollouts_paused = false;
+
+  // global_profiler (rl_trainer_profile.cpp): the groups to arm and their targets; arming for a step (1-based)
+  // and disarming, neither waited for; their calls' errors surface at the next arming or at the run's end.
+  std::vector<std::pair<WorkerGroup*, std::vector<CallProfileRequest::Target>>> profile_targets() const;
+  void start_profile(int64_t global_step);
+  void end_profile();
+  void check_profile_calls();
+  void finish_profiles();
+  bool profiling = false;
+  std::vector<Future> profile_calls;
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).
   std::vector<WorkerGroup*> trainable_groups() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
@@ -195,6 +196,61 @@ DataSpec build_data_spec(const Config& config, RoleSpecKeys* keys) {
   return run_spec_data(ConfigReader(config, keys ? &(*keys)["data"] : nullptr));
 }
 
+namespace {
+
+ProfilerRunSpec::Role role_profiler(const ConfigReader& c, const std::string& section) {
+  const std::string key = section + ".profiler";
+  const ConfigReader keys = c.subtree(key);
+  ProfilerRunSpec::Role r;
+  r.enable = keys.get<bool>("enable");
+  r.all_ranks = keys.get<bool>("all_ranks");
+  for (int64_t rank : keys.get<std::vector<int64_t>>("ranks")) r.ranks.push_back(static_cast<int>(rank));
+  for (int rank : r.ranks) HF_CHECK(rank >= 0, key, ".ranks: a rank must be >= 0, got ", rank);
+  HF_CHECK(!r.enable || r.all_ranks || !r.ranks.empty(), key, ".enable is true but ", key, ".ranks is empty and ",
+           key, ".all_ranks false, so no rank would be profiled: name the ranks (e.g. [0]) or set all_ranks");
+  r.contents = keys.get<std::vector<std::string>>("tool_config.torch.contents");
+  for (const std::string& content : r.contents)
+    HF_CHECK(content == "cpu" || content == "cuda" || content == "memory" || content == "shapes" || content == "stack",
+             key, ".tool_config.torch.contents: '", content, "' is not one of cpu, cuda, memory, shapes, stack",
+             content == "profile-by-stage" || content == "merge-profiles" ? " (hybridflow writes one trace per call "
+                                                                            "and step, and sums its phases itself)"
+                                                                          : "");
+  // Every call is its own trace here, whichever verl's discrete asks for (one per call, or one per step).
+  keys.get<bool>("tool_config.torch.discrete");
+  return r;
+}
+
+ProfilerRunSpec profiler_spec(const ConfigReader& c) {
+  ProfilerRunSpec p;
+  const std::string tool = c.is_null("global_profiler.tool") ? "" : c.get<std::string>("global_profiler.tool");
+  HF_CHECK(tool.empty() || tool == "torch", "global_profiler.tool: '", tool, "' is not supported; hybridflow profiles ",
+           "with libtorch's profiler: torch (or null: off)",
+           tool == "nsys" ? ". For Nsight Systems run the whole command under nsys (nsys profile hybridflow train ...)"
+                          : "");
+  p.on = tool == "torch";
+  if (!c.is_null("global_profiler.steps")) p.steps = c.get<std::vector<int64_t>>("global_profiler.steps");
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    HF_CHECK(p.steps[i] >= 1 && (i == 0 || p.steps[i] > p.steps[i - 1]), "global_profiler.steps: expected ascending ",
+             "step numbers from 1 (the first step is 1), got ", nlohmann::json(p.steps).dump());
+  p.save_path = c.get<std::string>("global_profiler.save_path");
+  p.actor = role_profiler(c, "actor_rollout_ref.actor");
+  p.rollout = role_profiler(c, "actor_rollout_ref.rollout");
+  p.ref = role_profiler(c, "actor_rollout_ref.ref");
+  p.critic = role_profiler(c, "critic");
+  p.reward_model = role_profiler(c, "reward_model");
+  const bool any_role = p.actor.enable || p.rollout.enable || p.ref.enable || p.critic.enable || p.reward_model.enable;
+  HF_CHECK(!p.on || !p.steps.empty(), "global_profiler.tool is torch but global_profiler.steps is empty: name the ",
+           "steps to profile (e.g. [2])");
+  HF_CHECK(!p.on || any_role, "global_profiler.tool is torch but no role's profiler is enabled: set e.g. ",
+           "actor_rollout_ref.actor.profiler.enable=true");
+  HF_CHECK(p.on || !any_role, "a role's profiler is enabled but global_profiler.tool is null: set ",
+           "global_profiler.tool=torch and global_profiler.steps");
+  HF_CHECK(!p.on || !p.save_path.empty(), "global_profiler.save_path is empty: name the directory for the traces");
+  return p;
+}
+
+}  // namespace
+
 RunSpec rl_run_spec(const Config& config) { return build_run_spec(config); }
 
 RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
@@ -204,6 +260,7 @@ RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
   spec.data = run_spec_data(reader("data"));
   spec.scoring = scoring_spec(reader("scoring"));
   spec.algorithm = algorithm_spec(reader("algorithm"), spec.scoring);
+  spec.profiler = profiler_spec(reader("profiler"));
   return spec;
 }
 

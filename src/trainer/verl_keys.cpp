@@ -30,6 +30,8 @@ const std::pair<const char*, const char*> kAliases[] = {
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
 constexpr const char* kRollout = "hybridflow's own engine generates; there is no vLLM / SGLang server";
 constexpr const char* kPython = "only verl's Python stack (FSDP, vLLM, Ray, torch.compile, ...) reads it";
+constexpr const char* kProfilerTool = "hybridflow profiles with libtorch's profiler only: global_profiler.tool torch";
+constexpr const char* kProfilerPath = "every role's traces go under global_profiler.save_path";
 constexpr const char* kNotYet = "not supported by hybridflow: only verl's default is accepted";
 
 // Accepted and dropped. `accepted` lists the values that keep verl's meaning here: verl's default where
@@ -57,12 +59,34 @@ const IgnoredKey kIgnored[] = {
     {"reward_model.model.fsdp_config", "", kPython},
     {"actor_rollout_ref.actor.checkpoint", "", kPython},
     {"critic.checkpoint", "", kPython},
-    {"actor_rollout_ref.actor.profiler", "", kPython},
-    {"actor_rollout_ref.ref.profiler", "", kPython},
-    {"actor_rollout_ref.rollout.profiler", "", kPython},
-    {"critic.profiler", "", kPython},
-    {"reward_model.profiler", "", kPython},
-    {"global_profiler", "", kPython},
+    // The profiler: global_profiler.tool (torch) and .save_path decide for every role; the other tools' options.
+    {"actor_rollout_ref.actor.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.actor.profiler.save_path", "", kProfilerPath},
+    {"actor_rollout_ref.actor.profiler.tool_config.nsys", "", kProfilerTool},
+    {"actor_rollout_ref.actor.profiler.tool_config.npu", "", kProfilerTool},
+    {"actor_rollout_ref.actor.profiler.tool_config.torch_memory", "", kProfilerTool},
+    {"actor_rollout_ref.ref.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.ref.profiler.save_path", "", kProfilerPath},
+    {"actor_rollout_ref.ref.profiler.tool_config.nsys", "", kProfilerTool},
+    {"actor_rollout_ref.ref.profiler.tool_config.npu", "", kProfilerTool},
+    {"actor_rollout_ref.ref.profiler.tool_config.torch_memory", "", kProfilerTool},
+    {"actor_rollout_ref.rollout.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.rollout.profiler.save_path", "", kProfilerPath},
+    {"actor_rollout_ref.rollout.profiler.tool_config.nsys", "", kProfilerTool},
+    {"actor_rollout_ref.rollout.profiler.tool_config.npu", "", kProfilerTool},
+    {"actor_rollout_ref.rollout.profiler.tool_config.torch_memory", "", kProfilerTool},
+    {"critic.profiler.tool", "torch", kProfilerTool},
+    {"critic.profiler.save_path", "", kProfilerPath},
+    {"critic.profiler.tool_config.nsys", "", kProfilerTool},
+    {"critic.profiler.tool_config.npu", "", kProfilerTool},
+    {"critic.profiler.tool_config.torch_memory", "", kProfilerTool},
+    {"reward_model.profiler.tool", "torch", kProfilerTool},
+    {"reward_model.profiler.save_path", "", kProfilerPath},
+    {"reward_model.profiler.tool_config.nsys", "", kProfilerTool},
+    {"reward_model.profiler.tool_config.npu", "", kProfilerTool},
+    {"reward_model.profiler.tool_config.torch_memory", "", kProfilerTool},
+    {"global_profiler.global_tool_config", "", kProfilerTool},
+    {"global_profiler.profile_continuous_steps", "", "hybridflow writes a trace per worker call of a profiled step"},
     {"actor_rollout_ref.actor.router_replay.record_file", "null", "the routing travels in the batch, not in files"},
     {"actor_rollout_ref.actor.router_replay.replay_file", "null", "the routing travels in the batch, not in files"},
     {"actor_rollout_ref.ref.router_replay", "", kPython},

@@ -1,6 +1,7 @@
 #include "hybridflow/workers/actor_rollout_ref_worker.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/algo/kl.h"
@@ -363,8 +364,12 @@ DataProto ActorRolloutRefWorker::update_actor_rows(const DataProto& in) {
     const int64_t response_len = mask.size(1);
     const bool replay_here = replay && !staged_replay.active();
     if (replay_here) actor()->set_router_replay(RouterReplayMode::kReplay, routing_of(m.tensor("routed_experts")));
-    auto lp = policy_log_probs(model_spec_.use_remove_padding, actor(), m, response_len, temperature,
-                               /*with_entropy=*/true);
+    TokenLogProbs lp;
+    {
+      RECORD_USER_SCOPE("hf::policy_log_probs");  // the model's forward and the head's log-probs
+      lp = policy_log_probs(model_spec_.use_remove_padding, actor(), m, response_len, temperature,
+                            /*with_entropy=*/true);
+    }
     if (replay_here) {
       // The share of replayed tokens the current router would send elsewhere: how far training has moved it.
       const auto recorded = recorded_tokens(m.tensor("routed_experts"), m.tensor("attention_mask"));

@@ -1,6 +1,7 @@
 #include "hybridflow/workers/ppo_epochs.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 
@@ -43,8 +44,11 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
       StepStats stats;
       if (plan.max_token_len > 0) {
         std::vector<DataProto> micro_batches;
-        for (MicroBatch& m : split_micro_batches(mini_batch, {micro, plan.max_token_len, plan.max_token_len_key}))
-          micro_batches.push_back(std::move(m.data));
+        {
+          RECORD_USER_SCOPE("hf::split_micro_batches");
+          for (MicroBatch& m : split_micro_batches(mini_batch, {micro, plan.max_token_len, plan.max_token_len_key}))
+            micro_batches.push_back(std::move(m.data));
+        }
         stats = engine.train_step(micro_batches, loss_fn, token_mask_key, plan.weighting);
       } else {
         stats = engine.train_step(mini_batch, micro, loss_fn, token_mask_key, plan.weighting);

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
@@ -125,6 +127,57 @@ TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
     EXPECT_TRUE(record.contains("actor/kl_loss")) << estimator << ": " << record.dump();
     EXPECT_EQ(record.contains("score/greedy_baseline_mean"), estimator == "remax") << estimator;
   }
+}
+
+// verl's profiler keys: the chosen step's calls of the enabled role, traced with the update's phases named.
+TEST(RlTrainer, GlobalProfilerTracesTheChosenStepOfTheEnabledRole) {
+  hybridflow::testing::TempDir dir;
+  const std::vector<std::string> profile = {"global_profiler.tool=torch", "global_profiler.steps=[2]",
+                                            "global_profiler.save_path=" + dir.path(),
+                                            "actor_rollout_ref.actor.profiler.enable=true",
+                                            "actor_rollout_ref.actor.profiler.ranks=[0]"};
+  std::vector<std::string> overrides = profile;
+  overrides.push_back("trainer.total_steps=3");
+  RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", overrides)));
+  trainer.fit();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step_1")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step_3")));
+  std::map<std::string, nlohmann::json> by_method;
+  std::istringstream lines(read_file(dir.file("step_2/actor_rank0.summary.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    by_method[j.at("method").get<std::string>()] = j;
+    EXPECT_TRUE(file_exists(j.at("trace").get<std::string>())) << line;
+  }
+  // The actor's section: its update and its old log-probs, not the generation (the rollout's section is off).
+  ASSERT_TRUE(by_method.count("update_actor")) << dir.path();
+  EXPECT_TRUE(by_method.count("compute_log_prob"));
+  EXPECT_FALSE(by_method.count("generate_sequences"));
+  const nlohmann::json& scopes = by_method["update_actor"]["scopes"];
+  for (const char* phase : {"hf::train_step", "hf::forward_and_loss", "hf::policy_log_probs", "hf::backward",
+                            "hf::clip_grad_norm", "hf::optimizer_step"})
+    EXPECT_GE(scopes.value(phase, nlohmann::json::object()).value("calls", 0.0), 1.0) << phase << ": " << scopes.dump();
+  // The update's phases lie inside it.
+  EXPECT_LE(scopes["hf::backward"]["host_s"].get<double>(), by_method["update_actor"]["wall_s"].get<double>());
+
+  auto fails = [&](std::vector<std::string> extra) {
+    return error_of([&] { RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", extra))); });
+  };
+  std::string msg = fails({"global_profiler.tool=nsys", "global_profiler.steps=[2]"});
+  EXPECT_NE(msg.find("global_profiler.tool: 'nsys' is not supported"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nsys profile hybridflow train"), std::string::npos) << msg;
+  msg = fails({"global_profiler.tool=torch", "global_profiler.steps=[2]"});
+  EXPECT_NE(msg.find("no role's profiler is enabled"), std::string::npos) << msg;
+  msg = fails({"global_profiler.tool=torch", "global_profiler.steps=[2]", "critic.profiler.enable=true"});
+  EXPECT_NE(msg.find("critic.profiler.enable is true but critic.profiler.ranks is empty"), std::string::npos) << msg;
+  msg = fails({"global_profiler.tool=torch", "global_profiler.steps=[2, 1]",
+               "actor_rollout_ref.actor.profiler.all_ranks=true", "actor_rollout_ref.actor.profiler.enable=true"});
+  EXPECT_NE(msg.find("global_profiler.steps: expected ascending step numbers from 1"), std::string::npos) << msg;
+  std::vector<std::string> far = profile;
+  far.push_back("actor_rollout_ref.actor.profiler.ranks=[3]");
+  msg = fails(far);
+  EXPECT_NE(msg.find("actor_rollout_ref.actor.profiler.ranks: rank 3 is out of range: role 'actor' has 1 rank"),
+            std::string::npos) << msg;
 }
 
 TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {

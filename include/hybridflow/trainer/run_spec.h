@@ -7,6 +7,7 @@
 // program of one's own reads its own extra keys through RLStep::config() (docs/new_algorithm.md).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -99,11 +100,31 @@ struct ScoringSpec {
   bool has_cost() const { return cost_model || cost_type != "none"; }
 };
 
+// global_profiler.* and each role's <role>.profiler.* (verl's keys): the steps whose worker calls run under
+// libtorch's profiler, which roles and ranks, and what is recorded (runtime/call_profiler.h).
+struct ProfilerRunSpec {
+  struct Role {
+    bool enable = false;     // <role>.profiler.enable
+    bool all_ranks = false;  // <role>.profiler.all_ranks; else `ranks` (checked against the role's size later)
+    std::vector<int> ranks;
+    std::vector<std::string> contents;  // <role>.profiler.tool_config.torch.contents (cpu, cuda, memory, shapes, stack)
+  };
+  bool on = false;             // global_profiler.tool: torch (null: off)
+  std::vector<int64_t> steps;  // global_profiler.steps: 1-based, ascending, no repeats
+  std::string save_path;       // global_profiler.save_path
+  // actor_rollout_ref.actor / .rollout / .ref, critic, reward_model.
+  Role actor, rollout, ref, critic, reward_model;
+  bool profiles(int64_t step) const {
+    return on && std::find(steps.begin(), steps.end(), step) != steps.end();
+  }
+};
+
 struct RunSpec {
   TrainerRunSpec trainer;
   DataSpec data;
   AlgorithmSpec algorithm;
   ScoringSpec scoring;
+  ProfilerRunSpec profiler;
 };
 
 }  // namespace hybridflow
