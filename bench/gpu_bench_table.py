@@ -188,6 +188,25 @@ def main():
         row(f"GRPO step {name}, {size}s/step ({stages})", fmt(ours["step_s"] if ours else None), "", None,
             f"{fmt(trl['step_s'] if trl else None)} (TRL GRPOTrainer)", speedup, ">= 5x TRL", verdict(speedup, 5.0))
 
+    # The GRPO update under the trainer's profiler (global_profiler): its phases' time, beside the old log-probs'.
+    for cell_name, records in sorted(by_cell.items()):
+        if not cell_name.startswith("profile grpo "):
+            continue
+        calls = {r["method"]: r for r in records if r.get("what") == "grpo profile"}
+        for method in ("update_actor", "compute_log_prob"):
+            r = calls.get(method)
+            if not r:
+                continue
+            busy = "device" if r.get("device") == "cuda" else "host"
+            kernels = f", {r['kernels']} kernels" if "kernels" in r else ""
+            phases = sorted(r.get("scopes", {}).items(), key=lambda kv: -kv[1].get("device_s", kv[1]["host_s"]))
+            phase_text = "; ".join(f"{name[4:] if name.startswith('hf::') else name} {s['host_s']:.2f} s"
+                                   + (f" (device {s['device_s']:.2f})" if "device_s" in s else "")
+                                   for name, s in phases if name != "hf::train_step")
+            row(f"profile, {cell_name[len('profile grpo '):]} GRPO {method} (step {r['step']})",
+                f"{r['wall_s']:.2f} s", f"{busy} busy {r['busy_s']:.2f} s", ratio(r["busy_s"], r["wall_s"]), "", None,
+                f"{r['operator_calls']} operator calls{kernels}", phase_text)
+
     rollout_keys = {n[len("rollout "):] for n in by_cell if n.startswith("rollout ") and not n.endswith(" peer")}
     for key in sorted(rollout_keys, key=len):
         name = key.split()[0]

@@ -76,6 +76,10 @@ def parse_args():
                         "without recomputed old log-probs)")
     p.add_argument("--no-cpu-time", action="store_true",
                    help="skip the run of the warm-up steps alone that hybridflow's CPU seconds per step need")
+    p.add_argument("--profile-step", type=int, default=0,
+                   help="hybridflow's sides: profile this step's actor calls (old log-probs and update) with "
+                        "global_profiler (docs/configuration.md, \"Profiling\") and print each call's summary, as "
+                        "JSON lines too; that step's time carries the profiler's cost")
     p.add_argument("--trl-worker", help=argparse.SUPPRESS)  # internal: run the TRL side in this process
     return p.parse_args()
 
@@ -162,6 +166,11 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
     ]
     if args.dtype == "bf16":
         overrides.append("actor_rollout_ref.actor.dtype=bf16")
+    profile_dir = os.path.join(run_dir, "profile")
+    if args.profile_step > 0:
+        overrides += ["global_profiler.tool=torch", f"global_profiler.steps=[{args.profile_step}]",
+                      f"global_profiler.save_path={profile_dir}", "actor_rollout_ref.actor.profiler.enable=true",
+                      "actor_rollout_ref.actor.profiler.ranks=[0]"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="passive")
 
     def train(steps):
@@ -180,6 +189,8 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
     # held-out scoring, so the difference is the timed steps' own work, whatever else loads the machine.
     cpu_warmup, _, _ = (0.0, 0.0, []) if args.no_cpu_time else train(args.warmup)
     cpu, wall, steps = train(args.steps)
+    if args.profile_step > 0:
+        report_profile(profile_dir, args.profile_step, label)
     timed = steps[args.warmup:]
     seconds = [s["timing/step_s"] for s in timed]
     tokens = [s["response_length/mean"] * samples for s in timed]
@@ -194,6 +205,18 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
         "score": mean([s["score/mean"] for s in steps]),
         "wall_s": wall,
     }
+
+
+def report_profile(profile_dir, step, label):
+    """The profiled step's calls: a summary each (bench/profile_summary.py), and a JSON line each."""
+    import profile_summary  # beside this script
+    records = profile_summary.summaries(profile_dir, step)
+    if not records:
+        print(f"hybridflow ({label}): no profile of step {step} under {profile_dir}", flush=True)
+        return
+    for r in records:
+        profile_summary.print_call(r)
+        print(json.dumps({"what": "grpo profile", "side_label": label, **r}), flush=True)
 
 
 # ------------------------------------------------------------------------------------------------- TRL

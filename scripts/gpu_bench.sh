@@ -14,8 +14,8 @@
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
-#   decode      the decode cells again at 0.6B
 #   profile     last, where time is left: one training step at 1.7B under Kineto (`bench train --profile`)
+#   decode      the decode cells again at 0.6B
 # One device call cannot hold them all (the first, build included, used 526 s of 530 and cut the rest), so a
 # second call, issued right after the first returns while the machine is still warm, runs the rest:
 #   --rest      no build (build-cuda is kept while the machine is warm; built only where it is missing), the
@@ -23,6 +23,7 @@
 #               (HF_BENCH_BUDGET_S, default 240 s): test_cuda_parity in full; the training cell, which runs only
 #               here: forward + backward + AdamW at 1.7B, 8192 tokens a step (4096 on a card under 100 GB; and
 #               verl's update on 8k-token packed micro-batches), as a fraction of the measured bf16 matmul peak;
+#               the GRPO cell's update under the trainer's own profiler (global_profiler: its phases' device time);
 #               every cell the first call skipped or stopped at its limit (its status file in the work folder
 #               says which; without one, the cells it usually leaves); test_batch_invariant_cuda in full (the
 #               batch-invariant cost among its tests). Its lines join the first call's in OUT/results.jsonl and
@@ -175,8 +176,8 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|profile $big $variant attn-v2|"
-usually_left="|bounds|train $big|decode $small|decode $small $variant|decode $small peer|profile train $big|"
+second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|"
+usually_left="|bounds|train $big|profile grpo $small|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
 # first skipped, stopped at their limit, left to it or never reached (none that ran to the end or failed).
@@ -353,9 +354,22 @@ table
 # The training cell runs in the second call (second_call_only): the first call's budget left it 35 s of the
 # ~60 it needs to reach verl's update.
 cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
-[ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
+# The GRPO step's update under the profiler (global_profiler, from the trainer itself): its third step's old
+# log-probs and update, with the update's phases (forward, backward, master accumulation, clip, AdamW) in
+# device time. The summaries go to results.jsonl (the cell's JSON lines); the update's trace, gzipped, to OUT
+# where it is small enough (the device call returns at most 8 files).
+cell "profile grpo $small" "$limit_grpo" "${grpo[@]}" --sides dynamic --steps 3 --warmup 1 --profile-step 3 \
+  --out "$work/grpo_profile"
+for f in "$work"/grpo_profile/hybridflow_*/profile/step_3/*_update_actor_1.trace.json; do
+  [ -f "$f" ] || continue
+  gzip -c "$f" > "$out/grpo-profile-update.trace.json.gz"
+  [ "$(stat -c %s "$out/grpo-profile-update.trace.json.gz")" -le $((15 * 1024 * 1024)) ] ||
+    { echo "gpu_bench: the GRPO update's trace is over 15 MiB gzipped: not kept" | tee -a "$log";
+      rm -f "$out/grpo-profile-update.trace.json.gz"; }
+done
 # Last, where time is left: one training step at 1.7B under the profiler (the training cell's shape).
 profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
+[ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 # The batch-invariant mode's cost where time is left: rollout tokens/s with rollout.batch_invariant on and off
 # (fp32, a 4-layer decoder of hidden 512, 64 rows; its JSON line lands in results.jsonl, not in the table).
 [ "$part" = 1 ] && [ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
