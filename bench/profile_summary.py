@@ -64,8 +64,9 @@ def print_call(r):
           f"{r['operator_calls']} operator calls{kernels}")
     scopes = sorted(r.get("scopes", {}).items(), key=lambda kv: -kv[1]["host_s"])
     for name, s in scopes:
-        device = f", device {s['device_s']:.4f} s" if "device_s" in s else ""
-        print(f"    {name:32s} {s['calls']:6.0f} x  host {s['host_s']:.4f} s{device}")
+        device = f", device {s['device_s']:.4f} s, {s['kernels']:.0f} kernels" if "device_s" in s else ""
+        print(f"    {name:32s} {s['calls']:6.0f} x  host {s['host_s']:.4f} s, "
+              f"{s.get('operator_calls', 0):.0f} operator calls{device}")
 
 
 def main():

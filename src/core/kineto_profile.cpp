@@ -45,10 +45,10 @@ struct ProfiledCpuOp {
   uint64_t thread = 0, start = 0, end = 0;
 };
 
-// Where a device activity's launching operator ran: the scopes it falls in are those open on its thread then.
+// Where a device activity's launching operator ran: the scopes it falls in are those open then.
 struct LaunchSite {
   std::string op;
-  uint64_t thread = 0, start = 0;
+  uint64_t start = 0;
 };
 
 }  // namespace
@@ -94,7 +94,7 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
     const uint8_t type = e.activityType();
     if (type == kKinetoCpuOp) {
       ops.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
-      if (e.correlationId() > 0) op_by_correlation[e.correlationId()] = {e.name(), e.startThreadId(), e.startNs()};
+      if (e.correlationId() > 0) op_by_correlation[e.correlationId()] = {e.name(), e.startNs()};
     } else if (type == kKinetoUserScope) {
       scopes.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
     } else if (type == kKinetoRuntime || type == kKinetoDriver) {
@@ -106,6 +106,7 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
     ProfiledScope& s = window.scopes[scope.name];
     s.host_seconds += static_cast<double>(scope.end - scope.start) * 1e-9;
     s.calls += 1;
+    for (const ProfiledCpuOp& op : ops) s.operator_calls += scope.start <= op.start && op.start < scope.end ? 1 : 0;
   }
   for (const auto& e : result->events()) {
     const uint8_t type = e.activityType();
@@ -117,11 +118,15 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
     const auto owner = op_by_correlation.find(e.linkedCorrelationId());
     const std::string name = owner != op_by_correlation.end() ? owner->second.op : "(kernel) " + e.name().substr(0, 80);
     window.operators[name].self_seconds += seconds;
-    // And to every scope open on the launching thread when its operator started.
+    // And to every scope open when its operator started, on any thread: autograd runs a CUDA backward on a
+    // device thread of its own, while the scope (hf::backward) is open on the thread that called backward().
     if (owner == op_by_correlation.end()) continue;
     for (const ProfiledCpuOp& scope : scopes)
-      if (scope.thread == owner->second.thread && scope.start <= owner->second.start && owner->second.start < scope.end)
-        window.scopes[scope.name].device_seconds += seconds;
+      if (scope.start <= owner->second.start && owner->second.start < scope.end) {
+        ProfiledScope& s = window.scopes[scope.name];
+        s.device_seconds += seconds;
+        if (type == kKinetoKernel) s.kernels += 1;
+      }
   }
   // Host self time: each operator's time less its children's, nesting found per thread by containment.
   std::sort(ops.begin(), ops.end(), [](const ProfiledCpuOp& a, const ProfiledCpuOp& b) {
@@ -171,8 +176,11 @@ nlohmann::json profile_summary_json(const ProfileWindow& window, size_t top_n) {
   out["top_operators"] = std::move(ops);
   nlohmann::json scopes = nlohmann::json::object();
   for (const auto& [name, s] : window.scopes) {
-    scopes[name] = {{"host_s", s.host_seconds}, {"calls", s.calls}};
-    if (window.cuda) scopes[name]["device_s"] = s.device_seconds;
+    scopes[name] = {{"host_s", s.host_seconds}, {"calls", s.calls}, {"operator_calls", s.operator_calls}};
+    if (window.cuda) {
+      scopes[name]["device_s"] = s.device_seconds;
+      scopes[name]["kernels"] = s.kernels;
+    }
   }
   out["scopes"] = std::move(scopes);
   return out;

@@ -36,6 +36,9 @@ TEST(KinetoProfile, NamedPhasesHoldTheirOperatorsTime) {
   // The outer phase holds the inner ones and the addition besides.
   EXPECT_GT(w.scopes.at("hf::outer").host_seconds, w.scopes.at("hf::inner").host_seconds);
   EXPECT_LE(w.scopes.at("hf::outer").host_seconds, w.wall_seconds);
+  // Three products inside the inner phase, and the addition besides them in the outer one.
+  EXPECT_GE(w.scopes.at("hf::inner").operator_calls, 3);
+  EXPECT_LT(w.scopes.at("hf::inner").operator_calls, w.scopes.at("hf::outer").operator_calls);
   EXPECT_EQ(w.operators.at("aten::mm").calls, 3);
   EXPECT_EQ(w.operators.at("aten::add").calls, 1);
   EXPECT_GE(w.operator_calls, 4);  // the scopes are not operators

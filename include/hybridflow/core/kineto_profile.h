@@ -23,8 +23,11 @@ struct ProfiledOperator {
 // A named phase (a user scope: RECORD_USER_SCOPE("hf::backward")) summed over its occurrences in the window.
 struct ProfiledScope {
   double host_seconds = 0;    // wall time between its start and end on the host
-  double device_seconds = 0;  // CUDA: the device time of the kernels, copies and fills launched inside it
+  double device_seconds = 0;  // CUDA: the device time of the kernels, copies and fills launched while it was
+                              // open (from any thread: a CUDA backward runs on autograd's device thread)
   double calls = 0;
+  double operator_calls = 0;  // operators started while it was open (any thread), nested calls included
+  double kernels = 0;         // CUDA: kernels launched while it was open
 };
 
 // What the profiler records beyond host operators (and CUDA activity, on a CUDA device): verl's
