@@ -108,8 +108,9 @@ if [ "$mode" = gpu ]; then
   # Measured on an H200 (s): build 135, decode parity 5, bounds 5, models 22, decode 1.7B 37 + graphs ~35 +
   # peer 30, profiles 27 + 31, rollout 17 + graphs 15 + peer 34, GRPO 30 + TRL 53: ~510 of the first call's 530
   # (the 0.6B decode cells after them run only if the others were faster). The second call: test_cuda_parity
-  # ~20, train ~60 (cut at 35 s in the first call before verl's update), decode 0.6B ~3 x 25, the training
-  # profile ~40, test_batch_invariant_cuda ~30.
+  # ~20, train ~60 (cut at 35 s in the first call before verl's update), the GRPO update's profile ~50
+  # (estimated: three steps and the trace), the training profile ~40, test_batch_invariant_cuda ~30, decode 0.6B
+  # ~3 x 25 where time is left.
   limit_build=300 limit_models=60 limit_decode=75 limit_profile=60 limit_train=90 limit_grpo=90
   limit_rollout=80 limit_decode_small=50 limit_tests=90
   [ "$part" = 1 ] || budget=${HF_BENCH_BUDGET_S:-240}
@@ -367,15 +368,16 @@ for f in "$work"/grpo_profile/hybridflow_*/profile/step_3/*_update_actor_1.trace
     { echo "gpu_bench: the GRPO update's trace is over 15 MiB gzipped: not kept" | tee -a "$log";
       rm -f "$out/grpo-profile-update.trace.json.gz"; }
 done
-# Last, where time is left: one training step at 1.7B under the profiler (the training cell's shape).
+# Where time is left: one training step at 1.7B under the profiler (the training cell's shape).
 profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
-[ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 # The batch-invariant mode's cost where time is left: rollout tokens/s with rollout.batch_invariant on and off
 # (fp32, a 4-layer decoder of hidden 512, 64 rows; its JSON line lands in results.jsonl, not in the table).
 [ "$part" = 1 ] && [ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
   cell "batch-invariant cost" 60 "$build/test_batch_invariant_cuda" --gtest_filter='BatchInvariantCudaCost.*'
-# The second call: every batch-invariant test on the GPU, the cost cell's test among them (its JSON line too).
+# The second call: every batch-invariant test on the GPU (never run there in full), the cost cell's test among
+# them (its JSON line too), before the 0.6B decode cells, which repeat the 1.7B ones at a smaller shape.
 [ "$part" = 2 ] && [ -x "$build/test_batch_invariant_cuda" ] &&
   always_cell "batch-invariant (all tests, the cost among them)" "$limit_tests" "$build/test_batch_invariant_cuda"
+[ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 echo "gpu_bench: $((SECONDS - start)) s in all" | tee -a "$log"
 table
