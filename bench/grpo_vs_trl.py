@@ -80,6 +80,9 @@ def parse_args():
                    help="hybridflow's sides: profile this step's actor calls (old log-probs and update) with "
                         "global_profiler (docs/configuration.md, \"Profiling\") and print each call's summary, as "
                         "JSON lines too; that step's time carries the profiler's cost")
+    p.add_argument("--profile-trace", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --profile-step: also write each profiled call's Chrome trace (a real-size update's "
+                        "is hundreds of MB)")
     p.add_argument("--trl-worker", help=argparse.SUPPRESS)  # internal: run the TRL side in this process
     return p.parse_args()
 
@@ -169,7 +172,8 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
     profile_dir = os.path.join(run_dir, "profile")
     if args.profile_step > 0:
         overrides += ["global_profiler.tool=torch", f"global_profiler.steps=[{args.profile_step}]",
-                      f"global_profiler.save_path={profile_dir}", "actor_rollout_ref.actor.profiler.enable=true",
+                      f"global_profiler.save_path={profile_dir}", f"global_profiler.trace={str(args.profile_trace).lower()}",
+                      "actor_rollout_ref.actor.profiler.enable=true",
                       "actor_rollout_ref.actor.profiler.ranks=[0]"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="passive")
 

@@ -29,6 +29,7 @@ CallProfileRequest CallProfileRequest::from_json(const nlohmann::json& j) {
   HF_CHECK(r.step >= 1, "profile request: step must be >= 1, got ", r.step);
   r.dir = j.at("dir").get<std::string>();
   HF_CHECK(!r.dir.empty(), "profile request: an empty directory");
+  r.trace = j.value("trace", true);
   for (const nlohmann::json& t : j.at("targets")) {
     Target target;
     target.methods = t.at("methods").get<std::set<std::string>>();
@@ -47,7 +48,7 @@ nlohmann::json CallProfileRequest::to_json() const {
   for (const Target& t : targets)
     targets_json.push_back(
         {{"methods", t.methods}, {"all_ranks", t.all_ranks}, {"ranks", t.ranks}, {"contents", t.contents}});
-  return {{"step", step}, {"dir", dir}, {"targets", std::move(targets_json)}};
+  return {{"step", step}, {"dir", dir}, {"trace", trace}, {"targets", std::move(targets_json)}};
 }
 
 void CallProfiler::arm(std::optional<CallProfileRequest> request) {
@@ -76,9 +77,9 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
                                             [&] {
                                               if (device.is_cuda()) torch::cuda::synchronize(device.index());
                                             },
-                                            options, stem + ".trace.json");
+                                            options, r.trace ? stem + ".trace.json" : std::string());
   nlohmann::json line = {{"step", r.step}, {"role", role}, {"rank", rank}, {"method", method}, {"call", k},
-                         {"trace", stem + ".trace.json"}};
+                         {"trace", r.trace ? nlohmann::json(stem + ".trace.json") : nlohmann::json()}};
   line.update(profile_summary_json(window));
   const std::string summary = dir + "/" + role + "_rank" + std::to_string(rank) + ".summary.jsonl";
   std::ofstream f(summary, std::ios::app);
@@ -87,7 +88,7 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
   log_info("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ", call ", k, "): ", window.wall_seconds,
            " s, ", window.cuda ? "device busy " : "host busy ", window.busy_seconds, " s, ", window.operator_calls,
            " operator calls", window.cuda ? ", " + std::to_string(window.kernels) + " kernels" : std::string(),
-           "; trace ", stem, ".trace.json");
+           r.trace ? "; trace " + stem + ".trace.json" : std::string());
   return out;
 }
 

@@ -39,6 +39,7 @@ global_profiler:
   tool: null
   steps: null
   save_path: outputs/profile
+  trace: true
 data:
   task: addition_reversed
   min_digits: 1

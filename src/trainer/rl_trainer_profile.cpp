@@ -65,6 +65,7 @@ void RLTrainer::State::start_profile(int64_t global_step) {
     CallProfileRequest request;
     request.step = global_step;
     request.dir = run.profiler.save_path;
+    request.trace = run.profiler.trace;
     request.targets = std::move(targets);
     DataProto arm;
     arm.meta()["profile"] = request.to_json();

@@ -233,6 +233,7 @@ ProfilerRunSpec profiler_spec(const ConfigReader& c) {
     HF_CHECK(p.steps[i] >= 1 && (i == 0 || p.steps[i] > p.steps[i - 1]), "global_profiler.steps: expected ascending ",
              "step numbers from 1 (the first step is 1), got ", nlohmann::json(p.steps).dump());
   p.save_path = c.get<std::string>("global_profiler.save_path");
+  p.trace = c.get<bool>("global_profiler.trace");
   p.actor = role_profiler(c, "actor_rollout_ref.actor");
   p.rollout = role_profiler(c, "actor_rollout_ref.rollout");
   p.ref = role_profiler(c, "actor_rollout_ref.ref");

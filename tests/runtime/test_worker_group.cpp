@@ -137,6 +137,17 @@ TEST_F(SharedJob, ArmedRoleProfilesTheNamedMethodsOnTheNamedRanksUntilDisarmed) 
     for (const auto& op : lines[k]["top_operators"]) mul = mul || op["name"] == "aten::mul";
     EXPECT_TRUE(mul) << lines[k].dump();
   }
+  // Without traces: the summary line alone.
+  request.step = 4;
+  request.trace = false;
+  arm.meta()["profile"] = request.to_json();
+  actor_->call(kProfileMethod, arm).get();
+  actor_->call("double", batch(2)).get();
+  actor_->call(kProfileMethod, disarm).get();
+  EXPECT_FALSE(file_exists(dir.path() + "/step_4/actor_rank1_double_1.trace.json"));
+  const nlohmann::json untraced = nlohmann::json::parse(read_file(dir.path() + "/step_4/actor_rank1.summary.jsonl"));
+  EXPECT_TRUE(untraced["trace"].is_null());
+  EXPECT_GT(untraced["operator_calls"].get<int64_t>(), 0);
   // A request the worker cannot honour fails the call, naming what is wrong.
   request.targets[0].contents = {"gpu"};
   arm.meta()["profile"] = request.to_json();

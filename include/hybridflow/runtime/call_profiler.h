@@ -34,6 +34,7 @@ struct CallProfileRequest {
   };
   int64_t step = 0;  // the trainer's step (1-based, verl's global_steps) the calls belong to
   std::string dir;   // global_profiler.save_path; the files go to <dir>/step_<step>/
+  bool trace = true;  // global_profiler.trace: write each call's Chrome trace (false: the summary lines only)
   std::vector<Target> targets;
 
   // Error naming the entry and what is expected.
@@ -53,8 +54,8 @@ class CallProfiler {
   void arm(std::optional<CallProfileRequest> request);
   bool armed() const { return request_.has_value(); }
   // Runs `call`; under the profiler when armed for `method` on this rank. Writes
-  // <dir>/step_<N>/<role>_rank<R>_<method>_<k>.trace.json (k: the method's k-th call of the step) and appends
-  // the summary to <dir>/step_<N>/<role>_rank<R>.summary.jsonl.
+  // <dir>/step_<N>/<role>_rank<R>_<method>_<k>.trace.json (k: the method's k-th call of the step; unless the
+  // request says no trace) and appends the summary to <dir>/step_<N>/<role>_rank<R>.summary.jsonl.
   DataProto run(const std::string& role, int rank, const std::string& method, const torch::Device& device,
                 const std::function<DataProto()>& call);
 

@@ -112,6 +112,7 @@ struct ProfilerRunSpec {
   bool on = false;             // global_profiler.tool: torch (null: off)
   std::vector<int64_t> steps;  // global_profiler.steps: 1-based, ascending, no repeats
   std::string save_path;       // global_profiler.save_path
+  bool trace = true;           // global_profiler.trace (hybridflow's): each call's Chrome trace besides its summary
   // actor_rollout_ref.actor / .rollout / .ref, critic, reward_model.
   Role actor, rollout, ref, critic, reward_model;
   bool profiles(int64_t step) const {
