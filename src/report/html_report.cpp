@@ -221,6 +221,28 @@ std::string samples_section(const RunData& run, size_t& shown) {
          rows + "</table></section>\n";
 }
 
+// The calls global_profiler profiled: wall and busy time, operators (kernels on a GPU) and the named phases.
+std::string profile_section(const RunData& run) {
+  if (run.profile.empty()) return "";
+  std::string rows;
+  for (const auto& c : run.profile) {
+    std::string phases;
+    for (const auto& p : c.phases) {
+      if (p.name == "hf::train_step") continue;  // the whole update
+      phases += (phases.empty() ? "" : "; ") + html_escape(p.name.rfind("hf::", 0) == 0 ? p.name.substr(4) : p.name) +
+                " " + format_number(p.host_s) + " s" + (p.device_s ? " (device " + format_number(*p.device_s) + " s)" : "");
+    }
+    rows += "<tr><td class=\"num\">" + std::to_string(c.step) + "</td><td>" + html_escape(c.role) + "</td><td class=\"num\">" +
+            std::to_string(c.rank) + "</td><td>" + html_escape(c.method) + (c.call > 1 ? " #" + std::to_string(c.call) : "") +
+            "</td><td class=\"num\">" + format_number(c.wall_s) + "</td><td class=\"num\">" + format_number(c.busy_s) +
+            "</td><td class=\"num\">" + std::to_string(c.operator_calls) + "</td><td class=\"num\">" +
+            (c.kernels ? std::to_string(*c.kernels) : "") + "</td><td class=\"text\">" + phases + "</td></tr>\n";
+  }
+  return "<section><h2>Profiled calls (global_profiler)</h2>\n<table class=\"data\">\n<tr><th>step</th><th>role</th>"
+         "<th>rank</th><th>call</th><th>wall s</th><th>busy s</th><th>operators</th><th>kernels</th><th>phases</th></tr>\n" +
+         rows + "</table></section>\n";
+}
+
 constexpr const char* kStyle = R"(
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px 32px; color: #222; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 10px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
@@ -292,7 +314,7 @@ std::string render_html_report(const std::string& run_dir, ReportSummary* summar
   if (!curves.empty() || !stages.empty()) {
     html += "<section><h2>Training curves</h2>\n<div class=\"charts\">\n" + curves + stages + "</div></section>\n";
   }
-  html += timeline + samples_html;
+  html += timeline + samples_html + profile_section(run);
   if (run.config_yaml) {
     html += "<section><h2>Config</h2>\n<details><summary>config.yaml</summary>\n<pre class=\"config\">" +
             html_escape(*run.config_yaml) + "</pre></details></section>\n";

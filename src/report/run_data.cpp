@@ -1,11 +1,13 @@
 #include "hybridflow/report/run_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "hybridflow/core/error.h"
 
@@ -126,6 +128,57 @@ void load_timeline(RunData& run) {
       [&](size_t line) { run.notes.push_back("timeline.jsonl line " + std::to_string(line) + " is cut off; ignored"); });
 }
 
+void load_profile(RunData& run) {
+  const std::filesystem::path root = std::filesystem::path(run.run_dir) / "profile";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) return;
+  std::vector<std::filesystem::path> files;
+  for (const auto& step : std::filesystem::directory_iterator(root, ec)) {
+    if (!step.is_directory() || step.path().filename().string().rfind("step_", 0) != 0) continue;
+    for (const auto& f : std::filesystem::directory_iterator(step.path(), ec)) {
+      const std::string name = f.path().filename().string();
+      if (name.size() > 14 && name.compare(name.size() - 14, 14, ".summary.jsonl") == 0) files.push_back(f.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& path : files) {
+    const std::string shown = path.parent_path().filename().string() + "/" + path.filename().string();
+    for_each_row(
+        path.string(),
+        [&](const nlohmann::json& row, size_t line) {
+          ProfiledCall c;
+          c.step = step_of(row, shown, line);
+          c.role = string_of(row, "role");
+          c.method = string_of(row, "method");
+          c.device = string_of(row, "device");
+          c.rank = static_cast<int64_t>(number_of(row, "rank").value_or(0));
+          c.call = static_cast<int64_t>(number_of(row, "call").value_or(1));
+          c.wall_s = number_of(row, "wall_s").value_or(0);
+          c.busy_s = number_of(row, "busy_s").value_or(0);
+          c.operator_calls = static_cast<int64_t>(number_of(row, "operator_calls").value_or(0));
+          if (const auto k = number_of(row, "kernels")) c.kernels = static_cast<int64_t>(*k);
+          if (row.contains("scopes") && row["scopes"].is_object())
+            for (const auto& [name, s] : row["scopes"].items()) {
+              if (!s.is_object()) continue;
+              ProfiledCall::Phase p;
+              p.name = name;
+              p.host_s = number_of(s, "host_s").value_or(0);
+              p.calls = number_of(s, "calls").value_or(0);
+              p.device_s = number_of(s, "device_s");
+              c.phases.push_back(std::move(p));
+            }
+          std::sort(c.phases.begin(), c.phases.end(), [](const auto& a, const auto& b) {
+            return a.device_s.value_or(a.host_s) > b.device_s.value_or(b.host_s);
+          });
+          run.profile.push_back(std::move(c));
+        },
+        [&](size_t line) { run.notes.push_back(shown + " line " + std::to_string(line) + " is cut off; ignored"); });
+  }
+  std::stable_sort(run.profile.begin(), run.profile.end(), [](const ProfiledCall& a, const ProfiledCall& b) {
+    return std::tie(a.step, a.role, a.rank) < std::tie(b.step, b.role, b.rank);
+  });
+}
+
 }  // namespace
 
 const MetricSeries* RunData::metric(const std::string& name) const {
@@ -139,6 +192,7 @@ RunData load_run(const std::string& run_dir) {
   load_metrics(run);
   load_samples(run);
   load_timeline(run);
+  load_profile(run);
   const std::string config = run_dir + "/config.yaml";
   if (std::filesystem::exists(config)) run.config_yaml = read_text(config);
   return run;

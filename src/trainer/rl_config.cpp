@@ -38,7 +38,7 @@ const char* const kRLSchema = R"(trainer:
 global_profiler:
   tool: null
   steps: null
-  save_path: outputs/profile
+  save_path: null
   trace: true
 data:
   task: addition_reversed

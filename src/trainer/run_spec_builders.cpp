@@ -220,7 +220,7 @@ ProfilerRunSpec::Role role_profiler(const ConfigReader& c, const std::string& se
   return r;
 }
 
-ProfilerRunSpec profiler_spec(const ConfigReader& c) {
+ProfilerRunSpec profiler_spec(const ConfigReader& c, const std::string& run_dir) {
   ProfilerRunSpec p;
   const std::string tool = c.is_null("global_profiler.tool") ? "" : c.get<std::string>("global_profiler.tool");
   HF_CHECK(tool.empty() || tool == "torch", "global_profiler.tool: '", tool, "' is not supported; hybridflow profiles ",
@@ -232,7 +232,10 @@ ProfilerRunSpec profiler_spec(const ConfigReader& c) {
   for (size_t i = 0; i < p.steps.size(); ++i)
     HF_CHECK(p.steps[i] >= 1 && (i == 0 || p.steps[i] > p.steps[i - 1]), "global_profiler.steps: expected ascending ",
              "step numbers from 1 (the first step is 1), got ", nlohmann::json(p.steps).dump());
-  p.save_path = c.get<std::string>("global_profiler.save_path");
+  // Unset: beside the run's other files, where `hybridflow report` finds them; verl's outputs/profile without one.
+  p.save_path = !c.is_null("global_profiler.save_path") ? c.get<std::string>("global_profiler.save_path")
+                : run_dir.empty()                       ? std::string("outputs/profile")
+                                                        : run_dir + "/profile";
   p.trace = c.get<bool>("global_profiler.trace");
   p.actor = role_profiler(c, "actor_rollout_ref.actor");
   p.rollout = role_profiler(c, "actor_rollout_ref.rollout");
@@ -261,7 +264,7 @@ RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
   spec.data = run_spec_data(reader("data"));
   spec.scoring = scoring_spec(reader("scoring"));
   spec.algorithm = algorithm_spec(reader("algorithm"), spec.scoring);
-  spec.profiler = profiler_spec(reader("profiler"));
+  spec.profiler = profiler_spec(reader("profiler"), spec.trainer.run_dir);
   return spec;
 }
 

@@ -144,6 +144,45 @@ TEST_F(HtmlReportTest, HasTheChartsOfTheMetricsPresent) {
   EXPECT_NE(html.find("<title>hybridflow run: run</title>"), std::string::npos);
 }
 
+// The profiler's summaries under <run_dir>/profile: each call a row, its phases by device time where it has
+// one, the whole update's phase left out, names escaped; a cut-off last line noted.
+TEST_F(HtmlReportTest, ListsTheProfiledCallsWithTheirPhases) {
+  std::filesystem::create_directories(run_ + "/profile/step_2");
+  const nlohmann::json update = {
+      {"step", 2}, {"role", "actor"}, {"rank", 0}, {"method", "update_actor"}, {"call", 1}, {"device", "cuda"},
+      {"wall_s", 4.18}, {"busy_s", 1.5}, {"operator_calls", 280000}, {"kernels", 190000},
+      {"scopes",
+       {{"hf::train_step", {{"host_s", 4.1}, {"calls", 1}, {"device_s", 1.5}}},
+        {"hf::backward", {{"host_s", 2.5}, {"calls", 8}, {"device_s", 0.9}}},
+        {"hf::optimizer_step", {{"host_s", 0.02}, {"calls", 1}, {"device_s", 0.015}}},
+        {"hf::forward_and_loss", {{"host_s", 1.2}, {"calls", 8}, {"device_s", 0.45}}}}}};
+  const nlohmann::json log_probs = {{"step", 2},        {"role", "actor"},  {"rank", 0},
+                                    {"method", "<b>x"}, {"call", 2},        {"device", "cpu"},
+                                    {"wall_s", 0.5},    {"busy_s", 0.45},   {"operator_calls", 9000}};
+  write(run_ + "/profile/step_2/actor_rank0.summary.jsonl",
+        update.dump() + "\n" + log_probs.dump() + "\n{\"step\": 2, \"ro");
+  const ReportSummary s = write_html_report(run_, dir_.file("out/report.html"));
+  const std::string html = read_all(dir_.file("out/report.html"));
+  const size_t section = html.find("<h2>Profiled calls (global_profiler)</h2>");
+  ASSERT_NE(section, std::string::npos);
+  const std::string rows = html.substr(section, html.find("</section>", section) - section);
+  EXPECT_NE(rows.find("<td>update_actor</td><td class=\"num\">4.18</td><td class=\"num\">1.5</td>"
+                      "<td class=\"num\">280000</td><td class=\"num\">190000</td>"),
+            std::string::npos)
+      << rows;
+  // By device time: backward, then forward_and_loss, then optimizer_step; not train_step.
+  const size_t backward = rows.find("backward 2.5 s (device 0.9 s)"), forward = rows.find("forward_and_loss 1.2 s"),
+               optimizer = rows.find("optimizer_step 0.02 s");
+  ASSERT_NE(backward, std::string::npos) << rows;
+  EXPECT_LT(backward, forward);
+  EXPECT_LT(forward, optimizer);
+  EXPECT_EQ(rows.find("train_step"), std::string::npos);
+  EXPECT_NE(rows.find("&lt;b&gt;x #2"), std::string::npos) << rows;
+  bool noted = false;
+  for (const auto& note : s.notes) noted = noted || note == "step_2/actor_rank0.summary.jsonl line 3 is cut off; ignored";
+  EXPECT_TRUE(noted);
+}
+
 TEST_F(HtmlReportTest, PolylinesHaveOnePointPerFiniteValue) {
   const std::string html = render_html_report(run_);
   // 5 steps (the cut-off 6th ignored); entropy is NaN at step 3; vf_loss is missing at step 4.

@@ -160,6 +160,17 @@ TEST(RlTrainer, GlobalProfilerTracesTheChosenStepOfTheEnabledRole) {
   // The update's phases lie inside it.
   EXPECT_LE(scopes["hf::backward"]["host_s"].get<double>(), by_method["update_actor"]["wall_s"].get<double>());
 
+  // Unset, the save path is the run directory's profile/, where `hybridflow report` looks.
+  hybridflow::testing::TempDir run_dir;
+  RLTrainer in_run_dir(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"global_profiler.tool=torch", "global_profiler.steps=[1]",
+                                     "global_profiler.trace=false", "actor_rollout_ref.actor.profiler.enable=true",
+                                     "actor_rollout_ref.actor.profiler.ranks=[0]", "trainer.total_steps=1",
+                                     "trainer.run_dir=" + run_dir.path()})));
+  in_run_dir.fit();
+  EXPECT_TRUE(file_exists(run_dir.file("profile/step_1/actor_rank0.summary.jsonl")));
+  EXPECT_FALSE(file_exists(run_dir.file("profile/step_1/actor_rank0_update_actor_1.trace.json")));
+
   auto fails = [&](std::vector<std::string> extra) {
     return error_of([&] { RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", extra))); });
   };

@@ -1,5 +1,5 @@
 // What the HTML report reads from a run directory: metrics.jsonl (one record per step), and when present
-// samples.jsonl, config.yaml and timeline.jsonl.
+// samples.jsonl, config.yaml, timeline.jsonl and the profiler's summaries (profile/step_<N>/*.summary.jsonl).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,21 @@ struct TimelineSpan {
   double start_s = 0, end_s = 0;
 };
 
+// One worker call that global_profiler profiled (<run_dir>/profile/step_<N>/<role>_rank<R>.summary.jsonl).
+struct ProfiledCall {
+  int64_t step = 0, rank = 0, call = 0;
+  std::string role, method, device;
+  double wall_s = 0, busy_s = 0;
+  int64_t operator_calls = 0;
+  std::optional<int64_t> kernels;  // on a GPU
+  struct Phase {
+    std::string name;
+    double host_s = 0, calls = 0;
+    std::optional<double> device_s;
+  };
+  std::vector<Phase> phases;  // hybridflow's named phases, by time (device time where there is one), largest first
+};
+
 struct RunData {
   std::string run_dir;
   std::vector<int64_t> steps;                    // every step of metrics.jsonl, in file order
@@ -38,6 +53,7 @@ struct RunData {
   std::vector<Sample> samples;
   std::optional<std::string> config_yaml;
   std::vector<TimelineSpan> timeline;
+  std::vector<ProfiledCall> profile;  // by step, role, rank, then file order
 
   const MetricSeries* metric(const std::string& name) const;
 };
