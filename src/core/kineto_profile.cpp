@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -70,8 +71,12 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
   std::set<ActivityType> activities{ActivityType::CPU};
   if (cuda) activities.insert(ActivityType::CUDA);
   const ProfilerConfig config(ProfilerState::KINETO, options.shapes, options.memory, options.stack);
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
+  try {
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+  } catch (const std::exception& e) {
+    throw ProfilerUnavailable(std::string("profile: libtorch's profiler could not start: ") + e.what());
+  }
   ProfileWindow window;
   window.cuda = cuda;
   const double start = steady_seconds();
@@ -85,7 +90,18 @@ ProfileWindow profile_call(const std::function<void()>& work, const std::functio
   window.wall_seconds = steady_seconds() - start;
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   HF_CHECK(result != nullptr, "profile: the profiler returned no result");
-  if (!trace_path.empty()) result->save(trace_path);
+  if (!trace_path.empty()) {
+    // Kineto logs a file it cannot open and goes on: whether the file is there afterwards says it was written.
+    std::error_code stale;
+    std::filesystem::remove(trace_path, stale);
+    try {
+      result->save(trace_path);
+    } catch (const std::exception& e) {
+      window.trace_error = e.what();
+    }
+    if (window.trace_error.empty() && !std::filesystem::exists(trace_path))
+      window.trace_error = "no file was written at " + trace_path;
+  }
 
   std::vector<ProfiledCpuOp> ops, scopes;
   std::unordered_map<uint64_t, LaunchSite> op_by_correlation;

@@ -64,7 +64,13 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
   const std::vector<std::string>& contents = target->contents;
   const int k = ++calls_[method];
   const std::string dir = r.dir + "/step_" + std::to_string(r.step);
-  make_dirs(dir);
+  // A profile that cannot be made costs the profile, never the call: the run goes on without it.
+  try {
+    make_dirs(dir);
+  } catch (const std::exception& e) {
+    log_warn("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ") runs unprofiled: ", e.what());
+    return call();
+  }
   const std::string stem = dir + "/" + role + "_rank" + std::to_string(rank) + "_" + method + "_" + std::to_string(k);
   ProfileOptions options;
   // An empty list is verl's default: the host, and the device where there is one.
@@ -73,22 +79,31 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
   options.memory = has(contents, "memory");
   options.stack = has(contents, "stack");
   DataProto out;
-  const ProfileWindow window = profile_call([&] { out = call(); },
-                                            [&] {
-                                              if (device.is_cuda()) torch::cuda::synchronize(device.index());
-                                            },
-                                            options, r.trace ? stem + ".trace.json" : std::string());
+  ProfileWindow window;
+  try {
+    window = profile_call([&] { out = call(); },
+                          [&] {
+                            if (device.is_cuda()) torch::cuda::synchronize(device.index());
+                          },
+                          options, r.trace ? stem + ".trace.json" : std::string());
+  } catch (const ProfilerUnavailable& e) {
+    log_warn("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ") runs unprofiled: ", e.what());
+    return call();
+  }
+  const bool traced = r.trace && window.trace_error.empty();
+  if (!window.trace_error.empty())
+    log_warn("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, "): no trace: ", window.trace_error);
   nlohmann::json line = {{"step", r.step}, {"role", role}, {"rank", rank}, {"method", method}, {"call", k},
-                         {"trace", r.trace ? nlohmann::json(stem + ".trace.json") : nlohmann::json()}};
+                         {"trace", traced ? nlohmann::json(stem + ".trace.json") : nlohmann::json()}};
   line.update(profile_summary_json(window));
   const std::string summary = dir + "/" + role + "_rank" + std::to_string(rank) + ".summary.jsonl";
   std::ofstream f(summary, std::ios::app);
   f << line.dump() << "\n";
-  HF_CHECK(f.good(), "profile: cannot append to ", summary);
+  if (!f.good()) log_warn("profile: cannot append to ", summary, "; the summary is in this log line only");
   log_info("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ", call ", k, "): ", window.wall_seconds,
            " s, ", window.cuda ? "device busy " : "host busy ", window.busy_seconds, " s, ", window.operator_calls,
            " operator calls", window.cuda ? ", " + std::to_string(window.kernels) + " kernels" : std::string(),
-           r.trace ? "; trace " + stem + ".trace.json" : std::string());
+           traced ? "; trace " + stem + ".trace.json" : std::string());
   return out;
 }
 

@@ -61,6 +61,15 @@ TEST(KinetoProfile, NamedPhasesHoldTheirOperatorsTime) {
   EXPECT_FALSE(summary.contains("kernels"));
 }
 
+TEST(KinetoProfile, ATraceThatCannotBeWrittenIsReportedNotThrown) {
+  torch::Tensor out;
+  const ProfileWindow w = profile_call([&] { out = torch::ones({4}).sum(); }, [] {}, ProfileOptions{},
+                                       "/proc/hybridflow-no-such-dir/trace.json");
+  EXPECT_EQ(out.item<float>(), 4.0f);  // the work ran and its result stands
+  EXPECT_FALSE(w.trace_error.empty());
+  EXPECT_EQ(w.operators.count("aten::sum"), 1u);
+}
+
 TEST(KinetoProfile, AFailingCallStopsTheProfilerAndRethrows) {
   EXPECT_THROW(profile_call([] { throw std::runtime_error("bad"); }, [] {}, ProfileOptions{}), std::runtime_error);
   // The profiler is off again: a second window starts.

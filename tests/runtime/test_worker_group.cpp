@@ -148,6 +148,12 @@ TEST_F(SharedJob, ArmedRoleProfilesTheNamedMethodsOnTheNamedRanksUntilDisarmed) 
   const nlohmann::json untraced = nlohmann::json::parse(read_file(dir.path() + "/step_4/actor_rank1.summary.jsonl"));
   EXPECT_TRUE(untraced["trace"].is_null());
   EXPECT_GT(untraced["operator_calls"].get<int64_t>(), 0);
+  // A directory that cannot be made costs the profile, not the call.
+  request.dir = "/proc/hybridflow-no-such-dir";
+  arm.meta()["profile"] = request.to_json();
+  actor_->call(kProfileMethod, arm).get();
+  EXPECT_TRUE(torch::equal(actor_->call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
+  actor_->call(kProfileMethod, disarm).get();
   // A request the worker cannot honour fails the call, naming what is wrong.
   request.targets[0].contents = {"gpu"};
   arm.meta()["profile"] = request.to_json();

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/core/error.h"
+
 namespace hybridflow {
 
 struct ProfiledOperator {
@@ -39,6 +41,12 @@ struct ProfileOptions {
   bool stack = false;   // the host call stack of each operator, in the trace
 };
 
+// The profiler could not start (nothing of the work ran): a caller may run the work unprofiled instead.
+class ProfilerUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
 // What one profiled call did.
 struct ProfileWindow {
   bool cuda = false;            // device activity was recorded (a CUDA model)
@@ -49,10 +57,13 @@ struct ProfileWindow {
   int64_t kernel_launches = 0;  // host calls that launch work (cudaLaunchKernel, cudaGraphLaunch, ...)
   std::map<std::string, ProfiledOperator> operators;  // by name: device self time on CUDA, CPU self time else
   std::map<std::string, ProfiledScope> scopes;        // by name, nested ones each counted in full
+  std::string trace_error;  // why the trace could not be written ("" when it was, or none was asked for)
 };
 
 // Runs `work` under the profiler (CPU operators, and CUDA activity when `cuda`), then waits for the device
-// (`drain`) inside the window. Writes the Chrome trace to trace_path when it is not empty.
+// (`drain`) inside the window. Writes the Chrome trace to trace_path when it is not empty; a trace that cannot
+// be written is reported in trace_error, not thrown (the work has run). ProfilerUnavailable when the profiler
+// cannot start; the work's own errors pass through with the profiler stopped.
 ProfileWindow profile_call(const std::function<void()>& work, const std::function<void()>& drain, bool cuda,
                            const std::string& trace_path = "");
 ProfileWindow profile_call(const std::function<void()>& work, const std::function<void()>& drain,

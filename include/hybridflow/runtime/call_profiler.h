@@ -55,7 +55,8 @@ class CallProfiler {
   bool armed() const { return request_.has_value(); }
   // Runs `call`; under the profiler when armed for `method` on this rank. Writes
   // <dir>/step_<N>/<role>_rank<R>_<method>_<k>.trace.json (k: the method's k-th call of the step; unless the
-  // request says no trace) and appends the summary to <dir>/step_<N>/<role>_rank<R>.summary.jsonl.
+  // request says no trace) and appends the summary to <dir>/step_<N>/<role>_rank<R>.summary.jsonl. A profile
+  // that cannot be made or written is a warning in the log: the call itself runs and returns either way.
   DataProto run(const std::string& role, int rank, const std::string& method, const torch::Device& device,
                 const std::function<DataProto()>& call);
 
