@@ -103,7 +103,13 @@ if [ "$mode" = gpu ]; then
   train_args=(--batch $train_rows --prompt-length 512 --response-length 512 --steps 1 --rl-rows 32 --micro-rows 8
               --stop-every 64)
   grpo_prompts=32 grpo_group=8 grpo_new=128 grpo_steps=2
-  grpo_args=(--micro 32 --trl-micro 32)
+  # hybridflow's update and old log-probs take the step's 256 samples as one token budget (its head never holds
+  # [tokens x vocabulary] logits: ~50 GB at most, `hybridflow info`); 32 rows a micro-batch made eight, and the
+  # update's ~35k operators each (a CPU profile at this depth) looked host-bound at the H200's 4.18 s. The
+  # profile cell of the second call keeps 32 to test that. TRL's full-vocabulary float32 logits (12 GB at 32
+  # rows x 640 tokens) keep it at 32.
+  grpo_args=(--micro 256 --trl-micro 32)
+  grpo_profile_micro=32
   grpo_profile_trace=--no-profile-trace
   bounds_args=(--copy-mb 2048 --gemm 8192)
   # Measured on an H200 (s): build 135, decode parity 5, bounds 5, models 22, decode 1.7B 37 + graphs ~35 +
@@ -131,6 +137,7 @@ else
   train_args=(--batch 2 --prompt-length 16 --response-length 16 --steps 1 --rl-rows 4 --micro-rows 2 --stop-every 8)
   grpo_prompts=2 grpo_group=2 grpo_new=8 grpo_steps=2
   grpo_args=(--micro 4 --trl-micro 2)
+  grpo_profile_micro=2
   grpo_profile_trace=--profile-trace
   bounds_args=(--copy-mb 64 --gemm 512)
   limit_build=60 limit_models=90 limit_decode=120 limit_profile=120 limit_train=120 limit_grpo=400
@@ -164,7 +171,8 @@ sizes+=" ${decode_reps} on both sides); profile: ${profile_steps} decode steps a
 sizes+=" prompts); rollout: ${rollout_prompts} prompts x ${rollout_samples} samples, prompts of $((rollout_prompt / 2))..${rollout_prompt}"
 sizes+=" tokens, up to ${rollout_new} new tokens, a stop token each step with p = 1/${rollout_stop},"
 sizes+=" hybridflow with ${rollout_seqs} sequences at once; GRPO: ${grpo_prompts} prompts x ${grpo_group}, responses up to"
-sizes+=" ${grpo_new} tokens, ${grpo_steps} steps of which the first is a warm-up; train: ${train_args[*]}."
+sizes+=" ${grpo_new} tokens, ${grpo_steps} steps of which the first is a warm-up (${grpo_args[*]}; the profile cell:"
+sizes+=" --micro ${grpo_profile_micro}, 4 steps, the fourth profiled); train: ${train_args[*]}."
 title="hybridflow on $([ "$mode" = gpu ] && (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) || echo "the CPU (smoke run, tiny shapes: the ratios mean nothing)"), bf16"
 peers=(bench/gpu_peers.py --device "$device")
 deadline=$((start + budget))
@@ -357,15 +365,15 @@ table
 # The training cell runs in the second call (second_call_only): the first call's budget left it 35 s of the
 # ~60 it needs to reach verl's update.
 cell "train $big" "$limit_train" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
-# The GRPO step's update under the profiler (global_profiler, from the trainer itself): its third step's old
-# log-probs and update, with the update's phases (forward, backward, master accumulation, clip, AdamW) in
-# device time. The summaries go to results.jsonl (the cell's JSON lines). On a GPU without the traces: the
+# The GRPO step's update under the profiler (global_profiler, from the trainer itself): its fourth step's old
+# log-probs and update at ${grpo_profile_micro} rows a micro-batch, with the update's phases (forward, backward,
+# master accumulation, clip, AdamW) in device time; of the three timed steps the median is one not profiled. The summaries go to results.jsonl (the cell's JSON lines). On a GPU without the traces: the
 # update's eight micro-batches make about a million events, hundreds of MB that would take the cell's time to
 # write and could not come back (the device call returns files of at most 16 MiB); the smoke run writes them
 # and keeps the update's, gzipped, in OUT.
-cell "profile grpo $small" "$limit_grpo" "${grpo[@]}" --sides dynamic --steps 3 --warmup 1 --profile-step 3 \
-  "$grpo_profile_trace" --out "$work/grpo_profile"
-for f in "$work"/grpo_profile/hybridflow_*/profile/step_3/*_update_actor_1.trace.json; do
+cell "profile grpo $small" "$limit_grpo" "${grpo[@]}" --sides dynamic --micro "$grpo_profile_micro" --steps 4 \
+  --warmup 1 --profile-step 4 "$grpo_profile_trace" --out "$work/grpo_profile"
+for f in "$work"/grpo_profile/hybridflow_*/profile/step_4/*_update_actor_1.trace.json; do
   [ -f "$f" ] || continue
   gzip -c "$f" > "$out/grpo-profile-update.trace.json.gz"
   [ "$(stat -c %s "$out/grpo-profile-update.trace.json.gz")" -le $((15 * 1024 * 1024)) ] ||
