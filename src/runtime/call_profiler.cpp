@@ -99,7 +99,7 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
   const std::string summary = dir + "/" + role + "_rank" + std::to_string(rank) + ".summary.jsonl";
   std::ofstream f(summary, std::ios::app);
   f << line.dump() << "\n";
-  if (!f.good()) log_warn("profile: cannot append to ", summary, "; the summary is in this log line only");
+  if (!f.good()) log_warn("profile: cannot append to ", summary, "; the line below is all that is kept of this call");
   log_info("profile: ", role, " rank ", rank, " ", method, " (step ", r.step, ", call ", k, "): ", window.wall_seconds,
            " s, ", window.cuda ? "device busy " : "host busy ", window.busy_seconds, " s, ", window.operator_calls,
            " operator calls", window.cuda ? ", " + std::to_string(window.kernels) + " kernels" : std::string(),
