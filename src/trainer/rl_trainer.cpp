@@ -80,7 +80,8 @@ nlohmann::json RLTrainer::fit() {
   if (s.run.profiler.on) {
     s.finish_profiles();
     log_info("profile: the traces of steps ", nlohmann::json(s.run.profiler.steps).dump(), " are in ",
-             s.run.profiler.save_path, "/step_<N>: one Chrome trace and one summary line per call and rank");
+             s.run.profiler.save_path, "/step_<N>: ", s.run.profiler.trace ? "a Chrome trace and " : "",
+             "a summary line per call and rank");
   }
   const bool save_at_end = s.run.trainer.saves();
   if (save_at_end && s.step > 0 && s.last_saved_step != s.step) s.save_checkpoint();
