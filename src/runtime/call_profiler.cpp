@@ -14,13 +14,15 @@ namespace hybridflow {
 
 namespace {
 
-const std::set<std::string> kContents = {"cpu", "cuda", "memory", "shapes", "stack"};
-
 bool has(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
 }
 
 }  // namespace
+
+bool is_profile_content(const std::string& content) {
+  return content == "cpu" || content == "cuda" || content == "memory" || content == "shapes" || content == "stack";
+}
 
 CallProfileRequest CallProfileRequest::from_json(const nlohmann::json& j) {
   HF_CHECK(j.is_object(), "profile request: expected an object, got ", j.dump());
@@ -37,7 +39,7 @@ CallProfileRequest CallProfileRequest::from_json(const nlohmann::json& j) {
     target.ranks = t.value("ranks", std::set<int>());
     target.contents = t.value("contents", std::vector<std::string>());
     for (const std::string& c : target.contents)
-      HF_CHECK(kContents.count(c), "profile request: content '", c, "' is not one of cpu, cuda, memory, shapes, stack");
+      HF_CHECK(is_profile_content(c), "profile request: content '", c, "' is not one of cpu, cuda, memory, shapes, stack");
     r.targets.push_back(std::move(target));
   }
   return r;

@@ -3,27 +3,41 @@
 // controller dispatched to them in that step runs under libtorch's profiler on the chosen ranks.
 #include "rl_trainer_state.h"
 
+#include <set>
+
 #include "hybridflow/runtime/call_profiler.h"
 
 namespace hybridflow {
 
 namespace {
 
-// A role's profiler section as the methods it covers on one group: none when the section is off.
-void add_target(std::vector<CallProfileRequest::Target>& targets, const ProfilerRunSpec::Role& role,
-                const std::string& section, const WorkerGroup& group, std::set<std::string> methods) {
-  if (!role.enable) return;
-  for (int rank : role.ranks)
-    HF_CHECK(role.all_ranks || rank < group.world_size(), section, ".profiler.ranks: rank ", rank, " is out of range: ",
-             "role '", group.role(), "' has ", group.world_size(), " rank", group.world_size() == 1 ? "" : "s");
-  CallProfileRequest::Target t;
-  for (const std::string& m : methods)
-    if (group.methods().count(m)) t.methods.insert(m);
-  if (t.methods.empty()) return;
-  t.all_ranks = role.all_ranks;
-  t.ranks.insert(role.ranks.begin(), role.ranks.end());
-  t.contents = role.contents;
-  targets.push_back(std::move(t));
+// A role's profiler section and the methods it covers.
+struct ProfiledSection {
+  const ProfilerRunSpec::Role& role;
+  const char* name;
+  std::set<std::string> methods;
+};
+
+// The targets of `group` for `sections`: each enabled section's methods that the group has.
+std::vector<CallProfileRequest::Target> targets_of(const WorkerGroup& group,
+                                                   const std::vector<ProfiledSection>& sections) {
+  std::vector<CallProfileRequest::Target> targets;
+  for (const ProfiledSection& s : sections) {
+    if (!s.role.enable) continue;
+    for (int rank : s.role.ranks)
+      HF_CHECK(s.role.all_ranks || rank < group.world_size(), s.name, ".profiler.ranks: rank ", rank,
+               " is out of range: role '", group.role(), "' has ", group.world_size(), " rank",
+               group.world_size() == 1 ? "" : "s");
+    CallProfileRequest::Target t;
+    for (const std::string& m : s.methods)
+      if (group.methods().count(m)) t.methods.insert(m);
+    if (t.methods.empty()) continue;
+    t.all_ranks = s.role.all_ranks;
+    t.ranks.insert(s.role.ranks.begin(), s.role.ranks.end());
+    t.contents = s.role.contents;
+    targets.push_back(std::move(t));
+  }
+  return targets;
 }
 
 }  // namespace
@@ -31,30 +45,27 @@ void add_target(std::vector<CallProfileRequest::Target>& targets, const Profiler
 std::vector<std::pair<WorkerGroup*, std::vector<CallProfileRequest::Target>>> RLTrainer::State::profile_targets()
     const {
   const ProfilerRunSpec& p = run.profiler;
-  std::vector<std::pair<WorkerGroup*, std::vector<CallProfileRequest::Target>>> out;
-  auto add = [&](WorkerGroup* group, auto&& fill) {
-    if (group == nullptr) return;
-    std::vector<CallProfileRequest::Target> targets;
-    fill(*group, targets);
-    if (!targets.empty()) out.emplace_back(group, std::move(targets));
+  // The actor's group generates unless a standalone rollout pool does; Safe-RLHF's cost critic and cost model
+  // take the critic's and the reward model's sections.
+  const std::set<std::string> actor_generates =
+      rollout ? std::set<std::string>() : std::set<std::string>{"generate_sequences"};
+  const std::vector<std::pair<WorkerGroup*, std::vector<ProfiledSection>>> groups = {
+      {actor.get(),
+       {{p.actor, "actor_rollout_ref.actor", {"update_actor", "compute_log_prob", "send_weights"}},
+        {p.rollout, "actor_rollout_ref.rollout", actor_generates},
+        {p.ref, "actor_rollout_ref.ref", {"compute_ref_log_prob"}}}},
+      {rollout.get(), {{p.rollout, "actor_rollout_ref.rollout", {"generate_sequences", "receive_weights"}}}},
+      {critic.get(), {{p.critic, "critic", {"compute_values", "update_critic"}}}},
+      {cost_critic.get(), {{p.critic, "critic", {"compute_values", "update_critic"}}}},
+      {reward_model.get(), {{p.reward_model, "reward_model", {"compute_rm_score"}}}},
+      {cost_model.get(), {{p.reward_model, "reward_model", {"compute_rm_score"}}}},
   };
-  add(actor.get(), [&](const WorkerGroup& g, auto& t) {
-    add_target(t, p.actor, "actor_rollout_ref.actor", g, {"update_actor", "compute_log_prob", "send_weights"});
-    if (!rollout) add_target(t, p.rollout, "actor_rollout_ref.rollout", g, {"generate_sequences"});
-    add_target(t, p.ref, "actor_rollout_ref.ref", g, {"compute_ref_log_prob"});
-  });
-  add(rollout.get(), [&](const WorkerGroup& g, auto& t) {
-    add_target(t, p.rollout, "actor_rollout_ref.rollout", g, {"generate_sequences", "receive_weights"});
-  });
-  // Safe-RLHF's cost critic and cost model take the critic's and the reward model's sections.
-  for (WorkerGroup* g : {critic.get(), cost_critic.get()})
-    add(g, [&](const WorkerGroup& group, auto& t) {
-      add_target(t, p.critic, "critic", group, {"compute_values", "update_critic"});
-    });
-  for (WorkerGroup* g : {reward_model.get(), cost_model.get()})
-    add(g, [&](const WorkerGroup& group, auto& t) {
-      add_target(t, p.reward_model, "reward_model", group, {"compute_rm_score"});
-    });
+  std::vector<std::pair<WorkerGroup*, std::vector<CallProfileRequest::Target>>> out;
+  for (const auto& [group, sections] : groups) {
+    if (group == nullptr) continue;
+    std::vector<CallProfileRequest::Target> targets = targets_of(*group, sections);
+    if (!targets.empty()) out.emplace_back(group, std::move(targets));
+  }
   return out;
 }
 
@@ -72,17 +83,15 @@ void RLTrainer::State::start_profile(int64_t global_step) {
     profile_calls.push_back(group->call(kProfileMethod, arm));
     roles += (roles.empty() ? "" : ", ") + group->role();
   }
-  profiling = true;
   log_info("profile: step ", global_step, ": profiling the calls of ", roles, " (traces in ", run.profiler.save_path,
            "/step_", global_step, ")");
 }
 
 void RLTrainer::State::end_profile() {
-  if (!profiling) return;
+  if (!run.profiler.profiles(step + 1)) return;  // the step's number as start_profile had it
   DataProto disarm;
   disarm.meta()["profile"] = nullptr;
   for (auto& entry : profile_targets()) profile_calls.push_back(entry.first->call(kProfileMethod, disarm));
-  profiling = false;
 }
 
 void RLTrainer::State::check_profile_calls() {

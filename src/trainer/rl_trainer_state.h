@@ -193,13 +193,13 @@ struct RLTrainer::State {
   bool rollouts_paused = false;
 
   // global_profiler (rl_trainer_profile.cpp): the groups to arm and their targets; arming for a step (1-based)
-  // and disarming, neither waited for; their calls' errors surface at the next arming or at the run's end.
+  // and disarming (at the end of the step `step` counts from 0), neither waited for; their calls' errors
+  // surface at the next arming or at the run's end.
   std::vector<std::pair<WorkerGroup*, std::vector<CallProfileRequest::Target>>> profile_targets() const;
   void start_profile(int64_t global_step);
   void end_profile();
   void check_profile_calls();
   void finish_profiles();
-  bool profiling = false;
   std::vector<Future> profile_calls;
 
   // Checkpoints (layout in trainer/checkpoint.h and workers/checkpoint_io.h).

@@ -6,6 +6,7 @@
 
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/runtime/call_profiler.h"
 #include "hybridflow/trainer/rl_program.h"
 
 namespace hybridflow {
@@ -210,8 +211,7 @@ ProfilerRunSpec::Role role_profiler(const ConfigReader& c, const std::string& se
            key, ".all_ranks false, so no rank would be profiled: name the ranks (e.g. [0]) or set all_ranks");
   r.contents = keys.get<std::vector<std::string>>("tool_config.torch.contents");
   for (const std::string& content : r.contents)
-    HF_CHECK(content == "cpu" || content == "cuda" || content == "memory" || content == "shapes" || content == "stack",
-             key, ".tool_config.torch.contents: '", content, "' is not one of cpu, cuda, memory, shapes, stack",
+    HF_CHECK(is_profile_content(content), key, ".tool_config.torch.contents: '", content, "' is not one of cpu, cuda, memory, shapes, stack",
              content == "profile-by-stage" || content == "merge-profiles" ? " (hybridflow writes one trace per call "
                                                                             "and step, and sums its phases itself)"
                                                                           : "");

@@ -23,6 +23,9 @@ namespace hybridflow {
 // meta "profile" is a CallProfileRequest's JSON to arm the role, or null to disarm it.
 inline constexpr const char* kProfileMethod = "hf_profile";
 
+// verl's tool_config.torch.contents that the profiler honours: cpu, cuda, memory, shapes, stack.
+bool is_profile_content(const std::string& content);
+
 struct CallProfileRequest {
   // Methods and the ranks that profile them, with what is recorded: a role hosting several of verl's profiler
   // sections (the actor's worker runs the actor's, the rollout's and the reference's calls) has one each.
