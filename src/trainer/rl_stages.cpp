@@ -182,10 +182,11 @@ bool TrainerStages::streams_groups() const { return s_.streams_groups(); }
 
 Future TrainerStages::send_sampled(const DataProto& request, int64_t step) {
   if (!streams_groups()) return s_.generator().call("generate_sequences", request);
-  s_.stream_pending.add_request(request, step);
+  std::vector<StreamPrompt> prompts = stream_prompts_of_request(request, step);
+  const nlohmann::json published = {{"prompts", stream_prompts_json(prompts)}};
+  s_.stream_pending.add(std::move(prompts));
   Future sent = s_.generator().call("generate_sequences", s_.as_sent(request));
   // Published once it is queued behind the call before it, which may start its prompts.
-  const nlohmann::json published = {{"prompts", stream_prompts_json(stream_prompts_of_request(request, step))}};
   s_.weight_sync_store->set(kRolloutStreamKeyPrefix + std::to_string(step), published.dump());
   return sent;
 }

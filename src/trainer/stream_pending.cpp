@@ -4,8 +4,8 @@
 
 namespace hybridflow {
 
-void StreamPending::add_request(const DataProto& request, int64_t step) {
-  for (StreamPrompt& p : stream_prompts_of_request(request, step)) prompts_.push_back(std::move(p));
+void StreamPending::add(std::vector<StreamPrompt> prompts) {
+  for (StreamPrompt& p : prompts) prompts_.push_back(std::move(p));
 }
 
 void StreamPending::note_reply(const DataProto& reply) {

@@ -14,9 +14,9 @@ namespace hybridflow {
 
 class StreamPending {
  public:
-  // The prompts of the request sent for `step`. Requests are sent in step order, so the list stays oldest
-  // step first (the order a streaming call admits them in).
-  void add_request(const DataProto& request, int64_t step);
+  // The prompts of a request (stream_prompts_of_request). Requests are sent in step order, so the list stays
+  // oldest step first (the order a streaming call admits them in).
+  void add(std::vector<StreamPrompt> prompts);
   // Takes off the prompts a reply returned (again harmless).
   void note_reply(const DataProto& reply);
   // `request` with the list in its meta "stream_pending".
