@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/free_tcp_port.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -37,7 +38,7 @@ TEST(LaunchCli, MpirunRanksBecomeTheActorAndCriticPools) {
   hybridflow::testing::TempDir dir;
   CommandResult r = run_shell(
       "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 3 "
-      "-x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + std::to_string(20000 + ::getpid() % 20000) +
+      "-x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + std::to_string(hybridflow::testing::free_tcp_port()) +
       " -x OMP_WAIT_POLICY=passive -x HF_JOB_TOKEN=cli-test-mpirun-8d2f6a1c9e4b7035 " + train_args(dir.file("run")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resource pool 'actor' <- launcher ranks 1"), std::string::npos) << r.output;
@@ -49,7 +50,8 @@ TEST(LaunchCli, MpirunRanksBecomeTheActorAndCriticPools) {
 TEST(LaunchCli, TooFewRanksForThePoolsIsAnErrorNamingTheNumbers) {
   hybridflow::testing::TempDir dir;
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(20000 + (::getpid() + 7) % 20000) + " HF_JOB_TOKEN=cli-test-5e0b7a93c4d2f1e86a9b7c04 ";
+                          std::to_string(hybridflow::testing::free_tcp_port()) +
+                          " HF_JOB_TOKEN=cli-test-5e0b7a93c4d2f1e86a9b7c04 ";
   // Rank 1 is released when the controller gives up; its exit code is printed for the check below.
   CommandResult r = run_shell(
       "(" + env + "RANK=1 LOCAL_RANK=1 timeout 60 " + train_args(dir.file("run")) +

@@ -28,7 +28,9 @@ using testing::read_tensors;
 // Must equal hf_oracle.py's ALPHABET, PAD, EOS and MAX_NEW_TOKENS.
 constexpr char kAlphabet[] = "0123456789+=abcdefghij ";
 constexpr int64_t kPad = 0, kEos = 2, kMaxNewTokens = 6;
-constexpr double kTolerance = 1e-5;  // fp32
+// fp32; the order of a GEMM's sums depends on the CPU's kernels (1.4e-5 on an AVX-only AMD EPYC, under 1e-5 on an
+// AVX-512 Xeon).
+constexpr double kTolerance = 5e-5;
 
 // The reverse direction's models: other choices than moe_oracle.py's (dense layers by decoder_sparse_step,
 // normalised qwen2_moe weights, one routed expert per token, untied heads, Mixtral without a window).

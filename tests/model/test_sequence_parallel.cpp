@@ -1,9 +1,9 @@
 // Ulysses sequence parallelism (parallel/sequence_parallel.h): a model whose layers run over a slice of the
-// sequence per rank, with all-to-alls around attention, gives the log-probs, values and (averaged over the
-// group) gradients of one process within 1e-5, at 2 and 4 ranks, for grouped-query attention with 2 query
-// heads per KV head, for Qwen3's q/k norms, for a sequence length that does not divide by the group, and with
-// activation checkpointing; KV head counts the group does not divide are refused naming the key. Every rank
-// runs in a forked process over Gloo.
+// sequence per rank, with all-to-alls around attention, gives the log-probs and values of one process within
+// 1e-5 and its (averaged over the group) gradients within 1e-4, at 2 and 4 ranks, for grouped-query attention
+// with 2 query heads per KV head, for Qwen3's q/k norms, for a sequence length that does not divide by the
+// group, and with activation checkpointing; KV head counts the group does not divide are refused naming the
+// key. Every rank runs in a forked process over Gloo.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -16,6 +16,11 @@
 
 namespace hybridflow {
 namespace {
+
+// Gradients summed over positions: the ranks' partial sums add in another order than one process's, and CPUs'
+// GEMM kernels differ in theirs (an AVX-only AMD EPYC's embedding gradients differed by 7.6e-5 where an AVX-512
+// Xeon's stayed under 1e-5).
+constexpr double kGradTolerance = 1e-4;
 
 using namespace hybridflow::testing;
 
@@ -100,7 +105,8 @@ void check_sequence_parallel(const ModelConfig& config, int sp_size, bool checkp
             value_loss(split, batch).backward();
           }
           average_grads_over(*split, comm);
-          expect_same_tensors(grads_of(*split), grads_of(*whole), 1e-5, policy ? "policy gradients" : "value gradients");
+          expect_same_tensors(grads_of(*split), grads_of(*whole), kGradTolerance,
+                              policy ? "policy gradients" : "value gradients");
         }
         // 7 positions: padded to a multiple of the group inside the model, cut back after the gather.
         CausalLM whole = reference_model(HeadKind::kLanguageModel, 1234, config);
@@ -119,7 +125,7 @@ void check_sequence_parallel(const ModelConfig& config, int sp_size, bool checkp
         (want * weights).sum().backward();
         (got * weights).sum().backward();
         average_grads_over(*split, comm);
-        expect_same_tensors(grads_of(*split), grads_of(*whole), 1e-5, "gradients at 7 positions");
+        expect_same_tensors(grads_of(*split), grads_of(*whole), kGradTolerance, "gradients at 7 positions");
       },
       120);
 }

@@ -22,7 +22,9 @@ static const bool kRanAsWorker = (register_rl_workers(), run_worker_if_requested
 namespace {
 
 constexpr int kLoraTpSteps = 2;
-constexpr double kTol = 1e-5;
+// Two AdamW steps on sums split over ranks: their order, and the CPU's GEMM kernels, move the adapters by up to
+// 3.1e-5 on an AVX-only AMD EPYC (under 1e-5 on an AVX-512 Xeon).
+constexpr double kTol = 1e-4;
 
 struct SplitLoraRun {
   std::vector<nlohmann::json> steps;
