@@ -22,6 +22,7 @@
 #include "engine/generation_steps.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/block_manager.h"
+#include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
@@ -124,7 +125,15 @@ class Scheduler {
     for (int64_t s = 0; s < slots; ++s) free_slots_.insert(s);
     if (cfg.paged_kv_cache) {
       const BlockManager sizing(1, cfg.kv_block_size);
-      blocks_.emplace(paged_pool_blocks(model, prompts, cfg, slots, sizing, streamed_longest_), cfg.kv_block_size);
+      int64_t pool_blocks = paged_pool_blocks(model, prompts, cfg, slots, sizing, streamed_longest_);
+      if (cfg.decode_graph_cache) {
+        // An earlier call's pools and graphs, if they hold this call (else dropped before ours are made): the
+        // pool keeps its size, at least what this call needs.
+        fingerprint_ = decode_graph_fingerprint(model, cfg);
+        kept_ = cfg.decode_graph_cache->take(fingerprint_, pool_blocks, capacity_, graph_rows());
+        if (kept_) pool_blocks = kept_->pool_blocks;
+      }
+      blocks_.emplace(pool_blocks, cfg.kv_block_size);
     }
     finished_.assign(static_cast<size_t>(total_), false);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -136,6 +145,22 @@ class Scheduler {
     for (int64_t q = 0; q < total_; ++q)
       if (finished_[static_cast<size_t>(q)]) --group_left_[static_cast<size_t>(q / cfg.n)];
     group_handed_.assign(prompts.size(), false);
+  }
+
+  // With cfg.decode_graph_cache: this call's pools and graphs kept for the next call (after output()).
+  void keep_for_next_call() {
+    if (!cfg_.decode_graph_cache) return;
+    if (kept_) {  // nothing was prefilled: the taken set goes back as it came
+      cfg_.decode_graph_cache->keep(std::move(*kept_));
+      return;
+    }
+    if (paged_.keys.empty()) return;
+    cfg_.decode_graph_cache->keep({.fingerprint = fingerprint_,
+                                   .pools = std::move(paged_),
+                                   .graphs = std::move(graphs_),
+                                   .pool_blocks = blocks_->num_blocks(),
+                                   .max_span = set_max_span_,
+                                   .max_rows = set_max_rows_});
   }
 
   // Every prompt of the run: the call's own, then the streamed ones in admission order.
@@ -190,6 +215,7 @@ class Scheduler {
     if (cfg_.record_routing) out.routed_experts = routed_experts(padded.longest, longest).to(device_);
     if (graphs_) {
       out.decode_graphs = graphs_->captured();
+      out.decode_graphs_taken = graphs_taken_;
       out.graph_steps = graphs_->replayed_steps();
     }
     out.host_syncs = host_syncs_;
@@ -205,6 +231,7 @@ class Scheduler {
     if (blocks_) {
       report.block_bytes = paged_.block_bytes();
       report.pool_blocks = blocks_->num_blocks();
+      report.kept_pools = kept_pools_;
       report.peak_blocks = blocks_->peak_used_blocks();
       report.peak_bytes = report.peak_blocks * report.block_bytes;
       report.sequences_fit = sequences_that_fit(report.pool_blocks, blocks_->block_size(),
@@ -694,6 +721,18 @@ class Scheduler {
   // [blocks, kv_heads, block_size, head_dim] on the first call, zeros as the slabs.
   void write_to_blocks(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
                        const std::vector<int64_t>& lengths) {
+    if (paged_.keys.empty() && kept_) {
+      // An earlier call's pools: their keys and values are that call's, finite numbers that the masked reads
+      // past a row's length weigh by zero, as they do the zeros of new pools.
+      paged_ = std::move(kept_->pools);
+      graphs_ = std::move(kept_->graphs);
+      if (graphs_) graphs_->rebind(paged_);
+      graphs_taken_ = graphs_ ? graphs_->captured() : 0;
+      kept_pools_ = true;
+      set_max_span_ = kept_->max_span;
+      set_max_rows_ = kept_->max_rows;
+      kept_.reset();
+    }
     if (paged_.keys.empty()) {
       // CUDA graphs pad their steps with rows that write to one more block, which no sequence owns.
       const bool graphs = cfg_.cuda_graphs && device_.is_cuda() && model_->decodes_on_device() &&
@@ -704,11 +743,16 @@ class Scheduler {
         paged_.keys.push_back(zero_slab(sizes, k.options()));
         paged_.values.push_back(zero_slab(sizes, k.options()));
       }
+      set_max_span_ = capacity_;
+      set_max_rows_ = graph_rows();
       if (graphs)
-        graphs_.emplace(model_, paged_, DecodeGraphPlan::Options{.block_size = blocks_->block_size(),
-                                                                 .max_rows = std::min<int64_t>(slot_count_, 512),
-                                                                 .max_span = capacity_},
-                        blocks_->num_blocks(), cfg_.pad_token_id, cfg_);
+        graphs_ = std::make_unique<DecodeGraphs>(
+            model_, paged_,
+            DecodeGraphPlan::Options{.block_size = blocks_->block_size(),
+                                     .max_rows = set_max_rows_,
+                                     .max_span = set_max_span_,
+                                     .span_headroom = model_->decode_attends_row_lengths(paged_) ? 2 : 1},
+            blocks_->num_blocks(), cfg_.pad_token_id, cfg_);
     }
     paged_.write_prefill(prefill, tables, lengths);
   }
@@ -728,6 +772,9 @@ class Scheduler {
     }
     return out;
   }
+
+  // The most rows a decode graph holds (more run eagerly).
+  int64_t graph_rows() const { return std::min<int64_t>(slot_count_, 512); }
 
   const std::vector<int64_t>& prompt(int64_t offset) const {
     return prompts_[static_cast<size_t>(next_prompt_ + offset)];
@@ -752,7 +799,13 @@ class Scheduler {
   KVCache cache_;
   std::optional<BlockManager> blocks_;  // paged cache only
   PagedKVCache paged_;
-  std::optional<DecodeGraphs> graphs_;  // paged cache with cfg.cuda_graphs on a CUDA device
+  std::unique_ptr<DecodeGraphs> graphs_;  // paged cache with cfg.cuda_graphs on a CUDA device
+  // cfg.decode_graph_cache: the set taken from it until the first prefill adopts it, what it was made for,
+  // the graphs it came with and whether this call's pools are an earlier call's.
+  std::optional<KeptDecodeGraphs> kept_;
+  std::vector<int64_t> fingerprint_;
+  int64_t set_max_span_ = 0, set_max_rows_ = 0, graphs_taken_ = 0;
+  bool kept_pools_ = false;
   std::vector<std::vector<int64_t>> tokens_;  // per sequence
   std::vector<std::vector<float>> log_probs_;
   std::vector<bool> finished_;  // per sequence: ended (eos or max_new_tokens)
@@ -775,7 +828,9 @@ GenerationOutput generate_continuous(CausalLM& model, const std::vector<std::vec
                                      const GenerationConfig& cfg, Communicator* stages) {
   Scheduler scheduler(model, prompts, cfg, stages);
   if (cfg.max_new_tokens > 0) scheduler.run();
-  return scheduler.output(pad_prompts(scheduler.prompts(), cfg, model->parameters().front().device()));
+  GenerationOutput out = scheduler.output(pad_prompts(scheduler.prompts(), cfg, model->parameters().front().device()));
+  scheduler.keep_for_next_call();
+  return out;
 }
 
 }  // namespace hybridflow::generation

@@ -15,9 +15,11 @@ int64_t quarter_octave_bucket(int64_t n, int64_t step, int64_t exact) {
 }
 
 DecodeGraphPlan::DecodeGraphPlan(Options options) : options_(options) {
-  HF_CHECK(options_.block_size > 0 && options_.max_rows > 0 && options_.max_span > 0 && options_.max_graphs >= 0,
-           "decode graphs: block_size, max_rows and max_span must be positive and max_graphs >= 0, got ",
-           options_.block_size, ", ", options_.max_rows, ", ", options_.max_span, ", ", options_.max_graphs);
+  HF_CHECK(options_.block_size > 0 && options_.max_rows > 0 && options_.max_span > 0 && options_.max_graphs >= 0 &&
+               options_.reuse_factor >= 1 && options_.span_headroom >= 1,
+           "decode graphs: block_size, max_rows and max_span must be positive, max_graphs >= 0, reuse_factor and ",
+           "span_headroom >= 1, got ", options_.block_size, ", ", options_.max_rows, ", ", options_.max_span, ", ",
+           options_.max_graphs, ", ", options_.reuse_factor, ", ", options_.span_headroom);
 }
 
 DecodeGraphBucket DecodeGraphPlan::bucket(int64_t rows, int64_t longest) const {
@@ -35,11 +37,20 @@ DecodeGraphBucket DecodeGraphPlan::bucket(int64_t rows, int64_t longest) const {
 }
 
 DecodeGraphPlan::Decision DecodeGraphPlan::decide(int64_t rows, int64_t longest) const {
-  const DecodeGraphBucket b = bucket(rows, longest);
-  if (b.rows == 0) return {};
-  if (captured_.count(b) > 0) return {Action::kReplay, b};
-  if (graphs() < options_.max_graphs) return {Action::kCapture, b};
-  return {};
+  const DecodeGraphBucket own = bucket(rows, longest);
+  if (own.rows == 0) return {};
+  if (captured_.count(own) > 0) return {Action::kReplay, own};
+  // The set is ordered by rows, then span: the first graph that holds the step pads it least in rows.
+  const int64_t most_rows = own.rows * options_.reuse_factor;
+  const int64_t most_span = own.span * options_.reuse_factor * options_.span_headroom;
+  for (const DecodeGraphBucket& graph : captured_) {
+    if (graph.rows > most_rows) break;
+    if (graph.rows >= own.rows && graph.span >= own.span && graph.span <= most_span) return {Action::kReplay, graph};
+  }
+  if (graphs() >= options_.max_graphs) return {};
+  const int64_t bs = options_.block_size;
+  const int64_t span_cap = std::max((options_.max_span + bs - 1) / bs * bs, own.span);
+  return {Action::kCapture, {own.rows, std::min(own.span * options_.span_headroom, span_cap)}};
 }
 
 PaddedDecodeStep DecodeGraphPlan::pad(const DecodeGraphBucket& bucket, const std::vector<int64_t>& tokens,

@@ -45,15 +45,41 @@ struct DecodeGraphs::Graph {
 struct DecodeGraphs::Graph {};
 #endif
 
+namespace {
+
+std::vector<const void*> pool_addresses(const PagedKVCache& cache) {
+  std::vector<const void*> addresses;
+  for (const auto& k : cache.keys) addresses.push_back(k.data_ptr());
+  for (const auto& v : cache.values) addresses.push_back(v.data_ptr());
+  return addresses;
+}
+
+// What the draw reads of a generation config (engine/generation.cpp's draw_tokens and choose_tokens_on_device):
+// graphs kept past their call must not hold the call's callbacks and pointers.
+std::optional<GenerationConfig> draw_settings(const std::optional<GenerationConfig>& cfg) {
+  if (!cfg) return std::nullopt;
+  GenerationConfig d;
+  d.greedy = cfg->greedy;
+  d.temperature = cfg->temperature;
+  d.top_k = cfg->top_k;
+  d.top_p = cfg->top_p;
+  d.sampleable_vocab_size = cfg->sampleable_vocab_size;
+  d.pad_token_id = cfg->pad_token_id;
+  return d;
+}
+
+}  // namespace
+
 DecodeGraphs::DecodeGraphs(CausalLM& model, PagedKVCache& cache, DecodeGraphPlan::Options options, int64_t pad_block,
                            int64_t pad_token, std::optional<GenerationConfig> sampling)
     : model_(model),
-      cache_(cache),
+      cache_(&cache),
+      pools_(pool_addresses(cache)),
       device_(model->parameters().front().device()),
       plan_(options),
       pad_block_(pad_block),
       pad_token_(pad_token),
-      sampling_(std::move(sampling)) {
+      sampling_(draw_settings(sampling)) {
 #ifndef HF_WITH_CUDA
   HF_FAIL("actor_rollout_ref.rollout.enforce_eager: false replays the decode step as CUDA graphs, which this CPU ",
           "build of hybridflow lacks (rebuild with HF_CUDA=1), or set it true");
@@ -71,6 +97,11 @@ DecodeGraphs::DecodeGraphs(CausalLM& model, PagedKVCache& cache, DecodeGraphPlan
 }
 
 DecodeGraphs::~DecodeGraphs() = default;
+
+void DecodeGraphs::rebind(PagedKVCache& cache) {
+  HF_CHECK(pool_addresses(cache) == pools_, "decode graphs: rebound to other KV pools than they were captured on");
+  cache_ = &cache;
+}
 
 DecodeDraw decode_and_draw_step(CausalLM& model, const GenerationConfig& cfg, const torch::Tensor& tokens,
                                 const torch::Tensor& tables, const torch::Tensor& lengths, int64_t span,
@@ -132,7 +163,7 @@ torch::Tensor DecodeGraphs::step(const int64_t* tokens, const torch::Tensor& dev
     std::vector<std::vector<int64_t>> copies;
     copies.reserve(tables.size());
     for (const auto* table : tables) copies.push_back(*table);
-    torch::Tensor hidden = model_->decode_paged(ids, copies, lengths, cache_);
+    torch::Tensor hidden = model_->decode_paged(ids, copies, lengths, *cache_);
     if (drawn != nullptr) *drawn = generation::choose_tokens_on_device(model_, hidden.select(1, 0), *sampling_, uniforms);
     return hidden;
   }
@@ -158,8 +189,8 @@ torch::Tensor DecodeGraphs::step(const int64_t* tokens, const torch::Tensor& dev
     g.uniforms = torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
     if (uniforms.defined()) g.uniforms.narrow(0, 0, rows).copy_(uniforms);
     auto run = [&] {
-      if (!sampling_) return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_);
-      g.draw = decode_and_draw_step(model_, *sampling_, g.tokens, g.tables, g.lengths, bucket.span, rotary_, cache_,
+      if (!sampling_) return model_->decode_paged_on_device(g.tokens, g.tables, g.lengths, bucket.span, rotary_, *cache_);
+      g.draw = decode_and_draw_step(model_, *sampling_, g.tokens, g.tables, g.lengths, bucket.span, rotary_, *cache_,
                                     sampling_->greedy ? torch::Tensor() : g.uniforms);
       return torch::Tensor();
     };

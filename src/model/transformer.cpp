@@ -21,6 +21,7 @@
 #include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/model_size.h"
+#include "hybridflow/model/rms_norm.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 #include "model/batch_invariant_layers.h"
@@ -34,12 +35,6 @@ namespace {
 // Large but finite in every activation dtype (fp16's lowest is -65504), so a query row with no visible
 // key (a padding row) gets a uniform softmax, not NaN.
 double masked_score(torch::ScalarType dtype) { return dtype == torch::kHalf ? -65504.0 : -1e9; }
-
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto h = x.to(torch::kFloat32);
-  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * h.to(x.scalar_type());
-}
 
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -1018,6 +1013,14 @@ bool CausalLMImpl::decodes_on_device() const {
   return !tp_.enabled() && !pp_.enabled() && config_.num_moe_layers() == 0 && !lora_branches_active() &&
          config_.rope_scaling.type != "dynamic" && !batch_invariant_active() &&
          router_replay_ == RouterReplayMode::kOff && !keep_router_logits_;
+}
+
+bool CausalLMImpl::decode_attends_row_lengths(const PagedKVCache& cache) const {
+  torch::NoGradGuard no_grad;
+  // decode_paged_on_device asks about its embedded rows: their dtype and device are the embedding's.
+  const auto rows = torch::empty({0}, layers_->model->embed_tokens->weight.options());
+  return decodes_on_device() && decode_kernels_apply(rows, cache.keys, cache.values, config_, *layers_->model,
+                                                     !tp_.enabled() && !lora_branches_active());
 }
 
 void CausalLMImpl::check_batch_invariant(const char* what) const {

@@ -226,7 +226,7 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
   ExpertSwitchScope expert_switch(expert_reshard_.get(), reshard);
   BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, actor()->config(), in, coord().micro_dp,
-                                                       device());
+                                                       device(), kept_decode_graphs_);
   const auto prompts = prompt_token_lists(in);
   // Multi-turn: one episode per sample on the generating model (with stages, stage 0 runs the episodes and the
   // other stages follow its schedule).

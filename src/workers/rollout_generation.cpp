@@ -10,7 +10,7 @@ namespace hybridflow {
 
 GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica,
-                                           const torch::Device& device) {
+                                           const torch::Device& device, std::shared_ptr<DecodeGraphCache> kept) {
   GenerationConfig g;
   g.max_new_tokens = rollout.response_length;
   g.temperature = rollout.temperature;
@@ -32,6 +32,7 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.cuda_graphs = rollout.cuda_graphs.value_or(on_cuda);
   g.require_cuda_graphs = rollout.cuda_graphs.value_or(false);
   g.readback_interval = rollout.readback_interval.value_or(on_cuda ? kCudaReadbackInterval : 1);
+  if (!rollout.free_cache_engine) g.decode_graph_cache = std::move(kept);
   // The fraction applies to a GPU's memory; on the CPU the pool holds what the running sequences can hold.
   if (device.is_cuda()) g.memory_budget_bytes = cuda_device_memory_bytes(device.index() < 0 ? 0 : device.index());
   // The tensor-parallel ranks of a replica draw the same tokens.
@@ -61,7 +62,11 @@ DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g,
   result.meta()["kv_cache"] = {{"peak_bytes", out.kv_cache.peak_bytes},
                                {"pool_blocks", out.kv_cache.pool_blocks},
                                {"peak_blocks", out.kv_cache.peak_blocks},
-                               {"sequences_fit", out.kv_cache.sequences_fit}};
+                               {"sequences_fit", out.kv_cache.sequences_fit},
+                               {"kept_pools", out.kv_cache.kept_pools},
+                               {"decode_graphs", out.decode_graphs},
+                               {"decode_graphs_taken", out.decode_graphs_taken},
+                               {"graph_steps", out.graph_steps}};
   return result;
 }
 

@@ -44,7 +44,7 @@ void RolloutWorker::register_methods(MethodTable& table) {
 
 DataProto RolloutWorker::generate_sequences(const DataProto& in) {
   GenerationConfig g = rollout_generation_config(rollout_spec_, model_spec_, model_->config(), in, coord().micro_dp,
-                                                 device());
+                                                 device(), kept_decode_graphs_);
   // Partial rollouts: a sampled generation joins each weight sync the controller announces between two
   // tokens (a greedy evaluation runs between syncs, never beside one).
   if (rollout_spec_.stream_groups && in.meta().contains("stream_step") && !agent_ && !g.greedy)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graph_plan.h"
@@ -10,8 +11,14 @@
 namespace hybridflow {
 namespace {
 
-DecodeGraphPlan plan(int64_t max_rows = 512, int64_t max_span = 4096, int64_t max_graphs = 64) {
-  return DecodeGraphPlan({.block_size = 16, .max_rows = max_rows, .max_span = max_span, .max_graphs = max_graphs});
+DecodeGraphPlan plan(int64_t max_rows = 512, int64_t max_span = 4096, int64_t max_graphs = 64, int64_t reuse_factor = 1,
+                     int64_t span_headroom = 1) {
+  return DecodeGraphPlan({.block_size = 16,
+                          .max_rows = max_rows,
+                          .max_span = max_span,
+                          .max_graphs = max_graphs,
+                          .reuse_factor = reuse_factor,
+                          .span_headroom = span_headroom});
 }
 
 TEST(DecodeGraphPlan, QuarterOctaveBuckets) {
@@ -63,6 +70,72 @@ TEST(DecodeGraphPlan, CapturesEachBucketOnceUpToTheLimit) {
   EXPECT_EQ(p.decide(8, 64).action, DecodeGraphPlan::Action::kReplay);
   EXPECT_EQ(p.decide(600, 64).action, DecodeGraphPlan::Action::kEager);
   EXPECT_EQ(plan(512, 4096, 0).decide(1, 1).action, DecodeGraphPlan::Action::kEager);
+}
+
+// A step replays a captured graph up to reuse_factor times its own bucket in rows and span, the fewest rows
+// first, rather than capturing its own.
+TEST(DecodeGraphPlan, ReplaysALargerGraphWithinTheReuseFactor) {
+  DecodeGraphPlan p = plan(512, 4096, 64, /*reuse_factor=*/2);
+  p.mark_captured({64, 128});
+  p.mark_captured({256, 128});
+  EXPECT_EQ(p.decide(40, 100).bucket, (DecodeGraphBucket{64, 128}));  // own {40, 112}: 64 <= 80 rows
+  EXPECT_EQ(p.decide(40, 100).action, DecodeGraphPlan::Action::kReplay);
+  EXPECT_EQ(p.decide(129, 128).bucket, (DecodeGraphBucket{256, 128}));  // own {160, 128}; 64 rows are too few
+  const auto small = p.decide(20, 100);  // own {24, 112}: 64 rows are more than twice 24
+  EXPECT_EQ(small.action, DecodeGraphPlan::Action::kCapture);
+  EXPECT_EQ(small.bucket, (DecodeGraphBucket{24, 112}));
+  EXPECT_EQ(p.decide(40, 129).action, DecodeGraphPlan::Action::kCapture);  // longer than every graph's span
+  p.mark_captured({64, 1024});
+  EXPECT_EQ(p.decide(40, 200).action, DecodeGraphPlan::Action::kCapture);  // own span 224: 1024 is past twice it
+  EXPECT_EQ(p.decide(40, 500).bucket, (DecodeGraphBucket{64, 1024}));      // own span 512
+  // Exact buckets only with a factor of 1.
+  DecodeGraphPlan exact = plan();
+  exact.mark_captured({64, 128});
+  EXPECT_EQ(exact.decide(40, 100).action, DecodeGraphPlan::Action::kCapture);
+  EXPECT_THROW(plan(512, 4096, 64, 0), Error);
+  EXPECT_THROW(plan(512, 4096, 64, 1, 0), Error);
+}
+
+// span_headroom captures a longer span than the step's bucket (cut to max_span), which later, longer steps fit.
+TEST(DecodeGraphPlan, CapturesSpanHeadroom) {
+  DecodeGraphPlan p = plan(512, 300, 64, /*reuse_factor=*/1, /*span_headroom=*/2);
+  const auto first = p.decide(5, 40);
+  EXPECT_EQ(first.bucket, (DecodeGraphBucket{8, 96}));
+  p.mark_captured(first.bucket);
+  EXPECT_EQ(p.decide(5, 90).action, DecodeGraphPlan::Action::kReplay);
+  EXPECT_EQ(p.decide(5, 90).bucket, first.bucket);
+  const auto longer = p.decide(5, 97);  // own span 112
+  EXPECT_EQ(longer.action, DecodeGraphPlan::Action::kCapture);
+  EXPECT_EQ(longer.bucket, (DecodeGraphBucket{8, 224}));
+  p.mark_captured(longer.bucket);
+  EXPECT_EQ(p.decide(5, 250).bucket, (DecodeGraphBucket{8, 304}));  // own 256: cut to max_span in whole blocks
+}
+
+// A rollout's batch shrinks while its sequences grow: with reuse and headroom it captures a few graphs where
+// exact buckets capture one per bucket it passes through; every replayed graph holds its step.
+TEST(DecodeGraphPlan, ARolloutCapturesFewGraphs) {
+  auto captures = [](DecodeGraphPlan p) {
+    int64_t count = 0;
+    for (int64_t step = 0; step < 256; ++step) {
+      const int64_t rows = 256 - step, longest = 100 + step;
+      const auto d = p.decide(rows, longest);
+      EXPECT_NE(d.action, DecodeGraphPlan::Action::kEager) << step;
+      EXPECT_GE(d.bucket.rows, rows) << step;
+      EXPECT_GE(d.bucket.span, longest) << step;
+      EXPECT_LE(d.bucket.rows, 2 * p.bucket(rows, longest).rows) << step;
+      if (d.action == DecodeGraphPlan::Action::kCapture) {
+        ++count;
+        p.mark_captured(d.bucket);
+      }
+    }
+    return count;
+  };
+  const int64_t exact = captures(plan(512, 356)), reused = captures(plan(512, 356, 64, 2, 2));
+  std::printf("256 rows ending one a step, 100 to 356 positions: %lld graphs captured with exact buckets, %lld "
+              "with reuse and span headroom\n",
+              static_cast<long long>(exact), static_cast<long long>(reused));
+  EXPECT_GE(exact, 20);
+  EXPECT_LE(reused, 8);
 }
 
 TEST(DecodeGraphPlan, PadsRowsTablesAndLengths) {

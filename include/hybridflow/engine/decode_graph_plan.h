@@ -1,8 +1,11 @@
 // Which CUDA graphs the decode step uses (engine/decode_graphs.h): a graph replays fixed shapes, so each step
 // is padded up to a bucket of rows (the running sequences) and of KV span (the positions attended, a whole
-// number of blocks), and one graph is captured per bucket the first time a step needs it. Buckets grow by a
-// quarter of an octave (at most a quarter of a bucket is padding past small sizes), so the graphs a rollout
-// captures stay few while its batch shrinks and its sequences grow. Pure bookkeeping: tested on the CPU.
+// number of blocks). Buckets grow by a quarter of an octave (at most a quarter of a bucket is padding past small
+// sizes). A step replays its own bucket's graph, or else a captured graph up to reuse_factor times larger in
+// rows and span, and only when neither exists is a graph captured (a warm-up step, the capture and the
+// instantiation, with the device drained before each: several steps' time); with span_headroom the captured
+// span leaves room for the sequences to grow. So a rollout whose batch shrinks while its sequences grow
+// captures a few graphs, not one per bucket it passes through. Pure bookkeeping: tested on the CPU.
 #pragma once
 
 #include <compare>
@@ -38,6 +41,16 @@ class DecodeGraphPlan {
     int64_t max_rows = 512;   // larger batches run eagerly
     int64_t max_span = 0;     // the longest sequence a step can hold (a span bucket is cut to it, in blocks)
     int64_t max_graphs = 64;  // captured graphs at most (each holds its own activations); later buckets run eagerly
+    // A step replays a captured graph of at most this many times its own bucket's rows and span rather than
+    // capturing its own (1: its own bucket only). The padding rows decode a pad token at length 0, and a longer
+    // span only masks more positions: at the few rows of a rollout's tail, where a capture costs most against a
+    // step, a step of twice the rows costs about as much (the weights' reads dominate it).
+    int64_t reuse_factor = 2;
+    // A graph is captured with this many times its bucket's span (cut to max_span), so that the steps after it,
+    // whose sequences are longer, still fit it. Worth it where a longer span costs only masked positions that
+    // are never read (the fused kernels read each row's own positions); 1 elsewhere, where a step attends its
+    // whole span.
+    int64_t span_headroom = 1;
   };
   enum class Action { kEager, kCapture, kReplay };
   struct Decision {
@@ -51,7 +64,8 @@ class DecodeGraphPlan {
   // The bucket of `rows` rows of which the longest attends `longest` positions (its length + 1), or
   // rows = 0 when the step runs eagerly whatever was captured (more rows than max_rows).
   DecodeGraphBucket bucket(int64_t rows, int64_t longest) const;
-  // Replay the bucket's graph when captured, capture it when there is room for another, else run eagerly.
+  // Replay the bucket's graph when captured, else the smallest captured graph that holds the step within
+  // reuse_factor; capture the bucket (with span_headroom) when there is room for another graph; else eager.
   Decision decide(int64_t rows, int64_t longest) const;
   void mark_captured(const DecodeGraphBucket& bucket) { captured_.insert(bucket); }
   int64_t graphs() const { return static_cast<int64_t>(captured_.size()); }

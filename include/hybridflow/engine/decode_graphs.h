@@ -13,7 +13,8 @@
 //
 // Only in a CUDA build (HF_WITH_CUDA): elsewhere construction throws. The graphs read the weights and the
 // block pools at their addresses at capture: they live for one generate() call, whose weights and pools do
-// not move.
+// not move, or are kept for the next with their pools while those addresses hold
+// (engine/decode_graph_cache.h).
 #pragma once
 
 #include <map>
@@ -70,6 +71,10 @@ class DecodeGraphs {
                              const std::vector<const std::vector<int64_t>*>& tables,
                              const std::vector<int64_t>& lengths);
 
+  // The pools moved to another PagedKVCache object (kept between calls, taken by the next): the graphs read
+  // the same tensors. Throws if `cache` holds other pools than those the graphs were made for.
+  void rebind(PagedKVCache& cache);
+
   int64_t captured() const { return plan_.graphs(); }
   int64_t replayed_steps() const { return replayed_; }
   int64_t eager_steps() const { return eager_; }
@@ -81,8 +86,9 @@ class DecodeGraphs {
   torch::Tensor step(const int64_t* tokens, const torch::Tensor& device_tokens,
                      const std::vector<const std::vector<int64_t>*>& tables, const std::vector<int64_t>& lengths,
                      const torch::Tensor& uniforms = {}, DecodeDraw* drawn = nullptr);
-  CausalLM& model_;
-  PagedKVCache& cache_;
+  CausalLM model_;        // held: kept graphs may outlive the caller's handle
+  PagedKVCache* cache_;   // the pools' current holder (rebind)
+  std::vector<const void*> pools_;  // the pools' addresses the graphs read
   torch::Device device_;
   DecodeGraphPlan plan_;
   int64_t pad_block_, pad_token_;

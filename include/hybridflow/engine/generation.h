@@ -19,12 +19,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
 
 namespace hybridflow {
+
+class DecodeGraphCache;  // engine/decode_graph_cache.h
 
 // A generation stopped between two tokens (GenerationConfig::stop_requested) and continued later
 // (GenerationConfig::resume), per sequence (row i*n+j): the tokens drawn so far, their log-probs, the policy
@@ -100,6 +103,11 @@ struct GenerationConfig {
   // (engine/decode_graph_obstacles.h), instead of decoding eagerly. The trainer sets it where
   // actor_rollout_ref.rollout.enforce_eager is false by name; its default (unset) leaves it off.
   bool require_cuda_graphs = false;
+  // Continuous batching on the paged cache: the pools (and their CUDA graphs) are kept here at the end of the
+  // call, and taken by the next call that they hold (engine/decode_graph_cache.h), so that a rollout worker
+  // captures its graphs once, not in every rollout. Unset: the call's pools and graphs go with it. A worker sets
+  // it where actor_rollout_ref.rollout.free_cache_engine is false (the KV cache stays between rollouts).
+  std::shared_ptr<DecodeGraphCache> decode_graph_cache{};
   // Decode steps between two reads of the device (verl has none; actor_rollout_ref.rollout.readback_interval):
   // tokens, log-probs and the finished-row mask stay on the device for this many steps and are read back
   // once; a row that ends within a chunk keeps decoding to its end and its extra tokens are discarded, and
@@ -142,6 +150,7 @@ struct KVCacheReport {
   int64_t peak_bytes = 0;     // paged: blocks in use at the peak x block_bytes; slots: the slabs
   int64_t block_bytes = 0;    // paged: one block over every layer, keys and values
   int64_t pool_blocks = 0;    // paged: blocks in the pool
+  bool kept_pools = false;    // paged: the pool was an earlier call's (GenerationConfig::decode_graph_cache)
   int64_t peak_blocks = 0;    // paged: the most blocks in use at once
   int64_t sequences_fit = 0;  // sequences of the longest prompt + max_new_tokens that fit at once, unshared
 };
@@ -166,8 +175,10 @@ struct GenerationOutput {
   // sequence's last token (sampled, never fed back). Undefined otherwise.
   torch::Tensor routed_experts;
   KVCacheReport kv_cache;
-  // With cuda_graphs: the decode graphs captured, and the decode steps replayed through them (the rest eager).
+  // With cuda_graphs: the decode graphs held (decode_graphs_taken of them captured by earlier calls and kept,
+  // GenerationConfig::decode_graph_cache), and the decode steps replayed through them (the rest eager).
   int64_t decode_graphs = 0;
+  int64_t decode_graphs_taken = 0;
   int64_t graph_steps = 0;
   // Host synchronisations: the generator's reads of the device (each prefill's first tokens, each chunk of
   // decode steps), and the decode steps it ran (a step of the static batch or of continuous batching).

@@ -154,6 +154,10 @@ class CausalLMImpl : public torch::nn::Module {
   // LoRA adapters, no dynamic RoPE scaling (its frequencies follow the longest position), not batch-invariant,
   // no router recording.
   bool decodes_on_device() const;
+  // Whether decode_paged_on_device runs the fused decode kernels on `cache` (a CUDA device, a supported dtype
+  // and shape), whose attention reads each row's own positions only: a span past the rows' lengths then costs
+  // empty partitions, not masked reads.
+  bool decode_attends_row_lengths(const PagedKVCache& cache) const;
 
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
   // used by (and cleared by) the next forward.

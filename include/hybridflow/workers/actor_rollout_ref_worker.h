@@ -49,6 +49,7 @@
 #include <optional>
 
 #include "hybridflow/workers/agent_rollout.h"
+#include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/expert_reshard.h"
 #include "hybridflow/engine/hybrid_engine.h"
 #include "hybridflow/engine/weight_sync.h"
@@ -111,6 +112,8 @@ class ActorRolloutRefWorker : public Worker {
   std::unique_ptr<HybridEngine> hybrid_;       // when generation's layout differs from training's
   std::unique_ptr<ExpertReshard> expert_reshard_;  // when the actor's experts are split (expert parallelism)
   bool free_rollout_copy_ = false;             // the cast copy is released between rollouts
+  // rollout.free_cache_engine false: the KV pools and decode graphs kept between rollouts
+  std::shared_ptr<DecodeGraphCache> kept_decode_graphs_ = std::make_shared<DecodeGraphCache>();
   std::unique_ptr<WeightSync> weight_sync_;    // to a standalone rollout pool, once joined
   std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample
 };

@@ -22,14 +22,18 @@ inline constexpr int64_t kCudaReadbackInterval = 8;
 // its own stream (`replica`), so replicas do not repeat each other's samples.
 // On a CUDA `device` the paged KV cache's pool is the spec's gpu_memory_utilization of that device's memory,
 // and unset cuda_graphs / readback_interval mean graphs where they apply and kCudaReadbackInterval; elsewhere
-// eager steps read back one at a time.
+// eager steps read back one at a time. `kept` is the worker's store of KV pools and decode graphs between
+// calls, used where rollout.free_cache_engine is false (the KV cache stays between rollouts: its graphs are
+// captured once).
 GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const ModelSpec& model_spec,
                                            const ModelConfig& model, const DataProto& request, int replica,
-                                           const torch::Device& device);
+                                           const torch::Device& device,
+                                           std::shared_ptr<DecodeGraphCache> kept = nullptr);
 
 // The rollout batch of `out` (rl_batch.h's rollout_batch) with its prompts left-padded to the request's
 // width, and the request's per-prompt fields repeated for each of its samples; the KV cache's report in the
-// meta ("kv_cache": peak_bytes, pool_blocks, peak_blocks, sequences_fit).
+// meta ("kv_cache": peak_bytes, pool_blocks, peak_blocks, sequences_fit, kept_pools, and the decode graphs
+// held, taken from earlier calls and the steps replayed: decode_graphs, decode_graphs_taken, graph_steps).
 DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g, const DataProto& request);
 
 }  // namespace hybridflow

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/workers/agent_rollout.h"
+#include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/transformer.h"
@@ -56,6 +57,8 @@ class RolloutWorker : public Worker {
   RolloutSpec rollout_spec_;
   std::unique_ptr<RoleProcessGroups> groups_;  // with a tensor-parallel split; outlives the model
   CausalLM model_{nullptr};
+  // rollout.free_cache_engine false: the KV pools and decode graphs kept between rollouts
+  std::shared_ptr<DecodeGraphCache> kept_decode_graphs_ = std::make_shared<DecodeGraphCache>();
   std::unique_ptr<WeightSync> weight_sync_;
   std::unique_ptr<AgentRolloutRuntime> agent_;  // rollout.multi_turn.enable: one episode per sample
   int64_t policy_version_ = 0;  // the actor updates behind the weights held
