@@ -44,6 +44,7 @@ struct BenchOptions {
   int64_t kv_block_size = 16;
   bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
   bool cuda_graphs = false;        // paged decode steps replayed as CUDA graphs (--device cuda)
+  bool kept_pools = false;         // rollout: also time a call on the pools and graphs the first call kept
   int64_t readback_interval = 1;   // decode steps between two reads of the device
   double memory_budget_mb = 0;     // the rollout's paged pool: gpu_memory_utilization of this, less the weights
   double gpu_memory_utilization = 0.5;
@@ -344,7 +345,13 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.continuous = false;
   const RolloutSpeed baseline = o.static_baseline ? measure_rollout(model, ro) : RolloutSpeed{};
   ro.continuous = true;
-  const RolloutSpeed r = measure_rollout(model, ro);
+  ro.kept_pools = o.kept_pools && paged;
+  const RolloutSpeed kept = measure_rollout(model, ro);
+  ro.kept_pools = false;
+  // Without --kept-pools the rollout is the one call; with it the first call (the same tokens: the same seed
+  // and prompts) is the rollout line and the second its own.
+  RolloutSpeed r = kept;
+  if (kept.first_seconds > 0) r.seconds = kept.first_seconds;
   ro.paged_kv_cache = false;
   const RolloutSpeed on_slots = compare_slots ? measure_rollout(model, ro) : RolloutSpeed{};
   auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
@@ -364,6 +371,9 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
                {"mean_length", speed.mean_length}, {"max_length", speed.max_length},
                {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids},
                {"host_syncs_per_token", static_cast<double>(speed.host_syncs) / speed.tokens}};
+    if (speed.decode_graphs > 0)
+      m.extra.update({{"decode_graphs", speed.decode_graphs},
+                      {"graph_steps", speed.graph_steps}});
     return m;
   };
   if (o.static_baseline) print_measurement(rollout_line(baseline, "rollout static batch"), o.json);
@@ -382,6 +392,14 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
     rollout.extra["kv_sequences_fit"] = r.kv_cache.sequences_fit;
   }
   print_measurement(rollout, o.json);
+  if (kept.first_seconds > 0) {
+    // An RL run's later rollouts (free_cache_engine: false): nothing allocated, no graph captured again.
+    Measurement again = rollout_line(kept, "rollout kept pools");
+    again.extra["kept_pools"] = kept.kept_pools;
+    again.extra["graphs_captured"] = kept.graphs_captured;
+    again.extra["speedup_vs_first"] = kept.first_seconds / kept.seconds;
+    print_measurement(again, o.json);
+  }
 }
 
 // The trace of batch b: FILE itself for one batch, else FILE with ".batchB" before a ".json" ending.
@@ -634,6 +652,9 @@ void add_bench_command(CLI::App& app, Action& action) {
                     "and write each batch's Chrome trace to this file (FILE.batchB.json for several)");
   gen->add_option("--profile-steps", opts->profile_steps, "decode steps profiled per batch")->capture_default_str();
   gen->add_flag("--rollout-only", opts->rollout_only, "only the rollout lines (no decode and prefill runs first)");
+  gen->add_flag("--kept-pools", opts->kept_pools,
+                "also time a rollout on the KV pools and CUDA graphs the first one kept (rollout.free_cache_engine: "
+                "false), as a \"rollout kept pools\" line");
   machine->add_option("--stream-mb", opts->stream_mb, "MB per triad array (well beyond the caches)")
       ->capture_default_str();
   gen->add_option("--rollout-prompts", opts->rollout_prompts)->capture_default_str();

@@ -182,6 +182,8 @@ def main():
         ours, trl = sides.get("dynamic"), sides.get("trl")
         speedup = ratio(trl["step_s"], ours["step_s"]) if ours and trl else None
         stages = ", ".join(f"{k} {v:.2f}" for k, v in ours["stages"].items()) if ours else ""
+        if ours and "decode_graphs_captured" in ours:
+            stages += f"; {ours['decode_graphs_captured']:g} CUDA graphs captured a step"
         any_side = ours or trl or {}
         size = (f"{any_side['prompts']} x {any_side['group']}, up to {any_side['response_length']} tokens, "
                 if "prompts" in any_side else "")
@@ -221,6 +223,16 @@ def main():
         row(f"rollout {key}, {size}tokens/s ({lengths})", fmt(ours["tokens_per_s"] if ours else None), "", None,
             f"{fmt(peer['tokens_per_s'] if peer else None)} (transformers)", x, ">= 5x transformers",
             verdict(x, 5.0))
+        # The next rollout on the pools and graphs the first kept (bench --kept-pools): an RL run's steady state.
+        kept = next((r for r in by_cell.get(f"rollout {key}", []) if r.get("what") == "rollout kept pools"), None)
+        if kept:
+            x = ratio(kept["tokens_per_s"], peer["tokens_per_s"] if peer else None)
+            graphs = (f", {kept.get('graphs_captured', 0)} of {kept['decode_graphs']} graphs captured again"
+                      if "decode_graphs" in kept else "")
+            row(f"rollout {key}, the next rollout on the kept KV pools{graphs} "
+                f"({kept.get('speedup_vs_first', 0):.2f}x the first)", fmt(kept["tokens_per_s"]), "", None,
+                f"{fmt(peer['tokens_per_s'] if peer else None)} (transformers)", x, ">= 5x transformers",
+                verdict(x, 5.0))
 
     if profiles:
         lines += ["", "Profiles (Kineto; decode: per decode step, the run of 1 + steps new tokens less the run of 1; "

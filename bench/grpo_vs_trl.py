@@ -60,6 +60,10 @@ def parse_args():
     p.add_argument("--micro", type=int, default=16,
                    help="hybridflow's rows per micro-batch (0: the step's samples, as TRL's one per-device batch); "
                         "with dynamic batch size the token budget is that many rows at the batch's full width")
+    p.add_argument("--hf-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra hybridflow override (repeatable), after the script's own: e.g. "
+                        "actor_rollout_ref.rollout.free_cache_engine=false keeps the KV pools and CUDA graphs "
+                        "between rollouts")
     p.add_argument("--skip-padded", action="store_true",
                    help="run hybridflow only with dynamic batch size (not also with padded micro-batches)")
     p.add_argument("--model", help="train this model directory (a transformers one: config.json, safetensors, "
@@ -169,6 +173,10 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
     ]
     if args.dtype == "bf16":
         overrides.append("actor_rollout_ref.actor.dtype=bf16")
+    for setting in args.hf_set:
+        if "=" not in setting:
+            raise SystemExit(f"--hf-set {setting!r}: expected KEY=VALUE")
+        overrides.append(setting)
     profile_dir = os.path.join(run_dir, "profile")
     if args.profile_step > 0:
         overrides += ["global_profiler.tool=torch", f"global_profiler.steps=[{args.profile_step}]",
@@ -208,6 +216,9 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
         "mean_response": mean([s["response_length/mean"] for s in timed]),
         "score": mean([s["score/mean"] for s in steps]),
         "wall_s": wall,
+        # CUDA graphs (a GPU): captured per timed step; none after the first with free_cache_engine false.
+        **({"decode_graphs_captured": mean([s["rollout/decode_graphs_captured"] for s in timed])}
+           if all("rollout/decode_graphs_captured" in s for s in timed) and timed else {}),
     }
 
 

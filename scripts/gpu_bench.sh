@@ -12,8 +12,10 @@
 #   attn-v2     the 1.7B decode (graphs) and, in the second call, its profile again with HF_PAGED_ATTENTION=v2
 #               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
-#               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s)
-#   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer
+#               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s); the
+#               graphs cell also times the next rollout on the KV pools and graphs the first kept (--kept-pools)
+#   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer;
+#               free_cache_engine false, so the timed steps replay the graphs the warm-up step captured
 #   profile     last, where time is left: one training step at 1.7B under Kineto (`bench train --profile`)
 #   decode      the decode cells again at 0.6B
 # One device call cannot hold them all (the first, build included, used 526 s of 530 and cut the rest), so a
@@ -108,7 +110,11 @@ if [ "$mode" = gpu ]; then
   # update's ~35k operators each (a CPU profile at this depth) looked host-bound at the H200's 4.18 s. The
   # profile cell of the second call keeps 32 to test that. TRL's full-vocabulary float32 logits (12 GB at 32
   # rows x 640 tokens) keep it at 32.
-  grpo_args=(--micro 256 --trl-micro 32)
+  # free_cache_engine false: the rollout's KV pools and CUDA graphs stay between steps (the warm-up step
+  # captures them, the timed steps replay them), as vLLM's sleep mode keeps verl's graphs; the pool then takes
+  # 0.3 of the card (~43 GB) beside the update's ~50 GB.
+  grpo_args=(--micro 256 --trl-micro 32 --hf-set actor_rollout_ref.rollout.free_cache_engine=false
+             --hf-set actor_rollout_ref.rollout.gpu_memory_utilization=0.3)
   grpo_profile_micro=32
   grpo_profile_trace=--no-profile-trace
   bounds_args=(--copy-mb 2048 --gemm 8192)
@@ -136,7 +142,7 @@ else
   rollout_prompt=16 rollout_prompts=4 rollout_samples=2 rollout_new=24 rollout_stop=16 rollout_seqs=8
   train_args=(--batch 2 --prompt-length 16 --response-length 16 --steps 1 --rl-rows 4 --micro-rows 2 --stop-every 8)
   grpo_prompts=2 grpo_group=2 grpo_new=8 grpo_steps=2
-  grpo_args=(--micro 4 --trl-micro 2)
+  grpo_args=(--micro 4 --trl-micro 2 --hf-set actor_rollout_ref.rollout.free_cache_engine=false)
   grpo_profile_micro=2
   grpo_profile_trace=--profile-trace
   bounds_args=(--copy-mb 64 --gemm 512)
@@ -352,8 +358,12 @@ profile_cell "profile $big" "${profile[@]}"
 profile_cell "profile $big $variant attn-v2" env HF_PAGED_ATTENTION=v2 "${profile[@]}" "${variant_flags[@]}"
 table
 rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
-cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}"
-[ ${#variant_flags[@]} = 0 ] || cell "rollout $small $variant" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}"
+# The variant's rollout (on a GPU, CUDA graphs) also times the next rollout on the pools and graphs the first
+# kept (--kept-pools: free_cache_engine false), as does the CPU smoke run's rollout, which has no variant.
+kept=()
+[ ${#variant_flags[@]} != 0 ] || [ "$mode" = gpu ] || kept=(--kept-pools)
+cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${kept[@]}"
+[ ${#variant_flags[@]} = 0 ] || cell "rollout $small $variant" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" --kept-pools
 cell "rollout $small peer" "$limit_rollout" "$python" "${peers[@]}" hf-rollout --model "$work/$small" "${peer_rollout_args[@]}"
 table
 # The two sides in cells of their own (the same prompts, drawn from one seed): each gets its own time.

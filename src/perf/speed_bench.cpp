@@ -11,6 +11,7 @@
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/steady_seconds.h"
+#include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/generation.h"
 #include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/model_log_probs.h"
@@ -126,7 +127,15 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   for (int64_t id = 3; id < vocab; id += o.stop_every) gen.eos_token_ids.push_back(id);
   GenerationOutput out;
   RolloutSpeed speed;
+  if (o.kept_pools) {
+    gen.decode_graph_cache = std::make_shared<DecodeGraphCache>();
+    speed.first_seconds = time_generate(model, ids, gen, 1);
+  }
   speed.seconds = time_generate(model, ids, gen, o.reps, &out);
+  speed.kept_pools = out.kv_cache.kept_pools;
+  speed.decode_graphs = out.decode_graphs;
+  speed.graphs_captured = out.decode_graphs - out.decode_graphs_taken;
+  speed.graph_steps = out.graph_steps;
   const torch::Tensor lengths = out.response_mask.sum(1);
   speed.rows = lengths.size(0);
   speed.tokens = lengths.sum().item<double>();

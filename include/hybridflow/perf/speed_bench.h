@@ -38,6 +38,11 @@ struct RolloutSpeed {
   int64_t stop_ids = 0;          // how many token ids end a sequence
   KVCacheReport kv_cache;        // what the KV cache held (engine/generation.h)
   int64_t host_syncs = 0;        // the generator's reads of the device (GenerationOutput::host_syncs)
+  // With kept_pools: the first call's seconds (its pools made and its graphs captured), and the graphs the
+  // timed call held and captured itself (the rest taken from the call before).
+  double first_seconds = 0;
+  int64_t decode_graphs = 0, graphs_captured = 0, graph_steps = 0;
+  bool kept_pools = false;  // the timed call ran on the pools of the call before
   double tokens_per_s() const { return tokens / seconds; }
 };
 
@@ -59,6 +64,9 @@ struct RolloutOptions {
   bool cuda_graphs = false;  // GenerationConfig::cuda_graphs
   int64_t readback_interval = 1;  // GenerationConfig::readback_interval
   int reps = 1;
+  // Time a call that takes the KV pools and CUDA graphs an untimed first call kept (GenerationConfig::
+  // decode_graph_cache, the rollout worker's with free_cache_engine false): an RL run's later rollouts.
+  bool kept_pools = false;
 };
 RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& options);
 
