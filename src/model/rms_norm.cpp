@@ -15,7 +15,9 @@ bool rms_norm_fused_for(const torch::Tensor& x, const torch::Tensor& weight) {
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (rms_norm_fused_for(x, weight)) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+  // at::rms_norm, public since libtorch 2.4, dispatches to the fused kernel on CUDA (_fused_rms_norm, since 2.8;
+  // the GPU check asserts the fused backward): a signature that compiles against the GPU machine's libtorch.
+  if (rms_norm_fused_for(x, weight)) return at::rms_norm(x, {x.size(-1)}, weight, eps);
   auto h = x.to(torch::kFloat32);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * h.to(x.scalar_type());

@@ -2,8 +2,9 @@
 // rsqrt(mean(x^2) + eps), rounded to x's dtype, times the weight.
 //
 // On a GPU a pass that records gradients (training, and its recomputation under activation checkpointing)
-// takes libtorch's fused RMSNorm instead: one kernel forward and one backward where the operators make about
-// eight kernels each way, with their float32 intermediates written to and read from memory at every token.
+// takes libtorch's fused RMSNorm instead (at::rms_norm, whose CUDA kernel is _fused_rms_norm): one kernel
+// forward and one backward where the operators make about eight kernels each way, with their float32
+// intermediates written to and read from memory at every token.
 // It rounds once (normed value times weight) where the operators round twice; the passes without gradients
 // (generation, log-probs) keep the operators, whose rounding the fused decode kernels reproduce bit for bit.
 // HF_FUSED_RMS_NORM=off keeps the operators in training too (to measure one against the other).
