@@ -1,16 +1,29 @@
 #include "hybridflow/model/rms_norm.h"
 
 #include <cstdlib>
-#include <string_view>
+#include <string>
+
+#include "hybridflow/core/error.h"
 
 namespace hybridflow {
+namespace {
+
+// As HF_DECODE_KERNELS is read (kernels/decode_kernels.cpp): unset, on, 1 or empty keep the fused kernel; off
+// or 0 switch it off; anything else is an error naming the variable rather than a silent default.
+bool fused_from_environment() {
+  const char* v = std::getenv("HF_FUSED_RMS_NORM");
+  if (v == nullptr) return true;
+  const std::string s(v);
+  if (s == "off" || s == "0") return false;
+  if (s == "on" || s == "1" || s.empty()) return true;
+  HF_FAIL("HF_FUSED_RMS_NORM: expected on or off (libtorch's fused RMSNorm in GPU training), got '", s, "'");
+}
+
+}  // namespace
 
 bool rms_norm_fused_for(const torch::Tensor& x, const torch::Tensor& weight) {
-  static const bool switched_off = [] {
-    const char* v = std::getenv("HF_FUSED_RMS_NORM");
-    return v != nullptr && (std::string_view(v) == "off" || std::string_view(v) == "0");
-  }();
-  return !switched_off && x.is_cuda() && torch::GradMode::is_enabled() &&
+  static const bool fused = fused_from_environment();
+  return fused && x.is_cuda() && torch::GradMode::is_enabled() &&
          (x.requires_grad() || weight.requires_grad()) && x.scalar_type() == weight.scalar_type();
 }
 
