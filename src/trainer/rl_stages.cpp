@@ -51,7 +51,7 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
   rollout.meta().erase("kv_cache");
   m.set("memory/rollout_kv_cache_peak_bytes", kv.at("peak_bytes").get<double>());
   // CUDA graphs: how many this rollout captured (the rest it took from the last one: free_cache_engine false)
-  // and the share of its decode steps they replayed.
+  // and how many of its decode steps they replayed.
   if (kv.value("decode_graphs", int64_t{0}) > 0) {
     m.set("rollout/decode_graphs_captured",
           static_cast<double>(kv.at("decode_graphs").get<int64_t>() - kv.at("decode_graphs_taken").get<int64_t>()));
