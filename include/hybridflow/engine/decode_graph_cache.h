@@ -29,7 +29,7 @@ std::vector<int64_t> decode_graph_fingerprint(CausalLM& model, const GenerationC
 // One call's pools and the graphs captured on them (none where graphs do not apply: the pools alone are kept).
 struct KeptDecodeGraphs {
   std::vector<int64_t> fingerprint;
-  PagedKVCache pools;  // the pad block included (the last)
+  PagedKVCache pools;  // with graphs, the pad block included (the last)
   std::unique_ptr<DecodeGraphs> graphs;
   int64_t pool_blocks = 0;  // blocks sequences may hold (the pools' first dimension less the pad block)
   int64_t max_span = 0;     // the graphs' plan's
