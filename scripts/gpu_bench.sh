@@ -11,6 +11,8 @@
 #               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
 #   attn-v2     the 1.7B decode (graphs) and, in the second call, its profile again with HF_PAGED_ATTENTION=v2
 #               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
+#   gemv        the 1.7B decode (graphs) at batch 1 and, in the second call, its profile again with
+#               HF_DECODE_GEMV=on (the few-rows projection kernels, opt-in until a GPU has measured them)
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s); the
 #               graphs cell also times the next rollout on the KV pools and graphs the first kept (--kept-pools)
@@ -152,6 +154,7 @@ fi
 hf=$build/hybridflow
 decode_context=$((decode_prompt + decode_new / 2))  # the prompt and, on average, half the new tokens
 decode_args=(--batch $decode_batches --prompt-length $decode_prompt --response-length $decode_new --reps $decode_reps)
+decode_one_args=(--batch 1 --prompt-length $decode_prompt --response-length $decode_new --reps $decode_reps)
 peer_decode_args=(--batch $decode_batches --prompt-length $decode_prompt --new-tokens $decode_new --reps $decode_reps)
 profile_args=(--batch $profile_batches --prompt-length $decode_prompt --profile-steps $profile_steps)
 rollout_args=(--rollout-prompts $rollout_prompts --samples $rollout_samples --prompt-length $rollout_prompt
@@ -193,7 +196,7 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|"
+second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|profile $big $variant gemv|"
 usually_left="|bounds|train $big|profile grpo $small|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
@@ -330,6 +333,11 @@ decode_cells() {
   # The second paged-attention kernels (opt-in until measured): the variant's run again with them, beside it.
   [ "$shape" != "$big" ] || cell "decode $shape $variant attn-v2" "$limit" env HF_PAGED_ATTENTION=v2 "${run[@]}" \
     "${generate_flags[@]}" "${variant_flags[@]}"
+  # The few-rows projection kernels (HF_DECODE_GEMV=on, opt-in until measured): they take steps of at most 8
+  # rows, so the variant's run at batch 1 again with them, beside it.
+  [ "$shape" != "$big" ] || cell "decode $shape $variant gemv" "$limit" env HF_DECODE_GEMV=on \
+    "${generate[@]}" --model "$work/$shape" "${decode_one_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline \
+    "${generate_flags[@]}" "${variant_flags[@]}"
   cell "decode $shape peer" "$limit" "$python" "${peers[@]}" hf-decode --model "$work/$shape" "${peer_decode_args[@]}"
 }
 
@@ -356,6 +364,8 @@ profile=("${generate[@]}" --model "$work/$big" "${profile_args[@]}" "${generate_
 profile_cell "profile $big" "${profile[@]}"
 [ ${#variant_flags[@]} = 0 ] || profile_cell "profile $big $variant" "${profile[@]}" "${variant_flags[@]}"
 profile_cell "profile $big $variant attn-v2" env HF_PAGED_ATTENTION=v2 "${profile[@]}" "${variant_flags[@]}"
+profile_cell "profile $big $variant gemv" env HF_DECODE_GEMV=on "${generate[@]}" --model "$work/$big" --batch 1 \
+  --prompt-length $decode_prompt --profile-steps $profile_steps "${generate_flags[@]}" "${variant_flags[@]}"
 table
 rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
 # The variant's rollout (on a GPU, CUDA graphs) also times the next rollout on the pools and graphs the first

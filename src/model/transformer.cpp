@@ -16,6 +16,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_fusions.h"
 #include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/kernels/few_rows_linear.h"
 #include "hybridflow/model/activation_checkpoint.h"
 #include "hybridflow/model/batch_invariant.h"
 #include "hybridflow/model/cuda_fused.h"
@@ -245,6 +246,7 @@ class AttentionImpl : public torch::nn::Module {
                         const torch::Tensor& mask_bias, torch::Tensor* cached_k, torch::Tensor* cached_v,
                         int64_t past = 0, int64_t capacity = 0, const SlotAccess* slots = nullptr,
                         const SequenceParallelGroup& sp = {}, const SequenceRuns* runs = nullptr) {
+    if (slots != nullptr && slots->kernels) return decode_with_kernels(x, cos, sin, *cached_k, *cached_v, *slots);
     const int64_t b = x.size(0), t = x.size(1);
     auto x_tp = copy_to_tensor_parallel(x, tp_);
     auto q = lora::project(q_proj, q_lora, x, x_tp).view({b, t, heads_, head_dim_});
@@ -262,7 +264,6 @@ class AttentionImpl : public torch::nn::Module {
       k = lora::project(k_proj, k_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
       v = lora::project(v_proj, v_lora, x, x_tp).view({b, t, kv_heads_, head_dim_});
     }
-    if (slots != nullptr && slots->kernels) return decode_with_kernels(q, k, v, cos, sin, *cached_k, *cached_v, *slots);
     if (q_norm) {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
       k = k_norm->forward_on_shard(k, tp_);
@@ -350,14 +351,24 @@ class AttentionImpl : public torch::nn::Module {
     slab.narrow(2, past, x.size(2)).copy_(x);
     return slab.narrow(2, 0, total);
   }
-  // The no-grad decode step through the fused kernels (one rank, no adapters' branches): q [rows, 1, heads, d],
-  // k and v [rows, 1, kv, d] as projected; the q/k norms, the rotary embedding and the key and value cache
-  // writes as one kernel (kernels/decode_fusions.h), then the attention over the cache read in place through
-  // the access's tables.
-  torch::Tensor decode_with_kernels(torch::Tensor q, torch::Tensor k, const torch::Tensor& v, const torch::Tensor& cos,
-                                    const torch::Tensor& sin, torch::Tensor& cached_k, torch::Tensor& cached_v,
-                                    const SlotAccess& access) {
-    const int64_t b = q.size(0), kv = k.size(2);
+  // The no-grad decode step through the fused kernels (one rank, no adapters' branches) from x [rows, 1, H]: the
+  // q, k and v projections (at a few rows one kernel, kernels/few_rows_linear.h); the q/k norms, the rotary
+  // embedding and the key and value cache writes as one kernel (kernels/decode_fusions.h); the attention over the
+  // cache read in place through the access's tables; the output projection.
+  torch::Tensor decode_with_kernels(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                    torch::Tensor& cached_k, torch::Tensor& cached_v, const SlotAccess& access) {
+    const int64_t b = x.size(0);
+    const auto rows = x.reshape({b, x.size(-1)});
+    torch::Tensor q, k, v;
+    if (kernels::few_rows_linear_applies(rows, {q_proj->weight, k_proj->weight, v_proj->weight})) {
+      auto projected = kernels::few_rows_linear(rows, {q_proj->weight, k_proj->weight, v_proj->weight},
+                                                {q_proj->bias, k_proj->bias, v_proj->bias});
+      q = projected[0], k = projected[1], v = projected[2];
+    } else {
+      q = lora::project(q_proj, q_lora, x, x), k = lora::project(k_proj, k_lora, x, x);
+      v = lora::project(v_proj, v_lora, x, x);
+    }
+    const int64_t kv = k.size(-1) / head_dim_;
     q = kernels::qk_norm_rotary_cache_write(
         q.reshape({b, heads_, head_dim_}), k.reshape({b, kv, head_dim_}), v.reshape({b, kv, head_dim_}),
         q_norm ? q_norm->weight : torch::Tensor(), k_norm ? k_norm->weight : torch::Tensor(), eps_,
@@ -365,7 +376,10 @@ class AttentionImpl : public torch::nn::Module {
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     auto attended = kernels::paged_decode_attention(q, cached_k, cached_v, access.tables, access.lengths, access.span,
                                                     scale, access.sliding_window);
-    return row_parallel(attended.reshape({b, 1, heads_ * head_dim_}), o_proj, tp_, o_lora);
+    const auto heads = attended.reshape({b, heads_ * head_dim_});
+    if (kernels::few_rows_linear_applies(heads, {o_proj->weight}))
+      return kernels::few_rows_linear(heads, {o_proj->weight}, {o_proj->bias})[0].view({b, 1, -1});
+    return row_parallel(heads.view({b, 1, heads_ * head_dim_}), o_proj, tp_, o_lora);
   }
   TensorParallelGroup tp_;
   int64_t heads_, head_dim_;
@@ -385,6 +399,20 @@ class MLPImpl : public torch::nn::Module {
   }
   // `fused`: silu(gate) * up as one kernel (the no-grad decode step, kernels/decode_kernels.h).
   torch::Tensor forward(const torch::Tensor& x, bool fused = false) {
+    if (fused) {
+      // At a few rows: the gate and up projections and SwiGLU as one kernel, the down projection as another.
+      const auto rows = x.reshape({-1, x.size(-1)});
+      if (kernels::few_rows_linear_applies(rows, {gate_proj->weight, up_proj->weight})) {
+        const auto features = kernels::few_rows_swiglu(rows, gate_proj->weight, up_proj->weight);
+        auto sizes = x.sizes().vec();
+        if (kernels::few_rows_linear_applies(features, {down_proj->weight})) {
+          sizes.back() = down_proj->weight.size(0);
+          return kernels::few_rows_linear(features, {down_proj->weight})[0].view(sizes);
+        }
+        sizes.back() = features.size(-1);
+        return row_parallel(features.view(sizes), down_proj, tp_, down_lora);
+      }
+    }
     auto x_tp = copy_to_tensor_parallel(x, tp_);
     // Up before gate: the order the two projections enter the autograd graph sets the order their gradients add
     // into x's, and tests compare split runs with one process at 1e-5 after several LoRA steps (the order of
@@ -1129,8 +1157,15 @@ ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {
       out.logits = rows.view(sizes);
       return out;
     }
-    out.logits = few_rows ? fused_decode::linear(hidden.contiguous(), weight)
-                          : torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
+    if (few_rows) {
+      out.logits = fused_decode::linear(hidden.contiguous(), weight);
+    } else if (!torch::GradMode::is_enabled() && !tp_.enabled() && kernels::few_rows_linear_applies(hidden, {weight})) {
+      // A decode step's head on the fused kernels' path (kernels/few_rows_linear.h): the logits as the matmul
+      // rounds them, stored in float32 by the same kernel.
+      out.logits = kernels::few_rows_linear(hidden, {weight}, {}, /*float_out=*/true)[0];
+    } else {
+      out.logits = torch::linear(copy_to_tensor_parallel(hidden, tp_), weight).to(torch::kFloat32);
+    }
   }
   return out;
 }

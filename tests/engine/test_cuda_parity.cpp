@@ -19,6 +19,7 @@
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/kernels/decode_fusions.h"
 #include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/kernels/few_rows_linear.h"
 #include "hybridflow/model/cuda_fused.h"
 #include "hybridflow/model/rms_norm.h"
 #include "hybridflow/parallel/collectives.h"
@@ -471,6 +472,76 @@ TEST(CudaParity, DecodeKernelsGenerationChoosesTheGatherPathsTokens) {
   }
   kernels::set_paged_attention_variant(saved_variant);
   kernels::set_mode(saved);
+}
+
+// The few-rows projection kernel (kernels/few_rows_linear.h, HF_DECODE_GEMV=on) on the GPU: bit for bit its CPU
+// reference (the same lanes, order and butterfly; --fmad=false), for one to eight rows of Qwen3-1.7B's width (k
+// 2048) into q, k and v at once with a bias on one, the head's float32 form, and the 16-bit dtypes; SwiGLU of the
+// gate and up projections bit for bit kernels::swiglu of the two on the GPU (CUDA's expf on both sides) and within
+// a rounding of the CPU's; within the dtype's rounding of libtorch's matmul on the GPU.
+TEST(CudaParity, DecodeKernelsFewRowsLinearEqualsItsCpuReferenceBitForBit) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(12);
+  const torch::Device gpu(torch::kCUDA);
+  const int64_t k = 2048;
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+    for (int64_t rows : {1, 2, 3, 8}) {
+      const std::string what = std::string(c10::toString(dtype)) + " rows " + std::to_string(rows);
+      const auto x = torch::randn({rows, k}).to(dtype);
+      const std::vector<torch::Tensor> weights = {(torch::randn({256, k}) / 32).to(dtype),
+                                                  (torch::randn({128, k}) / 32).to(dtype),
+                                                  (torch::randn({136, k}) / 32).to(dtype)};
+      const std::vector<torch::Tensor> biases = {torch::Tensor(), torch::randn({128}).to(dtype), torch::Tensor()};
+      std::vector<torch::Tensor> weights_gpu, biases_gpu;
+      for (const auto& w : weights) weights_gpu.push_back(w.to(gpu));
+      for (const auto& b : biases) biases_gpu.push_back(b.defined() ? b.to(gpu) : b);
+      const auto on_gpu = kernels::few_rows_linear(x.to(gpu), weights_gpu, biases_gpu);
+      const auto on_cpu = kernels::few_rows_linear(x, weights, biases);
+      const double tol = dtype == torch::kFloat32 ? 1e-4 : dtype == torch::kBFloat16 ? 3e-2 : 4e-3;
+      for (size_t i = 0; i < weights.size(); ++i) {
+        EXPECT_TRUE(torch::equal(on_gpu[i].cpu(), on_cpu[i])) << what << " part " << i << " max diff "
+            << (on_gpu[i].cpu().to(torch::kFloat32) - on_cpu[i].to(torch::kFloat32)).abs().max().item<float>();
+        const auto matmul = torch::linear(x.to(gpu), weights_gpu[i], biases_gpu[i]);
+        EXPECT_TRUE(torch::allclose(on_gpu[i].to(torch::kFloat32), matmul.to(torch::kFloat32), tol, tol)) << what;
+      }
+      const auto head = kernels::few_rows_linear(x.to(gpu), {weights_gpu[0]}, {}, /*float_out=*/true)[0];
+      EXPECT_EQ(head.scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(torch::equal(head.cpu(), on_cpu[0].to(torch::kFloat32))) << what << " float32 out";
+      const auto fused = kernels::few_rows_swiglu(x.to(gpu), weights_gpu[0], weights_gpu[0].flip(0).contiguous());
+      const auto pair = kernels::few_rows_linear(x.to(gpu), {weights_gpu[0], weights_gpu[0].flip(0).contiguous()});
+      EXPECT_TRUE(torch::equal(fused, kernels::swiglu(pair[0], pair[1]))) << what << " swiglu";
+      const auto fused_cpu = kernels::few_rows_swiglu(x, weights[0], weights[0].flip(0).contiguous());
+      EXPECT_TRUE(torch::allclose(fused.cpu().to(torch::kFloat32), fused_cpu.to(torch::kFloat32), tol, tol))
+          << what << " swiglu vs the CPU";
+    }
+  }
+}
+
+// Generation with the decode step's projections on the few-rows kernel (HF_DECODE_GEMV=on; at most six rows
+// here, so every step takes it: q/k/v with Qwen2's biases, o, gate/up + SwiGLU, down and the head) chooses the
+// tokens of the fused decode path's matmuls, eager and replayed as CUDA graphs, fp32 and bf16; log-probs agree
+// to rounding.
+TEST(CudaParity, DecodeKernelsFewRowsGenerationChoosesTheMatmulsTokens) {
+  SKIP_WITHOUT_GPU();
+  const bool saved = kernels::few_rows_linear_enabled();
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    ModelPair p = make_pair(dtype, dtype == torch::kFloat32 ? 8.0 : 1.0);
+    const auto prompts = paged_prompts();
+    GenerationConfig cfg = paged_greedy_config();
+    const double tol = dtype == torch::kFloat32 ? 1e-4 : 5e-2;
+    for (bool graphs : {false, true}) {
+      cfg.cuda_graphs = graphs;
+      const std::string how = std::string(dtype == torch::kFloat32 ? "fp32" : "bf16") + (graphs ? " graphs" : " eager");
+      kernels::set_few_rows_linear_enabled(false);
+      auto matmuls = generate(p.gpu, prompts, cfg);
+      kernels::set_few_rows_linear_enabled(true);
+      auto few_rows = generate(p.gpu, prompts, cfg);
+      EXPECT_TRUE(torch::equal(few_rows.responses, matmuls.responses)) << how;
+      EXPECT_TRUE(torch::allclose(few_rows.log_probs, matmuls.log_probs, 1e-3, tol))
+          << how << " max diff " << (few_rows.log_probs - matmuls.log_probs).abs().max().item<float>();
+    }
+  }
+  kernels::set_few_rows_linear_enabled(saved);
 }
 
 TEST(CudaParity, SeededSamplingOnTheGpuIsReproducibleAndStopsAtEos) {

@@ -13,6 +13,7 @@
 
 #include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/kernels/few_rows_linear.h"
 #include "hybridflow/model/rotary.h"
 #include "support/operator_counter.h"
 #include "support/tiny_model.h"
@@ -56,11 +57,14 @@ testing::OperatorCounts count_step(int64_t layers, int64_t rows) {
   return counter.counts();
 }
 
-StepCounts count_steps(kernels::Mode mode, int64_t rows) {
+StepCounts count_steps(kernels::Mode mode, int64_t rows, bool few_rows_linear = false) {
   const auto saved = kernels::mode();
+  const bool saved_few_rows = kernels::few_rows_linear_enabled();
   kernels::set_mode(mode);
+  kernels::set_few_rows_linear_enabled(few_rows_linear);
   const auto two = count_step(2, rows), four = count_step(4, rows);
   kernels::set_mode(saved);
+  kernels::set_few_rows_linear_enabled(saved_few_rows);
   StepCounts c;
   c.per_layer = {(four.operator_calls - two.operator_calls) / 2, (four.kernels - two.kernels) / 2};
   c.outside = {two.operator_calls - 2 * c.per_layer.operator_calls, two.kernels - 2 * c.per_layer.kernels};
@@ -92,6 +96,25 @@ TEST(DecodeStepCounts, FusedKernelsLaunchFewerKernelsThanTheOperators) {
     // the q/k norm + rotary + cache write kernel, attention, o_proj, add + norm, gate, up, SwiGLU, down.
     EXPECT_LE(fused.per_layer.kernels, 12);
     EXPECT_LT(fused.per_layer.operator_calls, unfused.per_layer.operator_calls);
+  }
+}
+
+// HF_DECODE_GEMV=on (kernels/few_rows_linear.h): at a few rows q, k and v are one kernel, gate, up and SwiGLU
+// another, and the head writes its float32 logits itself; past kFewRowsMax rows the step is the fused one.
+TEST(DecodeStepCounts, FewRowsProjectionsLaunchFourKernelsFewerALayer) {
+  for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+    const StepCounts fused = count_steps(kernels::Mode::kEverywhere, rows);
+    const StepCounts few_rows = count_steps(kernels::Mode::kEverywhere, rows, /*few_rows_linear=*/true);
+    print("fused decode kernels + HF_DECODE_GEMV=on", rows, few_rows);
+    if (rows <= kernels::kFewRowsMax) {
+      // q, k, v: 3 -> 1; gate, up, SwiGLU: 3 -> 1. The head's matmul and float32 conversion: 2 -> 1.
+      EXPECT_EQ(few_rows.per_layer.kernels, fused.per_layer.kernels - 4) << "rows " << rows;
+      EXPECT_EQ(few_rows.outside.kernels, fused.outside.kernels - 1) << "rows " << rows;
+      EXPECT_LE(few_rows.per_layer.kernels, 8);
+    } else {
+      EXPECT_EQ(few_rows.per_layer.kernels, fused.per_layer.kernels) << "rows " << rows;
+      EXPECT_EQ(few_rows.outside.kernels, fused.outside.kernels) << "rows " << rows;
+    }
   }
 }
 

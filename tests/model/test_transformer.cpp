@@ -9,6 +9,8 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/kernels/few_rows_linear.h"
+#include "support/operator_counter.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -475,10 +477,13 @@ TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
     CausalLM model(config);
     model->eval();
     for (int64_t rows : {int64_t{3}, int64_t{11}}) {
-      for (int variant = 0; variant < 3; ++variant) {
-        const bool fused = variant == 0, decode_kernels = variant == 2;
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool fused = variant == 0, decode_kernels = variant >= 2, few_rows_linear = variant == 3;
         const std::string what = preset + " rows " + std::to_string(rows) +
-                                 (fused ? " fused" : decode_kernels ? " decode kernels" : " operators");
+                                 (fused                ? " fused"
+                                  : few_rows_linear ? " decode kernels + few-rows projections"
+                                  : decode_kernels  ? " decode kernels"
+                                                    : " operators");
         const int64_t steps = 4, block_size = 2, blocks = rows * 8;
         std::vector<int64_t> pool(static_cast<size_t>(blocks));
         for (int64_t b = 0; b < blocks; ++b) pool[static_cast<size_t>(b)] = (b * 7 + 3) % blocks;  // 7 is prime to 8k
@@ -513,9 +518,16 @@ TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
           torch::Tensor logits;
           if (decode_kernels) {
             const auto saved = kernels::mode();
+            const bool saved_few_rows = kernels::few_rows_linear_enabled();
             kernels::set_mode(kernels::Mode::kEverywhere);
+            kernels::set_few_rows_linear_enabled(few_rows_linear);
+            testing::OperatorCounter counter;
             logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits;
             kernels::set_mode(saved);
+            kernels::set_few_rows_linear_enabled(saved_few_rows);
+            // The few-rows kernels took the step's projections (q/k/v, o, gate/up, down) where the rows allow.
+            const int64_t expected = few_rows_linear && rows <= kernels::kFewRowsMax ? 4 * config.num_hidden_layers : 0;
+            EXPECT_EQ(counter.named_calls("hybridflow::few_rows"), expected) << what;
           } else if (fused) {
             logits = model->apply_head(model->decode_paged(ids, tables, lengths, cache)).logits;
           } else {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ class OperatorCounter {
   OperatorCounter& operator=(const OperatorCounter&) = delete;
 
   OperatorCounts counts() const { return state().counts; }
+  // The calls (at any depth) of the fused kernels whose names start with `prefix` ("hybridflow::few_rows").
+  int64_t named_calls(const std::string& prefix) const {
+    int64_t n = 0;
+    for (const auto& [name, calls] : state().fused_calls)
+      if (name.compare(0, prefix.size(), prefix) == 0) n += calls;
+    return n;
+  }
 
  private:
   struct Frame {
@@ -47,6 +55,7 @@ class OperatorCounter {
     std::vector<Frame> stack;
     int64_t inside_fused = 0;  // open "hybridflow::" scopes
     OperatorCounts counts;
+    std::map<std::string, int64_t> fused_calls;  // by name, the "hybridflow::" scopes only
   };
   static State& state() {
     static thread_local State s;
@@ -74,7 +83,10 @@ class OperatorCounter {
       static const bool trace = std::getenv("HF_COUNT_TRACE") != nullptr;
       if (trace) std::printf("%*s%s\n", static_cast<int>(2 * s.stack.size()), "", fn.name());
     }
-    if (fused) ++s.inside_fused;
+    if (fused) {
+      ++s.inside_fused;
+      ++s.fused_calls[fn.name()];
+    }
     s.stack.push_back({fused, false});
     return nullptr;
   }
