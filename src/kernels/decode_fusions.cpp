@@ -10,6 +10,7 @@
 
 #include "hybridflow/core/error.h"
 #include "kernels/element_math.h"
+#include "kernels/kernel_dtypes.h"
 
 #ifdef HF_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -21,16 +22,6 @@
 namespace hybridflow::kernels {
 namespace {
 
-// Rounding to the storage dtype in the CPU references (round to nearest even, as the CUDA conversions).
-template <typename F>
-void with_fusion_rounding(torch::ScalarType t, F&& f) {
-  if (t == torch::kBFloat16)
-    f([](float x) { return static_cast<float>(c10::BFloat16(x)); });
-  else if (t == torch::kFloat16)
-    f([](float x) { return static_cast<float>(c10::Half(x)); });
-  else
-    f([](float x) { return x; });
-}
 
 // The sequential sum of squares, inverse and norm of one head, as decode_kernels.cpp's rms_norm reference.
 template <typename Round>
@@ -40,13 +31,6 @@ void norm_head_reference(float* x, const float* weight, int64_t dim, float eps, 
   const float inverse = math::rms_inverse(squares, static_cast<int>(dim), eps);
   for (int64_t i = 0; i < dim; ++i) x[i] = math::rms_norm_element(x[i], inverse, weight[i], round);
 }
-
-#ifdef HF_WITH_CUDA
-cuda::Dtype fusion_cuda_dtype(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? cuda::Dtype::kBFloat16 : t == torch::kFloat16 ? cuda::Dtype::kFloat16
-                                                                               : cuda::Dtype::kFloat32;
-}
-#endif
 
 template <typename Round>
 void rotate_head_reference(const float* x, const float* cos, const float* sin, int64_t dim, float* out, Round round) {
@@ -132,7 +116,7 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
                                   block_size,
                                   static_cast<float>(eps)};
     const char* error = cuda::qk_norm_rotary_cache_write(
-        fusion_cuda_dtype(dtype), args, at::cuda::getCurrentCUDAStream(q.device().index()).stream());
+        detail::cuda_dtype_of(dtype), args, at::cuda::getCurrentCUDAStream(q.device().index()).stream());
     HF_CHECK(error == nullptr, what, ": CUDA launch failed: ", error);
 #endif
     return out;
@@ -150,7 +134,7 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
   int64_t* ip = index.data_ptr<int64_t>();
   const int64_t blocks = key_pool.size(0);
   std::vector<float> head(static_cast<size_t>(dim));
-  with_fusion_rounding(dtype, [&](auto round) {
+  detail::with_reference_rounding(dtype, [&](auto round) {
     auto one_head = [&](const float* x, const torch::Tensor& weight, const float* c, const float* s, float* dst) {
       std::copy(x, x + dim, head.begin());
       if (weight.defined()) norm_head_reference(head.data(), weight.data_ptr<float>(), dim, static_cast<float>(eps), round);
@@ -206,7 +190,7 @@ RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& 
     const auto options = torch::TensorOptions().dtype(dtype).device(positions.device());
     out.cos = torch::empty({rows, dim}, options);
     out.sin = torch::empty({rows, dim}, options);
-    const char* error = cuda::rotary_tables(fusion_cuda_dtype(dtype), pc.data_ptr<int64_t>(), fc.data_ptr<float>(),
+    const char* error = cuda::rotary_tables(detail::cuda_dtype_of(dtype), pc.data_ptr<int64_t>(), fc.data_ptr<float>(),
                                             scaling, scaled, out.cos.data_ptr(), out.sin.data_ptr(), rows, dim,
                                             at::cuda::getCurrentCUDAStream(positions.device().index()).stream());
     HF_CHECK(error == nullptr, what, ": CUDA launch failed: ", error);

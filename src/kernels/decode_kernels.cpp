@@ -13,6 +13,7 @@
 
 #include "hybridflow/core/error.h"
 #include "kernels/element_math.h"
+#include "kernels/kernel_dtypes.h"
 
 #ifdef HF_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -67,35 +68,10 @@ void check_operands(const char* what, const torch::Tensor& first, std::initializ
              t.defined() ? t.device().str() : "no device");
 }
 
-// The CPU references' rounding to the storage dtype (round to nearest even, as the CUDA conversions).
-struct RoundFloat32 {
-  float operator()(float x) const { return x; }
-};
-struct RoundBFloat16 {
-  float operator()(float x) const { return static_cast<float>(c10::BFloat16(x)); }
-};
-struct RoundFloat16 {
-  float operator()(float x) const { return static_cast<float>(c10::Half(x)); }
-};
-
-template <typename F>
-void with_rounding(torch::ScalarType t, F&& f) {
-  if (t == torch::kBFloat16)
-    f(RoundBFloat16{});
-  else if (t == torch::kFloat16)
-    f(RoundFloat16{});
-  else
-    f(RoundFloat32{});
-}
-
 // A float32 contiguous copy (or the tensor itself) that the reference loops read.
 torch::Tensor as_float(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
 
 #ifdef HF_WITH_CUDA
-cuda::Dtype cuda_dtype(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? cuda::Dtype::kBFloat16 : t == torch::kFloat16 ? cuda::Dtype::kFloat16
-                                                                               : cuda::Dtype::kFloat32;
-}
 void* current_stream(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 void check_launch(const char* what, const char* error) {
   HF_CHECK(error == nullptr, "kernels::", what, ": CUDA launch failed: ", error);
@@ -132,7 +108,7 @@ NormedSum norm_rows(const char* what, const torch::Tensor& x, const torch::Tenso
     out.normed = torch::empty_like(x_c);
     if (delta != nullptr) out.sum = torch::empty_like(x_c);
     const auto w = weight.contiguous();
-    check_launch(what, cuda::rms_norm(cuda_dtype(x.scalar_type()), x_c.data_ptr(),
+    check_launch(what, cuda::rms_norm(detail::cuda_dtype_of(x.scalar_type()), x_c.data_ptr(),
                                       delta ? delta_c.data_ptr() : nullptr, w.data_ptr(),
                                       delta ? out.sum.data_ptr() : nullptr, out.normed.data_ptr(), rows, n,
                                       static_cast<float>(eps), current_stream(x)));
@@ -146,7 +122,7 @@ NormedSum norm_rows(const char* what, const torch::Tensor& x, const torch::Tenso
   const float* xp = xf.data_ptr<float>();
   const float* wp = wf.data_ptr<float>();
   float* np = normed.data_ptr<float>();
-  with_rounding(x.scalar_type(), [&](auto round) {
+  detail::with_reference_rounding(x.scalar_type(), [&](auto round) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* in = xp + r * n;
       if (delta != nullptr) {
@@ -235,7 +211,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
     auto out = torch::empty_like(g);
 #ifdef HF_WITH_CUDA
     const c10::cuda::CUDAGuard guard(gate.device());
-    check_launch("swiglu", cuda::swiglu(cuda_dtype(gate.scalar_type()), g.data_ptr(), u.data_ptr(), out.data_ptr(),
+    check_launch("swiglu", cuda::swiglu(detail::cuda_dtype_of(gate.scalar_type()), g.data_ptr(), u.data_ptr(), out.data_ptr(),
                                         g.numel(), current_stream(gate)));
 #endif
     return out;
@@ -245,7 +221,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   const float* gp = gf.data_ptr<float>();
   const float* up_p = uf.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  with_rounding(gate.scalar_type(), [&](auto round) {
+  detail::with_reference_rounding(gate.scalar_type(), [&](auto round) {
     for (int64_t i = 0; i < gf.numel(); ++i) op[i] = math::swiglu_element(gp[i], up_p[i], round);
   });
   return out.to(gate.scalar_type());
@@ -265,7 +241,7 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
     auto out = torch::empty_like(xc);
 #ifdef HF_WITH_CUDA
     const c10::cuda::CUDAGuard guard(x.device());
-    check_launch("rotary", cuda::rotary(cuda_dtype(x.scalar_type()), xc.data_ptr(), cc.data_ptr(), sc.data_ptr(),
+    check_launch("rotary", cuda::rotary(detail::cuda_dtype_of(x.scalar_type()), xc.data_ptr(), cc.data_ptr(), sc.data_ptr(),
                                         out.data_ptr(), rows, heads, dim, current_stream(x)));
 #endif
     return out;
@@ -276,7 +252,7 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
   const float* cp = cf.data_ptr<float>();
   const float* sp = sf.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  with_rounding(x.scalar_type(), [&](auto round) {
+  detail::with_reference_rounding(x.scalar_type(), [&](auto round) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t d = 0; d < dim; ++d) {
@@ -362,7 +338,7 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
                               partial_max.data_ptr<float>(), partial_sum.data_ptr<float>(), rows, heads, kv, dim,
                               tables.size(1), block_size, span, sliding_window, size, partitions,
                               static_cast<float>(scale)};
-    const auto dtype = cuda_dtype(q.scalar_type());
+    const auto dtype = detail::cuda_dtype_of(q.scalar_type());
     check_launch(what, split ? cuda::paged_decode_attention_v2(dtype, args, current_stream(q))
                              : cuda::paged_decode_attention(dtype, args, current_stream(q)));
 #endif

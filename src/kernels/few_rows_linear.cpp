@@ -12,6 +12,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "kernels/element_math.h"
+#include "kernels/kernel_dtypes.h"
 
 #ifdef HF_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -82,16 +83,6 @@ void check_few_rows_operands(const char* what, const torch::Tensor& x, const std
   }
 }
 
-template <typename F>
-void with_reference_rounding(torch::ScalarType t, F&& f) {
-  if (t == torch::kBFloat16)
-    f([](float v) { return static_cast<float>(c10::BFloat16(v)); });
-  else if (t == torch::kFloat16)
-    f([](float v) { return static_cast<float>(c10::Half(v)); });
-  else
-    f([](float v) { return v; });
-}
-
 // One warp's sum for an output column: each lane's vectors in turn (lane l: l, l + 32, ...), then the butterfly
 // (every lane adds its partner's partial at distance 16, 8, 4, 2, 1, the kernel's __shfl_xor_sync steps).
 float warp_order_dot(const float* w, const float* x, int64_t k, int64_t vec) {
@@ -115,11 +106,6 @@ float warp_order_dot(const float* w, const float* x, int64_t k, int64_t vec) {
 torch::Tensor float_copy(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
 
 #ifdef HF_WITH_CUDA
-cuda::Dtype few_rows_cuda_dtype(torch::ScalarType t) {
-  return t == torch::kBFloat16 ? cuda::Dtype::kBFloat16 : t == torch::kFloat16 ? cuda::Dtype::kFloat16
-                                                                               : cuda::Dtype::kFloat32;
-}
-
 void check_aligned_on_cuda(const char* what, const torch::Tensor& t) {
   HF_CHECK(vector_aligned(t), "kernels::", what, ": CUDA operands must start on a 16-byte boundary");
 }
@@ -129,7 +115,7 @@ void launch_on_cuda(const char* what, cuda::FewRowsLinear& args, const torch::Te
   args.x = x.data_ptr();
   args.rows = x.size(0);
   args.k = x.size(1);
-  const char* error = cuda::few_rows_linear(few_rows_cuda_dtype(x.scalar_type()), args,
+  const char* error = cuda::few_rows_linear(detail::cuda_dtype_of(x.scalar_type()), args,
                                             at::cuda::getCurrentCUDAStream(x.device().index()).stream());
   HF_CHECK(error == nullptr, "kernels::", what, ": CUDA launch failed: ", error);
 }
@@ -190,7 +176,7 @@ std::vector<torch::Tensor> few_rows_linear(const torch::Tensor& x, const std::ve
   }
   const int64_t rows = x.size(0), k = x.size(1), vec = vector_elements_of(x.scalar_type());
   const auto xf = float_copy(x);
-  with_reference_rounding(x.scalar_type(), [&](auto round) {
+  detail::with_reference_rounding(x.scalar_type(), [&](auto round) {
     for (size_t i = 0; i < weights.size(); ++i) {
       const auto wf = float_copy(weights[i]);
       const torch::Tensor b = bias_of(i);
@@ -235,7 +221,7 @@ torch::Tensor few_rows_swiglu(const torch::Tensor& x, const torch::Tensor& gate,
   const auto xf = float_copy(x), gf = float_copy(gate), uf = float_copy(up);
   auto values = torch::empty({rows, n}, torch::kFloat32);
   float* o = values.data_ptr<float>();
-  with_reference_rounding(x.scalar_type(), [&](auto round) {
+  detail::with_reference_rounding(x.scalar_type(), [&](auto round) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < n; ++c) {
         const float* xr = xf.data_ptr<float>() + r * k;
