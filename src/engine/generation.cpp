@@ -10,6 +10,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graph_obstacles.h"
 #include "hybridflow/model/batch_invariant.h"
+#include "hybridflow/model/rms_norm.h"
 
 namespace hybridflow {
 namespace {
@@ -313,6 +314,8 @@ bool is_eos(const GenerationConfig& cfg, int64_t token) {
 
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationConfig& cfg, Communicator* stages) {
+  // The prefill's norms in the operators' rounding, which the fused decode kernels reproduce (model/rms_norm.h).
+  const OperatorRmsNormScope operator_norms;
   const ModelConfig& mc = model->config();
   check_config(cfg, mc.vocab_size);
   HF_CHECK(model->head_kind() == HeadKind::kLanguageModel,

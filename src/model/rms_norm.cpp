@@ -19,12 +19,16 @@ bool fused_from_environment() {
   HF_FAIL("HF_FUSED_RMS_NORM: expected on or off (libtorch's fused RMSNorm in GPU training), got '", s, "'");
 }
 
+thread_local int operator_scopes = 0;
+
 }  // namespace
+
+OperatorRmsNormScope::OperatorRmsNormScope() { ++operator_scopes; }
+OperatorRmsNormScope::~OperatorRmsNormScope() { --operator_scopes; }
 
 bool rms_norm_fused_for(const torch::Tensor& x, const torch::Tensor& weight) {
   static const bool fused = fused_from_environment();
-  return fused && x.is_cuda() && torch::GradMode::is_enabled() &&
-         (x.requires_grad() || weight.requires_grad()) && x.scalar_type() == weight.scalar_type();
+  return fused && operator_scopes == 0 && x.is_cuda() && x.scalar_type() == weight.scalar_type();
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {

@@ -614,10 +614,10 @@ TEST(CudaParity, Bf16TrainingStepWithFp32MastersMatchesTheCpu) {
   expect_training_step_matches(torch::kBFloat16, 2e-2);
 }
 
-// A training pass's RMSNorm on the GPU is libtorch's fused kernel (model/rms_norm.h): forward values and both
-// gradients agree with transformers' operators (float32 closely; bf16 to its rounding, which the fused kernel
-// does once where the operators round twice); a pass without gradients keeps the operators bit for bit.
-TEST(CudaParity, TrainingRmsNormIsFusedAndMatchesTheOperators) {
+// The model's RMSNorm on the GPU is libtorch's fused kernel (model/rms_norm.h): forward values and both gradients
+// agree with transformers' operators (float32 closely; bf16 to its rounding, which the fused kernel does once where
+// the operators round twice); a pass without gradients takes the same kernel, and generation's scope the operators.
+TEST(CudaParity, RmsNormIsFusedOutsideGenerationAndMatchesTheOperators) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(4);
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
@@ -647,8 +647,41 @@ TEST(CudaParity, TrainingRmsNormIsFusedAndMatchesTheOperators) {
     EXPECT_TRUE(torch::allclose(dx, dx_ops, tol, tol)) << what << " " << (dx - dx_ops).abs().max().item<float>();
     // The weight's gradient sums 42 rows: its rounding grows with them.
     EXPECT_TRUE(torch::allclose(dw, dw_ops, 4 * tol, 4 * tol)) << what << " " << (dw - dw_ops).abs().max().item<float>();
-    torch::NoGradGuard no_grad;
-    EXPECT_FALSE(rms_norm_fused_for(x0, w0));
+    // Without gradients the same kernel: the forward equals the recorded pass's bit for bit.
+    {
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(rms_norm_fused_for(x0, w0)) << what;
+      EXPECT_TRUE(torch::equal(rms_norm(x0, w0, 1e-6).to(torch::kFloat32), y)) << what << " without gradients";
+    }
+    // Generation's scope keeps the operators, bit for bit.
+    {
+      const OperatorRmsNormScope operators;
+      torch::NoGradGuard no_grad;
+      EXPECT_FALSE(rms_norm_fused_for(x0, w0)) << what;
+      EXPECT_TRUE(torch::equal(rms_norm(x0, w0, 1e-6).to(torch::kFloat32), y_ops)) << what << " in generation's scope";
+    }
+  }
+}
+
+// The old log-probs (no gradients) and the update's first forward (gradients recorded) on the GPU, both through
+// the fused RMSNorm: bit for bit equal, so PPO's ratio starts at exactly 1 (the CPU's version is in
+// test_head_log_probs); fp32 and bf16, a left-padded row included.
+TEST(CudaParity, LogProbsWithAndWithoutGradientsAreBitForBitEqual) {
+  SKIP_WITHOUT_GPU();
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    ModelPair p = make_pair(dtype);
+    const auto ids = batch_ids().cuda(), mask = left_padded_mask().cuda();
+    TokenLogProbs old;
+    {
+      torch::NoGradGuard no_grad;
+      old = response_log_probs(p.gpu, ids, mask, 5, 0.7, true);
+    }
+    auto recorded = response_log_probs(p.gpu, ids, mask, 5, 0.7, true);
+    ASSERT_TRUE(recorded.log_probs.requires_grad());
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    EXPECT_TRUE(torch::equal(old.log_probs, recorded.log_probs.detach()))
+        << what << " max diff " << (old.log_probs - recorded.log_probs.detach()).abs().max().item<float>();
+    EXPECT_TRUE(torch::equal(old.entropy, recorded.entropy.detach())) << what;
   }
 }
 

@@ -215,5 +215,37 @@ TEST(HeadLogProbs, ModelResponseLogProbsMatchTheFullForward) {
   }
 }
 
+// The old log-probs (no gradients) and the update's first forward (gradients recorded) run the same arithmetic, so
+// they agree bit for bit and PPO's ratio starts at exactly 1; fp32 and a bf16 model, padded rows included. (The GPU's
+// version, where both take the fused RMSNorm, is in test_cuda_parity.)
+TEST(HeadLogProbs, WithAndWithoutGradientsAreBitForBitEqual) {
+  ModelConfig config = testing::tiny_model_config({.vocab_size = 40,
+                                                    .hidden_size = 32,
+                                                    .intermediate_size = 48,
+                                                    .num_attention_heads = 4,
+                                                    .num_key_value_heads = 2,
+                                                    .max_position_embeddings = 64},
+                                                   "qwen3-tiny");
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    torch::manual_seed(8);
+    CausalLM model(config);
+    model->to(dtype);
+    auto ids = torch::randint(3, 40, {3, 11}, torch::kLong);
+    auto mask = torch::ones({3, 11}, torch::kLong);
+    mask[0].narrow(0, 0, 3).zero_();  // left padding
+    mask[2].narrow(0, 9, 2).zero_();  // right padding
+    TokenLogProbs old;
+    {
+      torch::NoGradGuard no_grad;
+      old = response_log_probs(model, ids, mask, 5, 0.8, true);
+    }
+    auto recorded = response_log_probs(model, ids, mask, 5, 0.8, true);
+    ASSERT_TRUE(recorded.log_probs.requires_grad());
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    EXPECT_TRUE(torch::equal(old.log_probs, recorded.log_probs.detach())) << what;
+    EXPECT_TRUE(torch::equal(old.entropy, recorded.entropy.detach())) << what;
+  }
+}
+
 }  // namespace
 }  // namespace hybridflow
