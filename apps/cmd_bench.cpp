@@ -39,6 +39,7 @@ struct BenchOptions {
   int64_t prompt_length = 32, response_length = 64;
   int64_t rollout_prompts = 64, samples = 8, stop_every = 8;
   int64_t max_num_seqs = 1024;  // the trainer's default (actor_rollout_ref.rollout.max_num_seqs)
+  int64_t admission_rows = -1;  // the trainer's default (actor_rollout_ref.rollout.admission_rows)
   bool static_baseline = true;
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
@@ -336,6 +337,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.max_length = o.response_length;
   ro.stop_every = o.stop_every;
   ro.max_num_seqs = o.max_num_seqs;
+  ro.admission_rows = o.admission_rows;
   ro.paged_kv_cache = paged;
   ro.kv_block_size = o.kv_block_size;
   ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
@@ -371,6 +373,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
                {"mean_length", speed.mean_length}, {"max_length", speed.max_length},
                {"max_new_tokens", o.response_length}, {"stop_ids", speed.stop_ids},
                {"host_syncs_per_token", static_cast<double>(speed.host_syncs) / speed.tokens}};
+    if (speed.prefills > 0) m.extra.update({{"prefills", speed.prefills}, {"decode_steps", speed.decode_steps}});
     if (speed.decode_graphs > 0)
       m.extra.update({{"decode_graphs", speed.decode_graphs},
                       {"graph_steps", speed.graph_steps}});
@@ -384,6 +387,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
+  rollout.extra["admission_rows"] = o.admission_rows;
   if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
   add_cache_extras(o, rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
   if (paged) {
@@ -663,6 +667,10 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   gen->add_option("--max-num-seqs", opts->max_num_seqs,
                   "continuous batching's slots for the rollout (0 = every sequence at once)")
+      ->capture_default_str();
+  gen->add_option("--admission-rows", opts->admission_rows,
+                  "the fewest samples waiting prompts join the running rows with (-1 = a quarter of --max-num-seqs, 0 = "
+                  "as soon as a prompt's samples fit)")
       ->capture_default_str();
   gen->add_option("--kv-cache", opts->kv_cache, "continuous batching's KV cache: paged | slots")->capture_default_str();
   gen->add_option("--kv-block-size", opts->kv_block_size, "positions per block of the paged KV cache")

@@ -217,6 +217,8 @@ def main():
         x = ratio(ours["tokens_per_s"] if ours else None, peer["tokens_per_s"] if peer else None)
         lengths = (f"mean length {fmt(ours['mean_length'] if ours else None)} / "
                    f"{fmt(peer['mean_length'] if peer else None)}")
+        if ours and "prefills" in ours:
+            lengths += f"; {ours['prefills']} prefills, {ours['decode_steps']} decode steps"
         sized = ours or peer
         size = (f"{sized['prompts']} x {sized['samples']} up to "
                 f"{sized.get('max_new_tokens')} tokens, " if sized else "")

@@ -13,7 +13,8 @@
 #               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
 #   gemv        the 1.7B decode (graphs) at batch 1 and, in the second call, its profile again with
 #               HF_DECODE_GEMV=on (the few-rows projection kernels, opt-in until a GPU has measured them)
-#   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64),
+#   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64, prompts
+#               joining in groups of a quarter of the 256 places; the second call also with --admission-rows 0),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s); the
 #               graphs cell also times the next rollout on the KV pools and graphs the first kept (--kept-pools)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer;
@@ -196,7 +197,7 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|profile $big $variant gemv|"
+second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|profile $big $variant gemv|rollout $small $variant admit-each|"
 usually_left="|bounds|train $big|profile grpo $small|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
@@ -374,6 +375,10 @@ kept=()
 [ ${#variant_flags[@]} != 0 ] || [ "$mode" = gpu ] || kept=(--kept-pools)
 cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${kept[@]}"
 [ ${#variant_flags[@]} = 0 ] || cell "rollout $small $variant" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" --kept-pools
+# Prompts joining one at a time as places free up (--admission-rows 0, the behaviour before admission_rows):
+# the second call times it beside the default, which joins them in groups of a quarter of the places.
+cell "rollout $small $variant admit-each" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" \
+  --admission-rows 0
 cell "rollout $small peer" "$limit_rollout" "$python" "${peers[@]}" hf-rollout --model "$work/$small" "${peer_rollout_args[@]}"
 table
 # The two sides in cells of their own (the same prompts, drawn from one seed): each gets its own time.

@@ -1,6 +1,7 @@
 // Continuous batching: a fixed number of KV-cache slots, each holding one sequence from position 0 (no
-// padding). Whenever a prompt's n samples fit in the free slots, waiting prompts are prefilled together,
-// once each, and their keys and values copied to their samples' slots; every step then decodes one token
+// padding). Whenever a prompt's n samples fit in the free slots (while others decode: when the prompts that fit
+// bring at least admission_rows samples, GenerationConfig::admission_rows), waiting prompts are prefilled
+// together, once each, and their keys and values copied to their samples' slots; every step then decodes one token
 // for each running sequence at its own position (CausalLM::decode_slots), and a sequence that ends frees
 // its slot at once. Nothing is gathered or compacted when sequences end: rows just stop naming their slot.
 //
@@ -122,6 +123,7 @@ class Scheduler {
     const int64_t wanted = std::max(cfg.n, cfg.max_num_seqs > 0 ? cfg.max_num_seqs : total_);
     const int64_t slots = cfg.next_prompts ? wanted : std::min(total_, wanted);
     slot_count_ = slots;
+    admission_rows_ = cfg.admission_rows < 0 ? slots / 4 : cfg.admission_rows;
     for (int64_t s = 0; s < slots; ++s) free_slots_.insert(s);
     if (cfg.paged_kv_cache) {
       const BlockManager sizing(1, cfg.kv_block_size);
@@ -220,6 +222,7 @@ class Scheduler {
     }
     out.host_syncs = host_syncs_;
     out.decode_steps = decode_steps_;
+    out.prefills = prefills_;
     if (cfg_.stop_requested) {
       out.stopped = stopped_;
       out.finished = torch::zeros({total_}, torch::TensorOptions().dtype(torch::kBool));
@@ -249,6 +252,8 @@ class Scheduler {
   bool admit() {
     const int64_t waiting = static_cast<int64_t>(prompts_.size()) - next_prompt_;
     int64_t count = std::min<int64_t>(waiting, static_cast<int64_t>(free_slots_.size()) / cfg_.n);
+    // While rows decode, prompts join in groups of at least admission_rows_ samples (or all that wait).
+    if (count > 0 && !rows_.empty() && count < waiting && count * cfg_.n < admission_rows_) return false;
     // Paged: the prompts whose samples' blocks fit too, in order; their blocks are taken now.
     std::vector<std::vector<int64_t>> block_sequences;
     if (blocks_) {
@@ -295,6 +300,7 @@ class Scheduler {
     link_.receive(count, width);
     KVCache prefill;
     prefill.capacity = width;
+    ++prefills_;
     torch::Tensor hidden = model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
     link_.send(hidden);
     // [count, width, layers, k]: prompt i's routing, shared by its samples.
@@ -810,7 +816,8 @@ class Scheduler {
   std::vector<std::vector<float>> log_probs_;
   std::vector<bool> finished_;  // per sequence: ended (eos or max_new_tokens)
   bool stopped_ = false;        // cfg.stop_requested stopped the run before every sequence ended
-  int64_t host_syncs_ = 0, decode_steps_ = 0;  // GenerationOutput's counts
+  int64_t host_syncs_ = 0, decode_steps_ = 0, prefills_ = 0;  // GenerationOutput's counts
+  int64_t admission_rows_ = 0;  // GenerationConfig::admission_rows, the default resolved
   // Partial rollouts (cfg.refresh_weights): the weights' version (-1 before the first round), each token's
   // version, and the sequences prefilled again with newer weights.
   int64_t version_ = -1;

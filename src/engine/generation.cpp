@@ -29,6 +29,8 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
            "] (0 = all)");
   HF_CHECK(cfg.max_num_seqs >= 0, "generation: max_num_seqs must be >= 0 (0 = every sequence at once), got ",
            cfg.max_num_seqs);
+  HF_CHECK(cfg.admission_rows >= -1, "generation: admission_rows must be >= -1 (-1 = a quarter of the slots, 0 = "
+           "a prompt joins as soon as its samples fit), got ", cfg.admission_rows);
   HF_CHECK(cfg.readback_interval >= 1, "generation: readback_interval must be >= 1 decode step, got ",
            cfg.readback_interval);
   HF_CHECK(cfg.kv_block_size >= 1, "generation: kv_block_size must be >= 1 token, got ", cfg.kv_block_size);

@@ -118,6 +118,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.max_new_tokens = o.max_length;
   gen.continuous_batching = o.continuous;
   gen.max_num_seqs = o.max_num_seqs;
+  gen.admission_rows = o.admission_rows;
   gen.paged_kv_cache = o.paged_kv_cache;
   gen.kv_block_size = o.kv_block_size;
   gen.memory_budget_bytes = o.memory_budget_bytes;
@@ -145,6 +146,8 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   speed.stop_ids = static_cast<int64_t>(gen.eos_token_ids.size());
   speed.kv_cache = out.kv_cache;
   speed.host_syncs = out.host_syncs;
+  speed.prefills = out.prefills;
+  speed.decode_steps = out.decode_steps;
   return speed;
 }
 

@@ -135,6 +135,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     free_cache_engine: true
     batch_invariant: false
     max_num_seqs: 1024
+    admission_rows: -1
     kv_cache: paged
     kv_block_size: 16
     gpu_memory_utilization: 0.5

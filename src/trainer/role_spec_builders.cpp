@@ -285,6 +285,9 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   spec.max_num_seqs = rollout.get<int64_t>("max_num_seqs");
   HF_CHECK(spec.max_num_seqs >= 0, section, ".max_num_seqs must be >= 0 (0 = every sequence at once), got ",
            spec.max_num_seqs);
+  spec.admission_rows = rollout.get<int64_t>("admission_rows");
+  HF_CHECK(spec.admission_rows >= -1, section, ".admission_rows must be >= -1 (-1 = a quarter of max_num_seqs, 0 = a "
+           "prompt joins as soon as its samples fit), got ", spec.admission_rows);
   const std::string kv_cache = rollout.get<std::string>("kv_cache");
   HF_CHECK(kv_cache == "paged" || kv_cache == "slots", section, ".kv_cache must be paged or slots, got '", kv_cache,
            "'");

@@ -102,6 +102,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"top_p", s.top_p},
        {"seed", s.seed},
        {"max_num_seqs", s.max_num_seqs},
+       {"admission_rows", s.admission_rows},
        {"paged_kv_cache", s.paged_kv_cache},
        {"kv_block_size", s.kv_block_size},
        {"gpu_memory_utilization", s.gpu_memory_utilization},
@@ -133,6 +134,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "top_p", s.top_p);
   take_spec_field(j, k, "seed", s.seed);
   take_spec_field(j, k, "max_num_seqs", s.max_num_seqs);
+  take_spec_field(j, k, "admission_rows", s.admission_rows);
   take_spec_field(j, k, "paged_kv_cache", s.paged_kv_cache);
   take_spec_field(j, k, "kv_block_size", s.kv_block_size);
   take_spec_field(j, k, "gpu_memory_utilization", s.gpu_memory_utilization);

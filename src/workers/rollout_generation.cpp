@@ -21,6 +21,7 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.n = call.contains("n") ? call.at("n").get<int64_t>() : rollout.n;
   g.greedy = call.contains("greedy") && call.at("greedy").get<bool>();
   g.max_num_seqs = rollout.max_num_seqs;
+  g.admission_rows = rollout.admission_rows;
   g.paged_kv_cache = rollout.paged_kv_cache;
   g.kv_block_size = rollout.kv_block_size;
   g.gpu_memory_utilization = rollout.gpu_memory_utilization;

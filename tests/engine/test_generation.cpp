@@ -417,6 +417,50 @@ TEST_F(GenerationTest, FewSlotsEqualOnePromptAtATime) {
   }
 }
 
+// admission_rows groups the joins: with 8 slots and prompts of 2 samples, prompts join while rows decode only
+// when 6 places are free (or the last prompts fit), so fewer prefills run, and every answer is the one a join
+// as soon as 2 places free up gives (the draws belong to the sequence). -1 is a quarter of the slots (2 here,
+// one prompt: the same joins as 0); a threshold past the slots still admits once nothing runs.
+TEST_F(GenerationTest, AdmissionRowsGroupJoinsAndKeepEveryAnswer) {
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t i = 0; i < 12; ++i) prompts.push_back({1 + (i * 7) % 40, 2 + i % 5, 3 + (i * 3) % 11});
+  for (bool greedy : {false, true}) {
+    GenerationConfig cfg;
+    cfg.greedy = greedy;
+    cfg.temperature = 0.9;
+    cfg.max_new_tokens = 12;
+    cfg.n = 2;
+    cfg.seed = 5;
+    cfg.max_num_seqs = 8;
+    cfg.eos_token_ids = {3, 7, 11, 19, 23};  // rows end at different steps
+    const std::string what = greedy ? "greedy" : "sampled";
+    cfg.admission_rows = 0;
+    const auto eager = generate(model, prompts, cfg);
+    cfg.admission_rows = -1;
+    const auto quarter = generate(model, prompts, cfg);
+    EXPECT_EQ(quarter.prefills, eager.prefills) << what;
+    for (int64_t rows : {int64_t{6}, int64_t{100}}) {
+      cfg.admission_rows = rows;
+      const auto grouped = generate(model, prompts, cfg);
+      const std::string how = what + " admission_rows " + std::to_string(rows);
+      EXPECT_TRUE(torch::equal(grouped.responses, eager.responses)) << how;
+      EXPECT_TRUE(torch::equal(grouped.response_mask, eager.response_mask)) << how;
+      EXPECT_TRUE(torch::allclose(grouped.log_probs, eager.log_probs, 1e-4, 1e-4)) << how;
+      EXPECT_LT(grouped.prefills, eager.prefills) << how;
+      EXPECT_GE(grouped.decode_steps, eager.decode_steps) << how;
+    }
+    EXPECT_GT(eager.prefills, 4) << what << ": the case should admit prompts one at a time without grouping";
+  }
+  GenerationConfig bad;
+  bad.admission_rows = -2;
+  try {
+    generate(model, prompts, bad);
+    ADD_FAILURE() << "admission_rows -2 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("admission_rows"), std::string::npos) << e.what();
+  }
+}
+
 // Sampling draws token t of sequence q with sampling_uniform(seed, q, t) by inverse transform: the chosen
 // id is where that number falls in the cumulative distribution, computed here independently in float64.
 TEST(SampleNextTokens, InverseTransformOfEachRowsOwnUniform) {

@@ -82,6 +82,13 @@ struct GenerationConfig {
   // Continuous batching's slots: sequences decoding at once (verl's rollout.max_num_seqs). 0 = every
   // sequence of the call; raised to n when smaller (a prompt's samples are admitted together).
   int64_t max_num_seqs = 0;
+  // While sequences decode, waiting prompts join them only when at least this many of their samples (or every
+  // prompt still waiting) fit the free places: each join is a prefill, a pass that costs the host about as much
+  // at one prompt as at several, so joins come in groups rather than one prompt whenever n places free up
+  // (actor_rollout_ref.rollout.admission_rows). -1: a quarter of the slots; 0 or 1: a prompt joins as soon as
+  // its samples fit. A sample's tokens do not depend on it (see the draws above); where rows join moves the
+  // log-probs' last bits.
+  int64_t admission_rows = -1;
   // Continuous batching on a paged KV cache (engine/block_manager.h): blocks of kv_block_size positions
   // taken as tokens arrive, a prompt's blocks stored once and shared by its n samples, a sequence's blocks
   // freed when it ends; a prompt waits until its samples' most blocks are free (never preempted). The
@@ -184,6 +191,7 @@ struct GenerationOutput {
   // decode steps), and the decode steps it ran (a step of the static batch or of continuous batching).
   int64_t host_syncs = 0;
   int64_t decode_steps = 0;
+  int64_t prefills = 0;  // continuous batching: the passes that admitted waiting prompts
 };
 
 // Runs under NoGradGuard in eval mode and restores the model's train/eval mode afterwards. Output tensors

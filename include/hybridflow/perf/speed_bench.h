@@ -38,6 +38,8 @@ struct RolloutSpeed {
   int64_t stop_ids = 0;          // how many token ids end a sequence
   KVCacheReport kv_cache;        // what the KV cache held (engine/generation.h)
   int64_t host_syncs = 0;        // the generator's reads of the device (GenerationOutput::host_syncs)
+  int64_t prefills = 0;          // the passes that admitted waiting prompts (GenerationOutput::prefills)
+  int64_t decode_steps = 0;
   // With kept_pools: the first call's seconds (its pools made and its graphs captured), and the graphs the
   // timed call held and captured itself (the rest taken from the call before).
   double first_seconds = 0;
@@ -56,6 +58,7 @@ struct RolloutOptions {
   int64_t prompts = 64, samples = 8, prompt_length = 32, max_length = 64, stop_every = 8;
   bool continuous = true;
   int64_t max_num_seqs = 0;
+  int64_t admission_rows = -1;  // GenerationConfig::admission_rows
   bool paged_kv_cache = true;  // continuous batching on the paged cache, else on slots
   int64_t kv_block_size = 16;
   // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).

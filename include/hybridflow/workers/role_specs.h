@@ -70,6 +70,7 @@ struct RolloutSpec {
   double top_p = 1.0;
   uint64_t seed = 0;
   int64_t max_num_seqs = 0;  // sequences decoded at once (0: all)
+  int64_t admission_rows = -1;  // the fewest samples waiting prompts join with (GenerationConfig::admission_rows)
   // The KV cache: paged (blocks of kv_block_size positions, a prompt stored once for its samples) or one slab
   // row per sequence ("slots"); on a GPU the paged pool is gpu_memory_utilization of the device's memory
   // less the weights (verl's key), on the CPU what the sequences that run at once can hold.
