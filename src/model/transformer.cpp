@@ -29,6 +29,7 @@
 #include "model/fused_decode.h"
 #include "model/lora_branch.h"
 #include "model/moe_block.h"
+#include "model/rotary_rows.h"
 
 namespace hybridflow {
 namespace {
@@ -268,11 +269,21 @@ class AttentionImpl : public torch::nn::Module {
       q = q_norm->forward_on_shard(q, tp_);  // over head_dim: the layout of q does not matter
       k = k_norm->forward_on_shard(k, tp_);
     }
+    // One rotary kernel each way on a GPU (model/rotary_rows.h, bit for bit the operators), on the tokens'
+    // layout before the head split; under sequence parallelism the operators after it (cos and sin cover the
+    // whole sequence there).
+    const bool fused_rotary = !sp.enabled() && rotary_rows_apply(q, cos, sin) && rotary_rows_apply(k, cos, sin);
+    if (fused_rotary) {
+      q = rotary_rows(q, cos, sin);
+      k = rotary_rows(k, cos, sin);
+    }
     q = sequence_to_head_split(q, sp).transpose(1, 2);
     k = sequence_to_head_split(k, sp).transpose(1, 2);
     v = sequence_to_head_split(v, sp).transpose(1, 2);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    if (!fused_rotary) {
+      q = q * cos + rotate_half(q) * sin;
+      k = k * cos + rotate_half(k) * sin;
+    }
     if (slots != nullptr) {
       cached_k->view({-1, head_dim_}).index_copy_(0, slots->write_index, k.reshape({-1, head_dim_}));
       cached_v->view({-1, head_dim_}).index_copy_(0, slots->write_index, v.reshape({-1, head_dim_}));

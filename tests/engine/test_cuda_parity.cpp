@@ -663,6 +663,32 @@ TEST(CudaParity, RmsNormIsFusedOutsideGenerationAndMatchesTheOperators) {
   }
 }
 
+// The rotary embedding as one CUDA kernel each way (model/rotary_rows.h, on by default on a GPU) in a whole
+// training pass: logits and every parameter's gradient bit for bit the operators' (HF_DECODE_KERNELS=off keeps
+// them), fp32 and bf16, a left-padded row included.
+TEST(CudaParity, RotaryKernelInATrainingPassIsTheOperatorsBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const auto saved = kernels::mode();
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    ModelPair p = make_pair(dtype);
+    const auto ids = batch_ids().cuda(), mask = left_padded_mask().cuda();
+    auto run = [&](kernels::Mode mode) {
+      kernels::set_mode(mode);
+      p.gpu->zero_grad();
+      const auto logits = p.gpu->forward(ids, mask).logits;
+      logits.to(torch::kFloat32).pow(2).mean().backward();
+      std::vector<torch::Tensor> out = {logits.detach()};
+      for (const auto& w : p.gpu->parameters()) out.push_back(w.grad().clone());
+      return out;
+    };
+    const auto fused = run(kernels::Mode::kCuda), ops = run(kernels::Mode::kOff);
+    const std::string what = dtype == torch::kFloat32 ? "fp32" : "bf16";
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(torch::equal(fused[i], ops[i])) << what << (i == 0 ? " logits" : " gradient " + std::to_string(i - 1));
+  }
+  kernels::set_mode(saved);
+}
+
 // The old log-probs (no gradients) and the update's first forward (gradients recorded) on the GPU, both through
 // the fused RMSNorm: bit for bit equal, so PPO's ratio starts at exactly 1 (the CPU's version is in
 // test_head_log_probs); fp32 and bf16, a left-padded row included.

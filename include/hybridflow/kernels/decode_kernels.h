@@ -13,7 +13,8 @@
 
 namespace hybridflow::kernels {
 
-// Where the model's no-grad decode step uses these kernels instead of its unfused operators:
+// Where the model's no-grad decode step uses these kernels instead of its unfused operators (and its other
+// passes the rotary kernel, model/rotary_rows.h):
 //   kOff:        nowhere (the unfused path: gathered K/V and scaled_dot_product_attention)
 //   kCuda:       on CUDA tensors (the default; HF_DECODE_KERNELS=off in the environment selects kOff)
 //   kEverywhere: on CUDA and on the CPU through the references (tests of the model's kernel path in CI)
