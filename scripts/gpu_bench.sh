@@ -11,10 +11,11 @@
 #               self time; the Chrome traces gzipped into OUT (`bench generate --profile`)
 #   attn-v2     the 1.7B decode (graphs) and, in the second call, its profile again with HF_PAGED_ATTENTION=v2
 #               (the second paged-attention kernels, opt-in until a GPU has measured them), beside the default
-#   gemv        the 1.7B decode (graphs) at batch 1 and, in the second call, its profile again with
-#               HF_DECODE_GEMV=on (the few-rows projection kernels, opt-in until a GPU has measured them)
+#   gemv        in the second call, after its training cells: the 1.7B decode (graphs) at batch 1 and its profile
+#               again with HF_DECODE_GEMV=on (the few-rows projection kernels, opt-in until a GPU has measured them)
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64, prompts
-#               joining in groups of a quarter of the 256 places; the second call also with --admission-rows 0),
+#               joining in groups of a quarter of the 256 places; the second call, after its training cells, also
+#               with --admission-rows 0),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s); the
 #               graphs cell also times the next rollout on the KV pools and graphs the first kept (--kept-pools)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer;
@@ -197,7 +198,7 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|profile $big $variant gemv|rollout $small $variant admit-each|"
+second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|decode $big $variant gemv|profile $big $variant gemv|rollout $small $variant admit-each|"
 usually_left="|bounds|train $big|profile grpo $small|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
@@ -334,11 +335,6 @@ decode_cells() {
   # The second paged-attention kernels (opt-in until measured): the variant's run again with them, beside it.
   [ "$shape" != "$big" ] || cell "decode $shape $variant attn-v2" "$limit" env HF_PAGED_ATTENTION=v2 "${run[@]}" \
     "${generate_flags[@]}" "${variant_flags[@]}"
-  # The few-rows projection kernels (HF_DECODE_GEMV=on, opt-in until measured): they take steps of at most 8
-  # rows, so the variant's run at batch 1 again with them, beside it.
-  [ "$shape" != "$big" ] || cell "decode $shape $variant gemv" "$limit" env HF_DECODE_GEMV=on \
-    "${generate[@]}" --model "$work/$shape" "${decode_one_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline \
-    "${generate_flags[@]}" "${variant_flags[@]}"
   cell "decode $shape peer" "$limit" "$python" "${peers[@]}" hf-decode --model "$work/$shape" "${peer_decode_args[@]}"
 }
 
@@ -365,8 +361,6 @@ profile=("${generate[@]}" --model "$work/$big" "${profile_args[@]}" "${generate_
 profile_cell "profile $big" "${profile[@]}"
 [ ${#variant_flags[@]} = 0 ] || profile_cell "profile $big $variant" "${profile[@]}" "${variant_flags[@]}"
 profile_cell "profile $big $variant attn-v2" env HF_PAGED_ATTENTION=v2 "${profile[@]}" "${variant_flags[@]}"
-profile_cell "profile $big $variant gemv" env HF_DECODE_GEMV=on "${generate[@]}" --model "$work/$big" --batch 1 \
-  --prompt-length $decode_prompt --profile-steps $profile_steps "${generate_flags[@]}" "${variant_flags[@]}"
 table
 rollout=("${generate[@]}" --model "$work/$small" --rollout-only --no-static-baseline "${rollout_args[@]}")
 # The variant's rollout (on a GPU, CUDA graphs) also times the next rollout on the pools and graphs the first
@@ -375,10 +369,6 @@ kept=()
 [ ${#variant_flags[@]} != 0 ] || [ "$mode" = gpu ] || kept=(--kept-pools)
 cell "rollout $small" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${kept[@]}"
 [ ${#variant_flags[@]} = 0 ] || cell "rollout $small $variant" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" --kept-pools
-# Prompts joining one at a time as places free up (--admission-rows 0, the behaviour before admission_rows):
-# the second call times it beside the default, which joins them in groups of a quarter of the places.
-cell "rollout $small $variant admit-each" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" \
-  --admission-rows 0
 cell "rollout $small peer" "$limit_rollout" "$python" "${peers[@]}" hf-rollout --model "$work/$small" "${peer_rollout_args[@]}"
 table
 # The two sides in cells of their own (the same prompts, drawn from one seed): each gets its own time.
@@ -407,6 +397,15 @@ for f in "$work"/grpo_profile/hybridflow_*/profile/step_4/*_update_actor_1.trace
 done
 # Where time is left: one training step at 1.7B under the profiler (the training cell's shape).
 profile_cell "profile train $big" "$hf" bench train "${common[@]}" --model "$work/$big" "${train_args[@]}"
+# The second call, after the training cells: the opt-in few-rows projection kernels (HF_DECODE_GEMV=on, steps of
+# at most 8 rows) on the variant's batch-1 decode and its profile, and the rollout with prompts joining one at a
+# time as places free up (--admission-rows 0, the behaviour before admission_rows), each beside its cell above.
+cell "decode $big $variant gemv" "$limit_decode" env HF_DECODE_GEMV=on "${generate[@]}" --model "$work/$big" \
+  "${decode_one_args[@]}" --rollout-prompts 1 --samples 1 --no-static-baseline "${generate_flags[@]}" "${variant_flags[@]}"
+profile_cell "profile $big $variant gemv" env HF_DECODE_GEMV=on "${generate[@]}" --model "$work/$big" --batch 1 \
+  --prompt-length $decode_prompt --profile-steps $profile_steps "${generate_flags[@]}" "${variant_flags[@]}"
+cell "rollout $small $variant admit-each" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" \
+  --admission-rows 0
 # The batch-invariant mode's cost where time is left: rollout tokens/s with rollout.batch_invariant on and off
 # (fp32, a 4-layer decoder of hidden 512, 64 rows; its JSON line lands in results.jsonl, not in the table).
 [ "$part" = 1 ] && [ "$mode" = gpu ] && [ -x "$build/test_batch_invariant_cuda" ] &&
