@@ -22,7 +22,6 @@
 namespace hybridflow::kernels {
 namespace {
 
-
 // The sequential sum of squares, inverse and norm of one head, as decode_kernels.cpp's rms_norm reference.
 template <typename Round>
 void norm_head_reference(float* x, const float* weight, int64_t dim, float eps, Round round) {
@@ -124,9 +123,10 @@ torch::Tensor qk_norm_rotary_cache_write(const torch::Tensor& q, const torch::Te
 
   // The CPU reference: each head normed and rotated in float, rounded as the kernel rounds; the keys and values
   // written at the rows' positions.
-  const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); };
-  const auto qf = f32(qc), kf = f32(kc), cf = f32(cc), sf = f32(sc);
-  const auto qnf = q_norm.defined() ? f32(q_norm) : torch::Tensor(), knf = k_norm.defined() ? f32(k_norm) : torch::Tensor();
+  using detail::float_copy;
+  const auto qf = float_copy(qc), kf = float_copy(kc), cf = float_copy(cc), sf = float_copy(sc);
+  const auto qnf = q_norm.defined() ? float_copy(q_norm) : torch::Tensor();
+  const auto knf = k_norm.defined() ? float_copy(k_norm) : torch::Tensor();
   auto q_rot = torch::empty({rows, heads, dim}, torch::kFloat32), k_rot = torch::empty({rows, kv, dim}, torch::kFloat32);
   const int64_t* tp = tc.data_ptr<int64_t>();
   const int64_t* lp = lc.data_ptr<int64_t>();

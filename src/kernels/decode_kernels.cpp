@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/core/env_switch.h"
 #include "hybridflow/core/error.h"
 #include "kernels/element_math.h"
 #include "kernels/kernel_dtypes.h"
@@ -26,12 +27,7 @@ namespace hybridflow::kernels {
 namespace {
 
 Mode mode_from_environment() {
-  const char* v = std::getenv("HF_DECODE_KERNELS");
-  if (v == nullptr) return Mode::kCuda;
-  const std::string s(v);
-  if (s == "off" || s == "0") return Mode::kOff;
-  if (s == "on" || s == "1" || s.empty()) return Mode::kCuda;
-  HF_FAIL("HF_DECODE_KERNELS: expected on or off (the fused CUDA decode kernels), got '", s, "'");
+  return env_switch("HF_DECODE_KERNELS", true, "the fused CUDA decode kernels") ? Mode::kCuda : Mode::kOff;
 }
 
 std::atomic<Mode>& mode_slot() {
@@ -53,12 +49,8 @@ std::atomic<PagedAttentionVariant>& paged_attention_variant_slot() {
   return slot;
 }
 
-bool kernel_dtype(torch::ScalarType t) {
-  return t == torch::kFloat32 || t == torch::kFloat16 || t == torch::kBFloat16;
-}
-
 void check_operands(const char* what, const torch::Tensor& first, std::initializer_list<torch::Tensor> rest) {
-  HF_CHECK(first.defined() && kernel_dtype(first.scalar_type()), "kernels::", what,
+  HF_CHECK(first.defined() && detail::kernel_dtype(first.scalar_type()), "kernels::", what,
            ": expected a float32, float16 or bfloat16 tensor, got ",
            first.defined() ? c10::toString(first.scalar_type()) : "an undefined tensor");
   for (const auto& t : rest)
@@ -68,8 +60,6 @@ void check_operands(const char* what, const torch::Tensor& first, std::initializ
              t.defined() ? t.device().str() : "no device");
 }
 
-// A float32 contiguous copy (or the tensor itself) that the reference loops read.
-torch::Tensor as_float(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
 
 #ifdef HF_WITH_CUDA
 void* current_stream(const torch::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -115,8 +105,8 @@ NormedSum norm_rows(const char* what, const torch::Tensor& x, const torch::Tenso
 #endif
     return out;
   }
-  auto xf = as_float(x_c), wf = as_float(weight);
-  auto df = delta != nullptr ? as_float(delta_c) : torch::Tensor();
+  auto xf = detail::float_copy(x_c), wf = detail::float_copy(weight);
+  auto df = delta != nullptr ? detail::float_copy(delta_c) : torch::Tensor();
   auto sum = delta != nullptr ? torch::empty_like(xf) : torch::Tensor();
   auto normed = torch::empty_like(xf);
   const float* xp = xf.data_ptr<float>();
@@ -165,7 +155,7 @@ bool active_for(const torch::Device& device) {
 }
 
 bool supports(torch::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  return kernel_dtype(dtype) && kv_heads > 0 && heads % kv_heads == 0 && head_dim % 2 == 0 && head_dim >= 2 &&
+  return detail::kernel_dtype(dtype) && kv_heads > 0 && heads % kv_heads == 0 && head_dim % 2 == 0 && head_dim >= 2 &&
          head_dim <= 256 && decode_partition_size(1, heads, kv_heads, head_dim, 1) > 0;
 }
 
@@ -216,7 +206,7 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 #endif
     return out;
   }
-  auto gf = as_float(g), uf = as_float(u);
+  auto gf = detail::float_copy(g), uf = detail::float_copy(u);
   auto out = torch::empty_like(gf);
   const float* gp = gf.data_ptr<float>();
   const float* up_p = uf.data_ptr<float>();
@@ -246,7 +236,7 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
 #endif
     return out;
   }
-  auto xf = as_float(xc), cf = as_float(cc), sf = as_float(sc);
+  auto xf = detail::float_copy(xc), cf = detail::float_copy(cc), sf = detail::float_copy(sc);
   auto out = torch::empty_like(xf);
   const float* xp = xf.data_ptr<float>();
   const float* cp = cf.data_ptr<float>();
@@ -347,7 +337,7 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
 
   // The CPU reference: the kernels' partitions and their reduction, in loops.
   const int64_t width = tables.size(1), blocks = key_pool.size(0);
-  auto qf = as_float(qc), kf = as_float(key_pool), vf = as_float(value_pool);
+  auto qf = detail::float_copy(qc), kf = detail::float_copy(key_pool), vf = detail::float_copy(value_pool);
   auto out = torch::empty({rows, heads, dim}, torch::kFloat32);
   const float* qp = qf.data_ptr<float>();
   const float* kp = kf.data_ptr<float>();

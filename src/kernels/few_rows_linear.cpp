@@ -6,9 +6,8 @@
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <string>
 
+#include "hybridflow/core/env_switch.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "kernels/element_math.h"
@@ -28,22 +27,9 @@ namespace {
 constexpr int64_t kWarpLanes = 32;
 constexpr int64_t kFewRowsVectorBytes = 16;
 
-bool few_rows_enabled_from_environment() {
-  const char* v = std::getenv("HF_DECODE_GEMV");
-  if (v == nullptr) return false;
-  const std::string s(v);
-  if (s == "on" || s == "1") return true;
-  if (s == "off" || s == "0" || s.empty()) return false;
-  HF_FAIL("HF_DECODE_GEMV: expected on or off (the few-rows projection kernels of the decode step), got '", s, "'");
-}
-
 std::atomic<bool>& few_rows_enabled_slot() {
-  static std::atomic<bool> slot{few_rows_enabled_from_environment()};
+  static std::atomic<bool> slot{env_switch("HF_DECODE_GEMV", false, "the few-rows projection kernels of the decode step")};
   return slot;
-}
-
-bool few_rows_dtype(torch::ScalarType t) {
-  return t == torch::kFloat32 || t == torch::kFloat16 || t == torch::kBFloat16;
 }
 
 bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % kFewRowsVectorBytes == 0; }
@@ -52,8 +38,8 @@ bool vector_aligned(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>
 int64_t vector_elements_of(torch::ScalarType t) { return kFewRowsVectorBytes / static_cast<int64_t>(c10::elementSize(t)); }
 
 void check_few_rows_operands(const char* what, const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
-                    const std::vector<torch::Tensor>& biases) {
-  HF_CHECK(x.defined() && few_rows_dtype(x.scalar_type()), "kernels::", what,
+                             const std::vector<torch::Tensor>& biases) {
+  HF_CHECK(x.defined() && detail::kernel_dtype(x.scalar_type()), "kernels::", what,
            ": expected a float32, float16 or bfloat16 input, got ",
            x.defined() ? c10::toString(x.scalar_type()) : "an undefined tensor");
   HF_CHECK(x.is_cpu() || x.is_cuda(), "kernels::", what, ": tensors on ", x.device(), " (expected CPU or CUDA)");
@@ -103,8 +89,6 @@ float warp_order_dot(const float* w, const float* x, int64_t k, int64_t vec) {
   return lanes[0];
 }
 
-torch::Tensor float_copy(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
-
 #ifdef HF_WITH_CUDA
 void check_aligned_on_cuda(const char* what, const torch::Tensor& t) {
   HF_CHECK(vector_aligned(t), "kernels::", what, ": CUDA operands must start on a 16-byte boundary");
@@ -121,14 +105,13 @@ void launch_on_cuda(const char* what, cuda::FewRowsLinear& args, const torch::Te
 }
 #endif
 
-
 }  // namespace
 
 bool few_rows_linear_enabled() { return few_rows_enabled_slot().load(); }
 void set_few_rows_linear_enabled(bool on) { few_rows_enabled_slot().store(on); }
 
 bool few_rows_linear_applies(const torch::Tensor& x, std::initializer_list<torch::Tensor> weights) {
-  if (!few_rows_linear_enabled() || !x.defined() || !active_for(x.device()) || !few_rows_dtype(x.scalar_type()) ||
+  if (!few_rows_linear_enabled() || !x.defined() || !active_for(x.device()) || !detail::kernel_dtype(x.scalar_type()) ||
       x.dim() != 2 || x.size(0) < 1 || x.size(0) > kFewRowsMax || !x.is_contiguous() || !vector_aligned(x) ||
       x.size(1) % vector_elements_of(x.scalar_type()) != 0)
     return false;
@@ -148,11 +131,11 @@ std::vector<torch::Tensor> few_rows_linear(const torch::Tensor& x, const std::ve
   const char* what = "few_rows_linear";
   check_few_rows_operands(what, x, weights, biases);
   const auto out_options = x.options().dtype(float_out ? torch::kFloat32 : x.scalar_type());
-  std::vector<torch::Tensor> outputs;
-  for (const torch::Tensor& w : weights) outputs.push_back(torch::empty({x.size(0), w.size(0)}, out_options));
+  std::vector<torch::Tensor> outputs(weights.size());
   const auto bias_of = [&](size_t i) { return biases.empty() ? torch::Tensor() : biases[i]; };
   if (x.is_cuda()) {
 #ifdef HF_WITH_CUDA
+    for (size_t i = 0; i < weights.size(); ++i) outputs[i] = torch::empty({x.size(0), weights[i].size(0)}, out_options);
     const auto x_c = x.contiguous();
     std::vector<torch::Tensor> held = {x_c};  // the contiguous operands, alive until the launch is queued
     cuda::FewRowsLinear args{};
@@ -175,12 +158,12 @@ std::vector<torch::Tensor> few_rows_linear(const torch::Tensor& x, const std::ve
     return outputs;
   }
   const int64_t rows = x.size(0), k = x.size(1), vec = vector_elements_of(x.scalar_type());
-  const auto xf = float_copy(x);
+  const auto xf = detail::float_copy(x);
   detail::with_reference_rounding(x.scalar_type(), [&](auto round) {
     for (size_t i = 0; i < weights.size(); ++i) {
-      const auto wf = float_copy(weights[i]);
+      const auto wf = detail::float_copy(weights[i]);
       const torch::Tensor b = bias_of(i);
-      const auto bf = b.defined() ? float_copy(b) : torch::Tensor();
+      const auto bf = b.defined() ? detail::float_copy(b) : torch::Tensor();
       const int64_t n = weights[i].size(0);
       auto values = torch::empty({rows, n}, torch::kFloat32);
       float* out = values.data_ptr<float>();
@@ -218,7 +201,7 @@ torch::Tensor few_rows_swiglu(const torch::Tensor& x, const torch::Tensor& gate,
     return out;
   }
   const int64_t rows = x.size(0), k = x.size(1), n = gate.size(0), vec = vector_elements_of(x.scalar_type());
-  const auto xf = float_copy(x), gf = float_copy(gate), uf = float_copy(up);
+  const auto xf = detail::float_copy(x), gf = detail::float_copy(gate), uf = detail::float_copy(up);
   auto values = torch::empty({rows, n}, torch::kFloat32);
   float* o = values.data_ptr<float>();
   detail::with_reference_rounding(x.scalar_type(), [&](auto round) {

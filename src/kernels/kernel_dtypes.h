@@ -1,4 +1,4 @@
-// The dtypes the fused kernels take, as their CPU references round to them and as their CUDA launchers name them;
+// The dtypes the fused kernels take, as their CPU references read and round them and as their CUDA launchers name them;
 // shared by the kernels' dispatch files (decode_kernels.cpp, decode_fusions.cpp, few_rows_linear.cpp).
 #pragma once
 
@@ -9,6 +9,14 @@
 #endif
 
 namespace hybridflow::kernels::detail {
+
+// Whether the kernels take tensors of this dtype: float32, float16 or bfloat16.
+inline bool kernel_dtype(torch::ScalarType t) {
+  return t == torch::kFloat32 || t == torch::kFloat16 || t == torch::kBFloat16;
+}
+
+// A float32 contiguous copy (or the tensor itself) that the CPU references' loops read.
+inline torch::Tensor float_copy(const torch::Tensor& t) { return t.to(torch::kFloat32).contiguous(); }
 
 // Calls f with a function that rounds a float to the nearest value of t (round to nearest even, as the CUDA
 // conversions do); for float32 the identity.

@@ -1,23 +1,9 @@
 #include "hybridflow/model/rms_norm.h"
 
-#include <cstdlib>
-#include <string>
-
-#include "hybridflow/core/error.h"
+#include "hybridflow/core/env_switch.h"
 
 namespace hybridflow {
 namespace {
-
-// As HF_DECODE_KERNELS is read (kernels/decode_kernels.cpp): unset, on, 1 or empty keep the fused kernel; off
-// or 0 switch it off; anything else is an error naming the variable rather than a silent default.
-bool fused_from_environment() {
-  const char* v = std::getenv("HF_FUSED_RMS_NORM");
-  if (v == nullptr) return true;
-  const std::string s(v);
-  if (s == "off" || s == "0") return false;
-  if (s == "on" || s == "1" || s.empty()) return true;
-  HF_FAIL("HF_FUSED_RMS_NORM: expected on or off (libtorch's fused RMSNorm in GPU training), got '", s, "'");
-}
 
 thread_local int operator_scopes = 0;
 
@@ -27,7 +13,7 @@ OperatorRmsNormScope::OperatorRmsNormScope() { ++operator_scopes; }
 OperatorRmsNormScope::~OperatorRmsNormScope() { --operator_scopes; }
 
 bool rms_norm_fused_for(const torch::Tensor& x, const torch::Tensor& weight) {
-  static const bool fused = fused_from_environment();
+  static const bool fused = env_switch("HF_FUSED_RMS_NORM", true, "libtorch's fused RMSNorm in GPU passes");
   return fused && operator_scopes == 0 && x.is_cuda() && x.scalar_type() == weight.scalar_type();
 }
 
