@@ -184,9 +184,10 @@ TokenLogProbs batch_invariant_head_log_probs(const torch::Tensor& hidden, const 
 
 }  // namespace
 
-int64_t head_chunk_tokens(int64_t local_vocab) {
+int64_t head_chunk_tokens(int64_t local_vocab, torch::DeviceType device) {
   HF_CHECK(local_vocab > 0, "head_chunk_tokens: vocabulary must be > 0, got ", local_vocab);
-  return std::max<int64_t>(1, kHeadChunkBytes / (4 * local_vocab));
+  const int64_t bytes = device == torch::kCUDA ? kHeadChunkBytesCuda : kHeadChunkBytes;
+  return std::max<int64_t>(1, bytes / (4 * local_vocab));
 }
 
 TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
@@ -197,7 +198,7 @@ TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& w
   HF_CHECK(targets.sizes() == hidden.sizes().slice(0, hidden.dim() - 1), "head_log_probs: targets ",
            targets.sizes(), " do not match hidden states ", hidden.sizes());
   HF_CHECK(temperature > 0, "head_log_probs: temperature must be > 0, got ", temperature);
-  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0));
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0), hidden.device().type());
   if (batch_invariant_active()) return batch_invariant_head_log_probs(hidden, weight, targets, temperature,
                                                                       with_entropy, tp, chunk);
   // Enters the vocabulary-parallel region like the model's head: the hidden states' gradient is the sum of

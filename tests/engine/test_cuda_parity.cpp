@@ -15,6 +15,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
 #include "hybridflow/kernels/decode_fusions.h"
@@ -708,6 +709,35 @@ TEST(CudaParity, LogProbsWithAndWithoutGradientsAreBitForBitEqual) {
     EXPECT_TRUE(torch::equal(old.log_probs, recorded.log_probs.detach()))
         << what << " max diff " << (old.log_probs - recorded.log_probs.detach()).abs().max().item<float>();
     EXPECT_TRUE(torch::equal(old.entropy, recorded.entropy.detach())) << what;
+  }
+}
+
+// A GPU's head chunk (head_chunk_tokens on CUDA: 883 tokens of a 152k vocabulary) against the CPU's 55-token
+// chunks on the same GPU: the same log-probs, entropies and gradients up to the matmuls' rounding, over a ragged
+// last chunk. bf16 weights, as the trainer's actor has them.
+TEST(CudaParity, HeadLogProbsInTheGpusLongChunksMatchShortChunks) {
+  SKIP_WITHOUT_GPU();
+  const int64_t tokens = 2000, hidden = 64, vocab = 151936;
+  ASSERT_EQ(head_chunk_tokens(vocab, torch::kCUDA), 883);
+  torch::manual_seed(3);
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+  const auto h0 = torch::randn({tokens, hidden}, bf16), w0 = (torch::randn({vocab, hidden}) * 0.3).to(bf16);
+  const auto targets = torch::randint(0, vocab, {tokens}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  const auto g_lp = torch::randn({tokens}, torch::TensorOptions().device(torch::kCUDA));
+  const auto g_h = torch::randn({tokens}, torch::TensorOptions().device(torch::kCUDA));
+  auto run = [&](int64_t chunk) {
+    auto h = h0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(true);
+    auto out = head_log_probs(h, w, targets, 0.9, true, {}, chunk);
+    ((out.log_probs * g_lp).sum() + (out.entropy * g_h).sum()).backward();
+    return std::vector<torch::Tensor>{out.log_probs.detach().cpu(), out.entropy.detach().cpu(),
+                                      h.grad().to(torch::kFloat32).cpu(), w.grad().to(torch::kFloat32).cpu()};
+  };
+  const auto long_chunks = run(0), short_chunks = run(55);
+  const char* names[] = {"log-probs", "entropy", "hidden's gradient", "weight's gradient"};
+  for (size_t i = 0; i < long_chunks.size(); ++i) {
+    const double scale = short_chunks[i].abs().max().item<double>();
+    const double diff = (long_chunks[i] - short_chunks[i]).abs().max().item<double>();
+    EXPECT_LE(diff, 2e-2 * scale) << names[i] << ": max diff " << diff << " of " << scale;
   }
 }
 

@@ -10,6 +10,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "parallel/rank_processes.h"
+#include "support/operator_counter.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -97,6 +98,52 @@ TEST(HeadLogProbs, Bf16MatchesTheUnchunkedBf16Path) {
   EXPECT_EQ(got.grad_weight.scalar_type(), torch::kBFloat16);
   expect_close(got.grad_hidden.to(torch::kFloat), full.grad_hidden.to(torch::kFloat), 5e-2, "bf16 d/dhidden");
   expect_close(got.grad_weight.to(torch::kFloat), full.grad_weight.to(torch::kFloat), 5e-2, "bf16 d/dweight");
+}
+
+// A chunk's float32 logits fill its device's budget and no more: on a GPU 16x the CPU's tokens (fewer weight
+// reads and launches per token), never fewer than one token, and a vocabulary that does not fit stays legal.
+TEST(HeadLogProbs, ChunkLengthFollowsTheDevicesBudget) {
+  for (int64_t vocab : {int64_t{4096}, int64_t{151936}, int64_t{151936} / 4}) {
+    for (auto [device, budget] : {std::pair{torch::kCPU, kHeadChunkBytes}, std::pair{torch::kCUDA, kHeadChunkBytesCuda}}) {
+      const int64_t tokens = head_chunk_tokens(vocab, device);
+      EXPECT_LE(tokens * vocab * 4, budget) << vocab;
+      EXPECT_GT((tokens + 1) * vocab * 4, budget) << vocab;
+    }
+  }
+  EXPECT_EQ(head_chunk_tokens(151936, torch::kCPU), 55);
+  EXPECT_EQ(head_chunk_tokens(151936, torch::kCUDA), 883);
+  EXPECT_EQ(head_chunk_tokens(kHeadChunkBytesCuda, torch::kCUDA), 1);  // 4 bytes a word over the budget
+  EXPECT_THROW(head_chunk_tokens(0), Error);
+}
+
+// A chunk costs the same operators whatever its length (and reads the whole weight again): 512 tokens in
+// chunks of 8 launch several times the kernels of chunks of 64, forward and backward, for the same values.
+// On a GPU each is a launch, which is why a GPU's chunks are 16x longer.
+TEST(HeadLogProbs, KernelsFollowTheNumberOfChunksNotTheTokens) {
+  const int64_t tokens = 512, hidden = 32, vocab = 256;
+  torch::manual_seed(9);
+  const auto h0 = torch::randn({tokens, hidden}), w0 = torch::randn({vocab, hidden}) * 0.1;
+  const auto targets = torch::randint(0, vocab, {tokens}, torch::kLong);
+  auto run = [&](int64_t chunk, testing::OperatorCounts* counts) {
+    auto h = h0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(true);
+    TokenLogProbs out;
+    {
+      testing::OperatorCounter counter;
+      out = head_log_probs(h, w, targets, 1.0, true, {}, chunk);
+      (out.log_probs.sum() + out.entropy.sum()).backward();
+      *counts = counter.counts();
+    }
+    return std::vector<torch::Tensor>{out.log_probs.detach(), w.grad()};
+  };
+  testing::OperatorCounts short_counts, long_counts;
+  const auto short_out = run(8, &short_counts), long_out = run(64, &long_counts);
+  EXPECT_TRUE(torch::allclose(short_out[0], long_out[0], 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(short_out[1], long_out[1], 1e-4, 1e-5));
+  std::printf("512 tokens: chunks of 8: %lld kernels, %lld operator calls; chunks of 64: %lld kernels, %lld calls\n",
+              static_cast<long long>(short_counts.kernels), static_cast<long long>(short_counts.operator_calls),
+              static_cast<long long>(long_counts.kernels), static_cast<long long>(long_counts.operator_calls));
+  EXPECT_GT(short_counts.kernels, 5 * long_counts.kernels);
+  EXPECT_GT(short_counts.operator_calls, 5 * long_counts.operator_calls);
 }
 
 TEST(HeadLogProbs, RejectsShapesThatDoNotFit) {

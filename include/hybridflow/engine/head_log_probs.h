@@ -19,16 +19,23 @@
 
 namespace hybridflow {
 
-// Float32 logits per chunk: the chunk holds max(1, kHeadChunkBytes / (4 x local vocabulary)) tokens.
+// Float32 logits per chunk: the chunk holds max(1, bytes / (4 x local vocabulary)) tokens, bytes by where
+// the hidden states are. Every chunk reads the whole [V, H] weight again (forward, and twice in the backward)
+// and launches ~15 operators forward and ~18 backward, whatever its length. On a CPU 32 MiB (55 tokens of a
+// 152k vocabulary) keeps the buffers near the caches at little cost; on a GPU 55-token chunks make the
+// matmuls weight-read-bound and the launches the host's work (a GRPO update of 25k response tokens: ~460
+// chunks, ~15k launches), so a GPU's chunk is 16x longer: ~880 tokens, 1.5 GiB of buffers at its peak.
 constexpr int64_t kHeadChunkBytes = int64_t{32} << 20;
-int64_t head_chunk_tokens(int64_t local_vocab);
+constexpr int64_t kHeadChunkBytesCuda = int64_t{512} << 20;
+int64_t head_chunk_tokens(int64_t local_vocab, torch::DeviceType device = torch::kCPU);
 
 // hidden [..., H] in the weight's dtype; weight [V / t, H] (this rank's vocabulary rows of the head, as the
 // model's column-parallel lm_head holds them); targets [...] int64 in [0, V). Returns log softmax(z)[target]
 // and (with_entropy) the entropy of softmax(z), z = float(hidden . weight^T) / temperature, both [...] in
 // float32, over the whole vocabulary under tensor parallelism (two all-reduces of [tokens]-sized tensors,
 // whatever the number of chunks). Differentiable w.r.t. hidden and weight; values and gradients equal
-// token_log_probs on the full logits up to float rounding. chunk_tokens <= 0: head_chunk_tokens(V / t).
+// token_log_probs on the full logits up to float rounding. chunk_tokens <= 0: head_chunk_tokens(V / t,
+// hidden's device).
 TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              double temperature = 1.0, bool with_entropy = true, const TensorParallelGroup& tp = {},
                              int64_t chunk_tokens = 0);
