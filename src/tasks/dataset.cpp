@@ -45,22 +45,34 @@ DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_siz
   HF_CHECK(train_size >= 0 && test_size >= 0, "make_splits: sizes must be >= 0, got train ", train_size,
            ", test ", test_size);
   std::mt19937_64 rng(seed);
-  std::set<std::string> seen;
   DatasetSplits splits;
-  const int64_t wanted = train_size + test_size;
-  // Give up when fresh prompts stop coming: the task's space is smaller than asked for.
+  // Give up when the draws keep missing: the task's space is smaller than asked for.
   int64_t misses = 0;
-  const int64_t max_misses = 1000 + 20 * wanted;
-  while (static_cast<int64_t>(seen.size()) < wanted) {
+  const int64_t max_misses = 1000 + 20 * (train_size + test_size);
+  auto miss = [&](const char* why) {
+    HF_CHECK(++misses < max_misses, "make_splits: task '", task.name(), "' ", why, " (train ", train_size, " + test ",
+             test_size, " asked for); widen the task's digit/length range or ask for fewer");
+  };
+  // The held-out set first, so that it stays the same when only the train size changes: distinct prompts.
+  std::set<std::string> held_out;
+  while (static_cast<int64_t>(splits.test.size()) < test_size) {
     Example ex = task.sample(rng);
-    if (!seen.insert(ex.prompt).second) {
-      HF_CHECK(++misses < max_misses, "make_splits: task '", task.name(), "' produced only ", seen.size(),
-               " distinct prompts, but ", wanted, " (train ", train_size, " + test ", test_size,
-               ") were asked for; widen the task's digit/length range or ask for fewer");
+    if (!held_out.insert(ex.prompt).second) {
+      miss("produced too few distinct prompts for the held-out set");
       continue;
     }
-    // Test examples first, so a test set stays the same when only the train size changes.
-    (static_cast<int64_t>(splits.test.size()) < test_size ? splits.test : splits.train).push_back(std::move(ex));
+    splits.test.push_back(std::move(ex));
+  }
+  // Training examples are the task's own draws, repeats allowed, never a held-out prompt: the held-out set's
+  // distribution. Distinct training prompts would exhaust a small space's small groups and skew the rest
+  // (8,000 distinct 1-2 digit sums are 78% two-plus-two digits where the task draws 25%).
+  while (static_cast<int64_t>(splits.train.size()) < train_size) {
+    Example ex = task.sample(rng);
+    if (held_out.count(ex.prompt) > 0) {
+      miss("has hardly any prompts outside the held-out set");
+      continue;
+    }
+    splits.train.push_back(std::move(ex));
   }
   return splits;
 }

@@ -102,9 +102,10 @@ TEST(Dataset, SplitsAreDisjointDeterministicAndRoundTrip) {
   auto b = make_splits(*task, 300, 50, 42);
   ASSERT_EQ(a.train.size(), 300u);
   ASSERT_EQ(a.test.size(), 50u);
-  std::set<std::string> train_prompts;
+  std::set<std::string> train_prompts, test_prompts;
   for (const auto& ex : a.train) train_prompts.insert(ex.prompt);
-  EXPECT_EQ(train_prompts.size(), 300u);
+  for (const auto& ex : a.test) test_prompts.insert(ex.prompt);
+  EXPECT_EQ(test_prompts.size(), 50u);  // held-out prompts are distinct
   for (const auto& ex : a.test) EXPECT_EQ(train_prompts.count(ex.prompt), 0u) << ex.prompt;
   for (size_t i = 0; i < a.train.size(); ++i) EXPECT_EQ(a.train[i].prompt, b.train[i].prompt);
   auto c = make_splits(*task, 300, 50, 43);
@@ -142,8 +143,39 @@ TEST(Dataset, TooSmallATaskSpaceIsAnError) {
   TaskOptions o;
   o.min_digits = o.max_digits = 1;  // 100 distinct prompts at most
   auto task = make_task("addition", o);
-  EXPECT_NO_THROW(make_splits(*task, 80, 20, 1));
-  EXPECT_THROW(make_splits(*task, 100, 20, 1), Error);
+  EXPECT_NO_THROW(make_splits(*task, 500, 20, 1));  // training draws repeat; the held-out 20 are distinct
+  EXPECT_THROW(make_splits(*task, 10, 101, 1), Error);  // more held-out prompts than the space has
+  try {
+    make_splits(*task, 10, 100, 1);  // the whole space held out: no training prompt is left
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the held-out set"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'addition'"), std::string::npos) << e.what();
+  }
+}
+
+// On a small space the training split keeps the task's own mix of operand lengths, as the held-out set has
+// it: 1-2 digit sums draw each operand's length uniformly, a quarter of the draws each for 1+1, 1+2, 2+1 and
+// 2+2 digits. Only 100 problems are one-plus-one digit; the held-out set takes about a third of them, so
+// training draws of those are ~18%, as are the held-out set's (distinct, the repeats dropped). The old
+// distinct-prompt split left them 0.8% of 8,000 training problems and two-plus-two 78%.
+TEST(Dataset, TrainingKeepsTheTasksMixOnASmallSpace) {
+  TaskOptions o;
+  o.min_digits = 1;
+  o.max_digits = 2;
+  auto task = make_task("addition", o);
+  const auto splits = make_splits(*task, 8000, 200, 1);
+  auto share = [](const std::vector<Example>& examples, size_t prompt_length) {
+    int64_t n = 0;
+    for (const auto& ex : examples) n += ex.prompt.size() == prompt_length;
+    return static_cast<double>(n) / static_cast<double>(examples.size());
+  };
+  const double train_1_1 = share(splits.train, 4), test_1_1 = share(splits.test, 4);  // "a+b="
+  const double train_2_2 = share(splits.train, 6), test_2_2 = share(splits.test, 6);  // "ab+cd="
+  EXPECT_NEAR(train_1_1, test_1_1, 0.06) << "one-plus-one digit shares, training and held-out";
+  EXPECT_GT(train_1_1, 0.12);
+  EXPECT_NEAR(train_2_2, test_2_2, 0.08) << "two-plus-two digit shares, training and held-out";
+  EXPECT_LT(train_2_2, 0.35);
 }
 
 TEST(Dataset, ReadErrorsNameFileAndLine) {

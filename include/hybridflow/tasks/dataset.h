@@ -15,8 +15,10 @@ struct DatasetSplits {
   std::vector<Example> test;
 };
 
-// Samples distinct prompts with a fixed seed; no prompt appears in both splits. Throws when the task
-// cannot produce that many distinct prompts (naming the task and the counts).
+// Samples with a fixed seed: first test_size distinct prompts, then train_size draws of the task (repeats
+// allowed, so training follows the task's distribution as the held-out set does) that are not held-out
+// prompts. Throws when the task cannot produce that many distinct held-out prompts or hardly any outside
+// them (naming the task and the counts).
 DatasetSplits make_splits(const Task& task, int64_t train_size, int64_t test_size, uint64_t seed);
 
 // Removes from *examples every example whose prompt is one of `held_out`'s, keeping the order: a split
