@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "fine_tune_runner.h"
+#include "preference_data.h"
 #include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
@@ -20,42 +21,8 @@
 namespace hybridflow::cli {
 namespace {
 
-// Chosen = the task's answer; rejected = a corrupted copy, several per prompt so the model sees
-// more than one wrong answer for each right one.
-std::vector<PreferencePair> task_pairs(const Task& task, const std::vector<Example>& examples, int64_t per_prompt,
-                                       uint64_t seed) {
-  std::vector<PreferencePair> pairs;
-  for (int64_t k = 0; k < per_prompt; ++k) {
-    auto more = make_preference_pairs(task, examples, seed + static_cast<uint64_t>(k));
-    pairs.insert(pairs.end(), more.begin(), more.end());
-  }
-  return pairs;
-}
-
-class RewardModelLoop final : public FineTuneLoop {
+class RewardModelLoop final : public PreferencePairLoop {
  public:
-  void read_task_options(const Config& cfg, TaskOptions& options) const override {
-    options.min_length = cfg.get<int>("data.min_length");
-    options.max_length = cfg.get<int>("data.max_length");
-  }
-
-  void write_task_data(const Config& cfg, const Task& task, const std::string& data_dir,
-                       FineTuneOptions& options) override {
-    const uint64_t seed = static_cast<uint64_t>(cfg.get<int64_t>("data.seed"));
-    DatasetSplits splits =
-        make_splits(task, cfg.get<int64_t>("data.train_size"), cfg.get<int64_t>("data.test_size"), seed);
-    const auto train = task_pairs(task, splits.train, cfg.get<int64_t>("data.pairs_per_prompt"), seed + 1);
-    options.train_file = data_dir + "/train_pairs.jsonl";
-    write_preference_jsonl(options.train_file, train);
-    if (options.eval_file.empty()) {
-      options.eval_file = data_dir + "/test_pairs.jsonl";
-      // Seeds after the training ones: a held-out prompt's corruption is drawn independently.
-      write_preference_jsonl(options.eval_file, make_preference_pairs(task, splits.test, seed + 1000003));
-    }
-    std::printf("data: %zu train / %zu held-out %s preference pairs in %s\n", train.size(), splits.test.size(),
-                task.name().c_str(), data_dir.c_str());
-  }
-
   void read_options(const Config& cfg, const Task&, const FineTuneOptions& shared) override {
     static_cast<FineTuneOptions&>(options_) = shared;
     options_.add_bos = cfg.get<bool>("data.add_bos");

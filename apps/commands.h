@@ -15,6 +15,7 @@ void add_info_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_sft_command(CLI::App& app, Action& action);
 void add_rm_command(CLI::App& app, Action& action);
+void add_dpo_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_report_command(CLI::App& app, Action& action);

@@ -1,9 +1,9 @@
-// The one runner behind `hybridflow sft` and `hybridflow rm`. Both commands load a YAML config with dotted
-// overrides, record it under trainer.out_dir, make the task, generate data from it when data.train_file is
-// empty, read the keys they share (optim.*, the trainer's step budget, batch sizes, evaluation cadence and
-// seed) the same way, move the model to trainer.device, print a progress line with the held-out evaluations,
-// save the final model to out_dir/final and print a summary. A command supplies only what differs: its
-// schema, its data, its own keys, its model and its loop (a FineTuneLoop).
+// The one runner behind `hybridflow sft`, `hybridflow rm` and `hybridflow dpo`. Each command loads a YAML
+// config with dotted overrides, records it under trainer.out_dir, makes the task, generates data from it when
+// data.train_file is empty, reads the keys they share (optim.*, the trainer's step budget, batch sizes,
+// evaluation cadence and seed) the same way, moves the model to trainer.device, prints a progress line with the
+// held-out evaluations, saves the final model to out_dir/final and prints a summary. A command supplies only
+// what differs: its schema, its data, its own keys, its model and its loop (a FineTuneLoop).
 #pragma once
 
 #include <cstdint>

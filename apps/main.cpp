@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   hybridflow::cli::add_generate_command(app, action);
   hybridflow::cli::add_sft_command(app, action);
   hybridflow::cli::add_rm_command(app, action);
+  hybridflow::cli::add_dpo_command(app, action);
   hybridflow::cli::add_train_command(app, action);
   hybridflow::cli::add_tokenize_command(app, action);
   hybridflow::cli::add_report_command(app, action);

@@ -116,6 +116,17 @@ std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::v
   return pairs;
 }
 
+std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
+                                                  int64_t per_prompt, uint64_t seed) {
+  HF_CHECK(per_prompt >= 1, "data.pairs_per_prompt must be >= 1, got ", per_prompt);
+  std::vector<PreferencePair> pairs;
+  for (int64_t k = 0; k < per_prompt; ++k) {
+    auto more = make_preference_pairs(task, examples, seed + static_cast<uint64_t>(k));
+    pairs.insert(pairs.end(), more.begin(), more.end());
+  }
+  return pairs;
+}
+
 void write_preference_jsonl(const std::string& path, const std::vector<PreferencePair>& pairs) {
   std::vector<nlohmann::json> rows;
   rows.reserve(pairs.size());

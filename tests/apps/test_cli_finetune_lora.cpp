@@ -1,5 +1,6 @@
-// `hybridflow sft` and `hybridflow rm` with LoRA (model.lora_rank): the final directory holds the base model
-// untouched and the trained adapters beside it in PEFT's format, which reproduce what the run reported.
+// `hybridflow sft`, `hybridflow rm` and `hybridflow dpo` with LoRA (model.lora_rank): the final directory holds
+// the base model untouched and the trained adapters beside it in PEFT's format, which reproduce what the run
+// reported.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,6 +26,21 @@ double reported_after_arrow(const std::string& output, const std::string& summar
   return std::stod(output.substr(arrow + 3));
 }
 
+// The final directory holds the base model as it was, and the adapters beside it have trained (B no longer
+// zero).
+void expect_base_untouched_and_adapters_trained(const std::string& base_dir, const std::string& final_dir) {
+  auto base = hybridflow::load_pretrained(base_dir);
+  auto final_model = hybridflow::load_pretrained(final_dir);
+  auto want = base.model->named_parameters();
+  for (const auto& item : final_model.model->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), want[item.key()])) << item.key();
+  hybridflow::load_lora_adapter(final_dir + "/lora_adapter", final_model.model);
+  double b_norm = 0;
+  for (const auto& [name, tensor] : hybridflow::lora_adapter_tensors(final_model.model))
+    if (name.find("lora_B") != std::string::npos) b_norm += tensor.abs().sum().item<double>();
+  EXPECT_GT(b_norm, 0.0);
+}
+
 TEST(CliFinetuneLora, SftTrainsOnlyAdaptersAndSavesThemBesideTheUntouchedBase) {
   hybridflow::testing::TempDir dir;
   ASSERT_EQ(run_hybridflow("init --preset tiny --task addition --seed 3 --out " + dir.file("m")).exit_code, 0);
@@ -36,18 +52,20 @@ TEST(CliFinetuneLora, SftTrainsOnlyAdaptersAndSavesThemBesideTheUntouchedBase) {
                                    "trainer.out_dir=" + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("LoRA adapters in " + out + "/final/lora_adapter"), std::string::npos) << r.output;
-  // The base weights did not move.
-  auto base = hybridflow::load_pretrained(dir.file("m"));
-  auto final_model = hybridflow::load_pretrained(out + "/final");
-  auto want = base.model->named_parameters();
-  for (const auto& item : final_model.model->named_parameters())
-    EXPECT_TRUE(torch::equal(item.value(), want[item.key()])) << item.key();
-  // The adapters trained: B is no longer zero.
-  hybridflow::load_lora_adapter(out + "/final/lora_adapter", final_model.model);
-  double b_norm = 0;
-  for (const auto& [name, tensor] : hybridflow::lora_adapter_tensors(final_model.model))
-    if (name.find("lora_B") != std::string::npos) b_norm += tensor.abs().sum().item<double>();
-  EXPECT_GT(b_norm, 0.0);
+  expect_base_untouched_and_adapters_trained(dir.file("m"), out + "/final");
+}
+
+TEST(CliFinetuneLora, DpoTrainsOnlyAdaptersAgainstTheBaseAsItsReference) {
+  hybridflow::testing::TempDir dir;
+  ASSERT_EQ(run_hybridflow("init --preset tiny --task addition --seed 3 --out " + dir.file("m")).exit_code, 0);
+  const std::string out = dir.file("dpo");
+  CommandResult r = run_hybridflow("dpo model.path=" + dir.file("m") +
+                                   " model.lora_rank=4 trainer.steps=6 trainer.batch_size=8 trainer.micro_batch_size=4 "
+                                   "trainer.eval_every=0 trainer.eval_samples=4 data.max_digits=1 data.train_size=32 "
+                                   "data.test_size=4 trainer.threads=1 optim.lr=0.01 trainer.out_dir=" + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("LoRA adapters in " + out + "/final/lora_adapter"), std::string::npos) << r.output;
+  expect_base_untouched_and_adapters_trained(dir.file("m"), out + "/final");
 }
 
 TEST(CliFinetuneLora, RmSavesAdaptersThatReproduceTheReportedAccuracy) {

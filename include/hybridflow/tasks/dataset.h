@@ -39,6 +39,10 @@ struct PreferencePair {
 // chosen = the answer, rejected = task.corrupt(answer); deterministic for a seed.
 std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
                                                   uint64_t seed);
+// `per_prompt` rounds of make_preference_pairs (seeds seed, seed + 1, ...): several wrong answers for each
+// right one, round after round.
+std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
+                                                  int64_t per_prompt, uint64_t seed);
 void write_preference_jsonl(const std::string& path, const std::vector<PreferencePair>& pairs);
 std::vector<PreferencePair> read_preference_jsonl(const std::string& path);  // errors name "<path>:<line>"
 
