@@ -39,6 +39,8 @@ import subprocess
 import sys
 import time
 
+from hf_tokenizer import load_hybridflow_tokenizer
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -262,19 +264,10 @@ def trl_worker(config_path):
 
     torch.set_num_threads(cfg["threads"])
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    # `hybridflow init` writes a character-level tokenizer.json without tokenizer_config.json: the special
-    # tokens come from config.json's ids, as hybridflow reads them.
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=os.path.join(cfg["model"], "tokenizer.json"))
-    model_config = json.load(open(os.path.join(cfg["model"], "config.json")))
-    for name in ("bos", "eos", "pad"):
-        token_id = model_config.get(f"{name}_token_id")
-        if token_id is not None and token_id >= 0:
-            setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(token_id))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_hybridflow_tokenizer(cfg["model"])
     tokenizer.padding_side = "left"
     bf16 = cfg["dtype"] == "bf16"
     model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.bfloat16 if bf16 else torch.float32)
