@@ -39,17 +39,19 @@ class DpoLoop final : public PreferencePairLoop {
     };
   }
 
-  // The policy from model.path; the reference from model.ref_path (default: the same directory), frozen and
-  // without the policy's LoRA adapters.
+  // The policy from model.path; the reference from model.ref_path, frozen. Without model.ref_path the
+  // reference is the starting model: with LoRA the policy with its adapters off (no second copy of the
+  // weights), else model.path loaded again.
   Pretrained load_model(const Config& cfg, const Task&) override {
     const std::string path = cfg.get<std::string>("model.path");
     const std::string ref_path = cfg.get<std::string>("model.ref_path");
-    reference_ = load_pretrained(ref_path.empty() ? path : ref_path).model;
+    if (!ref_path.empty() || cfg.get<int64_t>("model.lora_rank") <= 0)
+      reference_ = load_pretrained(ref_path.empty() ? path : ref_path).model;
     return load_pretrained(path);
   }
 
   FineTuneOutcome train(Pretrained& pre, FineTuneProgress& progress) override {
-    reference_->to(pre.model->parameters().front().device());
+    if (reference_) reference_->to(pre.model->parameters().front().device());
     DpoResult result = train_dpo(options_, pre.model, reference_, pre.tokenizer, [&](const DpoMetrics& m) {
       progress.step(m.step, m.tokens,
                     {{"loss", m.loss}, {"rewards/acc", m.reward_accuracy}, {"rewards/margin", m.reward_margin},

@@ -7,7 +7,7 @@ namespace hybridflow::cli {
 inline constexpr const char* kDpoDefaultsYaml = R"YAML(
 model:
   path: ???              # the policy's starting model directory (an SFT model, usually)
-  ref_path: ""           # the frozen reference; empty = model.path (the policy's starting weights)
+  ref_path: ""           # the frozen reference; empty = the starting model (with LoRA: the policy, adapters off)
   lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
   lora_alpha: 16.0
   target_modules: null   # null = all-linear; or PEFT module names

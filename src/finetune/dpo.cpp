@@ -118,9 +118,14 @@ std::pair<torch::Tensor, torch::Tensor> pair_log_probs(CausalLM& model, const Da
   return {both.narrow(0, 0, n), both.narrow(0, n, n)};
 }
 
-void add_reference_log_probs(CausalLM& reference, DataProto& batch) {
+// The reference's log-probs of both sides. A null reference is the policy with its LoRA adapters off: the base
+// model, without a second copy of its weights.
+void add_reference_log_probs(CausalLM& policy, CausalLM& reference, DataProto& batch) {
   torch::NoGradGuard no_grad;
-  auto [chosen, rejected] = pair_log_probs(reference, batch);
+  const bool adapters_off = !reference;
+  if (adapters_off) policy->set_lora_enabled(false);
+  auto [chosen, rejected] = pair_log_probs(adapters_off ? policy : reference, batch);
+  if (adapters_off) policy->set_lora_enabled(true);
   batch.set_tensor("reference_chosen", chosen);
   batch.set_tensor("reference_rejected", rejected);
 }
@@ -138,7 +143,7 @@ double reward_accuracy(CausalLM& policy, CausalLM& reference, const std::vector<
     std::vector<int64_t> rows;
     for (int64_t i = begin; i < std::min(n, begin + chunk); ++i) rows.push_back(i);
     DataProto batch = pair_batch(pairs, rows, pad_id).to(device);
-    add_reference_log_probs(reference, batch);
+    add_reference_log_probs(policy, reference, batch);
     auto [chosen, rejected] = pair_log_probs(policy, batch);
     const auto margin = (chosen - batch.tensor("reference_chosen")) - (rejected - batch.tensor("reference_rejected"));
     correct += margin.gt(0).sum().item<int64_t>();
@@ -194,10 +199,15 @@ torch::Tensor sequence_log_probs(CausalLM& model, const torch::Tensor& ids, cons
 
 DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, const Tokenizer& tok,
                     const DpoProgressCallback& progress) {
-  HF_CHECK(policy->head_kind() == HeadKind::kLanguageModel && reference->head_kind() == HeadKind::kLanguageModel,
-           "dpo: the policy and the reference need language-model heads");
-  HF_CHECK(policy->config().vocab_size == reference->config().vocab_size, "dpo: the policy's vocabulary (",
-           policy->config().vocab_size, ") and the reference's (", reference->config().vocab_size, ") differ");
+  HF_CHECK(policy->head_kind() == HeadKind::kLanguageModel, "dpo: the policy needs a language-model head");
+  if (reference) {
+    HF_CHECK(reference->head_kind() == HeadKind::kLanguageModel, "dpo: the reference needs a language-model head");
+    HF_CHECK(policy->config().vocab_size == reference->config().vocab_size, "dpo: the policy's vocabulary (",
+             policy->config().vocab_size, ") and the reference's (", reference->config().vocab_size, ") differ");
+  } else {
+    HF_CHECK(policy->has_lora() && !policy->lora_merged(), "dpo: without a reference model the reference is the ",
+             "policy with its LoRA adapters off, and this policy has no (unmerged) adapters");
+  }
   HF_CHECK(!o.train_file.empty(), "dpo: train_file is not set");
   HF_CHECK(o.batch_size > 0 && o.micro_batch_size > 0, "dpo: batch_size (", o.batch_size, ") and micro_batch_size (",
            o.micro_batch_size, ") must be > 0");
@@ -217,8 +227,10 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
   const int64_t n = static_cast<int64_t>(train.size());
   const int64_t total_steps = fine_tune_total_steps(o, n);
 
-  for (auto& p : reference->parameters()) p.set_requires_grad(false);
-  reference->eval();
+  if (reference) {
+    for (auto& p : reference->parameters()) p.set_requires_grad(false);
+    reference->eval();
+  }
   TrainEngine engine(policy.ptr(), fine_tune_optimizer(o, total_steps));
   const torch::Device device = policy->parameters().front().device();  // batches are made on the CPU
 
@@ -257,7 +269,7 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
     correct = 0;
     // No "loss_mask" tensor: the engine weights micro-batches by pairs, so the step's loss is the batch mean.
     DataProto batch = pair_batch(train, rows, tok.pad_id()).to(device);
-    add_reference_log_probs(reference, batch);
+    add_reference_log_probs(policy, reference, batch);
     const StepStats stats = engine.train_step(batch, o.micro_batch_size, loss_fn);
     DpoMetrics m;
     m.step = step;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/lora_config.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 #include "support/error_of.h"
@@ -137,6 +138,52 @@ TEST(Dpo, TinyModelComesToPreferTheChosenAnswersOnHeldOutPrompts) {
   for (std::string line; std::getline(metrics, line); ++lines) evaluated += line.find("eval_rewards/accuracies") != std::string::npos;
   EXPECT_EQ(lines, 120);
   EXPECT_EQ(evaluated, 2);
+}
+
+// With LoRA and no reference model the reference is the policy with its adapters off: the same run, to the
+// bit, as with a separate copy of the base as the reference, without that copy's memory.
+TEST(Dpo, WithLoraThePolicyWithAdaptersOffIsTheReference) {
+  at::set_num_threads(1);
+  testing::TempDir dir;
+  TaskOptions task_options;
+  task_options.min_length = task_options.max_length = 2;
+  auto task = make_task("reverse", task_options);
+  const auto splits = make_splits(*task, 64, 16, 5);
+  write_preference_jsonl(dir.file("train.jsonl"), make_preference_pairs(*task, splits.train, 11));
+  write_preference_jsonl(dir.file("test.jsonl"), make_preference_pairs(*task, splits.test, 3));
+  const Tokenizer tok = Tokenizer::from_alphabet(task->alphabet());
+  const ModelConfig config = testing::tiny_model_config(tok, {}, "tiny");
+  LoraConfig lora;
+  lora.rank = 4;
+  DpoOptions o;
+  o.train_file = dir.file("train.jsonl");
+  o.eval_file = dir.file("test.jsonl");
+  o.lr = 1e-2;
+  o.beta = 0.5;
+  o.batch_size = 16;
+  o.micro_batch_size = 8;
+  o.steps = 6;
+  o.eval_every = 3;
+  o.max_new_tokens = 3;
+  auto run = [&](bool separate_reference) {
+    CausalLM policy = testing::seeded_model(config, 2);
+    policy->add_lora(lora, 7);
+    CausalLM reference{nullptr};
+    if (separate_reference) reference = testing::seeded_model(config, 2);
+    return train_dpo(o, policy, reference, tok);
+  };
+  const DpoResult off = run(false), copy = run(true);
+  ASSERT_EQ(off.history.size(), copy.history.size());
+  for (size_t i = 0; i < off.history.size(); ++i) {
+    EXPECT_EQ(off.history[i].loss, copy.history[i].loss) << "step " << i + 1;
+    EXPECT_EQ(off.history[i].reward_margin, copy.history[i].reward_margin) << "step " << i + 1;
+    EXPECT_EQ(off.history[i].eval_reward_accuracy, copy.history[i].eval_reward_accuracy) << "step " << i + 1;
+  }
+  EXPECT_GT(off.history.back().reward_margin, 0.0);  // the adapters trained against the base
+  CausalLM no_adapters = testing::seeded_model(config, 2);
+  CausalLM none{nullptr};
+  EXPECT_NE(testing::error_of([&] { train_dpo(o, no_adapters, none, tok); }).find("LoRA adapters off"),
+            std::string::npos);
 }
 
 TEST(Dpo, BadPairRowIsNamedByFileAndLine) {

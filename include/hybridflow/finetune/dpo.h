@@ -71,8 +71,9 @@ torch::Tensor sequence_log_probs(CausalLM& model, const torch::Tensor& ids, cons
 using DpoProgressCallback = std::function<void(const DpoMetrics&)>;
 
 // Trains `policy` in place against `reference` (frozen: its parameters take no gradient; the same
-// architecture and vocabulary, usually the policy's starting weights). Errors name the file and line of a
-// bad row.
+// vocabulary, usually the policy's starting weights). A null reference (CausalLM{nullptr}) is the policy with its
+// LoRA adapters off, the base model without a second copy of its weights (the policy must have adapters).
+// Errors name the file and line of a bad row.
 DpoResult train_dpo(const DpoOptions& options, CausalLM& policy, CausalLM& reference, const Tokenizer& tokenizer,
                     const DpoProgressCallback& progress = {});
 
