@@ -13,8 +13,8 @@
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/finetune/preference_rows.h"
 #include "hybridflow/finetune/sft.h"
-#include "hybridflow/tasks/dataset.h"
 
 namespace hybridflow {
 
@@ -29,27 +29,23 @@ struct EncodedPair {
 
 std::vector<EncodedPair> load_pairs(const std::string& path, const Tokenizer& tok, PromptEncoder& prompts,
                                     int64_t limit) {
-  const auto pairs = read_preference_jsonl(path);
-  HF_CHECK(!pairs.empty(), path, ": no preference pairs");
   std::vector<EncodedPair> out;
-  for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(out.size()) < limit; ++i) {
+  for (const PreferenceRow& row : read_preference_rows(path)) {
+    if (static_cast<int64_t>(out.size()) >= limit) break;
     EncodedPair p;
-    PromptRow row;
-    row.prompt = pairs[i].prompt;
-    row.where = path + ":" + std::to_string(i + 1);
     try {
       std::string text;
-      p.prompt = prompts.encode_row(row, &text);
-      p.chosen = tok.encode(pairs[i].chosen);
-      p.rejected = tok.encode(pairs[i].rejected);
+      p.prompt = prompts.encode_row(row.prompt, &text);
+      p.chosen = tok.encode(row.chosen);
+      p.rejected = tok.encode(row.rejected);
     } catch (const Error& e) {
       const std::string what = e.what();
-      if (what.find(row.where) != std::string::npos) throw;
-      HF_FAIL(row.where, ": ", what);
+      if (what.find(row.prompt.where) != std::string::npos) throw;
+      HF_FAIL(row.prompt.where, ": ", what);
     }
     p.chosen.push_back(tok.eos_id());
     p.rejected.push_back(tok.eos_id());
-    p.chosen_text = pairs[i].chosen;
+    p.chosen_text = row.chosen;
     out.push_back(std::move(p));
   }
   return out;
