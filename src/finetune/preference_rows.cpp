@@ -1,10 +1,9 @@
 #include "hybridflow/finetune/preference_rows.h"
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
 
 namespace hybridflow {
 namespace {
@@ -72,20 +71,8 @@ PreferenceRow parse_row(const Json& row, const std::string& where) {
 }  // namespace
 
 std::vector<PreferenceRow> read_preference_rows(const std::string& path) {
-  std::istringstream in(read_file(path));
   std::vector<PreferenceRow> out;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
-    Json row;
-    try {
-      row = Json::parse(line);
-    } catch (const std::exception& e) {
-      HF_FAIL(where, ": not valid JSON: ", e.what());
-    }
-    out.push_back(parse_row(row, where));
-  }
+  for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) { out.push_back(parse_row(row, where)); });
   HF_CHECK(!out.empty(), path, ": no preference pairs");
   return out;
 }

@@ -13,25 +13,6 @@ namespace hybridflow {
 
 namespace {
 
-// Calls `row(json, where)` for each non-blank line; `where` is "<path>:<line>" for error messages.
-template <typename Fn>
-void for_each_jsonl_row(const std::string& path, Fn row) {
-  std::istringstream in(read_file(path));
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      HF_FAIL(where, ": not valid JSON: ", e.what());
-    }
-    HF_CHECK(value.is_object(), where, ": expected a JSON object, got ", value.type_name());
-    row(value, where);
-  }
-}
-
 std::string string_field(const nlohmann::json& row, const std::string& key, const std::string& where) {
   auto it = row.find(key);
   HF_CHECK(it != row.end(), where, ": missing key \"", key, "\"");
@@ -98,7 +79,8 @@ void write_examples_jsonl(const std::string& path, const std::vector<Example>& e
 
 std::vector<Example> read_examples_jsonl(const std::string& path) {
   std::vector<Example> out;
-  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row<nlohmann::json>(path, [&](const nlohmann::json& row, const std::string& where) {
+    HF_CHECK(row.is_object(), where, ": expected a JSON object, got ", row.type_name());
     Example ex;
     ex.prompt = string_field(row, "prompt", where);
     ex.answer = string_field(row, row.contains("answer") ? "answer" : "response", where);
@@ -136,7 +118,8 @@ void write_preference_jsonl(const std::string& path, const std::vector<Preferenc
 
 std::vector<PreferencePair> read_preference_jsonl(const std::string& path) {
   std::vector<PreferencePair> out;
-  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row<nlohmann::json>(path, [&](const nlohmann::json& row, const std::string& where) {
+    HF_CHECK(row.is_object(), where, ": expected a JSON object, got ", row.type_name());
     out.push_back({string_field(row, "prompt", where), string_field(row, "chosen", where),
                    string_field(row, "rejected", where)});
   });

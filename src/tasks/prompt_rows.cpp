@@ -4,6 +4,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
+#include "hybridflow/core/jsonl.h"
 #include "hybridflow/tasks/parquet_rows.h"
 
 namespace hybridflow {
@@ -52,20 +53,10 @@ std::string ground_truth(const Json& reward_model, const std::string& where, con
 }
 
 std::vector<PromptRow> read_jsonl_rows(const std::string& path) {
-  std::istringstream in(read_file(path));
   std::vector<PromptRow> rows;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(number);
-    Json row;
-    try {
-      row = Json::parse(line);
-    } catch (const std::exception& e) {
-      HF_FAIL(where, ": not valid JSON: ", e.what());
-    }
+  for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) {
     rows.push_back(parse_prompt_row(row, where, "key"));
-  }
+  });
   return rows;
 }
 
