@@ -4,6 +4,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/tasks/parquet_rows.h"
 
 namespace hybridflow {
 namespace {
@@ -37,7 +38,7 @@ PreferenceRow parse_row(const Json& row, const std::string& where) {
   PreferenceRow out;
   out.prompt.where = where;
   const Json &chosen = row["chosen"], &rejected = row["rejected"];
-  if (row.contains("prompt")) {
+  if (row.contains("prompt") && !row["prompt"].is_null()) {  // a parquet column may hold nulls
     const Json& prompt = row["prompt"];
     if (prompt.is_string()) {
       out.prompt.prompt = prompt.get<std::string>();
@@ -72,7 +73,14 @@ PreferenceRow parse_row(const Json& row, const std::string& where) {
 
 std::vector<PreferenceRow> read_preference_rows(const std::string& path) {
   std::vector<PreferenceRow> out;
-  for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) { out.push_back(parse_row(row, where)); });
+  if (path.ends_with(".parquet")) {
+    const auto table = read_parquet_rows(path);
+    for (size_t i = 0; i < table.size(); ++i) out.push_back(parse_row(table[i], path + ": row " + std::to_string(i)));
+  } else {
+    HF_CHECK(path.ends_with(".jsonl") || path.ends_with(".json"), path, ": unknown preference file type; expected ",
+             ".jsonl / .json (one pair a line) or .parquet");
+    for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) { out.push_back(parse_row(row, where)); });
+  }
   HF_CHECK(!out.empty(), path, ": no preference pairs");
   return out;
 }

@@ -1,5 +1,5 @@
 // TRL's preference formats as `hybridflow dpo` reads them: standard strings, conversational with an explicit
-// prompt and with an implicit one; bad rows named by file and line with what was expected. And a DPO run on the
+// prompt and with an implicit one, in JSONL or parquet; bad rows named by file and line with what was expected. And a DPO run on the
 // conversational rows equals, to the bit, the run on the same pairs as strings through the chat template.
 #include "hybridflow/finetune/preference_rows.h"
 
@@ -12,6 +12,7 @@
 
 #include "hybridflow/finetune/dpo.h"
 #include "hybridflow/model/tokenizer.h"
+#include "hybridflow/tasks/parquet_rows.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "support/testdata_dir.h"
@@ -47,6 +48,29 @@ TEST(PreferenceRows, ReadsTrlsThreeFormats) {
   EXPECT_EQ(rows[2].prompt.messages[0]["content"], "Be brief.");
   EXPECT_EQ(rows[2].chosen, "5");
   EXPECT_EQ(rows[2].rejected, "six");
+}
+
+// The same pairs as parquet columns (TRL's datasets are often parquet): the same rows; a null prompt column is an
+// implicit prompt.
+TEST(PreferenceRows, ParquetColumnsReadAsTheirJsonLines) {
+  testing::TempDir dir;
+  using Json = nlohmann::ordered_json;
+  const Json user = {{"role", "user"}, {"content", "2+3?"}};
+  auto assistant = [](const std::string& text) { return Json{{"role", "assistant"}, {"content", text}}; };
+  const std::vector<Json> rows = {
+      {{"prompt", Json::array({user})}, {"chosen", Json::array({assistant("5")})}, {"rejected", Json::array({assistant("6")})}},
+      {{"prompt", nullptr}, {"chosen", Json::array({user, assistant("5")})}, {"rejected", Json::array({user, assistant("7")})}},
+  };
+  write_parquet_rows(dir.file("pairs.parquet"), rows);
+  const auto read = read_preference_rows(dir.file("pairs.parquet"));
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].prompt.messages, Json::array({user}));
+  EXPECT_EQ(read[0].chosen, "5");
+  EXPECT_EQ(read[1].prompt.messages, Json::array({user}));
+  EXPECT_EQ(read[1].rejected, "7");
+  EXPECT_EQ(read[1].prompt.where, dir.file("pairs.parquet") + ": row 1");
+  const std::string e = testing::error_of([&] { read_preference_rows(dir.file("pairs.csv")); });
+  EXPECT_NE(e.find("unknown preference file type"), std::string::npos) << e;
 }
 
 TEST(PreferenceRows, BadRowsNameTheLineAndWhatWasExpected) {

@@ -1,4 +1,5 @@
-// Preference pairs as `hybridflow dpo` reads them, in TRL's dataset formats (JSONL, one pair a line):
+// Preference pairs as `hybridflow dpo` reads them, in TRL's dataset formats (JSONL, one pair a line, or parquet
+// with those columns):
 //   standard:                     {"prompt": "2+3=", "chosen": "5", "rejected": "6"}
 //   conversational, explicit:     {"prompt": [{"role": "user", "content": "..."}],
 //                                  "chosen": [{"role": "assistant", "content": "5"}], "rejected": [...]}
@@ -21,7 +22,8 @@ struct PreferenceRow {
   std::string rejected;
 };
 
-// Every non-blank line of `path`; errors name "<path>:<line>" and what was expected.
+// Every pair of `path` (.jsonl / .json: every non-blank line; .parquet: every row); errors name "<path>:<line>"
+// (or "<path>: row N") and what was expected.
 std::vector<PreferenceRow> read_preference_rows(const std::string& path);
 
 }  // namespace hybridflow
