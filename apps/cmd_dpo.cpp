@@ -2,7 +2,6 @@
 // reference (finetune/dpo.h), through the fine-tuning runner (fine_tune_runner.h). Prints a progress line per
 // step with the implicit rewards and, at each evaluation, the held-out greedy score against the chosen answers;
 // writes the resolved config, generated pairs, metrics and the final model under trainer.out_dir.
-#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -10,10 +9,8 @@
 #include "dpo_config.h"
 #include "fine_tune_runner.h"
 #include "preference_data.h"
-#include "hybridflow/core/error.h"
 #include "hybridflow/finetune/dpo.h"
 #include "hybridflow/model/pretrained.h"
-#include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 
 namespace hybridflow::cli {
@@ -29,9 +26,7 @@ class DpoLoop final : public PreferencePairLoop {
     options_.beta = cfg.get<double>("dpo.beta");
     options_.loss_type = parse_dpo_loss_type(cfg.get<std::string>("dpo.loss_type"));
     options_.label_smoothing = cfg.get<double>("dpo.label_smoothing");
-    HF_CHECK(options_.beta > 0, "dpo.beta must be > 0, got ", options_.beta);
-    HF_CHECK(options_.label_smoothing >= 0 && options_.label_smoothing < 0.5,
-             "dpo.label_smoothing must be in [0, 0.5), got ", options_.label_smoothing);
+    check_dpo_options(options_);
     options_.max_new_tokens = cfg.get<int64_t>("trainer.max_new_tokens");
     const Task* task_ptr = &task;
     options_.scorer = [task_ptr](const std::string& response, const std::string& chosen) {

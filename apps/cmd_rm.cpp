@@ -3,18 +3,15 @@
 // line per step and the held-out pairwise accuracy at each evaluation; writes the resolved config, generated
 // data, metrics and the final value-head model (loadable as reward_model.path / cost_model.path) under
 // trainer.out_dir.
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "commands.h"
 #include "fine_tune_runner.h"
 #include "preference_data.h"
 #include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
-#include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 #include "rm_config.h"
 

@@ -156,6 +156,12 @@ DpoLossType parse_dpo_loss_type(const std::string& value) {
   HF_FAIL("dpo.loss_type: expected sigmoid or ipo, got '", value, "'");
 }
 
+void check_dpo_options(const DpoOptions& o) {
+  HF_CHECK(o.beta > 0, "dpo.beta must be > 0, got ", o.beta);
+  HF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 0.5, "dpo.label_smoothing must be in [0, 0.5), got ",
+           o.label_smoothing);
+}
+
 torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
                        const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected, double beta,
                        double label_smoothing, DpoLossType type) {
@@ -207,7 +213,7 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
   HF_CHECK(!o.train_file.empty(), "dpo: train_file is not set");
   HF_CHECK(o.batch_size > 0 && o.micro_batch_size > 0, "dpo: batch_size (", o.batch_size, ") and micro_batch_size (",
            o.micro_batch_size, ") must be > 0");
-  HF_CHECK(o.beta > 0, "dpo.beta must be > 0, got ", o.beta);
+  check_dpo_options(o);
   PromptOptions prompt_options;
   prompt_options.apply_chat_template = o.apply_chat_template;
   prompt_options.add_bos = o.add_bos;

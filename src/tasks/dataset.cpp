@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "hybridflow/core/error.h"
-#include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 
 namespace hybridflow {

@@ -1,9 +1,6 @@
 #include "hybridflow/tasks/prompt_rows.h"
 
-#include <sstream>
-
 #include "hybridflow/core/error.h"
-#include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/tasks/parquet_rows.h"
 

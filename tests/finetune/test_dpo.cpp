@@ -91,19 +91,26 @@ TEST(DpoSequenceLogProbs, EqualTheFullLogSoftmaxOverTheResponse) {
   }
 }
 
+// Two-letter reversal pairs (chosen = the reversal, rejected = a one-letter corruption) in dir/train.jsonl
+// (pairs_per_prompt a training prompt) and dir/test.jsonl (one a held-out prompt); returns the task's tokenizer.
+Tokenizer write_reversal_pairs(testing::TempDir& dir, int64_t train_prompts, int64_t test_prompts,
+                               int64_t pairs_per_prompt) {
+  TaskOptions task_options;
+  task_options.min_length = task_options.max_length = 2;
+  auto task = make_task("reverse", task_options);
+  const auto splits = make_splits(*task, train_prompts, test_prompts, 5);
+  write_preference_jsonl(dir.file("train.jsonl"), make_preference_pairs(*task, splits.train, pairs_per_prompt, 11));
+  write_preference_jsonl(dir.file("test.jsonl"), make_preference_pairs(*task, splits.test, 3));
+  return Tokenizer::from_alphabet(task->alphabet());
+}
+
 // A tiny model on two-letter reversal pairs (chosen = the reversal, rejected = a one-letter corruption): at
 // the first step the policy is its reference (loss log 2, margins 0); after training its implicit reward
 // ranks most held-out pairs right, the loss has fallen, and the reference has not moved.
 TEST(Dpo, TinyModelComesToPreferTheChosenAnswersOnHeldOutPrompts) {
   at::set_num_threads(1);
   testing::TempDir dir;
-  TaskOptions task_options;
-  task_options.min_length = task_options.max_length = 2;
-  auto task = make_task("reverse", task_options);
-  const auto splits = make_splits(*task, 300, 100, 5);
-  write_preference_jsonl(dir.file("train.jsonl"), make_preference_pairs(*task, splits.train, 2, 11));
-  write_preference_jsonl(dir.file("test.jsonl"), make_preference_pairs(*task, splits.test, 3));
-  const Tokenizer tok = Tokenizer::from_alphabet(task->alphabet());
+  const Tokenizer tok = write_reversal_pairs(dir, 300, 100, 2);
   const ModelConfig config = testing::tiny_model_config(tok, {.hidden_size = 64, .intermediate_size = 128}, "tiny");
   CausalLM policy = testing::seeded_model(config, 0), reference = testing::seeded_model(config, 0);
   const auto reference_before = reference->parameters().front().clone();
@@ -145,13 +152,7 @@ TEST(Dpo, TinyModelComesToPreferTheChosenAnswersOnHeldOutPrompts) {
 TEST(Dpo, WithLoraThePolicyWithAdaptersOffIsTheReference) {
   at::set_num_threads(1);
   testing::TempDir dir;
-  TaskOptions task_options;
-  task_options.min_length = task_options.max_length = 2;
-  auto task = make_task("reverse", task_options);
-  const auto splits = make_splits(*task, 64, 16, 5);
-  write_preference_jsonl(dir.file("train.jsonl"), make_preference_pairs(*task, splits.train, 11));
-  write_preference_jsonl(dir.file("test.jsonl"), make_preference_pairs(*task, splits.test, 3));
-  const Tokenizer tok = Tokenizer::from_alphabet(task->alphabet());
+  const Tokenizer tok = write_reversal_pairs(dir, 64, 16, 1);
   const ModelConfig config = testing::tiny_model_config(tok, {}, "tiny");
   LoraConfig lora;
   lora.rank = 4;

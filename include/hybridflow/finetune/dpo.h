@@ -58,6 +58,10 @@ struct DpoResult {
   double final_eval_accuracy = -1;
 };
 
+// beta > 0 and label_smoothing in [0, 0.5): errors name dpo.beta / dpo.label_smoothing. train_dpo checks them
+// before loading anything; the CLI as soon as it has read the config.
+void check_dpo_options(const DpoOptions& options);
+
 // The per-pair losses' mean; all four [B] sequence log-probabilities.
 torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
                        const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected, double beta,
