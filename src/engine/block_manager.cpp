@@ -13,34 +13,47 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size)
   HF_CHECK(num_blocks >= 1, "paged KV cache: the pool needs at least one block, got ", num_blocks);
   HF_CHECK(block_size >= 1, "paged KV cache: block_size must be at least 1 token, got ", block_size);
   references_.assign(static_cast<size_t>(num_blocks), 0);
+  takes_.assign(static_cast<size_t>(num_blocks), 0);
   for (int64_t b = 0; b < num_blocks; ++b) free_.insert(free_.end(), b);
 }
 
 int64_t BlockManager::blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
-int64_t BlockManager::worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens) const {
+int64_t BlockManager::worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                                        int64_t cached_blocks) const {
   HF_CHECK(prompt_tokens >= 1 && n >= 1 && max_tokens >= prompt_tokens,
            "paged KV cache: a prompt needs prompt_tokens >= 1, n >= 1 and max_tokens >= prompt_tokens, got ",
            prompt_tokens, ", ", n, " and ", max_tokens);
+  HF_CHECK(cached_blocks >= 0 && cached_blocks * block_size_ < prompt_tokens, "paged KV cache: ", cached_blocks,
+           " cached blocks of ", block_size_, " positions for a prompt of ", prompt_tokens,
+           " tokens (at least its last position is prefilled)");
   const int64_t partial = prompt_tokens % block_size_ != 0 && n > 1 ? 1 : 0;
-  return blocks_for(prompt_tokens) + n * (blocks_for(max_tokens) - blocks_for(prompt_tokens) + partial);
+  return blocks_for(prompt_tokens) - cached_blocks + n * (blocks_for(max_tokens) - blocks_for(prompt_tokens) + partial);
 }
 
-bool BlockManager::can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens) const {
-  return worst_case_blocks(prompt_tokens, n, max_tokens) <= free_blocks() - reserved_;
+bool BlockManager::can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks) const {
+  return worst_case_blocks(prompt_tokens, n, max_tokens, cached_blocks) <= free_blocks() - reserved_;
 }
 
-std::vector<int64_t> BlockManager::admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens) {
-  HF_CHECK(can_admit(prompt_tokens, n, max_tokens), "paged KV cache: a prompt of ", prompt_tokens, " tokens with ", n,
-           " samples of up to ", max_tokens, " positions needs ", worst_case_blocks(prompt_tokens, n, max_tokens),
-           " blocks; ", free_blocks() - reserved_, " of ", num_blocks_, " are free and unreserved");
+std::vector<int64_t> BlockManager::admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                                         const std::vector<int64_t>& cached_prefix) {
+  const auto cached = static_cast<int64_t>(cached_prefix.size());
+  HF_CHECK(can_admit(prompt_tokens, n, max_tokens, cached), "paged KV cache: a prompt of ", prompt_tokens,
+           " tokens with ", n, " samples of up to ", max_tokens, " positions needs ",
+           worst_case_blocks(prompt_tokens, n, max_tokens, cached), " blocks; ", free_blocks() - reserved_, " of ",
+           num_blocks_, " are free and unreserved");
+  for (int64_t block : cached_prefix)
+    HF_CHECK(block >= 0 && block < num_blocks_ && references_[static_cast<size_t>(block)] > 0, "paged KV cache: cached ",
+             "prefix block ", block, " is not held by any sequence (its contents may have been overwritten)");
   Sequence shared;
-  for (int64_t b = 0; b < blocks_for(prompt_tokens); ++b) shared.table.push_back(take_block());
+  shared.table = cached_prefix;
+  for (int64_t b = cached; b < blocks_for(prompt_tokens); ++b) shared.table.push_back(take_block());
   shared.length = prompt_tokens;
   shared.max_tokens = max_tokens;
   shared.may_copy = prompt_tokens % block_size_ != 0 && n > 1;
   shared.reserved = blocks_for(max_tokens) - blocks_for(prompt_tokens) + (shared.may_copy ? 1 : 0);
-  for (int64_t block : shared.table) references_[static_cast<size_t>(block)] = n;
+  for (int64_t block : cached_prefix) references_[static_cast<size_t>(block)] += n;
+  for (size_t b = cached_prefix.size(); b < shared.table.size(); ++b) references_[static_cast<size_t>(shared.table[b])] = n;
   std::vector<int64_t> ids;
   for (int64_t j = 0; j < n; ++j) {
     ids.push_back(next_id_);
@@ -102,6 +115,7 @@ void BlockManager::truncate(int64_t id, int64_t length) {
 void BlockManager::add_blocks(int64_t count) {
   HF_CHECK(count >= 0, "paged KV cache: cannot add ", count, " blocks");
   references_.resize(static_cast<size_t>(num_blocks_ + count), 0);
+  takes_.resize(static_cast<size_t>(num_blocks_ + count), 0);
   for (int64_t b = num_blocks_; b < num_blocks_ + count; ++b) free_.insert(free_.end(), b);
   num_blocks_ += count;
 }
@@ -128,12 +142,18 @@ int64_t BlockManager::references(int64_t block) const {
   return references_[static_cast<size_t>(block)];
 }
 
+int64_t BlockManager::takes(int64_t block) const {
+  HF_CHECK(block >= 0 && block < num_blocks_, "paged KV cache: no block ", block, " in a pool of ", num_blocks_);
+  return takes_[static_cast<size_t>(block)];
+}
+
 int64_t BlockManager::take_block() {
   // Reservations guarantee a block to every take; running dry means the accounting is wrong.
   HF_CHECK(!free_.empty(), "paged KV cache: no free block left of ", num_blocks_);
   const int64_t block = *free_.begin();
   free_.erase(free_.begin());
   references_[static_cast<size_t>(block)] = 1;
+  ++takes_[static_cast<size_t>(block)];
   peak_used_ = std::max(peak_used_, used_blocks());
   return block;
 }

@@ -169,6 +169,38 @@ TEST(BlockManager, TruncateGivesBackBlocksAndTheirReservation) {
   EXPECT_EQ(bm.reserved_blocks(), 0);
 }
 
+// A prompt that begins with full blocks another sequence holds (the prefix cache found them) starts on them:
+// a reference per sample, nothing new taken for them, and they outlive their first holder.
+TEST(BlockManager, APromptStartsOnHeldBlocksOfACachedPrefix) {
+  BlockManager bm(12, 4);
+  const int64_t first = bm.admit(9, 1, 12).front();  // blocks 0, 1 full, 2 with one position
+  EXPECT_EQ(bm.takes(0), 1);
+  // 10 positions, the first 8 in blocks 0 and 1: one new block for the prompt's rest, 3 - 2 more per sample
+  // up to 12 positions, and a copy of its partial last block for one of the two samples.
+  EXPECT_EQ(bm.worst_case_blocks(10, 2, 12, 2), 1 + 2 * (3 - 3 + 1));
+  const int64_t free_before = bm.free_blocks();
+  const auto pair = bm.admit(10, 2, 12, {0, 1});
+  EXPECT_EQ(bm.free_blocks(), free_before - 1);
+  EXPECT_EQ(bm.table(pair[0]), (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(bm.table(pair[1]), bm.table(pair[0]));
+  EXPECT_EQ(bm.length(pair[0]), 10);
+  EXPECT_EQ(bm.references(0), 3);
+  EXPECT_EQ(bm.references(3), 2);
+  bm.release(first);  // the cached blocks stay with the pair; the first holder's own block 2 is freed
+  EXPECT_EQ(bm.references(0), 2);
+  EXPECT_EQ(bm.references(2), 0);
+  bm.release(pair[0]);
+  bm.release(pair[1]);
+  EXPECT_EQ(bm.used_blocks(), 0);
+  EXPECT_EQ(bm.reserved_blocks(), 0);
+  // A block taken again counts its takes: what the first taker wrote is gone.
+  bm.admit(1, 1, 1);
+  EXPECT_EQ(bm.takes(0), 2);
+  // Only held blocks can be a cached prefix, and at least the prompt's last position is prefilled.
+  EXPECT_NE(error_of([&] { bm.admit(9, 1, 9, {5, 6}); }).find("not held"), std::string::npos);
+  EXPECT_NE(error_of([&] { bm.admit(4, 1, 9, {0}); }).find("at least its last position"), std::string::npos);
+}
+
 TEST(BlockManager, RejectsBadArguments) {
   EXPECT_NE(error_of([] { BlockManager(0, 16); }).find("at least one block"), std::string::npos);
   EXPECT_NE(error_of([] { BlockManager(4, 0); }).find("block_size"), std::string::npos);

@@ -7,6 +7,9 @@
 //   reference counts; a sample about to write into a block it shares (the prompt's partly filled last
 //   block) gets a copy of its own first (copy on write), and the last holder writes in place.
 // - A sequence that ends frees its blocks at once (release): they serve waiting prompts.
+// - A prompt may start on full blocks that other sequences already hold (admit's cached_prefix: prefix
+//   caching across prompts that begin alike, engine/prefix_cache.h finds them); they gain a reference per
+//   sample and are never written again, so only the prompt's positions past them are prefilled.
 //
 // Running out mid-decode is avoided by reservation, not preemption: a prompt is admitted only when the free
 // blocks, less what running sequences may still take, cover the most its samples can ever hold
@@ -46,12 +49,18 @@ class BlockManager {
   // positions, sets aside: the prompt's blocks once, and per sample the blocks past them up to max_tokens
   // and, when the prompt's last block is partly filled, a copy of it (the sample that holds it last writes
   // in place and returns that block's reservation then). max_tokens >= prompt_tokens >= 1, n >= 1.
-  int64_t worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens) const;
+  // cached_blocks: how many of the prompt's first blocks are already held (admit's cached_prefix), which
+  // cost nothing new; cached_blocks x block_size < prompt_tokens.
+  int64_t worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks = 0) const;
   // True when worst_case_blocks(...) fit in the free blocks not reserved by running sequences.
-  bool can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens) const;
+  bool can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks = 0) const;
   // Takes the prompt's blocks (its positions are then filled by the caller's prefill) and returns n new
-  // sequence ids sharing them, each of length prompt_tokens. Throws when !can_admit.
-  std::vector<int64_t> admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens);
+  // sequence ids sharing them, each of length prompt_tokens. cached_prefix: held blocks, each full, that
+  // already hold the prompt's first cached_prefix.size() x block_size positions; the sequences' tables start
+  // with them (a reference each) and the caller prefills only the positions past them. Throws when
+  // !can_admit, or when a cached block is free or the cached positions reach prompt_tokens.
+  std::vector<int64_t> admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                             const std::vector<int64_t>& cached_prefix = {});
 
   // Where the token at position length(sequence) goes; the sequence's length grows by one. When that
   // block was shared, the sequence has a fresh block now and copy_from names the block whose contents the
@@ -78,6 +87,10 @@ class BlockManager {
   const std::vector<int64_t>& table(int64_t sequence) const;
   int64_t length(int64_t sequence) const;
   int64_t references(int64_t block) const;
+  // How many times the block has been taken from the free blocks: what it holds is what its takers wrote
+  // since the last take, so a record of its contents stays true while this count is unchanged and the
+  // block is held (engine/prefix_cache.h).
+  int64_t takes(int64_t block) const;
   int64_t running() const { return static_cast<int64_t>(sequences_.size()); }
 
  private:
@@ -93,7 +106,7 @@ class BlockManager {
 
   int64_t num_blocks_, block_size_;
   std::set<int64_t> free_;  // lowest first: deterministic, and a small run stays at the pool's start
-  std::vector<int64_t> references_;
+  std::vector<int64_t> references_, takes_;
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0, reserved_ = 0, peak_used_ = 0;
 };
