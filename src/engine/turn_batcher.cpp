@@ -104,6 +104,7 @@ TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t c
   for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
   group_size_ = group_size;
   groups_.resize(static_cast<size_t>((conversations + group_size - 1) / group_size));
+  if (cfg.enable_prefix_caching) prefix_cache_.emplace(cfg.kv_block_size);
   model->eval();
 }
 
@@ -163,14 +164,21 @@ void TurnBatcher::grow_pool(int64_t blocks) {
     }
 }
 
-// Room for `members` sequences sharing a first context of `positions` ids, each of up to max_positions: true
-// when the free, unreserved blocks cover their worst case, after growing a pool that grows on demand.
-bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_positions) {
-  if (blocks_.can_admit(positions, members, max_positions)) return true;
+// Room for `members` sequences sharing a first context of `positions` ids, the first cached_blocks of them held
+// already, each of up to max_positions: true when the free, unreserved blocks cover their worst case, after
+// growing a pool that grows on demand.
+bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_positions, int64_t cached_blocks) {
+  if (blocks_.can_admit(positions, members, max_positions, cached_blocks)) return true;
   if (fixed_pool_ > 0) return false;
-  grow_pool(blocks_.worst_case_blocks(positions, members, max_positions) -
+  grow_pool(blocks_.worst_case_blocks(positions, members, max_positions, cached_blocks) -
             (blocks_.free_blocks() - blocks_.reserved_blocks()));
   return true;
+}
+
+// The held blocks other conversations' prefills wrote for the context's first whole blocks (none when prefix
+// caching is off).
+std::vector<int64_t> TurnBatcher::cached_prefix(const std::vector<int64_t>& context) const {
+  return prefix_cache_ ? prefix_cache_->find(context, blocks_) : std::vector<int64_t>{};
 }
 
 // Starts conversation `id`'s queued turn: from its group's shared prompt, by a delta prefill when its context
@@ -202,16 +210,18 @@ std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
     ++stats_.full_prefills;
   }
   const auto length = static_cast<int64_t>(c.context.size());
-  if (!room_for(length, 1, c.max_positions)) {
+  const std::vector<int64_t> prefix = cached_prefix(c.context);
+  const auto prefix_blocks = static_cast<int64_t>(prefix.size());
+  if (!room_for(length, 1, c.max_positions, prefix_blocks)) {
     HF_CHECK(held_blocks() > 0, "multi-turn generation: a conversation of up to ", c.max_positions,
              " positions needs ", blocks_.worst_case_blocks(length, 1, c.max_positions), " KV blocks of ",
              blocks_.block_size(), " positions; the pool has ", blocks_.num_blocks(),
              " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
     return std::nullopt;  // waits for a conversation to end
   }
-  c.sequence = blocks_.admit(length, 1, c.max_positions).front();
-  // The admission counted the context's positions as held; the prefill writes them.
-  return prefill(id, 0);
+  c.sequence = blocks_.admit(length, 1, c.max_positions, prefix).front();
+  // The admission counted the context's positions as held; the prefill writes those past the cached prefix.
+  return prefill(id, prefix_blocks * blocks_.block_size(), true);
 }
 
 // The first of group members to start: admits the group's live members on its first context (each takes a
@@ -228,13 +238,15 @@ std::optional<torch::Tensor> TurnBatcher::admit_group(int64_t id) {
   }
   const auto length = static_cast<int64_t>(c.context.size());
   const auto count = static_cast<int64_t>(members.size());
-  if (count == 1 || !room_for(length, count, c.max_positions)) {
+  const std::vector<int64_t> prefix = cached_prefix(c.context);
+  const auto prefix_blocks = static_cast<int64_t>(prefix.size());
+  if (count == 1 || !room_for(length, count, c.max_positions, prefix_blocks)) {
     if (count > 1 && held_blocks() > 0) return std::nullopt;  // waits for blocks to free
     // One member left, or a group larger than the whole pool: its members are admitted one by one.
     g.admitted = true;
     return start(id);
   }
-  const std::vector<int64_t> sequences = blocks_.admit(length, count, c.max_positions);
+  const std::vector<int64_t> sequences = blocks_.admit(length, count, c.max_positions, prefix);
   for (size_t k = 0; k < members.size(); ++k) {
     Conversation& m = *conversations_[static_cast<size_t>(members[k])];
     m.sequence = sequences[k];
@@ -245,7 +257,7 @@ std::optional<torch::Tensor> TurnBatcher::admit_group(int64_t id) {
     ++g.pending;
   }
   g.admitted = true;
-  torch::Tensor hidden = prefill(id, 0);
+  torch::Tensor hidden = prefill(id, prefix_blocks * blocks_.block_size(), true);
   if (g.pending > 0) g.last_hidden = hidden;
   return hidden;
 }
@@ -284,17 +296,20 @@ void TurnBatcher::begin_turn(int64_t id) {
   c.context.shrink_to_fit();
 }
 
-torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
+// Prefills conversation `id`'s context from position `from` on, attending to the cached positions before it.
+// admitted: the sequence was admitted on this context just now (its positions are held, those before `from`
+// in blocks of the prefix cache), so every block the context fills is a prefill's and is recorded; otherwise
+// a delta past the cached ids, whose positions are taken here.
+torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from, bool admitted) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
   const auto total = static_cast<int64_t>(c.context.size());
   const int64_t count = total - from;
   KVCache cache = from > 0 ? paged_.gather(blocks_.table(c.sequence), from) : KVCache{};
   cache.capacity = total;
-  if (from > 0)
-    for (int64_t t = 0; t < count; ++t) {
-      const BlockManager::Append where = blocks_.append(c.sequence);
-      if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
-    }
+  while (blocks_.length(c.sequence) < total) {
+    const BlockManager::Append where = blocks_.append(c.sequence);
+    if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
+  }
   const auto device = model_->parameters().front().device();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const auto ids = upload(torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}), device);
@@ -311,8 +326,11 @@ torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from) {
       paged_.values.push_back(generation::zero_slab(sizes, k.options()));
     }
   paged_.write_prefill(cache, {blocks_.table(c.sequence)}, {total}, {from});
+  if (admitted && prefix_cache_)
+    prefix_cache_->record(c.context, blocks_.table(c.sequence), total / blocks_.block_size(), blocks_);
   stats_.prefill_tokens += count;
   stats_.reused_tokens += from;
+  if (admitted) stats_.prefix_cached_tokens += from;
   c.cached = c.context;
   begin_turn(id);
   return hidden.select(1, count - 1);

@@ -138,6 +138,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     admission_rows: -1
     kv_cache: paged
     kv_block_size: 16
+    enable_prefix_caching: true
     gpu_memory_utilization: 0.5
     enforce_eager: null
     readback_interval: null

@@ -165,7 +165,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.rollout.max_num_batched_tokens", "", kRollout},
     {"actor_rollout_ref.rollout.max_model_len", "", kRollout},
     {"actor_rollout_ref.rollout.enable_chunked_prefill", "", kRollout},
-    {"actor_rollout_ref.rollout.enable_prefix_caching", "", kRollout},
     {"actor_rollout_ref.rollout.logprobs_mode", "", kRollout},
     {"actor_rollout_ref.rollout.scheduling_policy", "", kRollout},
     {"actor_rollout_ref.rollout.load_format", "", kRollout},

@@ -183,6 +183,7 @@ TurnRoundStats continuous_turn_stats(const TurnBatcher& batcher, double generati
   s.peak_kv_blocks = b.peak_blocks;
   s.shared_prompt_tokens = b.shared_prompt_tokens;
   s.shared_prompt_blocks = b.shared_prompt_blocks;
+  s.prefix_cached_tokens = b.prefix_cached_tokens;
   s.generation_seconds = generation_seconds;
   return s;
 }
@@ -558,6 +559,7 @@ nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
     m["agent/peak_kv_blocks"] = r.peak_kv_blocks;
     m["agent/shared_prompt_blocks"] = r.shared_prompt_blocks;
     m["agent/shared_prompt_tokens"] = r.shared_prompt_tokens;
+    m["agent/prefix_cached_tokens"] = r.prefix_cached_tokens;
   }
   return m;
 }

@@ -184,6 +184,7 @@ TEST_F(TurnBatcherTest, AGroupsConversationsShareTheirPromptsBlocksAndPrefill) {
   config.temperature = 1.0;
   config.seed = 11;
   config.eos_token_ids = {};  // every turn runs to its limit, so that the blocks can be counted by hand
+  config.enable_prefix_caching = false;  // the groups' own sharing alone (the prompts differ in their first block)
   // Two groups of three: a prompt of 10 ids (2 full blocks of 4 and a partial one, copied on write) and one of
   // 8 (2 full blocks, none partial).
   const std::vector<int64_t> a = {5, 11, 2, 20, 21, 22, 23, 24, 25, 26}, b = {5, 12, 2, 27, 28, 29, 30, 31};
@@ -247,6 +248,75 @@ TEST_F(TurnBatcherTest, AGroupMemberThatLeavesOrDiffersGivesItsShareBack) {
   b.release(0);
   b.release(2);
   EXPECT_EQ(b.held_blocks(), 0);
+}
+
+// Prefix caching across prompts: conversations whose first contexts begin with the same whole blocks (a system
+// prompt, a tools' schema) start on the blocks the first of them prefilled, alone or as a group's leader. The
+// tokens are those of prefix caching off (bit for bit under the batch-invariant kernels, to float rounding
+// with the default ones), the positions prefilled fewer by exactly those found, fewer blocks held at the peak,
+// and every block freed at the end.
+TEST_F(TurnBatcherTest, ContextsThatBeginAlikeStartOnTheFirstOnesPrefixBlocks) {
+  config.greedy = false;
+  config.temperature = 1.0;
+  config.seed = 5;
+  config.eos_token_ids = {};
+  // 2 whole blocks of 4 in common, then their own ids; c shares only the first block.
+  const std::vector<int64_t> a = {5, 9, 2, 20, 21, 22, 23, 24, 33, 34, 35}, b = {5, 9, 2, 20, 21, 22, 23, 24, 36, 37},
+                             c = {5, 9, 2, 20, 25, 26, 27, 28, 29};
+  const std::vector<std::vector<int64_t>> prompts = {a, a, b, b, c, c};
+  struct Case {
+    int64_t group_size, found;
+  };
+  // Alone: the second a finds 2 blocks, both b 2, the first c 1 and the second c 2 (the first c's own second
+  // block). In groups of two: the b and c leaders 2 and 1 (their members share the leader's prompt instead).
+  for (const Case& k : {Case{1, 8 + 8 + 8 + 4 + 8}, Case{2, 8 + 4}})
+    for (const bool exact : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "group_size " << k.group_size << (exact ? ", batch-invariant" : ", default"));
+      BatchInvariantGuard kernels(exact);
+      GenerationConfig off_config = config;
+      off_config.enable_prefix_caching = false;
+      TurnBatcher off(model, off_config, 6, k.group_size), on(model, config, 6, k.group_size);
+      const auto want = two_turns_each(off, prompts);
+      const auto got = two_turns_each(on, prompts);
+      for (size_t i = 0; i < prompts.size(); ++i)
+        for (size_t t = 0; t < 2; ++t) {
+          ASSERT_EQ(got[i][t].ids, want[i][t].ids) << "conversation " << i << " turn " << t;
+          for (size_t j = 0; j < want[i][t].log_probs.size(); ++j) {
+            if (exact)
+              EXPECT_EQ(got[i][t].log_probs[j], want[i][t].log_probs[j]) << "conversation " << i << " turn " << t;
+            else
+              EXPECT_NEAR(got[i][t].log_probs[j], want[i][t].log_probs[j], 1e-5) << "conversation " << i;
+          }
+        }
+      EXPECT_EQ(off.stats().prefix_cached_tokens, 0);
+      EXPECT_EQ(on.stats().prefix_cached_tokens, k.found);
+      EXPECT_EQ(off.stats().prefill_tokens - on.stats().prefill_tokens, k.found);
+      EXPECT_EQ(off.stats().peak_blocks - on.stats().peak_blocks, k.found / 4);
+      for (int64_t i = 0; i < 6; ++i) on.release(i);
+      EXPECT_EQ(on.held_blocks(), 0);
+    }
+}
+
+// A prefix is found only while a conversation holds its blocks: once they are freed and taken again for other
+// ids, a context with that prefix prefills it whole and generates what it would have alone.
+TEST_F(TurnBatcherTest, APrefixWhoseBlocksWereFreedIsPrefilledAgain) {
+  config.eos_token_ids = {};
+  const std::vector<int64_t> prompt = {5, 9, 2, 20, 21, 22, 23, 24, 33}, other = {6, 6, 6, 6, 6, 6, 6, 6, 6};
+  TurnBatcher b(model, config, 3);
+  b.submit(0, prompt, 3);
+  until_turn_of(b, 0);
+  b.release(0);
+  b.submit(1, other, 3);  // takes the freed blocks, the lowest first
+  until_turn_of(b, 1);
+  b.submit(2, {5, 9, 2, 20, 21, 22, 23, 24, 34}, 3);
+  const BatchedTurn two = until_turn_of(b, 2);
+  EXPECT_EQ(b.stats().prefix_cached_tokens, 0);
+  EXPECT_EQ(b.stats().prefill_tokens, 3 * 9);
+  TurnBatcher alone(model, config, 1);
+  alone.submit(0, {5, 9, 2, 20, 21, 22, 23, 24, 34}, 3);
+  const BatchedTurn want = until_turn_of(alone, 0);
+  EXPECT_EQ(two.ids, want.ids);
+  EXPECT_EQ(two.log_probs, want.log_probs);
 }
 
 }  // namespace

@@ -277,6 +277,46 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
   EXPECT_LT(std::abs(standalone["rollout_corr/k3_kl"].get<double>()), 1e-6);
 }
 
+// Prefix caching (the default): rows whose prompts begin with the same system message (here 3 rows of the
+// training file's questions, each with the same instructions first) start on the blocks of the first one's
+// prefill of it. The same episodes, scores and loss as with it off, and the positions it found are exactly the
+// positions no longer prefilled.
+TEST_F(RlMultiTurn, PrefixCachingRunsTheSameEpisodesWithFewerPositionsPrefilled) {
+  const std::string dir = dir_->path();
+  const std::string data = dir + "/with_system.jsonl";
+  {
+    std::ofstream out(data);
+    for (const auto& row : read_jsonl(dir + "/train.jsonl")) {
+      Json r = Json::parse(row.dump());
+      r["prompt"].insert(r["prompt"].begin(),
+                         Json{{"role", "system"},
+                              {"content", "Call the calculator for every product."}});
+      out << r.dump() << "\n";
+    }
+  }
+  auto one_step = [&](bool on) {
+    const std::string name = on ? "prefix_on" : "prefix_off";
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(
+                                          dir, model_dir_,
+                                          {"actor_rollout_ref.rollout.enable_prefix_caching=" + std::string(on ? "true" : "false"),
+                                           "data.train_file=" + data, "data.max_prompt_length=96",
+                                           "trainer.run_dir=" + dir + "/" + name}))));
+    return trainer.step();
+  };
+  const nlohmann::json on = one_step(true), off = one_step(false);
+  SCOPED_TRACE(on.dump() + "\n" + off.dump());
+  EXPECT_EQ(off["agent/prefix_cached_tokens"].get<double>(), 0.0);
+  const double found = on["agent/prefix_cached_tokens"].get<double>();
+  EXPECT_GE(found, 2 * 32.0);  // the two later rows each found at least the system message's first 2 blocks
+  EXPECT_EQ(off["agent/prefill_tokens"].get<double>() - on["agent/prefill_tokens"].get<double>(), found);
+  EXPECT_LT(on["agent/peak_kv_blocks"].get<double>(), off["agent/peak_kv_blocks"].get<double>());
+  for (const char* key : {"agent/turns_per_episode", "agent/tool_calls", "agent/malformed_calls",
+                          "agent/sampled_tokens_per_episode", "agent/appended_tokens_per_episode", "score/mean"})
+    EXPECT_EQ(on[key], off[key]) << key;
+  EXPECT_NEAR(on["actor/pg_loss"].get<double>(), off["actor/pg_loss"].get<double>(), 1e-5);
+}
+
 // Rollout tensor and pipeline parallelism: the two ranks of one replica run the episodes of one process (rank 0
 // or stage 0 runs them and their tool calls, the other repeats its schedule): the same conversations, scores and
 // losses, colocated (the actor split in two, or in two stages that generate as they train) and on a standalone

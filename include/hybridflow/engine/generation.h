@@ -95,6 +95,13 @@ struct GenerationConfig {
   // same tokens and log-probs as the slots. false: each slot a slab row of longest prompt + max_new_tokens.
   bool paged_kv_cache = true;
   int64_t kv_block_size = 16;
+  // Prefix caching across prompts (engine/prefix_cache.h; verl's rollout.enable_prefix_caching): a context that
+  // begins with the same whole blocks of ids as another whose blocks are still held starts on those blocks and
+  // prefills only the rest. The multi-turn turn batcher takes it; the single-turn generator shares blocks only
+  // among a prompt's own samples. The tokens are those of a prefill of the whole context, and the log-probs
+  // too under the batch-invariant kernels (with the default ones a cached key was computed in another
+  // prefill, whose length may change the matmuls' rounding).
+  bool enable_prefix_caching = true;
   // The pool: kv_cache_blocks blocks when > 0; else, when memory_budget_bytes > 0, gpu_memory_utilization of
   // it less the weights (verl's rollout.gpu_memory_utilization; the budget is one device's memory, the
   // blocks span every layer of the model); else enough for the sequences that run at once (max_num_seqs) at

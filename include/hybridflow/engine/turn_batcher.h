@@ -31,6 +31,10 @@
 // differs gives its share back and is admitted alone. A group that cannot fit a fixed pool even when it is
 // empty falls back to admitting its members one by one.
 //
+// Prefix caching (cfg.enable_prefix_caching, engine/prefix_cache.h): a first context that begins with whole
+// blocks of ids another conversation's first context holds (the system prompt, the tools' schema) starts on
+// those blocks while any conversation still holds them, a reference each, and prefills only the rest.
+//
 // Read-back in chunks (cfg.readback_interval): a step decodes up to that many tokens for every running turn
 // with sampling and eos checks on the device, and reads the device back once at its end (TokenRing), the
 // first tokens of the turns it admitted included. Turn ends, the turns handed back and admissions all fall
@@ -59,6 +63,7 @@
 
 #include "hybridflow/engine/block_manager.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/engine/prefix_cache.h"
 
 namespace hybridflow {
 
@@ -72,7 +77,7 @@ struct BatchedTurn {
 struct TurnBatcherStats {
   int64_t turns = 0;            // turns generated
   int64_t prefill_tokens = 0;   // positions computed by prefills: first contexts and deltas
-  int64_t reused_tokens = 0;    // cached positions that resumed turns did not compute again
+  int64_t reused_tokens = 0;    // cached positions not computed again: resumed turns' and prefix-cache hits'
   int64_t full_prefills = 0;    // contexts that did not extend their cache and were prefilled whole
   int64_t decode_steps = 0;
   int64_t host_syncs = 0;       // reads of the device's tokens (a chunk's, or its admissions' at interval 1)
@@ -81,6 +86,7 @@ struct TurnBatcherStats {
   int64_t peak_blocks = 0;      // the most blocks held at once
   int64_t shared_prompt_tokens = 0;  // first-context positions group members took from a shared prefill
   int64_t shared_prompt_blocks = 0;  // full prompt blocks group members shared instead of holding their own
+  int64_t prefix_cached_tokens = 0;  // first-context positions found in other conversations' blocks
 };
 
 class TurnBatcher {
@@ -121,9 +127,10 @@ class TurnBatcher {
   std::optional<torch::Tensor> admit_group(int64_t conversation);
   torch::Tensor start_shared(int64_t conversation);
   void leave_group_share(int64_t conversation);
-  bool room_for(int64_t positions, int64_t members, int64_t max_positions);
+  bool room_for(int64_t positions, int64_t members, int64_t max_positions, int64_t cached_blocks = 0);
+  std::vector<int64_t> cached_prefix(const std::vector<int64_t>& context) const;
   void begin_turn(int64_t conversation);
-  torch::Tensor prefill(int64_t conversation, int64_t from);
+  torch::Tensor prefill(int64_t conversation, int64_t from, bool admitted = false);
   struct FirstDraws;
   void run_chunk(int64_t max_steps, FirstDraws& firsts, std::vector<BatchedTurn>& ended);
   void grow_pool(int64_t blocks);
@@ -134,6 +141,7 @@ class TurnBatcher {
   bool was_training_ = false;
   int64_t fixed_pool_ = 0;  // blocks cfg fixes; 0 = grow on demand
   BlockManager blocks_;
+  std::optional<PrefixCache> prefix_cache_;  // cfg.enable_prefix_caching
   PagedKVCache paged_;
   std::vector<std::unique_ptr<Conversation>> conversations_;
   int64_t group_size_ = 1;

@@ -76,6 +76,9 @@ struct RolloutSpec {
   // less the weights (verl's key), on the CPU what the sequences that run at once can hold.
   bool paged_kv_cache = true;
   int64_t kv_block_size = 16;
+  // Contexts that begin with the same whole blocks of ids as one whose blocks are held start on them
+  // (GenerationConfig::enable_prefix_caching; verl's key).
+  bool enable_prefix_caching = true;
   double gpu_memory_utilization = 0.5;
   // Generation's layout: 0 = the training tensor-parallel size; a smaller one (or pipeline stages) switches
   // through the 3D-HybridEngine in reshard_mode.
