@@ -22,6 +22,8 @@ class RewardModelLoop final : public PreferencePairLoop {
  public:
   void read_options(const Config& cfg, const Task&, const FineTuneOptions& shared) override {
     static_cast<FineTuneOptions&>(options_) = shared;
+    options_.model_dir = cfg.get<std::string>("model.path");
+    options_.apply_chat_template = cfg.get<bool>("data.apply_chat_template");
     options_.add_bos = cfg.get<bool>("data.add_bos");
   }
 

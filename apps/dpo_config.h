@@ -15,7 +15,7 @@ model:
   lora_adapter_path: null  # a PEFT adapter directory to start from
 data:
   task: addition         # built-in task: makes pairs (chosen = answer, rejected = corrupted answer) when train_file is empty, and scores held-out answers
-  train_file: ""         # JSONL rows {"prompt", "chosen", "rejected"}; empty = generate from the task
+  train_file: ""         # preference pairs in TRL's formats, JSONL or parquet (docs/configuration.md); empty = generate from the task
   test_file: ""          # held-out pairs: greedy answers scored against "chosen", and the implicit reward's pairwise accuracy
   train_size: 2000       # generated training prompts (when train_file is empty)
   test_size: 200

@@ -19,7 +19,7 @@ model:
   lora_adapter_path: null  # a PEFT adapter directory to start from
 data:
   task: reverse          # built-in task: makes pairs (chosen = answer, rejected = corrupted answer) when train_file is empty
-  train_file: ""         # JSONL rows {"prompt", "chosen", "rejected"}; empty = generate from the task
+  train_file: ""         # preference pairs in TRL's formats, JSONL or parquet (docs/configuration.md); empty = generate from the task
   test_file: ""          # held-out pairs for pairwise accuracy
   train_size: 476        # generated training prompts (when train_file is empty); reverse of 2 letters has 676
   test_size: 200
@@ -30,6 +30,7 @@ data:
   min_length: 2          # task options (reverse / sort: string length)
   max_length: 2
   add_bos: true          # must match the RL run's data.add_bos
+  apply_chat_template: false  # plain-string prompts as a user message through model.path's chat template (chat prompts always go through it)
 optim:
   lr: 0.002
   weight_decay: 0.01

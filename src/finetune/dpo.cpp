@@ -32,21 +32,8 @@ std::vector<EncodedPair> load_pairs(const std::string& path, const Tokenizer& to
   std::vector<EncodedPair> out;
   for (const PreferenceRow& row : read_preference_rows(path)) {
     if (static_cast<int64_t>(out.size()) >= limit) break;
-    EncodedPair p;
-    try {
-      std::string text;
-      p.prompt = prompts.encode_row(row.prompt, &text);
-      p.chosen = tok.encode(row.chosen);
-      p.rejected = tok.encode(row.rejected);
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      if (what.find(row.prompt.where) != std::string::npos) throw;
-      HF_FAIL(row.prompt.where, ": ", what);
-    }
-    p.chosen.push_back(tok.eos_id());
-    p.rejected.push_back(tok.eos_id());
-    p.chosen_text = row.chosen;
-    out.push_back(std::move(p));
+    EncodedPreference encoded = encode_preference_row(row, tok, prompts);
+    out.push_back({std::move(encoded.prompt), std::move(encoded.chosen), std::move(encoded.rejected), row.chosen});
   }
   return out;
 }
@@ -214,10 +201,7 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
   HF_CHECK(o.batch_size > 0 && o.micro_batch_size > 0, "dpo: batch_size (", o.batch_size, ") and micro_batch_size (",
            o.micro_batch_size, ") must be > 0");
   check_dpo_options(o);
-  PromptOptions prompt_options;
-  prompt_options.apply_chat_template = o.apply_chat_template;
-  prompt_options.add_bos = o.add_bos;
-  PromptEncoder prompts(tok, o.model_dir, prompt_options);
+  PromptEncoder prompts(tok, o.model_dir, preference_prompt_options(o.apply_chat_template, o.add_bos));
   const auto train = load_pairs(o.train_file, tok, prompts, std::numeric_limits<int64_t>::max());
   const auto held_out = o.eval_file.empty() ? std::vector<EncodedPair>() : load_pairs(o.eval_file, tok, prompts, o.eval_samples);
   std::vector<std::vector<int64_t>> eval_prompts;

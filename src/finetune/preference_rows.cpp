@@ -1,5 +1,6 @@
 #include "hybridflow/finetune/preference_rows.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/core/error.h"
@@ -82,6 +83,31 @@ std::vector<PreferenceRow> read_preference_rows(const std::string& path) {
     for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) { out.push_back(parse_row(row, where)); });
   }
   HF_CHECK(!out.empty(), path, ": no preference pairs");
+  return out;
+}
+
+PromptOptions preference_prompt_options(bool apply_chat_template, bool add_bos) {
+  PromptOptions o;
+  o.max_prompt_length = std::numeric_limits<int64_t>::max();
+  o.apply_chat_template = apply_chat_template;
+  o.add_bos = add_bos;
+  return o;
+}
+
+EncodedPreference encode_preference_row(const PreferenceRow& row, const Tokenizer& tokenizer, PromptEncoder& prompts) {
+  EncodedPreference out;
+  try {
+    std::string text;
+    out.prompt = prompts.encode_row(row.prompt, &text);
+    out.chosen = tokenizer.encode(row.chosen);
+    out.rejected = tokenizer.encode(row.rejected);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find(row.prompt.where) != std::string::npos) throw;
+    HF_FAIL(row.prompt.where, ": ", what);
+  }
+  out.chosen.push_back(tokenizer.eos_id());
+  out.rejected.push_back(tokenizer.eos_id());
   return out;
 }
 

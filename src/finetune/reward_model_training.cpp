@@ -10,6 +10,7 @@
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/finetune/fine_tune_options.h"
+#include "hybridflow/finetune/preference_rows.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
 
@@ -17,24 +18,18 @@ namespace hybridflow {
 
 namespace {
 
-struct TokenizedPair {
-  std::vector<int64_t> chosen;
-  std::vector<int64_t> rejected;
-};
-
-std::vector<TokenizedPair> load_pairs(const std::string& path, const Tokenizer& tok, bool add_bos, int64_t limit) {
-  const auto pairs = read_preference_jsonl(path);
-  HF_CHECK(!pairs.empty(), path, ": no preference pairs");
-  std::vector<TokenizedPair> out;
-  for (size_t i = 0; i < pairs.size() && static_cast<int64_t>(out.size()) < limit; ++i) {
-    try {
-      out.push_back({reward_sequence(tok, pairs[i].prompt, pairs[i].chosen, add_bos),
-                     reward_sequence(tok, pairs[i].prompt, pairs[i].rejected, add_bos)});
-    } catch (const Error& e) {
-      HF_FAIL(path, ":", i + 1, ": ", e.what());
-    }
+std::vector<ScoredPair> load_scored_pairs(const std::string& path, const Tokenizer& tok, PromptEncoder& prompts,
+                                   int64_t limit) {
+  std::vector<ScoredPair> out;
+  for (const PreferenceRow& row : read_preference_rows(path)) {
+    if (static_cast<int64_t>(out.size()) >= limit) break;
+    out.push_back(reward_sequences(row, tok, prompts));
   }
   return out;
+}
+
+PromptOptions prompt_options_of(const RewardModelOptions& o) {
+  return preference_prompt_options(o.apply_chat_template, o.add_bos);
 }
 
 // [B, T] ids right padded with pad_id and the matching attention mask.
@@ -62,7 +57,7 @@ torch::Tensor last_token_scores(CausalLM& model, const torch::Tensor& ids, const
 }
 
 // Chosen and rejected rows of a batch of pairs stacked into one forward: [2B, T], chosen first.
-DataProto pair_batch(const std::vector<TokenizedPair>& data, const std::vector<int64_t>& rows, int64_t pad_id) {
+DataProto pair_batch(const std::vector<ScoredPair>& data, const std::vector<int64_t>& rows, int64_t pad_id) {
   std::vector<const std::vector<int64_t>*> chosen, rejected;
   for (int64_t r : rows) {
     chosen.push_back(&data[static_cast<size_t>(r)].chosen);
@@ -78,7 +73,7 @@ DataProto pair_batch(const std::vector<TokenizedPair>& data, const std::vector<i
   return batch;
 }
 
-double accuracy_of(CausalLM& model, const std::vector<TokenizedPair>& pairs, int64_t pad_id) {
+double accuracy_of(CausalLM& model, const std::vector<ScoredPair>& pairs, int64_t pad_id) {
   if (pairs.empty()) return 0.0;
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
@@ -105,13 +100,12 @@ torch::Tensor bradley_terry_loss(const torch::Tensor& chosen_scores, const torch
   return -torch::log_sigmoid(chosen_scores - rejected_scores).mean();
 }
 
-std::vector<int64_t> reward_sequence(const Tokenizer& tok, const std::string& prompt, const std::string& response,
-                                     bool add_bos) {
-  auto ids = tok.encode(prompt, add_bos);
-  const auto resp = tok.encode(response);
-  ids.insert(ids.end(), resp.begin(), resp.end());
-  ids.push_back(tok.eos_id());
-  return ids;
+ScoredPair reward_sequences(const PreferenceRow& row, const Tokenizer& tokenizer, PromptEncoder& prompts) {
+  const EncodedPreference e = encode_preference_row(row, tokenizer, prompts);
+  ScoredPair pair{e.prompt, e.prompt};
+  pair.chosen.insert(pair.chosen.end(), e.chosen.begin(), e.chosen.end());
+  pair.rejected.insert(pair.rejected.end(), e.rejected.begin(), e.rejected.end());
+  return pair;
 }
 
 torch::Tensor sequence_scores(CausalLM& model, const std::vector<std::vector<int64_t>>& sequences, int64_t pad_id) {
@@ -122,11 +116,11 @@ torch::Tensor sequence_scores(CausalLM& model, const std::vector<std::vector<int
   return last_token_scores(model, ids.to(device), mask.to(device));
 }
 
-double pairwise_accuracy(CausalLM& model, const Tokenizer& tok, const std::vector<PreferencePair>& pairs, bool add_bos) {
-  std::vector<TokenizedPair> tokenized;
-  for (const auto& p : pairs)
-    tokenized.push_back({reward_sequence(tok, p.prompt, p.chosen, add_bos), reward_sequence(tok, p.prompt, p.rejected, add_bos)});
-  return accuracy_of(model, tokenized, tok.pad_id());
+double pairwise_accuracy(CausalLM& model, const Tokenizer& tokenizer, const std::string& pairs_file,
+                         const RewardModelOptions& encoding) {
+  PromptEncoder prompts(tokenizer, encoding.model_dir, prompt_options_of(encoding));
+  return accuracy_of(model, load_scored_pairs(pairs_file, tokenizer, prompts, std::numeric_limits<int64_t>::max()),
+                     tokenizer.pad_id());
 }
 
 RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& model, const Tokenizer& tok,
@@ -135,8 +129,10 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
   HF_CHECK(!o.train_file.empty(), "rm: train_file is not set");
   HF_CHECK(o.batch_size > 0 && o.micro_batch_size > 0, "rm: batch_size (", o.batch_size, ") and micro_batch_size (",
            o.micro_batch_size, ") must be > 0");
-  const auto train = load_pairs(o.train_file, tok, o.add_bos, std::numeric_limits<int64_t>::max());
-  const auto held_out = o.eval_file.empty() ? std::vector<TokenizedPair>() : load_pairs(o.eval_file, tok, o.add_bos, o.eval_samples);
+  PromptEncoder prompts(tok, o.model_dir, prompt_options_of(o));
+  const auto train = load_scored_pairs(o.train_file, tok, prompts, std::numeric_limits<int64_t>::max());
+  const auto held_out =
+      o.eval_file.empty() ? std::vector<ScoredPair>() : load_scored_pairs(o.eval_file, tok, prompts, o.eval_samples);
   const int64_t n = static_cast<int64_t>(train.size());
   const int64_t total_steps = fine_tune_total_steps(o, n);
 

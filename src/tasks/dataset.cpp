@@ -114,14 +114,4 @@ void write_preference_jsonl(const std::string& path, const std::vector<Preferenc
   write_jsonl(path, rows);
 }
 
-std::vector<PreferencePair> read_preference_jsonl(const std::string& path) {
-  std::vector<PreferencePair> out;
-  for_each_jsonl_row<nlohmann::json>(path, [&](const nlohmann::json& row, const std::string& where) {
-    HF_CHECK(row.is_object(), where, ": expected a JSON object, got ", row.type_name());
-    out.push_back({string_field(row, "prompt", where), string_field(row, "chosen", where),
-                   string_field(row, "rejected", where)});
-  });
-  return out;
-}
-
 }  // namespace hybridflow

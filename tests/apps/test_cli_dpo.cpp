@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "hybridflow/core/jsonl.h"
 #include "hybridflow/model/pretrained.h"
-#include "hybridflow/tasks/dataset.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -28,7 +28,7 @@ TEST(CliDpo, ShortRunWritesPairsMetricsAndATrainedModel) {
   EXPECT_NE(r.output.find("data: 64 train / 8 held-out addition preference pairs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("eval step 3: held-out exact match"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("dpo summary: 6 steps, held-out exact match"), std::string::npos) << r.output;
-  EXPECT_EQ(hybridflow::read_preference_jsonl(out + "/data/test_pairs.jsonl").size(), 8u);
+  EXPECT_EQ(hybridflow::read_jsonl(out + "/data/test_pairs.jsonl").size(), 8u);
   EXPECT_TRUE(std::filesystem::exists(out + "/dpo_metrics.jsonl"));
   auto start = hybridflow::load_pretrained(dir.file("m"));
   auto trained = hybridflow::load_pretrained(out + "/final");

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <string>
 
+#include "hybridflow/core/jsonl.h"
 #include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/pretrained.h"
-#include "hybridflow/tasks/dataset.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -33,9 +33,9 @@ TEST(CliRm, ShortRunSavesAValueHeadModelThatReproducesTheReportedAccuracy) {
   const double reported = std::stod(r.output.substr(arrow + 3));
 
   auto loaded = hybridflow::load_pretrained(out + "/final", hybridflow::HeadKind::kValue);
-  const auto pairs = hybridflow::read_preference_jsonl(out + "/data/test_pairs.jsonl");
-  EXPECT_EQ(pairs.size(), 40u);
-  EXPECT_NEAR(hybridflow::pairwise_accuracy(loaded.model, loaded.tokenizer, pairs), reported, 1e-3);
+  EXPECT_EQ(hybridflow::read_jsonl(out + "/data/test_pairs.jsonl").size(), 40u);
+  EXPECT_NEAR(hybridflow::pairwise_accuracy(loaded.model, loaded.tokenizer, out + "/data/test_pairs.jsonl"), reported,
+              1e-3);
   EXPECT_TRUE(std::filesystem::exists(out + "/rm_metrics.jsonl"));
   EXPECT_TRUE(std::filesystem::exists(out + "/config.yaml"));
 }

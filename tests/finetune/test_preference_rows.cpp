@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hybridflow/finetune/dpo.h"
+#include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/tasks/parquet_rows.h"
 #include "support/error_of.h"
@@ -94,13 +95,11 @@ TEST(PreferenceRows, BadRowsNameTheLineAndWhatWasExpected) {
   }
 }
 
-// The same pairs as chat messages, as one user message through data.apply_chat_template, and with an implicit
-// prompt: the same token ids, so the same DPO run to the bit (Qwen3's published tokenizer and chat template).
-TEST(PreferenceRows, ConversationalPairsTrainAsTheirChatTemplateRendersThem) {
-  const std::string qwen = testing::tokenizer_data_dir() + "/qwen3";
-  if (!std::filesystem::exists(qwen + "/tokenizer.json")) GTEST_SKIP() << "no Qwen3 tokenizer in " << qwen;
-  at::set_num_threads(1);
-  testing::TempDir dir;
+// Eight addition pairs written as strings, as chat messages with an explicit prompt and with an implicit one.
+struct ChatPairFiles {
+  std::string strings, explicit_chat, implicit_chat;
+};
+ChatPairFiles write_chat_pair_files(testing::TempDir& dir) {
   std::string strings, explicit_chat, implicit_chat;
   for (int i = 0; i < 8; ++i) {
     const std::string q = "What is " + std::to_string(i) + "+" + std::to_string(i + 2) + "?";
@@ -113,15 +112,30 @@ TEST(PreferenceRows, ConversationalPairsTrainAsTheirChatTemplateRendersThem) {
     implicit_chat += R"({"chosen": [)" + user + "," + assistant(good) + R"(], "rejected": [)" + user + "," +
                      assistant(bad) + "]}\n";
   }
-  const Tokenizer tok = Tokenizer::load(qwen + "/tokenizer.json");
-  const ModelConfig config = testing::tiny_model_config(
-      tok, {.hidden_size = 16, .intermediate_size = 32, .num_hidden_layers = 1, .num_attention_heads = 2,
-            .num_key_value_heads = 1});
+  return {write(dir, "strings.jsonl", strings), write(dir, "explicit.jsonl", explicit_chat),
+          write(dir, "implicit.jsonl", implicit_chat)};
+}
+
+std::string qwen_dir() { return testing::tokenizer_data_dir() + "/qwen3"; }
+
+ModelConfig small_config(const Tokenizer& tok) {
+  return testing::tiny_model_config(tok, {.hidden_size = 16, .intermediate_size = 32, .num_hidden_layers = 1,
+                                          .num_attention_heads = 2, .num_key_value_heads = 1});
+}
+
+// The same pairs as chat messages, as one user message through data.apply_chat_template, and with an implicit
+// prompt: the same token ids, so the same DPO run to the bit (Qwen3's published tokenizer and chat template).
+TEST(PreferenceRows, ConversationalPairsTrainAsTheirChatTemplateRendersThem) {
+  if (!std::filesystem::exists(qwen_dir() + "/tokenizer.json")) GTEST_SKIP() << "no Qwen3 tokenizer in " << qwen_dir();
+  at::set_num_threads(1);
+  testing::TempDir dir;
+  const ChatPairFiles files = write_chat_pair_files(dir);
+  const Tokenizer tok = Tokenizer::load(qwen_dir() + "/tokenizer.json");
+  const ModelConfig config = small_config(tok);
   auto run = [&](const std::string& file, bool apply_chat_template) {
     DpoOptions o;
-    o.train_file = write(dir, file, file == "strings.jsonl" ? strings : file == "explicit.jsonl" ? explicit_chat
-                                                                                                 : implicit_chat);
-    o.model_dir = qwen;
+    o.train_file = file;
+    o.model_dir = qwen_dir();
     o.apply_chat_template = apply_chat_template;
     o.lr = 1e-2;
     o.beta = 0.5;
@@ -131,8 +145,8 @@ TEST(PreferenceRows, ConversationalPairsTrainAsTheirChatTemplateRendersThem) {
     CausalLM policy = testing::seeded_model(config, 1), reference = testing::seeded_model(config, 1);
     return train_dpo(o, policy, reference, tok);
   };
-  const DpoResult templated = run("strings.jsonl", true), explicit_result = run("explicit.jsonl", false),
-                  implicit_result = run("implicit.jsonl", false), plain = run("strings.jsonl", false);
+  const DpoResult templated = run(files.strings, true), explicit_result = run(files.explicit_chat, false),
+                  implicit_result = run(files.implicit_chat, false), plain = run(files.strings, false);
   for (size_t i = 0; i < templated.history.size(); ++i) {
     EXPECT_EQ(explicit_result.history[i].loss, templated.history[i].loss) << "step " << i + 1;
     EXPECT_EQ(implicit_result.history[i].loss, templated.history[i].loss) << "step " << i + 1;
@@ -140,6 +154,53 @@ TEST(PreferenceRows, ConversationalPairsTrainAsTheirChatTemplateRendersThem) {
   // The template is really applied: the plain prompts' tokens (no chat markup) train differently.
   EXPECT_NE(plain.history.back().loss, templated.history.back().loss);
   EXPECT_GT(templated.history.front().tokens, 0);
+}
+
+// `hybridflow rm` reads the same formats: a reward model trains to the bit alike on the three, scoring the
+// prompt as the chat template renders it for the actor; its held-out accuracy reads the file the same way.
+TEST(PreferenceRows, ConversationalPairsTrainARewardModelAsTheirChatTemplateRendersThem) {
+  if (!std::filesystem::exists(qwen_dir() + "/tokenizer.json")) GTEST_SKIP() << "no Qwen3 tokenizer in " << qwen_dir();
+  at::set_num_threads(1);
+  testing::TempDir dir;
+  const ChatPairFiles files = write_chat_pair_files(dir);
+  const Tokenizer tok = Tokenizer::load(qwen_dir() + "/tokenizer.json");
+  const ModelConfig config = small_config(tok);
+  auto options = [&](const std::string& file, bool apply_chat_template) {
+    RewardModelOptions o;
+    o.train_file = file;
+    o.eval_file = file;
+    o.model_dir = qwen_dir();
+    o.apply_chat_template = apply_chat_template;
+    o.lr = 1e-2;
+    o.batch_size = 4;
+    o.micro_batch_size = 4;
+    o.steps = 3;
+    o.eval_every = 3;
+    return o;
+  };
+  struct Run {
+    RewardModelResult result;
+    double accuracy;
+  };
+  auto run = [&](const std::string& file, bool apply_chat_template) {
+    torch::manual_seed(1);
+    CausalLM model(config, HeadKind::kValue);
+    const RewardModelOptions o = options(file, apply_chat_template);
+    RewardModelResult result = train_reward_model(o, model, tok);
+    return Run{result, pairwise_accuracy(model, tok, file, o)};
+  };
+  const Run templated = run(files.strings, true), explicit_run = run(files.explicit_chat, false),
+            implicit_run = run(files.implicit_chat, false), plain = run(files.strings, false);
+  for (size_t i = 0; i < templated.result.history.size(); ++i) {
+    EXPECT_EQ(explicit_run.result.history[i].loss, templated.result.history[i].loss) << "step " << i + 1;
+    EXPECT_EQ(implicit_run.result.history[i].loss, templated.result.history[i].loss) << "step " << i + 1;
+  }
+  EXPECT_EQ(explicit_run.result.history.back().tokens, templated.result.history.back().tokens);
+  EXPECT_GT(templated.result.history.back().tokens, plain.result.history.back().tokens);  // the chat markup
+  EXPECT_NE(plain.result.history.back().loss, templated.result.history.back().loss);
+  // The accuracy helper encodes the file as training did: it reproduces the accuracy training reported.
+  EXPECT_EQ(templated.accuracy, templated.result.final_eval_accuracy);
+  EXPECT_EQ(implicit_run.accuracy, implicit_run.result.final_eval_accuracy);
 }
 
 }  // namespace

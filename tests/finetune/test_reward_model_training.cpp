@@ -48,10 +48,18 @@ TEST(RewardModelTraining, BradleyTerryLossMatchesTheFormula) {
 
 TEST(RewardModelTraining, SequenceIsBosPromptResponseEos) {
   Tokenizer tok = Tokenizer::from_alphabet("0123456789+=");
-  auto ids = reward_sequence(tok, "1+2=", "3", /*add_bos=*/true);
+  PromptEncoder prompts(tok, "", preference_prompt_options(/*apply_chat_template=*/false, /*add_bos=*/true));
+  PreferenceRow row;
+  row.prompt.prompt = "1+2=";
+  row.chosen = "3";
+  row.rejected = "4";
+  const ScoredPair ids = reward_sequences(row, tok, prompts);
   auto expected = tok.encode("1+2=3", true);
   expected.push_back(tok.eos_id());
-  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(ids.chosen, expected);
+  expected = tok.encode("1+2=4", true);
+  expected.push_back(tok.eos_id());
+  EXPECT_EQ(ids.rejected, expected);
 }
 
 TEST(RewardModelTraining, TinyModelRanksHeldOutTaskPairs) {
@@ -96,8 +104,7 @@ TEST(RewardModelTraining, TinyModelRanksHeldOutTaskPairs) {
   EXPECT_EQ(r.history.front().tokens, o.batch_size * 2 * 7);
   EXPECT_EQ(read_jsonl(dir.file("out/rm_metrics.jsonl")).size(), static_cast<size_t>(o.steps));
   // The public accuracy helper agrees with the one training reported.
-  const auto pairs = read_preference_jsonl(dir.file("test.jsonl"));
-  EXPECT_NEAR(pairwise_accuracy(model, tok, pairs), r.final_eval_accuracy, 1e-9);
+  EXPECT_NEAR(pairwise_accuracy(model, tok, dir.file("test.jsonl")), r.final_eval_accuracy, 1e-9);
 }
 
 TEST(RewardModelTraining, MalformedPairFileNamesFileAndLine) {

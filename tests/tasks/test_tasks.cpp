@@ -5,6 +5,7 @@
 #include <set>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/jsonl.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 #include "support/temp_dir.h"
@@ -209,10 +210,11 @@ TEST(Dataset, PreferencePairsRoundTrip) {
   }
   testing::TempDir dir;
   write_preference_jsonl(dir.file("pairs.jsonl"), pairs);
-  auto back = read_preference_jsonl(dir.file("pairs.jsonl"));
+  auto back = read_jsonl(dir.file("pairs.jsonl"));
   ASSERT_EQ(back.size(), pairs.size());
-  EXPECT_EQ(back[5].rejected, pairs[5].rejected);
-  EXPECT_EQ(back[5].prompt, pairs[5].prompt);
+  EXPECT_EQ(back[5].at("rejected"), pairs[5].rejected);
+  EXPECT_EQ(back[5].at("prompt"), pairs[5].prompt);
+  EXPECT_EQ(back[5].at("chosen"), pairs[5].chosen);
 }
 
 }  // namespace

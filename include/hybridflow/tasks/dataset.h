@@ -44,6 +44,5 @@ std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::v
 std::vector<PreferencePair> make_preference_pairs(const Task& task, const std::vector<Example>& examples,
                                                   int64_t per_prompt, uint64_t seed);
 void write_preference_jsonl(const std::string& path, const std::vector<PreferencePair>& pairs);
-std::vector<PreferencePair> read_preference_jsonl(const std::string& path);  // errors name "<path>:<line>"
 
 }  // namespace hybridflow
