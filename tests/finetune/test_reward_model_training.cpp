@@ -125,6 +125,24 @@ TEST(RewardModelTraining, MalformedPairFileNamesFileAndLine) {
   EXPECT_NE(msg.find("rejected"), std::string::npos) << msg;
 }
 
+// A pair is trained on whole: a prompt past the RL trainer's default 512-token prompt limit is no error here
+// (neither command has data.max_prompt_length), and its tokens are all counted.
+TEST(RewardModelTraining, LongPromptsAreTrainedWhole) {
+  testing::TempDir dir;
+  const std::string path = dir.file("pairs.jsonl");
+  const std::string prompt(600, '1');
+  std::ofstream(path) << R"({"prompt": ")" << prompt << R"(=", "chosen": "3", "rejected": "4"})" << "\n";
+  Tokenizer tok = Tokenizer::from_alphabet("0123456789+=");
+  CausalLM model = tiny_value_model(tok);
+  RewardModelOptions o;
+  o.train_file = path;
+  o.steps = 1;
+  o.batch_size = 1;
+  o.micro_batch_size = 1;
+  const RewardModelResult r = train_reward_model(o, model, tok);
+  EXPECT_EQ(r.history.front().tokens, 2 * (1 + 601 + 1 + 1));  // bos, the prompt and "=", the answer, eos
+}
+
 TEST(RewardModelTraining, LanguageModelHeadIsRejected) {
   Tokenizer tok = Tokenizer::from_alphabet("0123456789+=");
   ModelConfig c = preset_model_config("tiny", tok.vocab_size());
