@@ -54,7 +54,7 @@ class DpoLoop final : public PreferencePairLoop {
                     m.eval_accuracy);
     });
     // The summary spans the evaluation before the first update to the last.
-    return {result.steps, result.initial_eval_accuracy, result.final_eval_accuracy, result.final_eval_accuracy};
+    return {result.steps, result.initial_eval_accuracy, result.final_eval_accuracy, result.final_eval_accuracy, result};
   }
 
  private:

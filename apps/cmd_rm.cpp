@@ -55,7 +55,7 @@ class RewardModelLoop final : public PreferencePairLoop {
                     m.eval_accuracy);
     });
     // The summary spans the evaluation before the first update to the last.
-    return {result.steps, result.initial_eval_accuracy, result.final_eval_accuracy, result.final_eval_accuracy};
+    return {result.steps, result.initial_eval_accuracy, result.final_eval_accuracy, result.final_eval_accuracy, result};
   }
 
  private:

@@ -35,7 +35,6 @@ class SftLoop final : public FineTuneLoop {
 
   void read_options(const Config& cfg, const Task& task, const FineTuneOptions& shared) override {
     static_cast<FineTuneOptions&>(options_) = shared;
-    options_.save_every = cfg.get<int64_t>("trainer.save_every");
     options_.max_new_tokens = cfg.get<int64_t>("trainer.max_new_tokens");
     options_.model_dir = cfg.get<std::string>("model.path");
     options_.apply_chat_template = cfg.get<bool>("data.apply_chat_template");
@@ -54,7 +53,8 @@ class SftLoop final : public FineTuneLoop {
       progress.step(m.step, m.tokens, {{"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm}}, m.eval_accuracy);
     });
     // The summary spans the evaluations the run printed.
-    return {result.steps, progress.first_eval_accuracy(), progress.last_eval_accuracy(), result.final_eval_accuracy};
+    return {result.steps, progress.first_eval_accuracy(), progress.last_eval_accuracy(), result.final_eval_accuracy,
+            result};
   }
 
  private:

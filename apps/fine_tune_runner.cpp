@@ -1,15 +1,18 @@
 #include "fine_tune_runner.h"
 
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/lora_setup.h"
 #include "hybridflow/trainer/lora_keys.h"
+#include "hybridflow/transport/process_pool.h"
 
 namespace hybridflow::cli {
 
@@ -48,6 +51,12 @@ void read_fine_tune_options(const Config& cfg, FineTuneOptions& options) {
   options.eval_every = cfg.get<int64_t>("trainer.eval_every");
   options.eval_samples = cfg.get<int64_t>("trainer.eval_samples");
   options.seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
+  options.save_every = cfg.get<int64_t>("trainer.save_every");
+  HF_CHECK(options.save_every >= 0, "trainer.save_every must be >= 0 steps, got ", options.save_every);
+  options.resume_mode = cfg.get<std::string>("trainer.resume_mode");
+  options.resume_from_path = cfg.get<std::string>("trainer.resume_from_path");
+  // The first Ctrl-C (or SIGTERM) ends the loop after its step, with a checkpoint; a second one kills.
+  options.stop_requested = [] { return stop_requested_signal() != 0; };
 }
 
 namespace {
@@ -55,6 +64,7 @@ namespace {
 int run_fine_tune_command(const FineTuneCommand& command, const std::string& config_file,
                           const std::vector<std::string>& overrides) {
   Config cfg = Config::load(command.defaults_yaml, config_file, overrides);
+  enable_graceful_stop_on_signals();
   init_threads(cfg.get<int>("trainer.threads"));
   warn_if_slow_blas();
 
@@ -91,6 +101,15 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
   FineTuneProgress progress(command.name, shared.steps > 0 ? shared.steps : 0, command.eval_metric);
   const FineTuneOutcome outcome = loop->train(pre, progress);
   progress.finish(outcome.final_eval_accuracy);
+  if (outcome.run.stopped) {
+    const int sig = stop_requested_signal();
+    std::fprintf(stderr, "%s: stopped by %s; checkpoint: %s\nresume with the same command (trainer.resume_mode: auto "
+                 "continues from the newest checkpoint of %s)\n",
+                 command.name.c_str(), sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+                 outcome.run.last_checkpoint.empty() ? "none (trainer.out_dir is not set)" : outcome.run.last_checkpoint.c_str(),
+                 out_dir.c_str());
+    return 128 + (sig > 0 ? sig : SIGINT);
+  }
 
   const std::string final_dir = out_dir + "/final";
   save_pretrained(final_dir, pre.model, pre.tokenizer);  // with LoRA: the base model, the adapters beside it
@@ -99,9 +118,11 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
     save_lora_adapter(final_dir + "/lora_adapter", pre.model, base.empty() ? final_dir : base);
     std::printf("%s: LoRA adapters in %s/lora_adapter (PEFT's format)\n", command.name.c_str(), final_dir.c_str());
   }
-  std::printf("%s summary: %lld steps, held-out %s %.3f -> %.3f, %s in %s\n", command.name.c_str(),
-              static_cast<long long>(outcome.steps), command.eval_metric.c_str(), outcome.first_eval_accuracy,
-              outcome.last_eval_accuracy, command.final_model.c_str(), final_dir.c_str());
+  const std::string resumed =
+      outcome.run.resumed_step > 0 ? " (resumed at step " + std::to_string(outcome.run.resumed_step) + ")" : "";
+  std::printf("%s summary: %lld steps%s, held-out %s %.3f -> %.3f, %s in %s\n", command.name.c_str(),
+              static_cast<long long>(outcome.steps), resumed.c_str(), command.eval_metric.c_str(),
+              outcome.first_eval_accuracy, outcome.last_eval_accuracy, command.final_model.c_str(), final_dir.c_str());
   return 0;
 }
 

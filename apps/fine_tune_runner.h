@@ -49,6 +49,7 @@ struct FineTuneOutcome {
   double first_eval_accuracy = -1;  // the summary's "from"
   double last_eval_accuracy = -1;   // the summary's "to"
   double final_eval_accuracy = -1;  // the progress line's final_heldout_acc
+  FineTuneRunInfo run;              // resumed from, stopped early, the last checkpoint
 };
 
 // What one fine-tuning command does between the runner's shared steps, called in this order.

@@ -36,7 +36,9 @@ trainer:
   micro_batch_size: 64
   eval_every: 100
   eval_samples: 200
-  save_every: 0          # 0 = only the final checkpoint
+  save_every: 0          # steps between checkpoints in out_dir/checkpoint-STEP (0 = only the last step's); Ctrl-C saves the step it stops at
+  resume_mode: auto      # auto (the newest complete checkpoint of out_dir, if any) | disable | resume_path
+  resume_from_path: ""   # with resume_mode: resume_path: a checkpoint-STEP directory
   out_dir: runs/sft
   seed: 0
   threads: 0             # 0 = one per core

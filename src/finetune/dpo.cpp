@@ -13,6 +13,7 @@
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/engine/shuffled_batches.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/finetune/fine_tune_checkpoint.h"
 #include "hybridflow/finetune/preference_rows.h"
 #include "hybridflow/finetune/sft.h"
 
@@ -240,16 +241,19 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
   };
 
   DpoResult result;
+  if (!o.out_dir.empty()) make_dirs(o.out_dir);
+  const std::string metrics_file = o.out_dir.empty() ? "" : o.out_dir + "/dpo_metrics.jsonl";
+  FineTuneCheckpoints checkpoints(o, policy, tok, engine, metrics_file, total_steps);
   if (!held_out.empty()) {
     DpoMetrics before;
     evaluate(&before);
     result.initial_eval_accuracy = before.eval_accuracy;
   }
   ShuffledBatches batches(n, o.batch_size, o.seed);
+  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
   const auto start = std::chrono::steady_clock::now();
-  if (!o.out_dir.empty()) make_dirs(o.out_dir);
   policy->train();
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {
     const std::vector<int64_t> rows = batches.next();
     chosen_sum = rejected_sum = 0;
     correct = 0;
@@ -288,11 +292,13 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
         row["eval_accuracy"] = m.eval_accuracy;
         row["eval_rewards/accuracies"] = m.eval_reward_accuracy;
       }
-      append_jsonl(o.out_dir + "/dpo_metrics.jsonl", row);
+      append_jsonl(metrics_file, row);
     }
     result.history.push_back(m);
     if (progress) progress(m);
+    if (checkpoints.after_step(step)) break;
   }
+  static_cast<FineTuneRunInfo&>(result) = checkpoints.info();
   policy->eval();
   result.steps = total_steps;
   return result;

@@ -9,6 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/jsonl.h"
+#include "hybridflow/finetune/fine_tune_checkpoint.h"
 #include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/finetune/preference_rows.h"
 #include "hybridflow/engine/shuffled_batches.h"
@@ -151,12 +152,15 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
   };
 
   RewardModelResult result;
+  if (!o.out_dir.empty()) make_dirs(o.out_dir);
+  const std::string metrics_file = o.out_dir.empty() ? "" : o.out_dir + "/rm_metrics.jsonl";
+  FineTuneCheckpoints checkpoints(o, model, tok, engine, metrics_file, total_steps);
   if (!held_out.empty()) result.initial_eval_accuracy = accuracy_of(model, held_out, tok.pad_id());
   ShuffledBatches batches(n, o.batch_size, o.seed);
+  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
   const auto start = std::chrono::steady_clock::now();
-  if (!o.out_dir.empty()) make_dirs(o.out_dir);
   model->train();
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {
     const std::vector<int64_t> rows = batches.next();
     correct = 0;
     margin_sum = 0;
@@ -182,11 +186,13 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
                             {"margin", m.margin},     {"grad_norm", m.grad_norm},
                             {"lr", m.lr},             {"seconds", m.seconds}};
       if (m.eval_accuracy >= 0) row["eval_accuracy"] = m.eval_accuracy;
-      append_jsonl(o.out_dir + "/rm_metrics.jsonl", row);
+      append_jsonl(metrics_file, row);
     }
     result.history.push_back(m);
     if (progress) progress(m);
+    if (checkpoints.after_step(step)) break;
   }
+  static_cast<FineTuneRunInfo&>(result) = checkpoints.info();
   model->eval();
   result.steps = total_steps;
   return result;

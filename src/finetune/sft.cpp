@@ -12,6 +12,7 @@
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/core/logging.h"
 #include "hybridflow/engine/generation.h"
+#include "hybridflow/finetune/fine_tune_checkpoint.h"
 #include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/prompt_encoder.h"
@@ -90,32 +91,7 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-// Writes the whole directory under a temporary name and renames it, so a crash never leaves a
-// half-written checkpoint that looks complete.
-std::string save_checkpoint(const std::string& out_dir, int64_t step, const CausalLM& model, const Tokenizer& tok,
-                            const TrainEngine& engine) {
-  namespace fs = std::filesystem;
-  const std::string final_dir = checkpoint_dir(out_dir, step);
-  const std::string tmp_dir = final_dir + ".tmp";
-  std::string failure = remove_tree(tmp_dir);
-  HF_CHECK(failure.empty(), "could not remove the unfinished checkpoint ", failure);
-  make_dirs(tmp_dir);
-  save_pretrained(tmp_dir, model, tok);  // with LoRA the base model, the adapters beside it
-  if (model->has_lora()) save_lora_adapter(tmp_dir + "/lora_adapter", model, final_dir);
-  engine.save_state(tmp_dir + "/optimizer.pt");
-  failure = remove_tree(final_dir);
-  HF_CHECK(failure.empty(), "could not replace the checkpoint ", failure);
-  std::error_code ec;
-  fs::rename(tmp_dir, final_dir, ec);
-  HF_CHECK(!ec, "could not rename checkpoint '", tmp_dir, "' to '", final_dir, "': ", ec.message());
-  return final_dir;
-}
-
 }  // namespace
-
-std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
-  return out_dir + "/checkpoint-" + std::to_string(step);
-}
 
 double evaluate_exact_match(CausalLM& model, const Tokenizer& tok, const std::vector<std::vector<int64_t>>& prompts,
                             const std::vector<std::string>& answers, int64_t max_new_tokens,
@@ -194,11 +170,14 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   };
 
   SftResult result;
-  ShuffledBatches batches(n, o.batch_size, o.seed);
-  const auto start = std::chrono::steady_clock::now();
   if (!o.out_dir.empty()) make_dirs(o.out_dir);
+  const std::string metrics_file = o.out_dir.empty() ? "" : o.out_dir + "/sft_metrics.jsonl";
+  FineTuneCheckpoints checkpoints(o, model, tok, engine, metrics_file, total_steps);
+  ShuffledBatches batches(n, o.batch_size, o.seed);
+  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
+  const auto start = std::chrono::steady_clock::now();
   model->train();
-  for (int64_t step = 1; step <= total_steps; ++step) {
+  for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {
     const std::vector<int64_t> rows = batches.next();
     StepStats stats = engine.train_step(make_batch(train, rows, tok.pad_id()).to(device), o.micro_batch_size, loss_fn);
     SftMetrics m;
@@ -213,19 +192,18 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
       result.final_eval_accuracy = m.eval_accuracy;
       model->train();
     }
-    if (!o.out_dir.empty() && ((o.save_every > 0 && step % o.save_every == 0) || last)) {
-      result.last_checkpoint = save_checkpoint(o.out_dir, step, model, tok, engine);
-    }
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!o.out_dir.empty()) {
       nlohmann::json row = {{"step", m.step},       {"loss", m.loss}, {"grad_norm", m.grad_norm},
                             {"lr", m.lr},           {"seconds", m.seconds}};
       if (m.eval_accuracy >= 0) row["eval_accuracy"] = m.eval_accuracy;
-      append_jsonl(o.out_dir + "/sft_metrics.jsonl", row);
+      append_jsonl(metrics_file, row);
     }
     result.history.push_back(m);
     if (progress) progress(m);
+    if (checkpoints.after_step(step)) break;
   }
+  static_cast<FineTuneRunInfo&>(result) = checkpoints.info();
   result.steps = total_steps;
   return result;
 }

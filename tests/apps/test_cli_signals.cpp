@@ -85,3 +85,48 @@ TEST(CliSignals, SigtermStopsAfterTheStepCheckpointsEndsWorkersAndTheRunResumesT
   ASSERT_EQ(static_cast<int64_t>(logged.size()), steps + 1);
   EXPECT_EQ(logged.back(), steps + 1);
 }
+
+// Ctrl-C during a fine-tuning command (`hybridflow rm` here; sft and dpo share the runner): it stops after the
+// step, writes checkpoint-<step>, says so and exits 130; the same command continues from that step, and its
+// metrics hold every step once.
+TEST(CliSignals, SigintStopsAFineTuningRunWithACheckpointAndTheSameCommandResumesIt) {
+  hybridflow::testing::TempDir dir;
+  const std::string out = dir.file("rm"), log = dir.file("rm.log");
+  const std::string args = "rm trainer.eval_every=0 trainer.threads=1 model.hidden_size=32 model.num_hidden_layers=1 "
+                           "model.intermediate_size=64 data.train_size=64 data.test_size=8 trainer.batch_size=8 "
+                           "trainer.micro_batch_size=8 trainer.out_dir=" + out;
+  const std::string command = std::string(HF_BINARY) + " " + args + " trainer.steps=100000";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command + " > " + log + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (lines_in(out + "/rm_metrics.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string output = hybridflow::read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  const int64_t steps = lines_in(out + "/rm_metrics.jsonl");
+  ASSERT_GE(steps, 1);
+  const std::string ckpt = out + "/checkpoint-" + std::to_string(steps);
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/optimizer.pt")) << output;
+  EXPECT_TRUE(contains(output, "rm: stopped by SIGINT; checkpoint: " + ckpt)) << output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/final")) << "a stopped run saved a final model";
+
+  const auto again = hybridflow::testing::run_shell(std::string(HF_BINARY) + " " + args +
+                                                   " trainer.steps=" + std::to_string(steps + 2));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "rm summary: " + std::to_string(steps + 2) + " steps (resumed at step " +
+                                         std::to_string(steps) + ")"))
+      << again.output;
+  std::vector<int64_t> logged;
+  for (const auto& record : hybridflow::read_jsonl(out + "/rm_metrics.jsonl")) logged.push_back(record.at("step"));
+  ASSERT_EQ(static_cast<int64_t>(logged.size()), steps + 2);
+  for (int64_t i = 0; i < steps + 2; ++i) EXPECT_EQ(logged[static_cast<size_t>(i)], i + 1);
+  EXPECT_TRUE(std::filesystem::exists(out + "/final/config.json"));
+}

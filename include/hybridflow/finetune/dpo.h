@@ -51,10 +51,10 @@ struct DpoMetrics {
   double eval_reward_accuracy = -1;  // held-out pairs whose chosen implicit reward is the larger
 };
 
-struct DpoResult {
-  std::vector<DpoMetrics> history;
+struct DpoResult : FineTuneRunInfo {
+  std::vector<DpoMetrics> history;    // one entry per step run (after resumed_step)
   int64_t steps = 0;
-  double initial_eval_accuracy = -1;  // before the first update
+  double initial_eval_accuracy = -1;  // before the first update (of this run: at resumed_step)
   double final_eval_accuracy = -1;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "hybridflow/engine/train_engine.h"
@@ -26,6 +27,21 @@ struct FineTuneOptions {
   int64_t eval_samples = 200;  // held-out rows scored per evaluation (the file's first ones)
   std::string out_dir;         // where the loop writes its metrics (and checkpoints); empty = nowhere
   uint64_t seed = 0;           // data order
+  // Checkpoints (finetune/fine_tune_checkpoint.h), with out_dir: every save_every steps (0: none between) and at
+  // the last step; a stop asked by stop_requested (checked after every step; a Ctrl-C) saves the step it ends.
+  int64_t save_every = 0;
+  std::function<bool()> stop_requested{};
+  // Where a run starts (verl's trainer.resume_mode): "auto" continues from the newest complete checkpoint of
+  // out_dir when there is one, "resume_path" from resume_from_path, "disable" starts fresh.
+  std::string resume_mode = "auto";
+  std::string resume_from_path;
+};
+
+// What every fine-tuning loop's result says besides its own metrics.
+struct FineTuneRunInfo {
+  int64_t resumed_step = 0;     // the checkpoint's step the run continued from (0: a fresh start)
+  bool stopped = false;         // stop_requested ended it before its last step
+  std::string last_checkpoint;  // the newest checkpoint it wrote (empty: none)
 };
 
 // `steps`, or `epochs` (at least 1) passes over `rows` rows in batches of batch_size.

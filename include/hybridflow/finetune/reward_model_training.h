@@ -39,10 +39,10 @@ struct RewardModelMetrics {
   double eval_accuracy = -1;  // held-out pairwise accuracy; -1 when not evaluated at this step
 };
 
-struct RewardModelResult {
-  std::vector<RewardModelMetrics> history;
+struct RewardModelResult : FineTuneRunInfo {
+  std::vector<RewardModelMetrics> history;  // one entry per step run (after resumed_step)
   int64_t steps = 0;
-  double initial_eval_accuracy = -1;  // before the first update
+  double initial_eval_accuracy = -1;  // before the first update (of this run: at resumed_step)
   double final_eval_accuracy = -1;
 };
 

@@ -1,6 +1,6 @@
 // Supervised fine-tuning on prompt/response pairs: loss on response tokens + eos only, padded
 // batches, warm-up + decay schedule, periodic held-out exact-match evaluation by greedy decoding,
-// and periodic checkpoints (a Hugging Face style model dir + optimizer state).
+// and periodic checkpoints to resume from (finetune/fine_tune_checkpoint.h).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,6 @@ struct SftOptions : FineTuneOptions {
   // strings when apply_chat_template, through model_dir's chat template with the generation prompt.
   std::string model_dir;
   bool apply_chat_template = false;
-  int64_t save_every = 0;  // steps between checkpoints (0 = only at the end, when out_dir is set)
   int64_t max_new_tokens = 16;
   // Scores a decoded response against the reference answer; default: exact match after trimming
   // whitespace (the built-in tasks' rule). Pass a Task's score to use its rule.
@@ -40,11 +39,10 @@ struct SftMetrics {
   double eval_accuracy = -1;   // mean score on held-out examples; -1 when not evaluated at this step
 };
 
-struct SftResult {
-  std::vector<SftMetrics> history;  // one entry per step
+struct SftResult : FineTuneRunInfo {
+  std::vector<SftMetrics> history;  // one entry per step run (after resumed_step)
   int64_t steps = 0;
   double final_eval_accuracy = -1;
-  std::string last_checkpoint;  // empty without out_dir
 };
 
 struct SftExample {
@@ -68,8 +66,5 @@ double evaluate_exact_match(CausalLM& model, const Tokenizer& tokenizer,
                             const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::string>& answers,
                             int64_t max_new_tokens,
                             const std::function<double(const std::string&, const std::string&)>& scorer = {});
-
-// Checkpoint directory name for a step: "<out_dir>/checkpoint-<step>".
-std::string checkpoint_dir(const std::string& out_dir, int64_t step);
 
 }  // namespace hybridflow
