@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/finetune/fine_tune_checkpoint.h"
 #include "hybridflow/finetune/fine_tune_options.h"
 #include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/model/tokenizer.h"
