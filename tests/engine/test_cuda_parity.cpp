@@ -18,6 +18,7 @@
 #include "hybridflow/engine/head_log_probs.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "hybridflow/engine/turn_batcher.h"
 #include "hybridflow/kernels/decode_fusions.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/kernels/few_rows_linear.h"
@@ -114,6 +115,66 @@ TEST(CudaParity, GreedyGenerationMatchesTheCpuAndCachedMatchesRecompute) {
 
 using testing::paged_greedy_config;
 using testing::paged_prompts;
+
+// Two greedy turns of every conversation through a TurnBatcher on `model`: the prompt, a turn of up to 6 ids, a
+// "tool result" of 3 ids, a turn of up to 4. Returns each conversation's turns in order and the batcher's stats.
+std::pair<std::vector<std::vector<BatchedTurn>>, TurnBatcherStats> two_greedy_turns(
+    CausalLM& model, GenerationConfig cfg, const std::vector<std::vector<int64_t>>& prompts, int64_t group_size) {
+  const auto count = static_cast<int64_t>(prompts.size());
+  TurnBatcher batcher(model, cfg, count, group_size);
+  std::vector<std::vector<BatchedTurn>> turns(prompts.size());
+  std::vector<std::vector<int64_t>> contexts = prompts;
+  for (int turn = 0; turn < 2; ++turn) {
+    for (int64_t c = 0; c < count; ++c) batcher.submit(c, contexts[static_cast<size_t>(c)], turn == 0 ? 6 : 4);
+    int64_t ended = 0;
+    for (int step = 0; step < 200 && ended < count; ++step)
+      for (BatchedTurn& t : batcher.step()) {
+        auto& context = contexts[static_cast<size_t>(t.conversation)];
+        context.insert(context.end(), t.ids.begin(), t.ids.end());
+        for (int64_t id : {int64_t{7}, int64_t{8}, 30 + t.conversation}) context.push_back(id);
+        turns[static_cast<size_t>(t.conversation)].push_back(std::move(t));
+        ++ended;
+      }
+    EXPECT_EQ(ended, count) << "turn " << turn;
+  }
+  return {turns, batcher.stats()};
+}
+
+// Multi-turn continuous batching on the GPU (agentic rollouts): the turns the CPU generates from the same
+// weights, delta prefills resumed from the cached blocks; and prefix caching across prompts (their first 2
+// blocks alike) with and without groups choosing the tokens of prefix caching off, prefilling exactly the
+// positions it found fewer.
+TEST(CudaParity, MultiTurnBatchingMatchesTheCpuWithPrefixCachingOnAndOff) {
+  SKIP_WITHOUT_GPU();
+  ModelPair p = make_pair(torch::kFloat32, 8.0);
+  const std::vector<int64_t> a = {5, 9, 2, 30, 21, 22, 23, 24, 33, 34}, b = {5, 9, 2, 30, 21, 22, 23, 24, 40};
+  const std::vector<std::vector<int64_t>> prompts = {a, a, b, b};
+  GenerationConfig cfg;
+  cfg.greedy = true;
+  cfg.max_new_tokens = 16;
+  cfg.kv_block_size = 4;
+  for (const int64_t group_size : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "group_size " << group_size);
+    const auto [cpu, cpu_stats] = two_greedy_turns(p.cpu, cfg, prompts, group_size);
+    const auto [gpu, gpu_stats] = two_greedy_turns(p.gpu, cfg, prompts, group_size);
+    GenerationConfig off = cfg;
+    off.enable_prefix_caching = false;
+    const auto [gpu_off, gpu_off_stats] = two_greedy_turns(p.gpu, off, prompts, group_size);
+    for (size_t c = 0; c < prompts.size(); ++c)
+      for (size_t t = 0; t < 2; ++t) {
+        ASSERT_EQ(gpu[c][t].ids, cpu[c][t].ids) << "conversation " << c << " turn " << t;
+        ASSERT_EQ(gpu_off[c][t].ids, gpu[c][t].ids) << "conversation " << c << " turn " << t;
+        for (size_t k = 0; k < gpu[c][t].log_probs.size(); ++k) {
+          EXPECT_NEAR(gpu[c][t].log_probs[k], cpu[c][t].log_probs[k], 1e-4) << "conversation " << c;
+          EXPECT_NEAR(gpu_off[c][t].log_probs[k], gpu[c][t].log_probs[k], 1e-4) << "conversation " << c;
+        }
+      }
+    EXPECT_EQ(gpu_stats.prefix_cached_tokens, cpu_stats.prefix_cached_tokens);
+    EXPECT_GE(gpu_stats.prefix_cached_tokens, 8);
+    EXPECT_EQ(gpu_off_stats.prefill_tokens - gpu_stats.prefill_tokens, gpu_stats.prefix_cached_tokens);
+    EXPECT_GT(gpu_stats.reused_tokens, gpu_stats.prefix_cached_tokens);  // the second turns' delta resumes
+  }
+}
 
 // Decode steps replayed as CUDA graphs (GenerationConfig::cuda_graphs) choose the eager steps' greedy tokens:
 // prompts of several lengths, two samples each, fewer slots than sequences (rows join and leave), blocks of 4
