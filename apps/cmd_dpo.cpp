@@ -26,6 +26,7 @@ class DpoLoop final : public PreferencePairLoop {
     options_.beta = cfg.get<double>("dpo.beta");
     options_.loss_type = parse_dpo_loss_type(cfg.get<std::string>("dpo.loss_type"));
     options_.label_smoothing = cfg.get<double>("dpo.label_smoothing");
+    options_.simpo_gamma = cfg.get<double>("dpo.simpo_gamma");
     check_dpo_options(options_);
     options_.max_new_tokens = cfg.get<int64_t>("trainer.max_new_tokens");
     const Task* task_ptr = &task;
@@ -36,10 +37,11 @@ class DpoLoop final : public PreferencePairLoop {
 
   // The policy from model.path; the reference from model.ref_path, frozen. Without model.ref_path the
   // reference is the starting model: with LoRA the policy with its adapters off (no second copy of the
-  // weights), else model.path loaded again.
+  // weights), else model.path loaded again. simpo and orpo load none.
   Pretrained load_model(const Config& cfg, const Task&) override {
     const std::string path = cfg.get<std::string>("model.path");
     const std::string ref_path = cfg.get<std::string>("model.ref_path");
+    if (dpo_loss_is_reference_free(options_.loss_type)) return load_pretrained(path);
     if (!ref_path.empty() || cfg.get<int64_t>("model.lora_rank") <= 0)
       reference_ = load_pretrained(ref_path.empty() ? path : ref_path).model;
     return load_pretrained(path);

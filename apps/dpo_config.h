@@ -28,9 +28,10 @@ data:
   add_bos: true          # plain prompts: encoded with bos, as the RL trainer's data.add_bos
   apply_chat_template: false  # plain-string prompts as a user message through model.path's chat template
 dpo:
-  beta: 0.1              # the implicit reward's scale: beta (log pi - log ref)
-  loss_type: sigmoid     # sigmoid (DPO) | ipo
-  label_smoothing: 0.0   # sigmoid: the assumed share of flipped preferences (cDPO), in [0, 0.5)
+  beta: 0.1              # the implicit reward's scale: beta (log pi - log ref); simpo / orpo: beta x mean token log-prob
+  loss_type: sigmoid     # sigmoid (DPO) | ipo | simpo | orpo (simpo and orpo: no reference model)
+  label_smoothing: 0.0   # sigmoid, simpo: the assumed share of flipped preferences (cDPO), in [0, 0.5)
+  simpo_gamma: 0.5       # simpo: the target reward margin gamma
 optim:
   lr: 1.0e-4
   weight_decay: 0.0

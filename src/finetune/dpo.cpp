@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -102,9 +103,24 @@ std::pair<torch::Tensor, torch::Tensor> pair_log_probs(CausalLM& model, const Da
   return {both.narrow(0, 0, n), both.narrow(0, n, n)};
 }
 
-// The reference's log-probs of both sides. A null reference is the policy with its LoRA adapters off: the base
-// model, without a second copy of its weights.
-void add_reference_log_probs(CausalLM& policy, CausalLM& reference, DataProto& batch) {
+// Mean log-prob per response token (eos included) of each pair's side: [B].
+torch::Tensor mean_log_probs(const torch::Tensor& sums, const DataProto& b, const std::string& side) {
+  return sums / b.tensor(side + "_response_mask").sum(1).to(sums.dtype()).clamp_min(1);
+}
+
+// Each side's implicit reward [B]: beta (log pi - log ref) of the sequence, or for the reference-free losses beta
+// times the mean log-prob per token (TRL's rewards/* for CPO / SimPO and ORPO).
+std::pair<torch::Tensor, torch::Tensor> implicit_rewards(const DpoOptions& o, const torch::Tensor& chosen,
+                                                         const torch::Tensor& rejected, const DataProto& b) {
+  if (dpo_loss_is_reference_free(o.loss_type))
+    return {o.beta * mean_log_probs(chosen, b, "chosen"), o.beta * mean_log_probs(rejected, b, "rejected")};
+  return {o.beta * (chosen - b.tensor("reference_chosen")), o.beta * (rejected - b.tensor("reference_rejected"))};
+}
+
+// The reference's log-probs of both sides (none for a reference-free loss). A null reference is the policy with
+// its LoRA adapters off: the base model, without a second copy of its weights.
+void add_reference_log_probs(const DpoOptions& o, CausalLM& policy, CausalLM& reference, DataProto& batch) {
+  if (dpo_loss_is_reference_free(o.loss_type)) return;
   torch::NoGradGuard no_grad;
   const bool adapters_off = !reference;
   if (adapters_off) policy->set_lora_enabled(false);
@@ -115,8 +131,8 @@ void add_reference_log_probs(CausalLM& policy, CausalLM& reference, DataProto& b
 }
 
 // Held-out pairs whose chosen response gets the larger implicit reward.
-double reward_accuracy(CausalLM& policy, CausalLM& reference, const std::vector<EncodedPair>& pairs, int64_t pad_id,
-                       const torch::Device& device) {
+double reward_accuracy(const DpoOptions& o, CausalLM& policy, CausalLM& reference, const std::vector<EncodedPair>& pairs,
+                       int64_t pad_id, const torch::Device& device) {
   if (pairs.empty()) return 0.0;
   torch::NoGradGuard no_grad;
   const bool was_training = policy->is_training();
@@ -127,10 +143,10 @@ double reward_accuracy(CausalLM& policy, CausalLM& reference, const std::vector<
     std::vector<int64_t> rows;
     for (int64_t i = begin; i < std::min(n, begin + chunk); ++i) rows.push_back(i);
     DataProto batch = pair_batch(pairs, rows, pad_id).to(device);
-    add_reference_log_probs(policy, reference, batch);
+    add_reference_log_probs(o, policy, reference, batch);
     auto [chosen, rejected] = pair_log_probs(policy, batch);
-    const auto margin = (chosen - batch.tensor("reference_chosen")) - (rejected - batch.tensor("reference_rejected"));
-    correct += margin.gt(0).sum().item<int64_t>();
+    const auto [reward_chosen, reward_rejected] = implicit_rewards(o, chosen, rejected, batch);
+    correct += reward_chosen.gt(reward_rejected).sum().item<int64_t>();
   }
   if (was_training) policy->train();
   return static_cast<double>(correct) / static_cast<double>(n);
@@ -141,13 +157,39 @@ double reward_accuracy(CausalLM& policy, CausalLM& reference, const std::vector<
 DpoLossType parse_dpo_loss_type(const std::string& value) {
   if (value == "sigmoid") return DpoLossType::kSigmoid;
   if (value == "ipo") return DpoLossType::kIpo;
-  HF_FAIL("dpo.loss_type: expected sigmoid or ipo, got '", value, "'");
+  if (value == "simpo") return DpoLossType::kSimpo;
+  if (value == "orpo") return DpoLossType::kOrpo;
+  HF_FAIL("dpo.loss_type: expected sigmoid, ipo, simpo or orpo, got '", value, "'");
 }
+
+bool dpo_loss_is_reference_free(DpoLossType type) { return type == DpoLossType::kSimpo || type == DpoLossType::kOrpo; }
 
 void check_dpo_options(const DpoOptions& o) {
   HF_CHECK(o.beta > 0, "dpo.beta must be > 0, got ", o.beta);
   HF_CHECK(o.label_smoothing >= 0 && o.label_smoothing < 0.5, "dpo.label_smoothing must be in [0, 0.5), got ",
            o.label_smoothing);
+  HF_CHECK(std::isfinite(o.simpo_gamma), "dpo.simpo_gamma must be a finite number, got ", o.simpo_gamma);
+}
+
+torch::Tensor reference_free_preference_loss(const torch::Tensor& chosen_mean, const torch::Tensor& rejected_mean,
+                                             const torch::Tensor& chosen_nll, double beta, DpoLossType type,
+                                             double label_smoothing, double simpo_gamma) {
+  HF_CHECK(dpo_loss_is_reference_free(type), "reference_free_preference_loss: dpo.loss_type sigmoid and ipo need ",
+           "the reference's log-probs (dpo_loss)");
+  HF_CHECK(chosen_mean.sizes() == rejected_mean.sizes(), "reference_free_preference_loss: chosen ", chosen_mean.sizes(),
+           " and rejected ", rejected_mean.sizes(), " must have one shape");
+  HF_CHECK(beta > 0, "dpo.beta must be > 0, got ", beta);
+  if (type == DpoLossType::kSimpo) {
+    const torch::Tensor logits = beta * (chosen_mean - rejected_mean) - simpo_gamma;
+    torch::Tensor loss = -torch::log_sigmoid(logits) * (1.0 - label_smoothing);
+    if (label_smoothing > 0) loss = loss - torch::log_sigmoid(-logits) * label_smoothing;
+    return loss.mean();
+  }
+  // ORPO: log odds(a) = a - log(1 - exp(a)) with a < 0, log1p(-exp(a)) computed as log(-expm1(a)) near a = 0.
+  const auto log_one_minus = [](const torch::Tensor& a) { return torch::log(-torch::expm1(a)); };
+  const torch::Tensor log_odds =
+      (chosen_mean - rejected_mean) - (log_one_minus(chosen_mean) - log_one_minus(rejected_mean));
+  return chosen_nll - beta * torch::log_sigmoid(log_odds).mean();
 }
 
 torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
@@ -160,6 +202,8 @@ torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& 
   HF_CHECK(beta > 0, "dpo.beta must be > 0, got ", beta);
   HF_CHECK(label_smoothing >= 0 && label_smoothing < 0.5, "dpo.label_smoothing must be in [0, 0.5), got ",
            label_smoothing);
+  HF_CHECK(!dpo_loss_is_reference_free(type), "dpo_loss: dpo.loss_type simpo and orpo take no reference ",
+           "(reference_free_preference_loss)");
   const torch::Tensor margin = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected);
   if (type == DpoLossType::kIpo) return (margin - 1.0 / (2.0 * beta)).pow(2).mean();
   const torch::Tensor scaled = beta * margin;
@@ -190,7 +234,9 @@ torch::Tensor sequence_log_probs(CausalLM& model, const torch::Tensor& ids, cons
 DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, const Tokenizer& tok,
                     const DpoProgressCallback& progress) {
   HF_CHECK(policy->head_kind() == HeadKind::kLanguageModel, "dpo: the policy needs a language-model head");
-  if (reference) {
+  if (dpo_loss_is_reference_free(o.loss_type)) {
+    // simpo / orpo: no reference model is read, whatever was passed.
+  } else if (reference) {
     HF_CHECK(reference->head_kind() == HeadKind::kLanguageModel, "dpo: the reference needs a language-model head");
     HF_CHECK(policy->config().vocab_size == reference->config().vocab_size, "dpo: the policy's vocabulary (",
              policy->config().vocab_size, ") and the reference's (", reference->config().vocab_size, ") differ");
@@ -225,18 +271,23 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
   int64_t correct = 0;
   MicroLossFn loss_fn = [&](const DataProto& micro) {
     auto [chosen, rejected] = pair_log_probs(policy, micro);
-    const torch::Tensor& ref_chosen = micro.tensor("reference_chosen");
-    const torch::Tensor& ref_rejected = micro.tensor("reference_rejected");
-    const auto reward_chosen = (o.beta * (chosen - ref_chosen)).detach();
-    const auto reward_rejected = (o.beta * (rejected - ref_rejected)).detach();
+    const auto [reward_chosen, reward_rejected] = implicit_rewards(o, chosen.detach(), rejected.detach(), micro);
     chosen_sum += reward_chosen.sum().item<double>();
     rejected_sum += reward_rejected.sum().item<double>();
     correct += reward_chosen.gt(reward_rejected).sum().item<int64_t>();
-    return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, o.beta, o.label_smoothing, o.loss_type);
+    if (dpo_loss_is_reference_free(o.loss_type)) {
+      const torch::Tensor chosen_tokens = micro.tensor("chosen_response_mask").sum().to(chosen.dtype());
+      return reference_free_preference_loss(mean_log_probs(chosen, micro, "chosen"),
+                                            mean_log_probs(rejected, micro, "rejected"),
+                                            -chosen.sum() / chosen_tokens.clamp_min(1), o.beta, o.loss_type,
+                                            o.label_smoothing, o.simpo_gamma);
+    }
+    return dpo_loss(chosen, rejected, micro.tensor("reference_chosen"), micro.tensor("reference_rejected"), o.beta,
+                    o.label_smoothing, o.loss_type);
   };
   auto evaluate = [&](DpoMetrics* m) {
     m->eval_accuracy = evaluate_exact_match(policy, tok, eval_prompts, eval_answers, o.max_new_tokens, o.scorer);
-    m->eval_reward_accuracy = reward_accuracy(policy, reference, held_out, tok.pad_id(), device);
+    m->eval_reward_accuracy = reward_accuracy(o, policy, reference, held_out, tok.pad_id(), device);
     policy->train();
   };
 
@@ -259,7 +310,7 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
     correct = 0;
     // No "loss_mask" tensor: the engine weights micro-batches by pairs, so the step's loss is the batch mean.
     DataProto batch = pair_batch(train, rows, tok.pad_id()).to(device);
-    add_reference_log_probs(policy, reference, batch);
+    add_reference_log_probs(o, policy, reference, batch);
     const StepStats stats = engine.train_step(batch, o.micro_batch_size, loss_fn);
     DpoMetrics m;
     m.step = step;

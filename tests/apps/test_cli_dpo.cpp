@@ -57,4 +57,23 @@ TEST(CliDpo, ShippedExampleRunsAndBadKeysAreNamed) {
   EXPECT_NE(r.output.find("dpo.beta"), std::string::npos) << r.output;
 }
 
+// dpo.loss_type simpo and orpo read no reference model: a model.ref_path that does not exist is never opened,
+// and the runs train and report as the others do.
+TEST(CliDpo, SimpoAndOrpoLoadNoReference) {
+  hybridflow::testing::TempDir dir;
+  ASSERT_EQ(run_hybridflow("init --preset tiny --task addition --seed 3 --out " + dir.file("m")).exit_code, 0);
+  for (const std::string loss : {"simpo", "orpo"}) {
+    const CommandResult r = run_hybridflow("dpo model.path=" + dir.file("m") + " model.ref_path=" + dir.file("absent") +
+                                           " dpo.loss_type=" + loss + kSmallRun + "trainer.out_dir=" + dir.file(loss));
+    ASSERT_EQ(r.exit_code, 0) << loss << "\n" << r.output;
+    EXPECT_NE(r.output.find("dpo summary: 6 steps, held-out exact match"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir.file(loss + "/final/model.safetensors"))) << loss;
+  }
+  // The same missing reference is an error for a loss that needs one.
+  const CommandResult r = run_hybridflow("dpo model.path=" + dir.file("m") + " model.ref_path=" + dir.file("absent") +
+                                         kSmallRun + "trainer.out_dir=" + dir.file("sigmoid"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(dir.file("absent")), std::string::npos) << r.output;
+}
+
 }  // namespace

@@ -62,6 +62,36 @@ TEST(DpoLoss, BadArgumentsNameTheKey) {
   EXPECT_NE(testing::error_of([] { parse_dpo_loss_type("hinge"); }).find("dpo.loss_type"), std::string::npos);
 }
 
+// SimPO and ORPO from their formulas, on mean token log-probs (no reference), and refused where they do not apply.
+TEST(DpoLoss, ReferenceFreeLossesMatchTheFormulas) {
+  const std::vector<double> cw = {-0.5, -1.2, -0.05}, cl = {-0.9, -0.4, -2.0};
+  auto t = [](const std::vector<double>& v) { return torch::tensor(v, torch::kDouble); };
+  const auto nll = torch::tensor(0.7, torch::kDouble);
+  const double beta = 2.0, gamma = 0.5, eps = 0.1, n = 3;
+  double simpo = 0, odds = 0;
+  for (size_t i = 0; i < cw.size(); ++i) {
+    const double logits = beta * (cw[i] - cl[i]) - gamma;
+    simpo += -(1 - eps) * log_sigmoid(logits) - eps * log_sigmoid(-logits);
+    const double log_odds = (cw[i] - cl[i]) - (std::log(1 - std::exp(cw[i])) - std::log(1 - std::exp(cl[i])));
+    odds += log_sigmoid(log_odds);
+  }
+  EXPECT_NEAR(reference_free_preference_loss(t(cw), t(cl), nll, beta, DpoLossType::kSimpo, eps, gamma).item<double>(),
+              simpo / n, 1e-12);
+  EXPECT_NEAR(reference_free_preference_loss(t(cw), t(cl), nll, beta, DpoLossType::kOrpo).item<double>(),
+              0.7 - beta * odds / n, 1e-12);
+  // ORPO's odds stay finite for a response the model is nearly sure of (mean log-prob -1e-9).
+  EXPECT_TRUE(std::isfinite(
+      reference_free_preference_loss(t({-1e-9}), t({-3.0}), nll, beta, DpoLossType::kOrpo).item<double>()));
+  EXPECT_TRUE(dpo_loss_is_reference_free(parse_dpo_loss_type("simpo")));
+  EXPECT_TRUE(dpo_loss_is_reference_free(parse_dpo_loss_type("orpo")));
+  EXPECT_FALSE(dpo_loss_is_reference_free(DpoLossType::kSigmoid));
+  const auto x = torch::zeros({3});
+  EXPECT_NE(testing::error_of([&] { dpo_loss(x, x, x, x, 0.1, 0, DpoLossType::kSimpo); }).find("no reference"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { reference_free_preference_loss(x, x, nll, 0.1, DpoLossType::kIpo); }).find("reference"),
+            std::string::npos);
+}
+
 // The chunked head's per-row sums over the response positions equal the full logits' log-softmax gathered
 // at the targets, right padding included.
 TEST(DpoSequenceLogProbs, EqualTheFullLogSoftmaxOverTheResponse) {
@@ -145,6 +175,44 @@ TEST(Dpo, TinyModelComesToPreferTheChosenAnswersOnHeldOutPrompts) {
   for (std::string line; std::getline(metrics, line); ++lines) evaluated += line.find("eval_rewards/accuracies") != std::string::npos;
   EXPECT_EQ(lines, 120);
   EXPECT_EQ(evaluated, 2);
+}
+
+// SimPO and ORPO need no reference model (none is passed, and the policy has no adapters): both come to rank the
+// held-out chosen answers above the rejected ones, and ORPO's likelihood term also teaches the answers.
+TEST(Dpo, SimpoAndOrpoLearnThePreferenceWithoutAReference) {
+  at::set_num_threads(1);
+  testing::TempDir dir;
+  const Tokenizer tok = write_reversal_pairs(dir, 300, 100, 2);
+  const ModelConfig config = testing::tiny_model_config(tok, {.hidden_size = 64, .intermediate_size = 128}, "tiny");
+  for (const DpoLossType type : {DpoLossType::kSimpo, DpoLossType::kOrpo}) {
+    const bool simpo = type == DpoLossType::kSimpo;
+    SCOPED_TRACE(simpo ? "simpo" : "orpo");
+    CausalLM policy = testing::seeded_model(config, 0), none{nullptr};
+    DpoOptions o;
+    o.train_file = dir.file("train.jsonl");
+    o.eval_file = dir.file("test.jsonl");
+    o.lr = 3e-3;
+    o.schedule = "constant";
+    o.loss_type = type;
+    o.beta = simpo ? 2.0 : 0.5;
+    o.batch_size = 32;
+    o.micro_batch_size = 16;
+    o.steps = 120;
+    o.eval_every = 60;
+    o.max_new_tokens = 4;
+    const DpoResult r = train_dpo(o, policy, none, tok);
+    ASSERT_EQ(r.history.size(), 120u);
+    const DpoMetrics& last = r.history.back();
+    std::printf("%s: loss %.3f -> %.3f, held-out reward accuracy %.3f, exact match %.3f -> %.3f\n",
+                simpo ? "simpo" : "orpo", r.history.front().loss, last.loss, last.eval_reward_accuracy,
+                r.initial_eval_accuracy, r.final_eval_accuracy);
+    EXPECT_LT(last.loss, r.history.front().loss);
+    EXPECT_GT(last.reward_margin, 0.0);
+    EXPECT_GT(last.eval_reward_accuracy, 0.8);
+    if (!simpo) {
+      EXPECT_GT(r.final_eval_accuracy, r.initial_eval_accuracy + 0.2);  // the NLL term is SFT on "chosen"
+    }
+  }
 }
 
 // With LoRA and no reference model the reference is the policy with its adapters off: the same run, to the

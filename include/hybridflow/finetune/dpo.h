@@ -5,7 +5,15 @@
 //   sigmoid (DPO):  -(1 - eps) log sigmoid(beta m) - eps log sigmoid(-beta m)   (eps: label_smoothing, cDPO)
 //   ipo (IPO):      (m - 1 / (2 beta))^2
 // where m = (log pi(chosen) - log ref(chosen)) - (log pi(rejected) - log ref(rejected)), as TRL's DPOTrainer
-// and OpenRLHF compute them. Prompts are encoded as SFT and the RL trainer encode them (prompt_encoder.h).
+// and OpenRLHF compute them. Two losses need no reference model (none is loaded or run), with a = a response's
+// mean log-prob per token (eos included):
+//   simpo (SimPO, Meng et al. 2024): -(1 - eps) log sigmoid(beta (a_w - a_l) - gamma) - eps log sigmoid(-(...)),
+//                                    gamma = simpo_gamma (TRL's CPOTrainer with loss_type simpo, cpo_alpha 0)
+//   orpo (ORPO, Hong et al. 2024):   NLL(chosen) - beta log sigmoid(log odds(a_w) - log odds(a_l)),
+//                                    log odds(a) = a - log(1 - exp(a)), NLL the chosen tokens' mean (TRL's
+//                                    ORPOTrainer): supervised fine-tuning and the preference in one loss
+// Their implicit reward (the metrics' rewards/*) is beta a, as TRL logs it. Prompts are encoded as SFT and the
+// RL trainer encode them (prompt_encoder.h).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +27,10 @@
 
 namespace hybridflow {
 
-enum class DpoLossType { kSigmoid, kIpo };
+enum class DpoLossType { kSigmoid, kIpo, kSimpo, kOrpo };
 DpoLossType parse_dpo_loss_type(const std::string& value);  // unknown -> Error naming dpo.loss_type
+// simpo and orpo: no reference model.
+bool dpo_loss_is_reference_free(DpoLossType type);
 
 struct DpoOptions : FineTuneOptions {
   // train_file / eval_file rows: {"prompt", "chosen", "rejected"}; metrics go to out_dir/dpo_metrics.jsonl.
@@ -28,8 +38,9 @@ struct DpoOptions : FineTuneOptions {
   bool apply_chat_template = false;
   bool add_bos = true;
   double beta = 0.1;
-  double label_smoothing = 0;  // sigmoid only: the assumed share of pairs whose preference is flipped
+  double label_smoothing = 0;  // sigmoid and simpo: the assumed share of pairs whose preference is flipped
   DpoLossType loss_type = DpoLossType::kSigmoid;
+  double simpo_gamma = 0.5;    // simpo: the target reward margin (TRL's default)
   int64_t max_new_tokens = 8;  // held-out greedy answers, scored against "chosen"
   // Scores a greedy response against the chosen one; default exact match after trimming whitespace.
   std::function<double(const std::string& response, const std::string& chosen)> scorer;
@@ -62,6 +73,12 @@ struct DpoResult : FineTuneRunInfo {
 // before loading anything; the CLI as soon as it has read the config.
 void check_dpo_options(const DpoOptions& options);
 
+// SimPO's or ORPO's loss (see above): chosen_mean / rejected_mean [B] the responses' mean log-prob per token,
+// chosen_nll the chosen tokens' mean negative log-likelihood (ORPO's; SimPO ignores it).
+torch::Tensor reference_free_preference_loss(const torch::Tensor& chosen_mean, const torch::Tensor& rejected_mean,
+                                             const torch::Tensor& chosen_nll, double beta, DpoLossType type,
+                                             double label_smoothing = 0, double simpo_gamma = 0.5);
+
 // The per-pair losses' mean; all four [B] sequence log-probabilities.
 torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
                        const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected, double beta,
@@ -76,7 +93,8 @@ using DpoProgressCallback = std::function<void(const DpoMetrics&)>;
 
 // Trains `policy` in place against `reference` (frozen: its parameters take no gradient; the same
 // vocabulary, usually the policy's starting weights). A null reference (CausalLM{nullptr}) is the policy with its
-// LoRA adapters off, the base model without a second copy of its weights (the policy must have adapters).
+// LoRA adapters off, the base model without a second copy of its weights (the policy must have adapters). The
+// reference-free losses (simpo, orpo) take no reference: pass a null one.
 // Errors name the file and line of a bad row.
 DpoResult train_dpo(const DpoOptions& options, CausalLM& policy, CausalLM& reference, const Tokenizer& tokenizer,
                     const DpoProgressCallback& progress = {});
