@@ -53,6 +53,9 @@ void read_fine_tune_options(const Config& cfg, FineTuneOptions& options) {
   options.seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
   options.save_every = cfg.get<int64_t>("trainer.save_every");
   HF_CHECK(options.save_every >= 0, "trainer.save_every must be >= 0 steps, got ", options.save_every);
+  options.max_ckpt_to_keep = cfg.get<int64_t>("trainer.max_ckpt_to_keep");
+  HF_CHECK(options.max_ckpt_to_keep >= 0, "trainer.max_ckpt_to_keep must be >= 0 (0 = keep all), got ",
+           options.max_ckpt_to_keep);
   options.resume_mode = cfg.get<std::string>("trainer.resume_mode");
   options.resume_from_path = cfg.get<std::string>("trainer.resume_from_path");
   // The first Ctrl-C (or SIGTERM) ends the loop after its step, with a checkpoint; a second one kills.

@@ -37,6 +37,7 @@ trainer:
   eval_every: 100
   eval_samples: 200
   save_every: 0          # steps between checkpoints in out_dir/checkpoint-STEP (0 = only the last step's); Ctrl-C saves the step it stops at
+  max_ckpt_to_keep: 0    # keep the newest K checkpoints of out_dir; 0 = all
   resume_mode: auto      # auto (the newest complete checkpoint of out_dir, if any) | disable | resume_path
   resume_from_path: ""   # with resume_mode: resume_path: a checkpoint-STEP directory
   out_dir: runs/sft

@@ -1,7 +1,11 @@
 // Checkpoints of the fine-tuning loops and their resumption; see finetune/fine_tune_checkpoint.h.
 #include "hybridflow/finetune/fine_tune_checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <utility>
+#include <vector>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -69,6 +73,26 @@ std::string latest_fine_tune_checkpoint(const std::string& out_dir) {
     }
   }
   return found;
+}
+
+int64_t remove_old_fine_tune_checkpoints(const std::string& out_dir, int64_t keep) {
+  namespace fs = std::filesystem;
+  HF_CHECK(keep >= 1, "trainer.max_ckpt_to_keep: keep at least 1 checkpoint, got ", keep);
+  std::error_code ec;
+  if (out_dir.empty() || !fs::is_directory(out_dir, ec)) return 0;
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const int64_t step = entry.is_directory() ? checkpoint_step(entry.path()) : -1;
+    if (step >= 0) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  int64_t removed = 0;
+  for (size_t i = static_cast<size_t>(keep); i < found.size(); ++i) {
+    const std::string failure = remove_tree(found[i].second);
+    HF_CHECK(failure.empty(), "could not remove the old checkpoint ", failure);
+    ++removed;
+  }
+  return removed;
 }
 
 std::string fine_tune_resume_checkpoint(const FineTuneOptions& o) {
@@ -142,8 +166,10 @@ FineTuneCheckpoints::FineTuneCheckpoints(const FineTuneOptions& options, CausalL
 bool FineTuneCheckpoints::after_step(int64_t step) {
   const bool stop = step < total_steps_ && options_.stop_requested && options_.stop_requested();
   const bool save = step == total_steps_ || stop || (options_.save_every > 0 && step % options_.save_every == 0);
-  if (save && !options_.out_dir.empty())
+  if (save && !options_.out_dir.empty()) {
     info_.last_checkpoint = save_fine_tune_checkpoint(options_.out_dir, step, model_, tokenizer_, engine_);
+    if (options_.max_ckpt_to_keep > 0) remove_old_fine_tune_checkpoints(options_.out_dir, options_.max_ckpt_to_keep);
+  }
   info_.stopped = stop;
   return stop;
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -83,6 +84,8 @@ class FineTuneResume : public ::testing::TestWithParam<std::tuple<Loop, Variant>
     shared.out_dir = out_dir;
     shared.resume_mode = resume_mode;
     shared.resume_from_path = resume_from;
+    shared.save_every = save_every;
+    shared.max_ckpt_to_keep = keep;
     int64_t done = 0;
     if (stop_after > 0) shared.stop_requested = [&done, stop_after] { return ++done >= stop_after; };
     Outcome out;
@@ -137,6 +140,7 @@ class FineTuneResume : public ::testing::TestWithParam<std::tuple<Loop, Variant>
     return "";
   }
 
+  int64_t save_every = 0, keep = 0;  // the next runs' FineTuneOptions
   testing::TempDir dir;
   std::unique_ptr<Task> task;
   std::unique_ptr<Tokenizer> tok;
@@ -197,6 +201,24 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Loop, Variant>>&
   static const char* const variants[] = {"Fp32", "Bf16", "Lora"};
   return std::string(loops[static_cast<int>(std::get<0>(info.param))]) +
          variants[static_cast<int>(std::get<1>(info.param))];
+}
+
+// Checkpoints every step, the newest two kept: after six steps only checkpoint-5 and checkpoint-6 remain, and a
+// stop keeps its own and the one before.
+TEST_P(FineTuneResume, OnlyTheNewestCheckpointsAreKept) {
+  save_every = 1;
+  keep = 2;
+  const std::string out = dir.file("kept");
+  run(out, 0);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(out))
+    if (entry.path().filename().string().starts_with("checkpoint-")) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-5", "checkpoint-6"}));
+  EXPECT_EQ(remove_old_fine_tune_checkpoints(out, 1), 1);
+  EXPECT_EQ(latest_fine_tune_checkpoint(out), checkpoint_dir(out, 6));
+  EXPECT_NE(testing::error_of([&] { remove_old_fine_tune_checkpoints(out, 0); }).find("trainer.max_ckpt_to_keep"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loops, FineTuneResume,

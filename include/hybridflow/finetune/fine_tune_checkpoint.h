@@ -30,6 +30,9 @@ std::string save_fine_tune_checkpoint(const std::string& out_dir, int64_t step, 
 // The complete checkpoint of out_dir with the highest step ("" when none).
 std::string latest_fine_tune_checkpoint(const std::string& out_dir);
 
+// Removes all but the newest `keep` complete checkpoints of out_dir (keep >= 1); returns how many went.
+int64_t remove_old_fine_tune_checkpoints(const std::string& out_dir, int64_t keep);
+
 // The checkpoint options say to start from: "" for a fresh start. Errors name trainer.resume_mode or
 // trainer.resume_from_path.
 std::string fine_tune_resume_checkpoint(const FineTuneOptions& options);

@@ -30,6 +30,7 @@ struct FineTuneOptions {
   // Checkpoints (finetune/fine_tune_checkpoint.h), with out_dir: every save_every steps (0: none between) and at
   // the last step; a stop asked by stop_requested (checked after every step; a Ctrl-C) saves the step it ends.
   int64_t save_every = 0;
+  int64_t max_ckpt_to_keep = 0;  // after each save, all but the newest K checkpoints of out_dir go; 0 = keep all
   std::function<bool()> stop_requested{};
   // Where a run starts (verl's trainer.resume_mode): "auto" continues from the newest complete checkpoint of
   // out_dir when there is one, "resume_path" from resume_from_path, "disable" starts fresh.
