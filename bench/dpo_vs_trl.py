@@ -1,4 +1,6 @@
-"""DPO with hybridflow against TRL's DPOTrainer on the same work (bench/dpo_vs_trl.sh runs it).
+"""DPO with hybridflow against TRL's DPOTrainer on the same work (bench/dpo_vs_trl.sh runs it); with --loss simpo or
+orpo, the reference-free losses against TRL's CPOTrainer (loss_type simpo, cpo_alpha 0) and ORPOTrainer (both in
+trl.experimental), where neither side has a reference model.
 
 Both train the same model directory (written by `hybridflow init`, loaded by transformers for TRL) on the same
 preference pairs (the addition task's: chosen = the right sum, rejected = the sum with one digit changed, written
@@ -40,6 +42,9 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=2, help="first steps not timed")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads of each run")
     p.add_argument("--beta", type=float, default=0.1)
+    p.add_argument("--loss", default="sigmoid", choices=["sigmoid", "simpo", "orpo"],
+                   help="sigmoid: DPO against DPOTrainer; simpo / orpo: against CPOTrainer / ORPOTrainer")
+    p.add_argument("--simpo-gamma", type=float, default=0.5)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1,
@@ -82,7 +87,7 @@ def run_hybridflow(a, model, pairs, index):
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     run([a.hybridflow, "dpo", f"model.path={model}", f"data.train_file={pairs}", "data.test_file=",
-         f"dpo.beta={a.beta}", "dpo.loss_type=sigmoid", f"optim.lr={a.lr}", "optim.warmup_steps=0",
+         f"dpo.beta={a.beta}", f"dpo.loss_type={a.loss}", f"dpo.simpo_gamma={a.simpo_gamma}", f"optim.lr={a.lr}", "optim.warmup_steps=0",
          "optim.schedule=constant", "optim.weight_decay=0", "optim.grad_clip=1.0", f"trainer.steps={a.steps}",
          f"trainer.batch_size={a.batch}", f"trainer.micro_batch_size={a.batch}", "trainer.eval_every=0",
          f"trainer.threads={a.threads}", f"trainer.seed={a.seed}", f"trainer.out_dir={out}"],
@@ -120,14 +125,25 @@ def run_trl(a, model, pairs):
             if logs and "loss" in logs:
                 self.losses.append(logs["loss"])
 
-    config = DPOConfig(output_dir=os.path.join(a.out, "trl"), beta=a.beta, loss_type="sigmoid",
-                       learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                       max_grad_norm=1.0, per_device_train_batch_size=a.batch, gradient_accumulation_steps=1,
-                       max_steps=a.steps, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-                       bf16=False, fp16=False, seed=a.seed, dataloader_num_workers=0, disable_tqdm=True)
+    common = dict(output_dir=os.path.join(a.out, "trl"), beta=a.beta, learning_rate=a.lr,
+                  lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+                  per_device_train_batch_size=a.batch, gradient_accumulation_steps=1, max_steps=a.steps,
+                  logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
+                  seed=a.seed, dataloader_num_workers=0, disable_tqdm=True)
+    if a.loss == "sigmoid":
+        config, trainer_class = DPOConfig(loss_type="sigmoid", **common), DPOTrainer
+    elif a.loss == "simpo":
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        from trl.experimental.cpo import CPOConfig, CPOTrainer
+        config = CPOConfig(loss_type="simpo", cpo_alpha=0.0, simpo_gamma=a.simpo_gamma, **common)
+        trainer_class = CPOTrainer
+    else:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+        config, trainer_class = ORPOConfig(**common), ORPOTrainer
     times = StepTimes()
-    trainer = DPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         callbacks=[times])
+    trainer = trainer_class(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
+                            callbacks=[times])
     trainer.train()
     return {"step_s": step_seconds_of(times.times, a.warmup), "loss": times.losses[-1] if times.losses else float("nan")}
 
@@ -143,7 +159,7 @@ def main():
             print(f"{side} run {index + 1}: {result['step_s']:.3f} s a step, loss {result['loss']:.4f}", flush=True)
             if side not in best or result["step_s"] < best[side]["step_s"]:
                 best[side] = result
-    print(f"\nDPO, {a.batch} pairs a step, {a.steps} steps ({a.warmup} not timed), {a.threads} threads, fp32, "
+    print(f"\n{a.loss} loss, {a.batch} pairs a step, {a.steps} steps ({a.warmup} not timed), {a.threads} threads, fp32, "
           f"model {model}")
     print(f"{'side':<12}{'s/step':>10}{'pairs/s':>10}{'x TRL':>8}{'loss':>10}")
     for side in sides:
