@@ -30,4 +30,8 @@ std::vector<int64_t> ShuffledBatches::next() {
   return rows;
 }
 
+void ShuffledBatches::skip(int64_t batches) {
+  for (int64_t b = 0; b < batches; ++b) next();
+}
+
 }  // namespace hybridflow

@@ -301,7 +301,7 @@ DpoResult train_dpo(const DpoOptions& o, CausalLM& policy, CausalLM& reference, 
     result.initial_eval_accuracy = before.eval_accuracy;
   }
   ShuffledBatches batches(n, o.batch_size, o.seed);
-  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
+  batches.skip(checkpoints.resumed_step());
   const auto start = std::chrono::steady_clock::now();
   policy->train();
   for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {

@@ -34,6 +34,12 @@ int64_t checkpoint_step(const std::filesystem::path& dir) {
   return std::stoll(digits);
 }
 
+// A checkpoint directory as given (a trailing slash or "." parts allowed), as checkpoint_step reads it.
+std::filesystem::path normalized_dir(const std::string& dir) {
+  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  return path.filename().empty() ? path.parent_path() : path;
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& out_dir, int64_t step) {
@@ -101,16 +107,14 @@ std::string fine_tune_resume_checkpoint(const FineTuneOptions& o) {
   HF_CHECK(o.resume_mode == "resume_path", "trainer.resume_mode must be auto, disable or resume_path, got '",
            o.resume_mode, "'");
   HF_CHECK(!o.resume_from_path.empty(), "trainer.resume_mode is resume_path but trainer.resume_from_path is empty");
-  HF_CHECK(checkpoint_step(std::filesystem::path(o.resume_from_path).lexically_normal()) >= 0 ||
-               checkpoint_step(std::filesystem::path(o.resume_from_path).parent_path()) >= 0,
-           "trainer.resume_from_path '", o.resume_from_path, "' is not a complete checkpoint directory (",
-           kCheckpointPrefix, "<step> holding optimizer.pt)");
+  HF_CHECK(checkpoint_step(normalized_dir(o.resume_from_path)) >= 0, "trainer.resume_from_path '",
+           o.resume_from_path, "' is not a complete checkpoint directory (", kCheckpointPrefix,
+           "<step> holding optimizer.pt)");
   return o.resume_from_path;
 }
 
 int64_t load_fine_tune_checkpoint(const std::string& dir, CausalLM& model, TrainEngine& engine) {
-  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
-  if (path.filename().empty()) path = path.parent_path();  // a trailing slash
+  const std::filesystem::path path = normalized_dir(dir);
   const int64_t step = checkpoint_step(path);
   HF_CHECK(step >= 0, "checkpoint '", dir, "' is not a complete checkpoint directory (", kCheckpointPrefix,
            "<step> holding optimizer.pt)");

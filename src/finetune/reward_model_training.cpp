@@ -20,7 +20,7 @@ namespace hybridflow {
 namespace {
 
 std::vector<ScoredPair> load_scored_pairs(const std::string& path, const Tokenizer& tok, PromptEncoder& prompts,
-                                   int64_t limit) {
+                                          int64_t limit) {
   std::vector<ScoredPair> out;
   for (const PreferenceRow& row : read_preference_rows(path)) {
     if (static_cast<int64_t>(out.size()) >= limit) break;
@@ -157,7 +157,7 @@ RewardModelResult train_reward_model(const RewardModelOptions& o, CausalLM& mode
   FineTuneCheckpoints checkpoints(o, model, tok, engine, metrics_file, total_steps);
   if (!held_out.empty()) result.initial_eval_accuracy = accuracy_of(model, held_out, tok.pad_id());
   ShuffledBatches batches(n, o.batch_size, o.seed);
-  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
+  batches.skip(checkpoints.resumed_step());
   const auto start = std::chrono::steady_clock::now();
   model->train();
   for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {

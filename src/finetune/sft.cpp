@@ -174,7 +174,7 @@ SftResult run_sft(const SftOptions& o, CausalLM& model, const Tokenizer& tok, co
   const std::string metrics_file = o.out_dir.empty() ? "" : o.out_dir + "/sft_metrics.jsonl";
   FineTuneCheckpoints checkpoints(o, model, tok, engine, metrics_file, total_steps);
   ShuffledBatches batches(n, o.batch_size, o.seed);
-  for (int64_t done = 0; done < checkpoints.resumed_step(); ++done) batches.next();  // the order the run had
+  batches.skip(checkpoints.resumed_step());
   const auto start = std::chrono::steady_clock::now();
   model->train();
   for (int64_t step = checkpoints.resumed_step() + 1; step <= total_steps; ++step) {

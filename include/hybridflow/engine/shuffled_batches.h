@@ -13,6 +13,8 @@ class ShuffledBatches {
  public:
   ShuffledBatches(int64_t rows, int64_t batch_size, uint64_t seed);
   std::vector<int64_t> next();
+  // Serves `batches` batches unseen: where a run resumed after that many steps continues the order it had.
+  void skip(int64_t batches);
 
  private:
   std::vector<int64_t> order_;
