@@ -31,6 +31,7 @@
 #include "support/graph_draw_step.h"
 #include "support/paged_generation_case.h"
 #include "support/tiny_model.h"
+#include "support/two_turns_each.h"
 
 namespace hybridflow {
 namespace {
@@ -116,28 +117,13 @@ TEST(CudaParity, GreedyGenerationMatchesTheCpuAndCachedMatchesRecompute) {
 using testing::paged_greedy_config;
 using testing::paged_prompts;
 
-// Two greedy turns of every conversation through a TurnBatcher on `model`: the prompt, a turn of up to 6 ids, a
-// "tool result" of 3 ids, a turn of up to 4. Returns each conversation's turns in order and the batcher's stats.
+// Two greedy turns of every conversation through a TurnBatcher on `model` (turns of up to 6 and 4 ids), and the
+// batcher's stats.
 std::pair<std::vector<std::vector<BatchedTurn>>, TurnBatcherStats> two_greedy_turns(
-    CausalLM& model, GenerationConfig cfg, const std::vector<std::vector<int64_t>>& prompts, int64_t group_size) {
-  const auto count = static_cast<int64_t>(prompts.size());
-  TurnBatcher batcher(model, cfg, count, group_size);
-  std::vector<std::vector<BatchedTurn>> turns(prompts.size());
-  std::vector<std::vector<int64_t>> contexts = prompts;
-  for (int turn = 0; turn < 2; ++turn) {
-    for (int64_t c = 0; c < count; ++c) batcher.submit(c, contexts[static_cast<size_t>(c)], turn == 0 ? 6 : 4);
-    int64_t ended = 0;
-    for (int step = 0; step < 200 && ended < count; ++step)
-      for (BatchedTurn& t : batcher.step()) {
-        auto& context = contexts[static_cast<size_t>(t.conversation)];
-        context.insert(context.end(), t.ids.begin(), t.ids.end());
-        for (int64_t id : {int64_t{7}, int64_t{8}, 30 + t.conversation}) context.push_back(id);
-        turns[static_cast<size_t>(t.conversation)].push_back(std::move(t));
-        ++ended;
-      }
-    EXPECT_EQ(ended, count) << "turn " << turn;
-  }
-  return {turns, batcher.stats()};
+    CausalLM& model, const GenerationConfig& cfg, const std::vector<std::vector<int64_t>>& prompts, int64_t group_size) {
+  TurnBatcher batcher(model, cfg, static_cast<int64_t>(prompts.size()), group_size);
+  auto turns = testing::two_turns_each(batcher, prompts, 6, 4);
+  return {std::move(turns), batcher.stats()};
 }
 
 // Multi-turn continuous batching on the GPU (agentic rollouts): the turns the CPU generates from the same

@@ -8,11 +8,13 @@
 #include "hybridflow/model/batch_invariant.h"
 #include "support/error_of.h"
 #include "support/tiny_model.h"
+#include "support/two_turns_each.h"
 
 namespace hybridflow {
 namespace {
 
 using testing::error_of;
+using testing::two_turns_each;
 
 constexpr int64_t kEos = 3;
 
@@ -150,29 +152,6 @@ TEST_F(TurnBatcherTest, AFixedPoolMakesAConversationWaitForBlocks) {
   TurnBatcher small(model, config, 1);
   small.submit(0, {5, 10, 2}, 3);
   EXPECT_NE(error_of([&] { small.step(); }).find("kv_cache_blocks"), std::string::npos);
-}
-
-// Two turns of every conversation of `b`, all submitted together: the prompt, a first turn of up to 7 ids,
-// a "tool result" of 3 ids, a second turn of up to 5. prompts[c] is conversation c's prompt. Returns each
-// conversation's turns in order; the conversations are left holding their blocks.
-std::vector<std::vector<BatchedTurn>> two_turns_each(TurnBatcher& b, const std::vector<std::vector<int64_t>>& prompts) {
-  const auto count = static_cast<int64_t>(prompts.size());
-  std::vector<std::vector<BatchedTurn>> turns(prompts.size());
-  std::vector<std::vector<int64_t>> contexts = prompts;
-  for (int turn = 0; turn < 2; ++turn) {
-    for (int64_t c = 0; c < count; ++c) b.submit(c, contexts[static_cast<size_t>(c)], turn == 0 ? 7 : 5);
-    int64_t ended = 0;
-    for (int step = 0; step < 100 && ended < count; ++step)
-      for (BatchedTurn& t : b.step()) {
-        std::vector<int64_t>& context = contexts[static_cast<size_t>(t.conversation)];
-        context.insert(context.end(), t.ids.begin(), t.ids.end());
-        for (int64_t id : {int64_t{7}, int64_t{8}, 30 + t.conversation}) context.push_back(id);
-        turns[static_cast<size_t>(t.conversation)].push_back(std::move(t));
-        ++ended;
-      }
-    EXPECT_EQ(ended, count) << "turn " << turn;
-  }
-  return turns;
 }
 
 // GRPO's n episodes of one prompt share its KV blocks: the prompt is prefilled once and its full blocks are
