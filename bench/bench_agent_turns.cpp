@@ -6,10 +6,12 @@
 // prompt's n episodes sharing its KV blocks and prefill, against the second without sharing: the positions
 // prefilled and the peak of KV blocks held. A fourth, the third with prefix caching across prompts (the
 // default: a prompt starts on the blocks of another prompt's identical beginning, the system prompt and the
-// tools' schema) against the third without it. Only the fourth caches prefixes across prompts.
+// tools' schema) against the third without it. Only the fourth caches prefixes across prompts. A fifth, the
+// fourth with every prefill run alone (max_num_batched_tokens 1) against the fourth, which prefills the turns a
+// step starts together: the forwards that prefilled and the generating time.
 //   bench_agent_turns --model=DIR --tokenizer=DIR --tools=FILE --data=FILE [--questions=8] [--n=8]
 //       [--response-length=112] [--max-assistant-turns=2] [--temperature=1.0] [--repeats=3] [--threads=0]
-//       [--block-size=16] [--system=FILE] [--paths=0,1,2,3]
+//       [--block-size=16] [--system=FILE] [--paths=0,1,2,3,4]
 // --system: a system message (the file's text) put before every row's messages, as a dataset's shared
 // instructions are. --paths: which paths run (the ratios of paths that did not run print as nan).
 // examples/calculator_tool/run.sh makes the model (runs/calculator/sft/final), the tokenizer
@@ -98,20 +100,22 @@ int main(int argc, char** argv) {
               static_cast<double>(parameters) / 1e6, static_cast<long long>(questions),
               static_cast<long long>(g.n), static_cast<long long>(g.max_new_tokens));
   // Paths: 0 rounds, 1 continuous without sharing, 2 continuous with each prompt's episodes sharing its blocks,
-  // 3 the same with prefix caching across prompts.
-  constexpr int kPaths = 4;
+  // 3 the same with prefix caching across prompts, 4 the third with each prefill alone.
+  constexpr int kPaths = 5;
   const char* names[kPaths] = {"rounds, re-prefill  ", "continuous, delta   ", "continuous, shared  ",
-                               "shared + prefixes   "};
+                               "shared + prefixes   ", "prefills one by one "};
   std::vector<double> seconds[kPaths], generating[kPaths];
-  double prefill[kPaths] = {}, turns[kPaths] = {}, calls[kPaths] = {}, peak[kPaths] = {}, cached[kPaths] = {};
-  const std::string paths = bench::arg(argc, argv, "paths", "0,1,2,3");
+  double prefill[kPaths] = {}, turns[kPaths] = {}, calls[kPaths] = {}, peak[kPaths] = {}, cached[kPaths] = {},
+         forwards[kPaths] = {};
+  const std::string paths = bench::arg(argc, argv, "paths", "0,1,2,3,4");
   for (int64_t r = 0; r < repeats; ++r)
     for (int path = 0; path < kPaths; ++path) {
       if (paths.find(std::to_string(path)) == std::string::npos) continue;
       context.continuous_turns = path >= 1;
       context.share_prompt_blocks = path >= 2;
       GenerationConfig path_config = g;
-      path_config.enable_prefix_caching = path == 3;
+      path_config.enable_prefix_caching = path >= 3;
+      if (path == 4) path_config.max_num_batched_tokens = 1;
       const double start = bench::now_seconds();
       const DataProto batch = agent_generate_sequences(model, path_config, prompts, context);
       const double took = bench::now_seconds() - start;
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
       calls[path] += m.at("agent/tool_calls").get<double>();
       if (path >= 1) peak[path] = std::max(peak[path], m.at("agent/peak_kv_blocks").get<double>());
       if (path >= 1) cached[path] += m.at("agent/prefix_cached_tokens").get<double>();
+      if (path >= 1) forwards[path] += m.at("agent/prefill_forwards").get<double>();
       std::printf("%s repeat %lld: %.3f s (%.3f s generating), %.0f positions prefilled, %.0f turns, %.0f tool calls%s\n",
                   names[path], static_cast<long long>(r), took,
                   m.at("agent/generation_seconds").get<double>(),
@@ -135,7 +140,8 @@ int main(int argc, char** argv) {
                                std::to_string(m.at("agent/shared_prompt_blocks").get<int64_t>()) +
                                " prompt blocks shared, " +
                                std::to_string(m.at("agent/prefix_cached_tokens").get<int64_t>()) +
-                               " prompt positions found in other prompts' blocks")
+                               " prompt positions found in other prompts' blocks, " +
+                               std::to_string(m.at("agent/prefill_forwards").get<int64_t>()) + " prefill forwards")
                                   .c_str()
                             : "");
     }
@@ -163,5 +169,9 @@ int main(int argc, char** argv) {
               prefill[2], prefill[3], prefill[2] / prefill[3], cached[3], peak[2], peak[3], peak[2] / peak[3],
               median_generating[2], median_generating[3], median_generating[2] / median_generating[3],
               median[2] / median[3], turns[2], turns[3]);
+  std::printf("prefills one by one / together: prefill forwards %.0f / %.0f = %.2fx, median generating time %.3f / %.3f s "
+              "= %.2fx, median wall time %.2fx (turns %.0f vs %.0f)\n",
+              forwards[4], forwards[3], forwards[4] / forwards[3], median_generating[4], median_generating[3],
+              median_generating[4] / median_generating[3], median[4] / median[3], turns[4], turns[3]);
   return 0;
 }

@@ -26,7 +26,17 @@ struct TurnBatcher::Conversation {
 struct TurnBatcher::Group {
   bool admitted = false;     // its members hold the shared prompt (or were admitted alone)
   torch::Tensor last_hidden;  // the prompt's last position [1, hidden], while a member has yet to start
+  int64_t prefill = -1;       // the step's prefill of the prompt, until it has run and set last_hidden
   int64_t pending = 0;        // members holding the prompt that have not started from it
+};
+
+// A turn's context queued for this step's batched prefill: its blocks hold positions [0, from) already.
+struct TurnBatcher::PendingPrefill {
+  int64_t conversation = 0;
+  int64_t number = 0;  // its index in prefilled_
+  int64_t from = 0;
+  bool admitted = false;  // admitted on this context now: the blocks it fills whole go to the prefix cache
+  std::vector<int64_t> context;
 };
 
 struct TurnBatcher::Running {
@@ -104,6 +114,8 @@ TurnBatcher::TurnBatcher(CausalLM& model, const GenerationConfig& cfg, int64_t c
   for (int64_t c = 0; c < conversations; ++c) conversations_.push_back(std::make_unique<Conversation>());
   group_size_ = group_size;
   groups_.resize(static_cast<size_t>((conversations + group_size - 1) / group_size));
+  HF_CHECK(cfg.max_num_batched_tokens >= 1, "TurnBatcher: max_num_batched_tokens (positions one prefill forward may ",
+           "hold) must be >= 1, got ", cfg.max_num_batched_tokens);
   if (cfg.enable_prefix_caching) prefix_cache_.emplace(cfg.kv_block_size);
   model->eval();
 }
@@ -176,16 +188,31 @@ bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_posit
 }
 
 // The held blocks other conversations' prefills wrote for the context's first whole blocks (none when prefix
-// caching is off).
-std::vector<int64_t> TurnBatcher::cached_prefix(const std::vector<int64_t>& context) const {
-  return prefix_cache_ ? prefix_cache_->find(context, blocks_) : std::vector<int64_t>{};
+// caching is off). When a first context waiting in the step's batch begins with more of them, the batch runs
+// first, so that its blocks are recorded and found.
+std::vector<int64_t> TurnBatcher::cached_prefix(const std::vector<int64_t>& context) {
+  if (!prefix_cache_) return {};
+  std::vector<int64_t> found = prefix_cache_->find(context, blocks_);
+  const int64_t block = blocks_.block_size();
+  const int64_t findable = (static_cast<int64_t>(context.size()) - 1) / block;  // find() leaves the last position
+  for (const PendingPrefill& p : pending_) {
+    if (!p.admitted) continue;
+    const auto shorter = std::min(context.size(), p.context.size());
+    const auto same = std::mismatch(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(shorter),
+                                    p.context.begin()).first - context.begin();
+    if (std::min<int64_t>(same / block, findable) > static_cast<int64_t>(found.size())) {
+      run_prefills();
+      return prefix_cache_->find(context, blocks_);
+    }
+  }
+  return found;
 }
 
 // Starts conversation `id`'s queued turn: from its group's shared prompt, by a delta prefill when its context
 // extends what its blocks hold, else (its first turn, or a context that does not extend the cache) admission
-// and a prefill of the whole context. Returns the hidden state of its last context position [1, hidden], or
-// nothing when its blocks do not fit yet.
-std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
+// and a prefill of the whole context. Returns where the hidden state of its last context position comes from,
+// or nothing when its blocks do not fit yet.
+std::optional<TurnBatcher::FirstHidden> TurnBatcher::start(int64_t id) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
   if (c.turns == 0 && group_size_ > 1) {
     if (c.shared_pending) {
@@ -202,7 +229,7 @@ std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
   const auto cached = static_cast<int64_t>(c.cached.size());
   const bool extends = c.sequence >= 0 && static_cast<int64_t>(c.context.size()) > cached &&
                        std::equal(c.cached.begin(), c.cached.end(), c.context.begin());
-  if (extends) return prefill(id, cached);
+  if (extends) return FirstHidden{{}, queue_prefill(id, cached)};
   if (c.sequence >= 0) {
     blocks_.release(c.sequence);
     c.sequence = -1;
@@ -221,12 +248,12 @@ std::optional<torch::Tensor> TurnBatcher::start(int64_t id) {
   }
   c.sequence = blocks_.admit(length, 1, c.max_positions, prefix).front();
   // The admission counted the context's positions as held; the prefill writes those past the cached prefix.
-  return prefill(id, prefix_blocks * blocks_.block_size(), true);
+  return FirstHidden{{}, queue_prefill(id, prefix_blocks * blocks_.block_size(), true)};
 }
 
 // The first of group members to start: admits the group's live members on its first context (each takes a
 // reference to the prompt's blocks), prefills it once and keeps its last hidden state for the others.
-std::optional<torch::Tensor> TurnBatcher::admit_group(int64_t id) {
+std::optional<TurnBatcher::FirstHidden> TurnBatcher::admit_group(int64_t id) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
   Group& g = groups_[static_cast<size_t>(id / group_size_)];
   const int64_t first = id / group_size_ * group_size_;
@@ -257,16 +284,17 @@ std::optional<torch::Tensor> TurnBatcher::admit_group(int64_t id) {
     ++g.pending;
   }
   g.admitted = true;
-  torch::Tensor hidden = prefill(id, prefix_blocks * blocks_.block_size(), true);
-  if (g.pending > 0) g.last_hidden = hidden;
-  return hidden;
+  const int64_t prefill = queue_prefill(id, prefix_blocks * blocks_.block_size(), true);
+  if (g.pending > 0) g.prefill = prefill;
+  return FirstHidden{{}, prefill};
 }
 
 // A member whose first context is its group's prompt: its first token comes from the shared prefill's last
 // hidden state, the one its own prefill of the same ids would compute.
-torch::Tensor TurnBatcher::start_shared(int64_t id) {
+TurnBatcher::FirstHidden TurnBatcher::start_shared(int64_t id) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
-  const torch::Tensor hidden = groups_[static_cast<size_t>(id / group_size_)].last_hidden;
+  const Group& g = groups_[static_cast<size_t>(id / group_size_)];
+  const FirstHidden hidden{g.last_hidden, g.prefill};
   const auto length = static_cast<int64_t>(c.cached.size());
   stats_.shared_prompt_tokens += length;
   stats_.shared_prompt_blocks += length / blocks_.block_size();
@@ -296,44 +324,133 @@ void TurnBatcher::begin_turn(int64_t id) {
   c.context.shrink_to_fit();
 }
 
-// Prefills conversation `id`'s context from position `from` on, attending to the cached positions before it.
-// admitted: the sequence was admitted on this context just now (its positions are held, those before `from`
-// in blocks of the prefix cache), so every block the context fills is a prefill's and is recorded; otherwise
-// a delta past the cached ids, whose positions are taken here.
-torch::Tensor TurnBatcher::prefill(int64_t id, int64_t from, bool admitted) {
+// Queues conversation `id`'s context for the step's batched prefill, from position `from` on, attending to the
+// cached positions before it, and starts its turn. admitted: the sequence was admitted on this context just
+// now (its positions are held, those before `from` in blocks of the prefix cache), so every block the context
+// fills is a prefill's and is recorded; otherwise a delta past the cached ids, whose positions are taken
+// here. Runs the queued prefills first when this one would take the batch past max_num_batched_tokens.
+// Returns the prefill's number.
+int64_t TurnBatcher::queue_prefill(int64_t id, int64_t from, bool admitted) {
   Conversation& c = *conversations_[static_cast<size_t>(id)];
   const auto total = static_cast<int64_t>(c.context.size());
-  const int64_t count = total - from;
-  KVCache cache = from > 0 ? paged_.gather(blocks_.table(c.sequence), from) : KVCache{};
-  cache.capacity = total;
   while (blocks_.length(c.sequence) < total) {
     const BlockManager::Append where = blocks_.append(c.sequence);
     if (where.copy_from >= 0) paged_.copy_block(where.copy_from, where.block);
   }
-  const auto device = model_->parameters().front().device();
+  int64_t past = from, width = total - from;
+  for (const PendingPrefill& p : pending_) {
+    past = std::max(past, p.from);
+    width = std::max(width, static_cast<int64_t>(p.context.size()) - p.from);
+  }
+  if (!pending_.empty() && static_cast<int64_t>(pending_.size() + 1) * (past + width) > cfg_.max_num_batched_tokens)
+    run_prefills();
+  const auto number = static_cast<int64_t>(prefilled_.size());
+  prefilled_.emplace_back();
+  stats_.prefill_tokens += total - from;
+  stats_.reused_tokens += from;
+  if (admitted) stats_.prefix_cached_tokens += from;
+  c.cached = c.context;
+  pending_.push_back(PendingPrefill{id, number, from, admitted, std::move(c.context)});
+  begin_turn(id);
+  return number;
+}
+
+// One forward for the queued prefills: row r's cached positions [0, from_r) gathered from its blocks and
+// left-padded to the longest (masked), its new ids at slab positions past.. and sequence positions from_r..,
+// right-padded. Their keys and values go to their blocks, their last hidden states to prefilled_.
+void TurnBatcher::run_prefills() {
+  if (pending_.empty()) return;
+  const auto rows = static_cast<int64_t>(pending_.size());
+  int64_t past = 0, width = 0;
+  for (const PendingPrefill& p : pending_) {
+    past = std::max(past, p.from);
+    width = std::max(width, static_cast<int64_t>(p.context.size()) - p.from);
+  }
+  KVCache cache;
+  if (past > 0) {
+    std::vector<KVCache> pasts;
+    for (const PendingPrefill& p : pending_) {
+      const Conversation& c = *conversations_[static_cast<size_t>(p.conversation)];
+      pasts.push_back(paged_.gather(blocks_.table(c.sequence), p.from));
+    }
+    const KVCache& longest = *std::find_if(pasts.begin(), pasts.end(), [&](const KVCache& k) { return k.filled == past; });
+    // Layer l's keys or values of every row, [rows, kv_heads, past, head_dim], zeros before each row's own.
+    const auto left_padded = [&](std::vector<torch::Tensor> KVCache::*slabs, size_t l) {
+      std::vector<torch::Tensor> parts;
+      for (const KVCache& k : pasts) {
+        const torch::Tensor mine = k.filled > 0 ? (k.*slabs)[l] : (longest.*slabs)[l].narrow(2, 0, 0);
+        parts.push_back(torch::constant_pad_nd(mine, {0, 0, past - k.filled, 0}));
+      }
+      return torch::cat(parts);
+    };
+    for (size_t l = 0; l < longest.keys.size(); ++l) {
+      cache.keys.push_back(left_padded(&KVCache::keys, l));
+      cache.values.push_back(left_padded(&KVCache::values, l));
+    }
+    cache.filled = past;
+  }
+  cache.capacity = past + width;
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto ids = upload(torch::tensor(std::vector<int64_t>(c.context.begin() + from, c.context.end()), i64).view({1, count}), device);
-  const auto mask = torch::ones({1, total}, i64.device(device));
-  const auto positions = torch::arange(from, total, i64.device(device)).view({1, count});
+  auto ids = torch::full({rows, width}, cfg_.pad_token_id, i64);
+  auto mask = torch::zeros({rows, past + width}, i64);
+  auto positions = torch::zeros({rows, width}, i64);
+  std::vector<std::vector<int64_t>> tables;
+  std::vector<int64_t> lengths, starts, shifts;
+  {
+    auto id = ids.accessor<int64_t, 2>();
+    auto m = mask.accessor<int64_t, 2>();
+    auto at = positions.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const PendingPrefill& p = pending_[static_cast<size_t>(r)];
+      const auto count = static_cast<int64_t>(p.context.size()) - p.from;
+      for (int64_t t = past - p.from; t < past; ++t) m[r][t] = 1;
+      for (int64_t t = 0; t < width; ++t) {
+        if (t < count) {
+          id[r][t] = p.context[static_cast<size_t>(p.from + t)];
+          m[r][past + t] = 1;
+        }
+        at[r][t] = p.from + std::min(t, count - 1);  // padding repeats the last position: never past the context
+      }
+      tables.push_back(blocks_.table(conversations_[static_cast<size_t>(p.conversation)]->sequence));
+      lengths.push_back(static_cast<int64_t>(p.context.size()));
+      starts.push_back(p.from);
+      shifts.push_back(past - p.from);
+    }
+  }
+  const auto device = model_->parameters().front().device();
+  ids = upload(ids, device);
+  mask = upload(mask, device);
+  positions = upload(positions, device);
   generation::StageLink link(model_, stages_);
-  link.receive(1, count);
+  link.receive(rows, width);
   const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);
   link.send(hidden);
+  ++stats_.prefill_forwards;
   if (paged_.keys.empty())
     for (const auto& k : cache.keys) {
       const std::vector<int64_t> sizes = {blocks_.num_blocks(), k.size(1), blocks_.block_size(), k.size(3)};
       paged_.keys.push_back(generation::zero_slab(sizes, k.options()));
       paged_.values.push_back(generation::zero_slab(sizes, k.options()));
     }
-  paged_.write_prefill(cache, {blocks_.table(c.sequence)}, {total}, {from});
-  if (admitted && prefix_cache_)
-    prefix_cache_->record(c.context, blocks_.table(c.sequence), total / blocks_.block_size(), blocks_);
-  stats_.prefill_tokens += count;
-  stats_.reused_tokens += from;
-  if (admitted) stats_.prefix_cached_tokens += from;
-  c.cached = c.context;
-  begin_turn(id);
-  return hidden.select(1, count - 1);
+  paged_.write_prefill(cache, tables, lengths, starts, shifts);
+  for (int64_t r = 0; r < rows; ++r) {
+    const PendingPrefill& p = pending_[static_cast<size_t>(r)];
+    if (p.admitted && prefix_cache_)
+      prefix_cache_->record(p.context, tables[static_cast<size_t>(r)], lengths[static_cast<size_t>(r)] / blocks_.block_size(),
+                            blocks_);
+    const auto count = static_cast<int64_t>(p.context.size()) - p.from;
+    prefilled_[static_cast<size_t>(p.number)] = hidden.narrow(0, r, 1).select(1, count - 1);
+  }
+  pending_.clear();
+  for (Group& g : groups_) {
+    if (g.prefill < 0 || !prefilled_[static_cast<size_t>(g.prefill)].defined()) continue;
+    if (g.pending > 0) g.last_hidden = prefilled_[static_cast<size_t>(g.prefill)];
+    g.prefill = -1;
+  }
+}
+
+torch::Tensor TurnBatcher::first_hidden(const FirstHidden& first) const {
+  return first.prefill >= 0 ? prefilled_[static_cast<size_t>(first.prefill)] : first.hidden;
 }
 
 std::vector<BatchedTurn> TurnBatcher::step() {
@@ -341,27 +458,42 @@ std::vector<BatchedTurn> TurnBatcher::step() {
   std::vector<BatchedTurn> ended;
   const auto count = static_cast<int64_t>(conversations_.size());
   const auto device = model_->parameters().front().device();
-  // Queued turns, in the order they came, as far as the running limit and the blocks allow; each prefilled
-  // alone, its first token drawn on the device from its last position.
+  // Queued turns, in the order they came, as far as the running limit and the blocks allow; prefilled
+  // together (run_prefills), their first tokens drawn on the device in one pass from their last positions.
   FirstDraws firsts;
   std::deque<int64_t> waiting;
+  std::vector<std::pair<size_t, FirstHidden>> started;  // the running row of each turn started, its hidden state
   for (int64_t id : queued_) {
     const bool room = cfg_.max_num_seqs <= 0 || static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs;
-    const std::optional<torch::Tensor> last = room ? start(id) : std::nullopt;
-    if (!last) {
+    std::optional<FirstHidden> first = room ? start(id) : std::nullopt;
+    if (!first) {
       waiting.push_back(id);
       continue;
     }
-    Running& row = running_.back();
+    started.emplace_back(running_.size() - 1, std::move(*first));
+  }
+  run_prefills();
+  if (!started.empty()) {
+    std::vector<torch::Tensor> lasts;
+    std::vector<int64_t> sequences;
+    for (const auto& [row, first] : started) {
+      lasts.push_back(first_hidden(first));
+      sequences.push_back(running_[row].turn * count + running_[row].conversation);
+    }
     const torch::Tensor uniforms =
         cfg_.greedy ? torch::Tensor()
-                    : generation::sampling_uniforms(cfg_, {row.turn * count + row.conversation}, {0}, 1, device).squeeze(0);
-    const generation::TokenDraw draw = draw_turn_tokens(model_, stages_, cfg_, *last, uniforms);
-    row.first = static_cast<int64_t>(firsts.tokens.size());
-    firsts.tokens.push_back(draw.tokens);
-    firsts.log_probs.push_back(draw.log_probs);
-    firsts.no_mass.push_back(draw.no_mass);
+                    : generation::sampling_uniforms(cfg_, sequences, std::vector<int64_t>(sequences.size(), 0), 1, device)
+                          .squeeze(0);
+    const generation::TokenDraw draw = draw_turn_tokens(model_, stages_, cfg_, torch::cat(lasts), uniforms);
+    for (size_t k = 0; k < started.size(); ++k) {
+      running_[started[k].first].first = static_cast<int64_t>(k);
+      const auto at = static_cast<int64_t>(k);
+      firsts.tokens.push_back(draw.tokens.narrow(0, at, 1));
+      firsts.log_probs.push_back(draw.log_probs.narrow(0, at, 1));
+      firsts.no_mass.push_back(draw.no_mass.defined() ? draw.no_mass.narrow(0, at, 1) : torch::Tensor());
+    }
   }
+  prefilled_.clear();
   queued_ = std::move(waiting);
   // Interval 1 reads the first tokens back before decoding: a turn that ends on its first token joins no step.
   if (cfg_.readback_interval == 1 && !firsts.tokens.empty()) run_chunk(0, firsts, ended);

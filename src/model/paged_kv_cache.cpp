@@ -21,25 +21,28 @@ void PagedKVCache::copy_block(int64_t from, int64_t to) {
 }
 
 void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
-                                 const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts) {
+                                 const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts,
+                                 const std::vector<int64_t>& shifts) {
   HF_CHECK(prefill.keys.size() == keys.size() && tables.size() == lengths.size() &&
-               (starts.empty() || starts.size() == lengths.size()),
+               (starts.empty() || starts.size() == lengths.size()) && (shifts.empty() || shifts.size() == lengths.size()),
            "PagedKVCache::write_prefill: a prefill of ", prefill.keys.size(), " layers into pools of ", keys.size(),
-           ", with ", tables.size(), " block tables and ", starts.size(), " starts for ", lengths.size(), " rows");
+           ", with ", tables.size(), " block tables, ", starts.size(), " starts and ", shifts.size(), " shifts for ",
+           lengths.size(), " rows");
   if (keys.empty()) return;
   const int64_t kv = keys[0].size(1), bs = block_size(), d = keys[0].size(3);
   const int64_t width = prefill.keys[0].size(2);  // positions per prefill row in its slab
   // Pool row (block * kv + h) * bs + p % bs takes slab row (i * kv + h) * width + p, both viewed as [-1, d].
   std::vector<int64_t> to, from;
   for (size_t i = 0; i < tables.size(); ++i) {
-    HF_CHECK(lengths[i] <= width && static_cast<int64_t>(tables[i].size()) * bs >= lengths[i],
-             "PagedKVCache::write_prefill: row ", i, " has ", lengths[i], " positions for a prefill of ", width,
-             " and ", tables[i].size(), " blocks of ", bs);
     const int64_t start = starts.empty() ? 0 : starts[i];
+    const int64_t shift = shifts.empty() ? 0 : shifts[i];
+    HF_CHECK(start + shift >= 0 && lengths[i] + shift <= width && static_cast<int64_t>(tables[i].size()) * bs >= lengths[i],
+             "PagedKVCache::write_prefill: row ", i, " has positions [", start, ", ", lengths[i], ") at slab shift ",
+             shift, " for a prefill of ", width, " and ", tables[i].size(), " blocks of ", bs);
     for (int64_t h = 0; h < kv; ++h)
       for (int64_t p = start; p < lengths[i]; ++p) {
         to.push_back((tables[i][static_cast<size_t>(p / bs)] * kv + h) * bs + p % bs);
-        from.push_back((static_cast<int64_t>(i) * kv + h) * width + p);
+        from.push_back((static_cast<int64_t>(i) * kv + h) * width + p + shift);
       }
   }
   const auto device = keys[0].device();

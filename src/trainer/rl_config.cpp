@@ -139,6 +139,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     kv_cache: paged
     kv_block_size: 16
     enable_prefix_caching: true
+    max_num_batched_tokens: 8192
     gpu_memory_utilization: 0.5
     enforce_eager: null
     readback_interval: null

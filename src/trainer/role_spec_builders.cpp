@@ -296,6 +296,9 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   HF_CHECK(spec.kv_block_size >= 1, section, ".kv_block_size must be >= 1 (positions per block), got ",
            spec.kv_block_size);
   spec.enable_prefix_caching = rollout.get<bool>("enable_prefix_caching");
+  spec.max_num_batched_tokens = rollout.get<int64_t>("max_num_batched_tokens");
+  HF_CHECK(spec.max_num_batched_tokens >= 1, section, ".max_num_batched_tokens must be >= 1 (positions one prefill ",
+           "forward may hold), got ", spec.max_num_batched_tokens);
   spec.gpu_memory_utilization = rollout.get<double>("gpu_memory_utilization");
   HF_CHECK(spec.gpu_memory_utilization > 0 && spec.gpu_memory_utilization <= 1, section,
            ".gpu_memory_utilization must be in (0, 1] (the fraction of a GPU's memory the rollout may use), got ",

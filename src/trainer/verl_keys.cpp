@@ -162,7 +162,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.rollout.prompt_length", "", "prompts are limited by data.max_prompt_length"},
     {"actor_rollout_ref.rollout.cudagraph_capture_sizes", "", kRollout},
     {"actor_rollout_ref.rollout.data_parallel_size", "", "rollout data parallelism follows actor_rollout_ref.num_processes"},
-    {"actor_rollout_ref.rollout.max_num_batched_tokens", "", kRollout},
     {"actor_rollout_ref.rollout.max_model_len", "", kRollout},
     {"actor_rollout_ref.rollout.enable_chunked_prefill", "", kRollout},
     {"actor_rollout_ref.rollout.logprobs_mode", "", kRollout},

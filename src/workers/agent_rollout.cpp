@@ -184,6 +184,7 @@ TurnRoundStats continuous_turn_stats(const TurnBatcher& batcher, double generati
   s.shared_prompt_tokens = b.shared_prompt_tokens;
   s.shared_prompt_blocks = b.shared_prompt_blocks;
   s.prefix_cached_tokens = b.prefix_cached_tokens;
+  s.prefill_forwards = b.prefill_forwards;
   s.generation_seconds = generation_seconds;
   return s;
 }
@@ -560,6 +561,7 @@ nlohmann::json agent_rollout_metrics(const AgentRollout& rollout) {
     m["agent/shared_prompt_blocks"] = r.shared_prompt_blocks;
     m["agent/shared_prompt_tokens"] = r.shared_prompt_tokens;
     m["agent/prefix_cached_tokens"] = r.prefix_cached_tokens;
+    m["agent/prefill_forwards"] = r.prefill_forwards;
   }
   return m;
 }

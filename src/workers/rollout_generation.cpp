@@ -25,6 +25,7 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   g.paged_kv_cache = rollout.paged_kv_cache;
   g.kv_block_size = rollout.kv_block_size;
   g.enable_prefix_caching = rollout.enable_prefix_caching;
+  g.max_num_batched_tokens = rollout.max_num_batched_tokens;
   g.gpu_memory_utilization = rollout.gpu_memory_utilization;
   // Unset (the default), a CUDA device decodes as graphs wherever they apply, read back in chunks, as verl's
   // enforce_eager: false does; the CPU decodes eagerly and reads every step (a longer interval would move where

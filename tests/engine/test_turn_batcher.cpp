@@ -204,6 +204,67 @@ TEST_F(TurnBatcherTest, AGroupsConversationsShareTheirPromptsBlocksAndPrefill) {
   }
 }
 
+// The turns a step starts are prefilled in as few forwards as max_num_batched_tokens allows, whatever their
+// cached prefixes (first contexts of several lengths, deltas past caches of several lengths, and a first
+// context arriving beside the deltas): the tokens and log-probs of each prefilled alone (a budget of 1 position),
+// bit for bit under the batch-invariant kernels and to float rounding with the default ones.
+TEST_F(TurnBatcherTest, TurnsStartedTogetherArePrefilledTogetherAndGenerateWhatTheyWouldAlone) {
+  config.greedy = false;
+  config.temperature = 1.0;
+  config.seed = 3;
+  config.eos_token_ids = {};  // every turn runs to its limit: the rounds' turns start in the same steps
+  const std::vector<std::vector<int64_t>> prompts = {
+      {5, 11, 2, 20}, {6, 12, 2, 21, 22, 23}, {7, 13, 2, 24, 25, 26, 27, 28, 29}, {8, 14, 2, 30, 31}, {9, 15, 40}};
+  // Round 1: conversations 0-3 start; round 2: their deltas (3 tool ids after 5 decoded) and 4's first context.
+  const auto run = [&](int64_t budget) {
+    GenerationConfig c = config;
+    c.max_num_batched_tokens = budget;
+    TurnBatcher b(model, c, 5);
+    std::vector<std::vector<int64_t>> contexts = prompts;
+    std::vector<std::vector<BatchedTurn>> turns(prompts.size());
+    for (int64_t round = 0; round < 2; ++round) {
+      for (int64_t k = 0; k < (round == 0 ? 4 : 5); ++k) b.submit(k, contexts[static_cast<size_t>(k)], 6);
+      for (int step = 0; step < 50 && !b.idle(); ++step)
+        for (BatchedTurn& t : b.step()) {
+          auto& context = contexts[static_cast<size_t>(t.conversation)];
+          context.insert(context.end(), t.ids.begin(), t.ids.end());
+          for (int64_t id : {int64_t{17}, int64_t{18}, 30 + t.conversation}) context.push_back(id);
+          turns[static_cast<size_t>(t.conversation)].push_back(std::move(t));
+        }
+    }
+    return std::pair{std::move(turns), b.stats()};
+  };
+  for (const bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "batch-invariant kernels" : "default kernels");
+    BatchInvariantGuard kernels(exact);
+    const auto [alone, alone_stats] = run(1);
+    const auto [together, together_stats] = run(8192);
+    // Round 2's widest row: conversation 2's cache of 9 + 5 positions and its delta of 1 + 3 ids; the
+    // budget of 2 x 18 positions takes its five rows two at a time.
+    const auto [pairs, pairs_stats] = run(36);
+    EXPECT_EQ(alone_stats.prefill_forwards, 4 + 5);
+    EXPECT_EQ(together_stats.prefill_forwards, 1 + 1);
+    EXPECT_EQ(pairs_stats.prefill_forwards, 1 + 3);  // round 1: 4 rows x 9 positions
+    EXPECT_EQ(together_stats.prefill_tokens, alone_stats.prefill_tokens);
+    for (const auto* got : {&together, &pairs})
+      for (size_t c = 0; c < prompts.size(); ++c) {
+        ASSERT_EQ((*got)[c].size(), c == 4 ? 1u : 2u) << "conversation " << c;
+        for (size_t k = 0; k < (*got)[c].size(); ++k) {
+          const BatchedTurn& want = alone[c][k];
+          ASSERT_EQ((*got)[c][k].ids, want.ids) << "conversation " << c << " turn " << k;
+          for (size_t t = 0; t < want.log_probs.size(); ++t) {
+            if (exact)
+              EXPECT_EQ((*got)[c][k].log_probs[t], want.log_probs[t]) << "conversation " << c << " turn " << k;
+            else
+              EXPECT_NEAR((*got)[c][k].log_probs[t], want.log_probs[t], 1e-5) << "conversation " << c << " turn " << k;
+          }
+        }
+      }
+  }
+  config.max_num_batched_tokens = 0;
+  EXPECT_NE(error_of([&] { TurnBatcher(model, config, 1); }).find("max_num_batched_tokens"), std::string::npos);
+}
+
 // A member released before its first turn gives its share back; one whose first context is not the group's
 // prompt is admitted alone and generates what it would have alone; a group is admitted when its first member
 // asks, whatever the others do later. Every block is freed at the end.

@@ -10,12 +10,17 @@
 // step decodes one token for every running turn, whatever turn of its conversation it is, and a turn's
 // result is handed back the step it ends, so a conversation waiting for a tool holds back no one.
 //
-// Each prefill runs one conversation alone (no padding, its cache as it is), so its keys and values do not
-// depend on what else was waiting. Token t of conversation c's turn k is drawn with
-// sampling_uniform(cfg.seed, k * conversations + c, t): the draws do not depend on the timing of the turns.
-// Under the batch-invariant kernels (model/batch_invariant.h) a turn's tokens and log-probs are bit for bit
-// those of prefilling its whole context again; with the default kernels they agree to float rounding
-// (a cached key was computed by a decode step, a re-prefill computes it in a prefill).
+// The turns a step starts are prefilled together, as few forwards as cfg.max_num_batched_tokens allows (a
+// forward holds rows x (longest cached prefix + longest new part) positions; a longer context runs alone):
+// each row's cached positions are gathered from its blocks, left-padded to the longest and masked, and its new
+// ids follow at their own positions, right-padded; their first tokens are drawn in one pass. On a GPU a
+// forward of a few dozen ids costs its kernel launches more than its arithmetic, and an agentic step starts
+// many turns (every conversation whose tool answered). Token t of conversation c's turn k is drawn with
+// sampling_uniform(cfg.seed, k * conversations + c, t): the draws depend neither on the timing of the turns
+// nor on which were prefilled together. Under the batch-invariant kernels (model/batch_invariant.h) a turn's
+// tokens and log-probs are bit for bit those of prefilling its whole context again, alone; with the default
+// kernels they agree to float rounding (a cached key was computed by a decode step or in a batch of
+// another size).
 //
 // Blocks: a conversation is admitted once, reserving the blocks its first context plus cfg.max_new_tokens
 // (the response budget of the whole conversation) can hold, and holds them until release(). The pool is
@@ -33,7 +38,9 @@
 //
 // Prefix caching (cfg.enable_prefix_caching, engine/prefix_cache.h): a first context that begins with whole
 // blocks of ids another conversation's first context holds (the system prompt, the tools' schema) starts on
-// those blocks while any conversation still holds them, a reference each, and prefills only the rest.
+// those blocks while any conversation still holds them, a reference each, and prefills only the rest. A
+// context that would find more such blocks in a prefill still waiting in the step's batch runs that batch
+// first, so the first of many conversations sharing a system prompt prefills it for the others.
 //
 // Read-back in chunks (cfg.readback_interval): a step decodes up to that many tokens for every running turn
 // with sampling and eos checks on the device, and reads the device back once at its end (TokenRing), the
@@ -87,6 +94,7 @@ struct TurnBatcherStats {
   int64_t shared_prompt_tokens = 0;  // first-context positions group members took from a shared prefill
   int64_t shared_prompt_blocks = 0;  // full prompt blocks group members shared instead of holding their own
   int64_t prefix_cached_tokens = 0;  // first-context positions found in other conversations' blocks
+  int64_t prefill_forwards = 0;      // forwards that prefilled contexts (several turns' each where they fit)
 };
 
 class TurnBatcher {
@@ -123,14 +131,23 @@ class TurnBatcher {
   struct Conversation;
   struct Running;
   struct Group;
-  std::optional<torch::Tensor> start(int64_t conversation);
-  std::optional<torch::Tensor> admit_group(int64_t conversation);
-  torch::Tensor start_shared(int64_t conversation);
+  struct PendingPrefill;
+  // Where a started turn's first token is drawn from: the last hidden state [1, hidden] of its context, known
+  // (a group's prompt prefilled in an earlier step) or that of this step's prefill number `prefill`.
+  struct FirstHidden {
+    torch::Tensor hidden;
+    int64_t prefill = -1;
+  };
+  std::optional<FirstHidden> start(int64_t conversation);
+  std::optional<FirstHidden> admit_group(int64_t conversation);
+  FirstHidden start_shared(int64_t conversation);
   void leave_group_share(int64_t conversation);
   bool room_for(int64_t positions, int64_t members, int64_t max_positions, int64_t cached_blocks = 0);
-  std::vector<int64_t> cached_prefix(const std::vector<int64_t>& context) const;
+  std::vector<int64_t> cached_prefix(const std::vector<int64_t>& context);
   void begin_turn(int64_t conversation);
-  torch::Tensor prefill(int64_t conversation, int64_t from, bool admitted = false);
+  int64_t queue_prefill(int64_t conversation, int64_t from, bool admitted = false);
+  void run_prefills();
+  torch::Tensor first_hidden(const FirstHidden& first) const;
   struct FirstDraws;
   void run_chunk(int64_t max_steps, FirstDraws& firsts, std::vector<BatchedTurn>& ended);
   void grow_pool(int64_t blocks);
@@ -148,6 +165,8 @@ class TurnBatcher {
   std::vector<Group> groups_;
   std::deque<int64_t> queued_;
   std::vector<Running> running_;
+  std::vector<PendingPrefill> pending_;  // this step's prefills not yet run, in the order they came
+  std::vector<torch::Tensor> prefilled_;  // this step's prefills' last hidden states [1, hidden], by number
   TurnBatcherStats stats_;
 };
 

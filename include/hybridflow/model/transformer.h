@@ -74,10 +74,12 @@ struct PagedKVCache {
   // Copies block `from` into block `to` in every layer (copy on write of a shared block).
   void copy_block(int64_t from, int64_t to);
   // Writes positions [starts[i], lengths[i]) of prefill row i (a KVCache that hidden_states() filled, this
-  // stage's layers; slab position p is sequence position p) into the blocks of tables[i], every layer. No
-  // starts: from position 0.
+  // stage's layers; sequence position p is slab position p + shifts[i]) into the blocks of tables[i], every
+  // layer. No starts: from position 0; no shifts: 0 (shifted rows: a batch whose cached prefixes were
+  // left-padded to the longest).
   void write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
-                     const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts = {});
+                     const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts = {},
+                     const std::vector<int64_t>& shifts = {});
   // One sequence's positions [0, length) out of the blocks of `table`, every layer, as a KVCache of one row
   // ([1, kv_heads, length, head_dim] slabs, filled = length) that hidden_states() extends: a prefill of only
   // the tokens after a cached prefix (multi-turn resume), whose new keys write_prefill then stores.

@@ -47,6 +47,7 @@ struct TurnRoundStats {
   int64_t shared_prompt_tokens = 0;  // continuous batching: prompt positions a group's episodes did not prefill
   int64_t shared_prompt_blocks = 0;  // continuous batching: full prompt blocks a group's episodes shared
   int64_t prefix_cached_tokens = 0;  // continuous batching: first-context positions found in other prompts' blocks
+  int64_t prefill_forwards = 0;  // continuous batching: forwards that prefilled contexts, several turns' each
   int64_t keep_alive_steps = 0;  // continuous batching over ranks: empty schedule steps sent (or received)
                                  // while rank 0 waited for tools
   double generation_seconds = 0;  // wall time spent generating (in rounds, or in the batcher's steps)

@@ -79,6 +79,8 @@ struct RolloutSpec {
   // Contexts that begin with the same whole blocks of ids as one whose blocks are held start on them
   // (GenerationConfig::enable_prefix_caching; verl's key).
   bool enable_prefix_caching = true;
+  // Positions one multi-turn prefill forward may hold (GenerationConfig::max_num_batched_tokens; verl's key).
+  int64_t max_num_batched_tokens = 8192;
   double gpu_memory_utilization = 0.5;
   // Generation's layout: 0 = the training tensor-parallel size; a smaller one (or pipeline stages) switches
   // through the 3D-HybridEngine in reshard_mode.
