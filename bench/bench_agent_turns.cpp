@@ -27,6 +27,7 @@
 
 #include "bench_common.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/heap_reuse.h"
 #include "hybridflow/core/platform.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/workers/agent_rollout.h"
@@ -34,6 +35,7 @@
 using namespace hybridflow;
 
 int main(int argc, char** argv) {
+  keep_freed_heap_for_reuse();  // as the hybridflow binary does (core/heap_reuse.h)
   const std::string model_dir = bench::arg(argc, argv, "model", "runs/calculator/sft/final");
   const std::string tokenizer_dir = bench::arg(argc, argv, "tokenizer", "runs/calculator/tokenizer");
   const std::string tools = bench::arg(argc, argv, "tools", "examples/calculator_tool/tools.yaml");

@@ -366,30 +366,6 @@ void TurnBatcher::run_prefills() {
     past = std::max(past, p.from);
     width = std::max(width, static_cast<int64_t>(p.context.size()) - p.from);
   }
-  KVCache cache;
-  if (past > 0) {
-    std::vector<KVCache> pasts;
-    for (const PendingPrefill& p : pending_) {
-      const Conversation& c = *conversations_[static_cast<size_t>(p.conversation)];
-      pasts.push_back(paged_.gather(blocks_.table(c.sequence), p.from));
-    }
-    const KVCache& longest = *std::find_if(pasts.begin(), pasts.end(), [&](const KVCache& k) { return k.filled == past; });
-    // Layer l's keys or values of every row, [rows, kv_heads, past, head_dim], zeros before each row's own.
-    const auto left_padded = [&](std::vector<torch::Tensor> KVCache::*slabs, size_t l) {
-      std::vector<torch::Tensor> parts;
-      for (const KVCache& k : pasts) {
-        const torch::Tensor mine = k.filled > 0 ? (k.*slabs)[l] : (longest.*slabs)[l].narrow(2, 0, 0);
-        parts.push_back(torch::constant_pad_nd(mine, {0, 0, past - k.filled, 0}));
-      }
-      return torch::cat(parts);
-    };
-    for (size_t l = 0; l < longest.keys.size(); ++l) {
-      cache.keys.push_back(left_padded(&KVCache::keys, l));
-      cache.values.push_back(left_padded(&KVCache::values, l));
-    }
-    cache.filled = past;
-  }
-  cache.capacity = past + width;
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   auto ids = torch::full({rows, width}, cfg_.pad_token_id, i64);
   auto mask = torch::zeros({rows, past + width}, i64);
@@ -421,6 +397,7 @@ void TurnBatcher::run_prefills() {
   ids = upload(ids, device);
   mask = upload(mask, device);
   positions = upload(positions, device);
+  KVCache cache = paged_.gather(tables, starts, past + width);
   generation::StageLink link(model_, stages_);
   link.receive(rows, width);
   const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);

@@ -1,5 +1,6 @@
 // The paged KV cache's tensor side: block copies and a prefill's keys and values into blocks; see
 // transformer.h (PagedKVCache). Device-agnostic torch operations: one gather and one scatter per layer.
+#include <algorithm>
 #include <vector>
 
 #include "hybridflow/core/device_upload.h"
@@ -55,22 +56,49 @@ void PagedKVCache::write_prefill(const KVCache& prefill, const std::vector<std::
   }
 }
 
-KVCache PagedKVCache::gather(const std::vector<int64_t>& table, int64_t length) const {
-  HF_CHECK(length >= 0 && static_cast<int64_t>(table.size()) * block_size() >= length,
-           "PagedKVCache::gather: ", length, " positions from ", table.size(), " blocks of ", block_size());
+KVCache PagedKVCache::gather(const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
+                             int64_t capacity) const {
+  HF_CHECK(tables.size() == lengths.size(), "PagedKVCache::gather: ", tables.size(), " block tables for ", lengths.size(),
+           " lengths");
+  int64_t longest = 0;
+  for (size_t r = 0; r < tables.size(); ++r) {
+    HF_CHECK(lengths[r] >= 0 && static_cast<int64_t>(tables[r].size()) * block_size() >= lengths[r],
+             "PagedKVCache::gather: row ", r, " has ", lengths[r], " positions in ", tables[r].size(), " blocks of ",
+             block_size());
+    longest = std::max(longest, lengths[r]);
+  }
+  HF_CHECK(capacity >= longest, "PagedKVCache::gather: a capacity of ", capacity, " positions for rows of up to ", longest);
   KVCache out;
-  out.filled = length;
-  out.capacity = length;
-  if (keys.empty() || length == 0) return out;
-  const auto blocks = upload(torch::tensor(table, torch::kInt64), keys[0].device());
-  // [blocks, kv, bs, d] -> [kv, blocks * bs, d], the first `length` positions, as one row.
-  auto one_row = [&](const torch::Tensor& pool) {
-    const auto picked = pool.index_select(0, blocks);
-    return picked.transpose(0, 1).reshape({pool.size(1), -1, pool.size(3)}).narrow(1, 0, length).unsqueeze(0).contiguous();
+  out.filled = longest;
+  out.capacity = capacity;
+  if (keys.empty() || longest == 0) return out;
+  const auto rows = static_cast<int64_t>(tables.size());
+  const int64_t kv = keys[0].size(1), bs = block_size(), d = keys[0].size(3);
+  // Slab row (r * kv + h) * capacity + longest - lengths[r] + p takes pool row (block * kv + h) * bs + p % bs,
+  // both viewed as [-1, d]: one gather and one scatter per layer, straight into the slab.
+  std::vector<int64_t> to, from;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<int64_t>& table = tables[static_cast<size_t>(r)];
+    const int64_t length = lengths[static_cast<size_t>(r)];
+    for (int64_t h = 0; h < kv; ++h)
+      for (int64_t p = 0; p < length; ++p) {
+        from.push_back((table[static_cast<size_t>(p / bs)] * kv + h) * bs + p % bs);
+        to.push_back((r * kv + h) * capacity + longest - length + p);
+      }
+  }
+  const auto device = keys[0].device();
+  const auto to_t = upload(torch::tensor(to, torch::kInt64), device);
+  const auto from_t = upload(torch::tensor(from, torch::kInt64), device);
+  const auto one_slab = [&](const torch::Tensor& pool) {
+    auto slab = torch::empty({rows, kv, capacity, d}, pool.options());
+    for (int64_t r = 0; r < rows; ++r)
+      if (lengths[static_cast<size_t>(r)] < longest) slab[r].narrow(1, 0, longest - lengths[static_cast<size_t>(r)]).zero_();
+    slab.view({-1, d}).index_copy_(0, to_t, pool.view({-1, d}).index_select(0, from_t));
+    return slab;
   };
   for (size_t l = 0; l < keys.size(); ++l) {
-    out.keys.push_back(one_row(keys[l]));
-    out.values.push_back(one_row(values[l]));
+    out.keys.push_back(one_slab(keys[l]));
+    out.values.push_back(one_slab(values[l]));
   }
   return out;
 }

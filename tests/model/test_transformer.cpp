@@ -10,6 +10,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/kernels/decode_kernels.h"
 #include "hybridflow/kernels/few_rows_linear.h"
+#include "support/error_of.h"
 #include "support/operator_counter.h"
 #include "support/tiny_model.h"
 
@@ -563,6 +564,48 @@ TEST_F(TransformerTest, DecodePagedEqualsFullForward) {
     EXPECT_NE(std::string(e.what()).find("row 0 has 2 cached positions; its block table holds 2"), std::string::npos)
         << e.what();
   }
+}
+
+// PagedKVCache::gather lays rows of several cached lengths into one slab, each ending at the longest (zeros
+// before it) with room after for a forward's new keys; write_prefill's shifts put those new keys back at their
+// sequence positions. A round trip through distinct blocks gives back every position's values.
+TEST_F(TransformerTest, PagedGatherRightAlignsRowsAndShiftedWritesPutThemBack) {
+  const int64_t kv = 2, bs = 2, d = 3;
+  PagedKVCache cache;
+  cache.keys.push_back(torch::arange(8 * kv * bs * d, torch::kFloat32).view({8, kv, bs, d}) + 1);  // no zeros
+  cache.values.push_back(-cache.keys[0]);
+  const std::vector<std::vector<int64_t>> tables = {{5, 2}, {7}, {1, 6, 3}};
+  const std::vector<int64_t> lengths = {3, 0, 5};
+  const KVCache got = cache.gather(tables, lengths, 7);
+  ASSERT_EQ(got.keys.size(), 1u);
+  EXPECT_EQ(got.filled, 5);
+  EXPECT_EQ(got.keys[0].sizes(), torch::IntArrayRef({3, kv, 7, d}));
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t p = 0; p < 5; ++p) {
+      const int64_t own = p - (5 - lengths[static_cast<size_t>(r)]);  // the row's position at slab position p
+      const torch::Tensor want = own < 0 ? torch::zeros({kv, d})
+                                         : cache.keys[0][tables[static_cast<size_t>(r)][static_cast<size_t>(own / bs)]]
+                                               .select(1, own % bs);
+      EXPECT_TRUE(torch::equal(got.keys[0][r].select(1, p), want)) << "row " << r << " slab position " << p;
+      EXPECT_TRUE(torch::equal(got.values[0][r].select(1, p), -want)) << "row " << r << " slab position " << p;
+    }
+  // Back into fresh blocks at shifts 5 - length: each row's positions where they were.
+  PagedKVCache copy;
+  copy.keys.push_back(torch::zeros_like(cache.keys[0]));
+  copy.values.push_back(torch::zeros_like(cache.values[0]));
+  copy.write_prefill(got, tables, lengths, {0, 0, 0}, {2, 5, 0});
+  for (int64_t r : {0, 2})
+    for (int64_t p = 0; p < lengths[static_cast<size_t>(r)]; ++p) {
+      const int64_t block = tables[static_cast<size_t>(r)][static_cast<size_t>(p / bs)];
+      EXPECT_TRUE(torch::equal(copy.keys[0][block].select(1, p % bs), cache.keys[0][block].select(1, p % bs)))
+          << "row " << r << " position " << p;
+    }
+  EXPECT_NE(testing::error_of([&] { cache.gather(tables, lengths, 4); }).find("a capacity of 4 positions for rows of up to 5"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { cache.gather({{1}}, {3}, 8); }).find("row 0 has 3 positions in 1 blocks of 2"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { copy.write_prefill(got, {{5, 2}}, {3}, {0}, {5}); }).find("at slab shift 5"),
+            std::string::npos);
 }
 
 TEST_F(TransformerTest, BFloat16ParametersRun) {

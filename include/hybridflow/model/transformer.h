@@ -80,10 +80,14 @@ struct PagedKVCache {
   void write_prefill(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
                      const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts = {},
                      const std::vector<int64_t>& shifts = {});
-  // One sequence's positions [0, length) out of the blocks of `table`, every layer, as a KVCache of one row
-  // ([1, kv_heads, length, head_dim] slabs, filled = length) that hidden_states() extends: a prefill of only
-  // the tokens after a cached prefix (multi-turn resume), whose new keys write_prefill then stores.
-  KVCache gather(const std::vector<int64_t>& table, int64_t length) const;
+  // Row r's positions [0, lengths[r]) out of the blocks of tables[r], every layer, as a KVCache that
+  // hidden_states() extends: slabs [rows, kv_heads, capacity, head_dim], filled = the longest length, each row's
+  // positions ending there (left-padded with zeros, which the caller masks) and the room past it left for the
+  // forward's new keys (capacity >= the longest; a prefill of new_ids fills it when capacity is longest +
+  // new_ids, so nothing is copied again). For prefills of only the tokens after cached prefixes (multi-turn
+  // resume), whose new keys write_prefill then stores with shifts longest - lengths[r].
+  KVCache gather(const std::vector<std::vector<int64_t>>& tables, const std::vector<int64_t>& lengths,
+                 int64_t capacity) const;
 };
 
 enum class HeadKind { kLanguageModel, kValue };
