@@ -25,6 +25,7 @@
 #include "hybridflow/engine/block_manager.h"
 #include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/decode_graphs.h"
+#include "hybridflow/engine/prefix_cache.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -136,6 +137,10 @@ class Scheduler {
         if (kept_) pool_blocks = kept_->pool_blocks;
       }
       blocks_.emplace(pool_blocks, cfg.kv_block_size);
+      // Prefix caching needs keys that stay valid: not across a weight refresh, and not where a prompt's routing
+      // is recorded position by position (a cached prefix is not run again).
+      if (cfg.enable_prefix_caching && !cfg.refresh_weights && !cfg.record_routing)
+        prefix_cache_.emplace(cfg.kv_block_size);
     }
     finished_.assign(static_cast<size_t>(total_), false);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -237,6 +242,7 @@ class Scheduler {
       report.kept_pools = kept_pools_;
       report.peak_blocks = blocks_->peak_used_blocks();
       report.peak_bytes = report.peak_blocks * report.block_bytes;
+      report.prefix_cached_tokens = prefix_cached_tokens_;
       report.sequences_fit = sequences_that_fit(report.pool_blocks, blocks_->block_size(),
                                                 std::max<int64_t>(1, longest_prompt + cfg_.max_new_tokens - 1));
     } else {
@@ -248,60 +254,66 @@ class Scheduler {
   }
 
  private:
-  // Prefills as many waiting prompts as have room for all their samples; false when none has.
+  // Prefills as many waiting prompts as have room for all their samples; false when none has. With prefix
+  // caching a prompt starts on the held blocks of another's identical first blocks and prefills only the rest;
+  // one that would find more blocks in a prompt admitted beside it waits for the next pass, which finds them.
   bool admit() {
     const int64_t waiting = static_cast<int64_t>(prompts_.size()) - next_prompt_;
     int64_t count = std::min<int64_t>(waiting, static_cast<int64_t>(free_slots_.size()) / cfg_.n);
-    // While rows decode, prompts join in groups of at least admission_rows_ samples (or all that wait).
+    // While rows decode, prompts join in groups of at least admission_rows samples (or all that wait).
     if (count > 0 && !rows_.empty() && count < waiting && count * cfg_.n < admission_rows_) return false;
     // Paged: the prompts whose samples' blocks fit too, in order; their blocks are taken now.
     std::vector<std::vector<int64_t>> block_sequences;
+    std::vector<int64_t> cached(static_cast<size_t>(std::max<int64_t>(count, 0)), 0);  // positions found, per prompt
     if (blocks_) {
       int64_t fit = 0;
       while (fit < count) {
         const auto length = static_cast<int64_t>(prompt(fit).size());
         const int64_t most = length + cfg_.max_new_tokens - 1;
-        if (!blocks_->can_admit(length, cfg_.n, most)) {
+        std::vector<int64_t> found;
+        if (takes_part_in_prefix_cache(next_prompt_ + fit)) {
+          found = prefix_cache_->find(prompt(fit), *blocks_);
+          if (finds_more_beside(fit, static_cast<int64_t>(found.size()))) break;
+        }
+        const auto found_blocks = static_cast<int64_t>(found.size());
+        if (!blocks_->can_admit(length, cfg_.n, most, found_blocks)) {
           HF_CHECK(fit > 0 || !rows_.empty(), "generation: a prompt of ", length, " tokens with n = ", cfg_.n,
                    " samples of up to ", cfg_.max_new_tokens, " new tokens needs ",
-                   blocks_->worst_case_blocks(length, cfg_.n, most), " KV blocks of ", blocks_->block_size(),
-                   " positions; the pool has ", blocks_->num_blocks(),
+                   blocks_->worst_case_blocks(length, cfg_.n, most, found_blocks), " KV blocks of ",
+                   blocks_->block_size(), " positions; the pool has ", blocks_->num_blocks(),
                    " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
           break;
         }
-        block_sequences.push_back(blocks_->admit(length, cfg_.n, most));
+        block_sequences.push_back(blocks_->admit(length, cfg_.n, most, found));
+        cached[static_cast<size_t>(fit)] = found_blocks * blocks_->block_size();
         ++fit;
       }
       count = fit;
+      cached.resize(static_cast<size_t>(count));
     }
     if (count <= 0) return false;
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-    // Right-padded: every prompt starts at position 0, as in its slot.
-    int64_t width = 0;
-    for (int64_t i = 0; i < count; ++i) width = std::max<int64_t>(width, static_cast<int64_t>(prompt(i).size()));
-    auto ids = torch::full({count, width}, cfg_.pad_token_id, i64);
-    auto mask = torch::zeros({count, width}, i64);
-    std::vector<int64_t> last_position(static_cast<size_t>(count));
-    {
-      auto id = ids.accessor<int64_t, 2>();
-      auto m = mask.accessor<int64_t, 2>();
-      for (int64_t i = 0; i < count; ++i) {
-        const auto& p = prompt(i);
-        for (size_t t = 0; t < p.size(); ++t) {
-          id[i][static_cast<int64_t>(t)] = p[t];
-          m[i][static_cast<int64_t>(t)] = 1;
-        }
-        last_position[static_cast<size_t>(i)] = static_cast<int64_t>(p.size()) - 1;
-      }
+    // Right-padded: every prompt's new ids start at the same column, at their own positions. Cached positions
+    // (prefix caching) come gathered from their blocks, left-padded to the longest and masked.
+    std::vector<const std::vector<int64_t>*> contexts;
+    std::vector<int64_t> prompt_length;
+    for (int64_t i = 0; i < count; ++i) {
+      contexts.push_back(&prompt(i));
+      prompt_length.push_back(static_cast<int64_t>(prompt(i).size()));
     }
-    // Pinned and queued behind the device's work (the running rows' last chunk), not a blocking copy.
-    ids = upload(ids, device_);
-    mask = upload(mask, device_);
-    link_.receive(count, width);
+    const PrefillRows in = prefill_rows(contexts, cached, cfg_.pad_token_id);
+    const std::vector<int64_t>& last_position = in.last;  // each prompt's last id's column in the forward
+    std::vector<std::vector<int64_t>> tables;
+    if (blocks_)
+      for (int64_t i = 0; i < count; ++i) tables.push_back(blocks_->table(block_sequences[static_cast<size_t>(i)][0]));
     KVCache prefill;
-    prefill.capacity = width;
+    prefill.capacity = in.width;
+    if (in.past > 0) prefill = paged_.gather(tables, cached, in.past + in.width);
+    link_.receive(count, in.width);
     ++prefills_;
-    torch::Tensor hidden = model_->hidden_states(ids, mask, position_ids_from_mask(mask), &prefill);
+    // Uploads pinned and queued behind the device's work (the running rows' last chunk), not blocking copies.
+    torch::Tensor hidden = model_->hidden_states(upload(in.ids, device_), upload(in.mask, device_),
+                                                 upload(in.positions, device_), &prefill);
     link_.send(hidden);
     // [count, width, layers, k]: prompt i's routing, shared by its samples.
     torch::Tensor prompt_routing;
@@ -319,7 +331,7 @@ class Scheduler {
         row.sequence = (next_prompt_ + i) * cfg_.n + j;
         row.slot = *free_slots_.begin();
         free_slots_.erase(free_slots_.begin());
-        row.length = last_position[static_cast<size_t>(i)] + 1;
+        row.length = prompt_length[static_cast<size_t>(i)];
         if (blocks_) row.paged = block_sequences[static_cast<size_t>(i)][static_cast<size_t>(j)];
         if (cfg_.record_routing)
           prompt_routing_[static_cast<size_t>(row.sequence)] = prompt_routing[i].narrow(0, 0, row.length);
@@ -336,15 +348,15 @@ class Scheduler {
         }
       }
     if (blocks_) {
-      std::vector<std::vector<int64_t>> tables;
-      std::vector<int64_t> lengths;
+      write_to_blocks(prefill, tables, prompt_length, cached, in.shifts);
       for (int64_t i = 0; i < count; ++i) {
-        tables.push_back(blocks_->table(block_sequences[static_cast<size_t>(i)][0]));
-        lengths.push_back(last_position[static_cast<size_t>(i)] + 1);
+        prefix_cached_tokens_ += cached[static_cast<size_t>(i)];
+        if (takes_part_in_prefix_cache(next_prompt_ + i))
+          prefix_cache_->record(prompt(i), tables[static_cast<size_t>(i)],
+                                prompt_length[static_cast<size_t>(i)] / blocks_->block_size(), *blocks_);
       }
-      write_to_blocks(prefill, tables, lengths);
     } else {
-      copy_to_slots(prefill, slots, sources, width);
+      copy_to_slots(prefill, slots, sources, in.width);
     }
 
     next_prompt_ += count;
@@ -726,7 +738,8 @@ class Scheduler {
   // Writes each admitted prompt's prefill into its blocks (once, whatever its n); makes the pools
   // [blocks, kv_heads, block_size, head_dim] on the first call, zeros as the slabs.
   void write_to_blocks(const KVCache& prefill, const std::vector<std::vector<int64_t>>& tables,
-                       const std::vector<int64_t>& lengths) {
+                       const std::vector<int64_t>& lengths, const std::vector<int64_t>& starts,
+                       const std::vector<int64_t>& shifts) {
     if (paged_.keys.empty() && kept_) {
       // An earlier call's pools: their keys and values are that call's, finite numbers that the masked reads
       // past a row's length weigh by zero, as they do the zeros of new pools.
@@ -760,7 +773,33 @@ class Scheduler {
                                      .span_headroom = model_->decode_attends_row_lengths(paged_) ? 2 : 1},
             blocks_->num_blocks(), cfg_.pad_token_id, cfg_);
     }
-    paged_.write_prefill(prefill, tables, lengths);
+    paged_.write_prefill(prefill, tables, lengths, starts, shifts);
+  }
+
+  // Whether prompt p finds and records prefixes: prefix caching is on and none of its samples comes with saved
+  // tokens (a continued sample prefills its own prefix again, over the prompt's blocks).
+  bool takes_part_in_prefix_cache(int64_t p) const {
+    if (!prefix_cache_) return false;
+    for (int64_t q = p * cfg_.n; q < (p + 1) * cfg_.n; ++q)
+      if (finished_[static_cast<size_t>(q)] || !tokens_[static_cast<size_t>(q)].empty()) return false;
+    return true;
+  }
+
+  // Whether waiting prompt `offset` begins with more whole blocks (as many as find() may return) of a prompt
+  // admitted before it in this pass than the `found` blocks held now.
+  bool finds_more_beside(int64_t offset, int64_t found) const {
+    const auto& ids = prompt(offset);
+    const int64_t block = blocks_->block_size();
+    const int64_t findable = (static_cast<int64_t>(ids.size()) - 1) / block;
+    if (findable <= found) return false;
+    for (int64_t earlier = 0; earlier < offset; ++earlier) {
+      if (!takes_part_in_prefix_cache(next_prompt_ + earlier)) continue;
+      const auto& other = prompt(earlier);
+      const auto shorter = static_cast<std::ptrdiff_t>(std::min(ids.size(), other.size()));
+      const auto same = std::mismatch(ids.begin(), ids.begin() + shorter, other.begin()).first - ids.begin();
+      if (std::min<int64_t>(same / block, findable) > found) return true;
+    }
+    return false;
   }
 
   // GenerationOutput::routed_experts for prompts left-padded to `prompt_width` and `response_width` columns
@@ -804,6 +843,8 @@ class Scheduler {
   std::vector<Row> rows_;
   KVCache cache_;
   std::optional<BlockManager> blocks_;  // paged cache only
+  std::optional<PrefixCache> prefix_cache_;  // paged cache with cfg.enable_prefix_caching (see the constructor)
+  int64_t prefix_cached_tokens_ = 0;        // prompt positions found in other prompts' blocks
   PagedKVCache paged_;
   std::unique_ptr<DecodeGraphs> graphs_;  // paged cache with cfg.cuda_graphs on a CUDA device
   // cfg.decode_graph_cache: the set taken from it until the first prefill adopts it, what it was made for,

@@ -78,6 +78,20 @@ int64_t given_pool_blocks(CausalLM& model, const GenerationConfig& cfg);
 // A slab of zeros [sizes] (on the CPU from fresh anonymous pages, zeroed by the kernel when first touched).
 torch::Tensor zero_slab(const std::vector<int64_t>& sizes, const torch::TensorOptions& options);
 
+// One prefill forward's inputs for rows whose positions [0, cached[r]) are in the KV cache already and whose
+// ids from there on are new: the cached positions come as PagedKVCache::gather lays them (left-padded to the
+// longest, `past`), the new ids follow at their own positions, right-padded to `width`. On the CPU.
+struct PrefillRows {
+  torch::Tensor ids;        // [rows, width], pad_id after a row's new ids
+  torch::Tensor mask;       // [rows, past + width]: 1 on each row's cached and new positions
+  torch::Tensor positions;  // [rows, width]: cached[r] + t (padding repeats the row's last position)
+  int64_t past = 0, width = 0;
+  std::vector<int64_t> last;    // per row: its last id's column in the forward's output
+  std::vector<int64_t> shifts;  // per row: past - cached[r] (PagedKVCache::write_prefill's shifts)
+};
+PrefillRows prefill_rows(const std::vector<const std::vector<int64_t>*>& contexts, const std::vector<int64_t>& cached,
+                         int64_t pad_id);
+
 // A chunk of decode steps' draws kept on the device and read back at once (GenerationConfig::
 // readback_interval): each step's tokens and log-probs, which rows were still running when it drew (a row
 // stops at an eos id; its later draws are discarded), the rows ended by the chunk's end, and rows with no

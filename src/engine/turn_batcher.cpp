@@ -361,46 +361,22 @@ int64_t TurnBatcher::queue_prefill(int64_t id, int64_t from, bool admitted) {
 void TurnBatcher::run_prefills() {
   if (pending_.empty()) return;
   const auto rows = static_cast<int64_t>(pending_.size());
-  int64_t past = 0, width = 0;
-  for (const PendingPrefill& p : pending_) {
-    past = std::max(past, p.from);
-    width = std::max(width, static_cast<int64_t>(p.context.size()) - p.from);
-  }
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  auto ids = torch::full({rows, width}, cfg_.pad_token_id, i64);
-  auto mask = torch::zeros({rows, past + width}, i64);
-  auto positions = torch::zeros({rows, width}, i64);
+  std::vector<const std::vector<int64_t>*> contexts;
   std::vector<std::vector<int64_t>> tables;
-  std::vector<int64_t> lengths, starts, shifts;
-  {
-    auto id = ids.accessor<int64_t, 2>();
-    auto m = mask.accessor<int64_t, 2>();
-    auto at = positions.accessor<int64_t, 2>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const PendingPrefill& p = pending_[static_cast<size_t>(r)];
-      const auto count = static_cast<int64_t>(p.context.size()) - p.from;
-      for (int64_t t = past - p.from; t < past; ++t) m[r][t] = 1;
-      for (int64_t t = 0; t < width; ++t) {
-        if (t < count) {
-          id[r][t] = p.context[static_cast<size_t>(p.from + t)];
-          m[r][past + t] = 1;
-        }
-        at[r][t] = p.from + std::min(t, count - 1);  // padding repeats the last position: never past the context
-      }
-      tables.push_back(blocks_.table(conversations_[static_cast<size_t>(p.conversation)]->sequence));
-      lengths.push_back(static_cast<int64_t>(p.context.size()));
-      starts.push_back(p.from);
-      shifts.push_back(past - p.from);
-    }
+  std::vector<int64_t> lengths, starts;
+  for (const PendingPrefill& p : pending_) {
+    contexts.push_back(&p.context);
+    tables.push_back(blocks_.table(conversations_[static_cast<size_t>(p.conversation)]->sequence));
+    lengths.push_back(static_cast<int64_t>(p.context.size()));
+    starts.push_back(p.from);
   }
+  const generation::PrefillRows in = generation::prefill_rows(contexts, starts, cfg_.pad_token_id);
   const auto device = model_->parameters().front().device();
-  ids = upload(ids, device);
-  mask = upload(mask, device);
-  positions = upload(positions, device);
-  KVCache cache = paged_.gather(tables, starts, past + width);
+  KVCache cache = paged_.gather(tables, starts, in.past + in.width);
   generation::StageLink link(model_, stages_);
-  link.receive(rows, width);
-  const torch::Tensor hidden = model_->hidden_states(ids, mask, positions, &cache);
+  link.receive(rows, in.width);
+  const torch::Tensor hidden =
+      model_->hidden_states(upload(in.ids, device), upload(in.mask, device), upload(in.positions, device), &cache);
   link.send(hidden);
   ++stats_.prefill_forwards;
   if (paged_.keys.empty())
@@ -409,14 +385,13 @@ void TurnBatcher::run_prefills() {
       paged_.keys.push_back(generation::zero_slab(sizes, k.options()));
       paged_.values.push_back(generation::zero_slab(sizes, k.options()));
     }
-  paged_.write_prefill(cache, tables, lengths, starts, shifts);
+  paged_.write_prefill(cache, tables, lengths, starts, in.shifts);
   for (int64_t r = 0; r < rows; ++r) {
     const PendingPrefill& p = pending_[static_cast<size_t>(r)];
     if (p.admitted && prefix_cache_)
       prefix_cache_->record(p.context, tables[static_cast<size_t>(r)], lengths[static_cast<size_t>(r)] / blocks_.block_size(),
                             blocks_);
-    const auto count = static_cast<int64_t>(p.context.size()) - p.from;
-    prefilled_[static_cast<size_t>(p.number)] = hidden.narrow(0, r, 1).select(1, count - 1);
+    prefilled_[static_cast<size_t>(p.number)] = hidden.narrow(0, r, 1).select(1, in.last[static_cast<size_t>(r)]);
   }
   pending_.clear();
   for (Group& g : groups_) {

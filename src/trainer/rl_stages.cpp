@@ -50,6 +50,8 @@ void log_kv_cache(DataProto& rollout, MetricsLog& m, bool* said) {
   const nlohmann::json kv = rollout.meta().at("kv_cache");
   rollout.meta().erase("kv_cache");
   m.set("memory/rollout_kv_cache_peak_bytes", kv.at("peak_bytes").get<double>());
+  // Prefix caching: prompt positions that started on other prompts' blocks instead of being prefilled.
+  m.set("rollout/prefix_cached_tokens", kv.value("prefix_cached_tokens", 0.0));
   // CUDA graphs: how many this rollout captured (the rest it took from the last one: free_cache_engine false)
   // and how many of its decode steps they replayed.
   if (kv.value("decode_graphs", int64_t{0}) > 0) {

@@ -67,6 +67,7 @@ DataProto rollout_result(const GenerationOutput& out, const GenerationConfig& g,
                                {"peak_blocks", out.kv_cache.peak_blocks},
                                {"sequences_fit", out.kv_cache.sequences_fit},
                                {"kept_pools", out.kv_cache.kept_pools},
+                               {"prefix_cached_tokens", out.kv_cache.prefix_cached_tokens},
                                {"decode_graphs", out.decode_graphs},
                                {"decode_graphs_taken", out.decode_graphs_taken},
                                {"graph_steps", out.graph_steps}};

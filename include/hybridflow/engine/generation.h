@@ -97,10 +97,12 @@ struct GenerationConfig {
   int64_t kv_block_size = 16;
   // Prefix caching across prompts (engine/prefix_cache.h; verl's rollout.enable_prefix_caching): a context that
   // begins with the same whole blocks of ids as another whose blocks are still held starts on those blocks and
-  // prefills only the rest. The multi-turn turn batcher takes it; the single-turn generator shares blocks only
-  // among a prompt's own samples. The tokens are those of a prefill of the whole context, and the log-probs
-  // too under the batch-invariant kernels (with the default ones a cached key was computed in another
-  // prefill, whose length may change the matmuls' rounding).
+  // prefills only the rest. The multi-turn turn batcher and continuous batching on the paged cache take it
+  // (not with refresh_weights or record_routing, nor for a prompt whose samples come with saved tokens); a
+  // prompt that would find more blocks in one admitted beside it is admitted in the next pass, after that one
+  // is prefilled. The tokens are those of a prefill of the whole context, and the log-probs too under the
+  // batch-invariant kernels (with the default ones a cached key was computed in another prefill, whose
+  // length may change the matmuls' rounding).
   bool enable_prefix_caching = true;
   // The most positions one prefill forward of the multi-turn batcher holds (verl's
   // rollout.max_num_batched_tokens): the turns a step starts are prefilled together while rows x (longest
@@ -172,6 +174,7 @@ struct KVCacheReport {
   bool kept_pools = false;    // paged: the pool was an earlier call's (GenerationConfig::decode_graph_cache)
   int64_t peak_blocks = 0;    // paged: the most blocks in use at once
   int64_t sequences_fit = 0;  // sequences of the longest prompt + max_new_tokens that fit at once, unshared
+  int64_t prefix_cached_tokens = 0;  // paged: prompt positions found in other prompts' blocks, not prefilled
 };
 
 struct GenerationOutput {
