@@ -43,6 +43,7 @@ struct BenchOptions {
   bool static_baseline = true;
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
+  int64_t shared_prefix = 0;       // rollout: ids every prompt begins with; > 0 also times prefix caching off
   bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
   bool cuda_graphs = false;        // paged decode steps replayed as CUDA graphs (--device cuda)
   bool kept_pools = false;         // rollout: also time a call on the pools and graphs the first call kept
@@ -340,6 +341,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.admission_rows = o.admission_rows;
   ro.paged_kv_cache = paged;
   ro.kv_block_size = o.kv_block_size;
+  ro.shared_prefix = o.shared_prefix;
   ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.cuda_graphs = cuda_graphs(o, s);
@@ -354,6 +356,11 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   // and prompts) is the rollout line and the second its own.
   RolloutSpeed r = kept;
   if (kept.first_seconds > 0) r.seconds = kept.first_seconds;
+  // A shared prefix: the same rollout with prefix caching off, the baseline of the prefix it finds.
+  const bool compare_prefix = o.shared_prefix > 0 && paged;
+  ro.enable_prefix_caching = false;
+  const RolloutSpeed uncached = compare_prefix ? measure_rollout(model, ro) : RolloutSpeed{};
+  ro.enable_prefix_caching = true;
   ro.paged_kv_cache = false;
   const RolloutSpeed on_slots = compare_slots ? measure_rollout(model, ro) : RolloutSpeed{};
   auto rollout_line = [&](const RolloutSpeed& speed, const std::string& what) {
@@ -364,8 +371,10 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
     // on average, half the answer.
     const double prompt_context = speed.prompt_tokens / static_cast<double>(speed.rows);
     const double answer_context = prompt_context + speed.mean_length / 2.0;
-    // Counting each sample's copy of its prompt would credit work a generator need not do (ratios above 1).
-    const double distinct_prompt_tokens = speed.prompt_tokens / static_cast<double>(o.samples);
+    // Counting each sample's copy of its prompt would credit work a generator need not do (ratios above 1), and
+    // so would the positions prefix caching found in other prompts' blocks.
+    const double distinct_prompt_tokens = speed.prompt_tokens / static_cast<double>(o.samples) -
+                                          static_cast<double>(speed.kv_cache.prefix_cached_tokens);
     m.achieved = (forward_flops_per_token(s.config, prompt_context) * distinct_prompt_tokens +
                   forward_flops_per_token(s.config, answer_context) * speed.tokens) /
                  speed.seconds / 1e9;
@@ -385,8 +394,18 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
     add_cache_extras(o, m, false, on_slots.kv_cache.peak_bytes, 0, 0, 0);
     print_measurement(m, o.json);
   }
+  if (compare_prefix) {
+    Measurement m = rollout_line(uncached, "rollout prefix caching off");
+    m.extra["kv_peak_blocks"] = uncached.kv_cache.peak_blocks;
+    print_measurement(m, o.json);
+  }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
+  if (compare_prefix) {
+    rollout.extra["shared_prefix"] = o.shared_prefix;
+    rollout.extra["prefix_cached_tokens"] = r.kv_cache.prefix_cached_tokens;
+    rollout.extra["speedup_vs_no_prefix_caching"] = uncached.seconds / r.seconds;
+  }
   rollout.extra["admission_rows"] = o.admission_rows;
   if (o.static_baseline) rollout.extra["speedup_vs_static"] = baseline.seconds / r.seconds;
   add_cache_extras(o, rollout, paged, r.kv_cache.peak_bytes, r.seconds, on_slots.seconds, on_slots.kv_cache.peak_bytes);
@@ -674,6 +693,10 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   gen->add_option("--kv-cache", opts->kv_cache, "continuous batching's KV cache: paged | slots")->capture_default_str();
   gen->add_option("--kv-block-size", opts->kv_block_size, "positions per block of the paged KV cache")
+      ->capture_default_str();
+  gen->add_option("--shared-prefix", opts->shared_prefix,
+                  "rollout prompts begin with the same this many ids (a system prompt) before their own "
+                  "--prompt-length; > 0 also times the rollout with prefix caching off (\"rollout prefix caching off\")")
       ->capture_default_str();
   gen->add_option("--memory-budget-mb", opts->memory_budget_mb,
                   "the rollout's paged KV pool: --gpu-memory-utilization of this many MB less the weights "

@@ -111,7 +111,12 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   HF_CHECK(o.stop_every >= 1, "bench: --stop-every must be at least 1, got ", o.stop_every);
   HF_CHECK(o.max_num_seqs >= 0, "bench: --max-num-seqs must be >= 0 (0 = every sequence), got ", o.max_num_seqs);
   const int64_t vocab = model->config().vocab_size;
-  const auto ids = random_prompts(o.prompts, std::max<int64_t>(1, o.prompt_length / 2), o.prompt_length, vocab, 2);
+  HF_CHECK(o.shared_prefix >= 0, "bench: --shared-prefix must be >= 0, got ", o.shared_prefix);
+  auto ids = random_prompts(o.prompts, std::max<int64_t>(1, o.prompt_length / 2), o.prompt_length, vocab, 2);
+  if (o.shared_prefix > 0) {
+    const std::vector<int64_t> shared = random_prompts(1, o.shared_prefix, o.shared_prefix, vocab, 5).front();
+    for (auto& p : ids) p.insert(p.begin(), shared.begin(), shared.end());
+  }
   GenerationConfig gen;
   gen.seed = 3;
   gen.n = o.samples;
@@ -121,6 +126,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.admission_rows = o.admission_rows;
   gen.paged_kv_cache = o.paged_kv_cache;
   gen.kv_block_size = o.kv_block_size;
+  gen.enable_prefix_caching = o.enable_prefix_caching;
   gen.memory_budget_bytes = o.memory_budget_bytes;
   gen.gpu_memory_utilization = o.gpu_memory_utilization;
   gen.cuda_graphs = o.cuda_graphs;

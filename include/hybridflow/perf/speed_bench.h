@@ -61,6 +61,10 @@ struct RolloutOptions {
   int64_t admission_rows = -1;  // GenerationConfig::admission_rows
   bool paged_kv_cache = true;  // continuous batching on the paged cache, else on slots
   int64_t kv_block_size = 16;
+  // Every prompt begins with the same shared_prefix ids (a system prompt) before its own; prefix caching
+  // (GenerationConfig::enable_prefix_caching) finds them in the first prompt's blocks.
+  int64_t shared_prefix = 0;
+  bool enable_prefix_caching = true;
   // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).
   int64_t memory_budget_bytes = 0;
   double gpu_memory_utilization = 0.5;
