@@ -15,7 +15,8 @@
 #               again with HF_DECODE_GEMV=on (the few-rows projection kernels, opt-in until a GPU has measured them)
 #   rollout     64 prompts x 8 samples up to 256 tokens at 0.6B (a stop token each step with p = 1/64, prompts
 #               joining in groups of a quarter of the 256 places; the second call, after its training cells, also
-#               with --admission-rows 0),
+#               with --admission-rows 0, and with every prompt after the same 512 ids against prefix caching off,
+#               --shared-prefix),
 #               against transformers' generate (the first run's 1024 tokens, p = 1/256, took over 100 s); the
 #               graphs cell also times the next rollout on the KV pools and graphs the first kept (--kept-pools)
 #   grpo        one GRPO step at 0.6B (32 prompts x 8, responses up to 128), colocated, against TRL's GRPOTrainer;
@@ -105,7 +106,7 @@ if [ "$mode" = gpu ]; then
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
   rollout_prompt=128 train_rows=8
   [ "${gpu_mib:-0}" -ge 100000 ] || { rollout_prompt=64 train_rows=4; }
-  rollout_prompts=64 rollout_samples=8 rollout_new=256 rollout_stop=64 rollout_seqs=256
+  rollout_prompts=64 rollout_samples=8 rollout_new=256 rollout_stop=64 rollout_seqs=256 rollout_shared=512
   train_args=(--batch $train_rows --prompt-length 512 --response-length 512 --steps 1 --rl-rows 32 --micro-rows 8
               --stop-every 64)
   grpo_prompts=32 grpo_group=8 grpo_new=128 grpo_steps=2
@@ -143,7 +144,7 @@ else
   big=tiny small=tiny
   decode_batches=1,4 decode_prompt=24 decode_new=6 decode_reps=1
   profile_batches=1,4 profile_steps=2
-  rollout_prompt=16 rollout_prompts=4 rollout_samples=2 rollout_new=24 rollout_stop=16 rollout_seqs=8
+  rollout_prompt=16 rollout_prompts=4 rollout_samples=2 rollout_new=24 rollout_stop=16 rollout_seqs=8 rollout_shared=32
   train_args=(--batch 2 --prompt-length 16 --response-length 16 --steps 1 --rl-rows 4 --micro-rows 2 --stop-every 8)
   grpo_prompts=2 grpo_group=2 grpo_new=8 grpo_steps=2
   grpo_args=(--micro 4 --trl-micro 2 --hf-set actor_rollout_ref.rollout.free_cache_engine=false)
@@ -198,7 +199,7 @@ else
   touch "$status"
 fi
 # Cells that run only in the second call, and those the second call runs when no first call left a status.
-second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|decode $big $variant gemv|profile $big $variant gemv|rollout $small $variant admit-each|"
+second_call_only="|train $big|profile grpo $small|profile $big $variant attn-v2|decode $big $variant gemv|profile $big $variant gemv|rollout $small $variant admit-each|rollout $small $variant shared-prefix|"
 usually_left="|bounds|train $big|profile grpo $small|decode $small|decode $small $variant|decode $small peer|profile train $big|"
 
 # wanted NAME: whether this call runs the cell. The first runs all but second_call_only; the second those the
@@ -414,6 +415,10 @@ cell "rollout $small $variant admit-each" "$limit_rollout" "${rollout[@]}" "${ge
 # them (its JSON line too), before the 0.6B decode cells, which repeat the 1.7B ones at a smaller shape.
 [ "$part" = 2 ] && [ -x "$build/test_batch_invariant_cuda" ] &&
   always_cell "batch-invariant (all tests, the cost among them)" "$limit_tests" "$build/test_batch_invariant_cuda"
+# Prefix caching in the rollout (the second call, where time is left): the rollout cell's prompts each after the
+# same ${rollout_shared} ids, timed with prefix caching off and on in one run (two rollouts).
+cell "rollout $small $variant shared-prefix" "$limit_rollout" "${rollout[@]}" "${generate_flags[@]}" "${variant_flags[@]}" \
+  --shared-prefix "$rollout_shared"
 [ "$small" = "$big" ] || decode_cells "$small" "$limit_decode_small"
 echo "gpu_bench: $((SECONDS - start)) s in all" | tee -a "$log"
 table
