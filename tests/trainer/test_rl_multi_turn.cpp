@@ -317,6 +317,43 @@ TEST_F(RlMultiTurn, PrefixCachingRunsTheSameEpisodesWithFewerPositionsPrefilled)
   EXPECT_NEAR(on["actor/pg_loss"].get<double>(), off["actor/pg_loss"].get<double>(), 1e-5);
 }
 
+// Single-turn rollouts (multi_turn off) cache prefixes too: the same rows with the system message first run the
+// same samples, scores and loss with prefix caching on and off, and the rollout reports the positions found.
+TEST_F(RlMultiTurn, SingleTurnRolloutsStartOnTheSystemMessagesBlocksToo) {
+  const std::string dir = dir_->path();
+  const std::string data = dir + "/single_turn_system.jsonl";
+  {
+    std::ofstream out(data);
+    for (const auto& row : read_jsonl(dir + "/train.jsonl")) {
+      Json r = Json::parse(row.dump());
+      r["prompt"].insert(r["prompt"].begin(),
+                         Json{{"role", "system"},
+                              {"content", "Answer with the product's digits and nothing else, please."}});
+      out << r.dump() << "\n";
+    }
+  }
+  auto one_step = [&](bool on) {
+    const std::string name = on ? "single_on" : "single_off";
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", multi_turn_overrides(
+                                          dir, model_dir_,
+                                          {"actor_rollout_ref.rollout.multi_turn.enable=false",
+                                           "actor_rollout_ref.rollout.response_length=24",
+                                           "actor_rollout_ref.rollout.enable_prefix_caching=" + std::string(on ? "true" : "false"),
+                                           "data.train_file=" + data, "data.max_prompt_length=128",
+                                           "trainer.run_dir=" + dir + "/" + name}))));
+    return trainer.step();
+  };
+  const nlohmann::json on = one_step(true), off = one_step(false);
+  SCOPED_TRACE(on.dump() + "\n" + off.dump());
+  EXPECT_EQ(off["rollout/prefix_cached_tokens"].get<double>(), 0.0);
+  // The two later rows each start on at least the system message's first 2 blocks of 16.
+  EXPECT_GE(on["rollout/prefix_cached_tokens"].get<double>(), 2 * 32.0);
+  EXPECT_EQ(on["score/mean"], off["score/mean"]);
+  EXPECT_EQ(on["response_length/mean"], off["response_length/mean"]);
+  EXPECT_NEAR(on["actor/pg_loss"].get<double>(), off["actor/pg_loss"].get<double>(), 1e-5);
+}
+
 // Rollout tensor and pipeline parallelism: the two ranks of one replica run the episodes of one process (rank 0
 // or stage 0 runs them and their tool calls, the other repeats its schedule): the same conversations, scores and
 // losses, colocated (the actor split in two, or in two stages that generate as they train) and on a standalone
