@@ -254,7 +254,8 @@ class Scheduler {
   }
 
  private:
-  // Prefills as many waiting prompts as have room for all their samples; false when none has. With prefix
+  // Prefills as many waiting prompts as have room for all their samples; false when none has. Paged: as many as
+  // one forward of max_num_batched_tokens positions holds (the rest join in the next passes). With prefix
   // caching a prompt starts on the held blocks of another's identical first blocks and prefills only the rest;
   // one that would find more blocks in a prompt admitted beside it waits for the next pass, which finds them.
   bool admit() {
@@ -266,7 +267,7 @@ class Scheduler {
     std::vector<std::vector<int64_t>> block_sequences;
     std::vector<int64_t> cached(static_cast<size_t>(std::max<int64_t>(count, 0)), 0);  // positions found, per prompt
     if (blocks_) {
-      int64_t fit = 0;
+      int64_t fit = 0, past = 0, width = 0;
       while (fit < count) {
         const auto length = static_cast<int64_t>(prompt(fit).size());
         const int64_t most = length + cfg_.max_new_tokens - 1;
@@ -276,6 +277,11 @@ class Scheduler {
           if (finds_more_beside(fit, static_cast<int64_t>(found.size()))) break;
         }
         const auto found_blocks = static_cast<int64_t>(found.size());
+        // The forward's rows x (cached + new) positions stay within max_num_batched_tokens (one prompt at least).
+        const int64_t own_past = found_blocks * blocks_->block_size();
+        if (fit > 0 && (fit + 1) * (std::max(past, own_past) + std::max(width, length - own_past)) >
+                           cfg_.max_num_batched_tokens)
+          break;
         if (!blocks_->can_admit(length, cfg_.n, most, found_blocks)) {
           HF_CHECK(fit > 0 || !rows_.empty(), "generation: a prompt of ", length, " tokens with n = ", cfg_.n,
                    " samples of up to ", cfg_.max_new_tokens, " new tokens needs ",
@@ -285,7 +291,9 @@ class Scheduler {
           break;
         }
         block_sequences.push_back(blocks_->admit(length, cfg_.n, most, found));
-        cached[static_cast<size_t>(fit)] = found_blocks * blocks_->block_size();
+        cached[static_cast<size_t>(fit)] = own_past;
+        past = std::max(past, own_past);
+        width = std::max(width, length - own_past);
         ++fit;
       }
       count = fit;

@@ -33,6 +33,8 @@ void check_config(const GenerationConfig& cfg, int64_t vocab_size) {
            "a prompt joins as soon as its samples fit), got ", cfg.admission_rows);
   HF_CHECK(cfg.readback_interval >= 1, "generation: readback_interval must be >= 1 decode step, got ",
            cfg.readback_interval);
+  HF_CHECK(cfg.max_num_batched_tokens >= 1, "generation: max_num_batched_tokens (positions one prefill forward may ",
+           "hold) must be >= 1, got ", cfg.max_num_batched_tokens);
   HF_CHECK(cfg.kv_block_size >= 1, "generation: kv_block_size must be >= 1 token, got ", cfg.kv_block_size);
   HF_CHECK(cfg.kv_cache_blocks >= 0 && cfg.memory_budget_bytes >= 0,
            "generation: kv_cache_blocks and memory_budget_bytes must be >= 0 (0 = not set), got ", cfg.kv_cache_blocks,

@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graphs.h"
 #include "hybridflow/kernels/decode_kernels.h"
+#include "hybridflow/model/batch_invariant.h"
 #include "support/forward_log_probs.h"
 #include "support/paged_generation_case.h"
 #include "support/tiny_model.h"
@@ -458,6 +459,42 @@ TEST_F(GenerationTest, AdmissionRowsGroupJoinsAndKeepEveryAnswer) {
     ADD_FAILURE() << "admission_rows -2 accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("admission_rows"), std::string::npos) << e.what();
+  }
+}
+
+// max_num_batched_tokens bounds an admission's forward: prompts of 5, 2 and 3 ids under a budget of 10 positions
+// join as 5 + 2 (2 rows x 5) and then 3, a budget below the longest prompt still admits one at a time; the
+// answers are those of one forward for all (log-probs to rounding, bit for bit under the batch-invariant kernels).
+TEST_F(GenerationTest, AdmissionsStayWithinMaxNumBatchedTokens) {
+  for (const bool exact : {true, false}) {
+    BatchInvariantGuard kernels(exact);
+    GenerationConfig cfg;
+    cfg.temperature = 1.0;
+    cfg.max_new_tokens = 6;
+    cfg.n = 2;
+    cfg.seed = 9;
+    cfg.kv_block_size = 4;
+    const auto together = generate(model, prompts, cfg);
+    EXPECT_EQ(together.prefills, 1);
+    for (const auto& [budget, prefills] : {std::pair<int64_t, int64_t>{10, 2}, {1, 3}}) {
+      cfg.max_num_batched_tokens = budget;
+      const auto split = generate(model, prompts, cfg);
+      const std::string what = std::string(exact ? "batch-invariant" : "default") + ", budget " + std::to_string(budget);
+      EXPECT_EQ(split.prefills, prefills) << what;
+      EXPECT_TRUE(torch::equal(split.responses, together.responses)) << what;
+      if (exact)
+        EXPECT_TRUE(torch::equal(split.log_probs, together.log_probs)) << what;
+      else
+        EXPECT_TRUE(torch::allclose(split.log_probs, together.log_probs, 1e-5, 1e-5)) << what;
+    }
+  }
+  GenerationConfig bad;
+  bad.max_num_batched_tokens = 0;
+  try {
+    generate(model, prompts, bad);
+    ADD_FAILURE() << "max_num_batched_tokens 0 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("max_num_batched_tokens"), std::string::npos) << e.what();
   }
 }
 

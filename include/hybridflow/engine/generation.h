@@ -104,9 +104,9 @@ struct GenerationConfig {
   // batch-invariant kernels (with the default ones a cached key was computed in another prefill, whose
   // length may change the matmuls' rounding).
   bool enable_prefix_caching = true;
-  // The most positions one prefill forward of the multi-turn batcher holds (verl's
-  // rollout.max_num_batched_tokens): the turns a step starts are prefilled together while rows x (longest
-  // cached prefix + longest new part) stays within it; a longer context is prefilled alone. It bounds a
+  // The most positions one prefill forward holds (verl's rollout.max_num_batched_tokens): continuous batching on
+  // the paged cache admits prompts, and the multi-turn batcher prefills a step's turns, together while rows x
+  // (longest cached prefix + longest new part) stays within it; a longer one is prefilled alone. It bounds a
   // forward's activations and its gathered keys and values to what one context of this length needs.
   int64_t max_num_batched_tokens = 8192;
   // The pool: kv_cache_blocks blocks when > 0; else, when memory_budget_bytes > 0, gpu_memory_utilization of
