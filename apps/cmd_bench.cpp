@@ -44,6 +44,7 @@ struct BenchOptions {
   std::string kv_cache = "paged";  // continuous batching's KV cache: paged | slots
   int64_t kv_block_size = 16;
   int64_t shared_prefix = 0;       // rollout: ids every prompt begins with; > 0 also times prefix caching off
+  int64_t max_num_batched_tokens = 8192;  // the trainer's default (actor_rollout_ref.rollout.max_num_batched_tokens)
   bool slots_baseline = false;     // also decode and roll out on the slots (same run) when kv_cache is paged
   bool cuda_graphs = false;        // paged decode steps replayed as CUDA graphs (--device cuda)
   bool kept_pools = false;         // rollout: also time a call on the pools and graphs the first call kept
@@ -342,6 +343,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   ro.paged_kv_cache = paged;
   ro.kv_block_size = o.kv_block_size;
   ro.shared_prefix = o.shared_prefix;
+  ro.max_num_batched_tokens = o.max_num_batched_tokens;
   ro.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_mb * 1e6);
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.cuda_graphs = cuda_graphs(o, s);
@@ -401,6 +403,7 @@ void run_rollout(const BenchOptions& o, const Setup& s) {
   }
   Measurement rollout = rollout_line(r, "rollout");
   rollout.extra["max_num_seqs"] = o.max_num_seqs;
+  rollout.extra["max_num_batched_tokens"] = o.max_num_batched_tokens;
   if (compare_prefix) {
     rollout.extra["shared_prefix"] = o.shared_prefix;
     rollout.extra["prefix_cached_tokens"] = r.kv_cache.prefix_cached_tokens;
@@ -693,6 +696,10 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   gen->add_option("--kv-cache", opts->kv_cache, "continuous batching's KV cache: paged | slots")->capture_default_str();
   gen->add_option("--kv-block-size", opts->kv_block_size, "positions per block of the paged KV cache")
+      ->capture_default_str();
+  gen->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens,
+                  "positions one prefill forward of the rollout holds (rows x longest prompt; the trainer's "
+                  "rollout.max_num_batched_tokens)")
       ->capture_default_str();
   gen->add_option("--shared-prefix", opts->shared_prefix,
                   "rollout prompts begin with the same this many ids (a system prompt) before their own "

@@ -127,6 +127,7 @@ RolloutSpeed measure_rollout(CausalLM& model, const RolloutOptions& o) {
   gen.paged_kv_cache = o.paged_kv_cache;
   gen.kv_block_size = o.kv_block_size;
   gen.enable_prefix_caching = o.enable_prefix_caching;
+  gen.max_num_batched_tokens = o.max_num_batched_tokens;
   gen.memory_budget_bytes = o.memory_budget_bytes;
   gen.gpu_memory_utilization = o.gpu_memory_utilization;
   gen.cuda_graphs = o.cuda_graphs;

@@ -65,6 +65,7 @@ struct RolloutOptions {
   // (GenerationConfig::enable_prefix_caching) finds them in the first prompt's blocks.
   int64_t shared_prefix = 0;
   bool enable_prefix_caching = true;
+  int64_t max_num_batched_tokens = 8192;  // GenerationConfig::max_num_batched_tokens
   // The paged pool: gpu_memory_utilization of memory_budget_bytes less the weights (0: every sequence fits).
   int64_t memory_budget_bytes = 0;
   double gpu_memory_utilization = 0.5;
