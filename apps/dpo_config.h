@@ -2,18 +2,17 @@
 // docs/configuration.md (section dpo).
 #pragma once
 
+#include <string>
+
+#include "fine_tune_schema.h"
+
 namespace hybridflow::cli {
 
-inline constexpr const char* kDpoDefaultsYaml = R"YAML(
+inline const std::string kDpoDefaultsYaml = std::string(R"YAML(
 model:
   path: ???              # the policy's starting model directory (an SFT model, usually)
   ref_path: ""           # the frozen reference; empty = the starting model (with LoRA: the policy, adapters off)
-  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
-  lora_alpha: 16.0
-  target_modules: null   # null = all-linear; or PEFT module names
-  exclude_modules: null
-  lora_adapter_path: null  # a PEFT adapter directory to start from
-data:
+)YAML") + kFineTuneLoraKeys + R"YAML(data:
   task: addition         # built-in task: makes pairs (chosen = answer, rejected = corrupted answer) when train_file is empty, and scores held-out answers
   train_file: ""         # preference pairs in TRL's formats, JSONL or parquet (docs/configuration.md); empty = generate from the task
   test_file: ""          # held-out pairs: greedy answers scored against "chosen", and the implicit reward's pairwise accuracy
@@ -46,15 +45,8 @@ trainer:
   micro_batch_size: 32
   eval_every: 50
   eval_samples: 200
-  save_every: 0          # steps between checkpoints in out_dir/checkpoint-STEP (0 = only the last step's); Ctrl-C saves the step it stops at
-  max_ckpt_to_keep: 0    # keep the newest K checkpoints of out_dir; 0 = all
-  resume_mode: auto      # auto (the newest complete checkpoint of out_dir, if any) | disable | resume_path
-  resume_from_path: ""   # with resume_mode: resume_path: a checkpoint-STEP directory
-  out_dir: runs/dpo      # final model in out_dir/final, metrics in out_dir/dpo_metrics.jsonl
-  seed: 0
-  threads: 0             # 0 = one per core
-  device: auto           # cpu | cuda | auto (cuda when a GPU is visible)
-  max_new_tokens: 8      # held-out greedy answers
+)YAML" + kFineTuneCheckpointKeys + R"YAML(  out_dir: runs/dpo      # final model in out_dir/final, metrics in out_dir/dpo_metrics.jsonl
+)YAML" + kFineTuneRunKeys + R"YAML(  max_new_tokens: 8      # held-out greedy answers
 )YAML";
 
 }  // namespace hybridflow::cli

@@ -73,7 +73,7 @@ struct FineTuneCommand {
   std::string name;              // the subcommand; also labels the progress line and the summary
   std::string description;       // --help
   std::string override_example;  // --help: "dotted overrides, e.g. ..."
-  const char* defaults_yaml;     // the command's schema with its defaults
+  std::string defaults_yaml;     // the command's schema with its defaults
   std::string eval_metric;       // see FineTuneProgress
   std::string final_model;       // what out_dir/final holds, in the summary ("final model")
   std::function<std::unique_ptr<FineTuneLoop>()> make_loop;

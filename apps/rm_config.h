@@ -2,9 +2,13 @@
 // docs/configuration.md (section rm).
 #pragma once
 
+#include <string>
+
+#include "fine_tune_schema.h"
+
 namespace hybridflow::cli {
 
-inline constexpr const char* kRmDefaultsYaml = R"YAML(
+inline const std::string kRmDefaultsYaml = std::string(R"YAML(
 model:
   path: ""               # model directory to start from (LM or value head); empty = a fresh preset
   preset: tiny           # used when path is empty, with the tokenizer alphabet of data.task
@@ -12,12 +16,7 @@ model:
   num_hidden_layers: 0
   intermediate_size: 0
   init_seed: 0
-  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
-  lora_alpha: 16.0
-  target_modules: null   # null = all-linear; or PEFT module names
-  exclude_modules: null
-  lora_adapter_path: null  # a PEFT adapter directory to start from
-data:
+)YAML") + kFineTuneLoraKeys + R"YAML(data:
   task: reverse          # built-in task: makes pairs (chosen = answer, rejected = corrupted answer) when train_file is empty
   train_file: ""         # preference pairs in TRL's formats, JSONL or parquet (docs/configuration.md); empty = generate from the task
   test_file: ""          # held-out pairs for pairwise accuracy
@@ -45,14 +44,7 @@ trainer:
   micro_batch_size: 32
   eval_every: 100
   eval_samples: 200
-  save_every: 0          # steps between checkpoints in out_dir/checkpoint-STEP (0 = only the last step's); Ctrl-C saves the step it stops at
-  max_ckpt_to_keep: 0    # keep the newest K checkpoints of out_dir; 0 = all
-  resume_mode: auto      # auto (the newest complete checkpoint of out_dir, if any) | disable | resume_path
-  resume_from_path: ""   # with resume_mode: resume_path: a checkpoint-STEP directory
-  out_dir: runs/rm       # final model in out_dir/final, metrics in out_dir/rm_metrics.jsonl
-  seed: 0
-  threads: 0             # 0 = one per core
-  device: auto           # cpu | cuda | auto (cuda when a GPU is visible)
-)YAML";
+)YAML" + kFineTuneCheckpointKeys + R"YAML(  out_dir: runs/rm       # final model in out_dir/final, metrics in out_dir/rm_metrics.jsonl
+)YAML" + kFineTuneRunKeys;
 
 }  // namespace hybridflow::cli

@@ -2,17 +2,16 @@
 // docs/configuration.md; `???` marks a required key.
 #pragma once
 
+#include <string>
+
+#include "fine_tune_schema.h"
+
 namespace hybridflow::cli {
 
-inline constexpr const char* kSftDefaultsYaml = R"YAML(
+inline const std::string kSftDefaultsYaml = std::string(R"YAML(
 model:
   path: ???              # model directory to start from (hybridflow init writes one)
-  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
-  lora_alpha: 16.0
-  target_modules: null   # null = all-linear; or PEFT module names
-  exclude_modules: null
-  lora_adapter_path: null  # a PEFT adapter directory to start from
-data:
+)YAML") + kFineTuneLoraKeys + R"YAML(data:
   task: addition         # built-in task: scores evaluation answers; generates data when train_file is empty
   train_file: ""         # {"prompt", "response"} rows or verl's (parquet / JSONL; docs/data.md); empty = from the task
   test_file: ""          # held-out rows {"prompt", "answer"} or verl's
@@ -36,15 +35,8 @@ trainer:
   micro_batch_size: 64
   eval_every: 100
   eval_samples: 200
-  save_every: 0          # steps between checkpoints in out_dir/checkpoint-STEP (0 = only the last step's); Ctrl-C saves the step it stops at
-  max_ckpt_to_keep: 0    # keep the newest K checkpoints of out_dir; 0 = all
-  resume_mode: auto      # auto (the newest complete checkpoint of out_dir, if any) | disable | resume_path
-  resume_from_path: ""   # with resume_mode: resume_path: a checkpoint-STEP directory
-  out_dir: runs/sft
-  seed: 0
-  threads: 0             # 0 = one per core
-  device: auto           # cpu | cuda | auto (cuda when a GPU is visible)
-  max_new_tokens: 8
+)YAML" + kFineTuneCheckpointKeys + R"YAML(  out_dir: runs/sft
+)YAML" + kFineTuneRunKeys + R"YAML(  max_new_tokens: 8
 )YAML";
 
 }  // namespace hybridflow::cli
