@@ -181,6 +181,17 @@ TEST(PipelineParallelTraining, GenerationThroughTheStagesMatchesOneProcess) {
           GenerationOutput want = generate(reference, prompts, cfg);
           EXPECT_TRUE(torch::equal(got.responses, want.responses)) << what << " greedy";
           EXPECT_TRUE(torch::allclose(got.log_probs, want.log_probs, 1e-5, 1e-5)) << what << " greedy log-probs";
+          // Prefix caching through the stages: the second prompt starts on the first one's 2 blocks of 2 on every
+          // stage (each stage's cache holds its own layers), and generates what one process does.
+          GenerationConfig alike_cfg = cfg;
+          alike_cfg.kv_block_size = 2;
+          const std::vector<std::vector<int64_t>> alike = {{60, 1, 2, 9, 33}, {60, 1, 2, 9, 34}, {5}};
+          got = generate(stage, alike, alike_cfg, &groups.pp);
+          want = generate(reference, alike, alike_cfg);
+          EXPECT_EQ(got.kv_cache.prefix_cached_tokens, 4) << what;
+          EXPECT_EQ(want.kv_cache.prefix_cached_tokens, 4) << what;
+          EXPECT_TRUE(torch::equal(got.responses, want.responses)) << what << " prefix caching";
+          EXPECT_TRUE(torch::allclose(got.log_probs, want.log_probs, 1e-5, 1e-5)) << what << " prefix caching log-probs";
           if (layout.tp > 1) continue;
           cfg.greedy = false;
           cfg.n = 3;
