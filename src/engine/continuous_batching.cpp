@@ -796,17 +796,10 @@ class Scheduler {
   // Whether waiting prompt `offset` begins with more whole blocks (as many as find() may return) of a prompt
   // admitted before it in this pass than the `found` blocks held now.
   bool finds_more_beside(int64_t offset, int64_t found) const {
-    const auto& ids = prompt(offset);
-    const int64_t block = blocks_->block_size();
-    const int64_t findable = (static_cast<int64_t>(ids.size()) - 1) / block;
-    if (findable <= found) return false;
-    for (int64_t earlier = 0; earlier < offset; ++earlier) {
-      if (!takes_part_in_prefix_cache(next_prompt_ + earlier)) continue;
-      const auto& other = prompt(earlier);
-      const auto shorter = static_cast<std::ptrdiff_t>(std::min(ids.size(), other.size()));
-      const auto same = std::mismatch(ids.begin(), ids.begin() + shorter, other.begin()).first - ids.begin();
-      if (std::min<int64_t>(same / block, findable) > found) return true;
-    }
+    for (int64_t earlier = 0; earlier < offset; ++earlier)
+      if (takes_part_in_prefix_cache(next_prompt_ + earlier) &&
+          prefix_cache_->blocks_in_common(prompt(offset), prompt(earlier)) > found)
+        return true;
     return false;
   }
 

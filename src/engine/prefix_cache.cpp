@@ -1,6 +1,8 @@
 // Which held KV blocks hold which prefixes; see engine/prefix_cache.h.
 #include "hybridflow/engine/prefix_cache.h"
 
+#include <algorithm>
+
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
@@ -47,6 +49,13 @@ std::vector<int64_t> PrefixCache::find(const std::vector<int64_t>& ids, const Bl
     parent = at->second.block;
   }
   return found;
+}
+
+int64_t PrefixCache::blocks_in_common(const std::vector<int64_t>& ids, const std::vector<int64_t>& other) const {
+  if (ids.empty()) return 0;
+  const auto shorter = static_cast<std::ptrdiff_t>(std::min(ids.size(), other.size()));
+  const int64_t same = std::mismatch(ids.begin(), ids.begin() + shorter, other.begin()).first - ids.begin();
+  return std::min<int64_t>(same, static_cast<int64_t>(ids.size()) - 1) / block_size_;
 }
 
 void PrefixCache::record(const std::vector<int64_t>& ids, const std::vector<int64_t>& table, int64_t full,

@@ -193,18 +193,11 @@ bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_posit
 std::vector<int64_t> TurnBatcher::cached_prefix(const std::vector<int64_t>& context) {
   if (!prefix_cache_) return {};
   std::vector<int64_t> found = prefix_cache_->find(context, blocks_);
-  const int64_t block = blocks_.block_size();
-  const int64_t findable = (static_cast<int64_t>(context.size()) - 1) / block;  // find() leaves the last position
-  for (const PendingPrefill& p : pending_) {
-    if (!p.admitted) continue;
-    const auto shorter = std::min(context.size(), p.context.size());
-    const auto same = std::mismatch(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(shorter),
-                                    p.context.begin()).first - context.begin();
-    if (std::min<int64_t>(same / block, findable) > static_cast<int64_t>(found.size())) {
+  for (const PendingPrefill& p : pending_)
+    if (p.admitted && prefix_cache_->blocks_in_common(context, p.context) > static_cast<int64_t>(found.size())) {
       run_prefills();
       return prefix_cache_->find(context, blocks_);
     }
-  }
   return found;
 }
 

@@ -31,6 +31,20 @@ TEST(PrefixCache, FindsTheLongestRunOfWholeBlocksAContextBeginsWith) {
   EXPECT_TRUE(cache.find({1, 2, 3, 4}, bm).empty());
 }
 
+// blocks_in_common counts what find() would return once the other context's prefill is recorded.
+TEST(PrefixCache, BlocksInCommonAreWhatFindWouldReturnAfterTheOthersPrefill) {
+  BlockManager bm(16, 4);
+  PrefixCache cache(4);
+  const std::vector<int64_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  const std::vector<std::vector<int64_t>> others = {
+      {1, 2, 3, 4, 5, 6, 7, 8, 40}, {1, 2, 3, 4, 5, 6, 7, 9, 40}, {0, 2, 3, 4}, {1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 3, 4}, {}};
+  const int64_t s = bm.admit(static_cast<int64_t>(a.size()), 1, 16).front();
+  cache.record(a, bm.table(s), 2, bm);
+  for (const auto& ids : others)
+    EXPECT_EQ(cache.blocks_in_common(ids, a), static_cast<int64_t>(cache.find(ids, bm).size())) << ids.size() << " ids";
+  EXPECT_EQ(cache.blocks_in_common(a, a), 2);  // its last position left out: 2 whole blocks, not 2.75
+}
+
 TEST(PrefixCache, ForgetsBlocksThatWereFreedOrTakenAgain) {
   BlockManager bm(8, 2);
   PrefixCache cache(2);

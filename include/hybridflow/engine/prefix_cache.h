@@ -29,6 +29,9 @@ class PrefixCache {
   // The held blocks holding the longest run of whole blocks that begins `ids`, in order, always leaving at
   // least ids' last position to prefill (its hidden state draws the next token). Empty when none.
   std::vector<int64_t> find(const std::vector<int64_t>& ids, const BlockManager& blocks) const;
+  // How many blocks find() would return for `ids` once a prefill of `other` is recorded: the whole blocks the two
+  // begin with alike, ids' last position always left out. For a caller deciding whether to run that prefill first.
+  int64_t blocks_in_common(const std::vector<int64_t>& ids, const std::vector<int64_t>& other) const;
   // Records table's first `full` blocks as holding ids' first full x block_size positions, all written by
   // prefills of those ids. A block already recorded for the same ids after the same blocks is kept, and the
   // chain stops there when it is another block (the first one recorded stays the one later contexts find).
