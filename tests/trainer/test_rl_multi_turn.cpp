@@ -131,6 +131,18 @@ std::vector<std::string> multi_turn_overrides(const std::string& dir, const std:
   return o;
 }
 
+// dir/train.jsonl's rows with a system message of `content` before each prompt, written to dir/name.
+std::string with_system_message(const std::string& dir, const std::string& name, const std::string& content) {
+  const std::string path = dir + "/" + name;
+  std::ofstream out(path);
+  for (const auto& row : read_jsonl(dir + "/train.jsonl")) {
+    Json r = Json::parse(row.dump());
+    r["prompt"].insert(r["prompt"].begin(), Json{{"role", "system"}, {"content", content}});
+    out << r.dump() << "\n";
+  }
+  return path;
+}
+
 class RlMultiTurn : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -283,17 +295,7 @@ TEST_F(RlMultiTurn, AStandaloneRolloutPoolRunsTheSameEpisodesAsTheColocatedActor
 // positions no longer prefilled.
 TEST_F(RlMultiTurn, PrefixCachingRunsTheSameEpisodesWithFewerPositionsPrefilled) {
   const std::string dir = dir_->path();
-  const std::string data = dir + "/with_system.jsonl";
-  {
-    std::ofstream out(data);
-    for (const auto& row : read_jsonl(dir + "/train.jsonl")) {
-      Json r = Json::parse(row.dump());
-      r["prompt"].insert(r["prompt"].begin(),
-                         Json{{"role", "system"},
-                              {"content", "Call the calculator for every product."}});
-      out << r.dump() << "\n";
-    }
-  }
+  const std::string data = with_system_message(dir, "with_system.jsonl", "Call the calculator for every product.");
   auto one_step = [&](bool on) {
     const std::string name = on ? "prefix_on" : "prefix_off";
     RLTrainer trainer(load_rl_config(
@@ -321,17 +323,8 @@ TEST_F(RlMultiTurn, PrefixCachingRunsTheSameEpisodesWithFewerPositionsPrefilled)
 // same samples, scores and loss with prefix caching on and off, and the rollout reports the positions found.
 TEST_F(RlMultiTurn, SingleTurnRolloutsStartOnTheSystemMessagesBlocksToo) {
   const std::string dir = dir_->path();
-  const std::string data = dir + "/single_turn_system.jsonl";
-  {
-    std::ofstream out(data);
-    for (const auto& row : read_jsonl(dir + "/train.jsonl")) {
-      Json r = Json::parse(row.dump());
-      r["prompt"].insert(r["prompt"].begin(),
-                         Json{{"role", "system"},
-                              {"content", "Answer with the product's digits and nothing else, please."}});
-      out << r.dump() << "\n";
-    }
-  }
+  const std::string data = with_system_message(dir, "single_turn_system.jsonl",
+                                                "Answer with the product's digits and nothing else, please.");
   auto one_step = [&](bool on) {
     const std::string name = on ? "single_on" : "single_off";
     RLTrainer trainer(load_rl_config(
