@@ -49,6 +49,7 @@ MetricsLog::MetricsLog(const std::string& run_dir, MetricsSinks sinks) {
     path_ = run_dir + "/metrics.jsonl";
     samples_path_ = run_dir + "/samples.jsonl";
     timeline_path_ = run_dir + "/timeline.jsonl";
+    val_generations_path_ = run_dir + "/val_generations.jsonl";
   }
   // A new event file per process start, as TensorBoard expects: a resumed run appends steps to the view.
   if (sinks.tensorboard) tensorboard_ = std::make_unique<report::TensorBoardWriter>(run_dir + "/tensorboard");
@@ -87,6 +88,13 @@ void MetricsLog::add_samples(int64_t step, const std::vector<nlohmann::json>& ro
   if (tensorboard_) tensorboard_->add_text("samples", markdown, step);
 }
 
+void MetricsLog::add_val_generations(int64_t step, const std::vector<nlohmann::json>& rows,
+                                     const std::string& markdown) {
+  if (rows.empty()) return;
+  if (!val_generations_path_.empty()) append_jsonl(val_generations_path_, rows);
+  if (tensorboard_) tensorboard_->add_text("val_generations", markdown, step);
+}
+
 void MetricsLog::add_timeline(const std::vector<nlohmann::json>& rows) {
   if (!timeline_path_.empty() && !rows.empty()) append_jsonl(timeline_path_, rows);
 }
@@ -123,6 +131,7 @@ int64_t drop_records_after(const std::string& path, int64_t step) {
 int64_t MetricsLog::drop_steps_after(int64_t step) {
   drop_records_after(samples_path_, step);
   drop_records_after(timeline_path_, step);
+  drop_records_after(val_generations_path_, step);
   return drop_records_after(path_, step);
 }
 

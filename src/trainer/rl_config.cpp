@@ -30,6 +30,12 @@ const char* const kRLSchema = R"(trainer:
   test_freq: 0
   log_samples_freq: 10
   log_samples_count: 4
+  val_before_train: true
+  val_only: false
+  log_val_generations: 0
+  rollout_data_dir: null
+  validation_data_dir: null
+  critic_warmup: 0
   project_name: ""
   experiment_name: ""
   total_epochs: null
@@ -49,6 +55,7 @@ data:
   train_file: ""
   test_file: ""
   train_size: 512
+  train_max_samples: -1
   test_size: 64
   train_batch_size: 8
   gen_batch_size: null

@@ -247,9 +247,15 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
                        data.tensor("rollout_keep_mask").to(data.tensor("response_mask").scalar_type()));
   if (s_.run.algorithm.bypass_mode)
     request.meta()["rollout_correction"] = algo::to_json(s_.run.algorithm.rollout_correction);
-  Future update = s_.actor->call("update_actor", request);
-  return Pending([this, update] {
-    {
+  // trainer.critic_warmup: the first steps leave the actor as it is; its learning-rate schedule starts with
+  // its first update, as verl's scheduler (stepped by the updates) does. The versions and the weight sync
+  // below still advance, so that an off-policy pipeline's bookkeeping does not depend on the warm-up.
+  const int64_t warmup = s_.run.trainer.critic_warmup;
+  const bool warming_up = s_.step < warmup;
+  request = at_schedule_step(std::move(request), s_.step - warmup);
+  Future update = warming_up ? Future() : s_.actor->call("update_actor", request);
+  return Pending([this, update, warming_up] {
+    if (!warming_up) {
       auto t = timer_.scope("update_actor");
       add_update_metrics(update);
     }

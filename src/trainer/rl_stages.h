@@ -5,6 +5,7 @@
 #include <map>
 
 #include "hybridflow/trainer/rl_program.h"
+#include "hybridflow/trainer/step_records.h"
 #include "rl_trainer_state.h"
 
 namespace hybridflow {
@@ -37,6 +38,11 @@ struct RolloutBatchState {
   at::Tensor scores, costs;
   std::map<std::string, double> score_metrics;  // score/* of the parts, logged if the step trains on it
 };
+
+// Row `row` of a generated batch as the run's records show it: the prompt row's text, answer and data source,
+// `response` (decoded by the caller), its sampled tokens, its score (`scores`, when defined) and, once the step
+// has them, its reward and mean advantage.
+RolloutSample rollout_sample(const DataProto& batch, const at::Tensor& scores, int64_t row, std::string response);
 
 class TrainerStages final : public RLStep {
  public:
@@ -95,9 +101,10 @@ class TrainerStages final : public RLStep {
   at::Tensor token_rewards(RolloutBatchState& b);
   // An update's metrics into the step's; counts the roles whose update skipped a non-finite step.
   void add_update_metrics(const Future& update, const std::string& rename_prefix = "");
-  // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, and
-  // the step's calls per pool; `step` is the number the step's metrics record gets.
+  // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, every
+  // row into trainer.rollout_data_dir, and the step's calls per pool; `step` is the number the step's metrics record gets.
   void log_samples(const RolloutBatchState& b, int64_t step);
+  void dump_rollout(const RolloutBatchState& b, int64_t step);  // trainer.rollout_data_dir: every row
   void log_timeline(int64_t step);
 
   RLTrainer::State& s_;

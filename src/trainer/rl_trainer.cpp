@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <optional>
 
 #include "hybridflow/core/progress.h"
 #include "hybridflow/transport/process_pool.h"
@@ -89,9 +90,9 @@ nlohmann::json RLTrainer::fit() {
   return last;
 }
 
-double RLTrainer::evaluate(int64_t count) { return s_->evaluate(count); }
+double RLTrainer::evaluate(int64_t count) { return s_->evaluate(count, s_->step); }
 
-double RLTrainer::State::evaluate(int64_t count) {
+double RLTrainer::State::evaluate(int64_t count, int64_t at_step) {
   count = std::min<int64_t>(count, static_cast<int64_t>(test.size()));
   HF_CHECK(count > 0, "evaluate: no held-out examples (data.test_size or data.test_file)");
   int64_t pos = 0;
@@ -103,9 +104,32 @@ double RLTrainer::State::evaluate(int64_t count) {
   if (count % procs != 0) prompts = prompts.padded_to_multiple(procs, &pad);
   DataProto gen = surviving_rollout_deaths(generator().call("generate_sequences", prompts), prompts).get().slice(0, count);
   const auto scores = rule_scores(gen);
+  log_validation(gen, scores, at_step);
   double total = 0;
   for (double v : scores) total += v;
   return total / static_cast<double>(scores.size());
+}
+
+void RLTrainer::State::log_validation(const DataProto& gen, const std::vector<double>& scores, int64_t at_step) {
+  const std::string& dir = run.trainer.validation_data_dir;
+  const auto logged = static_cast<size_t>(std::min<int64_t>(run.trainer.log_val_generations, gen.batch_size()));
+  if (dir.empty() && logged == 0) return;
+  auto responses = decode_responses(gen);
+  const at::Tensor score_tensor = torch::tensor(scores, torch::kDouble);
+  std::vector<RolloutSample> samples;
+  std::vector<nlohmann::json> records;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    samples.push_back(rollout_sample(gen, score_tensor, static_cast<int64_t>(i), std::move(responses[i])));
+    records.push_back(generation_record(at_step, samples.back(), /*trained=*/false));
+  }
+  if (!dir.empty()) write_generations(dir, at_step, records);
+  // The same first prompts every time (the held-out order is fixed), so the logged responses show the
+  // policy's progress on them, as verl's fixed-seed choice does.
+  if (logged > 0 && metrics) {
+    samples.resize(logged);
+    records.resize(logged);
+    metrics->add_val_generations(at_step, records, rollout_samples_markdown(samples));
+  }
 }
 
 std::vector<std::string> RLTrainer::roles() const {
@@ -141,7 +165,15 @@ int run_rl_training(const Config& config) {
   enable_graceful_stop_on_signals();
   RLTrainer trainer(config);
   const int64_t test_size = trainer.spec().data.test_size;
-  const double before = test_size > 0 && stop_requested_signal() == 0 ? trainer.evaluate(test_size) : 0.0;
+  const TrainerRunSpec& spec = trainer.spec().trainer;
+  std::optional<double> before;  // verl's val_before_train: also at a resume's first step
+  if (test_size > 0 && (spec.val_before_train || spec.val_only) && stop_requested_signal() == 0)
+    before = trainer.evaluate(test_size);
+  const char* when = trainer.resumed_from().empty() ? "before " : "at resume ";
+  if (spec.val_only) {
+    if (before) std::cerr << "held-out score (greedy, " << test_size << " prompts): " << when << *before << "\n";
+    return before ? 0 : 128 + stop_requested_signal();
+  }
   trainer.fit();
   if (const int sig = stop_requested_signal()) {
     const int64_t total = trainer.spec().trainer.total_steps;
@@ -161,8 +193,9 @@ int run_rl_training(const Config& config) {
   }
   if (test_size > 0) {
     const double after = trainer.evaluate(test_size);
-    std::cerr << "held-out score (greedy): " << (trainer.resumed_from().empty() ? "before " : "at resume ") << before
-              << ", after " << after << "\n";
+    std::cerr << "held-out score (greedy): ";
+    if (before) std::cerr << when << *before << ", ";
+    std::cerr << "after " << after << "\n";
   }
   if (!trainer.last_checkpoint().empty()) std::cerr << "checkpoint: " << trainer.last_checkpoint() << "\n";
   return 0;

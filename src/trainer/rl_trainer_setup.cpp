@@ -2,6 +2,9 @@
 // trainer, data, algorithm and scoring key is read there), the run directory and its settings; the data and
 // tokenizer; the reward and cost scorers; which roles run; the placement of their pools; each role's spec
 // (trainer/role_spec_builders.h: every role key is read there); the worker groups; and the resume.
+#include <algorithm>
+#include <random>
+
 #include "role_spec_builders.h"
 #include "rl_trainer_state.h"
 #include "score_guard.h"
@@ -137,6 +140,31 @@ std::string RLTrainer::State::open_run() {
 
 // The task, the tokenizer (the model directory's, or the task's alphabet for a preset) and the encoded
 // training and test prompts; the model spec every role starts from gets the tokenizer's ids.
+namespace {
+
+// data.train_max_samples as verl's dataset applies it: with shuffling a seeded random subset (kept in the
+// file's order: the epochs shuffle it), without the first `max` rows. max <= 0: every row.
+std::vector<PromptRow> at_most_rows(std::vector<PromptRow> rows, int64_t max, bool shuffle, uint64_t seed) {
+  if (max <= 0 || static_cast<int64_t>(rows.size()) <= max) return rows;
+  std::vector<size_t> keep(rows.size());
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = i;
+  if (shuffle) {  // a partial Fisher-Yates with the raw generator, as epoch_order draws (same on every libstdc++)
+    std::mt19937_64 rng(seed * 1000003ULL + 0x5eedULL);
+    for (size_t i = 0; i < static_cast<size_t>(max); ++i)
+      std::swap(keep[i], keep[i + static_cast<size_t>(rng() % static_cast<uint64_t>(keep.size() - i))]);
+    keep.resize(static_cast<size_t>(max));
+    std::sort(keep.begin(), keep.end());
+  } else {
+    keep.resize(static_cast<size_t>(max));
+  }
+  std::vector<PromptRow> out;
+  out.reserve(keep.size());
+  for (size_t i : keep) out.push_back(std::move(rows[i]));
+  return out;
+}
+
+}  // namespace
+
 void RLTrainer::State::load_data() {
   State& s = *this;
   const Config& config = s.cfg;
@@ -172,6 +200,7 @@ void RLTrainer::State::load_data() {
     if (test_file.empty()) test_rows = task_rows(*s.task, splits.test, "test");
   }
   if (!train_file.empty()) train_rows = read_prompt_rows(train_file);
+  train_rows = at_most_rows(std::move(train_rows), data.train_max_samples, data.shuffle, seed);
   s.train_source = prompts_source(*s.task, train_file);
   s.test_source = prompts_source(*s.task, test_file);
   s.train = encoder.encode(train_rows, s.train_source);
@@ -197,6 +226,9 @@ void RLTrainer::State::choose_roles() {
   State& s = *this;
   s.kl_ctrl = s.run.algorithm.kl_ctrl.controller();
   s.use_critic = s.run.algorithm.adv_estimator == "gae";
+  HF_CHECK(s.run.trainer.critic_warmup == 0 || s.use_critic, "trainer.critic_warmup is ", s.run.trainer.critic_warmup,
+           " but the run has no critic to warm up (algorithm.adv_estimator is '", s.run.algorithm.adv_estimator,
+           "'; a critic trains with gae): set it to 0");
   s.use_reward_model = s.run.scoring.reward_model;
 }
 

@@ -131,8 +131,10 @@ struct RLTrainer::State {
   const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
   mutable int64_t order_epoch = -1;  // cache of epoch_order
   mutable std::vector<int64_t> order;
-  // Mean rule score of greedy responses to the first `count` held-out prompts.
-  double evaluate(int64_t count);
+  // Mean rule score of greedy responses to the first `count` held-out prompts; the validation of step `step`
+  // (0: before the first) for trainer.validation_data_dir and trainer.log_val_generations.
+  double evaluate(int64_t count, int64_t step);
+  void log_validation(const DataProto& gen, const std::vector<double>& scores, int64_t step);
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;
   // Each row's whole response (every id after the prompt, by the attention mask: a multi-turn response holds

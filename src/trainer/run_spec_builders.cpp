@@ -38,6 +38,18 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
   t.test_freq = c.get<int64_t>("trainer.test_freq");
   t.log_samples_freq = c.get<int64_t>("trainer.log_samples_freq");
   t.log_samples_count = c.get<int64_t>("trainer.log_samples_count");
+  t.val_before_train = c.get<bool>("trainer.val_before_train");
+  t.val_only = c.get<bool>("trainer.val_only");
+  t.log_val_generations = c.get<int64_t>("trainer.log_val_generations");
+  HF_CHECK(t.log_val_generations >= 0, "trainer.log_val_generations must be >= 0 (held-out responses logged per ",
+           "validation; 0 = none), got ", t.log_val_generations);
+  // verl writes null for "off"; "" means the same here.
+  for (auto [key, dir] : {std::pair{"trainer.rollout_data_dir", &t.rollout_data_dir},
+                          std::pair{"trainer.validation_data_dir", &t.validation_data_dir}})
+    *dir = c.is_null(key) ? std::string() : c.get<std::string>(key);
+  t.critic_warmup = c.get<int64_t>("trainer.critic_warmup");
+  HF_CHECK(t.critic_warmup >= 0, "trainer.critic_warmup must be >= 0 (steps that train only the critic), got ",
+           t.critic_warmup);
   t.threads_per_worker = c.get<int>("trainer.threads_per_worker");
   t.logger = c.get<std::vector<std::string>>("trainer.logger");
   t.device = c.get<std::string>("trainer.device");
@@ -55,6 +67,9 @@ DataSpec run_spec_data(const ConfigReader& c) {
   d.train_file = c.get<std::string>("data.train_file");
   d.test_file = c.get<std::string>("data.test_file");
   d.train_size = c.get<int64_t>("data.train_size");
+  d.train_max_samples = c.get<int64_t>("data.train_max_samples");
+  HF_CHECK(d.train_max_samples == -1 || d.train_max_samples > 0, "data.train_max_samples must be -1 (every training ",
+           "prompt) or > 0, got ", d.train_max_samples);
   d.train_batch_size = c.get<int64_t>("data.train_batch_size");
   d.gen_batch_size = c.is_null("data.gen_batch_size") ? d.train_batch_size : c.get<int64_t>("data.gen_batch_size");
   d.test_size = c.get<int64_t>("data.test_size");
@@ -262,6 +277,8 @@ RunSpec build_run_spec(const Config& config, RoleSpecKeys* keys) {
   RunSpec spec;
   spec.trainer = trainer_run_spec(reader("trainer"));
   spec.data = run_spec_data(reader("data"));
+  HF_CHECK(!spec.trainer.val_only || spec.data.test_size > 0, "trainer.val_only is true but there are no held-out ",
+           "prompts to score: data.test_size is 0");
   spec.scoring = scoring_spec(reader("scoring"));
   spec.algorithm = algorithm_spec(reader("algorithm"), spec.scoring);
   spec.profiler = profiler_spec(reader("profiler"), spec.trainer.run_dir);

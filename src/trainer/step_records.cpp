@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "hybridflow/core/jsonl.h"
 #include "hybridflow/report/tensorboard_export.h"
 
 namespace hybridflow {
@@ -12,6 +13,13 @@ nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::js
 
 double seconds_between(CallSpan::Clock::time_point from, CallSpan::Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
+}
+
+// A multi-turn sample's conversation and counts beside its record; nothing for a single turn.
+void add_episode_keys(const nlohmann::json& episode, nlohmann::json& record) {
+  if (!episode.is_object()) return;
+  for (const char* key : {"messages", "turns", "tool_calls", "tool_errors", "sampled_tokens", "appended_tokens", "stop"})
+    if (episode.contains(key)) record[key] = episode.at(key);
 }
 
 }  // namespace
@@ -34,10 +42,26 @@ nlohmann::json sample_record(int64_t step, const RolloutSample& s) {
           {"reward", finite_or_null(s.reward)},
           {"advantage", finite_or_null(s.advantage)},
           {"response_length", s.response_length}};
-  if (s.episode.is_object())
-    for (const char* key : {"messages", "turns", "tool_calls", "tool_errors", "sampled_tokens", "appended_tokens", "stop"})
-      if (s.episode.contains(key)) record[key] = s.episode.at(key);
+  add_episode_keys(s.episode, record);
   return record;
+}
+
+nlohmann::json generation_record(int64_t step, const RolloutSample& s, bool trained) {
+  nlohmann::json record = {{"input", s.prompt},           {"output", s.response},
+                           {"gts", s.answer},             {"score", finite_or_null(s.score)},
+                           {"step", step},                {"data_source", s.data_source},
+                           {"response_length", s.response_length}};
+  if (trained) {
+    record["reward"] = finite_or_null(s.reward);
+    record["advantage"] = finite_or_null(s.advantage);
+  }
+  add_episode_keys(s.episode, record);
+  return record;
+}
+
+void write_generations(const std::string& dir, int64_t step, const std::vector<nlohmann::json>& rows) {
+  make_dirs(dir);
+  write_jsonl(dir + "/" + std::to_string(step) + ".jsonl", rows);
 }
 
 // A conversation as the report shows it: each message under its role, tool calls as the JSON they carry.

@@ -2,6 +2,7 @@
 // (project_name, experiment_name, total_epochs, n_gpus_per_node) are read here; the data keys and
 // trainer.nnodes a derivation needs come through the run spec's readers of them (run_spec_builders.h), so
 // every key keeps one reader.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,9 @@ std::vector<std::string> verl_derived_overrides(const Config& config, RoleSpecKe
     HF_CHECK(epochs > 0 && batch > 0, "trainer.total_epochs (", epochs, ") and data.train_batch_size (", batch,
              ") must be > 0");
     // Training prompts before filtering: generated ones, or the rows of data.train_file.
-    const int64_t prompts =
+    int64_t prompts =
         data.train_file.empty() ? data.train_size : static_cast<int64_t>(read_prompt_rows(data.train_file).size());
+    if (data.train_max_samples > 0) prompts = std::min(prompts, data.train_max_samples);
     const int64_t steps = epochs * (prompts / batch);
     HF_CHECK(steps > 0, "trainer.total_epochs: ", epochs, " epoch(s) of ", prompts,
              " training prompts make no full batch of data.train_batch_size ", batch);

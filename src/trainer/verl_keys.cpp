@@ -128,8 +128,6 @@ const IgnoredKey kIgnored[] = {
     {"algorithm.use_pf_ppo", "false", kNotYet},
     {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
-    {"trainer.critic_warmup", "0", kNotYet},
-    {"trainer.val_only", "false", kNotYet},
     // Model loading options of HF transformers.
     {"actor_rollout_ref.model.hf_config_path", "null", "the model directory's config.json is read"},
     {"actor_rollout_ref.model.tokenizer_path", "null", "the model directory's tokenizer is read"},
@@ -196,7 +194,6 @@ const IgnoredKey kIgnored[] = {
     // Data loading options of verl's RLHFDataset (docs/data.md says which columns hybridflow reads).
     {"data.tokenizer", "null", "the actor model's tokenizer is used"},
     {"data.use_shm", "", kPython},
-    {"data.train_max_samples", "-1", kNotYet},
     {"data.val_max_samples", "", "data.test_size held-out prompts are scored"},
     {"data.prompt_key", "prompt", "hybridflow reads verl's 'prompt' column"},
     {"data.reward_fn_key", "data_source", "hybridflow reads verl's 'data_source' column"},
@@ -239,10 +236,6 @@ const IgnoredKey kIgnored[] = {
     {"reward_model.max_length", "", kPython},
     // Trainer and cluster settings of verl's Ray driver.
     {"trainer.balance_batch", "", kPython},
-    {"trainer.log_val_generations", "", kPython},
-    {"trainer.rollout_data_dir", "null", "dumping rollouts is not supported by hybridflow"},
-    {"trainer.validation_data_dir", "null", "dumping validation generations is not supported by hybridflow"},
-    {"trainer.val_before_train", "", "validation runs every trainer.test_freq steps"},
     {"trainer.esi_redundant_time", "", kPython},
     {"trainer.default_hdfs_dir", "null", "HDFS is not supported by hybridflow"},
     {"trainer.del_local_ckpt_after_load", "", kPython},

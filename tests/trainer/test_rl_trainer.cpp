@@ -202,7 +202,8 @@ TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
 }
 
 // The prompts a run trains on, in order, as a command scorer sees them (one line per response).
-std::vector<std::string> prompts_seen(const std::string& dir, bool shuffle, int steps) {
+std::vector<std::string> prompts_seen(const std::string& dir, bool shuffle, int steps,
+                                      const std::vector<std::string>& more = {}) {
   std::vector<Example> train;
   for (int i = 0; i < 8; ++i) train.push_back({std::to_string(i) + "+1=", std::to_string(i + 1)});
   write_examples_jsonl(dir + "/train.jsonl", train);
@@ -210,10 +211,12 @@ std::vector<std::string> prompts_seen(const std::string& dir, bool shuffle, int 
   const std::string scorer =
       "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin:\n  open('" + log +
       "','a').write(json.loads(l)['prompt']+'\\n'); print(0.0, flush=True)\"";
-  RLTrainer trainer(load_rl_config(
-      "", tiny_rl_overrides("reinforce_plus_plus",
-                            {"data.train_file=" + dir + "/train.jsonl", "actor_rollout_ref.rollout.n=1",
-                             "reward.type=command", scorer, std::string("data.shuffle=") + (shuffle ? "true" : "false")})));
+  std::vector<std::string> overrides =
+      tiny_rl_overrides("reinforce_plus_plus",
+                        {"data.train_file=" + dir + "/train.jsonl", "actor_rollout_ref.rollout.n=1", "reward.type=command",
+                         scorer, std::string("data.shuffle=") + (shuffle ? "true" : "false")});
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  RLTrainer trainer(load_rl_config("", overrides));
   for (int i = 0; i < steps; ++i) trainer.step();
   std::vector<std::string> lines;
   std::ifstream in(log);
@@ -234,6 +237,56 @@ TEST(RlTrainer, ShuffleVisitsEveryPromptOncePerPassInANewOrder) {
   EXPECT_EQ(std::set<std::string>(second.begin(), second.end()), std::set<std::string>(in_order.begin(), in_order.end()));
   EXPECT_NE(first, in_order);
   EXPECT_NE(first, second);
+}
+
+// data.train_max_samples: a seeded subset of the file's rows with shuffling (the same each pass), its first
+// rows without; trainer.total_epochs counts the subset.
+TEST(RlTrainer, TrainMaxSamplesTrainsOnThatManyPrompts) {
+  hybridflow::testing::TempDir a, b;
+  const auto first = prompts_seen(a.path(), false, 2, {"data.train_max_samples=3"});
+  EXPECT_EQ(first, (std::vector<std::string>{"0+1=", "1+1=", "2+1=", "0+1="}));
+
+  const auto subset = prompts_seen(b.path(), true, 6, {"data.train_max_samples=4"});  // three passes over 4
+  ASSERT_EQ(subset.size(), 12u);
+  const std::set<std::string> pass(subset.begin(), subset.begin() + 4);
+  EXPECT_EQ(pass.size(), 4u);
+  for (int p = 1; p < 3; ++p)
+    EXPECT_EQ(std::set<std::string>(subset.begin() + 4 * p, subset.begin() + 4 * (p + 1)), pass) << "pass " << p;
+  EXPECT_NE(pass, (std::set<std::string>{"0+1=", "1+1=", "2+1=", "3+1="})) << "a random subset, not the first rows";
+
+  std::vector<std::string> by_epochs = tiny_rl_overrides(
+      "grpo", {"data.train_file=" + b.path() + "/train.jsonl", "data.train_max_samples=4", "trainer.total_epochs=3"});
+  std::erase(by_epochs, "trainer.total_steps=2");  // so that total_epochs decides
+  const RunSpec spec = rl_run_spec(load_rl_config("", by_epochs));
+  EXPECT_EQ(spec.trainer.total_steps, 6) << "3 epochs of 4 prompts, 2 a step";
+  EXPECT_NE(error_of([] { rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"data.train_max_samples=0"}))); })
+                .find("data.train_max_samples must be -1"),
+            std::string::npos);
+}
+
+// trainer.critic_warmup: PPO's first steps train the critic alone; the actor's schedule starts at its first
+// update. Without a critic the key is an error that names it.
+TEST(RlTrainer, CriticWarmupLeavesTheActorAloneAtFirst) {
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"trainer.critic_warmup=1", "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+                                    "trainer.total_steps=3"})));
+  const double actor = trainer.parameter_sq_norm("actor"), critic = trainer.parameter_sq_norm("critic");
+  const nlohmann::json first = trainer.step();
+  EXPECT_EQ(trainer.parameter_sq_norm("actor"), actor);
+  EXPECT_NE(trainer.parameter_sq_norm("critic"), critic);
+  EXPECT_FALSE(first.contains("actor/pg_loss")) << first.dump();
+  EXPECT_TRUE(first.contains("critic/vf_loss")) << first.dump();
+  // Warm-up of 2: the actor's learning rate is 0 at its first update and half at its second.
+  const nlohmann::json second = trainer.step();
+  EXPECT_NEAR(second.at("actor/lr").get<double>(), 0.0, 1e-12) << second.dump();
+  EXPECT_TRUE(second.contains("actor/pg_loss")) << second.dump();
+  const nlohmann::json third = trainer.step();
+  EXPECT_NEAR(third.at("actor/lr").get<double>(), 0.5e-3, 1e-12) << third.dump();
+  EXPECT_NE(trainer.parameter_sq_norm("actor"), actor);
+
+  const std::string error =
+      error_of([] { RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.critic_warmup=2"}))); });
+  EXPECT_NE(error.find("trainer.critic_warmup is 2 but the run has no critic"), std::string::npos) << error;
 }
 
 TEST(RlTrainer, ConfigErrorsNameTheKey) {

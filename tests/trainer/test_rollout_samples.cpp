@@ -1,13 +1,16 @@
 // Watching an RL run: the rollout samples (samples.jsonl and TensorBoard text) and the per-step timeline of
 // calls per worker pool (timeline.jsonl) the trainer writes beside its metrics, read back by the HTML report
-// and by the `tensorboard` package; the pure pieces (row choice, records, the call timeline) on their own.
+// and by the `tensorboard` package; the pure pieces (row choice, records, the call timeline) on their own; and
+// verl's generation dumps (every rollout and validation row per step) with the validations around a run.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 
+#include "hybridflow/core/error.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/report/html_report.h"
 #include "hybridflow/report/run_data.h"
@@ -205,6 +208,112 @@ TEST(RolloutSamples, SeparatePoolsEachGetTheirCallsInTheTimeline) {
   for (const auto& s : samples)
     for (const char* key : {"score", "reward", "advantage"})
       EXPECT_TRUE(s.at(key).is_number() && std::isfinite(s.at(key).get<double>())) << key << " in " << s.dump();
+}
+
+double mean_score(const std::vector<nlohmann::json>& rows) {
+  double total = 0;
+  for (const auto& r : rows) total += r.at("score").get<double>();
+  return total / static_cast<double>(rows.size());
+}
+
+// verl's trainer.rollout_data_dir and validation_data_dir: every generated row of a step, and of each
+// validation, as one line of <dir>/<step>.jsonl; log_val_generations: the first held-out responses to the
+// loggers at each validation.
+TEST(GenerationDumps, EveryRolloutAndValidationRowInVerlsFormat) {
+  hybridflow::testing::TempDir dir;
+  const std::string rollouts = dir.path() + "/rollouts", validations = dir.path() + "/validations";
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + dir.path(), "trainer.total_steps=2", "trainer.test_freq=1",
+                                     "data.test_size=3", "trainer.log_samples_freq=0",
+                                     "trainer.rollout_data_dir=" + rollouts, "trainer.validation_data_dir=" + validations,
+                                     "trainer.log_val_generations=2"})));
+  const double before = trainer.evaluate(3);  // what `hybridflow train` runs first (val_before_train)
+  trainer.fit();
+
+  const auto metrics = read_jsonl(dir.path() + "/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 2u);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const auto rows = read_jsonl(rollouts + "/" + std::to_string(step) + ".jsonl");
+    ASSERT_EQ(rows.size(), 4u) << "2 prompts x 2 responses";
+    std::set<std::string> inputs;
+    for (const auto& r : rows) {
+      EXPECT_EQ(r.at("step"), step) << r.dump();
+      EXPECT_NE(r.at("input").get<std::string>(), "") << r.dump();
+      EXPECT_TRUE(r.at("output").is_string()) << r.dump();
+      EXPECT_NE(r.at("gts").get<std::string>(), "") << r.dump();
+      EXPECT_EQ(r.at("data_source"), "addition") << r.dump();
+      EXPECT_EQ(r.at("reward"), r.at("score")) << "GRPO has no KL in the reward: " << r.dump();
+      EXPECT_TRUE(r.at("advantage").is_number()) << r.dump();
+      EXPECT_LE(r.at("response_length").get<int64_t>(), 4);
+      inputs.insert(r.at("input").get<std::string>());
+    }
+    EXPECT_EQ(inputs.size(), 2u);
+    // The rows are the batch the step trained on: their scores are the step's.
+    const auto& m = metrics[static_cast<size_t>(step - 1)];
+    EXPECT_NEAR(mean_score(rows), m.at("score/mean").get<double>(), 1e-12) << m.dump();
+
+    const auto val = read_jsonl(validations + "/" + std::to_string(step) + ".jsonl");
+    ASSERT_EQ(val.size(), 3u);
+    EXPECT_NEAR(mean_score(val), m.at("val/score").get<double>(), 1e-12) << m.dump();
+    for (const auto& r : val) {
+      EXPECT_EQ(r.at("step"), step);
+      EXPECT_FALSE(r.contains("advantage")) << "a validation row is not trained on: " << r.dump();
+    }
+  }
+  const auto at_start = read_jsonl(validations + "/0.jsonl");
+  ASSERT_EQ(at_start.size(), 3u);
+  EXPECT_NEAR(mean_score(at_start), before, 1e-12);
+  EXPECT_FALSE(std::filesystem::exists(rollouts + "/0.jsonl"));
+
+  // Two per validation (steps 0, 1 and 2), always the same first held-out prompts.
+  const auto logged = read_jsonl(dir.path() + "/val_generations.jsonl");
+  ASSERT_EQ(logged.size(), 6u);
+  for (size_t i = 0; i < logged.size(); ++i) {
+    EXPECT_EQ(logged[i].at("step"), static_cast<int64_t>(i / 2));
+    EXPECT_EQ(logged[i].at("input"), at_start[i % 2].at("input"));
+  }
+  const auto r = hybridflow::testing::run_report_script(
+      "read_events.py", hybridflow::testing::shell_quote(dir.path() + "/tensorboard"), dir.path());
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json events = nlohmann::json::parse(r.output);
+  std::set<int64_t> text_steps;
+  for (const auto& t : events.at("texts")) {
+    EXPECT_EQ(t[0], "val_generations");
+    text_steps.insert(t[1].get<int64_t>());
+    EXPECT_NE(t[2].get<std::string>().find(at_start[0].at("input").get<std::string>()), std::string::npos);
+  }
+  EXPECT_EQ(text_steps, (std::set<int64_t>{0, 1, 2}));
+}
+
+// `hybridflow train`'s validations: val_before_train off scores only at the end; val_only scores once and
+// trains nothing; val_only without held-out prompts names both keys.
+TEST(GenerationDumps, ValBeforeTrainAndValOnly) {
+  hybridflow::testing::TempDir a, b;
+  ASSERT_EQ(run_rl_training(load_rl_config(
+                "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + a.path(), "trainer.total_steps=1",
+                                               "trainer.val_before_train=false",
+                                               "trainer.validation_data_dir=" + a.path() + "/val"}))),
+            0);
+  EXPECT_FALSE(std::filesystem::exists(a.path() + "/val/0.jsonl"));
+  EXPECT_EQ(read_jsonl(a.path() + "/val/1.jsonl").size(), 4u) << "the score after training";
+
+  ASSERT_EQ(run_rl_training(load_rl_config(
+                "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + b.path(), "trainer.val_only=true",
+                                               "trainer.val_before_train=false",
+                                               "trainer.validation_data_dir=" + b.path() + "/val"}))),
+            0);
+  EXPECT_EQ(read_jsonl(b.path() + "/val/0.jsonl").size(), 4u);
+  EXPECT_FALSE(std::filesystem::exists(b.path() + "/val/1.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(b.path() + "/metrics.jsonl")) << "no step ran";
+
+  try {
+    rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.val_only=true", "data.test_size=0"})));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("trainer.val_only"), std::string::npos) << what;
+    EXPECT_NE(what.find("data.test_size"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

@@ -70,6 +70,10 @@ class MetricsLog {
   // Rollout samples of `step` (rows of trainer/step_records.h) appended to <run_dir>/samples.jsonl, and
   // `markdown` as the TensorBoard text "samples" at that step; each sink only when it is on.
   void add_samples(int64_t step, const std::vector<nlohmann::json>& rows, const std::string& markdown);
+  // The first held-out responses of the validation at `step` (trainer.log_val_generations; rows of
+  // trainer/step_records.h's generation_record) appended to <run_dir>/val_generations.jsonl, and `markdown` as
+  // the TensorBoard text "val_generations" at that step (step 0: before the first step).
+  void add_val_generations(int64_t step, const std::vector<nlohmann::json>& rows, const std::string& markdown);
   // A step's calls per pool (rows of trainer/step_records.h) appended to <run_dir>/timeline.jsonl.
   void add_timeline(const std::vector<nlohmann::json>& rows);
 
@@ -81,7 +85,7 @@ class MetricsLog {
 
   // For a run resumed at `step`: rewrites the file (atomically) without the records of later steps, which
   // the interrupted run wrote after its checkpoint and the resumed run will write again, and without a
-  // line cut off by the crash; samples.jsonl and timeline.jsonl likewise. Returns how many metrics lines
+  // line cut off by the crash; samples.jsonl, timeline.jsonl and val_generations.jsonl likewise. Returns how many metrics lines
   // were dropped.
   int64_t drop_steps_after(int64_t step);
 
@@ -92,7 +96,7 @@ class MetricsLog {
 
  private:
   std::string path_;
-  std::string samples_path_, timeline_path_;  // "" when jsonl is off
+  std::string samples_path_, timeline_path_, val_generations_path_;  // "" when jsonl is off
   std::unique_ptr<report::TensorBoardWriter> tensorboard_;
   std::map<std::string, double> current_;
 };

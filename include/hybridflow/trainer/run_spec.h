@@ -30,6 +30,13 @@ struct TrainerRunSpec {
   int64_t log_every = 1;     // trainer.log_every: the progress line every this many steps (>= 1)
   int64_t test_freq = 0;     // trainer.test_freq: held-out score every this many steps (0 = never)
   int64_t log_samples_freq = 0, log_samples_count = 0;  // trainer.log_samples_*
+  // trainer.val_before_train: the held-out score before the first step; trainer.val_only: that score alone.
+  bool val_before_train = true, val_only = false;
+  int64_t log_val_generations = 0;  // trainer.log_val_generations: K held-out responses to the loggers per validation
+  // trainer.rollout_data_dir / validation_data_dir: every generated row of a step (of a validation) as one line
+  // of <dir>/<step>.jsonl, verl's format; "" = off.
+  std::string rollout_data_dir, validation_data_dir;
+  int64_t critic_warmup = 0;  // trainer.critic_warmup: the first N steps update the critics, not the actor
   bool save_checkpoint = false;  // trainer.save_checkpoint: a checkpoint at the end
   int64_t save_freq = 0;         // trainer.save_freq: a checkpoint every this many steps (0 = never)
   int64_t max_ckpt_to_keep = 0;  // trainer.max_ckpt_to_keep
@@ -50,6 +57,7 @@ struct DataSpec {
   int min_length = 3, max_length = 6;
   std::string train_file, test_file;  // "" = the task's generated examples
   int64_t train_size = 0;             // generated training examples (without data.train_file)
+  int64_t train_max_samples = -1;     // data.train_max_samples: at most this many training prompts (-1 = all)
   int64_t train_batch_size = 1;  // prompts per step
   int64_t gen_batch_size = 1;    // prompts per DAPO generation round (null: train_batch_size)
   int64_t test_size = 0;         // held-out prompts scored every trainer.test_freq steps

@@ -21,6 +21,7 @@ struct RolloutSample {
   int64_t response_length = 0;
   // A multi-turn sample's episode (workers/agent_rollout.h's agent_episode_record): null for a single turn.
   nlohmann::json episode;
+  std::string answer, data_source;  // the prompt row's ground truth and data source (its scorer's inputs)
 };
 
 // Whether step `step` (1-based, as in metrics.jsonl) logs samples: every `freq`-th step; freq <= 0 never.
@@ -36,6 +37,16 @@ std::vector<int64_t> sample_rows(int64_t rows, int64_t count);
 // A multi-turn sample adds "messages" (the whole conversation, each turn with its role), "turns", "tool_calls",
 // "tool_errors", "sampled_tokens", "appended_tokens" and "stop" from its episode.
 nlohmann::json sample_record(int64_t step, const RolloutSample& sample);
+
+// One line of verl's generation dumps (trainer.rollout_data_dir, trainer.validation_data_dir): verl's
+// {"input", "output", "gts", "score", "step"}, then "data_source" and "response_length"; a trained row
+// (`trained`) adds "reward" and "advantage" (null when not finite), and a multi-turn one the episode's keys
+// as sample_record does.
+nlohmann::json generation_record(int64_t step, const RolloutSample& sample, bool trained);
+
+// Writes `rows` as <dir>/<step>.jsonl (the directory made if needed), atomically: a crash leaves the file of
+// the step before or this one whole, and a resumed run that repeats a step replaces its file.
+void write_generations(const std::string& dir, int64_t step, const std::vector<nlohmann::json>& rows);
 
 // The samples of one step as markdown for TensorBoard's Text tab (the report's own formatting: model
 // output in indented code blocks, shown verbatim).
