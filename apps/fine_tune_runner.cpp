@@ -9,6 +9,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/platform.h"
+#include "hybridflow/finetune/fine_tune_checkpoint.h"
 #include "hybridflow/model/lora.h"
 #include "hybridflow/model/lora_setup.h"
 #include "hybridflow/trainer/lora_keys.h"
@@ -115,7 +116,10 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
   }
 
   const std::string final_dir = out_dir + "/final";
-  save_pretrained(final_dir, pre.model, pre.tokenizer);  // with LoRA: the base model, the adapters beside it
+  // The checkpoint written after the last step holds these weights: final/ links its files.
+  const std::string last = checkpoint_dir(out_dir, outcome.steps);
+  save_final_model(final_dir, outcome.run.last_checkpoint == last ? last : std::string(), pre.model,
+                   pre.tokenizer);  // with LoRA: the base model, the adapters beside it
   if (pre.model->has_lora()) {
     const std::string base = cfg.has("model.path") ? cfg.get<std::string>("model.path") : "";
     save_lora_adapter(final_dir + "/lora_adapter", pre.model, base.empty() ? final_dir : base);

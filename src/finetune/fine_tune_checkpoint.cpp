@@ -65,6 +65,34 @@ std::string save_fine_tune_checkpoint(const std::string& out_dir, int64_t step, 
   return final_dir;
 }
 
+int64_t save_final_model(const std::string& final_dir, const std::string& checkpoint, const CausalLM& model,
+                         const Tokenizer& tokenizer) {
+  namespace fs = std::filesystem;
+  const std::string tmp_dir = final_dir + ".tmp";
+  std::string failure = remove_tree(tmp_dir);
+  HF_CHECK(failure.empty(), "could not remove the unfinished model directory ", failure);
+  make_dirs(tmp_dir);
+  int64_t linked = 0;
+  std::error_code ec;
+  if (!checkpoint.empty() && checkpoint_step(normalized_dir(checkpoint)) >= 0) {
+    // The model's files are the checkpoint's top-level files but its optimizer state; its LoRA adapters name
+    // the checkpoint as their base, so the caller writes the final ones itself.
+    for (const auto& entry : fs::directory_iterator(checkpoint, ec)) {
+      if (!entry.is_regular_file() || "/" + entry.path().filename().string() == kOptimizerFile) continue;
+      fs::create_hard_link(entry.path(), fs::path(tmp_dir) / entry.path().filename(), ec);
+      if (ec) break;
+      ++linked;
+    }
+    HF_CHECK(!ec || linked == 0, "could not link '", checkpoint, "' into '", tmp_dir, "': ", ec.message());
+  }
+  if (linked == 0) save_pretrained(tmp_dir, model, tokenizer);  // no checkpoint, or no links on this filesystem
+  failure = remove_tree(final_dir);
+  HF_CHECK(failure.empty(), "could not replace the model directory ", failure);
+  fs::rename(tmp_dir, final_dir, ec);
+  HF_CHECK(!ec, "could not rename '", tmp_dir, "' to '", final_dir, "': ", ec.message());
+  return linked;
+}
+
 std::string latest_fine_tune_checkpoint(const std::string& out_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -36,6 +36,8 @@ TEST(CliRm, ShortRunSavesAValueHeadModelThatReproducesTheReportedAccuracy) {
   EXPECT_EQ(hybridflow::read_jsonl(out + "/data/test_pairs.jsonl").size(), 40u);
   EXPECT_NEAR(hybridflow::pairwise_accuracy(loaded.model, loaded.tokenizer, out + "/data/test_pairs.jsonl"), reported,
               1e-3);
+  // The final model is the last checkpoint's weights, on disk once.
+  EXPECT_TRUE(std::filesystem::equivalent(out + "/final/model.safetensors", out + "/checkpoint-40/model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(out + "/rm_metrics.jsonl"));
   EXPECT_TRUE(std::filesystem::exists(out + "/config.yaml"));
 }

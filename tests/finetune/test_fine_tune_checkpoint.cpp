@@ -2,7 +2,8 @@
 // Ctrl-C stops it) leaves checkpoint-3, and the same command resumed from it runs steps 4-6 with the losses,
 // gradient norms and final weights of the run that never stopped (fp32, bf16 with fp32 masters, and LoRA
 // adapters); its metrics file holds each step once. resume_mode disable starts fresh, resume_path takes a named
-// checkpoint, a torn one is never resumed from, and bad settings name their key.
+// checkpoint, a torn one is never resumed from, and bad settings name their key. The final model directory
+// shares the last checkpoint's files.
 #include "hybridflow/finetune/fine_tune_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "hybridflow/finetune/reward_model_training.h"
 #include "hybridflow/finetune/sft.h"
 #include "hybridflow/model/lora_config.h"
+#include "hybridflow/model/pretrained.h"
 #include "hybridflow/tasks/dataset.h"
 #include "hybridflow/tasks/task.h"
 #include "support/error_of.h"
@@ -219,6 +221,34 @@ TEST_P(FineTuneResume, OnlyTheNewestCheckpointsAreKept) {
   EXPECT_EQ(latest_fine_tune_checkpoint(out), checkpoint_dir(out, 6));
   EXPECT_NE(testing::error_of([&] { remove_old_fine_tune_checkpoints(out, 0); }).find("trainer.max_ckpt_to_keep"),
             std::string::npos);
+}
+
+// The final model directory holds the last checkpoint's model files by hard link (its weights are on disk
+// once), not its optimizer state, and stays whole when the checkpoint goes; with no checkpoint it is written.
+TEST_P(FineTuneResume, TheFinalModelSharesTheLastCheckpointsFiles) {
+  const std::string out = dir.file("final_links");
+  const Outcome outcome = run(out, 0);
+  ASSERT_EQ(outcome.info.last_checkpoint, checkpoint_dir(out, 6));
+  const HeadKind head = std::get<0>(GetParam()) == Loop::kRewardModel ? HeadKind::kValue : HeadKind::kLanguageModel;
+  const CausalLM other = fresh_model(head);  // other weights: written only where nothing is linked
+  const std::string final_dir = out + "/final";
+  EXPECT_GE(save_final_model(final_dir, outcome.info.last_checkpoint, other, *tok), 3);  // config, weights, tokenizer
+  EXPECT_TRUE(std::filesystem::equivalent(final_dir + "/model.safetensors",  // one file, two names
+                                          checkpoint_dir(out, 6) + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(final_dir + "/optimizer.pt"));
+  EXPECT_FALSE(std::filesystem::exists(final_dir + ".tmp"));
+  std::filesystem::remove_all(checkpoint_dir(out, 6));
+  const Pretrained loaded = load_pretrained(final_dir, head);
+  if (std::get<1>(GetParam()) != Variant::kLora) {  // a LoRA run's model file holds the base weights
+    const auto params = loaded.model->parameters();
+    ASSERT_EQ(params.size(), outcome.weights.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i].detach().to(torch::kFloat), outcome.weights[i])) << "parameter " << i;
+  }
+  // No checkpoint to link: the model is written.
+  EXPECT_EQ(save_final_model(final_dir, "", other, *tok), 0);
+  const Pretrained written = load_pretrained(final_dir, head);
+  EXPECT_TRUE(torch::equal(written.model->parameters()[0].to(torch::kFloat), other->parameters()[0].to(torch::kFloat)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Loops, FineTuneResume,

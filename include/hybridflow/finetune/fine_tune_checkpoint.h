@@ -27,6 +27,13 @@ std::string checkpoint_dir(const std::string& out_dir, int64_t step);
 std::string save_fine_tune_checkpoint(const std::string& out_dir, int64_t step, const CausalLM& model,
                                       const Tokenizer& tokenizer, const TrainEngine& engine);
 
+// The run's final model directory `final_dir` (what save_pretrained writes), atomically. When `checkpoint` is a
+// checkpoint of these same weights (the one written after the last step; "" for none) its model files are
+// hard-linked instead of written again, so that the weights are on disk once (at 8 B parameters in fp32, 32 GB
+// less); on a filesystem that refuses links they are written. Returns how many files were linked.
+int64_t save_final_model(const std::string& final_dir, const std::string& checkpoint, const CausalLM& model,
+                         const Tokenizer& tokenizer);
+
 // The complete checkpoint of out_dir with the highest step ("" when none).
 std::string latest_fine_tune_checkpoint(const std::string& out_dir);
 
