@@ -124,6 +124,12 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     temperature: null
     top_k: null
     top_p: null
+    val_kwargs:
+      do_sample: false
+      n: 1
+      temperature: 0.0
+      top_k: -1
+      top_p: 1.0
     response_length: null
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null

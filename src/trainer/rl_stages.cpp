@@ -443,7 +443,7 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
     // Between trigger_parameter_sync_step syncs the rollout pool holds older weights: the held-out score is
     // the trained policy's.
     if (s_.rollout && s_.rollout_version != s_.step + 1) s_.finish_weight_sync(s_.dispatch_weight_sync(s_.step + 1));
-    m.set("val/score", s_.evaluate(s_.run.data.test_size, s_.step + 1));
+    m.set("val/score", s_.evaluate(s_.run.data.test_size, s_.step + 1, &m));
   }
   // Partial rollouts stop for a checkpoint now: the memory figures below wait for the rollout pool, which
   // would otherwise finish the generations in flight first.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "hybridflow/core/progress.h"
@@ -92,22 +93,67 @@ nlohmann::json RLTrainer::fit() {
 
 double RLTrainer::evaluate(int64_t count) { return s_->evaluate(count, s_->step); }
 
-double RLTrainer::State::evaluate(int64_t count, int64_t at_step) {
+double RLTrainer::State::evaluate(int64_t count, int64_t at_step, MetricsLog* metrics_out) {
   count = std::min<int64_t>(count, static_cast<int64_t>(test.size()));
   HF_CHECK(count > 0, "evaluate: no held-out examples (data.test_size or data.test_file)");
   int64_t pos = 0;
   DataProto prompts = next_prompts(count, test, &pos, /*shuffle=*/false);
-  prompts.meta()["greedy"] = true;
-  prompts.meta()["n"] = 1;
+  const TrainerRunSpec::ValKwargs& v = run.trainer.val_kwargs;
+  prompts.meta()["n"] = v.n;
+  if (v.do_sample) {  // the same draws for the same weights: a seed of the run and the step
+    prompts.meta()["temperature"] = v.temperature;
+    prompts.meta()["top_k"] = v.top_k;
+    prompts.meta()["top_p"] = v.top_p;
+    prompts.meta()["seed"] = run.trainer.seed * 100003ULL + static_cast<uint64_t>(at_step) + 0x5a11ULL;
+  } else {
+    prompts.meta()["greedy"] = true;
+  }
   const int procs = generator().world_size();
   int64_t pad = 0;
   if (count % procs != 0) prompts = prompts.padded_to_multiple(procs, &pad);
-  DataProto gen = surviving_rollout_deaths(generator().call("generate_sequences", prompts), prompts).get().slice(0, count);
+  // A prompt's n responses are consecutive rows: the padding prompts' come last.
+  DataProto gen =
+      surviving_rollout_deaths(generator().call("generate_sequences", prompts), prompts).get().slice(0, count * v.n);
   const auto scores = rule_scores(gen);
   log_validation(gen, scores, at_step);
+  if (metrics_out) add_validation_metrics(gen, scores, v.n, *metrics_out);
   double total = 0;
-  for (double v : scores) total += v;
+  for (double s : scores) total += s;
   return total / static_cast<double>(scores.size());
+}
+
+// verl's per-source validation metrics: val-core/<data_source>/reward/mean@<n>, the mean score of every
+// response; with n > 1 also .../max@<n> and .../min@<n>, the mean over prompts of the best and the worst of
+// their n responses (exact over these n; verl's best@N is a bootstrap estimate).
+void RLTrainer::State::add_validation_metrics(const DataProto& gen, const std::vector<double>& scores, int64_t n,
+                                             MetricsLog& out) const {
+  struct Source {
+    double sum = 0, best = 0, worst = 0;
+    int64_t responses = 0, prompts = 0;
+  };
+  std::map<std::string, Source> sources;
+  const auto& data_sources = gen.field("data_source");
+  for (size_t first = 0; first < scores.size(); first += static_cast<size_t>(n)) {
+    Source& s = sources[data_sources[first].get<std::string>()];
+    double best = scores[first], worst = scores[first];
+    for (size_t i = first; i < first + static_cast<size_t>(n); ++i) {
+      s.sum += scores[i];
+      best = std::max(best, scores[i]);
+      worst = std::min(worst, scores[i]);
+    }
+    s.responses += n;
+    s.prompts += 1;
+    s.best += best;
+    s.worst += worst;
+  }
+  const std::string at = "@" + std::to_string(n);
+  for (const auto& [name, s] : sources) {
+    const std::string key = "val-core/" + name + "/reward/";
+    out.set(key + "mean" + at, s.sum / static_cast<double>(s.responses));
+    if (n == 1) continue;
+    out.set(key + "max" + at, s.best / static_cast<double>(s.prompts));
+    out.set(key + "min" + at, s.worst / static_cast<double>(s.prompts));
+  }
 }
 
 void RLTrainer::State::log_validation(const DataProto& gen, const std::vector<double>& scores, int64_t at_step) {
@@ -170,8 +216,11 @@ int run_rl_training(const Config& config) {
   if (test_size > 0 && (spec.val_before_train || spec.val_only) && stop_requested_signal() == 0)
     before = trainer.evaluate(test_size);
   const char* when = trainer.resumed_from().empty() ? "before " : "at resume ";
+  // What the score is a mean of: greedy responses unless val_kwargs samples.
+  const TrainerRunSpec::ValKwargs& v = spec.val_kwargs;
+  const std::string how = v.do_sample ? std::to_string(v.n) + " sampled per prompt" : std::string("greedy");
   if (spec.val_only) {
-    if (before) std::cerr << "held-out score (greedy, " << test_size << " prompts): " << when << *before << "\n";
+    if (before) std::cerr << "held-out score (" << how << ", " << test_size << " prompts): " << when << *before << "\n";
     return before ? 0 : 128 + stop_requested_signal();
   }
   trainer.fit();
@@ -193,7 +242,7 @@ int run_rl_training(const Config& config) {
   }
   if (test_size > 0) {
     const double after = trainer.evaluate(test_size);
-    std::cerr << "held-out score (greedy): ";
+    std::cerr << "held-out score (" << how << "): ";
     if (before) std::cerr << when << *before << ", ";
     std::cerr << "after " << after << "\n";
   }

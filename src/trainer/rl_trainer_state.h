@@ -131,9 +131,11 @@ struct RLTrainer::State {
   const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
   mutable int64_t order_epoch = -1;  // cache of epoch_order
   mutable std::vector<int64_t> order;
-  // Mean rule score of greedy responses to the first `count` held-out prompts; the validation of step `step`
-  // (0: before the first) for trainer.validation_data_dir and trainer.log_val_generations.
-  double evaluate(int64_t count, int64_t step);
+  // Mean rule score of the responses (val_kwargs: greedy by default) to the first `count` held-out prompts; the
+  // validation of step `step` (0: before the first) for trainer.validation_data_dir and log_val_generations;
+  // the per-source metrics into `metrics_out` when given.
+  double evaluate(int64_t count, int64_t step, MetricsLog* metrics_out = nullptr);
+  void add_validation_metrics(const DataProto& gen, const std::vector<double>& scores, int64_t n, MetricsLog& out) const;
   void log_validation(const DataProto& gen, const std::vector<double>& scores, int64_t step);
   std::vector<double> rule_scores(const DataProto& gen) const;
   std::vector<double> rule_costs(const DataProto& gen) const;

@@ -47,6 +47,24 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
   for (auto [key, dir] : {std::pair{"trainer.rollout_data_dir", &t.rollout_data_dir},
                           std::pair{"trainer.validation_data_dir", &t.validation_data_dir}})
     *dir = c.is_null(key) ? std::string() : c.get<std::string>(key);
+  {
+    // The held-out prompts' sampling is the trainer's (it asks for it per call), though verl keeps it under the rollout.
+    const std::string v = "actor_rollout_ref.rollout.val_kwargs.";
+    TrainerRunSpec::ValKwargs& k = t.val_kwargs;
+    k.do_sample = c.get<bool>(v + "do_sample");
+    k.n = c.get<int64_t>(v + "n");
+    k.temperature = c.get<double>(v + "temperature");
+    k.top_p = c.get<double>(v + "top_p");
+    k.top_k = c.get<int64_t>(v + "top_k");
+    HF_CHECK(k.n >= 1, v, "n must be >= 1 (responses per held-out prompt), got ", k.n);
+    HF_CHECK(k.do_sample || k.n == 1, v, "n is ", k.n, " but ", v, "do_sample is false: greedy responses to a ",
+             "prompt are all the same; set do_sample: true (with a temperature > 0) or n: 1");
+    HF_CHECK(!k.do_sample || k.temperature > 0, v, "do_sample is true but ", v, "temperature is ", k.temperature,
+             ": sampling needs a temperature > 0");
+    HF_CHECK(k.top_p > 0 && k.top_p <= 1, v, "top_p must be in (0, 1], got ", k.top_p);
+    HF_CHECK(k.top_k >= -1, v, "top_k must be >= 0, or -1 / 0 for off (verl's -1), got ", k.top_k);
+    k.top_k = std::max<int64_t>(0, k.top_k);
+  }
   t.critic_warmup = c.get<int64_t>("trainer.critic_warmup");
   HF_CHECK(t.critic_warmup >= 0, "trainer.critic_warmup must be >= 0 (steps that train only the critic), got ",
            t.critic_warmup);

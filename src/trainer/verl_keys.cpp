@@ -187,10 +187,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.rollout.multi_turn", "",
      "trajectories are always built token in, token out (docs/agentic.md); verl's other multi_turn keys are not read"},
     {"actor_rollout_ref.rollout.mtp", "", "multi-token prediction is not supported by hybridflow"},
-    // Validation runs greedy, one response per prompt: verl's val_kwargs defaults.
-    {"actor_rollout_ref.rollout.val_kwargs.do_sample", "false", "validation is greedy (trainer.test_freq)"},
-    {"actor_rollout_ref.rollout.val_kwargs.n", "1", "validation is greedy (trainer.test_freq)"},
-    {"actor_rollout_ref.rollout.val_kwargs", "", "validation is greedy (trainer.test_freq)"},
     // Data loading options of verl's RLHFDataset (docs/data.md says which columns hybridflow reads).
     {"data.tokenizer", "null", "the actor model's tokenizer is used"},
     {"data.use_shm", "", kPython},

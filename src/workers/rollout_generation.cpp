@@ -20,6 +20,9 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   const nlohmann::json& call = request.meta();
   g.n = call.contains("n") ? call.at("n").get<int64_t>() : rollout.n;
   g.greedy = call.contains("greedy") && call.at("greedy").get<bool>();
+  if (call.contains("temperature")) g.temperature = call.at("temperature").get<double>();
+  if (call.contains("top_k")) g.top_k = call.at("top_k").get<int64_t>();
+  if (call.contains("top_p")) g.top_p = call.at("top_p").get<double>();
   g.max_num_seqs = rollout.max_num_seqs;
   g.admission_rows = rollout.admission_rows;
   g.paged_kv_cache = rollout.paged_kv_cache;

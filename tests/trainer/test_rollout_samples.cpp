@@ -21,6 +21,7 @@
 #include "hybridflow/trainer/step_records.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "report/python_oracle.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "support/tiny_rl_config.h"
 
@@ -314,6 +315,69 @@ TEST(GenerationDumps, ValBeforeTrainAndValOnly) {
     EXPECT_NE(what.find("trainer.val_only"), std::string::npos) << what;
     EXPECT_NE(what.find("data.test_size"), std::string::npos) << what;
   }
+}
+
+// actor_rollout_ref.rollout.val_kwargs and verl's per-source validation metrics: held-out rows of two data
+// sources, a scorer that gives source "a" 1 and source "b" a score from its response; greedy by default, n
+// sampled responses with do_sample.
+TEST(GenerationDumps, ValidationScoresEachDataSourceAndSamplesWithValKwargs) {
+  hybridflow::testing::TempDir dir;
+  std::vector<nlohmann::json> rows;
+  for (int i = 0; i < 6; ++i)
+    rows.push_back({{"data_source", i < 2 ? "a" : "b"},
+                    {"prompt", std::to_string(i) + "+1="},
+                    {"reward_model", {{"style", "rule"}, {"ground_truth", std::to_string(i + 1)}}}});
+  write_jsonl(dir.file("test.jsonl"), rows);
+  const std::string scorer =
+      "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin:\n  r = json.loads(l)\n  print(1.0 if "
+      "r['data_source'] == 'a' else len(r['response']) % 3 / 2.0, flush=True)\"";
+  auto run = [&](const std::string& name, std::vector<std::string> more) {
+    more.insert(more.end(), {"data.test_file=" + dir.file("test.jsonl"), "data.test_size=6", "reward.type=command",
+                             scorer, "trainer.test_freq=1", "trainer.total_steps=1", "trainer.log_samples_freq=0",
+                             "trainer.validation_data_dir=" + dir.file(name)});
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", more)));
+    const nlohmann::json record = trainer.step();
+    return std::pair{record, read_jsonl(dir.file(name) + "/1.jsonl")};
+  };
+
+  const auto [greedy, greedy_rows] = run("greedy", {});
+  ASSERT_EQ(greedy_rows.size(), 6u);
+  double b_sum = 0;
+  for (size_t i = 2; i < 6; ++i) b_sum += greedy_rows[i].at("score").get<double>();
+  EXPECT_EQ(greedy.at("val-core/a/reward/mean@1"), 1.0) << greedy.dump();
+  EXPECT_NEAR(greedy.at("val-core/b/reward/mean@1").get<double>(), b_sum / 4, 1e-12) << greedy.dump();
+  EXPECT_NEAR(greedy.at("val/score").get<double>(), (2 + b_sum) / 6, 1e-12) << greedy.dump();
+  EXPECT_FALSE(greedy.contains("val-core/b/reward/max@1")) << greedy.dump();
+
+  const auto [sampled, sampled_rows] =
+      run("sampled", {"actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.n=4",
+                      "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"});
+  ASSERT_EQ(sampled_rows.size(), 24u) << "4 responses to each of 6 prompts";
+  double best = 0, worst = 0, sum = 0;
+  std::set<std::string> outputs;
+  for (size_t p = 2; p < 6; ++p) {
+    double hi = -1, lo = 2;
+    for (size_t j = 0; j < 4; ++j) {
+      const auto& r = sampled_rows[p * 4 + j];
+      EXPECT_EQ(r.at("input"), greedy_rows[p].at("input")) << "a prompt's responses are consecutive";
+      const double score = r.at("score").get<double>();
+      hi = std::max(hi, score);
+      lo = std::min(lo, score);
+      sum += score;
+      outputs.insert(r.at("output").get<std::string>());
+    }
+    best += hi;
+    worst += lo;
+  }
+  EXPECT_GT(outputs.size(), 4u) << "sampled, not greedy";
+  EXPECT_NEAR(sampled.at("val-core/b/reward/mean@4").get<double>(), sum / 16, 1e-12) << sampled.dump();
+  EXPECT_NEAR(sampled.at("val-core/b/reward/max@4").get<double>(), best / 4, 1e-12) << sampled.dump();
+  EXPECT_NEAR(sampled.at("val-core/b/reward/min@4").get<double>(), worst / 4, 1e-12) << sampled.dump();
+  EXPECT_EQ(sampled.at("val-core/a/reward/max@4"), 1.0);
+
+  const std::string error = hybridflow::testing::error_of(
+      [] { rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.val_kwargs.n=2"}))); });
+  EXPECT_NE(error.find("actor_rollout_ref.rollout.val_kwargs.n is 2 but"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -37,6 +37,13 @@ struct TrainerRunSpec {
   // of <dir>/<step>.jsonl, verl's format; "" = off.
   std::string rollout_data_dir, validation_data_dir;
   int64_t critic_warmup = 0;  // trainer.critic_warmup: the first N steps update the critics, not the actor
+  // actor_rollout_ref.rollout.val_kwargs.*: how the held-out prompts are answered (verl's defaults: greedy, one).
+  struct ValKwargs {
+    bool do_sample = false;
+    int64_t n = 1;
+    double temperature = 0, top_p = 1.0;
+    int64_t top_k = 0;  // 0 = off (verl's -1 too)
+  } val_kwargs;
   bool save_checkpoint = false;  // trainer.save_checkpoint: a checkpoint at the end
   int64_t save_freq = 0;         // trainer.save_freq: a checkpoint every this many steps (0 = never)
   int64_t max_ckpt_to_keep = 0;  // trainer.max_ckpt_to_keep
