@@ -12,6 +12,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/runtime/select_rows.h"
 #include "transport/message.h"
 
 namespace hybridflow::runtime_detail {
@@ -120,8 +121,8 @@ struct RowsOrigin {
   std::vector<int64_t> sources;
 };
 
-// Whole rows of a tensor fetched from workers, untouched since: where they live.
-std::optional<RowsOrigin> find_origin(const torch::Tensor& t) {
+// The record of a tensor that is whole rows fetched from workers, untouched since, and the first of those rows.
+std::optional<std::pair<Origin, int64_t>> locate(const torch::Tensor& t) {
   if (!t.defined() || !t.device().is_cpu() || !t.has_storage() || t.dim() == 0 || t.numel() == 0) return std::nullopt;
   std::lock_guard<std::mutex> lock(origins().mutex);
   auto it = origins().by_data.find(t.storage().data());
@@ -134,6 +135,14 @@ std::optional<RowsOrigin> find_origin(const torch::Tensor& t) {
   if (t.storage_offset() % cells != 0) return std::nullopt;
   const int64_t first = t.storage_offset() / cells;
   if (first + t.size(0) > static_cast<int64_t>(o.sources->size())) return std::nullopt;
+  return std::pair{o, first};
+}
+
+// Whole rows of a tensor fetched from workers, untouched since: where they live.
+std::optional<RowsOrigin> find_origin(const torch::Tensor& t) {
+  auto located = locate(t);
+  if (!located) return std::nullopt;
+  const auto& [o, first] = *located;
   RowsOrigin out{o.object, o.key, o.spec,
                  std::vector<int64_t>(o.sources->begin() + first, o.sources->begin() + first + t.size(0))};
   for (int64_t s : out.sources)
@@ -472,3 +481,22 @@ std::vector<DataProto> materialize_per_rank(const RemoteResult& result) {
 }
 
 }  // namespace hybridflow::runtime_detail
+
+namespace hybridflow {
+
+DataProto select_rows(const DataProto& batch, const std::vector<int64_t>& rows) {
+  using namespace runtime_detail;
+  DataProto out = batch.index_select(torch::tensor(rows, torch::kLong));
+  for (const auto& [key, t] : batch.tensors()) {
+    auto located = locate(t);
+    if (!located) continue;
+    const auto& [o, first] = *located;
+    auto sources = std::make_shared<std::vector<int64_t>>();
+    sources->reserve(rows.size());
+    for (int64_t r : rows) sources->push_back((*o.sources)[static_cast<size_t>(first + r)]);
+    out.set_tensor(key, remember(out.tensor(key), Origin{o.object, o.key, std::move(sources), o.spec, 0}));
+  }
+  return out;
+}
+
+}  // namespace hybridflow

@@ -36,6 +36,7 @@ const char* const kRLSchema = R"(trainer:
   rollout_data_dir: null
   validation_data_dir: null
   critic_warmup: 0
+  balance_batch: true
   project_name: ""
   experiment_name: ""
   total_epochs: null

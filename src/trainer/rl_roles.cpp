@@ -3,8 +3,14 @@
 // name) and puts the result into its batch or the step's metrics.
 #include "hybridflow/trainer/rl_roles.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "hybridflow/algo/dapo.h"
 #include "hybridflow/algo/rollout_correction.h"
+#include "hybridflow/engine/seqlen_balancing.h"
+#include "hybridflow/runtime/protocol.h"
+#include "hybridflow/runtime/select_rows.h"
 #include "hybridflow/workers/router_replay.h"
 #include "rl_stages.h"
 #include "score_guard.h"
@@ -207,6 +213,37 @@ void TrainerStages::add_update_metrics(const Future& update, const std::string& 
   nonfinite_updates_ += skipped;
 }
 
+DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& method, DataProto request,
+                                  bool log_metrics) {
+  if (!s_.run.trainer.balance_batch) return request;
+  // The parts the call's protocol cuts the rows into: one per data-parallel rank.
+  const std::string& protocol = group.methods().at(method);
+  const int64_t parts = protocol == protocols::kDataParallel ? group.world_size()
+                        : protocol == protocols::k3D          ? group.coords().at(0).dp_size
+                                                              : 1;
+  const int64_t rows = request.batch_size();
+  if (rows == 0 || rows % parts != 0) return request;  // the call names an uneven batch itself
+  const auto counts = request.tensor("attention_mask").sum(1).to(torch::kCPU, torch::kLong).contiguous();
+  const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
+  const std::vector<int64_t> order = balanced_row_order(lengths, parts);
+  if (log_metrics) {  // verl's names: the chunks' tokens as the rows came, then as balanced
+    const auto before = chunk_token_sums(lengths, parts), after = chunk_token_sums(lengths, parts, order);
+    const auto [lo, hi] = std::minmax_element(before.begin(), before.end());
+    const auto [balanced_lo, balanced_hi] = std::minmax_element(after.begin(), after.end());
+    s_.metrics->set("global_seqlen/min", static_cast<double>(*lo));
+    s_.metrics->set("global_seqlen/max", static_cast<double>(*hi));
+    s_.metrics->set("global_seqlen/minmax_diff", static_cast<double>(*hi - *lo));
+    s_.metrics->set("global_seqlen/balanced_min", static_cast<double>(*balanced_lo));
+    s_.metrics->set("global_seqlen/balanced_max", static_cast<double>(*balanced_hi));
+    s_.metrics->set("global_seqlen/mean",
+                    static_cast<double>(std::accumulate(lengths.begin(), lengths.end(), int64_t{0})) /
+                        static_cast<double>(parts));
+  }
+  if (parts == 1) return request;
+  // Rows the controller fetched from the workers stay there: each rank fetches its own (runtime/select_rows.h).
+  return select_rows(request, order);
+}
+
 Pending TrainerStages::update_critic(const RolloutBatch& batch, bool of_cost) {
   RolloutBatchState& b = state_of(batch);
   const DataProto& data = wait_generation(b);
@@ -217,12 +254,13 @@ Pending TrainerStages::update_critic(const RolloutBatch& batch, bool of_cost) {
     DataProto cost_batch = data.select({"input_ids", "attention_mask", "responses", "response_mask"});
     cost_batch.set_tensor("values", data.tensor("cost_values"));
     cost_batch.set_tensor("returns", data.tensor("cost_returns"));
-    update = s_.cost_critic->call("update_critic", at_schedule_step(cost_batch, s_.step));
+    update = s_.cost_critic->call("update_critic",
+                                  at_schedule_step(balanced(*s_.cost_critic, "update_critic", cost_batch), s_.step));
   } else {
     HF_CHECK(data.has_tensor("returns"), "update_critic: set the batch's advantages first (batch.set_advantages)");
-    update = s_.critic->call("update_critic", at_schedule_step(data.select({"input_ids", "attention_mask", "responses",
-                                                                           "response_mask", "values", "returns"}),
-                                                               s_.step));
+    const DataProto request =
+        data.select({"input_ids", "attention_mask", "responses", "response_mask", "values", "returns"});
+    update = s_.critic->call("update_critic", at_schedule_step(balanced(*s_.critic, "update_critic", request), s_.step));
   }
   return Pending([this, update, of_cost] {
     auto t = timer_.scope(of_cost ? "update_cost_critic" : "update_critic");
@@ -252,7 +290,8 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
   // below still advance, so that an off-policy pipeline's bookkeeping does not depend on the warm-up.
   const int64_t warmup = s_.run.trainer.critic_warmup;
   const bool warming_up = s_.step < warmup;
-  request = at_schedule_step(std::move(request), s_.step - warmup);
+  request = at_schedule_step(balanced(*s_.actor, "update_actor", std::move(request), /*log_metrics=*/true),
+                             s_.step - warmup);
   Future update = warming_up ? Future() : s_.actor->call("update_actor", request);
   return Pending([this, update, warming_up] {
     if (!warming_up) {

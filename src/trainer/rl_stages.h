@@ -99,6 +99,10 @@ class TrainerStages final : public RLStep {
   // Token-level rewards [rows, R]: each score at its sequence's last token, minus the KL penalty when
   // algorithm.use_kl_in_reward (the adaptive controller steps on this batch's KL).
   at::Tensor token_rewards(RolloutBatchState& b);
+  // trainer.balance_batch: `request` (a call of `method` on `group`) with its rows reordered so that each
+  // data-parallel rank's chunk holds a like number of tokens (engine/seqlen_balancing.h); verl's
+  // global_seqlen/* metrics when `log_metrics`. As it was when the key is off or the group has one rank.
+  DataProto balanced(const WorkerGroup& group, const std::string& method, DataProto request, bool log_metrics = false);
   // An update's metrics into the step's; counts the roles whose update skipped a non-finite step.
   void add_update_metrics(const Future& update, const std::string& rename_prefix = "");
   // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, every

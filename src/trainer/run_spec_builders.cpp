@@ -65,6 +65,7 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
     HF_CHECK(k.top_k >= -1, v, "top_k must be >= 0, or -1 / 0 for off (verl's -1), got ", k.top_k);
     k.top_k = std::max<int64_t>(0, k.top_k);
   }
+  t.balance_batch = c.get<bool>("trainer.balance_batch");
   t.critic_warmup = c.get<int64_t>("trainer.critic_warmup");
   HF_CHECK(t.critic_warmup >= 0, "trainer.critic_warmup must be >= 0 (steps that train only the critic), got ",
            t.critic_warmup);

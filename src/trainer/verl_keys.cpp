@@ -231,7 +231,6 @@ const IgnoredKey kIgnored[] = {
     {"reward_model.nnodes", "", "use reward_model.num_processes"},
     {"reward_model.max_length", "", kPython},
     // Trainer and cluster settings of verl's Ray driver.
-    {"trainer.balance_batch", "", kPython},
     {"trainer.esi_redundant_time", "", kPython},
     {"trainer.default_hdfs_dir", "null", "HDFS is not supported by hybridflow"},
     {"trainer.del_local_ckpt_after_load", "", kPython},

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "hybridflow/runtime/protocol.h"
+#include "hybridflow/runtime/select_rows.h"
 #include "hybridflow/runtime/worker.h"
 
 using namespace hybridflow;
@@ -222,6 +223,24 @@ TEST_F(DataPlaneJob, TensorsFetchedByTheControllerAreFetchedByConsumersToo) {
   const DataProto read_changed = reader_->call("read", changed).get();
   EXPECT_GE(ctl_->take_traffic().controller_sent_bytes, static_cast<uint64_t>(kSeqBytes));
   EXPECT_EQ(longs(read_changed.tensor("seq_sum")), longs(seq_of(torch::arange(6, torch::kFloat)).sum(1) * 2));
+}
+
+// select_rows (a balanced or any other row order) keeps what index_select forgets: where the rows live.
+TEST_F(DataPlaneJob, RowsPickedInAnyOrderAreStillFetchedByTheConsumers) {
+  Future made = maker_->call("make", batch(6));
+  const DataProto fetched = made.get();
+  const std::vector<int64_t> order = {5, 0, 3, 1, 4, 2};
+  const std::vector<int64_t> expected = {5, 0, 3, 1, 4, 2};
+  ctl_->take_traffic();
+  const DataProto read = reader_->call("read", select_rows(fetched.select({"seq"}), order)).get();
+  EXPECT_EQ(ctl_->take_traffic().controller_sent_bytes, 0u);
+  EXPECT_EQ(longs(read.tensor("seq_sum")),
+            longs(seq_of(torch::tensor(expected, torch::kLong).to(torch::kFloat)).sum(1)));
+  // DataProto's own index_select: the same rows, sent by the controller.
+  const DataProto read_sent =
+      reader_->call("read", fetched.select({"seq"}).index_select(torch::tensor(order, torch::kLong))).get();
+  EXPECT_GE(ctl_->take_traffic().controller_sent_bytes, static_cast<uint64_t>(kSeqBytes));
+  EXPECT_EQ(longs(read_sent.tensor("seq_sum")), longs(read.tensor("seq_sum")));
 }
 
 TEST_F(DataPlaneJob, ObjectsAreReleasedWithTheirLastHandle) {

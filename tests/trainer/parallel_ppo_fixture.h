@@ -46,6 +46,8 @@ inline std::vector<std::string> ppo_on_four(const std::string& rm_dir, int tp, i
                                 // per-micro-batch metrics average over the same groups.
                                 "actor_rollout_ref.actor.shuffle=false",
                                 "critic.shuffle=false",
+                                // Balanced ranks would reorder the rows by each layout's data-parallel size.
+                                "trainer.balance_batch=false",
                                 "actor_rollout_ref.actor.use_kl_loss=true",
                                 "reward_model.enable=true",
                                 "reward_model.path=" + rm_dir,

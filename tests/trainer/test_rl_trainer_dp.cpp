@@ -1,6 +1,6 @@
 // The RL trainer with data-parallel worker groups (num_processes = 2): GRPO with a 2-process actor, PPO
 // with a 2-process actor and critic in separate pools and colocated, run their steps, and the update
-// metrics report the gradient all-reduce.
+// metrics report the gradient all-reduce; balance_batch evens the ranks' tokens.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -68,4 +68,42 @@ TEST(RlTrainerDataParallel, PpoWithActorAndCriticColocatedOnTwoProcesses) {
   EXPECT_NE(trainer.parameter_sq_norm("critic"), critic_before);
   expect_all_reduced(record, "critic/");
   expect_all_reduced(record, "actor/");
+}
+
+// trainer.balance_batch (verl's default): the actor's update rows are reordered so that the two ranks get like
+// token counts (verl's global_seqlen/* metrics say how like); one mini-batch's gradient is a sum over every row
+// whichever rank holds it, so the trained model is the unbalanced run's up to rounding.
+TEST(RlTrainerDataParallel, BalanceBatchEvensTheRanksTokensAndTrainsTheSameModel) {
+  double initial_norm = 0;
+  auto run = [&initial_norm](bool balance) {
+    // A reward that differs between samples, so that the update moves the model.
+    RLTrainer trainer(load_rl_config(
+        "", tiny_dp_run("grpo", {"data.train_batch_size=4", "actor_rollout_ref.rollout.response_length=8",
+                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_steps=1",
+                                 "reward.type=command",
+                                 "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin: "
+                                 "print(len(json.loads(l)['response']) % 3 / 2.0, flush=True)\"",
+                                 std::string("trainer.balance_batch=") + (balance ? "true" : "false")})));
+    initial_norm = trainer.parameter_sq_norm("actor");
+    nlohmann::json record = trainer.step();
+    return std::pair{record, trainer.parameter_sq_norm("actor")};
+  };
+  const auto [balanced, balanced_norm] = run(true);
+  const auto [in_order, in_order_norm] = run(false);
+  ASSERT_NE(in_order_norm, initial_norm) << "the update moved the model";
+  ASSERT_NE(in_order.at("actor/pg_loss").get<double>(), 0.0) << in_order.dump();
+  for (const char* key : {"global_seqlen/min", "global_seqlen/max", "global_seqlen/balanced_min",
+                          "global_seqlen/balanced_max", "global_seqlen/mean", "global_seqlen/minmax_diff"})
+    ASSERT_TRUE(balanced.contains(key)) << key << " in " << balanced.dump();
+  EXPECT_FALSE(in_order.contains("global_seqlen/mean")) << in_order.dump();
+  const double diff = balanced.at("global_seqlen/minmax_diff").get<double>();
+  const double balanced_diff =
+      balanced.at("global_seqlen/balanced_max").get<double>() - balanced.at("global_seqlen/balanced_min").get<double>();
+  EXPECT_LE(balanced_diff, diff) << balanced.dump();
+  EXPECT_DOUBLE_EQ(balanced.at("global_seqlen/min").get<double>() + balanced.at("global_seqlen/max").get<double>(),
+                   2 * balanced.at("global_seqlen/mean").get<double>());
+  // The same rollouts (same seeds) and the same update up to float rounding.
+  EXPECT_EQ(balanced.at("response_length/mean"), in_order.at("response_length/mean"));
+  EXPECT_NEAR(balanced_norm, in_order_norm, 1e-6 * in_order_norm);
+  EXPECT_NEAR(balanced.at("actor/pg_loss").get<double>(), in_order.at("actor/pg_loss").get<double>(), 1e-6);
 }

@@ -37,6 +37,7 @@ struct TrainerRunSpec {
   // of <dir>/<step>.jsonl, verl's format; "" = off.
   std::string rollout_data_dir, validation_data_dir;
   int64_t critic_warmup = 0;  // trainer.critic_warmup: the first N steps update the critics, not the actor
+  bool balance_batch = true;  // trainer.balance_batch: like token counts on every data-parallel rank of an update
   // actor_rollout_ref.rollout.val_kwargs.*: how the held-out prompts are answered (verl's defaults: greedy, one).
   struct ValKwargs {
     bool do_sample = false;
