@@ -18,8 +18,9 @@ std::string optional_string(const Json& row, const std::string& key, const std::
   return it->get<std::string>();
 }
 
-Json chat_messages(const Json& prompt, const std::string& where, const std::string& noun) {
-  const std::string expected = noun + " 'prompt' must be a string or a non-empty list of {role, content} messages";
+// `field` names the prompt's column as errors say it: "column 'prompt'".
+Json chat_messages(const Json& prompt, const std::string& where, const std::string& field) {
+  const std::string expected = field + " must be a string or a non-empty list of {role, content} messages";
   HF_CHECK(!prompt.empty(), where, ": ", expected, ", got an empty list");
   Json messages = Json::array();
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -49,29 +50,33 @@ std::string ground_truth(const Json& reward_model, const std::string& where, con
   return it->dump();
 }
 
-std::vector<PromptRow> read_jsonl_rows(const std::string& path) {
+std::vector<PromptRow> read_jsonl_rows(const std::string& path, const PromptColumns& columns) {
   std::vector<PromptRow> rows;
   for_each_jsonl_row<Json>(path, [&](const Json& row, const std::string& where) {
-    rows.push_back(parse_prompt_row(row, where, "key"));
+    rows.push_back(parse_prompt_row(row, where, "key", columns));
   });
   return rows;
 }
 
 }  // namespace
 
-PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string& where, const std::string& noun) {
-  HF_CHECK(row.is_object(), where, ": expected an object with a 'prompt', got ", row.type_name());
+PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string& where, const std::string& noun,
+                           const PromptColumns& columns) {
+  const std::string& key = columns.prompt;
+  // Another column than verl's default is named with the setting that chose it.
+  const std::string chosen = key == "prompt" ? "" : " (data.prompt_key)";
+  HF_CHECK(row.is_object(), where, ": expected an object with a '", key, "'", chosen, ", got ", row.type_name());
   PromptRow out;
   out.where = where;
-  const auto prompt = row.find("prompt");
-  HF_CHECK(prompt != row.end() && !prompt->is_null(), where, ": missing ", noun,
-           " 'prompt' (a string or a list of {role, content} messages)");
+  const auto prompt = row.find(key);
+  HF_CHECK(prompt != row.end() && !prompt->is_null(), where, ": missing ", noun, " '", key, "'", chosen,
+           " (a string or a list of {role, content} messages)");
   if (prompt->is_string()) {
     out.prompt = prompt->get<std::string>();
   } else {
-    HF_CHECK(prompt->is_array(), where, ": ", noun, " 'prompt' must be a string or a list of {role, content} messages, got ",
-             prompt->type_name());
-    out.messages = chat_messages(*prompt, where, noun);
+    HF_CHECK(prompt->is_array(), where, ": ", noun, " '", key, "'", chosen,
+             " must be a string or a list of {role, content} messages, got ", prompt->type_name());
+    out.messages = chat_messages(*prompt, where, noun + " '" + key + "'" + chosen);
   }
   const auto reward_model = row.find("reward_model");
   if (reward_model != row.end() && !reward_model->is_null()) {
@@ -79,7 +84,7 @@ PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string&
   } else {
     out.answer = optional_string(row, row.contains("answer") ? "answer" : "response", where, noun);
   }
-  out.data_source = optional_string(row, "data_source", where, noun);
+  out.data_source = optional_string(row, columns.data_source, where, noun);
   if (const auto extra = row.find("extra_info"); extra != row.end() && !extra->is_null()) out.extra_info = *extra;
   // The agent fields: a top-level column wins over extra_info's entry; null is absent (a parquet struct
   // column gives null to the rows that lack a key).
@@ -105,16 +110,16 @@ PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string&
   return out;
 }
 
-std::vector<PromptRow> read_prompt_rows(const std::string& path) {
+std::vector<PromptRow> read_prompt_rows(const std::string& path, const PromptColumns& columns) {
   if (path.ends_with(".parquet")) {
     const auto table = read_parquet_rows(path);
     std::vector<PromptRow> rows;
     rows.reserve(table.size());
     for (size_t i = 0; i < table.size(); ++i)
-      rows.push_back(parse_prompt_row(table[i], path + ": row " + std::to_string(i), "column"));
+      rows.push_back(parse_prompt_row(table[i], path + ": row " + std::to_string(i), "column", columns));
     return rows;
   }
-  if (path.ends_with(".jsonl") || path.ends_with(".json")) return read_jsonl_rows(path);
+  if (path.ends_with(".jsonl") || path.ends_with(".json")) return read_jsonl_rows(path, columns);
   HF_FAIL(path, ": unknown data file type; expected .parquet (verl's format) or .jsonl / .json (one JSON object ",
           "per line)");
 }

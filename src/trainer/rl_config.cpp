@@ -57,6 +57,8 @@ data:
   test_file: ""
   train_size: 512
   train_max_samples: -1
+  prompt_key: prompt
+  reward_fn_key: data_source
   test_size: 64
   train_batch_size: 8
   gen_batch_size: null

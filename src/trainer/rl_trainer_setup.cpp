@@ -187,7 +187,8 @@ void RLTrainer::State::load_data() {
   const std::string& test_file = data.test_file;
   PromptEncoder encoder(s.tokenizer, model_path, PromptOptions::from_config(config));
   std::vector<PromptRow> train_rows, test_rows;
-  if (!test_file.empty()) test_rows = read_prompt_rows(test_file);
+  const PromptColumns columns{data.prompt_key, data.reward_fn_key};
+  if (!test_file.empty()) test_rows = read_prompt_rows(test_file, columns);
   if (train_file.empty() || test_file.empty()) {
     auto splits = make_splits(*s.task, data.train_size, data.test_size, seed);
     if (!test_file.empty()) {  // no held-out leak: generated training prompts that the test file holds go
@@ -199,7 +200,7 @@ void RLTrainer::State::load_data() {
     train_rows = task_rows(*s.task, splits.train, "training");
     if (test_file.empty()) test_rows = task_rows(*s.task, splits.test, "test");
   }
-  if (!train_file.empty()) train_rows = read_prompt_rows(train_file);
+  if (!train_file.empty()) train_rows = read_prompt_rows(train_file, columns);
   train_rows = at_most_rows(std::move(train_rows), data.train_max_samples, data.shuffle, seed);
   s.train_source = prompts_source(*s.task, train_file);
   s.test_source = prompts_source(*s.task, test_file);

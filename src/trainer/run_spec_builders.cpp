@@ -87,6 +87,10 @@ DataSpec run_spec_data(const ConfigReader& c) {
   d.test_file = c.get<std::string>("data.test_file");
   d.train_size = c.get<int64_t>("data.train_size");
   d.train_max_samples = c.get<int64_t>("data.train_max_samples");
+  d.prompt_key = c.get<std::string>("data.prompt_key");
+  d.reward_fn_key = c.get<std::string>("data.reward_fn_key");
+  HF_CHECK(!d.prompt_key.empty() && !d.reward_fn_key.empty(), "data.prompt_key and data.reward_fn_key name data ",
+           "columns; got '", d.prompt_key, "' and '", d.reward_fn_key, "'");
   HF_CHECK(d.train_max_samples == -1 || d.train_max_samples > 0, "data.train_max_samples must be -1 (every training ",
            "prompt) or > 0, got ", d.train_max_samples);
   d.train_batch_size = c.get<int64_t>("data.train_batch_size");

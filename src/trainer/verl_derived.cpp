@@ -25,8 +25,9 @@ std::vector<std::string> verl_derived_overrides(const Config& config, RoleSpecKe
     HF_CHECK(epochs > 0 && batch > 0, "trainer.total_epochs (", epochs, ") and data.train_batch_size (", batch,
              ") must be > 0");
     // Training prompts before filtering: generated ones, or the rows of data.train_file.
-    int64_t prompts =
-        data.train_file.empty() ? data.train_size : static_cast<int64_t>(read_prompt_rows(data.train_file).size());
+    int64_t prompts = data.train_size;
+    if (!data.train_file.empty())
+      prompts = static_cast<int64_t>(read_prompt_rows(data.train_file, {data.prompt_key, data.reward_fn_key}).size());
     if (data.train_max_samples > 0) prompts = std::min(prompts, data.train_max_samples);
     const int64_t steps = epochs * (prompts / batch);
     HF_CHECK(steps > 0, "trainer.total_epochs: ", epochs, " epoch(s) of ", prompts,

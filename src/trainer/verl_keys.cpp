@@ -191,8 +191,6 @@ const IgnoredKey kIgnored[] = {
     {"data.tokenizer", "null", "the actor model's tokenizer is used"},
     {"data.use_shm", "", kPython},
     {"data.val_max_samples", "", "data.test_size held-out prompts are scored"},
-    {"data.prompt_key", "prompt", "hybridflow reads verl's 'prompt' column"},
-    {"data.reward_fn_key", "data_source", "hybridflow reads verl's 'data_source' column"},
     {"data.val_batch_size", "", kPython},
     {"data.tool_config_path", "null", "tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path"},
     {"data.return_raw_input_ids", "", kPython},

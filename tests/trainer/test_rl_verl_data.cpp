@@ -111,6 +111,38 @@ TEST(RlVerlData, AMegabytePromptFailsAtLoadOrIsCutOrDropped) {
   }
 }
 
+// verl's data.prompt_key and data.reward_fn_key: a dataset whose prompt is in "question" and whose source is
+// in "source" trains with the two keys, and without them fails naming the column and the key.
+TEST(RlVerlData, PromptAndSourceColumnsComeFromTheirKeys) {
+  hybridflow::testing::TempDir dir;
+  std::vector<Json> rows;
+  for (int i = 0; i < 4; ++i)
+    rows.push_back({{"source", i % 2 ? "odd" : "even"},
+                    {"question", std::to_string(i) + "+1="},
+                    {"reward_model", {{"style", "rule"}, {"ground_truth", std::to_string(i + 1)}}}});
+  write_parquet_rows(dir.file("train.parquet"), rows);
+  const std::string log = dir.file("requests.jsonl");
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"data.train_file=" + dir.file("train.parquet"), "data.shuffle=false",
+                                     "data.prompt_key=question", "data.reward_fn_key=source", "reward.type=command",
+                                     logging_scorer(log)})));
+  trainer.step();
+  const auto seen = read_jsonl(log);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0]["prompt"], "0+1=");
+  EXPECT_EQ(seen[0]["data_source"], "even");
+  EXPECT_EQ(seen[2]["prompt"], "1+1=");
+  EXPECT_EQ(seen[2]["data_source"], "odd");
+
+  const std::string msg = error_of([&] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"data.train_file=" + dir.file("train.parquet"),
+                                                              "data.prompt_key=problem"})));
+  });
+  EXPECT_NE(msg.find(dir.file("train.parquet") + ": row 0: missing column 'problem' (data.prompt_key)"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(RlVerlData, ChatRowsNeedAModelWithATemplate) {
   hybridflow::testing::TempDir dir;
   write_parquet_rows(dir.file("chat.parquet"),

@@ -33,14 +33,21 @@ struct PromptRow {
   bool is_chat() const { return !messages.is_null(); }
 };
 
+// Which columns hold a row's prompt and its data source: verl's data.prompt_key and data.reward_fn_key.
+struct PromptColumns {
+  std::string prompt = "prompt";
+  std::string data_source = "data_source";
+};
+
 // One row of either shape. `where` prefixes every error, `noun` names a field in it ("column" for parquet,
 // "key" for JSON): "train.parquet: row 12: column 'prompt' must be a list of {role, content} messages".
-PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string& where, const std::string& noun);
+PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string& where, const std::string& noun,
+                           const PromptColumns& columns = {});
 
 // By extension: .parquet, or .jsonl / .json (one JSON object per line). Another extension is an error
 // naming the file. Rows of parquet files are numbered from 0 (as pandas and pyarrow number them), JSONL
 // rows by line from 1.
-std::vector<PromptRow> read_prompt_rows(const std::string& path);
+std::vector<PromptRow> read_prompt_rows(const std::string& path, const PromptColumns& columns = {});
 
 // A built-in task's example as a verl row: the question as one user message, data_source = the task's name,
 // reward_model {style: rule, ground_truth: answer}, extra_info {split, index}.

@@ -66,6 +66,8 @@ struct DataSpec {
   std::string train_file, test_file;  // "" = the task's generated examples
   int64_t train_size = 0;             // generated training examples (without data.train_file)
   int64_t train_max_samples = -1;     // data.train_max_samples: at most this many training prompts (-1 = all)
+  // data.prompt_key / data.reward_fn_key: the data files' columns of the prompt and of its data source.
+  std::string prompt_key = "prompt", reward_fn_key = "data_source";
   int64_t train_batch_size = 1;  // prompts per step
   int64_t gen_batch_size = 1;    // prompts per DAPO generation round (null: train_batch_size)
   int64_t test_size = 0;         // held-out prompts scored every trainer.test_freq steps
