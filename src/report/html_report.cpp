@@ -19,7 +19,8 @@ namespace hybridflow::report {
 namespace {
 
 // The line charts, in page order: a chart shows those of its metrics the run has, and is skipped when it
-// has none. A name ending in '/' stands for every metric under that prefix (resharding, memory).
+// has none. A name ending in '/' stands for every metric under that prefix (validation per source, resharding,
+// memory).
 struct ChartSpec {
   const char* title;
   const char* y_label;
@@ -30,6 +31,7 @@ struct ChartSpec {
 const std::vector<ChartSpec>& line_chart_specs() {
   static const std::vector<ChartSpec> specs = {
       {"Reward and score", "mean per step", {"reward/mean", "score/mean", "val/score"}},
+      {"Held-out score by data source", "mean score", {"val-core/"}},
       {"KL divergence", "nats", {"actor/ppo_kl", "actor/kl_loss", "actor/reward_kl_penalty"}},
       {"Entropy", "nats per token", {"actor/entropy"}},
       {"Response length", "tokens", {"response_length/mean", "response_length/max"}},

@@ -132,7 +132,8 @@ TEST_F(HtmlReportTest, HasTheChartsOfTheMetricsPresent) {
     EXPECT_NE(html.find("<title>" + std::string(title)), std::string::npos) << title;
   }
   // No resharding, memory or gradient metrics in this run: no empty charts for them.
-  for (const char* title : {"Resharding", "Memory", "Gradient norm"}) EXPECT_EQ(html.find("<title>" + std::string(title)), std::string::npos) << title;
+  for (const char* title : {"Resharding", "Memory", "Gradient norm", "Held-out score by data source"})
+    EXPECT_EQ(html.find("<title>" + std::string(title)), std::string::npos) << title;
   EXPECT_EQ(s.charts, 9u);
   EXPECT_EQ(s.steps, 5);
   EXPECT_EQ(s.first_step, 1);
@@ -181,6 +182,30 @@ TEST_F(HtmlReportTest, ListsTheProfiledCallsWithTheirPhases) {
   bool noted = false;
   for (const auto& note : s.notes) noted = noted || note == "step_2/actor_rank0.summary.jsonl line 3 is cut off; ignored";
   EXPECT_TRUE(noted);
+}
+
+// A run whose validations score two data sources (trainer.test_freq; val-core/<source>/reward/mean@<n>):
+// one series per source in a chart of their own, at the validated steps.
+TEST(HtmlReport, HeldOutScoresOfEachDataSourceShareAChart) {
+  TempDir dir;
+  const std::string run = dir.file("run");
+  std::filesystem::create_directories(run);
+  std::string text;
+  for (int step = 1; step <= 4; ++step) {
+    nlohmann::json row = {{"step", step}, {"reward/mean", 0.1 * step}};
+    if (step % 2 == 0) {
+      row["val/score"] = 0.2 * step;
+      row["val-core/gsm8k/reward/mean@4"] = 0.1 * step;
+      row["val-core/math/reward/mean@4"] = 0.05 * step;
+    }
+    text += row.dump() + "\n";
+  }
+  write(run + "/metrics.jsonl", text);
+  const std::string html = render_html_report(run);
+  const std::string chart = svg_titled(html, "Held-out score by data source");
+  EXPECT_EQ(polyline_points(chart), (std::vector<size_t>{2, 2}));
+  for (const char* name : {">val-core/gsm8k/reward/mean@4</text>", ">val-core/math/reward/mean@4</text>"})
+    EXPECT_NE(chart.find(name), std::string::npos) << name;
 }
 
 TEST_F(HtmlReportTest, PolylinesHaveOnePointPerFiniteValue) {
