@@ -60,6 +60,7 @@ data:
   prompt_key: prompt
   reward_fn_key: data_source
   test_size: 64
+  val_max_samples: -1
   train_batch_size: 8
   gen_batch_size: null
   shuffle: true

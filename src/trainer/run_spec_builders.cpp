@@ -96,6 +96,15 @@ DataSpec run_spec_data(const ConfigReader& c) {
   d.train_batch_size = c.get<int64_t>("data.train_batch_size");
   d.gen_batch_size = c.is_null("data.gen_batch_size") ? d.train_batch_size : c.get<int64_t>("data.gen_batch_size");
   d.test_size = c.get<int64_t>("data.test_size");
+  // verl's data.val_max_samples: at most N held-out rows (-1: all of them); here the held-out prompts scored.
+  const int64_t val_max = c.get<int64_t>("data.val_max_samples");
+  HF_CHECK(val_max == -1 || val_max > 0, "data.val_max_samples must be -1 (data.test_size decides) or > 0, got ",
+           val_max);
+  if (val_max > 0) {
+    HF_CHECK(c.config().is_default("data.test_size") || d.test_size == val_max, "data.val_max_samples (", val_max,
+             ") and data.test_size (", d.test_size, ") both set how many held-out prompts are scored; set one");
+    d.test_size = val_max;
+  }
   d.shuffle = c.get<bool>("data.shuffle");
   return d;
 }

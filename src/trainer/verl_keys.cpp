@@ -190,7 +190,6 @@ const IgnoredKey kIgnored[] = {
     // Data loading options of verl's RLHFDataset (docs/data.md says which columns hybridflow reads).
     {"data.tokenizer", "null", "the actor model's tokenizer is used"},
     {"data.use_shm", "", kPython},
-    {"data.val_max_samples", "", "data.test_size held-out prompts are scored"},
     {"data.val_batch_size", "", kPython},
     {"data.tool_config_path", "null", "tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path"},
     {"data.return_raw_input_ids", "", kPython},

@@ -264,6 +264,22 @@ TEST(RlTrainer, TrainMaxSamplesTrainsOnThatManyPrompts) {
             std::string::npos);
 }
 
+// verl's data.val_max_samples is the number of held-out prompts scored (data.test_size); both set differently is
+// an error that names both.
+TEST(RlTrainer, ValMaxSamplesIsTheNumberOfHeldOutPromptsScored) {
+  hybridflow::testing::TempDir dir;
+  std::vector<std::string> o = tiny_rl_overrides(
+      "grpo", {"data.val_max_samples=3", "trainer.validation_data_dir=" + dir.path(), "trainer.total_steps=1"});
+  std::erase(o, "data.test_size=4");
+  RLTrainer trainer(load_rl_config("", o));
+  EXPECT_EQ(trainer.spec().data.test_size, 3);
+  trainer.evaluate(trainer.spec().data.test_size);
+  EXPECT_EQ(read_jsonl(dir.path() + "/0.jsonl").size(), 3u);
+  const std::string both =
+      error_of([] { rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"data.val_max_samples=3"}))); });
+  EXPECT_NE(both.find("data.val_max_samples (3) and data.test_size (4)"), std::string::npos) << both;
+}
+
 // trainer.critic_warmup: PPO's first steps train the critic alone; the actor's schedule starts at its first
 // update. Without a critic the key is an error that names it.
 TEST(RlTrainer, CriticWarmupLeavesTheActorAloneAtFirst) {
