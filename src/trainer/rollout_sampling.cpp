@@ -9,6 +9,11 @@
 
 namespace hybridflow {
 
+int64_t top_k_from_config(int64_t value, const std::string& key) {
+  HF_CHECK(value >= -1, key, " must be >= 0, or -1 / 0 for off (verl's -1), got ", value);
+  return std::max<int64_t>(0, value);
+}
+
 RolloutSampling resolve_rollout_sampling(const Config& rollout, const std::string& model_dir, int64_t tokenizer_eos) {
   text::GenerationDefaults defaults;
   const std::string file = model_dir.empty() ? std::string() : model_dir + "/generation_config.json";
@@ -25,15 +30,12 @@ RolloutSampling resolve_rollout_sampling(const Config& rollout, const std::strin
     from_file.push_back("temperature");
   }
   if (!rollout.is_null("top_k")) {
-    s.top_k = rollout.get<int64_t>("top_k");
-    HF_CHECK(s.top_k >= -1, "actor_rollout_ref.rollout.top_k must be >= 0, or -1 / 0 for off (verl's -1), got ",
-             s.top_k);
+    s.top_k = top_k_from_config(rollout.get<int64_t>("top_k"), "actor_rollout_ref.rollout.top_k");
   } else if (defaults.top_k) {
     s.top_k = *defaults.top_k;
     from_file.push_back("top_k");
     HF_CHECK(s.top_k >= 0, file, ": key 'top_k' must be >= 0, got ", s.top_k);
   }
-  s.top_k = std::max<int64_t>(0, s.top_k);
   if (!rollout.is_null("top_p")) {
     s.top_p = rollout.get<double>("top_p");
   } else if (defaults.top_p) {

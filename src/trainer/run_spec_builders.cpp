@@ -8,6 +8,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/runtime/call_profiler.h"
 #include "hybridflow/trainer/rl_program.h"
+#include "hybridflow/trainer/rollout_sampling.h"
 
 namespace hybridflow {
 namespace {
@@ -55,15 +56,13 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
     k.n = c.get<int64_t>(v + "n");
     k.temperature = c.get<double>(v + "temperature");
     k.top_p = c.get<double>(v + "top_p");
-    k.top_k = c.get<int64_t>(v + "top_k");
+    k.top_k = top_k_from_config(c.get<int64_t>(v + "top_k"), v + "top_k");
     HF_CHECK(k.n >= 1, v, "n must be >= 1 (responses per held-out prompt), got ", k.n);
     HF_CHECK(k.do_sample || k.n == 1, v, "n is ", k.n, " but ", v, "do_sample is false: greedy responses to a ",
              "prompt are all the same; set do_sample: true (with a temperature > 0) or n: 1");
     HF_CHECK(!k.do_sample || k.temperature > 0, v, "do_sample is true but ", v, "temperature is ", k.temperature,
              ": sampling needs a temperature > 0");
     HF_CHECK(k.top_p > 0 && k.top_p <= 1, v, "top_p must be in (0, 1], got ", k.top_p);
-    HF_CHECK(k.top_k >= -1, v, "top_k must be >= 0, or -1 / 0 for off (verl's -1), got ", k.top_k);
-    k.top_k = std::max<int64_t>(0, k.top_k);
   }
   t.balance_batch = c.get<bool>("trainer.balance_batch");
   t.critic_warmup = c.get<int64_t>("trainer.critic_warmup");

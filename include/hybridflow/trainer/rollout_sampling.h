@@ -20,6 +20,10 @@ struct RolloutSampling {
   std::string source;  // where the sampling numbers came from, for the log
 };
 
+// A config's top_k as generation takes it (0 = off): verl writes -1 for off, transformers 0; below -1 is an
+// error naming `key`. For rollout.top_k and rollout.val_kwargs.top_k alike.
+int64_t top_k_from_config(int64_t value, const std::string& key);
+
 // `rollout` is the actor_rollout_ref.rollout subtree (null temperature / top_k / top_p = not set).
 // `model_dir` may be empty (a preset model) or lack generation_config.json. Errors name the key or file.
 RolloutSampling resolve_rollout_sampling(const Config& rollout, const std::string& model_dir, int64_t tokenizer_eos);
