@@ -6,15 +6,20 @@
 
 namespace hybridflow {
 
+std::vector<int64_t> seeded_permutation(int64_t size, uint64_t seed) {
+  // Fisher-Yates with the raw generator (not std::shuffle, whose steps differ between standard libraries).
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = size - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(i + 1))]);
+  return order;
+}
+
 const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t size) const {
+  // A function of seed and epoch alone, so a resumed run draws the same.
   if (order_epoch != epoch || static_cast<int64_t>(order.size()) != size) {
-    // Fisher-Yates with the raw generator (not std::shuffle, whose steps differ between standard
-    // libraries): the order is a function of seed and epoch alone, so a resumed run draws the same.
-    order.resize(static_cast<size_t>(size));
-    for (int64_t i = 0; i < size; ++i) order[static_cast<size_t>(i)] = i;
-    std::mt19937_64 rng(run.trainer.seed * 1000003ULL + static_cast<uint64_t>(epoch));
-    for (int64_t i = size - 1; i > 0; --i)
-      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(i + 1))]);
+    order = seeded_permutation(size, run.trainer.seed * 1000003ULL + static_cast<uint64_t>(epoch));
     order_epoch = epoch;
   }
   return order;

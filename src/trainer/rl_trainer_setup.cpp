@@ -3,7 +3,7 @@
 // tokenizer; the reward and cost scorers; which roles run; the placement of their pools; each role's spec
 // (trainer/role_spec_builders.h: every role key is read there); the worker groups; and the resume.
 #include <algorithm>
-#include <random>
+#include <numeric>
 
 #include "role_spec_builders.h"
 #include "rl_trainer_state.h"
@@ -146,20 +146,14 @@ namespace {
 // file's order: the epochs shuffle it), without the first `max` rows. max <= 0: every row.
 std::vector<PromptRow> at_most_rows(std::vector<PromptRow> rows, int64_t max, bool shuffle, uint64_t seed) {
   if (max <= 0 || static_cast<int64_t>(rows.size()) <= max) return rows;
-  std::vector<size_t> keep(rows.size());
-  for (size_t i = 0; i < keep.size(); ++i) keep[i] = i;
-  if (shuffle) {  // a partial Fisher-Yates with the raw generator, as epoch_order draws (same on every libstdc++)
-    std::mt19937_64 rng(seed * 1000003ULL + 0x5eedULL);
-    for (size_t i = 0; i < static_cast<size_t>(max); ++i)
-      std::swap(keep[i], keep[i + static_cast<size_t>(rng() % static_cast<uint64_t>(keep.size() - i))]);
-    keep.resize(static_cast<size_t>(max));
-    std::sort(keep.begin(), keep.end());
-  } else {
-    keep.resize(static_cast<size_t>(max));
-  }
+  std::vector<int64_t> keep(rows.size());
+  std::iota(keep.begin(), keep.end(), 0);
+  if (shuffle) keep = seeded_permutation(static_cast<int64_t>(rows.size()), seed * 1000003ULL + 0x5eedULL);
+  keep.resize(static_cast<size_t>(max));
+  std::sort(keep.begin(), keep.end());
   std::vector<PromptRow> out;
   out.reserve(keep.size());
-  for (size_t i : keep) out.push_back(std::move(rows[i]));
+  for (int64_t i : keep) out.push_back(std::move(rows[static_cast<size_t>(i)]));
   return out;
 }
 

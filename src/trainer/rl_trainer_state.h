@@ -43,6 +43,10 @@ namespace hybridflow {
 
 class StoreServer;
 
+// 0..size-1 in an order that is a function of `seed` alone, the same with every standard library (the data
+// order of each epoch, data.train_max_samples' subset).
+std::vector<int64_t> seeded_permutation(int64_t size, uint64_t seed);
+
 struct RLTrainer::State {
   // The constructor's steps, in order (rl_trainer_setup.cpp). open_run returns the checkpoint to resume
   // from ("" for a fresh start), resolved before any worker starts.
@@ -128,7 +132,7 @@ struct RLTrainer::State {
   // Prompts from[*pos ...], advancing *pos; with shuffle, each pass over `from` (epoch) in its own
   // seeded order (data.shuffle, verl's name), so a file sorted by difficulty is not trained in that order.
   DataProto next_prompts(int64_t count, const std::vector<EncodedPrompt>& from, int64_t* pos, bool shuffle) const;
-  const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;
+  const std::vector<int64_t>& epoch_order(int64_t epoch, int64_t size) const;  // seeded_permutation of the epoch
   mutable int64_t order_epoch = -1;  // cache of epoch_order
   mutable std::vector<int64_t> order;
   // Mean rule score of the responses (val_kwargs: greedy by default) to the first `count` held-out prompts; the
