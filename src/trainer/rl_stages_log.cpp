@@ -1,5 +1,6 @@
 // What a step writes for watching the run beside its metrics (trainer/step_records.h): a few decoded
-// rollout samples, every row when trainer.rollout_data_dir is set, and the timeline of its calls. In the step, so that every algorithm program gets both.
+// rollout samples, every row when trainer.rollout_data_dir is set, and the timeline of its calls. In the
+// step, so that every algorithm program gets them.
 #include <cmath>
 
 #include "hybridflow/trainer/step_records.h"

@@ -160,7 +160,8 @@ void RLTrainer::State::log_validation(const DataProto& gen, const std::vector<do
   const std::string& dir = run.trainer.validation_data_dir;
   const auto logged = static_cast<size_t>(std::min<int64_t>(run.trainer.log_val_generations, gen.batch_size()));
   if (dir.empty() && logged == 0) return;
-  auto responses = decode_responses(gen);
+  // Only the logged rows are decoded when nothing goes to a file.
+  auto responses = decode_responses(dir.empty() ? gen.slice(0, static_cast<int64_t>(logged)) : gen);
   const at::Tensor score_tensor = torch::tensor(scores, torch::kDouble);
   std::vector<RolloutSample> samples;
   std::vector<nlohmann::json> records;
