@@ -34,6 +34,8 @@ dpo:
 optim:
   lr: 1.0e-4
   weight_decay: 0.0
+  betas: [0.9, 0.999]   # AdamW\'s
+  eps: 1.0e-8
   warmup_steps: 10
   schedule: constant     # constant | linear | cosine
   min_lr_ratio: 0.1

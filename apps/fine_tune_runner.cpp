@@ -41,6 +41,12 @@ void FineTuneLoop::read_task_options(const Config&, TaskOptions&) const {}
 void read_fine_tune_options(const Config& cfg, FineTuneOptions& options) {
   options.lr = cfg.get<double>("optim.lr");
   options.weight_decay = cfg.get<double>("optim.weight_decay");
+  OptimizerOptions adam;
+  set_adam_betas(adam, cfg.get<std::vector<double>>("optim.betas"), "optim.betas");
+  options.beta1 = adam.beta1;
+  options.beta2 = adam.beta2;
+  options.eps = cfg.get<double>("optim.eps");
+  HF_CHECK(options.eps > 0, "optim.eps must be > 0, got ", options.eps);
   options.warmup_steps = cfg.get<int64_t>("optim.warmup_steps");
   options.schedule = cfg.get<std::string>("optim.schedule");
   options.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
@@ -85,6 +91,7 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
   const std::unique_ptr<Task> task = make_task(cfg.get<std::string>("data.task"), task_options);
 
   FineTuneOptions shared;
+  read_fine_tune_options(cfg, shared);  // a bad optimizer value fails before any data is generated
   shared.train_file = cfg.get<std::string>("data.train_file");
   shared.eval_file = cfg.get<std::string>("data.test_file");
   if (shared.train_file.empty()) {
@@ -92,7 +99,6 @@ int run_fine_tune_command(const FineTuneCommand& command, const std::string& con
     make_dirs(data_dir);
     loop->write_task_data(cfg, *task, data_dir, shared);
   }
-  read_fine_tune_options(cfg, shared);
   shared.out_dir = out_dir;
   loop->read_options(cfg, *task, shared);
 

@@ -33,6 +33,8 @@ model:
 optim:
   lr: 0.002
   weight_decay: 0.01
+  betas: [0.9, 0.999]   # AdamW\'s
+  eps: 1.0e-8
   warmup_steps: 10
   schedule: cosine       # constant | linear | cosine
   min_lr_ratio: 0.1

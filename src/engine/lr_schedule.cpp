@@ -12,6 +12,7 @@ double lr_at_step(const LrSchedule& s, int64_t step) {
            s.kind, "', expected constant | linear | cosine");
   HF_CHECK(s.min_lr_ratio >= 0 && s.min_lr_ratio <= 1, "lr schedule: min_lr_ratio must be in [0, 1], got ",
            s.min_lr_ratio);
+  HF_CHECK(s.num_cycles > 0, "lr schedule: num_cycles must be > 0, got ", s.num_cycles);
   if (step < s.warmup_steps)
     return s.lr * static_cast<double>(s.warmup_from_zero ? step : step + 1) / static_cast<double>(s.warmup_steps);
   if (s.kind == "constant") return s.lr;
@@ -19,7 +20,7 @@ double lr_at_step(const LrSchedule& s, int64_t step) {
            s.total_steps, ") > warmup_steps (", s.warmup_steps, ")");
   const double progress = std::min(
       1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(s.total_steps - s.warmup_steps));
-  const double shape = s.kind == "linear" ? 1.0 - progress : 0.5 * (1.0 + std::cos(M_PI * progress));
+  const double shape = s.kind == "linear" ? 1.0 - progress : 0.5 * (1.0 + std::cos(2.0 * M_PI * s.num_cycles * progress));
   return s.lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * shape);
 }
 

@@ -70,6 +70,14 @@ torch::Tensor scalar_loss(const MicroLossFn& loss_fn, const DataProto& micro) {
 
 }  // namespace
 
+void set_adam_betas(OptimizerOptions& options, const std::vector<double>& betas, const std::string& key) {
+  HF_CHECK(betas.size() == 2, key, ": expected [beta1, beta2], got ", betas.size(), " value(s)");
+  for (double b : betas)
+    HF_CHECK(b >= 0 && b < 1, key, ": each beta must be in [0, 1), got [", betas[0], ", ", betas[1], "]");
+  options.beta1 = betas[0];
+  options.beta2 = betas[1];
+}
+
 bool excluded_from_weight_decay(const std::string& name, const torch::Tensor& param) {
   return param.dim() < 2 || ends_with(name, "bias") || name.find("norm") != std::string::npos;
 }

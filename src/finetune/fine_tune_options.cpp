@@ -16,6 +16,9 @@ OptimizerOptions fine_tune_optimizer(const FineTuneOptions& o, int64_t total_ste
   opt.schedule.total_steps = total_steps;
   opt.schedule.min_lr_ratio = o.min_lr_ratio;
   opt.weight_decay = o.weight_decay;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.eps = o.eps;
   opt.grad_clip = o.grad_clip;
   return opt;
 }

@@ -114,13 +114,16 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     optim:
       lr: 1.0e-5
       weight_decay: 0.01
+      betas: [0.9, 0.999]
       grad_clip: 1.0
       lr_warmup_steps: -1
       lr_warmup_steps_ratio: 0.0
       lr_scheduler_type: constant
       warmup_style: null
       min_lr_ratio: 0.0
+      num_cycles: 0.5
       total_training_steps: null
+      override_optimizer_config: {}
 @PROFILER4@
   rollout:
     dtype: null
@@ -220,13 +223,16 @@ critic:
   optim:
     lr: 1.0e-5
     weight_decay: 0.01
+    betas: [0.9, 0.999]
     grad_clip: 1.0
     lr_warmup_steps: -1
     lr_warmup_steps_ratio: 0.0
     lr_scheduler_type: constant
     warmup_style: null
     min_lr_ratio: 0.0
+    num_cycles: 0.5
     total_training_steps: null
+    override_optimizer_config: {}
 @PROFILER2@
 reward_model:
   enable: false

@@ -12,10 +12,37 @@
 namespace hybridflow {
 namespace {
 
+// verl hands override_optimizer_config's entries to the optimizer's constructor as keyword arguments, over the
+// block's own: the ones torch.optim.AdamW takes are read; its kernel switches (foreach, fused, ...) are dropped,
+// hybridflow picks its own kernels.
+void apply_optimizer_overrides(const ConfigReader& optim, const std::string& key, OptimizerOptions& o) {
+  optim.note("override_optimizer_config");
+  const Config overrides = optim.config().subtree("override_optimizer_config");
+  for (const std::string& name : overrides.keys()) {
+    if (overrides.is_null(name)) continue;
+    const std::string full = key + ".override_optimizer_config." + name;
+    if (name == "lr") {
+      o.schedule.lr = overrides.get<double>(name);
+    } else if (name == "weight_decay") {
+      o.weight_decay = overrides.get<double>(name);
+    } else if (name == "eps") {
+      o.eps = overrides.get<double>(name);
+      HF_CHECK(o.eps > 0, full, " must be > 0, got ", o.eps);
+    } else if (name == "betas") {
+      set_adam_betas(o, overrides.get<std::vector<double>>(name), full);
+    } else if (name == "amsgrad" || name == "maximize") {
+      HF_CHECK(!overrides.get<bool>(name), full, ": only false is supported by hybridflow's AdamW");
+    } else if (name != "foreach" && name != "fused" && name != "capturable" && name != "differentiable") {
+      HF_FAIL(full, ": not an AdamW argument; expected lr, weight_decay, eps, betas, amsgrad / maximize (false) or ",
+              "foreach / fused / capturable / differentiable (ignored)");
+    }
+  }
+}
+
 // A role's verl optim block (`section`.optim) as its optimizer: one reader for the actor's and the
 // critic's. The schedule advances once per RL step, as verl's: warm-up from 0 over lr_warmup_steps (or
 // lr_warmup_steps_ratio x the total steps when negative), then constant or a cosine decay to min_lr_ratio x
-// lr at total_training_steps.
+// lr at total_training_steps (num_cycles waves of it).
 OptimizerOptions optim_spec(const ConfigReader& role, const std::string& section, int64_t total_steps) {
   const ConfigReader optim = role.subtree("optim");
   const std::string key = section + ".optim";
@@ -45,8 +72,12 @@ OptimizerOptions optim_spec(const ConfigReader& role, const std::string& section
   o.schedule.kind = kind;
   o.schedule.min_lr_ratio = min_lr_ratio;
   o.schedule.total_steps = total;
+  o.schedule.num_cycles = optim.get<double>("num_cycles");
+  HF_CHECK(o.schedule.num_cycles > 0, key, ".num_cycles must be > 0 (0.5: half a cosine), got ", o.schedule.num_cycles);
   o.weight_decay = optim.get<double>("weight_decay");
+  set_adam_betas(o, optim.get<std::vector<double>>("betas"), key + ".betas");
   o.grad_clip = optim.get<double>("grad_clip");
+  apply_optimizer_overrides(optim, key, o);
   return o;
 }
 

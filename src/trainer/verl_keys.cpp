@@ -116,12 +116,6 @@ const IgnoredKey kIgnored[] = {
     {"critic.optim.optimizer", "AdamW", "hybridflow trains with AdamW"},
     {"actor_rollout_ref.actor.optim.optimizer_impl", "", kPython},
     {"critic.optim.optimizer_impl", "", kPython},
-    {"actor_rollout_ref.actor.optim.override_optimizer_config", "", kPython},
-    {"critic.optim.override_optimizer_config", "", kPython},
-    {"actor_rollout_ref.actor.optim.betas", "", "hybridflow's AdamW uses betas (0.9, 0.999), verl's default"},
-    {"critic.optim.betas", "", "hybridflow's AdamW uses betas (0.9, 0.999), verl's default"},
-    {"actor_rollout_ref.actor.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
-    {"critic.optim.num_cycles", "", "hybridflow's cosine schedule has one half cycle"},
     // Loss variants hybridflow lacks: verl's default only.
     {"actor_rollout_ref.actor.tau_pos", "", "used only by other loss modes"},
     {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},

@@ -166,6 +166,7 @@ void to_json(nlohmann::json& j, const TrainSpec& s) {
        {"warmup_from_zero", s.optim.schedule.warmup_from_zero},
        {"lr_schedule", s.optim.schedule.kind},
        {"min_lr_ratio", s.optim.schedule.min_lr_ratio},
+       {"num_cycles", s.optim.schedule.num_cycles},
        {"total_steps", s.optim.schedule.total_steps},
        {"weight_decay", s.optim.weight_decay},
        {"beta1", s.optim.beta1},
@@ -189,6 +190,7 @@ void from_json(const nlohmann::json& j, TrainSpec& s) {
   take_spec_field(j, k, "warmup_from_zero", s.optim.schedule.warmup_from_zero);
   take_spec_field(j, k, "lr_schedule", s.optim.schedule.kind);
   take_spec_field(j, k, "min_lr_ratio", s.optim.schedule.min_lr_ratio);
+  take_spec_field(j, k, "num_cycles", s.optim.schedule.num_cycles);
   take_spec_field(j, k, "total_steps", s.optim.schedule.total_steps);
   take_spec_field(j, k, "weight_decay", s.optim.weight_decay);
   take_spec_field(j, k, "beta1", s.optim.beta1);

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,6 +121,20 @@ TEST(Cli, UnknownConfigKeyNamesTheClosestValidKey) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("optim.weight_decy"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did you mean 'optim.weight_decay'"), std::string::npos) << r.output;
+}
+
+// The fine-tuning commands read AdamW's betas and eps; a value AdamW cannot take fails naming the key, before
+// any data is generated.
+TEST(Cli, FineTuningRefusesBadAdamArgumentsByName) {
+  hybridflow::testing::TempDir dir;
+  CommandResult betas = run_hybridflow("sft model.path=x optim.betas=[0.9] trainer.out_dir=" + dir.file("sft"));
+  EXPECT_EQ(betas.exit_code, 1) << betas.output;
+  EXPECT_NE(betas.output.find("optim.betas: expected [beta1, beta2], got 1 value(s)"), std::string::npos)
+      << betas.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("sft/data")));
+  CommandResult eps = run_hybridflow("dpo model.path=x optim.eps=0 trainer.out_dir=" + dir.file("dpo"));
+  EXPECT_EQ(eps.exit_code, 1) << eps.output;
+  EXPECT_NE(eps.output.find("optim.eps must be > 0"), std::string::npos) << eps.output;
 }
 
 TEST(Cli, CudaWithoutAGpuIsAClearErrorBeforeAnyWorkerStarts) {

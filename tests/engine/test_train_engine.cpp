@@ -139,6 +139,70 @@ TEST(LrSchedule, VerlWarmupStartsFromZero) {
   EXPECT_NEAR(lr_at_step(s, 9), 2.0 * 0.55, 1e-12);
 }
 
+// verl's num_cycles: the cosine runs 2 pi x num_cycles x progress, so 1 cycle falls to the floor halfway and is
+// back at lr at total_steps; the default 0.5 is the half cosine above.
+TEST(LrSchedule, CosineCyclesFollowVerlsFormula) {
+  LrSchedule s;
+  s.lr = 2.0;
+  s.kind = "cosine";
+  s.warmup_steps = 0;
+  s.total_steps = 8;
+  s.min_lr_ratio = 0.25;
+  s.num_cycles = 1.0;
+  EXPECT_NEAR(lr_at_step(s, 0), 2.0, 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 2), 2.0 * (0.25 + 0.75 * 0.5), 1e-12);  // a quarter: cos(pi / 2) = 0
+  EXPECT_NEAR(lr_at_step(s, 4), 0.5, 1e-12);                          // the floor, halfway
+  EXPECT_NEAR(lr_at_step(s, 6), 2.0 * (0.25 + 0.75 * 0.5), 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 8), 2.0, 1e-12);
+  s.num_cycles = 0.5;
+  EXPECT_NEAR(lr_at_step(s, 4), 2.0 * (0.25 + 0.75 * 0.5), 1e-12);
+  EXPECT_NEAR(lr_at_step(s, 8), 0.5, 1e-12);
+  s.num_cycles = 0;
+  EXPECT_THROW(lr_at_step(s, 1), Error);
+}
+
+// AdamW's betas reach the optimizer: with (0, 0) it keeps no memory of earlier gradients, so its second step
+// (bias correction is 1) moves every parameter by exactly lr x the sign of that step's gradient; the default
+// betas average the two steps' gradients and do not.
+TEST(TrainEngine, AdamBetasReachTheOptimizer) {
+  auto second_step_moves = [](double beta1, double beta2) {
+    torch::manual_seed(5);
+    Toy model;
+    OptimizerOptions o = plain_sgd_like(1e-2);
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.eps = 1e-12;
+    TrainEngine engine(model.ptr(), o);
+    engine.train_step(toy_batch(4, 3, 1), 4, mse_loss(model));
+    std::vector<torch::Tensor> before;
+    for (auto& p : model->parameters()) before.push_back(p.detach().clone());
+    engine.train_step(toy_batch(4, 3, 2), 4, mse_loss(model));
+    double worst = 0;  // largest gap between the move and -lr x sign(gradient), over parameters with a gradient
+    for (size_t i = 0; i < before.size(); ++i) {
+      const torch::Tensor p = model->parameters()[i];  // parameters() returns a temporary vector
+      const auto has_grad = p.grad().abs() > 1e-6;
+      const auto gap = ((p.detach() - before[i]) + 1e-2 * p.grad().sign()).abs().masked_select(has_grad);
+      if (gap.numel() > 0) worst = std::max(worst, gap.max().item<double>());
+    }
+    return worst;
+  };
+  EXPECT_LT(second_step_moves(0.0, 0.0), 1e-7);
+  EXPECT_GT(second_step_moves(0.9, 0.999), 1e-4);
+
+  OptimizerOptions o;
+  set_adam_betas(o, {0.5, 0.9}, "optim.betas");
+  EXPECT_EQ(o.beta1, 0.5);
+  EXPECT_EQ(o.beta2, 0.9);
+  for (const std::vector<double>& bad : {std::vector<double>{0.9}, std::vector<double>{0.9, 1.0}}) {
+    try {
+      set_adam_betas(o, bad, "actor.optim.betas");
+      ADD_FAILURE() << "accepted " << bad.size() << " betas";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("actor.optim.betas"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TrainEngine, UsesScheduledLearningRatePerStep) {
   Toy model;
   OptimizerOptions o = plain_sgd_like(1e-2);

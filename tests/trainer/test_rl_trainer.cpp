@@ -382,6 +382,14 @@ TEST(RlTrainer, LearningRateFollowsVerlsScheduleOncePerRlStep) {
     const nlohmann::json record = cosine.step();
     EXPECT_NEAR(record.at("actor/lr").get<double>(), expected, 1e-12) << record.dump();
   }
+  // verl's num_cycles = 1: down to the floor halfway through the decay and back up to lr at its end.
+  RLTrainer cycle(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                                     "actor_rollout_ref.actor.optim.num_cycles=1", "trainer.total_steps=4"})));
+  for (double expected : {lr, lr / 2, 0.0, lr / 2}) {
+    const nlohmann::json record = cycle.step();
+    EXPECT_NEAR(record.at("actor/lr").get<double>(), expected, 1e-12) << record.dump();
+  }
   const std::string bad = error_of([] {
     RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.optim.lr_scheduler_type=linear"})));
   });

@@ -13,6 +13,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "support/error_of.h"
 #include "trainer/role_spec_builders.h"
 #include "trainer/run_spec_builders.h"
 
@@ -263,6 +264,46 @@ TEST(RoleSpecKeys, SpecsSurviveTheTripToTheWorkers) {
   EXPECT_EQ(critic.train.optim.schedule.kind, "cosine");
   EXPECT_EQ(critic.train.seed, 2u);
   EXPECT_EQ(specs.cost_critic->spec.train.seed, 3u);
+}
+
+// verl's optimizer keys: betas and num_cycles of the optim block, and override_optimizer_config's AdamW
+// arguments over them (as verl's optimizer_args.update), reach the actor's and the critic's workers; a value
+// AdamW cannot take is refused naming the key.
+TEST(RoleSpecKeys, VerlsOptimizerKeysReachTheActorAndTheCritic) {
+  auto specs_of = [](const std::vector<std::string>& overrides) {
+    RoleSpecKeys keys;
+    return all_roles(load_rl_config("", overrides), &keys);
+  };
+  const RoleSpecs specs = specs_of({"actor_rollout_ref.actor.optim.betas=[0.9,0.95]",
+                                    "actor_rollout_ref.actor.optim.num_cycles=1.5",
+                                    "++actor_rollout_ref.actor.optim.override_optimizer_config.eps=1.0e-6",
+                                    "++actor_rollout_ref.actor.optim.override_optimizer_config.foreach=false",
+                                    "++critic.optim.override_optimizer_config.betas=[0.8,0.99]",
+                                    "++critic.optim.override_optimizer_config.lr=3.0e-4"});
+  const ActorSpec actor = nlohmann::json(specs.actor.spec).get<ActorSpec>();  // as the worker decodes it
+  EXPECT_EQ(actor.train.optim.beta1, 0.9);
+  EXPECT_EQ(actor.train.optim.beta2, 0.95);
+  EXPECT_EQ(actor.train.optim.eps, 1e-6);
+  EXPECT_EQ(actor.train.optim.schedule.num_cycles, 1.5);
+  const CriticSpec critic = nlohmann::json(specs.critic->spec).get<CriticSpec>();
+  EXPECT_EQ(critic.train.optim.beta1, 0.8);  // the override wins over the block's betas
+  EXPECT_EQ(critic.train.optim.beta2, 0.99);
+  EXPECT_EQ(critic.train.optim.schedule.lr, 3e-4);
+  EXPECT_EQ(critic.train.optim.eps, 1e-8);
+  EXPECT_EQ(critic.train.optim.schedule.num_cycles, 0.5);
+
+  const std::string betas = testing::error_of([&] { specs_of({"critic.optim.betas=[0.9,1.5]"}); });
+  EXPECT_NE(betas.find("critic.optim.betas: each beta must be in [0, 1)"), std::string::npos) << betas;
+  const std::string unknown = testing::error_of(
+      [&] { specs_of({"++actor_rollout_ref.actor.optim.override_optimizer_config.momentum=0.9"}); });
+  EXPECT_NE(unknown.find("actor_rollout_ref.actor.optim.override_optimizer_config.momentum: not an AdamW argument"),
+            std::string::npos)
+      << unknown;
+  const std::string amsgrad = testing::error_of(
+      [&] { specs_of({"++actor_rollout_ref.actor.optim.override_optimizer_config.amsgrad=true"}); });
+  EXPECT_NE(amsgrad.find("override_optimizer_config.amsgrad: only false"), std::string::npos) << amsgrad;
+  const std::string cycles = testing::error_of([&] { specs_of({"critic.optim.num_cycles=0"}); });
+  EXPECT_NE(cycles.find("critic.optim.num_cycles must be > 0"), std::string::npos) << cycles;
 }
 
 TEST(RoleSpecKeys, AFieldOfTheWrongTypeNamesTheSpecAndTheField) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hybridflow/core/data_proto.h"
 #include "hybridflow/engine/lr_schedule.h"
@@ -35,6 +36,9 @@ struct OptimizerOptions {
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global gradient norm; <= 0 disables clipping (the norm is still reported)
 };
+
+// AdamW's (beta1, beta2) from a config list, checked: two values in [0, 1). `key` names the list in the error.
+void set_adam_betas(OptimizerOptions& options, const std::vector<double>& betas, const std::string& key);
 
 // Norm weights, biases and any parameter with fewer than 2 dims are not weight-decayed (as in verl / HF).
 bool excluded_from_weight_decay(const std::string& name, const torch::Tensor& param);

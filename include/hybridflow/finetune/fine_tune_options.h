@@ -15,6 +15,9 @@ struct FineTuneOptions {
   std::string eval_file;   // JSONL held-out rows; empty = no evaluation
   double lr = 1e-3;
   double weight_decay = 0.01;
+  double beta1 = 0.9;  // AdamW's
+  double beta2 = 0.999;
+  double eps = 1e-8;
   int64_t batch_size = 32;        // rows per optimizer step
   int64_t micro_batch_size = 32;  // rows per forward/backward
   int64_t steps = 0;              // optimizer steps; 0 = `epochs` passes over the data
