@@ -55,6 +55,10 @@ const char* const kAlgorithmSectionYaml = R"(algorithm:
     enable: false
     metric: null
     max_num_gen_batches: 0
+  use_pf_ppo: false
+  pf_ppo:
+    reweight_method: pow
+    weight_pow: 2.0
   rollout_correction:
     rollout_is: null
     rollout_is_threshold: "2.0"  # a string: a number truncates, "lower_upper" masks

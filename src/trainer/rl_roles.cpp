@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "hybridflow/algo/dapo.h"
+#include "hybridflow/algo/pf_ppo.h"
 #include "hybridflow/algo/rollout_correction.h"
 #include "hybridflow/engine/seqlen_balancing.h"
 #include "hybridflow/runtime/protocol.h"
@@ -244,6 +246,23 @@ DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& m
   return select_rows(request, order);
 }
 
+DataProto TrainerStages::pf_ppo_resampled(RolloutBatchState& b, DataProto request) {
+  if (!s_.run.algorithm.use_pf_ppo) return request;
+  if (b.update_rows.empty()) {
+    HF_CHECK(b.scores.defined(), "algorithm.use_pf_ppo: join the batch's reward.compute_reward before its updates");
+    const uint64_t seed = s_.run.trainer.seed * 100003ULL + static_cast<uint64_t>(s_.step) + 0x9f9f0ULL;
+    b.update_rows = algo::pf_ppo_resample(b.scores, s_.run.algorithm.pf_ppo, seed);
+    // What the filter kept: the drawn rows' mean score (against score/mean) and how many rows it drew at all.
+    const auto drawn = torch::tensor(b.update_rows, torch::kLong);
+    s_.metrics->set("pf_ppo/score_mean", b.scores.to(torch::kCPU, torch::kDouble).index_select(0, drawn).mean().item<double>());
+    s_.metrics->set("pf_ppo/distinct_rows",
+                    static_cast<double>(std::set<int64_t>(b.update_rows.begin(), b.update_rows.end()).size()));
+  }
+  HF_CHECK(request.batch_size() == static_cast<int64_t>(b.update_rows.size()), "algorithm.use_pf_ppo: an update of ",
+           request.batch_size(), " rows on a batch of ", b.update_rows.size());
+  return select_rows(request, b.update_rows);  // the workers keep the rows they hold (runtime/select_rows.h)
+}
+
 Pending TrainerStages::update_critic(const RolloutBatch& batch, bool of_cost) {
   RolloutBatchState& b = state_of(batch);
   const DataProto& data = wait_generation(b);
@@ -254,12 +273,13 @@ Pending TrainerStages::update_critic(const RolloutBatch& batch, bool of_cost) {
     DataProto cost_batch = data.select({"input_ids", "attention_mask", "responses", "response_mask"});
     cost_batch.set_tensor("values", data.tensor("cost_values"));
     cost_batch.set_tensor("returns", data.tensor("cost_returns"));
+    cost_batch = pf_ppo_resampled(b, std::move(cost_batch));
     update = s_.cost_critic->call("update_critic",
                                   at_schedule_step(balanced(*s_.cost_critic, "update_critic", cost_batch), s_.step));
   } else {
     HF_CHECK(data.has_tensor("returns"), "update_critic: set the batch's advantages first (batch.set_advantages)");
-    const DataProto request =
-        data.select({"input_ids", "attention_mask", "responses", "response_mask", "values", "returns"});
+    const DataProto request = pf_ppo_resampled(
+        b, data.select({"input_ids", "attention_mask", "responses", "response_mask", "values", "returns"}));
     update = s_.critic->call("update_critic", at_schedule_step(balanced(*s_.critic, "update_critic", request), s_.step));
   }
   return Pending([this, update, of_cost] {
@@ -290,6 +310,7 @@ Pending TrainerStages::update_actor(const RolloutBatch& batch) {
   // below still advance, so that an off-policy pipeline's bookkeeping does not depend on the warm-up.
   const int64_t warmup = s_.run.trainer.critic_warmup;
   const bool warming_up = s_.step < warmup;
+  request = pf_ppo_resampled(b, std::move(request));
   request = at_schedule_step(balanced(*s_.actor, "update_actor", std::move(request), /*log_metrics=*/true),
                              s_.step - warmup);
   Future update = warming_up ? Future() : s_.actor->call("update_actor", request);

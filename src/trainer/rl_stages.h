@@ -37,6 +37,7 @@ struct RolloutBatchState {
   int64_t n = 1;
   at::Tensor scores, costs;
   std::map<std::string, double> score_metrics;  // score/* of the parts, logged if the step trains on it
+  std::vector<int64_t> update_rows;  // algorithm.use_pf_ppo: the rows every update trains on, drawn once
 };
 
 // Row `row` of a generated batch as the run's records show it: the prompt row's text, answer and data source,
@@ -103,6 +104,9 @@ class TrainerStages final : public RLStep {
   // data-parallel rank's chunk holds a like number of tokens (engine/seqlen_balancing.h); verl's
   // global_seqlen/* metrics when `log_metrics`. As it was when the key is off or the group has one rank.
   DataProto balanced(const WorkerGroup& group, const std::string& method, DataProto request, bool log_metrics = false);
+  // algorithm.use_pf_ppo: `request` (rows in the batch's order) as the rows the batch's updates train on, drawn
+  // once per batch from its scores (algo/pf_ppo.h) with the pf_ppo/* metrics; as it was when the key is off.
+  DataProto pf_ppo_resampled(RolloutBatchState& b, DataProto request);
   // An update's metrics into the step's; counts the roles whose update skipped a non-finite step.
   void add_update_metrics(const Future& update, const std::string& rename_prefix = "");
   // Watching the run (rl_stages_log.cpp): K decoded samples every trainer.log_samples_freq steps, every

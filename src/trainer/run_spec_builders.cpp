@@ -210,6 +210,13 @@ AlgorithmSpec algorithm_spec(const ConfigReader& c, const ScoringSpec& scoring) 
   a.filter_groups.enable = algorithm.get<bool>("filter_groups.enable");
   if (!algorithm.is_null("filter_groups.metric")) a.filter_groups.metric = algorithm.get<std::string>("filter_groups.metric");
   a.filter_groups.max_num_gen_batches = algorithm.get<int64_t>("filter_groups.max_num_gen_batches");
+  a.use_pf_ppo = algorithm.get<bool>("use_pf_ppo");
+  a.pf_ppo.reweight = algo::parse_pf_ppo_reweight(algorithm.get<std::string>("pf_ppo.reweight_method"));
+  a.pf_ppo.weight_pow = algorithm.get<double>("pf_ppo.weight_pow");
+  HF_CHECK(std::isfinite(a.pf_ppo.weight_pow), "algorithm.pf_ppo.weight_pow must be finite, got ", a.pf_ppo.weight_pow);
+  // verl resamples in its gae branch only; elsewhere its key does nothing, which a run here should not hide.
+  HF_CHECK(!a.use_pf_ppo || a.adv_estimator == "gae", "algorithm.use_pf_ppo resamples PPO's batch: it needs ",
+           "algorithm.adv_estimator gae (verl applies it only there), got ", a.adv_estimator);
   a.program = resolve_rl_program(c, a.adv_estimator, scoring.has_cost());
   if (a.program == "dapo") check_dapo_settings(a);
   HF_CHECK(a.program != "safe_rlhf" || scoring.has_cost(),

@@ -119,8 +119,6 @@ const IgnoredKey kIgnored[] = {
     // Loss variants hybridflow lacks: verl's default only.
     {"actor_rollout_ref.actor.tau_pos", "", "used only by other loss modes"},
     {"actor_rollout_ref.actor.tau_neg", "", "used only by other loss modes"},
-    {"algorithm.use_pf_ppo", "false", kNotYet},
-    {"algorithm.pf_ppo", "", "used only with use_pf_ppo"},
     {"algorithm.rollout_correction", "", "used only with rollout_is / rollout_rs"},
     // Model loading options of HF transformers.
     {"actor_rollout_ref.model.hf_config_path", "null", "the model directory's config.json is read"},

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -424,4 +425,54 @@ TEST(RlTrainer, PagedAndSlotKvCachesTrainTheSameRun) {
               RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.rollout.gpu_memory_utilization=1.5"})));
             }).find("actor_rollout_ref.rollout.gpu_memory_utilization"),
             std::string::npos);
+}
+
+// verl's PF-PPO (algorithm.use_pf_ppo): the updates train on the batch resampled by score. With max_min every
+// drawn row holds the step's highest or lowest score, so the drawn rows' mean is (k max + (B - k) min) / B for a
+// whole k, and no more distinct rows are drawn than hold those scores; the same seed draws the same rows.
+TEST(RlTrainer, PfPpoTrainsOnRowsDrawnByScore) {
+  auto run = [](const std::string& run_dir) {
+    std::vector<std::string> o = tiny_rl_overrides(
+        "gae", {"data.train_batch_size=4", "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=max_min",
+                "trainer.rollout_data_dir=" + run_dir + "/rollouts"});
+    hybridflow::testing::append_digit_reward_run(o, 2, run_dir, {});
+    RLTrainer trainer(load_rl_config("", o));
+    trainer.fit();
+    return read_jsonl(run_dir + "/metrics.jsonl");
+  };
+  hybridflow::testing::TempDir dir;
+  const auto metrics = run(dir.path() + "/a");
+  ASSERT_EQ(metrics.size(), 2u);
+  for (size_t step = 0; step < metrics.size(); ++step) {
+    const auto& m = metrics[step];
+    const auto rows = read_jsonl(dir.path() + "/a/rollouts/" + std::to_string(step + 1) + ".jsonl");
+    ASSERT_EQ(rows.size(), 8u);
+    std::vector<double> scores;
+    for (const auto& r : rows) scores.push_back(r.at("score").get<double>());
+    const double hi = *std::max_element(scores.begin(), scores.end());
+    const double lo = *std::min_element(scores.begin(), scores.end());
+    const auto extremes = std::count_if(scores.begin(), scores.end(), [&](double s) { return s == hi || s == lo; });
+    const double drawn_mean = m.at("pf_ppo/score_mean").get<double>();
+    bool whole_k = false;
+    for (int k = 0; k <= 8; ++k) whole_k = whole_k || std::abs(drawn_mean - (k * hi + (8 - k) * lo) / 8) < 1e-9;
+    EXPECT_TRUE(whole_k) << "drawn mean " << drawn_mean << " from scores in [" << lo << ", " << hi << "]";
+    EXPECT_GE(m.at("pf_ppo/distinct_rows").get<double>(), 1.0);
+    EXPECT_LE(m.at("pf_ppo/distinct_rows").get<double>(), static_cast<double>(extremes)) << m.dump();
+    EXPECT_TRUE(m.contains("critic/vf_loss") && m.contains("actor/pg_loss")) << m.dump();
+  }
+  const auto again = run(dir.path() + "/b");
+  for (size_t step = 0; step < metrics.size(); ++step)
+    for (const char* key : {"pf_ppo/score_mean", "pf_ppo/distinct_rows", "actor/pg_loss"})
+      EXPECT_EQ(metrics[step].at(key), again[step].at(key)) << key << " at step " << step + 1;
+
+  const std::string grpo = error_of(
+      [] { RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"algorithm.use_pf_ppo=true"}))); });
+  EXPECT_NE(grpo.find("algorithm.use_pf_ppo resamples PPO's batch: it needs algorithm.adv_estimator gae"),
+            std::string::npos)
+      << grpo;
+  const std::string method = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("gae", {"algorithm.pf_ppo.reweight_method=softmax"})));
+  });
+  EXPECT_NE(method.find("algorithm.pf_ppo.reweight_method: expected pow | max_min | max_random"), std::string::npos)
+      << method;
 }

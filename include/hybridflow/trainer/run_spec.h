@@ -16,6 +16,7 @@
 
 #include "hybridflow/algo/advantage.h"
 #include "hybridflow/algo/kl.h"
+#include "hybridflow/algo/pf_ppo.h"
 #include "hybridflow/algo/rollout_correction.h"
 #include "hybridflow/algo/safe_rlhf.h"
 #include "hybridflow/workers/reward_function.h"
@@ -95,6 +96,9 @@ struct AlgorithmSpec {
     std::optional<std::string> metric;  // acc | score | seq_reward (all the sequence score)
     int64_t max_num_gen_batches = 0;    // 0 = no limit
   } filter_groups;
+  // algorithm.use_pf_ppo (with gae): the updates train on a resample of the batch weighted by score (algo/pf_ppo.h).
+  bool use_pf_ppo = false;
+  algo::PfPpoConfig pf_ppo;
 };
 
 // How each sequence is scored: the rule reward and cost, the clip, DAPO's overlong penalty.
