@@ -138,6 +138,7 @@ const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
       top_k: -1
       top_p: 1.0
     response_length: null
+    ignore_eos: false
     log_prob_micro_batch_size: null
     log_prob_micro_batch_size_per_gpu: null
     log_prob_use_dynamic_bsz: null

@@ -424,6 +424,10 @@ nlohmann::json TrainerStages::finish(RolloutBatch& trained) {
           algo::masked_mean(batch.tensor("old_log_probs") - batch.tensor("ref_log_prob"), response_mask).item<double>());
   m.set("response_length/mean", mean_of(lengths));
   m.set("response_length/max", lengths.max().item<double>());
+  m.set("response_length/min", lengths.min().item<double>());
+  // verl's: the share of responses that ran out of budget instead of ending.
+  m.set("response_length/clip_ratio",
+        mean_of((lengths >= static_cast<double>(s_.specs.rollout.response_length)).to(torch::kFloat)));
   // A batch generated before the step saw it (batch_of) has no prompt batch: its prompt lengths are
   // the attended tokens that are not response.
   const auto prompt_lengths = r.prompts.batch_size() > 0 ? r.prompts.tensor("attention_mask").sum(1).to(torch::kFloat)

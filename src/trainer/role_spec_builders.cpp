@@ -327,6 +327,7 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   HF_CHECK(spec.kv_block_size >= 1, section, ".kv_block_size must be >= 1 (positions per block), got ",
            spec.kv_block_size);
   spec.enable_prefix_caching = rollout.get<bool>("enable_prefix_caching");
+  spec.ignore_eos = rollout.get<bool>("ignore_eos");
   spec.max_num_batched_tokens = rollout.get<int64_t>("max_num_batched_tokens");
   HF_CHECK(spec.max_num_batched_tokens >= 1, section, ".max_num_batched_tokens must be >= 1 (positions one prefill ",
            "forward may hold), got ", spec.max_num_batched_tokens);

@@ -106,6 +106,7 @@ void to_json(nlohmann::json& j, const RolloutSpec& s) {
        {"paged_kv_cache", s.paged_kv_cache},
        {"kv_block_size", s.kv_block_size},
        {"enable_prefix_caching", s.enable_prefix_caching},
+       {"ignore_eos", s.ignore_eos},
        {"max_num_batched_tokens", s.max_num_batched_tokens},
        {"gpu_memory_utilization", s.gpu_memory_utilization},
        {"tensor_model_parallel_size", s.tensor_model_parallel_size},
@@ -140,6 +141,7 @@ void from_json(const nlohmann::json& j, RolloutSpec& s) {
   take_spec_field(j, k, "paged_kv_cache", s.paged_kv_cache);
   take_spec_field(j, k, "kv_block_size", s.kv_block_size);
   take_spec_field(j, k, "enable_prefix_caching", s.enable_prefix_caching);
+  take_spec_field(j, k, "ignore_eos", s.ignore_eos);
   take_spec_field(j, k, "max_num_batched_tokens", s.max_num_batched_tokens);
   take_spec_field(j, k, "gpu_memory_utilization", s.gpu_memory_utilization);
   take_spec_field(j, k, "tensor_model_parallel_size", s.tensor_model_parallel_size);

@@ -44,7 +44,9 @@ GenerationConfig rollout_generation_config(const RolloutSpec& rollout, const Mod
   // The tensor-parallel ranks of a replica draw the same tokens.
   const uint64_t seed = call.contains("seed") ? call.at("seed").get<uint64_t>() : rollout.seed;
   g.seed = seed * 1000003ULL + static_cast<uint64_t>(replica);
-  if (model_spec.eos_token_ids)
+  if (rollout.ignore_eos)
+    g.eos_token_ids.clear();  // no id ends a response: each runs to max_new_tokens
+  else if (model_spec.eos_token_ids)
     g.eos_token_ids = *model_spec.eos_token_ids;
   else if (model.eos_token_id >= 0)
     g.eos_token_ids = {model.eos_token_id};

@@ -476,3 +476,24 @@ TEST(RlTrainer, PfPpoTrainsOnRowsDrawnByScore) {
   EXPECT_NE(method.find("algorithm.pf_ppo.reweight_method: expected pow | max_min | max_random"), std::string::npos)
       << method;
 }
+
+// verl's rollout.ignore_eos: the tiny model stops some responses early (eos), ignoring eos none of them.
+TEST(RlTrainer, IgnoreEosRunsEveryResponseToItsLength) {
+  hybridflow::testing::TempDir dir;
+  auto run = [&](const std::string& ignore_eos) {
+    const std::string run_dir = dir.path() + "/" + ignore_eos;
+    RLTrainer trainer(load_rl_config(
+        "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + run_dir, "trainer.total_steps=3",
+                                       "actor_rollout_ref.rollout.response_length=6",
+                                       "actor_rollout_ref.rollout.ignore_eos=" + ignore_eos})));
+    trainer.fit();
+    return read_jsonl(run_dir + "/metrics.jsonl");
+  };
+  double shortest_stopping = 6;
+  for (const auto& m : run("false")) shortest_stopping = std::min(shortest_stopping, m.at("response_length/min").get<double>());
+  EXPECT_LT(shortest_stopping, 6) << "the control run never drew eos: nothing to ignore";
+  for (const auto& m : run("true")) {
+    EXPECT_EQ(m.at("response_length/min").get<double>(), 6) << m.dump();
+    EXPECT_EQ(m.at("response_length/clip_ratio").get<double>(), 1.0) << m.dump();
+  }
+}

@@ -98,6 +98,22 @@ TEST(RolloutDecodeDefaults, CombinationsGraphsDoNotCoverStillConfigure) {
   EXPECT_FALSE(resolved(invariant, kCuda).require_cuda_graphs);
 }
 
+// verl's rollout.ignore_eos: no eos id reaches the engine, so every response runs to response_length.
+TEST(RolloutDecodeDefaults, IgnoreEosLeavesTheEngineNoStopIds) {
+  ModelSpec model_spec;
+  model_spec.vocab_size = 41;
+  model_spec.eos_token_ids = std::vector<int64_t>{2, 5};  // a model that stops on two ids (Llama 3 instruct's kind)
+  const ModelConfig model = testing::tiny_model_config({.vocab_size = 41, .hidden_size = 32, .intermediate_size = 48});
+  auto eos_of = [&](const RolloutSpec& spec, const torch::Device& device) {
+    return rollout_generation_config(spec, model_spec, model, DataProto(), 0, device).eos_token_ids;
+  };
+  EXPECT_EQ(eos_of(rollout_spec({}), kCpu), (std::vector<int64_t>{2, 5}));
+  const RolloutSpec ignoring = rollout_spec({"actor_rollout_ref.rollout.ignore_eos=true"});
+  EXPECT_TRUE(ignoring.ignore_eos);
+  EXPECT_TRUE(eos_of(ignoring, kCpu).empty());
+  EXPECT_TRUE(eos_of(ignoring, kCuda).empty());
+}
+
 TEST(RolloutDecodeDefaults, ABadIntervalNamesItsKey) {
   try {
     rollout_spec({"actor_rollout_ref.rollout.readback_interval=0"});

@@ -79,6 +79,9 @@ struct RolloutSpec {
   // Contexts that begin with the same whole blocks of ids as one whose blocks are held start on them
   // (GenerationConfig::enable_prefix_caching; verl's key).
   bool enable_prefix_caching = true;
+  // verl's ignore_eos: no eos id ends a response (GenerationConfig::eos_token_ids left empty), so every one runs
+  // to response_length, as vLLM's SamplingParams(ignore_eos=True) does; for throughput benchmarks.
+  bool ignore_eos = false;
   // Positions one multi-turn prefill forward may hold (GenerationConfig::max_num_batched_tokens; verl's key).
   int64_t max_num_batched_tokens = 8192;
   double gpu_memory_utilization = 0.5;
