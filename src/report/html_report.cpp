@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -158,10 +159,18 @@ std::string format_duration(double seconds) {
 }
 
 std::string summary_section(const RunData& run) {
-  const auto [lo, hi] = std::minmax_element(run.steps.begin(), run.steps.end());
+  // Step 0 is the validation before training (trainer.val_before_train), not a step that trained.
+  std::vector<int64_t> trained;
+  std::copy_if(run.steps.begin(), run.steps.end(), std::back_inserter(trained), [](int64_t s) { return s > 0; });
   std::string rows = summary_row("run directory", run.run_dir);
-  rows += summary_row("steps", std::to_string(run.steps.size()) + " (" + std::to_string(*lo) + " to " +
-                                   std::to_string(*hi) + ")");
+  if (trained.empty()) {
+    rows += summary_row("steps", "0 (a validation only)");
+  } else {
+    const auto [lo, hi] = std::minmax_element(trained.begin(), trained.end());
+    rows += summary_row("steps", std::to_string(trained.size()) + " (" + std::to_string(*lo) + " to " +
+                                     std::to_string(*hi) + ")" +
+                                     (trained.size() < run.steps.size() ? ", and the validation before training" : ""));
+  }
   for (const char* key : {"reward/mean", "score/mean", "val/score"}) {
     if (const MetricSeries* s = run.metric(key)) rows += summary_row(std::string(key) + " (first \xe2\x86\x92 last)", first_last(s));
   }

@@ -93,6 +93,16 @@ nlohmann::json RLTrainer::fit() {
 
 double RLTrainer::evaluate(int64_t count) { return s_->evaluate(count, s_->step); }
 
+double RLTrainer::validate_before_training(int64_t count) {
+  State& s = *s_;
+  if (s.step > 0 || !s.metrics) return s.evaluate(count, s.step);
+  MetricsLog& m = *s.metrics;
+  const double score = s.evaluate(count, 0, &m);
+  m.set("val/score", score);
+  m.end_step(0);
+  return score;
+}
+
 double RLTrainer::State::evaluate(int64_t count, int64_t at_step, MetricsLog* metrics_out) {
   count = std::min<int64_t>(count, static_cast<int64_t>(test.size()));
   HF_CHECK(count > 0, "evaluate: no held-out examples (data.test_size or data.test_file)");
@@ -215,7 +225,7 @@ int run_rl_training(const Config& config) {
   const TrainerRunSpec& spec = trainer.spec().trainer;
   std::optional<double> before;  // verl's val_before_train: also at a resume's first step
   if (test_size > 0 && (spec.val_before_train || spec.val_only) && stop_requested_signal() == 0)
-    before = trainer.evaluate(test_size);
+    before = trainer.validate_before_training(test_size);
   const char* when = trainer.resumed_from().empty() ? "before " : "at resume ";
   // What the score is a mean of: greedy responses unless val_kwargs samples.
   const TrainerRunSpec::ValKwargs& v = spec.val_kwargs;

@@ -57,7 +57,9 @@ TEST(CliBench, MachineMeasuresBandwidthAndMatmuls) {
 }
 
 TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
-  CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 12 --rollout-prompts 4 --samples 2 "
+  // 48 new tokens, not fewer: a shorter decode of this tiny model vanished beside the prefill in a loaded ctest -j 2
+  // run, and the bench then refuses to print a rate (as in GenerateReportsHostSynchronisations below).
+  CommandResult r = run_hybridflow("bench generate --batch 1,2 --response-length 48 --rollout-prompts 4 --samples 2 "
                                    "--stop-every 4 --max-num-seqs 4 --slots-baseline" + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::set<std::string> what;
@@ -70,7 +72,7 @@ TEST(CliBench, GenerateReportsDecodePrefillAndRollout) {
     }
     if (m["what"] == "rollout" || m["what"] == "rollout static batch" || m["what"] == "rollout slots") {
       EXPECT_EQ(m["batch"], 8);  // 4 prompts x 2 samples
-      EXPECT_LE(m["max_length"].get<int>(), 12);
+      EXPECT_LE(m["max_length"].get<int>(), 48);
       EXPECT_GT(m["mean_length"].get<double>(), 0.0);
     }
     if (m["what"] == "rollout") {

@@ -43,7 +43,8 @@ TEST(CliResume, TrainPrintsWhereItSavedAndResumesWhenRunAgain) {
   std::vector<int64_t> steps;
   for (const auto& record : hybridflow::read_jsonl(dir.file("run") + "/metrics.jsonl"))
     steps.push_back(record.at("step").get<int64_t>());
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  // Step 0 is the first run's validation before training (trainer.val_before_train); the resumed run logs none.
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
 TEST(CliResume, AMissingCheckpointIsAnErrorNamingIt) {

@@ -276,6 +276,20 @@ TEST(HtmlReport, ErrorsNameTheFileAndLine) {
   EXPECT_THROW(write_html_report(dir.path(), dir.file("metrics.jsonl/x.html")), hybridflow::Error);
 }
 
+// trainer.val_before_train's record is step 0: it starts the held-out curve and is not counted as a step.
+TEST(HtmlReport, StepZeroIsTheValidationBeforeTraining) {
+  TempDir dir;
+  write(dir.file("metrics.jsonl"), "{\"step\": 0, \"val/score\": 0.25}\n"
+                                   "{\"step\": 1, \"reward/mean\": 0.5}\n"
+                                   "{\"step\": 2, \"reward/mean\": 0.75, \"val/score\": 0.5}\n");
+  const std::string html = render_html_report(dir.path());
+  EXPECT_NE(html.find("<td>2 (1 to 2), and the validation before training</td>"), std::string::npos);
+  EXPECT_NE(html.find("0.25 \xe2\x86\x92 0.5"), std::string::npos);  // val/score, first (before training) to last
+  EXPECT_EQ(polyline_points(svg_titled(html, "Reward and score")), (std::vector<size_t>{2, 2}));
+  write(dir.file("metrics.jsonl"), "{\"step\": 0, \"val/score\": 0.25}\n");  // trainer.val_only
+  EXPECT_NE(render_html_report(dir.path()).find("<td>0 (a validation only)</td>"), std::string::npos);
+}
+
 TEST(HtmlReport, OneStepRun) {
   TempDir dir;
   write(dir.file("metrics.jsonl"), "{\"step\": 1, \"score/mean\": 0.5, \"timing/generate_s\": 1.0}\n");

@@ -297,6 +297,9 @@ TEST(GenerationDumps, ValBeforeTrainAndValOnly) {
             0);
   EXPECT_FALSE(std::filesystem::exists(a.path() + "/val/0.jsonl"));
   EXPECT_EQ(read_jsonl(a.path() + "/val/1.jsonl").size(), 4u) << "the score after training";
+  const auto trained_only = read_jsonl(a.path() + "/metrics.jsonl");
+  ASSERT_EQ(trained_only.size(), 1u);
+  EXPECT_EQ(trained_only[0].at("step"), 1);
 
   ASSERT_EQ(run_rl_training(load_rl_config(
                 "", tiny_rl_overrides("grpo", {"trainer.run_dir=" + b.path(), "trainer.val_only=true",
@@ -305,7 +308,34 @@ TEST(GenerationDumps, ValBeforeTrainAndValOnly) {
             0);
   EXPECT_EQ(read_jsonl(b.path() + "/val/0.jsonl").size(), 4u);
   EXPECT_FALSE(std::filesystem::exists(b.path() + "/val/1.jsonl"));
-  EXPECT_FALSE(std::filesystem::exists(b.path() + "/metrics.jsonl")) << "no step ran";
+  // verl's val_only logs its validation at step 0, and nothing else.
+  const auto val_only = read_jsonl(b.path() + "/metrics.jsonl");
+  ASSERT_EQ(val_only.size(), 1u);
+  EXPECT_EQ(val_only[0].at("step"), 0);
+  EXPECT_NEAR(val_only[0].at("val/score").get<double>(), mean_score(read_jsonl(b.path() + "/val/0.jsonl")), 1e-12);
+  EXPECT_FALSE(val_only[0].contains("score/mean")) << val_only[0].dump();
+
+  // val_before_train (the default): the validation before the first step is the metrics record of step 0, with
+  // verl's per-source metrics, then the steps; a resumed run logs no second step 0.
+  hybridflow::testing::TempDir c;
+  const std::vector<std::string> before = tiny_rl_overrides(
+      "grpo", {"trainer.run_dir=" + c.path(), "trainer.total_steps=1", "trainer.save_freq=1",
+               "trainer.validation_data_dir=" + c.path() + "/val"});
+  ASSERT_EQ(run_rl_training(load_rl_config("", before)), 0);
+  auto records = read_jsonl(c.path() + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].at("step"), 0);
+  EXPECT_NEAR(records[0].at("val/score").get<double>(), mean_score(read_jsonl(c.path() + "/val/0.jsonl")), 1e-12);
+  EXPECT_EQ(records[0].at("val-core/addition/reward/mean@1"), records[0].at("val/score")) << records[0].dump();
+  EXPECT_EQ(records[1].at("step"), 1);
+  std::vector<std::string> resumed = before;
+  resumed.push_back("trainer.total_steps=2");
+  ASSERT_EQ(run_rl_training(load_rl_config("", resumed)), 0);
+  records = read_jsonl(c.path() + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].at("step"), 0);
+  EXPECT_EQ(records[1].at("step"), 1);
+  EXPECT_EQ(records[2].at("step"), 2);
 
   try {
     rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.val_only=true", "data.test_size=0"})));

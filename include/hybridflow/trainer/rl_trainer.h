@@ -56,6 +56,10 @@ class RLTrainer {
   std::string save_checkpoint();
   // Mean task score of greedy responses to `count` held-out prompts (the policy's accuracy).
   double evaluate(int64_t count);
+  // verl's val_before_train: evaluate(count) before the first step. A run that has taken no step yet also logs
+  // it as the metrics record of step 0 (val/score and the val-core/* of a test_freq step), where verl's loggers
+  // put it, so the held-out curve starts from the untrained policy; a resumed run only returns it.
+  double validate_before_training(int64_t count);
 
   // Names of the worker groups started, e.g. {"actor", "critic"} ("rollout" last, when standalone).
   std::vector<std::string> roles() const;
