@@ -66,46 +66,51 @@ TransferProtocol one_to_all() {
           /*moves_rows=*/true};
 }
 
+// The chunks each splitting protocol cuts an input into: its dispatch and its row_chunks read the same count.
+int chunk_per_rank(const std::vector<MeshCoord>& coords) { return static_cast<int>(coords.size()); }
+int chunk_per_dp(const std::vector<MeshCoord>& coords) { return coords.at(0).dp_size; }
+int chunk_per_micro_dp(const std::vector<MeshCoord>& coords) { return coords.at(0).micro_dp_size; }
+
 TransferProtocol data_parallel() {
   return {[](const DataProto& input, const std::vector<MeshCoord>& coords) {
             check_coords(coords);
-            return split_by(input, coords, static_cast<int>(coords.size()), protocols::kDataParallel,
+            return split_by(input, coords, chunk_per_rank(coords), protocols::kDataParallel,
                             [](const MeshCoord& c) { return c.rank; });
           },
           [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>&) {
             return concat_non_empty(outputs);
           },
-          /*moves_rows=*/true};
+          /*moves_rows=*/true, chunk_per_rank};
 }
 
 TransferProtocol three_d() {
   return {[](const DataProto& input, const std::vector<MeshCoord>& coords) {
             check_coords(coords);
-            return split_by(input, coords, coords[0].dp_size, protocols::k3D,
+            return split_by(input, coords, chunk_per_dp(coords), protocols::k3D,
                             [](const MeshCoord& c) { return c.dp; });
           },
           [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>& coords) {
             check_coords(coords);
             return collect_from(
-                outputs, coords, coords[0].dp_size, protocols::k3D, [](const MeshCoord& c) { return c.dp; },
+                outputs, coords, chunk_per_dp(coords), protocols::k3D, [](const MeshCoord& c) { return c.dp; },
                 [](const MeshCoord& c) { return c.pp == c.pp_size - 1 && c.tp == 0; });
           },
-          /*moves_rows=*/true};
+          /*moves_rows=*/true, chunk_per_dp};
 }
 
 TransferProtocol three_d_all_micro_dp() {
   return {[](const DataProto& input, const std::vector<MeshCoord>& coords) {
             check_coords(coords);
-            return split_by(input, coords, coords[0].micro_dp_size, protocols::k3DAllMicroDP,
+            return split_by(input, coords, chunk_per_micro_dp(coords), protocols::k3DAllMicroDP,
                             [](const MeshCoord& c) { return c.micro_dp; });
           },
           [](const std::vector<DataProto>& outputs, const std::vector<MeshCoord>& coords) {
             check_coords(coords);
             return collect_from(
-                outputs, coords, coords[0].micro_dp_size, protocols::k3DAllMicroDP,
+                outputs, coords, chunk_per_micro_dp(coords), protocols::k3DAllMicroDP,
                 [](const MeshCoord& c) { return c.micro_dp; }, [](const MeshCoord& c) { return c.micro_dp_local == 0; });
           },
-          /*moves_rows=*/true};
+          /*moves_rows=*/true, chunk_per_micro_dp};
 }
 
 // The controller neither splits nor merges: every rank sees the whole input and the caller reads
@@ -175,6 +180,13 @@ std::vector<DataProto> dispatch_input(const std::string& protocol, const DataPro
 DataProto collect_outputs(const std::string& protocol, const std::vector<DataProto>& outputs,
                           const std::vector<MeshCoord>& coords) {
   return ProtocolRegistry::instance().get(protocol).collect(outputs, coords);
+}
+
+int dispatch_row_chunks(const std::string& protocol, const std::vector<MeshCoord>& coords) {
+  const TransferProtocol& p = ProtocolRegistry::instance().get(protocol);
+  if (!p.row_chunks) return 1;
+  check_coords(coords);
+  return p.row_chunks(coords);
 }
 
 }  // namespace hybridflow

@@ -219,10 +219,7 @@ DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& m
                                   bool log_metrics) {
   if (!s_.run.trainer.balance_batch) return request;
   // The parts the call's protocol cuts the rows into: one per data-parallel rank.
-  const std::string& protocol = group.methods().at(method);
-  const int64_t parts = protocol == protocols::kDataParallel ? group.world_size()
-                        : protocol == protocols::k3D          ? group.coords().at(0).dp_size
-                                                              : 1;
+  const int64_t parts = dispatch_row_chunks(group.methods().at(method), group.coords());
   const int64_t rows = request.batch_size();
   if (rows == 0 || rows % parts != 0) return request;  // the call names an uneven batch itself
   const auto counts = request.tensor("attention_mask").sum(1).to(torch::kCPU, torch::kLong).contiguous();

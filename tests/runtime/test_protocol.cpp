@@ -175,6 +175,46 @@ TEST(Protocol, NewProtocolIsOneRegistration) {
   EXPECT_THROW(ProtocolRegistry::instance().add("TEST_REVERSED_LAST", {}), Error);
 }
 
+// dispatch_row_chunks says how many consecutive equal chunks each splitting protocol's dispatch cuts (what
+// trainer.balance_batch arranges rows for): chunk k holds rows [k x rows / chunks, (k + 1) x rows / chunks).
+// Protocols that do not cut rows, a registered one included, count 1.
+TEST(Protocol, RowChunksAreTheChunksDispatchCuts) {
+  const struct {
+    const char* protocol;
+    int world;
+    ParallelLayout layout;
+    int chunks;
+  } cases[] = {{protocols::kDataParallel, 4, {}, 4},
+               {protocols::k3D, 8, ParallelLayout{2, 2, 0}, 2},
+               {protocols::k3DAllMicroDP, 4, ParallelLayout{4, 1, 2}, 2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.protocol);
+    const auto coords = mesh_coords(c.world, c.layout);
+    const int chunks = dispatch_row_chunks(c.protocol, coords);
+    EXPECT_EQ(chunks, c.chunks);
+    const int64_t n = 12, per = n / chunks;
+    const auto parts = dispatch_input(c.protocol, rows(n), coords);
+    std::set<std::vector<int64_t>> seen;
+    for (const auto& part : parts) {
+      const auto v = values(part);
+      ASSERT_EQ(static_cast<int64_t>(v.size()), per);
+      EXPECT_EQ(v.front() % per, 0);  // starts a chunk
+      for (size_t i = 1; i < v.size(); ++i) EXPECT_EQ(v[i], v[i - 1] + 1);
+      seen.insert(v);
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), chunks);
+  }
+  ProtocolRegistry::instance().add("TEST_WHOLE_ROWS",
+                                   {[](const DataProto& in, const std::vector<MeshCoord>& coords) {
+                                      return std::vector<DataProto>(coords.size(), in);
+                                    },
+                                    [](const std::vector<DataProto>& outs, const std::vector<MeshCoord>&) {
+                                      return outs.front();
+                                    }});
+  for (const char* whole : {protocols::kOneToAll, protocols::kAllToAll, "TEST_WHOLE_ROWS"})
+    EXPECT_EQ(dispatch_row_chunks(whole, mesh_coords(2, {})), 1) << whole;
+}
+
 TEST(Protocol, UnknownProtocolNamesTheRegisteredOnes) {
   try {
     dispatch_input("NOPE", rows(2), mesh_coords(1, {}));

@@ -30,6 +30,10 @@ struct TransferProtocol {
   // the controller holding them (runtime/data_plane.h). Otherwise every input and output goes through the
   // controller.
   bool moves_rows = false;
+  // For a protocol whose dispatch cuts the input into equal, consecutive chunks of rows, in order, one per
+  // group of ranks: how many chunks for these ranks (DP_PROTO: one per rank; 3D_PROTO: one per data-parallel
+  // group). Lets a caller arrange rows per chunk before the call (trainer.balance_batch). Null otherwise.
+  std::function<int(const std::vector<MeshCoord>& coords)> row_chunks{};
 };
 
 class ProtocolRegistry {
@@ -51,5 +55,7 @@ std::vector<DataProto> dispatch_input(const std::string& protocol, const DataPro
                                       const std::vector<MeshCoord>& coords);
 DataProto collect_outputs(const std::string& protocol, const std::vector<DataProto>& outputs,
                           const std::vector<MeshCoord>& coords);
+// The protocol's row_chunks for these ranks; 1 for a protocol that does not cut rows into ordered chunks.
+int dispatch_row_chunks(const std::string& protocol, const std::vector<MeshCoord>& coords);
 
 }  // namespace hybridflow
