@@ -1,4 +1,5 @@
 #include "hybridflow/core/config.h"
+#include "hybridflow/core/config_json.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -679,6 +680,41 @@ std::string Config::to_yaml() const {
 }
 
 const std::string& Config::prefix() const { return impl_->prefix; }
+
+namespace {
+
+nlohmann::ordered_json value_json(const Value& v) {
+  switch (v.type) {
+    case Value::Type::kNull: return nullptr;
+    case Value::Type::kScalar: {
+      bool b = false;
+      if (v.quoted) return v.text;
+      if (parse_bool_text(v.text, &b)) return b;
+      if (is_int_text(v.text)) return std::stoll(v.text);
+      if (is_float_text(v.text) && v.text.find_first_of("iInN") == std::string::npos) return std::stod(v.text);
+      return v.text;
+    }
+    case Value::Type::kList: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const Value& item : v.items) out.push_back(value_json(item));
+      return out;
+    }
+    case Value::Type::kMap: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (const auto& [key, item] : v.entries) out[key] = value_json(item);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+struct ConfigAccess {
+  static const Value& root(const Config& config) { return config.impl_->root; }
+};
+
+nlohmann::ordered_json config_to_json(const Config& config) { return value_json(ConfigAccess::root(config)); }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);

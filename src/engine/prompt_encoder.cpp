@@ -1,6 +1,7 @@
 #include "hybridflow/engine/prompt_encoder.h"
 
 #include "hybridflow/core/config.h"
+#include "hybridflow/core/config_json.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
@@ -41,6 +42,19 @@ PromptOptions PromptOptions::from_config(const Config& config) {
   o.filter_overlong_prompts = config.get<bool>("data.filter_overlong_prompts");
   o.apply_chat_template = config.get<bool>("data.apply_chat_template");
   o.add_bos = config.get<bool>("data.add_bos");
+  o.chat_template_kwargs = config_to_json(config.subtree("data.apply_chat_template_kwargs"));
+  for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message"})
+    HF_CHECK(!o.chat_template_kwargs.contains(reserved), "data.apply_chat_template_kwargs.", reserved,
+             ": the trainer sets this template variable itself; apply_chat_template_kwargs may add others ",
+             "(enable_thinking, ...)");
+  if (!config.is_null("actor_rollout_ref.model.custom_chat_template")) {
+    o.custom_chat_template = config.get<std::string>("actor_rollout_ref.model.custom_chat_template");
+    try {
+      (void)text::ChatTemplate::parse(o.custom_chat_template);
+    } catch (const std::exception& e) {
+      HF_FAIL("actor_rollout_ref.model.custom_chat_template: not a template hybridflow can render: ", e.what());
+    }
+  }
   return o;
 }
 
@@ -50,6 +64,14 @@ PromptEncoder::PromptEncoder(const Tokenizer& tokenizer, std::string model_dir, 
 const text::TokenizerConfig& PromptEncoder::chat_config(const PromptRow& row) {
   if (chat_config_) return *chat_config_;
   const std::string why = row.is_chat() ? "has chat messages" : "is a plain string and data.apply_chat_template is true";
+  if (!options_.custom_chat_template.empty()) {
+    text::TokenizerConfig config;  // the model's special tokens stay template variables
+    const std::string file = model_dir_ + "/tokenizer_config.json";
+    if (!model_dir_.empty() && file_exists(file)) config = text::TokenizerConfig::load(file);
+    config.replace_chat_template(options_.custom_chat_template);
+    chat_config_ = std::move(config);
+    return *chat_config_;
+  }
   HF_CHECK(!model_dir_.empty(), row.where, ": the prompt ", why, ", which needs the model's chat template, but ",
            "model.path is empty (a preset's character tokenizer has no template); set model.path to a model directory ",
            "with tokenizer_config.json");
@@ -74,7 +96,10 @@ std::vector<int64_t> PromptEncoder::encode_row(const PromptRow& row, std::string
                     : nlohmann::ordered_json::array({{{"role", "user"}, {"content", row.prompt}}});
   const auto& config = chat_config(row);
   try {
-    *text = text::apply_chat_template(config, messages, /*add_generation_prompt=*/true);
+    text::ChatTemplateOptions template_options;
+    template_options.add_generation_prompt = true;
+    template_options.variables = options_.chat_template_kwargs;
+    *text = text::apply_chat_template(config, messages, template_options);
   } catch (const std::exception& e) {
     HF_FAIL(row.where, ": the chat template of ", model_dir_, " failed on this prompt: ", e.what());
   }

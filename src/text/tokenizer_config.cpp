@@ -104,6 +104,11 @@ TokenizerConfig TokenizerConfig::load(const std::string& path) {
   return c;
 }
 
+void TokenizerConfig::replace_chat_template(std::string source) {
+  chat_template = std::move(source);
+  named_chat_templates.clear();
+}
+
 const std::string& TokenizerConfig::template_for(bool with_tools) const {
   if (!named_chat_templates.empty()) {
     if (with_tools) {

@@ -12,7 +12,8 @@
 namespace hybridflow {
 
 nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
-                                       int64_t response_length, int generation_pp, int generation_tp) {
+                                       int64_t response_length, int generation_pp, int generation_tp,
+                                       const PromptOptions& prompts) {
   const std::string section = multi_turn.config().prefix();
   // All of them belong to the rollout spec, read or not (the tool loader's reader takes the Config itself).
   for (const char* key : {"max_assistant_turns", "max_user_turns", "format", "tool_config_path",
@@ -36,9 +37,12 @@ nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std
   HF_CHECK(std::filesystem::exists(config_path), section, ".enable: ", config_path,
            " does not exist; multi-turn rollouts need the model's chat template");
   const text::TokenizerConfig tokenizer_config = text::TokenizerConfig::load(config_path);
-  (void)tokenizer_config.template_for(/*with_tools=*/true);  // throws naming the file when it has no template
+  // Throws naming the file when it has no template (and none replaces it).
+  if (prompts.custom_chat_template.empty()) (void)tokenizer_config.template_for(/*with_tools=*/true);
 
   nlohmann::json spec = {{"enable", true}, {"tokenizer_dir", model_dir}};
+  if (!prompts.custom_chat_template.empty()) spec["chat_template"] = prompts.custom_chat_template;
+  if (!prompts.chat_template_kwargs.empty()) spec["chat_template_kwargs"] = prompts.chat_template_kwargs;
   // null: no limit of their own; the response budget bounds the turns (each takes at least one token).
   for (const char* key : {"max_assistant_turns", "max_user_turns"}) {
     int64_t turns = response_length;

@@ -70,6 +70,7 @@ data:
   truncation: error
   filter_overlong_prompts: false
   apply_chat_template: false
+  apply_chat_template_kwargs: {}
 model:
   path: ""
   preset: tiny
@@ -89,6 +90,7 @@ actor_rollout_ref:
     exclude_modules: null
     lora_adapter_path: null
     use_remove_padding: false
+    custom_chat_template: null
   actor:
     ppo_mini_batch_size: 8
     ppo_micro_batch_size: null

@@ -260,6 +260,7 @@ void RLTrainer::State::specify_roles() {
   f.batch_prompts = s.run.data.train_batch_size;
   f.adv_estimator = s.run.algorithm.adv_estimator;
   f.kl_in_reward = s.run.algorithm.use_kl_in_reward;
+  f.prompts = PromptOptions::from_config(config);
   f.need_critic = s.use_critic;
   f.need_cost_critic = s.use_critic && s.lagrange.has_value();
   f.need_reward_model = s.use_reward_model;

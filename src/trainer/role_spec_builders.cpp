@@ -415,7 +415,8 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            f.standalone_rollout ? "standalone, " + std::to_string(f.rollout.processes) + " process(es)" : "colocated",
            spec.partial_rollout ? ", partial_rollout" : "", spec.record_routing ? ", R3" : "", ")");
   spec.multi_turn = multi_turn_rollout_spec(rollout.subtree("multi_turn"), actor.model.path, spec.response_length,
-                                            f.standalone_rollout ? 1 : actor.layout.gen_pp, actor.layout.gen_tp);
+                                            f.standalone_rollout ? 1 : actor.layout.gen_pp, actor.layout.gen_tp,
+                                            f.prompts);
   const bool multi_turn = spec.multi_turn.is_object() && spec.multi_turn.value("enable", false);
   HF_CHECK(spec.expert_parallel_size == 1 || (!spec.record_routing && !multi_turn), section,
            ".expert_parallel_size = ", spec.expert_parallel_size, ": expert-parallel decoding runs single-turn ",

@@ -15,6 +15,7 @@
 
 #include "config_reader.h"
 #include "rl_batch_sizes.h"
+#include "hybridflow/engine/prompt_encoder.h"
 #include "hybridflow/runtime/mesh_coord.h"
 #include "hybridflow/trainer/rollout_sampling.h"
 #include "hybridflow/workers/role_specs.h"
@@ -41,6 +42,9 @@ struct RoleFacts {
   };
   Pool actor, rollout, critic, cost_critic, reward_model, cost_model;
   bool standalone_rollout = false;  // generation on a pool of its own (placement standalone)
+  // The prompt encoder's chat template settings (data.apply_chat_template_kwargs, custom_chat_template), which a
+  // multi-turn rollout renders its conversations with too.
+  PromptOptions prompts;
 };
 
 // A role's spec with what its worker group is created with besides.
@@ -72,7 +76,8 @@ ModelSpec model_spec_from_config(const ConfigReader& c);
 // checked values an AgentRolloutRuntime loads (tokenizer_dir is `model_dir`, whose chat template renders the
 // conversations). Refused: an empty model_dir, and generation under pipeline and tensor parallelism together.
 nlohmann::json multi_turn_rollout_spec(const ConfigReader& multi_turn, const std::string& model_dir,
-                                       int64_t response_length, int generation_pp, int generation_tp);
+                                       int64_t response_length, int generation_pp, int generation_tp,
+                                       const PromptOptions& prompts = {});
 
 // Every role's spec. `model` is the model spec every role starts from, with the tokenizer's ids
 // (eos_token_id, pad_token_id, vocab_size); the rollout's sampling (trainer/rollout_sampling.h) adds the

@@ -125,7 +125,6 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.model.tokenizer_path", "null", "the model directory's tokenizer is read"},
     {"critic.model.tokenizer_path", "", "the actor's tokenizer is used"},
     {"reward_model.model.input_tokenizer", "", "the actor's tokenizer is used"},
-    {"actor_rollout_ref.model.custom_chat_template", "null", "the model directory's chat template is used"},
     {"actor_rollout_ref.model.override_config", "", kPython},
     {"critic.model.override_config", "", kPython},
     {"reward_model.model.override_config", "", kPython},
@@ -202,7 +201,6 @@ const IgnoredKey kIgnored[] = {
     {"data.sampler", "", "custom samplers are Python"},
     {"data.datagen.path", "null", "dataset generators are Python"},
     {"data.datagen", "", "dataset generators are Python"},
-    {"data.apply_chat_template_kwargs", "", kPython},
     // Reward: hybridflow scores with reward.* (docs/rewards.md), not Python reward managers.
     {"reward_manager", "", "rewards come from reward.* (docs/rewards.md)"},
     {"custom_reward_function.path", "null", "a Python compute_score: serve it with reward.type command or http"},

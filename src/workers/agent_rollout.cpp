@@ -462,7 +462,8 @@ AgentRollout run_agent_rollout(const std::vector<AgentRolloutRow>& rows, const t
       static_cast<int64_t>(rows.size()),
       [&](int64_t i, const agent::TurnSampler& sample) {
         const auto at = static_cast<size_t>(i);
-        agent::TrajectoryBuilder builder(tokenizer, tokenizer_config, with_tools[at] ? tool_schemas : agent::Json());
+        agent::TrajectoryBuilder builder(tokenizer, tokenizer_config, with_tools[at] ? tool_schemas : agent::Json(),
+                                         setups[at].template_variables);
         out.episodes[at] = agent::run_episode(builder, tokenizer, rows[at].messages, sample, setups[at]);
       },
       &out.rounds);
@@ -686,6 +687,12 @@ AgentRolloutRuntime::AgentRolloutRuntime(const nlohmann::json& multi_turn)
   context_.setup.tool_options = environment_.options;
   context_.setup.limits.max_assistant_turns = multi_turn.value("max_assistant_turns", 5);
   context_.setup.limits.max_user_turns = multi_turn.value("max_user_turns", 5);
+  // The prompt encoder's template settings (trainer: data.apply_chat_template_kwargs, model.custom_chat_template),
+  // so that a conversation's first prompt renders as a single-turn prompt does.
+  if (multi_turn.contains("chat_template_kwargs"))
+    context_.setup.template_variables = multi_turn.at("chat_template_kwargs");
+  if (multi_turn.contains("chat_template"))
+    tokenizer_config_.replace_chat_template(multi_turn.at("chat_template").get<std::string>());
 }
 
 }  // namespace hybridflow

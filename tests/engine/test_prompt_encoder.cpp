@@ -186,6 +186,52 @@ TEST(PromptEncoder, ChatMessagesGoThroughTheTemplateAndMatchTransformers) {
   }
 }
 
+// verl's data.apply_chat_template_kwargs and actor_rollout_ref.model.custom_chat_template: Qwen3 without thinking
+// and a replaced template give transformers' ids for apply_chat_template(..., enable_thinking=False) and for
+// tokenizer.chat_template = the custom one.
+TEST(PromptEncoder, TemplateKwargsAndACustomTemplateMatchTransformers) {
+  SKIP_WITHOUT_TOKENIZERS();
+  const std::string dir = tokenizer_dir("qwen3");
+  const std::string custom = "{% for m in messages %}<<{{ m.role }}>> {{ m.content }}\n{% endfor %}"
+                             "{% if add_generation_prompt %}<<assistant>>{% endif %}";
+  const Json messages = Json::parse(R"([{"role": "user", "content": "What is 12+34?"}])");
+  testing::TempDir tmp;
+  write_file_atomic(tmp.file("messages.json"), messages.dump());
+  write_file_atomic(tmp.file("template.jinja"), custom);
+  write_file_atomic(tmp.file("ids.py"),
+                    "import json, sys\nfrom transformers import AutoTokenizer\n"
+                    "messages = json.load(open(sys.argv[1]))\ntok = AutoTokenizer.from_pretrained(sys.argv[3])\n"
+                    "def ids(text): return tok(text, add_special_tokens=False)['input_ids']\n"
+                    "no_think = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, "
+                    "enable_thinking=False)\n"
+                    "tok.chat_template = open(sys.argv[2]).read()\n"
+                    "custom = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)\n"
+                    "print(json.dumps([no_think, ids(no_think), custom, ids(custom)]))\n");
+  const auto run = testing::capture_command(testing::python_for_tests() + " " + tmp.file("ids.py") + " " +
+                                            tmp.file("messages.json") + " " + tmp.file("template.jinja") + " " + dir +
+                                            " 2>/dev/null");
+  ASSERT_EQ(run.exit_code, 0) << "needs the project venv's transformers (scripts/setup.sh): " << run.output;
+  const Json expected = Json::parse(run.output);
+  const Tokenizer tok = Tokenizer::load(dir + "/tokenizer.json");
+
+  PromptOptions no_think = options(512, Truncation::kError);
+  no_think.chat_template_kwargs = {{"enable_thinking", false}};
+  const EncodedPrompt a = PromptEncoder(tok, dir, no_think).encode({chat(messages)}, "d")[0];
+  EXPECT_EQ(a.text, expected[0].get<std::string>());
+  EXPECT_NE(a.text.find("<think>\n\n</think>"), std::string::npos) << a.text;  // what the variable changes
+  EXPECT_EQ(a.ids, expected[1].get<Ids>());
+  const EncodedPrompt thinking = PromptEncoder(tok, dir, options(512, Truncation::kError)).encode({chat(messages)}, "d")[0];
+  EXPECT_EQ(thinking.text.find("<think>"), std::string::npos) << thinking.text;
+
+  PromptOptions replaced = options(512, Truncation::kError);
+  replaced.custom_chat_template = custom;
+  replaced.apply_chat_template = true;  // a plain string through the custom template
+  const EncodedPrompt b = PromptEncoder(tok, dir, replaced).encode({plain("What is 12+34?")}, "d")[0];
+  EXPECT_EQ(b.text, expected[2].get<std::string>());
+  EXPECT_EQ(b.text, "<<user>> What is 12+34?\n<<assistant>>");
+  EXPECT_EQ(b.ids, expected[3].get<Ids>());
+}
+
 TEST(PromptEncoder, ChatPromptsWithoutATemplateNameTheRowAndTheModel) {
   SKIP_WITHOUT_TOKENIZERS();
   const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");

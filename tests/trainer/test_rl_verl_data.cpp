@@ -176,6 +176,31 @@ TEST(PromptOptions, ReadTheDataSectionAndNameBadKeys) {
             std::string::npos);
 }
 
+// verl's data.apply_chat_template_kwargs (a free-form map, as Hydra's +key=value adds it) and
+// actor_rollout_ref.model.custom_chat_template reach the prompt encoder typed as YAML reads them.
+TEST(PromptOptions, ChatTemplateKwargsAndACustomTemplate) {
+  const PromptOptions o = PromptOptions::from_config(load_rl_config(
+      "", {"+data.apply_chat_template_kwargs.enable_thinking=False", "+data.apply_chat_template_kwargs.budget=3",
+           "+data.apply_chat_template_kwargs.persona='a tutor'",
+           "actor_rollout_ref.model.custom_chat_template='{{ messages[0].content }}'"}));
+  EXPECT_EQ(o.chat_template_kwargs, (nlohmann::ordered_json{{"enable_thinking", false}, {"budget", 3}, {"persona", "a tutor"}}));
+  EXPECT_EQ(o.custom_chat_template, "{{ messages[0].content }}");
+  const PromptOptions d = PromptOptions::from_config(load_rl_config("", {}));
+  EXPECT_TRUE(d.chat_template_kwargs.empty());
+  EXPECT_TRUE(d.custom_chat_template.empty());
+  const std::string reserved =
+      error_of([] { PromptOptions::from_config(load_rl_config("", {"+data.apply_chat_template_kwargs.tools=[]"})); });
+  EXPECT_NE(reserved.find("data.apply_chat_template_kwargs.tools: the trainer sets this template variable itself"),
+            std::string::npos)
+      << reserved;
+  const std::string bad = error_of([] {
+    PromptOptions::from_config(load_rl_config("", {"actor_rollout_ref.model.custom_chat_template='{% for m in x %}'"}));
+  });
+  EXPECT_NE(bad.find("actor_rollout_ref.model.custom_chat_template: not a template hybridflow can render"),
+            std::string::npos)
+      << bad;
+}
+
 TEST(ResponseLength, VerlsDataKeyUnlessTheRolloutKeyIsSet) {
   EXPECT_EQ(rl_response_length(load_rl_config("", {})), 16);
   EXPECT_EQ(rl_response_length(load_rl_config("", {"data.max_response_length=64"})), 64);

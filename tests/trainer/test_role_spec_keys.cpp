@@ -40,6 +40,8 @@ const std::map<std::string, std::string> kReadElsewhere = {
     {"data.filter_overlong_prompts", "the prompt encoder (PromptOptions::from_config)"},
     {"data.apply_chat_template", "the prompt encoder (PromptOptions::from_config)"},
     {"data.add_bos", "the prompt encoder (PromptOptions::from_config)"},
+    {"data.apply_chat_template_kwargs", "the prompt encoder (PromptOptions::from_config)"},
+    {"actor_rollout_ref.model.custom_chat_template", "the prompt encoder (PromptOptions::from_config)"},
 };
 
 void flatten(const YAML::Node& node, const std::string& prefix, std::set<std::string>* out) {

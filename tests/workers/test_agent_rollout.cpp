@@ -491,6 +491,39 @@ TEST_F(AgentRolloutRows, AnUnknownInteractionNameIsAnError) {
 namespace hybridflow {
 namespace {
 
+// The trainer's data.apply_chat_template_kwargs and custom_chat_template travel in the multi-turn spec: the
+// worker's runtime renders a conversation's prompt with them (Qwen3 without thinking; a replaced template).
+TEST_F(AgentRolloutRows, TheRuntimeRendersWithTheTrainersTemplateSettings) {
+  const std::string custom = "{% for m in messages %}<<{{ m.role }}>> {{ m.content }}\n{% endfor %}"
+                             "{% if add_generation_prompt %}<<assistant>>{% endif %}";
+  for (const bool replace : {false, true}) {
+    SCOPED_TRACE(replace ? "custom_chat_template" : "enable_thinking: false");
+    nlohmann::json spec = {{"enable", true}, {"tokenizer_dir", qwen_dir()},
+                           {"chat_template_kwargs", {{"enable_thinking", false}}}};
+    if (replace) spec["chat_template"] = custom;
+    const AgentRolloutRuntime runtime(spec);
+    const AgentRolloutContext& c = runtime.context();
+    agent::EpisodeSetup run_setup = c.setup;
+    run_setup.limits.max_response_tokens = 200;
+    const TurnRoundGenerator answer_five = [this](const std::vector<std::vector<int32_t>>& contexts,
+                                                  const std::vector<int64_t>&, int64_t) {
+      SampledTurn t;
+      t.ids = tokenizer->encode("5", false);
+      t.ids.push_back(end);
+      t.log_probs.assign(t.ids.size(), -0.5F);
+      return std::vector<SampledTurn>(contexts.size(), t);
+    };
+    const AgentRollout out = run_agent_rollout({row(0, "2+3?", "")}, *c.tokenizer, *c.tokenizer_config,
+                                               *c.environment, run_setup, answer_five);
+    const std::string prompt = tokenizer->decode(out.episodes.at(0).trajectory.prompt_ids, false);
+    if (replace) {
+      EXPECT_EQ(prompt, "<<user>> Q0: 2+3?\n<<assistant>>");
+    } else {
+      EXPECT_EQ(prompt, "<|im_start|>user\nQ0: 2+3?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    }
+  }
+}
+
 TEST_F(AgentRolloutRows, GenerateSequencesRunsOneEpisodePerSampleOnTheEngine) {
   torch::manual_seed(3);
   at::set_num_threads(1);

@@ -76,6 +76,8 @@ struct EpisodeSetup {
   Json tools_kwargs;                           // the row's tools_kwargs
   Json interaction_kwargs;                     // the row's interaction_kwargs
   AgentLoopLimits limits;
+  // Further chat template variables (data.apply_chat_template_kwargs: Qwen3's enable_thinking, ...).
+  Json template_variables = Json::object();
 };
 
 // `builder` renders with the same tools the sampler's model was prompted with.

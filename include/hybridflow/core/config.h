@@ -45,6 +45,8 @@ struct CompatReport {
   std::vector<std::pair<std::string, std::string>> renamed;  // (user key, schema key) that were applied
 };
 
+struct ConfigAccess;
+
 class Config {
  public:
   Config();  // an empty config (no keys)
@@ -89,6 +91,7 @@ class Config {
   struct Impl;
 
  private:
+  friend struct ConfigAccess;  // config.cpp's readers of the value tree (config_json.h)
   explicit Config(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
 };

@@ -35,6 +35,12 @@ struct PromptOptions {
   bool filter_overlong_prompts = false;  // drop overlong prompts at load instead of truncating or failing
   bool apply_chat_template = false;      // plain-string prompts as one user message through the template
   bool add_bos = true;                   // plain strings encoded without a template
+  // data.apply_chat_template_kwargs: further variables of the chat template, as verl hands them to
+  // apply_chat_template (Qwen3's enable_thinking: false, ...). An object.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // actor_rollout_ref.model.custom_chat_template: a Jinja template used instead of the model directory's (as
+  // verl sets tokenizer.chat_template; with or without tools); "" = the model's.
+  std::string custom_chat_template;
   // From the `data` section of the trainer's config; bad values are errors naming the key.
   static PromptOptions from_config(const Config& config);
 };

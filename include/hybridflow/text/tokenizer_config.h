@@ -33,6 +33,9 @@ struct TokenizerConfig {
   // The template apply_chat_template picks: the "tool_use" one when `with_tools` and the config has one,
   // else the default. Throws hybridflow::Error naming the file if there is none.
   const std::string& template_for(bool with_tools) const;
+  // As transformers' `tokenizer.chat_template = source`: this one template from now on, with tools or without
+  // (verl's actor_rollout_ref.model.custom_chat_template).
+  void replace_chat_template(std::string source);
 
   // The special tokens transformers passes to every chat template (bos_token, eos_token, unk_token,
   // sep_token, pad_token, cls_token, mask_token), those that are set.
