@@ -164,8 +164,16 @@ using namespace subprocess_detail;
 std::string describe_command(const std::vector<std::string>& argv) {
   bool via_shell = argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c";
   if (via_shell) return "command '" + argv[2] + "'";
+  // A program given inline (python3 -c "...") shows as its first line: errors and log lines stay one line long.
   std::string joined;
-  for (const auto& a : argv) joined += (joined.empty() ? "" : " ") + a;
+  for (const auto& a : argv) {
+    const size_t newline = a.find('\n');
+    const std::string shown =
+        newline == std::string::npos
+            ? a
+            : a.substr(0, newline) + " ... (" + std::to_string(std::count(a.begin(), a.end(), '\n') + 1) + " lines)";
+    joined += (joined.empty() ? "" : " ") + shown;
+  }
   return "command '" + joined + "'";
 }
 

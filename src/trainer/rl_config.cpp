@@ -294,7 +294,9 @@ std::string rl_trainer_defaults_yaml() {
   // (workers/reward_function.h), defaults included: each default is written once.
   return with_role_profilers(std::string(kRLSchema) + algo::indent_yaml(algo::kActorLossYaml, 4) +
                              kRLSchemaAfterActorLoss + "cost:\n  type: none\n  contains: []\n" + kScorerKeysYaml +
-                             "pools: {}\n" + algo::kAlgorithmSectionYaml + kRewardConfigDefaults);
+                             "pools: {}\n" + algo::kAlgorithmSectionYaml + kRewardConfigDefaults +
+                             "custom_reward_function:\n  path: null\n  name: compute_score\n  reward_kwargs: {}\n"
+                             "  python: python3\n");
 }
 
 int64_t rl_response_length(const Config& config) {

@@ -141,6 +141,10 @@ ScoringSpec scoring_spec(const ConfigReader& c) {
            "cost.type: expected none | contains | command | http, got '", s.cost_type, "'");
   RewardFunctionSpec reward = reward_function_spec(c, "reward", s.reward_type);
   RewardFunctionSpec cost = reward_function_spec(c, "cost", s.cost_type);
+  if (auto custom = custom_reward_function_spec(c, reward)) {
+    reward = std::move(*custom);
+    s.reward_type = "command";
+  }
   // reward.type task without reward.task scores with data.task's own rule (no scorer made).
   if (s.reward_type == "command" || s.reward_type == "http" || (s.reward_type == "task" && reward.task))
     s.reward_function = std::move(reward);

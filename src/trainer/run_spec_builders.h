@@ -30,6 +30,11 @@ std::optional<int64_t> run_spec_nnodes(const ConfigReader& trainer);
 // the data and trainer keys it takes through the readers above under theirs).
 std::vector<std::string> verl_derived_overrides(const Config& config, RoleSpecKeys* keys);
 
+// verl's custom_reward_function (a Python file's compute_score; custom_reward_function.cpp) as the reward command
+// that runs it, with `reward`'s limits; nullopt when custom_reward_function.path is null. An error when reward.*
+// chooses another scorer too.
+std::optional<RewardFunctionSpec> custom_reward_function_spec(const ConfigReader& c, const RewardFunctionSpec& reward);
+
 // The program a configuration runs (algorithm.program, or chosen from the other keys for `auto`), read
 // through `c`; trainer/rl_program.h's rl_program_name is this on a Config.
 std::string resolve_rl_program(const ConfigReader& c, const std::string& adv_estimator, bool has_cost);

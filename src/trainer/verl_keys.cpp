@@ -203,8 +203,6 @@ const IgnoredKey kIgnored[] = {
     {"data.datagen", "", "dataset generators are Python"},
     // Reward: hybridflow scores with reward.* (docs/rewards.md), not Python reward managers.
     {"reward_manager", "", "rewards come from reward.* (docs/rewards.md)"},
-    {"custom_reward_function.path", "null", "a Python compute_score: serve it with reward.type command or http"},
-    {"custom_reward_function", "", "rewards come from reward.* (docs/rewards.md)"},
     {"reward_model.reward_manager", "", "rewards come from reward.* (docs/rewards.md)"},
     {"reward_model.reward_loop_source", "", kPython},
     {"reward_model.reward_loop_module_path", "", kPython},

@@ -201,6 +201,51 @@ TEST(PromptOptions, ChatTemplateKwargsAndACustomTemplate) {
       << bad;
 }
 
+// verl's custom_reward_function: the file's compute_score, called with verl's keyword arguments and
+// reward_kwargs, scores every response (its dict result's "score"); the dumped rows' scores are what it returned.
+TEST(CustomRewardFunction, VerlsComputeScoreScoresEveryResponse) {
+  hybridflow::testing::TempDir dir;
+  write_file_atomic(dir.file("my_reward.py"),
+                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
+                    "    ok = isinstance(solution_str, str) and data_source == 'addition' and isinstance(extra_info, dict)\n"
+                    "    return {'score': float(ground_truth) / 1000.0 + bonus + (0.0 if ok else 100.0), 'acc': 0.0}\n");
+  auto overrides = [&](std::vector<std::string> more, const std::string& run) {
+    more.insert(more.end(), {"custom_reward_function.path=" + dir.file("my_reward.py"),
+                             "trainer.total_steps=1", "trainer.run_dir=" + dir.file(run),
+                             "trainer.rollout_data_dir=" + dir.file("rollouts")});
+    return tiny_rl_overrides("grpo", more);
+  };
+  RLTrainer trainer(load_rl_config("", overrides({"+custom_reward_function.reward_kwargs.bonus=1"}, "run")));
+  const nlohmann::json record = trainer.step();
+  const auto rows = read_jsonl(dir.file("rollouts") + "/1.jsonl");
+  ASSERT_EQ(rows.size(), 4u);
+  double total = 0;
+  for (const auto& r : rows) {
+    EXPECT_NEAR(r.at("score").get<double>(), std::stod(r.at("gts").get<std::string>()) / 1000.0 + 1.0, 1e-6)
+        << r.dump();  // scores travel as float32
+    total += r.at("score").get<double>();
+  }
+  EXPECT_NEAR(record.at("score/mean").get<double>(), total / 4, 1e-12);
+
+  const std::string missing = error_of([&] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"custom_reward_function.path=" + dir.file("nope.py")})));
+  });
+  EXPECT_NE(missing.find("custom_reward_function.path: no file " + dir.file("nope.py")), std::string::npos) << missing;
+  const std::string both = error_of([&] {
+    RLTrainer t(load_rl_config("", overrides({"reward.type=command", "reward.shell=echo 1"}, "both")));
+  });
+  EXPECT_NE(both.find("custom_reward_function.path and reward.type = command both choose the reward"),
+            std::string::npos)
+      << both;
+  const std::string no_function = error_of([&] {
+    RLTrainer t(load_rl_config("", overrides({"custom_reward_function.name=score_it"}, "no_function")));
+    t.step();
+  });
+  EXPECT_NE(no_function.find("command 'python3 -c import"), std::string::npos) << no_function;
+  EXPECT_NE(no_function.find("has no function 'score_it'"), std::string::npos) << no_function;  // the scorer's stderr
+  EXPECT_EQ(no_function.find("spec.loader"), std::string::npos) << "the adapter's body is not repeated: " << no_function;
+}
+
 TEST(ResponseLength, VerlsDataKeyUnlessTheRolloutKeyIsSet) {
   EXPECT_EQ(rl_response_length(load_rl_config("", {})), 16);
   EXPECT_EQ(rl_response_length(load_rl_config("", {"data.max_response_length=64"})), 64);
