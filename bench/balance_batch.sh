@@ -50,7 +50,7 @@ python3 - "$work" "$rounds" <<'PY'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 def steps(name):
-    return [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")][1:]
+    return [r for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl")) if r["step"] > 0][1:]
 side = {}
 for s in ("on", "off"):
     rows = [r for i in range(1, rounds + 1) for r in steps(f"{s}{i}")]

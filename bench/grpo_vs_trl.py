@@ -197,7 +197,8 @@ def run_hybridflow(args, model_dir, prompt_file, dynamic, longest_prompt, bypass
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        return cpu, wall, [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        return cpu, wall, [r for r in records if r["step"] > 0]  # step 0: the validation before training
 
     # CPU time per step by difference: a run of the warm-up steps only and the full run share start-up and the
     # held-out scoring, so the difference is the timed steps' own work, whatever else loads the machine.

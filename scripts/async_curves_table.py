@@ -26,6 +26,7 @@ def heldout_at(run_dir, step):
 def run_row(out, name, every):
     run_dir = os.path.join(out, "curves", name)
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    rows = [r for r in rows if r["step"] > 0]  # step 0: the validation before training
     step_s = [r["timing/step_s"] for r in rows]
     elapsed = [sum(step_s[: i + 1]) for i in range(len(step_s))]
     # Staleness of the trained tokens: per token with partial rollouts, else every token of a sequence

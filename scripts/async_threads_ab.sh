@@ -87,7 +87,7 @@ import json, statistics, sys
 out, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def figures(v, r):
     d = f"{out}/r{r}_{v}"
-    rows = [json.loads(line) for line in open(f"{d}/metrics.jsonl")]
+    rows = [row for row in map(json.loads, open(f"{d}/metrics.jsonl")) if row["step"] > 0]  # 0: validation
     step_s = [row["timing/step_s"] for row in rows]
     return {"wall": float(open(f"{d}.wall").read()), "steps_s": sum(step_s),
             "steady": statistics.mean(step_s[2:]), "idle": sum(row.get("timing/trainer_idle_s", 0) for row in rows) / sum(step_s),

@@ -43,7 +43,7 @@ print(f"{'placement':<14} {'s/step (median of rounds)':>26}  rounds  stages of t
 for name in names:
     means, last = [], None
     for r in range(1, rounds + 1):
-        rows = [json.loads(l) for l in open(f"{out}/{name}-{r}/metrics.jsonl")][2:]
+        rows = [x for x in map(json.loads, open(f"{out}/{name}-{r}/metrics.jsonl")) if x["step"] > 0][2:]
         means.append(statistics.mean(row["timing/step_s"] for row in rows))
         last = rows
     stages = {}
