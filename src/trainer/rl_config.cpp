@@ -64,6 +64,7 @@ data:
   train_batch_size: 8
   gen_batch_size: null
   shuffle: true
+  seed: null
   add_bos: true
   max_prompt_length: 512
   max_response_length: 16

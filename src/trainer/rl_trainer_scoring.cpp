@@ -19,7 +19,7 @@ std::vector<int64_t> seeded_permutation(int64_t size, uint64_t seed) {
 const std::vector<int64_t>& RLTrainer::State::epoch_order(int64_t epoch, int64_t size) const {
   // A function of seed and epoch alone, so a resumed run draws the same.
   if (order_epoch != epoch || static_cast<int64_t>(order.size()) != size) {
-    order = seeded_permutation(size, run.trainer.seed * 1000003ULL + static_cast<uint64_t>(epoch));
+    order = seeded_permutation(size, run.data.seed.value_or(run.trainer.seed) * 1000003ULL + static_cast<uint64_t>(epoch));
     order_epoch = epoch;
   }
   return order;

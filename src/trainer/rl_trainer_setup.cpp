@@ -195,7 +195,7 @@ void RLTrainer::State::load_data() {
     if (test_file.empty()) test_rows = task_rows(*s.task, splits.test, "test");
   }
   if (!train_file.empty()) train_rows = read_prompt_rows(train_file, columns);
-  train_rows = at_most_rows(std::move(train_rows), data.train_max_samples, data.shuffle, seed);
+  train_rows = at_most_rows(std::move(train_rows), data.train_max_samples, data.shuffle, data.seed.value_or(seed));
   s.train_source = prompts_source(*s.task, train_file);
   s.test_source = prompts_source(*s.task, test_file);
   s.train = encoder.encode(train_rows, s.train_source);

@@ -105,6 +105,11 @@ DataSpec run_spec_data(const ConfigReader& c) {
     d.test_size = val_max;
   }
   d.shuffle = c.get<bool>("data.shuffle");
+  if (!c.is_null("data.seed")) {
+    const int64_t seed = c.get<int64_t>("data.seed");
+    HF_CHECK(seed >= 0, "data.seed must be >= 0 (or null: trainer.seed), got ", seed);
+    d.seed = static_cast<uint64_t>(seed);
+  }
   return d;
 }
 

@@ -187,7 +187,6 @@ const IgnoredKey kIgnored[] = {
     {"data.return_raw_chat", "", kPython},
     {"data.return_full_prompt", "", kPython},
     {"data.return_multi_modal_inputs", "", kPython},
-    {"data.seed", "", "prompt order follows trainer.seed"},
     {"data.dataloader_num_workers", "", kPython},
     {"data.image_patch_size", "", "multi-modal data is not supported by hybridflow"},
     {"data.image_key", "", "multi-modal data is not supported by hybridflow"},

@@ -240,6 +240,21 @@ TEST(RlTrainer, ShuffleVisitsEveryPromptOncePerPassInANewOrder) {
   EXPECT_NE(first, second);
 }
 
+// verl's data.seed: the prompts' order follows it and not trainer.seed; another data.seed, another order.
+TEST(RlTrainer, DataSeedSetsThePromptOrder) {
+  hybridflow::testing::TempDir a, b, c;
+  const auto seven = prompts_seen(a.path(), true, 4, {"data.seed=7", "trainer.seed=1"});
+  const auto seven_again = prompts_seen(b.path(), true, 4, {"data.seed=7", "trainer.seed=2"});
+  const auto eight = prompts_seen(c.path(), true, 4, {"data.seed=8", "trainer.seed=1"});
+  ASSERT_EQ(seven.size(), 8u);
+  EXPECT_EQ(seven, seven_again);
+  EXPECT_NE(seven, eight);
+  EXPECT_EQ(std::set<std::string>(seven.begin(), seven.end()), std::set<std::string>(eight.begin(), eight.end()));
+  EXPECT_NE(error_of([] { rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", {"data.seed=-1"}))); })
+                .find("data.seed must be >= 0"),
+            std::string::npos);
+}
+
 // data.train_max_samples: a seeded subset of the file's rows with shuffling (the same each pass), its first
 // rows without; trainer.total_epochs counts the subset.
 TEST(RlTrainer, TrainMaxSamplesTrainsOnThatManyPrompts) {

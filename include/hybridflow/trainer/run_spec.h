@@ -73,6 +73,9 @@ struct DataSpec {
   int64_t gen_batch_size = 1;    // prompts per DAPO generation round (null: train_batch_size)
   int64_t test_size = 0;         // held-out prompts scored every trainer.test_freq steps
   bool shuffle = true;           // each epoch in its own seeded order
+  // data.seed (verl's): the training prompts' order and train_max_samples' subset; null: trainer.seed. Which
+  // prompts a task generates follows trainer.seed either way.
+  std::optional<uint64_t> seed;
 };
 
 // algorithm.*: the estimator, the KL, the rollout correction, Safe-RLHF's multiplier and DAPO's filter.
