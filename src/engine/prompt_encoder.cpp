@@ -101,7 +101,9 @@ std::vector<int64_t> PromptEncoder::encode_row(const PromptRow& row, std::string
     template_options.variables = options_.chat_template_kwargs;
     *text = text::apply_chat_template(config, messages, template_options);
   } catch (const std::exception& e) {
-    HF_FAIL(row.where, ": the chat template of ", model_dir_, " failed on this prompt: ", e.what());
+    const std::string which = options_.custom_chat_template.empty() ? "the chat template of " + model_dir_
+                                                                     : "actor_rollout_ref.model.custom_chat_template";
+    HF_FAIL(row.where, ": ", which, " failed on this prompt: ", e.what());
   }
   return tokenizer_.encode(*text, /*add_bos=*/false);
 }

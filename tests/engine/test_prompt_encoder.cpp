@@ -230,6 +230,13 @@ TEST(PromptEncoder, TemplateKwargsAndACustomTemplateMatchTransformers) {
   EXPECT_EQ(b.text, expected[2].get<std::string>());
   EXPECT_EQ(b.text, "<<user>> What is 12+34?\n<<assistant>>");
   EXPECT_EQ(b.ids, expected[3].get<Ids>());
+  // A custom template that fails on a row names the key, not the model directory.
+  replaced.custom_chat_template = "{{ raise_exception('no system prompts') }}";
+  const std::string failed =
+      error_of([&] { PromptEncoder(tok, dir, replaced).encode({plain("hi", "t.jsonl:4")}, "t.jsonl"); });
+  EXPECT_NE(failed.find("t.jsonl:4: actor_rollout_ref.model.custom_chat_template failed on this prompt"),
+            std::string::npos)
+      << failed;
 }
 
 TEST(PromptEncoder, ChatPromptsWithoutATemplateNameTheRowAndTheModel) {
