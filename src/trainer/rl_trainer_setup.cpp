@@ -179,7 +179,8 @@ void RLTrainer::State::load_data() {
   const uint64_t seed = s.run.trainer.seed;
   const std::string& train_file = data.train_file;
   const std::string& test_file = data.test_file;
-  PromptEncoder encoder(s.tokenizer, model_path, PromptOptions::from_config(config));
+  s.prompt_options = PromptOptions::from_config(config);
+  PromptEncoder encoder(s.tokenizer, model_path, s.prompt_options);
   std::vector<PromptRow> train_rows, test_rows;
   const PromptColumns columns{data.prompt_key, data.reward_fn_key};
   if (!test_file.empty()) test_rows = read_prompt_rows(test_file, columns);
@@ -260,7 +261,7 @@ void RLTrainer::State::specify_roles() {
   f.batch_prompts = s.run.data.train_batch_size;
   f.adv_estimator = s.run.algorithm.adv_estimator;
   f.kl_in_reward = s.run.algorithm.use_kl_in_reward;
-  f.prompts = PromptOptions::from_config(config);
+  f.prompts = s.prompt_options;
   f.need_critic = s.use_critic;
   f.need_cost_critic = s.use_critic && s.lagrange.has_value();
   f.need_reward_model = s.use_reward_model;

@@ -69,6 +69,7 @@ struct RLTrainer::State {
   std::unique_ptr<Task> task;
   Tokenizer tokenizer;
   std::vector<EncodedPrompt> train, test;  // encoded and held to data.max_prompt_length at load
+  PromptOptions prompt_options;            // how they were encoded; a multi-turn rollout renders with it too
   std::string train_source, test_source;  // where they came from (a file, or the task), for errors
   int64_t data_pos = 0;
   int64_t step = 0;
