@@ -224,7 +224,10 @@ DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& m
   if (rows == 0 || rows % parts != 0) return request;  // the call names an uneven batch itself
   const auto counts = request.tensor("attention_mask").sum(1).to(torch::kCPU, torch::kLong).contiguous();
   const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
-  const std::vector<int64_t> order = balanced_row_order(lengths, parts);
+  // A rank's time follows the work of its rows, attention's quadratic part included, not just their tokens.
+  std::vector<int64_t> work(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) work[i] = sequence_workload(lengths[i], s_.actor_hidden_size);
+  const std::vector<int64_t> order = balanced_row_order(work, parts);
   if (log_metrics) {  // verl's names: the chunks' tokens as the rows came, then as balanced
     const auto before = chunk_token_sums(lengths, parts), after = chunk_token_sums(lengths, parts, order);
     const auto [lo, hi] = std::minmax_element(before.begin(), before.end());

@@ -62,13 +62,11 @@ std::vector<PromptRow> task_rows(const Task& task, const std::vector<Example>& e
 // Every prompt plus the response budget must fit the model's positions: past max_position_embeddings the
 // rotary embedding is extrapolated and the output is noise, and memory grows with the length. Checked on
 // the prompts as loaded (after data.max_prompt_length), before any worker starts.
-void check_context_fits(const ModelSpec& model_spec, int64_t response, const std::string& response_key,
+void check_context_fits(const ModelSpec& model_spec, const ModelConfig& model, int64_t response,
+                        const std::string& response_key,
                         const std::vector<std::pair<std::string, const std::vector<EncodedPrompt>*>>& sets) {
-  const std::string& model_path = model_spec.path;
-  const std::string& preset = model_spec.preset;
-  const ModelConfig model = model_path.empty() ? preset_model_config(preset, model_spec.vocab_size)
-                                               : load_model_config(model_path + "/config.json");
-  const std::string model_source = model_path.empty() ? "model.preset '" + preset + "'" : model_path + "/config.json";
+  const std::string model_source =
+      model_spec.path.empty() ? "model.preset '" + model_spec.preset + "'" : model_spec.path + "/config.json";
   const int64_t limit = model.max_position_embeddings;
   HF_CHECK(response < limit, response_key, " = ", response, " leaves no room for a prompt in the model's ",
            "max_position_embeddings = ", limit, " (", model_source, ")");
@@ -284,7 +282,10 @@ void RLTrainer::State::specify_roles() {
   s.specs = build_role_specs(config, f, s.model);
   const RolloutSpec& rollout = s.specs.rollout;
   s.need_ref = s.specs.ref.has_value();
-  check_context_fits(s.model, rollout.response_length, s.specs.response_length_key,
+  const ModelConfig model = s.model.path.empty() ? preset_model_config(s.model.preset, s.model.vocab_size)
+                                                 : load_model_config(s.model.path + "/config.json");
+  s.actor_hidden_size = model.hidden_size;
+  check_context_fits(s.model, model, rollout.response_length, s.specs.response_length_key,
                      {{s.train_source, &s.train}, {s.test_source, &s.test}});
   const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;
   if (overlong.enable) {

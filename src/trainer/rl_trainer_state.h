@@ -78,6 +78,7 @@ struct RLTrainer::State {
   bool use_reward_model = false;  // reward_model.enable
   // The model every role starts from, and each role's spec and layout.
   ModelSpec model;
+  int64_t actor_hidden_size = 0;  // of the model: trainer.balance_batch weighs rows by their work at it
   RoleSpecs specs;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
   // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the
