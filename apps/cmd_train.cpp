@@ -18,7 +18,8 @@ namespace hybridflow::cli {
 void add_train_command(CLI::App& app, Action& action) {
   auto config_file = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus; "
+  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus | "
+                                             "reinforce_plus_plus_baseline | gpg; "
                                              "algorithm.program: auto | ppo | grpo | rloo | remax | reinforce_plus_plus | safe_rlhf | dapo)");
   cmd->add_option("-c,--config", *config_file, "YAML config (examples/*.yaml; keys: docs/configuration.md)");
   cmd->add_option("overrides", *overrides,

@@ -19,6 +19,8 @@ struct Registry {
       {"rloo", compute_rloo_advantage},
       {"remax", compute_remax_advantage},
       {"reinforce_plus_plus", compute_reinforce_plus_plus_advantage},
+      {"reinforce_plus_plus_baseline", compute_reinforce_plus_plus_baseline_advantage},
+      {"gpg", compute_gpg_advantage},
   };
 };
 

@@ -1,10 +1,12 @@
-// Outcome-reward estimators that compare the samples of one prompt with each other (GRPO, RLOO).
+// Outcome-reward estimators that compare the samples of one prompt with each other (GRPO, RLOO, REINFORCE++
+// with a group baseline, GPG).
 #include <torch/torch.h>
 
 #include <unordered_map>
 
 #include "checks.h"
 #include "hybridflow/algo/advantage.h"
+#include "hybridflow/algo/masked.h"
 
 namespace hybridflow::algo {
 namespace {
@@ -56,6 +58,14 @@ AdvantageOutput broadcast(const at::Tensor& per_sequence, const at::Tensor& mask
   return {advantages, advantages.clone()};
 }
 
+// score minus the mean of its group; a group of one is compared with 0 (verl's id2mean of a single score).
+at::Tensor minus_group_mean(const Scores& s, const at::Tensor& index) {
+  auto groups = dense_groups(index, s.score.options());
+  auto mean = group_sum(groups, s.score) / groups.size;
+  mean = torch::where(groups.size < 1.5, torch::zeros_like(mean), mean);
+  return s.score - mean.index_select(0, groups.dense_id);
+}
+
 }  // namespace
 
 AdvantageOutput compute_grpo_advantage(const AdvantageInput& in) {
@@ -83,6 +93,22 @@ AdvantageOutput compute_rloo_advantage(const AdvantageInput& in) {
   auto others_mean = (group_sum(groups, s.score).index_select(0, groups.dense_id) - s.score) / (n - 1).clamp_min(1);
   auto adv = torch::where(n > 1.5, s.score - others_mean, s.score);
   return broadcast(adv, s.mask);
+}
+
+AdvantageOutput compute_reinforce_plus_plus_baseline_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  auto s = sequence_scores(in, "algo: reinforce_plus_plus_baseline");
+  auto per_token = minus_group_mean(s, in.index).unsqueeze(-1) * s.mask;
+  auto advantages = masked_whiten(per_token, s.mask) * s.mask;
+  return {advantages, advantages.clone()};
+}
+
+AdvantageOutput compute_gpg_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  auto s = sequence_scores(in, "algo: gpg");
+  const double rows = static_cast<double>(s.score.size(0));
+  const double scored = std::max<double>(1.0, static_cast<double>((s.score != 0).sum().item<int64_t>()));
+  return broadcast(minus_group_mean(s, in.index) * (rows / scored), s.mask);
 }
 
 }  // namespace hybridflow::algo

@@ -23,7 +23,7 @@ constexpr PolicyLossModeName kPolicyLossModeNames[] = {
     {PolicyLossMode::kCispo, "cispo"},      {PolicyLossMode::kSapo, "sapo"},
     {PolicyLossMode::kGeoMean, "geo_mean"}, {PolicyLossMode::kClipCov, "clip_cov"},
     {PolicyLossMode::kKlCov, "kl_cov"},     {PolicyLossMode::kDppoTv, "dppo_tv"},
-    {PolicyLossMode::kDppoKl, "dppo_kl"}};
+    {PolicyLossMode::kDppoKl, "dppo_kl"},   {PolicyLossMode::kGpg, "gpg"}};
 
 }  // namespace
 
@@ -31,7 +31,7 @@ PolicyLossMode parse_policy_loss_mode(const std::string& name) {
   for (const auto& m : kPolicyLossModeNames)
     if (name == m.name) return m.mode;
   HF_FAIL("algo: unknown policy_loss.loss_mode '", name,
-          "' (expected vanilla, gspo, cispo, sapo, geo_mean, clip_cov, kl_cov, dppo_tv or dppo_kl)");
+          "' (expected vanilla, gspo, cispo, sapo, geo_mean, clip_cov, kl_cov, dppo_tv, dppo_kl or gpg)");
 }
 
 std::string to_string(PolicyLossMode mode) {
@@ -121,6 +121,7 @@ PolicyLossOutput policy_loss(const at::Tensor& old_log_prob, const at::Tensor& l
     case PolicyLossMode::kKlCov: return kl_cov_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
     case PolicyLossMode::kDppoTv:
     case PolicyLossMode::kDppoKl: return dppo_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
+    case PolicyLossMode::kGpg: return gpg_policy_loss(old_log_prob, log_prob, advantages, response_mask, config, w);
   }
   HF_FAIL("algo: unhandled policy loss mode ", static_cast<int>(config.loss_mode));
 }

@@ -85,6 +85,23 @@ PolicyLossOutput cispo_policy_loss(const at::Tensor& old_log_prob, const at::Ten
   return out;
 }
 
+PolicyLossOutput gpg_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                 const at::Tensor& advantages, const at::Tensor& response_mask,
+                                 const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {
+  constexpr const char* kWhere = "algo: gpg_policy_loss";
+  auto in = policy_loss_inputs(old_log_prob, log_prob, advantages, response_mask, config, kWhere);
+  auto lp = detail::valid_only(log_prob, in.valid);
+  auto token_loss = detail::weighted(-in.adv * lp, rollout_is_weights, in.valid, kWhere);
+
+  PolicyLossOutput out;
+  out.loss = agg_loss(token_loss, in.mask, config.agg_mode, config.loss_scale_factor);
+  torch::NoGradGuard no_grad;
+  out.clip_frac = masked_mean(torch::zeros_like(in.mask), in.mask);
+  out.clip_frac_lower = zero_fraction(out.clip_frac);
+  out.approx_kl = masked_mean(-in.log_ratio, in.mask);
+  return out;
+}
+
 PolicyLossOutput sapo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                   const at::Tensor& advantages, const at::Tensor& response_mask,
                                   const PolicyLossConfig& config, const at::Tensor& rollout_is_weights) {

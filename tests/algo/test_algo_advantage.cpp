@@ -255,8 +255,43 @@ TEST(AlgoReinforcePlusPlus, DiscountedReturnToGoWhitened) {
   EXPECT_ROWS_NEAR(to_rows(out.advantages), testing::whiten_ref(ret, kMask), 1e-4);
 }
 
+// Each row's score minus its group's mean (the lone row 6 keeps its score), as verl computes them.
+std::vector<double> minus_group_means(const std::vector<double>& s) {
+  std::vector<double> out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    double sum = 0;
+    int n = 0;
+    for (size_t k = 0; k < s.size(); ++k)
+      if (kIds[k] == kIds[i]) sum += s[k], ++n;
+    out.push_back(n == 1 ? s[i] : s[i] - sum / n);
+  }
+  return out;
+}
+
+TEST(AlgoReinforcePlusPlusBaseline, GroupMeanSubtractedThenWhitenedOverTheBatch) {
+  const auto centered = broadcast(minus_group_means(row_sums(kOutcomeRewards)), kOutcomeMask);
+  auto out = compute_advantage("reinforce_plus_plus_baseline", outcome_input());
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), testing::whiten_ref(centered, kOutcomeMask), 1e-5);
+  EXPECT_TRUE(torch::equal(out.advantages, out.returns));
+  EXPECT_EQ(out.advantages.masked_select(to_tensor(kOutcomeMask) == 0).abs().sum().item<double>(), 0.0);
+}
+
+TEST(AlgoGpg, GroupMeanSubtractedAndScaledByTheShareOfNonzeroScores) {
+  // Six of the seven scores are nonzero (row 1 scored 0): alpha = 7 / 6.
+  auto expected = minus_group_means(row_sums(kOutcomeRewards));
+  for (double& a : expected) a *= 7.0 / 6.0;
+  auto out = compute_advantage("gpg", outcome_input());
+  EXPECT_ROWS_NEAR(to_rows(out.advantages), broadcast(expected, kOutcomeMask), 1e-6);
+  EXPECT_TRUE(torch::equal(out.advantages, out.returns));
+  // All zero: alpha counts at least one row and every advantage is 0, not NaN.
+  AdvantageInput zero = outcome_input();
+  zero.token_level_rewards = torch::zeros_like(zero.token_level_rewards);
+  EXPECT_EQ(compute_gpg_advantage(zero).advantages.abs().sum().item<double>(), 0.0);
+}
+
 TEST(AlgoAdvantageRegistry, BuiltinsCustomAndUnknown) {
-  const std::vector<std::string> builtins = {"gae", "grpo", "reinforce_plus_plus", "remax", "rloo"};
+  const std::vector<std::string> builtins = {"gae", "grpo", "reinforce_plus_plus", "remax", "rloo",
+                                             "reinforce_plus_plus_baseline", "gpg"};
   for (const auto& name : builtins) EXPECT_TRUE(has_advantage_estimator(name)) << name;
 
   auto direct = compute_grpo_advantage(outcome_input());

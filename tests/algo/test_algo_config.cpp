@@ -57,7 +57,7 @@ TEST(AlgoConfig, LossScaleFactorAndPolicyLossMode) {
   auto bad = [](const std::string& override_) {
     return Config::load_from_string(kAlgoDefaultsYaml, "", "test", {override_}).subtree("actor");
   };
-  EXPECT_THROW(policy_loss_config(bad("actor.policy_loss.loss_mode=gpg")), Error);
+  EXPECT_THROW(policy_loss_config(bad("actor.policy_loss.loss_mode=opo")), Error);
   EXPECT_THROW(policy_loss_config(bad("actor.loss_scale_factor=0")), Error);
 }
 

@@ -278,7 +278,7 @@ TEST(AlgoGspoLoss, SequenceRatioOnHandNumbers) {
   EXPECT_EQ(lp.grad()[1][1].item<double>(), 0.0);
   EXPECT_EQ(cfg.policy_agg_mode(), LossAggMode::kSeqMeanTokenMean);
   EXPECT_EQ(parse_policy_loss_mode(to_string(PolicyLossMode::kGspo)), PolicyLossMode::kGspo);
-  EXPECT_THROW(parse_policy_loss_mode("gpg"), Error);
+  EXPECT_THROW(parse_policy_loss_mode("opo"), Error);
 }
 
 TEST(AlgoValueLoss, ClippedAgainstOldValues) {

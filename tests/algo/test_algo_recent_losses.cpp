@@ -275,8 +275,28 @@ TEST(AlgoRecentLosses, EmptyRowsAndNanPaddingStayFinite) {
   }
 }
 
+// GPG: -A log_prob, token-mean over the 5 valid tokens: (0.7 + 1.1 + 2.5 - 1.0 - 2.0) / 5 = 0.26; the gradient of
+// each valid token is -A / 5, the padded one's 0 (its log-prob, 9, is ignored).
+TEST(AlgoGpgLoss, PlainPolicyGradientOnHandNumbers) {
+  Batch b;
+  auto out = b.loss(config(PolicyLossMode::kGpg));
+  EXPECT_NEAR(scalar(out.loss), 0.26, 1e-12);
+  out.loss.backward();
+  for (int j = 0; j < 3; ++j) EXPECT_NEAR(b.grad(0, j), -0.2, 1e-12) << j;
+  EXPECT_NEAR(b.grad(1, 0), 0.4, 1e-12);
+  EXPECT_NEAR(b.grad(1, 1), 0.4, 1e-12);
+  EXPECT_EQ(b.grad(1, 2), 0.0);
+  EXPECT_EQ(scalar(out.clip_frac), 0.0);
+  EXPECT_NEAR(scalar(out.approx_kl), -0.04, 1e-12);  // mean of old - new: -(0.3 - 0.1 - 0.5 + 0 + 0.5) / 5
+  // The rollout's importance weights scale each token's term.
+  Batch weighted;
+  const auto w = torch::tensor({{2.0, 1.0, 1.0}, {1.0, 0.5, 1.0}}, torch::kDouble);
+  EXPECT_NEAR(scalar(weighted.loss(config(PolicyLossMode::kGpg), w).loss), (1.4 + 1.1 + 2.5 - 1.0 - 1.0) / 5, 1e-12);
+}
+
 TEST(AlgoRecentLosses, NamesRoundTripAndBadParametersNameTheirKey) {
-  for (const char* name : {"vanilla", "gspo", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"})
+  for (const char* name :
+       {"vanilla", "gspo", "cispo", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "gpg"})
     EXPECT_EQ(to_string(parse_policy_loss_mode(name)), name);
   EXPECT_THROW(parse_policy_loss_mode("gmpo"), Error);  // verl registers GMPO as geo_mean
 

@@ -72,7 +72,8 @@ INSTANTIATE_TEST_SUITE_P(
                                 "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=0.1"},
                                true},
                       LossCase{"dppo_tv", {"actor_rollout_ref.actor.clip_ratio=0.2", "actor_rollout_ref.actor.clip_ratio_c=20"}, false},
-                      LossCase{"dppo_kl", {"actor_rollout_ref.actor.clip_ratio=0.05", "actor_rollout_ref.actor.clip_ratio_c=20"}, false}),
+                      LossCase{"dppo_kl", {"actor_rollout_ref.actor.clip_ratio=0.05", "actor_rollout_ref.actor.clip_ratio_c=20"}, false},
+                      LossCase{"gpg", {}, false}),
     [](const ::testing::TestParamInfo<LossCase>& info) { return std::string(info.param.mode); });
 
 }  // namespace

@@ -41,6 +41,29 @@ TEST(RlPrograms, AutoPicksTheProgramOfTheSettings) {
   EXPECT_EQ(program_of({"algorithm.adv_estimator=rloo", "algorithm.program=grpo"}), "grpo");
   algo::register_advantage_estimator("test_only_estimator", algo::compute_grpo_advantage);
   EXPECT_EQ(program_of({"algorithm.adv_estimator=test_only_estimator"}), "policy_gradient");
+  EXPECT_EQ(program_of({"algorithm.adv_estimator=reinforce_plus_plus_baseline"}), "policy_gradient");
+  EXPECT_EQ(program_of({"algorithm.adv_estimator=gpg"}), "policy_gradient");
+}
+
+// verl's examples run GPG as adv_estimator gpg with loss_mode gpg, and REINFORCE++ with a group baseline: a step
+// of each trains the actor on a reward that differs between samples, with no critic.
+TEST(RlPrograms, VerlsGpgAndReinforcePlusPlusBaselineTrainTheActor) {
+  for (const std::vector<std::string>& setting :
+       {std::vector<std::string>{"algorithm.adv_estimator=gpg", "actor_rollout_ref.actor.policy_loss.loss_mode=gpg"},
+        std::vector<std::string>{"algorithm.adv_estimator=reinforce_plus_plus_baseline"}}) {
+    std::vector<std::string> o = {"trainer.total_steps=1", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
+                                  "actor_rollout_ref.rollout.response_length=8", "trainer.log_samples_freq=0",
+                                  "reward.type=command",
+                                  "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin: "
+                                  "print(len(json.loads(l)['response']) % 3 / 2.0, flush=True)\""};
+    o.insert(o.end(), setting.begin(), setting.end());
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", o)));
+    EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"})) << setting[0];
+    const double before = trainer.parameter_sq_norm("actor");
+    const nlohmann::json m = trainer.step();
+    EXPECT_GT(m.at("actor/grad_norm").get<double>(), 0.0) << setting[0] << ": " << m.dump();
+    EXPECT_NE(trainer.parameter_sq_norm("actor"), before) << setting[0];
+  }
 }
 
 TEST(RlPrograms, AnUnknownProgramIsAnErrorListingTheKnownOnes) {

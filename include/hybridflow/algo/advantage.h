@@ -33,7 +33,8 @@ struct AdvantageOutput {
 
 using AdvantageEstimator = std::function<AdvantageOutput(const AdvantageInput&)>;
 
-// Registers (or replaces) an estimator under name. Built-ins: gae, grpo, rloo, remax, reinforce_plus_plus.
+// Registers (or replaces) an estimator under name. Built-ins: gae, grpo, rloo, remax, reinforce_plus_plus,
+// reinforce_plus_plus_baseline, gpg.
 void register_advantage_estimator(const std::string& name, AdvantageEstimator fn);
 // Throws hybridflow::Error listing the known names when name is unknown.
 AdvantageEstimator get_advantage_estimator(const std::string& name);
@@ -56,5 +57,12 @@ AdvantageOutput compute_remax_advantage(const AdvantageInput& in);
 // REINFORCE++: returns = discounted reward-to-go (gamma) over valid tokens, carried across a masked span
 // inside the response (where verl restarts it); A = masked whitening of the returns.
 AdvantageOutput compute_reinforce_plus_plus_advantage(const AdvantageInput& in);
+// REINFORCE++ with a group baseline (arXiv 2501.03262): score - group mean (a group of one keeps its score),
+// broadcast over valid tokens, then whitened over the batch's valid tokens; returns = advantages.
+AdvantageOutput compute_reinforce_plus_plus_baseline_advantage(const AdvantageInput& in);
+// GPG (arXiv 2504.02546): A = alpha (score - group mean), alpha = rows / rows with a nonzero score (at least 1
+// row counted), so that the batch's gradient is not diluted by groups that all scored 0; a group of one has
+// mean 0. Broadcast over valid tokens; returns = advantages.
+AdvantageOutput compute_gpg_advantage(const AdvantageInput& in);
 
 }  // namespace hybridflow::algo

@@ -21,7 +21,8 @@ enum class PolicyLossMode {
   kClipCov,  // "clip_cov": PPO clip, plus zero loss on a few high-covariance tokens (clip_cov_policy_loss)
   kKlCov,    // "kl_cov": unclipped ratio, plus a |log r| penalty on the top-covariance tokens (kl_cov_policy_loss)
   kDppoTv,   // "dppo_tv": DPPO, tokens masked by the probability change (dppo_policy_loss)
-  kDppoKl    // "dppo_kl": DPPO, tokens masked by the binary KL of the token's probability (dppo_policy_loss)
+  kDppoKl,   // "dppo_kl": DPPO, tokens masked by the binary KL of the token's probability (dppo_policy_loss)
+  kGpg       // "gpg": plain policy gradient, -A log_prob, no ratio (gpg_policy_loss)
 };
 PolicyLossMode parse_policy_loss_mode(const std::string& name);  // throws naming the accepted spellings
 std::string to_string(PolicyLossMode mode);
@@ -98,6 +99,13 @@ PolicyLossOutput gspo_policy_loss(const at::Tensor& old_log_prob, const at::Tens
 PolicyLossOutput cispo_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
                                    const at::Tensor& advantages, const at::Tensor& response_mask,
                                    const PolicyLossConfig& config = {}, const at::Tensor& rollout_is_weights = {});
+
+// GPG (arXiv 2504.02546), verl's compute_policy_loss_gpg: L = -A log_prob per valid token (times the rollout
+// importance weight), aggregated by agg_mode; no ratio, so nothing is clipped (clip_frac 0) and approx_kl is the
+// mean of old - new log-prob, logged as the other modes log it.
+PolicyLossOutput gpg_policy_loss(const at::Tensor& old_log_prob, const at::Tensor& log_prob,
+                                 const at::Tensor& advantages, const at::Tensor& response_mask,
+                                 const PolicyLossConfig& config, const at::Tensor& rollout_is_weights = {});
 
 // SAPO (arXiv 2511.20347), verl's compute_policy_loss_sapo: L = -A g(r, tau), g(r, tau) = sigmoid(tau (r - 1)) 4 / tau,
 // tau = tau_pos where A > 0 and tau_neg elsewhere; r as in ppo_policy_loss; aggregated seq-mean-token-mean.
