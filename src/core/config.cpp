@@ -341,6 +341,16 @@ struct Merger {
         merge_map(target, kind == Kind::kMap ? schema : nullptr, value, full, where);
         return;
       case Kind::kList: {
+        // One text where a list of texts is expected is that list of one (trainer.logger=console, as verl's
+        // tracking takes it).
+        if (value.type == Value::Type::kScalar && !schema->items.empty() &&
+            kind_of(schema->items.front()) == Kind::kString && scalar_kind(value) == Kind::kString) {
+          Value list;
+          list.type = Value::Type::kList;
+          list.origin = value.origin;
+          list.items.push_back(std::move(value));
+          value = std::move(list);
+        }
         HF_CHECK(value.type == Value::Type::kList, "config key '", full, "' expects a list, got ",
                  describe(value), " (", where, ")");
         if (!schema->items.empty()) {
@@ -460,6 +470,14 @@ void collect_missing(const Value& v, const std::string& prefix, std::vector<std:
   }
 }
 
+// Marks the defaults' texts as strings, as a value set over them is marked (check_scalar): to_yaml then writes
+// both alike, and a saved config loads back to the same text.
+void mark_strings_quoted(Value& v) {
+  if (v.type == Value::Type::kScalar && scalar_kind(v) == Kind::kString) v.quoted = true;
+  for (auto& item : v.items) mark_strings_quoted(item);
+  for (auto& entry : v.entries) mark_strings_quoted(entry.second);
+}
+
 void emit(YAML::Emitter& out, const Value& v) {
   switch (v.type) {
     case Value::Type::kNull: out << YAML::Null; break;
@@ -576,6 +594,7 @@ Config Config::load_from_string(const std::string& defaults_yaml, const std::str
   if (schema.type == Value::Type::kNull) schema.type = Value::Type::kMap;
   HF_CHECK(schema.type == Value::Type::kMap, "config defaults must be a YAML map at the top level");
   Value resolved = schema;
+  mark_strings_quoted(resolved);
   Merger merger{schema, &resolved, &compat, report};
   std::string source = source_name.empty() ? "config" : source_name;
   Value user = parse_yaml(user_yaml, source);

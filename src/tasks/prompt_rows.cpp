@@ -1,5 +1,7 @@
 #include "hybridflow/tasks/prompt_rows.h"
 
+#include <iterator>
+
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/jsonl.h"
 #include "hybridflow/tasks/parquet_rows.h"
@@ -122,6 +124,15 @@ std::vector<PromptRow> read_prompt_rows(const std::string& path, const PromptCol
   if (path.ends_with(".jsonl") || path.ends_with(".json")) return read_jsonl_rows(path, columns);
   HF_FAIL(path, ": unknown data file type; expected .parquet (verl's format) or .jsonl / .json (one JSON object ",
           "per line)");
+}
+
+std::vector<PromptRow> read_prompt_rows(const std::vector<std::string>& paths, const PromptColumns& columns) {
+  std::vector<PromptRow> rows;
+  for (const auto& path : paths) {
+    auto more = read_prompt_rows(path, columns);
+    rows.insert(rows.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return rows;
 }
 
 }  // namespace hybridflow

@@ -53,8 +53,8 @@ data:
   max_digits: 3
   min_length: 3
   max_length: 6
-  train_file: ""
-  test_file: ""
+  train_file: null
+  test_file: null
   train_size: 512
   train_max_samples: -1
   prompt_key: prompt
@@ -246,6 +246,7 @@ reward_model:
     len: 0
     penalty_factor: 1.0
     log: false
+    max_resp_len: null
   reward_clip: null
   dtype: fp32
   num_processes: 1

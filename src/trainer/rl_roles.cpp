@@ -106,8 +106,8 @@ torch::Tensor TrainerStages::sequence_scores(const DataProto& gen, const Future&
   if (overlong.enable) {
     // DAPO's soft overlong punishment: responses that run into the last `len` tokens lose up to penalty_factor.
     const auto lengths = gen.tensor("response_mask").to(torch::kFloat).sum(1);
-    const auto penalty = algo::overlong_penalty(lengths, s_.specs.rollout.response_length, overlong.len,
-                                                overlong.penalty_factor);
+    const int64_t max_length = overlong.max_resp_len > 0 ? overlong.max_resp_len : s_.specs.rollout.response_length;
+    const auto penalty = algo::overlong_penalty(lengths, max_length, overlong.len, overlong.penalty_factor);
     if (overlong.log) parts["score/overlong_penalty_mean"] = mean_of(penalty);
     scores = scores + penalty;
   }

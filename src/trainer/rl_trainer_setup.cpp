@@ -110,8 +110,11 @@ void check_rollout_restarts_fit_placement(const RolePlacement& placement, int64_
 }
 
 // Where the data came from, for errors: the file, or the built-in task.
-std::string prompts_source(const Task& task, const std::string& file) {
-  return file.empty() ? "data.task '" + task.name() + "'" : file;
+std::string prompts_source(const Task& task, const std::vector<std::string>& files) {
+  if (files.empty()) return "data.task '" + task.name() + "'";
+  std::string joined;
+  for (const auto& f : files) joined += (joined.empty() ? "" : ", ") + f;
+  return joined;
 }
 
 }  // namespace
@@ -175,28 +178,28 @@ void RLTrainer::State::load_data() {
   s.model.eos_token_id = s.tokenizer.eos_id();
   s.model.pad_token_id = s.tokenizer.pad_id();
   const uint64_t seed = s.run.trainer.seed;
-  const std::string& train_file = data.train_file;
-  const std::string& test_file = data.test_file;
+  const std::vector<std::string>& train_files = data.train_files;
+  const std::vector<std::string>& test_files = data.test_files;
   s.prompt_options = PromptOptions::from_config(config);
   PromptEncoder encoder(s.tokenizer, model_path, s.prompt_options);
   std::vector<PromptRow> train_rows, test_rows;
   const PromptColumns columns{data.prompt_key, data.reward_fn_key};
-  if (!test_file.empty()) test_rows = read_prompt_rows(test_file, columns);
-  if (train_file.empty() || test_file.empty()) {
+  if (!test_files.empty()) test_rows = read_prompt_rows(test_files, columns);
+  if (train_files.empty() || test_files.empty()) {
     auto splits = make_splits(*s.task, data.train_size, data.test_size, seed);
-    if (!test_file.empty()) {  // no held-out leak: generated training prompts that the test file holds go
+    if (!test_files.empty()) {  // no held-out leak: generated training prompts that the test file holds go
       std::vector<Example> held_out;
       for (const auto& row : test_rows)
         if (!row.is_chat()) held_out.push_back({row.prompt, row.answer});
       drop_prompts_of(held_out, &splits.train);
     }
     train_rows = task_rows(*s.task, splits.train, "training");
-    if (test_file.empty()) test_rows = task_rows(*s.task, splits.test, "test");
+    if (test_files.empty()) test_rows = task_rows(*s.task, splits.test, "test");
   }
-  if (!train_file.empty()) train_rows = read_prompt_rows(train_file, columns);
+  if (!train_files.empty()) train_rows = read_prompt_rows(train_files, columns);
   train_rows = at_most_rows(std::move(train_rows), data.train_max_samples, data.shuffle, data.seed.value_or(seed));
-  s.train_source = prompts_source(*s.task, train_file);
-  s.test_source = prompts_source(*s.task, test_file);
+  s.train_source = prompts_source(*s.task, train_files);
+  s.test_source = prompts_source(*s.task, test_files);
   s.train = encoder.encode(train_rows, s.train_source);
   s.test = encoder.encode(test_rows, s.test_source);
   const int64_t batch_prompts = s.run.data.train_batch_size;
@@ -290,8 +293,10 @@ void RLTrainer::State::specify_roles() {
   const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;
   if (overlong.enable) {
     const int64_t len = overlong.len;
-    HF_CHECK(len > 0 && len <= rollout.response_length, "reward_model.overlong_buffer.len must be in (0, ",
-             rollout.response_length, "] (the response budget) when the overlong buffer is enabled, got ", len);
+    const int64_t max_length = overlong.max_resp_len > 0 ? overlong.max_resp_len : rollout.response_length;
+    HF_CHECK(len > 0 && len <= max_length, "reward_model.overlong_buffer.len must be in (0, ", max_length, "] (",
+             overlong.max_resp_len > 0 ? "reward_model.overlong_buffer.max_resp_len" : "the response budget",
+             ") when the overlong buffer is enabled, got ", len);
   }
   // verl's bypass mode replaces the policy loss with its PPO clip (rollout_correction.loss_type ppo_clip),
   // which is hybridflow's vanilla loss with the rollout as the old policy.

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "hybridflow/algo/algo_config.h"
+#include "hybridflow/core/config_json.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
 #include "hybridflow/runtime/call_profiler.h"
 #include "hybridflow/trainer/rl_program.h"
 #include "hybridflow/trainer/rollout_sampling.h"
@@ -30,8 +32,12 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
   const std::string& path = t.resume_from_path;
   HF_CHECK(mode == "disable" || mode == "auto" || mode == "resume_path", "trainer.resume_mode must be disable, ",
            "auto or resume_path, got '", mode, "'");
-  HF_CHECK(path.empty() || mode == "resume_path", "trainer.resume_from_path is set (", path,
-           ") but trainer.resume_mode is '", mode, "'; set trainer.resume_mode=resume_path to resume from it");
+  // verl reads the path only in resume_path mode (auto takes the newest checkpoint of the run directory).
+  if (!path.empty() && mode != "resume_path") {
+    log_warn("trainer.resume_from_path (", path, ") is not read with trainer.resume_mode '", mode,
+             "', as in verl; set trainer.resume_mode=resume_path to resume from it");
+    t.resume_from_path.clear();
+  }
   t.max_rollout_restarts = c.get<int64_t>("trainer.max_rollout_restarts");
   HF_CHECK(t.max_rollout_restarts >= 0, "trainer.max_rollout_restarts must be >= 0 (0: a dead rollout worker stops ",
            "the run), got ", t.max_rollout_restarts);
@@ -52,14 +58,16 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
     // The held-out prompts' sampling is the trainer's (it asks for it per call), though verl keeps it under the rollout.
     const std::string v = "actor_rollout_ref.rollout.val_kwargs.";
     TrainerRunSpec::ValKwargs& k = t.val_kwargs;
-    k.do_sample = c.get<bool>(v + "do_sample");
     k.n = c.get<int64_t>(v + "n");
     k.temperature = c.get<double>(v + "temperature");
+    // verl's agent loop samples the held-out responses at val_kwargs.temperature whatever do_sample says, so
+    // a temperature above 0 samples here too (0: greedy).
+    k.do_sample = c.get<bool>(v + "do_sample") || k.temperature > 0;
     k.top_p = c.get<double>(v + "top_p");
     k.top_k = top_k_from_config(c.get<int64_t>(v + "top_k"), v + "top_k");
     HF_CHECK(k.n >= 1, v, "n must be >= 1 (responses per held-out prompt), got ", k.n);
-    HF_CHECK(k.do_sample || k.n == 1, v, "n is ", k.n, " but ", v, "do_sample is false: greedy responses to a ",
-             "prompt are all the same; set do_sample: true (with a temperature > 0) or n: 1");
+    HF_CHECK(k.do_sample || k.n == 1, v, "n is ", k.n, " but ", v, "temperature is 0 and do_sample false: greedy ",
+             "responses to a prompt are all the same; set a temperature > 0 or n: 1");
     HF_CHECK(!k.do_sample || k.temperature > 0, v, "do_sample is true but ", v, "temperature is ", k.temperature,
              ": sampling needs a temperature > 0");
     HF_CHECK(k.top_p > 0 && k.top_p <= 1, v, "top_p must be in (0, 1], got ", k.top_p);
@@ -75,6 +83,26 @@ TrainerRunSpec trainer_run_spec(const ConfigReader& c) {
   return t;
 }
 
+// A data key holding one path or a list of them (verl's train_files lists several, read as one set); null,
+// "" and [] are none.
+std::vector<std::string> data_files(const ConfigReader& c, const std::string& key) {
+  if (c.is_null(key)) return {};
+  const auto dot = key.rfind('.');
+  const nlohmann::ordered_json value = config_to_json(c.config().subtree(key.substr(0, dot)))[key.substr(dot + 1)];
+  std::vector<std::string> files;
+  if (value.is_string()) {
+    if (!value.get<std::string>().empty()) files.push_back(value.get<std::string>());
+    return files;
+  }
+  HF_CHECK(value.is_array(), key, " expects a file or a list of files, got ", value.dump(), " (", c.config().origin(key), ")");
+  for (const auto& item : value) {
+    HF_CHECK(item.is_string() && !item.get<std::string>().empty(), key, " expects a list of file paths, got ",
+             item.dump(), " in it (", c.config().origin(key), ")");
+    files.push_back(item.get<std::string>());
+  }
+  return files;
+}
+
 DataSpec run_spec_data(const ConfigReader& c) {
   DataSpec d;
   d.task = c.get<std::string>("data.task");
@@ -82,8 +110,8 @@ DataSpec run_spec_data(const ConfigReader& c) {
   d.max_digits = c.get<int>("data.max_digits");
   d.min_length = c.get<int>("data.min_length");
   d.max_length = c.get<int>("data.max_length");
-  d.train_file = c.get<std::string>("data.train_file");
-  d.test_file = c.get<std::string>("data.test_file");
+  d.train_files = data_files(c, "data.train_file");
+  d.test_files = data_files(c, "data.test_file");
   d.train_size = c.get<int64_t>("data.train_size");
   d.train_max_samples = c.get<int64_t>("data.train_max_samples");
   d.prompt_key = c.get<std::string>("data.prompt_key");
@@ -175,6 +203,11 @@ ScoringSpec scoring_spec(const ConfigReader& c) {
   o.len = overlong.get<int64_t>("len");
   o.penalty_factor = overlong.get<double>("penalty_factor");
   o.log = overlong.get<bool>("log");
+  if (!overlong.is_null("max_resp_len")) {
+    o.max_resp_len = overlong.get<int64_t>("max_resp_len");
+    HF_CHECK(o.max_resp_len > 0, "reward_model.overlong_buffer.max_resp_len must be > 0 (or null: the response ",
+             "budget), got ", o.max_resp_len);
+  }
   return s;
 }
 

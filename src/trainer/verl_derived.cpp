@@ -26,8 +26,8 @@ std::vector<std::string> verl_derived_overrides(const Config& config, RoleSpecKe
              ") must be > 0");
     // Training prompts before filtering: generated ones, or the rows of data.train_file.
     int64_t prompts = data.train_size;
-    if (!data.train_file.empty())
-      prompts = static_cast<int64_t>(read_prompt_rows(data.train_file, {data.prompt_key, data.reward_fn_key}).size());
+    if (!data.train_files.empty())
+      prompts = static_cast<int64_t>(read_prompt_rows(data.train_files, {data.prompt_key, data.reward_fn_key}).size());
     if (data.train_max_samples > 0) prompts = std::min(prompts, data.train_max_samples);
     const int64_t steps = epochs * (prompts / batch);
     HF_CHECK(steps > 0, "trainer.total_epochs: ", epochs, " epoch(s) of ", prompts,

@@ -14,7 +14,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"actor_rollout_ref.model.path", "model.path"},
     {"critic.model.path", "critic.model_path"},
     {"reward_model.model.path", "reward_model.path"},
-    {"data.train_files", "data.train_file"},  // a list of one file is that file
+    {"data.train_files", "data.train_file"},  // one file or a list
     {"data.val_files", "data.test_file"},
     {"trainer.total_training_steps", "trainer.total_steps"},
     {"trainer.default_local_dir", "trainer.run_dir"},  // checkpoints go to <run_dir>/checkpoints
@@ -25,6 +25,25 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"critic.optim.clip_grad", "critic.optim.grad_clip"},
     {"async_training.trigger_parameter_sync_step", "actor_rollout_ref.rollout.trigger_parameter_sync_step"},
     {"async_training.partial_rollout", "actor_rollout_ref.rollout.partial_rollout"},
+    // ppo_megatron_trainer.yaml: the Megatron engine's offloading is the FSDP one's here, and Megatron's
+    // optimizer names its schedule lr_decay_style.
+    {"actor_rollout_ref.actor.megatron.param_offload", "actor_rollout_ref.actor.fsdp_config.param_offload"},
+    {"actor_rollout_ref.actor.megatron.optimizer_offload", "actor_rollout_ref.actor.fsdp_config.optimizer_offload"},
+    {"critic.megatron.param_offload", "critic.model.fsdp_config.param_offload"},
+    {"critic.megatron.optimizer_offload", "critic.model.fsdp_config.optimizer_offload"},
+    {"actor_rollout_ref.actor.optim.lr_decay_style", "actor_rollout_ref.actor.optim.lr_scheduler_type"},
+    {"critic.optim.lr_decay_style", "critic.optim.lr_scheduler_type"},
+    // ppo_megatron_trainer.yaml's LoRA block.
+    {"actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora_rank"},
+    {"actor_rollout_ref.model.lora.alpha", "actor_rollout_ref.model.lora_alpha"},
+    {"critic.model.lora.rank", "critic.model.lora_rank"},
+    {"critic.model.lora.alpha", "critic.model.lora_alpha"},
+    // DAPO's reward manager takes the overlong buffer through reward_model.reward_kwargs.
+    {"reward_model.reward_kwargs.overlong_buffer_cfg.enable", "reward_model.overlong_buffer.enable"},
+    {"reward_model.reward_kwargs.overlong_buffer_cfg.len", "reward_model.overlong_buffer.len"},
+    {"reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor", "reward_model.overlong_buffer.penalty_factor"},
+    {"reward_model.reward_kwargs.overlong_buffer_cfg.log", "reward_model.overlong_buffer.log"},
+    {"reward_model.reward_kwargs.max_resp_len", "reward_model.overlong_buffer.max_resp_len"},
 };
 
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
@@ -33,6 +52,7 @@ constexpr const char* kPython = "only verl's Python stack (FSDP, vLLM, Ray, torc
 constexpr const char* kProfilerTool = "hybridflow profiles with libtorch's profiler only: global_profiler.tool torch";
 constexpr const char* kProfilerPath = "every role's traces go under global_profiler.save_path";
 constexpr const char* kNotYet = "not supported by hybridflow: only verl's default is accepted";
+constexpr const char* kMegatron = "a setting of Megatron-LM, which hybridflow's own engine does not run";
 
 // Accepted and dropped. `accepted` lists the values that keep verl's meaning here: verl's default where
 // the feature is missing in hybridflow, so a config that relies on it fails instead of training otherwise.
@@ -225,6 +245,65 @@ const IgnoredKey kIgnored[] = {
     {"ray_kwargs", "", kPython},
     {"ray_init", "", kPython},
     {"transfer_queue", "", kPython},
+    // ppo_megatron_trainer.yaml's engine blocks (megatron's tensor, pipeline and expert parallel sizes and
+    // use_distributed_optimizer are hybridflow's keys too; the offloads are aliases above).
+    {"actor_rollout_ref.actor.megatron.context_parallel_size", "1",
+     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
+    {"actor_rollout_ref.ref.megatron.context_parallel_size", "1",
+     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
+    {"critic.megatron.context_parallel_size", "1",
+     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
+    {"actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", "null",
+     "hybridflow's pipeline runs 1F1B without virtual (interleaved) stages"},
+    {"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", "null",
+     "hybridflow's pipeline runs 1F1B without virtual (interleaved) stages"},
+    {"critic.megatron.virtual_pipeline_model_parallel_size", "null",
+     "hybridflow's pipeline runs 1F1B without virtual (interleaved) stages"},
+    {"actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", "1",
+     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+    {"actor_rollout_ref.ref.megatron.expert_tensor_parallel_size", "1",
+     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+    {"critic.megatron.expert_tensor_parallel_size", "1",
+     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+    {"actor_rollout_ref.actor.megatron.grad_offload", "", "the gradients are freed after each optimizer step"},
+    {"critic.megatron.grad_offload", "", "the gradients are freed after each optimizer step"},
+    {"actor_rollout_ref.ref.megatron.param_offload", "", "the reference's weights follow the actor's placement"},
+    {"actor_rollout_ref.ref.megatron.grad_offload", "", "the reference has no gradients"},
+    {"actor_rollout_ref.ref.megatron.optimizer_offload", "", "the reference has no optimizer"},
+    {"actor_rollout_ref.actor.megatron.override_transformer_config", "",
+     "Megatron-LM's model settings; activation checkpointing is actor_rollout_ref.model.enable_gradient_checkpointing"},
+    {"actor_rollout_ref.ref.megatron.override_transformer_config", "", kMegatron},
+    {"critic.megatron.override_transformer_config", "",
+     "Megatron-LM's model settings; activation checkpointing is critic.model.enable_gradient_checkpointing"},
+    {"actor_rollout_ref.actor.megatron.sequence_parallel", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.use_dist_checkpointing", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.dist_checkpointing_path", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.dist_checkpointing_prefix", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.seed", "", "trainer.seed seeds every role"},
+    {"actor_rollout_ref.actor.megatron.override_ddp_config", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.override_mcore_model_config", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.use_mbridge", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.vanilla_mbridge", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.use_remove_padding", "", "padding-free packing is actor_rollout_ref.model.use_remove_padding"},
+    {"actor_rollout_ref.actor.megatron.forward_only", "", kMegatron},
+    {"actor_rollout_ref.actor.megatron.dtype", "", kMegatron},
+    {"actor_rollout_ref.ref.megatron", "", kMegatron},  // the rest of the reference's block
+    {"critic.megatron", "", kMegatron},                 // the rest of the critic's block
+    {"actor_rollout_ref.model.lora.type", "lora", "hybridflow's adapters are plain LoRA"},
+    {"actor_rollout_ref.model.lora.dropout", "0|0.0", kNotYet},
+    {"actor_rollout_ref.model.lora.target_modules", "null",
+     "Megatron's module names: set actor_rollout_ref.model.target_modules (all-linear, or HF module names)"},
+    {"actor_rollout_ref.model.lora.exclude_modules", "null", "set actor_rollout_ref.model.exclude_modules (HF module names)"},
+    {"actor_rollout_ref.model.lora", "", "Megatron's LoRA options (merge, dropout_position, lora_A_init_method); the "
+                                         "adapters start as PEFT's do"},
+    {"critic.model.lora", "", "Megatron's LoRA options: the critic's adapters are critic.model.lora_rank / lora_alpha"},
+    {"actor_rollout_ref.actor.optim.lr_warmup_init", "0|0.0", kNotYet},
+    {"actor_rollout_ref.actor.optim.lr_decay_steps", "null", kNotYet},
+    {"actor_rollout_ref.actor.optim.min_lr", "0|0.0", "use min_lr_ratio"},
+    {"actor_rollout_ref.actor.optim.weight_decay_incr_style", "constant", kNotYet},
+    {"actor_rollout_ref.actor.optim.lr_wsd_decay_style", "", "used only by lr_decay_style WSD, which hybridflow lacks"},
+    {"actor_rollout_ref.actor.optim.lr_wsd_decay_steps", "", "used only by lr_decay_style WSD, which hybridflow lacks"},
+    {"actor_rollout_ref.actor.optim.use_checkpoint_opt_param_scheduler", "", "a resume continues the schedule where it stopped"},
     // Hydra's own entries in a config file, and every _target_ (a Python class to instantiate).
     {"defaults", "", "Hydra composition: write the full config"},
     {"hydra", "", kPython},

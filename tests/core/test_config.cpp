@@ -34,6 +34,8 @@ trainer:
   total_steps: 100
   project: hybridflow
   tags: []
+log:
+  sinks: [console, jsonl]
 )";
 
 using hybridflow::testing::error_of;
@@ -124,6 +126,14 @@ TEST(Config, WrongTypeNamesKeyExpectedTypeAndValue) {
               HasSubstr("'actor.optim.betas[1]' expects a number, got 'high'"));
   EXPECT_THAT(error_of([] { load("data:\n  train_files: [a]\nactor: 3\n", {}); }),
               HasSubstr("'actor' expects a map, got '3'"));
+  // One text where a list of texts is expected is a list of one (verl's trainer.logger=console); not a number,
+  // nor where the default list is empty and says nothing of its items.
+  EXPECT_EQ(load("data:\n  train_files: [a]\n", {"log.sinks=tensorboard"}).get<std::vector<std::string>>("log.sinks"),
+            std::vector<std::string>{"tensorboard"});
+  EXPECT_EQ(load("data:\n  train_files: [a]\nlog:\n  sinks: console\n", {}).get<std::vector<std::string>>("log.sinks"),
+            std::vector<std::string>{"console"});
+  EXPECT_THAT(error_of([] { load("data:\n  train_files: [a]\n", {"log.sinks=3"}); }), HasSubstr("'log.sinks' expects a list, got '3'"));
+  EXPECT_THAT(error_of([] { load("data:\n  train_files: [a]\n", {"actor.optim.betas=0.9"}); }), HasSubstr("'actor.optim.betas' expects a list"));
   // An int where a float is expected is fine.
   EXPECT_DOUBLE_EQ(load("data:\n  train_files: [a]\n", {"actor.optim.lr=1"}).get<double>("actor.optim.lr"), 1.0);
 }

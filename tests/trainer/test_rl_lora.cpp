@@ -131,10 +131,11 @@ TEST(RlLora, PipelineStagesGenerateOnMergedWeightsThroughTheHybridEngine) {
     EXPECT_GT(a.at("reshard/model_bytes").get<double>(), 0) << "the engine switched layouts";
     for (const char* key : {"score/mean", "response_length/mean"})
       EXPECT_NEAR(a.at(key).get<double>(), b.at(key).get<double>(), 1e-5) << key << " at step " << step;
-    // Not actor/pg_loss: it is the mean of the micro-batches' losses, which depends on how rows are grouped
-    // (the stages take micro-batches of the whole batch, the ranks of their halves; without LoRA alike). The
-    // gradient's norm is the loss's whole gradient.
-    for (const char* key : {"actor/kl_loss", "actor/entropy", "actor/grad_norm"}) {
+    // Not actor/pg_loss nor actor/kl_loss: each is the mean of the micro-batches' token means, which depends on
+    // how rows are grouped (the stages take micro-batches of the whole batch, the ranks the halves that
+    // balance_batch gives them; without LoRA alike), and the KL's values are small enough (~1e-3) that the
+    // grouping moves it past the tolerance. The gradient's norm is the loss's whole gradient.
+    for (const char* key : {"actor/entropy", "actor/grad_norm"}) {
       const double want = b.at(key).get<double>();
       EXPECT_NEAR(a.at(key).get<double>(), want, 1e-4 + 1e-4 * std::abs(want)) << key << " at step " << step;
     }

@@ -411,6 +411,11 @@ TEST(RlTrainer, LearningRateFollowsVerlsScheduleOncePerRlStep) {
   });
   EXPECT_NE(bad.find("actor_rollout_ref.actor.optim.lr_scheduler_type: expected constant | cosine"), std::string::npos)
       << bad;
+  // Megatron's name for the key (verl's ppo_megatron_trainer.yaml) reaches the same check.
+  const std::string wsd = error_of([] {
+    RLTrainer t(load_rl_config("", tiny_rl_overrides("grpo", {"actor_rollout_ref.actor.optim.lr_decay_style=WSD"})));
+  });
+  EXPECT_NE(wsd.find("lr_scheduler_type: expected constant | cosine (verl's), got 'WSD'"), std::string::npos) << wsd;
 }
 
 // The rollout's KV cache is a memory layout, not a policy: a GRPO run on the paged cache and one on the
@@ -511,4 +516,26 @@ TEST(RlTrainer, IgnoreEosRunsEveryResponseToItsLength) {
     EXPECT_EQ(m.at("response_length/min").get<double>(), 6) << m.dump();
     EXPECT_EQ(m.at("response_length/clip_ratio").get<double>(), 1.0) << m.dump();
   }
+}
+
+// DAPO's overlong buffer as verl's DAPO reward manager takes it (reward_model.reward_kwargs): every response runs
+// to 6 tokens, so the penalty is -(6 - (max_resp_len - len)) / len x penalty_factor: -0.5 by the response budget
+// (expected length 6 - 2), -1.25 with max_resp_len 3 (expected length 1).
+TEST(RlTrainer, OverlongBufferFromVerlsRewardKwargsEndsAtMaxRespLen) {
+  auto penalty = [](std::vector<std::string> more) {
+    more.insert(more.end(), {"actor_rollout_ref.rollout.response_length=6", "actor_rollout_ref.rollout.ignore_eos=true",
+                             "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+                             "+reward_model.reward_kwargs.overlong_buffer_cfg.len=2",
+                             "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+                             "+reward_model.reward_kwargs.overlong_buffer_cfg.log=True", "trainer.total_steps=1",
+                             "trainer.log_samples_freq=0", "trainer.test_freq=0"});
+    RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", more)));
+    return trainer.step().at("score/overlong_penalty_mean").get<double>();
+  };
+  EXPECT_DOUBLE_EQ(penalty({}), -0.5);
+  EXPECT_DOUBLE_EQ(penalty({"+reward_model.reward_kwargs.max_resp_len=3"}), -1.25);
+  const std::string error = hybridflow::testing::error_of([&] { penalty({"reward_model.overlong_buffer.max_resp_len=1"}); });
+  EXPECT_NE(error.find("reward_model.overlong_buffer.len must be in (0, 1] (reward_model.overlong_buffer.max_resp_len)"),
+            std::string::npos)
+      << error;
 }

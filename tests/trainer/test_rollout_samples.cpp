@@ -410,4 +410,46 @@ TEST(GenerationDumps, ValidationScoresEachDataSourceAndSamplesWithValKwargs) {
   EXPECT_NE(error.find("actor_rollout_ref.rollout.val_kwargs.n is 2 but"), std::string::npos) << error;
 }
 
+// verl's data.train_files / val_files as lists (gsm8k and math in one run): the rows of every file, in one
+// set, each keeping its data source; the held-out metrics per source.
+TEST(GenerationDumps, SeveralDataFilesAreReadAsOneSet) {
+  hybridflow::testing::TempDir dir;
+  auto rows_of = [](const std::string& source, int first, int count) {
+    std::vector<nlohmann::json> rows;
+    for (int i = first; i < first + count; ++i)
+      rows.push_back({{"data_source", source},
+                      {"prompt", std::to_string(i) + "+1="},
+                      {"reward_model", {{"style", "rule"}, {"ground_truth", std::to_string(i + 1)}}}});
+    return rows;
+  };
+  write_jsonl(dir.file("x.jsonl"), rows_of("x", 0, 2));
+  write_jsonl(dir.file("y.jsonl"), rows_of("y", 2, 2));
+  write_jsonl(dir.file("hx.jsonl"), rows_of("hx", 4, 1));
+  write_jsonl(dir.file("hy.jsonl"), rows_of("hy", 5, 2));
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("grpo", {"data.train_files=[" + dir.file("x.jsonl") + "," + dir.file("y.jsonl") + "]",
+                                     "data.val_files=[" + dir.file("hx.jsonl") + "," + dir.file("hy.jsonl") + "]",
+                                     "data.train_batch_size=4", "data.test_size=3", "trainer.total_steps=1",
+                                     "trainer.test_freq=1", "trainer.log_samples_freq=0",
+                                     "trainer.rollout_data_dir=" + dir.file("rollouts"),
+                                     "trainer.validation_data_dir=" + dir.file("validations")})));
+  const nlohmann::json record = trainer.step();
+  std::multiset<std::string> sources;
+  for (const auto& r : read_jsonl(dir.file("rollouts") + "/1.jsonl")) sources.insert(r.at("data_source").get<std::string>());
+  EXPECT_EQ(sources, (std::multiset<std::string>{"x", "x", "x", "x", "y", "y", "y", "y"})) << "4 prompts x 2 samples";
+  const auto val = read_jsonl(dir.file("validations") + "/1.jsonl");
+  ASSERT_EQ(val.size(), 3u);
+  EXPECT_EQ(val[0].at("data_source"), "hx");
+  EXPECT_EQ(val[2].at("data_source"), "hy");
+  EXPECT_EQ(record.at("val-core/hx/reward/mean@1"), val[0].at("score")) << record.dump();
+  EXPECT_NEAR(record.at("val-core/hy/reward/mean@1").get<double>(),
+              (val[1].at("score").get<double>() + val[2].at("score").get<double>()) / 2, 1e-12) << record.dump();
+  // A missing file among them is named.
+  const std::string error = hybridflow::testing::error_of([&] {
+    RLTrainer bad(load_rl_config("", tiny_rl_overrides("grpo", {"data.train_files=[" + dir.file("x.jsonl") + "," +
+                                                                    dir.file("nope.jsonl") + "]"})));
+  });
+  EXPECT_NE(error.find("nope.jsonl"), std::string::npos) << error;
+}
+
 }  // namespace

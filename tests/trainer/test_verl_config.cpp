@@ -93,13 +93,95 @@ TEST(VerlConfig, VerlCommandLineOverridesAndDerivedSettings) {
                  "data.val_files=/data/test.parquet",
                  "actor_rollout_ref.actor.grad_clip=0.5", "trainer.n_gpus_per_node=2", "trainer.nnodes=2"});
   EXPECT_EQ(config.get<std::string>("model.path"), "/models/qwen");
-  EXPECT_EQ(config.get<std::string>("data.train_file"), "/data/train.parquet");
-  EXPECT_EQ(config.get<std::string>("data.test_file"), "/data/test.parquet");
+  EXPECT_EQ(rl_run_spec(config).data.train_files, std::vector<std::string>{"/data/train.parquet"});
+  EXPECT_EQ(rl_run_spec(config).data.test_files, std::vector<std::string>{"/data/test.parquet"});
   EXPECT_DOUBLE_EQ(config.get<double>("actor_rollout_ref.actor.optim.grad_clip"), 0.5);
   EXPECT_EQ(config.get<int64_t>("actor_rollout_ref.num_processes"), 4);
   EXPECT_EQ(config.get<int64_t>("critic.num_processes"), 4);
   // project_name / experiment_name name the run directory as verl's default_local_dir does.
   EXPECT_EQ(config.get<std::string>("trainer.run_dir"), "checkpoints/verl_grpo_example_addition/tiny_function_rm");
+}
+
+// verl's examples list several files (data.train_files=[gsm8k/train.parquet,math/train.parquet]); hybridflow's own
+// key takes one file or a list the same way.
+TEST(VerlConfig, DataFilesTakeOneFileOrAList) {
+  const auto files = [](const std::vector<std::string>& overrides) { return rl_run_spec(load_rl_config("", overrides)).data; };
+  EXPECT_EQ(files({"data.train_files=[/d/gsm8k.parquet,/d/math.parquet]"}).train_files,
+            (std::vector<std::string>{"/d/gsm8k.parquet", "/d/math.parquet"}));
+  EXPECT_EQ(files({"data.val_files=[/d/a.jsonl,/d/b.jsonl]"}).test_files,
+            (std::vector<std::string>{"/d/a.jsonl", "/d/b.jsonl"}));
+  EXPECT_EQ(files({"data.train_file=/d/one.jsonl"}).train_files, std::vector<std::string>{"/d/one.jsonl"});
+  EXPECT_TRUE(files({}).train_files.empty());
+  EXPECT_TRUE(files({"data.train_file="}).train_files.empty());
+  EXPECT_TRUE(files({"data.train_files=null"}).train_files.empty());
+  EXPECT_THAT(hybridflow::testing::error_of([&] { files({"data.train_files=[/d/a.jsonl,{x: 1}]"}); }),
+              HasSubstr("data.train_file expects a list of file paths, got {\"x\":1}"));
+  // total_epochs counts the rows of every file.
+  hybridflow::testing::TempDir dir;
+  const auto row = [](const std::string& prompt, const std::string& answer) {
+    return nlohmann::json{{"prompt", prompt}, {"answer", answer}};
+  };
+  write_jsonl(dir.file("a.jsonl"), {row("1+1=", "2"), row("1+2=", "3")});
+  write_jsonl(dir.file("b.jsonl"), {row("2+2=", "4"), row("2+3=", "5")});
+  EXPECT_EQ(load_rl_config("", {"trainer.total_epochs=3", "data.train_batch_size=2",
+                                "data.train_files=[" + dir.file("a.jsonl") + "," + dir.file("b.jsonl") + "]"})
+                .get<int64_t>("trainer.total_steps"),
+            6);
+}
+
+// Keys of verl's ppo_megatron_trainer.yaml and its examples' other habits: the Megatron engine's offloads and
+// schedule name, its own settings dropped, the features hybridflow lacks accepted only at their defaults.
+TEST(VerlConfig, MegatronConfigKeys) {
+  const Config config = load_rl_config(
+      kExample, {"actor_rollout_ref.actor.megatron.param_offload=True",
+                 "actor_rollout_ref.actor.megatron.optimizer_offload=True", "critic.megatron.param_offload=True",
+                 "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.actor.megatron.use_mbridge=True",
+                 "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform",
+                 "actor_rollout_ref.actor.megatron.context_parallel_size=1",
+                 "actor_rollout_ref.ref.megatron.param_offload=True", "critic.megatron.seed=42",
+                 "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null",
+                 "actor_rollout_ref.actor.optim.lr_decay_style=cosine", "actor_rollout_ref.actor.optim.min_lr=0.0",
+                 "actor_rollout_ref.model.lora.rank=32", "actor_rollout_ref.model.lora.alpha=64",
+                 "actor_rollout_ref.model.lora.lora_A_init_method=kaiming"});
+  EXPECT_EQ(config.get<int64_t>("actor_rollout_ref.model.lora_rank"), 32);
+  EXPECT_EQ(config.get<double>("actor_rollout_ref.model.lora_alpha"), 64);
+  EXPECT_TRUE(config.get<bool>("actor_rollout_ref.actor.fsdp_config.param_offload"));
+  EXPECT_TRUE(config.get<bool>("actor_rollout_ref.actor.fsdp_config.optimizer_offload"));
+  EXPECT_TRUE(config.get<bool>("critic.model.fsdp_config.param_offload"));
+  EXPECT_FALSE(config.get<bool>("critic.model.fsdp_config.optimizer_offload"));
+  EXPECT_EQ(config.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
+  using hybridflow::testing::error_of;
+  EXPECT_THAT(error_of([] { load_rl_config(kExample, {"actor_rollout_ref.actor.megatron.context_parallel_size=2"}); }),
+              HasSubstr("ulysses_sequence_parallel_size"));
+  EXPECT_THAT(error_of([] {
+                load_rl_config(kExample, {"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size=2"});
+              }),
+              HasSubstr("'actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size' = '2'"));
+  EXPECT_THAT(error_of([] { load_rl_config(kExample, {"actor_rollout_ref.actor.optim.min_lr=1e-6"}); }),
+              HasSubstr("min_lr_ratio"));
+  EXPECT_THAT(error_of([] {
+                load_rl_config(kExample, {"actor_rollout_ref.model.lora.target_modules=[linear_qkv]"});
+              }),
+              HasSubstr("actor_rollout_ref.model.target_modules"));
+}
+
+TEST(VerlConfig, ExamplesHabitsLoggerResumePathAndValidationTemperature) {
+  // trainer.logger=console (verl's tracking takes one name).
+  EXPECT_EQ(rl_run_spec(load_rl_config("", {"trainer.logger=console"})).trainer.logger, std::vector<std::string>{"console"});
+  // resume_from_path outside resume_path mode is not read, as in verl.
+  EXPECT_EQ(rl_run_spec(load_rl_config("", {"trainer.resume_mode=auto", "trainer.resume_from_path=checkpoints/"}))
+                .trainer.resume_from_path,
+            "");
+  EXPECT_EQ(rl_run_spec(load_rl_config("", {"trainer.resume_mode=resume_path", "trainer.resume_from_path=ck/global_step_2"}))
+                .trainer.resume_from_path,
+            "ck/global_step_2");
+  // A validation temperature samples (verl's agent loop reads no do_sample), so n responses may differ.
+  const auto val = rl_run_spec(load_rl_config("", {"actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+                                                   "actor_rollout_ref.rollout.val_kwargs.n=30"}))
+                       .trainer.val_kwargs;
+  EXPECT_TRUE(val.do_sample);
+  EXPECT_EQ(val.n, 30);
+  EXPECT_FALSE(rl_run_spec(load_rl_config("", {})).trainer.val_kwargs.do_sample);
 }
 
 TEST(VerlConfig, TotalEpochsSetsTotalStepsUnlessStepsAreGiven) {
@@ -129,10 +211,10 @@ std::set<std::pair<std::string, std::string>> documented_aliases() {
   std::set<std::pair<std::string, std::string>> out;
   std::string line;
   while (std::getline(in, line)) {
-    const std::string tail = " | renamed |";
-    if (line.rfind("| `", 0) != 0 || line.size() < tail.size() ||
-        line.compare(line.size() - tail.size(), tail.size(), tail) != 0)
-      continue;
+    // The status cell is "renamed", or "renamed: " and a note.
+    const bool renamed = line.ends_with(" | renamed |") ||
+                         (line.find(" | renamed: ") != std::string::npos && line.ends_with(" |"));
+    if (line.rfind("| `", 0) != 0 || !renamed) continue;
     const size_t a = 3, a_end = line.find('`', a);
     const size_t b = line.find('`', a_end + 1) + 1, b_end = line.find('`', b);
     out.emplace(line.substr(a, a_end - a), line.substr(b, b_end - b));

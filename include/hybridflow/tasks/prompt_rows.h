@@ -48,6 +48,8 @@ PromptRow parse_prompt_row(const nlohmann::ordered_json& row, const std::string&
 // naming the file. Rows of parquet files are numbered from 0 (as pandas and pyarrow number them), JSONL
 // rows by line from 1.
 std::vector<PromptRow> read_prompt_rows(const std::string& path, const PromptColumns& columns = {});
+// The rows of several files, one after another (verl's data.train_files: datasets concatenated in order).
+std::vector<PromptRow> read_prompt_rows(const std::vector<std::string>& paths, const PromptColumns& columns = {});
 
 // A built-in task's example as a verl row: the question as one user message, data_source = the task's name,
 // reward_model {style: rule, ground_truth: answer}, extra_info {split, index}.

@@ -64,8 +64,10 @@ struct DataSpec {
   std::string task;  // data.task, with data.min_digits and data.max_digits (data.min_length, max_length)
   int min_digits = 1, max_digits = 1;
   int min_length = 3, max_length = 6;
-  std::string train_file, test_file;  // "" = the task's generated examples
-  int64_t train_size = 0;             // generated training examples (without data.train_file)
+  // data.train_file / data.test_file: one file or a list, read in order as one set (verl's data.train_files /
+  // val_files); none = the task's generated examples.
+  std::vector<std::string> train_files, test_files;
+  int64_t train_size = 0;  // generated training examples (without data.train_file)
   int64_t train_max_samples = -1;     // data.train_max_samples: at most this many training prompts (-1 = all)
   // data.prompt_key / data.reward_fn_key: the data files' columns of the prompt and of its data source.
   std::string prompt_key = "prompt", reward_fn_key = "data_source";
@@ -121,6 +123,7 @@ struct ScoringSpec {
     int64_t len = 0;  // in (0, the response budget] when enabled
     double penalty_factor = 1.0;
     bool log = false;
+    int64_t max_resp_len = 0;  // the penalty starts at max_resp_len - len; 0 = the response budget
   } overlong_buffer;
   bool has_cost() const { return cost_model || cost_type != "none"; }
 };
