@@ -1,6 +1,7 @@
 // `hybridflow train`: an RL run (one of the algorithm programs, trainer/rl_program.h) from a YAML config plus dotted
 // overrides. The controller runs in this process; worker groups are spawned as child processes of
 // this same binary (see main.cpp's worker mode).
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -14,6 +15,32 @@
 #include "hybridflow/trainer/rl_trainer.h"
 
 namespace hybridflow::cli {
+namespace {
+
+// What `train --check` found: the run as it would start.
+void print_run_check(const nlohmann::json& c, std::ostream& out) {
+  out << "config ok: program " << c.at("program").get<std::string>() << " (adv_estimator "
+      << c.at("adv_estimator").get<std::string>() << ") on " << c.at("device").get<std::string>() << "\n"
+      << "model: " << c.at("model").get<std::string>() << ", " << std::fixed << std::setprecision(3)
+      << c.at("parameters").get<double>() / 1e9 << " B parameters" << std::defaultfloat << (c.at("reference").get<bool>() ? ", with a reference copy" : "") << "\n"
+      << "data: " << c.at("train_prompts").get<int64_t>() << " training prompts, " << c.at("test_prompts").get<int64_t>()
+      << " held-out; " << c.at("train_batch_size").get<int64_t>() << " prompts x " << c.at("n").get<int64_t>()
+      << " samples of up to " << c.at("response_length").get<int64_t>() << " tokens a step, "
+      << c.at("total_steps").get<int64_t>() << " steps\n"
+      << "placement " << c.at("placement").get<std::string>() << ":\n";
+  for (const auto& pool : c.at("pools")) {
+    out << "  pool '" << pool.at("name").get<std::string>() << "' (" << pool.at("processes").get<int>()
+        << (pool.at("processes").get<int>() == 1 ? " process): " : " processes): ");
+    std::string roles;
+    for (const auto& r : pool.at("roles")) roles += (roles.empty() ? "" : ", ") + r.get<std::string>();
+    out << roles << "\n";
+  }
+  const std::string run_dir = c.at("run_dir").get<std::string>(), resume = c.at("resume_from").get<std::string>();
+  out << "run directory: " << (run_dir.empty() ? "(none: nothing saved)" : run_dir)
+      << (resume.empty() ? "" : "; would resume from " + resume) << "\n";
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app, Action& action) {
   auto config_file = std::make_shared<std::string>();
@@ -30,10 +57,18 @@ void add_train_command(CLI::App& app, Action& action) {
   cmd->add_flag("--dashboard", *dashboard,
                 "serve the run's HTML report live on http://127.0.0.1:PORT/ while it trains (docs/report.md)");
   cmd->add_option("--dashboard-port", *dashboard_port, "port for --dashboard (default 0: any free port)");
-  cmd->callback([config_file, overrides, dashboard, dashboard_port, &action] {
-    action = [config_file, overrides, dashboard, dashboard_port] {
-      warn_if_slow_blas();
+  auto check = std::make_shared<bool>(false);
+  cmd->add_flag("--check", *check,
+                "check the config, data files, model and placement as a run would, print what the run would be, and "
+                "exit without starting a worker or writing anything (before a long job or a cluster allocation)");
+  cmd->callback([config_file, overrides, dashboard, dashboard_port, check, &action] {
+    action = [config_file, overrides, dashboard, dashboard_port, check] {
       const Config config = load_rl_config(*config_file, *overrides);
+      if (*check) {
+        print_run_check(RLTrainer::check(config), std::cout);
+        return 0;
+      }
+      warn_if_slow_blas();
       std::unique_ptr<report::DashboardServer> server;
       if (*dashboard) {
         const std::string run_dir = rl_run_spec(config).trainer.run_dir;

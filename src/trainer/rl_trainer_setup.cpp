@@ -11,6 +11,7 @@
 
 #include "hybridflow/core/platform.h"
 #include "hybridflow/engine/weight_sync.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/placement/workers_per_host.h"
@@ -127,7 +128,7 @@ std::string RLTrainer::State::open_run() {
   const Config& config = s.cfg;
   s.run = build_run_spec(config);
   const std::string& run_dir = s.run.trainer.run_dir;
-  if (!run_dir.empty()) {
+  if (!run_dir.empty() && !s.dry_run) {
     s.run_dir_lock = std::make_unique<DirectoryLock>(run_dir);
     // The resolved config (defaults, file and overrides) beside the metrics from the start, not only in
     // checkpoints: what a run directory was made with is then never a guess.
@@ -135,7 +136,7 @@ std::string RLTrainer::State::open_run() {
   }
   register_rl_workers();
   const std::string resume_dir = checkpoint_to_resume(s.run.trainer);
-  s.sinks = metrics_sinks(s.run.trainer.logger, &s.console_log);
+  if (!s.dry_run) s.sinks = metrics_sinks(s.run.trainer.logger, &s.console_log);
   return resume_dir;
 }
 
@@ -387,6 +388,39 @@ void RLTrainer::State::start(const std::string& resume_dir) {
     s.sync_rollout_weights();
     s.continue_saved_partial_rollouts();
   }
+}
+
+nlohmann::json RLTrainer::check(const Config& config) {
+  State s;
+  s.cfg = config;
+  s.dry_run = true;
+  const std::string resume_dir = s.open_run();
+  s.load_data();
+  s.make_scorers();
+  s.choose_roles();
+  s.place_roles();
+  s.specify_roles();
+  const ModelConfig model = s.model.path.empty() ? preset_model_config(s.model.preset, s.model.vocab_size)
+                                                 : load_model_config(s.model.path + "/config.json");
+  nlohmann::json pools = nlohmann::json::array();
+  for (const PoolSpec& pool : s.placement.pools)
+    pools.push_back({{"name", pool.name}, {"processes", pool.processes}, {"roles", pool.roles}});
+  return {{"program", s.run.algorithm.program},
+          {"adv_estimator", s.run.algorithm.adv_estimator},
+          {"device", s.model.device},
+          {"model", s.model.path.empty() ? "preset " + s.model.preset : s.model.path},
+          {"parameters", model_size(model).parameters()},
+          {"reference", s.need_ref},
+          {"train_prompts", static_cast<int64_t>(s.train.size())},
+          {"test_prompts", static_cast<int64_t>(s.test.size())},
+          {"train_batch_size", s.run.data.train_batch_size},
+          {"n", s.specs.rollout.n},
+          {"response_length", s.specs.rollout.response_length},
+          {"total_steps", s.run.trainer.total_steps},
+          {"placement", s.placement.kind},
+          {"pools", pools},
+          {"run_dir", s.run.trainer.run_dir},
+          {"resume_from", resume_dir}};
 }
 
 RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {

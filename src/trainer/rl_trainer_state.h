@@ -50,7 +50,7 @@ std::vector<int64_t> seeded_permutation(int64_t size, uint64_t seed);
 struct RLTrainer::State {
   // The constructor's steps, in order (rl_trainer_setup.cpp). open_run returns the checkpoint to resume
   // from ("" for a fresh start), resolved before any worker starts.
-  std::string open_run();
+  std::string open_run();  // with dry_run: no run directory, lock or metrics sinks
   void load_data();
   void make_scorers();
   void choose_roles();
@@ -62,6 +62,7 @@ struct RLTrainer::State {
   // Held for the whole run (and released last): a second run on the same run_dir fails at start.
   std::unique_ptr<DirectoryLock> run_dir_lock;
   Config cfg;
+  bool dry_run = false;  // RLTrainer::check: every check, nothing written, no worker
   // The run's settings besides the roles' (trainer/run_spec.h), built first: every trainer, data, algorithm
   // and scoring key is read there; the rest of the trainer reads the fields. `cfg` stays for the role
   // specs' builders, the data loading, the placement and a program's own keys (RLStep::config()).

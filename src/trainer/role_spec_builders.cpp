@@ -206,6 +206,15 @@ void generation_layout(const ConfigReader& rollout, const RoleFacts& f, Parallel
     return;
   }
   layout->gen_tp = tp_unset ? layout->tp : rollout.get<int>("tensor_model_parallel_size");
+  if (layout->gen_tp > layout->tp && layout->gen_tp % layout->tp == 0) {
+    // verl's usual layout: an FSDP actor (no tensor parallelism) and vLLM at TP 2 or more. Here each training rank
+    // already holds its whole tensor-parallel part of the model, so generating at the training's size takes no
+    // more memory and no weight exchange; the samples are the same up to rounding.
+    log_warn(gen_key, " = ", layout->gen_tp, " is larger than the actor's tensor_model_parallel_size = ", layout->tp,
+             ": the actor generates at ", layout->tp, " (its training groups hold the whole model, so the memory is ",
+             "the same); a standalone rollout pool (trainer.placement: standalone) generates at any size");
+    layout->gen_tp = layout->tp;
+  }
   HF_CHECK(layout->gen_tp >= 1 && layout->tp % layout->gen_tp == 0, gen_key, " = ", layout->gen_tp,
            " must divide actor_rollout_ref.actor.megatron.tensor_model_parallel_size = ", layout->tp,
            " (generation groups are made of parts of the training groups)");

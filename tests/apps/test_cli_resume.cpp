@@ -2,6 +2,7 @@
 // the same command again continues the run instead of starting over.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "hybridflow/core/jsonl.h"
@@ -53,4 +54,30 @@ TEST(CliResume, AMissingCheckpointIsAnErrorNamingIt) {
                  dir.file("no_such_ckpt"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, dir.file("no_such_ckpt"))) << r.output;
+}
+
+// `train --check`: the run as it would start, checked as a run checks it, with nothing written and no worker
+// started; a config that a run would refuse fails the same way; after a run it names the checkpoint it would
+// resume from.
+TEST(CliCheck, ChecksWithoutWritingAndNamesTheCheckpointItWouldResume) {
+  hybridflow::testing::TempDir dir;
+  const std::string run = dir.file("run");
+  CommandResult ok = run_hybridflow(tiny_grpo(run) + " trainer.total_steps=2 --check");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "config ok: program grpo (adv_estimator grpo) on cpu")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "data: 16 training prompts, 2 held-out; 2 prompts x 2 samples of up to 4 tokens a "
+                                  "step, 2 steps")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "pool 'global' (1 process): actor")) << ok.output;
+  EXPECT_FALSE(contains(ok.output, "step 1/2")) << ok.output;
+  EXPECT_FALSE(std::filesystem::exists(run)) << "--check wrote the run directory";
+
+  CommandResult bad = run_hybridflow(tiny_grpo(run) + " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 --check");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "ppo_micro_batch_size(_per_gpu) = 3 samples per process do not divide")) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(run));
+
+  ASSERT_EQ(run_hybridflow(tiny_grpo(run) + " trainer.total_steps=2").exit_code, 0);
+  CommandResult again = run_hybridflow(tiny_grpo(run) + " trainer.total_steps=4 --check");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "would resume from " + run + "/checkpoints/step_2")) << again.output;
 }

@@ -268,6 +268,19 @@ TEST(RoleSpecKeys, SpecsSurviveTheTripToTheWorkers) {
   EXPECT_EQ(specs.cost_critic->spec.train.seed, 3u);
 }
 
+// verl's usual layout, an FSDP actor (training tensor parallelism 1) with vLLM at TP 2: the actor generates at its
+// training size (every rank holds the whole model); a size that does not divide the training's is still refused.
+TEST(RoleSpecKeys, GenerationLargerThanTheTrainingsTensorParallelismGeneratesAtTheTrainings) {
+  RoleSpecKeys keys;
+  const RoleSpecs verl = all_roles(load_rl_config("", {"actor_rollout_ref.rollout.tensor_model_parallel_size=2"}), &keys);
+  EXPECT_EQ(verl.actor.layout.tp, 1);
+  EXPECT_EQ(verl.actor.layout.gen_tp, 1);
+  const std::string error = testing::error_of([&] {
+    all_roles(load_rl_config("", {"actor_rollout_ref.rollout.tensor_model_parallel_size=0"}), &keys);
+  });
+  EXPECT_NE(error.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 0 must divide"), std::string::npos) << error;
+}
+
 // verl's optimizer keys: betas and num_cycles of the optim block, and override_optimizer_config's AdamW
 // arguments over them (as verl's optimizer_args.update), reach the actor's and the critic's workers; a value
 // AdamW cannot take is refused naming the key.

@@ -42,6 +42,11 @@ class RLTrainer {
   // Builds the data and tokenizer, starts the worker pools and creates the worker groups. Error on a bad config.
   explicit RLTrainer(const Config& config);
   ~RLTrainer();
+  // `hybridflow train --check`: every check the trainer makes before it starts a process (keys and values, the
+  // data files read and encoded, the model's config.json and tokenizer, the placement, each role's spec, batch
+  // sizes and context length), without creating the run directory or starting a worker. Returns what the run
+  // would be: program, estimator, device, model, prompts, steps, placement and the checkpoint it would resume.
+  static nlohmann::json check(const Config& config);
   RLTrainer(const RLTrainer&) = delete;
   RLTrainer& operator=(const RLTrainer&) = delete;
 
