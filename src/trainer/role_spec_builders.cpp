@@ -32,9 +32,15 @@ void apply_optimizer_overrides(const ConfigReader& optim, const std::string& key
       set_adam_betas(o, overrides.get<std::vector<double>>(name), full);
     } else if (name == "amsgrad" || name == "maximize") {
       HF_CHECK(!overrides.get<bool>(name), full, ": only false is supported by hybridflow's AdamW");
+    } else if (name == "optimizer_cpu_offload" || name == "optimizer_offload_fraction" ||
+               name == "overlap_cpu_optimizer_d2h_h2d" || name == "use_precision_aware_optimizer") {
+      // Megatron's hybrid CPU optimizer (verl's Megatron examples): the update is the same AdamW step.
+      log_warn(full, " (Megatron-LM's CPU optimizer) is ignored: hybridflow steps AdamW on the device; ", key.substr(0, key.size() - 6),
+               key.rfind("critic", 0) == 0 ? ".model" : "", ".fsdp_config.optimizer_offload keeps its state in host memory between steps");
     } else if (name != "foreach" && name != "fused" && name != "capturable" && name != "differentiable") {
-      HF_FAIL(full, ": not an AdamW argument; expected lr, weight_decay, eps, betas, amsgrad / maximize (false) or ",
-              "foreach / fused / capturable / differentiable (ignored)");
+      HF_FAIL(full, ": not an AdamW argument; expected lr, weight_decay, eps, betas, amsgrad / maximize (false), ",
+              "foreach / fused / capturable / differentiable (ignored) or Megatron's optimizer_cpu_offload, ",
+              "optimizer_offload_fraction, overlap_cpu_optimizer_d2h_h2d, use_precision_aware_optimizer (ignored)");
     }
   }
 }
@@ -275,9 +281,11 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   // A sequence-parallel group trains on its members' rows together: the batch splits over dp / sp groups.
   t.mini_batch_rows = mini_batch_rows_per_process(c, section + ".ppo_mini_batch_size", n, plan.dp / sp);
   t.micro_batch_rows = micro_batch_rows_per_process(c, section + ".ppo_micro_batch_size", plan.dp / sp, 8);
-  check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, section + ".ppo_mini_batch_size",
-                           section + ".ppo_micro_batch_size(_per_gpu)");
   *bsz = dynamic_bsz(c, section + ".use_dynamic_bsz", false, section + ".ppo_max_token_len_per_gpu", 0);
+  // With use_dynamic_bsz the micro-batches are cut by tokens and their row count is not read (as in verl).
+  if (!bsz->on)
+    check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, section + ".ppo_mini_batch_size",
+                             section + ".ppo_micro_batch_size(_per_gpu)");
   t.max_token_len = bsz->budget();
   t.seed = f.seed;
   train_settings(actor, section, "fsdp_config", &t);
@@ -511,8 +519,9 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   t.optim = optim_spec(critic, "critic", f.total_steps);
   t.mini_batch_rows = mini_batch_rows_per_process(c, "critic.ppo_mini_batch_size", n, plan.dp / sp);
   t.micro_batch_rows = micro_batch_rows_per_process(c, "critic.ppo_micro_batch_size", plan.dp / sp, 8);
-  check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, "critic.ppo_mini_batch_size",
-                           "critic.ppo_micro_batch_size(_per_gpu)");
+  if (!bsz.update.on)
+    check_micro_divides_mini(t.mini_batch_rows, t.micro_batch_rows, "critic.ppo_mini_batch_size",
+                             "critic.ppo_micro_batch_size(_per_gpu)");
   t.max_token_len = bsz.update.budget();
   t.seed = f.seed + 1;
   train_settings(critic, "critic", "model.fsdp_config", &t);

@@ -281,6 +281,20 @@ TEST(RoleSpecKeys, GenerationLargerThanTheTrainingsTensorParallelismGeneratesAtT
   EXPECT_NE(error.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 0 must divide"), std::string::npos) << error;
 }
 
+// With use_dynamic_bsz the micro-batches are cut by tokens, so a row count that does not divide the mini-batch is
+// not an error (verl's examples leave ppo_micro_batch_size_per_gpu at 3 there); without it, it is.
+TEST(RoleSpecKeys, MicroBatchRowsAreNotCheckedWhenTokensCutTheMicroBatches) {
+  RoleSpecKeys keys;
+  const std::vector<std::string> odd = {"actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"};
+  std::vector<std::string> dynamic = odd;
+  dynamic.push_back("actor_rollout_ref.actor.use_dynamic_bsz=true");
+  EXPECT_NO_THROW(all_roles(load_rl_config("", dynamic), &keys));
+  const std::string error = testing::error_of([&] { all_roles(load_rl_config("", odd), &keys); });
+  EXPECT_NE(error.find("ppo_micro_batch_size(_per_gpu) = 3 samples per process do not divide"), std::string::npos)
+      << error;
+}
+
 // verl's optimizer keys: betas and num_cycles of the optim block, and override_optimizer_config's AdamW
 // arguments over them (as verl's optimizer_args.update), reach the actor's and the critic's workers; a value
 // AdamW cannot take is refused naming the key.
@@ -293,6 +307,8 @@ TEST(RoleSpecKeys, VerlsOptimizerKeysReachTheActorAndTheCritic) {
                                     "actor_rollout_ref.actor.optim.num_cycles=1.5",
                                     "++actor_rollout_ref.actor.optim.override_optimizer_config.eps=1.0e-6",
                                     "++actor_rollout_ref.actor.optim.override_optimizer_config.foreach=false",
+                                    "++actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=true",
+                                    "++actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=1.0",
                                     "++critic.optim.override_optimizer_config.betas=[0.8,0.99]",
                                     "++critic.optim.override_optimizer_config.lr=3.0e-4"});
   const ActorSpec actor = nlohmann::json(specs.actor.spec).get<ActorSpec>();  // as the worker decodes it
