@@ -106,8 +106,16 @@ TEST(RlTrainerTensorParallel, LayoutsThatDoNotFitAreRefusedNamingTheKey) {
   EXPECT_NE(e.find("actor_rollout_ref.actor.megatron.tensor_model_parallel_size = 2"), std::string::npos) << e;
   e = error_for({"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2"});
   EXPECT_NE(e.find("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2"), std::string::npos) << e;
-  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"});
-  EXPECT_NE(e.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 2 must divide"), std::string::npos) << e;
+  e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size=3"});
+  EXPECT_NE(e.find("actor_rollout_ref.rollout.tensor_model_parallel_size = 3 must divide"), std::string::npos) << e;
+  {
+    // verl's FSDP actor with vLLM at TP 2: a multiple of the training size generates at the training size.
+    RLTrainer verl_layout(load_rl_config("", hybridflow::testing::tiny_rl_overrides(
+                                                 "grpo", {"actor_rollout_ref.num_processes=2", "trainer.total_steps=1",
+                                                          "actor_rollout_ref.rollout.tensor_model_parallel_size=2"})));
+    EXPECT_TRUE(verl_layout.step().contains("actor/pg_loss"));
+  }
   e = error_for({"actor_rollout_ref.num_processes=2", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                  "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=1"});
   EXPECT_NE(e.find("actor_rollout_ref.ref.megatron.tensor_model_parallel_size = 1"), std::string::npos) << e;
