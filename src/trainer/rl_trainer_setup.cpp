@@ -390,16 +390,21 @@ void RLTrainer::State::start(const std::string& resume_dir) {
   }
 }
 
+std::string RLTrainer::State::prepare() {
+  const std::string resume_dir = open_run();
+  load_data();
+  make_scorers();
+  choose_roles();
+  place_roles();
+  specify_roles();
+  return resume_dir;
+}
+
 nlohmann::json RLTrainer::check(const Config& config) {
   State s;
   s.cfg = config;
   s.dry_run = true;
-  const std::string resume_dir = s.open_run();
-  s.load_data();
-  s.make_scorers();
-  s.choose_roles();
-  s.place_roles();
-  s.specify_roles();
+  const std::string resume_dir = s.prepare();
   const ModelConfig model = s.model.path.empty() ? preset_model_config(s.model.preset, s.model.vocab_size)
                                                  : load_model_config(s.model.path + "/config.json");
   nlohmann::json pools = nlohmann::json::array();
@@ -426,12 +431,7 @@ nlohmann::json RLTrainer::check(const Config& config) {
 RLTrainer::RLTrainer(const Config& config) : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.cfg = config;
-  const std::string resume_dir = s.open_run();
-  s.load_data();
-  s.make_scorers();
-  s.choose_roles();
-  s.place_roles();
-  s.specify_roles();
+  const std::string resume_dir = s.prepare();
   s.create_groups();
   if (s.run.profiler.on) s.profile_targets();  // its rank checks, before any step
   s.start(resume_dir);

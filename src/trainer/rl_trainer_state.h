@@ -56,6 +56,9 @@ struct RLTrainer::State {
   void choose_roles();
   void place_roles();
   void specify_roles();
+  // open_run to specify_roles: every check before a process starts (RLTrainer::check stops here); returns
+  // open_run's checkpoint.
+  std::string prepare();
   void create_groups();
   void start(const std::string& resume_dir);
 
