@@ -19,15 +19,19 @@ namespace {
 
 // What `train --check` found: the run as it would start.
 void print_run_check(const nlohmann::json& c, std::ostream& out) {
-  out << "config ok: program " << c.at("program").get<std::string>() << " (adv_estimator "
-      << c.at("adv_estimator").get<std::string>() << ") on " << c.at("device").get<std::string>() << "\n"
-      << "model: " << c.at("model").get<std::string>() << ", " << std::fixed << std::setprecision(3)
-      << c.at("parameters").get<double>() / 1e9 << " B parameters" << std::defaultfloat << (c.at("reference").get<bool>() ? ", with a reference copy" : "") << "\n"
-      << "data: " << c.at("train_prompts").get<int64_t>() << " training prompts, " << c.at("test_prompts").get<int64_t>()
-      << " held-out; " << c.at("train_batch_size").get<int64_t>() << " prompts x " << c.at("n").get<int64_t>()
-      << " samples of up to " << c.at("response_length").get<int64_t>() << " tokens a step, "
-      << c.at("total_steps").get<int64_t>() << " steps\n"
-      << "placement " << c.at("placement").get<std::string>() << ":\n";
+  const auto text = [&](const char* key) { return c.at(key).get<std::string>(); };
+  const auto count = [&](const char* key) { return c.at(key).get<int64_t>(); };
+  out << "config ok: program " << text("program") << " (adv_estimator " << text("adv_estimator") << ") on "
+      << text("device") << "\n";
+  const double parameters = c.at("parameters").get<double>();
+  out << "model: " << text("model") << ", " << std::fixed << std::setprecision(parameters >= 1e9 ? 2 : 1)
+      << (parameters >= 1e9 ? parameters / 1e9 : parameters / 1e6) << (parameters >= 1e9 ? " B" : " M")
+      << " parameters" << std::defaultfloat << (c.at("reference").get<bool>() ? ", with a reference copy" : "")
+      << "\n";
+  out << "data: " << count("train_prompts") << " training prompts, " << count("test_prompts") << " held-out; "
+      << count("train_batch_size") << " prompts x " << count("n") << " samples of up to " << count("response_length")
+      << " tokens a step, " << count("total_steps") << " steps\n";
+  out << "placement " << text("placement") << ":\n";
   for (const auto& pool : c.at("pools")) {
     out << "  pool '" << pool.at("name").get<std::string>() << "' (" << pool.at("processes").get<int>()
         << (pool.at("processes").get<int>() == 1 ? " process): " : " processes): ");
@@ -45,8 +49,8 @@ void print_run_check(const nlohmann::json& c, std::ostream& out) {
 void add_train_command(CLI::App& app, Action& action) {
   auto config_file = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | reinforce_plus_plus | "
-                                             "reinforce_plus_plus_baseline | gpg; "
+  CLI::App* cmd = app.add_subcommand("train", "RL post-training (algorithm.adv_estimator: gae | grpo | rloo | remax | "
+                                             "reinforce_plus_plus | reinforce_plus_plus_baseline | gpg; "
                                              "algorithm.program: auto | ppo | grpo | rloo | remax | reinforce_plus_plus | safe_rlhf | dapo)");
   cmd->add_option("-c,--config", *config_file, "YAML config (examples/*.yaml; keys: docs/configuration.md)");
   cmd->add_option("overrides", *overrides,

@@ -35,8 +35,10 @@ void apply_optimizer_overrides(const ConfigReader& optim, const std::string& key
     } else if (name == "optimizer_cpu_offload" || name == "optimizer_offload_fraction" ||
                name == "overlap_cpu_optimizer_d2h_h2d" || name == "use_precision_aware_optimizer") {
       // Megatron's hybrid CPU optimizer (verl's Megatron examples): the update is the same AdamW step.
-      log_warn(full, " (Megatron-LM's CPU optimizer) is ignored: hybridflow steps AdamW on the device; ", key.substr(0, key.size() - 6),
-               key.rfind("critic", 0) == 0 ? ".model" : "", ".fsdp_config.optimizer_offload keeps its state in host memory between steps");
+      const std::string role = key.substr(0, key.size() - std::string(".optim").size());
+      log_warn(full, " (Megatron-LM's CPU optimizer) is ignored: hybridflow steps AdamW on the device; ", role,
+               role == "critic" ? ".model" : "", ".fsdp_config.optimizer_offload keeps its state in host memory ",
+               "between steps");
     } else if (name != "foreach" && name != "fused" && name != "capturable" && name != "differentiable") {
       HF_FAIL(full, ": not an AdamW argument; expected lr, weight_decay, eps, betas, amsgrad / maximize (false), ",
               "foreach / fused / capturable / differentiable (ignored) or Megatron's optimizer_cpu_offload, ",

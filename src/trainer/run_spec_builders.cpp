@@ -94,7 +94,8 @@ std::vector<std::string> data_files(const ConfigReader& c, const std::string& ke
     if (!value.get<std::string>().empty()) files.push_back(value.get<std::string>());
     return files;
   }
-  HF_CHECK(value.is_array(), key, " expects a file or a list of files, got ", value.dump(), " (", c.config().origin(key), ")");
+  HF_CHECK(value.is_array(), key, " expects a file or a list of files, got ", value.dump(), " (",
+           c.config().origin(key), ")");
   for (const auto& item : value) {
     HF_CHECK(item.is_string() && !item.get<std::string>().empty(), key, " expects a list of file paths, got ",
              item.dump(), " in it (", c.config().origin(key), ")");
