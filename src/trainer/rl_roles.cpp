@@ -226,7 +226,7 @@ DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& m
   const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
   // A rank's time follows the work of its rows, attention's quadratic part included, not just their tokens.
   std::vector<int64_t> work(lengths.size());
-  for (size_t i = 0; i < lengths.size(); ++i) work[i] = sequence_workload(lengths[i], s_.actor_hidden_size);
+  for (size_t i = 0; i < lengths.size(); ++i) work[i] = sequence_workload(lengths[i], s_.model_config.hidden_size);
   const std::vector<int64_t> order = balanced_row_order(work, parts);
   if (log_metrics) {  // verl's names: the chunks' tokens as the rows came, then as balanced
     const auto before = chunk_token_sums(lengths, parts), after = chunk_token_sums(lengths, parts, order);

@@ -13,6 +13,7 @@
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pretrained.h"
+#include "hybridflow/workers/model_spec.h"
 #include "hybridflow/placement/placement_spec.h"
 #include "hybridflow/placement/workers_per_host.h"
 #include "hybridflow/trainer/rl_program.h"
@@ -286,10 +287,8 @@ void RLTrainer::State::specify_roles() {
   s.specs = build_role_specs(config, f, s.model);
   const RolloutSpec& rollout = s.specs.rollout;
   s.need_ref = s.specs.ref.has_value();
-  const ModelConfig model = s.model.path.empty() ? preset_model_config(s.model.preset, s.model.vocab_size)
-                                                 : load_model_config(s.model.path + "/config.json");
-  s.actor_hidden_size = model.hidden_size;
-  check_context_fits(s.model, model, rollout.response_length, s.specs.response_length_key,
+  s.model_config = model_config_of(s.model);
+  check_context_fits(s.model, s.model_config, rollout.response_length, s.specs.response_length_key,
                      {{s.train_source, &s.train}, {s.test_source, &s.test}});
   const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;
   if (overlong.enable) {
@@ -405,8 +404,6 @@ nlohmann::json RLTrainer::check(const Config& config) {
   s.cfg = config;
   s.dry_run = true;
   const std::string resume_dir = s.prepare();
-  const ModelConfig model = s.model.path.empty() ? preset_model_config(s.model.preset, s.model.vocab_size)
-                                                 : load_model_config(s.model.path + "/config.json");
   nlohmann::json pools = nlohmann::json::array();
   for (const PoolSpec& pool : s.placement.pools)
     pools.push_back({{"name", pool.name}, {"processes", pool.processes}, {"roles", pool.roles}});
@@ -414,7 +411,7 @@ nlohmann::json RLTrainer::check(const Config& config) {
           {"adv_estimator", s.run.algorithm.adv_estimator},
           {"device", s.model.device},
           {"model", s.model.path.empty() ? "preset " + s.model.preset : s.model.path},
-          {"parameters", model_size(model).parameters()},
+          {"parameters", model_size(s.model_config).parameters()},
           {"reference", s.need_ref},
           {"train_prompts", static_cast<int64_t>(s.train.size())},
           {"test_prompts", static_cast<int64_t>(s.test.size())},

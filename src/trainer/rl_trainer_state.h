@@ -23,6 +23,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/fs.h"
 #include "hybridflow/core/logging.h"
+#include "hybridflow/model/model_config.h"
 #include "hybridflow/engine/weight_sync.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/placement/placement_spec.h"
@@ -82,7 +83,9 @@ struct RLTrainer::State {
   bool use_reward_model = false;  // reward_model.enable
   // The model every role starts from, and each role's spec and layout.
   ModelSpec model;
-  int64_t actor_hidden_size = 0;  // of the model: trainer.balance_batch weighs rows by their work at it
+  // Its architecture (workers/model_spec.h), as the workers build it: the context check, balance_batch's row
+  // weights and `train --check` read it.
+  ModelConfig model_config;
   RoleSpecs specs;
   std::unique_ptr<RewardFunction> reward_fn;  // null: the task's own score()
   // Safe-RLHF, on when a cost is configured (cost_model.enable or cost.type): the multiplier, and the

@@ -33,6 +33,21 @@ void init_value_head(CausalLM& model, uint64_t seed) {
 }
 }  // namespace
 
+ModelConfig model_config_of(const ModelSpec& spec) {
+  if (!spec.path.empty()) return load_model_config(spec.path + "/config.json");
+  HF_CHECK(spec.vocab_size > 0, "model spec: 'vocab_size' is required without 'path', got ", nlohmann::json(spec).dump());
+  ModelConfig config = preset_model_config(spec.preset, spec.vocab_size);
+  override_dim(spec.hidden_size, config.hidden_size);
+  override_dim(spec.num_hidden_layers, config.num_hidden_layers);
+  override_dim(spec.intermediate_size, config.intermediate_size);
+  override_dim(spec.num_attention_heads, config.num_attention_heads);
+  override_dim(spec.num_key_value_heads, config.num_key_value_heads);
+  config.eos_token_id = spec.eos_token_id.value_or(config.eos_token_id);
+  config.pad_token_id = spec.pad_token_id.value_or(config.pad_token_id);
+  config.validate();
+  return config;
+}
+
 CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelGroup& tp, const PipelineStage& stage) {
   // Same seed on every rank, for actor and reference, and in every run: identical initial weights,
   // including a value head that a language model directory does not have and so starts fresh.
@@ -48,16 +63,7 @@ CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelG
     add_configured_lora(loaded.model, spec.lora, spec.lora_adapter_path, spec.init_seed, spec.lora_key);
     return loaded.model;
   }
-  HF_CHECK(spec.vocab_size > 0, "model spec: 'vocab_size' is required without 'path', got ", nlohmann::json(spec).dump());
-  ModelConfig config = preset_model_config(spec.preset, spec.vocab_size);
-  override_dim(spec.hidden_size, config.hidden_size);
-  override_dim(spec.num_hidden_layers, config.num_hidden_layers);
-  override_dim(spec.intermediate_size, config.intermediate_size);
-  override_dim(spec.num_attention_heads, config.num_attention_heads);
-  override_dim(spec.num_key_value_heads, config.num_key_value_heads);
-  config.eos_token_id = spec.eos_token_id.value_or(config.eos_token_id);
-  config.pad_token_id = spec.pad_token_id.value_or(config.pad_token_id);
-  config.validate();
+  const ModelConfig config = model_config_of(spec);
   CausalLM model(config, head);
   if (tp.enabled() || stage.enabled()) {
     if (tp.enabled()) check_tensor_parallel(config, tp.size());

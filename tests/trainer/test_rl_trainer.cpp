@@ -539,3 +539,16 @@ TEST(RlTrainer, OverlongBufferFromVerlsRewardKwargsEndsAtMaxRespLen) {
             std::string::npos)
       << error;
 }
+
+// train --check sizes the model the workers build: a preset with the config's dimensions over it.
+TEST(RlTrainer, CheckSizesThePresetWithTheConfigsDimensions) {
+  auto parameters = [](const std::vector<std::string>& extra) {
+    return RLTrainer::check(load_rl_config("", tiny_rl_overrides("grpo", extra))).at("parameters").get<double>();
+  };
+  const double narrow = parameters({});  // hidden size 32 over the preset
+  const double wide = parameters({"model.hidden_size=64"});
+  const double deeper = parameters({"model.num_hidden_layers=2"});
+  EXPECT_GT(wide, narrow);
+  EXPECT_GT(deeper, narrow);
+  EXPECT_NE(wide, deeper);
+}

@@ -24,6 +24,10 @@ namespace hybridflow {
 // holds only that stage's part of those weights. With LoRA in the spec (lora, lora_adapter_path) the model
 // gets its adapters and only they (and a value head) train: the base weights are frozen (requires_grad
 // false), so a TrainEngine over the model keeps no gradient, optimizer state or master copy for them.
+// The architecture build_model gives the spec: the directory's config.json, or the preset with the spec's
+// dimensions and ids over it (checked). For the controller, which sizes and checks without building.
+ModelConfig model_config_of(const ModelSpec& spec);
+
 CausalLM build_model(const ModelSpec& spec, HeadKind head, const TensorParallelGroup& tp = {},
                      const PipelineStage& stage = {});
 
