@@ -14,40 +14,56 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size)
   HF_CHECK(block_size >= 1, "paged KV cache: block_size must be at least 1 token, got ", block_size);
   references_.assign(static_cast<size_t>(num_blocks), 0);
   takes_.assign(static_cast<size_t>(num_blocks), 0);
+  retained_at_.assign(static_cast<size_t>(num_blocks), -1);
+  keep_.assign(static_cast<size_t>(num_blocks), 0);
   for (int64_t b = 0; b < num_blocks; ++b) free_.insert(free_.end(), b);
 }
 
 int64_t BlockManager::blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
 int64_t BlockManager::worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
-                                        int64_t cached_blocks) const {
+                                        const std::vector<int64_t>& cached_prefix) const {
+  const auto cached_blocks = static_cast<int64_t>(cached_prefix.size());
   HF_CHECK(prompt_tokens >= 1 && n >= 1 && max_tokens >= prompt_tokens,
            "paged KV cache: a prompt needs prompt_tokens >= 1, n >= 1 and max_tokens >= prompt_tokens, got ",
            prompt_tokens, ", ", n, " and ", max_tokens);
   HF_CHECK(cached_blocks >= 0 && cached_blocks * block_size_ < prompt_tokens, "paged KV cache: ", cached_blocks,
            " cached blocks of ", block_size_, " positions for a prompt of ", prompt_tokens,
            " tokens (at least its last position is prefilled)");
+  // A retained block is taken back from the free ones; a held one costs nothing.
+  int64_t held = 0;
+  for (int64_t block : cached_prefix)
+    if (block >= 0 && block < num_blocks_ && references_[static_cast<size_t>(block)] > 0) ++held;
   const int64_t partial = prompt_tokens % block_size_ != 0 && n > 1 ? 1 : 0;
-  return blocks_for(prompt_tokens) - cached_blocks + n * (blocks_for(max_tokens) - blocks_for(prompt_tokens) + partial);
+  return blocks_for(prompt_tokens) - held + n * (blocks_for(max_tokens) - blocks_for(prompt_tokens) + partial);
 }
 
-bool BlockManager::can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks) const {
-  return worst_case_blocks(prompt_tokens, n, max_tokens, cached_blocks) <= free_blocks() - reserved_;
+bool BlockManager::can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                             const std::vector<int64_t>& cached_prefix) const {
+  return worst_case_blocks(prompt_tokens, n, max_tokens, cached_prefix) <= free_blocks() - reserved_;
 }
 
 std::vector<int64_t> BlockManager::admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
                                          const std::vector<int64_t>& cached_prefix) {
-  const auto cached = static_cast<int64_t>(cached_prefix.size());
-  HF_CHECK(can_admit(prompt_tokens, n, max_tokens, cached), "paged KV cache: a prompt of ", prompt_tokens,
+  HF_CHECK(can_admit(prompt_tokens, n, max_tokens, cached_prefix), "paged KV cache: a prompt of ", prompt_tokens,
            " tokens with ", n, " samples of up to ", max_tokens, " positions needs ",
-           worst_case_blocks(prompt_tokens, n, max_tokens, cached), " blocks; ", free_blocks() - reserved_, " of ",
+           worst_case_blocks(prompt_tokens, n, max_tokens, cached_prefix), " blocks; ", free_blocks() - reserved_, " of ",
            num_blocks_, " are free and unreserved");
   for (int64_t block : cached_prefix)
-    HF_CHECK(block >= 0 && block < num_blocks_ && references_[static_cast<size_t>(block)] > 0, "paged KV cache: cached ",
-             "prefix block ", block, " is not held by any sequence (its contents may have been overwritten)");
+    HF_CHECK(block >= 0 && block < num_blocks_ && (references_[static_cast<size_t>(block)] > 0 || retained(block)),
+             "paged KV cache: cached prefix block ", block,
+             " is neither held nor retained (its contents may have been overwritten)");
+  // Retained blocks are held again before any block is taken, so that taking cannot evict them.
+  for (int64_t block : cached_prefix)
+    if (retained(block)) {
+      retained_.erase(retained_at_[static_cast<size_t>(block)]);
+      retained_at_[static_cast<size_t>(block)] = -1;
+      references_[static_cast<size_t>(block)] = 0;  // held below, by the n sequences
+    }
   Sequence shared;
   shared.table = cached_prefix;
-  for (int64_t b = cached; b < blocks_for(prompt_tokens); ++b) shared.table.push_back(take_block());
+  for (auto b = static_cast<int64_t>(cached_prefix.size()); b < blocks_for(prompt_tokens); ++b)
+    shared.table.push_back(take_block());
   shared.length = prompt_tokens;
   shared.max_tokens = max_tokens;
   shared.may_copy = prompt_tokens % block_size_ != 0 && n > 1;
@@ -116,6 +132,8 @@ void BlockManager::add_blocks(int64_t count) {
   HF_CHECK(count >= 0, "paged KV cache: cannot add ", count, " blocks");
   references_.resize(static_cast<size_t>(num_blocks_ + count), 0);
   takes_.resize(static_cast<size_t>(num_blocks_ + count), 0);
+  retained_at_.resize(static_cast<size_t>(num_blocks_ + count), -1);
+  keep_.resize(static_cast<size_t>(num_blocks_ + count), 0);
   for (int64_t b = num_blocks_; b < num_blocks_ + count; ++b) free_.insert(free_.end(), b);
   num_blocks_ += count;
 }
@@ -123,7 +141,9 @@ void BlockManager::add_blocks(int64_t count) {
 void BlockManager::release(int64_t id) {
   const auto found = sequences_.find(id);
   HF_CHECK(found != sequences_.end(), "paged KV cache: no running sequence ", id);
-  for (int64_t block : found->second.table) drop_reference(block);
+  // Last block first: when retained blocks are taken again, a prefix loses its end before its beginning.
+  const std::vector<int64_t>& table = found->second.table;
+  for (auto block = table.rbegin(); block != table.rend(); ++block) drop_reference(*block);
   reserved_ -= found->second.reserved;
   sequences_.erase(found);
 }
@@ -142,6 +162,17 @@ int64_t BlockManager::references(int64_t block) const {
   return references_[static_cast<size_t>(block)];
 }
 
+void BlockManager::keep_contents(int64_t block) {
+  HF_CHECK(block >= 0 && block < num_blocks_ && references_[static_cast<size_t>(block)] > 0,
+           "paged KV cache: only a held block's contents can be kept, not block ", block);
+  keep_[static_cast<size_t>(block)] = 1;
+}
+
+bool BlockManager::retained(int64_t block) const {
+  HF_CHECK(block >= 0 && block < num_blocks_, "paged KV cache: no block ", block, " in a pool of ", num_blocks_);
+  return retained_at_[static_cast<size_t>(block)] >= 0;
+}
+
 int64_t BlockManager::takes(int64_t block) const {
   HF_CHECK(block >= 0 && block < num_blocks_, "paged KV cache: no block ", block, " in a pool of ", num_blocks_);
   return takes_[static_cast<size_t>(block)];
@@ -149,9 +180,17 @@ int64_t BlockManager::takes(int64_t block) const {
 
 int64_t BlockManager::take_block() {
   // Reservations guarantee a block to every take; running dry means the accounting is wrong.
-  HF_CHECK(!free_.empty(), "paged KV cache: no free block left of ", num_blocks_);
-  const int64_t block = *free_.begin();
-  free_.erase(free_.begin());
+  HF_CHECK(free_blocks() > 0, "paged KV cache: no free block left of ", num_blocks_);
+  int64_t block = 0;
+  if (!free_.empty()) {
+    block = *free_.begin();
+    free_.erase(free_.begin());
+  } else {  // only retained blocks are left: the least recently freed one's contents go
+    block = retained_.begin()->second;
+    retained_.erase(retained_.begin());
+    retained_at_[static_cast<size_t>(block)] = -1;
+  }
+  keep_[static_cast<size_t>(block)] = 0;
   references_[static_cast<size_t>(block)] = 1;
   ++takes_[static_cast<size_t>(block)];
   peak_used_ = std::max(peak_used_, used_blocks());
@@ -159,7 +198,14 @@ int64_t BlockManager::take_block() {
 }
 
 void BlockManager::drop_reference(int64_t block) {
-  if (--references_[static_cast<size_t>(block)] == 0) free_.insert(block);
+  const auto b = static_cast<size_t>(block);
+  if (--references_[b] > 0) return;
+  if (keep_[b]) {
+    retained_at_[b] = next_retained_;
+    retained_.emplace(next_retained_++, block);
+  } else {
+    free_.insert(block);
+  }
 }
 
 int64_t kv_blocks_in_budget(double memory_bytes, double utilization, double weight_bytes, double block_bytes) {

@@ -282,10 +282,10 @@ class Scheduler {
         if (fit > 0 && (fit + 1) * (std::max(past, own_past) + std::max(width, length - own_past)) >
                            cfg_.max_num_batched_tokens)
           break;
-        if (!blocks_->can_admit(length, cfg_.n, most, found_blocks)) {
+        if (!blocks_->can_admit(length, cfg_.n, most, found)) {
           HF_CHECK(fit > 0 || !rows_.empty(), "generation: a prompt of ", length, " tokens with n = ", cfg_.n,
                    " samples of up to ", cfg_.max_new_tokens, " new tokens needs ",
-                   blocks_->worst_case_blocks(length, cfg_.n, most, found_blocks), " KV blocks of ",
+                   blocks_->worst_case_blocks(length, cfg_.n, most, found), " KV blocks of ",
                    blocks_->block_size(), " positions; the pool has ", blocks_->num_blocks(),
                    " (raise kv_cache_blocks, gpu_memory_utilization or the memory budget)");
           break;

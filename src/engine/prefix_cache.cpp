@@ -3,11 +3,14 @@
 
 #include <algorithm>
 
+#include "hybridflow/core/env_switch.h"
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
 
-PrefixCache::PrefixCache(int64_t block_size) : block_size_(block_size) {
+PrefixCache::PrefixCache(int64_t block_size)
+    : block_size_(block_size),
+      retain_freed_(env_switch("HF_PREFIX_RETENTION", true, "keeping freed KV blocks' prefixes for later prompts")) {
   HF_CHECK(block_size >= 1, "prefix cache: block_size must be at least 1 token, got ", block_size);
 }
 
@@ -34,7 +37,8 @@ PrefixCache::Key PrefixCache::key_of(const std::vector<int64_t>& ids, int64_t in
 }
 
 bool PrefixCache::live(const Record& r, const BlockManager& blocks) {
-  return r.block < blocks.num_blocks() && blocks.references(r.block) > 0 && blocks.takes(r.block) == r.takes;
+  return r.block < blocks.num_blocks() && blocks.takes(r.block) == r.takes &&
+         (blocks.references(r.block) > 0 || blocks.retained(r.block));
 }
 
 std::vector<int64_t> PrefixCache::find(const std::vector<int64_t>& ids, const BlockManager& blocks) const {
@@ -59,7 +63,7 @@ int64_t PrefixCache::blocks_in_common(const std::vector<int64_t>& ids, const std
 }
 
 void PrefixCache::record(const std::vector<int64_t>& ids, const std::vector<int64_t>& table, int64_t full,
-                         const BlockManager& blocks) {
+                         BlockManager& blocks) {
   HF_CHECK(full >= 0 && full <= static_cast<int64_t>(table.size()) &&
                full * block_size_ <= static_cast<int64_t>(ids.size()),
            "prefix cache: ", full, " full blocks of ", block_size_, " positions for ", ids.size(), " ids in a table of ",
@@ -69,7 +73,7 @@ void PrefixCache::record(const std::vector<int64_t>& ids, const std::vector<int6
   for (int64_t j = 0; j < full; ++j) {
     const int64_t block = table[static_cast<size_t>(j)];
     const Record mine{block, blocks.takes(block)};
-    HF_CHECK(live(mine, blocks), "prefix cache: block ", block, " is not held");
+    HF_CHECK(blocks.references(block) > 0, "prefix cache: block ", block, " is not held");
     auto [at, added] = records_.try_emplace(key_of(ids, j, parent, blocks), mine);
     if (!added) {
       if (!live(at->second, blocks)) {
@@ -78,6 +82,7 @@ void PrefixCache::record(const std::vector<int64_t>& ids, const std::vector<int6
         return;  // another block holds these ids after the same prefix; later contexts follow that chain
       }
     }
+    if (retain_freed_) blocks.keep_contents(block);  // found after its sequences end, until its block is needed
     parent = block;
   }
 }

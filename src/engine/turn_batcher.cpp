@@ -176,13 +176,14 @@ void TurnBatcher::grow_pool(int64_t blocks) {
     }
 }
 
-// Room for `members` sequences sharing a first context of `positions` ids, the first cached_blocks of them held
+// Room for `members` sequences sharing a first context of `positions` ids, the first blocks of them in `prefix`
 // already, each of up to max_positions: true when the free, unreserved blocks cover their worst case, after
 // growing a pool that grows on demand.
-bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_positions, int64_t cached_blocks) {
-  if (blocks_.can_admit(positions, members, max_positions, cached_blocks)) return true;
+bool TurnBatcher::room_for(int64_t positions, int64_t members, int64_t max_positions,
+                           const std::vector<int64_t>& prefix) {
+  if (blocks_.can_admit(positions, members, max_positions, prefix)) return true;
   if (fixed_pool_ > 0) return false;
-  grow_pool(blocks_.worst_case_blocks(positions, members, max_positions, cached_blocks) -
+  grow_pool(blocks_.worst_case_blocks(positions, members, max_positions, prefix) -
             (blocks_.free_blocks() - blocks_.reserved_blocks()));
   return true;
 }
@@ -232,7 +233,7 @@ std::optional<TurnBatcher::FirstHidden> TurnBatcher::start(int64_t id) {
   const auto length = static_cast<int64_t>(c.context.size());
   const std::vector<int64_t> prefix = cached_prefix(c.context);
   const auto prefix_blocks = static_cast<int64_t>(prefix.size());
-  if (!room_for(length, 1, c.max_positions, prefix_blocks)) {
+  if (!room_for(length, 1, c.max_positions, prefix)) {
     HF_CHECK(held_blocks() > 0, "multi-turn generation: a conversation of up to ", c.max_positions,
              " positions needs ", blocks_.worst_case_blocks(length, 1, c.max_positions), " KV blocks of ",
              blocks_.block_size(), " positions; the pool has ", blocks_.num_blocks(),
@@ -260,7 +261,7 @@ std::optional<TurnBatcher::FirstHidden> TurnBatcher::admit_group(int64_t id) {
   const auto count = static_cast<int64_t>(members.size());
   const std::vector<int64_t> prefix = cached_prefix(c.context);
   const auto prefix_blocks = static_cast<int64_t>(prefix.size());
-  if (count == 1 || !room_for(length, count, c.max_positions, prefix_blocks)) {
+  if (count == 1 || !room_for(length, count, c.max_positions, prefix)) {
     if (count > 1 && held_blocks() > 0) return std::nullopt;  // waits for blocks to free
     // One member left, or a group larger than the whole pool: its members are admitted one by one.
     g.admitted = true;

@@ -177,7 +177,7 @@ TEST(BlockManager, APromptStartsOnHeldBlocksOfACachedPrefix) {
   EXPECT_EQ(bm.takes(0), 1);
   // 10 positions, the first 8 in blocks 0 and 1: one new block for the prompt's rest, 3 - 2 more per sample
   // up to 12 positions, and a copy of its partial last block for one of the two samples.
-  EXPECT_EQ(bm.worst_case_blocks(10, 2, 12, 2), 1 + 2 * (3 - 3 + 1));
+  EXPECT_EQ(bm.worst_case_blocks(10, 2, 12, {0, 1}), 1 + 2 * (3 - 3 + 1));
   const int64_t free_before = bm.free_blocks();
   const auto pair = bm.admit(10, 2, 12, {0, 1});
   EXPECT_EQ(bm.free_blocks(), free_before - 1);
@@ -196,9 +196,71 @@ TEST(BlockManager, APromptStartsOnHeldBlocksOfACachedPrefix) {
   // A block taken again counts its takes: what the first taker wrote is gone.
   bm.admit(1, 1, 1);
   EXPECT_EQ(bm.takes(0), 2);
-  // Only held blocks can be a cached prefix, and at least the prompt's last position is prefilled.
-  EXPECT_NE(error_of([&] { bm.admit(9, 1, 9, {5, 6}); }).find("not held"), std::string::npos);
+  // Only held (or retained) blocks can be a cached prefix, and at least the prompt's last position is prefilled.
+  EXPECT_NE(error_of([&] { bm.admit(9, 1, 9, {5, 6}); }).find("neither held nor retained"), std::string::npos);
   EXPECT_NE(error_of([&] { bm.admit(4, 1, 9, {0}); }).find("at least its last position"), std::string::npos);
+}
+
+// A freed block whose contents are kept is retained: it counts as free, blocks holding nothing worth keeping
+// are taken before it, and when only retained ones are left the least recently freed goes first, a
+// sequence's last block before its first. A prompt may start on a retained block, which is held again.
+TEST(BlockManager, KeptBlocksAreRetainedWhenFreedAndTakenLast) {
+  BlockManager bm(6, 2);
+  const int64_t s = bm.admit(5, 1, 6).front();  // blocks 0, 1 full, 2 partial
+  ASSERT_EQ(bm.table(s), (std::vector<int64_t>{0, 1, 2}));
+  bm.keep_contents(0);
+  bm.keep_contents(1);
+  bm.release(s);
+  EXPECT_EQ(bm.free_blocks(), 6);
+  EXPECT_EQ(bm.used_blocks(), 0);
+  EXPECT_EQ(bm.retained_blocks(), 2);
+  EXPECT_TRUE(bm.retained(0));
+  EXPECT_TRUE(bm.retained(1));
+  EXPECT_FALSE(bm.retained(2));
+  // Blocks 2-5 hold nothing kept: taken first.
+  const int64_t t = bm.admit(7, 1, 7).front();
+  EXPECT_EQ(bm.table(t), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(bm.retained_blocks(), 2);
+  EXPECT_EQ(bm.takes(0), 1);
+  // Only retained blocks are left: block 1 (freed before block 0, the table's end first) goes first.
+  const int64_t u = bm.admit(1, 1, 1).front();
+  EXPECT_EQ(bm.table(u), (std::vector<int64_t>{1}));
+  EXPECT_EQ(bm.takes(1), 2);
+  EXPECT_FALSE(bm.retained(1));
+  EXPECT_TRUE(bm.retained(0));
+  bm.release(u);  // taken again since its keep_contents: freed as any other block
+  EXPECT_FALSE(bm.retained(1));
+  bm.release(t);
+  // A prompt starting on retained block 0: held again with a reference per sample, not taken again, and it
+  // costs one free block as a new one would.
+  EXPECT_EQ(bm.worst_case_blocks(4, 2, 4, {0}), 2);
+  const int64_t free_before = bm.free_blocks();
+  const auto pair = bm.admit(4, 2, 4, {0});
+  EXPECT_EQ(bm.table(pair[0]), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(bm.references(0), 2);
+  EXPECT_EQ(bm.takes(0), 1);
+  EXPECT_FALSE(bm.retained(0));
+  EXPECT_EQ(bm.free_blocks(), free_before - 2);
+  EXPECT_EQ(bm.peak_used_blocks(), 5);  // t's 4 and u's 1: retained blocks are not counted as used
+  // Still kept: retained again when its holders end.
+  bm.release(pair[0]);
+  bm.release(pair[1]);
+  EXPECT_TRUE(bm.retained(0));
+  EXPECT_NE(error_of([&] { bm.keep_contents(0); }).find("only a held block"), std::string::npos);
+}
+
+// A full pool of retained blocks admits as an empty one would: can_admit counts them free.
+TEST(BlockManager, RetainedBlocksNeverStandInTheWayOfAnAdmission) {
+  BlockManager bm(4, 2);
+  const int64_t s = bm.admit(8, 1, 8).front();
+  for (int64_t b : bm.table(s)) bm.keep_contents(b);
+  bm.release(s);
+  EXPECT_EQ(bm.retained_blocks(), 4);
+  EXPECT_TRUE(bm.can_admit(8, 1, 8));
+  const int64_t t = bm.admit(8, 1, 8).front();
+  EXPECT_EQ(bm.retained_blocks(), 0);
+  EXPECT_EQ(bm.table(t), (std::vector<int64_t>{3, 2, 1, 0}));  // the last-freed table end first
+  for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(bm.takes(b), 2);
 }
 
 TEST(BlockManager, RejectsBadArguments) {

@@ -64,8 +64,9 @@ TEST(GenerationPrefixCache, PromptsThatBeginAlikeStartOnTheFirstOnesBlocksAndGen
 
 // Fewer slots than samples: b, held back from a's admission (it would find more of a), joins in the next pass
 // beside a's running samples and finds a's blocks; c waits for free slots, which come when a's and b's samples
-// end together and free their blocks, so it finds nothing. The answers are those of prefix caching off.
-TEST(GenerationPrefixCache, APromptFindsBlocksOnlyWhileTheirSequencesRun) {
+// end together and free their blocks: the pool retains a's (recorded, and not needed since), so c still finds
+// a's first block. The answers are those of prefix caching off.
+TEST(GenerationPrefixCache, APromptFindsTheBlocksOfSequencesThatEndedWhileThePoolRetainsThem) {
   at::set_num_threads(1);
   CausalLM model = spread_model();
   BatchInvariantGuard exact(true);
@@ -81,7 +82,33 @@ TEST(GenerationPrefixCache, APromptFindsBlocksOnlyWhileTheirSequencesRun) {
   EXPECT_TRUE(torch::equal(on.log_probs, off.log_probs));
   EXPECT_EQ(off.prefills, 2);  // a and b, then c
   EXPECT_EQ(on.prefills, 3);   // a, b, then c
-  EXPECT_EQ(on.kv_cache.prefix_cached_tokens, 8);
+  EXPECT_EQ(on.kv_cache.prefix_cached_tokens, 8 + 4);
+}
+
+// A pool with room for about one prompt's samples at a time: each prompt waits for blocks of the one before,
+// and starts on its blocks, held by a sample still running or retained after both ended. a, then the second
+// a (finds a's 2 blocks), then b (finds them again), then c (a's first block). Same answers as prefix caching
+// off.
+TEST(GenerationPrefixCache, PromptsRunOneAfterAnotherStartOnTheRetainedBlocks) {
+  at::set_num_threads(1);
+  CausalLM model = spread_model();
+  BatchInvariantGuard exact(true);
+  GenerationConfig cfg = sampled_config();
+  cfg.admission_rows = 0;
+  // a's worst case: 3 prompt blocks + 2 samples x (4 - 3 + 1) = 7; the next prompt's 5 or more new ones fit
+  // beside it only once one of its samples has ended.
+  cfg.kv_cache_blocks = 11;
+  const std::vector<std::vector<int64_t>> prompts = {kA, kA, kB, kC};
+  cfg.enable_prefix_caching = false;
+  const GenerationOutput off = generate(model, prompts, cfg);
+  cfg.enable_prefix_caching = true;
+  const GenerationOutput on = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(on.responses, off.responses));
+  EXPECT_TRUE(torch::equal(on.log_probs, off.log_probs));
+  EXPECT_EQ(off.prefills, 4);
+  EXPECT_EQ(on.prefills, 4);
+  EXPECT_EQ(off.kv_cache.prefix_cached_tokens, 0);
+  EXPECT_EQ(on.kv_cache.prefix_cached_tokens, 8 + 8 + 4);
 }
 
 // Partial rollouts swap the weights between chunks: cached keys would be stale, so nothing is found.

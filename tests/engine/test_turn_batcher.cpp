@@ -79,11 +79,13 @@ TEST_F(TurnBatcherTest, ConversationsKeepTheirBlocksBetweenTurnsAndFreeThemWhenR
   EXPECT_GE(held, 3 * 2);  // each holds at least its context's 2 blocks of 4 while it waits for a tool
   b.release(1);
   EXPECT_LT(b.held_blocks(), held);
-  // A released conversation that comes back starts afresh (its whole context is prefilled).
-  const int64_t before = b.stats().prefill_tokens;
+  // A released conversation that comes back starts afresh: its context is prefilled past the first block its
+  // first prefill wrote, which the pool retained (prefix caching).
+  const int64_t before = b.stats().prefill_tokens, found_before = b.stats().prefix_cached_tokens;
   b.submit(1, {5, 11, 2, 20, 21, 22, 7}, 2);
   until_turn_of(b, 1);
-  EXPECT_EQ(b.stats().prefill_tokens - before, 7);
+  EXPECT_EQ(b.stats().prefill_tokens - before, 7 - 4);
+  EXPECT_EQ(b.stats().prefix_cached_tokens - found_before, 4);
   for (int64_t c = 0; c < 3; ++c) b.release(c);
   EXPECT_EQ(b.held_blocks(), 0);
   EXPECT_GT(b.stats().peak_blocks, 0);
@@ -337,17 +339,21 @@ TEST_F(TurnBatcherTest, ContextsThatBeginAlikeStartOnTheFirstOnesPrefixBlocks) {
     }
 }
 
-// A prefix is found only while a conversation holds its blocks: once they are freed and taken again for other
-// ids, a context with that prefix prefills it whole and generates what it would have alone.
-TEST_F(TurnBatcherTest, APrefixWhoseBlocksWereFreedIsPrefilledAgain) {
+// A prefix is found while a conversation holds its blocks or the pool retains them after it ended: once they
+// are taken again for other ids, a context with that prefix prefills it whole and generates what it would
+// have alone.
+TEST_F(TurnBatcherTest, APrefixWhoseBlocksWereTakenAgainIsPrefilledAgain) {
   config.eos_token_ids = {};
+  config.max_new_tokens = 3;
+  config.kv_cache_blocks = 3;  // one conversation of 9 + 3 positions
   const std::vector<int64_t> prompt = {5, 9, 2, 20, 21, 22, 23, 24, 33}, other = {6, 6, 6, 6, 6, 6, 6, 6, 6};
   TurnBatcher b(model, config, 3);
   b.submit(0, prompt, 3);
   until_turn_of(b, 0);
   b.release(0);
-  b.submit(1, other, 3);  // takes the freed blocks, the lowest first
+  b.submit(1, other, 3);  // needs the whole pool: the retained blocks too
   until_turn_of(b, 1);
+  b.release(1);
   b.submit(2, {5, 9, 2, 20, 21, 22, 23, 24, 34}, 3);
   const BatchedTurn two = until_turn_of(b, 2);
   EXPECT_EQ(b.stats().prefix_cached_tokens, 0);

@@ -10,6 +10,10 @@
 // - A prompt may start on full blocks that other sequences already hold (admit's cached_prefix: prefix
 //   caching across prompts that begin alike, engine/prefix_cache.h finds them); they gain a reference per
 //   sample and are never written again, so only the prompt's positions past them are prefilled.
+// - A freed block whose contents the prefix cache recorded (keep_contents) is retained rather than wiped: it
+//   counts as free, but blocks that hold nothing worth keeping are taken first, and retained ones only when
+//   none is left, the least recently freed first (vLLM's evictor). Until then a later prompt may start on it
+//   (admit revives it). A sequence frees its table from the end, so a prefix's last blocks go before its first.
 //
 // Running out mid-decode is avoided by reservation, not preemption: a prompt is admitted only when the free
 // blocks, less what running sequences may still take, cover the most its samples can ever hold
@@ -23,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -36,8 +41,10 @@ class BlockManager {
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  // Blocks held by no sequence.
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks held by no sequence, retained ones included (they are taken when nothing else is free).
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + retained_.size()); }
+  // Free blocks kept for their contents (keep_contents), not yet taken again.
+  int64_t retained_blocks() const { return static_cast<int64_t>(retained_.size()); }
   int64_t used_blocks() const { return num_blocks_ - free_blocks(); }
   int64_t peak_used_blocks() const { return peak_used_; }
   // Blocks that running sequences may still take (their reservations, less what they took).
@@ -49,16 +56,19 @@ class BlockManager {
   // positions, sets aside: the prompt's blocks once, and per sample the blocks past them up to max_tokens
   // and, when the prompt's last block is partly filled, a copy of it (the sample that holds it last writes
   // in place and returns that block's reservation then). max_tokens >= prompt_tokens >= 1, n >= 1.
-  // cached_blocks: how many of the prompt's first blocks are already held (admit's cached_prefix), which
-  // cost nothing new; cached_blocks x block_size < prompt_tokens.
-  int64_t worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks = 0) const;
+  // cached_prefix: the blocks that already hold the prompt's first positions (admit's); those held now cost
+  // nothing new, retained ones one free block each; cached_prefix.size() x block_size < prompt_tokens.
+  int64_t worst_case_blocks(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                            const std::vector<int64_t>& cached_prefix = {}) const;
   // True when worst_case_blocks(...) fit in the free blocks not reserved by running sequences.
-  bool can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens, int64_t cached_blocks = 0) const;
+  bool can_admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
+                 const std::vector<int64_t>& cached_prefix = {}) const;
   // Takes the prompt's blocks (its positions are then filled by the caller's prefill) and returns n new
-  // sequence ids sharing them, each of length prompt_tokens. cached_prefix: held blocks, each full, that
-  // already hold the prompt's first cached_prefix.size() x block_size positions; the sequences' tables start
-  // with them (a reference each) and the caller prefills only the positions past them. Throws when
-  // !can_admit, or when a cached block is free or the cached positions reach prompt_tokens.
+  // sequence ids sharing them, each of length prompt_tokens. cached_prefix: full blocks, held or retained,
+  // that already hold the prompt's first cached_prefix.size() x block_size positions; the sequences' tables
+  // start with them (a reference each; retained ones are held again) and the caller prefills only the
+  // positions past them. Throws when !can_admit, or when a cached block is free and not retained or the
+  // cached positions reach prompt_tokens.
   std::vector<int64_t> admit(int64_t prompt_tokens, int64_t n, int64_t max_tokens,
                              const std::vector<int64_t>& cached_prefix = {});
 
@@ -80,9 +90,15 @@ class BlockManager {
   // that grows on demand (multi-turn conversations, whose lengths are known only as they arrive).
   void add_blocks(int64_t count);
 
-  // The sequence ends: its blocks lose a reference (those left with none are free) and its unused
-  // reservation returns to the pool.
+  // The sequence ends: its blocks lose a reference (those left with none are free or retained), last block
+  // first, and its unused reservation returns to the pool.
   void release(int64_t sequence);
+
+  // Marks a held block's contents as worth keeping once it is freed (retained, see above), until it is taken
+  // again. For the prefix cache's recorded blocks.
+  void keep_contents(int64_t block);
+  // True when the block is free and retained: its contents are those its last takers wrote.
+  bool retained(int64_t block) const;
 
   const std::vector<int64_t>& table(int64_t sequence) const;
   int64_t length(int64_t sequence) const;
@@ -106,7 +122,11 @@ class BlockManager {
 
   int64_t num_blocks_, block_size_;
   std::set<int64_t> free_;  // lowest first: deterministic, and a small run stays at the pool's start
+  std::map<int64_t, int64_t> retained_;  // free blocks kept for their contents, by when freed: oldest first
   std::vector<int64_t> references_, takes_;
+  std::vector<int64_t> retained_at_;  // per block: its key in retained_, or -1
+  std::vector<char> keep_;            // per block: retain it when freed (keep_contents since its last take)
+  int64_t next_retained_ = 0;
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0, reserved_ = 0, peak_used_ = 0;
 };

@@ -96,8 +96,8 @@ struct GenerationConfig {
   bool paged_kv_cache = true;
   int64_t kv_block_size = 16;
   // Prefix caching across prompts (engine/prefix_cache.h; verl's rollout.enable_prefix_caching): a context that
-  // begins with the same whole blocks of ids as another whose blocks are still held starts on those blocks and
-  // prefills only the rest. The multi-turn turn batcher and continuous batching on the paged cache take it
+  // begins with the same whole blocks of ids as another whose blocks are still held, or retained after its
+  // sequences ended (until the pool needs them), starts on those blocks and prefills only the rest. The multi-turn turn batcher and continuous batching on the paged cache take it
   // (not with refresh_weights or record_routing, nor for a prompt whose samples come with saved tokens); a
   // prompt that would find more blocks in one admitted beside it is admitted in the next pass, after that one
   // is prefilled. The tokens are those of a prefill of the whole context, and the log-probs too under the

@@ -1,13 +1,16 @@
 // Prefix caching across prompts (vLLM's automatic prefix caching; verl's rollout.enable_prefix_caching): which
-// held KV blocks hold which token ids, so that a context beginning with the same ids as another whose blocks
-// are still held (a system prompt, a tool schema, an instruction shared by a dataset's prompts) starts on those
-// blocks and prefills only the rest.
+// held or retained KV blocks hold which token ids, so that a context beginning with the same ids as another
+// whose blocks are still there (a system prompt, a tool schema, an instruction shared by a dataset's prompts)
+// starts on those blocks and prefills only the rest.
 //
 // A full block's keys and values depend on every id up to its end (and on the weights, which one generator's
 // lifetime does not change), so a block is recorded under the block before it and the ids it holds: a chain
-// from position 0, compared id for id (no hash decides a match). A record is true while its block is held and
-// has not been taken again since it was written (BlockManager::takes); stale ones are skipped, and pruned as
-// records accumulate. Only blocks a prefill wrote whole are recorded: a decode step's keys round differently.
+// from position 0, compared id for id (no hash decides a match). A record is true while its block is held or
+// retained and has not been taken again since it was written (BlockManager::takes); stale ones are skipped,
+// and pruned as records accumulate. A recorded block stays findable after its sequences end: the block
+// manager retains it (BlockManager::keep_contents) until the pool needs it, and taking it again makes its
+// record stale (HF_PREFIX_RETENTION=off finds blocks only while they are held, to measure the difference).
+// Only blocks a prefill wrote whole are recorded: a decode step's keys round differently.
 //
 // Pure logic beside the block manager: every tensor-parallel rank or pipeline stage making the same calls finds
 // the same blocks.
@@ -23,10 +26,10 @@ namespace hybridflow {
 
 class PrefixCache {
  public:
-  // block_size: the block manager's, >= 1.
+  // block_size: the block manager's, >= 1. Reads HF_PREFIX_RETENTION (on when unset).
   explicit PrefixCache(int64_t block_size);
 
-  // The held blocks holding the longest run of whole blocks that begins `ids`, in order, always leaving at
+  // The held or retained blocks holding the longest run of whole blocks that begins `ids`, in order, always leaving at
   // least ids' last position to prefill (its hidden state draws the next token). Empty when none.
   std::vector<int64_t> find(const std::vector<int64_t>& ids, const BlockManager& blocks) const;
   // How many blocks find() would return for `ids` once a prefill of `other` is recorded: the whole blocks the two
@@ -35,8 +38,9 @@ class PrefixCache {
   // Records table's first `full` blocks as holding ids' first full x block_size positions, all written by
   // prefills of those ids. A block already recorded for the same ids after the same blocks is kept, and the
   // chain stops there when it is another block (the first one recorded stays the one later contexts find).
+  // Recorded blocks are marked for the block manager to retain once freed.
   void record(const std::vector<int64_t>& ids, const std::vector<int64_t>& table, int64_t full,
-              const BlockManager& blocks);
+              BlockManager& blocks);
   // Records held now, stale ones included until they are pruned.
   int64_t records() const { return static_cast<int64_t>(records_.size()); }
 
@@ -57,6 +61,7 @@ class PrefixCache {
   void prune(const BlockManager& blocks);
 
   int64_t block_size_;
+  bool retain_freed_;  // recorded blocks are kept by the block manager once freed
   std::unordered_map<Key, Record, KeyHash> records_;
 };
 

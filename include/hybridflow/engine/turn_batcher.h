@@ -38,7 +38,8 @@
 //
 // Prefix caching (cfg.enable_prefix_caching, engine/prefix_cache.h): a first context that begins with whole
 // blocks of ids another conversation's first context holds (the system prompt, the tools' schema) starts on
-// those blocks while any conversation still holds them, a reference each, and prefills only the rest. A
+// those blocks while any conversation holds them or the pool still retains them after their conversations
+// ended (until it needs them), a reference each, and prefills only the rest. A
 // context that would find more such blocks in a prefill still waiting in the step's batch runs that batch
 // first, so the first of many conversations sharing a system prompt prefills it for the others.
 //
@@ -142,7 +143,7 @@ class TurnBatcher {
   std::optional<FirstHidden> admit_group(int64_t conversation);
   FirstHidden start_shared(int64_t conversation);
   void leave_group_share(int64_t conversation);
-  bool room_for(int64_t positions, int64_t members, int64_t max_positions, int64_t cached_blocks = 0);
+  bool room_for(int64_t positions, int64_t members, int64_t max_positions, const std::vector<int64_t>& prefix = {});
   std::vector<int64_t> cached_prefix(const std::vector<int64_t>& context);
   void begin_turn(int64_t conversation);
   int64_t queue_prefill(int64_t conversation, int64_t from, bool admitted = false);
