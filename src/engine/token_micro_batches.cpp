@@ -82,7 +82,7 @@ RowLengths row_lengths(const DataProto& batch) {
 }
 
 std::vector<std::vector<int64_t>> token_budget_groups(const RowLengths& lengths, int64_t max_tokens,
-                                                      const std::string& key) {
+                                                      const std::string& key, int64_t at_least) {
   HF_CHECK(max_tokens > 0, key, " must be > 0 tokens, got ", max_tokens);
   HF_CHECK(lengths.prompt.size() == lengths.response.size(), "token_budget_groups: ", lengths.prompt.size(),
            " prompt lengths for ", lengths.response.size(), " responses");
@@ -108,6 +108,15 @@ std::vector<std::vector<int64_t>> token_budget_groups(const RowLengths& lengths,
     groups.back().push_back(row);
     prompt = std::max(prompt, lengths.prompt[i]);
     response = std::max(response, lengths.response[i]);
+  }
+  HF_CHECK(at_least <= static_cast<int64_t>(rows), key, ": ", at_least, " micro-batches asked of ", rows,
+           " rows (every rank of an expert-parallel group runs as many micro-batches as the one of most)");
+  while (static_cast<int64_t>(groups.size()) < at_least) {
+    const auto largest = std::max_element(groups.begin(), groups.end(),
+                                          [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    std::vector<int64_t> second(largest->begin() + static_cast<std::ptrdiff_t>(largest->size() / 2), largest->end());
+    largest->resize(largest->size() / 2);
+    groups.insert(largest + 1, std::move(second));
   }
   return groups;
 }
@@ -148,7 +157,7 @@ std::vector<MicroBatch> split_micro_batches(const DataProto& batch, const MicroB
     }
     return out;
   }
-  for (const auto& group : token_budget_groups(row_lengths(batch), how.max_tokens, how.key)) {
+  for (const auto& group : token_budget_groups(row_lengths(batch), how.max_tokens, how.key, how.at_least)) {
     torch::Tensor index = torch::tensor(group, torch::kLong);
     out.push_back({trimmed_rows(batch, index), index});
   }

@@ -144,7 +144,7 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
 // mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch;
 // under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank),
 // and under pipeline parallelism every stage's (the experts of the stage's layers, Megatron's layout).
-int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp, int sp, bool dynamic_bsz) {
+int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp, int sp) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
   HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
@@ -157,9 +157,6 @@ int expert_parallel_size(const ConfigReader& c, const std::string& section, int 
            ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
            ".megatron.use_distributed_optimizer = true: expert parallelism is combined with pipeline stages or with the ",
            "distributed optimizer, not yet with both; set one of them off");
-  // The ranks of a group run their training micro-batches together (each exchanges tokens with the others).
-  HF_CHECK(!dynamic_bsz, key, " = ", ep, " with ", section, ".use_dynamic_bsz = true: micro-batches formed by token ",
-           "count differ in number between the ranks, which expert parallelism runs in step; set use_dynamic_bsz false");
   return ep;
 }
 
@@ -305,7 +302,7 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
-  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp, sp, bsz->on);
+  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp, sp);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
@@ -500,11 +497,11 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
   const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
-  const int ep = expert_parallel_size(c, "critic", plan.dp, sp, bsz.update.on);
+  const int ep = expert_parallel_size(c, "critic", plan.dp, sp);
   if (f.need_cost_critic) {  // the cost critic's pool, checked alike
     const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
     const int cost_dp = dp_of(cost, f.cost_critic);
-    expert_parallel_size(c, "critic", cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp), bsz.update.on);
+    expert_parallel_size(c, "critic", cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp));
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;

@@ -26,6 +26,12 @@ std::unique_ptr<ExpertParallelRanks> ExpertParallelRanks::join(const ProcessGrou
   return out;
 }
 
+int64_t ExpertParallelRanks::largest(int64_t count) const {
+  at::Tensor t = torch::tensor({count}, torch::kLong);
+  experts_->all_reduce(t, ReduceOp::kMax);
+  return t.item<int64_t>();
+}
+
 void ExpertParallelRanks::split(CausalLM& model) const { model->set_expert_parallel(group()); }
 
 void ExpertParallelRanks::use_in(TrainEngine& engine) const {

@@ -42,13 +42,20 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
     for (int64_t begin = 0; begin < rows; begin += mini) {
       const DataProto mini_batch = order.slice(begin, std::min(rows, begin + mini));
       StepStats stats;
+      int64_t micro_count = (mini_batch.batch_size() + micro - 1) / micro;
       if (plan.max_token_len > 0) {
         std::vector<DataProto> micro_batches;
         {
           RECORD_USER_SCOPE("hf::split_micro_batches");
-          for (MicroBatch& m : split_micro_batches(mini_batch, {micro, plan.max_token_len, plan.max_token_len_key}))
-            micro_batches.push_back(std::move(m.data));
+          MicroBatching how{micro, plan.max_token_len, plan.max_token_len_key};
+          if (plan.agree_micro_batches) {
+            const RowLengths lengths = row_lengths(mini_batch);
+            how.at_least = plan.agree_micro_batches(static_cast<int64_t>(
+                token_budget_groups(lengths, how.max_tokens, how.key).size()));
+          }
+          for (MicroBatch& m : split_micro_batches(mini_batch, how)) micro_batches.push_back(std::move(m.data));
         }
+        micro_count = static_cast<int64_t>(micro_batches.size());
         stats = engine.train_step(micro_batches, loss_fn, token_mask_key, plan.weighting);
       } else {
         stats = engine.train_step(mini_batch, micro, loss_fn, token_mask_key, plan.weighting);
@@ -56,6 +63,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
       metrics.add(prefix + "grad_norm", stats.grad_norm);
       metrics.add(prefix + "lr", stats.lr);
       metrics.add(prefix + "loss", stats.loss);
+      metrics.add(prefix + "micro_batches", static_cast<double>(micro_count));
       if (stats.has_moe_aux_loss) metrics.add(prefix + "moe_aux_loss", stats.moe_aux_loss);
       if (stats.skipped) metrics.add(prefix + "skipped_steps", 1.0);
       if (stats.empty) metrics.add(prefix + "empty_steps", 1.0);

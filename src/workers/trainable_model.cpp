@@ -33,7 +33,11 @@ DataProto TrainableModel::update(const DataProto& in, const MiniBatchPlan& plan,
   model_->train();
   offload_.load_optimizer(*engine_);
   const int64_t exchanged = experts_ ? experts_->all_to_all_bytes() : 0;
-  run_ppo_epochs(*engine_, in, plan, loss_fn, "response_mask", prefix, metrics);
+  MiniBatchPlan agreed = plan;
+  // Micro-batches by token count differ in number between ranks; expert-parallel ranks run their group's most.
+  if (experts_ && plan.max_token_len > 0)
+    agreed.agree_micro_batches = [this](int64_t count) { return experts_->largest(count); };
+  run_ppo_epochs(*engine_, in, agreed, loss_fn, "response_mask", prefix, metrics);
   offload_.offload_optimizer(*engine_);
   // Expert parallelism: the megabytes this rank's token exchanges (and their backward) sent in the update.
   if (experts_)

@@ -11,6 +11,7 @@
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/model_log_probs.h"
 #include "hybridflow/engine/train_engine.h"
+#include "support/error_of.h"
 #include "support/tiny_model.h"
 
 namespace hybridflow {
@@ -84,6 +85,42 @@ TEST(TokenMicroBatches, GroupsStayWithinTheBudgetAndHoldEveryRowOnce) {
     EXPECT_NE(std::string(e.what()).find("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), std::string::npos)
         << e.what();
   }
+}
+
+// Expert-parallel ranks run as many micro-batches as the rank of most: asked for more groups than the budget
+// forms, the group of most rows is halved until there are that many, each still within the budget and every
+// row still in exactly one group; more groups than rows is an error naming the key.
+TEST(TokenMicroBatches, AtLeastSplitsTheLargestGroupsUntilThereAreThatMany) {
+  const RowLengths l = row_lengths(rl_batch(kPromptLen, kResponseLen, 1));
+  const auto formed = token_budget_groups(l, 40, "budget_key");
+  ASSERT_LT(formed.size(), 4u);
+  size_t formed_most = 0;
+  for (const auto& g : formed) formed_most = std::max(formed_most, g.size());
+  EXPECT_EQ(token_budget_groups(l, 40, "budget_key", static_cast<int64_t>(formed.size())), formed);
+  for (int64_t at_least = static_cast<int64_t>(formed.size()) + 1; at_least <= 8; ++at_least) {
+    const auto groups = token_budget_groups(l, 40, "budget_key", at_least);
+    ASSERT_EQ(static_cast<int64_t>(groups.size()), at_least);
+    std::set<int64_t> seen;
+    size_t most = 0;
+    for (const auto& g : groups) {
+      EXPECT_FALSE(g.empty());
+      int64_t prompt = 0, response = 0;
+      for (int64_t row : g) {
+        EXPECT_TRUE(seen.insert(row).second) << "row " << row << " twice";
+        prompt = std::max(prompt, l.prompt[static_cast<size_t>(row)]);
+        response = std::max(response, l.response[static_cast<size_t>(row)]);
+      }
+      EXPECT_LE(static_cast<int64_t>(g.size()) * (prompt + response), 40);
+      most = std::max(most, g.size());
+    }
+    EXPECT_EQ(seen.size(), kPromptLen.size());
+    EXPECT_LE(most, formed_most) << "halving made a larger group";
+  }
+  const DataProto batch = rl_batch(kPromptLen, kResponseLen, 1);
+  EXPECT_EQ(split_micro_batches(batch, {0, 40, "k", 5}).size(), 5u);
+  EXPECT_NE(testing::error_of([&] { token_budget_groups(l, 40, "budget_key", 9); })
+                .find("budget_key: 9 micro-batches asked of 8 rows"),
+            std::string::npos);
 }
 
 TEST(TokenMicroBatches, TrimmingCutsOnlyColumnsNoRowUses) {

@@ -3,7 +3,8 @@
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
 // scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. On 4 processes
 // split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow both the
-// tensor-parallel run without the expert split and the 2-process data-parallel run. PPO whose critic's experts
+// tensor-parallel run without the expert split and the 2-process data-parallel run. With use_dynamic_bsz the
+// group's ranks run as many micro-batches as each other and the run follows the data-parallel one. PPO whose critic's experts
 // split (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint saved under the
 // split (also with tensor parallelism) holds every expert in the Hugging Face layout and loads into one process,
 // and one saved by one process loads into the split run. With rollout expert_parallel_size 2 the rollout decodes
@@ -41,6 +42,9 @@ using ::testing::HasSubstr;
 namespace {
 
 constexpr int kSteps = 2;
+// The token budget of the dynamic-batch-size test: rows of about 10 tokens, so a rank's 4 rows form 3 or 4
+// micro-batches by their lengths (measured: the two ranks' counts differ at both steps).
+constexpr int kDynamicBudget = 18;
 constexpr double kTol = 1e-5;
 
 // GRPO with a KL loss against the reference on 2 colocated processes; the qwen3-moe-tiny preset's 2 layers (the
@@ -142,6 +146,40 @@ void expect_expert_reshard(const nlohmann::json& step, int rollout_ep, const std
   EXPECT_EQ(step.at("reshard/expert_peak_extra_weight_bytes").get<double>(), experts / rollout_ep) << what;
   EXPECT_EQ(step.at("reshard/expert_redundant_bytes").get<double>(), 0.0) << what;
   EXPECT_EQ(step.at("reshard/redundant_bytes").get<double>(), 0.0) << what;
+}
+
+// Micro-batches by token count (use_dynamic_bsz) differ in number between ranks; the ranks of an expert group
+// exchange tokens in every forward and backward, so they run their group's largest count (a rank with fewer
+// halves its largest micro-batches). The run follows the data-parallel one, where each rank runs its own count
+// (samples, gradient norms, trained weights), and logs more micro-batches at a step where the two ranks' counts
+// differ.
+TEST(RlExpertParallel, GrpoWithDynamicBatchSizeRunsTheGroupsMostMicroBatchesAndFollowsTheDataParallelRun) {
+  // Without balance_batch, which evens the ranks' tokens and here their counts too.
+  const std::vector<std::string> dynamic = {"data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                            "trainer.balance_batch=false",
+                                            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=" +
+                                                std::to_string(kDynamicBudget)};
+  const EpRun split = train(2, dynamic), data_parallel = train(1, dynamic);
+  // The same samples, gradients and trained weights; the per-micro-batch metrics (losses, entropy) are means
+  // over differently formed micro-batches, so they are not compared.
+  for (size_t i = 0; i < split.steps.size(); ++i)
+    for (const std::string key : {"score/mean", "response_length/mean", "actor/grad_norm"}) {
+      const double w = data_parallel.steps[i].at(key).get<double>();
+      EXPECT_NEAR(split.steps[i].at(key).get<double>(), w, kTol * (1 + std::abs(w))) << key << " at step " << i + 1;
+    }
+  EXPECT_GT(split.steps.back().at("actor/expert_parallel_all_to_all_mb").get<double>(), 0.0);
+  EXPECT_NEAR(split.actor_norm, data_parallel.actor_norm, kTol * data_parallel.actor_norm);
+  bool differed = false;
+  for (size_t i = 0; i < split.steps.size(); ++i) {
+    const double got = split.steps[i].at("actor/micro_batches").get<double>();
+    const double want = data_parallel.steps[i].at("actor/micro_batches").get<double>();
+    EXPECT_GE(got, want) << "step " << i + 1;
+    EXPECT_EQ(got, std::round(got)) << "step " << i + 1 << ": the ranks of the expert group ran different counts";
+    differed = differed || got > want;
+  }
+  EXPECT_TRUE(differed) << "no step had ranks with different micro-batch counts: the test no longer covers the case "
+                           "(change kDynamicBudget)";
 }
 
 TEST(RlExpertParallel, GrpoWithExpertParallelDecodingFollowsTheDataParallelRun) {
@@ -301,8 +339,6 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
                         "combined with pipeline stages or with the distributed optimizer, not yet with both"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
               HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.use_dynamic_bsz=true"}),
-              HasSubstr("actor_rollout_ref.actor.use_dynamic_bsz = true"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
               HasSubstr("actor_rollout_ref.ref.megatron.expert_model_parallel_size = 1"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.num_processes=1"}),

@@ -31,6 +31,9 @@ struct MicroBatching {
   int64_t rows = 0;
   int64_t max_tokens = 0;
   std::string key;  // the config key of max_tokens, named in errors
+  // By tokens: at least this many micro-batches (at most the rows), for ranks that must run as many as each
+  // other (expert parallelism exchanges tokens in every forward and backward).
+  int64_t at_least = 0;
   bool by_tokens() const { return max_tokens > 0; }
 };
 
@@ -48,9 +51,10 @@ RowLengths row_lengths(const DataProto& batch);
 
 // Row groups, longest rows first, each within max_tokens padded tokens: rows x (the group's longest prompt
 // + longest response). Every row is in exactly one group. A row that alone exceeds max_tokens is an error
-// naming `key`.
+// naming `key`. With at_least > the groups formed, the group of most rows (the first of them) is halved
+// until there are at_least groups (a part of a group stays within its budget); at_least > rows is an error.
 std::vector<std::vector<int64_t>> token_budget_groups(const RowLengths& lengths, int64_t max_tokens,
-                                                      const std::string& key);
+                                                      const std::string& key, int64_t at_least = 0);
 
 // The given rows of an RL batch with every sequence-, prompt- and response-shaped tensor cut to the columns
 // one of those rows uses (at least one prompt and one response column stay).

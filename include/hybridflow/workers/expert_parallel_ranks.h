@@ -37,6 +37,8 @@ class ExpertParallelRanks {
   // Splits the model's experts over the group and, with an engine, tells it which parameters are experts.
   void split(CausalLM& model) const;
   void use_in(TrainEngine& engine) const;
+  // The largest of the group's `count`s (a collective: every rank of the group calls it).
+  int64_t largest(int64_t count) const;
   // Bytes this rank has sent through all-to-alls so far (token exchanges and counts).
   int64_t all_to_all_bytes() const { return experts_->stats().of("all_to_all").bytes; }
 

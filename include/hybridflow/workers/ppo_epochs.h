@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +29,10 @@ struct MiniBatchPlan {
   LossWeighting weighting = LossWeighting::kAuto;  // from the loss_agg_mode (loss_weighting_for)
   // The LR schedule's position for this call's optimizer steps (the RL step); < 0: the optimizer step count.
   int64_t schedule_step = -1;
+  // With max_token_len: given this rank's count of micro-batches for a mini-batch, the count it runs (a
+  // collective: expert-parallel ranks agree on their group's largest, since every forward and backward
+  // exchanges tokens between them). Unset: its own count.
+  std::function<int64_t(int64_t)> agree_micro_batches;
 };
 
 // The micro-batch (and data-parallel rank) weighting under which a split mini-batch gives the same
