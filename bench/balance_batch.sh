@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trainer.balance_batch on and off in the same run: GRPO on 2 data-parallel actor processes over prompts whose
 # lengths follow a long tail (the addition task's digits, lognormal, 11-194 tokens; shuffled as a run draws them),
-# the runs alternated, each side's median actor update and step over steps 2-8 and the ranks' token spread
+# the runs alternated, each side's median actor update, old log-prob pass and step over steps 2-8 and the ranks'
+# token spread
 # (verl's global_seqlen/* metrics). Not part of CI; builds the hybridflow binary first.
 #   bash bench/balance_batch.sh [--rounds 3] [--no-packing]   (extra key=value overrides go to both sides)
 set -euo pipefail
@@ -54,7 +55,8 @@ def steps(name):
 side = {}
 for s in ("on", "off"):
     rows = [r for i in range(1, rounds + 1) for r in steps(f"{s}{i}")]
-    side[s] = (statistics.median(r["timing/update_actor_s"] for r in rows), statistics.median(r["timing/step_s"] for r in rows))
+    side[s] = (statistics.median(r["timing/update_actor_s"] for r in rows), statistics.median(r["timing/step_s"] for r in rows),
+               statistics.median(r["timing/old_log_prob_s"] for r in rows))
 on = [r for i in range(1, rounds + 1) for r in steps(f"on{i}")]
 spread = statistics.mean(r["global_seqlen/minmax_diff"] for r in on)
 balanced = statistics.mean(r["global_seqlen/balanced_max"] - r["global_seqlen/balanced_min"] for r in on)
@@ -62,6 +64,8 @@ mean = statistics.mean(r["global_seqlen/mean"] for r in on)
 print(f"tokens per rank {mean:.0f}: spread in batch order {spread:.0f}, balanced {balanced:.1f}")
 print(f"actor update median: balanced {side['on'][0]:.3f} s, in order {side['off'][0]:.3f} s "
       f"({side['off'][0] / side['on'][0]:.3f}x)")
+print(f"old log-probs median: balanced {side['on'][2]:.3f} s, in order {side['off'][2]:.3f} s "
+      f"({side['off'][2] / side['on'][2]:.3f}x)")
 print(f"step median:         balanced {side['on'][1]:.3f} s, in order {side['off'][1]:.3f} s "
       f"({side['off'][1] / side['on'][1]:.3f}x)")
 PY

@@ -149,14 +149,13 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
   auto b = batch.state_;
   state_of(batch);
   // verl's bypass mode: the rollout's own log-probs are the old policy's, so the actor's pass is skipped.
-  Future log_prob;
-  if (!s_.run.algorithm.bypass_mode)
-    log_prob = s_.actor->call("compute_log_prob", b->generation);
+  BalancedCall log_prob;
+  if (!s_.run.algorithm.bypass_mode) log_prob = call_on_generation(*s_.actor, "compute_log_prob", *b);
   return Pending([this, b, log_prob] {
     DataProto& data = wait_generation(*b);
-    if (log_prob.valid()) {
+    if (log_prob.result.valid()) {
       auto t = timer_.scope("old_log_prob");
-      data.update(log_prob.get());
+      data.update(in_batch_order(log_prob.result.get(), log_prob.order));
       for (const auto& [key, value] : take_routing_metrics(data)) s_.metrics->set(key, value);
     } else {
       HF_CHECK(data.has_tensor("rollout_log_probs"), "compute_log_prob: algorithm.rollout_correction.bypass_mode ",
@@ -181,25 +180,26 @@ Pending TrainerStages::old_log_prob(const RolloutBatch& batch) {
 Pending TrainerStages::ref_log_prob(const RolloutBatch& batch) {
   auto b = batch.state_;
   state_of(batch);
-  Future log_prob = s_.actor->call("compute_ref_log_prob", b->generation);
+  const BalancedCall log_prob = call_on_generation(*s_.actor, "compute_ref_log_prob", *b);
   return Pending([this, b, log_prob] {
     DataProto& data = wait_generation(*b);
     auto t = timer_.scope("ref");
-    data.update(log_prob.get());
+    data.update(in_batch_order(log_prob.result.get(), log_prob.order));
   });
 }
 
 Pending TrainerStages::values(const RolloutBatch& batch, bool of_cost) {
   auto b = batch.state_;
   state_of(batch);
-  Future result = (of_cost ? s_.cost_critic : s_.critic)->call("compute_values", b->generation);
+  const BalancedCall result = call_on_generation(of_cost ? *s_.cost_critic : *s_.critic, "compute_values", *b);
   return Pending([this, b, result, of_cost] {
     DataProto& data = wait_generation(*b);
     auto t = timer_.scope(of_cost ? "cost_values" : "values");
+    const DataProto values = in_batch_order(result.result.get(), result.order);
     if (of_cost)
-      data.set_tensor("cost_values", result.get().tensor("values"));
+      data.set_tensor("cost_values", values.tensor("values"));
     else
-      data.update(result.get());
+      data.update(values);
   });
 }
 // The updates: dispatched on the batch, joined into the step's metrics.
@@ -217,11 +217,36 @@ void TrainerStages::add_update_metrics(const Future& update, const std::string& 
 
 DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& method, DataProto request,
                                   bool log_metrics) {
-  if (!s_.run.trainer.balance_batch) return request;
+  const std::vector<int64_t> order = balanced_order(group, method, request, log_metrics);
+  // Rows the controller fetched from the workers stay there: each rank fetches its own (runtime/select_rows.h).
+  return order.empty() ? request : select_rows(request, order);
+}
+
+TrainerStages::BalancedCall TrainerStages::call_on_generation(WorkerGroup& group, const std::string& method,
+                                                              RolloutBatchState& b) {
+  if (!s_.run.trainer.balance_batch || dispatch_row_chunks(group.methods().at(method), group.coords()) == 1)
+    return {group.call(method, b.generation), {}};
+  const DataProto& data = wait_generation(b);
+  BalancedCall call;
+  call.order = balanced_order(group, method, data, /*log_metrics=*/false);
+  call.result = group.call(method, call.order.empty() ? data : select_rows(data, call.order));
+  return call;
+}
+
+DataProto TrainerStages::in_batch_order(const DataProto& result, const std::vector<int64_t>& order) {
+  if (order.empty()) return result;
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  return select_rows(result, inverse);
+}
+
+std::vector<int64_t> TrainerStages::balanced_order(const WorkerGroup& group, const std::string& method,
+                                                   const DataProto& request, bool log_metrics) {
+  if (!s_.run.trainer.balance_batch) return {};
   // The parts the call's protocol cuts the rows into: one per data-parallel rank.
   const int64_t parts = dispatch_row_chunks(group.methods().at(method), group.coords());
   const int64_t rows = request.batch_size();
-  if (rows == 0 || rows % parts != 0) return request;  // the call names an uneven batch itself
+  if (rows == 0 || rows % parts != 0) return {};  // the call names an uneven batch itself
   const auto counts = request.tensor("attention_mask").sum(1).to(torch::kCPU, torch::kLong).contiguous();
   const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + rows);
   // A rank's time follows the work of its rows, attention's quadratic part included, not just their tokens.
@@ -241,9 +266,8 @@ DataProto TrainerStages::balanced(const WorkerGroup& group, const std::string& m
                     static_cast<double>(std::accumulate(lengths.begin(), lengths.end(), int64_t{0})) /
                         static_cast<double>(parts));
   }
-  if (parts == 1) return request;
-  // Rows the controller fetched from the workers stay there: each rank fetches its own (runtime/select_rows.h).
-  return select_rows(request, order);
+  if (parts == 1) return {};
+  return order;
 }
 
 DataProto TrainerStages::pf_ppo_resampled(RolloutBatchState& b, DataProto request) {

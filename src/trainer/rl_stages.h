@@ -104,6 +104,18 @@ class TrainerStages final : public RLStep {
   // data-parallel rank's chunk holds a like number of tokens (engine/seqlen_balancing.h); verl's
   // global_seqlen/* metrics when `log_metrics`. As it was when the key is off or the group has one rank.
   DataProto balanced(const WorkerGroup& group, const std::string& method, DataProto request, bool log_metrics = false);
+  // The order balanced() gives `request`'s rows; empty when it keeps them as they are.
+  std::vector<int64_t> balanced_order(const WorkerGroup& group, const std::string& method, const DataProto& request,
+                                      bool log_metrics);
+  // A forward pass (`method` on `group`) over the batch's generated rows, balanced as the updates are: with
+  // trainer.balance_batch and more than one data-parallel rank the generation is awaited and the rows go in
+  // balanced order (`order`; in_batch_order puts the results back), else the call waits on the generation.
+  struct BalancedCall {
+    Future result;
+    std::vector<int64_t> order;  // empty: rows in the batch's order
+  };
+  BalancedCall call_on_generation(WorkerGroup& group, const std::string& method, RolloutBatchState& b);
+  static DataProto in_batch_order(const DataProto& result, const std::vector<int64_t>& order);
   // algorithm.use_pf_ppo: `request` (rows in the batch's order) as the rows the batch's updates train on, drawn
   // once per batch from its scores (algo/pf_ppo.h) with the pf_ppo/* metrics; as it was when the key is off.
   DataProto pf_ppo_resampled(RolloutBatchState& b, DataProto request);

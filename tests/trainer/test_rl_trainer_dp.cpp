@@ -1,6 +1,6 @@
 // The RL trainer with data-parallel worker groups (num_processes = 2): GRPO with a 2-process actor, PPO
 // with a 2-process actor and critic in separate pools and colocated, run their steps, and the update
-// metrics report the gradient all-reduce; balance_batch evens the ranks' tokens.
+// metrics report the gradient all-reduce; balance_batch evens the ranks' tokens in the updates and log-prob passes.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -70,9 +70,12 @@ TEST(RlTrainerDataParallel, PpoWithActorAndCriticColocatedOnTwoProcesses) {
   expect_all_reduced(record, "actor/");
 }
 
-// trainer.balance_batch (verl's default): the actor's update rows are reordered so that the two ranks get like
-// token counts (verl's global_seqlen/* metrics say how like); one mini-batch's gradient is a sum over every row
-// whichever rank holds it, so the trained model is the unbalanced run's up to rounding.
+// trainer.balance_batch (verl's default): the actor's update rows, and those of its log-prob passes, are reordered
+// so that the two ranks get like token counts (verl's global_seqlen/* metrics say how like), and the passes'
+// results come back in the batch's order; one mini-batch's gradient is a sum over every row whichever rank holds
+// it, so the trained model is the unbalanced run's up to rounding. A log-prob put back on another row would show
+// as a ratio away from 1 before the first optimizer step (actor/ppo_kl), a reference log-prob as a KL to the
+// reference, which is the actor before its first step (actor/kl_loss).
 TEST(RlTrainerDataParallel, BalanceBatchEvensTheRanksTokensAndTrainsTheSameModel) {
   double initial_norm = 0;
   auto run = [&initial_norm](bool balance) {
@@ -80,7 +83,7 @@ TEST(RlTrainerDataParallel, BalanceBatchEvensTheRanksTokensAndTrainsTheSameModel
     RLTrainer trainer(load_rl_config(
         "", tiny_dp_run("grpo", {"data.train_batch_size=4", "actor_rollout_ref.rollout.response_length=8",
                                  "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_steps=1",
-                                 "reward.type=command",
+                                 "actor_rollout_ref.actor.use_kl_loss=true", "reward.type=command",
                                  "reward.shell=/usr/bin/python3 -c \"import sys,json\nfor l in sys.stdin: "
                                  "print(len(json.loads(l)['response']) % 3 / 2.0, flush=True)\"",
                                  std::string("trainer.balance_batch=") + (balance ? "true" : "false")})));
@@ -106,4 +109,9 @@ TEST(RlTrainerDataParallel, BalanceBatchEvensTheRanksTokensAndTrainsTheSameModel
   EXPECT_EQ(balanced.at("response_length/mean"), in_order.at("response_length/mean"));
   EXPECT_NEAR(balanced_norm, in_order_norm, 1e-6 * in_order_norm);
   EXPECT_NEAR(balanced.at("actor/pg_loss").get<double>(), in_order.at("actor/pg_loss").get<double>(), 1e-6);
+  for (const auto* record : {&balanced, &in_order}) {
+    EXPECT_NEAR(record->at("actor/ppo_kl").get<double>(), 0.0, 1e-6) << record->dump();
+    EXPECT_NEAR(record->at("actor/kl_loss").get<double>(), 0.0, 1e-6) << record->dump();  // the reference's
+    EXPECT_NEAR(record->at("actor/pg_clipfrac").get<double>(), 0.0, 1e-12) << record->dump();
+  }
 }
