@@ -1,5 +1,7 @@
 #include "role_spec_builders.h"
 
+#include <set>
+
 #include "hybridflow/algo/algo_config.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/core/logging.h"
@@ -188,10 +190,13 @@ void check_lora_unsplit(const ModelSpec& model, const std::string& tp_key, int t
 int64_t samples_per_prompt(const ConfigReader& c, const RoleFacts& f) {
   const int64_t n = c.get<int64_t>("actor_rollout_ref.rollout.n");
   HF_CHECK(n >= 1, "actor_rollout_ref.rollout.n must be >= 1, got ", n);
-  // Group baselines need a group: with one sample per prompt every GRPO/RLOO advantage is 0.
-  HF_CHECK(n >= 2 || (f.adv_estimator != "grpo" && f.adv_estimator != "rloo"), "algorithm.adv_estimator=",
-           f.adv_estimator, " compares the samples of a prompt, so actor_rollout_ref.rollout.n must be >= 2, got ", n,
-           " (with n = 1 every advantage is 0 and nothing is learned)");
+  // A group of one sample has no baseline: as in verl its mean is 0 (and its std 1), so its advantage is its
+  // score, REINFORCE without a baseline. verl runs it; say so rather than refuse.
+  static const std::set<std::string> kGroupBaselines = {"grpo", "rloo", "reinforce_plus_plus_baseline", "gpg"};
+  if (n == 1 && kGroupBaselines.count(f.adv_estimator) > 0)
+    log_warn("algorithm.adv_estimator=", f.adv_estimator, " with actor_rollout_ref.rollout.n = 1: every prompt's group ",
+             "is one sample, whose baseline is 0 (verl's rule), so each advantage follows the sample's score alone ",
+             "(REINFORCE without a baseline); set n >= 2 for the group comparison");
   return n;
 }
 

@@ -67,7 +67,7 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.ref.strategy", "fsdp|fsdp2|megatron", kEngine},
     {"critic.strategy", "fsdp|fsdp2|megatron", kEngine},
     {"reward_model.strategy", "fsdp|fsdp2|megatron", kEngine},
-    {"actor_rollout_ref.rollout.name", "hf|vllm|sglang", kRollout},
+    {"actor_rollout_ref.rollout.name", "hf|vllm|sglang|trtllm", kRollout},
     {"actor_rollout_ref.rollout.mode", "sync|async", kRollout},
     {"reward_model.rollout", "", kRollout},
     {"actor_rollout_ref.hybrid_engine", "true",
