@@ -34,6 +34,19 @@ GenerationConfig sampled_config() {
   return cfg;
 }
 
+// The prompts generated with prefix caching off, then on, under the batch-invariant kernels: the same tokens
+// and log-probs bit for bit.
+std::pair<GenerationOutput, GenerationOutput> off_and_on(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                                         GenerationConfig cfg) {
+  cfg.enable_prefix_caching = false;
+  GenerationOutput off = generate(model, prompts, cfg);
+  cfg.enable_prefix_caching = true;
+  GenerationOutput on = generate(model, prompts, cfg);
+  EXPECT_TRUE(torch::equal(on.responses, off.responses));
+  EXPECT_TRUE(torch::equal(on.log_probs, off.log_probs));
+  return {std::move(off), std::move(on)};
+}
+
 TEST(GenerationPrefixCache, PromptsThatBeginAlikeStartOnTheFirstOnesBlocksAndGenerateTheSame) {
   at::set_num_threads(1);
   CausalLM model = spread_model();
@@ -74,12 +87,7 @@ TEST(GenerationPrefixCache, APromptFindsTheBlocksOfSequencesThatEndedWhileThePoo
   cfg.max_num_seqs = 4;     // two prompts' samples at once
   cfg.admission_rows = 0;   // a prompt joins as soon as its samples fit
   const std::vector<std::vector<int64_t>> prompts = {kA, kB, kC};
-  cfg.enable_prefix_caching = false;
-  const GenerationOutput off = generate(model, prompts, cfg);
-  cfg.enable_prefix_caching = true;
-  const GenerationOutput on = generate(model, prompts, cfg);
-  EXPECT_TRUE(torch::equal(on.responses, off.responses));
-  EXPECT_TRUE(torch::equal(on.log_probs, off.log_probs));
+  const auto [off, on] = off_and_on(model, prompts, cfg);
   EXPECT_EQ(off.prefills, 2);  // a and b, then c
   EXPECT_EQ(on.prefills, 3);   // a, b, then c
   EXPECT_EQ(on.kv_cache.prefix_cached_tokens, 8 + 4);
@@ -99,12 +107,7 @@ TEST(GenerationPrefixCache, PromptsRunOneAfterAnotherStartOnTheRetainedBlocks) {
   // beside it only once one of its samples has ended.
   cfg.kv_cache_blocks = 11;
   const std::vector<std::vector<int64_t>> prompts = {kA, kA, kB, kC};
-  cfg.enable_prefix_caching = false;
-  const GenerationOutput off = generate(model, prompts, cfg);
-  cfg.enable_prefix_caching = true;
-  const GenerationOutput on = generate(model, prompts, cfg);
-  EXPECT_TRUE(torch::equal(on.responses, off.responses));
-  EXPECT_TRUE(torch::equal(on.log_probs, off.log_probs));
+  const auto [off, on] = off_and_on(model, prompts, cfg);
   EXPECT_EQ(off.prefills, 4);
   EXPECT_EQ(on.prefills, 4);
   EXPECT_EQ(off.kv_cache.prefix_cached_tokens, 0);
