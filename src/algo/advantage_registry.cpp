@@ -21,6 +21,7 @@ struct Registry {
       {"reinforce_plus_plus", compute_reinforce_plus_plus_advantage},
       {"reinforce_plus_plus_baseline", compute_reinforce_plus_plus_baseline_advantage},
       {"gpg", compute_gpg_advantage},
+      {"optimal_token_baseline", compute_optimal_token_baseline_advantage},
   };
 };
 

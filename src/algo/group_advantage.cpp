@@ -1,5 +1,5 @@
-// Outcome-reward estimators that compare the samples of one prompt with each other (GRPO, RLOO, REINFORCE++
-// with a group baseline, GPG).
+// Estimators that compare the samples of one prompt with each other (GRPO, RLOO, REINFORCE++ with a group
+// baseline, GPG; the optimal token baseline, per position).
 #include <torch/torch.h>
 
 #include <unordered_map>
@@ -109,6 +109,36 @@ AdvantageOutput compute_gpg_advantage(const AdvantageInput& in) {
   const double rows = static_cast<double>(s.score.size(0));
   const double scored = std::max<double>(1.0, static_cast<double>((s.score != 0).sum().item<int64_t>()));
   return broadcast(minus_group_mean(s, in.index) * (rows / scored), s.mask);
+}
+
+AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  constexpr const char* where = "algo: optimal_token_baseline";
+  detail::check_response_tensor(in.token_level_rewards, "token_level_rewards", where);
+  detail::check_same_shape(in.response_mask, in.token_level_rewards, "response_mask", where);
+  detail::check_per_sequence(in.index, in.token_level_rewards.size(0), "index (group ids)", where);
+  HF_CHECK(in.old_log_probs.defined() && in.sum_pi_squared.defined(), where, ": needs old_log_probs and ",
+           "sum_pi_squared (actor_rollout_ref.actor.calculate_sum_pi_squared: the old log-prob pass computes them)");
+  detail::check_same_shape(in.old_log_probs, in.token_level_rewards, "old_log_probs", where);
+  detail::check_same_shape(in.sum_pi_squared, in.token_level_rewards, "sum_pi_squared", where);
+  auto rewards = detail::as_float(in.token_level_rewards);
+  auto mask = in.response_mask.to(rewards.scalar_type());
+  // G_t: the reward from t to the end; W_t: the path's accumulated weight up to t.
+  auto returns = (rewards * mask).flip({-1}).cumsum(-1).flip({-1}) * mask;
+  auto step_weight = 1.0 - 2.0 * in.old_log_probs.to(rewards.scalar_type()).exp() + in.sum_pi_squared.to(rewards.scalar_type());
+  if (in.rollout_is_weights.defined()) {
+    detail::check_same_shape(in.rollout_is_weights, in.token_level_rewards, "rollout_is_weights", where);
+    step_weight = step_weight * in.rollout_is_weights.to(rewards.scalar_type()).square();
+  }
+  auto path_weight = (step_weight * mask).cumsum(-1) * mask;
+  auto groups = dense_groups(in.index, rewards.options());
+  auto per_group = [&](const at::Tensor& rows) {
+    return torch::zeros({groups.count, rows.size(1)}, rows.options()).index_add_(0, groups.dense_id, rows);
+  };
+  auto baseline = per_group(returns * path_weight) / (per_group(path_weight) + 1e-8);
+  baseline = torch::where((groups.size < 1.5).unsqueeze(-1), torch::zeros_like(baseline), baseline);
+  auto advantages = (returns - baseline.index_select(0, groups.dense_id)) * mask;
+  return {advantages, returns};
 }
 
 }  // namespace hybridflow::algo

@@ -190,6 +190,40 @@ int64_t head_chunk_tokens(int64_t local_vocab, torch::DeviceType device) {
   return std::max<int64_t>(1, bytes / (4 * local_vocab));
 }
 
+torch::Tensor head_sum_pi_squared(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature,
+                                  const TensorParallelGroup& tp, int64_t chunk_tokens) {
+  HF_CHECK(weight.dim() == 2 && hidden.dim() >= 1 && hidden.size(-1) == weight.size(1),
+           "head_sum_pi_squared: hidden ", hidden.sizes(), " does not match the head's weight ", weight.sizes());
+  HF_CHECK(temperature > 0, "head_sum_pi_squared: temperature must be > 0, got ", temperature);
+  torch::NoGradGuard no_grad;
+  const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0), hidden.device().type());
+  const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)}).contiguous();
+  const int64_t n = flat.size(0);
+  const auto f32 = flat.options().dtype(torch::kFloat32);
+  // Per token, over this rank's slice: the max logit m, s1 = sum exp(z - m) and s2 = sum exp(2 (z - m)); then
+  // sum p^2 = S2 / S1^2 with both sums rescaled to the ranks' common max M.
+  torch::Tensor local_max = torch::empty({n}, f32), s1 = torch::empty({n}, f32), s2 = torch::empty({n}, f32);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t len = std::min(chunk, n - begin);
+    torch::Tensor z = chunk_logits(flat, weight, begin, len, temperature);
+    torch::Tensor m = std::get<0>(z.max(-1, /*keepdim=*/true));
+    torch::Tensor e = z.sub_(m).exp_();
+    local_max.narrow(0, begin, len).copy_(m.squeeze(-1));
+    s1.narrow(0, begin, len).copy_(e.sum(-1));
+    s2.narrow(0, begin, len).copy_(e.mul_(e).sum(-1));
+  }
+  if (tp.enabled()) {
+    torch::Tensor global_max = local_max.clone();
+    tp.comm()->all_reduce(global_max, ReduceOp::kMax);
+    torch::Tensor scale = (local_max - global_max).exp();
+    torch::Tensor stacked = torch::stack({s1 * scale, s2 * scale * scale}).contiguous();
+    tp.comm()->all_reduce(stacked, ReduceOp::kSum);
+    s1 = stacked[0];
+    s2 = stacked[1];
+  }
+  return (s2 / (s1 * s1)).view(hidden.sizes().slice(0, hidden.dim() - 1));
+}
+
 TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              double temperature, bool with_entropy, const TensorParallelGroup& tp,
                              int64_t chunk_tokens) {

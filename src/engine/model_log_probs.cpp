@@ -6,7 +6,7 @@ namespace hybridflow {
 
 TokenLogProbs response_log_probs(CausalLM& model, const torch::Tensor& input_ids,
                                  const torch::Tensor& attention_mask, int64_t response_len, double temperature,
-                                 bool with_entropy) {
+                                 bool with_entropy, bool with_sum_pi_squared) {
   check_response_window(input_ids, response_len, temperature);
   // The head only at the R positions that predict response tokens (t = P-1 .. L-2): with a real
   // vocabulary, logits at every prompt position were most of the time and memory of the whole step. Even
@@ -14,9 +14,12 @@ TokenLogProbs response_log_probs(CausalLM& model, const torch::Tensor& input_ids
   // backward, so memory does not grow with batch x R x vocabulary.
   const int64_t total = input_ids.size(1);
   torch::Tensor hidden = model->hidden_states(input_ids, attention_mask);
-  return head_log_probs(hidden.narrow(1, total - response_len - 1, response_len), model->lm_head_weight(),
-                        input_ids.narrow(1, total - response_len, response_len), temperature, with_entropy,
-                        model->tensor_parallel());
+  const torch::Tensor window = hidden.narrow(1, total - response_len - 1, response_len);
+  TokenLogProbs out = head_log_probs(window, model->lm_head_weight(), input_ids.narrow(1, total - response_len, response_len),
+                                     temperature, with_entropy, model->tensor_parallel());
+  if (with_sum_pi_squared)
+    out.sum_pi_squared = head_sum_pi_squared(window, model->lm_head_weight(), temperature, model->tensor_parallel());
+  return out;
 }
 
 }  // namespace hybridflow

@@ -44,7 +44,7 @@ torch::Tensor unpack_positions(const torch::Tensor& packed, const PackedRows& ro
 
 TokenLogProbs packed_response_log_probs(CausalLM& model, const torch::Tensor& input_ids,
                                         const torch::Tensor& attention_mask, int64_t response_len, double temperature,
-                                        bool with_entropy) {
+                                        bool with_entropy, bool with_sum_pi_squared) {
   check_response_window(input_ids, response_len, temperature);
   const int64_t total = input_ids.size(1);
   const PackedRows rows = pack_rows(input_ids, attention_mask);
@@ -60,6 +60,9 @@ TokenLogProbs packed_response_log_probs(CausalLM& model, const torch::Tensor& in
   const torch::Tensor keep = scored_real.to(torch::kFloat32);
   out.log_probs = out.log_probs * keep;
   if (out.entropy.defined()) out.entropy = out.entropy * keep;
+  if (with_sum_pi_squared)
+    out.sum_pi_squared =
+        head_sum_pi_squared(window, model->lm_head_weight(), temperature, model->tensor_parallel()) * keep;
   return out;
 }
 

@@ -106,6 +106,7 @@ actor_rollout_ref:
 const char* const kRLSchemaAfterActorLoss = R"(    dtype: fp32
     router_replay:
       mode: disabled
+    calculate_sum_pi_squared: false
     megatron:
       tensor_model_parallel_size: 1
       pipeline_model_parallel_size: 1

@@ -343,6 +343,10 @@ algo::AdvantageInput advantage_input_of(const AlgorithmSpec& algorithm, const Da
   in.response_mask = data.tensor("response_mask").to(torch::kFloat);
   in.index = torch::arange(data.batch_size() / n, torch::kLong).repeat_interleave(n);
   if (data.has_tensor("values")) in.values = data.tensor("values");
+  // The optimal token baseline's per-position weights.
+  for (const auto& [key, field] : {std::pair{"old_log_probs", &in.old_log_probs}, std::pair{"sum_pi_squared", &in.sum_pi_squared},
+                                   std::pair{"rollout_is_weights", &in.rollout_is_weights}})
+    if (data.has_tensor(key)) *field = data.tensor(key);
   return in;
 }
 

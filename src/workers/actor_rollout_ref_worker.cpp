@@ -85,11 +85,12 @@ int64_t base_weight_bytes(const CausalLM& model, torch::Dtype dtype) {
 
 // The response log-probs of a micro-batch, on packed rows with use_remove_padding.
 TokenLogProbs policy_log_probs(bool packed, CausalLM& model, const DataProto& m, int64_t response_len,
-                               double temperature, bool with_entropy) {
+                               double temperature, bool with_entropy, bool with_sum_pi_squared = false) {
   const auto& ids = m.tensor("input_ids");
   const auto& mask = m.tensor("attention_mask");
-  return packed ? packed_response_log_probs(model, ids, mask, response_len, temperature, with_entropy)
-                : response_log_probs(model, ids, mask, response_len, temperature, with_entropy);
+  return packed ? packed_response_log_probs(model, ids, mask, response_len, temperature, with_entropy,
+                                            with_sum_pi_squared)
+                : response_log_probs(model, ids, mask, response_len, temperature, with_entropy, with_sum_pi_squared);
 }
 
 }  // namespace
@@ -266,25 +267,33 @@ DataProto ActorRolloutRefWorker::generate_sequences(const DataProto& in) {
 
 torch::Tensor ActorRolloutRefWorker::log_probs_of(CausalLM& model, PipelineStageRunner* pipeline,
                                                   const DataProto& in, const MicroBatching& how,
-                                                  RouterReplayPass* replay) const {
+                                                  RouterReplayPass* replay, torch::Tensor* sum_pi_squared) const {
   torch::NoGradGuard no_grad;
   // The old (and reference) log-probs on the kernels the rollout recorded its own with.
   BatchInvariantGuard batch_invariant(rollout_spec_.batch_invariant);
   const double temperature = rollout_spec_.temperature;
   const bool replaying = replay != nullptr && replay->active();
   const bool here = replaying && !replay->staged();  // a staged pass runs around every stage's forward itself
-  // Each micro-batch's own response width: one formed by token count is cut to its longest response.
+  // Each micro-batch's own response width: one formed by token count is cut to its longest response. With
+  // sum_pi_squared the two [b, w] results travel stacked as one [b, w, 2].
+  const bool with_sum_pi_squared = sum_pi_squared != nullptr;
   torch::Tensor log_probs =
       forward_micro_batches(pipeline, replaying ? replay->with_row_index(in) : in, how, [&](const DataProto& m) {
         if (here) replay->begin(m);
-        auto lp = policy_log_probs(model_spec_.use_remove_padding, model, m, m.tensor("responses").size(1),
-                                   temperature, /*with_entropy=*/false)
-                      .log_probs;
+        const TokenLogProbs lp = policy_log_probs(model_spec_.use_remove_padding, model, m,
+                                                  m.tensor("responses").size(1), temperature, /*with_entropy=*/false,
+                                                  with_sum_pi_squared);
         if (here) replay->end(m);
-        return lp;
+        if (!with_sum_pi_squared || !lp.log_probs.defined()) return lp.log_probs;
+        return torch::stack({lp.log_probs, lp.sum_pi_squared}, -1);
       });
   if (!log_probs.defined()) return log_probs;  // a stage before the last
-  return (log_probs * in.tensor("response_mask").to(torch::kFloat)).contiguous();
+  const torch::Tensor mask = in.tensor("response_mask").to(torch::kFloat);
+  if (with_sum_pi_squared) {
+    *sum_pi_squared = (log_probs.select(-1, 1) * mask).contiguous();
+    log_probs = log_probs.select(-1, 0);
+  }
+  return (log_probs * mask).contiguous();
 }
 
 DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
@@ -296,8 +305,11 @@ DataProto ActorRolloutRefWorker::compute_log_prob(const DataProto& in) {
     DataProto out;
     RouterReplayPass replay(actor(), parse_router_replay_policy(actor_spec_.router_replay, "router_replay.mode"), rows,
                             trainable_->pipeline());
-    torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, rollout_spec_.log_prob, &replay);
+    torch::Tensor sum_pi_squared;
+    torch::Tensor log_probs = log_probs_of(actor(), trainable_->pipeline(), rows, rollout_spec_.log_prob, &replay,
+                                           actor_spec_.calculate_sum_pi_squared ? &sum_pi_squared : nullptr);
     if (log_probs.defined()) out.set_tensor("old_log_probs", log_probs);
+    if (sum_pi_squared.defined()) out.set_tensor("sum_pi_squared", sum_pi_squared);
     replay.write(out);
     return out;
   });

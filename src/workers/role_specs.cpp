@@ -235,7 +235,8 @@ void to_json(nlohmann::json& j, const ActorSpec& s) {
             {"use_kl_loss", s.loss_terms.use_kl_loss},
             {"kl_loss_coef", s.loss_terms.kl_loss_coef},
             {"kl_loss_type", algo::to_string(s.loss_terms.kl_loss_type)},
-            {"router_replay", s.router_replay}});
+            {"router_replay", s.router_replay},
+            {"calculate_sum_pi_squared", s.calculate_sum_pi_squared}});
 }
 
 void from_json(const nlohmann::json& j, ActorSpec& s) {
@@ -276,6 +277,7 @@ void from_json(const nlohmann::json& j, ActorSpec& s) {
   s.loss_terms.kl_loss_type = algo::parse_kl_type(kl);
   take_spec_field(j, k, "router_replay", s.router_replay);
   parse_router_replay_policy(s.router_replay, "actor spec: router_replay");
+  take_spec_field(j, k, "calculate_sum_pi_squared", s.calculate_sum_pi_squared);
 }
 
 void to_json(nlohmann::json& j, const RefSpec& s) {

@@ -291,7 +291,7 @@ TEST(AlgoGpg, GroupMeanSubtractedAndScaledByTheShareOfNonzeroScores) {
 
 TEST(AlgoAdvantageRegistry, BuiltinsCustomAndUnknown) {
   const std::vector<std::string> builtins = {"gae", "grpo", "reinforce_plus_plus", "remax", "rloo",
-                                             "reinforce_plus_plus_baseline", "gpg"};
+                                             "reinforce_plus_plus_baseline", "gpg", "optimal_token_baseline"};
   for (const auto& name : builtins) EXPECT_TRUE(has_advantage_estimator(name)) << name;
 
   auto direct = compute_grpo_advantage(outcome_input());
@@ -315,6 +315,70 @@ TEST(AlgoAdvantageRegistry, BuiltinsCustomAndUnknown) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("ppo_magic"), std::string::npos) << msg;
     EXPECT_NE(msg.find("grpo"), std::string::npos) << msg;
+  }
+}
+
+// The optimal token baseline written per row and position, as verl's loops over each group compute it: the
+// reward-to-go G, the path weight W (cumulative 1 - 2 p + sum p^2, times the importance weight squared), and
+// the group's baseline at each position weighted by W over the rows valid there; a group of one has none.
+TEST(AlgoOptimalTokenBaseline, PerPositionBaselineWeightedByThePathsVariance) {
+  torch::manual_seed(5);
+  const int64_t b = 7, r = 5;
+  const std::vector<int64_t> ids = {3, 3, 3, 8, 8, 8, 1};  // two groups of three, a group of one
+  for (const bool with_is : {false, true}) {
+    AdvantageInput in;
+    in.token_level_rewards = torch::randn({b, r}, torch::kDouble);
+    in.response_mask = torch::ones({b, r}, torch::kDouble);
+    in.response_mask.index_put_({1, torch::indexing::Slice(3)}, 0.0);  // padding
+    in.response_mask.index_put_({4, 1}, 0.0);                            // an observation span
+    in.response_mask.index_put_({5, torch::indexing::Slice(2)}, 0.0);
+    in.index = torch::tensor(ids, torch::kLong);
+    in.old_log_probs = -torch::rand({b, r}, torch::kDouble) * 3;
+    in.sum_pi_squared = torch::rand({b, r}, torch::kDouble) * 0.9 + 0.05;
+    if (with_is) in.rollout_is_weights = torch::rand({b, r}, torch::kDouble) + 0.5;
+    const auto at = [](const torch::Tensor& t, int64_t i, int64_t j) { return t[i][j].item<double>(); };
+    std::vector<std::vector<double>> g(b, std::vector<double>(r)), w(b, std::vector<double>(r));
+    for (int64_t i = 0; i < b; ++i) {
+      double to_go = 0, path = 0;
+      for (int64_t t = r; t-- > 0;) {
+        to_go += at(in.token_level_rewards, i, t) * at(in.response_mask, i, t);
+        g[i][t] = to_go;
+      }
+      for (int64_t t = 0; t < r; ++t) {
+        double step = 1 - 2 * std::exp(at(in.old_log_probs, i, t)) + at(in.sum_pi_squared, i, t);
+        if (with_is) step *= at(in.rollout_is_weights, i, t) * at(in.rollout_is_weights, i, t);
+        path += step * at(in.response_mask, i, t);
+        w[i][t] = path;
+      }
+    }
+    const AdvantageOutput out = compute_advantage("optimal_token_baseline", in);
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t t = 0; t < r; ++t) {
+        const double m = at(in.response_mask, i, t);
+        double num = 0, den = 0;
+        int members = 0;
+        for (int64_t k = 0; k < b; ++k)
+          if (ids[static_cast<size_t>(k)] == ids[static_cast<size_t>(i)]) {
+            ++members;
+            num += g[k][t] * w[k][t] * at(in.response_mask, k, t);
+            den += w[k][t] * at(in.response_mask, k, t);
+          }
+        const double baseline = members > 1 ? num / (den + 1e-8) : 0.0;
+        EXPECT_NEAR(at(out.advantages, i, t), (g[i][t] - baseline) * m, 1e-9) << "row " << i << " position " << t;
+        EXPECT_NEAR(at(out.returns, i, t), g[i][t] * m, 1e-12) << "row " << i << " position " << t;
+      }
+    // The group of one keeps its reward-to-go.
+    EXPECT_TRUE(torch::allclose(out.advantages[6], out.returns[6]));
+  }
+  AdvantageInput missing;
+  missing.token_level_rewards = torch::zeros({2, 3});
+  missing.response_mask = torch::ones({2, 3});
+  missing.index = torch::tensor({0, 0}, torch::kLong);
+  try {
+    compute_advantage("optimal_token_baseline", missing);
+    FAIL() << "sum_pi_squared is required";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("calculate_sum_pi_squared"), std::string::npos) << e.what();
   }
 }
 

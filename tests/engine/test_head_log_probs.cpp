@@ -229,6 +229,38 @@ TEST(HeadLogProbs, VocabularyParallelRanksMatchOneProcess) {
   });
 }
 
+// The optimal token baseline's sum of p^2 over the vocabulary: softmax of the full logits squared and summed,
+// in chunks of any size, at a temperature, and over a vocabulary split 3 ways.
+torch::Tensor full_sum_pi_squared(const Case& c, double temperature) {
+  return torch::softmax(torch::linear(c.hidden, c.weight).to(torch::kFloat32) / temperature, -1).square().sum(-1);
+}
+
+TEST(HeadLogProbs, SumPiSquaredIsTheFullSoftmaxsSquaredSum) {
+  const Case c = random_case(3, 5, 8, 11, 2);
+  for (double temperature : {1.0, 0.7}) {
+    const torch::Tensor want = full_sum_pi_squared(c, temperature);
+    ASSERT_TRUE((want > 1.0 / 11 - 1e-6).all().item<bool>() && (want <= 1 + 1e-6).all().item<bool>());
+    for (int64_t chunk : {1, 4, 15, 0}) {
+      const std::string what = "T=" + std::to_string(temperature) + " chunk " + std::to_string(chunk);
+      expect_close(head_sum_pi_squared(c.hidden, c.weight, temperature, {}, chunk), want, 1e-6, what);
+    }
+  }
+  // Sharp logits: the sum tends to 1 without overflow.
+  Case sharp = c;
+  sharp.weight = c.weight * 200;
+  expect_close(head_sum_pi_squared(sharp.hidden, sharp.weight), full_sum_pi_squared(sharp, 1.0), 1e-5, "sharp");
+}
+
+TEST(HeadLogProbs, SumPiSquaredOfVocabularyParallelRanksMatchesOneProcess) {
+  testing::run_ranks(3, [](int rank, int port) {
+    Communicator comm(testing::gloo_world(rank, 3, port));
+    TensorParallelGroup tp(&comm);
+    const Case c = random_case(2, 5, 8, 12, 7);
+    const torch::Tensor got = head_sum_pi_squared(c.hidden, c.weight.narrow(0, 4 * rank, 4), 0.8, tp, 3);
+    expect_close(got, full_sum_pi_squared(c, 0.8), 1e-6, "tp sum of p^2");
+  });
+}
+
 // response_log_probs(model, ...) (the actor's log-prob and loss path) against the full logits of forward().
 TEST(HeadLogProbs, ModelResponseLogProbsMatchTheFullForward) {
   ModelConfig config = testing::tiny_model_config({.vocab_size = 40,

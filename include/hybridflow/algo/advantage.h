@@ -19,6 +19,9 @@ struct AdvantageInput {
   at::Tensor values;               // [B, R] critic values (gae)
   at::Tensor index;                // [B] int64 group ids; rows with equal ids answer the same prompt (grpo, rloo)
   at::Tensor reward_baselines;     // [B] reward of the greedy response (remax)
+  at::Tensor old_log_probs;        // [B, R] log p of each response token under the old policy (optimal_token_baseline)
+  at::Tensor sum_pi_squared;       // [B, R] sum over the vocabulary of p^2 at each position (optimal_token_baseline)
+  at::Tensor rollout_is_weights;   // [B, R] rollout importance weights, when the run computes them (optimal_token_baseline)
   double gamma = 1.0;
   double lam = 1.0;
   bool norm_adv_by_std_in_grpo = true;
@@ -34,7 +37,7 @@ struct AdvantageOutput {
 using AdvantageEstimator = std::function<AdvantageOutput(const AdvantageInput&)>;
 
 // Registers (or replaces) an estimator under name. Built-ins: gae, grpo, rloo, remax, reinforce_plus_plus,
-// reinforce_plus_plus_baseline, gpg.
+// reinforce_plus_plus_baseline, gpg, optimal_token_baseline.
 void register_advantage_estimator(const std::string& name, AdvantageEstimator fn);
 // Throws hybridflow::Error listing the known names when name is unknown.
 AdvantageEstimator get_advantage_estimator(const std::string& name);
@@ -64,5 +67,11 @@ AdvantageOutput compute_reinforce_plus_plus_baseline_advantage(const AdvantageIn
 // row counted), so that the batch's gradient is not diluted by groups that all scored 0; a group of one has
 // mean 0. Broadcast over valid tokens; returns = advantages.
 AdvantageOutput compute_gpg_advantage(const AdvantageInput& in);
+// Optimal token baseline (verl's optimal_token_baseline): returns G_t = reward-to-go over valid tokens; each
+// position's weight w_t = 1 - 2 p_t + sum p^2 (p_t = exp(old_log_probs), times rollout_is_weights^2 when
+// given) and its path weight W_t = sum_{s <= t} w_s; the group's baseline at position t is
+// sum_i G_it W_it / (sum_i W_it + 1e-8) over the group's rows valid at t; A = G - baseline over valid tokens.
+// A group of one has baseline 0.
+AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& in);
 
 }  // namespace hybridflow::algo

@@ -40,4 +40,11 @@ TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& w
                              double temperature = 1.0, bool with_entropy = true, const TensorParallelGroup& tp = {},
                              int64_t chunk_tokens = 0);
 
+// The sum over the vocabulary of softmax(z)^2 per token (z as in head_log_probs; no gradients), [...] in
+// float32, over the whole vocabulary under tensor parallelism (two all-reduces of [tokens]-sized tensors).
+// The optimal token baseline weighs each token by 1 - 2 p(target) + this (algo/advantage.h). A pass of its own
+// over the head, a chunk of tokens at a time: asked for only by that estimator's old log-prob pass.
+torch::Tensor head_sum_pi_squared(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature = 1.0,
+                                  const TensorParallelGroup& tp = {}, int64_t chunk_tokens = 0);
+
 }  // namespace hybridflow

@@ -13,6 +13,7 @@ namespace hybridflow {
 struct TokenLogProbs {
   torch::Tensor log_probs;  // [B, T] log p(target)
   torch::Tensor entropy;    // [B, T] entropy of the predicted distribution (undefined if not asked for)
+  torch::Tensor sum_pi_squared;  // [B, T] sum over the vocabulary of p^2 (head_sum_pi_squared; only if asked for)
 };
 
 // logits [B, T, V] (any float dtype; computed in float32), targets [B, T] int64.

@@ -8,9 +8,10 @@
 namespace hybridflow {
 
 // input_ids [B, P + R] = prompt (left padded) + response (right padded); attention_mask likewise.
-// Returns log-probs / entropy of the R response tokens, [B, R].
+// Returns log-probs / entropy (and with_sum_pi_squared, no gradients: engine/head_log_probs.h) of the R
+// response tokens, [B, R].
 TokenLogProbs response_log_probs(CausalLM& model, const torch::Tensor& input_ids,
                                  const torch::Tensor& attention_mask, int64_t response_len,
-                                 double temperature = 1.0, bool with_entropy = true);
+                                 double temperature = 1.0, bool with_entropy = true, bool with_sum_pi_squared = false);
 
 }  // namespace hybridflow

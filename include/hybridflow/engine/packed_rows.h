@@ -27,11 +27,12 @@ PackedRows pack_rows(const torch::Tensor& input_ids, const torch::Tensor& attent
 // packed [1, N, ...]; positions on padding get zeros.
 torch::Tensor unpack_positions(const torch::Tensor& packed, const PackedRows& rows, const torch::Tensor& positions);
 
-// response_log_probs (model_log_probs.h) on the packed rows: the same [B, R] log-probs and entropy at every
-// position whose response token is real; 0 where it is padding.
+// response_log_probs (model_log_probs.h) on the packed rows: the same [B, R] log-probs and entropy (and sum of
+// p^2) at every position whose response token is real; 0 where it is padding.
 TokenLogProbs packed_response_log_probs(CausalLM& model, const torch::Tensor& input_ids,
                                         const torch::Tensor& attention_mask, int64_t response_len,
-                                        double temperature = 1.0, bool with_entropy = true);
+                                        double temperature = 1.0, bool with_entropy = true,
+                                        bool with_sum_pi_squared = false);
 
 // The value head's [B, T] values on the packed rows (0 on padding): forward().values of the padded path.
 torch::Tensor packed_values(CausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask);

@@ -83,9 +83,11 @@ class ActorRolloutRefWorker : public Worker {
 
  private:
   // Log-probs of the responses of `in` under `model`, in micro-batches as `how` says; undefined on pipeline
-  // stages before the last. With `replay`, each micro-batch's forward records or replays its routing.
+  // stages before the last. With `replay`, each micro-batch's forward records or replays its routing. With
+  // `sum_pi_squared`, each token's sum of p^2 over the vocabulary goes there too ([B, R], masked alike).
   torch::Tensor log_probs_of(CausalLM& model, PipelineStageRunner* pipeline, const DataProto& in,
-                             const MicroBatching& how, RouterReplayPass* replay = nullptr) const;
+                             const MicroBatching& how, RouterReplayPass* replay = nullptr,
+                             torch::Tensor* sum_pi_squared = nullptr) const;
   // Copies the actor's weights into the rollout's cast copy (no-op when generation uses the actor itself,
   // or when the copy is released between rollouts).
   void sync_rollout_weights();

@@ -152,6 +152,9 @@ struct ActorSpec {
   algo::ActorLossTerms loss_terms;  // entropy bonus and KL loss
   // verl's router_replay.mode (workers/router_replay.h): disabled, R2 or R3.
   std::string router_replay = "disabled";
+  // verl's calculate_sum_pi_squared: the old log-prob pass also returns sum_pi_squared, each token's sum of p^2
+  // over the vocabulary (the optimal token baseline's weights).
+  bool calculate_sum_pi_squared = false;
 };
 void to_json(nlohmann::json& j, const ActorSpec& spec);
 void from_json(const nlohmann::json& j, ActorSpec& spec);
