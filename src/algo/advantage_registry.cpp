@@ -22,6 +22,7 @@ struct Registry {
       {"reinforce_plus_plus_baseline", compute_reinforce_plus_plus_baseline_advantage},
       {"gpg", compute_gpg_advantage},
       {"optimal_token_baseline", compute_optimal_token_baseline_advantage},
+      {"tir_optimal_token_baseline", compute_tir_optimal_token_baseline_advantage},
   };
 };
 

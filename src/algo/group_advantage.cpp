@@ -2,7 +2,9 @@
 // baseline, GPG; the optimal token baseline, per position).
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 #include "checks.h"
 #include "hybridflow/algo/advantage.h"
@@ -111,9 +113,15 @@ AdvantageOutput compute_gpg_advantage(const AdvantageInput& in) {
   return broadcast(minus_group_mean(s, in.index) * (rows / scored), s.mask);
 }
 
-AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& in) {
-  torch::NoGradGuard no_grad;
-  constexpr const char* where = "algo: optimal_token_baseline";
+namespace {
+
+// The optimal token baseline's per-token parts (verl's): G, the reward-to-go over valid tokens, and W, the
+// path weight: the running sum of 1 - 2 p + sum p^2 (times the importance weight squared) over valid tokens.
+struct TokenBaselineParts {
+  at::Tensor mask, returns, path_weight;  // [B, R]
+};
+
+TokenBaselineParts token_baseline_parts(const AdvantageInput& in, const char* where) {
   detail::check_response_tensor(in.token_level_rewards, "token_level_rewards", where);
   detail::check_same_shape(in.response_mask, in.token_level_rewards, "response_mask", where);
   detail::check_per_sequence(in.index, in.token_level_rewards.size(0), "index (group ids)", where);
@@ -122,23 +130,69 @@ AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& i
   detail::check_same_shape(in.old_log_probs, in.token_level_rewards, "old_log_probs", where);
   detail::check_same_shape(in.sum_pi_squared, in.token_level_rewards, "sum_pi_squared", where);
   auto rewards = detail::as_float(in.token_level_rewards);
-  auto mask = in.response_mask.to(rewards.scalar_type());
-  // G_t: the reward from t to the end; W_t: the path's accumulated weight up to t.
-  auto returns = (rewards * mask).flip({-1}).cumsum(-1).flip({-1}) * mask;
-  auto step_weight = 1.0 - 2.0 * in.old_log_probs.to(rewards.scalar_type()).exp() + in.sum_pi_squared.to(rewards.scalar_type());
+  const auto type = rewards.scalar_type();
+  TokenBaselineParts p;
+  p.mask = in.response_mask.to(type);
+  p.returns = (rewards * p.mask).flip({-1}).cumsum(-1).flip({-1}) * p.mask;
+  auto step_weight = 1.0 - 2.0 * in.old_log_probs.to(type).exp() + in.sum_pi_squared.to(type);
   if (in.rollout_is_weights.defined()) {
     detail::check_same_shape(in.rollout_is_weights, in.token_level_rewards, "rollout_is_weights", where);
-    step_weight = step_weight * in.rollout_is_weights.to(rewards.scalar_type()).square();
+    step_weight = step_weight * in.rollout_is_weights.to(type).square();
   }
-  auto path_weight = (step_weight * mask).cumsum(-1) * mask;
-  auto groups = dense_groups(in.index, rewards.options());
+  p.path_weight = (step_weight * p.mask).cumsum(-1) * p.mask;
+  return p;
+}
+
+// Per group g and column t: sum_i G_it W_it / (sum_i W_it + 1e-8), 0 for groups of fewer than two `members`.
+at::Tensor weighted_group_baseline(const Groups& groups, const at::Tensor& returns, const at::Tensor& path_weight,
+                                   const at::Tensor& members) {
   auto per_group = [&](const at::Tensor& rows) {
     return torch::zeros({groups.count, rows.size(1)}, rows.options()).index_add_(0, groups.dense_id, rows);
   };
   auto baseline = per_group(returns * path_weight) / (per_group(path_weight) + 1e-8);
-  baseline = torch::where((groups.size < 1.5).unsqueeze(-1), torch::zeros_like(baseline), baseline);
-  auto advantages = (returns - baseline.index_select(0, groups.dense_id)) * mask;
-  return {advantages, returns};
+  return torch::where((members < 1.5).unsqueeze(-1), torch::zeros_like(baseline), baseline);
+}
+
+}  // namespace
+
+AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  const TokenBaselineParts p = token_baseline_parts(in, "algo: optimal_token_baseline");
+  auto groups = dense_groups(in.index, p.returns.options());
+  auto baseline = weighted_group_baseline(groups, p.returns, p.path_weight, groups.size);
+  return {(p.returns - baseline.index_select(0, groups.dense_id)) * p.mask, p.returns};
+}
+
+AdvantageOutput compute_tir_optimal_token_baseline_advantage(const AdvantageInput& in) {
+  torch::NoGradGuard no_grad;
+  const TokenBaselineParts p = token_baseline_parts(in, "algo: tir_optimal_token_baseline");
+  // Each valid token's place among its row's valid tokens; the rows' parts packed to the left by it.
+  auto valid = p.mask > 0.5;
+  auto place = (valid.to(torch::kLong).cumsum(-1) - 1).clamp_min(0);
+  auto packed = [&](const at::Tensor& t) { return torch::zeros_like(t).scatter_add_(1, place, t * p.mask); };
+  auto returns = packed(p.returns), path_weight = packed(p.path_weight);
+  auto groups = dense_groups(in.index, returns.options());
+  auto lengths = valid.sum(-1);  // [B]
+  auto members = group_sum(groups, (lengths > 0).to(returns.scalar_type()));
+  auto baseline = weighted_group_baseline(groups, returns, path_weight, members).index_select(0, groups.dense_id);
+  // A group's one longest row past the second longest compares with nothing: baseline 0 there.
+  const auto len = lengths.cpu().contiguous();
+  const auto ids = groups.dense_id.cpu().contiguous();
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(groups.count));
+  for (int64_t i = 0; i < len.size(0); ++i)
+    if (len.data_ptr<int64_t>()[i] > 0) rows_of[static_cast<size_t>(ids.data_ptr<int64_t>()[i])].push_back(i);
+  for (const auto& rows : rows_of) {
+    if (rows.size() < 2) continue;
+    std::vector<int64_t> sorted;
+    for (int64_t i : rows) sorted.push_back(len.data_ptr<int64_t>()[i]);
+    std::sort(sorted.begin(), sorted.end());
+    const int64_t longest = sorted.back(), second = sorted[sorted.size() - 2];
+    if (longest == second) continue;
+    for (int64_t i : rows)
+      if (len.data_ptr<int64_t>()[i] == longest) baseline[i].narrow(0, second, baseline.size(1) - second).zero_();
+  }
+  auto advantages = (returns - baseline).gather(1, place) * p.mask;
+  return {advantages, p.returns};
 }
 
 }  // namespace hybridflow::algo

@@ -306,8 +306,9 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   parse_router_replay_policy(spec.router_replay, section + ".router_replay.mode");
   // The optimal token baseline needs each position's sum of p^2; verl asks for the key, here the estimator
   // turns it on too.
-  spec.calculate_sum_pi_squared =
-      actor.get<bool>("calculate_sum_pi_squared") || f.adv_estimator == "optimal_token_baseline";
+  spec.calculate_sum_pi_squared = actor.get<bool>("calculate_sum_pi_squared") ||
+                                  f.adv_estimator == "optimal_token_baseline" ||
+                                  f.adv_estimator == "tir_optimal_token_baseline";
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;

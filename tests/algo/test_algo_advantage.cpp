@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -291,7 +292,8 @@ TEST(AlgoGpg, GroupMeanSubtractedAndScaledByTheShareOfNonzeroScores) {
 
 TEST(AlgoAdvantageRegistry, BuiltinsCustomAndUnknown) {
   const std::vector<std::string> builtins = {"gae", "grpo", "reinforce_plus_plus", "remax", "rloo",
-                                             "reinforce_plus_plus_baseline", "gpg", "optimal_token_baseline"};
+                                             "reinforce_plus_plus_baseline", "gpg", "optimal_token_baseline",
+                                             "tir_optimal_token_baseline"};
   for (const auto& name : builtins) EXPECT_TRUE(has_advantage_estimator(name)) << name;
 
   auto direct = compute_grpo_advantage(outcome_input());
@@ -380,6 +382,66 @@ TEST(AlgoOptimalTokenBaseline, PerPositionBaselineWeightedByThePathsVariance) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("calculate_sum_pi_squared"), std::string::npos) << e.what();
   }
+}
+
+// The multi-turn variant as verl's loops compute it: each row's valid tokens packed to the left, the group's
+// baseline per packed place, a group's single longest row with baseline 0 past the second longest, and the
+// advantages put back where the valid tokens sit.
+TEST(AlgoOptimalTokenBaseline, MultiTurnComparesTheKthGeneratedTokensWhereverTheySit) {
+  torch::manual_seed(9);
+  const int64_t b = 7, r = 8;
+  const std::vector<int64_t> ids = {3, 3, 3, 8, 8, 8, 1};
+  AdvantageInput in;
+  in.token_level_rewards = torch::randn({b, r}, torch::kDouble);
+  in.response_mask = (torch::rand({b, r}, torch::kDouble) > 0.3).to(torch::kDouble);  // tool spans anywhere
+  in.response_mask[0].fill_(1.0);                                                     // group 3's single longest
+  in.response_mask[1].narrow(0, 5, 3).zero_();
+  in.response_mask[4].zero_();  // a row without a generated token
+  in.index = torch::tensor(ids, torch::kLong);
+  in.old_log_probs = -torch::rand({b, r}, torch::kDouble) * 3;
+  in.sum_pi_squared = torch::rand({b, r}, torch::kDouble) * 0.9 + 0.05;
+  const auto at = [](const torch::Tensor& t, int64_t i, int64_t j) { return t[i][j].item<double>(); };
+  // Per row: the valid positions, and G and W at each of them.
+  std::vector<std::vector<int64_t>> where(b);
+  std::vector<std::vector<double>> g(b), w(b);
+  for (int64_t i = 0; i < b; ++i) {
+    double path = 0;
+    for (int64_t t = 0; t < r; ++t) {
+      if (at(in.response_mask, i, t) == 0) continue;
+      path += 1 - 2 * std::exp(at(in.old_log_probs, i, t)) + at(in.sum_pi_squared, i, t);
+      double to_go = 0;
+      for (int64_t k = t; k < r; ++k) to_go += at(in.token_level_rewards, i, k) * at(in.response_mask, i, k);
+      where[i].push_back(t);
+      g[i].push_back(to_go);
+      w[i].push_back(path);
+    }
+  }
+  const AdvantageOutput out = compute_advantage("tir_optimal_token_baseline", in);
+  for (int64_t i = 0; i < b; ++i) {
+    std::vector<int64_t> group;
+    for (int64_t k = 0; k < b; ++k)
+      if (ids[static_cast<size_t>(k)] == ids[static_cast<size_t>(i)] && !where[k].empty()) group.push_back(k);
+    std::vector<size_t> lengths;
+    for (int64_t k : group) lengths.push_back(where[k].size());
+    std::sort(lengths.begin(), lengths.end());
+    const bool lone_longest = lengths.size() > 1 && lengths.back() > lengths[lengths.size() - 2];
+    std::vector<double> want(static_cast<size_t>(r), 0.0);
+    for (size_t place = 0; place < where[i].size(); ++place) {
+      double num = 0, den = 0;
+      for (int64_t k : group)
+        if (place < where[k].size()) num += g[k][place] * w[k][place], den += w[k][place];
+      double baseline = group.size() > 1 ? num / (den + 1e-8) : 0.0;
+      if (lone_longest && where[i].size() == lengths.back() && place >= lengths[lengths.size() - 2]) baseline = 0;
+      want[static_cast<size_t>(where[i][place])] = g[i][place] - baseline;
+    }
+    for (int64_t t = 0; t < r; ++t)
+      EXPECT_NEAR(at(out.advantages, i, t), want[static_cast<size_t>(t)], 1e-9) << "row " << i << " position " << t;
+  }
+  EXPECT_EQ(out.advantages[4].abs().sum().item<double>(), 0.0);
+  // Rows 0 and 1 of group 3: row 0 is the single longest, so its places past the second longest keep G.
+  ASSERT_GT(where[0].size(), std::max(where[1].size(), where[2].size()));
+  const int64_t last = where[0].back();
+  EXPECT_NEAR(at(out.advantages, 0, last), g[0].back(), 1e-12);
 }
 
 TEST(AlgoGrpo, RejectsMissingOrMisshapenIndex) {

@@ -127,7 +127,8 @@ TEST(RlTrainer, GroupEstimatorsWithOneSamplePerPromptWarnAndTrain) {
 }
 
 TEST(RlTrainer, CriticFreeEstimatorsRunAStepEach) {
-  for (const std::string estimator : {"rloo", "reinforce_plus_plus", "remax", "optimal_token_baseline"}) {
+  for (const std::string estimator :
+       {"rloo", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"}) {
     RLTrainer trainer(load_rl_config("", tiny_rl_overrides(estimator, {"actor_rollout_ref.actor.use_kl_loss=true"})));
     EXPECT_EQ(trainer.roles(), (std::vector<std::string>{"actor"})) << estimator;
     nlohmann::json record = trainer.step();

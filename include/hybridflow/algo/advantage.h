@@ -37,7 +37,7 @@ struct AdvantageOutput {
 using AdvantageEstimator = std::function<AdvantageOutput(const AdvantageInput&)>;
 
 // Registers (or replaces) an estimator under name. Built-ins: gae, grpo, rloo, remax, reinforce_plus_plus,
-// reinforce_plus_plus_baseline, gpg, optimal_token_baseline.
+// reinforce_plus_plus_baseline, gpg, optimal_token_baseline, tir_optimal_token_baseline.
 void register_advantage_estimator(const std::string& name, AdvantageEstimator fn);
 // Throws hybridflow::Error listing the known names when name is unknown.
 AdvantageEstimator get_advantage_estimator(const std::string& name);
@@ -73,5 +73,11 @@ AdvantageOutput compute_gpg_advantage(const AdvantageInput& in);
 // sum_i G_it W_it / (sum_i W_it + 1e-8) over the group's rows valid at t; A = G - baseline over valid tokens.
 // A group of one has baseline 0.
 AdvantageOutput compute_optimal_token_baseline_advantage(const AdvantageInput& in);
+// The same for multi-turn responses (verl's tir_optimal_token_baseline): a row's valid tokens are taken in
+// order, skipping masked tool-output spans, so the baseline at a row's k-th generated token is the group's
+// over their k-th generated tokens, wherever those sit; rows without a valid token take no part. When one
+// row of a group is longer than all the others, its tokens past the second longest get baseline 0 (verl's
+// handle_zero_tail, on for this estimator). A = G - baseline over valid tokens; returns = G.
+AdvantageOutput compute_tir_optimal_token_baseline_advantage(const AdvantageInput& in);
 
 }  // namespace hybridflow::algo
