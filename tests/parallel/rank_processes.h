@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,55 +38,84 @@ inline int free_port() {
   return ntohs(addr.sin_port);
 }
 
+// A child's exit status when its rank could not join the group (a rendezvous that failed): the port, free when
+// free_port() chose it, can be taken by another test's processes running beside this one before rank 0 binds
+// it, and their ranks then meet in one store. run_ranks tries again on a fresh port.
+constexpr int kRendezvousFailed = 3;
+
 // fn(rank, port) runs in each child; a gtest failure or exception there fails the test here. Children still
-// running at the deadline are killed and the test fails.
+// running at the deadline are killed and the test fails. A rendezvous that fails is tried again, on a fresh
+// port, up to twice.
 inline void run_ranks(int n, const std::function<void(int rank, int port)>& fn, int deadline_s = 30) {
-  int port = free_port();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; ++rank) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0) << "fork failed";
-    if (pid == 0) {
-      ::setenv("OMP_WAIT_POLICY", "passive", 1);
-      at::set_num_threads(1);
-      try {
-        fn(rank, port);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << rank << " threw: " << e.what();
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(::testing::Test::HasFailure() ? 1 : 0);
-    }
-    pids.push_back(pid);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
-  std::vector<bool> done(n, false);
-  int remaining = n;
-  while (remaining > 0) {
+  for (int attempt = 0;; ++attempt) {
+    const bool last = attempt == 2;
+    int port = free_port();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::vector<pid_t> pids;
     for (int rank = 0; rank < n; ++rank) {
-      if (done[rank]) continue;
-      int status = 0;
-      if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
-        done[rank] = true;
-        --remaining;
-        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << " failed (status "
-                                                                    << status << ")";
+      pid_t pid = ::fork();
+      ASSERT_GE(pid, 0) << "fork failed";
+      if (pid == 0) {
+        ::setenv("OMP_WAIT_POLICY", "passive", 1);
+        at::set_num_threads(1);
+        try {
+          fn(rank, port);
+        } catch (const std::exception& e) {
+          const bool rendezvous = std::string(e.what()).find("process group: rendezvous") != std::string::npos;
+          if (rendezvous && !last) {
+            std::fprintf(stderr, "rank %d: %s\n(trying again on another port)\n", rank, e.what());
+            std::fflush(stderr);
+            ::_exit(kRendezvousFailed);
+          }
+          ADD_FAILURE() << "rank " << rank << " threw: " << e.what();
+        }
+        std::fflush(stdout);
+        std::fflush(stderr);
+        ::_exit(::testing::Test::HasFailure() ? 1 : 0);
       }
+      pids.push_back(pid);
     }
-    if (remaining > 0 && std::chrono::steady_clock::now() > deadline) {
-      for (int rank = 0; rank < n; ++rank) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+    std::vector<bool> done(n, false);
+    std::vector<int> statuses(n, 0);
+    int remaining = n;
+    bool retry = false;
+    auto kill_remaining = [&] {
+      for (int rank = 0; rank < n; ++rank)
         if (!done[rank]) {
           ::kill(pids[rank], SIGKILL);
           ::waitpid(pids[rank], nullptr, 0);
-          ADD_FAILURE() << "rank " << rank << " still running after " << deadline_s << " s; killed";
+        }
+    };
+    while (remaining > 0) {
+      for (int rank = 0; rank < n; ++rank) {
+        if (done[rank]) continue;
+        int status = 0;
+        if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+          done[rank] = true;
+          statuses[rank] = status;
+          --remaining;
+          retry = retry || (WIFEXITED(status) && WEXITSTATUS(status) == kRendezvousFailed);
         }
       }
-      return;
+      if (retry) {  // the other ranks wait on a group that will not form
+        kill_remaining();
+        break;
+      }
+      if (remaining > 0 && std::chrono::steady_clock::now() > deadline) {
+        for (int rank = 0; rank < n; ++rank)
+          if (!done[rank]) ADD_FAILURE() << "rank " << rank << " still running after " << deadline_s << " s; killed";
+        kill_remaining();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (retry) continue;
+    for (int rank = 0; rank < n; ++rank)
+      EXPECT_TRUE(WIFEXITED(statuses[rank]) && WEXITSTATUS(statuses[rank]) == 0)
+          << "rank " << rank << " failed (status " << statuses[rank] << ")";
+    return;
   }
 }
 

@@ -4,9 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "parallel/rank_processes.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/device_mesh.h"
+#include "support/temp_dir.h"
 
 namespace hybridflow {
 namespace {
@@ -125,6 +129,25 @@ TEST(Collectives, MissingPeerTimesOutWithAnError) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr("rendezvous of rank 0/2"));
     }
   });
+}
+
+// The test harness's own rule: a rank whose rendezvous fails (its port taken by another test's processes) makes
+// run_ranks start every rank again on another port, rather than fail the test.
+TEST(Collectives, RunRanksTriesAFailedRendezvousAgainOnAnotherPort) {
+  testing::TempDir dir;
+  const std::string log = dir.path() + "/ports", failed_once = dir.path() + "/failed";
+  testing::run_ranks(2, [&](int rank, int port) {
+    std::ofstream(log, std::ios::app) << rank << " " << port << "\n";
+    if (rank == 0 && !std::filesystem::exists(failed_once)) {
+      std::ofstream(failed_once) << "x";
+      throw Error("process group: rendezvous of rank 0/2 at 127.0.0.1:" + std::to_string(port) + " failed: test");
+    }
+  });
+  EXPECT_FALSE(::testing::Test::HasFailure());
+  std::ifstream in(log);
+  int rank = 0, port = 0, rank0_runs = 0;
+  while (in >> rank >> port) rank0_runs += rank == 0 ? 1 : 0;
+  EXPECT_EQ(rank0_runs, 2) << "rank 0 ran once per attempt";
 }
 
 TEST(Collectives, ProcessGroupRejectsBadArguments) {
