@@ -81,6 +81,25 @@ RowLengths row_lengths(const DataProto& batch) {
   return out;
 }
 
+namespace {
+
+// Halves the group of most rows (the first of them) until there are at_least groups; a part of a group stays
+// within its budget. at_least > rows is an error naming `key`.
+void halve_largest_groups(std::vector<std::vector<int64_t>>& groups, int64_t at_least, int64_t rows,
+                          const std::string& key) {
+  HF_CHECK(at_least <= rows, key, ": ", at_least, " micro-batches asked of ", rows,
+           " rows (every rank of an expert-parallel group runs as many micro-batches as the one of most)");
+  while (static_cast<int64_t>(groups.size()) < at_least) {
+    const auto largest = std::max_element(groups.begin(), groups.end(),
+                                          [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    std::vector<int64_t> second(largest->begin() + static_cast<std::ptrdiff_t>(largest->size() / 2), largest->end());
+    largest->resize(largest->size() / 2);
+    groups.insert(largest + 1, std::move(second));
+  }
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> token_budget_groups(const RowLengths& lengths, int64_t max_tokens,
                                                       const std::string& key, int64_t at_least) {
   HF_CHECK(max_tokens > 0, key, " must be > 0 tokens, got ", max_tokens);
@@ -109,15 +128,7 @@ std::vector<std::vector<int64_t>> token_budget_groups(const RowLengths& lengths,
     prompt = std::max(prompt, lengths.prompt[i]);
     response = std::max(response, lengths.response[i]);
   }
-  HF_CHECK(at_least <= static_cast<int64_t>(rows), key, ": ", at_least, " micro-batches asked of ", rows,
-           " rows (every rank of an expert-parallel group runs as many micro-batches as the one of most)");
-  while (static_cast<int64_t>(groups.size()) < at_least) {
-    const auto largest = std::max_element(groups.begin(), groups.end(),
-                                          [](const auto& a, const auto& b) { return a.size() < b.size(); });
-    std::vector<int64_t> second(largest->begin() + static_cast<std::ptrdiff_t>(largest->size() / 2), largest->end());
-    largest->resize(largest->size() / 2);
-    groups.insert(largest + 1, std::move(second));
-  }
+  halve_largest_groups(groups, at_least, static_cast<int64_t>(rows), key);
   return groups;
 }
 
@@ -157,7 +168,9 @@ std::vector<MicroBatch> split_micro_batches(const DataProto& batch, const MicroB
     }
     return out;
   }
-  for (const auto& group : token_budget_groups(row_lengths(batch), how.max_tokens, how.key, how.at_least)) {
+  std::vector<std::vector<int64_t>> groups = token_budget_groups(row_lengths(batch), how.max_tokens, how.key);
+  if (how.agree_count) halve_largest_groups(groups, how.agree_count(static_cast<int64_t>(groups.size())), rows, how.key);
+  for (const auto& group : groups) {
     torch::Tensor index = torch::tensor(group, torch::kLong);
     out.push_back({trimmed_rows(batch, index), index});
   }

@@ -47,12 +47,7 @@ void run_ppo_epochs(TrainEngine& engine, const DataProto& batch, const MiniBatch
         std::vector<DataProto> micro_batches;
         {
           RECORD_USER_SCOPE("hf::split_micro_batches");
-          MicroBatching how{micro, plan.max_token_len, plan.max_token_len_key};
-          if (plan.agree_micro_batches) {
-            const RowLengths lengths = row_lengths(mini_batch);
-            how.at_least = plan.agree_micro_batches(static_cast<int64_t>(
-                token_budget_groups(lengths, how.max_tokens, how.key).size()));
-          }
+          const MicroBatching how{micro, plan.max_token_len, plan.max_token_len_key, plan.agree_micro_batches};
           for (MicroBatch& m : split_micro_batches(mini_batch, how)) micro_batches.push_back(std::move(m.data));
         }
         micro_count = static_cast<int64_t>(micro_batches.size());

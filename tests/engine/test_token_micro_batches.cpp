@@ -117,7 +117,13 @@ TEST(TokenMicroBatches, AtLeastSplitsTheLargestGroupsUntilThereAreThatMany) {
     EXPECT_LE(most, formed_most) << "halving made a larger group";
   }
   const DataProto batch = rl_batch(kPromptLen, kResponseLen, 1);
-  EXPECT_EQ(split_micro_batches(batch, {0, 40, "k", 5}).size(), 5u);
+  int64_t formed_count = 0;
+  const auto agree_on_5 = [&](int64_t count) {
+    formed_count = count;
+    return int64_t{5};
+  };
+  EXPECT_EQ(split_micro_batches(batch, {0, 40, "k", agree_on_5}).size(), 5u);
+  EXPECT_EQ(formed_count, static_cast<int64_t>(formed.size())) << "agree_count is given the count the budget formed";
   EXPECT_NE(testing::error_of([&] { token_budget_groups(l, 40, "budget_key", 9); })
                 .find("budget_key: 9 micro-batches asked of 8 rows"),
             std::string::npos);

@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,10 @@ struct MicroBatching {
   int64_t rows = 0;
   int64_t max_tokens = 0;
   std::string key;  // the config key of max_tokens, named in errors
-  // By tokens: at least this many micro-batches (at most the rows), for ranks that must run as many as each
-  // other (expert parallelism exchanges tokens in every forward and backward).
-  int64_t at_least = 0;
+  // By tokens, when set: given the number of micro-batches the budget formed, the number to run (at least that
+  // many, at most the rows; the largest are halved to get there). For ranks that must run as many as each
+  // other: expert parallelism exchanges tokens in every forward and backward, so this is a collective there.
+  std::function<int64_t(int64_t)> agree_count = nullptr;
   bool by_tokens() const { return max_tokens > 0; }
 };
 
