@@ -277,6 +277,14 @@ class AttentionImpl : public torch::nn::Module {
       q = rotary_rows(q, cos, sin);
       k = rotary_rows(k, cos, sin);
     }
+    if (sp.enabled() && k.size(2) % sp.size() != 0) {
+      // Fewer KV heads than ranks in the group (grouped-query attention split further by tensor parallelism:
+      // Qwen2.5-3B's 2 KV heads at tp 2 leave one a rank): each is repeated so that every rank of the group
+      // receives the KV head its share of the query heads reads. The copies' gradients sum in the backward.
+      const int64_t copies = sp.size() / k.size(2);
+      k = k.repeat_interleave(copies, 2);
+      v = v.repeat_interleave(copies, 2);
+    }
     q = sequence_to_head_split(q, sp).transpose(1, 2);
     k = sequence_to_head_split(k, sp).transpose(1, 2);
     v = sequence_to_head_split(v, sp).transpose(1, 2);
@@ -627,15 +635,19 @@ ForwardOutput CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
 
 void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
   if (sp.enabled()) {
+    // The group splits this rank's heads: all of them, or under tensor parallelism its tensor-parallel share.
     const int n = sp.size();
-    HF_CHECK(config_.num_key_value_heads % n == 0, "ulysses_sequence_parallel_size ", n,
-             " does not divide num_key_value_heads = ", config_.num_key_value_heads, " (num_attention_heads = ",
-             config_.num_attention_heads, "): each rank attends with whole KV heads and their query heads; choose a ",
-             "size that divides the KV heads");
-    HF_CHECK(!tp_.enabled(), "ulysses_sequence_parallel_size ", n, " with tensor_model_parallel_size ", tp_.size(),
-             ": sequence parallelism is not combined with tensor parallelism yet; use one of them");
-    HF_CHECK(!pp_.enabled(), "ulysses_sequence_parallel_size ", n, " with pipeline_model_parallel_size ", pp_.stages,
-             ": sequence parallelism is not combined with pipeline parallelism yet");
+    const int64_t heads = config_.num_attention_heads / tp_.size();
+    const int64_t kv_heads = kv_heads_replicated(config_, tp_.size()) ? 1 : config_.num_key_value_heads / tp_.size();
+    const std::string local = tp_.enabled() ? " (" + std::to_string(heads) + " query and " + std::to_string(kv_heads) +
+                                                  " KV heads on each of tensor_model_parallel_size " +
+                                                  std::to_string(tp_.size()) + " ranks)"
+                                            : std::string();
+    HF_CHECK(heads % n == 0 && (kv_heads % n == 0 || n % kv_heads == 0), "ulysses_sequence_parallel_size ", n,
+             " does not split num_attention_heads = ", config_.num_attention_heads, " and num_key_value_heads = ",
+             config_.num_key_value_heads, local, ": each rank attends with an equal share of the query heads and ",
+             "whole KV heads (repeated when there are fewer than ranks); choose a size that divides the query heads ",
+             "and divides or is a multiple of the KV heads");
     HF_CHECK(config_.num_moe_layers() == 0, "ulysses_sequence_parallel_size ", n, ": ", config_.model_type,
              " layers route over experts, which sequence parallelism does not split yet");
   }
@@ -729,9 +741,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
     HF_CHECK(stage_input_.defined(), "CausalLM::forward: pipeline stage ", pp_.stage,
              " needs the previous stage's hidden states (set_stage_input) before its forward");
     h = std::exchange(stage_input_, torch::Tensor());  // used once: the next forward needs its own input
-    HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == t && h.size(2) == config_.hidden_size,
+    HF_CHECK(h.dim() == 3 && h.size(0) == b && h.size(1) == slice && h.size(2) == config_.hidden_size,
              "CausalLM::forward: pipeline stage ", pp_.stage, " got hidden states of shape ", h.sizes(),
-             " for input_ids of shape ", input_ids.sizes());
+             " for input_ids of shape ", input_ids.sizes(),
+             split_sequence ? " split over the sequence-parallel group" : "");
   }
   if (batch_invariant_active()) return batch_invariant_hidden_states(h, mask, positions, past, cache);
   // SDPA takes an additive mask in the activations' dtype; built once per forward, shared by the layers.
@@ -822,8 +835,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
     router_logits_mask_ = packed ? mask.slice(1, past).ne(0).to(mask.scalar_type()) : mask.slice(1, past);
   }
   if (cache != nullptr) cache->filled = total;
+  // Under sequence parallelism a stage before the last passes its slice on (stage_activation_like).
+  if (!pp_.last()) return h;
   if (split_sequence) return gather_sequence(m.norm(h), sp_).narrow(1, 0, given_len);
-  return pp_.last() ? m.norm(h) : h;
+  return m.norm(h);
 }
 
 Partition CausalLMImpl::stage_moe_layers() const {
@@ -1142,7 +1157,9 @@ torch::Tensor CausalLMImpl::batch_invariant_hidden_states(const torch::Tensor& h
 
 torch::Tensor CausalLMImpl::stage_activation_like(int64_t batch, int64_t seq) const {
   const torch::Tensor any = parameters().front();  // a copy: parameters() returns a temporary
-  return torch::empty({batch, seq, config_.hidden_size}, any.options().requires_grad(false));
+  // A sequence-parallel rank's stages pass its slice of the padded sequence.
+  const int64_t rows = sp_.enabled() ? sequence_parallel_padded_length(seq, sp_.size()) / sp_.size() : seq;
+  return torch::empty({batch, rows, config_.hidden_size}, any.options().requires_grad(false));
 }
 
 ForwardOutput CausalLMImpl::apply_head(const torch::Tensor& hidden) {

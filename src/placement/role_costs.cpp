@@ -43,14 +43,18 @@ double activation_bytes(const CostInputs& in, double rows, double seq) {
 
 // Ulysses sequence parallelism (parallel/sequence_parallel.h) in one pass over a micro-batch of `rows`
 // sequences of `seq` tokens: per layer, q, k and v trade the sequence split for a head split and the attention
-// output trades back (four all-to-alls, each rank keeping 1 / sp of its slice), and the final hidden states are
-// gathered once. A backward pass moves the same again.
+// output trades back (four all-to-alls, each rank keeping 1 / sp of its slice; a group's ranks share one
+// tensor-parallel rank and its heads), and the final hidden states are gathered once. A backward pass moves the
+// same again.
 double sequence_parallel_seconds(const CostInputs& in, const Layout& l, double rows, double seq, double layers) {
   if (l.sp <= 1) return 0;
   const ModelShape& m = in.model;
   const bool crosses = l.tp * l.sp > in.cluster.gpus_per_node;
   const double slice_tokens = rows * seq / l.sp;
-  const double qkvo = slice_tokens * (2.0 * m.heads + 2.0 * m.kv_heads) * m.head_dim * in.workload.param_bytes;
+  // A tensor-parallel rank trades its own heads (its KV heads, or the one it keeps where they are replicated).
+  const double heads = static_cast<double>(m.heads) / l.tp;
+  const double kv_heads = m.kv_heads < l.tp ? 1.0 : static_cast<double>(m.kv_heads) / l.tp;
+  const double qkvo = slice_tokens * (2.0 * heads + 2.0 * kv_heads) * m.head_dim * in.workload.param_bytes;
   const double swaps = alltoall_seconds(in.cluster, qkvo, l.sp, crosses);
   return layers * swaps + allgather_seconds(in.cluster, activation_bytes(in, rows, seq), l.sp, crosses);
 }

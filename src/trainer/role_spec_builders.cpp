@@ -128,17 +128,17 @@ bool remove_padding(const ConfigReader& c, const std::string& section, const Par
   return on;
 }
 
-// <section>.ulysses_sequence_parallel_size: groups of that many consecutive data-parallel ranks split each
-// sequence (workers/sequence_parallel_rows.h), so the role's batches split over dp / size groups, as in verl.
+// <section>.ulysses_sequence_parallel_size: groups of that many consecutive data-parallel ranks (of one pipeline
+// stage and tensor rank) split each sequence (workers/sequence_parallel_rows.h), so the role's batches split over
+// dp / size groups, as in verl and as Megatron's context_parallel_size, which is read as this key.
 int sequence_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp) {
   const std::string key = section + ".ulysses_sequence_parallel_size";
   const int sp = c.get<int>(key);
   HF_CHECK(sp >= 1, key, " must be >= 1, got ", sp);
   if (sp == 1) return sp;
-  HF_CHECK(layout.tp == 1 && layout.pp == 1, key, " = ", sp, " with tensor_model_parallel_size = ", layout.tp,
-           " and pipeline_model_parallel_size = ", layout.pp,
-           ": sequence parallelism is not combined with tensor or pipeline parallelism yet; set those to 1");
-  HF_CHECK(dp % sp == 0, key, " = ", sp, " does not divide the role's ", dp, " data-parallel processes");
+  HF_CHECK(dp % sp == 0, key, " = ", sp, " does not divide the role's ", dp, " data-parallel processes (",
+           dp * layout.tp * layout.pp, " processes over tensor_model_parallel_size ", layout.tp,
+           " and pipeline_model_parallel_size ", layout.pp, ")");
   return sp;
 }
 

@@ -33,6 +33,12 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"critic.megatron.optimizer_offload", "critic.model.fsdp_config.optimizer_offload"},
     {"actor_rollout_ref.actor.optim.lr_decay_style", "actor_rollout_ref.actor.optim.lr_scheduler_type"},
     {"critic.optim.lr_decay_style", "critic.optim.lr_scheduler_type"},
+    // Megatron's context parallelism splits each sequence over that many ranks; hybridflow's Ulysses groups do
+    // the same job (with the same data-parallel size), all-to-alls around attention instead of a ring.
+    {"actor_rollout_ref.actor.megatron.context_parallel_size",
+     "actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
+    {"actor_rollout_ref.ref.megatron.context_parallel_size", "actor_rollout_ref.ref.ulysses_sequence_parallel_size"},
+    {"critic.megatron.context_parallel_size", "critic.ulysses_sequence_parallel_size"},
     // ppo_megatron_trainer.yaml's LoRA block.
     {"actor_rollout_ref.model.lora.rank", "actor_rollout_ref.model.lora_rank"},
     {"actor_rollout_ref.model.lora.alpha", "actor_rollout_ref.model.lora_alpha"},
@@ -247,12 +253,6 @@ const IgnoredKey kIgnored[] = {
     {"transfer_queue", "", kPython},
     // ppo_megatron_trainer.yaml's engine blocks (megatron's tensor, pipeline and expert parallel sizes and
     // use_distributed_optimizer are hybridflow's keys too; the offloads are aliases above).
-    {"actor_rollout_ref.actor.megatron.context_parallel_size", "1",
-     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
-    {"actor_rollout_ref.ref.megatron.context_parallel_size", "1",
-     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
-    {"critic.megatron.context_parallel_size", "1",
-     "context parallelism is not supported by hybridflow: split long sequences with ulysses_sequence_parallel_size"},
     {"actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", "",
      "hybridflow's pipeline runs 1F1B without virtual (interleaved) stages: the same updates, more bubbles"},
     {"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", "",

@@ -119,7 +119,7 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   HF_CHECK(sp_size == 1 || groups_, "actor_rollout_ref.actor.ulysses_sequence_parallel_size = ", sp_size,
            " needs as many processes; role '", context().role, "' has one");
   if (groups_)
-    sequence_parallel_ = SequenceParallelRows::join(groups_->world(), sp_size,
+    sequence_parallel_ = SequenceParallelRows::join(groups_->world(), coord(), sp_size,
                                                     "actor_rollout_ref.actor.ulysses_sequence_parallel_size");
   if (sequence_parallel_) {  // the model refuses a head count or layout it cannot split: at creation, not mid-run
     actor()->set_sequence_parallel(sequence_parallel_->group());

@@ -1,6 +1,7 @@
 #include "hybridflow/workers/sequence_parallel_rows.h"
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/parallel/device_mesh.h"
 
 namespace hybridflow {
 namespace {
@@ -28,13 +29,23 @@ class SequenceParallelScope {
 
 }  // namespace
 
-std::unique_ptr<SequenceParallelRows> SequenceParallelRows::join(const ProcessGroup& world, int size,
-                                                                 const std::string& key) {
+std::unique_ptr<SequenceParallelRows> SequenceParallelRows::join(const ProcessGroup& world, const MeshCoord& coord,
+                                                                 int size, const std::string& key) {
   HF_CHECK(size >= 1, key, " must be >= 1, got ", size);
   if (size == 1) return nullptr;
-  HF_CHECK(world.size() % size == 0, key, " = ", size, " does not divide the role's ", world.size(), " processes");
-  std::vector<std::vector<int>> groups(static_cast<size_t>(world.size() / size));
-  for (int rank = 0; rank < world.size(); ++rank) groups[static_cast<size_t>(rank / size)].push_back(rank);
+  HF_CHECK(coord.dp_size % size == 0, key, " = ", size, " does not divide the role's ", coord.dp_size,
+           " data-parallel ranks (", world.size(), " processes over tensor_model_parallel_size ", coord.tp_size,
+           " and pipeline_model_parallel_size ", coord.pp_size, ")");
+  // Groups of `size` consecutive data-parallel ranks within each (pipeline stage, tensor rank): the members of
+  // a tensor-parallel group share their sequence slice, and a stage's slice goes to the same slice's next stage.
+  const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
+  std::vector<std::vector<int>> groups;
+  for (int pp = 0; pp < coord.pp_size; ++pp)
+    for (int first = 0; first < coord.dp_size; first += size)
+      for (int tp = 0; tp < coord.tp_size; ++tp) {
+        std::vector<int>& group = groups.emplace_back();
+        for (int dp = first; dp < first + size; ++dp) group.push_back(mesh.rank_of({pp, dp, tp}));
+      }
   std::unique_ptr<SequenceParallelRows> rows(new SequenceParallelRows());
   rows->comm_ = std::make_unique<Communicator>(world.split(groups));
   return rows;

@@ -3,7 +3,9 @@
 // 1e-5 and its (averaged over the group) gradients within 1e-4, at 2 and 4 ranks, for grouped-query attention
 // with 2 query heads per KV head, for Qwen3's q/k norms, for a sequence length that does not divide by the
 // group, and with activation checkpointing; KV head counts the group does not divide are refused naming the
-// key. Every rank runs in a forked process over Gloo.
+// key. Combined with tensor parallelism (the group splits each tensor-parallel rank's heads, repeating a KV head
+// where a rank holds fewer than the group) and with pipeline stages (a stage passes its slice on), it gives
+// one process's outputs and gradients too. Every rank runs in a forked process over Gloo.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +14,7 @@
 #include <utility>
 
 #include "engine/tensor_parallel_fixture.h"
+#include "hybridflow/parallel/device_mesh.h"
 #include "parallel/rank_processes.h"
 
 namespace hybridflow {
@@ -138,6 +141,121 @@ TEST(SequenceParallel, Qwen3WithActivationCheckpointingOverTwoAndFourRanksEquals
   for (int sp : {2, 4}) check_sequence_parallel(ulysses_qwen3_config(), sp, /*checkpointing=*/true);
 }
 
+// 4 ranks: tensor-parallel pairs {0, 1}, {2, 3}, sequence-parallel pairs {0, 2}, {1, 3} (one tensor rank each).
+// With 4 query heads over 2 KV heads a tensor-parallel rank holds 2 query heads and 1 KV head, which the
+// sequence-parallel pair shares by repeating it; with 8 over 4, 4 and 2, which split.
+void check_sequence_with_tensor_parallel(const ModelConfig& config) {
+  run_ranks(
+      4,
+      [&](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        const DeviceMesh mesh(1, 2, 2);
+        Communicator tp(world.split(mesh.tp_groups()));
+        Communicator sp_comm(world.split(mesh.dp_groups()));
+        const DataProto batch = rl_batch();
+        for (HeadKind head : {HeadKind::kLanguageModel, HeadKind::kValue}) {
+          CausalLM whole = reference_model(head, 1234, config);
+          CausalLM split(config, head, TensorParallelGroup(&tp));
+          load_full_state(*split, parameters_of(*whole));
+          split->set_sequence_parallel(SequenceParallelGroup(&sp_comm));
+          const bool policy = head == HeadKind::kLanguageModel;
+          const auto& ids = batch.tensor("input_ids");
+          const auto& mask = batch.tensor("attention_mask");
+          if (policy) {
+            // The vocabulary-parallel head's logits, gathered over the tensor-parallel pair.
+            {
+              torch::NoGradGuard no_grad;
+              expect_close(tp.all_gather_cat(split->forward(ids, mask).logits.contiguous(), 2),
+                           whole->forward(ids, mask).logits, "logits");
+            }
+            // Gradients through every layer: a loss on the final hidden states (whole on every rank).
+            const auto real = mask.unsqueeze(-1).to(torch::kFloat);
+            torch::manual_seed(3);
+            auto weights = torch::randn({ids.size(0), ids.size(1), config.hidden_size});
+            auto want = whole->hidden_states(ids, mask) * real;
+            auto got = split->hidden_states(ids, mask) * real;
+            expect_close(got, want, "hidden states");
+            (want * weights).sum().backward();
+            (got * weights).sum().backward();
+          } else {
+            expect_close(split->forward(ids, mask).values, whole->forward(ids, mask).values, "values");
+            value_loss(whole, batch).backward();
+            value_loss(split, batch).backward();
+          }
+          average_grads_over(*split, sp_comm);
+          expect_same_tensors(gather_full_grads(*split), grads_of(*whole), kGradTolerance,
+                              policy ? "gradients through the hidden states" : "value gradients");
+        }
+      },
+      120);
+}
+
+TEST(SequenceParallel, WithTensorParallelismEqualsOneProcess) {
+  ModelConfig shared_kv = ulysses_qwen3_config();  // q/k norms see a rank's heads
+  shared_kv.num_attention_heads = 4;
+  shared_kv.num_key_value_heads = 2;
+  check_sequence_with_tensor_parallel(shared_kv);
+  check_sequence_with_tensor_parallel(ulysses_llama_config());
+}
+
+// 4 ranks: pipeline stages of 2 layers each, sequence-parallel pairs {0, 1} (stage 0) and {2, 3} (stage 1);
+// rank r of a pair sends its slice to rank r of the next stage. A loss on the last stage's hidden states of 8
+// positions, and of 7 (padded to 8 inside the model, so the stages pass slices of 4).
+TEST(SequenceParallel, WithPipelineStagesEqualsOneProcess) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        const DeviceMesh mesh(2, 2, 1);
+        Communicator stages(world.split(mesh.pp_groups()));
+        Communicator sp_comm(world.split(mesh.dp_groups()));
+        ModelConfig config = ulysses_qwen3_config();
+        config.num_hidden_layers = 4;
+        const int stage = mesh.coords(rank).pp;
+        const DataProto batch = rl_batch();
+        for (int64_t len : {8, 7}) {
+          const std::string what = std::to_string(len) + " positions";
+          CausalLM whole = reference_model(HeadKind::kLanguageModel, 1234, config);
+          CausalLM split(config, HeadKind::kLanguageModel, TensorParallelGroup{}, PipelineStage{stage, 2});
+          load_full_state(*split, parameters_of(*whole));
+          split->set_sequence_parallel(SequenceParallelGroup(&sp_comm));
+          auto ids = batch.tensor("input_ids").narrow(1, 0, len);
+          auto mask = batch.tensor("attention_mask").narrow(1, 0, len);
+          const auto real = mask.unsqueeze(-1).to(torch::kFloat);
+          torch::manual_seed(3);
+          auto weights = torch::randn({ids.size(0), len, config.hidden_size});
+          auto want = whole->hidden_states(ids, mask) * real;
+          (want * weights).sum().backward();
+          if (stage == 0) {
+            auto h = split->hidden_states(ids, mask);
+            EXPECT_EQ(h.size(1), 4) << what << ": stage 0 passes a slice of the padded sequence";
+            stages.isend(h.detach(), 1).wait();
+            torch::Tensor grad = torch::empty_like(h);
+            stages.recv(grad, 1);
+            h.backward(grad);
+          } else {
+            torch::Tensor input = split->stage_activation_like(ids.size(0), len);
+            stages.recv(input, 0);
+            input.set_requires_grad(true);
+            split->set_stage_input(input);
+            auto got = split->hidden_states(ids, mask) * real;
+            expect_close(got, want, what + ": hidden states");
+            (got * weights).sum().backward();
+            stages.isend(input.grad(), 0).wait();
+          }
+          average_grads_over(*split, sp_comm);
+          // Each stage's parameters against the same names of the whole model.
+          const auto whole_grads = grads_of(*whole);
+          for (const auto& [name, grad] : grads_of(*split)) {
+            ASSERT_TRUE(whole_grads.count(name)) << name;
+            EXPECT_TRUE(torch::allclose(grad, whole_grads.at(name), kGradTolerance, kGradTolerance))
+                << what << ": " << name << " differs by " << (grad - whole_grads.at(name)).abs().max().item<double>();
+          }
+        }
+      },
+      120);
+}
+
 TEST(SequenceParallel, AllToAllRoundTripsAndSplitsHeads) {
   run_ranks(2, [](int rank, int port) {
     Communicator comm(gloo_world(rank, 2, port));
@@ -152,22 +270,23 @@ TEST(SequenceParallel, AllToAllRoundTripsAndSplitsHeads) {
   });
 }
 
-TEST(SequenceParallel, KvHeadsTheGroupDoesNotDivideAreRefusedNamingTheKey) {
+TEST(SequenceParallel, HeadsTheGroupDoesNotSplitAreRefusedNamingTheKey) {
   run_ranks(4, [](int rank, int port) {
     Communicator comm(gloo_world(rank, 4, port));
     ModelConfig config = ulysses_llama_config();
-    config.num_attention_heads = 6;
-    config.num_key_value_heads = 2;
+    // The query heads split 4 ways, but 3 KV heads neither split over 4 ranks nor repeat onto them evenly.
+    config.num_attention_heads = 12;
+    config.num_key_value_heads = 3;
     config.hidden_size = 48;
     CausalLM model(config);
     try {
       model->set_sequence_parallel(SequenceParallelGroup(&comm));
-      ADD_FAILURE() << "4 ranks over 2 KV heads were accepted";
+      ADD_FAILURE() << "4 ranks over 12 query and 3 KV heads were accepted";
     } catch (const std::exception& e) {
       const std::string message = e.what();
       EXPECT_NE(message.find("ulysses_sequence_parallel_size 4"), std::string::npos) << message;
-      EXPECT_NE(message.find("num_key_value_heads = 2"), std::string::npos) << message;
-      EXPECT_NE(message.find("num_attention_heads = 6"), std::string::npos) << message;
+      EXPECT_NE(message.find("num_key_value_heads = 3"), std::string::npos) << message;
+      EXPECT_NE(message.find("num_attention_heads = 12"), std::string::npos) << message;
     }
   });
 }

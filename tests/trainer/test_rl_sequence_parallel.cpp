@@ -3,6 +3,7 @@
 // it (data parallel, the same generation replicas, so the same samples) within 1e-5: scores, losses, entropy,
 // KL, values, gradient norms and the trained weights. Padding-free packing (use_remove_padding) follows the
 // padded run alike, with fixed and with token-budget micro-batches, and together with sequence parallelism.
+// Sequence-parallel groups inside tensor-parallel and pipeline layouts follow the data-parallel run too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,6 +102,35 @@ TEST(RlSequenceParallel, GrpoWithActivationCheckpointingFollowsTheDataParallelRu
   const SpRun data_parallel = train_ppo(1, more, /*with_critic=*/false);
   const SpRun split = train_ppo(2, more, /*with_critic=*/false);
   expect_same_run(split, data_parallel, "grpo, sp 2, checkpointing");
+}
+
+// Sequence-parallel groups inside tensor-parallel and pipeline layouts: 4 processes generating in 2 replicas
+// (tensor-parallel pairs, or two-stage pipelines), each replica's pair of data-parallel ranks training as one
+// sequence-parallel group, follow the 2-process data-parallel run (the same 2 generation replicas, so the same
+// samples). The tensor-parallel run asks for its groups as verl's Megatron configs do (context_parallel_size);
+// there a rank holds 2 query heads and 1 KV head, which its group repeats.
+TEST(RlSequenceParallel, GrpoSplitInsideTensorAndPipelineLayoutsFollowsTheDataParallelRun) {
+  const std::vector<std::string> grpo = {
+      "algorithm.adv_estimator=grpo", "model.num_hidden_layers=2", "reward.type=command",
+      "reward.shell=/usr/bin/python3 -c \"import sys,json; [print(sum(c.isdigit() for c in "
+      "json.loads(l)['response']) / 4.0, flush=True) for l in sys.stdin]\""};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), grpo.begin(), grpo.end());
+    return more;
+  };
+  const SpRun data_parallel = train_ppo(1, grpo, /*with_critic=*/false);
+  const SpRun tensor = train_ppo(1,
+                                 with({"actor_rollout_ref.num_processes=4",
+                                       "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                       "actor_rollout_ref.actor.megatron.context_parallel_size=2"}),
+                                 /*with_critic=*/false);
+  expect_same_run(tensor, data_parallel, "grpo, context_parallel_size 2 x tp 2");
+  const SpRun stages = train_ppo(2,
+                                 with({"actor_rollout_ref.num_processes=4",
+                                       "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                       "actor_rollout_ref.rollout.pipeline_model_parallel_size=2"}),
+                                 /*with_critic=*/false);
+  expect_same_run(stages, data_parallel, "grpo, sp 2 x pp 2");
 }
 
 TEST(RlSequenceParallel, AReferenceSplitOtherwiseThanTheActorIsRefusedNamingTheKeys) {

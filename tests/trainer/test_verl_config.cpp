@@ -130,7 +130,8 @@ TEST(VerlConfig, DataFilesTakeOneFileOrAList) {
 }
 
 // Keys of verl's ppo_megatron_trainer.yaml and its examples' other habits: the Megatron engine's offloads and
-// schedule name, its own settings dropped, the features hybridflow lacks accepted only at their defaults.
+// schedule name, context parallelism as Ulysses groups, its own settings dropped, the features hybridflow lacks
+// accepted only at their defaults.
 TEST(VerlConfig, MegatronConfigKeys) {
   const Config config = load_rl_config(
       kExample, {"actor_rollout_ref.actor.megatron.param_offload=True",
@@ -151,8 +152,13 @@ TEST(VerlConfig, MegatronConfigKeys) {
   EXPECT_FALSE(config.get<bool>("critic.model.fsdp_config.optimizer_offload"));
   EXPECT_EQ(config.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
   using hybridflow::testing::error_of;
-  EXPECT_THAT(error_of([] { load_rl_config(kExample, {"actor_rollout_ref.actor.megatron.context_parallel_size=2"}); }),
-              HasSubstr("ulysses_sequence_parallel_size"));
+  // Context parallelism is read as the Ulysses groups that split sequences the same way.
+  const Config cp = load_rl_config(kExample, {"actor_rollout_ref.actor.megatron.context_parallel_size=2",
+                                              "actor_rollout_ref.ref.megatron.context_parallel_size=2",
+                                              "critic.megatron.context_parallel_size=4"});
+  EXPECT_EQ(cp.get<int>("actor_rollout_ref.actor.ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(cp.get<int>("actor_rollout_ref.ref.ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(cp.get<int>("critic.ulysses_sequence_parallel_size"), 4);
   // Interleaved stages change the schedule, not the update: dropped with the warning.
   EXPECT_NO_THROW(load_rl_config(kExample, {"actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size=2"}));
   EXPECT_THAT(error_of([] { load_rl_config(kExample, {"actor_rollout_ref.actor.optim.min_lr=1e-6"}); }),

@@ -166,9 +166,11 @@ class CausalLMImpl : public torch::nn::Module {
   bool decode_attends_row_lengths(const PagedKVCache& cache) const;
 
   // Pipeline stages after the first: the hidden states [B, T, hidden] entering this stage's first layer,
-  // used by (and cleared by) the next forward.
+  // used by (and cleared by) the next forward; under sequence parallelism this rank's slice [B, T' / n, hidden]
+  // of the sequence padded to T'.
   void set_stage_input(const torch::Tensor& hidden) { stage_input_ = hidden; }
-  // The activation this stage receives or sends for input_ids of [batch, seq]: shape and dtype.
+  // The activation this stage receives or sends for input_ids of [batch, seq]: shape and dtype (a slice of the
+  // sequence under sequence parallelism).
   torch::Tensor stage_activation_like(int64_t batch, int64_t seq) const;
 
   // LoRA (model/lora.h): adds adapters to the projections `lora` targets, each A drawn from a generator
@@ -212,9 +214,11 @@ class CausalLMImpl : public torch::nn::Module {
 
   // Ulysses sequence parallelism (parallel/sequence_parallel.h): whole-sequence forwards (not those with a
   // KV cache) run each rank's slice of the sequence through the layers and return the whole sequence's hidden
-  // states on every rank of the group; average the gradients over the group after backward. Every rank of the
-  // group gets the same inputs. Throws naming ulysses_sequence_parallel_size when the KV heads do not divide
-  // by the group size, or with tensor or pipeline parallelism or expert layers (not combined yet).
+  // states on every rank of the group (pipeline stages before the last pass their slice on); average the
+  // gradients over the group after backward. Every rank of the group gets the same inputs. Under tensor
+  // parallelism the group splits this rank's heads, and the group's ranks are of one tensor-parallel rank.
+  // Throws naming ulysses_sequence_parallel_size when the group does not split the query heads evenly or the KV
+  // heads into whole heads (a KV head is repeated where there are fewer than ranks), or with expert layers.
   void set_sequence_parallel(SequenceParallelGroup sp);
   const SequenceParallelGroup& sequence_parallel() const { return sp_; }
 

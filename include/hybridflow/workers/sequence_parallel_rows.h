@@ -1,7 +1,9 @@
-// Ulysses sequence parallelism in a role's processes (verl's ulysses_sequence_parallel_size): consecutive
-// ranks form a sequence-parallel group (ranks [g n, (g + 1) n) for size n, so the data-parallel size is
-// world / n, as verl carves them). The controller still hands every rank its own share of a batch
-// (DP_PROTO); a group first gathers its members' shares, so that every member holds the same rows, runs the
+// Ulysses sequence parallelism in a role's processes (verl's ulysses_sequence_parallel_size, and Megatron's
+// context_parallel_size read as it): n consecutive data-parallel ranks form a sequence-parallel group (data-
+// parallel ranks [g n, (g + 1) n) of one pipeline stage and one tensor-parallel rank; without tensor and
+// pipeline parallelism, ranks [g n, (g + 1) n), as verl carves them), so the data-parallel size is dp / n. The
+// controller still hands every data-parallel rank its own share of a batch (DP_PROTO, 3D_PROTO); a group
+// first gathers its members' shares, so that every member holds the same rows, runs the
 // model with its sequence split over the members (model/transformer.h: set_sequence_parallel), and each
 // member returns its own share of the results.
 //
@@ -19,14 +21,16 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/sequence_parallel.h"
+#include "hybridflow/runtime/mesh_coord.h"
 
 namespace hybridflow {
 
 class SequenceParallelRows {
  public:
-  // Collective over the role's world (every rank calls it with the same size). Null for size 1. Throws naming
-  // `key` when the size does not divide the world.
-  static std::unique_ptr<SequenceParallelRows> join(const ProcessGroup& world, int size, const std::string& key);
+  // Collective over the role's world (every rank calls it with the same size); `coord` is this rank's place in
+  // the role's mesh. Null for size 1. Throws naming `key` when the size does not divide the data-parallel size.
+  static std::unique_ptr<SequenceParallelRows> join(const ProcessGroup& world, const MeshCoord& coord, int size,
+                                                    const std::string& key);
 
   SequenceParallelGroup group() const { return SequenceParallelGroup(comm_.get()); }
   int size() const { return comm_->size(); }
