@@ -648,8 +648,6 @@ void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
              config_.num_key_value_heads, local, ": each rank attends with an equal share of the query heads and ",
              "whole KV heads (repeated when there are fewer than ranks); choose a size that divides the query heads ",
              "and divides or is a multiple of the KV heads");
-    HF_CHECK(config_.num_moe_layers() == 0, "ulysses_sequence_parallel_size ", n, ": ", config_.model_type,
-             " layers route over experts, which sequence parallelism does not split yet");
   }
   sp_ = sp;
 }
@@ -660,8 +658,6 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
   const int n = ep.size();
   HF_CHECK(config_.num_moe_layers() > 0, "expert_model_parallel_size ", n, ": ", config_.model_type,
            " has no mixture-of-experts layer to split");
-  HF_CHECK(!sp_.enabled(), "expert_model_parallel_size ", n, " with ulysses_sequence_parallel_size ", sp_.size(),
-           ": expert parallelism is not combined with sequence parallelism yet");
   HF_CHECK(config_.moe.num_experts % n == 0, "expert_model_parallel_size ", n, " does not divide num_experts = ",
            config_.moe.num_experts, "; choose a size that divides the expert count");
   for (auto& layer : layers_->model->decoder_layers)
@@ -774,9 +770,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
              "replay covers ", replay_routing_.layers.size(), " MoE layers, this model (stage) has ", sparse_layers);
     for (int64_t j = 0; j < sparse_layers; ++j) {
       const auto& given = replay_routing_.layers[static_cast<size_t>(j)];
-      HF_CHECK(given.dim() == 3 && given.size(0) == b && given.size(1) == t, "router replay: MoE layer ", j,
-               " needs experts of shape [", b, ", ", t, ", k] for this forward, got ", given.sizes());
-      replay[static_cast<size_t>(j)] = given.reshape({b * t, given.size(2)});
+      HF_CHECK(given.dim() == 3 && given.size(0) == b && given.size(1) == t - pad, "router replay: MoE layer ", j,
+               " needs experts of shape [", b, ", ", t - pad, ", k] for this forward, got ", given.sizes());
+      // Under sequence parallelism this rank replays its slice (the group's padding routes to expert 0, masked).
+      const torch::Tensor mine =
+          split_sequence ? torch::constant_pad_nd(given, {0, 0, 0, pad}).narrow(1, sp_.rank() * slice, slice) : given;
+      replay[static_cast<size_t>(j)] = mine.reshape({b * slice, given.size(2)});
     }
   }
   // Activation checkpointing (training passes only: a cache means generation) keeps each layer's input alone.
@@ -822,15 +821,29 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const 
                                      cache != nullptr ? cache->capacity : 0, nullptr, sp, runs.get());
     h = h + layer.feed_forward(layer.post_attention_layernorm(h), io);
   }
+  // Under sequence parallelism each rank routed its slice of the sequence: what callers read of the routing
+  // (recorded experts, replay mismatches, the router logits of the load-balancing loss) covers the whole of it.
+  // The logits' gather keeps the gradient convention of gather_sequence (the loss runs on every rank).
+  const auto whole_sequence = [&](const torch::Tensor& slice_rows) {  // [b * slice, ...] -> [b, given length, ...]
+    auto rows = slice_rows.reshape({b, slice, -1});
+    if (!split_sequence) return rows;
+    return sp_.comm()->all_gather_cat(rows.contiguous(), 1).narrow(1, 0, given_len);
+  };
   if (router_replay_ == RouterReplayMode::kRecord) {
     recorded_routing_.layers.clear();
-    for (auto& e : experts) recorded_routing_.layers.push_back(e.reshape({b, t, -1}));
+    for (auto& e : experts) recorded_routing_.layers.push_back(whole_sequence(e));
   }
   if (router_replay_ == RouterReplayMode::kReplay) {
-    replay_differs_ = torch::zeros({b, t}, torch::TensorOptions().dtype(torch::kBool).device(device));
-    for (auto& d : differs) replay_differs_ = replay_differs_.logical_or(d.view({b, t}));
+    replay_differs_ = torch::zeros({b, t - pad}, torch::TensorOptions().dtype(torch::kBool).device(device));
+    for (auto& d : differs)
+      replay_differs_ = replay_differs_.logical_or(whole_sequence(d.to(torch::kUInt8)).view({b, t - pad}).ne(0));
   }
   if (keep_router_logits_) {
+    if (split_sequence)
+      for (auto& logits : router_logits) {
+        const int64_t experts_n = logits.size(-1);
+        logits = gather_sequence(logits.reshape({b, slice, experts_n}), sp_).reshape({b * t, experts_n});
+      }
     router_logits_ = std::move(router_logits);
     router_logits_mask_ = packed ? mask.slice(1, past).ne(0).to(mask.scalar_type()) : mask.slice(1, past);
   }

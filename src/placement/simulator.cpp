@@ -23,11 +23,10 @@ std::string layout_problem(const ClusterSpec& cluster, const ModelShape& model, 
   if (model.layers % l.pp != 0) return who + text("pipeline stages do not divide the ", model.layers) + " layers";
   if (l.sp > 1) {
     // What the model splits (model/transformer.cpp): the actor's, reference's and critic's whole-sequence
-    // passes of a dense model; a rank's query heads (its tensor-parallel share) split evenly, its KV heads into
+    // passes; a rank's query heads (its tensor-parallel share) split evenly, its KV heads into
     // whole heads or repeated when fewer than the group.
     if (role != Role::kActor && role != Role::kRef && role != Role::kCritic)
       return who + "sequence parallelism covers the actor, reference and critic only";
-    if (model.moe.num_experts > 0) return who + "sequence parallelism does not split mixture-of-experts layers";
     if (l.dp % l.sp != 0) return who + text("sequence-parallel groups do not divide the ", l.dp) + " data-parallel ranks";
     const int64_t heads = model.heads / l.tp, kv_heads = model.kv_heads < l.tp ? 1 : model.kv_heads / l.tp;
     if (heads % l.sp != 0 || (kv_heads % l.sp != 0 && l.sp % kv_heads != 0))

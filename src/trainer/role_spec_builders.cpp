@@ -145,14 +145,13 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
 // <section>.megatron.expert_model_parallel_size: groups of that many consecutive data-parallel ranks split each
 // mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch;
 // under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank),
-// and under pipeline parallelism every stage's (the experts of the stage's layers, Megatron's layout).
-int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp, int sp) {
+// and under pipeline parallelism every stage's (the experts of the stage's layers, Megatron's layout); with
+// sequence parallelism the expert group exchanges each rank's slice of its rows.
+int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
   HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
   if (ep == 1) return ep;
-  HF_CHECK(sp == 1, key, " = ", ep, " with ", section, ".ulysses_sequence_parallel_size = ", sp,
-           ": expert parallelism is not combined with sequence parallelism yet; set it to 1");
   HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
   const int pp = c.get<int>(section + ".megatron.pipeline_model_parallel_size");
   HF_CHECK(pp == 1 || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep, " with ", section,
@@ -312,7 +311,7 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
-  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp, sp);
+  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
@@ -507,11 +506,12 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
   const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
-  const int ep = expert_parallel_size(c, "critic", plan.dp, sp);
+  const int ep = expert_parallel_size(c, "critic", plan.dp);
   if (f.need_cost_critic) {  // the cost critic's pool, checked alike
     const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
     const int cost_dp = dp_of(cost, f.cost_critic);
-    expert_parallel_size(c, "critic", cost_dp, sequence_parallel_size(c, "critic", cost, cost_dp));
+    sequence_parallel_size(c, "critic", cost, cost_dp);
+    expert_parallel_size(c, "critic", cost_dp);
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;

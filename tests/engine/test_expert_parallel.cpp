@@ -4,7 +4,9 @@
 // with 2 experts' owners each) takes one process's step: loss, gradient norm and weights after it. Combined with
 // tensor parallelism (4 ranks: 2 data-parallel replicas of 2 tensor-parallel ranks, the experts split over the
 // replicas and whole on each tensor-parallel rank) the logits, loss, gradients and a step equal one process too.
-// Gathered experts run alone (generation); a size that does not divide the experts is refused naming the key.
+// Under sequence parallelism (each rank routing its slice of the same rows), with the experts replicated or split,
+// the routing, the load-balancing loss and the gradients equal one process's. Gathered experts run alone
+// (generation); a size that does not divide the experts is refused naming the key.
 // Every rank runs in a forked process over Gloo.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -89,6 +91,60 @@ void check_train_step(int world, int ep) {
         EXPECT_NEAR(stats.grad_norm, want.stats.grad_norm, 1e-5);
         EXPECT_EQ(stats.tokens, want.stats.tokens);
         expect_same_tensors(parameters_of(*model), held(want.weights, *model), 1e-5, "weights after the step");
+      },
+      120);
+}
+
+// Mixture-of-experts layers under Ulysses sequence parallelism on 2 ranks holding the same rows, each routing its
+// slice of every sequence: with the experts replicated, and split over the same 2 ranks (expert parallelism
+// exchanging the slices' tokens). Each rank weighs the shared rows by half (the trainer counts them twice); the
+// routing recorded, the load-balancing loss (from the router logits gathered over the sequence), the logits,
+// and the gradients summed over the ranks (experts: already whole on their owner) equal one process's.
+TEST(ExpertParallel, WithSequenceParallelismRoutingLossAndGradientsEqualOneProcess) {
+  run_ranks(
+      2,
+      [](int rank, int port) {
+        Communicator comm(gloo_world(rank, 2, port));
+        const DataProto all = rl_batch();
+        const auto& ids = all.tensor("input_ids");
+        const auto& mask = all.tensor("attention_mask");
+        const double tokens = all.tensor("loss_mask").sum().item<double>();
+        for (bool split_experts : {false, true}) {
+          const std::string what = split_experts ? "experts split" : "experts replicated";
+          CausalLM whole = expert_model();
+          CausalLM split = expert_model();
+          if (split_experts) split->set_expert_parallel(ExpertParallelGroup(&comm));
+          split->set_sequence_parallel(SequenceParallelGroup(&comm));
+          {
+            torch::NoGradGuard no_grad;
+            whole->set_router_replay(RouterReplayMode::kRecord);
+            split->set_router_replay(RouterReplayMode::kRecord);
+            const auto logits = split->forward(ids, mask).logits;
+            const auto want_logits = whole->forward(ids, mask).logits;
+            EXPECT_TRUE(torch::allclose(logits, want_logits, 1e-5, 1e-5))
+                << what << ": logits differ by " << (logits - want_logits).abs().max().item<double>();
+            const auto& got = split->recorded_routing().layers;
+            const auto& want = whole->recorded_routing().layers;
+            ASSERT_EQ(got.size(), want.size()) << what;
+            for (size_t j = 0; j < want.size(); ++j)
+              EXPECT_TRUE(torch::equal(got[j], want[j])) << what << ": routing of MoE layer " << j;
+            whole->set_router_replay(RouterReplayMode::kOff);
+            split->set_router_replay(RouterReplayMode::kOff);
+          }
+          whole->set_keep_router_logits(true);
+          split->set_keep_router_logits(true);
+          auto want_loss = globally_weighted_loss(whole, all, tokens);
+          auto want_aux = whole->load_balancing_loss();
+          (want_loss + 0.1 * want_aux).backward();
+          auto loss = globally_weighted_loss(split, all, tokens);
+          auto aux = split->load_balancing_loss();
+          EXPECT_NEAR(aux.item<double>(), want_aux.item<double>(), 1e-5) << what << ": load-balancing loss";
+          ((loss + 0.1 * aux) / 2).backward();
+          for (auto& item : split->named_parameters())
+            if (!(split_experts && is_expert(item.key())) && item.value().grad().defined())
+              comm.all_reduce(item.value().mutable_grad());
+          expect_same_tensors(grads_by_name(*split), held(grads_by_name(*whole), *split), 1e-5, what + ": gradients");
+        }
       },
       120);
 }

@@ -12,8 +12,8 @@
 // experts' switch in both rollout layouts. In two pipeline stages (4 processes, each stage's experts split over
 // its 2 data-parallel replicas) the run follows the staged run without the split, the reshard metrics count the
 // stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process; a critic split
-// so in 2 stages follows its staged run. Layouts it does not cover are refused naming
-// the keys.
+// so in 2 stages follows its staged run. With the sequences split over the same 2 processes as the experts (and
+// router replay R2) the run follows the data-parallel run. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -208,6 +208,21 @@ TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTens
   expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
 }
 
+// The experts split over 2 processes that also split every sequence (Ulysses, or Megatron's context parallelism
+// in verl's MoE configs): the 2 processes train their 4 samples as one group, each routing its slice of every
+// sequence and exchanging the slices' tokens with the experts' owner. With router replay R2 (the routing
+// recorded by the split old log-prob pass, replayed slice by slice in the update) it follows the data-parallel
+// run without either split.
+TEST(RlExpertParallel, GrpoWithExpertsAndSequencesSplitFollowsTheDataParallelRun) {
+  const std::vector<std::string> r2 = {"actor_rollout_ref.actor.router_replay.mode=R2"};
+  std::vector<std::string> split_r2 = r2;
+  split_r2.push_back("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2");
+  const EpRun split = train(2, split_r2);
+  expect_same_run(split, train(1, r2), "ep 2 x sp 2, R2");
+  ASSERT_TRUE(split.steps.back().contains("actor/sequence_parallel_all_to_all_mb"));
+  EXPECT_GT(split.steps.back().at("actor/sequence_parallel_all_to_all_mb").get<double>(), 0.0);
+}
+
 // Two pipeline stages of 4 processes, generating in them: 4 layers (the second and fourth sparse), so that each
 // stage splits the 8 experts of its one MoE layer over its 2 data-parallel replicas.
 const std::vector<std::string> kTwoStages = {"actor_rollout_ref.num_processes=4", "model.num_hidden_layers=4",
@@ -337,8 +352,6 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
               HasSubstr("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2 and "
                         "actor_rollout_ref.actor.megatron.use_distributed_optimizer = true: expert parallelism is "
                         "combined with pipeline stages or with the distributed optimizer, not yet with both"));
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"}),
-              HasSubstr("actor_rollout_ref.actor.ulysses_sequence_parallel_size = 2"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
               HasSubstr("actor_rollout_ref.ref.megatron.expert_model_parallel_size = 1"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.num_processes=1"}),

@@ -217,16 +217,19 @@ class CausalLMImpl : public torch::nn::Module {
   // states on every rank of the group (pipeline stages before the last pass their slice on); average the
   // gradients over the group after backward. Every rank of the group gets the same inputs. Under tensor
   // parallelism the group splits this rank's heads, and the group's ranks are of one tensor-parallel rank.
-  // Throws naming ulysses_sequence_parallel_size when the group does not split the query heads evenly or the KV
-  // heads into whole heads (a KV head is repeated where there are fewer than ranks), or with expert layers.
+  // Mixture-of-experts layers route each rank's slice (under expert parallelism, exchanged with the expert group
+  // as any rows are); the recorded routing and the router logits cover the whole sequence. Throws naming
+  // ulysses_sequence_parallel_size when the group does not split the query heads evenly or the KV heads into
+  // whole heads (a KV head is repeated where there are fewer than ranks).
   void set_sequence_parallel(SequenceParallelGroup sp);
   const SequenceParallelGroup& sequence_parallel() const { return sp_; }
 
   // Expert parallelism (parallel/expert_parallel.h): each MoE layer keeps num_experts / n of its experts (under
   // their checkpoint names) and exchanges tokens with the group around them; every rank of the group runs its own
   // rows, and every forward and backward is collective over the group (under tensor parallelism: the replicas of
-  // one tensor-parallel rank; experts stay whole per rank). Once, before an optimizer sees the parameters. Throws
-  // naming expert_model_parallel_size when n does not divide the experts, or with pipeline or sequence parallelism.
+  // one tensor-parallel rank; experts stay whole per rank; under sequence parallelism each rank's rows are its
+  // slice of the sequence). Once, before an optimizer sees the parameters. Throws naming
+  // expert_model_parallel_size when n does not divide the experts.
   void set_expert_parallel(ExpertParallelGroup ep);
   const ExpertParallelGroup& expert_parallel() const { return ep_; }
   // Collective over the group: every expert in this process, without gradients, until release_gathered_experts();
