@@ -32,6 +32,16 @@ CallProfileRequest CallProfileRequest::from_json(const nlohmann::json& j) {
   r.dir = j.at("dir").get<std::string>();
   HF_CHECK(!r.dir.empty(), "profile request: an empty directory");
   r.trace = j.value("trace", true);
+  r.tool = j.value("tool", std::string("torch"));
+  HF_CHECK(r.tool == "torch" || r.tool == "torch_memory", "profile request: tool '", r.tool,
+           "' is not torch or torch_memory");
+  if (j.contains("memory")) {
+    const nlohmann::json& m = j.at("memory");
+    r.memory.max_entries = m.value("max_entries", r.memory.max_entries);
+    r.memory.context = m.value("context", r.memory.context);
+    r.memory.stacks = m.value("stacks", r.memory.stacks);
+    check_cuda_memory_history_options(r.memory, "profile request: memory");
+  }
   for (const nlohmann::json& t : j.at("targets")) {
     Target target;
     target.methods = t.at("methods").get<std::set<std::string>>();
@@ -50,17 +60,55 @@ nlohmann::json CallProfileRequest::to_json() const {
   for (const Target& t : targets)
     targets_json.push_back(
         {{"methods", t.methods}, {"all_ranks", t.all_ranks}, {"ranks", t.ranks}, {"contents", t.contents}});
-  return {{"step", step}, {"dir", dir}, {"trace", trace}, {"targets", std::move(targets_json)}};
+  return {{"step", step},
+          {"dir", dir},
+          {"trace", trace},
+          {"tool", tool},
+          {"memory", {{"max_entries", memory.max_entries}, {"context", memory.context}, {"stacks", memory.stacks}}},
+          {"targets", std::move(targets_json)}};
 }
 
-void CallProfiler::arm(std::optional<CallProfileRequest> request) {
+void CallProfiler::arm(std::optional<CallProfileRequest> request, const std::string& role, int rank,
+                       const torch::Device& device) {
+  if (request_ && request_->tool == "torch_memory" && recording_memory_ && request_->covers(rank))
+    write_memory_snapshot(role, rank);
   request_ = std::move(request);
   calls_.clear();
+  if (!request_ || request_->tool != "torch_memory" || !request_->covers(rank) || recording_memory_) return;
+  if (!device.is_cuda() || !cuda_memory_history_built()) {
+    if (!said_no_cuda_)
+      log_warn("profile: global_profiler.tool torch_memory records the CUDA caching allocator, and ", role, " rank ",
+               rank, " runs on the CPU", cuda_memory_history_built() ? "" : " (the CPU build)", ": no memory snapshots");
+    said_no_cuda_ = true;
+    return;
+  }
+  // From the first armed step on, as verl records from the worker's start: a snapshot holds the history that
+  // led to it (up to max_entries events).
+  try {
+    start_cuda_memory_history(request_->memory);
+    recording_memory_ = true;
+  } catch (const std::exception& e) {
+    log_warn("profile: ", role, " rank ", rank, ": CUDA memory history not recorded: ", e.what());
+  }
+}
+
+void CallProfiler::write_memory_snapshot(const std::string& role, int rank) const {
+  const CallProfileRequest& r = *request_;
+  const std::string dir = r.dir + "/step_" + std::to_string(r.step);
+  const std::string path = dir + "/" + role + "_rank" + std::to_string(rank) + ".memory.pickle";
+  try {
+    make_dirs(dir);
+    write_file_atomic(path, cuda_memory_snapshot());
+    log_info("profile: ", role, " rank ", rank, " (step ", r.step, "): CUDA memory snapshot ", path);
+  } catch (const std::exception& e) {
+    log_warn("profile: ", role, " rank ", rank, " (step ", r.step, "): no memory snapshot: ", e.what());
+  }
 }
 
 DataProto CallProfiler::run(const std::string& role, int rank, const std::string& method, const torch::Device& device,
                             const std::function<DataProto()>& call) {
-  const CallProfileRequest::Target* target = request_ ? request_->select(rank, method) : nullptr;
+  const CallProfileRequest::Target* target =
+      request_ && request_->tool == "torch" ? request_->select(rank, method) : nullptr;
   if (target == nullptr) return call();
   const CallProfileRequest& r = *request_;
   const std::vector<std::string>& contents = target->contents;

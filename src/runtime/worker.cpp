@@ -70,7 +70,8 @@ DataProto WorkerHost::call(const std::string& role, const std::string& method, c
   Hosted& hosted = it->second;
   if (method == kProfileMethod) {
     const nlohmann::json request = input.meta().value("profile", nlohmann::json());
-    hosted.profiler.arm(request.is_null() ? std::nullopt : std::optional(CallProfileRequest::from_json(request)));
+    hosted.profiler.arm(request.is_null() ? std::nullopt : std::optional(CallProfileRequest::from_json(request)), role,
+                        hosted.worker->rank(), hosted.worker->device());
     return DataProto();
   }
   const auto& fn = hosted.methods.get(method).fn;

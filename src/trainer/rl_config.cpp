@@ -47,6 +47,12 @@ global_profiler:
   steps: null
   save_path: null
   trace: true
+  global_tool_config:
+    torch_memory:
+      trace_alloc_max_entries: 100000
+      stack_depth: 32
+      context: all
+      stacks: all
 data:
   task: addition_reversed
   min_digits: 1

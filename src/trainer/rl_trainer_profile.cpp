@@ -1,6 +1,7 @@
 // global_profiler (verl's keys, tool torch): each profiled step arms the worker groups whose roles have their
 // profiler enabled at its start and disarms them at its end (runtime/call_profiler.h), so every call the
-// controller dispatched to them in that step runs under libtorch's profiler on the chosen ranks.
+// controller dispatched to them in that step runs under libtorch's profiler on the chosen ranks. With tool
+// torch_memory the same arming records the ranks' CUDA allocations, and the disarm writes their snapshots.
 #include "rl_trainer_state.h"
 
 #include <set>
@@ -77,14 +78,20 @@ void RLTrainer::State::start_profile(int64_t global_step) {
     request.step = global_step;
     request.dir = run.profiler.save_path;
     request.trace = run.profiler.trace;
+    request.tool = run.profiler.tool;
+    request.memory = run.profiler.memory;
     request.targets = std::move(targets);
     DataProto arm;
     arm.meta()["profile"] = request.to_json();
     profile_calls.push_back(group->call(kProfileMethod, arm));
     roles += (roles.empty() ? "" : ", ") + group->role();
   }
-  log_info("profile: step ", global_step, ": profiling the calls of ", roles, " (traces in ", run.profiler.save_path,
-           "/step_", global_step, ")");
+  if (run.profiler.tool == "torch_memory")
+    log_info("profile: step ", global_step, ": CUDA memory snapshots of ", roles, " at the step's end (in ",
+             run.profiler.save_path, "/step_", global_step, ")");
+  else
+    log_info("profile: step ", global_step, ": profiling the calls of ", roles, " (traces in ", run.profiler.save_path,
+             "/step_", global_step, ")");
 }
 
 void RLTrainer::State::end_profile() {

@@ -319,11 +319,21 @@ ProfilerRunSpec::Role role_profiler(const ConfigReader& c, const std::string& se
 ProfilerRunSpec profiler_spec(const ConfigReader& c, const std::string& run_dir) {
   ProfilerRunSpec p;
   const std::string tool = c.is_null("global_profiler.tool") ? "" : c.get<std::string>("global_profiler.tool");
-  HF_CHECK(tool.empty() || tool == "torch", "global_profiler.tool: '", tool, "' is not supported; hybridflow profiles ",
-           "with libtorch's profiler: torch (or null: off)",
+  HF_CHECK(tool.empty() || tool == "torch" || tool == "torch_memory", "global_profiler.tool: '", tool,
+           "' is not supported; hybridflow profiles with libtorch's profiler: torch, or torch_memory (CUDA memory ",
+           "snapshots), or null: off",
            tool == "nsys" ? ". For Nsight Systems run the whole command under nsys (nsys profile hybridflow train ...)"
                           : "");
-  p.on = tool == "torch";
+  p.on = !tool.empty();
+  p.tool = tool;
+  const std::string memory_key = "global_profiler.global_tool_config.torch_memory";
+  p.memory.max_entries = c.get<int64_t>(memory_key + ".trace_alloc_max_entries");
+  p.memory.context = c.get<std::string>(memory_key + ".context");
+  p.memory.stacks = c.get<std::string>(memory_key + ".stacks");
+  check_cuda_memory_history_options(p.memory, memory_key);
+  // libtorch's C++ recorder keeps whole stacks; verl's depth limit has nothing to cut.
+  HF_CHECK(c.get<int64_t>(memory_key + ".stack_depth") >= 1, memory_key, ".stack_depth must be >= 1, got ",
+           c.get<int64_t>(memory_key + ".stack_depth"));
   if (!c.is_null("global_profiler.steps")) p.steps = c.get<std::vector<int64_t>>("global_profiler.steps");
   for (size_t i = 0; i < p.steps.size(); ++i)
     HF_CHECK(p.steps[i] >= 1 && (i == 0 || p.steps[i] > p.steps[i - 1]), "global_profiler.steps: expected ascending ",
@@ -339,12 +349,19 @@ ProfilerRunSpec profiler_spec(const ConfigReader& c, const std::string& run_dir)
   p.critic = role_profiler(c, "critic");
   p.reward_model = role_profiler(c, "reward_model");
   const bool any_role = p.actor.enable || p.rollout.enable || p.ref.enable || p.critic.enable || p.reward_model.enable;
-  HF_CHECK(!p.on || !p.steps.empty(), "global_profiler.tool is torch but global_profiler.steps is empty: name the ",
-           "steps to profile (e.g. [2])");
-  HF_CHECK(!p.on || any_role, "global_profiler.tool is torch but no role's profiler is enabled: set e.g. ",
+  const bool torch_tool = tool == "torch";
+  HF_CHECK(!torch_tool || !p.steps.empty(), "global_profiler.tool is torch but global_profiler.steps is empty: name ",
+           "the steps to profile (e.g. [2])");
+  HF_CHECK(!torch_tool || any_role, "global_profiler.tool is torch but no role's profiler is enabled: set e.g. ",
            "actor_rollout_ref.actor.profiler.enable=true");
   HF_CHECK(p.on || !any_role, "a role's profiler is enabled but global_profiler.tool is null: set ",
            "global_profiler.tool=torch and global_profiler.steps");
+  // torch_memory as verl runs it: without a role's section, every rank of the actor's processes dumps a snapshot
+  // after every step (global_profiler.steps narrows the steps).
+  if (tool == "torch_memory" && !any_role) {
+    p.actor.enable = true;
+    p.actor.all_ranks = true;
+  }
   HF_CHECK(!p.on || !p.save_path.empty(), "global_profiler.save_path is empty: name the directory for the traces");
   return p;
 }

@@ -55,7 +55,8 @@ const std::pair<const char*, const char*> kAliases[] = {
 constexpr const char* kEngine = "hybridflow's own C++ engine runs the model";
 constexpr const char* kRollout = "hybridflow's own engine generates; there is no vLLM / SGLang server";
 constexpr const char* kPython = "only verl's Python stack (FSDP, vLLM, Ray, torch.compile, ...) reads it";
-constexpr const char* kProfilerTool = "hybridflow profiles with libtorch's profiler only: global_profiler.tool torch";
+constexpr const char* kProfilerTool =
+    "hybridflow profiles with libtorch's profiler only: global_profiler.tool torch or torch_memory";
 constexpr const char* kProfilerPath = "every role's traces go under global_profiler.save_path";
 constexpr const char* kNotYet = "not supported by hybridflow: only verl's default is accepted";
 constexpr const char* kMegatron = "a setting of Megatron-LM, which hybridflow's own engine does not run";
@@ -86,27 +87,27 @@ const IgnoredKey kIgnored[] = {
     {"actor_rollout_ref.actor.checkpoint", "", kPython},
     {"critic.checkpoint", "", kPython},
     // The profiler: global_profiler.tool (torch) and .save_path decide for every role; the other tools' options.
-    {"actor_rollout_ref.actor.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.actor.profiler.tool", "torch|torch_memory", kProfilerTool},
     {"actor_rollout_ref.actor.profiler.save_path", "", kProfilerPath},
     {"actor_rollout_ref.actor.profiler.tool_config.nsys", "", kProfilerTool},
     {"actor_rollout_ref.actor.profiler.tool_config.npu", "", kProfilerTool},
     {"actor_rollout_ref.actor.profiler.tool_config.torch_memory", "", kProfilerTool},
-    {"actor_rollout_ref.ref.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.ref.profiler.tool", "torch|torch_memory", kProfilerTool},
     {"actor_rollout_ref.ref.profiler.save_path", "", kProfilerPath},
     {"actor_rollout_ref.ref.profiler.tool_config.nsys", "", kProfilerTool},
     {"actor_rollout_ref.ref.profiler.tool_config.npu", "", kProfilerTool},
     {"actor_rollout_ref.ref.profiler.tool_config.torch_memory", "", kProfilerTool},
-    {"actor_rollout_ref.rollout.profiler.tool", "torch", kProfilerTool},
+    {"actor_rollout_ref.rollout.profiler.tool", "torch|torch_memory", kProfilerTool},
     {"actor_rollout_ref.rollout.profiler.save_path", "", kProfilerPath},
     {"actor_rollout_ref.rollout.profiler.tool_config.nsys", "", kProfilerTool},
     {"actor_rollout_ref.rollout.profiler.tool_config.npu", "", kProfilerTool},
     {"actor_rollout_ref.rollout.profiler.tool_config.torch_memory", "", kProfilerTool},
-    {"critic.profiler.tool", "torch", kProfilerTool},
+    {"critic.profiler.tool", "torch|torch_memory", kProfilerTool},
     {"critic.profiler.save_path", "", kProfilerPath},
     {"critic.profiler.tool_config.nsys", "", kProfilerTool},
     {"critic.profiler.tool_config.npu", "", kProfilerTool},
     {"critic.profiler.tool_config.torch_memory", "", kProfilerTool},
-    {"reward_model.profiler.tool", "torch", kProfilerTool},
+    {"reward_model.profiler.tool", "torch|torch_memory", kProfilerTool},
     {"reward_model.profiler.save_path", "", kProfilerPath},
     {"reward_model.profiler.tool_config.nsys", "", kProfilerTool},
     {"reward_model.profiler.tool_config.npu", "", kProfilerTool},

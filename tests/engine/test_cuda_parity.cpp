@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "hybridflow/core/cuda_memory_history.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/decode_graph_cache.h"
 #include "hybridflow/engine/generation.h"
@@ -71,6 +72,24 @@ torch::Tensor left_padded_mask() {
   auto mask = torch::ones({3, 12}, torch::kLong);
   mask[1].slice(0, 0, 4).zero_();  // row 1 is left-padded by 4
   return mask;
+}
+
+// global_profiler.tool torch_memory: the recorded history reaches the snapshot, a pickle (protocol 2 or later
+// starts with 0x80) holding the allocator's segments and the traces of the allocations made while recording.
+TEST(CudaParity, MemoryHistorySnapshotHoldsTheRecordedAllocations) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(cuda_memory_history_built());
+  start_cuda_memory_history({.max_entries = 1000, .context = "all", .stacks = "cpp"});
+  torch::Tensor held = torch::empty({16, 1024, 1024}, torch::TensorOptions().device(torch::kCUDA));  // 64 MiB
+  held.fill_(1.0f);
+  torch::cuda::synchronize();
+  const std::string snapshot = cuda_memory_snapshot();
+  stop_cuda_memory_history();
+  ASSERT_GT(snapshot.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(snapshot[0]), 0x80);
+  EXPECT_NE(snapshot.find("segments"), std::string::npos);
+  EXPECT_NE(snapshot.find("device_traces"), std::string::npos);
+  EXPECT_NE(snapshot.find("alloc"), std::string::npos) << "no allocation event recorded";
 }
 
 TEST(CudaParity, ForwardLogitsMatchTheCpu) {

@@ -161,6 +161,31 @@ TEST_F(SharedJob, ArmedRoleProfilesTheNamedMethodsOnTheNamedRanksUntilDisarmed) 
   EXPECT_NE(msg.find("content 'gpu' is not one of cpu, cuda, memory, shapes, stack"), std::string::npos) << msg;
 }
 
+// Tool torch_memory on CPU ranks: the calls run unprofiled, and disarming writes no snapshot (there is no CUDA
+// allocator to record); its options are checked on arrival, naming the bad one.
+TEST_F(SharedJob, TorchMemoryOnTheCpuRunsTheCallsAndWritesNoSnapshot) {
+  hybridflow::testing::TempDir dir;
+  CallProfileRequest request;
+  request.tool = "torch_memory";
+  request.step = 2;
+  request.dir = dir.path();
+  request.targets.push_back({.methods = {"double"}, .all_ranks = true, .ranks = {}, .contents = {}});
+  DataProto arm;
+  arm.meta()["profile"] = request.to_json();
+  actor_->call(kProfileMethod, arm).get();
+  EXPECT_TRUE(torch::equal(actor_->call("double", batch(4)).get().tensor("y"), torch::arange(4, torch::kFloat) * 2));
+  DataProto disarm;
+  disarm.meta()["profile"] = nullptr;
+  actor_->call(kProfileMethod, disarm).get();
+  EXPECT_FALSE(file_exists(dir.path() + "/step_2/actor_rank0_double_1.trace.json"));
+  EXPECT_FALSE(file_exists(dir.path() + "/step_2/actor_rank0.memory.pickle"));
+  EXPECT_FALSE(file_exists(dir.path() + "/step_2/actor_rank0.summary.jsonl"));
+  request.memory.context = "everything";
+  arm.meta()["profile"] = request.to_json();
+  const std::string msg = message_of(actor_->call(kProfileMethod, arm));
+  EXPECT_NE(msg.find("memory.context: expected alloc, state or all, got 'everything'"), std::string::npos) << msg;
+}
+
 namespace {
 
 // Kills the launched workers a failed assertion left behind (they are not the pool's to kill).

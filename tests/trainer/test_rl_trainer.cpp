@@ -199,6 +199,44 @@ TEST(RlTrainer, GlobalProfilerTracesTheChosenStepOfTheEnabledRole) {
             std::string::npos) << msg;
 }
 
+// Tool torch_memory as verl's configs set it (no steps, no role section): every step, every rank of the actor's
+// processes; a role section narrows it. On the CPU the run goes on and writes no snapshot.
+TEST(RlTrainer, TorchMemoryToolChoosesStepsAndRanksAsVerlAndRunsOnTheCpu) {
+  hybridflow::testing::TempDir dir;
+  const std::vector<std::string> memory = {"global_profiler.tool=torch_memory", "global_profiler.save_path=" + dir.path(),
+                                           "global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries=500",
+                                           "global_profiler.global_tool_config.torch_memory.stack_depth=32",
+                                           "global_profiler.global_tool_config.torch_memory.stacks=cpp"};
+  const ProfilerRunSpec every = rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", memory))).profiler;
+  EXPECT_TRUE(every.on);
+  EXPECT_EQ(every.tool, "torch_memory");
+  EXPECT_TRUE(every.profiles(1) && every.profiles(7));
+  EXPECT_TRUE(every.actor.enable && every.actor.all_ranks);
+  EXPECT_FALSE(every.critic.enable);
+  EXPECT_EQ(every.memory.max_entries, 500);
+  EXPECT_EQ(every.memory.stacks, "cpp");
+  std::vector<std::string> narrowed = memory;
+  narrowed.insert(narrowed.end(), {"global_profiler.steps=[2]", "critic.profiler.enable=true", "critic.profiler.ranks=[0]"});
+  const ProfilerRunSpec some = rl_run_spec(load_rl_config("", tiny_rl_overrides("gae", narrowed))).profiler;
+  EXPECT_FALSE(some.profiles(1));
+  EXPECT_TRUE(some.profiles(2));
+  EXPECT_FALSE(some.actor.enable);
+  EXPECT_TRUE(some.critic.enable);
+
+  std::vector<std::string> run = memory;
+  run.push_back("trainer.total_steps=2");
+  RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", run)));
+  trainer.fit();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step_1/actor_rank0.memory.pickle")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("step_1/actor_rank0.summary.jsonl")));
+
+  std::vector<std::string> bad = memory;
+  bad.push_back("global_profiler.global_tool_config.torch_memory.context=everything");
+  const std::string msg = error_of([&] { rl_run_spec(load_rl_config("", tiny_rl_overrides("grpo", bad))); });
+  EXPECT_NE(msg.find("global_profiler.global_tool_config.torch_memory.context: expected alloc, state or all"),
+            std::string::npos) << msg;
+}
+
 TEST(RlTrainer, TestFreqLogsTheHeldOutScoreOnThoseSteps) {
   RLTrainer trainer(load_rl_config("", tiny_rl_overrides("grpo", {"trainer.test_freq=2", "trainer.total_steps=4"})));
   const nlohmann::json first = trainer.step();

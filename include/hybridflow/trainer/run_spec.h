@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridflow/core/cuda_memory_history.h"
 #include "hybridflow/algo/advantage.h"
 #include "hybridflow/algo/kl.h"
 #include "hybridflow/algo/pf_ppo.h"
@@ -137,14 +138,16 @@ struct ProfilerRunSpec {
     std::vector<int> ranks;
     std::vector<std::string> contents;  // <role>.profiler.tool_config.torch.contents (cpu, cuda, memory, shapes, stack)
   };
-  bool on = false;             // global_profiler.tool: torch (null: off)
-  std::vector<int64_t> steps;  // global_profiler.steps: 1-based, ascending, no repeats
+  bool on = false;             // global_profiler.tool: torch or torch_memory (null: off)
+  std::string tool;            // global_profiler.tool
+  CudaMemoryHistoryOptions memory;  // global_profiler.global_tool_config.torch_memory
+  std::vector<int64_t> steps;  // global_profiler.steps: 1-based, ascending, no repeats (torch_memory: empty = all)
   std::string save_path;       // global_profiler.save_path
   bool trace = true;           // global_profiler.trace (hybridflow's): each call's Chrome trace besides its summary
   // actor_rollout_ref.actor / .rollout / .ref, critic, reward_model.
   Role actor, rollout, ref, critic, reward_model;
   bool profiles(int64_t step) const {
-    return on && std::find(steps.begin(), steps.end(), step) != steps.end();
+    return on && ((tool == "torch_memory" && steps.empty()) || std::find(steps.begin(), steps.end(), step) != steps.end());
   }
 };
 
