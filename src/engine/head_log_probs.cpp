@@ -33,17 +33,20 @@ LocalTargets local_targets(const torch::Tensor& targets, int64_t width, int rank
 }
 
 struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
-  // hidden [N, H], weight [V / t, H], targets [N] int64. Returns {log_probs [N], entropy [N]} (entropy zeros
-  // and not differentiable without with_entropy). comm: the tensor-parallel group, or null for one process.
+  // hidden [N, H], weight [V / t, H], targets [N] int64. Returns {log_probs [N], entropy [N], sum_pi_squared
+  // [N]} (entropy zeros and not differentiable without with_entropy; sum_pi_squared, never differentiable,
+  // undefined without with_sum_pi_squared). comm: the tensor-parallel group, or null for one process.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& targets, double temperature, bool with_entropy, int64_t chunk,
-                               Communicator* comm) {
+                               Communicator* comm, bool with_sum_pi_squared) {
     const int64_t n = hidden.size(0), width = weight.size(0);
     const auto f32 = hidden.options().dtype(torch::kFloat32);
     const LocalTargets t = local_targets(targets, width, comm != nullptr ? comm->rank() : 0);
     // Per token, over this rank's slice: the max logit m, sum exp(z - m), sum exp(z - m) (z - m), z[target].
     torch::Tensor local_max = torch::empty({n}, f32), sum_exp = torch::empty({n}, f32);
     torch::Tensor weighted = torch::zeros({n}, f32), picked = torch::empty({n}, f32);
+    // The optimal token baseline's sum of p^2 from the same logits: sum exp(2 (z - m)), rescaled like sum_exp.
+    torch::Tensor squares = with_sum_pi_squared ? torch::empty({n}, f32) : torch::Tensor();
     for (int64_t begin = 0; begin < n; begin += chunk) {
       const int64_t len = std::min(chunk, n - begin);
       // Two [chunk, V] buffers at a time: the logits (shifted in place) and their exponentials.
@@ -54,6 +57,7 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
       torch::Tensor e = shifted.exp();
       local_max.narrow(0, begin, len).copy_(m.squeeze(-1));
       sum_exp.narrow(0, begin, len).copy_(e.sum(-1));
+      if (with_sum_pi_squared) squares.narrow(0, begin, len).copy_((with_entropy ? e * e : e.mul_(e)).sum(-1));
       if (with_entropy) weighted.narrow(0, begin, len).copy_(e.mul_(shifted).sum(-1));
     }
     picked = torch::where(t.mine, picked, torch::zeros_like(picked));
@@ -65,11 +69,14 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
       comm->all_reduce(global_max, ReduceOp::kMax);
       torch::Tensor gap = local_max - global_max;
       torch::Tensor scale = gap.exp();
-      torch::Tensor stacked = torch::stack({sum_exp * scale, scale * (weighted + gap * sum_exp), picked}).contiguous();
+      std::vector<torch::Tensor> rows = {sum_exp * scale, scale * (weighted + gap * sum_exp), picked};
+      if (with_sum_pi_squared) rows.push_back(squares * scale * scale);
+      torch::Tensor stacked = torch::stack(rows).contiguous();
       comm->all_reduce(stacked, ReduceOp::kSum);
       sum_exp = stacked[0];
       weighted = stacked[1];
       picked = stacked[2];
+      if (with_sum_pi_squared) squares = stacked[3];
     }
     // log p(target) = (z_t - M) - log S, as log_softmax computes it; H = log S - sum p (z - M).
     torch::Tensor log_s = sum_exp.log();
@@ -81,9 +88,10 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
     ctx->saved_data["with_entropy"] = with_entropy;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["rank"] = static_cast<int64_t>(comm != nullptr ? comm->rank() : 0);
-    if (!with_entropy) ctx->mark_non_differentiable({entropy});
+    torch::Tensor sum_pi_squared = with_sum_pi_squared ? squares / (sum_exp * sum_exp) : torch::zeros({n}, f32);
+    ctx->mark_non_differentiable(with_entropy ? variable_list{sum_pi_squared} : variable_list{entropy, sum_pi_squared});
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined: no work for it
-    return {log_probs, entropy};
+    return {log_probs, entropy, sum_pi_squared};
   }
 
   // d log p(y) / dz = onehot(y) - p; d H / dz = -p (log p + H). Each chunk's logits are recomputed.
@@ -96,7 +104,7 @@ struct ChunkedHeadLogProbs : torch::autograd::Function<ChunkedHeadLogProbs> {
     const torch::Tensor& g_lp = grads[0];
     const torch::Tensor g_h = with_entropy ? grads[1] : torch::Tensor();
     const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
-    variable_list out(7);
+    variable_list out(8);
     if ((!g_lp.defined() && !g_h.defined()) || (!want_hidden && !want_weight)) return out;
     const int64_t n = hidden.size(0), width = weight.size(0);
     const LocalTargets t = local_targets(targets, width, static_cast<int>(ctx->saved_data["rank"].toInt()));
@@ -225,25 +233,30 @@ torch::Tensor head_sum_pi_squared(const torch::Tensor& hidden, const torch::Tens
 }
 
 TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             double temperature, bool with_entropy, const TensorParallelGroup& tp,
-                             int64_t chunk_tokens) {
+                             double temperature, bool with_entropy, const TensorParallelGroup& tp, int64_t chunk_tokens,
+                             bool with_sum_pi_squared) {
   HF_CHECK(weight.dim() == 2 && hidden.dim() >= 1 && hidden.size(-1) == weight.size(1),
            "head_log_probs: hidden ", hidden.sizes(), " does not match the head's weight ", weight.sizes());
   HF_CHECK(targets.sizes() == hidden.sizes().slice(0, hidden.dim() - 1), "head_log_probs: targets ",
            targets.sizes(), " do not match hidden states ", hidden.sizes());
   HF_CHECK(temperature > 0, "head_log_probs: temperature must be > 0, got ", temperature);
   const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : head_chunk_tokens(weight.size(0), hidden.device().type());
-  if (batch_invariant_active()) return batch_invariant_head_log_probs(hidden, weight, targets, temperature,
-                                                                      with_entropy, tp, chunk);
+  if (batch_invariant_active()) {
+    TokenLogProbs fixed = batch_invariant_head_log_probs(hidden, weight, targets, temperature, with_entropy, tp, chunk);
+    if (with_sum_pi_squared) fixed.sum_pi_squared = head_sum_pi_squared(hidden, weight, temperature, tp, chunk);
+    return fixed;
+  }
   // Enters the vocabulary-parallel region like the model's head: the hidden states' gradient is the sum of
   // every rank's part.
   torch::Tensor flat = copy_to_tensor_parallel(hidden, tp).reshape({-1, hidden.size(-1)}).contiguous();
   variable_list out = ChunkedHeadLogProbs::apply(flat, weight, targets.reshape({-1}).to(torch::kLong).contiguous(),
                                                  temperature, with_entropy, chunk,
-                                                 tp.enabled() ? tp.comm() : static_cast<Communicator*>(nullptr));
+                                                 tp.enabled() ? tp.comm() : static_cast<Communicator*>(nullptr),
+                                                 with_sum_pi_squared);
   TokenLogProbs result;
   result.log_probs = out[0].view(targets.sizes());
   if (with_entropy) result.entropy = out[1].view(targets.sizes());
+  if (with_sum_pi_squared) result.sum_pi_squared = out[2].view(targets.sizes());
   return result;
 }
 

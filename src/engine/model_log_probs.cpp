@@ -15,11 +15,8 @@ TokenLogProbs response_log_probs(CausalLM& model, const torch::Tensor& input_ids
   const int64_t total = input_ids.size(1);
   torch::Tensor hidden = model->hidden_states(input_ids, attention_mask);
   const torch::Tensor window = hidden.narrow(1, total - response_len - 1, response_len);
-  TokenLogProbs out = head_log_probs(window, model->lm_head_weight(), input_ids.narrow(1, total - response_len, response_len),
-                                     temperature, with_entropy, model->tensor_parallel());
-  if (with_sum_pi_squared)
-    out.sum_pi_squared = head_sum_pi_squared(window, model->lm_head_weight(), temperature, model->tensor_parallel());
-  return out;
+  return head_log_probs(window, model->lm_head_weight(), input_ids.narrow(1, total - response_len, response_len),
+                        temperature, with_entropy, model->tensor_parallel(), /*chunk_tokens=*/0, with_sum_pi_squared);
 }
 
 }  // namespace hybridflow

@@ -56,13 +56,12 @@ TokenLogProbs packed_response_log_probs(CausalLM& model, const torch::Tensor& in
                                     rows.index.gather(1, scoring).ge(0);
   const torch::Tensor window = unpack_positions(hidden, rows, scoring);  // [B, R, H]
   TokenLogProbs out = head_log_probs(window, model->lm_head_weight(), input_ids.narrow(1, total - response_len, response_len),
-                                     temperature, with_entropy, model->tensor_parallel());
+                                     temperature, with_entropy, model->tensor_parallel(), /*chunk_tokens=*/0,
+                                     with_sum_pi_squared);
   const torch::Tensor keep = scored_real.to(torch::kFloat32);
   out.log_probs = out.log_probs * keep;
   if (out.entropy.defined()) out.entropy = out.entropy * keep;
-  if (with_sum_pi_squared)
-    out.sum_pi_squared =
-        head_sum_pi_squared(window, model->lm_head_weight(), temperature, model->tensor_parallel()) * keep;
+  if (out.sum_pi_squared.defined()) out.sum_pi_squared = out.sum_pi_squared * keep;
   return out;
 }
 

@@ -256,9 +256,40 @@ TEST(HeadLogProbs, SumPiSquaredOfVocabularyParallelRanksMatchesOneProcess) {
     Communicator comm(testing::gloo_world(rank, 3, port));
     TensorParallelGroup tp(&comm);
     const Case c = random_case(2, 5, 8, 12, 7);
-    const torch::Tensor got = head_sum_pi_squared(c.hidden, c.weight.narrow(0, 4 * rank, 4), 0.8, tp, 3);
+    const torch::Tensor weight = c.weight.narrow(0, 4 * rank, 4);
+    const torch::Tensor got = head_sum_pi_squared(c.hidden, weight, 0.8, tp, 3);
     expect_close(got, full_sum_pi_squared(c, 0.8), 1e-6, "tp sum of p^2");
+    // From the log-prob pass's own chunks, over the ranks' slices alike.
+    const TokenLogProbs fused = head_log_probs(c.hidden, weight, c.targets, 0.8, true, tp, 3, true);
+    EXPECT_TRUE(torch::equal(fused.sum_pi_squared, got)) << "tp: fused " << fused.sum_pi_squared << " separate " << got;
   });
+}
+
+// The log-prob pass computes the sum of p^2 from its own chunks' logits (the old log-prob pass of the optimal
+// token baseline no longer reads the head twice): bit for bit the separate pass, with and without entropy,
+// and the log-probs, entropy and gradients unchanged by asking for it.
+TEST(HeadLogProbs, SumPiSquaredFromTheLogProbPassEqualsTheSeparatePass) {
+  const Case c = random_case(3, 5, 8, 11, 2);
+  for (bool with_entropy : {true, false}) {
+    for (int64_t chunk : {1, 4, 0}) {
+      const std::string what = std::string(with_entropy ? "with" : "without") + " entropy, chunk " + std::to_string(chunk);
+      torch::Tensor hidden = c.hidden.clone().requires_grad_(true);
+      torch::Tensor hidden_plain = c.hidden.clone().requires_grad_(true);
+      const TokenLogProbs fused = head_log_probs(hidden, c.weight, c.targets, 0.7, with_entropy, {}, chunk, true);
+      const TokenLogProbs plain = head_log_probs(hidden_plain, c.weight, c.targets, 0.7, with_entropy, {}, chunk);
+      ASSERT_TRUE(fused.sum_pi_squared.defined()) << what;
+      EXPECT_FALSE(plain.sum_pi_squared.defined()) << what;
+      EXPECT_FALSE(fused.sum_pi_squared.requires_grad()) << what;
+      EXPECT_TRUE(torch::equal(fused.sum_pi_squared, head_sum_pi_squared(c.hidden, c.weight, 0.7, {}, chunk))) << what;
+      EXPECT_TRUE(torch::equal(fused.log_probs, plain.log_probs)) << what;
+      if (with_entropy) {
+        EXPECT_TRUE(torch::equal(fused.entropy, plain.entropy)) << what;
+      }
+      (fused.log_probs * c.w_lp).sum().backward();
+      (plain.log_probs * c.w_lp).sum().backward();
+      EXPECT_TRUE(torch::equal(hidden.grad(), hidden_plain.grad())) << what;
+    }
+  }
 }
 
 // response_log_probs(model, ...) (the actor's log-prob and loss path) against the full logits of forward().

@@ -35,15 +35,16 @@ int64_t head_chunk_tokens(int64_t local_vocab, torch::DeviceType device = torch:
 // float32, over the whole vocabulary under tensor parallelism (two all-reduces of [tokens]-sized tensors,
 // whatever the number of chunks). Differentiable w.r.t. hidden and weight; values and gradients equal
 // token_log_probs on the full logits up to float rounding. chunk_tokens <= 0: head_chunk_tokens(V / t,
-// hidden's device).
+// hidden's device). with_sum_pi_squared: also head_sum_pi_squared's values (no gradients), from the same
+// chunks' logits instead of a second pass over the head (bit for bit the same values).
 TokenLogProbs head_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              double temperature = 1.0, bool with_entropy = true, const TensorParallelGroup& tp = {},
-                             int64_t chunk_tokens = 0);
+                             int64_t chunk_tokens = 0, bool with_sum_pi_squared = false);
 
 // The sum over the vocabulary of softmax(z)^2 per token (z as in head_log_probs; no gradients), [...] in
 // float32, over the whole vocabulary under tensor parallelism (two all-reduces of [tokens]-sized tensors).
 // The optimal token baseline weighs each token by 1 - 2 p(target) + this (algo/advantage.h). A pass of its own
-// over the head, a chunk of tokens at a time: asked for only by that estimator's old log-prob pass.
+// over the head, a chunk of tokens at a time; the old log-prob pass takes it from head_log_probs' chunks.
 torch::Tensor head_sum_pi_squared(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature = 1.0,
                                   const TensorParallelGroup& tp = {}, int64_t chunk_tokens = 0);
 
