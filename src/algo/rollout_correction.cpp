@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "checks.h"
@@ -114,6 +115,116 @@ at::Tensor importance_weights(const at::Tensor& log_ratio, const at::Tensor& mas
   return w;
 }
 
+// verl's divergence-estimator criteria: "token_k1", "seq_sum_k3", ... ("seq_max_k1" does not exist).
+std::optional<RejectionCriterion> criterion_named(const std::string& name) {
+  for (const char* scope : {"token", "seq_sum", "seq_mean", "seq_max"})
+    for (int k = 1; k <= 3; ++k) {
+      if (std::string(scope) == "seq_max" && k == 1) continue;
+      if (name == std::string(scope) + "_k" + std::to_string(k)) {
+        RejectionCriterion c;
+        c.name = name;
+        c.estimator = k;
+        c.scope = scope;
+        return c;
+      }
+    }
+  return std::nullopt;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string part = text.substr(start, comma - start);
+    part.erase(0, part.find_first_not_of(" \t"));
+    part.erase(part.find_last_not_of(" \t") + 1);
+    if (!part.empty()) parts.push_back(part);
+    start = comma + 1;
+  }
+  return parts;
+}
+
+// rollout_rs "token_k1,seq_max_k2" with rollout_rs_threshold "0.6_1.6,2.5" (one spec per criterion, or one for all).
+std::vector<RejectionCriterion> rejection_criteria(const std::string& names, const std::string& thresholds) {
+  std::vector<RejectionCriterion> criteria;
+  for (const std::string& name : split_list(names)) {
+    const auto c = criterion_named(name);
+    HF_CHECK(c.has_value(), kRolloutCorrKey, "rollout_rs: '", name, "' is not one of token, sequence, geometric ",
+             "or verl's token_k1, token_k2, token_k3, seq_sum_k1..k3, seq_mean_k1..k3, seq_max_k2, seq_max_k3 ",
+             "(several joined by commas)");
+    if (std::none_of(criteria.begin(), criteria.end(), [&](const auto& d) { return d.name == name; }))
+      criteria.push_back(*c);
+  }
+  HF_CHECK(!criteria.empty(), kRolloutCorrKey, "rollout_rs: no criterion in '", names, "'");
+  std::vector<std::string> specs = split_list(thresholds);
+  HF_CHECK(specs.size() == 1 || specs.size() == criteria.size(), kRolloutCorrKey, "rollout_rs_threshold: '",
+           thresholds, "' gives ", specs.size(), " thresholds for the ", criteria.size(),
+           " criteria of rollout_rs: give one for all, or one each (joined by commas)");
+  for (size_t i = 0; i < criteria.size(); ++i) {
+    RejectionCriterion& c = criteria[i];
+    const std::string& spec = specs[specs.size() == 1 ? 0 : i];
+    const size_t split = spec.find('_');
+    if (c.estimator == 1) {
+      c.upper = positive_number(split == std::string::npos ? spec : spec.substr(split + 1), "rollout_rs_threshold");
+      c.lower = split == std::string::npos ? 1.0 / c.upper : positive_number(spec.substr(0, split), "rollout_rs_threshold");
+      HF_CHECK(c.lower <= c.upper, kRolloutCorrKey, "rollout_rs_threshold: ", c.name, "'s lower bound exceeds its upper (",
+               spec, ")");
+    } else {
+      HF_CHECK(split == std::string::npos, kRolloutCorrKey, "rollout_rs_threshold: ", c.name,
+               " takes one upper bound, not lower_upper ('", spec, "')");
+      c.upper = positive_number(spec, "rollout_rs_threshold");
+    }
+  }
+  return criteria;
+}
+
+// verl's compute_rollout_rejection_mask: `keep` ([B, R] double, 1 at kept valid tokens) multiplied by every
+// criterion's verdict, with each criterion's metrics.
+at::Tensor apply_rejection_criteria(const std::vector<RejectionCriterion>& criteria, const at::Tensor& log_ratio,
+                                    const at::Tensor& mask, std::map<std::string, double>& metrics) {
+  const auto bounded = log_ratio.clamp(-kRolloutCorrSafetyBound, kRolloutCorrSafetyBound);
+  const auto valid = mask != 0;
+  const auto rows = valid.any(-1);
+  const double valid_tokens = std::max(1.0, mask.sum().item<double>());
+  const double valid_rows = std::max(1.0, rows.sum().item<double>());
+  at::Tensor combined = torch::ones_like(mask);
+  for (const RejectionCriterion& c : criteria) {
+    const at::Tensor per_token = c.estimator == 1   ? -bounded
+                                 : c.estimator == 2 ? 0.5 * bounded.square()
+                                                    : torch::exp(bounded) - 1.0 - bounded;
+    at::Tensor stat;  // [B, R] for tokens, [B, 1] for sequences
+    if (c.scope == "token") {
+      stat = per_token;
+    } else if (c.scope == "seq_sum") {
+      stat = (per_token * mask).sum(-1, /*keepdim=*/true);
+    } else if (c.scope == "seq_mean") {
+      stat = (per_token * mask).sum(-1, /*keepdim=*/true) / mask.sum(-1, /*keepdim=*/true).clamp_min(1.0);
+    } else {
+      const auto max = per_token.masked_fill(~valid, -INFINITY).amax(-1, /*keepdim=*/true);
+      stat = torch::where(torch::isinf(max), torch::zeros_like(max), max);
+    }
+    const at::Tensor kept = c.estimator == 1 ? (stat >= std::log(c.lower)) & (stat <= std::log(c.upper))
+                                             : stat <= c.upper;
+    const at::Tensor keep = kept.to(torch::kDouble).expand_as(mask);
+    combined = combined * keep;
+    const std::string p = "rollout_corr/rollout_rs_" + c.name + "_";
+    const at::Tensor judged = c.scope == "token" ? stat.masked_select(valid) : stat.squeeze(-1).masked_select(rows);
+    if (judged.numel() > 0) {
+      metrics[p + "mean"] = judged.mean().item<double>();
+      metrics[p + "max"] = judged.max().item<double>();
+    }
+    metrics[p + "masked_fraction"] = (((1.0 - keep) * mask).sum() / valid_tokens).item<double>();
+    metrics[p + "seq_masked_fraction"] =
+        ((((1.0 - keep) * mask).sum(-1) > 0).logical_and(rows).sum().to(torch::kDouble) / valid_rows).item<double>();
+  }
+  const at::Tensor kept = combined * mask;
+  metrics["rollout_corr/rollout_rs_masked_fraction"] = ((mask - kept).sum() / valid_tokens).item<double>();
+  metrics["rollout_corr/rollout_rs_seq_masked_fraction"] =
+      (((mask - kept).sum(-1) > 0).logical_and(rows).sum().to(torch::kDouble) / valid_rows).item<double>();
+  return kept;
+}
+
 }  // namespace
 
 RolloutCorrectionConfig rollout_correction_config(const Config& algorithm) {
@@ -131,8 +242,23 @@ RolloutCorrectionConfig rollout_correction_config(const Config& algorithm) {
              "rollout_is_threshold: the lower bound must not exceed the upper, got '", threshold, "'");
   }
   c.is_batch_normalize = algorithm.get<bool>("rollout_correction.rollout_is_batch_normalize");
-  c.rs_level = rollout_corr_level(algorithm, "rollout_rs");
-  const bool rs_upper_set = !algorithm.is_null("rollout_correction.rollout_rs_threshold");
+  // verl's divergence estimators (token_k1, seq_max_k2, ..., comma-chained) or the ratio levels.
+  const std::string rs = algorithm.is_null("rollout_correction.rollout_rs")
+                             ? std::string()
+                             : algorithm.get<std::string>("rollout_correction.rollout_rs");
+  if (rs != "token" && rs != "sequence" && rs != "geometric" && !rs.empty() &&
+      (rs.find(',') != std::string::npos || rs.find("_k") != std::string::npos)) {
+    HF_CHECK(!algorithm.is_null("rollout_correction.rollout_rs_threshold"), kRolloutCorrKey,
+             "rollout_rs_threshold must be set when rollout_rs is (", rs, ")");
+    c.rs_criteria =
+        rejection_criteria(rs, algorithm.get<std::string>("rollout_correction.rollout_rs_threshold"));
+    HF_CHECK(algorithm.is_null("rollout_correction.rollout_rs_threshold_lower"), kRolloutCorrKey,
+             "rollout_rs_threshold_lower applies to the ratio levels; with ", rs,
+             " give a k1 criterion's bounds as rollout_rs_threshold \"lower_upper\"");
+  } else {
+    c.rs_level = rollout_corr_level(algorithm, "rollout_rs");
+  }
+  const bool rs_upper_set = !algorithm.is_null("rollout_correction.rollout_rs_threshold") && c.rs_criteria.empty();
   HF_CHECK(c.rs_level == RolloutCorrLevel::kOff || rs_upper_set, kRolloutCorrKey,
            "rollout_rs_threshold must be set when rollout_rs is (the upper bound of the kept ratios)");
   if (rs_upper_set)
@@ -164,6 +290,8 @@ nlohmann::json to_json(const RolloutCorrectionConfig& c) {
                       {"rollout_rs_threshold_lower", c.rs_threshold_lower},
                       {"loss_type", c.loss_type == RolloutLossType::kReinforce ? "reinforce" : "ppo_clip"}};
   if (c.is_threshold_lower) j["rollout_is_threshold_lower"] = *c.is_threshold_lower;
+  for (const RejectionCriterion& r : c.rs_criteria)
+    j["rollout_rs_criteria"].push_back({{"name", r.name}, {"lower", r.lower}, {"upper", r.upper}});
   if (c.token_veto_threshold) j["rollout_token_veto_threshold"] = *c.token_veto_threshold;
   return j;
 }
@@ -179,6 +307,13 @@ RolloutCorrectionConfig rollout_correction_config_from_json(const nlohmann::json
   c.loss_type = j.at("loss_type").get<std::string>() == "reinforce" ? RolloutLossType::kReinforce
                                                                      : RolloutLossType::kPpoClip;
   if (j.contains("rollout_is_threshold_lower")) c.is_threshold_lower = j.at("rollout_is_threshold_lower").get<double>();
+  for (const nlohmann::json& r : j.value("rollout_rs_criteria", nlohmann::json::array())) {
+    auto criterion = criterion_named(r.at("name").get<std::string>());
+    HF_CHECK(criterion.has_value(), "rollout correction: unknown rejection criterion ", r.dump());
+    criterion->lower = r.at("lower").get<double>();
+    criterion->upper = r.at("upper").get<double>();
+    c.rs_criteria.push_back(*criterion);
+  }
   if (j.contains("rollout_token_veto_threshold"))
     c.token_veto_threshold = j.at("rollout_token_veto_threshold").get<double>();
   return c;
@@ -222,6 +357,7 @@ RolloutCorrection rollout_correction(const at::Tensor& old_log_prob, const at::T
         row_rejected.numel() ? row_rejected.to(torch::kDouble).mean().item<double>() : 0.0;
     keep = rs_keep;
   }
+  if (!config.rs_criteria.empty()) keep = apply_rejection_criteria(config.rs_criteria, log_ratio, mask, out.metrics);
   if (config.token_veto_threshold) {
     // Judged on the unbounded token log-ratio: one catastrophic token rejects its whole sequence.
     const auto catastrophic = (log_ratio < std::log(*config.token_veto_threshold)) & valid;

@@ -1,5 +1,6 @@
 // verl's rollout correction: importance weights (truncated or masked, per token, sequence or geometric mean,
-// optionally batch-normalised) and rejection (rollout_rs at the same levels, the token veto) against the
+// optionally batch-normalised) and rejection (rollout_rs at the same levels, verl's chained divergence-estimator
+// criteria such as token_k1,seq_max_k2, the token veto) against the
 // rollout's log-probs, checked against the formulas written out by hand with their spread metrics; the policy
 // loss scales each token by the weights, and verl's bypass REINFORCE loss.
 #include <gtest/gtest.h>
@@ -280,6 +281,81 @@ TEST(RolloutCorrection, ReinforceLossIsMinusAdvantageTimesWeightTimesLogProb) {
   // Without weights: plain REINFORCE.
   const auto plain = reinforce_policy_loss(rollout, lp.detach(), adv, kMask, LossAggMode::kTokenMean, std::nullopt);
   EXPECT_NEAR(plain.loss.item<double>(), -(-0.9 - 2.2 - 0.5 + (-2.0) * (-0.2)) / 4, 1e-6);
+}
+
+}  // namespace
+}  // namespace hybridflow::algo
+
+namespace hybridflow::algo {
+namespace {
+
+RolloutCorrectionConfig config_with_rs(const std::string& rs, const std::string& threshold,
+                                       const std::vector<std::string>& more = {}) {
+  std::vector<std::string> o = {"algorithm.rollout_correction.rollout_rs=" + rs,
+                                "algorithm.rollout_correction.rollout_rs_threshold='" + threshold + "'"};
+  o.insert(o.end(), more.begin(), more.end());
+  return rollout_correction_config(Config::load_from_string(kAlgorithmSectionYaml, "", "t", o).subtree("algorithm"));
+}
+
+// verl's chained criteria: the config keeps each with its bounds (k1: lower_upper, or 1/u..u from one number;
+// one threshold for all or one each) and crosses the worker call's meta; malformed ones name the key.
+TEST(RolloutCorrection, DivergenceCriteriaConfigAsVerlSpellsThem) {
+  const auto c = config_with_rs("token_k1,seq_max_k2", "0.6_1.6,2.5");
+  ASSERT_EQ(c.rs_criteria.size(), 2u);
+  EXPECT_EQ(c.rs_level, RolloutCorrLevel::kOff);
+  EXPECT_TRUE(c.rejects());
+  EXPECT_EQ(c.rs_criteria[0].scope, "token");
+  EXPECT_EQ(c.rs_criteria[0].estimator, 1);
+  EXPECT_DOUBLE_EQ(c.rs_criteria[0].lower, 0.6);
+  EXPECT_DOUBLE_EQ(c.rs_criteria[0].upper, 1.6);
+  EXPECT_EQ(c.rs_criteria[1].scope, "seq_max");
+  EXPECT_EQ(c.rs_criteria[1].estimator, 2);
+  EXPECT_DOUBLE_EQ(c.rs_criteria[1].upper, 2.5);
+  const auto shared = config_with_rs("seq_sum_k1, seq_mean_k3", "2");
+  EXPECT_DOUBLE_EQ(shared.rs_criteria[0].lower, 0.5);
+  EXPECT_DOUBLE_EQ(shared.rs_criteria[1].upper, 2.0);
+  const auto back = rollout_correction_config_from_json(to_json(c));
+  ASSERT_EQ(back.rs_criteria.size(), 2u);
+  EXPECT_EQ(back.rs_criteria[1].name, "seq_max_k2");
+  EXPECT_DOUBLE_EQ(back.rs_criteria[0].lower, 0.6);
+  auto error = [](const std::string& rs, const std::string& t, const std::vector<std::string>& more = {}) {
+    return testing::error_of([&] { config_with_rs(rs, t, more); });
+  };
+  EXPECT_NE(error("token_k5", "2").find("rollout_rs: 'token_k5' is not one of"), std::string::npos);
+  EXPECT_NE(error("seq_max_k1", "2").find("'seq_max_k1'"), std::string::npos);
+  EXPECT_NE(error("token_k1,token_k2", "1,2,3").find("gives 3 thresholds for the 2 criteria"), std::string::npos);
+  EXPECT_NE(error("token_k2", "1_2").find("token_k2 takes one upper bound"), std::string::npos);
+  EXPECT_NE(error("token_k1", "2_1").find("lower bound exceeds its upper"), std::string::npos);
+  EXPECT_NE(error("token_k1", "0.5_2", {"algorithm.rollout_correction.rollout_rs_threshold_lower=0.4"})
+                .find("rollout_rs_threshold_lower applies to the ratio levels"),
+            std::string::npos);
+}
+
+// Log-ratios at the valid tokens: row 0 {0.5, -1, 0}, row 1 {1.9}. token_k2 = lr^2 / 2: {0.125, 0.5, 0},
+// {1.805}; seq_mean_k3 over e^lr - 1 - lr: row 0 (0.14872 + 0.36788 + 0) / 3 = 0.17220, row 1 3.78589.
+// At 0.3 each, token_k2 drops row 0's second token and row 1's, seq_mean_k3 all of row 1: a token stays
+// only where both keep it.
+TEST(RolloutCorrection, ChainedDivergenceCriteriaRejectWhatAnyOfThemRejects) {
+  const auto c = config_with_rs("token_k2,seq_mean_k3", "0.3");
+  const RolloutCorrection r = rollout_correction(kOld, kRollout, kMask, c);
+  expect_tensor_near(r.keep_mask, {{1, 0, 1}, {0, 0, 0}});
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_token_k2_masked_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_token_k2_seq_masked_fraction"), 1.0, 1e-9);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_token_k2_max"), 1.805, 1e-6);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_seq_mean_k3_masked_fraction"), 0.25, 1e-9);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_seq_mean_k3_seq_masked_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_seq_mean_k3_mean"), (0.172201 + 3.785894) / 2, 1e-5);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_masked_fraction"), 0.5, 1e-9);
+  EXPECT_NEAR(r.metrics.at("rollout_corr/rollout_rs_seq_masked_fraction"), 1.0, 1e-9);
+  // token_k1 keeps -lr within [log 0.6, log 1.6] = [-0.511, 0.470]: row 0 {-0.5, 1, 0} -> {keep, drop, keep},
+  // row 1 {-1.9} -> drop; seq_max_k2 at 1.0 keeps row 0 (max 0.5) and drops row 1 (1.805).
+  expect_tensor_near(rollout_correction(kOld, kRollout, kMask, config_with_rs("token_k1", "0.6_1.6")).keep_mask,
+                     {{1, 0, 1}, {0, 0, 0}});
+  expect_tensor_near(rollout_correction(kOld, kRollout, kMask, config_with_rs("seq_max_k2", "1.0")).keep_mask,
+                     {{1, 1, 1}, {0, 0, 0}});
+  // A looser seq_max_k2 keeps everything, and padding stays out.
+  expect_tensor_near(rollout_correction(kOld, kRollout, kMask, config_with_rs("seq_max_k2", "2.5")).keep_mask,
+                     {{1, 1, 1}, {1, 0, 0}});
 }
 
 }  // namespace

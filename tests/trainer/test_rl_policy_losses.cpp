@@ -123,6 +123,25 @@ TEST(RlRolloutCorrection, BypassReinforceTrainsWithTheActorsCorrection) {
   EXPECT_NE(trainer.parameter_sq_norm("actor"), before);
 }
 
+// verl's chained divergence criteria (its multi_rs example's setting) reach the actor in bypass mode: a
+// token_k1 window that excludes ratio 1 rejects every token (the policy is the rollout's up to rounding), a
+// loose seq_max_k2 none, and the per-criterion metrics come back from the actor.
+TEST(RlRolloutCorrection, ChainedDivergenceCriteriaReachTheActorInBypassMode) {
+  RLTrainer trainer(load_rl_config(
+      "", tiny_rl_overrides("gae", {"trainer.total_steps=1", "data.train_batch_size=4",
+                                    "actor_rollout_ref.rollout.response_length=8",
+                                    "algorithm.rollout_correction.bypass_mode=true",
+                                    "algorithm.rollout_correction.rollout_rs='token_k1,seq_max_k2'",
+                                    "algorithm.rollout_correction.rollout_rs_threshold='1.5_2,2.5'"})));
+  const nlohmann::json m = trainer.step();
+  for (const char* key : {"rollout_corr/rollout_rs_token_k1_masked_fraction",
+                          "rollout_corr/rollout_rs_seq_max_k2_seq_masked_fraction", "rollout_corr/rejected_fraction"})
+    ASSERT_TRUE(m.contains(key)) << key << " missing in " << m.dump();
+  EXPECT_NEAR(m.at("rollout_corr/rollout_rs_token_k1_masked_fraction").get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(m.at("rollout_corr/rollout_rs_seq_max_k2_masked_fraction").get<double>(), 0.0, 1e-9);
+  EXPECT_NEAR(m.at("rollout_corr/rejected_fraction").get<double>(), 1.0, 1e-9);
+}
+
 TEST(RlRolloutCorrection, ReinforceOutsideBypassModeIsRefused) {
   using hybridflow::testing::error_of;
   const std::string error = error_of([] {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/config.h"
@@ -32,6 +33,17 @@ enum class RolloutLossType {
   kReinforce  // "reinforce": -A w log pi, w the (detached) correction weight of the current policy
 };
 
+// One of verl's divergence-estimator rejection criteria (rollout_rs "token_k1", "seq_max_k2", ..., comma-chained):
+// per token k1 = -log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r (log r clamped to [-20, 20]); judged per token,
+// or per sequence on the sum, mean or max over its valid tokens. k1 keeps [log lower, log upper], the others
+// <= upper. A token stays only if every criterion keeps it (a sequence criterion keeps or drops all its tokens).
+struct RejectionCriterion {
+  std::string name;              // as verl spells it, e.g. "seq_max_k2"
+  int estimator = 1;             // 1, 2 or 3
+  std::string scope = "token";   // token | seq_sum | seq_mean | seq_max
+  double lower = 0, upper = 0;   // k1: ratio bounds (> 0); k2, k3: upper alone (lower unused)
+};
+
 struct RolloutCorrectionConfig {
   RolloutCorrLevel is_level = RolloutCorrLevel::kOff;  // rollout_is: null | token | sequence | geometric
   double is_threshold = 2.0;                           // rollout_is_threshold: upper bound (> 0)
@@ -41,11 +53,16 @@ struct RolloutCorrectionConfig {
   RolloutCorrLevel rs_level = RolloutCorrLevel::kOff;  // rollout_rs: null | token | sequence | geometric
   double rs_threshold = 2.0;                           // rollout_rs_threshold (required with rollout_rs)
   double rs_threshold_lower = 0.5;                     // rollout_rs_threshold_lower (null: 1 / rs_threshold)
+  // rollout_rs as verl's divergence estimators (with rollout_rs_threshold "spec,spec", one per criterion or
+  // one for all; a k1 spec "lower_upper" or an upper bound u meaning [1 / u, u]); rs_level is then kOff.
+  std::vector<RejectionCriterion> rs_criteria;
   std::optional<double> token_veto_threshold;          // rollout_token_veto_threshold: reject a sequence
                                                        // holding any token ratio below it
   RolloutLossType loss_type = RolloutLossType::kPpoClip;  // loss_type
 
-  bool rejects() const { return rs_level != RolloutCorrLevel::kOff || token_veto_threshold.has_value(); }
+  bool rejects() const {
+    return rs_level != RolloutCorrLevel::kOff || !rs_criteria.empty() || token_veto_threshold.has_value();
+  }
 };
 
 // From the `algorithm` section (algorithm.rollout_correction.*: rollout_is, rollout_is_threshold,
@@ -65,7 +82,9 @@ struct RolloutCorrection {
   // rollout_is_batch_norm_factor); with rejection rollout_rs_{mean,std,min,max,eff_sample_size,
   // ratio_fraction_high,ratio_fraction_low,masked_fraction,seq_masked_fraction}, with the veto
   // rollout_is_veto_fraction and rollout_is_catastrophic_token_fraction, and rejected_fraction (the share
-  // of valid tokens rejected by either).
+  // of valid tokens rejected by either). With rs_criteria, per criterion rollout_rs_<name>_{mean,max,
+  // masked_fraction,seq_masked_fraction} (its statistic over valid tokens or sequences) and, over all,
+  // rollout_rs_masked_fraction and rollout_rs_seq_masked_fraction.
   std::map<std::string, double> metrics;
 };
 
