@@ -51,6 +51,19 @@ double positive_number(const std::string& text, const std::string& key) {
   return v;
 }
 
+// A threshold spec: one positive number (the upper bound), or "lower_upper" with lower <= upper.
+struct Bounds {
+  std::optional<double> lower;
+  double upper = 0;
+};
+Bounds parse_bounds(const std::string& spec, const std::string& key) {
+  const size_t split = spec.find('_');
+  if (split == std::string::npos) return {std::nullopt, positive_number(spec, key)};
+  Bounds b{positive_number(spec.substr(0, split), key), positive_number(spec.substr(split + 1), key)};
+  HF_CHECK(*b.lower <= b.upper, kRolloutCorrKey, key, ": the lower bound must not exceed the upper, got '", spec, "'");
+  return b;
+}
+
 // The ratio of each token at `level` ([B, R], safety-bounded, 1 at padding), and its log before the bound
 // per unit it is judged at ([B, R] for tokens, [B, 1] for sequences).
 struct LevelRatio {
@@ -164,17 +177,11 @@ std::vector<RejectionCriterion> rejection_criteria(const std::string& names, con
   for (size_t i = 0; i < criteria.size(); ++i) {
     RejectionCriterion& c = criteria[i];
     const std::string& spec = specs[specs.size() == 1 ? 0 : i];
-    const size_t split = spec.find('_');
-    if (c.estimator == 1) {
-      c.upper = positive_number(split == std::string::npos ? spec : spec.substr(split + 1), "rollout_rs_threshold");
-      c.lower = split == std::string::npos ? 1.0 / c.upper : positive_number(spec.substr(0, split), "rollout_rs_threshold");
-      HF_CHECK(c.lower <= c.upper, kRolloutCorrKey, "rollout_rs_threshold: ", c.name, "'s lower bound exceeds its upper (",
-               spec, ")");
-    } else {
-      HF_CHECK(split == std::string::npos, kRolloutCorrKey, "rollout_rs_threshold: ", c.name,
-               " takes one upper bound, not lower_upper ('", spec, "')");
-      c.upper = positive_number(spec, "rollout_rs_threshold");
-    }
+    HF_CHECK(c.estimator == 1 || spec.find('_') == std::string::npos, kRolloutCorrKey, "rollout_rs_threshold: ",
+             c.name, " takes one upper bound, not lower_upper ('", spec, "')");
+    const Bounds bounds = parse_bounds(spec, "rollout_rs_threshold");
+    c.upper = bounds.upper;
+    if (c.estimator == 1) c.lower = bounds.lower.value_or(1.0 / bounds.upper);
   }
   return criteria;
 }
@@ -231,16 +238,10 @@ RolloutCorrectionConfig rollout_correction_config(const Config& algorithm) {
   RolloutCorrectionConfig c;
   c.is_level = rollout_corr_level(algorithm, "rollout_is");
   // A number truncates; "lower_upper" masks.
-  const std::string threshold = algorithm.get<std::string>("rollout_correction.rollout_is_threshold");
-  const size_t split = threshold.find('_');
-  if (split == std::string::npos) {
-    c.is_threshold = positive_number(threshold, "rollout_is_threshold");
-  } else {
-    c.is_threshold_lower = positive_number(threshold.substr(0, split), "rollout_is_threshold");
-    c.is_threshold = positive_number(threshold.substr(split + 1), "rollout_is_threshold");
-    HF_CHECK(*c.is_threshold_lower <= c.is_threshold, kRolloutCorrKey,
-             "rollout_is_threshold: the lower bound must not exceed the upper, got '", threshold, "'");
-  }
+  const Bounds is_bounds =
+      parse_bounds(algorithm.get<std::string>("rollout_correction.rollout_is_threshold"), "rollout_is_threshold");
+  c.is_threshold = is_bounds.upper;
+  c.is_threshold_lower = is_bounds.lower;
   c.is_batch_normalize = algorithm.get<bool>("rollout_correction.rollout_is_batch_normalize");
   // verl's divergence estimators (token_k1, seq_max_k2, ..., comma-chained) or the ratio levels.
   const std::string rs = algorithm.is_null("rollout_correction.rollout_rs")

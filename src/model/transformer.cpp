@@ -25,6 +25,7 @@
 #include "hybridflow/model/rms_norm.h"
 #include "hybridflow/model/rotary.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
+#include "hybridflow/parallel/sequence_parallel_heads.h"
 #include "model/batch_invariant_layers.h"
 #include "model/fused_decode.h"
 #include "model/lora_branch.h"
@@ -637,13 +638,13 @@ void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
   if (sp.enabled()) {
     // The group splits this rank's heads: all of them, or under tensor parallelism its tensor-parallel share.
     const int n = sp.size();
-    const int64_t heads = config_.num_attention_heads / tp_.size();
-    const int64_t kv_heads = kv_heads_replicated(config_, tp_.size()) ? 1 : config_.num_key_value_heads / tp_.size();
-    const std::string local = tp_.enabled() ? " (" + std::to_string(heads) + " query and " + std::to_string(kv_heads) +
-                                                  " KV heads on each of tensor_model_parallel_size " +
-                                                  std::to_string(tp_.size()) + " ranks)"
+    const RankHeads heads =
+        tensor_parallel_rank_heads(config_.num_attention_heads, config_.num_key_value_heads, tp_.size());
+    const std::string local = tp_.enabled() ? " (" + std::to_string(heads.query) + " query and " +
+                                                  std::to_string(heads.kv) + " KV heads on each of " +
+                                                  "tensor_model_parallel_size " + std::to_string(tp_.size()) + " ranks)"
                                             : std::string();
-    HF_CHECK(heads % n == 0 && (kv_heads % n == 0 || n % kv_heads == 0), "ulysses_sequence_parallel_size ", n,
+    HF_CHECK(sequence_parallel_splits(heads, n), "ulysses_sequence_parallel_size ", n,
              " does not split num_attention_heads = ", config_.num_attention_heads, " and num_key_value_heads = ",
              config_.num_key_value_heads, local, ": each rank attends with an equal share of the query heads and ",
              "whole KV heads (repeated when there are fewer than ranks); choose a size that divides the query heads ",

@@ -5,6 +5,7 @@
 
 #include "hybridflow/model/model_size.h"
 #include "hybridflow/parallel/resharding.h"
+#include "hybridflow/parallel/sequence_parallel_heads.h"
 #include "hybridflow/parallel/weight_sync_volume.h"
 
 namespace hybridflow::placement {
@@ -52,9 +53,9 @@ double sequence_parallel_seconds(const CostInputs& in, const Layout& l, double r
   const bool crosses = l.tp * l.sp > in.cluster.gpus_per_node;
   const double slice_tokens = rows * seq / l.sp;
   // A tensor-parallel rank trades its own heads (its KV heads, or the one it keeps where they are replicated).
-  const double heads = static_cast<double>(m.heads) / l.tp;
-  const double kv_heads = m.kv_heads < l.tp ? 1.0 : static_cast<double>(m.kv_heads) / l.tp;
-  const double qkvo = slice_tokens * (2.0 * heads + 2.0 * kv_heads) * m.head_dim * in.workload.param_bytes;
+  const RankHeads heads = tensor_parallel_rank_heads(m.heads, m.kv_heads, l.tp);
+  const double qkvo = slice_tokens * (2.0 * static_cast<double>(heads.query) + 2.0 * static_cast<double>(heads.kv)) *
+                      m.head_dim * in.workload.param_bytes;
   const double swaps = alltoall_seconds(in.cluster, qkvo, l.sp, crosses);
   return layers * swaps + allgather_seconds(in.cluster, activation_bytes(in, rows, seq), l.sp, crosses);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "hybridflow/parallel/sequence_parallel_heads.h"
+
 namespace hybridflow::placement {
 
 namespace {
@@ -28,9 +30,9 @@ std::string layout_problem(const ClusterSpec& cluster, const ModelShape& model, 
     if (role != Role::kActor && role != Role::kRef && role != Role::kCritic)
       return who + "sequence parallelism covers the actor, reference and critic only";
     if (l.dp % l.sp != 0) return who + text("sequence-parallel groups do not divide the ", l.dp) + " data-parallel ranks";
-    const int64_t heads = model.heads / l.tp, kv_heads = model.kv_heads < l.tp ? 1 : model.kv_heads / l.tp;
-    if (heads % l.sp != 0 || (kv_heads % l.sp != 0 && l.sp % kv_heads != 0))
-      return who + text("sequence-parallel size does not split a rank's ", heads) + " heads and its KV heads";
+    const RankHeads heads = tensor_parallel_rank_heads(model.heads, model.kv_heads, l.tp);
+    if (!sequence_parallel_splits(heads, l.sp))
+      return who + text("sequence-parallel size does not split a rank's ", heads.query) + " heads and its KV heads";
   }
   if (role == Role::kRollout) {
     if (w.prompts % l.dp != 0) return who + text("the ", w.prompts) + " prompts do not divide over the replicas";

@@ -325,7 +325,8 @@ TEST(RolloutCorrection, DivergenceCriteriaConfigAsVerlSpellsThem) {
   EXPECT_NE(error("seq_max_k1", "2").find("'seq_max_k1'"), std::string::npos);
   EXPECT_NE(error("token_k1,token_k2", "1,2,3").find("gives 3 thresholds for the 2 criteria"), std::string::npos);
   EXPECT_NE(error("token_k2", "1_2").find("token_k2 takes one upper bound"), std::string::npos);
-  EXPECT_NE(error("token_k1", "2_1").find("lower bound exceeds its upper"), std::string::npos);
+  EXPECT_NE(error("token_k1", "2_1").find("rollout_rs_threshold: the lower bound must not exceed the upper, got '2_1'"),
+            std::string::npos);
   EXPECT_NE(error("token_k1", "0.5_2", {"algorithm.rollout_correction.rollout_rs_threshold_lower=0.4"})
                 .find("rollout_rs_threshold_lower applies to the ratio levels"),
             std::string::npos);
