@@ -143,9 +143,24 @@ torch::Tensor SparseBlockImpl::forward(const torch::Tensor& x, const LayerIO& io
     routing = route_top_k(logits, top_k_, normalise_);
   }
   if (io.experts != nullptr) *io.experts = routing.experts;
-  auto out = ep_.enabled() && !gathered_
-                 ? run_experts_parallel(flat, routing, experts, first_local_, local_count_, ep_, float_weights_)
-                 : run_experts(flat, routing, experts, float_weights_);
+  torch::Tensor out;
+  if (!ep_.enabled() || gathered_) {
+    out = run_experts(flat, routing, experts, float_weights_);
+  } else if (!same_tokens_.enabled()) {
+    out = run_experts_parallel(flat, routing, experts, first_local_, local_count_, ep_, float_weights_);
+  } else {
+    // Experts folded over tensor-parallel ranks that hold the same tokens: each exchanges its share of the rows
+    // (padded to split evenly; a padding row weighs 0), so that every (token, slot) pair runs once in the group.
+    const int64_t rows = flat.size(0), n = same_tokens_.size(), padded = (rows + n - 1) / n * n;
+    auto pad = [&](const torch::Tensor& t) {
+      return padded == rows ? t : torch::cat({t, torch::zeros({padded - rows, t.size(1)}, t.options())});
+    };
+    TopKRouting mine{scatter_rows_to_tensor_parallel(pad(routing.weights), same_tokens_),
+                     pad(routing.experts).narrow(0, same_tokens_.rank() * (padded / n), padded / n)};
+    const auto part = run_experts_parallel(scatter_rows_to_tensor_parallel(pad(flat), same_tokens_), mine, experts,
+                                           first_local_, local_count_, ep_, float_weights_);
+    out = gather_rows_from_tensor_parallel(part, same_tokens_).narrow(0, 0, rows);
+  }
   if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return out.view(x.sizes());
 }
@@ -225,13 +240,16 @@ torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, st
   return out;
 }
 
-void SparseBlockImpl::shard_experts(const ExpertParallelGroup& ep) {
+void SparseBlockImpl::shard_experts(const ExpertParallelGroup& ep, const TensorParallelGroup& same_tokens) {
   const auto total = static_cast<int64_t>(experts.size());
   HF_CHECK(!ep_.enabled(), "expert parallelism: the experts are already sharded");
   HF_CHECK(total % ep.size() == 0, "expert_model_parallel_size ", ep.size(), " does not divide num_experts = ",
            total, "; choose a size that divides the expert count");
   if (!ep.enabled()) return;
+  HF_CHECK(ep.size() % same_tokens.size() == 0, "expert parallelism: the ", same_tokens.size(),
+           " tensor-parallel ranks folded into an expert-parallel group of ", ep.size(), " are not part of it");
   ep_ = ep;
+  same_tokens_ = same_tokens;
   local_count_ = total / ep.size();
   first_local_ = ep.rank() * local_count_;
   for (int64_t e = 0; e < total; ++e) {

@@ -10,6 +10,7 @@
 #include "hybridflow/model/model_config.h"
 #include "hybridflow/model/moe.h"
 #include "hybridflow/parallel/expert_parallel.h"
+#include "hybridflow/parallel/tensor_parallel.h"
 
 namespace hybridflow::moe {
 
@@ -38,7 +39,9 @@ class SparseBlockImpl : public torch::nn::Module {
 
   // Expert parallelism: keeps experts [rank E / n, (rank + 1) E / n) of the E (still registered as
   // "experts.<e>", their checkpoint names) and drops the others. Once, before an optimizer sees the parameters.
-  void shard_experts(const ExpertParallelGroup& ep);
+  // `same_tokens`: the tensor-parallel ranks inside the group (Megatron's experts folded over them), which hold
+  // the same tokens: each sends its 1/t of the rows into the exchange and the outputs are gathered after.
+  void shard_experts(const ExpertParallelGroup& ep, const TensorParallelGroup& same_tokens = {});
   // Under expert parallelism: every expert in this process (all-gathered over the group, without gradients), so
   // that forwards need no lockstep with the group (generation); release_gathered_experts drops the others' again.
   // Collective. The gathered projections are one tensor each, [experts, out, in]; this rank's own experts are
@@ -60,6 +63,7 @@ class SparseBlockImpl : public torch::nn::Module {
   const char *gate_name_, *up_name_, *down_name_;
   std::shared_ptr<torch::nn::Module> holder_;  // "experts"
   ExpertParallelGroup ep_;
+  TensorParallelGroup same_tokens_;
   int64_t first_local_ = 0;  // this rank's experts: [first_local_, first_local_ + local_count_)
   int64_t local_count_ = 0;
   bool gathered_ = false;

@@ -653,7 +653,7 @@ void CausalLMImpl::set_sequence_parallel(SequenceParallelGroup sp) {
   sp_ = sp;
 }
 
-void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
+void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep, bool over_tensor_parallel) {
   HF_CHECK(!ep_.enabled(), "expert_model_parallel_size: the experts are already split over ", ep_.size(), " ranks");
   if (!ep.enabled()) return;
   const int n = ep.size();
@@ -662,13 +662,14 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep) {
   HF_CHECK(config_.moe.num_experts % n == 0, "expert_model_parallel_size ", n, " does not divide num_experts = ",
            config_.moe.num_experts, "; choose a size that divides the expert count");
   for (auto& layer : layers_->model->decoder_layers)
-    if (layer->sparse) layer->sparse->shard_experts(ep);
+    if (layer->sparse) layer->sparse->shard_experts(ep, over_tensor_parallel ? tp_ : TensorParallelGroup());
   ep_ = ep;
+  ep_over_tp_ = over_tensor_parallel && tp_.enabled();
 }
 
 ExpertGather CausalLMImpl::gather_experts() {
   ExpertGather moved;
-  if (!ep_.enabled() || experts_gathered_) return moved;
+  if (!ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel()) return moved;
   for (auto& layer : layers_->model->decoder_layers)
     if (layer->sparse) layer->sparse->gather_experts(moved);
   experts_gathered_ = true;
@@ -683,7 +684,8 @@ void CausalLMImpl::release_gathered_experts() {
 
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
-  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_ || cache->expert_parallel_lockstep,
+  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel() ||
+               cache->expert_parallel_lockstep,
            "CausalLM: generation with a KV cache under expert parallelism runs on gathered experts ",
            "(gather_experts()) unless its ranks take the same steps (KVCache::expert_parallel_lockstep)");
   HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
@@ -987,7 +989,7 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     }
   }
 
-  HF_CHECK(!ep_.enabled() || experts_gathered_, "CausalLM::", caller, ": decoding under expert parallelism runs on ",
+  HF_CHECK(!ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel(), "CausalLM::", caller, ": decoding under expert parallelism runs on ",
            "gathered experts (gather_experts()), since its ranks take different steps");
   // The block tables and lengths go to the device once each; every write and read position is computed there.
   torch::Tensor table_t =

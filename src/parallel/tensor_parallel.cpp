@@ -28,9 +28,20 @@ at::Tensor own_last_dim_slice(const at::Tensor& grad, Communicator& comm) {
   return grad.narrow(-1, comm.rank() * width, width).contiguous();
 }
 
+// Rows (dim 0): this rank's chunk, and the ranks' chunks concatenated.
+at::Tensor own_rows(const at::Tensor& x, Communicator& comm) {
+  HF_CHECK(x.dim() >= 1 && x.size(0) % comm.size() == 0, "scatter_rows_to_tensor_parallel: ", x.size(0),
+           " rows do not split over ", comm.size(), " tensor-parallel ranks");
+  const int64_t rows = x.size(0) / comm.size();
+  return x.narrow(0, comm.rank() * rows, rows).contiguous();
+}
+at::Tensor gathered_rows(const at::Tensor& x, Communicator& comm) { return comm.all_gather_cat(x.contiguous(), 0); }
+
 using CopyToRegion = CollectiveFunction<same_view, summed>;
 using ReduceFromRegion = CollectiveFunction<summed, unchanged>;
 using GatherFromRegion = CollectiveFunction<gathered_last_dim, own_last_dim_slice>;
+using ScatterRows = CollectiveFunction<own_rows, gathered_rows>;
+using GatherRows = CollectiveFunction<gathered_rows, own_rows>;
 
 // Logits shifted by the global maximum (a constant for autograd, as in any stable softmax).
 at::Tensor shifted_by_global_max(const at::Tensor& local_logits, const TensorParallelGroup& tp) {
@@ -64,6 +75,14 @@ at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, const TensorParallel
 
 at::Tensor gather_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
   return tp.enabled() ? GatherFromRegion::apply(x, tp.comm()) : x;
+}
+
+at::Tensor scatter_rows_to_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
+  return tp.enabled() ? ScatterRows::apply(x, tp.comm()) : x;
+}
+
+at::Tensor gather_rows_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp) {
+  return tp.enabled() ? GatherRows::apply(x, tp.comm()) : x;
 }
 
 at::Tensor vocab_parallel_log_probs(const at::Tensor& local_logits, const at::Tensor& targets,

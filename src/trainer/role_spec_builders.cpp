@@ -9,6 +9,7 @@
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/trainer/lora_keys.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 #include "hybridflow/workers/router_replay.h"
 
 namespace hybridflow {
@@ -142,17 +143,16 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
   return sp;
 }
 
-// <section>.megatron.expert_model_parallel_size: groups of that many consecutive data-parallel ranks split each
-// mixture-of-experts layer's experts (workers/expert_parallel_ranks.h), every rank keeping its share of the batch;
-// under tensor parallelism every tensor-parallel rank's data-parallel group splits alike (experts whole per rank),
-// and under pipeline parallelism every stage's (the experts of the stage's layers, Megatron's layout); with
-// sequence parallelism the expert group exchanges each rank's slice of its rows.
-int expert_parallel_size(const ConfigReader& c, const std::string& section, int dp) {
+// <section>.megatron.expert_model_parallel_size: groups of that many ranks split each mixture-of-experts layer's
+// experts, every rank keeping its share of the batch (workers/expert_parallel_ranks.h: under tensor parallelism
+// the groups fold the tensor-parallel ranks in when the size is a multiple of theirs, Megatron's layout; else
+// they are data-parallel ranks of one tensor rank), in every pipeline stage (the experts of the stage's layers);
+// with sequence parallelism the group exchanges each rank's slice of its rows.
+int expert_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
-  HF_CHECK(ep >= 1, key, " must be >= 1, got ", ep);
+  expert_parallel_shape(ep, layout.tp, dp, key);
   if (ep == 1) return ep;
-  HF_CHECK(dp % ep == 0, key, " = ", ep, " does not divide the role's ", dp, " data-parallel processes");
   const int pp = c.get<int>(section + ".megatron.pipeline_model_parallel_size");
   HF_CHECK(pp == 1 || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep, " with ", section,
            ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
@@ -311,7 +311,7 @@ RolePlan<ActorSpec> actor_plan(const ConfigReader& c, const RoleFacts& f, const 
   plan.model = model;
   plan.model.dtype = spec.dtype;
   plan.model.ulysses_sequence_parallel_size = sp;
-  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.dp);
+  plan.model.expert_model_parallel_size = expert_parallel_size(c, section, plan.layout, plan.dp);
   plan.model.expert_key = section + ".megatron.expert_model_parallel_size";
   plan.model.use_remove_padding = remove_padding(c, "actor_rollout_ref.model", plan.layout);
   // Activation checkpointing is per role (verl's <role>.model.enable_gradient_checkpointing); it only acts
@@ -377,6 +377,10 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            ".tensor_model_parallel_size = ", actor.layout.gen_tp, " and ", section, ".pipeline_model_parallel_size = ",
            actor.layout.gen_pp, ": an expert-parallel actor generates in its training layout; set them to the actor's ",
            actor.layout.tp, " and ", actor.layout.pp);
+  // Experts folded over exactly the tensor-parallel ranks stay in place for generation whatever this size: those
+  // ranks decode in step anyway (engine/expert_reshard.h), with none of in-place decoding's limits below.
+  const bool experts_follow_tp = actor.layout.tp > 1 && actor_ep == actor.layout.tp;
+  if (experts_follow_tp) spec.expert_parallel_size = 1;
   HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.pp == 1, section, ".expert_parallel_size = ",
            spec.expert_parallel_size, ": expert-parallel decoding runs unstaged, not in the actor's ",
            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", actor.layout.pp,
@@ -506,12 +510,12 @@ RolePlan<CriticSpec> critic_plan(const ConfigReader& c, const RoleFacts& f, cons
   HF_CHECK((f.batch_prompts * n) % plan.dp == 0, "data.train_batch_size x rollout.n = ", f.batch_prompts * n,
            " samples must divide across the critic's ", plan.dp, " data-parallel groups");
   const int sp = sequence_parallel_size(c, "critic", plan.layout, plan.dp);
-  const int ep = expert_parallel_size(c, "critic", plan.dp);
+  const int ep = expert_parallel_size(c, "critic", plan.layout, plan.dp);
   if (f.need_cost_critic) {  // the cost critic's pool, checked alike
     const ParallelLayout cost = role_layout(c, "critic", f.cost_critic);
     const int cost_dp = dp_of(cost, f.cost_critic);
     sequence_parallel_size(c, "critic", cost, cost_dp);
-    expert_parallel_size(c, "critic", cost_dp);
+    expert_parallel_size(c, "critic", cost, cost_dp);
   }
   plan.model = model;
   plan.model.ulysses_sequence_parallel_size = sp;

@@ -8,6 +8,10 @@ namespace hybridflow {
 
 namespace {
 
+constexpr const char* kExpertsWhole =
+    "experts are never split by tensor parallelism; an expert_model_parallel_size that is a multiple of "
+    "tensor_model_parallel_size folds the tensor-parallel ranks in, as Megatron does with 1";
+
 // verl key -> hybridflow key. Used only while the schema lacks the verl key, so when hybridflow gains
 // verl's own key that key wins and its alias falls silent.
 const std::pair<const char*, const char*> kAliases[] = {
@@ -261,11 +265,11 @@ const IgnoredKey kIgnored[] = {
     {"critic.megatron.virtual_pipeline_model_parallel_size", "",
      "hybridflow's pipeline runs 1F1B without virtual (interleaved) stages: the same updates, more bubbles"},
     {"actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", "1",
-     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+     kExpertsWhole},
     {"actor_rollout_ref.ref.megatron.expert_tensor_parallel_size", "1",
-     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+     kExpertsWhole},
     {"critic.megatron.expert_tensor_parallel_size", "1",
-     "each tensor-parallel rank holds its experts whole (Megatron's expert_tensor_parallel_size 1)"},
+     kExpertsWhole},
     {"actor_rollout_ref.actor.megatron.grad_offload", "", "the gradients are freed after each optimizer step"},
     {"critic.megatron.grad_offload", "", "the gradients are freed after each optimizer step"},
     {"actor_rollout_ref.ref.megatron.param_offload", "", "the reference's weights follow the actor's placement"},

@@ -1,28 +1,51 @@
 #include "hybridflow/workers/expert_parallel_ranks.h"
 
+#include <map>
+#include <tuple>
+
 #include "hybridflow/core/error.h"
+#include "hybridflow/parallel/device_mesh.h"
 
 namespace hybridflow {
 
 bool is_expert_parameter_name(const std::string& name) { return name.find(".experts.") != std::string::npos; }
 
-std::unique_ptr<ExpertParallelRanks> ExpertParallelRanks::join(const ProcessGroup& data_parallel, int size,
-                                                               const std::string& key) {
+ExpertParallelShape expert_parallel_shape(int size, int tp, int dp, const std::string& key) {
   HF_CHECK(size >= 1, key, " must be >= 1, got ", size);
+  if (tp > 1 && size % tp == 0 && dp % (size / tp) == 0) return {tp, size / tp};
+  HF_CHECK(dp % size == 0, key, " = ", size, " does not divide the role's ", dp, " data-parallel processes",
+           tp > 1 ? " and is not a multiple of tensor_model_parallel_size " + std::to_string(tp) +
+                        " dividing them (experts folded over the tensor-parallel ranks: " + std::to_string(tp) +
+                        " x a divisor of " + std::to_string(dp) + ")"
+                  : std::string());
+  return {1, size};
+}
+
+std::unique_ptr<ExpertParallelRanks> ExpertParallelRanks::join(const ProcessGroup& world, const MeshCoord& coord,
+                                                               int size, const std::string& key) {
+  const ExpertParallelShape shape = expert_parallel_shape(size, coord.tp_size, coord.dp_size, key);
   if (size == 1) return nullptr;
-  const int ranks = data_parallel.size();
-  HF_CHECK(ranks % size == 0, key, " = ", size, " does not divide the role's ", ranks, " data-parallel processes");
-  // Groups of consecutive data-parallel ranks, by their world ranks (the tensor-parallel ranks of a replica sit in
-  // as many data-parallel groups, each split alike).
-  const std::vector<int>& members = data_parallel.world_ranks();
-  std::vector<std::vector<int>> groups(static_cast<size_t>(ranks / size)), owners(static_cast<size_t>(size));
-  for (int rank = 0; rank < ranks; ++rank) {
-    groups[static_cast<size_t>(rank / size)].push_back(members[static_cast<size_t>(rank)]);
-    owners[static_cast<size_t>(rank % size)].push_back(members[static_cast<size_t>(rank)]);
-  }
+  // Within each stage: a group per block of data_ranks replicas (and per tensor rank unless they fold in), its
+  // members in rank order; the owners of the same experts share the tensor rank and the place in their block.
+  const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
+  const int blocks = coord.dp_size / shape.data_ranks;
+  std::map<std::tuple<int, int, int>, std::vector<int>> groups, owners;
+  for (int pp = 0; pp < coord.pp_size; ++pp)
+    for (int dp = 0; dp < coord.dp_size; ++dp)
+      for (int tp = 0; tp < coord.tp_size; ++tp) {
+        const int rank = mesh.rank_of({pp, dp, tp});
+        groups[{pp, shape.tensor_ranks > 1 ? 0 : tp, dp / shape.data_ranks}].push_back(rank);
+        owners[{pp, tp, dp % shape.data_ranks}].push_back(rank);
+      }
+  auto lists = [](const std::map<std::tuple<int, int, int>, std::vector<int>>& by_key) {
+    std::vector<std::vector<int>> out;
+    for (const auto& [k, members] : by_key) out.push_back(members);
+    return out;
+  };
   std::unique_ptr<ExpertParallelRanks> out(new ExpertParallelRanks());
-  out->experts_ = std::make_unique<Communicator>(groups.size() == 1 ? data_parallel : data_parallel.split(groups));
-  if (groups.size() > 1) out->owners_ = std::make_unique<Communicator>(data_parallel.split(owners));
+  out->shape_ = shape;
+  out->experts_ = std::make_unique<Communicator>(world.split(lists(groups)));
+  if (blocks > 1) out->owners_ = std::make_unique<Communicator>(world.split(lists(owners)));
   return out;
 }
 
@@ -32,9 +55,12 @@ int64_t ExpertParallelRanks::largest(int64_t count) const {
   return t.item<int64_t>();
 }
 
-void ExpertParallelRanks::split(CausalLM& model) const { model->set_expert_parallel(group()); }
+void ExpertParallelRanks::split(CausalLM& model) const { model->set_expert_parallel(group(), over_tensor_parallel()); }
 
 void ExpertParallelRanks::use_in(TrainEngine& engine) const {
+  // Folded over one replica's tensor-parallel ranks, an expert sees only that replica's tokens: the engine
+  // treats the experts as the tensor-parallel split (use_model_split), with no global weighting of the losses.
+  if (shape_.data_ranks == 1 && shape_.tensor_ranks > 1) return;
   engine.set_expert_parallel(group(), owners_.get(), is_expert_parameter_name);
 }
 

@@ -10,6 +10,7 @@
 #include "hybridflow/transport/net_address.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/runtime/worker_group.h"
+#include "hybridflow/workers/expert_parallel_ranks.h"
 
 namespace hybridflow {
 
@@ -80,8 +81,11 @@ torch::Tensor forward_micro_batches(PipelineStageRunner* pipeline, const DataPro
 void use_model_split(TrainEngine& engine, const CausalLM& model) {
   const TensorParallelGroup& tp = model->tensor_parallel();
   if (!tp.enabled()) return;
-  engine.set_tensor_parallel(tp, [config = model->config(), size = tp.size()](const std::string& name) {
-    return shard_dim(name, config, size) != ShardDim::kReplicated;
+  // Experts folded over exactly the tensor-parallel ranks are that group's split too: each rank holds its own,
+  // trained on the replica's tokens, so their squares add up over it and data parallelism averages them.
+  engine.set_tensor_parallel(tp, [config = model->config(), size = tp.size(),
+                                  experts = model->experts_follow_tensor_parallel()](const std::string& name) {
+    return shard_dim(name, config, size) != ShardDim::kReplicated || (experts && is_expert_parameter_name(name));
   });
 }
 

@@ -15,7 +15,7 @@ TrainableModel::TrainableModel(const WorkerContext& context, torch::Device devic
            " needs as many processes; role '", role_, "' has one");
   // Expert parallelism: the experts split before the engine and the data-parallel broadcast see the parameters.
   if (groups_)
-    experts_ = ExpertParallelRanks::join(groups_->data_parallel(), spec.expert_model_parallel_size, spec.expert_key);
+    experts_ = ExpertParallelRanks::join(groups_->world(), coord_, spec.expert_model_parallel_size, spec.expert_key);
   if (experts_) experts_->split(model_);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   engine_ = std::make_unique<TrainEngine>(model_.ptr(), train.optim);
@@ -23,7 +23,7 @@ TrainableModel::TrainableModel(const WorkerContext& context, torch::Device devic
   use_model_layout(*engine_, model_, pipeline_);
   if (groups_)
     dp_ = DataParallel::join(groups_->data_parallel(), role_, *model_, *engine_, train.use_distributed_optimizer,
-                             experts_ != nullptr);
+                             experts_ != nullptr && !model_->experts_follow_tensor_parallel());
   if (experts_) experts_->use_in(*engine_);
 }
 

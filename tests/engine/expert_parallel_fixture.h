@@ -68,6 +68,25 @@ inline std::map<std::string, torch::Tensor> held(const std::map<std::string, tor
   return out;
 }
 
+// With split experts (and tensor parallelism, or none), with `mine` this replica's rows of rl_batch(): the loss summed over
+// the replicas (`dp`) and the full gradients equal one process's on all rows (the replicated weights' gradients
+// summed over the replicas first; the experts' are already whole on their owner).
+inline void expect_one_process_loss_and_gradients(CausalLM& split, const DataProto& mine, Communicator& dp) {
+  CausalLM whole = expert_model();
+  const DataProto all = rl_batch();
+  const double tokens = all.tensor("loss_mask").sum().item<double>();
+  auto want_loss = globally_weighted_loss(whole, all, tokens);
+  want_loss.backward();
+  auto loss = globally_weighted_loss(split, mine, tokens);
+  loss.backward();
+  auto summed = loss.detach().clone();
+  dp.all_reduce(summed, ReduceOp::kSum);
+  EXPECT_NEAR(summed.item<double>(), want_loss.item<double>(), 1e-5);
+  for (auto& item : split->named_parameters())
+    if (!is_expert(item.key()) && item.value().grad().defined()) dp.all_reduce(item.value().mutable_grad());
+  expect_same_tensors(gather_full_grads(*split), held(grads_by_name(*whole), *split), 1e-5, "gradients");
+}
+
 // A data-parallel world split into expert-parallel groups of ep consecutive ranks (`experts`), and the ranks at the
 // same place in their groups, which own the same experts (`owners`; null when ep is the whole world).
 struct ExpertParallelComms {

@@ -44,24 +44,13 @@ void check_forward_and_gradients(int ranks) {
         EXPECT_EQ(experts.size(), static_cast<size_t>(2 * per_rank * 3));  // 2 layers x experts x 3 projections
         EXPECT_TRUE(experts.count("model.layers.0.mlp.experts." + std::to_string(rank * per_rank) + ".up_proj.weight"));
 
-        const DataProto all = rl_batch(), mine = rows_of(rank, ranks);
+        const DataProto mine = rows_of(rank, ranks);
         const auto logits = split->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
         const auto want_logits = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
         EXPECT_TRUE(torch::allclose(logits, want_logits, 1e-5, 1e-5))
             << "logits differ by " << (logits - want_logits).abs().max().item<double>();
 
-        const double tokens = all.tensor("loss_mask").sum().item<double>();
-        auto want_loss = globally_weighted_loss(whole, all, tokens);
-        want_loss.backward();
-        auto loss = globally_weighted_loss(split, mine, tokens);
-        loss.backward();
-        auto summed = loss.detach().clone();
-        comm.all_reduce(summed, ReduceOp::kSum);
-        EXPECT_NEAR(summed.item<double>(), want_loss.item<double>(), 1e-5);
-        // Replicated weights: the ranks' gradients add up (data parallelism); experts: already whole.
-        for (auto& item : split->named_parameters())
-          if (!is_expert(item.key()) && item.value().grad().defined()) comm.all_reduce(item.value().mutable_grad());
-        expect_same_tensors(grads_by_name(*split), held(grads_by_name(*whole), *split), 1e-5, "gradients");
+        expect_one_process_loss_and_gradients(split, mine, comm);
         EXPECT_GT(comm.stats().of("all_to_all").calls, 0);
       },
       120);
@@ -193,7 +182,7 @@ void check_logits_loss_and_gradients_with_tensor_parallelism(int ep) {
         const std::string first_own = "model.layers.1.mlp.experts." + std::to_string(r.dp.rank() * experts_per_rank);
         EXPECT_TRUE(r.model->named_parameters().contains(first_own + ".down_proj.weight")) << first_own;
 
-        const DataProto all = rl_batch(), mine = rows_of(r.dp.rank(), ep);
+        const DataProto mine = rows_of(r.dp.rank(), ep);
         const int64_t width = config.vocab_size / 2;
         const auto logits = r.model->forward(mine.tensor("input_ids"), mine.tensor("attention_mask")).logits;
         const auto want_logits = whole->forward(mine.tensor("input_ids"), mine.tensor("attention_mask"))
@@ -201,17 +190,7 @@ void check_logits_loss_and_gradients_with_tensor_parallelism(int ep) {
         EXPECT_TRUE(torch::allclose(logits, want_logits, 1e-5, 1e-5))
             << "logits differ by " << (logits - want_logits).abs().max().item<double>();
 
-        const double tokens = all.tensor("loss_mask").sum().item<double>();
-        auto want_loss = globally_weighted_loss(whole, all, tokens);
-        want_loss.backward();
-        auto loss = globally_weighted_loss(r.model, mine, tokens);
-        loss.backward();
-        auto summed = loss.detach().clone();
-        r.dp.all_reduce(summed, ReduceOp::kSum);
-        EXPECT_NEAR(summed.item<double>(), want_loss.item<double>(), 1e-5);
-        for (auto& item : r.model->named_parameters())
-          if (!is_expert(item.key()) && item.value().grad().defined()) r.dp.all_reduce(item.value().mutable_grad());
-        expect_same_tensors(gather_full_grads(*r.model), held(grads_by_name(*whole), *r.model), 1e-5, "gradients");
+        expect_one_process_loss_and_gradients(r.model, mine, r.dp);
         EXPECT_GT(r.dp.stats().of("all_to_all").calls, 0);
       },
       180);

@@ -2,8 +2,9 @@
 // tiny Qwen3-MoE actor whose 8 experts split over 2 processes follows the run of the same seed on the same 2
 // processes without the split (data parallel: the same generation replicas, so the same samples) within 1e-5:
 // scores, losses, entropy, KL, gradient norms and the trained weights; with router replay R3 too. On 4 processes
-// split 2 ways by tensor parallelism, the experts split over the 2 data-parallel replicas follow both the
-// tensor-parallel run without the expert split and the 2-process data-parallel run. With use_dynamic_bsz the
+// split 2 ways by tensor parallelism, the experts folded over each replica's tensor-parallel ranks follow both the
+// tensor-parallel run without the expert split and the 2-process data-parallel run, generating with the experts
+// in place; folded over both replicas' (4 ways) they follow it too. With use_dynamic_bsz the
 // group's ranks run as many micro-batches as each other and the run follows the data-parallel one. PPO whose critic's experts
 // split (critic.megatron.expert_model_parallel_size) follows its data-parallel run. A checkpoint saved under the
 // split (also with tensor parallelism) holds every expert in the Hugging Face layout and loads into one process,
@@ -199,13 +200,28 @@ TEST(RlExpertParallel, RouterReplayR3WithExpertsSplitFollowsTheDataParallelRun) 
   EXPECT_TRUE(split.steps.back().contains("actor/router_replay_rollout_routing_differs"));
 }
 
-TEST(RlExpertParallel, GrpoWithExpertsSplitInsideTensorParallelismFollowsTheTensorParallelRun) {
-  const std::vector<std::string> tp2 = {"actor_rollout_ref.num_processes=4",
-                                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
-  const EpRun split = train(2, tp2);
-  expect_same_run(split, train(1, tp2), "ep 2 x tp 2");
+const std::vector<std::string> kTp2 = {"actor_rollout_ref.num_processes=4",
+                                       "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
+
+// Expert parallelism 2 under tensor parallelism 2 folds the experts over each replica's 2 tensor-parallel ranks
+// (Megatron's layout): they share the tokens out around each exchange and generate with the experts in place.
+TEST(RlExpertParallel, GrpoWithExpertsFoldedOverTheTensorRanksFollowsTheTensorParallelRun) {
+  const EpRun split = train(2, kTp2);
+  expect_same_run(split, train(1, kTp2), "ep 2 x tp 2");
   // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
   expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+  for (const nlohmann::json& step : split.steps) {
+    ASSERT_TRUE(step.contains("reshard/expert_model_bytes"));
+    EXPECT_GT(step.at("reshard/expert_model_bytes").get<double>(), 0.0);
+    EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_sent").get<double>(), 0.0) << "the experts stay in place";
+    EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_received").get<double>(), 0.0);
+  }
+}
+
+// Expert parallelism 4 under tensor parallelism 2 on 4 processes: one group of both replicas' tensor-parallel
+// ranks (2 experts each), a layout data-parallel groups cannot make (4 does not divide the 2 replicas).
+TEST(RlExpertParallel, GrpoWithExpertsFoldedOverTwoReplicasTensorRanksFollowsTheTensorParallelRun) {
+  expect_same_run(train(4, kTp2), train(1, kTp2), "ep 4 x tp 2");
 }
 
 // The experts split over 2 processes that also split every sequence (Ulysses, or Megatron's context parallelism
@@ -360,10 +376,20 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2 must be 1"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=4"}),
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 4 must be 1"));
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=2", "actor_rollout_ref.num_processes=4",
+  EXPECT_THAT(refused(4, {"actor_rollout_ref.rollout.expert_parallel_size=4", "actor_rollout_ref.num_processes=4",
                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
-              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding is not combined "
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 4: expert-parallel decoding is not combined "
                         "with tensor parallelism"));
+  EXPECT_THAT(refused(8, {"actor_rollout_ref.num_processes=4",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"}),
+              HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 8 does not divide the role's 2 "
+                        "data-parallel processes and is not a multiple of tensor_model_parallel_size 2 dividing them"));
+  // Folded over exactly the tensor-parallel ranks, the experts stay in place for decoding whichever size is set.
+  EXPECT_NO_THROW(RLTrainer::check(load_rl_config(
+      "", moe_grpo(2, dir.path(),
+                   {"actor_rollout_ref.rollout.expert_parallel_size=2", "actor_rollout_ref.num_processes=4",
+                    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                    "actor_rollout_ref.actor.router_replay.mode=R3"}))));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.rollout.expert_parallel_size=2",
                           "actor_rollout_ref.actor.router_replay.mode=R3"}),
               HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2: expert-parallel decoding runs single-turn "

@@ -8,6 +8,9 @@
 //   1                              all-gather over the group; the rank's own       sent = received = (n - 1) / n * X,
 //                                  experts become slices of the gathered set       held X, redundant 0
 //
+// Experts folded over the tensor-parallel ranks of one replica (CausalLM::experts_follow_tensor_parallel) stay
+// in place whatever the size: those ranks generate in step anyway.
+//
 // Under pipeline parallelism the group is a stage's and X its layers' experts; expert_model_bytes still counts every
 // expert of the model (summed over the stages), as model_bytes counts every weight.
 //
@@ -39,7 +42,9 @@ class ExpertReshard {
 
   bool generating() const { return generating_; }
   // Whether generation exchanges tokens with the group (the experts stay split) rather than running alone.
-  bool expert_parallel_generation() const { return generation_size_ > 1; }
+  bool expert_parallel_generation() const {
+    return generation_size_ > 1 && !train_->experts_follow_tensor_parallel();
+  }
   int generation_size() const { return generation_size_; }
 
  private:

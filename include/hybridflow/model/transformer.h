@@ -228,9 +228,11 @@ class CausalLMImpl : public torch::nn::Module {
   // their checkpoint names) and exchanges tokens with the group around them; every rank of the group runs its own
   // rows, and every forward and backward is collective over the group (under tensor parallelism: the replicas of
   // one tensor-parallel rank; experts stay whole per rank; under sequence parallelism each rank's rows are its
-  // slice of the sequence). Once, before an optimizer sees the parameters. Throws naming
-  // expert_model_parallel_size when n does not divide the experts.
-  void set_expert_parallel(ExpertParallelGroup ep);
+  // slice of the sequence). With `over_tensor_parallel` the group holds this model's tensor-parallel ranks
+  // (Megatron's experts folded over them, expert_tensor_parallel_size 1): they hold the same tokens and split
+  // them between them around each exchange, so each expert's work is done once. Once, before an optimizer sees
+  // the parameters. Throws naming expert_model_parallel_size when n does not divide the experts.
+  void set_expert_parallel(ExpertParallelGroup ep, bool over_tensor_parallel = false);
   const ExpertParallelGroup& expert_parallel() const { return ep_; }
   // Collective over the group: every expert in this process, without gradients, until release_gathered_experts();
   // meanwhile forwards run alone (generation, whose ranks take different numbers of steps; checkpoint saving).
@@ -239,6 +241,10 @@ class CausalLMImpl : public torch::nn::Module {
   ExpertGather gather_experts();
   void release_gathered_experts();
   bool experts_gathered() const { return experts_gathered_; }
+  // Whether the expert-parallel group is exactly this model's tensor-parallel group (experts folded over it, one
+  // replica): its ranks run every forward together anyway, so the experts stay where they are for generation and
+  // the no-gradient passes, and gather_experts() moves nothing.
+  bool experts_follow_tensor_parallel() const { return ep_.enabled() && ep_over_tp_ && ep_.size() == tp_.size(); }
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
@@ -255,6 +261,7 @@ class CausalLMImpl : public torch::nn::Module {
   SequenceParallelGroup sp_;
   ExpertParallelGroup ep_;
   bool experts_gathered_ = false;
+  bool ep_over_tp_ = false;
   Partition layer_range_;
   torch::Tensor stage_input_;
   bool gradient_checkpointing_ = false;

@@ -37,6 +37,13 @@ at::Tensor copy_to_tensor_parallel(const at::Tensor& x, const TensorParallelGrou
 at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp);
 // Forward: the ranks' x concatenated along the last dim (rank order). Backward: this rank's slice.
 at::Tensor gather_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp);
+// Rows (dim 0) of a replicated x split over the group, for work the ranks share out (experts folded over the
+// tensor-parallel ranks): forward, this rank's chunk of the rows (rank r: rows [r R / n, (r + 1) R / n); R must
+// divide by n); backward, the ranks' chunks of the gradient concatenated (whole on every rank, as a replicated
+// tensor's gradient is).
+at::Tensor scatter_rows_to_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp);
+// Its inverse: forward, the ranks' chunks concatenated along the rows; backward, this rank's chunk.
+at::Tensor gather_rows_from_tensor_parallel(const at::Tensor& x, const TensorParallelGroup& tp);
 
 // local_logits [..., V/t]: this rank's vocabulary slice [rank*V/t, (rank+1)*V/t) of the logits; targets
 // [...] int64 in [0, V). Returns log softmax(logits)[target] over the whole vocabulary, computed in float32

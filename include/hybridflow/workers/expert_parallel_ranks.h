@@ -1,7 +1,14 @@
-// Expert parallelism in a role's processes (verl's <role>.megatron.expert_model_parallel_size): consecutive data-
-// parallel ranks form an expert-parallel group (each tensor-parallel rank's alike: experts whole per rank), which
-// splits each mixture-of-experts layer's experts while every rank keeps its own data-parallel share of the batch;
-// ranks at the same place in their groups own the same experts and sum their gradients (expert data parallelism).
+// Expert parallelism in a role's processes (verl's <role>.megatron.expert_model_parallel_size n): each group of
+// n ranks splits every mixture-of-experts layer's experts, and ranks at the same place in their groups own the
+// same experts and sum their gradients (expert data parallelism). Within a pipeline stage a group is, in
+// Megatron's rank order (tensor-parallel rank fastest):
+//
+//   - with tensor parallelism t > 1 and n a multiple of t (n / t dividing the data-parallel size): n / t
+//     consecutive data-parallel replicas, all t tensor-parallel ranks of each (Megatron's experts folded over
+//     the tensor-parallel ranks, expert_tensor_parallel_size 1). The t ranks of a replica hold the same tokens
+//     and share them out around each expert exchange, so each expert's work runs once;
+//   - otherwise n consecutive data-parallel ranks of one tensor-parallel rank (n dividing the data-parallel
+//     size): every tensor-parallel rank's replicas split alike, each rank routing its replica's tokens.
 //
 // Training runs expert-parallel (tokens exchanged with the group around each expert layer). Passes whose ranks
 // may take different numbers of forwards (generation, whose sequences end at different steps) and the
@@ -18,23 +25,38 @@
 #include "hybridflow/model/transformer.h"
 #include "hybridflow/parallel/collectives.h"
 #include "hybridflow/parallel/expert_parallel.h"
+#include "hybridflow/runtime/mesh_coord.h"
 
 namespace hybridflow {
 
 // Whether a parameter name is one of a mixture-of-experts layer's experts ("...experts.<e>....").
 bool is_expert_parameter_name(const std::string& name);
 
+// An expert-parallel group's shape within a stage: `tensor_ranks` tensor-parallel ranks (t, or 1) of
+// `data_ranks` consecutive data-parallel replicas.
+struct ExpertParallelShape {
+  int tensor_ranks = 1;
+  int data_ranks = 1;
+};
+// The shape of groups of `size` in a stage of tp x dp ranks (above). Throws naming `key` when neither fits.
+ExpertParallelShape expert_parallel_shape(int size, int tp, int dp, const std::string& key);
+
 class ExpertParallelRanks {
  public:
-  // Collective over the role's world (every rank calls it with the same size, on its data-parallel group). Null
-  // for size 1. Throws naming `key` when the size does not divide the data-parallel group.
-  static std::unique_ptr<ExpertParallelRanks> join(const ProcessGroup& data_parallel, int size, const std::string& key);
+  // Collective over the role's world (every rank calls it with the same size). Null for size 1. Throws naming
+  // `key` when no group shape fits the layout.
+  static std::unique_ptr<ExpertParallelRanks> join(const ProcessGroup& world, const MeshCoord& coord, int size,
+                                                   const std::string& key);
 
   ExpertParallelGroup group() const { return ExpertParallelGroup(experts_.get()); }
   int size() const { return experts_->size(); }
   // The ranks owning the same experts; null when the group is the whole world.
   Communicator* owners() const { return owners_.get(); }
-  // Splits the model's experts over the group and, with an engine, tells it which parameters are experts.
+  // Whether the group folds the tensor-parallel ranks in (their tokens shared out, not each routed whole).
+  bool over_tensor_parallel() const { return shape_.tensor_ranks > 1; }
+  // Splits the model's experts over the group and, with an engine, tells it which parameters are experts (not
+  // for experts folded over one replica's tensor-parallel ranks: workers/role_process_groups.h, use_model_split,
+  // counts them as that group's split; call split before it).
   void split(CausalLM& model) const;
   void use_in(TrainEngine& engine) const;
   // The largest of the group's `count`s (a collective: every rank of the group calls it).
@@ -43,6 +65,7 @@ class ExpertParallelRanks {
   int64_t all_to_all_bytes() const { return experts_->stats().of("all_to_all").bytes; }
 
  private:
+  ExpertParallelShape shape_;
   std::unique_ptr<Communicator> experts_, owners_;
 };
 
