@@ -7,12 +7,6 @@
 #include "hybridflow/core/error.h"
 
 namespace hybridflow {
-namespace {
-
-bool is_routed_expert_weight(const std::string& name) { return name.find(".experts.") != std::string::npos; }
-
-}  // namespace
-
 ExpertReshard::ExpertReshard(CausalLM train, int generation_size, const std::string& key, Communicator* stages)
     : train_(std::move(train)), generation_size_(generation_size), stages_(stages) {
   HF_CHECK(stages != nullptr || !train_->pipeline_stage().enabled(), "ExpertReshard: the model is pipeline stage ",
@@ -33,7 +27,7 @@ ReshardStats ExpertReshard::to_generation() {
   stats.mode = in_place ? "experts-in-place" : "experts-allgather";
   int64_t own = 0;
   for (const auto& item : train_->named_parameters())
-    (is_routed_expert_weight(item.key()) ? own : stats.replicated_bytes) += item.value().nbytes();
+    (is_expert_parameter_name(item.key()) ? own : stats.replicated_bytes) += item.value().nbytes();
   if (in_place) {
     // The training shards are the generation shards: used in place, nothing moves.
     stats.expert_model_bytes = own * train_->expert_parallel().size();

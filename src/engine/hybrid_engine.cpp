@@ -29,6 +29,13 @@ void release(torch::Tensor& param) { point_at(param, torch::empty({0}, param.opt
 
 int64_t gathered_bytes(const Communicator& comm) { return comm.stats().of("all_gather").bytes; }
 
+// The index e of an expert's parameter ("...mlp.experts.<e>.<projection>.weight").
+int64_t expert_index(const std::string& name) {
+  const std::string marker = ".experts.";
+  const size_t at = name.find(marker) + marker.size();
+  return std::stoll(name.substr(at, name.find('.', at) - at));
+}
+
 }  // namespace
 
 struct HybridEngine::Weight {
@@ -41,6 +48,8 @@ struct HybridEngine::Weight {
   ShardDim gen_dim = ShardDim::kReplicated;
   int stage = 0;            // the training pipeline stage that owns it
   bool tied_copy = false;   // the generation model's last-stage copy of a tied embedding (gen pp > 1)
+  int expert_piece = -1;    // experts folded over the tensor-parallel ranks: the micro-DP piece (training
+                            // tensor rank % k) whose rank holds this expert whole
   torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor, when
                             // the switch allocated it
 };
@@ -94,17 +103,36 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
     gen_pp_comm_ = std::make_unique<Communicator>(world.split(layout_.gen_pp_groups()));
   }
 
+  // Experts folded over the training tensor-parallel ranks (one replica's: CausalLM::experts_follow_tensor_parallel)
+  // fold over the generation ones the same way. Generation tensor rank q's experts are the training blocks of
+  // tensor ranks qk .. qk + k - 1, the k pieces of its micro-DP group in each stage, so each comes whole from
+  // one of them. Any other expert split is refused: its owners are not in the rank's micro-DP group.
+  const ExpertParallelGroup& train_ep = train_->expert_parallel();
+  experts_folded_ = train_->experts_follow_tensor_parallel();
+  HF_CHECK(!train_ep.enabled() || experts_folded_, "HybridEngine: the actor's experts are split over ",
+           train_ep.size(), " ranks (expert_model_parallel_size) that are not exactly its tensor-parallel ranks; ",
+           "such an actor generates in its training layout");
+  HF_CHECK(!experts_folded_ || mode_ == ReshardMode::kHybridFlow, "HybridEngine: experts folded over the ",
+           "tensor-parallel ranks switch layouts in reshard mode hybridflow, not ", reshard_mode_name(mode_));
   // The generation model's structure only: its parameters point at gathered weights while generating.
   const torch::Tensor first = train_->parameters().front();
   generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_, gen_stage);
   generation_->to(first.device(), first.scalar_type());
+  if (experts_folded_) generation_->set_expert_parallel(ExpertParallelGroup(gen_tp_comm_.get()), true);
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
   // LoRA adapters stay with the training model: the generation model takes the weights with them merged in.
-  const auto base_params = std::count_if(train_params.begin(), train_params.end(),
-                                         [](const auto& item) { return !is_lora_parameter_name(item.key()); });
-  HF_CHECK(stage.enabled() || static_cast<size_t>(base_params) == gen_params.size(),
-           "HybridEngine: the layouts' models differ in parameters");
+  // Folded experts differ in number between the layouts (num_experts / t against / t_g).
+  auto counted = [&](const std::string& name) {
+    return !is_lora_parameter_name(name) && !(experts_folded_ && is_expert_parameter_name(name));
+  };
+  const auto base_params =
+      std::count_if(train_params.begin(), train_params.end(), [&](const auto& item) { return counted(item.key()); });
+  const auto gen_base =
+      std::count_if(gen_params.begin(), gen_params.end(), [&](const auto& item) { return counted(item.key()); });
+  HF_CHECK(stage.enabled() || base_params == gen_base, "HybridEngine: the layouts' models differ in parameters");
+  const int k = t / layout_.gen_tp();
+  const int64_t experts_per_train_rank = train_->config().moe.num_experts / t;
   // The last training stage's copy of a tied embedding: the same values as the first stage's weight.
   const torch::Tensor* train_tied_copy =
       stage.enabled() && !stage.first() ? train_params.find("model.embed_tokens.weight") : nullptr;
@@ -116,10 +144,13 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
     // last training stage's copy, which is in the same generation stage.
     w.tied_copy = gen_stage.enabled() && !gen_stage.first() && w.name == "model.embed_tokens.weight";
     if (w.tied_copy) w.stage = mesh.pp() - 1;
+    if (experts_folded_ && is_expert_parameter_name(w.name))
+      w.expert_piece = static_cast<int>(expert_index(w.name) / experts_per_train_rank % k);
     if (w.stage == stage.stage) {
       const torch::Tensor* train = w.tied_copy ? train_tied_copy : train_params.find(w.name);
-      HF_CHECK(train != nullptr, "HybridEngine: the training model has no '", w.name, "'");
-      w.train = *train;
+      // A folded expert is held by one piece of the stage.
+      HF_CHECK(train != nullptr || w.expert_piece >= 0, "HybridEngine: the training model has no '", w.name, "'");
+      if (train != nullptr) w.train = *train;
     }
     w.gen = item.value();
     w.gen_shape = w.gen.sizes().vec();
@@ -193,7 +224,8 @@ ReshardStats HybridEngine::to_generation() {
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
-  if (layout_.train().pp() > 1) {
+  // Folded experts from other pieces travel like the stages' weights (gather_stages), also unstaged.
+  if (layout_.train().pp() > 1 || (experts_folded_ && layout_.gen_tp() < layout_.train().tp())) {
     if (mode_ == ReshardMode::kHybridFlow)
       gather_stages(stats);
     else
@@ -268,7 +300,16 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
     stats.model_bytes += gen_numel * static_cast<int64_t>(options.dtype().itemsize()) *
                          (w.gen_dim == ShardDim::kReplicated ? 1 : layout_.gen_tp());
     torch::Tensor gen;
-    if (w.train_dim != ShardDim::kReplicated) {
+    if (w.expert_piece >= 0) {
+      // A folded expert: whole on one piece of its stage, which sends it to the group and keeps it in place.
+      const bool owner = mine && w.train.defined();
+      gen = owner && w.train.is_contiguous() ? w.train : torch::empty(w.gen_shape, options);
+      if (owner && !gen.is_same(w.train)) gen.copy_(w.train);
+      if (!owner || !gen.is_same(w.train)) w.gathered = gen;
+      broadcast(gen, (w.stage % l) * k + w.expert_piece);
+      // Every generation tensor rank holds its own block of the experts: M counts them all.
+      stats.model_bytes += gen.nbytes() * (layout_.gen_tp() - 1);
+    } else if (w.train_dim != ShardDim::kReplicated) {
       // Piece r is stage j's tensor-parallel rank r's training shard, sent by it to the group.
       const bool columns = w.train_dim == ShardDim::kColumns && k > 1;
       torch::Tensor gathered =
@@ -305,7 +346,8 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
     const bool tied = w.name == "model.embed_tokens.weight" && tied_copy_.defined();
     if (tied) point_at(tied_copy_, gen.narrow(0, my_piece * (gen.size(0) / k), gen.size(0) / k));
     // Measured, not assumed: does a training parameter still own memory of its own?
-    if (mine && !w.train.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += w.train.nbytes();
+    if (mine && w.train.defined() && !w.train.storage().is_alias_of(w.gen.storage()))
+      stats.redundant_bytes += w.train.nbytes();
     if (tied && !tied_copy_.storage().is_alias_of(w.gen.storage())) stats.redundant_bytes += tied_copy_.nbytes();
   }
   // A generation stage sees its own weights only; M is the whole model's.

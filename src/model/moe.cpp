@@ -13,6 +13,8 @@
 
 namespace hybridflow {
 
+bool is_expert_parameter_name(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
 TopKRouting route_top_k(const torch::Tensor& router_logits, int64_t k, bool normalise) {
   HF_CHECK(router_logits.dim() == 2 && k >= 1 && k <= router_logits.size(1), "route_top_k: router logits must be ",
            "[tokens, experts] with k in [1, experts], got ", router_logits.sizes(), " and k = ", k);

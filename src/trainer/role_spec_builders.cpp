@@ -369,18 +369,23 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
            ".expert_parallel_size = ", spec.expert_parallel_size, " must be 1 (generation on the experts gathered from ",
            "the actor's group) or, colocated, actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep,
            " (generation with the experts where training keeps them)");
-  // The gathered experts are not the actor's parameters, which the 3D-HybridEngine's switch moves: generation
-  // runs in the actor's own layout, staged where it trains in stages.
-  HF_CHECK(actor_ep == 1 || f.standalone_rollout ||
-               (actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp),
-           "actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep, " with ", section,
-           ".tensor_model_parallel_size = ", actor.layout.gen_tp, " and ", section, ".pipeline_model_parallel_size = ",
-           actor.layout.gen_pp, ": an expert-parallel actor generates in its training layout; set them to the actor's ",
-           actor.layout.tp, " and ", actor.layout.pp);
   // Experts folded over exactly the tensor-parallel ranks stay in place for generation whatever this size: those
-  // ranks decode in step anyway (engine/expert_reshard.h), with none of in-place decoding's limits below.
+  // ranks decode in step anyway (engine/expert_reshard.h), with none of in-place decoding's limits below; and
+  // the 3D-HybridEngine folds them over another generation layout's tensor ranks (engine/hybrid_engine.h).
   const bool experts_follow_tp = actor.layout.tp > 1 && actor_ep == actor.layout.tp;
   if (experts_follow_tp) spec.expert_parallel_size = 1;
+  const bool own_layout = actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp;
+  // Other experts gathered from their group are not the actor's parameters, which the engine's switch moves:
+  // generation runs in the actor's own layout, staged where it trains in stages.
+  HF_CHECK(actor_ep == 1 || f.standalone_rollout || own_layout || experts_follow_tp,
+           "actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep, " with ", section,
+           ".tensor_model_parallel_size = ", actor.layout.gen_tp, " and ", section, ".pipeline_model_parallel_size = ",
+           actor.layout.gen_pp, ": an expert-parallel actor generates in its training layout (only experts folded ",
+           "over exactly its tensor-parallel ranks, expert_model_parallel_size = tensor_model_parallel_size > 1, ",
+           "switch to another); set them to the actor's ", actor.layout.tp, " and ", actor.layout.pp);
+  HF_CHECK(!experts_follow_tp || own_layout || spec.reshard_mode == "hybridflow", section, ".reshard_mode = ",
+           spec.reshard_mode, ": the actor's experts (folded over its tensor-parallel ranks) switch to another ",
+           "generation layout in reshard mode hybridflow only");
   HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.pp == 1, section, ".expert_parallel_size = ",
            spec.expert_parallel_size, ": expert-parallel decoding runs unstaged, not in the actor's ",
            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", actor.layout.pp,

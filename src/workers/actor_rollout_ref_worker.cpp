@@ -130,8 +130,10 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
   const ExpertParallelRanks* experts = trainable_->expert_parallel();
+  // Experts folded over exactly the tensor-parallel ranks also switch to another layout (engine/hybrid_engine.h).
   HF_CHECK(!experts || (parse_dtype(rollout_dtype, "rollout dtype") == parse_dtype(actor_dtype, "actor dtype") &&
-                        gen_tp == coord().tp_size && gen_pp == coord().pp_size),
+                        ((gen_tp == coord().tp_size && gen_pp == coord().pp_size) ||
+                         actor()->experts_follow_tensor_parallel())),
            actor_model.expert_key, " = ", actor_model.expert_model_parallel_size, ": generation runs on the actor's ",
            "experts gathered from its group, in the actor's dtype and layout (rollout dtype ", rollout_dtype,
            " vs actor ", actor_dtype, ", rollout tensor/pipeline size ", gen_tp, "/", gen_pp, ")");

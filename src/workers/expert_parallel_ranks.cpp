@@ -8,8 +8,6 @@
 
 namespace hybridflow {
 
-bool is_expert_parameter_name(const std::string& name) { return name.find(".experts.") != std::string::npos; }
-
 ExpertParallelShape expert_parallel_shape(int size, int tp, int dp, const std::string& key) {
   HF_CHECK(size >= 1, key, " must be >= 1, got ", size);
   if (tp > 1 && size % tp == 0 && dp % (size / tp) == 0) return {tp, size / tp};

@@ -3,12 +3,20 @@
 // generates, moves exactly the bytes of the paper's Table 2, and (hybridflow) holds M / t_g of generation
 // weights with no redundant training copy; switching back restores the training weights bit for bit.
 // Pipeline stages (2x2x1, 2x1x2, 4x1x1) gather into one unstaged generation model in every mode, or into
-// generation stages (p_g = 2) in hybridflow mode.
+// generation stages (p_g = 2) in hybridflow mode. A mixture-of-experts actor whose experts are folded over its
+// tensor-parallel ranks switches into unstaged and smaller tensor-parallel layouts with the experts folded over
+// the generation ranks, each expert coming whole from the rank that trains it: one process's tokens, no redundant
+// copy, the training weights back bit for bit; an actor with experts split any other way is refused.
 #include "hybridflow/engine/hybrid_engine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <set>
+#include <string>
+
+#include "engine/expert_parallel_fixture.h"
 #include "engine/tensor_parallel_fixture.h"
 #include "hybridflow/core/error.h"
 #include "hybridflow/engine/generation.h"
@@ -276,6 +284,53 @@ TEST(HybridEngine, GenerationSeesTheWeightsTrainingUpdated) {
         EXPECT_THROW(engine.to_training(), Error);
       },
       60);
+}
+
+TEST(HybridEngine, ExpertsFoldedOverTheTensorRanksFoldOverTheGenerationRanks) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        struct Case {
+          int pp, tp, dp, gen_pp, gen_tp;
+        };
+        for (const Case& c : {Case{2, 2, 1, 1, 2}, Case{2, 2, 1, 1, 1}, Case{1, 2, 2, 1, 1}, Case{2, 2, 1, 2, 1}}) {
+          const ModelConfig config = expert_parallel_config();  // 2 sparse layers of 4 experts
+          CausalLM reference = expert_model();
+          const GenerationLayout layout(DeviceMesh(c.pp, c.dp, c.tp), c.gen_tp, c.gen_pp);
+          const std::string what = layout.train().to_string() + " -> pp_g=" + std::to_string(c.gen_pp) +
+                                   " tp_g=" + std::to_string(c.gen_tp);
+          Communicator tp(world.split(layout.train().tp_groups()));
+          const MeshCoords me = layout.train().coords(rank);
+          CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), PipelineStage{me.pp, c.pp});
+          load_full_state(*train, parameters_of(*reference));
+          train->set_expert_parallel(ExpertParallelGroup(&tp), /*over_tensor_parallel=*/true);
+          ASSERT_TRUE(train->experts_follow_tensor_parallel()) << what;
+          const auto before = parameters_of(*train);
+          HybridEngine engine(train, layout, world, ReshardMode::kHybridFlow);
+          const ReshardStats stats = engine.to_generation();
+          EXPECT_EQ(stats.redundant_bytes, 0) << what;
+          // Generation tensor rank q holds experts [q E / t_g, (q + 1) E / t_g) of its stage's sparse layers.
+          std::set<std::string> experts;
+          for (const auto& item : engine.generation_model()->named_parameters())
+            if (is_expert(item.key()) && item.key().ends_with("up_proj.weight")) experts.insert(item.key());
+          const int per_rank = 4 / c.gen_tp, q = layout.coords(rank).tp;
+          EXPECT_EQ(experts.size(), static_cast<size_t>(2 / c.gen_pp * per_rank)) << what;
+          const int layer = c.gen_pp == 1 ? 1 : layout.coords(rank).pp;
+          EXPECT_TRUE(experts.count("model.layers." + std::to_string(layer) + ".mlp.experts." +
+                                    std::to_string(q * per_rank) + ".up_proj.weight"))
+              << what;
+          expect_generates_like_one_process(engine, train, reference, before, what);
+        }
+        // Experts split over data-parallel ranks have owners outside the micro-DP groups: refused.
+        const GenerationLayout unstaged(DeviceMesh(1, 2, 2), 1, 1);
+        Communicator tp(world.split(unstaged.train().tp_groups())), dp(world.split(unstaged.train().dp_groups()));
+        CausalLM split(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&tp));
+        split->set_expert_parallel(ExpertParallelGroup(&dp));
+        EXPECT_THAT(error_of([&] { HybridEngine e(split, unstaged, world, ReshardMode::kHybridFlow); }),
+                    ::testing::HasSubstr("not exactly its tensor-parallel ranks"));
+      },
+      240);
 }
 
 TEST(HybridEngine, ModeNamesAndPaperCosts) {

@@ -224,6 +224,24 @@ TEST(RlExpertParallel, GrpoWithExpertsFoldedOverTwoReplicasTensorRanksFollowsThe
   expect_same_run(train(4, kTp2), train(1, kTp2), "ep 4 x tp 2");
 }
 
+// Experts folded over the tensor-parallel ranks of an actor in 2 stages (tensor parallelism 2, 4 processes), as
+// verl's Qwen3-235B and DeepSeek scripts train them, generating unstaged through the 3D-HybridEngine (rollout
+// pipeline size 1, tensor size 2 or 1): the generation ranks hold their block of every layer's experts, each sent
+// whole by the rank that trains it, and the run follows the same layout without the expert split.
+TEST(RlExpertParallel, GrpoWithFoldedExpertsInStagesGeneratingUnstagedFollowsTheRunWithoutTheSplit) {
+  for (const std::string gen_tp : {"2", "1"}) {
+    const std::vector<std::string> layout = {"actor_rollout_ref.num_processes=4", "model.num_hidden_layers=4",
+                                             "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                             "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                             "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
+                                             "actor_rollout_ref.rollout.tensor_model_parallel_size=" + gen_tp,
+                                             "data.train_batch_size=4"};
+    const EpRun split = train(2, layout);
+    expect_same_run(split, train(1, layout), "ep 2 = tp 2 in 2 stages, generating unstaged at tp " + gen_tp);
+    EXPECT_EQ(split.steps.back().at("reshard/redundant_bytes").get<double>(), 0.0);
+  }
+}
+
 // The experts split over 2 processes that also split every sequence (Ulysses, or Megatron's context parallelism
 // in verl's MoE configs): the 2 processes train their 4 samples as one group, each routing its slice of every
 // sequence and exchanging the slices' tokens with the experts' owner. With router replay R2 (the routing

@@ -20,6 +20,12 @@
 // in stages, is gathered as the generation model's own copy), so nothing is held twice. The baselines with stages gather the whole model on every rank the same way, from the
 // replica's model-parallel group (hybridflow-v) or from the world with each data-parallel replica sending
 // 1/d (allgather), and keep their training weights apart.
+//
+// Mixture-of-experts actors whose experts are folded over exactly their tensor-parallel ranks (Megatron's layout
+// with expert_model_parallel_size = t: CausalLM::experts_follow_tensor_parallel) fold them over the t_g
+// generation ranks the same way, in hybridflow mode: generation tensor rank q holds the experts of training
+// tensor ranks qk .. qk + k - 1, each of which comes whole from the one piece of its stage's micro-DP group that
+// trains it (and stays in place there). Any other expert split is refused; it generates in its training layout.
 #pragma once
 
 #include <memory>
@@ -80,6 +86,7 @@ class HybridEngine {
   int gen_tp_rank_ = 0;
   int gen_replica_ = 0, gen_replicas_ = 1;
   bool generating_ = false;
+  bool experts_folded_ = false;  // the actor's experts follow its tensor-parallel ranks (and the generation model's)
 };
 
 }  // namespace hybridflow

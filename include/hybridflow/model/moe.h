@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace hybridflow {
@@ -50,6 +51,9 @@ torch::Tensor routing_differs(const ExpertRouting& a, const ExpertRouting& b);
 
 // What gathering a model's experts from its expert-parallel group did on one rank (CausalLM::gather_experts),
 // measured: the 3D-HybridEngine reports it as the expert part of a switch (engine/expert_reshard.h).
+// Whether a parameter name is one of a mixture-of-experts layer's routed experts ("...experts.<e>....").
+bool is_expert_parameter_name(const std::string& name);
+
 struct ExpertGather {
   int64_t expert_bytes = 0;    // the gathered set: every expert of every MoE layer, now held by this rank
   int64_t bytes_sent = 0;      // this rank's own experts, to each other rank of the group

@@ -29,9 +29,6 @@
 
 namespace hybridflow {
 
-// Whether a parameter name is one of a mixture-of-experts layer's experts ("...experts.<e>....").
-bool is_expert_parameter_name(const std::string& name);
-
 // An expert-parallel group's shape within a stage: `tensor_ranks` tensor-parallel ranks (t, or 1) of
 // `data_ranks` consecutive data-parallel replicas.
 struct ExpertParallelShape {
