@@ -150,8 +150,16 @@ torch::Tensor SparseBlockImpl::forward(const torch::Tensor& x, const LayerIO& io
     out = run_experts(flat, routing, experts, float_weights_);
   } else if (!same_tokens_.enabled()) {
     out = run_experts_parallel(flat, routing, experts, first_local_, local_count_, ep_, float_weights_);
+  } else if (same_tokens_.size() == ep_.size()) {
+    // Folded over exactly the tensor-parallel ranks, which hold the same tokens: each runs its own experts on the
+    // tokens routed to them and the partial outputs are summed, as a row-parallel MLP's are (one all-reduce, no
+    // exchange); the inputs' and the router weights' partial gradients sum over the ranks on the way back.
+    TopKRouting shared{copy_to_tensor_parallel(routing.weights, same_tokens_), routing.experts};
+    out = reduce_from_tensor_parallel(run_expert_range(copy_to_tensor_parallel(flat, same_tokens_), shared, experts,
+                                                       first_local_, local_count_, float_weights_),
+                                      same_tokens_);
   } else {
-    // Experts folded over tensor-parallel ranks that hold the same tokens: each exchanges its share of the rows
+    // Folded over the tensor-parallel ranks of several replicas: each exchanges its share of its replica's rows
     // (padded to split evenly; a padding row weighs 0), so that every (token, slot) pair runs once in the group.
     const int64_t rows = flat.size(0), n = same_tokens_.size(), padded = (rows + n - 1) / n * n;
     auto pad = [&](const torch::Tensor& t) {
@@ -220,26 +228,40 @@ torch::Tensor expert_groups_grouped_gemm(const torch::Tensor& rows, std::vector<
   return project(torch::silu(project(rows, gates)) * project(rows, ups), downs);
 }
 
-torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
-                          bool float_weights) {
-  const int64_t count = static_cast<int64_t>(experts.size());
-  const auto [tokens, weights, size] = sort_assignments_by_expert(x, routing, count, float_weights);
-  if (expert_groups_take_grouped_gemm(x, experts, 0)) {
-    const auto y = expert_groups_grouped_gemm(x.index_select(0, tokens), experts, 0, size) * weights.unsqueeze(1);
-    return torch::zeros_like(x).index_add_(0, tokens, y.to(x.scalar_type()));
+torch::Tensor run_expert_range(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                               int64_t first, int64_t count, bool float_weights) {
+  const auto [tokens, weights, size] =
+      sort_assignments_by_expert(x, routing, static_cast<int64_t>(experts.size()), float_weights);
+  // The range's assignments are contiguous in expert order.
+  int64_t begin = 0, n = 0;
+  for (int64_t e = 0; e < first; ++e) begin += size[static_cast<size_t>(e)];
+  for (int64_t e = first; e < first + count; ++e) n += size[static_cast<size_t>(e)];
+  auto out = torch::zeros_like(x);
+  // No token here: the inputs stay in the graph all the same (their backward may be collective).
+  if (n == 0) return out + (x.sum() * 0 + weights.sum() * 0).to(x.scalar_type());
+  const auto rows = tokens.narrow(0, begin, n);
+  const auto scale = weights.narrow(0, begin, n).unsqueeze(1);
+  const std::vector<int64_t> sizes(size.begin() + first, size.begin() + first + count);
+  if (expert_groups_take_grouped_gemm(x, experts, first)) {
+    const auto y = expert_groups_grouped_gemm(x.index_select(0, rows), experts, first, sizes) * scale;
+    return out.index_add_(0, rows, y.to(x.scalar_type()));
   }
   // Combine: each group's outputs, weighted, added back into its tokens' rows.
-  auto out = torch::zeros_like(x);
   int64_t offset = 0;
-  for (int64_t e = 0; e < count; ++e) {
-    const int64_t n = size[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    const auto rows = tokens.narrow(0, offset, n);
-    auto y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, rows)) * weights.narrow(0, offset, n).unsqueeze(1);
-    out.index_add_(0, rows, y.to(x.scalar_type()));
-    offset += n;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t m = sizes[static_cast<size_t>(i)];
+    if (m == 0) continue;
+    const auto group = rows.narrow(0, offset, m);
+    auto y = experts[static_cast<size_t>(first + i)]->forward(x.index_select(0, group)) * scale.narrow(0, offset, m);
+    out.index_add_(0, group, y.to(x.scalar_type()));
+    offset += m;
   }
   return out;
+}
+
+torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                          bool float_weights) {
+  return run_expert_range(x, routing, experts, 0, static_cast<int64_t>(experts.size()), float_weights);
 }
 
 void SparseBlockImpl::shard_experts(const ExpertParallelGroup& ep, const TensorParallelGroup& same_tokens) {

@@ -76,6 +76,10 @@ TORCH_MODULE(SparseBlock);
 // allows, expert_groups_grouped_gemm). x [tokens, hidden].
 torch::Tensor run_experts(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                           bool float_weights);
+// The same for experts [first, first + count) only (the others' slots add nothing): a rank's part of the output
+// when its group's ranks hold the same tokens and their own experts.
+torch::Tensor run_expert_range(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
+                               int64_t first, int64_t count, bool float_weights);
 // The SwiGLU of experts [first, first + sizes.size()) over `rows` sorted by expert (sizes[i] rows for expert
 // first + i, in order), as three grouped GEMMs (at::_grouped_mm) over the experts' weights stacked
 // [experts, in, out]: what run_experts and run_experts_parallel run on CUDA where model/cuda_fused.h allows.

@@ -153,11 +153,15 @@ int expert_parallel_size(const ConfigReader& c, const std::string& section, cons
   const int ep = c.get<int>(key);
   expert_parallel_shape(ep, layout.tp, dp, key);
   if (ep == 1) return ep;
+  // Experts folded over exactly the tensor-parallel ranks are that group's split for the engine, which combines
+  // it with stages and the distributed optimizer as for dense weights.
   const int pp = c.get<int>(section + ".megatron.pipeline_model_parallel_size");
-  HF_CHECK(pp == 1 || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep, " with ", section,
+  HF_CHECK(pp == 1 || ep == layout.tp || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep,
+           " with ", section,
            ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
-           ".megatron.use_distributed_optimizer = true: expert parallelism is combined with pipeline stages or with the ",
-           "distributed optimizer, not yet with both; set one of them off");
+           ".megatron.use_distributed_optimizer = true: expert parallelism over data-parallel ranks is combined with ",
+           "pipeline stages or with the distributed optimizer, not yet with both; set one of them off, or fold the ",
+           "experts over the tensor-parallel ranks (expert_model_parallel_size = tensor_model_parallel_size)");
   return ep;
 }
 

@@ -77,7 +77,9 @@ EpRun train(int ep, const std::vector<std::string>& more = {}) {
   return run;
 }
 
-void expect_same_run(const EpRun& got, const EpRun& want, const std::string& what) {
+// `exchanges`: whether the split run's experts exchange tokens (not when folded over exactly the tensor-parallel
+// ranks, which sum their experts' parts instead).
+void expect_same_run(const EpRun& got, const EpRun& want, const std::string& what, bool exchanges = true) {
   ASSERT_EQ(got.steps.size(), want.steps.size());
   for (size_t i = 0; i < want.steps.size(); ++i) {
     const std::string at = what + " at step " + std::to_string(i + 1);
@@ -92,7 +94,7 @@ void expect_same_run(const EpRun& got, const EpRun& want, const std::string& wha
   const std::string key = "actor/expert_parallel_all_to_all_mb";
   EXPECT_FALSE(want.steps.back().contains(key)) << key;
   ASSERT_TRUE(got.steps.back().contains(key)) << key << " " << what;
-  EXPECT_GT(got.steps.back().at(key).get<double>(), 0.0) << what;
+  EXPECT_EQ(got.steps.back().at(key).get<double>() > 0.0, exchanges) << what;
   EXPECT_NEAR(got.actor_norm, want.actor_norm, kTol * want.actor_norm) << what;
 }
 
@@ -204,12 +206,13 @@ const std::vector<std::string> kTp2 = {"actor_rollout_ref.num_processes=4",
                                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"};
 
 // Expert parallelism 2 under tensor parallelism 2 folds the experts over each replica's 2 tensor-parallel ranks
-// (Megatron's layout): they share the tokens out around each exchange and generate with the experts in place.
+// (Megatron's layout): each runs its own experts and the parts are summed (no exchange), and they generate with
+// the experts in place.
 TEST(RlExpertParallel, GrpoWithExpertsFoldedOverTheTensorRanksFollowsTheTensorParallelRun) {
   const EpRun split = train(2, kTp2);
-  expect_same_run(split, train(1, kTp2), "ep 2 x tp 2");
+  expect_same_run(split, train(1, kTp2), "ep 2 x tp 2", /*exchanges=*/false);
   // And the 2-process data-parallel run: the same 2 generation replicas, each now split over 2 ranks.
-  expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2");
+  expect_same_run(split, train(1), "ep 2 x tp 2 against dp 2", /*exchanges=*/false);
   for (const nlohmann::json& step : split.steps) {
     ASSERT_TRUE(step.contains("reshard/expert_model_bytes"));
     EXPECT_GT(step.at("reshard/expert_model_bytes").get<double>(), 0.0);
@@ -237,9 +240,21 @@ TEST(RlExpertParallel, GrpoWithFoldedExpertsInStagesGeneratingUnstagedFollowsThe
                                              "actor_rollout_ref.rollout.tensor_model_parallel_size=" + gen_tp,
                                              "data.train_batch_size=4"};
     const EpRun split = train(2, layout);
-    expect_same_run(split, train(1, layout), "ep 2 = tp 2 in 2 stages, generating unstaged at tp " + gen_tp);
+    expect_same_run(split, train(1, layout), "ep 2 = tp 2 in 2 stages, generating unstaged at tp " + gen_tp,
+                    /*exchanges=*/false);
     EXPECT_EQ(split.steps.back().at("reshard/redundant_bytes").get<double>(), 0.0);
   }
+}
+
+// The same actor (folded experts in 2 stages) with the distributed optimizer, generating in its own stages: the
+// engine treats the folded experts as the tensor-parallel split, which ZeRO and the stages combine with.
+TEST(RlExpertParallel, GrpoWithFoldedExpertsInStagesAndTheDistributedOptimizerFollowsTheRunWithoutTheSplit) {
+  const std::vector<std::string> layout = {"actor_rollout_ref.num_processes=4", "model.num_hidden_layers=4",
+                                           "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                                           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                           "actor_rollout_ref.rollout.pipeline_model_parallel_size=2",
+                                           "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true"};
+  expect_same_run(train(2, layout), train(1, layout), "ep 2 = tp 2 in 2 stages with ZeRO", /*exchanges=*/false);
 }
 
 // The experts split over 2 processes that also split every sequence (Ulysses, or Megatron's context parallelism
@@ -384,8 +399,9 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   staged_zero.push_back("actor_rollout_ref.actor.megatron.use_distributed_optimizer=true");
   EXPECT_THAT(refused(2, staged_zero),
               HasSubstr("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = 2 and "
-                        "actor_rollout_ref.actor.megatron.use_distributed_optimizer = true: expert parallelism is "
-                        "combined with pipeline stages or with the distributed optimizer, not yet with both"));
+                        "actor_rollout_ref.actor.megatron.use_distributed_optimizer = true: expert parallelism "
+                        "over data-parallel ranks is combined with pipeline stages or with the distributed optimizer, "
+                        "not yet with both"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.ref.megatron.expert_model_parallel_size=1"}),
               HasSubstr("actor_rollout_ref.ref.megatron.expert_model_parallel_size = 1"));
   EXPECT_THAT(refused(2, {"actor_rollout_ref.num_processes=1"}),

@@ -3,8 +3,9 @@
 // expert_tensor_parallel_size 1); otherwise the group is data-parallel ranks. A tiny Qwen3-MoE (4 experts) with
 // its experts folded over one replica's 2 tensor-parallel ranks (2 processes), and over 2 replicas' (4 processes,
 // one expert each, a layout that data-parallel groups cannot make), gives one process's logits, loss, gradients
-// and training step; each expert's work runs once in the group (the ranks share the tokens out), and over one
-// replica the experts stay in place for decoding, which draws one process's tokens.
+// and training step. Over one replica each rank runs its own experts on the tokens routed to them and one
+// all-reduce sums the parts (no exchange), and the experts stay in place for decoding, which draws one process's
+// tokens; over two, a replica's ranks share its tokens out around the exchange (half the rows each).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -78,14 +79,6 @@ struct FoldedRank {
   std::unique_ptr<ExpertParallelRanks> experts;
 };
 
-// The bytes this rank's expert exchanges put on the wire in one no-gradient forward of `rows`.
-int64_t exchanged_bytes(CausalLM& model, const DataProto& rows) {
-  torch::NoGradGuard no_grad;
-  const auto before = model->expert_parallel().comm()->stats().of("all_to_all").bytes;
-  model->forward(rows.tensor("input_ids"), rows.tensor("attention_mask"));
-  return model->expert_parallel().comm()->stats().of("all_to_all").bytes - before;
-}
-
 void check_forward_and_gradients(int replicas) {
   run_ranks(
       2 * replicas,
@@ -128,29 +121,62 @@ TEST(ExpertParallelFolded, OverTwoReplicasTensorRanksLogitsLossAndGradientsEqual
   check_forward_and_gradients(2);
 }
 
-// The tensor-parallel ranks share their tokens out: together they send each (token, slot) pair once, half the
-// rows of the same group with each rank routing every token itself.
-TEST(ExpertParallelFolded, TheTensorRanksShareTheTokensOut) {
+// The bytes and calls of `op` on `comm` in one no-gradient forward of `rows`.
+std::pair<int64_t, int64_t> forward_traffic(CausalLM& model, const DataProto& rows, Communicator& comm,
+                                            const std::string& op) {
+  torch::NoGradGuard no_grad;
+  const OpStats before = comm.stats().of(op);
+  model->forward(rows.tensor("input_ids"), rows.tensor("attention_mask"));
+  const OpStats after = comm.stats().of(op);
+  return {after.bytes - before.bytes, after.calls - before.calls};
+}
+
+// Folded over one replica's 2 tensor-parallel ranks, the experts need no exchange: each rank runs its own on the
+// tokens routed to them and one all-reduce per sparse layer sums the parts, as a row-parallel MLP does.
+TEST(ExpertParallelFolded, OverOneReplicaTheRanksSumTheirExpertsPartsLikeARowParallelMlp) {
   run_ranks(
       2,
       [](int rank, int port) {
         FoldedRank r(rank, port, 1);
+        CausalLM replicated(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&r.tp));
+        load_full_state(*replicated, parameters_of(*expert_model()));
         const DataProto all = rl_batch();
-        CausalLM unfolded(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&r.tp));
-        load_full_state(*unfolded, parameters_of(*expert_model()));
-        unfolded->set_expert_parallel(r.experts->group());
+        EXPECT_EQ(forward_traffic(r.model, all, *r.experts->group().comm(), "all_to_all").first, 0);
+        const auto folded = forward_traffic(r.model, all, r.tp, "all_reduce");
+        const auto whole = forward_traffic(replicated, all, r.tp, "all_reduce");
+        // 2 sparse layers of 4 x 8 tokens of 32 fp32.
+        EXPECT_EQ(folded.second - whole.second, 2);
+        EXPECT_EQ(folded.first - whole.first, 2 * 4 * 8 * 32 * 4);
+      },
+      180);
+}
+
+// Folded over 2 replicas' tensor-parallel ranks (4 processes), the 2 ranks of a replica share its tokens out:
+// together they send each (token, slot) pair once, half the rows of the same group with each rank routing all of
+// its replica's tokens itself.
+TEST(ExpertParallelFolded, OverTwoReplicasTheTensorRanksShareTheTokensOut) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        FoldedRank r(rank, port, 2);
+        const DataProto mine = rows_of(r.coord.dp, 2);
+        CausalLM each_routes_all(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&r.tp));
+        load_full_state(*each_routes_all, parameters_of(*expert_model()));
+        each_routes_all->set_expert_parallel(r.experts->group());
+        Communicator& ep = *r.experts->group().comm();
         auto group_total = [&](int64_t bytes) {
           auto t = torch::tensor({bytes}, torch::kLong);
           r.world.allreduce(t, ReduceOp::kSum);
           return t.item<int64_t>();
         };
-        const int64_t folded_bytes = group_total(exchanged_bytes(r.model, all));
-        const int64_t unfolded_bytes = group_total(exchanged_bytes(unfolded, all));
+        const int64_t folded = group_total(forward_traffic(r.model, mine, ep, "all_to_all").first);
+        const int64_t unfolded = group_total(forward_traffic(each_routes_all, mine, ep, "all_to_all").first);
         // Per layer and rank one exchange of the 4 experts' counts (int64); per layer the token rows (32 fp32
-        // each) go out and come back: 4 x 8 tokens x top 2 = 64 pairs in the group, or 64 from each rank.
-        const int64_t layers = 2, counts = layers * 2 * 4 * 8, row = 32 * 4, pairs = 4 * 8 * 2;
-        EXPECT_EQ(folded_bytes - counts, layers * 2 * pairs * row);
-        EXPECT_EQ(unfolded_bytes - counts, 2 * layers * 2 * pairs * row);
+        // each) go out and come back: 2 replicas x 2 x 8 tokens x top 2 = 64 pairs in the group, or 32 from each
+        // of the 4 ranks.
+        const int64_t layers = 2, counts = layers * 4 * 4 * 8, row = 32 * 4, pairs = 2 * 2 * 8 * 2;
+        EXPECT_EQ(folded - counts, layers * 2 * pairs * row);
+        EXPECT_EQ(unfolded - counts, 2 * layers * 2 * pairs * row);
       },
       180);
 }
@@ -181,8 +207,8 @@ TEST(ExpertParallelFolded, OverOneReplicasTensorRanksTrainStepEqualsOneProcess) 
 
 TEST(ExpertParallelFolded, OverTwoReplicasTensorRanksTrainStepEqualsOneProcess) { check_train_step(2); }
 
-// Over one replica the experts need no gathering to decode: the tensor-parallel ranks decode in step, exchanging
-// tokens in every MoE layer, and draw one process's greedy tokens.
+// Over one replica the experts need no gathering to decode: the tensor-parallel ranks decode in step, summing
+// their experts' parts in every MoE layer, and draw one process's greedy tokens and log-probs.
 TEST(ExpertParallelFolded, OverOneReplicaTheExpertsDecodeInPlace) {
   run_ranks(
       2,
@@ -196,13 +222,13 @@ TEST(ExpertParallelFolded, OverOneReplicaTheExpertsDecodeInPlace) {
         g.greedy = true;
         g.max_new_tokens = 6;
         const std::vector<std::vector<int64_t>> prompts = {{3, 9, 27, 17}, {5, 1}, {40, 2, 8}};
-        const auto calls = r.experts->group().comm()->stats().of("all_to_all").calls;
+        const auto reduces = r.tp.stats().of("all_reduce").calls;
         const auto got = generate(r.model, prompts, g);
         const auto want = generate(whole, prompts, g);
         EXPECT_TRUE(torch::equal(got.responses, want.responses)) << got.responses << "\n" << want.responses;
         EXPECT_TRUE(torch::allclose(got.log_probs, want.log_probs, 1e-5, 1e-5))
             << "log-probs differ by " << (got.log_probs - want.log_probs).abs().max().item<double>();
-        EXPECT_GT(r.experts->group().comm()->stats().of("all_to_all").calls, calls);
+        EXPECT_GT(r.tp.stats().of("all_reduce").calls, reduces);
       },
       180);
 }
