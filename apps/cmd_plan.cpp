@@ -98,7 +98,7 @@ std::string percent(double fraction) {
   return buf;
 }
 
-nlohmann::json plan_json(const RankedPlan& r, const ClusterSpec& cluster) {
+nlohmann::json plan_json(const RankedPlan& r, const ClusterSpec& cluster, const ModelShape& model) {
   const Plan& p = r.plan;
   const Estimate& e = r.estimate;
   nlohmann::json sets = nlohmann::json::array();
@@ -118,7 +118,7 @@ nlohmann::json plan_json(const RankedPlan& r, const ClusterSpec& cluster) {
     calls.push_back({{"call", c.name}, {"stage", stage_name(c.stage)}, {"pool", c.set}, {"start_s", c.start_s},
                      {"end_s", c.end_s}, {"compute_s", c.cost.compute_s}, {"memory_s", c.cost.memory_s},
                      {"comm_s", c.cost.comm_s}, {"overhead_s", c.cost.overhead_s}});
-  const std::string why = trainer_cannot_run(p, TrainerCapabilities::today());
+  const std::string why = trainer_cannot_run(p, TrainerCapabilities::today(), &model);
   return {{"placement", p.placement_name()},
           {"describe", p.describe()},
           {"staleness", p.staleness},
@@ -206,8 +206,8 @@ void print_async_checks(const Calibration& cal) {
                 s.layout.c_str(), s.measured, s.predicted, percent(s.error()).c_str());
 }
 
-std::string runnable_text(const Plan& p) {
-  const std::string why = trainer_cannot_run(p, TrainerCapabilities::today());
+std::string runnable_text(const Plan& p, const ModelShape& model) {
+  const std::string why = trainer_cannot_run(p, TrainerCapabilities::today(), &model);
   return why.empty() ? "runnable by hybridflow train" : "not runnable yet: " + why;
 }
 
@@ -252,11 +252,26 @@ int run_plan(const PlanOptions& o) {
   const SearchResult result = search_plans(cluster, model, workload, options);
   // The best plan today's trainer runs, when the overall best needs placements it does not have yet.
   std::unique_ptr<SearchResult> runnable;
-  if (result.found && !trainer_cannot_run(result.best.plan, TrainerCapabilities::today()).empty()) {
+  if (result.found && !trainer_cannot_run(result.best.plan, TrainerCapabilities::today(), &model).empty()) {
     SearchOptions today = options;
     today.capabilities = TrainerCapabilities::today();
-    today.runners_up = 0;
+    // A mixture of experts has a limit of its own (trainer_cannot_run with the model): the best placement
+    // within it, from every placement's best.
+    const bool experts = model.moe.num_experts > 0;
+    today.runners_up = experts ? 1000 : 0;
     runnable = std::make_unique<SearchResult>(search_plans(cluster, model, workload, today));
+    if (experts && runnable->found) {
+      std::vector<RankedPlan> candidates = {runnable->best};
+      candidates.insert(candidates.end(), runnable->runners_up.begin(), runnable->runners_up.end());
+      runnable->found = false;
+      for (const RankedPlan& c : candidates)  // fastest first
+        if (trainer_cannot_run(c.plan, today.capabilities, &model).empty()) {
+          runnable->best = c;
+          runnable->found = true;
+          break;
+        }
+      runnable->runners_up.clear();
+    }
   }
   const RankedPlan* to_write = nullptr;
   if (result.found) to_write = runnable ? (runnable->found ? &runnable->best : nullptr) : &result.best;
@@ -290,10 +305,10 @@ int run_plan(const PlanOptions& o) {
                     {"set_layouts", result.set_layouts}, {"layouts_costed", result.layouts_costed},
                     {"seconds", result.seconds}}},
         {"found", result.found}};
-    if (result.found) j["best"] = plan_json(result.best, cluster);
+    if (result.found) j["best"] = plan_json(result.best, cluster, model);
     j["runners_up"] = nlohmann::json::array();
-    for (const auto& r : result.runners_up) j["runners_up"].push_back(plan_json(r, cluster));
-    if (runnable && runnable->found) j["best_runnable_today"] = plan_json(runnable->best, cluster);
+    for (const auto& r : result.runners_up) j["runners_up"].push_back(plan_json(r, cluster, model));
+    if (runnable && runnable->found) j["best_runnable_today"] = plan_json(runnable->best, cluster, model);
     if (!async_points.empty()) {
       nlohmann::json points = nlohmann::json::array();
       for (const StalenessPoint& p : async_points)
@@ -334,7 +349,7 @@ int run_plan(const PlanOptions& o) {
                   cluster.devices(), human_bytes(cluster.usable_memory()).c_str());
       return 1;
     }
-    std::printf("\nbest, %s\n", runnable_text(result.best.plan).c_str());
+    std::printf("\nbest, %s\n", runnable_text(result.best.plan, model).c_str());
     print_plan(result.best, cluster);
     if (!result.runners_up.empty()) {
       std::printf("\nrunners-up (the best plan of each other placement):\n");
@@ -342,7 +357,7 @@ int run_plan(const PlanOptions& o) {
       for (const auto& r : result.runners_up)
         std::printf("  %d. %-10s %-60s %8.2f s (%s) %s\n", rank++, r.plan.placement_name().c_str(), r.plan.describe().c_str(),
                     r.estimate.iteration_s, percent(r.estimate.iteration_s / result.best.estimate.iteration_s - 1).c_str(),
-                    trainer_cannot_run(r.plan, TrainerCapabilities::today()).empty() ? "runnable" : "");
+                    trainer_cannot_run(r.plan, TrainerCapabilities::today(), &model).empty() ? "runnable" : "");
     }
     if (runnable) {
       if (runnable->found)
@@ -358,7 +373,7 @@ int run_plan(const PlanOptions& o) {
   }
   if (!o.write_config.empty()) {
     HF_CHECK(to_write != nullptr, "--write-config: no plan that hybridflow train runs today fits");
-    write_file_atomic(o.write_config, trainer_config_fragment(to_write->plan, workload, TrainerCapabilities::today()));
+    write_file_atomic(o.write_config, trainer_config_fragment(to_write->plan, workload, TrainerCapabilities::today(), &model));
     if (!o.json)
       std::printf("\nwrote %s: %s %s\n", o.write_config.c_str(), to_write->plan.placement_name().c_str(),
                   to_write->plan.describe().c_str());

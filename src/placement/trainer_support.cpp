@@ -76,7 +76,18 @@ std::string grouping_problem(const std::vector<std::vector<Role>>& sets, const T
          "from every other model, or puts the rollout alone";
 }
 
-std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps) {
+namespace {
+
+// Whether `role` of a mixture-of-experts model folds its experts over its tensor-parallel ranks
+// (expert_model_parallel_size = tensor_model_parallel_size), as the memory estimate assumes.
+bool folds_experts(const Plan& plan, const ModelShape* model, Role role) {
+  const int tp = plan.layout(role).tp;
+  return model != nullptr && model->moe.num_experts > 0 && tp > 1 && model->moe.num_experts % tp == 0;
+}
+
+}  // namespace
+
+std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps, const ModelShape* model) {
   std::vector<std::vector<Role>> sets;
   for (const auto& s : plan.sets) sets.push_back(s.roles);
   std::string why = grouping_problem(sets, caps);
@@ -85,6 +96,9 @@ std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps
   const bool standalone = plan.set_of(Role::kRollout) >= 0 && plan.set_of(Role::kRollout) != plan.set_of(Role::kActor);
   if (standalone && !caps.staged_standalone_rollout && plan.layout(Role::kRollout).pp != 1)
     return "a standalone rollout has no pipeline stages (p_g = 1)";
+  if (standalone && folds_experts(plan, model, Role::kActor))
+    return "a standalone rollout does not take weights from an actor whose experts split over its tensor-parallel "
+           "ranks";
   if (!caps.independent_layouts) {
     auto same = [&](Role a, Role b) {
       return plan.set_of(b) < 0 || (plan.layout(a).tp == plan.layout(b).tp && plan.layout(a).pp == plan.layout(b).pp &&
@@ -99,8 +113,9 @@ std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps
   return "";
 }
 
-std::string trainer_config_fragment(const Plan& plan, const Workload& w, const TrainerCapabilities& caps) {
-  const std::string why = trainer_cannot_run(plan, caps);
+std::string trainer_config_fragment(const Plan& plan, const Workload& w, const TrainerCapabilities& caps,
+                                    const ModelShape* model) {
+  const std::string why = trainer_cannot_run(plan, caps, model);
   HF_CHECK(why.empty(), "hybridflow train cannot run the plan ", plan.describe(), ": ", why);
   HF_CHECK(w.prompts % w.mini_batches == 0, "the plan's ", w.prompts, " prompts do not divide into ", w.mini_batches,
            " mini-batches (actor_rollout_ref.actor.ppo_mini_batch_size counts prompts)");
@@ -116,6 +131,7 @@ std::string trainer_config_fragment(const Plan& plan, const Workload& w, const T
   auto megatron = [&](Role r, bool optimizer) {
     nlohmann::ordered_json m = {{"tensor_model_parallel_size", plan.layout(r).tp},
                                 {"pipeline_model_parallel_size", plan.layout(r).pp}};
+    if (optimizer && folds_experts(plan, model, r)) m["expert_model_parallel_size"] = plan.layout(r).tp;
     if (optimizer) m["use_distributed_optimizer"] = w.distributed_optimizer;
     return m;
   };

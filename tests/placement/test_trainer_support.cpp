@@ -120,3 +120,27 @@ TEST(TrainerSupport, AFragmentForAPlanTheTrainerCannotRunIsAnError) {
     EXPECT_NE(std::string(e.what()).find("reference"), std::string::npos) << e.what();
   }
 }
+
+// A mixture of experts: a training role split over t > 1 tensor-parallel ranks folds its experts over them
+// (expert_model_parallel_size t), which is what the memory estimate divides them by; a dense model, or t = 1,
+// gets no key; a standalone rollout cannot take such an actor's weights.
+TEST(TrainerSupport, AMixtureOfExpertsFoldsItsExpertsOverTheTrainingRolesTensorRanks) {
+  const Workload w = ppo();
+  const ModelShape moe = model_preset("qwen3-30b-a3b"), dense = model_preset("qwen2.5-0.5b");
+  ASSERT_GT(moe.moe.num_experts, 0);
+  Plan split = plan_of({{{Role::kActor, Role::kRollout, Role::kRef}, 4}, {{Role::kCritic, Role::kRewardModel}, 4}}, {1, 2, 0});
+  split.layout(Role::kRollout) = {1, 1, 4};
+  const YAML::Node y = YAML::Load(trainer_config_fragment(split, w, TrainerCapabilities::today(), &moe));
+  EXPECT_EQ(y["actor_rollout_ref"]["actor"]["megatron"]["expert_model_parallel_size"].as<int>(), 2);
+  EXPECT_EQ(y["critic"]["megatron"]["expert_model_parallel_size"].as<int>(), 2);
+  EXPECT_FALSE(y["reward_model"]["megatron"]["expert_model_parallel_size"]);  // it does not train
+  EXPECT_FALSE(YAML::Load(trainer_config_fragment(split, w, TrainerCapabilities::today(), &dense))["actor_rollout_ref"]
+                   ["actor"]["megatron"]["expert_model_parallel_size"]);
+  EXPECT_FALSE(YAML::Load(trainer_config_fragment(plan_of({{w.roles(), 8}}), w, TrainerCapabilities::today(), &moe))
+                   ["actor_rollout_ref"]["actor"]["megatron"]["expert_model_parallel_size"]);
+  Plan standalone =
+      plan_of({{{Role::kActor, Role::kRef, Role::kCritic, Role::kRewardModel}, 4}, {{Role::kRollout}, 4}}, {1, 2, 0});
+  EXPECT_NE(trainer_cannot_run(standalone, TrainerCapabilities::today(), &moe).find("standalone rollout"),
+            std::string::npos);
+  EXPECT_EQ(trainer_cannot_run(standalone, TrainerCapabilities::today(), &dense), "");
+}

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "hybridflow/placement/model_shape.h"
 #include "hybridflow/placement/plan.h"
 
 namespace hybridflow::placement {
@@ -26,8 +27,11 @@ struct TrainerCapabilities {
   static TrainerCapabilities anything();  // every plan the simulator can cost
 };
 
-// "" when `hybridflow train` with `caps` can run the plan, else why not.
-std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps);
+// "" when `hybridflow train` with `caps` can run the plan, else why not. With the model: a mixture of experts
+// whose actor splits over tensor-parallel ranks (its experts then fold over them, as the memory estimate
+// assumes) generates on the actor's processes only, since a standalone rollout does not take weights from
+// split experts yet.
+std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps, const ModelShape* model = nullptr);
 
 struct FragmentWorkload {
   bool reward_model = false, cost_model = false;
@@ -38,7 +42,11 @@ struct FragmentWorkload {
 // grouping; rollout.staleness for a standalone rollout), every role's
 // megatron.tensor_model_parallel_size / pipeline_model_parallel_size, the rollout's sizes, the ZeRO switch,
 // dtypes and the batch keys the plan assumed (data.train_batch_size, rollout.n, response_length, ppo epochs
-// and mini-batch, micro-batches). Error (with trainer_cannot_run's reason) when the trainer cannot run it.
-std::string trainer_config_fragment(const Plan& plan, const Workload& workload, const TrainerCapabilities& caps);
+// and mini-batch, micro-batches). For a mixture-of-experts model, a training role split over t > 1
+// tensor-parallel ranks gets megatron.expert_model_parallel_size t: its experts fold over those ranks, so each
+// holds 1/t of them, as the estimate assumed. Error (with trainer_cannot_run's reason) when the trainer cannot
+// run it.
+std::string trainer_config_fragment(const Plan& plan, const Workload& workload, const TrainerCapabilities& caps,
+                                    const ModelShape* model = nullptr);
 
 }  // namespace hybridflow::placement
