@@ -102,6 +102,16 @@ void print_sizes(const ModelConfig& c, const InfoOptions& o) {
        critic ? "none: a value head" : "fp32, tokens x vocabulary " + std::to_string(c.vocab_size) + " / tp");
   std::printf("  %-26s %10s  without activation checkpointing; %s with it\n", "total", human_bytes(m.peak(false)).c_str(),
               human_bytes(m.peak(true)).c_str());
+  if (size.experts > 0 && o.tp > 1) {
+    // The figures divide the experts by tp too, which holds when they fold over the tensor-parallel ranks.
+    const double held = size.parameters() / static_cast<double>(o.tp * o.pp);
+    const double per_parameter = (m.weights + m.grads + m.masters + m.adam) / held;
+    const double unsplit = size.experts * (1.0 - 1.0 / static_cast<double>(o.tp)) / static_cast<double>(o.pp);
+    std::printf("  experts: as with expert_model_parallel_size = tp (%lld, Megatron's folding over the tensor-parallel "
+                "ranks); at 1 every tensor rank holds every expert: %s more, %s in all\n",
+                ll(o.tp), human_bytes(unsplit * per_parameter).c_str(),
+                human_bytes(m.peak(false) + unsplit * per_parameter).c_str());
+  }
 }
 
 int run_info(const InfoOptions& o) {

@@ -68,6 +68,16 @@ TEST(Cli, InfoOfAPublishedPresetPrintsParametersWeightBytesAndTrainingMemory) {
   ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
   EXPECT_EQ(table_row(sharded.output, "Adam moments"), "1.1 GiB") << sharded.output;
   EXPECT_NE(sharded.output.find("none: a value head"), std::string::npos) << sharded.output;
+  // A mixture of experts split over tensor-parallel ranks: the figures assume its experts fold over them, and
+  // the note says what every rank holding every expert adds (Qwen3-30B-A3B at tp 2: half of its 28,991,029,248
+  // expert parameters at 20 bytes each, 270 GiB).
+  CommandResult moe = run_hybridflow("info --preset qwen3-30b-a3b --tp 2");
+  ASSERT_EQ(moe.exit_code, 0) << moe.output;
+  EXPECT_NE(moe.output.find("experts: as with expert_model_parallel_size = tp (2, Megatron's folding over the "
+                            "tensor-parallel ranks); at 1 every tensor rank holds every expert: 270 GiB more"),
+            std::string::npos)
+      << moe.output;
+  EXPECT_EQ(info.output.find("experts: as with"), std::string::npos) << "a dense model has no such note";
   CommandResult unknown = run_hybridflow("info --preset qwen9-1b");
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.output.find("qwen3-1.7b"), std::string::npos) << unknown.output;
