@@ -121,6 +121,13 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   if (coord().tp_size > 1 || coord().pp_size > 1) groups_ = RoleProcessGroups::connect(context(), device());
   model_ = groups_ ? build_model(spec, HeadKind::kValue, groups_->tensor_parallel(), groups_->pipeline_stage())
                    : build_model(spec, HeadKind::kValue);
+  // A mixture of experts split over tensor-parallel ranks folds its experts over them, as an actor does at
+  // expert_model_parallel_size = tp: each rank holds 1/t of them and one all-reduce per sparse layer sums the
+  // parts (the ranks score in step anyway).
+  const ModelConfig& c = model_->config();
+  if (groups_ && groups_->tensor_parallel().enabled() && c.num_moe_layers() > 0 &&
+      c.moe.num_experts % coord().tp_size == 0)
+    model_->set_expert_parallel(ExpertParallelGroup(groups_->tensor_parallel().comm()), /*over_tensor_parallel=*/true);
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   model_->eval();
   table.add("compute_rm_score", batch_protocol(coord()), this, &RewardModelWorker::compute_rm_score);

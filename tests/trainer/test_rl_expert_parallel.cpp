@@ -14,7 +14,8 @@
 // its 2 data-parallel replicas) the run follows the staged run without the split, the reshard metrics count the
 // stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process; a critic split
 // so in 2 stages follows its staged run. With the sequences split over the same 2 processes as the experts (and
-// router replay R2) the run follows the data-parallel run. Layouts it does not cover are refused naming the keys.
+// router replay R2) the run follows the data-parallel run. A mixture-of-experts reward model folded over its 2
+// tensor-parallel ranks scores as the unsplit one. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,10 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/safetensors.h"
 #include "hybridflow/runtime/worker_main.h"
+#include "hybridflow/tasks/task.h"
 #include "hybridflow/trainer/checkpoint.h"
 #include "hybridflow/trainer/rl_trainer.h"
+#include "hybridflow/workers/model_spec.h"
 #include "hybridflow/workers/rl_workers.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
@@ -255,6 +259,35 @@ TEST(RlExpertParallel, GrpoWithFoldedExpertsInStagesAndTheDistributedOptimizerFo
                                            "actor_rollout_ref.rollout.pipeline_model_parallel_size=2",
                                            "actor_rollout_ref.actor.megatron.use_distributed_optimizer=true"};
   expect_same_run(train(2, layout), train(1, layout), "ep 2 = tp 2 in 2 stages with ZeRO", /*exchanges=*/false);
+}
+
+// A mixture-of-experts reward model (the qwen3-moe-tiny preset with a value head, the run's tokenizer).
+std::string write_moe_reward_model(const std::string& dir) {
+  TaskOptions options;
+  const Tokenizer tokenizer = Tokenizer::from_alphabet(make_task("addition", options)->alphabet());
+  nlohmann::json spec = {{"preset", "qwen3-moe-tiny"}, {"vocab_size", tokenizer.vocab_size()},
+                         {"num_hidden_layers", 2},       {"init_seed", 91},
+                         {"eos_token_id", tokenizer.eos_id()}, {"pad_token_id", tokenizer.pad_id()}};
+  save_pretrained(dir, build_model(spec.get<ModelSpec>(), HeadKind::kValue), tokenizer);
+  return dir;
+}
+
+// A mixture-of-experts reward model split over 2 tensor-parallel ranks folds its experts over them (each holds
+// half and one all-reduce per sparse layer sums the parts): its scores are the unsplit reward model's.
+TEST(RlExpertParallel, AMixtureOfExpertsRewardModelFoldedOverItsTensorRanksScoresAsOneProcess) {
+  hybridflow::testing::TempDir models;
+  const std::string rm = write_moe_reward_model(models.path() + "/rm");
+  auto with_rm = [&](int tp) {
+    return train(1, {"reward_model.enable=true", "reward_model.path=" + rm,
+                     "reward_model.megatron.tensor_model_parallel_size=" + std::to_string(tp)});
+  };
+  const EpRun whole = with_rm(1), folded = with_rm(2);
+  for (size_t i = 0; i < whole.steps.size(); ++i) {
+    ASSERT_TRUE(folded.steps[i].contains("score/rm_mean")) << folded.steps[i].dump();
+    const double want = whole.steps[i].at("score/rm_mean").get<double>();
+    EXPECT_NE(want, 0.0);
+    EXPECT_NEAR(folded.steps[i].at("score/rm_mean").get<double>(), want, 1e-5 * (1 + std::abs(want)));
+  }
 }
 
 // The experts split over 2 processes that also split every sequence (Ulysses, or Megatron's context parallelism
