@@ -23,12 +23,11 @@ ReshardStats ExpertReshard::to_generation() {
   HF_CHECK(!generating_, "ExpertReshard::to_generation: already in the generation layout");
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
-  const bool in_place = generation_size_ > 1 || train_->experts_follow_tensor_parallel();
-  stats.mode = in_place ? "experts-in-place" : "experts-allgather";
+  stats.mode = in_place() ? "experts-in-place" : "experts-allgather";
   int64_t own = 0;
   for (const auto& item : train_->named_parameters())
     (is_expert_parameter_name(item.key()) ? own : stats.replicated_bytes) += item.value().nbytes();
-  if (in_place) {
+  if (in_place()) {
     // The training shards are the generation shards: used in place, nothing moves.
     stats.expert_model_bytes = own * train_->expert_parallel().size();
     stats.expert_peak_extra_weight_bytes = own;
@@ -59,7 +58,7 @@ ReshardStats ExpertReshard::to_training() {
   HF_CHECK(generating_, "ExpertReshard::to_training: not in the generation layout");
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
-  stats.mode = generation_size_ > 1 || train_->experts_follow_tensor_parallel() ? "experts-in-place" : "experts-allgather";
+  stats.mode = in_place() ? "experts-in-place" : "experts-allgather";
   train_->release_gathered_experts();
   generating_ = false;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

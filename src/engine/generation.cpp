@@ -344,8 +344,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
                (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
            "generation: streaming prompts in and groups out needs continuous batching on a KV cache, one pipeline "
            "stage and no routing record");
-  HF_CHECK(!cfg.next_prompts || !model->expert_parallel().enabled() || model->experts_gathered() ||
-               model->experts_follow_tensor_parallel(),
+  HF_CHECK(!cfg.next_prompts || !model->experts_need_lockstep(),
            "generation: streaming prompts in needs gathered experts (actor_rollout_ref.rollout.expert_parallel_size 1)");
   HF_CHECK((!cfg.stop_requested && !cfg.resume) ||
                (cfg.use_kv_cache && cfg.continuous_batching && stages == nullptr && !cfg.record_routing),
@@ -355,7 +354,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   // Expert parallelism with the experts left split (rollout expert_parallel_size = the actor's): every rank of
   // the group exchanges tokens with the others in each MoE layer, so all of them take the same forwards; the
   // static batch keeps them in step (continuous batching's admissions differ from rank to rank).
-  if (model->expert_parallel().enabled() && !model->experts_gathered() && !model->experts_follow_tensor_parallel()) {
+  if (model->experts_need_lockstep()) {
     HF_CHECK(stages == nullptr && !cfg.record_routing && !cfg.refresh_weights && !cfg.stop_requested && !cfg.resume,
              "generation: expert-parallel decoding (actor_rollout_ref.rollout.expert_parallel_size > 1) runs ",
              "unstaged, without recording the routing (router_replay.mode R3) and without partial rollouts; set ",

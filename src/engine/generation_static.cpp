@@ -26,7 +26,7 @@ GenerationOutput generate_static(CausalLM& model, const std::vector<std::vector<
   const int64_t prompt_len = padded.longest;
   StageLink link(model, stages);
   const ExpertParallelGroup& ep = model->expert_parallel();
-  const bool lockstep = ep.enabled() && !model->experts_gathered() && !model->experts_follow_tensor_parallel();
+  const bool lockstep = model->experts_need_lockstep();
 
   auto responses = torch::full({batch, cfg.max_new_tokens}, cfg.pad_token_id, i64.device(device));
   auto response_mask = torch::zeros({batch, cfg.max_new_tokens}, i64.device(device));

@@ -108,23 +108,22 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   // tensor ranks qk .. qk + k - 1, the k pieces of its micro-DP group in each stage, so each comes whole from
   // one of them. Any other expert split is refused: its owners are not in the rank's micro-DP group.
   const ExpertParallelGroup& train_ep = train_->expert_parallel();
-  experts_folded_ = train_->experts_follow_tensor_parallel();
-  HF_CHECK(!train_ep.enabled() || experts_folded_, "HybridEngine: the actor's experts are split over ",
+  HF_CHECK(!train_ep.enabled() || experts_folded(), "HybridEngine: the actor's experts are split over ",
            train_ep.size(), " ranks (expert_model_parallel_size) that are not exactly its tensor-parallel ranks; ",
            "such an actor generates in its training layout");
-  HF_CHECK(!experts_folded_ || mode_ == ReshardMode::kHybridFlow, "HybridEngine: experts folded over the ",
+  HF_CHECK(!experts_folded() || mode_ == ReshardMode::kHybridFlow, "HybridEngine: experts folded over the ",
            "tensor-parallel ranks switch layouts in reshard mode hybridflow, not ", reshard_mode_name(mode_));
   // The generation model's structure only: its parameters point at gathered weights while generating.
   const torch::Tensor first = train_->parameters().front();
   generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_, gen_stage);
   generation_->to(first.device(), first.scalar_type());
-  if (experts_folded_) generation_->set_expert_parallel(ExpertParallelGroup(gen_tp_comm_.get()), true);
+  if (experts_folded()) generation_->set_expert_parallel(ExpertParallelGroup(gen_tp_comm_.get()), true);
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
   // LoRA adapters stay with the training model: the generation model takes the weights with them merged in.
   // Folded experts differ in number between the layouts (num_experts / t against / t_g).
   auto counted = [&](const std::string& name) {
-    return !is_lora_parameter_name(name) && !(experts_folded_ && is_expert_parameter_name(name));
+    return !is_lora_parameter_name(name) && !(experts_folded() && is_expert_parameter_name(name));
   };
   const auto base_params =
       std::count_if(train_params.begin(), train_params.end(), [&](const auto& item) { return counted(item.key()); });
@@ -144,7 +143,7 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
     // last training stage's copy, which is in the same generation stage.
     w.tied_copy = gen_stage.enabled() && !gen_stage.first() && w.name == "model.embed_tokens.weight";
     if (w.tied_copy) w.stage = mesh.pp() - 1;
-    if (experts_folded_ && is_expert_parameter_name(w.name))
+    if (experts_folded() && is_expert_parameter_name(w.name))
       w.expert_piece = static_cast<int>(expert_index(w.name) / experts_per_train_rank % k);
     if (w.stage == stage.stage) {
       const torch::Tensor* train = w.tied_copy ? train_tied_copy : train_params.find(w.name);
@@ -225,7 +224,7 @@ ReshardStats HybridEngine::to_generation() {
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
   // Folded experts from other pieces travel like the stages' weights (gather_stages), also unstaged.
-  if (layout_.train().pp() > 1 || (experts_folded_ && layout_.gen_tp() < layout_.train().tp())) {
+  if (layout_.train().pp() > 1 || (experts_folded() && layout_.gen_tp() < layout_.train().tp())) {
     if (mode_ == ReshardMode::kHybridFlow)
       gather_stages(stats);
     else

@@ -684,8 +684,7 @@ void CausalLMImpl::release_gathered_experts() {
 
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
-  HF_CHECK(cache == nullptr || !ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel() ||
-               cache->expert_parallel_lockstep,
+  HF_CHECK(cache == nullptr || !experts_need_lockstep() || cache->expert_parallel_lockstep,
            "CausalLM: generation with a KV cache under expert parallelism runs on gathered experts ",
            "(gather_experts()) unless its ranks take the same steps (KVCache::expert_parallel_lockstep)");
   HF_CHECK(given_ids.dim() == 2, "CausalLM::forward: input_ids must be [batch, seq], got ", given_ids.sizes());
@@ -989,8 +988,8 @@ torch::Tensor CausalLMImpl::decode_blocks(const torch::Tensor& input_ids, const 
     }
   }
 
-  HF_CHECK(!ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel(), "CausalLM::", caller, ": decoding under expert parallelism runs on ",
-           "gathered experts (gather_experts()), since its ranks take different steps");
+  HF_CHECK(!experts_need_lockstep(), "CausalLM::", caller, ": decoding under expert parallelism runs on gathered ",
+           "experts (gather_experts()), since its ranks take different steps");
   // The block tables and lengths go to the device once each; every write and read position is computed there.
   torch::Tensor table_t =
       upload(torch::from_blob(const_cast<int64_t*>(tables.data()), {b, width}, i64), device);

@@ -48,6 +48,10 @@ class ExpertReshard {
   int generation_size() const { return generation_size_; }
 
  private:
+  // Whether the experts stay where training keeps them (the size is the group's, or they follow the
+  // tensor-parallel ranks) rather than being gathered.
+  bool in_place() const { return generation_size_ > 1 || train_->experts_follow_tensor_parallel(); }
+
   CausalLM train_;
   int generation_size_;
   Communicator* stages_;

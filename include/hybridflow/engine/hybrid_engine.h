@@ -71,6 +71,8 @@ class HybridEngine {
   void gather_stages_whole(ReshardStats& stats);  // p > 1, the baselines: every rank gathers the whole model
   // Broadcasts inside gather_comm_, counting the bytes this rank sent or received.
   void broadcast_counted(torch::Tensor& piece, int root, ReshardStats& stats);
+  // The actor's experts follow its tensor-parallel ranks (and so the generation model's follow its own).
+  bool experts_folded() const { return train_->experts_follow_tensor_parallel(); }
 
   CausalLM train_;
   GenerationLayout layout_;
@@ -86,7 +88,6 @@ class HybridEngine {
   int gen_tp_rank_ = 0;
   int gen_replica_ = 0, gen_replicas_ = 1;
   bool generating_ = false;
-  bool experts_folded_ = false;  // the actor's experts follow its tensor-parallel ranks (and the generation model's)
 };
 
 }  // namespace hybridflow

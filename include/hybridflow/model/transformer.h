@@ -245,6 +245,11 @@ class CausalLMImpl : public torch::nn::Module {
   // replica): its ranks run every forward together anyway, so the experts stay where they are for generation and
   // the no-gradient passes, and gather_experts() moves nothing.
   bool experts_follow_tensor_parallel() const { return ep_.enabled() && ep_over_tp_ && ep_.size() == tp_.size(); }
+  // Whether a forward needs the expert-parallel group's other ranks in step with this one (experts split, not
+  // gathered, and not folded over exactly the tensor-parallel ranks, which run every forward together anyway).
+  bool experts_need_lockstep() const {
+    return ep_.enabled() && !experts_gathered_ && !experts_follow_tensor_parallel();
+  }
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_; }
