@@ -69,6 +69,22 @@ std::vector<std::vector<int>> DeviceMesh::pp_groups() const {
   return group_by(world_size(), [this](int r) { return static_cast<long>(r % (dp_ * tp_)); });
 }
 
+std::vector<std::vector<int>> DeviceMesh::dp_blocks(int size, bool with_tensor_ranks) const {
+  HF_CHECK(size >= 1 && dp_ % size == 0, "device mesh: blocks of ", size, " do not divide dp=", dp_);
+  return group_by(world_size(), [this, size, with_tensor_ranks](int r) {
+    const MeshCoords c = coords(r);
+    return (static_cast<long>(c.pp) * (dp_ / size) + c.dp / size) * tp_ + (with_tensor_ranks ? 0 : c.tp);
+  });
+}
+
+std::vector<std::vector<int>> DeviceMesh::dp_block_peers(int size) const {
+  HF_CHECK(size >= 1 && dp_ % size == 0, "device mesh: blocks of ", size, " do not divide dp=", dp_);
+  return group_by(world_size(), [this, size](int r) {
+    const MeshCoords c = coords(r);
+    return (static_cast<long>(c.pp) * size + c.dp % size) * tp_ + c.tp;
+  });
+}
+
 std::vector<int> DeviceMesh::tp_group_of(int rank) const { check_rank(rank); return group_containing(tp_groups(), rank); }
 std::vector<int> DeviceMesh::dp_group_of(int rank) const { check_rank(rank); return group_containing(dp_groups(), rank); }
 std::vector<int> DeviceMesh::pp_group_of(int rank) const { check_rank(rank); return group_containing(pp_groups(), rank); }

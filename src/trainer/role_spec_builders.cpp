@@ -151,14 +151,13 @@ int sequence_parallel_size(const ConfigReader& c, const std::string& section, co
 int expert_parallel_size(const ConfigReader& c, const std::string& section, const ParallelLayout& layout, int dp) {
   const std::string key = section + ".megatron.expert_model_parallel_size";
   const int ep = c.get<int>(key);
-  expert_parallel_shape(ep, layout.tp, dp, key);
+  const ExpertParallelShape shape = expert_parallel_shape(ep, layout.tp, dp, key);
   if (ep == 1) return ep;
   // Experts folded over exactly the tensor-parallel ranks are that group's split for the engine, which combines
   // it with stages and the distributed optimizer as for dense weights.
   const int pp = c.get<int>(section + ".megatron.pipeline_model_parallel_size");
-  HF_CHECK(pp == 1 || ep == layout.tp || !c.get<bool>(section + ".megatron.use_distributed_optimizer"), key, " = ", ep,
-           " with ", section,
-           ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
+  HF_CHECK(pp == 1 || shape.follows_tensor_parallel() || !c.get<bool>(section + ".megatron.use_distributed_optimizer"),
+           key, " = ", ep, " with ", section, ".megatron.pipeline_model_parallel_size = ", pp, " and ", section,
            ".megatron.use_distributed_optimizer = true: expert parallelism over data-parallel ranks is combined with ",
            "pipeline stages or with the distributed optimizer, not yet with both; set one of them off, or fold the ",
            "experts over the tensor-parallel ranks (expert_model_parallel_size = tensor_model_parallel_size)");
@@ -376,7 +375,8 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
   // Experts folded over exactly the tensor-parallel ranks stay in place for generation whatever this size: those
   // ranks decode in step anyway (engine/expert_reshard.h), with none of in-place decoding's limits below; and
   // the 3D-HybridEngine folds them over another generation layout's tensor ranks (engine/hybrid_engine.h).
-  const bool experts_follow_tp = actor.layout.tp > 1 && actor_ep == actor.layout.tp;
+  const bool experts_follow_tp =
+      expert_parallel_shape(actor_ep, actor.layout.tp, actor.dp, actor.model.expert_key).follows_tensor_parallel();
   if (experts_follow_tp) spec.expert_parallel_size = 1;
   const bool own_layout = actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp;
   // Other experts gathered from their group are not the actor's parameters, which the engine's switch moves:

@@ -1,8 +1,5 @@
 #include "hybridflow/workers/expert_parallel_ranks.h"
 
-#include <map>
-#include <tuple>
-
 #include "hybridflow/core/error.h"
 #include "hybridflow/parallel/device_mesh.h"
 
@@ -26,24 +23,11 @@ std::unique_ptr<ExpertParallelRanks> ExpertParallelRanks::join(const ProcessGrou
   // Within each stage: a group per block of data_ranks replicas (and per tensor rank unless they fold in), its
   // members in rank order; the owners of the same experts share the tensor rank and the place in their block.
   const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
-  const int blocks = coord.dp_size / shape.data_ranks;
-  std::map<std::tuple<int, int, int>, std::vector<int>> groups, owners;
-  for (int pp = 0; pp < coord.pp_size; ++pp)
-    for (int dp = 0; dp < coord.dp_size; ++dp)
-      for (int tp = 0; tp < coord.tp_size; ++tp) {
-        const int rank = mesh.rank_of({pp, dp, tp});
-        groups[{pp, shape.tensor_ranks > 1 ? 0 : tp, dp / shape.data_ranks}].push_back(rank);
-        owners[{pp, tp, dp % shape.data_ranks}].push_back(rank);
-      }
-  auto lists = [](const std::map<std::tuple<int, int, int>, std::vector<int>>& by_key) {
-    std::vector<std::vector<int>> out;
-    for (const auto& [k, members] : by_key) out.push_back(members);
-    return out;
-  };
   std::unique_ptr<ExpertParallelRanks> out(new ExpertParallelRanks());
   out->shape_ = shape;
-  out->experts_ = std::make_unique<Communicator>(world.split(lists(groups)));
-  if (blocks > 1) out->owners_ = std::make_unique<Communicator>(world.split(lists(owners)));
+  out->experts_ = std::make_unique<Communicator>(world.split(mesh.dp_blocks(shape.data_ranks, shape.tensor_ranks > 1)));
+  if (coord.dp_size > shape.data_ranks)
+    out->owners_ = std::make_unique<Communicator>(world.split(mesh.dp_block_peers(shape.data_ranks)));
   return out;
 }
 
@@ -58,7 +42,7 @@ void ExpertParallelRanks::split(CausalLM& model) const { model->set_expert_paral
 void ExpertParallelRanks::use_in(TrainEngine& engine) const {
   // Folded over one replica's tensor-parallel ranks, an expert sees only that replica's tokens: the engine
   // treats the experts as the tensor-parallel split (use_model_split), with no global weighting of the losses.
-  if (shape_.data_ranks == 1 && shape_.tensor_ranks > 1) return;
+  if (shape_.follows_tensor_parallel()) return;
   engine.set_expert_parallel(group(), owners_.get(), is_expert_parameter_name);
 }
 

@@ -39,15 +39,8 @@ std::unique_ptr<SequenceParallelRows> SequenceParallelRows::join(const ProcessGr
   // Groups of `size` consecutive data-parallel ranks within each (pipeline stage, tensor rank): the members of
   // a tensor-parallel group share their sequence slice, and a stage's slice goes to the same slice's next stage.
   const DeviceMesh mesh(coord.pp_size, coord.dp_size, coord.tp_size);
-  std::vector<std::vector<int>> groups;
-  for (int pp = 0; pp < coord.pp_size; ++pp)
-    for (int first = 0; first < coord.dp_size; first += size)
-      for (int tp = 0; tp < coord.tp_size; ++tp) {
-        std::vector<int>& group = groups.emplace_back();
-        for (int dp = first; dp < first + size; ++dp) group.push_back(mesh.rank_of({pp, dp, tp}));
-      }
   std::unique_ptr<SequenceParallelRows> rows(new SequenceParallelRows());
-  rows->comm_ = std::make_unique<Communicator>(world.split(groups));
+  rows->comm_ = std::make_unique<Communicator>(world.split(mesh.dp_blocks(size, /*with_tensor_ranks=*/false)));
   return rows;
 }
 

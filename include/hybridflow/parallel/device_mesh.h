@@ -51,6 +51,12 @@ class DeviceMesh {
   // The t*p ranks of each data-parallel replica (every stage, every tensor rank): member j*t + i is stage j's
   // tensor rank i. With p = 1 these are the tp groups.
   std::vector<std::vector<int>> model_parallel_groups() const;
+  // Blocks of `size` consecutive data-parallel replicas in each stage (size must divide dp): one group per tensor
+  // rank, or with `with_tensor_ranks` every tensor rank of the block together (sequence- and expert-parallel
+  // groups). And the ranks at the same place of their block, per stage and tensor rank (the owners of the same
+  // experts).
+  std::vector<std::vector<int>> dp_blocks(int size, bool with_tensor_ranks) const;
+  std::vector<std::vector<int>> dp_block_peers(int size) const;
 
   // The group of one dimension that contains rank.
   std::vector<int> tp_group_of(int rank) const;

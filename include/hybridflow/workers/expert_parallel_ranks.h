@@ -34,6 +34,9 @@ namespace hybridflow {
 struct ExpertParallelShape {
   int tensor_ranks = 1;
   int data_ranks = 1;
+  // Exactly one replica's tensor-parallel ranks (CausalLM::experts_follow_tensor_parallel): the experts are that
+  // group's split, with no exchange, and stay in place for generation.
+  bool follows_tensor_parallel() const { return tensor_ranks > 1 && data_ranks == 1; }
 };
 // The shape of groups of `size` in a stage of tp x dp ranks (above). Throws naming `key` when neither fits.
 ExpertParallelShape expert_parallel_shape(int size, int tp, int dp, const std::string& key);
