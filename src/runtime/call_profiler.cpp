@@ -94,7 +94,7 @@ void CallProfiler::arm(std::optional<CallProfileRequest> request, const std::str
 
 void CallProfiler::write_memory_snapshot(const std::string& role, int rank) const {
   const CallProfileRequest& r = *request_;
-  const std::string dir = r.dir + "/step_" + std::to_string(r.step);
+  const std::string dir = r.step_dir();
   const std::string path = dir + "/" + role + "_rank" + std::to_string(rank) + ".memory.pickle";
   try {
     make_dirs(dir);
@@ -113,7 +113,7 @@ DataProto CallProfiler::run(const std::string& role, int rank, const std::string
   const CallProfileRequest& r = *request_;
   const std::vector<std::string>& contents = target->contents;
   const int k = ++calls_[method];
-  const std::string dir = r.dir + "/step_" + std::to_string(r.step);
+  const std::string dir = r.step_dir();
   // A profile that cannot be made costs the profile, never the call: the run goes on without it.
   try {
     make_dirs(dir);

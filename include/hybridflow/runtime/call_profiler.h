@@ -51,6 +51,8 @@ struct CallProfileRequest {
   // Error naming the entry and what is expected.
   static CallProfileRequest from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
+  // Where the step's files go: <dir>/step_<step>.
+  std::string step_dir() const { return dir + "/step_" + std::to_string(step); }
   // Whether any target selects `rank` (torch_memory records a rank's whole step).
   bool covers(int rank) const {
     for (const Target& t : targets)
