@@ -87,6 +87,16 @@ inline void expect_one_process_loss_and_gradients(CausalLM& split, const DataPro
   expect_same_tensors(gather_full_grads(*split), held(grads_by_name(*whole), *split), 1e-5, "gradients");
 }
 
+// A training step of a split model took one process's step (one_process_step): loss, gradient norm, tokens and
+// the weights this rank holds after it (whole over its tensor-parallel group).
+inline void expect_one_process_step(const StepStats& got, const StepResult& want, CausalLMImpl& model,
+                                    const std::string& what = "") {
+  EXPECT_NEAR(got.loss, want.stats.loss, 1e-5) << what;
+  EXPECT_NEAR(got.grad_norm, want.stats.grad_norm, 1e-5) << what;
+  EXPECT_EQ(got.tokens, want.stats.tokens) << what;
+  expect_same_tensors(gather_full_state(model), held(want.weights, model), 1e-5, what + " weights after the step");
+}
+
 // A data-parallel world split into expert-parallel groups of ep consecutive ranks (`experts`), and the ranks at the
 // same place in their groups, which own the same experts (`owners`; null when ep is the whole world).
 struct ExpertParallelComms {
