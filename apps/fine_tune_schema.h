@@ -7,7 +7,7 @@ namespace hybridflow::cli {
 // Under model: LoRA (docs/lora.md).
 inline constexpr const char* kFineTuneLoraKeys = R"YAML(  lora_rank: 0           # LoRA adapters of this rank (docs/lora.md); 0 = train every weight
   lora_alpha: 16.0
-  target_modules: null   # null = all-linear; or PEFT module names
+  target_modules: null   # null = all-linear; or PEFT module names; a string is a regular expression
   exclude_modules: null
   lora_adapter_path: null  # a PEFT adapter directory to start from
 )YAML";

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -27,20 +28,35 @@ bool lora_name_matches(const std::string& path, const std::string& name) {
           path[path.size() - name.size() - 1] == '.');
 }
 
-std::vector<std::string> lora_names_from_json(const json& value, const std::string& file, const std::string& key) {
-  if (value.is_null()) return {};
+// PEFT's target_modules / exclude_modules in an adapter_config.json: null, a list of module names, or a string:
+// "all-linear", else a regular expression.
+void lora_modules_from_json(const json& value, const std::string& file, const std::string& key,
+                            std::vector<std::string>* names, std::string* regex) {
+  names->clear();
+  regex->clear();
+  if (value.is_null()) return;
   if (value.is_string()) {
-    HF_CHECK(value.get<std::string>() == "all-linear", file, ": ", key, " is the regular expression '",
-             value.get<std::string>(), "'; hybridflow reads \"all-linear\" or a list of module names");
-    return {"all-linear"};
+    if (value.get<std::string>() == "all-linear")
+      names->push_back("all-linear");
+    else
+      *regex = value.get<std::string>();
+    return;
   }
-  HF_CHECK(value.is_array(), file, ": ", key, " must be a list of module names, \"all-linear\" or null");
-  std::vector<std::string> names;
+  HF_CHECK(value.is_array(), file, ": ", key, " must be a list of module names, a string (all-linear or a regular ",
+           "expression) or null");
   for (const auto& item : value) {
     HF_CHECK(item.is_string(), file, ": ", key, " must list module names (strings)");
-    names.push_back(item.get<std::string>());
+    names->push_back(item.get<std::string>());
   }
-  return names;
+}
+
+std::optional<std::regex> module_regex(const std::string& pattern, const std::string& key) {
+  if (pattern.empty()) return std::nullopt;
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    HF_FAIL(key, " = '", pattern, "' is not a regular expression hybridflow can read (ECMAScript syntax): ", e.what());
+  }
 }
 
 }  // namespace
@@ -56,7 +72,8 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
   for (const auto& item : model.named_modules())
     if (std::regex_match(item.key(), projection)) projections.emplace_back(item.key(), item.value());
 
-  HF_CHECK(!config.target_modules.empty(), key_prefix, "target_modules is empty: expected all-linear or module names");
+  HF_CHECK(!config.target_modules.empty() || !config.target_regex.empty(), key_prefix,
+           "target_modules is empty: expected all-linear, module names or a regular expression");
   const bool all_linear = config.target_modules.size() == 1 && config.target_modules[0] == "all-linear";
   auto check_known = [&](const std::vector<std::string>& names, const std::string& key) {
     for (const auto& name : names) {
@@ -72,14 +89,33 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
   };
   check_known(config.target_modules, "target_modules");
   check_known(config.exclude_modules, "exclude_modules");
+  const auto target_regex = module_regex(config.target_regex, key_prefix + "target_modules");
+  const auto exclude_regex = module_regex(config.exclude_regex, key_prefix + "exclude_modules");
+  if (target_regex) {
+    // PEFT would adapt whatever the expression matches; hybridflow adapts the dense projections only, so
+    // matching any other module with weights of its own (the embedding, the head, a norm, an expert) is an
+    // error rather than a silently smaller adapter.
+    for (const auto& item : model.named_modules()) {
+      const bool own_weights = !item.value()->named_parameters(/*recurse=*/false).is_empty();
+      const bool projection_path = std::regex_match(item.key(), projection);
+      HF_CHECK(!own_weights || projection_path || !std::regex_match(item.key(), *target_regex), key_prefix,
+               "target_modules = '", config.target_regex, "' matches ", item.key(),
+               ", which hybridflow does not adapt (only the decoder's dense projections q/k/v/o_proj and ",
+               "gate/up/down_proj)");
+    }
+  }
 
   std::vector<std::string> targets;
+  bool regex_matched = false;
   for (const auto& [path, module] : projections) {
     auto matches_any = [&, p = path](const std::vector<std::string>& names) {
       return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lora_name_matches(p, n); });
     };
-    if (!all_linear && !matches_any(config.target_modules)) continue;
-    if (matches_any(config.exclude_modules)) continue;
+    const bool targeted = all_linear || matches_any(config.target_modules) ||
+                          (target_regex && std::regex_match(path, *target_regex));
+    if (!targeted) continue;
+    regex_matched = true;
+    if (matches_any(config.exclude_modules) || (exclude_regex && std::regex_match(path, *exclude_regex))) continue;
     // A copy of the handle: named_parameters() returns a temporary dictionary.
     const torch::Tensor weight = module->named_parameters(/*recurse=*/false)["weight"];
     // The whole weight's dimensions: a tensor-parallel rank holds a slice of one of them.
@@ -92,6 +128,10 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
              "'s smaller dimension ", width);
     targets.push_back(path);
   }
+  HF_CHECK(!target_regex || regex_matched, key_prefix,
+           "target_modules = '", config.target_regex, "' matches the whole path of no projection (paths read ",
+           "model.layers.0.self_attn.q_proj; a regular expression must match all of one, as PEFT's does; for ",
+           "module names write a list: [q_proj, v_proj])");
   HF_CHECK(!targets.empty(), key_prefix, "exclude_modules removes every target of target_modules");
   return targets;
 }
@@ -138,22 +178,35 @@ void save_lora_adapter(const std::string& dir, const std::map<std::string, torch
   for (const auto& [name, tensor] : parameters)
     if (is_lora_parameter_name(name)) tensors.emplace_back(kPeftPrefix + name, tensor);
   HF_CHECK(!tensors.empty(), "save_lora_adapter(", dir, "): no LoRA adapter tensors among the parameters");
-  // PEFT records the module names it adapted (all-linear resolved to them).
-  std::set<std::string> modules;
-  for (const auto& [name, tensor] : tensors) {
-    const auto end = name.find(".lora_A.");
-    if (end == std::string::npos) continue;
-    const std::string path = name.substr(0, end);
-    modules.insert(path.substr(path.rfind('.') + 1));
+  // PEFT records target_modules as it was given, except all-linear, which it resolves to the module names.
+  json targets;
+  if (!lora.target_regex.empty()) {
+    targets = lora.target_regex;
+  } else if (lora.target_modules == std::vector<std::string>{"all-linear"}) {
+    std::set<std::string> modules;
+    for (const auto& [name, tensor] : tensors) {
+      const auto end = name.find(".lora_A.");
+      if (end == std::string::npos) continue;
+      const std::string path = name.substr(0, end);
+      modules.insert(path.substr(path.rfind('.') + 1));
+    }
+    targets = std::vector<std::string>(modules.begin(), modules.end());
+  } else {
+    targets = lora.target_modules;
   }
+  json excludes = nullptr;
+  if (!lora.exclude_regex.empty())
+    excludes = lora.exclude_regex;
+  else if (!lora.exclude_modules.empty())
+    excludes = lora.exclude_modules;
   json config = {{"peft_type", "LORA"},
                  {"task_type", head == HeadKind::kLanguageModel ? json("CAUSAL_LM") : json(nullptr)},
                  {"base_model_name_or_path", base_model_name_or_path},
                  {"r", lora.rank},
                  {"lora_alpha", lora.alpha},
                  {"lora_dropout", 0.0},
-                 {"target_modules", std::vector<std::string>(modules.begin(), modules.end())},
-                 {"exclude_modules", lora.exclude_modules.empty() ? json(nullptr) : json(lora.exclude_modules)},
+                 {"target_modules", targets},
+                 {"exclude_modules", excludes},
                  {"bias", "none"},
                  {"fan_in_fan_out", false},
                  {"inference_mode", true},
@@ -214,8 +267,10 @@ LoraConfig read_lora_adapter_config(const std::string& dir) {
     throw Error(file + ": " + e.what());
   }
   HF_CHECK(j.contains("target_modules"), file, ": target_modules is missing");
-  config.target_modules = lora_names_from_json(j["target_modules"], file, "target_modules");
-  config.exclude_modules = lora_names_from_json(value_or("exclude_modules", nullptr), file, "exclude_modules");
+  lora_modules_from_json(j["target_modules"], file, "target_modules", &config.target_modules, &config.target_regex);
+  lora_modules_from_json(value_or("exclude_modules", nullptr), file, "exclude_modules", &config.exclude_modules,
+                         &config.exclude_regex);
+  HF_CHECK(!config.target_modules.empty() || !config.target_regex.empty(), file, ": target_modules is empty");
   return config;
 }
 

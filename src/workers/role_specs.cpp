@@ -60,6 +60,8 @@ void to_json(nlohmann::json& j, const ModelSpec& s) {
        {"lora_alpha", s.lora.alpha},
        {"target_modules", s.lora.target_modules},
        {"exclude_modules", s.lora.exclude_modules},
+       {"target_regex", s.lora.target_regex},
+       {"exclude_regex", s.lora.exclude_regex},
        {"lora_adapter_path", s.lora_adapter_path},
        {"lora_key", s.lora_key}};
 }
@@ -89,6 +91,8 @@ void from_json(const nlohmann::json& j, ModelSpec& s) {
   take_spec_field(j, k, "lora_alpha", s.lora.alpha);
   take_spec_field(j, k, "target_modules", s.lora.target_modules);
   take_spec_field(j, k, "exclude_modules", s.lora.exclude_modules);
+  take_spec_field(j, k, "target_regex", s.lora.target_regex);
+  take_spec_field(j, k, "exclude_regex", s.lora.exclude_regex);
   take_spec_field(j, k, "lora_adapter_path", s.lora_adapter_path);
   take_spec_field(j, k, "lora_key", s.lora_key);
 }

@@ -9,7 +9,8 @@ project venv's python; scripts/requirements.txt lists peft). Two commands:
                   base + adapter as peft computes them.
   score BASE ADAPTER OUT
                   loads BASE with transformers and ADAPTER (written by hybridflow) with peft, and writes the same
-                  inputs and the logits to OUT.
+                  inputs and the logits to OUT, and to OUT.modules.json the paths of the modules peft put
+                  adapters on (as it read the adapter's target_modules / exclude_modules).
   merge BASE ADAPTER MERGED OUT
                   loads MERGED (written by `hybridflow lora merge`) with transformers alone, and BASE + ADAPTER
                   with peft merged by merge_and_unload(); writes the inputs, MERGED's logits (logits) and
@@ -86,6 +87,11 @@ def write(root):
 def score(base_dir, adapter_dir, out):
     model = peft.PeftModel.from_pretrained(hf_oracle.load_eager(base_dir), adapter_dir).eval()
     logits_of(model, out)
+    prefix = "base_model.model."
+    adapted = sorted(name[len(prefix):] if name.startswith(prefix) else name
+                     for name, module in model.named_modules() if hasattr(module, "lora_A") and len(module.lora_A))
+    with open(out + ".modules.json", "w") as f:
+        json.dump(adapted, f)
 
 
 def merge(base_dir, adapter_dir, merged_dir, out):

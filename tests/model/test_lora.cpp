@@ -3,6 +3,7 @@
 // ways (tests/model/peft_oracle.py, run with the project venv's python).
 #include "hybridflow/model/lora.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -283,6 +284,73 @@ TEST_F(LoraTest, TargetsAndExcludesSelectProjections) {
   expect_error(only_excluded, "exclude_modules");
 }
 
+TEST_F(LoraTest, RegularExpressionsMatchWholeModulePaths) {
+  auto adapted_by = [](const std::string& target, const std::string& exclude, std::vector<std::string> names = {}) {
+    CausalLM model = testing::seeded_model(lora_test_config(), 1);
+    auto c = lora_config(2, 4, std::move(names));
+    c.target_regex = target;
+    c.exclude_regex = exclude;
+    model->add_lora(c);
+    return adapted_paths(model);
+  };
+  EXPECT_EQ(adapted_by(R"(.*\.(q|v)_proj)", ""), adapted_by("", "", {"q_proj", "v_proj"}));
+  const auto layer0 = adapted_by(R"(model\.layers\.0\..*_proj)", "");
+  EXPECT_EQ(layer0.size(), 7u);
+  for (const auto& path : layer0) EXPECT_EQ(path.rfind("model.layers.0.", 0), 0u) << path;
+  // An exclude expression matching nothing (a VL script's vision tower on a text model) removes nothing.
+  EXPECT_EQ(adapted_by("", ".*visual.*", {"all-linear"}).size(), 14u);
+  EXPECT_EQ(adapted_by("", R"(.*mlp\..*)", {"all-linear"}),
+            adapted_by("", "", {"q_proj", "k_proj", "v_proj", "o_proj"}));
+  // Lookahead, as verl's VL LoRA examples write to keep the vision tower out.
+  EXPECT_EQ(adapted_by(R"(^(?!.*mlp).*_proj$)", ""), adapted_by("", "", {"q_proj", "k_proj", "v_proj", "o_proj"}));
+
+  auto error_of = [](const std::string& target) {
+    CausalLM model = testing::seeded_model(lora_test_config(), 1);
+    auto c = lora_config(2, 4, {});
+    c.target_regex = target;
+    try {
+      model->add_lora(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A bare name is an expression over whole paths, as in PEFT: it matches none.
+  EXPECT_THAT(error_of("q_proj"), ::testing::HasSubstr("matches the whole path of no projection"));
+  EXPECT_THAT(error_of(".*"), ::testing::HasSubstr("model.embed_tokens, which hybridflow does not adapt"));
+  // PEFT refuses a norm too ("not supported"); a layer's whole subtree takes its norms.
+  EXPECT_THAT(error_of(R"(model\.layers\.0\..*)"),
+              ::testing::HasSubstr("model.layers.0.input_layernorm, which hybridflow does not adapt"));
+  EXPECT_THAT(error_of("(q_proj"), ::testing::HasSubstr("is not a regular expression"));
+}
+
+// adapter_config.json keeps targets as given, so loading the file adapts the same modules again; resolving a
+// layer-qualified name to its last part would adapt that projection in every layer.
+TEST_F(LoraTest, SavedTargetsAreTheGivenOnesAndLoadBackToTheSameModules) {
+  auto regex = lora_config(2, 4, {});
+  regex.target_regex = R"(model\.layers\.1\.self_attn\..*)";
+  regex.exclude_regex = R"(.*o_proj)";
+  for (const LoraConfig& c : {lora_config(2, 4, {"layers.0.self_attn.q_proj", "up_proj"}), regex}) {
+    testing::TempDir dir;
+    CausalLM model = testing::seeded_model(lora_test_config(), 7);
+    model->add_lora(c);
+    randomize_adapters(model, 3);
+    save_lora_adapter(dir.path(), model, "base");
+    const auto config = nlohmann::json::parse(read_file(dir.file("adapter_config.json")));
+    if (c.target_regex.empty()) {
+      EXPECT_EQ(config["target_modules"], nlohmann::json(c.target_modules));
+      EXPECT_TRUE(config["exclude_modules"].is_null());
+    } else {
+      EXPECT_EQ(config["target_modules"], c.target_regex);
+      EXPECT_EQ(config["exclude_modules"], c.exclude_regex);
+    }
+    CausalLM loaded = testing::seeded_model(lora_test_config(), 7);
+    load_lora_adapter(dir.path(), loaded);
+    EXPECT_EQ(adapted_paths(loaded), adapted_paths(model));
+    EXPECT_TRUE(torch::equal(logits(loaded), logits(model)));
+  }
+}
+
 TEST_F(LoraTest, SavesPeftFilesAndLoadsThemBack) {
   testing::TempDir dir;
   CausalLM model = testing::seeded_model(lora_test_config(), 7);
@@ -390,6 +458,7 @@ class PeftOracleTest : public ::testing::TestWithParam<std::string> {
     return (a.index({real}) - b.index({real})).abs().max().item<double>();
   }
   std::string model_dir(const std::string& part) const { return dir_->file(GetParam() + "/" + part); }
+  void expect_peft_reads_hybridflow_adapter(const LoraConfig& lora, const std::string& name);
   static testing::TempDir* dir_;
   static std::string python_;
   static testing::CommandResult write_;
@@ -427,18 +496,22 @@ TEST_P(PeftOracleTest, PeftAdapterLoadsWithTheSameLogits) {
       << "the adapter must matter for this comparison to mean anything";
 }
 
-TEST_P(PeftOracleTest, HybridflowAdapterLoadsInPeftWithTheSameLogits) {
+// Saves adapters `lora` selects on the base model, has PEFT load them, and compares logits and the adapted modules.
+void PeftOracleTest::expect_peft_reads_hybridflow_adapter(const LoraConfig& lora, const std::string& name) {
   Pretrained base = load_pretrained(model_dir("base"));
-  base.model->add_lora(lora_config(4, 12));
+  base.model->add_lora(lora);
   randomize_adapters(base.model, 21);
-  const std::string adapter = model_dir("hybridflow_adapter");
+  const std::string adapter = model_dir(name);
   save_lora_adapter(adapter, base.model, model_dir("base"));
-  const std::string out = model_dir("hybridflow_adapter_peft_logits.safetensors");
+  const std::string out = model_dir(name + "_peft_logits.safetensors");
   auto run = testing::run_shell("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 " + testing::shell_quote(python_) + " " +
                                 testing::shell_quote(HF_SOURCE_DIR "/tests/model/peft_oracle.py") + " score " +
                                 testing::shell_quote(model_dir("base")) + " " + testing::shell_quote(adapter) + " " +
                                 testing::shell_quote(out));
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  // PEFT gives a module it targets but finds no tensors for a zero B, which the logits would not show.
+  const auto peft_modules = nlohmann::json::parse(read_file(out + ".modules.json")).get<std::set<std::string>>();
+  EXPECT_EQ(peft_modules, adapted_paths(base.model)) << "PEFT adapted other modules than hybridflow";
   auto ref = tensors(out);
   base.model->eval();
   torch::NoGradGuard no_grad;
@@ -446,13 +519,28 @@ TEST_P(PeftOracleTest, HybridflowAdapterLoadsInPeftWithTheSameLogits) {
   const double diff = diff_on_real_tokens(logits, ref["logits"], ref["attention_mask"]);
   base.model->set_lora_enabled(false);
   auto base_logits = base.model->forward(ref["input_ids"], ref["attention_mask"]).logits;
-  std::printf("%s + adapter written by hybridflow, scored by peft: max |hybridflow - peft| = %.3g (adapters off in "
+  std::printf("%s + %s written by hybridflow, scored by peft: max |hybridflow - peft| = %.3g (adapters off in "
               "both: %.3g), max |logit| %.3g\n",
-              GetParam().c_str(), diff, diff_on_real_tokens(base_logits, ref["base_logits"], ref["attention_mask"]),
+              GetParam().c_str(), name.c_str(), diff,
+              diff_on_real_tokens(base_logits, ref["base_logits"], ref["attention_mask"]),
               ref["logits"].abs().max().item<double>());
   EXPECT_LT(diff, peft_tolerance(ref["logits"]));
   EXPECT_GT(diff_on_real_tokens(base_logits, ref["logits"], ref["attention_mask"]), 1e-2)
       << "the adapter must matter for this comparison to mean anything";
+}
+
+TEST_P(PeftOracleTest, HybridflowAdapterLoadsInPeftWithTheSameLogits) {
+  expect_peft_reads_hybridflow_adapter(lora_config(4, 12), "hybridflow_adapter");
+}
+
+// Targets as a regular expression and as a layer-qualified name, excludes as an expression: the saved
+// adapter_config.json keeps them as given, and PEFT selects exactly the modules hybridflow adapted.
+TEST_P(PeftOracleTest, RegularExpressionAndPathTargetsSelectTheSameModulesInPeft) {
+  auto by_regex = lora_config(4, 12, {});
+  by_regex.target_regex = R"(model\.layers\.0\..*_proj)";
+  by_regex.exclude_regex = R"(.*\.(k_proj|down_proj))";
+  expect_peft_reads_hybridflow_adapter(by_regex, "regex_adapter");
+  expect_peft_reads_hybridflow_adapter(lora_config(4, 12, {"layers.1.self_attn.v_proj", "up_proj"}), "path_adapter");
 }
 
 TEST_P(PeftOracleTest, MergedDirectoryIsPeftsMergeAndUnload) {

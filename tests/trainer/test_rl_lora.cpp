@@ -165,7 +165,7 @@ TEST(RlLora, BadSettingsFailAtStartNamingTheKey) {
   EXPECT_THAT(start_error({"actor_rollout_ref.model.target_modules=[qkv_proj]"}),
               HasSubstr("actor_rollout_ref.model.target_modules: 'qkv_proj'"));
   EXPECT_THAT(start_error({"actor_rollout_ref.model.target_modules=q.*"}),
-              HasSubstr("actor_rollout_ref.model.target_modules = 'q.*'"));
+              HasSubstr("actor_rollout_ref.model.target_modules = 'q.*' matches the whole path of no projection"));
   EXPECT_THAT(start_error({"actor_rollout_ref.model.lora_rank=1000"}),
               HasSubstr("actor_rollout_ref.model.lora_rank 1000 is larger than"));
   EXPECT_THAT(start_error({"trainer.placement=standalone", "actor_rollout_ref.rollout.num_processes=2",

@@ -7,6 +7,7 @@
 #include "hybridflow/model/pretrained.h"
 #include "hybridflow/model/tokenizer.h"
 #include "hybridflow/workers/model_spec.h"
+#include "hybridflow/workers/role_specs.h"
 #include "support/temp_dir.h"
 
 using namespace hybridflow;
@@ -39,3 +40,20 @@ TEST(ModelSpec, FreshValueHeadOnALanguageModelDirIsSeededByInitSeed) {
 }
 
 }  // namespace
+
+// The controller sends each worker its model spec as JSON: the adapters' selection, regular expressions
+// included, must arrive as it left, or workers would adapt other modules than the controller checked.
+TEST(ModelSpec, LoraSelectionReachesTheWorkersAsSent) {
+  ModelSpec sent;
+  sent.lora.rank = 8;
+  sent.lora.target_modules = {};
+  sent.lora.target_regex = R"(model\.layers\.[0-3]\..*_proj)";
+  sent.lora.exclude_modules = {"layers.0.mlp.down_proj"};
+  sent.lora.exclude_regex = ".*visual.*";
+  const ModelSpec got = nlohmann::json(sent).get<ModelSpec>();
+  EXPECT_EQ(got.lora.rank, 8);
+  EXPECT_TRUE(got.lora.target_modules.empty());
+  EXPECT_EQ(got.lora.target_regex, sent.lora.target_regex);
+  EXPECT_EQ(got.lora.exclude_modules, sent.lora.exclude_modules);
+  EXPECT_EQ(got.lora.exclude_regex, sent.lora.exclude_regex);
+}

@@ -24,8 +24,10 @@
 namespace hybridflow {
 
 // The module paths of `model` the config targets ("model.layers.3.mlp.down_proj"), in model order. Throws
-// naming `key_prefix` + "target_modules" for a name that matches no projection, and + "lora_rank" for a rank
-// larger than a targeted layer's smaller dimension.
+// naming `key_prefix` + "target_modules" for a name that matches no projection, a regular expression that
+// matches no projection's whole path or matches a module hybridflow does not adapt (embedding, head, norm,
+// expert), or one that does not compile; and + "lora_rank" for a rank larger than a targeted layer's smaller
+// dimension.
 std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
                                            const std::string& key_prefix = "lora.");
 
@@ -51,7 +53,9 @@ void save_lora_adapter(const std::string& dir, const std::map<std::string, torch
 // "base_model.model." prefix taken off).
 std::map<std::string, torch::Tensor> read_lora_adapter_tensors(const std::string& dir);
 
-// Reads DIR/adapter_config.json: r, lora_alpha, target_modules, exclude_modules. Options hybridflow does not
+// Reads DIR/adapter_config.json: r, lora_alpha, target_modules, exclude_modules (lists of names, all-linear
+// or regular expressions; save_lora_adapter writes them back as given, all-linear resolved to names as PEFT
+// does). Options hybridflow does not
 // implement (use_dora, use_rslora, bias other than "none", rank_pattern / alpha_pattern, modules_to_save,
 // layers_to_transform, fan_in_fan_out, peft_type other than LORA) are errors naming the file and key.
 LoraConfig read_lora_adapter_config(const std::string& dir);

@@ -15,6 +15,11 @@ struct LoraConfig {
   // "layers.0.self_attn.q_proj").
   std::vector<std::string> target_modules = {"all-linear"};
   std::vector<std::string> exclude_modules;  // same matching; removes modules from the targets
+  // Or, as PEFT reads a string other than "all-linear", a regular expression (ECMAScript, which Python's re
+  // shares for the usual patterns) that must match a module's whole path ("model.layers.0.self_attn.q_proj").
+  // Set, it replaces the list of the same key, which is then empty.
+  std::string target_regex;
+  std::string exclude_regex;
   bool enabled() const { return rank > 0; }
 };
 

@@ -11,8 +11,9 @@ namespace hybridflow {
 
 // The keys under `model_section` (the section's subtree, e.g. config.subtree("critic.model")), checked, as
 // the adapters to add; `adapter_path` receives lora_adapter_path ("" when null). target_modules null means
-// all-linear; a string must be all-linear (PEFT's regular expressions are not read) and each listed name must
-// end in a decoder projection's name. With an adapter directory its adapter_config.json decides the
+// all-linear; a string other than all-linear is a regular expression over whole module paths, as PEFT reads one
+// (checked against the model when the adapters are added), and each listed name must end in a decoder
+// projection's name. With an adapter directory its adapter_config.json decides the
 // adapters (unsupported PEFT options fail naming the key and the file); lora_rank, if also set, must agree.
 // Errors name the full key.
 LoraConfig read_lora_keys(const Config& model_section, std::string* adapter_path);
