@@ -50,6 +50,8 @@ struct HybridEngine::Weight {
   bool tied_copy = false;   // the generation model's last-stage copy of a tied embedding (gen pp > 1)
   int expert_piece = -1;    // experts folded over the tensor-parallel ranks: the micro-DP piece (training
                             // tensor rank % k) whose rank holds this expert whole
+  bool split_expert = false;  // an expert of an actor whose experts are split any other way: whole on every
+                              // rank of its stage once gathered there (never a training parameter here)
   torch::Tensor gathered;   // while generating: the generation tensor (hybridflow) or the full tensor, when
                             // the switch allocated it
 };
@@ -106,24 +108,30 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
   // Experts folded over the training tensor-parallel ranks (one replica's: CausalLM::experts_follow_tensor_parallel)
   // fold over the generation ones the same way. Generation tensor rank q's experts are the training blocks of
   // tensor ranks qk .. qk + k - 1, the k pieces of its micro-DP group in each stage, so each comes whole from
-  // one of them. Any other expert split is refused: its owners are not in the rank's micro-DP group.
+  // one of them. Experts split any other way have owners outside the micro-DP group: they are gathered in
+  // their stage first (CausalLM::gather_experts, over the expert-parallel group), after which every rank of the
+  // stage holds each whole, as it holds a norm, and they travel as the norms do; the generation model folds
+  // them over its tensor ranks too (or, at t_g = 1, holds them all).
   const ExpertParallelGroup& train_ep = train_->expert_parallel();
-  HF_CHECK(!train_ep.enabled() || experts_folded(), "HybridEngine: the actor's experts are split over ",
-           train_ep.size(), " ranks (expert_model_parallel_size) that are not exactly its tensor-parallel ranks; ",
-           "such an actor generates in its training layout");
-  HF_CHECK(!experts_folded() || mode_ == ReshardMode::kHybridFlow, "HybridEngine: experts folded over the ",
-           "tensor-parallel ranks switch layouts in reshard mode hybridflow, not ", reshard_mode_name(mode_));
+  HF_CHECK(!train_ep.enabled() || mode_ == ReshardMode::kHybridFlow, "HybridEngine: an actor with its experts ",
+           "split (expert_model_parallel_size ", train_ep.size(), ") switches layouts in reshard mode hybridflow, ",
+           "not ", reshard_mode_name(mode_));
+  const int64_t num_experts = train_->config().moe.num_experts;
+  HF_CHECK(!experts_split() || num_experts % layout_.gen_tp() == 0, "HybridEngine: the actor's ", num_experts,
+           " experts do not fold over the generation's ", layout_.gen_tp(), " tensor-parallel ranks; choose a ",
+           "rollout tensor_model_parallel_size that divides them");
   // The generation model's structure only: its parameters point at gathered weights while generating.
   const torch::Tensor first = train_->parameters().front();
   generation_ = CausalLM(train_->config(), HeadKind::kLanguageModel, gen_group_, gen_stage);
   generation_->to(first.device(), first.scalar_type());
-  if (experts_folded()) generation_->set_expert_parallel(ExpertParallelGroup(gen_tp_comm_.get()), true);
+  if (experts_folded() || (experts_split() && layout_.gen_tp() > 1))
+    generation_->set_expert_parallel(ExpertParallelGroup(gen_tp_comm_.get()), true);
   auto train_params = train_->named_parameters();
   auto gen_params = generation_->named_parameters();
   // LoRA adapters stay with the training model: the generation model takes the weights with them merged in.
-  // Folded experts differ in number between the layouts (num_experts / t against / t_g).
+  // Split experts differ in number between the layouts (num_experts / n against / t_g).
   auto counted = [&](const std::string& name) {
-    return !is_lora_parameter_name(name) && !(experts_folded() && is_expert_parameter_name(name));
+    return !is_lora_parameter_name(name) && !(train_ep.enabled() && is_expert_parameter_name(name));
   };
   const auto base_params =
       std::count_if(train_params.begin(), train_params.end(), [&](const auto& item) { return counted(item.key()); });
@@ -145,7 +153,8 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
     if (w.tied_copy) w.stage = mesh.pp() - 1;
     if (experts_folded() && is_expert_parameter_name(w.name))
       w.expert_piece = static_cast<int>(expert_index(w.name) / experts_per_train_rank % k);
-    if (w.stage == stage.stage) {
+    w.split_expert = experts_split() && is_expert_parameter_name(w.name);
+    if (w.stage == stage.stage && !w.split_expert) {
       const torch::Tensor* train = w.tied_copy ? train_tied_copy : train_params.find(w.name);
       // A folded expert is held by one piece of the stage.
       HF_CHECK(train != nullptr || w.expert_piece >= 0, "HybridEngine: the training model has no '", w.name, "'");
@@ -223,10 +232,11 @@ ReshardStats HybridEngine::to_generation() {
   const auto start = std::chrono::steady_clock::now();
   ReshardStats stats;
   stats.mode = reshard_mode_name(mode_);
-  // Folded experts from other pieces travel like the stages' weights (gather_stages), also unstaged.
-  if (layout_.train().pp() > 1 || (experts_folded() && layout_.gen_tp() < layout_.train().tp())) {
+  // Folded experts from other pieces and split experts travel like the stages' weights (gather_stages), also
+  // unstaged.
+  if (layout_.train().pp() > 1 || (experts_folded() && layout_.gen_tp() < layout_.train().tp()) || experts_split()) {
     if (mode_ == ReshardMode::kHybridFlow)
-      gather_stages(stats);
+      gather_stages_with_experts(stats);
     else
       gather_stages_whole(stats);
     generating_ = true;
@@ -280,6 +290,28 @@ ReshardStats HybridEngine::to_training() {
   return stats;
 }
 
+void HybridEngine::gather_stages_with_experts(ReshardStats& stats) {
+  if (!experts_split()) return gather_stages(stats);
+  // The stage's experts, whole on each of its ranks for as long as their generation copies take to fill.
+  const ExpertGather moved = train_->gather_experts();
+  stage_experts_ = train_->gathered_expert_weights();
+  gather_stages(stats);
+  stage_experts_.clear();
+  train_->release_gathered_experts();
+  // Every expert of the model (all stages), as ExpertReshard reports it.
+  const ModelConfig& c = train_->config();
+  int64_t sparse_layers = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) sparse_layers += c.moe_layer(i) ? 1 : 0;
+  stats.expert_model_bytes = sparse_layers * c.moe.num_experts * 3 * c.hidden_size * c.expert_intermediate_size() *
+                             static_cast<int64_t>(train_->parameters().front().element_size());
+  stats.expert_bytes_sent = moved.bytes_sent;
+  stats.expert_bytes_received = moved.bytes_received;
+  stats.expert_peak_extra_weight_bytes = moved.expert_bytes;
+  stats.bytes_sent += moved.bytes_sent;
+  stats.bytes_received += moved.bytes_received;
+  stats.peak_extra_weight_bytes += moved.expert_bytes;
+}
+
 void HybridEngine::gather_stages(ReshardStats& stats) {
   torch::NoGradGuard no_grad;
   // The micro-DP group is ordered (stage j, piece r) -> (j % l) * k + r over the l training stages of the
@@ -299,6 +331,9 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
     stats.model_bytes += gen_numel * static_cast<int64_t>(options.dtype().itemsize()) *
                          (w.gen_dim == ShardDim::kReplicated ? 1 : layout_.gen_tp());
     torch::Tensor gen;
+    // Every generation tensor rank holds its own block of the experts: M counts them all.
+    if (w.split_expert) stats.model_bytes += gen_numel * static_cast<int64_t>(options.dtype().itemsize()) *
+                                             (layout_.gen_tp() - 1);
     if (w.expert_piece >= 0) {
       // A folded expert: whole on one piece of its stage, which sends it to the group and keeps it in place.
       const bool owner = mine && w.train.defined();
@@ -326,10 +361,13 @@ void HybridEngine::gather_stages(ReshardStats& stats) {
       gen = gathered;
     } else {
       // Whole on every rank of the owning stage: each of its k ranks sends a 1/k chunk of the generation
-      // shard. The owning stage receives into its own weight (the same values) and allocates nothing.
+      // shard. The owning stage receives into its own weight (the same values) and allocates nothing; a split
+      // expert gets a copy of its own there, so that the stage's gathered set can go.
       torch::Tensor local;
-      if (mine) local = shard_of(w.train, w.gen_dim, gen_tp_rank_, layout_.gen_tp());  // w.train when replicated
-      gen = mine && local.is_contiguous() ? local : torch::empty(w.gen_shape, options);
+      if (mine)
+        local = w.split_expert ? stage_experts_.at(w.name)
+                               : shard_of(w.train, w.gen_dim, gen_tp_rank_, layout_.gen_tp());  // w.train when replicated
+      gen = mine && local.is_contiguous() && !w.split_expert ? local : torch::empty(w.gen_shape, options);
       if (mine && !gen.is_same(local)) gen.copy_(local);
       if (!mine || !gen.is_same(local)) w.gathered = gen;
       torch::Tensor flat = gen.view({-1});

@@ -340,6 +340,15 @@ void SparseBlockImpl::release_gathered_experts() {
   gathered_ = false;
 }
 
+void SparseBlockImpl::add_gathered_expert_weights(const std::string& prefix,
+                                                  std::map<std::string, torch::Tensor>& out) const {
+  HF_CHECK(gathered_, "SparseBlock: the experts are not gathered");
+  const char* names[] = {gate_name_, up_name_, down_name_};
+  for (size_t p = 0; p < gathered_projections_.size(); ++p)
+    for (int64_t e = 0; e < gathered_projections_[p].size(0); ++e)
+      out.emplace(prefix + ".experts." + std::to_string(e) + "." + names[p] + ".weight", gathered_projections_[p][e]);
+}
+
 torch::Tensor run_experts_parallel(const torch::Tensor& x, const TopKRouting& routing, std::vector<Expert>& experts,
                                    int64_t first_local, int64_t local_count, const ExpertParallelGroup& ep,
                                    bool float_weights) {

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "hybridflow/model/model_config.h"
@@ -49,6 +51,8 @@ class SparseBlockImpl : public torch::nn::Module {
   // is held twice, and get memory of their own back, bit for bit, on release. Adds what it moved to `moved`.
   void gather_experts(ExpertGather& moved);
   void release_gathered_experts();
+  // While gathered: each expert's three weights under `prefix` + ".experts.<e>.<projection>.weight", into `out`.
+  void add_gathered_expert_weights(const std::string& prefix, std::map<std::string, torch::Tensor>& out) const;
 
   torch::nn::Linear gate{nullptr};  // the router: [experts, hidden], no bias
   std::vector<Expert> experts;      // by global index; under expert parallelism null where another rank owns it

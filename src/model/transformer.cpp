@@ -682,6 +682,19 @@ void CausalLMImpl::release_gathered_experts() {
   experts_gathered_ = false;
 }
 
+std::map<std::string, torch::Tensor> CausalLMImpl::gathered_expert_weights() const {
+  HF_CHECK(experts_gathered_, "CausalLM::gathered_expert_weights: the experts are not gathered (gather_experts())");
+  std::map<std::string, torch::Tensor> out;
+  const auto& layers = layers_->model->decoder_layers;
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i]->sparse)
+      layers[i]->sparse->add_gathered_expert_weights(
+          "model.layers." + std::to_string(layer_range_.start + static_cast<int64_t>(i)) + "." +
+              config_.moe_block_name(),
+          out);
+  return out;
+}
+
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& given_ids, const torch::Tensor& attention_mask,
                                           const torch::Tensor& position_ids, KVCache* cache) {
   HF_CHECK(cache == nullptr || !experts_need_lockstep() || cache->expert_parallel_lockstep,

@@ -379,17 +379,18 @@ RolloutSpec rollout_spec(const ConfigReader& c, const RoleFacts& f, const RolePl
       expert_parallel_shape(actor_ep, actor.layout.tp, actor.dp, actor.model.expert_key).follows_tensor_parallel();
   if (experts_follow_tp) spec.expert_parallel_size = 1;
   const bool own_layout = actor.layout.gen_tp == actor.layout.tp && actor.layout.gen_pp == actor.layout.pp;
-  // Other experts gathered from their group are not the actor's parameters, which the engine's switch moves:
-  // generation runs in the actor's own layout, staged where it trains in stages.
-  HF_CHECK(actor_ep == 1 || f.standalone_rollout || own_layout || experts_follow_tp,
-           "actor_rollout_ref.actor.megatron.expert_model_parallel_size = ", actor_ep, " with ", section,
-           ".tensor_model_parallel_size = ", actor.layout.gen_tp, " and ", section, ".pipeline_model_parallel_size = ",
-           actor.layout.gen_pp, ": an expert-parallel actor generates in its training layout (only experts folded ",
-           "over exactly its tensor-parallel ranks, expert_model_parallel_size = tensor_model_parallel_size > 1, ",
-           "switch to another); set them to the actor's ", actor.layout.tp, " and ", actor.layout.pp);
-  HF_CHECK(!experts_follow_tp || own_layout || spec.reshard_mode == "hybridflow", section, ".reshard_mode = ",
-           spec.reshard_mode, ": the actor's experts (folded over its tensor-parallel ranks) switch to another ",
-           "generation layout in reshard mode hybridflow only");
+  // Another generation layout goes through the 3D-HybridEngine, which gathers split experts in their stage and
+  // folds them over the generation's tensor ranks (engine/hybrid_engine.h): decoding with the experts where
+  // training keeps them is for the actor's own layout only.
+  HF_CHECK(actor_ep == 1 || f.standalone_rollout || own_layout || spec.expert_parallel_size == 1, section,
+           ".expert_parallel_size = ", spec.expert_parallel_size, " decodes with the experts where training keeps ",
+           "them, in the actor's own layout; with ", section, ".tensor_model_parallel_size = ", actor.layout.gen_tp,
+           " and ", section, ".pipeline_model_parallel_size = ", actor.layout.gen_pp, " (the actor trains at ",
+           actor.layout.tp, " and ", actor.layout.pp, ") leave it 1");
+  HF_CHECK(actor_ep == 1 || f.standalone_rollout || own_layout || spec.reshard_mode == "hybridflow", section,
+           ".reshard_mode = ", spec.reshard_mode, ": the actor's experts (actor_rollout_ref.actor.megatron.",
+           "expert_model_parallel_size = ", actor_ep, ") switch to another generation layout in reshard mode ",
+           "hybridflow only");
   HF_CHECK(spec.expert_parallel_size == 1 || actor.layout.pp == 1, section, ".expert_parallel_size = ",
            spec.expert_parallel_size, ": expert-parallel decoding runs unstaged, not in the actor's ",
            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size = ", actor.layout.pp,

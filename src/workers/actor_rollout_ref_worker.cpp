@@ -130,13 +130,11 @@ void ActorRolloutRefWorker::register_methods(MethodTable& table) {
   // Generation in another dtype than training (e.g. bf16 rollout of an fp32 actor) runs on a cast copy
   // of the actor's weights, refreshed after every update; in the same dtype it uses the actor itself.
   const ExpertParallelRanks* experts = trainable_->expert_parallel();
-  // Experts folded over exactly the tensor-parallel ranks also switch to another layout (engine/hybrid_engine.h).
-  HF_CHECK(!experts || (parse_dtype(rollout_dtype, "rollout dtype") == parse_dtype(actor_dtype, "actor dtype") &&
-                        ((gen_tp == coord().tp_size && gen_pp == coord().pp_size) ||
-                         actor()->experts_follow_tensor_parallel())),
+  // Split experts generate in the actor's dtype: the engine's switch (another layout, engine/hybrid_engine.h)
+  // or the in-layout gather hands generation the actor's own expert weights, not a cast copy.
+  HF_CHECK(!experts || parse_dtype(rollout_dtype, "rollout dtype") == parse_dtype(actor_dtype, "actor dtype"),
            actor_model.expert_key, " = ", actor_model.expert_model_parallel_size, ": generation runs on the actor's ",
-           "experts gathered from its group, in the actor's dtype and layout (rollout dtype ", rollout_dtype,
-           " vs actor ", actor_dtype, ", rollout tensor/pipeline size ", gen_tp, "/", gen_pp, ")");
+           "experts, in the actor's dtype (rollout dtype ", rollout_dtype, " vs actor ", actor_dtype, ")");
   if (parse_dtype(rollout_dtype, "rollout dtype") != parse_dtype(actor_dtype, "actor dtype")) {
     HF_CHECK(gen_tp == coord().tp_size && !stage.enabled(), "role '", context().role, "': a rollout dtype (",
              rollout_dtype, ") other than the actor's needs the actor's tensor-parallel size for generation (",
@@ -198,6 +196,12 @@ void ActorRolloutRefWorker::start_expert_reshard(const ExpertParallelRanks* expe
   if (experts == nullptr) {
     HF_CHECK(size == 1, key, " = ", size, ": the actor's experts are not split ",
              "(actor_rollout_ref.actor.megatron.expert_model_parallel_size = 1); leave it 1");
+    return;
+  }
+  if (hybrid_ && !actor()->experts_follow_tensor_parallel()) {
+    // The engine's switch gathers the split experts itself and hands them to the generation layout whole.
+    HF_CHECK(size == 1, key, " = ", size, ": expert-parallel decoding runs in the actor's own training layout, not ",
+             "through the 3D-HybridEngine's switch to another; leave it 1");
     return;
   }
   expert_reshard_ = std::make_unique<ExpertReshard>(actor(), size, key, groups_ ? groups_->pipeline() : nullptr);

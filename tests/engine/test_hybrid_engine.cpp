@@ -6,7 +6,8 @@
 // generation stages (p_g = 2) in hybridflow mode. A mixture-of-experts actor whose experts are folded over its
 // tensor-parallel ranks switches into unstaged and smaller tensor-parallel layouts with the experts folded over
 // the generation ranks, each expert coming whole from the rank that trains it: one process's tokens, no redundant
-// copy, the training weights back bit for bit; an actor with experts split any other way is refused.
+// copy, the training weights back bit for bit; experts split any other way (over data-parallel replicas, or
+// folded over two replicas' tensor ranks) are gathered in their stage and switch the same way.
 #include "hybridflow/engine/hybrid_engine.h"
 
 #include <gmock/gmock.h>
@@ -322,13 +323,66 @@ TEST(HybridEngine, ExpertsFoldedOverTheTensorRanksFoldOverTheGenerationRanks) {
               << what;
           expect_generates_like_one_process(engine, train, reference, before, what);
         }
-        // Experts split over data-parallel ranks have owners outside the micro-DP groups: refused.
+      },
+      240);
+}
+
+// Experts split any other way (over data-parallel replicas, or folded over two replicas' tensor ranks) are
+// gathered in their stage and sent whole into the generation layout, folded over its tensor ranks: one
+// process's tokens, no training weight held twice, the training weights back bit for bit.
+TEST(HybridEngine, SplitExpertsGatherInTheirStageAndFoldOverTheGenerationRanks) {
+  run_ranks(
+      4,
+      [](int rank, int port) {
+        ProcessGroup world = gloo_world(rank, 4, port);
+        struct Case {
+          int pp, tp, dp, gen_pp, gen_tp;
+          bool over_tensor_ranks;  // ep 4: both replicas' tensor ranks; else ep 2 over the data-parallel replicas
+        };
+        for (const Case& c : {Case{2, 1, 2, 1, 1, false}, Case{1, 2, 2, 1, 1, false}, Case{1, 2, 2, 1, 2, false},
+                              Case{1, 2, 2, 1, 1, true}, Case{1, 2, 2, 1, 2, true}}) {
+          const ModelConfig config = expert_parallel_config();  // 2 sparse layers of 4 experts
+          CausalLM reference = expert_model();
+          const GenerationLayout layout(DeviceMesh(c.pp, c.dp, c.tp), c.gen_tp, c.gen_pp);
+          const std::string what = layout.train().to_string() + (c.over_tensor_ranks ? " ep 4" : " ep 2 over dp") +
+                                   " -> tp_g=" + std::to_string(c.gen_tp);
+          Communicator tp(world.split(layout.train().tp_groups()));
+          Communicator ep(world.split(layout.train().dp_blocks(2, c.over_tensor_ranks)));
+          const MeshCoords me = layout.train().coords(rank);
+          CausalLM train(config, HeadKind::kLanguageModel, TensorParallelGroup(&tp), PipelineStage{me.pp, c.pp});
+          load_full_state(*train, parameters_of(*reference));
+          train->set_expert_parallel(ExpertParallelGroup(&ep), c.over_tensor_ranks);
+          ASSERT_FALSE(train->experts_follow_tensor_parallel()) << what;
+          const auto before = parameters_of(*train);
+          HybridEngine engine(train, layout, world, ReshardMode::kHybridFlow);
+          const ReshardStats stats = engine.to_generation();
+          EXPECT_EQ(stats.redundant_bytes, 0) << what;
+          EXPECT_FALSE(train->experts_gathered()) << what << ": the stage's gathered set is dropped";
+          EXPECT_GT(stats.expert_bytes_received, 0) << what;
+          // Generation tensor rank q holds experts [q E / t_g, (q + 1) E / t_g) of both sparse layers.
+          // Each the whole expert, bit for bit (the tokens alone may not show a wrong expert at this size).
+          std::set<std::string> experts;
+          const auto whole = parameters_of(*reference);
+          for (const auto& item : engine.generation_model()->named_parameters()) {
+            if (!is_expert(item.key())) continue;
+            EXPECT_TRUE(torch::equal(item.value(), whole.at(item.key()))) << what << ": " << item.key();
+            if (item.key().ends_with("up_proj.weight")) experts.insert(item.key());
+          }
+          const int per_rank = 4 / c.gen_tp, q = layout.coords(rank).tp;
+          EXPECT_EQ(experts.size(), static_cast<size_t>(2 * per_rank)) << what;
+          for (const int layer : {0, 1})
+            EXPECT_TRUE(experts.count("model.layers." + std::to_string(layer) + ".mlp.experts." +
+                                      std::to_string(q * per_rank + per_rank - 1) + ".up_proj.weight"))
+                << what << " layer " << layer;
+          expect_generates_like_one_process(engine, train, reference, before, what);
+        }
+        // The baselines keep their own groups: refused by name.
         const GenerationLayout unstaged(DeviceMesh(1, 2, 2), 1, 1);
         Communicator tp(world.split(unstaged.train().tp_groups())), dp(world.split(unstaged.train().dp_groups()));
         CausalLM split(expert_parallel_config(), HeadKind::kLanguageModel, TensorParallelGroup(&tp));
         split->set_expert_parallel(ExpertParallelGroup(&dp));
-        EXPECT_THAT(error_of([&] { HybridEngine e(split, unstaged, world, ReshardMode::kHybridFlow); }),
-                    ::testing::HasSubstr("not exactly its tensor-parallel ranks"));
+        EXPECT_THAT(error_of([&] { HybridEngine e(split, unstaged, world, ReshardMode::kAllGather); }),
+                    ::testing::HasSubstr("switches layouts in reshard mode hybridflow, not allgather"));
       },
       240);
 }

@@ -15,7 +15,9 @@
 // stage's experts gathered, router replay R2 follows too, and a checkpoint loads into one process; a critic split
 // so in 2 stages follows its staged run. With the sequences split over the same 2 processes as the experts (and
 // router replay R2) the run follows the data-parallel run. A mixture-of-experts reward model folded over its 2
-// tensor-parallel ranks scores as the unsplit one. Layouts it does not cover are refused naming the keys.
+// tensor-parallel ranks scores as the unsplit one. Split experts switch to another generation layout (unstaged
+// from 2 stages; tensor size 1 from experts folded over both replicas' tensor ranks) through the 3D-HybridEngine
+// and the runs follow theirs without the split. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -338,6 +340,30 @@ TEST(RlExpertParallel, RouterReplayR2InPipelineStagesFollowsThePipelineRun) {
   EXPECT_TRUE(split.steps.back().contains("actor/moe_expert_load_max_over_mean"));
 }
 
+// Experts split over the 2 data-parallel replicas of each of 2 stages (4 processes), generating unstaged through
+// the 3D-HybridEngine, as verl's DeepSeek-671B (80 GB) and Qwen3-VL-235B scripts train in stages and generate
+// unstaged: each stage gathers its experts over its group and sends them whole to the generation ranks of the
+// other stage; and experts folded over both replicas' tensor ranks (ep 4 = 2 x tp 2) generating at tensor size 1.
+// Each run follows the same layout without the expert split.
+TEST(RlExpertParallel, GrpoWithSplitExpertsGeneratingInAnotherLayoutFollowsTheRunWithoutTheSplit) {
+  const std::vector<std::string> staged = {"actor_rollout_ref.num_processes=4", "model.num_hidden_layers=4",
+                                           "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                           "actor_rollout_ref.rollout.pipeline_model_parallel_size=1",
+                                           "data.train_batch_size=4"};
+  const EpRun split = train(2, staged);
+  expect_same_run(split, train(1, staged), "ep 2 x pp 2 generating unstaged");
+  for (const nlohmann::json& step : split.steps) {
+    // Each rank sends its half of its stage's experts to the other replica and receives the other half.
+    EXPECT_GT(step.at("reshard/to_generation_expert_bytes_sent").get<double>(), 0.0);
+    EXPECT_EQ(step.at("reshard/to_generation_expert_bytes_sent").get<double>(),
+              step.at("reshard/to_generation_expert_bytes_received").get<double>());
+    EXPECT_GT(step.at("reshard/expert_model_bytes").get<double>(), 0.0);
+  }
+  std::vector<std::string> folded = kTp2;
+  folded.insert(folded.end(), {"actor_rollout_ref.rollout.tensor_model_parallel_size=1", "data.train_batch_size=4"});
+  expect_same_run(train(4, folded), train(1, folded), "ep 4 = 2 replicas x tp 2 generating at tp 1");
+}
+
 TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndPipelineParallelismLoadsIntoOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   const auto [split_actor, split_norm] = save_split_step(split_dir.path(), kTwoStages, /*experts_in_file=*/16);
@@ -418,12 +444,18 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   auto refused = [&](int ep, const std::vector<std::string>& more) {
     return error_of([&] { RLTrainer t(load_rl_config("", moe_grpo(ep, dir.path(), more))); });
   };
-  EXPECT_THAT(refused(2, {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-                          "actor_rollout_ref.num_processes=4", "data.train_batch_size=4"}),
-              HasSubstr("actor_rollout_ref.actor.megatron.expert_model_parallel_size = 2 with "
-                        "actor_rollout_ref.rollout.tensor_model_parallel_size = 1 and "
-                        "actor_rollout_ref.rollout.pipeline_model_parallel_size = 1: an expert-parallel actor "
-                        "generates in its training layout"));
+  // Decoding with the experts in place needs the actor's own layout; another one switches in hybridflow mode.
+  const std::vector<std::string> unstaged = {"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+                                             "actor_rollout_ref.num_processes=4", "data.train_batch_size=4"};
+  std::vector<std::string> unstaged_in_place = unstaged;
+  unstaged_in_place.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
+  EXPECT_THAT(refused(2, unstaged_in_place),
+              HasSubstr("actor_rollout_ref.rollout.expert_parallel_size = 2 decodes with the experts where training "
+                        "keeps them, in the actor's own layout"));
+  std::vector<std::string> unstaged_vanilla = unstaged;
+  unstaged_vanilla.push_back("actor_rollout_ref.rollout.reshard_mode=hybridflow-v");
+  EXPECT_THAT(refused(2, unstaged_vanilla),
+              HasSubstr("actor_rollout_ref.rollout.reshard_mode = hybridflow-v: the actor's experts"));
   std::vector<std::string> staged_decoding = kTwoStages;
   staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
   EXPECT_THAT(refused(2, staged_decoding),

@@ -25,9 +25,15 @@
 // with expert_model_parallel_size = t: CausalLM::experts_follow_tensor_parallel) fold them over the t_g
 // generation ranks the same way, in hybridflow mode: generation tensor rank q holds the experts of training
 // tensor ranks qk .. qk + k - 1, each of which comes whole from the one piece of its stage's micro-DP group that
-// trains it (and stays in place there). Any other expert split is refused; it generates in its training layout.
+// trains it (and stays in place there). Experts split any other way (over data-parallel replicas, or Megatron's
+// folding over more than one replica's tensor ranks) are first all-gathered within their stage's expert-parallel
+// group and then travel whole, as a stage's norms do, into the generation model, which folds them over its
+// tensor ranks (all of them at t_g = 1); the stage's gathered set is dropped before generation starts. That
+// gather is the one transient copy: each rank holds its stage's experts whole while the switch fills the
+// generation tensors (expert_peak_extra_weight_bytes).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,11 +74,16 @@ class HybridEngine {
   void gather_in_place(Weight& w, ReshardStats& stats);
   void gather_full(Weight& w, ReshardStats& stats);
   void gather_stages(ReshardStats& stats);        // p > 1, hybridflow
+  // gather_stages, with split experts gathered in their stage around it.
+  void gather_stages_with_experts(ReshardStats& stats);
   void gather_stages_whole(ReshardStats& stats);  // p > 1, the baselines: every rank gathers the whole model
   // Broadcasts inside gather_comm_, counting the bytes this rank sent or received.
   void broadcast_counted(torch::Tensor& piece, int root, ReshardStats& stats);
   // The actor's experts follow its tensor-parallel ranks (and so the generation model's follow its own).
   bool experts_folded() const { return train_->experts_follow_tensor_parallel(); }
+  // The actor's experts are split any other way (over data-parallel replicas, or over more ranks than one
+  // replica's tensor ranks).
+  bool experts_split() const { return train_->expert_parallel().enabled() && !experts_folded(); }
 
   CausalLM train_;
   GenerationLayout layout_;
@@ -85,6 +96,7 @@ class HybridEngine {
   CausalLM generation_{nullptr};
   std::vector<Weight> weights_;  // the generation model's, in its order
   torch::Tensor tied_copy_;      // a later stage's copy of the first stage's tied embedding
+  std::map<std::string, torch::Tensor> stage_experts_;  // during a switch: the stage's gathered split experts
   int gen_tp_rank_ = 0;
   int gen_replica_ = 0, gen_replicas_ = 1;
   bool generating_ = false;

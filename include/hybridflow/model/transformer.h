@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -241,6 +242,10 @@ class CausalLMImpl : public torch::nn::Module {
   ExpertGather gather_experts();
   void release_gathered_experts();
   bool experts_gathered() const { return experts_gathered_; }
+  // While gathered: every expert weight of this process's MoE layers by its parameter name
+  // ("model.layers.3.mlp.experts.5.up_proj.weight"), the other ranks' included (which named_parameters() leaves
+  // out), as views of the gathered set. Throws unless gathered.
+  std::map<std::string, torch::Tensor> gathered_expert_weights() const;
   // Whether the expert-parallel group is exactly this model's tensor-parallel group (experts folded over it, one
   // replica): its ranks run every forward together anyway, so the experts stay where they are for generation and
   // the no-gradient passes, and gather_experts() moves nothing.
