@@ -133,6 +133,9 @@ std::map<std::string, std::vector<int64_t>> full_weight_shapes(const CausalLM& m
     if (axis >= 0 && axis < static_cast<int>(shape.size())) shape[axis] *= tp;
     shapes[item.key()] = shape;
   }
+  // Gathered experts (each whole on this rank): the other ranks' too.
+  if (model->experts_gathered())
+    for (const auto& [name, weight] : model->gathered_expert_weights()) shapes[name] = weight.sizes().vec();
   return shapes;
 }
 
@@ -158,18 +161,24 @@ WeightSyncStats WeightSync::send(const CausalLM& actor) {
   const auto plan = weight_sync_plan(synced_weight_shapes(actor, layout_.actor_tp), config, layout_);
   const auto buckets = weight_sync_buckets(plan, bucket_bytes_, c10::elementSize(dtype_));
   const int tp_rank = rank % layout_.actor_tp;
-  auto params = actor->named_parameters();
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& item : actor->named_parameters()) params.emplace(item.key(), item.value());
+  if (actor->experts_gathered()) params.merge(actor->gathered_expert_weights());  // own ones are already in
+  auto find = [&](const std::string& name) -> const torch::Tensor* {
+    auto it = params.find(name);
+    return it == params.end() ? nullptr : &it->second;
+  };
   WeightSyncStats stats;
   std::deque<ProcessGroup::PendingSend> in_flight;  // two buckets at most: bounded memory, sends overlap packing
   torch::NoGradGuard no_grad;
   for (const auto& [tag, bucket] : my_buckets(buckets, rank, /*sending=*/true)) {
-    const torch::Tensor* any = params.find(plan[bucket->pieces.front()].name);
+    const torch::Tensor* any = find(plan[bucket->pieces.front()].name);
     HF_CHECK(any != nullptr, "weight sync: the actor holds no '", plan[bucket->pieces.front()].name, "'");
     torch::Tensor flat = torch::empty({bucket->numel}, any->options().dtype(dtype_));
     int64_t at = 0;
     for (size_t p : bucket->pieces) {
       const WeightPiece& piece = plan[p];
-      const torch::Tensor* param = params.find(piece.name);
+      const torch::Tensor* param = find(piece.name);
       HF_CHECK(param != nullptr, "weight sync: the actor holds no '", piece.name, "'");
       torch::Tensor slice = *param;
       if (piece.axis >= 0) {

@@ -667,9 +667,9 @@ void CausalLMImpl::set_expert_parallel(ExpertParallelGroup ep, bool over_tensor_
   ep_over_tp_ = over_tensor_parallel && tp_.enabled();
 }
 
-ExpertGather CausalLMImpl::gather_experts() {
+ExpertGather CausalLMImpl::gather_experts(bool even_when_folded) {
   ExpertGather moved;
-  if (!ep_.enabled() || experts_gathered_ || experts_follow_tensor_parallel()) return moved;
+  if (!ep_.enabled() || experts_gathered_ || (experts_follow_tensor_parallel() && !even_when_folded)) return moved;
   for (auto& layer : layers_->model->decoder_layers)
     if (layer->sparse) layer->sparse->gather_experts(moved);
   experts_gathered_ = true;

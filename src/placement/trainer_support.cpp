@@ -96,9 +96,6 @@ std::string trainer_cannot_run(const Plan& plan, const TrainerCapabilities& caps
   const bool standalone = plan.set_of(Role::kRollout) >= 0 && plan.set_of(Role::kRollout) != plan.set_of(Role::kActor);
   if (standalone && !caps.staged_standalone_rollout && plan.layout(Role::kRollout).pp != 1)
     return "a standalone rollout has no pipeline stages (p_g = 1)";
-  if (standalone && folds_experts(plan, model, Role::kActor))
-    return "a standalone rollout does not take weights from an actor whose experts split over its tensor-parallel "
-           "ranks";
   if (!caps.independent_layouts) {
     auto same = [&](Role a, Role b) {
       return plan.set_of(b) < 0 || (plan.layout(a).tp == plan.layout(b).tp && plan.layout(a).pp == plan.layout(b).pp &&

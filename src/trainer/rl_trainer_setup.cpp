@@ -288,6 +288,10 @@ void RLTrainer::State::specify_roles() {
   const RolloutSpec& rollout = s.specs.rollout;
   s.need_ref = s.specs.ref.has_value();
   s.model_config = model_config_of(s.model);
+  // Adapters go on the dense projections only (model/lora.h): say so here rather than in the workers' start.
+  HF_CHECK(!s.specs.actor.model.uses_lora() || s.model_config.num_moe_layers() == 0,
+           "actor_rollout_ref.model.lora_rank: LoRA adapters on a mixture-of-experts model (", s.model_config.model_type,
+           ", ", s.model_config.moe.num_experts, " experts) are not supported yet; train it without adapters");
   check_context_fits(s.model, s.model_config, rollout.response_length, s.specs.response_length_key,
                      {{s.train_source, &s.train}, {s.test_source, &s.test}});
   const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;

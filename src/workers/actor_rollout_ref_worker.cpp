@@ -445,9 +445,6 @@ DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
   HF_CHECK(in.meta().contains("weight_sync"), "join_weight_sync: meta 'weight_sync' is required");
   HF_CHECK(!hybrid_, "role '", context().role, "': a standalone rollout pool takes the actor's training layout; ",
            "the actor itself must not switch layouts (leave actor_rollout_ref.rollout's parallel sizes to the rollout)");
-  HF_CHECK(!trainable_->expert_parallel(), "role '", context().role, "': a standalone rollout pool does not take ",
-           "weights from an expert-parallel actor yet (expert_model_parallel_size ",
-           model_spec_.expert_model_parallel_size, "); colocate the rollout with the actor");
   weight_sync_ = hybridflow::join_weight_sync(in.meta().at("weight_sync"), rank(), device());
   return DataProto();
 }
@@ -455,6 +452,8 @@ DataProto ActorRolloutRefWorker::join_weight_sync(const DataProto& in) {
 DataProto ActorRolloutRefWorker::send_weights(const DataProto&) {
   HF_CHECK(weight_sync_, "send_weights: call join_weight_sync first");
   auto on = trainable_->params_on_device();
+  // Split experts go out gathered (each whole on every rank, as the pool's model holds them), then drop again.
+  ExpertsGathered gathered({&actor()}, /*even_when_folded=*/true);
   return weight_sync_reply(weight_sync_->send(actor()), rank());
 }
 

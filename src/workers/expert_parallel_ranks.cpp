@@ -46,8 +46,8 @@ void ExpertParallelRanks::use_in(TrainEngine& engine) const {
   engine.set_expert_parallel(group(), owners_.get(), is_expert_parameter_name);
 }
 
-ExpertsGathered::ExpertsGathered(const std::vector<CausalLM*>& models) : models_(models) {
-  for (CausalLM* model : models_) (*model)->gather_experts();
+ExpertsGathered::ExpertsGathered(const std::vector<CausalLM*>& models, bool even_when_folded) : models_(models) {
+  for (CausalLM* model : models_) (*model)->gather_experts(even_when_folded);
 }
 
 ExpertsGathered::~ExpertsGathered() {

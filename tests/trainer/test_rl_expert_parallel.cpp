@@ -17,7 +17,8 @@
 // router replay R2) the run follows the data-parallel run. A mixture-of-experts reward model folded over its 2
 // tensor-parallel ranks scores as the unsplit one. Split experts switch to another generation layout (unstaged
 // from 2 stages; tensor size 1 from experts folded over both replicas' tensor ranks) through the 3D-HybridEngine
-// and the runs follow theirs without the split. Layouts it does not cover are refused naming the keys.
+// and the runs follow theirs without the split; a standalone rollout pool takes the split experts' weights
+// (sent gathered) and its runs follow theirs too. Layouts it does not cover are refused naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -364,6 +365,19 @@ TEST(RlExpertParallel, GrpoWithSplitExpertsGeneratingInAnotherLayoutFollowsTheRu
   expect_same_run(train(4, folded), train(1, folded), "ep 4 = 2 replicas x tp 2 generating at tp 1");
 }
 
+// A standalone rollout pool (one process) takes the weights of an actor whose experts split over its 2
+// data-parallel replicas, or fold over its 2 tensor-parallel ranks: the actor sends them gathered, and each run
+// follows its run without the split.
+TEST(RlExpertParallel, AStandaloneRolloutPoolTakesTheSplitExpertsAndTheRunFollowsTheUnsplitOne) {
+  const std::vector<std::string> standalone = {"trainer.placement=standalone",
+                                               "actor_rollout_ref.rollout.num_processes=1"};
+  expect_same_run(train(2, standalone), train(1, standalone), "ep 2 over dp, standalone rollout");
+  std::vector<std::string> folded = standalone;
+  folded.push_back("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2");
+  folded.push_back("actor_rollout_ref.rollout.tensor_model_parallel_size=1");
+  expect_same_run(train(2, folded), train(1, folded), "ep 2 = tp 2, standalone rollout", /*exchanges=*/false);
+}
+
 TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndPipelineParallelismLoadsIntoOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   const auto [split_actor, split_norm] = save_split_step(split_dir.path(), kTwoStages, /*experts_in_file=*/16);
@@ -456,6 +470,9 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   unstaged_vanilla.push_back("actor_rollout_ref.rollout.reshard_mode=hybridflow-v");
   EXPECT_THAT(refused(2, unstaged_vanilla),
               HasSubstr("actor_rollout_ref.rollout.reshard_mode = hybridflow-v: the actor's experts"));
+  // Refused before any worker starts (the workers' own check would come later).
+  EXPECT_THAT(refused(1, {"actor_rollout_ref.model.lora_rank=4"}),
+              HasSubstr("actor_rollout_ref.model.lora_rank: LoRA adapters on a mixture-of-experts model"));
   std::vector<std::string> staged_decoding = kTwoStages;
   staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
   EXPECT_THAT(refused(2, staged_decoding),

@@ -85,7 +85,9 @@ class WeightSync {
   WeightSync(ProcessGroup world, WeightSyncLayout layout, int64_t bucket_bytes, at::ScalarType dtype);
 
   // Collective over the sync world: every actor rank calls send with its training-layout model, every
-  // rollout rank receive with its generation model, at the same sync.
+  // rollout rank receive with its generation model, at the same sync. An actor whose experts are split sends
+  // with them gathered (CausalLM::gather_experts(true)), so that every rank holds each expert whole as the
+  // rollout model does; the plan is then the unsplit model's.
   WeightSyncStats send(const CausalLM& actor);
   WeightSyncStats receive(CausalLM& rollout);
 

@@ -239,7 +239,9 @@ class CausalLMImpl : public torch::nn::Module {
   // meanwhile forwards run alone (generation, whose ranks take different numbers of steps; checkpoint saving).
   // This rank's own experts become slices of the gathered set (nothing is held twice) and return to memory of
   // their own, bit for bit, on release. Returns what it moved (nothing when not split or already gathered).
-  ExpertGather gather_experts();
+  // Experts folded over exactly the tensor-parallel ranks need no gather to run and are left alone unless
+  // `even_when_folded` (copying every expert out: weight sync to a rollout pool); no forward runs meanwhile.
+  ExpertGather gather_experts(bool even_when_folded = false);
   void release_gathered_experts();
   bool experts_gathered() const { return experts_gathered_; }
   // While gathered: every expert weight of this process's MoE layers by its parameter name

@@ -72,7 +72,8 @@ class ExpertParallelRanks {
 // Every expert of the models in this process for a scope (collective over their groups); dropped again at its end.
 class ExpertsGathered {
  public:
-  explicit ExpertsGathered(const std::vector<CausalLM*>& models);
+  // `even_when_folded`: also experts folded over exactly the tensor-parallel ranks (CausalLM::gather_experts).
+  explicit ExpertsGathered(const std::vector<CausalLM*>& models, bool even_when_folded = false);
   ~ExpertsGathered();
   ExpertsGathered(const ExpertsGathered&) = delete;
   ExpertsGathered& operator=(const ExpertsGathered&) = delete;
