@@ -89,6 +89,25 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
   };
   check_known(config.target_modules, "target_modules");
   check_known(config.exclude_modules, "exclude_modules");
+  // A sparse layer's experts, router and shared expert are linear layers that PEFT would adapt (all-linear, or
+  // a name such as gate_proj matching experts.<e>.gate_proj); hybridflow does not adapt them yet, so asking
+  // for them is an error rather than a smaller adapter than the user meant.
+  std::vector<std::string> sparse_linears;
+  const std::string block = std::string(".") + model.config().moe_block_name() + ".";
+  for (const auto& item : model.named_modules()) {
+    const std::string& path = item.key();
+    if (item.value()->as<torch::nn::Linear>() == nullptr || std::regex_match(path, projection)) continue;
+    const size_t at = path.find(block);
+    if (path.rfind("model.layers.", 0) == 0 && at != std::string::npos) sparse_linears.push_back(path);
+  }
+  HF_CHECK(!all_linear || sparse_linears.empty(), key_prefix, "target_modules: all-linear on a mixture-of-experts ",
+           "model would adapt its experts and routers too (", sparse_linears.front(), ", ...), as PEFT's does, which ",
+           "hybridflow does not yet; name the projections to adapt, e.g. [q_proj, k_proj, v_proj, o_proj]");
+  for (const auto& name : config.target_modules)
+    for (const auto& path : sparse_linears)
+      HF_CHECK(!lora_name_matches(path, name), key_prefix, "target_modules: '", name, "' matches ", path,
+               " of a mixture-of-experts layer, which hybridflow does not adapt yet (PEFT would); name dense ",
+               "projections only, e.g. layers.0.mlp.", name, " for a dense layer's");
   const auto target_regex = module_regex(config.target_regex, key_prefix + "target_modules");
   const auto exclude_regex = module_regex(config.exclude_regex, key_prefix + "exclude_modules");
   if (target_regex) {

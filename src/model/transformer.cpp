@@ -525,7 +525,7 @@ void for_each_lora_projection(Backbone& backbone, Partition layers, Visit&& visi
     visit(first + 1, prefix + "self_attn.k_proj", attn.k_proj, attn.k_lora);
     visit(first + 2, prefix + "self_attn.v_proj", attn.v_proj, attn.v_lora);
     visit(first + 3, prefix + "self_attn.o_proj", attn.o_proj, attn.o_lora);
-    if (!layer.mlp) continue;  // add_lora refuses mixture-of-experts models
+    if (!layer.mlp) continue;  // a sparse layer: its experts, router and shared expert take no adapters
     auto& mlp = *layer.mlp;
     visit(first + 4, prefix + "mlp.gate_proj", mlp.gate_proj, mlp.gate_lora);
     visit(first + 5, prefix + "mlp.up_proj", mlp.up_proj, mlp.up_lora);
@@ -1240,8 +1240,6 @@ torch::Tensor CausalLMImpl::full_vocab_logits(const torch::Tensor& hidden) {
 void CausalLMImpl::add_lora(const LoraConfig& lora, uint64_t seed) {
   HF_CHECK(lora.enabled(), "lora_rank must be positive to add LoRA adapters, got ", lora.rank);
   HF_CHECK(!lora_added_, "CausalLM::add_lora: the model already has LoRA adapters");
-  HF_CHECK(config_.num_moe_layers() == 0, "lora_rank: LoRA adapters on mixture-of-experts models (", config_.model_type,
-           ") are not supported yet");
   const auto targets = lora_target_paths(*this, lora);
   size_t next = 0;
   for_each_lora_projection(

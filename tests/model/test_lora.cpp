@@ -324,6 +324,47 @@ TEST_F(LoraTest, RegularExpressionsMatchWholeModulePaths) {
   EXPECT_THAT(error_of("(q_proj"), ::testing::HasSubstr("is not a regular expression"));
 }
 
+// A mixture-of-experts model takes adapters on its attention projections (every layer's) and its dense layers'
+// MLPs; its experts, routers and shared experts take none, so all-linear and names or expressions that reach them
+// are errors naming the key (PEFT would adapt them: a silently smaller adapter would be another run).
+TEST_F(LoraTest, MixtureOfExpertsModelsTakeAdaptersOnTheirDenseProjectionsOnly) {
+  const ModelConfig moe = lora_test_config("qwen3-moe-tiny");
+  ASSERT_EQ(moe.num_moe_layers(), 1);  // layer 1 sparse, layer 0 dense
+  CausalLM model = testing::seeded_model(moe, 1);
+  const auto base = logits(model);
+  model->add_lora(lora_config(2, 4, {"q_proj", "v_proj", "layers.0.mlp.up_proj"}));
+  EXPECT_EQ(adapted_paths(model),
+            (std::set<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+                                   "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj",
+                                   "model.layers.0.mlp.up_proj"}));
+  randomize_adapters(model, 5);
+  const auto adapted = logits(model);
+  EXPECT_GT(max_abs_diff(adapted, base), 1e-3) << "the adapters must matter";
+  model->set_lora_enabled(false);
+  EXPECT_TRUE(torch::equal(logits(model), base));
+  model->set_lora_enabled(true);
+  model->merge_lora();
+  EXPECT_LT(max_abs_diff(logits(model), adapted), 1e-5) << "merged weights compute what the branches do";
+  model->unmerge_lora();
+  EXPECT_TRUE(torch::equal(logits(model), adapted));
+
+  auto error_of = [&](LoraConfig c) {
+    CausalLM fresh = testing::seeded_model(moe, 1);
+    try {
+      fresh->add_lora(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error_of(lora_config(2, 4)), ::testing::HasSubstr("all-linear on a mixture-of-experts model"));
+  EXPECT_THAT(error_of(lora_config(2, 4, {"q_proj", "gate_proj"})),
+              ::testing::HasSubstr("'gate_proj' matches model.layers.1.mlp.experts.0.gate_proj of a mixture-of-experts layer"));
+  auto experts = lora_config(2, 4, {});
+  experts.target_regex = R"(.*\.experts\..*)";
+  EXPECT_THAT(error_of(experts), ::testing::HasSubstr("which hybridflow does not adapt"));
+}
+
 // adapter_config.json keeps targets as given, so loading the file adapts the same modules again; resolving a
 // layer-qualified name to its last part would adapt that projection in every layer.
 TEST_F(LoraTest, SavedTargetsAreTheGivenOnesAndLoadBackToTheSameModules) {

@@ -378,6 +378,20 @@ TEST(RlExpertParallel, AStandaloneRolloutPoolTakesTheSplitExpertsAndTheRunFollow
   expect_same_run(train(2, folded), train(1, folded), "ep 2 = tp 2, standalone rollout", /*exchanges=*/false);
 }
 
+// LoRA on the attention projections of a mixture-of-experts actor (experts frozen, split 2 ways): the reference is
+// the actor with its adapters off, generation runs on the adapters merged in, and the run follows the data-parallel
+// one.
+TEST(RlExpertParallel, GrpoWithLoraOnTheAttentionOfASplitMixtureOfExpertsFollowsTheDataParallelRun) {
+  const std::vector<std::string> lora = {"actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+                                         "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]",
+                                         "actor_rollout_ref.actor.optim.lr=1e-2"};
+  const EpRun split = train(2, lora);
+  expect_same_run(split, train(1, lora), "ep 2 with LoRA");
+  // Only the adapters train: a fraction of the full split run's optimizer state.
+  const std::string key = "actor/optimizer_state_bytes";
+  EXPECT_LT(split.steps.back().at(key).get<double>() * 5, train(2).steps.back().at(key).get<double>());
+}
+
 TEST(RlExpertParallel, ACheckpointSavedUnderExpertAndPipelineParallelismLoadsIntoOneProcess) {
   hybridflow::testing::TempDir split_dir, single_dir;
   const auto [split_actor, split_norm] = save_split_step(split_dir.path(), kTwoStages, /*experts_in_file=*/16);
@@ -470,9 +484,9 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   unstaged_vanilla.push_back("actor_rollout_ref.rollout.reshard_mode=hybridflow-v");
   EXPECT_THAT(refused(2, unstaged_vanilla),
               HasSubstr("actor_rollout_ref.rollout.reshard_mode = hybridflow-v: the actor's experts"));
-  // Refused before any worker starts (the workers' own check would come later).
+  // LoRA's default all-linear would reach the experts: refused before any worker starts.
   EXPECT_THAT(refused(1, {"actor_rollout_ref.model.lora_rank=4"}),
-              HasSubstr("actor_rollout_ref.model.lora_rank: LoRA adapters on a mixture-of-experts model"));
+              HasSubstr("actor_rollout_ref.model.target_modules: all-linear on a mixture-of-experts model"));
   std::vector<std::string> staged_decoding = kTwoStages;
   staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
   EXPECT_THAT(refused(2, staged_decoding),
