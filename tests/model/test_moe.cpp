@@ -222,7 +222,7 @@ TEST(MoeConfig, WeightsAndParameterCountsMatchTheBuiltModel) {
                 lora.rank = 4;
                 model->add_lora(lora);
               }),
-              HasSubstr("LoRA adapters on mixture-of-experts models"));
+              HasSubstr("all-linear on a mixture-of-experts model would adapt its experts"));
 }
 
 struct ReplayInputs {
