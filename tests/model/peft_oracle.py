@@ -16,7 +16,9 @@ project venv's python; scripts/requirements.txt lists peft). Two commands:
                   with peft merged by merge_and_unload(); writes the inputs, MERGED's logits (logits) and
                   peft's merged model's (peft_merged_logits) to OUT.
 
-The models, inputs and base-weight scales are tests/engine/hf_oracle.py's, imported from there.
+The models, inputs and base-weight scales are tests/engine/hf_oracle.py's and, for the mixture of experts,
+tests/model/moe_oracle.py's, imported from there. A mixture-of-experts model's adapters are on its attention
+projections (hybridflow adapts no expert yet; PEFT's all-linear would).
 """
 import json
 import os
@@ -29,10 +31,17 @@ try:
     import peft
     from safetensors.torch import save_file
     import hf_oracle
+    import moe_oracle
 except ImportError as e:  # the C++ test turns this message into its failure
     sys.exit(f"peft_oracle.py: {e} in {sys.executable}; run scripts/setup.sh to install the test venv")
 
-MODELS = ["llama", "qwen3"]  # names of hf_oracle.MODELS
+MODELS = ["llama", "qwen3", "qwen3_moe"]  # names of hf_oracle.MODELS and moe_oracle.MODELS
+SPECS = dict(hf_oracle.MODELS, **moe_oracle.MODELS)
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def targets(name):
+    return ATTENTION if name in moe_oracle.MODELS else "all-linear"
 RANK, ALPHA = 4, 12  # scaling 3: a wrong scaling is visible
 
 
@@ -57,7 +66,7 @@ def logits_of(model, out):
 def write(root):
     tok, token_vocab = hf_oracle.tokenizer_json()
     for name in MODELS:
-        spec = hf_oracle.MODELS[name]
+        spec = SPECS[name]
         base_dir = os.path.join(root, name, "base")
         config = getattr(transformers, spec["cfg"])(
             vocab_size=token_vocab + spec["vocab_extra"], bos_token_id=hf_oracle.BOS, eos_token_id=hf_oracle.EOS,
@@ -70,7 +79,7 @@ def write(root):
             json.dump(tok, f, indent=2)
 
         model = hf_oracle.load_eager(base_dir)
-        lora = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear", lora_dropout=0.0,
+        lora = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=targets(name), lora_dropout=0.0,
                                task_type="CAUSAL_LM")
         model = peft.get_peft_model(model, lora)
         g = torch.Generator().manual_seed(spec["seed"] + 100)

@@ -469,7 +469,8 @@ TEST_F(LoraTest, SavePretrainedWritesTheBaseOrTheMergedModel) {
   EXPECT_GT(max_abs_diff(logits(merged.model), base), 1e-3);
 }
 
-// PEFT as the oracle, both ways, on Llama and Qwen3 with all-linear adapters.
+// PEFT as the oracle, both ways, on Llama and Qwen3 with all-linear adapters and on Qwen3-MoE with adapters on its
+// attention.
 class PeftOracleTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
@@ -499,6 +500,13 @@ class PeftOracleTest : public ::testing::TestWithParam<std::string> {
     return (a.index({real}) - b.index({real})).abs().max().item<double>();
   }
   std::string model_dir(const std::string& part) const { return dir_->file(GetParam() + "/" + part); }
+  // A mixture-of-experts model's adapters go on its attention (hybridflow adapts no expert yet); the others' on
+  // every projection.
+  bool mixture_of_experts() const { return GetParam() == "qwen3_moe"; }
+  std::vector<std::string> oracle_targets() const {
+    if (mixture_of_experts()) return {"q_proj", "k_proj", "v_proj", "o_proj"};
+    return {"all-linear"};
+  }
   void expect_peft_reads_hybridflow_adapter(const LoraConfig& lora, const std::string& name);
   static testing::TempDir* dir_;
   static std::string python_;
@@ -571,12 +579,16 @@ void PeftOracleTest::expect_peft_reads_hybridflow_adapter(const LoraConfig& lora
 }
 
 TEST_P(PeftOracleTest, HybridflowAdapterLoadsInPeftWithTheSameLogits) {
-  expect_peft_reads_hybridflow_adapter(lora_config(4, 12), "hybridflow_adapter");
+  expect_peft_reads_hybridflow_adapter(lora_config(4, 12, oracle_targets()), "hybridflow_adapter");
 }
 
 // Targets as a regular expression and as a layer-qualified name, excludes as an expression: the saved
 // adapter_config.json keeps them as given, and PEFT selects exactly the modules hybridflow adapted.
 TEST_P(PeftOracleTest, RegularExpressionAndPathTargetsSelectTheSameModulesInPeft) {
+  // PEFT under transformers 5 rewrites a mixture-of-experts model's targets for its fused experts
+  // (peft/utils/transformers_weight_conversion.py: up_proj only with gate_proj, expressions re-targeted), so
+  // there only the attention names of the test above carry over as written.
+  if (mixture_of_experts()) GTEST_SKIP() << "PEFT rewrites mixture-of-experts targets (transformers 5 conversion)";
   auto by_regex = lora_config(4, 12, {});
   by_regex.target_regex = R"(model\.layers\.0\..*_proj)";
   by_regex.exclude_regex = R"(.*\.(k_proj|down_proj))";
@@ -631,7 +643,7 @@ TEST_P(PeftOracleTest, MergedDirectoryIsPeftsMergeAndUnload) {
       << "the adapter must matter for this comparison to mean anything";
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaAndQwen3, PeftOracleTest, ::testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(LlamaQwen3AndQwen3Moe, PeftOracleTest, ::testing::Values("llama", "qwen3", "qwen3_moe"));
 
 }  // namespace
 }  // namespace hybridflow
