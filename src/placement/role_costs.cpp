@@ -225,7 +225,10 @@ RoleMemory role_memory(const CostInputs& in, Role role, const Layout& l, bool wi
   const double seq = static_cast<double>(w.sequence_length());
   RoleMemory out;
   if (role == Role::kRollout) {
-    const double weights = m.parameters(false) * pb / (l.tp * l.pp);
+    // A standalone pool holds every routed expert whole on each of its tensor ranks (the actor sends them
+    // gathered); colocated, the 3D-HybridEngine folds them over the generation tensor ranks like the rest.
+    const double whole_experts = with_actor ? 0.0 : model_size(m.model_config()).experts;
+    const double weights = ((m.parameters(false) - whole_experts) / (l.tp * l.pp) + whole_experts / l.pp) * pb;
     const double kv_heads_per_rank = std::max<double>(1.0, ceil_div(static_cast<double>(m.kv_heads), l.tp));
     out.kv_minimum = 2.0 * m.layers / l.pp * kv_heads_per_rank * m.head_dim * pb * seq;
     if (with_actor) {

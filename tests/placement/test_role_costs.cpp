@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "hybridflow/core/error.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/parallel/resharding.h"
 #include "hybridflow/parallel/weight_sync_volume.h"
 #include "hybridflow/placement/role_costs.h"
@@ -203,4 +204,13 @@ TEST(RoleCosts, MemoryOfTrainedInferenceAndRolloutRoles) {
   EXPECT_EQ(beside.persistent, 0.0);
   EXPECT_DOUBLE_EQ(beside.transient - beside.kv_minimum, p * 2 / 2 - p * 2 / 4);
   EXPECT_DOUBLE_EQ(beside.kv_minimum, m.kv_bytes_per_token(2) / 2 * 256);
+  // A mixture of experts: a standalone pool holds every routed expert on each tensor rank; beside the actor the
+  // engine folds them over the generation tensor ranks with the rest.
+  const ModelShape moe = model_preset("qwen3-30b-a3b");
+  const double experts = model_size(moe.model_config()).experts, all = moe.parameters(false);
+  ASSERT_GT(experts, 0.5 * all);
+  const CostInputs moe_in{c, moe, w};
+  EXPECT_DOUBLE_EQ(role_memory(moe_in, Role::kRollout, {1, 4, 1}).persistent, ((all - experts) / 4 + experts) * 2);
+  const RoleMemory moe_beside = role_memory(moe_in, Role::kRollout, {1, 4, 1}, true, {1, 4, 1});
+  EXPECT_DOUBLE_EQ(moe_beside.transient - moe_beside.kv_minimum, 0.0);  // the generation shard is the training one
 }
