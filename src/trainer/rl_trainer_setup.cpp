@@ -290,13 +290,18 @@ void RLTrainer::State::specify_roles() {
   s.model_config = model_config_of(s.model);
   // Adapters go on dense projections only (model/lora.h): all-linear, the default, would reach the experts. Said
   // here rather than when the workers start; names are checked against the model's modules there.
-  const LoraConfig& lora = s.specs.actor.model.lora;
-  HF_CHECK(!lora.enabled() || !s.specs.actor.model.lora_adapter_path.empty() || s.model_config.num_moe_layers() == 0 ||
-               lora.target_modules != std::vector<std::string>{"all-linear"},
-           "actor_rollout_ref.model.target_modules: all-linear on a mixture-of-experts model (",
-           s.model_config.model_type, ", ", s.model_config.moe.num_experts, " experts) would adapt its experts and ",
-           "routers too, as PEFT's does, which hybridflow does not yet; name the projections to adapt, e.g. ",
-           "[q_proj, k_proj, v_proj, o_proj]");
+  auto check_lora_reaches_no_expert = [](const ModelSpec& model, const ModelConfig& config, const std::string& key) {
+    const LoraConfig& lora = model.lora;
+    HF_CHECK(!lora.enabled() || !model.lora_adapter_path.empty() || config.num_moe_layers() == 0 ||
+                 lora.target_modules != std::vector<std::string>{"all-linear"},
+             key, ": all-linear on a mixture-of-experts model (", config.model_type, ", ", config.moe.num_experts,
+             " experts) would adapt its experts and routers too, as PEFT's does, which hybridflow does not yet; ",
+             "name the projections to adapt, e.g. [q_proj, k_proj, v_proj, o_proj]");
+  };
+  check_lora_reaches_no_expert(s.specs.actor.model, s.model_config, "actor_rollout_ref.model.target_modules");
+  if (s.specs.critic && s.specs.critic->model.lora.enabled())
+    check_lora_reaches_no_expert(s.specs.critic->model, model_config_of(s.specs.critic->model),
+                                 "critic.model.target_modules");
   check_context_fits(s.model, s.model_config, rollout.response_length, s.specs.response_length_key,
                      {{s.train_source, &s.train}, {s.test_source, &s.test}});
   const ScoringSpec::OverlongBuffer& overlong = s.run.scoring.overlong_buffer;

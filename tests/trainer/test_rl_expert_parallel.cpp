@@ -487,6 +487,8 @@ TEST(RlExpertParallel, LayoutsItDoesNotCoverAreRefusedNamingTheKeys) {
   // LoRA's default all-linear would reach the experts: refused before any worker starts.
   EXPECT_THAT(refused(1, {"actor_rollout_ref.model.lora_rank=4"}),
               HasSubstr("actor_rollout_ref.model.target_modules: all-linear on a mixture-of-experts model"));
+  EXPECT_THAT(refused(1, {"algorithm.adv_estimator=gae", "critic.model.lora_rank=4"}),
+              HasSubstr("critic.model.target_modules: all-linear on a mixture-of-experts model"));
   std::vector<std::string> staged_decoding = kTwoStages;
   staged_decoding.push_back("actor_rollout_ref.rollout.expert_parallel_size=2");
   EXPECT_THAT(refused(2, staged_decoding),
