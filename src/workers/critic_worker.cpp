@@ -4,6 +4,7 @@
 
 #include "hybridflow/algo/losses.h"
 #include "hybridflow/core/error.h"
+#include "hybridflow/core/logging.h"
 #include "hybridflow/engine/packed_rows.h"
 #include "hybridflow/runtime/protocol.h"
 #include "hybridflow/workers/expert_parallel_ranks.h"
@@ -125,9 +126,14 @@ void RewardModelWorker::register_methods(MethodTable& table) {
   // expert_model_parallel_size = tp: each rank holds 1/t of them and one all-reduce per sparse layer sums the
   // parts (the ranks score in step anyway).
   const ModelConfig& c = model_->config();
-  if (groups_ && groups_->tensor_parallel().enabled() && c.num_moe_layers() > 0 &&
-      c.moe.num_experts % coord().tp_size == 0)
-    model_->set_expert_parallel(ExpertParallelGroup(groups_->tensor_parallel().comm()), /*over_tensor_parallel=*/true);
+  if (groups_ && groups_->tensor_parallel().enabled() && c.num_moe_layers() > 0) {
+    if (c.moe.num_experts % coord().tp_size == 0)
+      model_->set_expert_parallel(ExpertParallelGroup(groups_->tensor_parallel().comm()), /*over_tensor_parallel=*/true);
+    else if (rank() == 0)  // correct either way; the memory is what differs
+      log_warn("role '", context().role, "': its ", c.moe.num_experts, " experts do not fold over its ", coord().tp_size,
+               " tensor-parallel ranks, so each rank holds all of them; a tensor_model_parallel_size that divides ",
+               c.moe.num_experts, " holds 1/tp of them");
+  }
   if (groups_) pipeline_ = groups_->pipeline_runner(model_);
   model_->eval();
   table.add("compute_rm_score", batch_protocol(coord()), this, &RewardModelWorker::compute_rm_score);
