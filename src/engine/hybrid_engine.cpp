@@ -5,6 +5,7 @@
 
 #include "hybridflow/core/error.h"
 #include "hybridflow/model/lora.h"
+#include "hybridflow/model/model_size.h"
 #include "hybridflow/model/pipeline_layout.h"
 #include "hybridflow/model/tensor_parallel_layout.h"
 
@@ -139,7 +140,7 @@ HybridEngine::HybridEngine(CausalLM train, const GenerationLayout& layout, const
       std::count_if(gen_params.begin(), gen_params.end(), [&](const auto& item) { return counted(item.key()); });
   HF_CHECK(stage.enabled() || base_params == gen_base, "HybridEngine: the layouts' models differ in parameters");
   const int k = t / layout_.gen_tp();
-  const int64_t experts_per_train_rank = train_->config().moe.num_experts / t;
+  const int64_t experts_per_train_rank = num_experts / t;
   // The last training stage's copy of a tied embedding: the same values as the first stage's weight.
   const torch::Tensor* train_tied_copy =
       stage.enabled() && !stage.first() ? train_params.find("model.embed_tokens.weight") : nullptr;
@@ -299,10 +300,7 @@ void HybridEngine::gather_stages_with_experts(ReshardStats& stats) {
   stage_experts_.clear();
   train_->release_gathered_experts();
   // Every expert of the model (all stages), as ExpertReshard reports it.
-  const ModelConfig& c = train_->config();
-  int64_t sparse_layers = 0;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) sparse_layers += c.moe_layer(i) ? 1 : 0;
-  stats.expert_model_bytes = sparse_layers * c.moe.num_experts * 3 * c.hidden_size * c.expert_intermediate_size() *
+  stats.expert_model_bytes = static_cast<int64_t>(model_size(train_->config()).experts) *
                              static_cast<int64_t>(train_->parameters().front().element_size());
   stats.expert_bytes_sent = moved.bytes_sent;
   stats.expert_bytes_received = moved.bytes_received;

@@ -68,9 +68,23 @@ bool is_lora_parameter_name(const std::string& name) {
 std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const LoraConfig& config,
                                            const std::string& key_prefix) {
   static const std::regex projection(R"(model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj))");
+  // The dense projections (what hybridflow adapts) and every other module with weights of its own: the
+  // embedding, the head, norms and, in a sparse layer, the experts, router and shared expert (linear layers
+  // PEFT would adapt: all-linear, or a name such as gate_proj matching experts.<e>.gate_proj).
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> projections;
-  for (const auto& item : model.named_modules())
-    if (std::regex_match(item.key(), projection)) projections.emplace_back(item.key(), item.value());
+  std::vector<std::string> unadapted, sparse_linears;
+  const std::string block = std::string(".") + model.config().moe_block_name() + ".";
+  for (const auto& item : model.named_modules()) {
+    const std::string& path = item.key();
+    if (std::regex_match(path, projection)) {
+      projections.emplace_back(path, item.value());
+    } else if (!item.value()->named_parameters(/*recurse=*/false).is_empty()) {
+      unadapted.push_back(path);
+      if (item.value()->as<torch::nn::Linear>() != nullptr && path.rfind("model.layers.", 0) == 0 &&
+          path.find(block) != std::string::npos)
+        sparse_linears.push_back(path);
+    }
+  }
 
   HF_CHECK(!config.target_modules.empty() || !config.target_regex.empty(), key_prefix,
            "target_modules is empty: expected all-linear, module names or a regular expression");
@@ -89,17 +103,8 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
   };
   check_known(config.target_modules, "target_modules");
   check_known(config.exclude_modules, "exclude_modules");
-  // A sparse layer's experts, router and shared expert are linear layers that PEFT would adapt (all-linear, or
-  // a name such as gate_proj matching experts.<e>.gate_proj); hybridflow does not adapt them yet, so asking
-  // for them is an error rather than a smaller adapter than the user meant.
-  std::vector<std::string> sparse_linears;
-  const std::string block = std::string(".") + model.config().moe_block_name() + ".";
-  for (const auto& item : model.named_modules()) {
-    const std::string& path = item.key();
-    if (item.value()->as<torch::nn::Linear>() == nullptr || std::regex_match(path, projection)) continue;
-    const size_t at = path.find(block);
-    if (path.rfind("model.layers.", 0) == 0 && at != std::string::npos) sparse_linears.push_back(path);
-  }
+  // hybridflow does not adapt a sparse layer's linear layers yet, so asking for them is an error rather than a
+  // smaller adapter than the user meant.
   HF_CHECK(!all_linear || sparse_linears.empty(), key_prefix, "target_modules: all-linear on a mixture-of-experts ",
            "model would adapt its experts and routers too (", sparse_linears.front(), ", ...), as PEFT's does, which ",
            "hybridflow does not yet; name the projections to adapt, e.g. [q_proj, k_proj, v_proj, o_proj]");
@@ -110,22 +115,16 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
                "projections only, e.g. layers.0.mlp.", name, " for a dense layer's");
   const auto target_regex = module_regex(config.target_regex, key_prefix + "target_modules");
   const auto exclude_regex = module_regex(config.exclude_regex, key_prefix + "exclude_modules");
-  if (target_regex) {
-    // PEFT would adapt whatever the expression matches; hybridflow adapts the dense projections only, so
-    // matching any other module with weights of its own (the embedding, the head, a norm, an expert) is an
-    // error rather than a silently smaller adapter.
-    for (const auto& item : model.named_modules()) {
-      const bool own_weights = !item.value()->named_parameters(/*recurse=*/false).is_empty();
-      const bool projection_path = std::regex_match(item.key(), projection);
-      HF_CHECK(!own_weights || projection_path || !std::regex_match(item.key(), *target_regex), key_prefix,
-               "target_modules = '", config.target_regex, "' matches ", item.key(),
-               ", which hybridflow does not adapt (only the decoder's dense projections q/k/v/o_proj and ",
-               "gate/up/down_proj)");
-    }
-  }
+  // PEFT would adapt whatever the expression matches; hybridflow adapts the dense projections only, so matching
+  // any other module with weights of its own is an error rather than a silently smaller adapter.
+  if (target_regex)
+    for (const auto& path : unadapted)
+      HF_CHECK(!std::regex_match(path, *target_regex), key_prefix, "target_modules = '", config.target_regex,
+               "' matches ", path, ", which hybridflow does not adapt (only the decoder's dense projections ",
+               "q/k/v/o_proj and gate/up/down_proj)");
 
   std::vector<std::string> targets;
-  bool regex_matched = false;
+  bool any_targeted = false;  // before the excludes
   for (const auto& [path, module] : projections) {
     auto matches_any = [&, p = path](const std::vector<std::string>& names) {
       return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return lora_name_matches(p, n); });
@@ -133,7 +132,7 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
     const bool targeted = all_linear || matches_any(config.target_modules) ||
                           (target_regex && std::regex_match(path, *target_regex));
     if (!targeted) continue;
-    regex_matched = true;
+    any_targeted = true;
     if (matches_any(config.exclude_modules) || (exclude_regex && std::regex_match(path, *exclude_regex))) continue;
     // A copy of the handle: named_parameters() returns a temporary dictionary.
     const torch::Tensor weight = module->named_parameters(/*recurse=*/false)["weight"];
@@ -147,7 +146,7 @@ std::vector<std::string> lora_target_paths(const CausalLMImpl& model, const Lora
              "'s smaller dimension ", width);
     targets.push_back(path);
   }
-  HF_CHECK(!target_regex || regex_matched, key_prefix,
+  HF_CHECK(!target_regex || any_targeted, key_prefix,
            "target_modules = '", config.target_regex, "' matches the whole path of no projection (paths read ",
            "model.layers.0.self_attn.q_proj; a regular expression must match all of one, as PEFT's does; for ",
            "module names write a list: [q_proj, v_proj])");

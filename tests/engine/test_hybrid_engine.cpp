@@ -38,6 +38,19 @@ int64_t split_weight_bytes(CausalLMImpl& full, int tp) {
   return bytes;
 }
 
+// The generation model's experts, one name each (its up_proj weight), each checked to be the whole model's bit
+// for bit (at these sizes the greedy tokens alone may not show a wrong expert).
+std::set<std::string> generation_experts(HybridEngine& engine, CausalLM& reference, const std::string& what) {
+  std::set<std::string> experts;
+  const auto whole = parameters_of(*reference);
+  for (const auto& item : engine.generation_model()->named_parameters()) {
+    if (!is_expert(item.key())) continue;
+    EXPECT_TRUE(torch::equal(item.value(), whole.at(item.key()))) << what << ": " << item.key();
+    if (item.key().ends_with("up_proj.weight")) experts.insert(item.key());
+  }
+  return experts;
+}
+
 // Called in the generation layout: the greedy tokens are one process's; switching back restores the
 // training weights bit for bit, contiguous; an update to both models reaches generation. Ends in the
 // training layout.
@@ -312,9 +325,7 @@ TEST(HybridEngine, ExpertsFoldedOverTheTensorRanksFoldOverTheGenerationRanks) {
           const ReshardStats stats = engine.to_generation();
           EXPECT_EQ(stats.redundant_bytes, 0) << what;
           // Generation tensor rank q holds experts [q E / t_g, (q + 1) E / t_g) of its stage's sparse layers.
-          std::set<std::string> experts;
-          for (const auto& item : engine.generation_model()->named_parameters())
-            if (is_expert(item.key()) && item.key().ends_with("up_proj.weight")) experts.insert(item.key());
+          const std::set<std::string> experts = generation_experts(engine, reference, what);
           const int per_rank = 4 / c.gen_tp, q = layout.coords(rank).tp;
           EXPECT_EQ(experts.size(), static_cast<size_t>(2 / c.gen_pp * per_rank)) << what;
           const int layer = c.gen_pp == 1 ? 1 : layout.coords(rank).pp;
@@ -360,14 +371,7 @@ TEST(HybridEngine, SplitExpertsGatherInTheirStageAndFoldOverTheGenerationRanks) 
           EXPECT_FALSE(train->experts_gathered()) << what << ": the stage's gathered set is dropped";
           EXPECT_GT(stats.expert_bytes_received, 0) << what;
           // Generation tensor rank q holds experts [q E / t_g, (q + 1) E / t_g) of both sparse layers.
-          // Each the whole expert, bit for bit (the tokens alone may not show a wrong expert at this size).
-          std::set<std::string> experts;
-          const auto whole = parameters_of(*reference);
-          for (const auto& item : engine.generation_model()->named_parameters()) {
-            if (!is_expert(item.key())) continue;
-            EXPECT_TRUE(torch::equal(item.value(), whole.at(item.key()))) << what << ": " << item.key();
-            if (item.key().ends_with("up_proj.weight")) experts.insert(item.key());
-          }
+          const std::set<std::string> experts = generation_experts(engine, reference, what);
           const int per_rank = 4 / c.gen_tp, q = layout.coords(rank).tp;
           EXPECT_EQ(experts.size(), static_cast<size_t>(2 * per_rank)) << what;
           for (const int layer : {0, 1})
